@@ -1,0 +1,57 @@
+import { z } from "zod";
+import type { SystemOfRecord } from "../src/sor/adapter.ts";
+import { createHttpSystemOfRecord } from "../src/sor/http-adapter.ts";
+import { declareWriteTool } from "../src/tools.ts";
+
+/**
+ * Refund a payment: appends to `/refunds`. Appends commute, so a refund made
+ * on a record that changed meanwhile is rebased onto the fresh version.
+ * The billing system answers "was key K applied?", which settles an unknown outcome.
+ */
+export const refundPayment = declareWriteTool({
+  name: "refund_payment",
+  recordType: "payment",
+  description: "Refund part or all of a payment.",
+  params: z.object({
+    amountCents: z.number().int().positive(),
+    reason: z.enum(["damaged", "late", "duplicate_charge", "goodwill"]),
+    note: z.string().max(500).optional(),
+  }),
+  intentFields: ["amountCents", "reason"],
+  freeTextParams: ["note"],
+  allowedPaths: ["/refunds/-"],
+  keyScope: "run",
+  versionPolicy: "rebase-commutative",
+  system: "billing",
+  reconcile: "idempotency-key",
+});
+
+/**
+ * Set a ticket's tags: a read-modify-write of `/tags`, the classic lost-update
+ * shape. Strict: a ticket that changed since the agent read it is a conflict
+ * the agent decides again.
+ */
+export const tagTicket = declareWriteTool({
+  name: "tag_ticket",
+  recordType: "ticket",
+  description: "Add a tag to a helpdesk ticket.",
+  params: z.object({ tag: z.string().min(1).max(64) }),
+  intentFields: ["tag"],
+  allowedPaths: ["/tags", "/tags/-", "/status"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  maxConflictCycles: 2,
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+export const tools = [refundPayment, tagTicket];
+
+/** The demo's two systems of record, both served by the demo records server at `RECORDS_URL`. */
+export function systems(env: NodeJS.ProcessEnv = process.env): SystemOfRecord[] {
+  const baseUrl = env.RECORDS_URL ?? "http://127.0.0.1:4010";
+  return [
+    createHttpSystemOfRecord({ name: "billing", baseUrl, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+    createHttpSystemOfRecord({ name: "helpdesk", baseUrl, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+  ];
+}

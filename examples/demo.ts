@@ -1,0 +1,258 @@
+// `npm run demo`: writ end to end on a real broker and registry.
+// Two owner processes, a demo records server, and simulated agents that
+// (a) refund once, again, and once more around a commit-then-timeout, and
+// (b) race on one ticket's tags. Every figure in the last line is measured
+// afterwards: refunds and tags at the records server, escalations on writ.human.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, openSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { Kafka, logLevel } from "kafkajs";
+import { createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
+import { ensureStack } from "../scripts/local-stack.ts";
+import { WireCodec } from "../src/codec.ts";
+import { createLogger } from "../src/logger.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../src/sor/demo-records-server.ts";
+import { refundPayment, tagTicket } from "./demo-tools.ts";
+
+const root = resolve(import.meta.dirname, "..");
+const say = (line: string) => console.log(line);
+const logDir = join(root, ".writ");
+mkdirSync(logDir, { recursive: true });
+
+const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
+const brokers = stack.endpoints.brokers;
+const registryUrl = stack.endpoints.registryUrl || undefined;
+const records = await startDemoRecordsServer({ port: 0 });
+const demoRun = `demo-${Date.now().toString(36)}`;
+const owners: ChildProcess[] = [];
+const clients: WritClient[] = [];
+
+async function main(): Promise<Record<string, number>> {
+  say(`writ demo (${demoRun})`);
+  say(`  Kafka ${brokers.join(",")}; registry ${registryUrl ?? "none (plain JSON)"}; records server ${records.url}`);
+  records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
+  records.seed("ticket", "T-42", { subject: "Charged twice", status: "open", tags: ["billing"] });
+  records.seed("ticket", "T-43", { subject: "Refund stuck", status: "open", tags: [] });
+
+  for (const n of [1, 2]) owners.push(startOwner(n));
+  say("  started 2 owner processes (consumer group writ.owners; one writer per partition)");
+  const logger = createLogger({ level: "warn", name: "demo-agent" });
+  const client = (agentId: string) =>
+    createWritClient({ brokers, agentId, replyTopic: `writ.replies.${agentId}`, schemaRegistryUrl: registryUrl, logger, submitTimeoutMs: 90_000 });
+  const [billing, alice, bob] = await Promise.all([client("billing-agent"), client("support-alice"), client("support-bob")]);
+  clients.push(billing!, alice!, bob!);
+
+  // (a) one refund, three submissions; the first hits commit-then-timeout.
+  say("");
+  say("(a) refund 50.00 EUR on pay_1001, submitted three times");
+  const pay = await read("payment", "pay_1001");
+  const refund = {
+    tool: refundPayment,
+    entity: { type: "payment", id: "pay_1001" },
+    runId: demoRun,
+    stepId: "step-3-refund",
+    baseVersion: pay.version,
+    delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 5000, reason: "damaged" } }],
+    params: { amountCents: 5000, reason: "damaged", note: "Customer sent photos of the broken item." },
+  };
+  records.setFaults([{ kind: "commit-then-delay", delayMs: 4000, times: 1, match: { type: "payment", id: "pay_1001" } }]);
+  say("  records server armed: commit the next PATCH of pay_1001, then answer after 4 s (owner's timeout is 1.5 s)");
+  const submissions: SubmitResult[] = [];
+  submissions.push(await billing!.submit(refund));
+  describe("submission 1 (commit-then-timeout)", submissions[0]!);
+  // A harness retry and a resume from an older checkpoint: the model rewrote its note, the intent is the same.
+  submissions.push(await billing!.submit({ ...refund, params: { ...refund.params, note: "Refund for damaged item" } }));
+  describe("submission 2 (harness retry)", submissions[1]!);
+  submissions.push(await billing!.submit(refund));
+  describe("submission 3 (resume after approval)", submissions[2]!);
+
+  // (b) two agents read T-42 at the same version and both add a tag.
+  say("");
+  say("(b) support-alice and support-bob both read T-42 and add a tag");
+  const t42 = await read("ticket", "T-42");
+  say(`  both read T-42 at ${t42.version}: tags ${JSON.stringify(t42.state.tags)}`);
+  const wanted = new Map<string, string>([
+    ["support-alice", "vip"],
+    ["support-bob", "chargeback-risk"],
+  ]);
+  const tagIntent = (agent: string, base: { state: any; version: string }) => ({
+    tool: tagTicket,
+    entity: { type: "ticket", id: "T-42" },
+    runId: `${demoRun}-${agent}`,
+    stepId: "step-1-tag",
+    baseVersion: base.version,
+    delta: [{ op: "replace" as const, path: "/tags", value: [...base.state.tags, wanted.get(agent)!] }],
+    params: { tag: wanted.get(agent)! },
+  });
+  let conflicts = 0;
+  const race = await Promise.all(
+    ([
+      ["support-alice", alice!],
+      ["support-bob", bob!],
+    ] as const).map(async ([agent, c]) => {
+      let reply = await c.submit(tagIntent(agent, t42));
+      describe(`${agent}`, reply);
+      while (reply.status === "conflict") {
+        conflicts++;
+        // The agent decides again from `current`, not blindly: same intent, fresh base.
+        reply = await c.submit(tagIntent(agent, reply.current as { state: any; version: string }));
+        describe(`${agent} decides again`, reply);
+      }
+      return reply;
+    }),
+  );
+
+  // (c) another integration (an SLA bot) keeps changing T-43 under the agent: the conflict cycles run out.
+  say("");
+  say("(c) an SLA bot outside writ touches T-43 before each of support-bob's writes");
+  let base = await read("ticket", "T-43");
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    await outsideWriterTouch("ticket", "T-43", attempt);
+    const reply = await bob!.submit({
+      tool: tagTicket,
+      entity: { type: "ticket", id: "T-43" },
+      runId: `${demoRun}-support-bob`,
+      stepId: "step-2-tag",
+      baseVersion: base.version,
+      delta: [{ op: "replace" as const, path: "/tags", value: [...base.state.tags, "refund-stuck"] }],
+      params: { tag: "refund-stuck" },
+    });
+    describe(`support-bob on T-43, attempt ${attempt}`, reply);
+    if (reply.status !== "conflict") break;
+    conflicts++;
+    base = reply.current as typeof base;
+  }
+
+  // Measured afterwards.
+  const payment = await read("payment", "pay_1001");
+  const refundsCreated = payment.state.refunds.length;
+  const ticket = await read("ticket", "T-42");
+  const appliedTags = race.filter((r) => r.status === "applied").length;
+  const lostUpdates = [...wanted.values()].filter((tag) => !ticket.state.tags.includes(tag)).length;
+  const escalations = await countEscalations();
+  say("");
+  say(`records server: pay_1001 has ${refundsCreated} refund(s) after ${submissions.length} submissions; PATCH requests for that intent: ${records.patchRequests(submissions[0]!.intentKey).length}`);
+  say(`records server: T-42 tags ${JSON.stringify(ticket.state.tags)} at ${ticket.version} (${appliedTags} of ${wanted.size} agents applied)`);
+  say(`writ.human: ${escalations} escalation(s) from this run`);
+  return {
+    refunds_created: refundsCreated,
+    duplicates_suppressed: submissions.length - refundsCreated,
+    conflicts,
+    lost_updates: lostUpdates,
+    escalations,
+  };
+}
+
+function describe(label: string, r: SubmitResult): void {
+  const dup = "duplicate" in r && r.duplicate ? " (duplicate: stored reply re-sent, nothing written)" : "";
+  switch (r.status) {
+    case "applied":
+      say(`  ${label}: applied at ${r.version} via ${r.via}${dup}`);
+      break;
+    case "conflict":
+      say(`  ${label}: conflict, cycle ${r.cycle}: record is at ${r.current.version} with ${JSON.stringify(r.current.state)}`);
+      break;
+    case "escalated":
+      say(`  ${label}: escalated (${r.reason}) to writ.human`);
+      break;
+    case "rejected":
+      say(`  ${label}: rejected (${r.reason}): ${r.message}`);
+      break;
+    default:
+      say(`  ${label}: unknown outcome: ${r.message}`);
+  }
+}
+
+async function read(type: string, id: string): Promise<{ state: any; version: string }> {
+  const res = await fetch(`${records.url}/records/${type}/${id}`);
+  if (!res.ok) throw new Error(`records server: GET ${type}/${id} answered ${res.status}`);
+  return { state: await res.json(), version: res.headers.get("etag")! };
+}
+
+/** A writer outside writ (another integration): read, then PUT with If-Match, as a well-behaved client does. */
+async function outsideWriterTouch(type: string, id: string, n: number): Promise<void> {
+  const current = await read(type, id);
+  const res = await fetch(`${records.url}/records/${type}/${id}`, {
+    method: "PUT",
+    headers: { "content-type": "application/json", "if-match": current.version },
+    body: JSON.stringify({ ...current.state, slaCheckedBy: "sla-bot", slaChecks: n }),
+  });
+  if (!res.ok) throw new Error(`outside writer: PUT ${type}/${id} answered ${res.status}`);
+}
+
+function startOwner(n: number): ChildProcess {
+  const out = openSync(join(logDir, `demo-owner-${n}.log`), "w");
+  return spawn(process.execPath, [join(root, "consumers", "owner-main.ts")], {
+    env: {
+      ...process.env,
+      KAFKA_BROKERS: brokers.join(","),
+      ...(registryUrl ? { SCHEMA_REGISTRY_URL: registryUrl } : {}),
+      RECORDS_URL: records.url,
+      WRIT_SOR_TIMEOUT_MS: "1500",
+      WRIT_INSTANCE_ID: `demo-owner-${n}`,
+      LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
+    },
+    stdio: ["ignore", out, out],
+  });
+}
+
+async function countEscalations(): Promise<number> {
+  const kafka = new Kafka({ clientId: "writ-demo-reader", brokers, logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  const end = await admin.fetchTopicOffsets("writ.human");
+  await admin.disconnect();
+  const target = end.reduce((n, p) => n + Number(p.high), 0);
+  const codec = new WireCodec({ schemaRegistryUrl: registryUrl });
+  const consumer = kafka.consumer({ groupId: `writ.demo-reader.${demoRun}`, maxWaitTimeInMs: 500 });
+  let seen = 0;
+  let mine = 0;
+  await consumer.connect();
+  await consumer.subscribe({ topic: "writ.human", fromBeginning: true });
+  const done = new Promise<void>((resolveDone) => {
+    if (target === 0) resolveDone();
+    void consumer.run({
+      eachMessage: async ({ message }) => {
+        seen++;
+        const d = await codec.decode("Escalation", message.value);
+        if (d.ok && d.value.intent.agent.runId.startsWith(demoRun)) mine++;
+        if (seen >= target) resolveDone();
+      },
+    });
+  });
+  await Promise.race([done, new Promise((r) => setTimeout(r, 30_000))]);
+  await consumer.disconnect();
+  return mine;
+}
+
+async function shutdown(): Promise<void> {
+  await Promise.all(clients.map((c) => c.close()));
+  await Promise.all(
+    owners.map(
+      (o) =>
+        new Promise<void>((r) => {
+          if (o.exitCode !== null) return r();
+          o.once("exit", () => r());
+          o.kill("SIGTERM");
+          setTimeout(() => o.kill("SIGKILL"), 15_000).unref();
+        }),
+    ),
+  );
+  await records.close();
+  if (stack.started) {
+    say("  stopping the local broker and registry this demo started");
+    await stack.stop();
+  }
+}
+
+let exitCode = 0;
+try {
+  const result = await main();
+  await shutdown();
+  console.log(JSON.stringify(result));
+} catch (err) {
+  console.error("demo failed:", err);
+  exitCode = 1;
+  await shutdown().catch(() => undefined);
+}
+process.exit(exitCode);

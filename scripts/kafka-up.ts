@@ -1,0 +1,24 @@
+// npm run kafka:up — start (or reuse) the local Kafka broker and Apicurio registry
+// and leave them running. Prints the env lines to export.
+import { ensureStack } from './local-stack.ts';
+
+// kafkajs 2.2.4 calls setTimeout with a negative delay (RequestQueue.scheduleCheckPendingRequests,
+// throttledUntil = -1); Node 24 warns once per process. Harmless; keep every other warning.
+process.removeAllListeners('warning');
+process.on('warning', (warning) => {
+  if (warning.name !== 'TimeoutNegativeWarning') process.stderr.write(`${warning.name}: ${warning.message}\n`);
+});
+
+const t0 = Date.now();
+try {
+  const { endpoints, started } = await ensureStack();
+  process.stderr.write(
+    `[local-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: npm run kafka:down\n`,
+  );
+  process.stdout.write(`KAFKA_BROKERS=${endpoints.brokers.join(',')}\n`);
+  process.stdout.write(`SCHEMA_REGISTRY_URL=${endpoints.registryUrl}\n`);
+  process.exit(0);
+} catch (err) {
+  process.stderr.write(`[local-stack] failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}

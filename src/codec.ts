@@ -1,0 +1,128 @@
+import { SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
+import type { z } from "zod";
+import { WritError } from "./errors.ts";
+import { jsonSchemaOf } from "./json-schema.ts";
+import { WIRE_SCHEMAS, type WireSchemaName } from "./schemas/index.ts";
+
+/** Confluent wire format: magic byte 0, then the schema id as a big-endian int32. */
+const MAGIC_BYTE = 0;
+const HEADER_BYTES = 5;
+
+export type DecodeResult<T> =
+  | { ok: true; value: T; framed: boolean }
+  | { ok: false; reason: "undecodable" | "schema_invalid"; message: string; parsed?: unknown };
+
+/**
+ * Encodes and decodes writ's JSON values. With a registry, values are
+ * registered (subject `<topic>-value`, JSON Schema) and framed in the
+ * Confluent wire format; without one, plain JSON. The decoder accepts both,
+ * and zod validates after every decode.
+ */
+export class WireCodec {
+  private readonly registry: SchemaRegistry | null;
+  private readonly ids = new Map<string, Promise<number>>();
+  private readonly knownIds = new Map<number, Promise<boolean>>();
+
+  constructor(opts: { schemaRegistryUrl?: string | undefined }) {
+    this.registry = opts.schemaRegistryUrl
+      ? new SchemaRegistry(
+          { host: opts.schemaRegistryUrl, retry: { retries: 3 } },
+          // zod's JSON Schema carries `format: date-time`; ajv's strict mode would refuse unknown formats.
+          { [SchemaType.JSON]: { strict: false, validateFormats: false } },
+        )
+      : null;
+  }
+
+  get framed(): boolean {
+    return this.registry !== null;
+  }
+
+  /** Validates `value` with zod, then frames it for `topic`. Throws a non-retriable error on invalid values. */
+  async encode<N extends WireSchemaName>(topic: string, name: N, value: z.input<(typeof WIRE_SCHEMAS)[N]>): Promise<Buffer> {
+    const checked = WIRE_SCHEMAS[name].safeParse(value);
+    if (!checked.success) {
+      throw new WritError("codec_failed", `refusing to produce an invalid ${name}: ${checked.error.message}`, {
+        retriable: false,
+        context: { topic },
+      });
+    }
+    if (!this.registry) return Buffer.from(JSON.stringify(checked.data));
+    const id = await this.schemaId(topic, name);
+    try {
+      return await this.registry.encode(id, checked.data);
+    } catch (err) {
+      throw new WritError("registry_unavailable", `could not encode ${name} for ${topic}`, {
+        retriable: true,
+        cause: err,
+        context: { topic },
+      });
+    }
+  }
+
+  /**
+   * Decodes bytes that should hold a `name`. Bad bytes are a result, not an
+   * exception: the caller dead-letters them. Only an unreachable registry throws
+   * (retriable), because that says nothing about the record.
+   */
+  async decode<N extends WireSchemaName>(name: N, bytes: Buffer | null): Promise<DecodeResult<z.output<(typeof WIRE_SCHEMAS)[N]>>> {
+    if (bytes === null || bytes.length === 0) return { ok: false, reason: "undecodable", message: "empty value" };
+    let framed = false;
+    let body = bytes;
+    if (bytes[0] === MAGIC_BYTE) {
+      if (bytes.length <= HEADER_BYTES) return { ok: false, reason: "undecodable", message: "truncated wire-format header" };
+      const id = bytes.readInt32BE(1);
+      if (!(await this.schemaIdExists(id))) {
+        return { ok: false, reason: "undecodable", message: `schema id ${id} is not in the registry` };
+      }
+      framed = true;
+      body = bytes.subarray(HEADER_BYTES);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString("utf8"));
+    } catch (err) {
+      return { ok: false, reason: "undecodable", message: `not JSON: ${(err as Error).message}` };
+    }
+    const checked = WIRE_SCHEMAS[name].safeParse(parsed);
+    if (!checked.success) {
+      const issues = checked.error.issues.slice(0, 5).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`);
+      return { ok: false, reason: "schema_invalid", message: `not a valid ${name}: ${issues.join("; ")}`, parsed };
+    }
+    return { ok: true, value: checked.data as z.output<(typeof WIRE_SCHEMAS)[N]>, framed };
+  }
+
+  private schemaId(topic: string, name: WireSchemaName): Promise<number> {
+    const subject = `${topic}-value`;
+    let id = this.ids.get(subject);
+    if (!id) {
+      const registry = this.registry!;
+      id = registry
+        .register({ type: SchemaType.JSON, schema: JSON.stringify(jsonSchemaOf(name)) }, { subject })
+        .then((r) => r.id);
+      id.catch(() => this.ids.delete(subject));
+      this.ids.set(subject, id);
+    }
+    return id.catch((err: unknown) => {
+      throw new WritError("registry_unavailable", `could not register ${subject}`, { retriable: true, cause: err, context: { topic } });
+    });
+  }
+
+  private schemaIdExists(id: number): Promise<boolean> {
+    if (!this.registry) return Promise.resolve(false);
+    let known = this.knownIds.get(id);
+    if (!known) {
+      const registry = this.registry;
+      known = registry.getSchema(id).then(
+        () => true,
+        (err: unknown) => {
+          const status = (err as { status?: number }).status;
+          if (status === 404) return false;
+          this.knownIds.delete(id);
+          throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
+        },
+      );
+      this.knownIds.set(id, known);
+    }
+    return known;
+  }
+}

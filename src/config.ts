@@ -1,0 +1,136 @@
+import { z } from "zod";
+import { WritError } from "./errors.ts";
+
+const brokers = z
+  .union([z.string(), z.array(z.string())])
+  .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((b) => b.trim()).filter((b) => b.length > 0))
+  .pipe(z.array(z.string().regex(/^[^\s:]+:\d{1,5}$/, "host:port")).min(1, "at least one broker"));
+
+const topicName = z.string().regex(/^[a-zA-Z0-9._-]{1,249}$/, "a Kafka topic name");
+
+/** Topic names; these are the defaults of the topic contract in the README. */
+export const TopicsConfig = z
+  .object({
+    intents: topicName.default("writ.intents"),
+    ledger: topicName.default("writ.ledger"),
+    human: topicName.default("writ.human"),
+    dlq: topicName.default("writ.dlq"),
+  })
+  .strict();
+export type TopicsConfig = z.infer<typeof TopicsConfig>;
+
+/** The owner (router) process. Every default lives here and nowhere else. */
+export const RouterConfig = z
+  .object({
+    brokers,
+    clientId: z.string().min(1).default("writ-owner"),
+    /** Consumer group of the owners of `writ.intents`. */
+    groupId: z.string().min(1).default("writ.owners"),
+    topics: TopicsConfig.default(TopicsConfig.parse({})),
+    /** Partitions of `writ.intents` and `writ.ledger` when writ creates them. Fixed for the topics' life. */
+    intentPartitions: z.number().int().min(1).max(10_000).default(12),
+    /** Replication factor when writ creates topics; 1 for a single local broker. */
+    replicationFactor: z.number().int().min(1).default(1),
+    /** Reply topics must start with this; anything else is rejected. */
+    replyTopicPrefix: z.string().min(1).default("writ.replies."),
+    /** Confluent-API schema registry; unset means plain JSON values. */
+    schemaRegistryUrl: z.url().optional(),
+    /** Ledger entries older than this are tombstoned. Hours. */
+    ledgerRetentionHours: z.number().positive().default(24),
+    /** How long a new owner may take to restore a ledger partition. ms. */
+    restoreTimeoutMs: z.number().int().positive().default(120_000),
+    /** Intents per Kafka transaction at most (one transaction per batch, kafkajs #304). */
+    maxIntentsPerTransaction: z.number().int().min(1).default(200),
+    /** Deadline of one system-of-record request. ms. */
+    sorTimeoutMs: z.number().int().positive().default(5_000),
+    /** Consumer session timeout. ms. */
+    sessionTimeoutMs: z.number().int().min(6_000).default(30_000),
+    /** Transaction timeout. ms. */
+    transactionTimeoutMs: z.number().int().min(1_000).default(60_000),
+    /** Names this process in ledger markers and logs. */
+    instanceId: z.string().min(1).default(() => `owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`),
+  })
+  .strict();
+export type RouterConfig = z.infer<typeof RouterConfig>;
+export type RouterConfigInput = z.input<typeof RouterConfig>;
+
+/** The agent-side client. */
+export const ClientConfig = z
+  .object({
+    brokers,
+    agentId: z.string().min(1),
+    /** This agent's reply topic; must start with the router's reply prefix. */
+    replyTopic: topicName,
+    intentsTopic: topicName.default("writ.intents"),
+    clientId: z.string().min(1).optional(),
+    schemaRegistryUrl: z.url().optional(),
+    /** Partitions of the reply topic when the client creates it. */
+    replyTopicPartitions: z.number().int().min(1).default(1),
+    replicationFactor: z.number().int().min(1).default(1),
+    /** Default deadline of `submit()`. ms. */
+    submitTimeoutMs: z.number().int().positive().default(30_000),
+  })
+  .strict();
+export type ClientConfig = z.infer<typeof ClientConfig>;
+export type ClientConfigInput = z.input<typeof ClientConfig>;
+
+/** Parses config with `schema`, throwing one error that names every bad field. */
+export function parseConfig<S extends z.ZodType>(
+  schema: S,
+  input: unknown,
+  what: string,
+  fieldName: (path: PropertyKey[]) => string = (p) => p.map(String).join("."),
+): z.infer<S> {
+  const result = schema.safeParse(input);
+  if (result.success) return result.data;
+  const problems = result.error.issues.map((i) => `${fieldName(i.path) || "(root)"}: ${i.message}`);
+  throw new WritError("config_invalid", `invalid ${what} configuration: ${problems.join("; ")}`, {
+    retriable: false,
+    context: { field: fieldName(result.error.issues[0]?.path ?? []) },
+  });
+}
+
+/** Environment variables of the owner process, by config field. */
+export const ROUTER_ENV = {
+  brokers: "KAFKA_BROKERS",
+  schemaRegistryUrl: "SCHEMA_REGISTRY_URL",
+  groupId: "WRIT_GROUP_ID",
+  clientId: "WRIT_CLIENT_ID",
+  "topics.intents": "WRIT_INTENTS_TOPIC",
+  "topics.ledger": "WRIT_LEDGER_TOPIC",
+  "topics.human": "WRIT_HUMAN_TOPIC",
+  "topics.dlq": "WRIT_DLQ_TOPIC",
+  intentPartitions: "WRIT_INTENT_PARTITIONS",
+  replicationFactor: "WRIT_REPLICATION_FACTOR",
+  replyTopicPrefix: "WRIT_REPLY_TOPIC_PREFIX",
+  ledgerRetentionHours: "WRIT_LEDGER_RETENTION_HOURS",
+  maxIntentsPerTransaction: "WRIT_MAX_INTENTS_PER_TRANSACTION",
+  sorTimeoutMs: "WRIT_SOR_TIMEOUT_MS",
+  instanceId: "WRIT_INSTANCE_ID",
+} as const;
+
+const NUMERIC = new Set([
+  "intentPartitions",
+  "replicationFactor",
+  "ledgerRetentionHours",
+  "maxIntentsPerTransaction",
+  "sorTimeoutMs",
+]);
+
+/** Router config from environment variables; errors name the variable. */
+export function routerConfigFromEnv(env: NodeJS.ProcessEnv = process.env): RouterConfig {
+  const input: Record<string, unknown> = { topics: {} };
+  for (const [field, name] of Object.entries(ROUTER_ENV)) {
+    const raw = env[name];
+    if (raw === undefined || raw === "") continue;
+    const value = NUMERIC.has(field) ? (Number.isNaN(Number(raw)) ? raw : Number(raw)) : raw;
+    if (field.startsWith("topics.")) (input.topics as Record<string, unknown>)[field.slice(7)] = value;
+    else input[field] = value;
+  }
+  const byField = new Map<string, string>(Object.entries(ROUTER_ENV));
+  return parseConfig(RouterConfig, input, "router", (path) => {
+    const dotted = path.map(String).join(".");
+    const key = [...byField.keys()].find((f) => dotted === f || dotted.startsWith(`${f}.`));
+    return key ? `${byField.get(key)} (${dotted})` : dotted;
+  });
+}

@@ -1,0 +1,48 @@
+import { WritError, isRetriable } from "./errors.ts";
+
+export interface RetryOptions {
+  /** Attempts in all, including the first. Default 5. */
+  maxAttempts?: number;
+  /** First backoff in ms. Default 100. */
+  initialDelayMs?: number;
+  /** Backoff ceiling in ms. Default 5000. */
+  maxDelayMs?: number;
+  /** Random spread, 0..1, applied to each delay. Default 0.2. */
+  jitter?: number;
+  /** Return true to stop retrying at once: the error is rethrown as is. */
+  bail?: (err: unknown) => boolean;
+  /** Defaults to {@link isRetriable}: retry only when every error in the chain is retriable. */
+  shouldRetry?: (err: unknown) => boolean;
+  signal?: AbortSignal;
+}
+
+/**
+ * Runs `fn` with jittered exponential backoff. On exhaustion it throws a
+ * `retries_exhausted` error carrying the attempts and elapsed time.
+ */
+export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions = {}): Promise<T> {
+  const maxAttempts = opts.maxAttempts ?? 5;
+  const initial = opts.initialDelayMs ?? 100;
+  const ceiling = opts.maxDelayMs ?? 5000;
+  const jitter = opts.jitter ?? 0.2;
+  const shouldRetry = opts.shouldRetry ?? isRetriable;
+  const started = Date.now();
+  let lastError: unknown;
+  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      lastError = err;
+      if (opts.bail?.(err) || !shouldRetry(err) || opts.signal?.aborted) throw err;
+      if (attempt === maxAttempts) break;
+      const base = Math.min(ceiling, initial * 2 ** (attempt - 1));
+      const delay = base * (1 - jitter + Math.random() * 2 * jitter);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+  throw new WritError("retries_exhausted", `gave up after ${maxAttempts} attempts`, {
+    retriable: false,
+    cause: lastError,
+    context: { attempts: maxAttempts, elapsedMs: Date.now() - started },
+  });
+}

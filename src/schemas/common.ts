@@ -1,0 +1,44 @@
+import { z } from "zod";
+
+/** A business entity: `{type, id}`; its Kafka key is `<type>:<id>`. */
+export const EntityRef = z
+  .object({
+    type: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type, e.g. ticket"),
+    id: z.string().min(1).max(256),
+  })
+  .strict();
+export type EntityRef = z.infer<typeof EntityRef>;
+
+const pointer = z.string().regex(/^(\/([^~/]|~[01])*)*$/, "a JSON Pointer (RFC 6901)");
+
+/** One RFC 6902 JSON Patch operation. */
+export const JsonPatchOp = z.discriminatedUnion("op", [
+  z.object({ op: z.literal("add"), path: pointer, value: z.unknown() }).strict(),
+  z.object({ op: z.literal("remove"), path: pointer }).strict(),
+  z.object({ op: z.literal("replace"), path: pointer, value: z.unknown() }).strict(),
+  z.object({ op: z.literal("move"), from: pointer, path: pointer }).strict(),
+  z.object({ op: z.literal("copy"), from: pointer, path: pointer }).strict(),
+  z.object({ op: z.literal("test"), path: pointer, value: z.unknown() }).strict(),
+]);
+export type JsonPatchOp = z.infer<typeof JsonPatchOp>;
+
+export const JsonPatch = z.array(JsonPatchOp).min(1).max(256);
+
+/** An opaque HTTP entity tag as the system of record sent it, quotes included (RFC 9110 §8.8.3). */
+export const Version = z.string().min(1).max(256);
+
+/** A record as read from its system of record. */
+export const Versioned = z
+  .object({
+    state: z.unknown(),
+    version: Version,
+  })
+  .strict();
+export type Versioned = z.infer<typeof Versioned>;
+
+export const IsoTime = z.iso.datetime({ offset: true });
+
+/** Kafka key of an entity: `<recordType>:<id>`. */
+export function entityKey(entity: EntityRef): string {
+  return `${entity.type}:${entity.id}`;
+}

@@ -1,0 +1,24 @@
+import { z } from "zod";
+import { IsoTime, Versioned } from "./common.ts";
+import { WriteIntent } from "./write-intent.ts";
+
+/**
+ * Escalation: a case for a human.
+ *
+ * Topic `writ.human`; key the entity key. Written in the owner's batch
+ * transaction with the `escalated` reply. Compatibility rule: BACKWARD.
+ */
+export const Escalation = z
+  .object({
+    escalationId: z.string(),
+    reason: z.enum(["conflict_cycles_exhausted", "outcome_unknown"]),
+    message: z.string(),
+    intent: WriteIntent,
+    /** Conflict cycles seen for this intent key. */
+    cycles: z.number().int().min(0),
+    /** The record as last read, when it could be read. */
+    current: Versioned.nullable(),
+    at: IsoTime,
+  })
+  .strict();
+export type Escalation = z.infer<typeof Escalation>;

@@ -1,0 +1,52 @@
+import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
+
+/** What a PATCH came to. `unknown` means the request may have committed: reconcile, never replay blind. */
+export type PatchOutcome =
+  | { kind: "applied"; state: unknown; version: string }
+  /** 412: the record's version is not the If-Match one (RFC 9110 §13.1.1). */
+  | { kind: "precondition_failed"; current: Versioned | null }
+  | { kind: "not_found" }
+  /** The system refused the change itself (4xx other than 412): retrying cannot help. */
+  | { kind: "rejected"; status: number; message: string }
+  /** Known not to have reached the system (connection refused, DNS): safe to try again. */
+  | { kind: "unavailable"; message: string }
+  /** Sent, and no answer that settles it (timeout, connection dropped, 5xx): reconcile. */
+  | { kind: "unknown"; message: string };
+
+export type ReconcileResult = "applied" | "not_applied" | "unknown";
+
+export interface PatchOptions {
+  /** The ETag the write is conditional on, sent as If-Match. */
+  ifMatch: string;
+  /** Sent as Idempotency-Key where the system honours it; always the intent key. */
+  idempotencyKey: string;
+  /** Deadline of the request in ms; past it the outcome is `unknown`. */
+  timeoutMs: number;
+}
+
+export interface ReadOptions {
+  timeoutMs: number;
+}
+
+/**
+ * A system of record (CRM, ERP, helpdesk, billing API) as writ's owner sees it.
+ * Only the partition owner calls `patch`; everything else reads.
+ */
+export interface SystemOfRecord {
+  /** Name tools refer to in their declaration. */
+  readonly name: string;
+  /**
+   * `idempotencyKeys`: the system dedupes writes by Idempotency-Key.
+   * `idempotencyLookup`: it can say whether a key was applied, which gives
+   * reconcile a path without a tool-specific query.
+   */
+  readonly capabilities: { readonly idempotencyKeys: boolean; readonly idempotencyLookup: boolean };
+  /** Reads the record and its version; null when it does not exist. Throws a retriable WritError when unreachable. */
+  read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null>;
+  patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome>;
+  /** Whether a write with this idempotency key was applied; only where `capabilities.idempotencyLookup`. */
+  lookupIdempotencyKey?(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult>;
+  /** Create-or-update by the system's external id, where it has one. */
+  upsertByExternalId?(entity: EntityRef, externalId: string, state: unknown, opts: PatchOptions): Promise<PatchOutcome>;
+  close?(): Promise<void>;
+}

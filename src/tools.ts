@@ -1,0 +1,192 @@
+import { z } from "zod";
+import { WritError } from "./errors.ts";
+import type { KeyScope } from "./keys.ts";
+import type { JsonPatchOp, Versioned } from "./schemas/common.ts";
+import type { WriteIntent } from "./schemas/write-intent.ts";
+import type { ReconcileResult, SystemOfRecord } from "./sor/adapter.ts";
+
+/**
+ * `strict`: a record whose version is not the intent's `baseVersion` is a
+ * conflict, decided by the agent. `rebase-commutative`: appends (`add` at
+ * `…/-`), which commute, are applied on the fresh version; anything else is
+ * handled as `strict`.
+ */
+export type VersionPolicy = "strict" | "rebase-commutative";
+
+export interface ReconcileContext {
+  intent: WriteIntent;
+  /** The record as read just now; null when it does not exist. */
+  current: Versioned | null;
+  system: SystemOfRecord;
+}
+
+/** Settles an unknown outcome from the record itself, e.g. "is a refund with this intent key in the list?". */
+export type ReconcileFn = (ctx: ReconcileContext) => ReconcileResult | Promise<ReconcileResult>;
+
+/**
+ * A write tool, declared once. The router admits it only with a key scope, a
+ * version policy and a way to reconcile an unknown outcome.
+ *
+ * @example
+ * const tagTicket = declareWriteTool({
+ *   name: "tag_ticket", recordType: "ticket", system: "helpdesk",
+ *   params: z.object({ tag: z.string() }), intentFields: ["tag"],
+ *   allowedPaths: ["/tags/-"], keyScope: "run", versionPolicy: "strict",
+ *   reconcile: "idempotency-key",
+ * });
+ */
+export interface WriteToolDeclaration<P extends Record<string, unknown> = Record<string, unknown>> {
+  name: string;
+  recordType: string;
+  description?: string;
+  /** The tool's structured intent fields. */
+  params: z.ZodType<P>;
+  /** The params that define the business intent; the intent key is built from them. */
+  intentFields: readonly (keyof P & string)[];
+  /** Params holding model-written text: left out of the key-reuse fingerprint. */
+  freeTextParams?: readonly (keyof P & string)[];
+  /** JSON Pointer patterns a delta may touch: `*` is one segment, a trailing `/**` any depth. */
+  allowedPaths: readonly string[];
+  /** Patch paths whose values are free text (same patterns). */
+  freeTextPaths?: readonly string[];
+  keyScope: KeyScope;
+  versionPolicy: VersionPolicy;
+  /** Conflict replies before the case goes to a human. Default 2. */
+  maxConflictCycles?: number;
+  /** Name of the system-of-record adapter. */
+  system: string;
+  /**
+   * How an unknown outcome is settled: `idempotency-key` asks the system by
+   * key (needs `capabilities.idempotencyLookup`), or a function that looks at
+   * the record. Required where the system keeps no idempotency keys.
+   */
+  reconcile?: "idempotency-key" | ReconcileFn;
+  /** Deadline of this tool's PATCH. ms. Defaults to the router's `sorTimeoutMs`. */
+  timeoutMs?: number;
+}
+
+/** A tool the router admitted: defaults resolved, path matchers compiled. */
+export interface AdmittedTool {
+  readonly declaration: WriteToolDeclaration;
+  readonly name: string;
+  readonly recordType: string;
+  readonly keyScope: KeyScope;
+  readonly versionPolicy: VersionPolicy;
+  readonly maxConflictCycles: number;
+  readonly system: SystemOfRecord;
+  readonly freeTextParams: readonly string[];
+  readonly reconcile: ReconcileFn;
+  readonly timeoutMs: number;
+  isAllowedPath(path: string): boolean;
+  isFreeTextPath(path: string): boolean;
+}
+
+/** Declares a write tool; admission happens when the router starts. */
+export function declareWriteTool<P extends Record<string, unknown>>(decl: WriteToolDeclaration<P>): WriteToolDeclaration<P> {
+  return Object.freeze({ ...decl });
+}
+
+const DeclarationShape = z.object({
+  name: z.string().regex(/^[a-zA-Z][a-zA-Z0-9_.-]{0,127}$/, "letters, digits, _ . -"),
+  recordType: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type"),
+  params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", "a zod schema"),
+  intentFields: z.array(z.string()).min(1, "at least one intent field"),
+  allowedPaths: z.array(z.string().startsWith("/")).min(1, "at least one allowed path"),
+  freeTextPaths: z.array(z.string().startsWith("/")).optional(),
+  freeTextParams: z.array(z.string()).optional(),
+  keyScope: z.enum(["run", "global"], { error: "missing key scope (run | global)" }),
+  versionPolicy: z.enum(["strict", "rebase-commutative"], { error: "missing version policy (strict | rebase-commutative)" }),
+  maxConflictCycles: z.number().int().min(0).max(20).default(2),
+  system: z.string().min(1, "missing system-of-record adapter name"),
+  timeoutMs: z.number().int().positive().optional(),
+});
+
+function pathMatcher(patterns: readonly string[]): (path: string) => boolean {
+  const compiled = patterns.map((pattern) => {
+    const parts = pattern.split("/").slice(1);
+    const deep = parts.at(-1) === "**";
+    return { parts: deep ? parts.slice(0, -1) : parts, deep };
+  });
+  return (path) => {
+    const segs = path.split("/").slice(1);
+    return compiled.some(({ parts, deep }) => {
+      if (deep ? segs.length < parts.length : segs.length !== parts.length) return false;
+      return parts.every((p, i) => p === "*" || p === segs[i]);
+    });
+  };
+}
+
+/**
+ * Admits declared tools against the configured systems of record. Throws one
+ * `tool_not_admitted` error naming each tool and what it lacks.
+ */
+export function admitTools(
+  declarations: readonly WriteToolDeclaration<any>[],
+  systems: readonly SystemOfRecord[],
+  defaults: { sorTimeoutMs: number },
+): Map<string, AdmittedTool> {
+  const problems: string[] = [];
+  const admitted = new Map<string, AdmittedTool>();
+  const byName = new Map(systems.map((s) => [s.name, s]));
+  for (const decl of declarations) {
+    const label = `tool ${JSON.stringify((decl as { name?: unknown }).name ?? "(unnamed)")}`;
+    const shape = DeclarationShape.safeParse(decl);
+    if (!shape.success) {
+      for (const issue of shape.error.issues) problems.push(`${label}: ${issue.path.join(".") || "declaration"}: ${issue.message}`);
+      continue;
+    }
+    const d = shape.data;
+    if (admitted.has(d.name)) problems.push(`${label}: declared twice`);
+    const system = byName.get(d.system);
+    if (!system) {
+      problems.push(`${label}: system "${d.system}" is not configured (have: ${[...byName.keys()].join(", ") || "none"})`);
+      continue;
+    }
+    let reconcile: ReconcileFn | undefined;
+    if (typeof decl.reconcile === "function") reconcile = decl.reconcile;
+    else if (decl.reconcile === "idempotency-key" || (decl.reconcile === undefined && system.capabilities.idempotencyLookup)) {
+      if (system.capabilities.idempotencyLookup && system.lookupIdempotencyKey) {
+        reconcile = ({ intent, system: s }) => s.lookupIdempotencyKey!(intent.entity, intent.intentKey, { timeoutMs: defaults.sorTimeoutMs });
+      } else {
+        problems.push(`${label}: reconcile "idempotency-key" needs system "${system.name}" to look up idempotency keys, and it cannot`);
+      }
+    } else if (decl.reconcile !== undefined) {
+      problems.push(`${label}: reconcile must be "idempotency-key" or a function`);
+    } else {
+      problems.push(
+        `${label}: missing reconcile: system "${system.name}" keeps no idempotency keys, so an unknown outcome needs a reconcile function`,
+      );
+    }
+    const shape2 = (d.params as { shape?: Record<string, unknown> }).shape;
+    if (shape2) {
+      for (const f of d.intentFields) if (!(f in shape2)) problems.push(`${label}: intent field "${f}" is not a param`);
+    }
+    if (!reconcile) continue;
+    admitted.set(d.name, {
+      declaration: decl,
+      name: d.name,
+      recordType: d.recordType,
+      keyScope: d.keyScope,
+      versionPolicy: d.versionPolicy,
+      maxConflictCycles: d.maxConflictCycles,
+      system,
+      freeTextParams: d.freeTextParams ?? [],
+      reconcile,
+      timeoutMs: d.timeoutMs ?? defaults.sorTimeoutMs,
+      isAllowedPath: pathMatcher(d.allowedPaths),
+      isFreeTextPath: pathMatcher(d.freeTextPaths ?? []),
+    });
+  }
+  if (problems.length > 0) {
+    throw new WritError("tool_not_admitted", `write tools not admitted: ${problems.join("; ")}`, {
+      retriable: false,
+      context: { problems },
+    });
+  }
+  return admitted;
+}
+
+/** True when every op appends to an array, so it commutes with other appends. */
+export function isCommutative(delta: readonly JsonPatchOp[]): boolean {
+  return delta.every((op) => op.op === "add" && op.path.endsWith("/-"));
+}

@@ -1,0 +1,113 @@
+import { randomUUID } from "node:crypto";
+import { Kafka, logLevel } from "kafkajs";
+import { onTestFinished } from "vitest";
+import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
+import { WireCodec } from "../../src/codec.ts";
+import type { RouterConfigInput } from "../../src/config.ts";
+import { createLogger } from "../../src/logger.ts";
+import { startRouter, type Router, type RouterOptions } from "../../src/owner/router.ts";
+import type { WIRE_SCHEMAS, WireSchemaName } from "../../src/schemas/index.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/demo-records-server.ts";
+import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
+import type { WriteToolDeclaration } from "../../src/tools.ts";
+import type { z } from "zod";
+import { waitFor } from "./wait-for.ts";
+
+export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:39092").split(",");
+export const registryUrl = (): string | undefined => process.env.SCHEMA_REGISTRY_URL || undefined;
+
+const quietLogger = () => createLogger({ level: process.env.LOG_LEVEL ?? "warn", name: "writ-test" });
+
+export interface Harness {
+  id: string;
+  records: DemoRecordsServer;
+  config: RouterConfigInput & { topics: { intents: string; ledger: string; human: string; dlq: string }; groupId: string };
+  routers: Router[];
+  startRouter(extra?: Partial<RouterOptions>): Promise<Router>;
+  client(agentId: string): Promise<WritClient>;
+  /** Reads every value of a topic so far, decoded; waits until `count` are there. */
+  readTopic<N extends WireSchemaName>(topic: string, name: N, count: number): Promise<z.output<(typeof WIRE_SCHEMAS)[N]>[]>;
+  produceRaw(key: string, value: Buffer): Promise<void>;
+}
+
+/**
+ * A records server, unique topics and group for this test, and owners and
+ * clients that are stopped when the test finishes.
+ */
+export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; intentPartitions?: number }): Promise<Harness> {
+  const id = randomUUID().slice(0, 8);
+  const records = await startDemoRecordsServer({ port: 0 });
+  onTestFinished(() => records.close());
+  const config = {
+    brokers: brokers(),
+    schemaRegistryUrl: registryUrl(),
+    groupId: `writ.owners.${id}`,
+    intentPartitions: opts.intentPartitions ?? 3,
+    topics: { intents: `writ.intents.${id}`, ledger: `writ.ledger.${id}`, human: `writ.human.${id}`, dlq: `writ.dlq.${id}` },
+    sorTimeoutMs: 1500,
+    sessionTimeoutMs: 10_000,
+  };
+  const systems = () => [
+    createHttpSystemOfRecord({ name: "billing", baseUrl: records.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+    createHttpSystemOfRecord({ name: "helpdesk", baseUrl: records.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+  ];
+  const kafka = new Kafka({ clientId: `writ-test-${id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+  const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+  const harness: Harness = {
+    id,
+    records,
+    config,
+    routers: [],
+    async startRouter(extra = {}) {
+      const router = await startRouter({ config, tools: opts.tools, systems: systems(), logger: quietLogger(), ...extra });
+      harness.routers.push(router);
+      onTestFinished(() => router.stop());
+      return router;
+    },
+    async client(agentId) {
+      const client = await createWritClient({
+        brokers: brokers(),
+        agentId,
+        replyTopic: `writ.replies.${agentId}.${id}`,
+        intentsTopic: config.topics.intents,
+        schemaRegistryUrl: registryUrl(),
+        submitTimeoutMs: 30_000,
+        logger: quietLogger(),
+      });
+      onTestFinished(() => client.close());
+      return client;
+    },
+    async readTopic(topic, name, count) {
+      const seen: unknown[] = [];
+      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+      await consumer.connect();
+      try {
+        await consumer.subscribe({ topic, fromBeginning: true });
+        await consumer.run({
+          eachMessage: async ({ message }) => {
+            const d = await codec.decode(name, message.value);
+            seen.push(d.ok ? d.value : { undecodable: d.message });
+          },
+        });
+        await waitFor(() => seen.length >= count, { timeoutMs: 30_000, message: () => `${topic}: ${seen.length} of ${count} records` });
+      } finally {
+        await consumer.disconnect();
+      }
+      return seen as z.output<(typeof WIRE_SCHEMAS)[typeof name]>[];
+    },
+    async produceRaw(key, value) {
+      const producer = kafka.producer();
+      await producer.connect();
+      await producer.send({ topic: config.topics.intents, messages: [{ key, value }] });
+      await producer.disconnect();
+    },
+  };
+  return harness;
+}
+
+/** The version a record has now, as an agent's read tool would carry it. */
+export async function readVersion(records: DemoRecordsServer, type: string, id: string): Promise<{ state: any; version: string }> {
+  const res = await fetch(`${records.url}/records/${type}/${id}`);
+  if (!res.ok) throw new Error(`GET ${type}/${id}: ${res.status}`);
+  return { state: await res.json(), version: res.headers.get("etag")! };
+}

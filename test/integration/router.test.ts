@@ -1,0 +1,203 @@
+import { describe, expect, it } from "vitest";
+import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import type { AppliedReply, ConflictReply } from "../../src/schemas/reply.ts";
+import { readVersion, startHarness } from "../helpers/writ-harness.ts";
+
+const run = () => `run-${Math.random().toString(36).slice(2, 10)}`;
+const refund = (runId: string, version: string, amountCents = 500) => ({
+  tool: refundPayment,
+  entity: { type: "payment", id: "pay_1" },
+  runId,
+  stepId: "refund-step-1",
+  baseVersion: version,
+  delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "damaged" } }],
+  params: { amountCents, reason: "damaged" },
+});
+
+describe("router core on a real broker", () => {
+  it("duplicate-submission: one write, and the repeat gets the stored reply marked duplicate", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    const runId = run();
+
+    const first = await agent.submit(refund(runId, version));
+    const second = await agent.submit(refund(runId, version));
+
+    expect(first).toMatchObject({ status: "applied", duplicate: false });
+    expect(second).toMatchObject({ status: "applied", duplicate: true, intentKey: first.intentKey });
+    expect(second.intentId).not.toBe(first.intentId);
+    expect((second as AppliedReply).version).toBe((first as AppliedReply).version);
+    const after = await readVersion(h.records, "payment", "pay_1");
+    expect(after.state.refunds).toHaveLength(1);
+    expect(h.records.patchRequests(first.intentKey)).toHaveLength(1);
+  });
+
+  it("key-reuse-with-different-params: rejected, nothing written", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    const first = await agent.submit(refund(run(), version, 500));
+    // Same key (a caller that pinned it), other params: Stripe's rule says reject.
+    const reused = await agent.submit({ ...refund(run(), version, 900), intentKey: first.intentKey });
+
+    expect(first.status).toBe("applied");
+    expect(reused).toMatchObject({ status: "rejected", reason: "key_reused_with_different_params" });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 500, reason: "damaged" }]);
+  });
+
+  it("commit-then-timeout: the owner reconciles, exactly one refund exists, and a resubmit is a duplicate", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    h.records.setFaults([{ kind: "commit-then-delay", delayMs: 4000, times: 1, match: { type: "payment", id: "pay_1" } }]);
+    const runId = run();
+
+    const first = await agent.submit(refund(runId, version));
+    const again = await agent.submit(refund(runId, version));
+
+    expect(first).toMatchObject({ status: "applied", via: "reconcile" });
+    expect(again).toMatchObject({ status: "applied", duplicate: true });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+    expect(h.records.history("payment", "pay_1").filter((e) => e.idempotencyKey === first.intentKey)).toHaveLength(1);
+    expect(h.records.patchRequests(first.intentKey)).toHaveLength(1);
+  });
+
+  it("commit-then-drop: the dropped answer is reconciled to applied, written once", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    h.records.setFaults([{ kind: "commit-then-drop", times: 1 }]);
+
+    const reply = await agent.submit(refund(run(), version));
+
+    expect(reply).toMatchObject({ status: "applied", via: "reconcile" });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("race-two-agents: one applied, one conflict carrying the current state, no lost update after deciding again", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
+    await h.startRouter();
+    const [a, b] = await Promise.all([h.client("agent-a"), h.client("agent-b")]);
+    const read = await readVersion(h.records, "ticket", "T-1");
+    const tagIntent = (tag: string, runId: string, base: { state: any; version: string }) => ({
+      tool: tagTicket,
+      entity: { type: "ticket", id: "T-1" },
+      runId,
+      stepId: "tag-1",
+      baseVersion: base.version,
+      delta: [{ op: "replace" as const, path: "/tags", value: [...base.state.tags, tag] }],
+      params: { tag },
+    });
+    const runA = run();
+    const runB = run();
+    const [ra, rb] = await Promise.all([a.submit(tagIntent("vip", runA, read)), b.submit(tagIntent("urgent", runB, read))]);
+
+    const statuses = [ra.status, rb.status].sort();
+    expect(statuses).toEqual(["applied", "conflict"]);
+    const conflict = (ra.status === "conflict" ? ra : rb) as ConflictReply;
+    const winnerTag = ra.status === "applied" ? "vip" : "urgent";
+    expect(conflict.cycle).toBe(1);
+    expect(conflict.current.state).toEqual({ status: "open", tags: ["billing", winnerTag] });
+    expect(conflict.your_change).toHaveLength(1);
+
+    // The loser decides again from `current`: same intent key, new base.
+    const loser = ra.status === "conflict" ? { client: a, tag: "vip", runId: runA } : { client: b, tag: "urgent", runId: runB };
+    const retry = await loser.client.submit(tagIntent(loser.tag, loser.runId, conflict.current));
+    expect(retry).toMatchObject({ status: "applied", intentKey: conflict.intentKey });
+
+    const final = await readVersion(h.records, "ticket", "T-1");
+    expect([...final.state.tags].sort()).toEqual(["billing", "urgent", "vip"]);
+    expect(h.records.history("ticket", "T-1").filter((e) => e.kind !== "create")).toHaveLength(2);
+  });
+
+  it("conflict-cycles-exhausted: the third conflict escalates on writ.human with an escalated reply", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("ticket", "T-9", { status: "open", tags: [] });
+    await h.startRouter();
+    const agent = await h.client("agent-storm");
+    h.records.setFaults([{ kind: "412-storm", times: 3, match: { type: "ticket", id: "T-9" } }]);
+    const runId = run();
+    const replies = [];
+    let base = await readVersion(h.records, "ticket", "T-9");
+    for (let i = 0; i < 3; i++) {
+      const reply = await agent.submit({
+        tool: tagTicket,
+        entity: { type: "ticket", id: "T-9" },
+        runId,
+        stepId: "tag-1",
+        baseVersion: base.version,
+        // Each cycle the agent decides again (here: the same tag, plus a status change it now wants).
+        delta: [{ op: "replace" as const, path: "/tags", value: ["needs-human"] }, { op: "replace" as const, path: "/status", value: `open-${i}` }],
+        params: { tag: "needs-human" },
+      });
+      replies.push(reply);
+      if (reply.status === "conflict") base = reply.current as typeof base;
+    }
+    expect(replies.map((r) => r.status)).toEqual(["conflict", "conflict", "escalated"]);
+    expect((replies[1] as ConflictReply).cycle).toBe(2);
+    const [escalation] = await h.readTopic(h.config.topics.human, "Escalation", 1);
+    expect(escalation).toMatchObject({ reason: "conflict_cycles_exhausted", intent: { intentKey: replies[2]!.intentKey } });
+    expect(h.records.history("ticket", "T-9").filter((e) => e.kind !== "create")).toHaveLength(0);
+  });
+
+  it("undecodable-record: lands on writ.dlq, and the next intent on that partition is still applied", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    await h.produceRaw("payment:pay_1", Buffer.from("{not json"));
+    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ intentId: "x-1", replyTo: "writ.replies.billing-agent." + h.id })));
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+
+    const reply = await agent.submit(refund(run(), version));
+
+    expect(reply.status).toBe("applied");
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 2);
+    expect(dead.map((d) => d.reason)).toEqual(["undecodable", "schema_invalid"]);
+    expect(Buffer.from(dead[0]!.valueBase64, "base64").toString()).toBe("{not json");
+    const rejected = await h.readTopic("writ.replies.billing-agent." + h.id, "Reply", 2);
+    expect(rejected.find((r) => r.intentId === "x-1")).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+  });
+
+  it("every-intent-gets-a-reply: 60 intents over 12 entities from 3 agents, each answered, refunds counted at the records server", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    for (let i = 0; i < 12; i++) h.records.seed("payment", `pay_${i}`, { amountCents: 100_000, refunds: [] });
+    await h.startRouter();
+    const agents = await Promise.all(["a1", "a2", "a3"].map((n) => h.client(n)));
+    const submissions = [];
+    for (const [n, agent] of agents.entries()) {
+      const intents = [];
+      for (let i = 0; i < 20; i++) {
+        const id = `pay_${i % 12}`;
+        const { version } = await readVersion(h.records, "payment", id);
+        const amountCents = 100 + n * 1000 + i;
+        intents.push({
+          tool: refundPayment,
+          entity: { type: "payment", id },
+          runId: `run-${n}`,
+          stepId: `step-${i}`,
+          baseVersion: version,
+          delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "goodwill" } }],
+          params: { amountCents, reason: "goodwill" },
+        });
+      }
+      submissions.push(agent.submitAll(intents));
+    }
+    const replies = (await Promise.all(submissions)).flat();
+    expect(replies).toHaveLength(60);
+    expect(replies.filter((r) => r.status === "applied")).toHaveLength(60);
+    let refunds = 0;
+    for (let i = 0; i < 12; i++) refunds += (await readVersion(h.records, "payment", `pay_${i}`)).state.refunds.length;
+    expect(refunds).toBe(60);
+  });
+});

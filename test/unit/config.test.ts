@@ -1,0 +1,19 @@
+import { describe, expect, it } from "vitest";
+import { routerConfigFromEnv } from "../../src/config.ts";
+
+describe("routerConfigFromEnv", () => {
+  it("applies defaults from the schema", () => {
+    const c = routerConfigFromEnv({ KAFKA_BROKERS: "127.0.0.1:9092" });
+    expect(c.topics).toEqual({ intents: "writ.intents", ledger: "writ.ledger", human: "writ.human", dlq: "writ.dlq" });
+    expect(c.intentPartitions).toBe(12);
+    expect(c.ledgerRetentionHours).toBe(24);
+    expect(c.replyTopicPrefix).toBe("writ.replies.");
+  });
+
+  it("names the environment variable that is wrong", () => {
+    expect(() => routerConfigFromEnv({})).toThrow(/KAFKA_BROKERS/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "localhost" })).toThrow(/KAFKA_BROKERS \(brokers\.0\): host:port/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INTENT_PARTITIONS: "many" })).toThrow(/WRIT_INTENT_PARTITIONS/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", SCHEMA_REGISTRY_URL: "not a url" })).toThrow(/SCHEMA_REGISTRY_URL/);
+  });
+});

@@ -1,0 +1,49 @@
+import { describe, expect, it } from "vitest";
+import { deltaFingerprint, intentKey, paramsFingerprint } from "../../src/keys.ts";
+
+const tool = { name: "refund_payment", keyScope: "run" as const, intentFields: ["amountCents", "reason"] };
+const entity = { type: "payment", id: "pay_1" };
+
+describe("intentKey", () => {
+  it("is the same for the same business intent, whatever free text or key order", () => {
+    const a = intentKey({ tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late", note: "sorry!" } });
+    const b = intentKey({ tool, runId: "r1", stepId: "s1", entity, params: { note: "Apologies for the delay", reason: "late", amountCents: 500 } });
+    expect(a).toBe(b);
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it("differs by run under scope run, not under scope global", () => {
+    const params = { amountCents: 500, reason: "late" };
+    expect(intentKey({ tool, runId: "r1", stepId: "s1", entity, params })).not.toBe(intentKey({ tool, runId: "r2", stepId: "s1", entity, params }));
+    const global = { ...tool, keyScope: "global" as const };
+    expect(intentKey({ tool: global, runId: "r1", stepId: "s1", entity, params })).toBe(
+      intentKey({ tool: global, runId: "r2", stepId: "s1", entity, params }),
+    );
+  });
+
+  it("differs by step, target and intent fields", () => {
+    const base = { tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late" } };
+    const k = intentKey(base);
+    expect(intentKey({ ...base, stepId: "s2" })).not.toBe(k);
+    expect(intentKey({ ...base, entity: { type: "payment", id: "pay_2" } })).not.toBe(k);
+    expect(intentKey({ ...base, params: { amountCents: 501, reason: "late" } })).not.toBe(k);
+  });
+
+  it("refuses to build a key without a declared intent field", () => {
+    expect(() => intentKey({ tool, runId: "r", stepId: "s", entity, params: { amountCents: 1 } })).toThrow(/reason/);
+  });
+});
+
+describe("fingerprints", () => {
+  it("ignore free-text params and free-text patch values", () => {
+    expect(paramsFingerprint("t", entity, { a: 1, note: "x" }, ["note"])).toBe(paramsFingerprint("t", entity, { a: 1, note: "y" }, ["note"]));
+    expect(paramsFingerprint("t", entity, { a: 1 }, [])).not.toBe(paramsFingerprint("t", entity, { a: 2 }, []));
+    const isFree = (p: string) => p === "/comment";
+    expect(deltaFingerprint([{ op: "replace", path: "/comment", value: "hi" }], isFree)).toBe(
+      deltaFingerprint([{ op: "replace", path: "/comment", value: "hello" }], isFree),
+    );
+    expect(deltaFingerprint([{ op: "replace", path: "/status", value: "a" }], isFree)).not.toBe(
+      deltaFingerprint([{ op: "replace", path: "/status", value: "b" }], isFree),
+    );
+  });
+});

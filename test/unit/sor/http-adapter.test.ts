@@ -1,0 +1,254 @@
+import { createServer } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { WritError } from "../../../src/errors.ts";
+import type { JsonPatchOp } from "../../../src/schemas/common.ts";
+import { startDemoRecordsServer } from "../../../src/sor/demo-records-server.ts";
+import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/sor/demo-records-server.ts";
+import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
+import type { HttpSystemOfRecordOptions } from "../../../src/sor/http-adapter.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
+
+async function startServer(opts: DemoRecordsServerOptions = {}): Promise<DemoRecordsServer> {
+  const server = await startDemoRecordsServer(opts);
+  onTestFinished(() => server.close());
+  return server;
+}
+
+function adapterFor(baseUrl: string, opts: Partial<HttpSystemOfRecordOptions> = {}) {
+  return createHttpSystemOfRecord({
+    name: "crm",
+    baseUrl,
+    idempotencyKeys: true,
+    idempotencyLookupPath: "/idempotency-keys/{key}",
+    ...opts,
+  });
+}
+
+/** A URL nothing listens on: a server's port, after it closed. */
+async function closedUrl(): Promise<string> {
+  const server = await startDemoRecordsServer();
+  await server.close();
+  return server.url;
+}
+
+/** A hand-written HTTP endpoint for answers the demo server never gives. */
+async function stub(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; seen: IncomingHttpHeaders[] }> {
+  const seen: IncomingHttpHeaders[] = [];
+  const server = createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume().on("end", () => handler(req, res));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  onTestFinished(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+const T1 = { type: "ticket", id: "T-1" };
+const addTag = (tag: string): JsonPatchOp[] => [{ op: "add", path: "/tags/-", value: tag }];
+const quick = { timeoutMs: 5000 };
+
+describe("http adapter: options", () => {
+  it("applies defaults and derives the capabilities", () => {
+    const plain = createHttpSystemOfRecord({ name: "crm", baseUrl: "http://127.0.0.1:1" });
+    expect(plain.capabilities).toEqual({ idempotencyKeys: false, idempotencyLookup: false });
+    expect(plain.lookupIdempotencyKey).toBeUndefined();
+    expect(plain.config).toMatchObject({ recordPath: "/records/{type}/{id}", readTimeoutMs: 5000 });
+    const full = adapterFor("http://127.0.0.1:1");
+    expect(full.capabilities).toEqual({ idempotencyKeys: true, idempotencyLookup: true });
+    expect(typeof full.lookupIdempotencyKey).toBe("function");
+  });
+
+  it("a bad option throws config_invalid naming the field, never a header value", () => {
+    const attempt = (opts: unknown) => () => createHttpSystemOfRecord(opts as HttpSystemOfRecordOptions);
+    expect(attempt({ name: "crm", baseUrl: "ftp://x" })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "baseUrl" } }));
+    expect(attempt({ name: "crm", baseUrl: "http://x", idempotencyLookupPath: "/keys" })).toThrow(/idempotencyLookupPath/);
+    expect(attempt({ name: "crm", baseUrl: "http://x", readTimeoutMs: 0 })).toThrow(/readTimeoutMs/);
+    let message = "";
+    try {
+      createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", headers: { authorization: "Bearer s3cret" }, bogus: 1 } as HttpSystemOfRecordOptions);
+    } catch (err) {
+      message = String((err as WritError).message);
+      expect(err).toBeInstanceOf(WritError);
+    }
+    expect(message).not.toBe("");
+    expect(message).not.toContain("s3cret");
+  });
+});
+
+describe("http adapter: read", () => {
+  it("gives the state and ETag, null when absent", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    const sor = adapterFor(server.url);
+    expect(await sor.read(T1, quick)).toEqual({ state: { tags: [] }, version: '"v1"' });
+    expect(await sor.read({ type: "ticket", id: "nope" }, quick)).toBeNull();
+  });
+
+  it("refused connection: a retriable sor_unavailable", async () => {
+    const sor = adapterFor(await closedUrl());
+    await expect(sor.read(T1, quick)).rejects.toMatchObject({ code: "sor_unavailable", retriable: true, context: { entity: "ticket:T-1" } });
+  });
+
+  it("slow-read past the deadline: a retriable sor_unavailable", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    server.setFaults([{ kind: "slow-read", delayMs: 60_000 }]);
+    await expect(adapterFor(server.url).read(T1, { timeoutMs: 200 })).rejects.toMatchObject({ code: "sor_unavailable", retriable: true });
+  });
+
+  it("a 200 without an ETag, or with a weak one, is a non-retriable sor_protocol", async () => {
+    const noTag = await stub((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+    await expect(adapterFor(noTag.url).read(T1, quick)).rejects.toMatchObject({ code: "sor_protocol", retriable: false });
+    const weak = await stub((_req, res) => res.writeHead(200, { etag: 'W/"1"', "content-type": "application/json" }).end("{}"));
+    await expect(adapterFor(weak.url).read(T1, quick)).rejects.toThrow(/weak/);
+  });
+});
+
+describe("http adapter: patch", () => {
+  it("applied: the new state and ETag, one committed write", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 });
+    expect(outcome).toEqual({ kind: "applied", state: { tags: ["a"] }, version: '"v2"' });
+    expect(server.stats().writesByKey["k-1"]).toBe(1);
+  });
+
+  it("stale If-Match: precondition_failed with the current record, nothing written", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    server.seed("ticket", "T-1", { tags: ["outside"] });
+    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 });
+    expect(outcome).toEqual({ kind: "precondition_failed", current: { state: { tags: ["outside"] }, version: '"v2"' } });
+    expect(server.stats().writesByKey["k-1"]).toBeUndefined();
+  });
+
+  it("412-storm: two conflicts, then the write lands once", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    server.setFaults([{ kind: "412-storm", times: 2, match: { type: "ticket" } }]);
+    const sor = adapterFor(server.url);
+    const opts = { ifMatch: '"v1"', idempotencyKey: "storm", timeoutMs: 5000 };
+    const outcomes = [await sor.patch(T1, addTag("a"), opts), await sor.patch(T1, addTag("a"), opts), await sor.patch(T1, addTag("a"), opts)];
+    expect(outcomes.map((o) => o.kind)).toEqual(["precondition_failed", "precondition_failed", "applied"]);
+    expect(outcomes[0]).toMatchObject({ current: { version: '"v1"' } });
+    expect(server.stats().patchRequestsByKey.storm).toBe(3);
+    expect(server.stats().writesByKey.storm).toBe(1);
+  });
+
+  it("an absent record is not_found", async () => {
+    const server = await startServer();
+    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: "*", idempotencyKey: "k", timeoutMs: 5000 });
+    expect(outcome).toEqual({ kind: "not_found" });
+  });
+
+  it("an invalid patch is rejected with the problem detail, and the record is unchanged", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { status: "open" });
+    const sor = adapterFor(server.url);
+    const opts = { ifMatch: '"v1"', idempotencyKey: "bad", timeoutMs: 5000 };
+    const badPath = await sor.patch(T1, [{ op: "replace", path: "/a/b", value: 1 }], opts);
+    expect(badPath).toMatchObject({ kind: "rejected", status: 422, message: expect.any(String) });
+    const failedTest = await sor.patch(T1, [{ op: "test", path: "/status", value: "closed" }], opts);
+    expect(failedTest).toMatchObject({ kind: "rejected", status: 409 });
+    expect(server.history("ticket", "T-1")).toHaveLength(1);
+    expect(await sor.read(T1, quick)).toEqual({ state: { status: "open" }, version: '"v1"' });
+  });
+
+  it("commit-then-timeout: unknown, the write committed exactly once, lookup says applied, a retry is replayed", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    server.setFaults([{ kind: "commit-then-delay", delayMs: 60_000, match: { id: "T-1" } }]);
+    const sor = adapterFor(server.url);
+    const outcome = await sor.patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "slow", timeoutMs: 200 });
+    expect(outcome.kind).toBe("unknown");
+    await waitFor(() => server.stats().writesByKey.slow === 1, { timeoutMs: 5000 });
+    expect(server.history("ticket", "T-1").filter((h) => h.idempotencyKey === "slow")).toHaveLength(1);
+    expect(await sor.lookupIdempotencyKey?.(T1, "slow", quick)).toBe("applied");
+    const retry = await sor.patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "slow", timeoutMs: 5000 });
+    expect(retry).toEqual({ kind: "applied", state: { tags: ["a"] }, version: '"v2"' });
+    expect(server.stats().writesByKey.slow).toBe(1);
+  });
+
+  it("commit-then-drop: unknown, and the write committed exactly once", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    server.setFaults([{ kind: "commit-then-drop" }]);
+    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "drop", timeoutMs: 5000 });
+    expect(outcome.kind).toBe("unknown");
+    expect(server.stats().writesByKey.drop).toBe(1);
+    expect(server.stats().patchRequestsByKey.drop).toBe(1);
+  });
+
+  it("refused connection: unavailable (known not sent)", async () => {
+    const outcome = await adapterFor(await closedUrl()).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k", timeoutMs: 5000 });
+    expect(outcome.kind).toBe("unavailable");
+  });
+
+  it("sends If-Match, Idempotency-Key, the JSON Patch media type and static headers", async () => {
+    const endpoint = await stub((_req, res) => res.writeHead(200, { etag: '"7"', "content-type": "application/json" }).end('{"ok":true}'));
+    const sor = adapterFor(endpoint.url, { headers: { authorization: "Bearer t", "if-match": "overridden" } });
+    expect(await sor.patch(T1, addTag("a"), { ifMatch: '"6"', idempotencyKey: "k-9", timeoutMs: 5000 })).toEqual({
+      kind: "applied",
+      state: { ok: true },
+      version: '"7"',
+    });
+    expect(endpoint.seen[0]).toMatchObject({
+      authorization: "Bearer t",
+      "if-match": '"6"',
+      "idempotency-key": "k-9",
+      "content-type": "application/json-patch+json",
+    });
+  });
+
+  it("a 204 is applied with the state and version of a follow-up read; 5xx is unknown; 429 unavailable; 428 rejected", async () => {
+    const statuses = [204, 503, 429, 428];
+    const endpoint = await stub((req, res) => {
+      if (req.method === "GET") return res.writeHead(200, { etag: '"8"', "content-type": "application/json" }).end('{"n":8}');
+      res.writeHead(statuses.shift() ?? 500, { "content-type": "application/problem+json" }).end('{"title":"nope","detail":"no"}');
+    });
+    const sor = adapterFor(endpoint.url);
+    const opts = { ifMatch: '"7"', idempotencyKey: "k", timeoutMs: 5000 };
+    expect(await sor.patch(T1, addTag("a"), opts)).toEqual({ kind: "applied", state: { n: 8 }, version: '"8"' });
+    expect((await sor.patch(T1, addTag("a"), opts)).kind).toBe("unknown");
+    expect((await sor.patch(T1, addTag("a"), opts)).kind).toBe("unavailable");
+    expect(await sor.patch(T1, addTag("a"), opts)).toEqual({ kind: "rejected", status: 428, message: "no" });
+  });
+
+  it("a 412 without a record body gives precondition_failed with current null", async () => {
+    const endpoint = await stub((_req, res) => res.writeHead(412, { "content-type": "application/problem+json" }).end('{"title":"stale"}'));
+    expect(await adapterFor(endpoint.url).patch(T1, addTag("a"), { ifMatch: '"1"', idempotencyKey: "k", timeoutMs: 5000 })).toEqual({
+      kind: "precondition_failed",
+      current: null,
+    });
+  });
+});
+
+describe("http adapter: lookupIdempotencyKey", () => {
+  it("applied after a committed write, not_applied for an unknown key, unknown when unreachable", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { tags: [] });
+    const sor = adapterFor(server.url);
+    expect(await sor.lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("not_applied");
+    await sor.patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 });
+    expect(await sor.lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("applied");
+    expect(await adapterFor(await closedUrl()).lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("unknown");
+  });
+
+  it("honourIdempotencyKey=false: the same key applies twice, and the lookup still says applied", async () => {
+    const server = await startServer({ honourIdempotencyKey: false });
+    server.seed("ticket", "T-1", { tags: [] });
+    const sor = adapterFor(server.url, { idempotencyKeys: false });
+    await sor.patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "twice", timeoutMs: 5000 });
+    await sor.patch(T1, addTag("a"), { ifMatch: '"v2"', idempotencyKey: "twice", timeoutMs: 5000 });
+    expect(server.stats().writesByKey.twice).toBe(2);
+    expect(await sor.lookupIdempotencyKey?.(T1, "twice", quick)).toBe("applied");
+  });
+});
