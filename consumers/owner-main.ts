@@ -25,7 +25,16 @@ try {
       context: { field: "WRIT_TOOLS_MODULE" },
     });
   }
-  const router = await startRouter({ config, tools: mod.tools, systems: mod.systems(process.env), logger: log });
+  const router = await startRouter({
+    config,
+    tools: mod.tools,
+    systems: mod.systems(process.env),
+    logger: log,
+    onFatal: (err) => {
+      log.fatal({ err }, "owner cannot continue; exiting so a supervisor restarts it");
+      process.exit(1);
+    },
+  });
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;

@@ -59,7 +59,8 @@ export const CACHE_DIR = join(ROOT, '.cache');
 const KAFKA_HOME = join(CACHE_DIR, `kafka-${KAFKA_VERSION}`);
 const KAFKA_LIBS = join(KAFKA_HOME, 'libs');
 const APICURIO_HOME = join(CACHE_DIR, `apicurio-${APICURIO_VERSION}`);
-export const RUN_DIR = join(CACHE_DIR, 'run');
+/** Runtime data, logs and pid files; `WRIT_LOCAL_STACK_DIR` gives a second, independent stack (the fault suite's). */
+export const RUN_DIR = process.env['WRIT_LOCAL_STACK_DIR'] ? resolve(process.env['WRIT_LOCAL_STACK_DIR']) : join(CACHE_DIR, 'run');
 const BROKER_DATA = join(RUN_DIR, 'kafka-data');
 const SERVER_PROPERTIES = join(RUN_DIR, 'server.properties');
 const LOG4J_CONFIG = join(RUN_DIR, 'log4j2.xml');

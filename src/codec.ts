@@ -2,6 +2,7 @@ import { SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
 import type { z } from "zod";
 import { WritError } from "./errors.ts";
 import { jsonSchemaOf } from "./json-schema.ts";
+import { retry } from "./retry.ts";
 import { WIRE_SCHEMAS, type WireSchemaName } from "./schemas/index.ts";
 
 /** Confluent wire format: magic byte 0, then the schema id as a big-endian int32. */
@@ -20,10 +21,12 @@ export type DecodeResult<T> =
  */
 export class WireCodec {
   private readonly registry: SchemaRegistry | null;
+  private readonly registryUrl: string;
   private readonly ids = new Map<string, Promise<number>>();
   private readonly knownIds = new Map<number, Promise<boolean>>();
 
   constructor(opts: { schemaRegistryUrl?: string | undefined }) {
+    this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
     this.registry = opts.schemaRegistryUrl
       ? new SchemaRegistry(
           { host: opts.schemaRegistryUrl, retry: { retries: 3 } },
@@ -95,15 +98,39 @@ export class WireCodec {
     const subject = `${topic}-value`;
     let id = this.ids.get(subject);
     if (!id) {
-      const registry = this.registry!;
-      id = registry
-        .register({ type: SchemaType.JSON, schema: JSON.stringify(jsonSchemaOf(name)) }, { subject })
-        .then((r) => r.id);
+      id = retry(() => this.register(subject, name), { maxAttempts: 4, initialDelayMs: 200 });
       id.catch(() => this.ids.delete(subject));
       this.ids.set(subject, id);
     }
-    return id.catch((err: unknown) => {
-      throw new WritError("registry_unavailable", `could not register ${subject}`, { retriable: true, cause: err, context: { topic } });
+    return id;
+  }
+
+  /**
+   * POST /subjects/{subject}/versions: registering a schema the subject already
+   * has returns its id, so owners and clients may race on it. (The client
+   * library's register() also reads and writes the subject's compatibility
+   * config, which races between processes; the subject's config is left to
+   * its operators.)
+   */
+  private async register(subject: string, name: WireSchemaName): Promise<number> {
+    const url = `${this.registryUrl}/subjects/${encodeURIComponent(subject)}/versions`;
+    let res: Response;
+    try {
+      res = await fetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/vnd.schemaregistry.v1+json" },
+        body: JSON.stringify({ schemaType: "JSON", schema: JSON.stringify(jsonSchemaOf(name)) }),
+        signal: AbortSignal.timeout(10_000),
+      });
+    } catch (err) {
+      throw new WritError("registry_unavailable", `could not reach the schema registry to register ${subject}`, { retriable: true, cause: err });
+    }
+    const body = (await res.json().catch(() => ({}))) as { id?: unknown; message?: unknown };
+    if (res.ok && typeof body.id === "number") return body.id;
+    throw new WritError("registry_unavailable", `registering ${subject} failed: ${res.status} ${String(body.message ?? "")}`, {
+      // 409 is an incompatible schema: a deploy problem, not a passing fault.
+      retriable: res.status >= 500 || res.status === 429,
+      context: { subject, status: res.status },
     });
   }
 

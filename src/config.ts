@@ -106,6 +106,7 @@ export const ROUTER_ENV = {
   ledgerRetentionHours: "WRIT_LEDGER_RETENTION_HOURS",
   maxIntentsPerTransaction: "WRIT_MAX_INTENTS_PER_TRANSACTION",
   sorTimeoutMs: "WRIT_SOR_TIMEOUT_MS",
+  sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
 
@@ -115,6 +116,7 @@ const NUMERIC = new Set([
   "ledgerRetentionHours",
   "maxIntentsPerTransaction",
   "sorTimeoutMs",
+  "sessionTimeoutMs",
 ]);
 
 /** Router config from environment variables; errors name the variable. */

@@ -15,6 +15,8 @@ export interface RouterOptions {
   tools: readonly WriteToolDeclaration<any>[];
   systems: readonly SystemOfRecord[];
   logger?: Logger;
+  /** Called when the owner cannot go on (its consumer crashed for good); a process should exit and be restarted. */
+  onFatal?: (err: Error) => void;
   /** Test hook for crash-point injection; see {@link ProcessorDeps.afterPatch}. */
   afterPatch?: ProcessorDeps["afterPatch"];
 }
@@ -94,9 +96,13 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
   consumer.on(consumer.events.GROUP_JOIN, (event) => {
     const assigned = new Set(event.payload.memberAssignment[config.topics.intents] ?? []);
     for (const p of [...owners.keys()]) if (!assigned.has(p)) void release(p);
-    log.info({ partitions: [...assigned].sort((a, b) => a - b) }, "assignment");
+    log.info({ partitions: [...assigned].sort((a, b) => a - b), isLeader: event.payload.isLeader, memberId: event.payload.memberId }, "assignment");
   });
-  consumer.on(consumer.events.CRASH, (event) => log.error({ err: event.payload.error, restart: event.payload.restart }, "owner consumer crashed"));
+  consumer.on(consumer.events.CRASH, (event) => {
+    log.error({ err: event.payload.error, restart: event.payload.restart }, "owner consumer crashed");
+    // kafkajs restarts after retriable crashes; anything else leaves a member that owns nothing.
+    if (!event.payload.restart) opts.onFatal?.(event.payload.error);
+  });
   await consumer.connect();
   await consumer.subscribe({ topic: config.topics.intents, fromBeginning: true });
   await consumer.run({

@@ -1,0 +1,144 @@
+import type { EntityRef, JsonPatchOp, Versioned } from "../../src/schemas/common.ts";
+import type { WriteToolDeclaration } from "../../src/tools.ts";
+import type { SubmitResult, WritClient } from "../writ-client.ts";
+
+/**
+ * How a framework tool call becomes a write intent: which record the params
+ * target, and the delta to apply to the record as the harness last read it.
+ * The model supplies only the params; the harness supplies the version.
+ */
+export interface WritToolSpec<P extends Record<string, unknown> = Record<string, unknown>> {
+  tool: WriteToolDeclaration<P>;
+  /** The record the call targets, from the model's params. */
+  entity(params: P): EntityRef;
+  /** The RFC 6902 delta for these params against `current` (the version the harness carries). */
+  delta(params: P, current: Versioned): JsonPatchOp[];
+  /** Description shown to the model; defaults to the declaration's. */
+  description?: string;
+}
+
+/**
+ * Versions the harness has read, per entity: read tools put them here and
+ * write tools take `baseVersion` from here, so the model never invents one.
+ */
+export class VersionBook {
+  private readonly seen = new Map<string, Versioned>();
+
+  remember(entity: EntityRef, record: Versioned): void {
+    this.seen.set(`${entity.type}:${entity.id}`, record);
+  }
+
+  get(entity: EntityRef): Versioned | undefined {
+    return this.seen.get(`${entity.type}:${entity.id}`);
+  }
+}
+
+/** What a write-tool adapter needs from the harness for one call. */
+export interface WritCallContext {
+  client: WritClient;
+  /** The run or conversation id: the same across retries, approval and resume. */
+  runId: string;
+  /**
+   * The harness's step id, when the same intent may legitimately happen twice
+   * in one run. Default: one write per run, tool and intent (what users want
+   * across re-plans, where models mint new tool-call ids).
+   */
+  stepId?: string;
+  /** The framework's tool-call id: carried for correlation only, never part of the key. */
+  toolCallId?: string;
+  versions: VersionBook;
+  /** Reads a record with its version when the harness has not read it yet. */
+  read(entity: EntityRef): Promise<Versioned>;
+  timeoutMs?: number;
+}
+
+/** The stable step id used when the harness gives none. */
+export const DEFAULT_STEP_ID = "once-per-run";
+
+/** Submits one tool call as a write intent and resolves with the reply (or `unknown`). */
+export async function submitToolCall<P extends Record<string, unknown>>(
+  ctx: WritCallContext,
+  spec: WritToolSpec<P>,
+  params: P,
+): Promise<SubmitResult> {
+  const entity = spec.entity(params);
+  let current = ctx.versions.get(entity);
+  if (!current) {
+    current = await ctx.read(entity);
+    ctx.versions.remember(entity, current);
+  }
+  const result = await ctx.client.submit(
+    {
+      tool: spec.tool,
+      entity,
+      runId: ctx.runId,
+      stepId: ctx.stepId ?? DEFAULT_STEP_ID,
+      ...(ctx.toolCallId ? { toolCallId: ctx.toolCallId } : {}),
+      baseVersion: current.version,
+      delta: spec.delta(params, current),
+      params,
+    },
+    ctx.timeoutMs === undefined ? undefined : { timeoutMs: ctx.timeoutMs },
+  );
+  if (result.status === "applied") ctx.versions.remember(entity, { state: result.state, version: result.version });
+  if (result.status === "conflict") ctx.versions.remember(entity, result.current);
+  return result;
+}
+
+/** A reply in the shape a model can act on: what happened and what to do next. */
+export type ModelToolResult =
+  | { status: "applied"; duplicate: boolean; record: unknown; version: string; instruction: string }
+  | { status: "conflict"; cycle: number; current: Versioned; your_change: JsonPatchOp[]; instruction: string }
+  | { status: "rejected"; reason: string; message: string; instruction: string }
+  | { status: "escalated"; reason: string; instruction: string }
+  | { status: "unknown"; instruction: string };
+
+export function toModelResult(result: SubmitResult): ModelToolResult {
+  switch (result.status) {
+    case "applied":
+      return {
+        status: "applied",
+        duplicate: result.duplicate,
+        record: result.state,
+        version: result.version,
+        instruction: result.duplicate
+          ? "This write had already been applied; nothing was written again. Do not call the tool again for it."
+          : "The write was applied. Do not call the tool again for it.",
+      };
+    case "conflict":
+      return {
+        status: "conflict",
+        cycle: result.cycle,
+        current: result.current,
+        your_change: result.your_change,
+        instruction:
+          "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: call the tool again only if the change is still right for the current record.",
+      };
+    case "rejected":
+      return {
+        status: "rejected",
+        reason: result.reason,
+        message: result.message,
+        instruction: "The write was refused and nothing was written. Do not retry it unchanged.",
+      };
+    case "escalated":
+      return {
+        status: "escalated",
+        reason: result.reason,
+        instruction: "A person will handle this write. Tell the user it is with a human; do not retry.",
+      };
+    default:
+      return {
+        status: "unknown",
+        instruction:
+          "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids; calling the same tool with the same arguments again is safe and asks for the outcome.",
+      };
+  }
+}
+
+/** Reads a record with its version for a read tool, and remembers the version for the writes that follow. */
+export async function readForTool(ctx: Pick<WritCallContext, "read" | "versions">, entity: EntityRef): Promise<Versioned> {
+  const record = await ctx.read(entity);
+  ctx.versions.remember(entity, record);
+  return record;
+}

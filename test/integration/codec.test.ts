@@ -1,0 +1,55 @@
+import { randomUUID } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { WireCodec } from "../../src/codec.ts";
+import type { WriteIntent } from "../../src/schemas/write-intent.ts";
+import { registryUrl } from "../helpers/writ-harness.ts";
+
+const intent = (): WriteIntent => ({
+  intentId: randomUUID(),
+  intentKey: "a".repeat(64),
+  entity: { type: "ticket", id: "T-1" },
+  tool: "tag_ticket",
+  agent: { id: "a", runId: "r", stepId: "s" },
+  baseVersion: '"v1"',
+  delta: [{ op: "add", path: "/tags/-", value: "x" }],
+  params: { tag: "x" },
+  replyTo: "writ.replies.a",
+  createdAt: new Date().toISOString(),
+});
+
+describe("WireCodec against the real schema registry", () => {
+  it("registers under <topic>-value, frames in the Confluent wire format and decodes back", async () => {
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    const value = intent();
+    const bytes = await codec.encode(topic, "WriteIntent", value);
+    expect(bytes[0]).toBe(0);
+    const decoded = await codec.decode("WriteIntent", bytes);
+    expect(decoded).toEqual({ ok: true, value, framed: true });
+    const res = await fetch(`${registryUrl()}/subjects/${topic}-value/versions/latest`);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { id: number }).id).toBe(bytes.readInt32BE(1));
+  });
+
+  it("gives racing processes the same schema id for the same subject", async () => {
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const codecs = Array.from({ length: 4 }, () => new WireCodec({ schemaRegistryUrl: registryUrl() }));
+    const framed = await Promise.all(codecs.map((c) => c.encode(topic, "WriteIntent", intent())));
+    expect(new Set(framed.map((b) => b.readInt32BE(1))).size).toBe(1);
+  });
+
+  it("accepts plain JSON, and reports bad bytes as results, not exceptions", async () => {
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    const value = intent();
+    expect(await codec.decode("WriteIntent", Buffer.from(JSON.stringify(value)))).toEqual({ ok: true, value, framed: false });
+    expect(await codec.decode("WriteIntent", Buffer.from("{oops"))).toMatchObject({ ok: false, reason: "undecodable" });
+    expect(await codec.decode("WriteIntent", Buffer.from(JSON.stringify({ intentId: 1 })))).toMatchObject({ ok: false, reason: "schema_invalid" });
+    const unknownId = Buffer.concat([Buffer.from([0, 0x7f, 0xff, 0xff, 0xf0]), Buffer.from(JSON.stringify(value))]);
+    expect(await codec.decode("WriteIntent", unknownId)).toMatchObject({ ok: false, reason: "undecodable" });
+  });
+
+  it("refuses to produce a value that is not valid", async () => {
+    const codec = new WireCodec({});
+    await expect(codec.encode("t", "WriteIntent", { ...intent(), intentKey: "short" })).rejects.toMatchObject({ code: "codec_failed", retriable: false });
+  });
+});
