@@ -1,5 +1,6 @@
 import type { Admin, ITopicConfig } from "kafkajs";
 import type { RouterConfig } from "./config.ts";
+import { retry } from "./retry.ts";
 
 /** The topic contract's topics with their partitioning and configs. */
 export function routerTopics(config: RouterConfig): ITopicConfig[] {
@@ -28,16 +29,21 @@ export function routerTopics(config: RouterConfig): ITopicConfig[] {
  * ledger's is refused, since partition p's ledger must live in partition p.
  */
 export async function ensureTopics(admin: Admin, topics: ITopicConfig[]): Promise<void> {
-  const existing = new Set(await admin.listTopics());
-  const missing = topics.filter((t) => !existing.has(t.topic));
-  if (missing.length > 0) {
-    try {
-      await admin.createTopics({ topics: missing, waitForLeaders: true });
-    } catch (err) {
-      // Another process may have created them first.
-      if (!/already exists/i.test(String((err as Error).message))) throw err;
-    }
-  }
+  // A freshly started broker answers UNKNOWN_TOPIC_OR_PARTITION while leaders settle; kafkajs marks that retriable.
+  await retry(
+    async () => {
+      const existing = new Set(await admin.listTopics());
+      const missing = topics.filter((t) => !existing.has(t.topic));
+      if (missing.length === 0) return;
+      try {
+        await admin.createTopics({ topics: missing, waitForLeaders: true });
+      } catch (err) {
+        // Another process may have created them first.
+        if (!/already exists/i.test(String((err as Error).message))) throw err;
+      }
+    },
+    { maxAttempts: 6, initialDelayMs: 300 },
+  );
 }
 
 /** Caches topics known to exist; creates the others (reply topics). */
