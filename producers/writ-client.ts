@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel, type Consumer, type Producer } from "kafkajs";
+import { Kafka, Partitioners, logLevel, type Consumer, type Producer } from "kafkajs";
 import { WireCodec } from "../src/codec.ts";
 import { ClientConfig, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
@@ -80,7 +80,13 @@ export async function createWritClient(input: ClientConfigInput & { logger?: Log
   await admin.disconnect();
 
   // The producer's own retries stay on (they are safe: idempotent producer); it never re-sends at the writ layer.
-  const producer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  // The Java-compatible murmur2 partitioner: an entity key lands on the same partition from any Kafka client.
+  const producer: Producer = kafka.producer({
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+    createPartitioner: Partitioners.DefaultPartitioner,
+  });
   await producer.connect();
 
   const waiting = new Map<string, (reply: Reply) => void>();

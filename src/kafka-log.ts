@@ -10,6 +10,8 @@ export function kafkaLogCreator(root: Logger): logCreator {
       // kafkajs logs every retriable broker answer (coordinator loading, concurrent transactions) as an error
       // before it retries; those are not ours to alarm on.
       if (namespace === "Connection" && message.startsWith("Response ")) child.debug(extra, message);
+      // Finite send retries: writ's exactly-once rests on the ledger and fencing, not on endless producer retries.
+      else if (message.startsWith("Limiting retries for the idempotent producer")) child.debug(extra, message);
       else if (level === logLevel.ERROR) child.error(extra, message);
       else if (level === logLevel.WARN) child.warn(extra, message);
       else if (level === logLevel.INFO) child.info(extra, message);

@@ -128,13 +128,11 @@ export class IntentProcessor {
     if (entry.fingerprint !== a.fingerprint) return "reused";
     const sameAttempt = (x: { baseVersion: string; deltaFingerprint: string }) =>
       x.baseVersion === a.intent.baseVersion && x.deltaFingerprint === a.deltaFingerprint;
-    if (entry.status === "done") return entry.attempts.some(sameAttempt) ? "repeat" : "reused";
-    if (entry.status === "conflicted") {
-      // The same attempt again is a repeat of the conflict; a new base version is the agent deciding again.
-      const last = entry.attempts.at(-1);
-      return last && sameAttempt(last) ? "repeat" : "write";
-    }
-    return "write";
+    // Any attempt seen before is a repeat (a late retry must not start a new conflict cycle); a new base
+    // version or delta is the agent deciding again after a conflict.
+    if (entry.status === "pending") return "write";
+    if (entry.attempts.some(sameAttempt)) return "repeat";
+    return entry.status === "conflicted" ? "write" : "reused";
   }
 
   /**

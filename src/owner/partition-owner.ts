@@ -131,7 +131,7 @@ export class PartitionOwner {
   }
 
   private async processChunk(chunk: KafkaMessage[]): Promise<void> {
-    const { processor, config } = this.deps;
+    const { processor } = this.deps;
     const out = emptyOutputs();
     const ledger = this.ledger.begin();
     const accepted: AcceptedIntent[] = [];
@@ -159,7 +159,6 @@ export class PartitionOwner {
     if (out.replies.length > 0 || accepted.length > 0) {
       this.log.debug({ intents: chunk.length, replies: out.replies.length, offset: lastOffset }, "chunk committed");
     }
-    void config;
   }
 
   private expire(ledger: LedgerTransaction): void {
