@@ -1,0 +1,125 @@
+import type { JsonPatchOp } from "../schemas/common.ts";
+
+/** What `runVerify` returns, and what `writ verify` prints as its last line. */
+
+export const SCENARIOS = ["duplicate-submission", "commit-then-timeout", "commit-then-drop", "race"] as const;
+export type ScenarioName = (typeof SCENARIOS)[number];
+
+/** A change that was reported applied and is not in the final record. */
+export interface LostUpdate {
+  tool: string;
+  /** `<type>:<id>` */
+  entity: string;
+  /** `agent-a`, `agent-b` (writ) or `outside-writer` (a direct write to the system of record). */
+  writer: string;
+  mark: string;
+  /** The JSON Patch that was reported applied. */
+  change: JsonPatchOp[];
+  /** How it was reported applied, e.g. `writ replied applied at "v3"` or `the system answered 2xx at "v2"`. */
+  reportedApplied: string;
+  message: string;
+}
+
+/** A change found more than once in the record. */
+export interface DuplicateEffect {
+  writer: string;
+  mark: string;
+  effects: number;
+}
+
+export interface ScenarioReport {
+  scenario: ScenarioName;
+  ok: boolean;
+  /** Effects of this scenario's changes, counted at the system of record after it ran. */
+  effects: number;
+  /** Effects there should be: one per change reported applied. */
+  expectedEffects: number;
+  /** Conflict replies the agents got, plus 412s the outside writer got. */
+  conflicts: number;
+  lostUpdates: LostUpdate[];
+  duplicates: DuplicateEffect[];
+  /** PATCH requests that carried the scenario's intent key(s) on the wire (proxy) or into the adapter. */
+  patchesSent: number | null;
+  /** Replies as the agents saw them, in order, e.g. `applied via reconcile`, `applied (duplicate)`, `conflict (cycle 1)`. */
+  replies: string[];
+  /** Where the fault was injected: the HTTP proxy, or simulated at the adapter (systems that are not HTTP). */
+  faultInjection: "proxy" | "adapter" | null;
+  /** Why the scenario failed; empty when it passed. */
+  problems: string[];
+  notes: string[];
+  durationMs: number;
+}
+
+export interface ToolReport {
+  tool: string;
+  system: string;
+  /** `<type>:<id>` the scenarios wrote to. */
+  entity: string;
+  ok: boolean;
+  /** Sum of the scenarios' effects: the records created / changes made on staging by this run. */
+  effects: number;
+  conflicts: number;
+  lostUpdates: LostUpdate[];
+  scenarios: ScenarioReport[];
+  /** Problems outside any scenario (no fixture, record missing, prepare failed). */
+  problems: string[];
+}
+
+export interface VerifyReport {
+  ok: boolean;
+  /** Prefix of every mark this run wrote, e.g. `wv-3f9a1c`. */
+  runId: string;
+  startedAt: string;
+  durationMs: number;
+  brokers: string[];
+  /** System name → how its faults were injected and where it points. */
+  systems: { name: string; faultInjection: "proxy" | "adapter"; upstream: string | null }[];
+  tools: ToolReport[];
+}
+
+function pad(text: string, width: number): string {
+  return text.length >= width ? text : text + " ".repeat(width - text.length);
+}
+
+function table(rows: string[][]): string[] {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
+  return rows.map((r) => r.map((cell, i) => (i === r.length - 1 ? cell : pad(cell, widths[i]!))).join("  ").trimEnd());
+}
+
+/** The report as a readable table, then one paragraph per failure. */
+export function formatReport(report: VerifyReport): string {
+  const lines: string[] = [];
+  lines.push(`writ verify ${report.runId}: ${report.ok ? "PASS" : "FAIL"} (${(report.durationMs / 1000).toFixed(1)} s, Kafka ${report.brokers.join(",")})`);
+  for (const s of report.systems) {
+    lines.push(`  system ${s.name}: ${s.faultInjection === "proxy" ? `faults injected by the HTTP proxy in front of ${s.upstream}` : "not HTTP: faults simulated at the adapter"}`);
+  }
+  lines.push("");
+  const rows: string[][] = [["tool", "scenario", "result", "effects", "conflicts", "lost", "PATCHes", "replies"]];
+  for (const t of report.tools) {
+    if (t.scenarios.length === 0) rows.push([t.tool, "-", "FAIL", "-", "-", "-", "-", t.problems.join("; ")]);
+    for (const s of t.scenarios) {
+      rows.push([
+        t.tool,
+        s.scenario,
+        s.ok ? "pass" : "FAIL",
+        `${s.effects}/${s.expectedEffects}`,
+        String(s.conflicts),
+        String(s.lostUpdates.length),
+        s.patchesSent === null ? "-" : String(s.patchesSent),
+        s.replies.join(", "),
+      ]);
+    }
+  }
+  lines.push(...table(rows));
+  lines.push("");
+  lines.push("effects: found at the system of record / expected (one per change reported applied)");
+  for (const t of report.tools) {
+    lines.push(`${t.tool} on ${t.entity}: ${t.ok ? "pass" : "FAIL"}; ${t.effects} effect(s) written, ${t.conflicts} conflict(s) seen, ${t.lostUpdates.length} lost update(s)`);
+    for (const p of t.problems) lines.push(`  problem: ${p}`);
+    for (const s of t.scenarios) {
+      for (const p of s.problems) lines.push(`  ${s.scenario}: ${p}`);
+      for (const n of s.notes) lines.push(`  ${s.scenario}: note: ${n}`);
+    }
+  }
+  return lines.join("\n");
+}

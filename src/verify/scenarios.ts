@@ -1,0 +1,300 @@
+import { randomUUID } from "node:crypto";
+import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
+import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
+import type { SystemOfRecord } from "../sor/adapter.ts";
+import type { WriteToolDeclaration } from "../tools.ts";
+import type { FaultProxy, ProxyFaultKind } from "./fault-proxy.ts";
+import type { ToolVerifyFixture } from "./fixture.ts";
+import type { InstrumentedSystem } from "./instrumented-system.ts";
+import type { DuplicateEffect, LostUpdate, ScenarioName, ScenarioReport } from "./report.ts";
+
+/** What a scenario gets: one tool, its fixture, the system both directly and as the owner sees it, and the agents. */
+export interface ScenarioContext {
+  runId: string;
+  tool: WriteToolDeclaration<any>;
+  fixture: ToolVerifyFixture<any>;
+  entity: EntityRef;
+  /** The system of record itself: the truth, and the outside writer's way in. */
+  direct: SystemOfRecord;
+  /** What the owner calls: through the proxy (HTTP) and the adapter hooks. */
+  owned: InstrumentedSystem;
+  proxy: FaultProxy | null;
+  agents: { agent: WritClient; agentA: WritClient; agentB: WritClient };
+  /** Deadline of each submit. ms. */
+  submitTimeoutMs: number;
+  /** Deadline of verify's own reads and writes. ms. */
+  sorTimeoutMs: number;
+}
+
+/** A change some writer made in a scenario, and how it was reported. */
+interface Change {
+  writer: string;
+  mark: string;
+  change: JsonPatchOp[];
+  /** How it was reported applied; null when it was not. */
+  reportedApplied: string | null;
+}
+
+const DUPLICATE_SUBMISSIONS = 3;
+const OUTSIDE_WRITER_ATTEMPTS = 5;
+/** Bound on an agent's decide-again loop; the tool's conflict cycles end it first. */
+const MAX_DECISIONS = 12;
+
+function describeReply(r: SubmitResult): string {
+  switch (r.status) {
+    case "applied":
+      return r.duplicate ? "applied (duplicate)" : `applied via ${r.via}`;
+    case "conflict":
+      return `conflict (cycle ${r.cycle})`;
+    case "rejected":
+      return `rejected (${r.reason}: ${r.message})`;
+    case "escalated":
+      return `escalated (${r.reason})`;
+    default:
+      return "unknown (no reply before the deadline)";
+  }
+}
+
+async function readDirect(ctx: ScenarioContext): Promise<Versioned> {
+  const current = await ctx.direct.read(ctx.entity, { timeoutMs: ctx.sorTimeoutMs });
+  if (current === null) throw new Error(`${entityKey(ctx.entity)} does not exist on ${ctx.direct.name}`);
+  return current;
+}
+
+function intentInput(ctx: ScenarioContext, mark: string, current: Versioned): IntentInput {
+  const { params, delta } = ctx.fixture.change(current, mark);
+  // The mark is in run id and step id, so each scenario's (and agent's) intent key is its own under either key scope.
+  return { tool: ctx.tool, entity: ctx.entity, runId: mark, stepId: `writ-verify-${mark}`, baseVersion: current.version, delta, params };
+}
+
+/** Counts every change in the final record: applied ones must be there once; any found twice is a duplicate. */
+async function settle(ctx: ScenarioContext, changes: Change[]) {
+  const final = await ctx.direct.read(ctx.entity, { timeoutMs: ctx.sorTimeoutMs });
+  const lostUpdates: LostUpdate[] = [];
+  const duplicates: DuplicateEffect[] = [];
+  let effects = 0;
+  for (const c of changes) {
+    const n = await ctx.fixture.effects({ entity: ctx.entity, current: final, mark: c.mark, system: ctx.direct });
+    effects += n;
+    if (n > 1) duplicates.push({ writer: c.writer, mark: c.mark, effects: n });
+    if (n === 0 && c.reportedApplied !== null) {
+      lostUpdates.push({
+        tool: ctx.tool.name,
+        entity: entityKey(ctx.entity),
+        writer: c.writer,
+        mark: c.mark,
+        change: c.change,
+        reportedApplied: c.reportedApplied,
+        message: `${c.writer}'s change ${c.mark} to ${entityKey(ctx.entity)} (${JSON.stringify(c.change)}) was reported applied (${c.reportedApplied}) and is not in the final record${final ? ` at ${final.version}` : ""}: it was overwritten`,
+      });
+    }
+  }
+  const expectedEffects = changes.filter((c) => c.reportedApplied !== null).length;
+  const problems = [
+    ...lostUpdates.map((l) => `lost update: ${l.message}`),
+    ...duplicates.map((d) => `duplicate: ${d.writer}'s change ${d.mark} is in the record ${d.effects} times`),
+  ];
+  return { final, effects, expectedEffects, lostUpdates, duplicates, problems };
+}
+
+function report(
+  scenario: ScenarioName,
+  started: number,
+  fields: Omit<ScenarioReport, "scenario" | "ok" | "durationMs">,
+): ScenarioReport {
+  return { scenario, ok: fields.problems.length === 0, ...fields, durationMs: Date.now() - started };
+}
+
+/**
+ * duplicate-submission: one intent sent as a racing double send, then once
+ * more after the reply (a harness retry, a resume). Exactly one effect; every
+ * reply `applied`, all but one marked duplicate.
+ */
+export async function duplicateSubmission(ctx: ScenarioContext): Promise<ScenarioReport> {
+  const started = Date.now();
+  const mark = `${ctx.runId}-dup`;
+  const input = intentInput(ctx, mark, await readDirect(ctx));
+  const first = ctx.agents.agent.buildIntent(input);
+  const replies = await ctx.agents.agent.submitAll([first, { ...first, intentId: randomUUID() }], { timeoutMs: ctx.submitTimeoutMs });
+  for (let i = replies.length; i < DUPLICATE_SUBMISSIONS; i++) replies.push(await ctx.agents.agent.submit(input, { timeoutMs: ctx.submitTimeoutMs }));
+  const applied = replies.filter((r) => r.status === "applied");
+  const settled = await settle(ctx, [
+    { writer: "agent", mark, change: input.delta, reportedApplied: applied.length > 0 ? `writ replied applied ${applied.length} times` : null },
+  ]);
+  const problems = [...settled.problems];
+  if (applied.length !== replies.length) problems.push(`every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
+  if (settled.effects !== 1) problems.push(`${replies.length} submissions of one intent left ${settled.effects} effects at the system of record; want exactly 1`);
+  if (applied.filter((r) => !r.duplicate).length > 1) problems.push("more than one reply was a fresh (non-duplicate) write");
+  return report("duplicate-submission", started, {
+    effects: settled.effects,
+    expectedEffects: 1,
+    conflicts: replies.filter((r) => r.status === "conflict").length,
+    lostUpdates: settled.lostUpdates,
+    duplicates: settled.duplicates,
+    patchesSent: patchesSent(ctx, first.intentKey),
+    replies: replies.map(describeReply),
+    faultInjection: null,
+    problems,
+    notes: [],
+  });
+}
+
+function patchesSent(ctx: ScenarioContext, intentKey: string): number {
+  return ctx.proxy ? ctx.proxy.countByIdempotencyKey(intentKey, "PATCH") : ctx.owned.patchCount(intentKey);
+}
+
+/**
+ * commit-then-timeout / commit-then-drop: the write commits at the system of
+ * record and the owner gets no answer. The owner must settle it by
+ * reconciling, never by a blind replay: exactly one effect, the reply
+ * `applied`, and a resubmission answered from the ledger.
+ */
+export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind): Promise<ScenarioReport> {
+  const started = Date.now();
+  const mark = `${ctx.runId}-${kind === "commit-then-timeout" ? "ctt" : "ctd"}`;
+  const input = intentInput(ctx, mark, await readDirect(ctx));
+  const intent = ctx.agents.agent.buildIntent(input);
+  if (ctx.proxy) ctx.proxy.arm({ kind, match: { method: "PATCH", idempotencyKey: intent.intentKey } });
+  else ctx.owned.simulate(kind, intent.intentKey);
+  const replies: SubmitResult[] = [];
+  let fired = false;
+  try {
+    replies.push(await ctx.agents.agent.submit(intent, { timeoutMs: ctx.submitTimeoutMs }));
+    fired = ctx.proxy
+      ? ctx.proxy.requests().some((r) => r.idempotencyKey === intent.intentKey && r.fault === kind)
+      : ctx.owned.simulatedFired(intent.intentKey);
+    // The agent's retry after an unknown outcome: safe, the ledger answers it.
+    replies.push(await ctx.agents.agent.submit(input, { timeoutMs: ctx.submitTimeoutMs }));
+  } finally {
+    ctx.proxy?.disarm();
+  }
+  const first = replies[0]!;
+  const settled = await settle(ctx, [
+    { writer: "agent", mark, change: input.delta, reportedApplied: first.status === "applied" ? `writ replied applied at ${first.version} via ${first.via}` : null },
+  ]);
+  const problems = [...settled.problems];
+  if (!fired) problems.push(`the fault never fired: no PATCH for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
+  if (first.status !== "applied") problems.push(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
+  if (settled.effects !== 1) problems.push(`${settled.effects} effects at the system of record after ${kind}; want exactly 1`);
+  const retry = replies[1];
+  if (retry && !(retry.status === "applied" && retry.duplicate)) problems.push(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
+  return report(kind, started, {
+    effects: settled.effects,
+    expectedEffects: 1,
+    conflicts: replies.filter((r) => r.status === "conflict").length,
+    lostUpdates: settled.lostUpdates,
+    duplicates: settled.duplicates,
+    patchesSent: patchesSent(ctx, intent.intentKey),
+    replies: replies.map(describeReply),
+    faultInjection: ctx.proxy ? "proxy" : "adapter",
+    problems,
+    notes: first.status === "applied" && first.via === "reconcile" ? [] : [`first reply: ${describeReply(first)}`],
+  });
+}
+
+interface OutsideWrite {
+  change: JsonPatchOp[];
+  appliedAt: string | null;
+  conflicts: number;
+  failure: string | null;
+}
+
+/** Another integration's write, straight to the system of record: PATCH with If-Match; on 412 read again and redo, as a careful client does. */
+async function outsideWrite(ctx: ScenarioContext, read: Versioned, mark: string): Promise<OutsideWrite> {
+  let current = read;
+  let conflicts = 0;
+  let change: JsonPatchOp[] = [];
+  for (let attempt = 1; attempt <= OUTSIDE_WRITER_ATTEMPTS; attempt++) {
+    change = ctx.fixture.outsideChange?.(current, mark) ?? ctx.fixture.change(current, mark).delta;
+    const outcome = await ctx.direct.patch(ctx.entity, change, {
+      ifMatch: current.version,
+      idempotencyKey: `${mark}-${attempt}`,
+      timeoutMs: ctx.sorTimeoutMs,
+    });
+    if (outcome.kind === "applied") return { change, appliedAt: outcome.version, conflicts, failure: null };
+    if (outcome.kind !== "precondition_failed") {
+      return { change, appliedAt: null, conflicts, failure: `${outcome.kind}${"message" in outcome ? `: ${outcome.message}` : ""}` };
+    }
+    conflicts++;
+    current = outcome.current ?? (await readDirect(ctx));
+  }
+  return { change, appliedAt: null, conflicts, failure: `412 on each of ${OUTSIDE_WRITER_ATTEMPTS} attempts` };
+}
+
+/**
+ * race: two agents with conflicting goals read the record at the same
+ * version and write it; a writer outside writ read it too and writes it in
+ * the window between the owner's read and its PATCH (the adapter hook puts
+ * it there, so the interleaving is fixed). Agents decide again on a conflict.
+ * Every change reported applied, by writ or by the outside writer's 2xx, must
+ * be in the final record.
+ */
+export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
+  const started = Date.now();
+  const read = await readDirect(ctx);
+  const outsideMark = `${ctx.runId}-race-o`;
+  let outside: OutsideWrite | null = null;
+  ctx.owned.beforeNextPatch(ctx.entity, async () => {
+    outside = await outsideWrite(ctx, read, outsideMark).catch((err: unknown) => ({
+      change: [],
+      appliedAt: null,
+      conflicts: 0,
+      failure: err instanceof Error ? err.message : String(err),
+    }));
+  });
+  const agents = [
+    { writer: "agent-a", client: ctx.agents.agentA, mark: `${ctx.runId}-race-a` },
+    { writer: "agent-b", client: ctx.agents.agentB, mark: `${ctx.runId}-race-b` },
+  ];
+  const results = await Promise.all(
+    agents.map(async ({ writer, client, mark }) => {
+      const replies: SubmitResult[] = [];
+      let input = intentInput(ctx, mark, read);
+      for (let n = 0; n < MAX_DECISIONS; n++) {
+        const reply = await client.submit(input, { timeoutMs: ctx.submitTimeoutMs });
+        replies.push(reply);
+        if (reply.status !== "conflict") break;
+        // The agent decides again from the record the conflict carries, never from its stale read.
+        input = intentInput(ctx, mark, reply.current);
+      }
+      return { writer, mark, input, replies };
+    }),
+  );
+  const notes: string[] = [];
+  const hookFired = ctx.owned.hookFired(ctx.entity);
+  if (!hookFired) {
+    ctx.owned.disarm(ctx.entity);
+    notes.push("the owner sent no PATCH, so the outside writer wrote after writ, from its stale read");
+    outside = await outsideWrite(ctx, read, outsideMark);
+  }
+  const o = outside as OutsideWrite | null;
+  const changes: Change[] = results.map(({ writer, mark, input, replies }) => {
+    const last = replies.at(-1)!;
+    return { writer, mark, change: input.delta, reportedApplied: last.status === "applied" ? `writ replied applied at ${last.version}` : null };
+  });
+  if (o) changes.push({ writer: "outside-writer", mark: outsideMark, change: o.change, reportedApplied: o.appliedAt === null ? null : `the system answered 2xx at ${o.appliedAt}` });
+  const settled = await settle(ctx, changes);
+  const problems = [...settled.problems];
+  if (o === null || o.appliedAt === null) problems.push(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
+  for (const r of results) {
+    const last = r.replies.at(-1)!;
+    if (last.status === "rejected" || last.status === "unknown") problems.push(`${r.writer}: ${describeReply(last)}`);
+    if (last.status === "escalated") notes.push(`${r.writer} was escalated to a human (${last.reason}); its change is not required in the record`);
+  }
+  if (!results.some((r) => r.replies.at(-1)!.status === "applied")) notes.push("no agent's change was applied (maxConflictCycles below 2?): only the outside writer's change was checked");
+  const agentConflicts = results.reduce((n, r) => n + r.replies.filter((x) => x.status === "conflict").length, 0);
+  return report("race", started, {
+    effects: settled.effects,
+    expectedEffects: settled.expectedEffects,
+    conflicts: agentConflicts + (o?.conflicts ?? 0),
+    lostUpdates: settled.lostUpdates,
+    duplicates: settled.duplicates,
+    patchesSent: [...new Set(results.flatMap((r) => r.replies.map((x) => x.intentKey)))].reduce((n, key) => n + patchesSent(ctx, key), 0),
+    replies: results.flatMap((r) => r.replies.map((x) => `${r.writer}: ${describeReply(x)}`)).concat(
+      o ? [`outside-writer: ${o.appliedAt ? `2xx at ${o.appliedAt}` : `failed (${o.failure})`}${o.conflicts ? ` after ${o.conflicts}×412` : ""}`] : [],
+    ),
+    faultInjection: null,
+    problems,
+    notes,
+  });
+}

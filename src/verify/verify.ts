@@ -1,0 +1,322 @@
+import { randomBytes } from "node:crypto";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { Kafka, logLevel } from "kafkajs";
+import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
+import { WritError } from "../errors.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { startRouter, type Router } from "../owner/router.ts";
+import { entityKey, type EntityRef } from "../schemas/common.ts";
+import type { SystemOfRecord } from "../sor/adapter.ts";
+import type { WriteToolDeclaration } from "../tools.ts";
+import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
+import type { ToolVerifyFixture, VerifyModule } from "./fixture.ts";
+import { instrumentSystem, type InstrumentedSystem } from "./instrumented-system.ts";
+import { SCENARIOS, type ScenarioName, type ScenarioReport, type ToolReport, type VerifyReport } from "./report.ts";
+import { commitThenFault, duplicateSubmission, race, type ScenarioContext } from "./scenarios.ts";
+
+export type { VerifyReport, ToolReport, ScenarioReport, LostUpdate, ScenarioName } from "./report.ts";
+export { formatReport, SCENARIOS } from "./report.ts";
+
+export interface VerifyOptions {
+  /** A tools module path (resolved from the working directory) or its exports: `tools`, `systems(env)`, `verify`. */
+  tools: string | VerifyModule;
+  /** Kafka brokers, `host:port`; verify creates its own topics there (prefix `writ.verify.<runId>.`). */
+  brokers: string | string[];
+  /** Confluent-API schema registry; unset means plain JSON. */
+  schemaRegistryUrl?: string;
+  /** Given to `systems(env)`. Default `process.env`. HTTP systems must take their base URL from it (see `writ verify` in the README). */
+  env?: NodeJS.ProcessEnv;
+  /** Only these tools (by name). Default: every tool of the module. */
+  only?: readonly string[];
+  /** Only these scenarios. Default: all of {@link SCENARIOS}. */
+  scenarios?: readonly ScenarioName[];
+  /** The owner's system-of-record deadline. ms. Default 2000. Faults do not depend on it: the proxy holds an answer until the owner gives up. */
+  sorTimeoutMs?: number;
+  /** Deadline of each agent submit. ms. Default 60 000. */
+  submitTimeoutMs?: number;
+  /** Leave verify's topics on the cluster. Default false: they are deleted at the end. */
+  keepTopics?: boolean;
+  /** The owner's and clients' logger. Default: pino at `warn` on stderr. */
+  logger?: Logger;
+  /** One line per step, for a progress display. */
+  onProgress?: (line: string) => void;
+}
+
+/** A system created by `createHttpSystemOfRecord` (it exposes its base URL), else null. */
+function httpBaseUrl(system: SystemOfRecord): string | null {
+  const config = (system as { config?: { baseUrl?: unknown } }).config;
+  return typeof config?.baseUrl === "string" ? config.baseUrl : null;
+}
+
+function configError(message: string, field: string): WritError {
+  return new WritError("config_invalid", `writ verify: ${message}`, { retriable: false, context: { field } });
+}
+
+async function loadModule(tools: string | VerifyModule): Promise<VerifyModule> {
+  const where = typeof tools === "string" ? tools : "the tools module";
+  const mod = (typeof tools === "string" ? await import(pathToFileURL(resolve(tools)).href) : tools) as Partial<VerifyModule>;
+  if (!Array.isArray(mod.tools) || typeof mod.systems !== "function") throw configError(`${where} must export tools[] and systems(env)`, "tools");
+  if (typeof mod.verify !== "object" || mod.verify === null) {
+    throw configError(`${where} must export \`verify\`: a verify fixture per tool, by tool name (see src/verify/fixture.ts)`, "verify");
+  }
+  return mod as VerifyModule;
+}
+
+/**
+ * Every environment value that is a URL on `origin` now points at `proxyUrl`,
+ * path kept: `systems(env)` called with the result builds the same systems,
+ * credentials included, talking through the proxy.
+ */
+function redirectEnv(env: NodeJS.ProcessEnv, proxies: ReadonlyMap<string, FaultProxy>): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = { ...env };
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined || !/^https?:\/\//i.test(value)) continue;
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      continue;
+    }
+    const proxy = proxies.get(url.origin);
+    const path = url.pathname === "/" && !value.endsWith("/") ? "" : url.pathname;
+    if (proxy) out[name] = proxy.url + path + url.search + url.hash;
+  }
+  return out;
+}
+
+interface Routed {
+  direct: Map<string, SystemOfRecord>;
+  owned: Map<string, InstrumentedSystem>;
+  proxies: Map<string, FaultProxy>;
+  proxyOf: Map<string, FaultProxy>;
+  all: SystemOfRecord[];
+}
+
+/** Builds the systems twice: directly (the truth), and through one fault proxy per upstream origin (what the owner uses). */
+async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv): Promise<Routed> {
+  const directList = await mod.systems(env);
+  const direct = new Map(directList.map((s) => [s.name, s]));
+  const proxies = new Map<string, FaultProxy>();
+  const routed: Routed = { direct, owned: new Map(), proxies, proxyOf: new Map(), all: [...directList] };
+  try {
+    for (const s of directList) {
+      const base = httpBaseUrl(s);
+      if (base === null) continue;
+      const origin = new URL(base).origin;
+      if (!proxies.has(origin)) proxies.set(origin, await startFaultProxy({ upstream: origin }));
+    }
+    const ownedList = proxies.size > 0 ? await mod.systems(redirectEnv(env, proxies)) : directList;
+    if (ownedList !== directList) routed.all.push(...ownedList);
+    for (const s of ownedList) {
+      const before = direct.get(s.name);
+      const beforeBase = before ? httpBaseUrl(before) : null;
+      if (beforeBase !== null) {
+        const proxy = proxies.get(new URL(beforeBase).origin)!;
+        const now = httpBaseUrl(s);
+        if (now === null || !now.startsWith(proxy.url)) {
+          throw configError(
+            `system "${s.name}" still points at ${now ?? "(unknown)"}: verify redirects HTTP systems by rewriting the environment ` +
+              `given to systems(env), so the base URL must come from an environment variable (e.g. RECORDS_URL=${beforeBase})`,
+            "systems",
+          );
+        }
+        routed.proxyOf.set(s.name, proxy);
+      }
+      routed.owned.set(s.name, instrumentSystem(s));
+    }
+    return routed;
+  } catch (err) {
+    await closeRouted(routed);
+    throw err;
+  }
+}
+
+async function closeRouted(r: Routed): Promise<void> {
+  await Promise.all([...r.proxies.values()].map((p) => p.close().catch(() => undefined)));
+  await Promise.all(r.all.map((s) => s.close?.().catch(() => undefined)));
+}
+
+function emptyToolReport(tool: string, system: string, entity: string, problems: string[]): ToolReport {
+  return { tool, system, entity, ok: problems.length === 0, effects: 0, conflicts: 0, lostUpdates: [], scenarios: [], problems };
+}
+
+/**
+ * Proves a module's write tools against a staging system of record: starts
+ * its own owner (unique topics) with the tools' systems behind a fault
+ * proxy, and runs per tool `duplicate-submission`, `commit-then-timeout`,
+ * `commit-then-drop` and `race`. Counts come from the system of record.
+ * Throws only when it cannot run (bad module, Kafka unreachable, tools not
+ * admitted); a tool that misbehaves is a failed report.
+ *
+ * @example
+ * const report = await runVerify({ tools: "./my-tools.ts", brokers: "kafka:9092", env: { ...process.env, CRM_URL: staging } });
+ * if (!report.ok) console.log(formatReport(report));
+ */
+export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
+  const started = Date.now();
+  const startedAt = new Date(started).toISOString();
+  const progress = opts.onProgress ?? (() => undefined);
+  const logger = opts.logger ?? createLogger({ level: "warn", name: "writ-verify" });
+  const brokers = (Array.isArray(opts.brokers) ? [...opts.brokers] : opts.brokers.split(",")).map((b) => b.trim()).filter(Boolean);
+  const sorTimeoutMs = opts.sorTimeoutMs ?? 2000;
+  const submitTimeoutMs = opts.submitTimeoutMs ?? 60_000;
+  const scenarios = opts.scenarios ?? SCENARIOS;
+  const env = opts.env ?? process.env;
+  const runId = `wv-${randomBytes(3).toString("hex")}`;
+  const mod = await loadModule(opts.tools);
+  const unknown = (opts.only ?? []).filter((n) => !mod.tools.some((t) => t.name === n));
+  if (unknown.length > 0) throw configError(`no tool named ${unknown.join(", ")} in the module`, "only");
+  const selected = mod.tools.filter((t) => opts.only === undefined || opts.only.includes(t.name));
+
+  const routed = await routeSystems(mod, env);
+  const topics = {
+    intents: `writ.verify.${runId}.intents`,
+    ledger: `writ.verify.${runId}.ledger`,
+    human: `writ.verify.${runId}.human`,
+    dlq: `writ.verify.${runId}.dlq`,
+  };
+  const replyTopic = (agent: string) => `writ.replies.verify.${runId}.${agent}`;
+  let router: Router | null = null;
+  const clients: WritClient[] = [];
+  try {
+    progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
+    router = await startRouter({
+      config: {
+        brokers,
+        schemaRegistryUrl: opts.schemaRegistryUrl,
+        groupId: `writ.verify.${runId}`,
+        clientId: "writ-verify",
+        instanceId: `writ-verify-${runId}`,
+        intentPartitions: 1,
+        topics,
+        sorTimeoutMs,
+        sessionTimeoutMs: 10_000,
+      },
+      tools: selected,
+      systems: [...routed.owned.values()],
+      logger,
+    });
+    const client = (agent: string) =>
+      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, schemaRegistryUrl: opts.schemaRegistryUrl, logger });
+    const [agent, agentA, agentB] = await Promise.all([client("agent"), client("agent-a"), client("agent-b")]);
+    clients.push(agent!, agentA!, agentB!);
+
+    const tools: ToolReport[] = [];
+    for (const tool of selected) {
+      tools.push(await verifyTool(tool, mod.verify[tool.name], { runId, routed, env, sorTimeoutMs, submitTimeoutMs, scenarios, progress, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } }));
+    }
+    return {
+      ok: tools.every((t) => t.ok),
+      runId,
+      startedAt,
+      durationMs: Date.now() - started,
+      brokers,
+      systems: [...routed.owned.keys()].map((name) => {
+        const proxy = routed.proxyOf.get(name);
+        return { name, faultInjection: proxy ? ("proxy" as const) : ("adapter" as const), upstream: proxy?.upstream ?? null };
+      }),
+      tools,
+    };
+  } finally {
+    await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+    await router?.stop().catch(() => undefined);
+    await closeRouted(routed);
+    if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)]);
+  }
+}
+
+async function deleteTopics(brokers: string[], topics: string[]): Promise<void> {
+  const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers, logLevel: logLevel.NOTHING }).admin();
+  try {
+    await admin.connect();
+    const existing = new Set(await admin.listTopics());
+    const ours = topics.filter((t) => existing.has(t));
+    if (ours.length > 0) await admin.deleteTopics({ topics: ours, timeout: 10_000 });
+  } catch {
+    // Best effort: leftover topics are named writ.verify.<runId>.* and hold only this run's test intents.
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+interface ToolRun {
+  runId: string;
+  routed: Routed;
+  env: NodeJS.ProcessEnv;
+  sorTimeoutMs: number;
+  submitTimeoutMs: number;
+  scenarios: readonly ScenarioName[];
+  progress: (line: string) => void;
+  agents: ScenarioContext["agents"];
+}
+
+async function verifyTool(tool: WriteToolDeclaration<any>, fixture: ToolVerifyFixture<any> | undefined, run: ToolRun): Promise<ToolReport> {
+  if (fixture === undefined) {
+    return emptyToolReport(tool.name, tool.system, "-", [`no verify fixture: add \`${tool.name}\` to the module's \`verify\` export`]);
+  }
+  const entity: EntityRef = { type: tool.recordType, id: fixture.entityId };
+  const direct = run.routed.direct.get(tool.system)!;
+  const owned = run.routed.owned.get(tool.system)!;
+  try {
+    await fixture.prepare?.({ entity, system: direct, env: run.env });
+    if ((await direct.read(entity, { timeoutMs: run.sorTimeoutMs })) === null) {
+      return emptyToolReport(tool.name, tool.system, entityKey(entity), [`${entityKey(entity)} does not exist on ${tool.system}: create it, or give the fixture a prepare()`]);
+    }
+  } catch (err) {
+    return emptyToolReport(tool.name, tool.system, entityKey(entity), [`preparing ${entityKey(entity)} failed: ${err instanceof Error ? err.message : String(err)}`]);
+  }
+  const ctx: ScenarioContext = {
+    runId: `${run.runId}-${tool.name.replace(/[^a-zA-Z0-9]/g, "").slice(0, 8).toLowerCase()}`,
+    tool,
+    fixture,
+    entity,
+    direct,
+    owned,
+    proxy: run.routed.proxyOf.get(tool.system) ?? null,
+    agents: run.agents,
+    submitTimeoutMs: run.submitTimeoutMs,
+    sorTimeoutMs: run.sorTimeoutMs,
+  };
+  const reports: ScenarioReport[] = [];
+  for (const scenario of run.scenarios) {
+    const t0 = Date.now();
+    let r: ScenarioReport;
+    try {
+      r =
+        scenario === "duplicate-submission" ? await duplicateSubmission(ctx)
+        : scenario === "race" ? await race(ctx)
+        : await commitThenFault(ctx, scenario);
+    } catch (err) {
+      r = {
+        scenario,
+        ok: false,
+        effects: 0,
+        expectedEffects: 0,
+        conflicts: 0,
+        lostUpdates: [],
+        duplicates: [],
+        patchesSent: null,
+        replies: [],
+        faultInjection: null,
+        problems: [`could not run: ${err instanceof Error ? err.message : String(err)}`],
+        notes: [],
+        durationMs: Date.now() - t0,
+      };
+    }
+    run.progress(`${tool.name} ${scenario}: ${r.ok ? "pass" : "FAIL"} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
+    reports.push(r);
+  }
+  const lostUpdates = reports.flatMap((r) => r.lostUpdates);
+  return {
+    tool: tool.name,
+    system: tool.system,
+    entity: entityKey(entity),
+    ok: reports.every((r) => r.ok),
+    effects: reports.reduce((n, r) => n + r.effects, 0),
+    conflicts: reports.reduce((n, r) => n + r.conflicts, 0),
+    lostUpdates,
+    scenarios: reports,
+    problems: [],
+  };
+}
