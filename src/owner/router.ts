@@ -108,7 +108,7 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
   await consumer.run({
     autoCommit: false,
     eachBatchAutoResolve: false,
-    partitionsConsumedConcurrently: Math.min(config.intentPartitions, 4),
+    partitionsConsumedConcurrently: Math.min(config.intentPartitions, 12),
     eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
       if (batch.messages.length === 0) return;
       const owner = ownerFor(batch.partition);
