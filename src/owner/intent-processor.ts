@@ -128,11 +128,15 @@ export class IntentProcessor {
     if (entry.fingerprint !== a.fingerprint) return "reused";
     const sameAttempt = (x: { baseVersion: string; deltaFingerprint: string }) =>
       x.baseVersion === a.intent.baseVersion && x.deltaFingerprint === a.deltaFingerprint;
-    // Any attempt seen before is a repeat (a late retry must not start a new conflict cycle); a new base
-    // version or delta is the agent deciding again after a conflict.
     if (entry.status === "pending") return "write";
+    // Any attempt seen before is a repeat: a late retry must not start a new conflict cycle.
     if (entry.attempts.some(sameAttempt)) return "repeat";
-    return entry.status === "conflicted" ? "write" : "reused";
+    // After a conflict, a new base version or delta is the agent deciding again.
+    if (entry.status === "conflicted") return "write";
+    // Settled: a retry built from a fresh read (new base, so maybe a new delta) is the same intent again;
+    // another delta from a base already used is the key reused for a different change (Stripe's rule).
+    const changedAtSameBase = entry.attempts.some((x) => x.baseVersion === a.intent.baseVersion);
+    return changedAtSameBase ? "reused" : "repeat";
   }
 
   /**

@@ -40,6 +40,8 @@ export class PartitionOwner {
   private producer: Producer | null = null;
   private ready: Promise<void> | null = null;
   private closed = false;
+  /** Serialises batches and sweeps on this partition's producer. */
+  private turn: Promise<void> = Promise.resolve();
 
   constructor(partition: number, deps: PartitionOwnerDeps) {
     this.partition = partition;
@@ -105,15 +107,42 @@ export class PartitionOwner {
     hooks: { heartbeat: () => Promise<void>; resolveOffset: (offset: string) => void; isActive: () => boolean },
   ): Promise<void> {
     await this.open(hooks.heartbeat);
-    let i = 0;
-    while (i < messages.length && hooks.isActive() && !this.closed) {
-      const chunk = this.nextChunk(messages, i);
-      await this.processChunk(chunk);
-      const last = chunk.at(-1)!;
-      hooks.resolveOffset(last.offset);
-      await hooks.heartbeat();
-      i += chunk.length;
-    }
+    await this.exclusive(async () => {
+      let i = 0;
+      while (i < messages.length && hooks.isActive() && !this.closed) {
+        const chunk = this.nextChunk(messages, i);
+        await this.processChunk(chunk);
+        const last = chunk.at(-1)!;
+        hooks.resolveOffset(last.offset);
+        await hooks.heartbeat();
+        i += chunk.length;
+      }
+    });
+  }
+
+  /**
+   * Tombstones ledger entries past the retention window, also on a partition
+   * that receives no intents. Runs between batches, never inside one: a
+   * producer carries one transaction at a time.
+   */
+  async sweep(): Promise<number> {
+    if (!this.ledger.owned || this.closed) return 0;
+    return this.exclusive(async () => {
+      const txn = this.ledger.begin();
+      this.expire(txn);
+      const count = txn.changes().length;
+      if (count > 0) await this.commit(txn, emptyOutputs(), null);
+      return count;
+    });
+  }
+
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.turn.then(fn);
+    this.turn = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
   }
 
   /** A chunk ends before a key repeats, so each intent's pending entry is planned once and durable before its write. */

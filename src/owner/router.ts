@@ -123,6 +123,18 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
   });
   log.info({ tools: [...tools.keys()], groupId: config.groupId, registry: config.schemaRegistryUrl !== undefined }, "router started");
 
+  // Retention: idle partitions get their expired ledger entries tombstoned too.
+  const sweepEveryMs = Math.max(250, Math.min(60_000, (config.ledgerRetentionHours * 3_600_000) / 4));
+  const sweeper = setInterval(() => {
+    for (const owner of owners.values()) {
+      owner.sweep().then(
+        (n) => n > 0 && log.info({ partition: owner.partition, tombstones: n }, "ledger entries past retention tombstoned"),
+        (err: unknown) => log.warn({ err, partition: owner.partition }, "ledger sweep failed; next sweep retries"),
+      );
+    }
+  }, sweepEveryMs);
+  sweeper.unref();
+
   let stopped = false;
   return {
     config,
@@ -130,6 +142,7 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
     async stop() {
       if (stopped) return;
       stopped = true;
+      clearInterval(sweeper);
       await consumer.disconnect().catch(() => undefined);
       await Promise.all([...owners.keys()].map(release));
       await reader.stop().catch(() => undefined);

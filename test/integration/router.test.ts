@@ -35,6 +35,33 @@ describe("router core on a real broker", () => {
     expect(h.records.patchRequests(first.intentKey)).toHaveLength(1);
   });
 
+  it("retry-after-fresh-read: a settled intent resubmitted from a new read is answered from the ledger, not written again", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("ticket", "T-5", { status: "open", tags: ["billing"] });
+    await h.startRouter();
+    const agent = await h.client("support-agent");
+    const tag = async (runId: string) => {
+      const read = await readVersion(h.records, "ticket", "T-5");
+      return agent.submit({
+        tool: tagTicket,
+        entity: { type: "ticket", id: "T-5" },
+        runId,
+        stepId: "tag-1",
+        baseVersion: read.version,
+        delta: [{ op: "replace" as const, path: "/tags", value: [...read.state.tags, "vip"] }],
+        params: { tag: "vip" },
+      });
+    };
+    const runId = run();
+    const first = await tag(runId);
+    // A resumed harness reads the ticket again (now at the new version, tag included) and repeats the call.
+    const again = await tag(runId);
+
+    expect(first).toMatchObject({ status: "applied", duplicate: false });
+    expect(again).toMatchObject({ status: "applied", duplicate: true, intentKey: first.intentKey });
+    expect((await readVersion(h.records, "ticket", "T-5")).state.tags).toEqual(["billing", "vip"]);
+  });
+
   it("key-reuse-with-different-params: rejected, nothing written", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket] });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
