@@ -142,3 +142,45 @@ export async function readForTool(ctx: Pick<WritCallContext, "read" | "versions"
   ctx.versions.remember(entity, record);
   return record;
 }
+
+/** What a read tool returns to the model: the record, and the version writes will be based on. */
+export interface ReadToolResult {
+  status: "read";
+  entity: EntityRef;
+  record: unknown;
+  version: string;
+  instruction: string;
+}
+
+export function toReadResult(entity: EntityRef, record: Versioned): ReadToolResult {
+  return {
+    status: "read",
+    entity,
+    record: record.state,
+    version: record.version,
+    instruction: "This is the record as it is now. Your writes to it are checked against this version.",
+  };
+}
+
+/**
+ * Fills `versions`, for entities it does not know yet, from tool results
+ * already in the conversation, oldest first: read results, and write results
+ * that carry their `entity` (`applied`: the new version; `conflict`: `current`).
+ * A run continued from saved messages in a fresh process then bases its
+ * writes on what the model saw, not on a new read.
+ */
+export function recallVersions(versions: VersionBook, outputs: Iterable<unknown>): void {
+  const latest = new Map<string, { entity: EntityRef; record: Versioned }>();
+  for (const out of outputs) {
+    if (typeof out !== "object" || out === null) continue;
+    const o = out as Record<string, unknown>;
+    const entity = o.entity as Partial<EntityRef> | undefined;
+    if (typeof entity?.type !== "string" || typeof entity.id !== "string") continue;
+    const current = o.current as Partial<Versioned> | undefined;
+    let record: Versioned | undefined;
+    if ((o.status === "read" || o.status === "applied") && typeof o.version === "string") record = { state: o.record, version: o.version };
+    else if (o.status === "conflict" && typeof current?.version === "string") record = { state: current.state, version: current.version };
+    if (record) latest.set(`${entity.type}:${entity.id}`, { entity: { type: entity.type, id: entity.id }, record });
+  }
+  for (const { entity, record } of latest.values()) if (!versions.get(entity)) versions.remember(entity, record);
+}

@@ -1,0 +1,42 @@
+// The demo tools as an agent sees them: which record a call targets and the
+// delta it makes. The model names the record (`paymentId`, `ticketId`), so the
+// agent-side declaration adds that param to the owner's; the owner validates
+// the params it declares and ignores the extra one. Used by the framework
+// adapters' examples and by `npm run mcp` (its default WRIT_TOOL_SPECS_MODULE).
+import { z } from "zod";
+import type { WritToolSpec } from "../producers/adapters/tool-bridge.ts";
+import { declareWriteTool, type WriteToolDeclaration } from "../src/tools.ts";
+import { refundPayment, systems, tagTicket } from "./demo-tools.ts";
+
+export { systems };
+
+/** `decl` with a required string param naming the target record, for models that pick the record. */
+function withTargetParam<P extends Record<string, unknown>, K extends string>(
+  decl: WriteToolDeclaration<P>,
+  name: K,
+  description: string,
+): WriteToolDeclaration<P & Record<K, string>> {
+  const params: unknown = decl.params;
+  if (!(params instanceof z.ZodObject)) throw new TypeError(`tool ${decl.name}: params must be a zod object`);
+  const extended = z.object({ [name]: z.string().min(1).max(256).describe(description) }).extend(params.shape);
+  return declareWriteTool({ ...decl, params: extended as unknown as z.ZodType<P & Record<K, string>> });
+}
+
+/** Refund a payment: appends `{amountCents, reason}` to `/refunds` (the note is free text and stays out of the delta). */
+export const refundPaymentSpec: WritToolSpec<z.output<typeof refundPayment.params> & { paymentId: string }> = {
+  tool: withTargetParam(refundPayment, "paymentId", "The payment to refund, e.g. pay_1001"),
+  entity: (p) => ({ type: "payment", id: p.paymentId }),
+  delta: (p) => [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, reason: p.reason } }],
+};
+
+/** Add a tag to a ticket: replaces `/tags` with the tags as read plus the new one (strict: a changed ticket is a conflict). */
+export const tagTicketSpec: WritToolSpec<z.output<typeof tagTicket.params> & { ticketId: string }> = {
+  tool: withTargetParam(tagTicket, "ticketId", "The ticket to tag, e.g. T-42"),
+  entity: (p) => ({ type: "ticket", id: p.ticketId }),
+  delta: (p, current) => {
+    const tags = ((current.state as { tags?: string[] } | null)?.tags ?? []).filter((t) => typeof t === "string");
+    return [{ op: "replace", path: "/tags", value: tags.includes(p.tag) ? tags : [...tags, p.tag] }];
+  },
+};
+
+export const specs: WritToolSpec<any>[] = [refundPaymentSpec, tagTicketSpec];

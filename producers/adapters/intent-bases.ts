@@ -1,0 +1,128 @@
+import { intentKey } from "../../src/keys.ts";
+import { entityKey, type EntityRef, type Versioned } from "../../src/schemas/common.ts";
+import type { SubmitResult } from "../writ-client.ts";
+import { DEFAULT_STEP_ID, VersionBook, submitToolCall, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+
+// Why bases are pinned per intent key: a call that waited for a person's
+// approval, or is resumed from saved state, should be written against the
+// version it was made (and approved) against. A strict tool then reports a
+// change made meanwhile as a conflict for the agent to decide again, instead
+// of applying a read-modify-write the approver never saw to a newer record.
+// Repeats stay safe either way: the owner answers the same attempt, or a retry
+// from a fresher read, from its ledger. Only a conflict moves the pin, to the
+// `current` the owner returned, because that is the agent deciding again.
+
+/** Where the base each intent was first submitted against is kept (per run, session or process). */
+export interface IntentBases {
+  get(intentKey: string): Versioned | undefined;
+  set(intentKey: string, base: Versioned): void;
+}
+
+/**
+ * Bases in memory, oldest dropped first past `maxEntries` (default 10 000).
+ * Enough for retries inside one process; a harness that resumes in another
+ * process keeps them with its run state instead (see the OpenAI Agents adapter).
+ */
+export class MemoryIntentBases implements IntentBases {
+  readonly #bases = new Map<string, Versioned>();
+  readonly #maxEntries: number;
+
+  constructor(maxEntries = 10_000) {
+    this.#maxEntries = maxEntries;
+  }
+
+  get(key: string): Versioned | undefined {
+    return this.#bases.get(key);
+  }
+
+  set(key: string, base: Versioned): void {
+    this.#bases.delete(key);
+    this.#bases.set(key, base);
+    if (this.#bases.size > this.#maxEntries) this.#bases.delete(this.#bases.keys().next().value!);
+  }
+}
+
+/** Bases kept in a plain JSON object, e.g. inside a framework's serialized run context. */
+export function recordIntentBases(store: Record<string, Versioned>): IntentBases {
+  return {
+    get: (key) => store[key],
+    set: (key, base) => {
+      store[key] = base;
+    },
+  };
+}
+
+/** The intent key a tool call will be submitted under (the same derivation as the client's). */
+export function toolCallIntentKey<P extends Record<string, unknown>>(ctx: Pick<WritCallContext, "runId" | "stepId">, spec: WritToolSpec<P>, params: P): string {
+  return intentKey({ tool: spec.tool, runId: ctx.runId, stepId: ctx.stepId ?? DEFAULT_STEP_ID, entity: spec.entity(params), params });
+}
+
+/**
+ * The base this tool call is (or will be) submitted against: the pinned one,
+ * else the version the harness has seen, else a fresh read. Pins it.
+ * Call it where a harness makes the call durable before executing it (an
+ * approval request), so a resume from that saved state repeats the same attempt.
+ */
+export async function pinToolCallBase<P extends Record<string, unknown>>(
+  ctx: WritCallContext,
+  spec: WritToolSpec<P>,
+  params: P,
+  bases: IntentBases,
+): Promise<Versioned> {
+  const key = toolCallIntentKey(ctx, spec, params);
+  const pinned = bases.get(key);
+  if (pinned) return pinned;
+  const entity = spec.entity(params);
+  let base = ctx.versions.get(entity);
+  if (!base) {
+    base = await ctx.read(entity);
+    ctx.versions.remember(entity, base);
+  }
+  bases.set(key, base);
+  return base;
+}
+
+/**
+ * {@link submitToolCall}, safe to repeat: a retry, a resume from an older
+ * saved state or a re-plan with a new tool-call id is sent against the base
+ * of the first attempt, so the owner answers it from its ledger
+ * (`duplicate: true`) instead of refusing it as a reused key. After a
+ * conflict the pin moves to the owner's `current`, so deciding again writes.
+ *
+ * @example
+ * const reply = await submitRepeatableToolCall(ctx, refundSpec, params, new MemoryIntentBases());
+ */
+export async function submitRepeatableToolCall<P extends Record<string, unknown>>(
+  ctx: WritCallContext,
+  spec: WritToolSpec<P>,
+  params: P,
+  bases: IntentBases,
+): Promise<SubmitResult> {
+  const key = toolCallIntentKey(ctx, spec, params);
+  const base = await pinToolCallBase(ctx, spec, params, bases);
+  const result = await submitToolCall({ ...ctx, versions: new PinnedVersionBook(ctx.versions, spec.entity(params), base) }, spec, params);
+  if (result.status === "conflict") bases.set(key, result.current);
+  return result;
+}
+
+/** The harness's book, except that the call's own entity reads as the pinned base. */
+class PinnedVersionBook extends VersionBook {
+  readonly #inner: VersionBook;
+  readonly #entityKey: string;
+  readonly #base: Versioned;
+
+  constructor(inner: VersionBook, entity: EntityRef, base: Versioned) {
+    super();
+    this.#inner = inner;
+    this.#entityKey = entityKey(entity);
+    this.#base = base;
+  }
+
+  override get(entity: EntityRef): Versioned | undefined {
+    return entityKey(entity) === this.#entityKey ? this.#base : this.#inner.get(entity);
+  }
+
+  override remember(entity: EntityRef, record: Versioned): void {
+    this.#inner.remember(entity, record);
+  }
+}

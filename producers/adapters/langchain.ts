@@ -1,0 +1,192 @@
+// LangChain.js adapter: a declared write tool becomes a `@langchain/core` tool
+// whose call submits a write intent. In a LangGraph graph the run id is the
+// thread (`configurable.thread_id`), and approval is LangGraph's
+// human-in-the-loop: `interrupt()` before the write, `new Command({ resume })`
+// to go on.
+//
+// On resume LangGraph runs the interrupted node again from its start, and a
+// run replayed from an older checkpoint (after a crash before the newer one was
+// stored) runs the tool again after the write. Both reach the same intent key
+// (thread id, step id, tool, record, intent fields), so the ledger answers with
+// the stored reply: one write.
+import { ToolMessage } from "@langchain/core/messages";
+import { tool, type ToolRunnableConfig } from "@langchain/core/tools";
+import { getCurrentTaskInput, interrupt } from "@langchain/langgraph";
+import { z } from "zod";
+import type { EntityRef } from "../../src/schemas/common.ts";
+import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
+import {
+  readForTool,
+  recallVersions,
+  toModelResult,
+  toReadResult,
+  type ModelToolResult,
+  type ReadToolResult,
+  type WritCallContext,
+  type WritToolSpec,
+} from "./tool-bridge.ts";
+
+/**
+ * What the harness gives writ: everything but the ids LangGraph supplies. The
+ * thread id wins over `runId`; `runId` serves a tool called outside a graph.
+ * `bases` keeps the base version each intent was first sent against (see
+ * intent-bases.ts); default: in memory, per tool.
+ */
+export type WritThreadContext = Omit<WritCallContext, "toolCallId" | "runId"> & { runId?: string; bases?: IntentBases };
+
+/** One LangChain tool call, as a context factory sees it. */
+export interface LangChainToolCall {
+  toolCallId: string | undefined;
+  /** `config.configurable.thread_id`, when the tool runs in a graph with a checkpointer. */
+  threadId: string | undefined;
+  config: ToolRunnableConfig;
+}
+
+export type WritThreadContextSource = WritThreadContext | ((call: LangChainToolCall) => WritThreadContext | Promise<WritThreadContext>);
+
+/** The interrupt value a write tool raises when it needs approval. */
+export interface WritApprovalRequest {
+  type: "writ_approval";
+  tool: string;
+  entity: EntityRef;
+  params: Record<string, unknown>;
+  toolCallId?: string;
+}
+
+/** The resume value: `new Command({ resume: { approved: true } })`. A bare boolean is accepted too. */
+export type WritApprovalDecision = { approved: boolean; reason?: string } | boolean;
+
+/** What the tool returns when the person said no. */
+export interface DeniedToolResult {
+  status: "denied";
+  reason?: string;
+  instruction: string;
+}
+
+/** The tool's artifact (and, as JSON, its content): the model result plus the record it targeted. */
+export type WritLangChainOutput = (ModelToolResult | DeniedToolResult) & { entity: EntityRef };
+
+export interface WritLangChainToolOptions<P> {
+  /**
+   * Ask a person before the write, with LangGraph's `interrupt()` (needs a
+   * graph with a checkpointer). `true`, or a function of the params. Default: false.
+   */
+  approval?: boolean | ((params: P) => boolean);
+}
+
+/**
+ * A LangChain tool for a declared write tool. Its content is the JSON the
+ * model reads; its artifact (`ToolMessage.artifact`) the same object, for the
+ * harness.
+ *
+ * @example
+ * const versions = new VersionBook();
+ * const ctx = { client: writ, versions, read: (e) => billing.read(e, { timeoutMs: 5000 }) };
+ * const tools = [writLangChainReadTool({ recordType: "payment" }, ctx), writLangChainTool(refundSpec, ctx, { approval: true })];
+ * const graph = buildGraph(tools).compile({ checkpointer: new MemorySaver() });
+ * await graph.invoke({ messages }, { configurable: { thread_id: conversationId } });    // stops at the interrupt
+ * await graph.invoke(new Command({ resume: { approved: true } }), { configurable: { thread_id: conversationId } });
+ */
+export function writLangChainTool<P extends Record<string, unknown>>(
+  spec: WritToolSpec<P>,
+  context: WritThreadContextSource,
+  options: WritLangChainToolOptions<P> = {},
+) {
+  const memoryBases = new MemoryIntentBases();
+  return tool(
+    async (params: P, config: ToolRunnableConfig): Promise<[string, WritLangChainOutput]> => {
+      const call = toolCall(config);
+      const entity = spec.entity(params);
+      const { bases = memoryBases, runId: fallbackRunId, ...run } = await resolve(context, call);
+      const runId = call.threadId ?? fallbackRunId;
+      if (!runId) {
+        throw new Error(`writ tool ${spec.tool.name}: no run id (no configurable.thread_id, no runId in the context); a random one would defeat deduplication`);
+      }
+      const ctx: WritCallContext = { ...run, runId, ...(call.toolCallId ? { toolCallId: call.toolCallId } : {}) };
+      recallVersions(ctx.versions, threadToolOutputs(config));
+      const needsApproval = typeof options.approval === "function" ? options.approval(params) : options.approval === true;
+      if (needsApproval) {
+        // This function runs again from the top on resume: before the interrupt
+        // only the pin (a read at most) happens, so the approved write, and any
+        // replay of it, is sent against the version that was there when asked.
+        await pinToolCallBase(ctx, spec, params, bases);
+        const request: WritApprovalRequest = { type: "writ_approval", tool: spec.tool.name, entity, params, ...(call.toolCallId ? { toolCallId: call.toolCallId } : {}) };
+        const decision = interrupt<WritApprovalRequest, WritApprovalDecision>(request);
+        const approved = typeof decision === "boolean" ? decision : decision?.approved === true;
+        if (!approved) {
+          const reason = typeof decision === "object" ? decision?.reason : undefined;
+          return asToolOutput({
+            status: "denied",
+            ...(reason ? { reason } : {}),
+            instruction: "A person did not approve this write; nothing was written. Do not call the tool again for it unless the user asks.",
+            entity,
+          });
+        }
+      }
+      const result = await submitRepeatableToolCall(ctx, spec, params, bases);
+      return asToolOutput({ ...toModelResult(result), entity });
+    },
+    {
+      name: spec.tool.name,
+      description: spec.description ?? spec.tool.description ?? spec.tool.name,
+      schema: spec.tool.params as z.ZodType<P>,
+      responseFormat: "content_and_artifact",
+    },
+  );
+}
+
+/** A read tool over one record type: the model names the record by id. */
+export interface WritReadToolSpec {
+  recordType: string;
+  /** Default: `get_<recordType>`. */
+  name?: string;
+  /** Default: "Read a <recordType> record with its current version." */
+  description?: string;
+}
+
+/** A LangChain tool that reads a record with its version and remembers the version for the writes that follow. */
+export function writLangChainReadTool(spec: WritReadToolSpec, context: WritThreadContextSource) {
+  return tool(
+    async ({ id }: { id: string }, config: ToolRunnableConfig): Promise<[string, ReadToolResult]> => {
+      const run = await resolve(context, toolCall(config));
+      const entity = { type: spec.recordType, id };
+      return asToolOutput(toReadResult(entity, await readForTool(run, entity)));
+    },
+    {
+      name: spec.name ?? `get_${spec.recordType}`,
+      description: spec.description ?? `Read a ${spec.recordType} record with its current version.`,
+      schema: z.object({ id: z.string().min(1).describe(`the ${spec.recordType} id`) }),
+      responseFormat: "content_and_artifact",
+    },
+  );
+}
+
+function asToolOutput<T>(result: T): [string, T] {
+  return [JSON.stringify(result), result];
+}
+
+function toolCall(config: ToolRunnableConfig): LangChainToolCall {
+  const threadId = config.configurable?.thread_id;
+  return {
+    toolCallId: config.toolCall?.id,
+    threadId: typeof threadId === "string" && threadId !== "" ? threadId : undefined,
+    config,
+  };
+}
+
+async function resolve(source: WritThreadContextSource, call: LangChainToolCall): Promise<WritThreadContext> {
+  return typeof source === "function" ? source(call) : source;
+}
+
+/** Artifacts of the tool messages in the graph state, oldest first; none outside a graph. */
+function threadToolOutputs(config: ToolRunnableConfig): unknown[] {
+  let state: unknown;
+  try {
+    state = getCurrentTaskInput(config);
+  } catch {
+    return [];
+  }
+  const messages = (state as { messages?: unknown } | undefined)?.messages;
+  if (!Array.isArray(messages)) return [];
+  return messages.filter((m): m is ToolMessage => ToolMessage.isInstance(m)).map((m) => m.artifact);
+}

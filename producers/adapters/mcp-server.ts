@@ -1,0 +1,260 @@
+// MCP (`@modelcontextprotocol/sdk`, an optional peer dependency): declared
+// write tools, and a read tool, as an MCP server, so any MCP-speaking agent
+// writes through writ. Transports: stdio, and streamable HTTP bound to 127.0.0.1.
+//
+// The run id (the intent key's run scope) of a tool call is, in this order:
+//   1. `_meta["writ/runId"]` on the tools/call request: a harness that knows its
+//      conversation id sets it, and a retry after a reconnect is then still a repeat;
+//   2. the MCP session id (streamable HTTP): one session is one run;
+//   3. the server's configured run id (stdio: `--run-id` / `WRIT_RUN_ID`), else
+//      one random id per server process (a stdio server serves one client).
+// The model never supplies it.
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { WritError } from "../../src/errors.ts";
+import { createLogger, type Logger } from "../../src/logger.ts";
+import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
+import type { SystemOfRecord } from "../../src/sor/adapter.ts";
+import type { WritClient } from "../writ-client.ts";
+import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
+import { VersionBook, readForTool, toModelResult, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+
+/** `_meta` key of a tools/call request carrying the harness's run (conversation) id. */
+export const RUN_ID_META_KEY = "writ/runId";
+/** `_meta` key of a tools/call request carrying a step id (only when one run may make the same intent twice). */
+export const STEP_ID_META_KEY = "writ/stepId";
+/** Name of the read tool. */
+export const READ_TOOL_NAME = "read_record";
+
+/** What a writ MCP server needs; shared by all its sessions. */
+export interface WritMcpServerOptions {
+  client: WritClient;
+  tools: readonly WritToolSpec<any>[];
+  /** Reads a record with its version; see {@link systemsReader}. */
+  read(entity: EntityRef): Promise<Versioned>;
+  /** Record types the read tool serves. Default: those the tools write. */
+  readableTypes?: readonly string[];
+  /** The base each intent was first sent against, so repeats are answered as repeats. Default: in memory, per process. */
+  bases?: IntentBases;
+  /** Deadline of one submission in ms; past it the tool answers `unknown`. Default: the client's (30 000). */
+  timeoutMs?: number;
+  /** Server name in the MCP handshake. Default `writ`. */
+  name?: string;
+  logger?: Logger;
+}
+
+/** One session's server: the run id falls back to `fallbackRunId` where the transport has no session id (stdio). */
+export function createWritMcpServer(options: WritMcpServerOptions, session: { fallbackRunId?: string } = {}): McpServer {
+  const server = new McpServer({ name: options.name ?? "writ", version: "0.1.0" }, { capabilities: { tools: {} } });
+  const versions = new VersionBook();
+  const bases = options.bases ?? processBases;
+  const readable = [...new Set(options.readableTypes ?? options.tools.map((s) => s.tool.recordType))];
+
+  for (const spec of options.tools) {
+    server.registerTool(
+      spec.tool.name,
+      {
+        description: `${spec.description ?? spec.tool.description ?? spec.tool.name} Writes go through writ: calling again with the same arguments is safe and returns the same outcome.`,
+        inputSchema: spec.tool.params as z.ZodObject,
+        outputSchema: ModelToolResultShape,
+        annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
+      },
+      async (args: Record<string, unknown>, extra) => {
+        const runId = metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
+        if (!runId) throw new WritError("config_invalid", "no run id for this call: set _meta[\"writ/runId\"]", { retriable: false, context: { tool: spec.tool.name } });
+        const stepId = metaString(extra._meta, STEP_ID_META_KEY);
+        const ctx: WritCallContext = {
+          client: options.client,
+          runId,
+          ...(stepId ? { stepId } : {}),
+          toolCallId: String(extra.requestId),
+          versions,
+          read: options.read,
+          ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+        };
+        return toolResult(toModelResult(await submitRepeatableToolCall(ctx, spec, args, bases)));
+      },
+    );
+  }
+
+  if (readable.length > 0) {
+    server.registerTool(
+      READ_TOOL_NAME,
+      {
+        description: `Read a record (${readable.join(", ")}) with its current version before changing it.`,
+        inputSchema: z.object({ type: z.enum(readable as [string, ...string[]]), id: z.string().min(1).max(256) }),
+        outputSchema: z.object({
+          status: z.literal("read"),
+          entity: z.object({ type: z.string(), id: z.string() }),
+          record: z.unknown(),
+          version: z.string(),
+          instruction: z.string(),
+        }),
+        annotations: { readOnlyHint: true, openWorldHint: true },
+      },
+      async ({ type, id }) => {
+        const entity = { type, id };
+        const result = toReadResult(entity, await readForTool({ read: options.read, versions }, entity));
+        return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: { ...result } };
+      },
+    );
+  }
+  return server;
+}
+
+/** Every result also as JSON text, for clients that show only `content`. A refusal is flagged `isError`. */
+function toolResult(result: ModelToolResult): CallToolResult {
+  return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError: result.status === "rejected" };
+}
+
+/** The advertised output: every {@link ModelToolResult} has a status and an instruction; the rest depends on the status. */
+const ModelToolResultShape = z.looseObject({
+  status: z.enum(["applied", "conflict", "rejected", "escalated", "unknown"]),
+  instruction: z.string(),
+});
+
+const processBases = new MemoryIntentBases();
+
+function metaString(meta: Record<string, unknown> | undefined, key: string): string | undefined {
+  const value = meta?.[key];
+  return typeof value === "string" && value !== "" ? value : undefined;
+}
+
+/**
+ * A reader over systems of record, by the tools' record types: the system a
+ * tool writes is the one its records are read from.
+ */
+export function systemsReader(tools: readonly WritToolSpec<any>[], systems: readonly SystemOfRecord[], opts: { timeoutMs?: number } = {}) {
+  const byType = new Map<string, SystemOfRecord>();
+  for (const spec of tools) {
+    const system = systems.find((s) => s.name === spec.tool.system);
+    if (!system) throw new WritError("config_invalid", `tool ${spec.tool.name}: no system of record named ${spec.tool.system}`, { retriable: false, context: { tool: spec.tool.name } });
+    byType.set(spec.tool.recordType, system);
+  }
+  return async (entity: EntityRef): Promise<Versioned> => {
+    const system = byType.get(entity.type);
+    if (!system) throw new WritError("config_invalid", `no tool writes ${entity.type} records`, { retriable: false, context: { entity: `${entity.type}:${entity.id}` } });
+    const record = await system.read(entity, { timeoutMs: opts.timeoutMs ?? 5_000 });
+    if (!record) throw new WritError("sor_protocol", `${entity.type}:${entity.id} does not exist`, { retriable: false, context: { entity: `${entity.type}:${entity.id}` } });
+    return record;
+  };
+}
+
+/** A running stdio server. */
+export interface WritMcpStdio {
+  runId: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves on this process's stdin/stdout (stdout then carries only MCP
+ * messages; logs go to stderr). `runId` defaults to one random id per process.
+ */
+export async function serveWritMcpStdio(options: WritMcpServerOptions & { runId?: string }): Promise<WritMcpStdio> {
+  const runId = options.runId ?? `mcp-stdio-${randomUUID()}`;
+  const server = createWritMcpServer(options, { fallbackRunId: runId });
+  await server.connect(new StdioServerTransport());
+  return { runId, close: () => server.close() };
+}
+
+/** Options of {@link startWritMcpHttpServer}. */
+export interface WritMcpHttpOptions extends WritMcpServerOptions {
+  /** TCP port on 127.0.0.1; 0 takes an ephemeral one. Default 0. */
+  port?: number;
+  /** Endpoint path. Default `/mcp`. */
+  path?: string;
+}
+
+/** A running streamable HTTP server. */
+export interface WritMcpHttp {
+  /** e.g. `http://127.0.0.1:39100/mcp`. */
+  url: string;
+  /** Open MCP sessions. */
+  sessions(): number;
+  close(): Promise<void>;
+}
+
+/**
+ * Streamable HTTP on 127.0.0.1, one MCP session per client (its session id is
+ * the run id unless the request names one in `_meta`). Requests whose Host or
+ * Origin is not this loopback address are refused (DNS rebinding; MCP
+ * transports spec, "Security Warning").
+ *
+ * @example
+ * const mcp = await startWritMcpHttpServer({ client, tools: specs, read, port: 39100 });
+ * // an MCP client connects to mcp.url
+ */
+export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promise<WritMcpHttp> {
+  const log = (options.logger ?? createLogger({ name: "writ-mcp" })).child({ component: "mcp-http" });
+  const path = options.path ?? "/mcp";
+  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; server: McpServer }>();
+  let port = 0;
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const allowedHosts = [`127.0.0.1:${port}`, `localhost:${port}`];
+    if (!allowedHosts.includes(req.headers.host ?? "")) return refuse(res, 403, "host not allowed");
+    const origin = req.headers.origin;
+    if (origin !== undefined && !allowedHosts.some((h) => origin === `http://${h}`)) return refuse(res, 403, "origin not allowed");
+    if (new URL(req.url ?? "/", "http://127.0.0.1").pathname !== path) return refuse(res, 404, "not found");
+
+    const sessionId = req.headers["mcp-session-id"];
+    if (typeof sessionId === "string") {
+      const open = sessions.get(sessionId);
+      if (!open) return refuse(res, 404, "session not found");
+      return open.transport.handleRequest(req, res);
+    }
+    if (req.method !== "POST") return refuse(res, 400, "no session: POST an initialize request first");
+    const server = createWritMcpServer(options);
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => {
+        sessions.set(id, { transport, server });
+        log.debug({ session: id }, "MCP session opened");
+      },
+      onsessionclosed: (id) => {
+        sessions.delete(id);
+      },
+    });
+    transport.onclose = () => {
+      if (transport.sessionId) sessions.delete(transport.sessionId);
+    };
+    await server.connect(transport);
+    await transport.handleRequest(req, res);
+    // Not an initialize request: the transport answered 400 and no session exists.
+    if (!transport.sessionId) await server.close();
+  };
+
+  const http = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      log.error({ err }, "MCP request failed");
+      if (!res.headersSent) refuse(res, 500, "internal error");
+      else res.end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(options.port ?? 0, "127.0.0.1", () => resolve());
+  });
+  port = (http.address() as AddressInfo).port;
+
+  return {
+    url: `http://127.0.0.1:${port}${path}`,
+    sessions: () => sessions.size,
+    async close() {
+      await Promise.all([...sessions.values()].map(({ server }) => server.close().catch(() => undefined)));
+      sessions.clear();
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    },
+  };
+}
+
+function refuse(res: ServerResponse, status: number, message: string): void {
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+}

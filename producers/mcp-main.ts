@@ -1,0 +1,123 @@
+// `npm run mcp -- --stdio` or `npm run mcp -- --http [--port N]`: writ's write
+// tools as an MCP server for any MCP-speaking agent. It is the agent side only
+// (a writ client); owners run separately (`npm run owner`). Configuration comes
+// from the environment (README, "Agent frameworks: OpenAI Agents JS and MCP")
+// and is validated before anything connects. Logs go to stderr: under --stdio,
+// stdout carries MCP messages only.
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+import { parseConfig } from "../src/config.ts";
+import { WritError } from "../src/errors.ts";
+import { createLogger } from "../src/logger.ts";
+import type { SystemOfRecord } from "../src/sor/adapter.ts";
+import { serveWritMcpStdio, startWritMcpHttpServer, systemsReader } from "./adapters/mcp-server.ts";
+import type { WritToolSpec } from "./adapters/tool-bridge.ts";
+import { createWritClient, type WritClient } from "./writ-client.ts";
+
+/** The MCP server process. Every default lives here. */
+const McpMainConfig = z
+  .object({
+    brokers: z.string().min(1, "required, e.g. 127.0.0.1:39092 (npm run kafka:up)"),
+    schemaRegistryUrl: z.url().optional(),
+    intentsTopic: z.string().min(1).default("writ.intents"),
+    /** Names this agent in intents; also names its reply topic. */
+    agentId: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/).default("mcp-agent"),
+    replyTopic: z.string().min(1).optional(),
+    /** Deadline of one submission. ms. */
+    submitTimeoutMs: z.coerce.number().int().positive().default(30_000),
+    /** Module exporting `specs` (WritToolSpec[]) and `systems(env)`. */
+    specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
+    /** stdio only: the run id of every call that names none in `_meta`. */
+    runId: z.string().min(1).optional(),
+    /** --http only. */
+    port: z.coerce.number().int().min(0).max(65535).default(39100),
+  })
+  .strict();
+
+const ENV = {
+  brokers: "KAFKA_BROKERS",
+  schemaRegistryUrl: "SCHEMA_REGISTRY_URL",
+  intentsTopic: "WRIT_INTENTS_TOPIC",
+  agentId: "WRIT_MCP_AGENT_ID",
+  replyTopic: "WRIT_MCP_REPLY_TOPIC",
+  submitTimeoutMs: "WRIT_SUBMIT_TIMEOUT_MS",
+  specsModule: "WRIT_TOOL_SPECS_MODULE",
+  runId: "WRIT_RUN_ID",
+  port: "WRIT_MCP_PORT",
+} as const;
+
+interface SpecsModule {
+  specs: WritToolSpec<any>[];
+  systems: (env: NodeJS.ProcessEnv) => SystemOfRecord[];
+}
+
+const log = createLogger({ name: "writ-mcp" });
+let client: WritClient | undefined;
+let close: (() => Promise<void>) | undefined;
+
+let stopping = false;
+async function stop(reason: string): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  log.info({ reason }, "stopping");
+  await close?.().catch(() => undefined);
+  await client?.close().catch(() => undefined);
+  process.exit(0);
+}
+
+try {
+  const { values: args } = parseArgs({
+    options: { stdio: { type: "boolean" }, http: { type: "boolean" }, port: { type: "string" }, "run-id": { type: "string" } },
+    strict: true,
+  });
+  if (args.stdio === args.http) {
+    throw new WritError("config_invalid", "usage: npm run mcp -- --stdio [--run-id ID] | --http [--port N]", { retriable: false, context: { field: "argv" } });
+  }
+  const input: Record<string, unknown> = {};
+  for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = process.env[name];
+  if (args.port !== undefined) input.port = args.port;
+  if (args["run-id"] !== undefined) input.runId = args["run-id"];
+  const config = parseConfig(McpMainConfig, input, "MCP server", (path) => {
+    const field = String(path[0] ?? "");
+    return field in ENV ? `${ENV[field as keyof typeof ENV]} (${field})` : field;
+  });
+
+  const mod = (await import(pathToFileURL(resolve(config.specsModule)).href)) as Partial<SpecsModule>;
+  if (!Array.isArray(mod.specs) || typeof mod.systems !== "function") {
+    throw new WritError("config_invalid", `WRIT_TOOL_SPECS_MODULE (${config.specsModule}) must export specs[] and systems(env)`, {
+      retriable: false,
+      context: { field: "WRIT_TOOL_SPECS_MODULE" },
+    });
+  }
+  client = await createWritClient({
+    brokers: config.brokers,
+    agentId: config.agentId,
+    replyTopic: config.replyTopic ?? `writ.replies.${config.agentId}`,
+    intentsTopic: config.intentsTopic,
+    submitTimeoutMs: config.submitTimeoutMs,
+    ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
+    logger: log,
+  });
+  const options = { client, tools: mod.specs, read: systemsReader(mod.specs, mod.systems(process.env)), logger: log };
+  if (args.stdio) {
+    const stdio = await serveWritMcpStdio({ ...options, ...(config.runId ? { runId: config.runId } : {}) });
+    close = stdio.close;
+    log.info({ runId: stdio.runId, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on stdio");
+    // The client closing our stdin is the end of the session.
+    process.stdin.once("end", () => void stop("stdin closed"));
+  } else {
+    const http = await startWritMcpHttpServer({ ...options, port: config.port });
+    close = http.close;
+    log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
+    process.stderr.write(`writ MCP server: ${http.url}\n`);
+  }
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+} catch (err) {
+  log.fatal({ err }, err instanceof WritError ? err.message : "MCP server failed to start");
+  await client?.close().catch(() => undefined);
+  process.exitCode = 1;
+  setTimeout(() => process.exit(1), 100).unref();
+}

@@ -1,0 +1,156 @@
+import { request } from "node:http";
+import { resolve } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { describe, expect, it, onTestFailed, onTestFinished } from "vitest";
+import { specs } from "../../../examples/demo-tool-specs.ts";
+import { refundPayment, systems, tagTicket } from "../../../examples/demo-tools.ts";
+import { RUN_ID_META_KEY, startWritMcpHttpServer, systemsReader } from "../../../producers/adapters/mcp-server.ts";
+import { brokers, readVersion, registryUrl, startHarness, type Harness } from "../../helpers/writ-harness.ts";
+
+const conversation = () => `conv-${Math.random().toString(36).slice(2, 10)}`;
+const refund = { paymentId: "pay_1", amountCents: 500, reason: "damaged", note: "Photos of the broken item attached." };
+
+async function connect(transport: StdioClientTransport | StreamableHTTPClientTransport): Promise<Client> {
+  const client = new Client({ name: "writ-test-agent", version: "0.0.0" });
+  await client.connect(transport);
+  onTestFinished(() => client.close());
+  return client;
+}
+
+async function call(client: Client, name: string, args: Record<string, unknown>, meta?: Record<string, unknown>) {
+  const result = await client.callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) });
+  const text = (result.content as { type: string; text: string }[])[0]!.text;
+  expect(JSON.parse(text)).toEqual(result.structuredContent);
+  return result.structuredContent as Record<string, any>;
+}
+
+async function httpServer(h: Harness) {
+  const client = await h.client("mcp-agent");
+  const mcp = await startWritMcpHttpServer({ client, tools: specs, read: systemsReader(specs, systems({ RECORDS_URL: h.records.url })) });
+  onTestFinished(() => mcp.close());
+  return mcp;
+}
+
+describe("MCP server on a real broker", () => {
+  it("stdio-retry: the entry point writes once across a retry with a reworded note", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"],
+      env: {
+        PATH: process.env.PATH ?? "",
+        KAFKA_BROKERS: brokers().join(","),
+        ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
+        WRIT_INTENTS_TOPIC: h.config.topics.intents,
+        WRIT_MCP_AGENT_ID: `mcp-agent-${h.id}`,
+        RECORDS_URL: h.records.url,
+        WRIT_RUN_ID: conversation(),
+        LOG_LEVEL: "error",
+      },
+      stderr: "pipe",
+    });
+    let serverStderr = "";
+    transport.stderr?.on("data", (chunk: Buffer) => (serverStderr += chunk.toString()));
+    onTestFailed(() => console.error(`MCP server stderr:\n${serverStderr}`));
+    const client = await connect(transport);
+
+    const tools = (await client.listTools()).tools;
+    expect(tools.map((t) => t.name).sort()).toEqual(["read_record", "refund_payment", "tag_ticket"]);
+    expect(tools.find((t) => t.name === "refund_payment")?.annotations).toMatchObject({ idempotentHint: true, readOnlyHint: false });
+    const read = await call(client, "read_record", { type: "payment", id: "pay_1" });
+    const first = await call(client, "refund_payment", refund);
+    const retry = await call(client, "refund_payment", { ...refund, note: "Item arrived broken." });
+
+    expect(read).toMatchObject({ status: "read", entity: { type: "payment", id: "pay_1" }, version: '"v1"', record: { refunds: [] } });
+    expect(first).toMatchObject({ status: "applied", duplicate: false, version: '"v2"' });
+    expect(retry).toMatchObject({ status: "applied", duplicate: true, version: '"v2"' });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 500, reason: "damaged" }]);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  });
+
+  it("http-retry: two calls in one MCP session (run id = session id) write once", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const mcp = await httpServer(h);
+    const client = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+
+    const first = await call(client, "refund_payment", refund);
+    const retry = await call(client, "refund_payment", refund);
+
+    expect(mcp.sessions()).toBe(1);
+    expect(first).toMatchObject({ status: "applied", duplicate: false });
+    expect(retry).toMatchObject({ status: "applied", duplicate: true });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("http-reconnect: a retry from a new MCP session naming the same run in _meta writes nothing", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const mcp = await httpServer(h);
+    const meta = { [RUN_ID_META_KEY]: conversation() };
+
+    const before = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+    const first = await call(before, "refund_payment", refund, meta);
+    await before.close();
+    const after = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+    const retry = await call(after, "refund_payment", refund, meta);
+
+    expect(first).toMatchObject({ status: "applied", duplicate: false });
+    expect(retry).toMatchObject({ status: "applied", duplicate: true });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("race-with-outside-writer: the conflict carries current and your_change; deciding again applies without a lost update", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("ticket", "T-1", { subject: "Charged twice", status: "open", tags: ["billing"] });
+    await h.startRouter();
+    const mcp = await httpServer(h);
+    const client = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+
+    const read = await call(client, "read_record", { type: "ticket", id: "T-1" });
+    const current = await readVersion(h.records, "ticket", "T-1");
+    const put = await fetch(`${h.records.url}/records/ticket/T-1`, {
+      method: "PUT",
+      headers: { "content-type": "application/json", "if-match": current.version },
+      body: JSON.stringify({ ...current.state, status: "pending" }),
+    });
+    expect(put.status).toBe(200);
+    const conflict = await call(client, "tag_ticket", { ticketId: "T-1", tag: "vip" });
+    const again = await call(client, "tag_ticket", { ticketId: "T-1", tag: "vip" });
+
+    expect(read).toMatchObject({ version: '"v1"' });
+    expect(conflict).toMatchObject({
+      status: "conflict",
+      cycle: 1,
+      current: { version: '"v2"', state: { status: "pending", tags: ["billing"] } },
+      your_change: [{ op: "replace", path: "/tags", value: ["billing", "vip"] }],
+    });
+    expect(again).toMatchObject({ status: "applied", duplicate: false, version: '"v3"' });
+    expect((await readVersion(h.records, "ticket", "T-1")).state).toEqual({ subject: "Charged twice", status: "pending", tags: ["billing", "vip"] });
+  });
+
+  it("http-host-check: a request with a foreign Host header is refused", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    const mcp = await httpServer(h);
+    const url = new URL(mcp.url);
+    const status = await new Promise<number>((done, fail) => {
+      const req = request(
+        { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { host: `evil.example:${url.port}`, "content-type": "application/json", accept: "application/json, text/event-stream" } },
+        (res) => {
+          res.resume();
+          done(res.statusCode ?? 0);
+        },
+      );
+      req.on("error", fail);
+      req.end(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: {} }));
+    });
+    expect(status).toBe(403);
+    expect(mcp.sessions()).toBe(0);
+  });
+});
