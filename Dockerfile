@@ -2,7 +2,8 @@
 FROM node:24-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
+# npm install, not npm ci: the lock file lacks a Windows-only optional dependency of vite that the registry here does not serve.
+RUN npm install --omit=dev --no-audit --no-fund
 COPY src ./src
 COPY consumers ./consumers
 COPY producers ./producers
