@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { Kafka, KafkaMessage, Message, Producer, TopicMessages } from "kafkajs";
+import { Partitioners, type Kafka, type KafkaMessage, type Message, type Producer, type TopicMessages } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import { WritError } from "../errors.ts";
@@ -68,6 +68,7 @@ export class PartitionOwner {
       maxInFlightRequests: 1,
       transactionTimeout: config.transactionTimeoutMs,
       allowAutoTopicCreation: false,
+      createPartitioner: Partitioners.DefaultPartitioner,
     });
     await producer.connect();
     this.producer = producer;
