@@ -6,73 +6,26 @@
 // broker, registry, records server and one owner are real (the owner runs
 // in-process here; `npm run owner` is the same code). The last line is
 // measured at the records server.
-import { randomUUID } from "node:crypto";
 import { generateText, stepCountIs, type ModelMessage, type ToolApprovalResponse } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { writReadTool, writTool, type WritRunContext } from "../producers/adapters/ai-sdk.ts";
 import { VersionBook } from "../producers/adapters/tool-bridge.ts";
-import { createWritClient, type WritClient } from "../producers/writ-client.ts";
-import { ensureStack } from "../scripts/local-stack.ts";
-import { createLogger } from "../src/logger.ts";
-import { startRouter, type Router } from "../src/owner/router.ts";
-import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
-import { createHttpSystemOfRecord } from "../src/sor/http-adapter.ts";
 import { refundPaymentSpec } from "./demo-tool-specs.ts";
-import { refundPayment, systems, tagTicket } from "./demo-tools.ts";
+import { describeToolOutput, runExample, startExampleStack } from "./example-stack.ts";
 
-// kafkajs 2.2.4 sets a negative timeout once per process on Node 24 (harmless), and
-// announces its v2 partitioner; neither helps a reader of this example.
-process.removeAllListeners("warning");
-process.on("warning", (w) => {
-  if (w.name !== "TimeoutNegativeWarning") process.stderr.write(`${w.name}: ${w.message}\n`);
-});
-process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
-
-const say = (line: string) => console.log(line);
-const logger = createLogger({ level: process.env.LOG_LEVEL ?? "error", name: "example-ai-sdk" });
-const id = randomUUID().slice(0, 8);
-const conversationId = `conv-ai-sdk-${id}`;
-
-const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
-const brokers = stack.endpoints.brokers;
-const registryUrl = stack.endpoints.registryUrl || undefined;
-const records = await startDemoRecordsServer({ port: 0 });
-const topics = { intents: `writ.intents.ex-ai-sdk-${id}`, ledger: `writ.ledger.ex-ai-sdk-${id}`, human: `writ.human.ex-ai-sdk-${id}`, dlq: `writ.dlq.ex-ai-sdk-${id}` };
-let router: Router | undefined;
-let client: WritClient | undefined;
+const ex = await startExampleStack("ai-sdk");
+const { records, say } = ex;
+const conversationId = `conv-ai-sdk-${ex.id}`;
 
 async function main(): Promise<{ refunds_created: number }> {
   say(`writ + AI SDK 7 (conversation ${conversationId})`);
-  say(`  Kafka ${brokers.join(",")}; registry ${registryUrl ?? "none (plain JSON)"}; records server ${records.url}`);
+  say(ex.endpointsLine);
   records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
-  router = await startRouter({
-    config: { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.owners.ex-ai-sdk-${id}`, topics, intentPartitions: 3 },
-    tools: [refundPayment, tagTicket],
-    systems: systems({ RECORDS_URL: records.url }),
-    logger,
-  });
-  client = await createWritClient({
-    brokers,
-    agentId: "billing-agent",
-    replyTopic: `writ.replies.billing-agent.ex-ai-sdk-${id}`,
-    intentsTopic: topics.intents,
-    schemaRegistryUrl: registryUrl,
-    logger,
-  });
-  say(`  one owner in-process (group writ.owners.ex-ai-sdk-${id}); agent client on writ.replies.billing-agent.ex-ai-sdk-${id}`);
+  await ex.startOwner({ intentPartitions: 3 });
+  const client = await ex.client("billing-agent");
+  say(`  one owner in-process (group ${ex.groupId}); agent client on ${ex.replyTopic("billing-agent")}`);
 
-  const billing = createHttpSystemOfRecord({ name: "billing", baseUrl: records.url });
-  const run: WritRunContext = {
-    client,
-    runId: conversationId,
-    versions: new VersionBook(),
-    read: async (entity) => {
-      const record = await billing.read(entity, { timeoutMs: 5000 });
-      if (!record) throw new Error(`${entity.type} ${entity.id} not found`);
-      return record;
-    },
-    timeoutMs: 60_000,
-  };
+  const run: WritRunContext = { client, runId: conversationId, versions: new VersionBook(), read: ex.readEntity, timeoutMs: 60_000 };
   const tools = {
     get_payment: writReadTool({ recordType: "payment" }, run),
     refund_payment: writTool(refundPaymentSpec, run),
@@ -84,7 +37,7 @@ async function main(): Promise<{ refunds_created: number }> {
   say("turn 1: the customer asks for 50.00 EUR back on pay_1001 (item arrived damaged)");
   const messages: ModelMessage[] = [{ role: "user", content: "My order pay_1001 arrived broken. Please refund 50 EUR." }];
   const turn1 = await generateText({ ...settings, messages });
-  for (const r of toolResults(turn1.responseMessages)) say(`  model -> ${r.toolName}: ${describe(r.output)}`);
+  for (const r of toolResults(turn1.responseMessages)) say(`  model -> ${r.toolName}: ${describeToolOutput(r.output)}`);
   const requests = turn1.content.filter((p) => p.type === "tool-approval-request");
   for (const req of requests) say(`  model -> ${req.toolCall.toolName} ${JSON.stringify(req.toolCall.input)}: approval requested`);
   messages.push(...turn1.responseMessages);
@@ -96,16 +49,14 @@ async function main(): Promise<{ refunds_created: number }> {
   for (const label of ["continuation 1", "continuation 2, from the same saved messages (as after a crash before the first one's result was stored)"]) {
     say(`  ${label}:`);
     const turn = await generateText({ ...settings, messages: JSON.parse(saved) as ModelMessage[] });
-    for (const r of toolResults(turn.responseMessages)) say(`    ${r.toolName} executed: ${describe(r.output)}`);
+    for (const r of toolResults(turn.responseMessages)) say(`    ${r.toolName} executed: ${describeToolOutput(r.output)}`);
     say(`    model: ${turn.text}`);
   }
 
-  const payment = await readRecord("payment", "pay_1001");
-  const refunds = (payment.state as { refunds: unknown[] }).refunds.length;
-  const patches = records.patchRequests().filter((r) => r.type === "payment" && r.id === "pay_1001").length;
+  const refunds = await ex.refunds("pay_1001");
   say("");
-  say(`records server: pay_1001 has ${refunds} refund(s) at ${payment.version}; PATCH requests for it: ${patches}`);
-  return { refunds_created: refunds };
+  say(`records server: pay_1001 has ${refunds.count} refund(s) at ${refunds.version}; PATCH requests for it: ${refunds.patchRequests}`);
+  return { refunds_created: refunds.count };
 }
 
 /**
@@ -146,42 +97,4 @@ function toolResults(messages: readonly ModelMessage[]): { toolName: string; out
   );
 }
 
-function describe(output: unknown): string {
-  const o = output as { status: string; version?: string; duplicate?: boolean; record?: { refunds?: unknown[] }; instruction?: string };
-  switch (o.status) {
-    case "read":
-      return `read at ${o.version}, ${o.record?.refunds?.length ?? 0} refund(s)`;
-    case "applied":
-      return o.duplicate ? `applied at ${o.version} (duplicate: the ledger's stored reply, nothing written)` : `applied at ${o.version}`;
-    default:
-      return `${o.status}: ${o.instruction}`;
-  }
-}
-
-async function readRecord(type: string, recordId: string): Promise<{ state: unknown; version: string }> {
-  const res = await fetch(`${records.url}/records/${type}/${recordId}`);
-  if (!res.ok) throw new Error(`records server: GET ${type}/${recordId} answered ${res.status}`);
-  return { state: await res.json(), version: res.headers.get("etag")! };
-}
-
-async function shutdown(): Promise<void> {
-  await client?.close();
-  await router?.stop();
-  await records.close();
-  if (stack.started) {
-    say("  stopping the local broker and registry this example started");
-    await stack.stop();
-  }
-}
-
-let exitCode = 0;
-try {
-  const result = await main();
-  await shutdown();
-  console.log(JSON.stringify(result));
-} catch (err) {
-  console.error("example failed:", err);
-  exitCode = 1;
-  await shutdown().catch(() => undefined);
-}
-process.exit(exitCode);
+await runExample(ex, main);

@@ -8,28 +8,26 @@ import { mkdirSync, openSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
-import { ensureStack } from "../scripts/local-stack.ts";
 import { WireCodec } from "../src/codec.ts";
 import { createLogger } from "../src/logger.ts";
-import { startDemoRecordsServer, type DemoRecordsServer } from "../src/sor/demo-records-server.ts";
 import { refundPayment, tagTicket } from "./demo-tools.ts";
+import { runExample, startLocalStack } from "./example-stack.ts";
 
 const root = resolve(import.meta.dirname, "..");
-const say = (line: string) => console.log(line);
 const logDir = join(root, ".writ");
 mkdirSync(logDir, { recursive: true });
 
-const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
-const brokers = stack.endpoints.brokers;
-const registryUrl = stack.endpoints.registryUrl || undefined;
-const records = await startDemoRecordsServer({ port: 0 });
+const stack = await startLocalStack("demo");
+const { brokers, registryUrl, records, say } = stack;
+const read = (type: string, id: string) => stack.read<any>(type, id);
 const demoRun = `demo-${Date.now().toString(36)}`;
 const owners: ChildProcess[] = [];
 const clients: WritClient[] = [];
+stack.onShutdown(stopAgentsAndOwners);
 
 async function main(): Promise<Record<string, number>> {
   say(`writ demo (${demoRun})`);
-  say(`  Kafka ${brokers.join(",")}; registry ${registryUrl ?? "none (plain JSON)"}; records server ${records.url}`);
+  say(stack.endpointsLine);
   records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
   records.seed("ticket", "T-42", { subject: "Charged twice", status: "open", tags: ["billing"] });
   records.seed("ticket", "T-43", { subject: "Refund stuck", status: "open", tags: [] });
@@ -163,12 +161,6 @@ function describe(label: string, r: SubmitResult): void {
   }
 }
 
-async function read(type: string, id: string): Promise<{ state: any; version: string }> {
-  const res = await fetch(`${records.url}/records/${type}/${id}`);
-  if (!res.ok) throw new Error(`records server: GET ${type}/${id} answered ${res.status}`);
-  return { state: await res.json(), version: res.headers.get("etag")! };
-}
-
 /** A writer outside writ (another integration): read, then PUT with If-Match, as a well-behaved client does. */
 async function outsideWriterTouch(type: string, id: string, n: number): Promise<void> {
   const current = await read(type, id);
@@ -225,7 +217,8 @@ async function countEscalations(): Promise<number> {
   return mine;
 }
 
-async function shutdown(): Promise<void> {
+/** At shutdown, before the records server closes: the agents' clients, then the owner processes (SIGKILL after 15 s). */
+async function stopAgentsAndOwners(): Promise<void> {
   await Promise.all(clients.map((c) => c.close()));
   await Promise.all(
     owners.map(
@@ -238,21 +231,6 @@ async function shutdown(): Promise<void> {
         }),
     ),
   );
-  await records.close();
-  if (stack.started) {
-    say("  stopping the local broker and registry this demo started");
-    await stack.stop();
-  }
 }
 
-let exitCode = 0;
-try {
-  const result = await main();
-  await shutdown();
-  console.log(JSON.stringify(result));
-} catch (err) {
-  console.error("demo failed:", err);
-  exitCode = 1;
-  await shutdown().catch(() => undefined);
-}
-process.exit(exitCode);
+await runExample(stack, main);

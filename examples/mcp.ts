@@ -6,56 +6,40 @@
 // starts what it needs (the local broker and registry unless KAFKA_BROKERS is
 // set, a records server, an owner in-process) and prints, last, what the
 // records server holds.
-import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { Kafka, logLevel } from "kafkajs";
 import { startWritMcpHttpServer, systemsReader, type WritMcpHttp } from "../producers/adapters/mcp-server.ts";
 import type { ModelToolResult } from "../producers/adapters/tool-bridge.ts";
-import { createWritClient, type WritClient } from "../producers/writ-client.ts";
-import { ensureStack } from "../scripts/local-stack.ts";
-import { createLogger } from "../src/logger.ts";
-import { startRouter, type Router } from "../src/owner/router.ts";
-import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
 import { specs } from "./demo-tool-specs.ts";
-import { systems, tools } from "./demo-tools.ts";
+import { systems } from "./demo-tools.ts";
+import { runExample, startExampleStack } from "./example-stack.ts";
 
-const say = (line: string) => console.log(line);
 const { values: args } = parseArgs({ options: { http: { type: "boolean", default: false } } });
 const transportName = args.http ? "streamable HTTP" : "stdio";
 
-const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
-const brokers = stack.endpoints.brokers;
-const registryUrl = stack.endpoints.registryUrl || undefined;
-const records = await startDemoRecordsServer({ port: 0 });
-const id = randomUUID().slice(0, 8);
-const topics = { intents: `writ.intents.ex-mcp-${id}`, ledger: `writ.ledger.ex-mcp-${id}`, human: `writ.human.ex-mcp-${id}`, dlq: `writ.dlq.ex-mcp-${id}` };
-const agentId = `ex-mcp-${id}`;
-const replyTopic = `writ.replies.${agentId}`;
-const logger = createLogger({ level: process.env.LOG_LEVEL ?? "error", name: "example-mcp" });
-let router: Router | undefined;
-let writ: WritClient | undefined;
+const ex = await startExampleStack("mcp", { deleteTopics: true });
+const { brokers, registryUrl, records, say } = ex;
+const agentId = "billing-agent";
 let http: WritMcpHttp | undefined;
 let mcp: Client | undefined;
 let serverStderr = "";
+ex.onShutdown(async () => {
+  await mcp?.close().catch(() => undefined);
+  await http?.close();
+});
 
 async function main(): Promise<{ refunds_created: number }> {
   say(`writ + MCP over ${transportName}: an MCP client from the SDK calls writ's write tools`);
-  say(`  Kafka ${brokers.join(",")}; registry ${registryUrl ?? "none (plain JSON)"}; records server ${records.url}`);
+  say(ex.endpointsLine);
   records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
-  router = await startRouter({
-    config: { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.owners.ex-mcp-${id}`, intentPartitions: 1, topics },
-    tools,
-    systems: systems({ RECORDS_URL: records.url }),
-    logger,
-  });
-  say(`  owner started in-process on ${topics.intents}`);
+  await ex.startOwner();
+  say(`  owner started in-process on ${ex.topics.intents}`);
 
   mcp = new Client({ name: "example-agent", version: "0.0.0" });
-  await mcp.connect(args.http ? await httpTransport() : stdioTransport(`conv-${id}`));
+  await mcp.connect(args.http ? await httpTransport() : stdioTransport(`conv-${ex.id}`));
   const listed = (await mcp.listTools()).tools;
   say(`  connected; tools: ${listed.map((t) => `${t.name}${t.annotations?.idempotentHint ? " (idempotent)" : ""}`).join(", ")}`);
 
@@ -68,11 +52,10 @@ async function main(): Promise<{ refunds_created: number }> {
   say("3. the same call again, as a client retry would send it (the model reworded its note)");
   say(`   -> ${outcome(await call("refund_payment", { ...refund, note: "Refund for the damaged item." }))}`);
 
-  const res = await fetch(`${records.url}/records/payment/pay_1001`);
-  const refunds = ((await res.json()) as { refunds: unknown[] }).refunds.length;
+  const refunds = await ex.refunds("pay_1001");
   say("");
-  say(`records server: pay_1001 has ${refunds} refund(s) after two calls; PATCH requests for it: ${records.patchRequests().filter((r) => r.id === "pay_1001").length}`);
-  return { refunds_created: refunds };
+  say(`records server: pay_1001 has ${refunds.count} refund(s) after two calls; PATCH requests for it: ${refunds.patchRequests}`);
+  return { refunds_created: refunds.count };
 }
 
 /** The real entry point as a child process; the harness's conversation id is its run id. */
@@ -84,8 +67,9 @@ function stdioTransport(runId: string): StdioClientTransport {
       PATH: process.env.PATH ?? "",
       KAFKA_BROKERS: brokers.join(","),
       ...(registryUrl ? { SCHEMA_REGISTRY_URL: registryUrl } : {}),
-      WRIT_INTENTS_TOPIC: topics.intents,
+      WRIT_INTENTS_TOPIC: ex.topics.intents,
       WRIT_MCP_AGENT_ID: agentId,
+      WRIT_MCP_REPLY_TOPIC: ex.replyTopic(agentId),
       RECORDS_URL: records.url,
       WRIT_RUN_ID: runId,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "error",
@@ -99,8 +83,8 @@ function stdioTransport(runId: string): StdioClientTransport {
 
 /** The server in-process on 127.0.0.1; each MCP session is a run. */
 async function httpTransport(): Promise<StreamableHTTPClientTransport> {
-  writ = await createWritClient({ brokers, agentId, replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
-  http = await startWritMcpHttpServer({ client: writ, tools: specs, read: systemsReader(specs, systems({ RECORDS_URL: records.url })), logger });
+  const writ = await ex.client(agentId);
+  http = await startWritMcpHttpServer({ client: writ, tools: specs, read: systemsReader(specs, systems({ RECORDS_URL: records.url })), logger: ex.logger });
   say(`  serving ${http.url} (run id: the MCP session id)`);
   return new StreamableHTTPClientTransport(new URL(http.url));
 }
@@ -117,39 +101,8 @@ function outcome(structured: Record<string, unknown>): string {
   return `${r.status}: ${r.instruction}`;
 }
 
-async function shutdown(): Promise<void> {
-  await mcp?.close().catch(() => undefined);
-  await http?.close();
-  await writ?.close();
-  await router?.stop();
-  await deleteTopics([...Object.values(topics), replyTopic]).catch(() => undefined);
-  await records.close();
-  if (stack.started) {
-    say("  stopping the local broker and registry this example started");
-    await stack.stop();
-  }
-}
-
-async function deleteTopics(names: string[]): Promise<void> {
-  const admin = new Kafka({ clientId: "writ-example-cleanup", brokers, logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  try {
-    const existing = new Set(await admin.listTopics());
-    await admin.deleteTopics({ topics: names.filter((n) => existing.has(n)) });
-  } finally {
-    await admin.disconnect();
-  }
-}
-
-let exitCode = 0;
-try {
-  const result = await main();
-  await shutdown();
-  console.log(JSON.stringify(result));
-} catch (err) {
-  console.error("example failed:", err);
-  if (serverStderr) console.error(`MCP server stderr:\n${serverStderr}`);
-  exitCode = 1;
-  await shutdown().catch(() => undefined);
-}
-process.exit(exitCode);
+await runExample(ex, main, {
+  onError: () => {
+    if (serverStderr) console.error(`MCP server stderr:\n${serverStderr}`);
+  },
+});

@@ -4,51 +4,27 @@
 // key: a scripted model stands in for the LLM. It starts what it needs (the
 // local broker and registry unless KAFKA_BROKERS is set, a records server, an
 // owner in-process) and prints, last, what the records server holds.
-import { randomUUID } from "node:crypto";
 import { Agent, RunState, run, setTracingDisabled, type AgentInputItem, type RunResult } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall, modelResponder } from "@openai/agents/testing";
-import { Kafka, logLevel } from "kafkajs";
 import { writAgentTool } from "../producers/adapters/openai-agents.ts";
 import type { ModelToolResult } from "../producers/adapters/tool-bridge.ts";
-import { createWritClient, type WritClient } from "../producers/writ-client.ts";
-import { ensureStack } from "../scripts/local-stack.ts";
-import { createLogger } from "../src/logger.ts";
-import { startRouter, type Router } from "../src/owner/router.ts";
-import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
-import { createHttpSystemOfRecord } from "../src/sor/http-adapter.ts";
 import { refundPaymentSpec } from "./demo-tool-specs.ts";
-import { systems, tools } from "./demo-tools.ts";
+import { runExample, startExampleStack } from "./example-stack.ts";
 
-const say = (line: string) => console.log(line);
 setTracingDisabled(true);
-
-const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
-const brokers = stack.endpoints.brokers;
-const registryUrl = stack.endpoints.registryUrl || undefined;
-const records = await startDemoRecordsServer({ port: 0 });
-const id = randomUUID().slice(0, 8);
-const topics = { intents: `writ.intents.ex-agents-${id}`, ledger: `writ.ledger.ex-agents-${id}`, human: `writ.human.ex-agents-${id}`, dlq: `writ.dlq.ex-agents-${id}` };
-const replyTopic = `writ.replies.ex-agents-${id}`;
-const logger = createLogger({ level: process.env.LOG_LEVEL ?? "error", name: "example-openai-agents" });
-const billing = createHttpSystemOfRecord({ name: "billing", baseUrl: records.url });
-const clients: WritClient[] = [];
-let router: Router | undefined;
+const ex = await startExampleStack("openai-agents", { tag: "agents", deleteTopics: true });
+const { records, say } = ex;
 
 /** The harness's store of saved run states (a database table in a real deployment). */
 const savedStates = new Map<string, string>();
 
 async function main(): Promise<{ refunds_created: number }> {
-  const conversationId = `conv-${id}`;
+  const conversationId = `conv-${ex.id}`;
   say(`writ + OpenAI Agents JS (conversation ${conversationId}); a scripted model stands in for the LLM, no API key`);
-  say(`  Kafka ${brokers.join(",")}; registry ${registryUrl ?? "none (plain JSON)"}; records server ${records.url}`);
+  say(ex.endpointsLine);
   const seeded = records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
-  router = await startRouter({
-    config: { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.owners.ex-agents-${id}`, intentPartitions: 1, topics },
-    tools,
-    systems: systems({ RECORDS_URL: records.url }),
-    logger,
-  });
-  say(`  owner started in-process on ${topics.intents}; pay_1001 at ${seeded.version} with 0 refunds`);
+  await ex.startOwner();
+  say(`  owner started in-process on ${ex.topics.intents}; pay_1001 at ${seeded.version} with 0 refunds`);
 
   say("");
   say("1. the agent runs; the model calls refund_payment, which needs approval");
@@ -56,7 +32,7 @@ async function main(): Promise<{ refunds_created: number }> {
   const pending = paused.interruptions[0]!;
   say(`   paused: approve ${pending.name} ${pending.arguments}?`);
   savedStates.set(conversationId, paused.state.toString());
-  say(`   state saved (${savedStates.get(conversationId)!.length} bytes); records server: ${await refundCount()} refund(s)`);
+  say(`   state saved (${savedStates.get(conversationId)!.length} bytes); records server: ${(await ex.refunds("pay_1001")).count} refund(s)`);
 
   say("");
   say("2. a person approves; the harness resumes from the saved state");
@@ -69,22 +45,16 @@ async function main(): Promise<{ refunds_created: number }> {
   const again = await resumeApproved(conversationId);
   describe(again);
 
-  const refunds = await refundCount();
+  const refunds = await ex.refunds("pay_1001");
   say("");
-  say(`records server: pay_1001 has ${refunds} refund(s) after two resumes; PATCH requests for it: ${records.patchRequests().filter((r) => r.id === "pay_1001").length}`);
-  return { refunds_created: refunds };
+  say(`records server: pay_1001 has ${refunds.count} refund(s) after two resumes; PATCH requests for it: ${refunds.patchRequests}`);
+  return { refunds_created: refunds.count };
 }
 
 /** The agent as a fresh process builds it: its own writ client, tool and model. */
 async function billingAgent(): Promise<Agent<{ runId: string }>> {
-  const client = await createWritClient({ brokers, agentId: "billing-agent", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
-  clients.push(client);
-  const read = async (entity: { type: string; id: string }) => {
-    const record = await billing.read(entity, { timeoutMs: 5_000 });
-    if (!record) throw new Error(`${entity.type}:${entity.id} does not exist`);
-    return record;
-  };
-  const refund = writAgentTool(refundPaymentSpec, { client, read, needsApproval: true });
+  const client = await ex.client("billing-agent");
+  const refund = writAgentTool(refundPaymentSpec, { client, read: ex.readEntity, needsApproval: true });
   return new Agent<{ runId: string }>({ name: "billing-agent", instructions: "Refund what customers ask for, once.", model: scriptedModel(), tools: [refund] });
 }
 
@@ -121,41 +91,4 @@ function describe(result: RunResult<any, any>): void {
   say(`   agent: "${String(result.finalOutput)}"`);
 }
 
-async function refundCount(): Promise<number> {
-  const record = await billing.read({ type: "payment", id: "pay_1001" }, { timeoutMs: 5_000 });
-  return (record?.state as { refunds: unknown[] }).refunds.length;
-}
-
-async function shutdown(): Promise<void> {
-  await Promise.all(clients.map((c) => c.close()));
-  await router?.stop();
-  await deleteTopics([...Object.values(topics), replyTopic]).catch(() => undefined);
-  await records.close();
-  if (stack.started) {
-    say("  stopping the local broker and registry this example started");
-    await stack.stop();
-  }
-}
-
-async function deleteTopics(names: string[]): Promise<void> {
-  const admin = new Kafka({ clientId: "writ-example-cleanup", brokers, logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  try {
-    const existing = new Set(await admin.listTopics());
-    await admin.deleteTopics({ topics: names.filter((n) => existing.has(n)) });
-  } finally {
-    await admin.disconnect();
-  }
-}
-
-let exitCode = 0;
-try {
-  const result = await main();
-  await shutdown();
-  console.log(JSON.stringify(result));
-} catch (err) {
-  console.error("example failed:", err);
-  exitCode = 1;
-  await shutdown().catch(() => undefined);
-}
-process.exit(exitCode);
+await runExample(ex, main);

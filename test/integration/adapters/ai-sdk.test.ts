@@ -1,33 +1,13 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel } from "kafkajs";
 import { generateText, stepCountIs, type ModelMessage, type ToolSet } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { describe, expect, it } from "vitest";
 import { refundPaymentSpec, tagTicketSpec } from "../../../examples/demo-tool-specs.ts";
-import { refundPayment, tagTicket } from "../../../examples/demo-tools.ts";
 import { writReadTool, writTool, type WritRunContext, type WritToolOutput } from "../../../producers/adapters/ai-sdk.ts";
-import { VersionBook } from "../../../producers/adapters/tool-bridge.ts";
-import type { WritClient } from "../../../producers/writ-client.ts";
-import { RouterConfig, parseConfig } from "../../../src/config.ts";
-import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
-import { ensureTopics, routerTopics } from "../../../src/topics.ts";
-import { readVersion, startHarness, type Harness } from "../../helpers/writ-harness.ts";
+import { callContext, createRouterTopics, outsideWrite, refundsAt, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { readVersion } from "../../helpers/writ-harness.ts";
 
 const refundArgs = { paymentId: "pay_1", amountCents: 500, reason: "damaged", note: "Photos attached." };
-
-function runContext(h: Harness, client: WritClient, runId: string): WritRunContext {
-  const sor = createHttpSystemOfRecord({ name: "records", baseUrl: h.records.url });
-  return {
-    client,
-    runId,
-    versions: new VersionBook(),
-    read: async (entity) => {
-      const record = await sor.read(entity, { timeoutMs: 5000 });
-      if (!record) throw new Error(`${entity.type} ${entity.id} not found`);
-      return record;
-    },
-  };
-}
 
 interface ToolCallStep {
   tool: string;
@@ -65,21 +45,6 @@ function outputsOf(messages: readonly ModelMessage[], toolName: string): any[] {
   );
 }
 
-async function refundsAt(h: Harness): Promise<number> {
-  return (await readVersion(h.records, "payment", "pay_1")).state.refunds.length;
-}
-
-/** Another integration changes the record: read, then PUT with If-Match. */
-async function outsideWrite(h: Harness, type: string, id: string, change: (state: any) => any): Promise<void> {
-  const current = await readVersion(h.records, type, id);
-  const res = await fetch(`${h.records.url}/records/${type}/${id}`, {
-    method: "PUT",
-    headers: { "content-type": "application/json", "if-match": current.version },
-    body: JSON.stringify(change(current.state)),
-  });
-  if (!res.ok) throw new Error(`outside write: ${res.status}`);
-}
-
 const readThenRefund: Script = (last) => {
   if (!last) return { tool: "get_payment", input: { id: "pay_1" } };
   if (last.toolName === "get_payment") return { tool: "refund_payment", input: refundArgs, id: "call_refund_1" };
@@ -88,10 +53,8 @@ const readThenRefund: Script = (last) => {
 
 describe("AI SDK adapter on a real broker", () => {
   it("approval-then-replay: an approved refund, continued twice from the same saved messages, writes once", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const run = runContext(h, await h.client("billing-agent"), `conv-${randomUUID()}`);
+    const h = await startDemoHarness({ payment: true });
+    const run = callContext(h, await h.client("billing-agent"), { runId: `conv-${randomUUID()}` });
     const tools = { get_payment: writReadTool({ recordType: "payment" }, run), refund_payment: writTool(refundPaymentSpec, run) };
     const settings = { model: scriptedModel(readThenRefund), tools, toolApproval: { refund_payment: "user-approval" as const }, stopWhen: stepCountIs(5) };
 
@@ -113,23 +76,21 @@ describe("AI SDK adapter on a real broker", () => {
   });
 
   it("continued-in-a-new-process: fresh tools and version book still repeat the approved attempt (base recalled from the saved read)", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const client = await h.client("billing-agent");
     const runId = `conv-${randomUUID()}`;
     const toolsFor = (run: WritRunContext): ToolSet => ({ get_payment: writReadTool({ recordType: "payment" }, run), refund_payment: writTool(refundPaymentSpec, run) });
     const settings = (tools: ToolSet) => ({ model: scriptedModel(readThenRefund), tools, toolApproval: { refund_payment: "user-approval" as const }, stopWhen: stepCountIs(5) });
 
     const messages: ModelMessage[] = [{ role: "user", content: "refund 5 EUR on pay_1" }];
-    const asked = await generateText({ ...settings(toolsFor(runContext(h, client, runId))), messages });
+    const asked = await generateText({ ...settings(toolsFor(callContext(h, client, { runId }))), messages });
     const request = asked.content.find((p) => p.type === "tool-approval-request")!;
     messages.push(...asked.responseMessages, { role: "tool", content: [{ type: "tool-approval-response", approvalId: request.approvalId, approved: true }] });
     const saved = JSON.stringify(messages);
 
     // Each continuation in its own "process": new tools, new version book, new in-memory bases.
-    const first = await generateText({ ...settings(toolsFor(runContext(h, client, runId))), messages: JSON.parse(saved) });
-    const second = await generateText({ ...settings(toolsFor(runContext(h, client, runId))), messages: JSON.parse(saved) });
+    const first = await generateText({ ...settings(toolsFor(callContext(h, client, { runId }))), messages: JSON.parse(saved) });
+    const second = await generateText({ ...settings(toolsFor(callContext(h, client, { runId }))), messages: JSON.parse(saved) });
 
     expect(outputsOf(first.responseMessages, "refund_payment")).toMatchObject([{ status: "applied", duplicate: false }]);
     expect(outputsOf(second.responseMessages, "refund_payment")).toMatchObject([{ status: "applied", duplicate: true }]);
@@ -137,9 +98,7 @@ describe("AI SDK adapter on a real broker", () => {
   });
 
   it("continued-in-a-new-process on a strict tool: the write is based on the version the model read, so a change made meanwhile is a conflict", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const h = await startDemoHarness({ ticket: { status: "open", tags: ["billing"] } });
     const client = await h.client("support-agent");
     const runId = `conv-${randomUUID()}`;
     const toolsFor = (run: WritRunContext): ToolSet => ({ get_ticket: writReadTool({ recordType: "ticket" }, run), tag_ticket: writTool(tagTicketSpec, run) });
@@ -147,7 +106,7 @@ describe("AI SDK adapter on a real broker", () => {
     const messages: ModelMessage[] = [{ role: "user", content: "look at T-1" }];
     const looked = await generateText({
       model: scriptedModel((last) => (last ? "T-1 is tagged billing." : { tool: "get_ticket", input: { id: "T-1" } })),
-      tools: toolsFor(runContext(h, client, runId)),
+      tools: toolsFor(callContext(h, client, { runId })),
       messages,
       stopWhen: stepCountIs(3),
     });
@@ -158,7 +117,7 @@ describe("AI SDK adapter on a real broker", () => {
     // Another process continues the conversation: new tools, empty version book.
     const tagged = await generateText({
       model: scriptedModel((last) => (last ? "done" : { tool: "tag_ticket", input: { ticketId: "T-1", tag: "vip" } })),
-      tools: toolsFor(runContext(h, client, runId)),
+      tools: toolsFor(callContext(h, client, { runId })),
       messages,
       stopWhen: stepCountIs(3),
     });
@@ -170,10 +129,8 @@ describe("AI SDK adapter on a real broker", () => {
   });
 
   it("retry-with-new-tool-call-id: the model calls the refund again under a new id with a reworded note; one refund", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const run = runContext(h, await h.client("billing-agent"), `conv-${randomUUID()}`);
+    const h = await startDemoHarness({ payment: true });
+    const run = callContext(h, await h.client("billing-agent"), { runId: `conv-${randomUUID()}` });
     const tools = { get_payment: writReadTool({ recordType: "payment" }, run), refund_payment: writTool(refundPaymentSpec, run) };
     const model = scriptedModel((last) => {
       if (!last) return { tool: "get_payment", input: { id: "pay_1" } };
@@ -192,10 +149,8 @@ describe("AI SDK adapter on a real broker", () => {
   });
 
   it("conflict-back-to-the-model: a ticket changed since the model read it comes back with current and your_change; deciding again writes", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
-    await h.startRouter();
-    const run = runContext(h, await h.client("support-agent"), `conv-${randomUUID()}`);
+    const h = await startDemoHarness({ ticket: { status: "open", tags: ["billing"] } });
+    const run = callContext(h, await h.client("support-agent"), { runId: `conv-${randomUUID()}` });
     const tools = { get_ticket: writReadTool({ recordType: "ticket" }, run), tag_ticket: writTool(tagTicketSpec, run) };
     const model = scriptedModel(async (last) => {
       if (!last) return { tool: "get_ticket", input: { id: "T-1" } };
@@ -226,12 +181,11 @@ describe("AI SDK adapter on a real broker", () => {
   });
 
   it("unknown-outcome: no owner answers before the deadline; the model is told not to assume failure, and asking again writes once", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const h = await startDemoHarness({ payment: true, owner: false });
     await createRouterTopics(h);
     const client = await h.client("billing-agent");
     const runId = `conv-${randomUUID()}`;
-    const base = runContext(h, client, runId);
+    const base = callContext(h, client, { runId });
     // The first refund call gets a short deadline and no owner is running yet.
     const run = (call: { toolCallId: string }): WritRunContext => ({ ...base, timeoutMs: call.toolCallId === "call_1" ? 1500 : 30_000 });
     const tools = { get_payment: writReadTool({ recordType: "payment" }, run), refund_payment: writTool(refundPaymentSpec, run) };
@@ -255,15 +209,3 @@ describe("AI SDK adapter on a real broker", () => {
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
   });
 });
-
-/** The router's topics, without a router: intents can be sent, nobody answers yet. */
-async function createRouterTopics(h: Harness): Promise<void> {
-  const config = parseConfig(RouterConfig, h.config, "router");
-  const admin = new Kafka({ clientId: `writ-test-topics-${h.id}`, brokers: config.brokers, logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  try {
-    await ensureTopics(admin, routerTopics(config));
-  } finally {
-    await admin.disconnect();
-  }
-}

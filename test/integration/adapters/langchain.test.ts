@@ -1,35 +1,15 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel } from "kafkajs";
 import { AIMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { Command, END, MemorySaver, MessagesAnnotation, START, StateGraph, type BaseCheckpointSaver } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { describe, expect, it } from "vitest";
 import { refundPaymentSpec, tagTicketSpec } from "../../../examples/demo-tool-specs.ts";
-import { refundPayment, tagTicket } from "../../../examples/demo-tools.ts";
-import { writLangChainReadTool, writLangChainTool, type WritLangChainOutput, type WritThreadContext } from "../../../producers/adapters/langchain.ts";
-import { VersionBook } from "../../../producers/adapters/tool-bridge.ts";
-import type { WritClient } from "../../../producers/writ-client.ts";
-import { RouterConfig, parseConfig } from "../../../src/config.ts";
-import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
-import { ensureTopics, routerTopics } from "../../../src/topics.ts";
-import { readVersion, startHarness, type Harness } from "../../helpers/writ-harness.ts";
+import { writLangChainReadTool, writLangChainTool, type WritLangChainOutput } from "../../../producers/adapters/langchain.ts";
+import { callContext, createRouterTopics, outsideWrite, refundsAt, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { readVersion } from "../../helpers/writ-harness.ts";
 
 const refundArgs = { paymentId: "pay_1", amountCents: 500, reason: "damaged", note: "Photos attached." };
-
-function threadContext(h: Harness, client: WritClient, extra: Partial<WritThreadContext> = {}): WritThreadContext {
-  const sor = createHttpSystemOfRecord({ name: "records", baseUrl: h.records.url });
-  return {
-    client,
-    versions: new VersionBook(),
-    read: async (entity) => {
-      const record = await sor.read(entity, { timeoutMs: 5000 });
-      if (!record) throw new Error(`${entity.type} ${entity.id} not found`);
-      return record;
-    },
-    ...extra,
-  };
-}
 
 /** What the scripted model says next, given the last message (a ToolMessage, or the user's). */
 type Script = (last: BaseMessage | undefined) => AIMessage | Promise<AIMessage>;
@@ -56,16 +36,10 @@ function toolOutputs(messages: BaseMessage[], name: string): WritLangChainOutput
   return messages.filter((m): m is ToolMessage => ToolMessage.isInstance(m) && m.name === name).map((m) => m.artifact as WritLangChainOutput);
 }
 
-async function refundsAt(h: Harness): Promise<number> {
-  return (await readVersion(h.records, "payment", "pay_1")).state.refunds.length;
-}
-
 describe("LangChain adapter on a real broker", () => {
   it("interrupt-resume-replay: approval interrupt before the write, resume, replay from the older checkpoint; one refund", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const ctx = threadContext(h, await h.client("billing-agent"));
+    const h = await startDemoHarness({ payment: true });
+    const ctx = callContext(h, await h.client("billing-agent"));
     const tools = [writLangChainReadTool({ recordType: "payment" }, ctx), writLangChainTool(refundPaymentSpec, ctx, { approval: true })];
     const graph = toolLoop(tools, readThenRefund, new MemorySaver());
     const config = { configurable: { thread_id: `thread-${randomUUID()}` } };
@@ -88,14 +62,12 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("replay-in-a-new-process: fresh tools over the same checkpoints repeat the approved attempt (base recalled from the thread's read)", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const client = await h.client("billing-agent");
     const checkpointer = new MemorySaver();
     // Each graph stands for one process: its own tools, version book and in-memory bases.
     const graphInNewProcess = () => {
-      const ctx = threadContext(h, client);
+      const ctx = callContext(h, client);
       return toolLoop([writLangChainReadTool({ recordType: "payment" }, ctx), writLangChainTool(refundPaymentSpec, ctx, { approval: true })], readThenRefund, checkpointer);
     };
     const config = { configurable: { thread_id: `thread-${randomUUID()}` } };
@@ -111,9 +83,7 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("resumed-in-a-new-process on a strict tool: the write is based on the version the thread read, so a change made meanwhile is a conflict", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const h = await startDemoHarness({ ticket: { status: "open", tags: ["billing"] } });
     const client = await h.client("support-agent");
     const checkpointer = new MemorySaver();
     const script: Script = (last) => {
@@ -122,7 +92,7 @@ describe("LangChain adapter on a real broker", () => {
     };
     // Each graph stands for one process: its own tools and version book.
     const graphInNewProcess = () => {
-      const ctx = threadContext(h, client);
+      const ctx = callContext(h, client);
       return toolLoop([writLangChainReadTool({ recordType: "ticket" }, ctx), writLangChainTool(tagTicketSpec, ctx)], script, checkpointer);
     };
     const config = { configurable: { thread_id: `thread-${randomUUID()}` } };
@@ -138,10 +108,8 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("threads-are-runs: the same refund in two threads is two intents, each written once", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const ctx = threadContext(h, await h.client("billing-agent"));
+    const h = await startDemoHarness({ payment: true });
+    const ctx = callContext(h, await h.client("billing-agent"));
     const graph = toolLoop([writLangChainReadTool({ recordType: "payment" }, ctx), writLangChainTool(refundPaymentSpec, ctx)], readThenRefund, new MemorySaver());
 
     const outcomes: WritLangChainOutput[] = [];
@@ -163,10 +131,8 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("denied: resuming with approved false writes nothing and tells the model not to retry", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const ctx = threadContext(h, await h.client("billing-agent"));
+    const h = await startDemoHarness({ payment: true });
+    const ctx = callContext(h, await h.client("billing-agent"));
     const graph = toolLoop([writLangChainReadTool({ recordType: "payment" }, ctx), writLangChainTool(refundPaymentSpec, ctx, { approval: true })], readThenRefund, new MemorySaver());
     const config = { configurable: { thread_id: `thread-${randomUUID()}` } };
 
@@ -180,10 +146,8 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("conflict-back-to-the-model: a ticket changed since the model read it comes back with current and your_change; deciding again writes", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
-    await h.startRouter();
-    const ctx = threadContext(h, await h.client("support-agent"));
+    const h = await startDemoHarness({ ticket: { status: "open", tags: ["billing"] } });
+    const ctx = callContext(h, await h.client("support-agent"));
     const graph = toolLoop(
       [writLangChainReadTool({ recordType: "ticket" }, ctx), writLangChainTool(tagTicketSpec, ctx)],
       async (last) => {
@@ -218,11 +182,10 @@ describe("LangChain adapter on a real broker", () => {
   });
 
   it("unknown-outcome: outside a graph (run id from the context), no owner yet; the model is told not to assume failure, and asking again writes once", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const h = await startDemoHarness({ payment: true, owner: false });
     await createRouterTopics(h);
     const client = await h.client("billing-agent");
-    const ctx = threadContext(h, client, { runId: `run-${randomUUID()}` });
+    const ctx = callContext(h, client, { runId: `run-${randomUUID()}` });
     const refund = writLangChainTool(refundPaymentSpec, { ...ctx, timeoutMs: 1500 });
 
     // Called with a tool call, a LangChain tool answers with a ToolMessage.
@@ -242,26 +205,3 @@ describe("LangChain adapter on a real broker", () => {
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
   });
 });
-
-/** Another integration changes the record: read, then PUT with If-Match. */
-async function outsideWrite(h: Harness, type: string, id: string, change: (state: any) => any): Promise<void> {
-  const current = await readVersion(h.records, type, id);
-  const res = await fetch(`${h.records.url}/records/${type}/${id}`, {
-    method: "PUT",
-    headers: { "content-type": "application/json", "if-match": current.version },
-    body: JSON.stringify(change(current.state)),
-  });
-  if (!res.ok) throw new Error(`outside write: ${res.status}`);
-}
-
-/** The router's topics, without a router: intents can be sent, nobody answers yet. */
-async function createRouterTopics(h: Harness): Promise<void> {
-  const config = parseConfig(RouterConfig, h.config, "router");
-  const admin = new Kafka({ clientId: `writ-test-topics-${h.id}`, brokers: config.brokers, logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  try {
-    await ensureTopics(admin, routerTopics(config));
-  } finally {
-    await admin.disconnect();
-  }
-}

@@ -5,9 +5,10 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { describe, expect, it, onTestFailed, onTestFinished } from "vitest";
 import { specs } from "../../../examples/demo-tool-specs.ts";
-import { refundPayment, systems, tagTicket } from "../../../examples/demo-tools.ts";
+import { systems } from "../../../examples/demo-tools.ts";
 import { RUN_ID_META_KEY, startWritMcpHttpServer, systemsReader } from "../../../producers/adapters/mcp-server.ts";
-import { brokers, readVersion, registryUrl, startHarness, type Harness } from "../../helpers/writ-harness.ts";
+import { putRecord, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { brokers, readVersion, registryUrl, type Harness } from "../../helpers/writ-harness.ts";
 
 const conversation = () => `conv-${Math.random().toString(36).slice(2, 10)}`;
 const refund = { paymentId: "pay_1", amountCents: 500, reason: "damaged", note: "Photos of the broken item attached." };
@@ -35,9 +36,7 @@ async function httpServer(h: Harness) {
 
 describe("MCP server on a real broker", () => {
   it("stdio-retry: the entry point writes once across a retry with a reworded note", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const transport = new StdioClientTransport({
       command: process.execPath,
       args: [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"],
@@ -73,9 +72,7 @@ describe("MCP server on a real broker", () => {
   });
 
   it("http-retry: two calls in one MCP session (run id = session id) write once", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const mcp = await httpServer(h);
     const client = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
 
@@ -89,9 +86,7 @@ describe("MCP server on a real broker", () => {
   });
 
   it("http-reconnect: a retry from a new MCP session naming the same run in _meta writes nothing", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const mcp = await httpServer(h);
     const meta = { [RUN_ID_META_KEY]: conversation() };
 
@@ -107,19 +102,12 @@ describe("MCP server on a real broker", () => {
   });
 
   it("race-with-outside-writer: the conflict carries current and your_change; deciding again applies without a lost update", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { subject: "Charged twice", status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const h = await startDemoHarness({ ticket: { subject: "Charged twice", status: "open", tags: ["billing"] } });
     const mcp = await httpServer(h);
     const client = await connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
 
     const read = await call(client, "read_record", { type: "ticket", id: "T-1" });
-    const current = await readVersion(h.records, "ticket", "T-1");
-    const put = await fetch(`${h.records.url}/records/ticket/T-1`, {
-      method: "PUT",
-      headers: { "content-type": "application/json", "if-match": current.version },
-      body: JSON.stringify({ ...current.state, status: "pending" }),
-    });
+    const put = await putRecord(h, "ticket", "T-1", (s) => ({ ...s, status: "pending" }));
     expect(put.status).toBe(200);
     const conflict = await call(client, "tag_ticket", { ticketId: "T-1", tag: "vip" });
     const again = await call(client, "tag_ticket", { ticketId: "T-1", tag: "vip" });
@@ -136,7 +124,7 @@ describe("MCP server on a real broker", () => {
   });
 
   it("http-host-check: a request with a foreign Host header is refused", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    const h = await startDemoHarness({ owner: false });
     const mcp = await httpServer(h);
     const url = new URL(mcp.url);
     const status = await new Promise<number>((done, fail) => {

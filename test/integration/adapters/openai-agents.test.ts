@@ -2,26 +2,15 @@ import { Agent, RunState, run, setTracingDisabled, type AgentInputItem, type Run
 import { ScriptedModel, assistantMessage, functionCall, modelResponder, type RecordedModelCall } from "@openai/agents/testing";
 import { beforeAll, describe, expect, it } from "vitest";
 import { refundPaymentSpec, tagTicketSpec } from "../../../examples/demo-tool-specs.ts";
-import { refundPayment, tagTicket } from "../../../examples/demo-tools.ts";
 import { writAgentReadTool, writAgentTool } from "../../../producers/adapters/openai-agents.ts";
 import type { ModelToolResult } from "../../../producers/adapters/tool-bridge.ts";
 import type { WritClient } from "../../../producers/writ-client.ts";
-import type { EntityRef, Versioned } from "../../../src/schemas/common.ts";
-import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
-import { readVersion, startHarness, type Harness } from "../../helpers/writ-harness.ts";
+import { putRecord, recordReader, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { readVersion, type Harness } from "../../helpers/writ-harness.ts";
 
 beforeAll(() => setTracingDisabled(true));
 
 const conversation = () => `conv-${Math.random().toString(36).slice(2, 10)}`;
-
-function reader(h: Harness) {
-  const sor = createHttpSystemOfRecord({ name: "records", baseUrl: h.records.url });
-  return async (entity: EntityRef): Promise<Versioned> => {
-    const record = await sor.read(entity, { timeoutMs: 5_000 });
-    if (!record) throw new Error(`${entity.type}:${entity.id} not found`);
-    return record;
-  };
-}
 
 /** The model's closing message, written from the last tool result it was given. */
 const finalAnswer = modelResponder((call: RecordedModelCall) => {
@@ -41,15 +30,13 @@ function toolOutputs(result: RunResult<any, any>): Record<string, ModelToolResul
 }
 
 function refundAgent(client: WritClient, h: Harness, model: ScriptedModel) {
-  const refund = writAgentTool(refundPaymentSpec, { client, read: reader(h), needsApproval: true });
+  const refund = writAgentTool(refundPaymentSpec, { client, read: recordReader(h), needsApproval: true });
   return new Agent({ name: "billing-agent", instructions: "Refund payments the customer asks about.", model, tools: [refund] });
 }
 
 describe("OpenAI Agents JS adapter on a real broker", () => {
   it("approval-then-resume-twice-from-older-state: one refund, the second resume gets the stored reply", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
+    const h = await startDemoHarness({ payment: true });
     const client = await h.client("billing-agent");
     const runId = conversation();
     const call = { paymentId: "pay_1", amountCents: 500, reason: "damaged", note: "Photos of the broken item attached." };
@@ -84,21 +71,14 @@ describe("OpenAI Agents JS adapter on a real broker", () => {
   });
 
   it("race-with-outside-writer: the conflict carries current and your_change, and deciding again applies without a lost update", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("ticket", "T-1", { subject: "Charged twice", status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const h = await startDemoHarness({ ticket: { subject: "Charged twice", status: "open", tags: ["billing"] } });
     const client = await h.client("support-agent");
-    const read = reader(h);
+    const read = recordReader(h);
     const model = new ScriptedModel([
       [functionCall("read_record", { type: "ticket", id: "T-1" }, { callId: "call_read" })],
       modelResponder(async () => {
         // Another integration changes the ticket after the model read it.
-        const current = await readVersion(h.records, "ticket", "T-1");
-        const res = await fetch(`${h.records.url}/records/ticket/T-1`, {
-          method: "PUT",
-          headers: { "content-type": "application/json", "if-match": current.version },
-          body: JSON.stringify({ ...current.state, status: "pending" }),
-        });
+        const res = await putRecord(h, "ticket", "T-1", (s) => ({ ...s, status: "pending" }));
         expect(res.status).toBe(200);
         return [functionCall("tag_ticket", { ticketId: "T-1", tag: "vip" }, { callId: "call_tag_1" })];
       }),
@@ -130,11 +110,10 @@ describe("OpenAI Agents JS adapter on a real broker", () => {
   });
 
   it("a run without a run id fails before anything is sent", async () => {
-    const h = await startHarness({ tools: [refundPayment, tagTicket] });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const h = await startDemoHarness({ payment: true, owner: false });
     const client = await h.client("billing-agent");
     const model = new ScriptedModel([[functionCall("refund_payment", { paymentId: "pay_1", amountCents: 500, reason: "damaged" }, { callId: "c1" })]]);
-    const agent = new Agent({ name: "billing-agent", instructions: "x", model, tools: [writAgentTool(refundPaymentSpec, { client, read: reader(h) })] });
+    const agent = new Agent({ name: "billing-agent", instructions: "x", model, tools: [writAgentTool(refundPaymentSpec, { client, read: recordReader(h) })] });
 
     await expect(run(agent, "Refund pay_1", { context: {} })).rejects.toThrow(/need a run id/);
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(0);
