@@ -12,6 +12,7 @@ import type { Reply } from "../schemas/reply.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
+import { classifyAttempt, type LedgerVerdict } from "./classify.ts";
 import type { BatchOutputs } from "./outputs.ts";
 
 export interface ProcessorDeps {
@@ -123,20 +124,8 @@ export class IntentProcessor {
   }
 
   /** Step 2: what the ledger says to do with this intent. */
-  private classify(a: AcceptedIntent, entry: LedgerIntentEntry | undefined): "write" | "repeat" | "reused" | "in-flight" {
-    if (!entry) return "write";
-    if (entry.fingerprint !== a.fingerprint) return "reused";
-    const sameAttempt = (x: { baseVersion: string; deltaFingerprint: string }) =>
-      x.baseVersion === a.intent.baseVersion && x.deltaFingerprint === a.deltaFingerprint;
-    if (entry.status === "pending") return "write";
-    // Any attempt seen before is a repeat: a late retry must not start a new conflict cycle.
-    if (entry.attempts.some(sameAttempt)) return "repeat";
-    // After a conflict, a new base version or delta is the agent deciding again.
-    if (entry.status === "conflicted") return "write";
-    // Settled: a retry built from a fresh read (new base, so maybe a new delta) is the same intent again;
-    // another delta from a base already used is the key reused for a different change (Stripe's rule).
-    const changedAtSameBase = entry.attempts.some((x) => x.baseVersion === a.intent.baseVersion);
-    return changedAtSameBase ? "reused" : "repeat";
+  private classify(a: AcceptedIntent, entry: LedgerIntentEntry | undefined): LedgerVerdict {
+    return classifyAttempt(entry, { fingerprint: a.fingerprint, baseVersion: a.intent.baseVersion, deltaFingerprint: a.deltaFingerprint });
   }
 
   /**

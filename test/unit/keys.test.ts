@@ -47,3 +47,20 @@ describe("fingerprints", () => {
     );
   });
 });
+
+describe("intentKey, as a property", () => {
+  it("ignores key order and params outside the declared intent fields", async () => {
+    const fc = (await import("fast-check")).default;
+    const json = fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.constant(null));
+    fc.assert(
+      fc.property(fc.dictionary(fc.string({ minLength: 1 }).filter((k) => k !== "__proto__"), json), json, json, (extra, amount, reason) => {
+        const params = { ...extra, amountCents: amount, reason };
+        const reordered = Object.fromEntries(Object.entries(params).reverse());
+        const k1 = intentKey({ tool, runId: "r", stepId: "s", entity, params });
+        const k2 = intentKey({ tool, runId: "r", stepId: "s", entity, params: reordered });
+        const k3 = intentKey({ tool, runId: "r", stepId: "s", entity, params: { amountCents: amount, reason } });
+        return k1 === k2 && k2 === k3;
+      }),
+    );
+  });
+});

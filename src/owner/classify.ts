@@ -1,0 +1,34 @@
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+
+/** What the ledger says to do with an intent whose key it may already hold (step 2 of DESIGN.md). */
+export type LedgerVerdict = "write" | "repeat" | "reused";
+
+/** The parts of an incoming intent that the decision depends on. */
+export interface AttemptFacts {
+  /** sha256 over tool, entity and the non-free-text params. */
+  fingerprint: string;
+  baseVersion: string;
+  /** sha256 over the delta with free-text values blanked. */
+  deltaFingerprint: string;
+}
+
+/**
+ * `write`: go on to pending and the system of record; `repeat`: answer with
+ * the stored reply; `reused`: the key came with a different intent (Stripe's
+ * rule: reject, write nothing).
+ */
+export function classifyAttempt(entry: LedgerIntentEntry | undefined, a: AttemptFacts): LedgerVerdict {
+  if (!entry) return "write";
+  if (entry.fingerprint !== a.fingerprint) return "reused";
+  // An earlier owner left it pending: take it up (reconcile first).
+  if (entry.status === "pending") return "write";
+  const sameAttempt = (x: { baseVersion: string; deltaFingerprint: string }) =>
+    x.baseVersion === a.baseVersion && x.deltaFingerprint === a.deltaFingerprint;
+  // Any attempt seen before is a repeat: a late retry must not start a new conflict cycle.
+  if (entry.attempts.some(sameAttempt)) return "repeat";
+  // After a conflict, a new base version or delta is the agent deciding again.
+  if (entry.status === "conflicted") return "write";
+  // Settled: a retry built from a fresh read (new base, so maybe a new delta) is the same intent again;
+  // another delta from a base already used is the key reused for a different change.
+  return entry.attempts.some((x) => x.baseVersion === a.baseVersion) ? "reused" : "repeat";
+}
