@@ -6,9 +6,11 @@ import { createWritClient, type IntentInput } from "../producers/writ-client.ts"
 import { ensureStack } from "../scripts/local-stack.ts";
 import { refundPayment, systems, tools } from "../examples/demo-tools.ts";
 import { createLogger } from "../src/logger.ts";
+import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { startRouter } from "../src/owner/router.ts";
 import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
 
+hideKafkajsTimeoutWarning();
 const INTENTS = Number(process.env.BENCH_INTENTS ?? 3000);
 const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 200);
 const WAVE = Number(process.env.BENCH_WAVE ?? 100);

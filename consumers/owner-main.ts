@@ -4,6 +4,7 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { routerConfigFromEnv } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
+import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { createLogger } from "../src/logger.ts";
 import { startRouter } from "../src/owner/router.ts";
 import type { SystemOfRecord } from "../src/sor/adapter.ts";
@@ -14,6 +15,7 @@ interface ToolsModule {
   systems: (env: NodeJS.ProcessEnv) => SystemOfRecord[];
 }
 
+hideKafkajsTimeoutWarning();
 const log = createLogger({ name: "writ-owner" });
 try {
   const config = routerConfigFromEnv();

@@ -6,6 +6,7 @@
 //
 // Library module: importing it has no side effects.
 import { randomUUID } from "node:crypto";
+import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { Kafka, logLevel } from "kafkajs";
 import { createWritClient, type WritClient } from "../producers/writ-client.ts";
 import { ensureStack } from "../scripts/local-stack.ts";
@@ -97,6 +98,7 @@ export function say(line: string): void {
  * await runExample(stack, main);
  */
 export async function startLocalStack(label: string): Promise<LocalStack> {
+  hideKafkajsTimeoutWarning();
   const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
   const brokers = stack.endpoints.brokers;
   const registryUrl = stack.endpoints.registryUrl || undefined;
@@ -136,7 +138,6 @@ export async function startLocalStack(label: string): Promise<LocalStack> {
  * });
  */
 export async function startExampleStack(name: string, opts: ExampleStackOptions = {}): Promise<ExampleStack> {
-  quietKafkaJsWarnings();
   const base = await startLocalStack("example");
   const { brokers, registryUrl, records } = base;
   const id = randomUUID().slice(0, 8);
@@ -236,16 +237,6 @@ export function describeToolOutput(output: unknown): string {
     default:
       return `${o.status}: ${o.instruction}`;
   }
-}
-
-// kafkajs 2.2.4 sets a negative timeout once per process on Node 24 (harmless), and
-// announces its v2 partitioner; neither helps a reader of an example.
-function quietKafkaJsWarnings(): void {
-  process.removeAllListeners("warning");
-  process.on("warning", (w) => {
-    if (w.name !== "TimeoutNegativeWarning") process.stderr.write(`${w.name}: ${w.message}\n`);
-  });
-  process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 }
 
 async function deleteTopics(brokers: string[], names: string[]): Promise<void> {

@@ -11,6 +11,7 @@ import { z } from "zod";
 import { parseConfig } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
+import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import type { SystemOfRecord } from "../src/sor/adapter.ts";
 import { serveWritMcpStdio, startWritMcpHttpServer, systemsReader } from "./adapters/mcp-server.ts";
 import type { WritToolSpec } from "./adapters/tool-bridge.ts";
@@ -53,6 +54,7 @@ interface SpecsModule {
   systems: (env: NodeJS.ProcessEnv) => SystemOfRecord[];
 }
 
+hideKafkajsTimeoutWarning();
 const log = createLogger({ name: "writ-mcp" });
 let client: WritClient | undefined;
 let close: (() => Promise<void>) | undefined;

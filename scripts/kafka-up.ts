@@ -1,13 +1,9 @@
 // npm run kafka:up — start (or reuse) the local Kafka broker and Apicurio registry
 // and leave them running. Prints the env lines to export.
+import { hideKafkajsTimeoutWarning } from '../src/node-warnings.ts';
 import { ensureStack } from './local-stack.ts';
 
-// kafkajs 2.2.4 calls setTimeout with a negative delay (RequestQueue.scheduleCheckPendingRequests,
-// throttledUntil = -1); Node 24 warns once per process. Harmless; keep every other warning.
-process.removeAllListeners('warning');
-process.on('warning', (warning) => {
-  if (warning.name !== 'TimeoutNegativeWarning') process.stderr.write(`${warning.name}: ${warning.message}\n`);
-});
+hideKafkajsTimeoutWarning();
 
 const t0 = Date.now();
 try {

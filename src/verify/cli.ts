@@ -8,9 +8,12 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { WritError } from "../errors.ts";
 import { REDACT_PATHS } from "../logger.ts";
+import { hideKafkajsTimeoutWarning } from "../node-warnings.ts";
 import type { DemoRecordsServer } from "../sor/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "./report.ts";
 import { formatReport, runVerify } from "./verify.ts";
+
+hideKafkajsTimeoutWarning();
 
 const USAGE = `usage: writ verify --tools <module> [options]
        npm run verify -- --tools <module> [options]

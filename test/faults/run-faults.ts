@@ -6,7 +6,9 @@
 // the reply topics are checked. Last line: the measured figures as JSON.
 import { mkdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { hideKafkajsTimeoutWarning } from "../../src/node-warnings.ts";
 
+hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, "..", "..");
 // A stack of its own (own ports, own data dir), since this suite kills its broker.
 process.env.WRIT_LOCAL_STACK_DIR ??= join(root, ".cache", "run-faults");
