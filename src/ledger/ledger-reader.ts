@@ -46,7 +46,13 @@ export class LedgerReader {
 
   async start(): Promise<void> {
     // A group of its own with no committed offsets: every process reads the whole ledger.
-    const consumer = this.kafka.consumer({ groupId: this.groupId, readUncommitted: false, allowAutoTopicCreation: false });
+    const consumer = this.kafka.consumer({
+      groupId: this.groupId,
+      readUncommitted: false,
+      allowAutoTopicCreation: false,
+      // Markers must be seen promptly; an idle long poll also delays shutdown.
+      maxWaitTimeInMs: 500,
+    });
     this.consumer = consumer;
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: true });

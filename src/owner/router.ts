@@ -92,6 +92,9 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
     heartbeatInterval: Math.floor(config.sessionTimeoutMs / 10),
     allowAutoTopicCreation: false,
     maxBytesPerPartition: 1_048_576,
+    // A fetch returns as soon as intents arrive; this bounds only an idle long poll, which
+    // holds up a clean leave (shutdown) and this member's rejoin in a rebalance.
+    maxWaitTimeInMs: 1000,
   });
   consumer.on(consumer.events.GROUP_JOIN, (event) => {
     const assigned = new Set(event.payload.memberAssignment[config.topics.intents] ?? []);
