@@ -157,13 +157,17 @@ export class IntentProcessor {
       if (settled.result === "unknown") return this.escalate(a, pending, ledger, out, "outcome_unknown", settled.current);
     }
 
+    // An earlier owner, or an earlier round whose outcome was unknown, may have written after all: a
+    // conflict is then checked against the system before it is reported (a request still in flight can
+    // commit after reconcile said "not applied").
+    const mayHaveWritten = (round: number) => round > 1 || inherited.has(intent.intentKey);
     for (let round = 1; ; round++) {
       const current = await this.read(a);
       if (current === null) return this.finishRejected(a, pending, ledger, out, "entity_not_found", `${entityKey(intent.entity)} does not exist`);
       let ifMatch = intent.baseVersion;
       if (current.version !== intent.baseVersion) {
         if (tool.versionPolicy === "rebase-commutative" && isCommutative(intent.delta)) ifMatch = current.version;
-        else return this.conflict(a, pending, ledger, out, current, inherited);
+        else return this.conflict(a, pending, ledger, out, current, mayHaveWritten(round));
       }
       const outcome = await this.patch(a, ifMatch);
       await this.deps.afterPatch?.(intent, outcome);
@@ -171,7 +175,7 @@ export class IntentProcessor {
         case "applied":
           return this.finishApplied(a, pending, ledger, out, { state: outcome.state, version: outcome.version }, "patch");
         case "precondition_failed":
-          return this.conflict(a, pending, ledger, out, outcome.current ?? (await this.read(a)), inherited);
+          return this.conflict(a, pending, ledger, out, outcome.current ?? (await this.read(a)), mayHaveWritten(round));
         case "not_found":
           return this.finishRejected(a, pending, ledger, out, "entity_not_found", `${entityKey(intent.entity)} does not exist`);
         case "rejected":
@@ -230,10 +234,11 @@ export class IntentProcessor {
     ledger: LedgerTransaction,
     out: BatchOutputs,
     current: Versioned | null,
-    inherited: ReadonlySet<string>,
+    mayHaveWritten: boolean,
   ): Promise<void> {
-    if (inherited.has(a.intent.intentKey)) {
-      // The change may be our own, written by an owner that died or lost the partition mid-flight.
+    if (mayHaveWritten) {
+      // The change may be our own: written by an owner that died or lost the partition mid-flight, or by
+      // a request of ours whose outcome was unknown.
       const settled = await this.reconcile(a);
       if (settled.result === "applied") return this.finishApplied(a, pending, ledger, out, settled.current, "reconcile");
       current = settled.current ?? current;
