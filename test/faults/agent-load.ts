@@ -1,6 +1,7 @@
 import type { SubmitResult, WritClient } from "../../producers/writ-client.ts";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { IntentInput } from "../../producers/writ-client.ts";
+import { readRecord } from "../../examples/example-stack.ts";
 
 /** One business intent of the load, and what became of it. */
 export interface PlannedIntent {
@@ -22,14 +23,6 @@ export interface LoadOptions {
   resubmitRate: number;
   deadlineMs: number;
   onSettled: () => void;
-}
-
-async function read(recordsUrl: string, type: string, id: string): Promise<{ state: any; version: string }> {
-  for (;;) {
-    const res = await fetch(`${recordsUrl}/records/${type}/${id}`);
-    if (res.ok) return { state: await res.json(), version: res.headers.get("etag")! };
-    if (res.status !== 503) throw new Error(`GET ${type}/${id}: ${res.status}`);
-  }
 }
 
 function build(p: PlannedIntent, runId: string, base: { state: any; version: string }): IntentInput {
@@ -71,7 +64,7 @@ export async function runAgent(client: WritClient, intents: PlannedIntent[], con
   const worker = async () => {
     while (next < intents.length) {
       const p = intents[next++]!;
-      let base = await read(opts.recordsUrl, p.entity.type, p.entity.id);
+      let base = await readRecord<any>(opts.recordsUrl, p.entity.type, p.entity.id);
       let input = build(p, opts.runId, base);
       p.intentKey = client.buildIntent(input).intentKey;
       while (Date.now() < deadline) {

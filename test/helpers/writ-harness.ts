@@ -11,6 +11,7 @@ import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/de
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { z } from "zod";
+import { readRecord } from "../../examples/example-stack.ts";
 import { waitFor } from "./wait-for.ts";
 
 export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:39092").split(",");
@@ -106,8 +107,6 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
 }
 
 /** The version a record has now, as an agent's read tool would carry it. */
-export async function readVersion(records: DemoRecordsServer, type: string, id: string): Promise<{ state: any; version: string }> {
-  const res = await fetch(`${records.url}/records/${type}/${id}`);
-  if (!res.ok) throw new Error(`GET ${type}/${id}: ${res.status}`);
-  return { state: await res.json(), version: res.headers.get("etag")! };
+export function readVersion(records: DemoRecordsServer, type: string, id: string): Promise<{ state: any; version: string }> {
+  return readRecord<any>(records.url, type, id);
 }
