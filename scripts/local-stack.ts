@@ -57,7 +57,8 @@ const DEPENDENCY_PLUGIN_COPY = 'org.apache.maven.plugins:maven-dependency-plugin
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const CACHE_DIR = join(ROOT, '.cache');
 const KAFKA_HOME = join(CACHE_DIR, `kafka-${KAFKA_VERSION}`);
-const KAFKA_LIBS = join(KAFKA_HOME, 'libs');
+/** The broker's jars, plus kafka-tools (console producer, kafka-transactions) for tests and operators. */
+export const KAFKA_LIBS = join(KAFKA_HOME, 'libs');
 const APICURIO_HOME = join(CACHE_DIR, `apicurio-${APICURIO_VERSION}`);
 /** Runtime data, logs and pid files; `WRIT_LOCAL_STACK_DIR` gives a second, independent stack (the fault suite's). */
 export const RUN_DIR = process.env['WRIT_LOCAL_STACK_DIR'] ? resolve(process.env['WRIT_LOCAL_STACK_DIR']) : join(CACHE_DIR, 'run');
@@ -415,6 +416,12 @@ function kafkaPom(): string {
       <artifactId>kafka_2.13</artifactId>
       <version>${KAFKA_VERSION}</version>
     </dependency>
+    <!-- the distribution's own tools: ConsoleProducer (foreign-producer tests), TransactionsCommand -->
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-tools</artifactId>
+      <version>${KAFKA_VERSION}</version>
+    </dependency>
     <!-- Kafka 4 logs through slf4j 1.7 to log4j2; the binding is not a dependency of kafka_2.13 -->
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
@@ -430,7 +437,7 @@ function kafkaPom(): string {
 }
 
 async function ensureKafkaJars(log: (l: string) => void): Promise<void> {
-  if (existsSync(join(KAFKA_HOME, MARKER))) return;
+  if (existsSync(join(KAFKA_HOME, MARKER)) && existsSync(join(KAFKA_LIBS, `kafka-tools-${KAFKA_VERSION}.jar`))) return;
   const t0 = Date.now();
   log(`downloading Kafka ${KAFKA_VERSION} jars with mvn into ${KAFKA_LIBS}`);
   rmSync(KAFKA_LIBS, { recursive: true, force: true });
@@ -443,7 +450,8 @@ async function ensureKafkaJars(log: (l: string) => void): Promise<void> {
     'mvn copy-dependencies (Kafka)',
   );
   const jars = readdirSync(KAFKA_LIBS);
-  if (!jars.includes(`kafka_2.13-${KAFKA_VERSION}.jar`) || !jars.some((j) => j.startsWith('log4j-slf4j-impl'))) {
+  const wanted = [`kafka_2.13-${KAFKA_VERSION}.jar`, `kafka-tools-${KAFKA_VERSION}.jar`];
+  if (!wanted.every((j) => jars.includes(j)) || !jars.some((j) => j.startsWith('log4j-slf4j-impl'))) {
     throw new Error(`Kafka download incomplete in ${KAFKA_LIBS}: ${jars.join(', ')}`);
   }
   writeFileSync(join(KAFKA_HOME, MARKER), `${new Date().toISOString()}\n`);
