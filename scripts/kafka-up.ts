@@ -1,16 +1,39 @@
 // npm run kafka:up — start (or reuse) the local Kafka broker and Apicurio registry
 // and leave them running. Prints the env lines to export.
+//
+//   npm run kafka:up                    # one node on 39092, registry on 38081 (.cache/run)
+//   npm run kafka:up -- --brokers 3     # three nodes on 39192/39194/39196 (controllers one above
+//                                       # each), registry on 38181, in .cache/run-3
+//
+// WRIT_LOCAL_STACK_DIR, WRIT_LOCAL_KAFKA_PORT and WRIT_LOCAL_REGISTRY_PORT still override the dir and ports.
+import { join, resolve } from 'node:path';
 import { hideKafkajsTimeoutWarning } from '../src/node-warnings.ts';
-import { ensureStack } from './local-stack.ts';
 
 hideKafkajsTimeoutWarning();
 
+function brokersArg(argv: string[]): 1 | 3 {
+  const i = argv.findIndex((a) => a === '--brokers' || a.startsWith('--brokers='));
+  if (i < 0) return 1;
+  const raw = argv[i]!.includes('=') ? argv[i]!.slice('--brokers='.length) : argv[i + 1];
+  if (raw === '1' || raw === '3') return Number(raw) as 1 | 3;
+  process.stderr.write(`[local-stack] --brokers must be 1 or 3, got ${String(raw)}\n`);
+  process.exit(2);
+}
+
+const brokers = brokersArg(process.argv.slice(2));
+if (brokers === 3) {
+  // its own stack dir and ports, beside the single-node stack the tests share
+  process.env['WRIT_LOCAL_STACK_DIR'] ??= join(resolve(import.meta.dirname, '..'), '.cache', 'run-3');
+  process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '39192';
+  process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '38181';
+}
+const { ensureStack } = await import('./local-stack.ts');
+
 const t0 = Date.now();
 try {
-  const { endpoints, started } = await ensureStack();
-  process.stderr.write(
-    `[local-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: npm run kafka:down\n`,
-  );
+  const { endpoints, started } = await ensureStack({ brokers });
+  const down = brokers === 3 ? 'npm run kafka:down -- --brokers 3' : 'npm run kafka:down';
+  process.stderr.write(`[local-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: ${down}\n`);
   process.stdout.write(`KAFKA_BROKERS=${endpoints.brokers.join(',')}\n`);
   process.stdout.write(`SCHEMA_REGISTRY_URL=${endpoints.registryUrl}\n`);
   process.exit(0);

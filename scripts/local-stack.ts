@@ -1,6 +1,20 @@
-// A real single-node Kafka (KRaft) broker and a real Apicurio schema registry,
-// started as plain JVM processes (no Docker). Jars come from Maven Central via
-// `mvn`; everything lives under `.cache/` at the repo root.
+// A real Kafka (KRaft) cluster and a real Apicurio schema registry, started as
+// plain JVM processes (no Docker). Jars come from Maven Central via `mvn`;
+// everything lives under `.cache/` at the repo root.
+//
+// Two shapes (`ensureStack({ brokers })`):
+// - 1 (default, what the test suite uses): one combined broker+controller node,
+//   replication factor 1.
+// - 3: three combined broker+controller nodes forming a dynamic 3-voter KRaft
+//   quorum (KIP-853, formatted with `--initial-controllers`), with production-like
+//   defaults: replication factor 3, min.insync.replicas 2 (also for the offsets,
+//   transaction-state and share-state topics). Any one node can be killed, stopped
+//   or paused: the quorum keeps a majority and every partition keeps 2 in-sync
+//   replicas. Node n listens on WRIT_LOCAL_KAFKA_PORT + 2(n-1) (broker) and one
+//   above that (controller), and keeps its files in `<stack dir>/node-<n>/`.
+// One stack dir holds one shape at a time; use WRIT_LOCAL_STACK_DIR and
+// WRIT_LOCAL_KAFKA_PORT for a second stack (`npm run kafka:up -- --brokers 3`
+// uses .cache/run-3 and port 39192).
 //
 // Library module: importing it has no side effects.
 
@@ -28,6 +42,18 @@ export interface EnsureStackResult {
 
 export interface StackOptions {
   log?: (line: string) => void;
+}
+
+/** Kafka nodes of a local stack: 1 (the default) or 3. */
+export type BrokerCount = 1 | 3;
+
+export interface EnsureStackOptions extends StackOptions {
+  /**
+   * 1 (default): the single-node stack. 3: three combined broker+controller
+   * nodes (replication factor 3, min.insync.replicas 2). Ignored when
+   * KAFKA_BROKERS is set. A stack dir runs one shape at a time.
+   */
+  brokers?: BrokerCount;
 }
 
 // ---------------------------------------------------------------------------
@@ -66,6 +92,8 @@ const BROKER_DATA = join(RUN_DIR, 'kafka-data');
 const SERVER_PROPERTIES = join(RUN_DIR, 'server.properties');
 const LOG4J_CONFIG = join(RUN_DIR, 'log4j2.xml');
 const LOCK_FILE = join(RUN_DIR, 'stack.lock');
+/** Holds "3" while the stack dir is laid out for three nodes; absent for the single node. */
+const SIZE_FILE = join(RUN_DIR, 'cluster-size');
 const MARKER = '.complete';
 
 function portFromEnv(name: string, fallback: number): number {
@@ -88,6 +116,8 @@ const JAVA = process.env['JAVA_HOME'] ? join(process.env['JAVA_HOME'], 'bin', 'j
 type Component = 'broker' | 'registry';
 
 interface ComponentSpec {
+  /** For log lines: 'broker', 'broker node 2', 'registry'. */
+  name: string;
   pidFile: string;
   outFile: string;
   /** Substrings that /proc/<pid>/cmdline must contain for the pid to be ours. */
@@ -96,17 +126,95 @@ interface ComponentSpec {
 
 const COMPONENTS: Record<Component, ComponentSpec> = {
   broker: {
+    name: 'broker',
     pidFile: join(RUN_DIR, 'broker.pid'),
     outFile: join(RUN_DIR, 'broker.out'),
     signature: () => ['kafka.Kafka', SERVER_PROPERTIES],
   },
   registry: {
+    name: 'registry',
     pidFile: join(RUN_DIR, 'registry.pid'),
     outFile: join(RUN_DIR, 'registry.out'),
     signature: () => [APICURIO_HOME],
   },
 };
 const BROKER_LOG = join(RUN_DIR, 'broker.log');
+
+/** Where one Kafka node lives: ports, files, pid. */
+interface NodeLayout {
+  nodeId: number;
+  brokerPort: number;
+  controllerPort: number;
+  /** host:port of its PLAINTEXT listener. */
+  address: string;
+  /** Its working dir (kafka.logs.dir); RUN_DIR for the single node. */
+  dir: string;
+  dataDir: string;
+  propsFile: string;
+  log4jFile: string;
+  logFile: string;
+  spec: ComponentSpec;
+}
+
+/** The single node keeps today's file names directly under RUN_DIR; node n of three lives in RUN_DIR/node-n. */
+function nodeLayout(size: BrokerCount, nodeId: number): NodeLayout {
+  if (size === 1) {
+    if (nodeId !== 1) throw new Error(`the single-node stack has only node 1, not ${nodeId}`);
+    return {
+      nodeId: 1,
+      brokerPort: BROKER_PORT,
+      controllerPort: CONTROLLER_PORT,
+      address: LOCAL_BROKER,
+      dir: RUN_DIR,
+      dataDir: BROKER_DATA,
+      propsFile: SERVER_PROPERTIES,
+      log4jFile: LOG4J_CONFIG,
+      logFile: BROKER_LOG,
+      spec: COMPONENTS.broker,
+    };
+  }
+  if (!Number.isInteger(nodeId) || nodeId < 1 || nodeId > size) throw new Error(`node id must be 1..${size}, got ${nodeId}`);
+  const dir = join(RUN_DIR, `node-${nodeId}`);
+  const brokerPort = BROKER_PORT + 2 * (nodeId - 1);
+  if (brokerPort + 1 > 65535) throw new Error(`WRIT_LOCAL_KAFKA_PORT ${BROKER_PORT} leaves no room for ${size} nodes (2 ports each)`);
+  const propsFile = join(dir, 'server.properties');
+  return {
+    nodeId,
+    brokerPort,
+    controllerPort: brokerPort + 1,
+    address: `${HOST}:${brokerPort}`,
+    dir,
+    dataDir: join(dir, 'kafka-data'),
+    propsFile,
+    log4jFile: join(dir, 'log4j2.xml'),
+    logFile: join(dir, 'broker.log'),
+    spec: {
+      name: `broker node ${nodeId}`,
+      pidFile: join(dir, 'broker.pid'),
+      outFile: join(dir, 'broker.out'),
+      signature: () => ['kafka.Kafka', propsFile],
+    },
+  };
+}
+
+function clusterLayout(size: BrokerCount): NodeLayout[] {
+  return Array.from({ length: size }, (_, i) => nodeLayout(size, i + 1));
+}
+
+function brokerCount(n: number | undefined): BrokerCount {
+  if (n === undefined || n === 1) return 1;
+  if (n === 3) return 3;
+  throw new Error(`brokers must be 1 or 3, got ${String(n)}`);
+}
+
+/** The shape the stack dir is laid out for (the size file; the single node when absent). */
+function stackSize(): BrokerCount {
+  try {
+    return readFileSync(SIZE_FILE, 'utf8').trim() === '3' ? 3 : 1;
+  } catch {
+    return 1;
+  }
+}
 
 const noop = (): void => {};
 const defaultLog = (line: string): void => {
@@ -171,8 +279,7 @@ function cmdline(pid: number): string | undefined {
 }
 
 /** The live pid of a component we started (pid file + cmdline check), else undefined. */
-function ownedPid(component: Component): number | undefined {
-  const spec = COMPONENTS[component];
+function ownedPid(spec: ComponentSpec): number | undefined {
   let pid: number;
   try {
     pid = Number(readFileSync(spec.pidFile, 'utf8').trim());
@@ -203,37 +310,48 @@ function signal(pid: number, sig: NodeJS.Signals): void {
 }
 
 /** SIGTERM, then SIGKILL after the deadline; resolves once the process is gone. */
-async function stopComponent(component: Component, log: (l: string) => void, termTimeoutMs = 30_000): Promise<number | undefined> {
-  const pid = ownedPid(component);
-  const spec = COMPONENTS[component];
+async function stopComponent(spec: ComponentSpec, log: (l: string) => void, termTimeoutMs = 30_000): Promise<number | undefined> {
+  const pid = ownedPid(spec);
   if (pid === undefined) {
     rmSync(spec.pidFile, { force: true });
     return undefined;
   }
-  log(`stopping ${component} (pid ${pid})`);
+  log(`stopping ${spec.name} (pid ${pid})`);
+  signal(pid, 'SIGCONT'); // a paused JVM would not act on SIGTERM
   signal(pid, 'SIGTERM');
   if (!(await waitForExit(pid, termTimeoutMs))) {
-    log(`${component} (pid ${pid}) ignored SIGTERM for ${termTimeoutMs} ms; sending SIGKILL`);
+    log(`${spec.name} (pid ${pid}) ignored SIGTERM for ${termTimeoutMs} ms; sending SIGKILL`);
     signal(pid, 'SIGKILL');
-    if (!(await waitForExit(pid, 10_000))) throw new Error(`${component} (pid ${pid}) did not exit after SIGKILL`);
+    if (!(await waitForExit(pid, 10_000))) throw new Error(`${spec.name} (pid ${pid}) did not exit after SIGKILL`);
   }
   rmSync(spec.pidFile, { force: true });
   return pid;
 }
 
-function spawnDetached(component: Component, cmd: string, args: string[], cwd: string): ChildProcess {
-  const spec = COMPONENTS[component];
-  mkdirSync(RUN_DIR, { recursive: true });
+function spawnDetached(spec: ComponentSpec, cmd: string, args: string[], cwd: string): ChildProcess {
+  mkdirSync(dirname(spec.pidFile), { recursive: true });
   const fd = openSync(spec.outFile, 'a');
   try {
     const child = spawn(cmd, args, { cwd, detached: true, stdio: ['ignore', fd, fd] });
-    if (child.pid === undefined) throw new Error(`could not spawn ${cmd} for ${component}`);
+    if (child.pid === undefined) throw new Error(`could not spawn ${cmd} for ${spec.name}`);
     writeFileSync(spec.pidFile, `${child.pid}\n`);
     child.on('error', noop);
     child.unref();
     return child;
   } finally {
     closeSync(fd);
+  }
+}
+
+/**
+ * After a SIGKILL the JVM's main thread can already show as a zombie while its
+ * other threads still hold the listening sockets; waits until nothing accepts on
+ * `ports` (at most `timeoutMs`), so a restart on the same ports cannot collide.
+ */
+async function waitForPortsClosed(ports: number[], timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (const port of ports) {
+    while ((await tcpOpen(HOST, port, 500)) && Date.now() < deadline) await sleep(100);
   }
 }
 
@@ -250,8 +368,8 @@ function tcpOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean>
   });
 }
 
-/** One describeCluster round trip; true when the broker answers with at least one broker. */
-async function brokerServes(brokers: string[], timeoutMs = 5000): Promise<boolean> {
+/** One describeCluster round trip: the live (unfenced) broker ids and the controller, or undefined. */
+async function describe(brokers: string[], timeoutMs = 5000): Promise<{ brokerIds: number[]; controller: number } | undefined> {
   const kafka = new Kafka({
     clientId: 'writ-local-stack',
     brokers,
@@ -264,12 +382,22 @@ async function brokerServes(brokers: string[], timeoutMs = 5000): Promise<boolea
   try {
     await admin.connect();
     const cluster = await admin.describeCluster();
-    return cluster.brokers.length > 0 && cluster.controller !== null && cluster.controller >= 0;
+    return { brokerIds: cluster.brokers.map((b) => b.nodeId).sort((a, b) => a - b), controller: cluster.controller ?? -1 };
   } catch {
-    return false;
+    return undefined;
   } finally {
     await admin.disconnect().catch(noop);
   }
+}
+
+/**
+ * True when `brokers` answer describeCluster with a controller and at least one
+ * broker, and with every id in `expectIds` among the live brokers.
+ */
+async function brokerServes(brokers: string[], expectIds: number[] = [], timeoutMs = 5000): Promise<boolean> {
+  const cluster = await describe(brokers, timeoutMs);
+  if (cluster === undefined) return false;
+  return cluster.brokerIds.length > 0 && cluster.controller >= 0 && expectIds.every((id) => cluster.brokerIds.includes(id));
 }
 
 /**
@@ -277,15 +405,25 @@ async function brokerServes(brokers: string[], timeoutMs = 5000): Promise<boolea
  * `timeoutMs` (default 90 s) with the tail of the local broker log.
  */
 export async function waitForBroker(brokers: string[] = [LOCAL_BROKER], timeoutMs = 90_000, pid?: number): Promise<void> {
+  await waitForNode(nodeLayout(stackSize(), 1), timeoutMs, pid, [], brokers);
+}
+
+/**
+ * Waits until node `node` (or `via`) answers describeCluster listing every id in
+ * `expectIds` as a live (registered, unfenced) broker.
+ */
+async function waitForNode(node: NodeLayout, timeoutMs: number, pid: number | undefined, expectIds: number[], via: string[] = [node.address]): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  const logs = (): string => `--- ${node.spec.outFile}\n${tail(node.spec.outFile)}\n--- ${node.logFile}\n${tail(node.logFile)}`;
   while (Date.now() < deadline) {
-    if (await brokerServes(brokers)) return;
+    if (await brokerServes(via, expectIds)) return;
     if (pid !== undefined && !isAlive(pid)) {
-      throw new Error(`broker JVM (pid ${pid}) exited during startup.\n--- ${COMPONENTS.broker.outFile}\n${tail(COMPONENTS.broker.outFile)}\n--- ${BROKER_LOG}\n${tail(BROKER_LOG)}`);
+      throw new Error(`${node.spec.name} JVM (pid ${pid}) exited during startup.\n${logs()}`);
     }
     await sleep(500);
   }
-  throw new Error(`broker ${brokers.join(',')} did not answer describeCluster within ${timeoutMs} ms.\n--- ${COMPONENTS.broker.outFile}\n${tail(COMPONENTS.broker.outFile)}\n--- ${BROKER_LOG}\n${tail(BROKER_LOG)}`);
+  const what = expectIds.length > 0 ? ` listing brokers ${expectIds.join(',')}` : '';
+  throw new Error(`${node.spec.name} ${via.join(',')} did not answer describeCluster${what} within ${timeoutMs} ms.\n${logs()}`);
 }
 
 async function registryServes(url: string, timeoutMs = 2000): Promise<boolean> {
@@ -497,8 +635,38 @@ async function ensureApicurio(log: (l: string) => void): Promise<string> {
 // ---------------------------------------------------------------------------
 // Broker
 
-/** The exact broker settings (single node, combined broker+controller, KRaft). */
-export function brokerProperties(): Record<string, string | number | boolean> {
+/**
+ * The exact broker settings (combined broker+controller, KRaft). Without
+ * arguments: the single node. `{ brokers: 3, nodeId }`: node `nodeId` of the
+ * three-node cluster (the single node's settings with its own ports and data
+ * dir, all three controllers as quorum bootstrap servers, and replication
+ * factor 3 / min.insync.replicas 2 everywhere).
+ */
+export function brokerProperties(opts: { brokers?: BrokerCount; nodeId?: number } = {}): Record<string, string | number | boolean> {
+  const size = brokerCount(opts.brokers);
+  const single = singleNodeProperties();
+  if (size === 1) return single;
+  const node = nodeLayout(size, opts.nodeId ?? 1);
+  const voters = clusterLayout(size).map((n) => `${HOST}:${n.controllerPort}`);
+  return {
+    ...single,
+    'node.id': node.nodeId,
+    'listeners': `PLAINTEXT://${HOST}:${node.brokerPort},CONTROLLER://${HOST}:${node.controllerPort}`,
+    'advertised.listeners': `PLAINTEXT://${HOST}:${node.brokerPort}`,
+    // dynamic quorum (KIP-853) of all three; storage is formatted with --initial-controllers
+    'controller.quorum.bootstrap.servers': voters.join(','),
+    'log.dirs': node.dataDir,
+    'default.replication.factor': 3,
+    'min.insync.replicas': 2,
+    'offsets.topic.replication.factor': 3,
+    'transaction.state.log.replication.factor': 3,
+    'transaction.state.log.min.isr': 2,
+    'share.coordinator.state.topic.replication.factor': 3,
+    'share.coordinator.state.topic.min.isr': 2,
+  };
+}
+
+function singleNodeProperties(): Record<string, string | number | boolean> {
   return {
     'process.roles': 'broker,controller',
     'node.id': 1,
@@ -545,19 +713,19 @@ export function brokerProperties(): Record<string, string | number | boolean> {
   };
 }
 
-function writeBrokerConfig(): void {
-  mkdirSync(RUN_DIR, { recursive: true });
-  const props = Object.entries(brokerProperties())
+function writeBrokerConfig(node: NodeLayout = nodeLayout(1, 1), size: BrokerCount = 1): void {
+  mkdirSync(node.dir, { recursive: true });
+  const props = Object.entries(brokerProperties({ brokers: size, nodeId: node.nodeId }))
     .map(([k, v]) => `${k}=${String(v)}`)
     .join('\n');
-  writeFileSync(SERVER_PROPERTIES, `# generated by scripts/local-stack.ts\n${props}\n`);
+  writeFileSync(node.propsFile, `# generated by scripts/local-stack.ts\n${props}\n`);
   writeFileSync(
-    LOG4J_CONFIG,
+    node.log4jFile,
     `<?xml version="1.0" encoding="UTF-8"?>
 <!-- generated by scripts/local-stack.ts: broker logs go to a file, not the console -->
 <Configuration status="warn">
   <Appenders>
-    <RollingFile name="file" fileName="${BROKER_LOG}" filePattern="${BROKER_LOG}.%i">
+    <RollingFile name="file" fileName="${node.logFile}" filePattern="${node.logFile}.%i">
       <PatternLayout pattern="[%d] %p %m (%c)%n"/>
       <Policies><SizeBasedTriggeringPolicy size="20 MB"/></Policies>
       <DefaultRolloverStrategy max="2"/>
@@ -575,7 +743,7 @@ function writeBrokerConfig(): void {
   );
 }
 
-function javaBrokerArgs(): string[] {
+function javaBrokerArgs(node: NodeLayout = nodeLayout(1, 1)): string[] {
   return [
     '-Xms256m',
     '-Xmx512m',
@@ -583,8 +751,8 @@ function javaBrokerArgs(): string[] {
     '-XX:MaxGCPauseMillis=20',
     '-XX:+ExitOnOutOfMemoryError',
     '-Djava.awt.headless=true',
-    `-Dlog4j2.configurationFile=${LOG4J_CONFIG}`,
-    `-Dkafka.logs.dir=${RUN_DIR}`,
+    `-Dlog4j2.configurationFile=${node.log4jFile}`,
+    `-Dkafka.logs.dir=${node.dir}`,
     '-cp',
     `${KAFKA_LIBS}/*`,
   ];
@@ -612,7 +780,7 @@ async function formatStorage(log: (l: string) => void): Promise<void> {
 async function launchBroker(log: (l: string) => void, timeoutMs: number): Promise<void> {
   if (!existsSync(join(BROKER_DATA, 'meta.properties'))) await formatStorage(log);
   const t0 = Date.now();
-  const child = spawnDetached('broker', JAVA, [...javaBrokerArgs(), 'kafka.Kafka', SERVER_PROPERTIES], RUN_DIR);
+  const child = spawnDetached(COMPONENTS.broker, JAVA, [...javaBrokerArgs(), 'kafka.Kafka', SERVER_PROPERTIES], RUN_DIR);
   log(`broker starting (pid ${child.pid}), log: ${BROKER_LOG}`);
   await waitForBroker([LOCAL_BROKER], timeoutMs, child.pid);
   log(`broker serves ${LOCAL_BROKER} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
@@ -620,26 +788,122 @@ async function launchBroker(log: (l: string) => void, timeoutMs: number): Promis
 
 async function startFreshBroker(log: (l: string) => void): Promise<void> {
   await ensureKafkaJars(log);
-  await stopComponent('broker', log); // a stale/hung broker of ours
+  await stopComponent(COMPONENTS.broker, log); // a stale/hung broker of ours
   rmSync(BROKER_DATA, { recursive: true, force: true });
   rmSync(BROKER_LOG, { force: true });
   rmSync(autostopFile('broker'), { force: true });
   rmSync(COMPONENTS.broker.outFile, { force: true });
+  rmSync(SIZE_FILE, { force: true });
   writeBrokerConfig();
   await launchBroker(log, 90_000);
+}
+
+/** Starts node `node` of the three-node cluster on its (formatted) data dir; waits until it serves as a live broker. */
+async function launchClusterNode(node: NodeLayout, log: (l: string) => void, timeoutMs: number, expectIds: number[] = [node.nodeId]): Promise<void> {
+  if (!existsSync(join(node.dataDir, 'meta.properties'))) {
+    throw new Error(`${node.spec.name}: ${node.dataDir} is not formatted; start the cluster with ensureStack({ brokers: 3 })`);
+  }
+  const t0 = Date.now();
+  const child = spawnDetached(node.spec, JAVA, [...javaBrokerArgs(node), 'kafka.Kafka', node.propsFile], node.dir);
+  log(`${node.spec.name} starting (pid ${child.pid}), log: ${node.logFile}`);
+  await waitForNode(node, timeoutMs, child.pid, expectIds);
+  log(`${node.spec.name} serves ${node.address} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+}
+
+/**
+ * A new three-node cluster: wipes the nodes' data, formats all three with the
+ * same cluster id and `--initial-controllers` (a dynamic 3-voter quorum),
+ * starts them together and waits until every node sees all three as live brokers.
+ */
+async function startFreshCluster(nodes: NodeLayout[], log: (l: string) => void): Promise<void> {
+  const size = brokerCount(nodes.length);
+  await ensureKafkaJars(log);
+  await stopCluster(nodes, log); // stale/hung nodes of ours
+  for (const n of nodes) {
+    rmSync(n.dataDir, { recursive: true, force: true });
+    rmSync(n.logFile, { force: true });
+    rmSync(n.spec.outFile, { force: true });
+  }
+  rmSync(autostopFile('broker'), { force: true });
+  mkdirSync(RUN_DIR, { recursive: true });
+  writeFileSync(SIZE_FILE, `${size}\n`);
+  for (const n of nodes) writeBrokerConfig(n, size);
+  const id = clusterId();
+  // id@host:port:directory-id, identical for every node (the directory id is that voter's metadata log dir)
+  const initialControllers = nodes.map((n) => `${n.nodeId}@${HOST}:${n.controllerPort}:${clusterId()}`).join(',');
+  const t0 = Date.now();
+  log(`formatting KRaft storage of ${size} nodes (cluster id ${id}, initial controllers ${initialControllers})`);
+  await Promise.all(
+    nodes.map((n) =>
+      runOrThrow(
+        JAVA,
+        // C1 only: the short-lived tool starts about twice as fast
+        [...javaBrokerArgs(n), '-XX:TieredStopAtLevel=1', 'kafka.tools.StorageTool', 'format', '-t', id, '-c', n.propsFile, '--initial-controllers', initialControllers],
+        n.dir,
+        `kafka-storage format (${n.spec.name})`,
+      ),
+    ),
+  );
+  log(`formatted (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  const ids = nodes.map((n) => n.nodeId);
+  const t1 = Date.now();
+  await Promise.all(nodes.map((n) => launchClusterNode(n, log, 120_000, ids)));
+  log(`${size} brokers serve ${nodes.map((n) => n.address).join(',')} (${((Date.now() - t1) / 1000).toFixed(1)} s)`);
+}
+
+/** Our broker JVMs in this stack dir that belong to the other shape (1 vs 3 nodes). */
+function otherShapeRunning(size: BrokerCount): NodeLayout[] {
+  const other: BrokerCount = size === 1 ? 3 : 1;
+  return clusterLayout(other).filter((n) => ownedPid(n.spec) !== undefined);
+}
+
+function shapeMismatch(size: BrokerCount, running: NodeLayout[]): Error {
+  const other = size === 1 ? 3 : 1;
+  return new Error(
+    `${RUN_DIR} runs a ${other}-node Kafka stack (${running.map((n) => `${n.spec.name} on ${n.address}`).join(', ')}), ` +
+      `not the ${size}-node one asked for; stop it (npm run kafka:down${other === 3 ? ' -- --brokers 3' : ''}) ` +
+      'or use another WRIT_LOCAL_STACK_DIR and WRIT_LOCAL_KAFKA_PORT',
+  );
+}
+
+/**
+ * Stops all nodes of the three-node cluster: SIGTERM to all, SIGKILL to those
+ * left after 5 s. Once a majority of the voters is gone, a combined node cannot
+ * finish its controlled shutdown (its broker waits for a controller quorum that
+ * no longer exists, for minutes), so the last one or two always need the kill;
+ * the data dirs are wiped on the next fresh start anyway. Returns pid by node id.
+ */
+async function stopCluster(nodes: NodeLayout[], log: (l: string) => void): Promise<Record<number, number>> {
+  const pids = await Promise.all(nodes.map((n) => stopComponent(n.spec, log, 5000)));
+  const out: Record<number, number> = {};
+  nodes.forEach((n, i) => {
+    const pid = pids[i];
+    if (pid !== undefined) out[n.nodeId] = pid;
+  });
+  return out;
 }
 
 // ---------------------------------------------------------------------------
 // Registry
 
-async function startRegistry(log: (l: string) => void): Promise<void> {
+/** The registry's H2 database: a file, so a registry restart keeps its schemas and ids, as a real deployment's would. */
+const REGISTRY_DB = join(RUN_DIR, 'registry-db', 'registry');
+
+/**
+ * Starts our registry JVM (stopping a stale one of ours first). Storage is an
+ * H2 database in a file under the stack dir: `fresh` (a new stack) starts
+ * with no schemas; a restart (`startRegistry`) keeps them, with their ids.
+ */
+async function launchRegistry(log: (l: string) => void, timeoutMs = 120_000, fresh = true): Promise<void> {
   const jar = await ensureApicurio(log);
-  await stopComponent('registry', log);
+  if (fresh) rmSync(dirname(REGISTRY_DB), { recursive: true, force: true });
+  mkdirSync(dirname(REGISTRY_DB), { recursive: true });
+  await stopComponent(COMPONENTS.registry, log);
   rmSync(COMPONENTS.registry.outFile, { force: true });
   rmSync(autostopFile('registry'), { force: true });
   const t0 = Date.now();
   const child = spawnDetached(
-    'registry',
+    COMPONENTS.registry,
     JAVA,
     [
       '-Xms64m',
@@ -648,10 +912,10 @@ async function startRegistry(log: (l: string) => void): Promise<void> {
       '-Djava.awt.headless=true',
       `-Dquarkus.http.host=${HOST}`,
       `-Dquarkus.http.port=${REGISTRY_PORT}`,
-      // in-memory storage: Apicurio 3.x SQL storage on an in-memory H2 database
+      // Apicurio 3.x SQL storage on an H2 database in a file (kept across a restart of the registry)
       '-Dapicurio.storage.kind=sql',
       '-Dapicurio.storage.sql.kind=h2',
-      '-Dapicurio.datasource.url=jdbc:h2:mem:registry_db',
+      `-Dapicurio.datasource.url=jdbc:h2:file:${REGISTRY_DB}`,
       // allow DELETE through the ccompat API (off by default in 3.x)
       '-Dapicurio.rest.deletion.artifact.enabled=true',
       '-Dapicurio.rest.deletion.artifact-version.enabled=true',
@@ -663,7 +927,7 @@ async function startRegistry(log: (l: string) => void): Promise<void> {
     APICURIO_HOME,
   );
   log(`registry starting (pid ${child.pid}), log: ${COMPONENTS.registry.outFile}`);
-  await waitForRegistry(LOCAL_REGISTRY_URL, 120_000, child.pid);
+  await waitForRegistry(LOCAL_REGISTRY_URL, timeoutMs, child.pid);
   log(`registry serves ${LOCAL_REGISTRY_URL} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
@@ -674,11 +938,16 @@ async function startRegistry(log: (l: string) => void): Promise<void> {
  * Returns brokers and a registry to talk to, starting them when needed:
  * 1. `KAFKA_BROKERS` set → use it (and `SCHEMA_REGISTRY_URL` as-is, '' when unset); started=false.
  * 2. Something already serves on the local ports → reuse it; started=false for that part.
- * 3. Otherwise download (if not cached) and start broker and/or registry; stop() stops exactly those
+ * 3. Otherwise download (if not cached) and start broker(s) and/or registry; stop() stops exactly those
  *    (deferred to the last live user when other processes still use the same stack).
+ *
+ * `brokers: 3` starts three combined broker+controller nodes (see the top of this
+ * file) and returns all three addresses. A stack dir runs one shape at a time:
+ * asking for the other shape while one runs there throws.
  */
-export async function ensureStack(opts: StackOptions = {}): Promise<EnsureStackResult> {
+export async function ensureStack(opts: EnsureStackOptions = {}): Promise<EnsureStackResult> {
   const log = opts.log ?? defaultLog;
+  const size = brokerCount(opts.brokers);
   const envBrokers = process.env['KAFKA_BROKERS'];
   if (envBrokers !== undefined && envBrokers.trim() !== '') {
     return {
@@ -691,37 +960,32 @@ export async function ensureStack(opts: StackOptions = {}): Promise<EnsureStackR
     };
   }
 
+  const nodes = clusterLayout(size);
   const startedNow: Component[] = [];
   let lease = '';
-  const endpoints: StackEndpoints = { brokers: [LOCAL_BROKER], registryUrl: LOCAL_REGISTRY_URL };
+  const endpoints: StackEndpoints = { brokers: nodes.map((n) => n.address), registryUrl: LOCAL_REGISTRY_URL };
   await withLock(log, async () => {
-    let brokerUp = await brokerServes([LOCAL_BROKER]);
-    if (!brokerUp && ownedPid('broker') === undefined && (await tcpOpen(HOST, BROKER_PORT))) {
-      // someone else's process holds the port; give it a chance to finish starting
-      log(`${LOCAL_BROKER} accepts connections but is not serving yet; waiting`);
-      await waitForBroker([LOCAL_BROKER], 30_000).catch(() => {
-        throw new Error(`port ${BROKER_PORT} is in use by something that does not answer as a Kafka broker (set WRIT_LOCAL_KAFKA_PORT)`);
-      });
-      brokerUp = true;
-    }
+    const otherShape = otherShapeRunning(size);
+    if (otherShape.length > 0) throw shapeMismatch(size, otherShape);
+    const brokerUp = size === 1 ? await singleBrokerUp(log) : await clusterUp(nodes, log);
     const registryUp = await registryServes(LOCAL_REGISTRY_URL);
-    if (!registryUp && ownedPid('registry') === undefined && (await tcpOpen(HOST, REGISTRY_PORT))) {
+    if (!registryUp && ownedPid(COMPONENTS.registry) === undefined && (await tcpOpen(HOST, REGISTRY_PORT))) {
       throw new Error(`port ${REGISTRY_PORT} is in use by something that does not answer ${LOCAL_REGISTRY_URL}/subjects (set WRIT_LOCAL_REGISTRY_PORT)`);
     }
-    if (brokerUp) log(`reusing broker at ${LOCAL_BROKER}`);
+    if (brokerUp) log(`reusing ${size === 1 ? 'broker' : `${size} brokers`} at ${endpoints.brokers.join(',')}`);
     if (registryUp) log(`reusing registry at ${LOCAL_REGISTRY_URL}`);
 
     const tasks: Promise<void>[] = [];
     if (!brokerUp) {
       tasks.push(
-        startFreshBroker(log).then(() => {
+        (size === 1 ? startFreshBroker(log) : startFreshCluster(nodes, log)).then(() => {
           startedNow.push('broker');
         }),
       );
     }
     if (!registryUp) {
       tasks.push(
-        startRegistry(log).then(() => {
+        launchRegistry(log).then(() => {
           startedNow.push('registry');
         }),
       );
@@ -730,8 +994,8 @@ export async function ensureStack(opts: StackOptions = {}): Promise<EnsureStackR
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure !== undefined) {
       // leave nothing half-started behind
-      if (!brokerUp) await stopComponent('broker', log).catch(noop);
-      if (!registryUp) await stopComponent('registry', log).catch(noop);
+      if (!brokerUp) await (size === 1 ? stopComponent(COMPONENTS.broker, log) : stopCluster(nodes, log)).catch(noop);
+      if (!registryUp) await stopComponent(COMPONENTS.registry, log).catch(noop);
       throw failure.reason;
     }
     lease = takeLease();
@@ -756,7 +1020,8 @@ export async function ensureStack(opts: StackOptions = {}): Promise<EnsureStackR
         }
         await Promise.all(
           responsible.map(async (c) => {
-            await stopComponent(c, log);
+            if (c === 'broker') await (size === 1 ? stopComponent(COMPONENTS.broker, log) : stopCluster(nodes, log));
+            else await stopComponent(COMPONENTS.registry, log);
             rmSync(autostopFile(c), { force: true });
           }),
         );
@@ -765,46 +1030,246 @@ export async function ensureStack(opts: StackOptions = {}): Promise<EnsureStackR
   };
 }
 
+/** The single node: does it serve (reused), or must it be started? (today's rules, unchanged) */
+async function singleBrokerUp(log: (l: string) => void): Promise<boolean> {
+  let brokerUp = await brokerServes([LOCAL_BROKER]);
+  if (!brokerUp && ownedPid(COMPONENTS.broker) === undefined && (await tcpOpen(HOST, BROKER_PORT))) {
+    // someone else's process holds the port; give it a chance to finish starting
+    log(`${LOCAL_BROKER} accepts connections but is not serving yet; waiting`);
+    await waitForBroker([LOCAL_BROKER], 30_000).catch(() => {
+      throw new Error(`port ${BROKER_PORT} is in use by something that does not answer as a Kafka broker (set WRIT_LOCAL_KAFKA_PORT)`);
+    });
+    brokerUp = true;
+  }
+  return brokerUp;
+}
+
+/**
+ * Three nodes: reused when every node serves and sees all of them as live
+ * brokers. A port held by a process that is not one of our nodes is an error
+ * (a foreign process or another stack). When some of our nodes run but not all
+ * serve while other processes hold leases on this stack (one of them may be
+ * restarting a node it killed), waits up to 60 s; otherwise the cluster is
+ * started afresh.
+ */
+async function clusterUp(nodes: NodeLayout[], log: (l: string) => void): Promise<boolean> {
+  const ids = nodes.map((n) => n.nodeId);
+  const allServe = async (): Promise<boolean> => (await Promise.all(nodes.map((n) => brokerServes([n.address], ids)))).every(Boolean);
+  if (await allServe()) return true;
+  for (const n of nodes) {
+    if (ownedPid(n.spec) !== undefined) continue;
+    for (const port of [n.brokerPort, n.controllerPort]) {
+      if (await tcpOpen(HOST, port)) {
+        throw new Error(`port ${port} (${n.spec.name}) is in use by a process that is not that node of the stack in ${RUN_DIR} (set WRIT_LOCAL_STACK_DIR and WRIT_LOCAL_KAFKA_PORT)`);
+      }
+    }
+  }
+  const oursAlive = nodes.filter((n) => ownedPid(n.spec) !== undefined);
+  if (oursAlive.length > 0 && otherLiveLeases('').length > 0) {
+    log(`${oursAlive.length} of ${nodes.length} nodes run but the cluster is not whole, and other processes use it; waiting up to 60 s`);
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      if (await allServe()) return true;
+      await sleep(1000);
+    }
+    throw new Error(`the ${nodes.length}-node cluster in ${RUN_DIR} is in use by other processes but not all nodes serve; not restarting it under them`);
+  }
+  return false;
+}
+
 /**
  * Stops a stack started earlier by ensureStack (in this or another process),
- * found through the pid files in .cache/run. SIGTERM, SIGKILL after 30 s; waits
- * until the JVMs are gone. Returns the pids it stopped.
+ * found through the pid files in the stack dir (either shape). SIGTERM, SIGKILL
+ * after 30 s (5 s for the three nodes, see stopCluster); waits until the JVMs
+ * are gone. Returns the pids it stopped:
+ * `broker` for the single node, `nodes` (pid by node id) for the three nodes.
  */
-export async function stopStack(opts: StackOptions = {}): Promise<{ broker?: number; registry?: number }> {
+export async function stopStack(opts: StackOptions = {}): Promise<{ broker?: number; nodes?: Record<number, number>; registry?: number }> {
   const log = opts.log ?? defaultLog;
-  const [broker, registry] = await Promise.all([stopComponent('broker', log), stopComponent('registry', log)]);
+  const single = nodeLayout(1, 1);
+  const [broker, nodes, registry] = await Promise.all([
+    stopComponent(single.spec, log),
+    stopCluster(clusterLayout(3), log),
+    stopComponent(COMPONENTS.registry, log),
+  ]);
   for (const c of ['broker', 'registry'] as const) rmSync(autostopFile(c), { force: true });
-  const out: { broker?: number; registry?: number } = {};
+  const out: { broker?: number; nodes?: Record<number, number>; registry?: number } = {};
   if (broker !== undefined) out.broker = broker;
+  if (Object.keys(nodes).length > 0) out.nodes = nodes;
   if (registry !== undefined) out.registry = registry;
   return out;
 }
 
-/** Hard kill (SIGKILL) of the local broker JVM; resolves once it is gone. Returns its pid. */
-export async function killBroker(): Promise<number> {
-  const pid = ownedPid('broker');
-  if (pid === undefined) throw new Error('killBroker: no local broker started by scripts/local-stack.ts is running');
+/** Node `nodeId` (default: the only/first node) of the shape this stack dir runs. */
+function currentNode(nodeId: number | undefined, what: string): NodeLayout {
+  const size = stackSize();
+  try {
+    return nodeLayout(size, nodeId ?? 1);
+  } catch (err) {
+    throw new Error(`${what}: ${(err as Error).message} (stack dir ${RUN_DIR} runs ${size} node${size === 1 ? '' : 's'})`);
+  }
+}
+
+function runningNode(nodeId: number | undefined, what: string): { node: NodeLayout; pid: number } {
+  const node = currentNode(nodeId, what);
+  const pid = ownedPid(node.spec);
+  if (pid === undefined) throw new Error(`${what}: no local ${node.spec.name} started by scripts/local-stack.ts is running`);
+  return { node, pid };
+}
+
+/**
+ * Hard kill (SIGKILL) of a local broker JVM (`nodeId`, default the only/first
+ * node); resolves once it is gone. Returns its pid.
+ */
+export async function killBroker(nodeId?: number): Promise<number> {
+  const { node, pid } = runningNode(nodeId, 'killBroker');
   signal(pid, 'SIGKILL');
   if (!(await waitForExit(pid, 10_000))) throw new Error(`killBroker: pid ${pid} still alive after SIGKILL`);
-  rmSync(COMPONENTS.broker.pidFile, { force: true });
+  rmSync(node.spec.pidFile, { force: true });
+  await waitForPortsClosed([node.brokerPort, node.controllerPort]);
   return pid;
 }
 
 /**
- * (Re)starts the local broker on the same data dir and ports (no wipe, no
- * format unless the data dir was never formatted) and waits until it serves.
- * No-op if it already serves.
+ * Clean stop (SIGTERM: controlled shutdown, leaders move away first) of one
+ * node; SIGKILL if it has not exited after `timeoutMs` (default 30 s). Returns
+ * its pid.
  */
-export async function startBroker(opts: StackOptions & { timeoutMs?: number } = {}): Promise<void> {
-  const log = opts.log ?? noop;
-  if (ownedPid('broker') !== undefined && (await brokerServes([LOCAL_BROKER]))) return;
-  await ensureKafkaJars(log);
-  await stopComponent('broker', log);
-  if (!existsSync(SERVER_PROPERTIES)) writeBrokerConfig();
-  await launchBroker(log, opts.timeoutMs ?? 90_000);
+export async function stopBroker(nodeId: number, opts: StackOptions & { timeoutMs?: number } = {}): Promise<number> {
+  const { node } = runningNode(nodeId, 'stopBroker');
+  const pid = await stopComponent(node.spec, opts.log ?? noop, opts.timeoutMs ?? 30_000);
+  if (pid === undefined) throw new Error(`stopBroker: node ${nodeId} exited before it was stopped`);
+  await waitForPortsClosed([node.brokerPort, node.controllerPort]);
+  return pid;
 }
 
-/** Pid of the local broker JVM if one started by this module is running. */
-export function brokerPid(): number | undefined {
-  return ownedPid('broker');
+/**
+ * Freezes one node (SIGSTOP): its sockets stay open but it answers nothing and
+ * stops heartbeating, so the controller fences it after broker.session.timeout.ms
+ * (5 s). Returns its pid. Undo with resumeBroker.
+ */
+export function pauseBroker(nodeId: number): number {
+  const { pid } = runningNode(nodeId, 'pauseBroker');
+  signal(pid, 'SIGSTOP');
+  return pid;
+}
+
+/** SIGCONT to a node paused with pauseBroker. Returns its pid. */
+export function resumeBroker(nodeId: number): number {
+  const { pid } = runningNode(nodeId, 'resumeBroker');
+  signal(pid, 'SIGCONT');
+  return pid;
+}
+
+/**
+ * (Re)starts a local broker (`nodeId`, default the only/first node) on the same
+ * data dir and ports (no wipe; the single node is formatted only if its data dir
+ * never was) and waits until it serves; a node of the three-node cluster until it
+ * is a live (unfenced) broker again. No-op if it already serves.
+ */
+export async function startBroker(opts: StackOptions & { timeoutMs?: number; nodeId?: number } = {}): Promise<void> {
+  const log = opts.log ?? noop;
+  const size = stackSize();
+  const node = currentNode(opts.nodeId, 'startBroker');
+  if (size === 1) {
+    if (ownedPid(COMPONENTS.broker) !== undefined && (await brokerServes([LOCAL_BROKER]))) return;
+    await ensureKafkaJars(log);
+    await stopComponent(COMPONENTS.broker, log);
+    if (!existsSync(SERVER_PROPERTIES)) writeBrokerConfig();
+    await launchBroker(log, opts.timeoutMs ?? 90_000);
+    return;
+  }
+  if (ownedPid(node.spec) !== undefined && (await brokerServes([node.address], [node.nodeId]))) return;
+  await ensureKafkaJars(log);
+  await stopComponent(node.spec, log);
+  if (!existsSync(node.propsFile)) writeBrokerConfig(node, size);
+  await launchClusterNode(node, log, opts.timeoutMs ?? 90_000);
+}
+
+/** Pid of a local broker JVM (`nodeId`, default the only/first node) if one started by this module is running. */
+export function brokerPid(nodeId?: number): number | undefined {
+  return ownedPid(currentNode(nodeId, 'brokerPid').spec);
+}
+
+/** Pid (undefined when not running) of every node of the shape this stack dir runs, by node id. */
+export function brokerPids(): Record<number, number | undefined> {
+  const out: Record<number, number | undefined> = {};
+  for (const n of clusterLayout(stackSize())) out[n.nodeId] = ownedPid(n.spec);
+  return out;
+}
+
+/**
+ * Leader, replicas and in-sync replicas of one partition, from a fresh metadata
+ * request. Asks every broker in `brokers` at once and takes the first answer: a
+ * kafkajs client keeps retrying one seed broker on request timeouts, so a single
+ * client would hang on a paused (SIGSTOP) node whose kernel still accepts
+ * connections.
+ */
+export async function partitionInfo(
+  brokers: string[],
+  topic: string,
+  partition: number,
+): Promise<{ leader: number; replicas: number[]; isr: number[]; offlineReplicas: number[] }> {
+  const via = async (broker: string) => {
+    const kafka = new Kafka({
+      clientId: 'writ-local-stack',
+      brokers: [broker],
+      logLevel: logLevel.NOTHING,
+      connectionTimeout: 1000,
+      requestTimeout: 3000,
+      retry: { retries: 2, initialRetryTime: 200 },
+    });
+    const admin = kafka.admin();
+    try {
+      await admin.connect();
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      const p = topics.find((t) => t.name === topic)?.partitions.find((x) => x.partitionId === partition);
+      if (p === undefined) throw new Error(`no partition ${topic}/${partition} in the metadata of ${broker}`);
+      return { leader: p.leader, replicas: [...p.replicas], isr: [...p.isr], offlineReplicas: [...(p.offlineReplicas ?? [])] };
+    } finally {
+      await admin.disconnect().catch(noop);
+    }
+  };
+  try {
+    return await Promise.any(brokers.map(via));
+  } catch (err) {
+    const reasons = err instanceof AggregateError ? err.errors.map((e: unknown) => (e instanceof Error ? e.message : String(e))) : [String(err)];
+    throw new Error(`no broker of ${brokers.join(',')} answered a metadata request for ${topic}/${partition}: ${reasons.join('; ')}`);
+  }
+}
+
+/** Node id of the leader of `topic`/`partition` (-1 while it has none), from a fresh metadata request. */
+export async function leaderOf(brokers: string[], topic: string, partition: number): Promise<number> {
+  return (await partitionInfo(brokers, topic, partition)).leader;
+}
+
+/**
+ * (Re)starts the local registry on the same port and waits until it serves;
+ * no-op if ours already serves. Its H2 database file survives the restart, so
+ * the schemas and their ids are still there, as with a real registry (whose
+ * storage is Kafka or a database): running writ processes keep using the ids
+ * they cached, and records framed before the restart still decode.
+ */
+export async function startRegistry(opts: StackOptions & { timeoutMs?: number } = {}): Promise<void> {
+  const log = opts.log ?? noop;
+  if (ownedPid(COMPONENTS.registry) !== undefined && (await registryServes(LOCAL_REGISTRY_URL))) return;
+  if (ownedPid(COMPONENTS.registry) === undefined) {
+    await waitForPortsClosed([REGISTRY_PORT], 5000); // a registry of ours that is still going away
+    if (await tcpOpen(HOST, REGISTRY_PORT)) throw new Error(`startRegistry: port ${REGISTRY_PORT} is in use by a process that is not our registry`);
+  }
+  await launchRegistry(log, opts.timeoutMs ?? 120_000, false);
+}
+
+/**
+ * Hard kill (SIGKILL) of the local registry JVM; resolves once it is gone.
+ * Returns its pid. Its database file stays (see startRegistry).
+ */
+export async function killRegistry(): Promise<number> {
+  const pid = ownedPid(COMPONENTS.registry);
+  if (pid === undefined) throw new Error('killRegistry: no local registry started by scripts/local-stack.ts is running');
+  signal(pid, 'SIGKILL');
+  if (!(await waitForExit(pid, 10_000))) throw new Error(`killRegistry: pid ${pid} still alive after SIGKILL`);
+  rmSync(COMPONENTS.registry.pidFile, { force: true });
+  await waitForPortsClosed([REGISTRY_PORT]);
+  return pid;
 }

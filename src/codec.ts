@@ -1,5 +1,6 @@
 import { SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
 import type { z } from "zod";
+import { jsonDepth } from "./canonical-json.ts";
 import { WritError } from "./errors.ts";
 import { jsonSchemaOf } from "./json-schema.ts";
 import { retry } from "./retry.ts";
@@ -11,7 +12,10 @@ const HEADER_BYTES = 5;
 
 export type DecodeResult<T> =
   | { ok: true; value: T; framed: boolean }
-  | { ok: false; reason: "undecodable" | "schema_invalid"; message: string; parsed?: unknown };
+  | { ok: false; reason: "undecodable" | "schema_invalid" | "too_deep"; message: string; parsed?: unknown };
+
+/** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
+export const DEFAULT_MAX_DEPTH = 64;
 
 /**
  * Encodes and decodes writ's JSON values. With a registry, values are
@@ -23,7 +27,8 @@ export class WireCodec {
   private readonly registry: SchemaRegistry | null;
   private readonly registryUrl: string;
   private readonly ids = new Map<string, Promise<number>>();
-  private readonly knownIds = new Map<number, Promise<boolean>>();
+  private readonly knownIds = new Map<number, { known: boolean; at: number }>();
+  private readonly lookups = new Map<number, Promise<boolean>>();
 
   constructor(opts: { schemaRegistryUrl?: string | undefined }) {
     this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
@@ -67,7 +72,11 @@ export class WireCodec {
    * exception: the caller dead-letters them. Only an unreachable registry throws
    * (retriable), because that says nothing about the record.
    */
-  async decode<N extends WireSchemaName>(name: N, bytes: Buffer | null): Promise<DecodeResult<z.output<(typeof WIRE_SCHEMAS)[N]>>> {
+  async decode<N extends WireSchemaName>(
+    name: N,
+    bytes: Buffer | null,
+    opts: { maxDepth?: number } = {},
+  ): Promise<DecodeResult<z.output<(typeof WIRE_SCHEMAS)[N]>>> {
     if (bytes === null || bytes.length === 0) return { ok: false, reason: "undecodable", message: "empty value" };
     let framed = false;
     let body = bytes;
@@ -84,7 +93,12 @@ export class WireCodec {
     try {
       parsed = JSON.parse(body.toString("utf8"));
     } catch (err) {
-      return { ok: false, reason: "undecodable", message: `not JSON: ${(err as Error).message}` };
+      return { ok: false, reason: "undecodable", message: `not JSON: ${(err as Error).message.slice(0, 200)}` };
+    }
+    // Before anything walks the value: nothing recursive runs on untrusted input without this bound.
+    const maxDepth = opts.maxDepth ?? DEFAULT_MAX_DEPTH;
+    if (jsonDepth(parsed, maxDepth) > maxDepth) {
+      return { ok: false, reason: "too_deep", message: `JSON nested deeper than ${maxDepth} levels` };
     }
     const checked = WIRE_SCHEMAS[name].safeParse(parsed);
     if (!checked.success) {
@@ -136,20 +150,27 @@ export class WireCodec {
 
   private schemaIdExists(id: number): Promise<boolean> {
     if (!this.registry) return Promise.resolve(false);
-    let known = this.knownIds.get(id);
-    if (!known) {
-      const registry = this.registry;
-      known = registry.getSchema(id).then(
+    const cached = this.knownIds.get(id);
+    // A known id is known for good (ids are immutable); an unknown one is asked again after a while.
+    if (cached && (cached.known || Date.now() - cached.at < 30_000)) return Promise.resolve(cached.known);
+    let lookup = this.lookups.get(id);
+    if (!lookup) {
+      lookup = this.registry.getSchema(id).then(
         () => true,
         (err: unknown) => {
           const status = (err as { status?: number }).status;
           if (status === 404) return false;
-          this.knownIds.delete(id);
           throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
         },
       );
-      this.knownIds.set(id, known);
+      lookup.then(
+        (known) => this.knownIds.set(id, { known, at: Date.now() }),
+        () => undefined,
+      );
+      void lookup.finally(() => this.lookups.delete(id)).catch(() => undefined);
+      this.lookups.set(id, lookup);
     }
-    return known;
+    return lookup;
   }
+
 }

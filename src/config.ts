@@ -29,7 +29,7 @@ export const RouterConfig = z
     topics: TopicsConfig.default(TopicsConfig.parse({})),
     /** Partitions of `writ.intents` and `writ.ledger` when writ creates them. Fixed for the topics' life. */
     intentPartitions: z.number().int().min(1).max(10_000).default(12),
-    /** Replication factor when writ creates topics; 1 for a single local broker. */
+    /** Replication factor when writ creates topics: 1 suits a single local broker; 3 (with min.insync.replicas 2) is the production default. */
     replicationFactor: z.number().int().min(1).default(1),
     /** Reply topics must start with this; anything else is rejected. */
     replyTopicPrefix: z.string().min(1).default("writ.replies."),
@@ -39,18 +39,60 @@ export const RouterConfig = z
     ledgerRetentionHours: z.number().positive().default(24),
     /** How long a new owner may take to restore a ledger partition. ms. */
     restoreTimeoutMs: z.number().int().positive().default(120_000),
-    /** Intents per Kafka transaction at most (one transaction per batch, kafkajs #304). */
-    maxIntentsPerTransaction: z.number().int().min(1).default(200),
+    /** Intent results per Kafka transaction at most; a busy partition's next results go in the next one. */
+    maxIntentsPerTransaction: z.number().int().min(1).default(500),
+    /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
+    maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
+    /** Fetched intents held per partition before its fetching pauses. */
+    maxBufferedPerPartition: z.number().int().min(1).max(100_000).default(512),
+    /** Largest intent value accepted, bytes; larger ones are dead-lettered `too_large`. */
+    maxIntentBytes: z.number().int().min(1024).default(262_144),
+    /** Deepest JSON nesting accepted in an intent; deeper ones are dead-lettered `too_deep`. */
+    maxJsonDepth: z.number().int().min(4).max(128).default(32),
+    /** Largest record writ produces, bytes; keep it under the broker's `message.max.bytes` (default 1,048,588). */
+    maxMessageBytes: z.number().int().min(16_384).default(1_000_000),
     /** Deadline of one system-of-record request. ms. */
     sorTimeoutMs: z.number().int().positive().default(5_000),
+    /** First pause after a system of record (or the registry) is unreachable. ms. */
+    outageBackoffInitialMs: z.number().int().positive().default(200),
+    /** Longest pause between tries while a system of record is unreachable. ms. */
+    outageBackoffMaxMs: z.number().int().positive().default(10_000),
+    /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
+    unknownRounds: z.number().int().min(1).max(20).default(3),
+    /** Tries of an intent whose processing fails unexpectedly (a bug, a throwing reconcile function) before it is settled without a write. */
+    maxProcessingAttempts: z.number().int().min(1).max(100).default(5),
     /** Consumer session timeout. ms. */
     sessionTimeoutMs: z.number().int().min(6_000).default(30_000),
     /** Transaction timeout. ms. */
     transactionTimeoutMs: z.number().int().min(1_000).default(60_000),
-    /** Names this process in ledger markers and logs. */
+    /** How often the owner checks the last stable offset of the partitions it writes. ms. */
+    lsoCheckIntervalMs: z.number().int().min(100).default(5_000),
+    /** A partition this process writes whose last stable offset has not moved for this long, behind its high watermark, gets a healing transaction. ms. */
+    hangHealAfterMs: z.number().int().min(100).default(10_000),
+    /** Port of the health endpoints (`/healthz`, `/readyz`) on 127.0.0.1 unless `healthHost` says otherwise; unset: no server. */
+    healthPort: z.number().int().min(0).max(65_535).optional(),
+    healthHost: z.string().min(1).default("127.0.0.1"),
+    /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
     instanceId: z.string().min(1).default(() => `owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    if (c.maxInFlightPerPartition > c.maxBufferedPerPartition) {
+      ctx.addIssue({ code: "custom", path: ["maxInFlightPerPartition"], message: "must not exceed maxBufferedPerPartition" });
+    }
+    if (c.hangHealAfterMs >= c.transactionTimeoutMs) {
+      ctx.addIssue({ code: "custom", path: ["hangHealAfterMs"], message: "must be below transactionTimeoutMs (a hang is reported once it outlives the transaction timeout)" });
+    }
+    if (c.outageBackoffInitialMs > c.outageBackoffMaxMs) {
+      ctx.addIssue({ code: "custom", path: ["outageBackoffInitialMs"], message: "must not exceed outageBackoffMaxMs" });
+    }
+    if (c.maxIntentBytes > c.maxMessageBytes) {
+      ctx.addIssue({ code: "custom", path: ["maxIntentBytes"], message: "must not exceed maxMessageBytes (an intent is echoed in escalations)" });
+    }
+    if (c.restoreTimeoutMs < c.sessionTimeoutMs) {
+      ctx.addIssue({ code: "custom", path: ["restoreTimeoutMs"], message: "must be at least sessionTimeoutMs" });
+    }
+  });
 export type RouterConfig = z.infer<typeof RouterConfig>;
 export type RouterConfigInput = z.input<typeof RouterConfig>;
 
@@ -104,9 +146,24 @@ export const ROUTER_ENV = {
   replicationFactor: "WRIT_REPLICATION_FACTOR",
   replyTopicPrefix: "WRIT_REPLY_TOPIC_PREFIX",
   ledgerRetentionHours: "WRIT_LEDGER_RETENTION_HOURS",
+  restoreTimeoutMs: "WRIT_RESTORE_TIMEOUT_MS",
   maxIntentsPerTransaction: "WRIT_MAX_INTENTS_PER_TRANSACTION",
+  maxInFlightPerPartition: "WRIT_MAX_IN_FLIGHT_PER_PARTITION",
+  maxBufferedPerPartition: "WRIT_MAX_BUFFERED_PER_PARTITION",
+  maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
+  maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
+  maxMessageBytes: "WRIT_MAX_MESSAGE_BYTES",
   sorTimeoutMs: "WRIT_SOR_TIMEOUT_MS",
+  outageBackoffInitialMs: "WRIT_OUTAGE_BACKOFF_INITIAL_MS",
+  outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
+  unknownRounds: "WRIT_UNKNOWN_ROUNDS",
+  maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
+  transactionTimeoutMs: "WRIT_TRANSACTION_TIMEOUT_MS",
+  lsoCheckIntervalMs: "WRIT_LSO_CHECK_INTERVAL_MS",
+  hangHealAfterMs: "WRIT_HANG_HEAL_AFTER_MS",
+  healthPort: "WRIT_HEALTH_PORT",
+  healthHost: "WRIT_HEALTH_HOST",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
 
@@ -114,9 +171,23 @@ const NUMERIC = new Set([
   "intentPartitions",
   "replicationFactor",
   "ledgerRetentionHours",
+  "restoreTimeoutMs",
   "maxIntentsPerTransaction",
+  "maxInFlightPerPartition",
+  "maxBufferedPerPartition",
+  "maxIntentBytes",
+  "maxJsonDepth",
+  "maxMessageBytes",
   "sorTimeoutMs",
+  "outageBackoffInitialMs",
+  "outageBackoffMaxMs",
+  "unknownRounds",
+  "maxProcessingAttempts",
   "sessionTimeoutMs",
+  "transactionTimeoutMs",
+  "lsoCheckIntervalMs",
+  "hangHealAfterMs",
+  "healthPort",
 ]);
 
 /** Router config from environment variables; errors name the variable. */

@@ -14,6 +14,8 @@ export const ERROR_CODES = [
   "sor_unavailable",
   "sor_protocol",
   "ledger_restore_timeout",
+  "ledger_unreadable",
+  "input_too_deep",
   "retries_exhausted",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -22,7 +24,10 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 export const REJECT_REASONS = [
   "undecodable",
   "schema_invalid",
+  "too_large",
+  "too_deep",
   "reply_topic_not_allowed",
+  "reply_topic_missing",
   "unknown_tool",
   "entity_type_mismatch",
   "params_invalid",
@@ -31,8 +36,26 @@ export const REJECT_REASONS = [
   "entity_not_found",
   "patch_not_applicable",
   "sor_rejected",
+  "sor_protocol",
+  "processing_failed",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
+
+/** Why a record went to `writ.dlq`. */
+export const DEAD_LETTER_REASONS = [
+  "undecodable",
+  "schema_invalid",
+  "too_large",
+  "too_deep",
+  "reply_topic_not_allowed",
+  "reply_topic_missing",
+  "processing_failed",
+] as const;
+export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
+
+/** Why an intent went to a person on `writ.human`. */
+export const ESCALATION_REASONS = ["conflict_cycles_exhausted", "outcome_unknown", "sor_protocol", "processing_failed"] as const;
+export type EscalationReason = (typeof ESCALATION_REASONS)[number];
 
 export interface WritErrorContext {
   topic?: string;
@@ -67,20 +90,25 @@ export class WritError extends Error {
   }
 }
 
-/** True only when every error in the cause chain says it may be retried. */
+/**
+ * True only when every classified error in the cause chain says it may be
+ * retried. An error that carries a `retriable` flag (WritError, kafkajs's
+ * errors) decides for the foreign errors it wraps: a WritError that wrapped
+ * undici's `TypeError: fetch failed` as `sor_unavailable` made that call at
+ * the boundary, so the unclassified cause below it does not veto. A chain with
+ * no classified error at the top is not retriable.
+ */
 export function isRetriable(err: unknown): boolean {
   let current: unknown = err;
-  let seen = 0;
-  while (current !== undefined && current !== null && seen < 16) {
-    if (current instanceof WritError) {
-      if (!current.retriable) return false;
-    } else if (typeof current === "object" && "retriable" in current) {
+  let classified = 0;
+  for (let seen = 0; current !== undefined && current !== null && seen < 16; seen++) {
+    if (typeof current === "object" && "retriable" in current) {
       if ((current as { retriable: unknown }).retriable !== true) return false;
-    } else {
+      classified++;
+    } else if (classified === 0) {
       return false;
     }
     current = (current as { cause?: unknown }).cause;
-    seen++;
   }
-  return seen > 0;
+  return classified > 0;
 }

@@ -12,6 +12,10 @@ export function kafkaLogCreator(root: Logger): logCreator {
       if (namespace === "Connection" && message.startsWith("Response ")) child.debug(extra, message);
       // Finite send retries: writ's exactly-once rests on the ledger and fencing, not on endless producer retries.
       else if (message.startsWith("Limiting retries for the idempotent producer")) child.debug(extra, message);
+      // A failure kafkajs is about to retry (it says so with retryCount): CONCURRENT_TRANSACTIONS right after a
+      // commit (kafkajs #304), a coordinator still loading, a leader election. What does not heal surfaces
+      // through writ's own error handling.
+      else if (typeof (extra as { retryCount?: unknown }).retryCount === "number") child.debug(extra, message);
       else if (level === logLevel.ERROR) child.error(extra, message);
       else if (level === logLevel.WARN) child.warn(extra, message);
       else if (level === logLevel.INFO) child.info(extra, message);

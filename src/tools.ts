@@ -17,10 +17,20 @@ export interface ReconcileContext {
   intent: WriteIntent;
   /** The record as read just now; null when it does not exist. */
   current: Versioned | null;
+  /** Read-only use: look the write up (a reconcile never writes). */
   system: SystemOfRecord;
+  /** Deadline of each request the reconcile makes. ms. */
+  timeoutMs: number;
+  /** Headers to pass on to the system's requests (the owner instance, trace context). */
+  headers: Readonly<Record<string, string>>;
 }
 
-/** Settles an unknown outcome from the record itself, e.g. "is a refund with this intent key in the list?". */
+/**
+ * Settles an unknown outcome from the record itself, e.g. "is a refund with
+ * this intent key in the list?". Throw a `sor_unavailable` WritError (or let
+ * the adapter's through) when the system cannot be asked: the owner then
+ * pauses and asks again, instead of treating the outcome as unknown.
+ */
 export type ReconcileFn = (ctx: ReconcileContext) => ReconcileResult | Promise<ReconcileResult>;
 
 /**
@@ -86,7 +96,7 @@ export function declareWriteTool<P extends Record<string, unknown>>(decl: WriteT
   return Object.freeze({ ...decl });
 }
 
-const DeclarationShape = z.object({
+const DeclarationShape = z.strictObject({
   name: z.string().regex(/^[a-zA-Z][a-zA-Z0-9_.-]{0,127}$/, "letters, digits, _ . -"),
   recordType: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type"),
   params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", "a zod schema"),
@@ -99,6 +109,8 @@ const DeclarationShape = z.object({
   maxConflictCycles: z.number().int().min(0).max(20).default(2),
   system: z.string().min(1, "missing system-of-record adapter name"),
   timeoutMs: z.number().int().positive().optional(),
+  description: z.string().optional(),
+  reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")]).optional(),
 });
 
 function pathMatcher(patterns: readonly string[]): (path: string) => boolean {
@@ -146,7 +158,7 @@ export function admitTools(
     if (typeof decl.reconcile === "function") reconcile = decl.reconcile;
     else if (decl.reconcile === "idempotency-key" || (decl.reconcile === undefined && system.capabilities.idempotencyLookup)) {
       if (system.capabilities.idempotencyLookup && system.lookupIdempotencyKey) {
-        reconcile = ({ intent, system: s }) => s.lookupIdempotencyKey!(intent.entity, intent.intentKey, { timeoutMs: defaults.sorTimeoutMs });
+        reconcile = ({ intent, system: s, timeoutMs, headers }) => s.lookupIdempotencyKey!(intent.entity, intent.intentKey, { timeoutMs, headers });
       } else {
         problems.push(`${label}: reconcile "idempotency-key" needs system "${system.name}" to look up idempotency keys, and it cannot`);
       }

@@ -1,5 +1,6 @@
 import type { Admin, ITopicConfig } from "kafkajs";
 import type { RouterConfig } from "./config.ts";
+import type { Logger } from "./logger.ts";
 import { retry } from "./retry.ts";
 
 /** The topic contract's topics with their partitioning and configs. */
@@ -65,5 +66,31 @@ export class TopicEnsurer {
       wanted.map((topic) => ({ topic, ...this.defaults })),
     );
     for (const t of wanted) this.known.add(t);
+  }
+}
+
+/**
+ * Warns when a cluster of more than one broker holds contract topics with a
+ * single replica: one broker crash then loses the partition's leader, which
+ * is also how a transaction's markers get skipped and a reply partition
+ * hangs. Replication factor 3 with min.insync.replicas 2 is the production
+ * default (`WRIT_REPLICATION_FACTOR`).
+ */
+export async function warnOnSingleReplicaTopics(admin: Admin, topics: ITopicConfig[], log: Logger): Promise<string[]> {
+  try {
+    const cluster = await admin.describeCluster();
+    if (cluster.brokers.length < 2) return [];
+    const { topics: metadata } = await admin.fetchTopicMetadata({ topics: topics.map((t) => t.topic) });
+    const single = metadata.filter((m) => m.partitions.some((p) => p.replicas.length < 2)).map((m) => m.name);
+    if (single.length > 0) {
+      log.warn(
+        { topics: single, brokers: cluster.brokers.length },
+        "contract topics have replication factor 1 on a multi-broker cluster: a broker crash can stop them; use 3 with min.insync.replicas 2",
+      );
+    }
+    return single;
+  } catch (err) {
+    log.debug({ err }, "could not check the replication of the contract topics");
+    return [];
   }
 }

@@ -80,8 +80,10 @@ export async function submitToolCall<P extends Record<string, unknown>>(
     },
     ctx.timeoutMs === undefined ? undefined : { timeoutMs: ctx.timeoutMs },
   );
-  if (result.status === "applied") ctx.versions.remember(entity, { state: result.state, version: result.version });
-  if (result.status === "conflict") ctx.versions.remember(entity, result.current);
+  // A repeat (or a reply too large for the broker) carries the version without the record: remembering it
+  // would pair a version with no state, and the next delta would be built from nothing.
+  if (result.status === "applied" && !result.duplicate && !result.truncated) ctx.versions.remember(entity, { state: result.state, version: result.version });
+  if (result.status === "conflict" && !result.truncated) ctx.versions.remember(entity, result.current);
   return result;
 }
 

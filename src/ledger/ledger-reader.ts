@@ -1,132 +1,237 @@
-import type { Consumer, Kafka } from "kafkajs";
+import type { Admin, Consumer, Kafka } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { PartitionLedger } from "./ledger-state.ts";
+import { isControlRecord } from "../schemas/control.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 
 /** Key of the marker a new owner writes to ledger partition p. */
 export function markerKey(partition: number): string {
   return `__marker__:${partition}`;
 }
 
+interface Restore {
+  nonce: string;
+  entries: Map<string, LedgerIntentEntry>;
+  resolve: (entries: Map<string, LedgerIntentEntry>) => void;
+  reject: (err: Error) => void;
+}
+
 /**
- * Reads `writ.ledger` (read_committed) into per-partition views. A new owner
- * of partition p fences the old one, writes a marker to ledger partition p in
- * a transaction, and waits here until the marker is read: every entry before
- * it has then been applied. The marker avoids reasoning about control records
- * and last-stable offsets.
+ * Restores ledger partitions on demand, one per assignment, and holds
+ * nothing else: an owner process's memory grows with the partitions it owns,
+ * not with the cluster's.
+ *
+ * One read_committed consumer (a group of its own, so every partition of
+ * `writ.ledger` is assigned to it) keeps every partition paused. To restore
+ * partition p it seeks p to its start, resumes it, reads until the marker the
+ * new owner wrote right after fencing the previous one, and pauses p again:
+ * everything before the marker has then been read (the marker avoids
+ * reasoning about control records and last stable offsets). An entry that
+ * cannot be read fails the restore (fail closed): dedupe is never dropped
+ * silently.
  */
 export class LedgerReader {
-  private readonly partitions = new Map<number, PartitionLedger>();
-  private readonly seenMarkers = new Map<number, string>();
-  private readonly waiters = new Map<number, { nonce: string; resolve: () => void }[]>();
   private consumer: Consumer | null = null;
+  private starting: Promise<void> | null = null;
+  private readonly restores = new Map<number, Restore>();
   private readonly kafka: Kafka;
+  private readonly admin: Admin;
   private readonly topic: string;
+  private readonly partitions: number;
   private readonly codec: WireCodec;
   private readonly log: Logger;
   private readonly groupId: string;
+  private stopped = false;
+  /** Set while the reader's consumer is down; restores fail fast (retriable) until it is back. */
+  private failure: Error | null = null;
 
-  constructor(opts: { kafka: Kafka; topic: string; codec: WireCodec; log: Logger; groupId: string }) {
+  constructor(opts: { kafka: Kafka; admin: Admin; topic: string; partitions: number; codec: WireCodec; log: Logger; groupId: string }) {
     this.kafka = opts.kafka;
+    this.admin = opts.admin;
     this.topic = opts.topic;
+    this.partitions = opts.partitions;
     this.codec = opts.codec;
     this.log = opts.log.child({ component: "ledger-reader", topic: opts.topic });
     this.groupId = opts.groupId;
   }
 
-  partition(p: number): PartitionLedger {
-    let ledger = this.partitions.get(p);
-    if (!ledger) {
-      ledger = new PartitionLedger(p);
-      this.partitions.set(p, ledger);
-    }
-    return ledger;
+  /** Starts the consumer (once); restores wait for it. */
+  start(): Promise<void> {
+    this.starting ??= this.connect().catch((err: unknown) => {
+      this.starting = null;
+      throw err;
+    });
+    return this.starting;
   }
 
-  async start(): Promise<void> {
-    // A group of its own with no committed offsets: every process reads the whole ledger.
+  private async connect(): Promise<void> {
     const consumer = this.kafka.consumer({
       groupId: this.groupId,
       readUncommitted: false,
       allowAutoTopicCreation: false,
       // Markers must be seen promptly; an idle long poll also delays shutdown.
-      maxWaitTimeInMs: 500,
+      maxWaitTimeInMs: 250,
     });
-    this.consumer = consumer;
+    consumer.on(consumer.events.CRASH, (event) => {
+      const err = event.payload.error;
+      this.log.error({ err, restart: event.payload.restart }, "ledger reader crashed");
+      for (const [p, r] of this.restores) {
+        this.restores.delete(p);
+        r.reject(new WritError("ledger_restore_timeout", "ledger reader restarted during the restore", { retriable: true, cause: err, context: { partition: p } }));
+      }
+      if (!event.payload.restart && !this.stopped) {
+        // kafkajs gave up on this consumer: build a new one on the next restore.
+        this.failure = err;
+        this.consumer = null;
+        this.starting = null;
+      }
+    });
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: true });
     await consumer.run({
       autoCommit: false,
-      eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
-        const ledger = this.partition(batch.partition);
+      eachBatchAutoResolve: false,
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isStale }) => {
+        if (isStale()) return;
+        const restore = this.restores.get(batch.partition);
+        if (!restore) {
+          // Fetched before this partition was paused; nobody is restoring it.
+          consumer.pause([{ topic: this.topic, partitions: [batch.partition] }]);
+          return;
+        }
         for (const message of batch.messages) {
-          const key = message.key?.toString("utf8") ?? "";
-          if (message.value === null) {
-            ledger.applyRead(key, null);
-          } else {
-            const decoded = await this.codec.decode("LedgerEntry", message.value);
-            if (!decoded.ok) {
-              this.log.error({ partition: batch.partition, offset: message.offset, reason: decoded.message }, "skipping unreadable ledger entry");
-            } else if (decoded.value.kind === "marker") {
-              this.markerSeen(decoded.value.partition, decoded.value.nonce);
-            } else {
-              ledger.applyRead(key, decoded.value);
-            }
-          }
+          if (this.restores.get(batch.partition) !== restore) return;
+          await this.apply(batch.partition, restore, message.key, message.value, message.offset, message.headers);
           resolveOffset(message.offset);
         }
+        resolveOffset(batch.lastOffset());
         await heartbeat();
       },
     });
+    // Nothing is read until a restore asks for its partition.
+    consumer.pause([{ topic: this.topic }]);
+    this.consumer = consumer;
+    this.failure = null;
   }
 
-  private markerSeen(partition: number, nonce: string): void {
-    this.seenMarkers.set(partition, nonce);
-    const list = this.waiters.get(partition) ?? [];
-    const remaining = list.filter((w) => {
-      if (w.nonce !== nonce) return true;
-      w.resolve();
-      return false;
-    });
-    this.waiters.set(partition, remaining);
+  private async apply(
+    partition: number,
+    restore: Restore,
+    rawKey: Buffer | null,
+    value: Buffer | null,
+    offset: string,
+    headers: Record<string, unknown> | undefined,
+  ): Promise<void> {
+    if (isControlRecord(headers)) return;
+    const key = rawKey?.toString("utf8") ?? "";
+    if (value === null) {
+      restore.entries.delete(key);
+      return;
+    }
+    try {
+      // In topic order: a later entry for a key must win over an earlier one.
+      this.applyDecoded(partition, restore, key, offset, await this.codec.decode("LedgerEntry", value));
+    } catch (err) {
+      // The registry is unreachable (retriable); the owner restores again.
+      this.finish(partition, restore, err as Error);
+    }
   }
 
-  /** Resolves once the marker `nonce` of `partition` has been read. */
-  waitForMarker(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    if (this.seenMarkers.get(partition) === nonce) return Promise.resolve();
+  private applyDecoded(
+    partition: number,
+    restore: Restore,
+    key: string,
+    offset: string,
+    decoded: Awaited<ReturnType<WireCodec["decode"]>>,
+  ): void {
+    if (this.restores.get(partition) !== restore) return;
+    if (!decoded.ok) {
+      const err = new WritError(
+        "ledger_unreadable",
+        `ledger entry at ${this.topic}-${partition} offset ${offset} (key ${key}) cannot be read: ${decoded.message}. ` +
+          "Dedupe for that key would be lost, so this partition is not processed until the entry is fixed (see the README's runbook).",
+        { retriable: false, context: { topic: this.topic, partition, offset, key } },
+      );
+      this.finish(partition, restore, err);
+      return;
+    }
+    const entry = decoded.value as { kind: string };
+    if (entry.kind === "marker") {
+      const marker = decoded.value as { nonce: string };
+      if (marker.nonce === restore.nonce) this.finish(partition, restore, null);
+      return;
+    }
+    restore.entries.delete(key);
+    restore.entries.set(key, decoded.value as LedgerIntentEntry);
+  }
+
+  private finish(partition: number, restore: Restore, err: Error | null): void {
+    if (this.restores.get(partition) !== restore) return;
+    this.restores.delete(partition);
+    this.consumer?.pause([{ topic: this.topic, partitions: [partition] }]);
+    if (err) restore.reject(err);
+    else restore.resolve(restore.entries);
+  }
+
+  /**
+   * Reads ledger partition `partition` from its start to the marker `nonce`
+   * and returns its entries in topic order.
+   *
+   * @throws WritError `ledger_unreadable` (not retriable: fail closed) or `ledger_restore_timeout` (retriable).
+   */
+  async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<Map<string, LedgerIntentEntry>> {
+    if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
+    await this.start();
+    const consumer = this.consumer;
+    if (!consumer) throw new WritError("ledger_restore_timeout", "ledger reader is not running", { retriable: true, context: { partition } });
+    this.restores.get(partition)?.reject(new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true }));
+    const offsets = await this.admin.fetchTopicOffsets(this.topic);
+    const low = offsets.find((o) => o.partition === partition)?.low ?? "0";
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        done();
-        reject(
+        this.finish(
+          partition,
+          restore,
           new WritError("ledger_restore_timeout", `ledger partition ${partition} not restored within ${timeoutMs} ms`, {
             retriable: true,
             context: { topic: this.topic, partition },
           }),
         );
       }, timeoutMs);
-      const waiter = {
+      const onAbort = () => this.finish(partition, restore, signal!.reason instanceof Error ? signal!.reason : new Error("restore aborted"));
+      const restore: Restore = {
         nonce,
-        resolve: () => {
+        entries: new Map(),
+        resolve: (entries) => {
           clearTimeout(timer);
-          resolve();
+          signal?.removeEventListener("abort", onAbort);
+          resolve(entries);
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+          reject(err);
         },
       };
-      const done = () => {
-        clearTimeout(timer);
-        this.waiters.set(partition, (this.waiters.get(partition) ?? []).filter((w) => w !== waiter));
-      };
-      signal?.addEventListener("abort", () => {
-        done();
-        reject(signal.reason);
-      });
-      const list = this.waiters.get(partition) ?? [];
-      list.push(waiter);
-      this.waiters.set(partition, list);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.restores.set(partition, restore);
+      consumer.seek({ topic: this.topic, partition, offset: low });
+      consumer.resume([{ topic: this.topic, partitions: [partition] }]);
     });
   }
 
+  /** Partitions of the ledger topic (every one is assigned to this reader's group of one). */
+  get partitionCount(): number {
+    return this.partitions;
+  }
+
   async stop(): Promise<void> {
+    this.stopped = true;
+    for (const [p, r] of this.restores) {
+      this.restores.delete(p);
+      r.reject(new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, context: { partition: p } }));
+    }
     await this.consumer?.disconnect();
     this.consumer = null;
   }

@@ -1,3 +1,4 @@
+import { WritError } from "../errors.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 
 export type LedgerStatus = LedgerIntentEntry["status"];
@@ -16,43 +17,66 @@ export const LEDGER_TRANSITIONS: Readonly<Record<LedgerStatus | "absent", readon
 
 export function assertTransition(key: string, from: LedgerStatus | "absent", to: LedgerStatus): void {
   if (!LEDGER_TRANSITIONS[from].includes(to)) {
-    throw new Error(`ledger: intent key ${key} cannot go from ${from} to ${to}`);
+    throw new WritError("codec_failed", `ledger: intent key ${key} cannot go from ${from} to ${to}`, {
+      retriable: false,
+      context: { intentKey: key },
+    });
   }
 }
 
-/** A change staged in a batch: an entry to write, or a tombstone (null). */
-export type StagedChange = LedgerIntentEntry | null;
+/** A change waiting for a transaction: an entry to write, or a tombstone (null). */
+export type LedgerChange = LedgerIntentEntry | null;
 
-/** Read-only view of one ledger partition: what everyone but the owner gets. */
+/** Read-only view of one ledger partition: what the pipeline classifies against. */
 export interface LedgerView {
   get(intentKey: string): LedgerIntentEntry | undefined;
   readonly size: number;
 }
 
 /**
- * The owner's handle on a partition's ledger for one transaction: reads see
- * staged changes first; nothing reaches the committed view until the Kafka
- * transaction that carries the changes has committed.
+ * The ledger of one intents partition, held only by the owner of that
+ * partition, from its restore until it gives the partition up.
+ *
+ * Three layers, newest first: `staged` (changes for the next transaction),
+ * `sending` (the changes of the transaction in flight) and `committed`
+ * (what Kafka holds). Reads see the newest layer. A committed transaction
+ * moves `sending` into `committed`; a failed one discards both upper layers,
+ * and the owner restores the partition from the topic again.
+ *
+ * `committed` is kept in order of last change (a Map re-inserts a changed
+ * key at its end), so the entries due for expiry are always at its front and
+ * retention never scans the whole ledger.
  */
-export class LedgerTransaction implements LedgerView {
-  private readonly staged = new Map<string, StagedChange>();
-  private readonly base: PartitionLedger;
+export class PartitionLedger implements LedgerView {
+  readonly partition: number;
+  private readonly committed: Map<string, LedgerIntentEntry>;
+  private staged = new Map<string, LedgerChange>();
+  private sending = new Map<string, LedgerChange>();
+  /** How many committed entries name each reply topic: the topics this partition's owner may have written. */
+  private readonly replyTopicCounts = new Map<string, number>();
 
-  constructor(base: PartitionLedger) {
-    this.base = base;
+  /** `restored` in topic order, as the restore read it. */
+  constructor(partition: number, restored: Iterable<[string, LedgerIntentEntry]> = []) {
+    this.partition = partition;
+    this.committed = new Map();
+    for (const [key, entry] of restored) this.applyCommitted(key, entry);
   }
 
   get(intentKey: string): LedgerIntentEntry | undefined {
     if (this.staged.has(intentKey)) return this.staged.get(intentKey) ?? undefined;
-    return this.base.get(intentKey);
+    if (this.sending.has(intentKey)) return this.sending.get(intentKey) ?? undefined;
+    return this.committed.get(intentKey);
   }
 
+  /** Committed entries. */
   get size(): number {
-    return this.base.size;
+    return this.committed.size;
   }
 
-  put(entry: LedgerIntentEntry): void {
+  /** Stages an entry for the next transaction, checking the transition from what the owner sees now. */
+  stage(entry: LedgerIntentEntry): void {
     assertTransition(entry.intentKey, this.get(entry.intentKey)?.status ?? "absent", entry.status);
+    this.staged.delete(entry.intentKey);
     this.staged.set(entry.intentKey, entry);
   }
 
@@ -60,81 +84,60 @@ export class LedgerTransaction implements LedgerView {
     this.staged.set(intentKey, null);
   }
 
-  /** The staged changes, in key order of first staging. */
-  changes(): [string, StagedChange][] {
-    return [...this.staged.entries()];
+  get hasStaged(): boolean {
+    return this.staged.size > 0;
   }
 
-  get empty(): boolean {
-    return this.staged.size === 0;
+  /** Hands the staged changes to a transaction; they stay visible until it ends. */
+  takeStaged(): [string, LedgerChange][] {
+    if (this.sending.size > 0) {
+      throw new WritError("kafka_failed", "ledger: a transaction is already in flight", { retriable: false, context: { partition: this.partition } });
+    }
+    this.sending = this.staged;
+    this.staged = new Map();
+    return [...this.sending];
   }
 
-  /** Call only after the Kafka transaction committed. */
-  commit(): void {
-    for (const [key, change] of this.staged) this.base.applyOwn(key, change);
-    this.staged.clear();
-  }
-}
-
-/**
- * The ledger of one intents partition as this process knows it. `following`:
- * the restore reader applies every entry it reads; `owned`: this process is
- * the partition's single writer, so only its own committed transactions
- * change the view.
- */
-export class PartitionLedger implements LedgerView {
-  readonly partition: number;
-  private readonly entries = new Map<string, LedgerIntentEntry>();
-  private mode: "following" | "owned" = "following";
-
-  constructor(partition: number) {
-    this.partition = partition;
+  /** The transaction carrying the taken changes committed. */
+  committedSending(): void {
+    for (const [key, change] of this.sending) this.applyCommitted(key, change);
+    this.sending.clear();
   }
 
-  get(intentKey: string): LedgerIntentEntry | undefined {
-    return this.entries.get(intentKey);
+  /** Reply topics of the committed entries (the ones whose partitions a heal must touch). */
+  replyTopics(): string[] {
+    return [...this.replyTopicCounts.keys()];
   }
 
-  get size(): number {
-    return this.entries.size;
-  }
-
-  get owned(): boolean {
-    return this.mode === "owned";
-  }
-
-  /** From the restore reader; ignored while owned, since the owner's own writes are newer. */
-  applyRead(intentKey: string, entry: LedgerIntentEntry | null): void {
-    if (this.mode === "owned") return;
-    if (entry === null) this.entries.delete(intentKey);
-    else this.entries.set(intentKey, entry);
-  }
-
-  applyOwn(intentKey: string, entry: StagedChange): void {
-    if (entry === null) this.entries.delete(intentKey);
-    else this.entries.set(intentKey, entry);
-  }
-
-  own(): void {
-    this.mode = "owned";
-  }
-
-  release(): void {
-    this.mode = "following";
-  }
-
-  begin(): LedgerTransaction {
-    return new LedgerTransaction(this);
-  }
-
-  /** Keys whose last change is older than `cutoff`: due for a tombstone. */
+  /**
+   * Keys of committed entries last changed before `cutoff`, oldest first, at
+   * most `limit`; pending entries are skipped (reconcile settles them first).
+   */
   expired(cutoff: Date, limit: number): string[] {
     const out: string[] = [];
     const cut = cutoff.getTime();
-    for (const [key, entry] of this.entries) {
-      if (Date.parse(entry.updatedAt) < cut) out.push(key);
-      if (out.length >= limit) break;
+    for (const [key, entry] of this.committed) {
+      if (Date.parse(entry.updatedAt) >= cut || out.length >= limit) break;
+      if (entry.status !== "pending" && !this.staged.has(key) && !this.sending.has(key)) out.push(key);
     }
     return out;
+  }
+
+  private applyCommitted(key: string, change: LedgerChange): void {
+    const before = this.committed.get(key);
+    if (before) {
+      this.committed.delete(key);
+      this.countReplyTopic(before.replyTo, -1);
+    }
+    if (change !== null) {
+      this.committed.set(key, change);
+      this.countReplyTopic(change.replyTo, 1);
+    }
+  }
+
+  private countReplyTopic(topic: string, delta: number): void {
+    const n = (this.replyTopicCounts.get(topic) ?? 0) + delta;
+    if (n > 0) this.replyTopicCounts.set(topic, n);
+    else this.replyTopicCounts.delete(topic);
   }
 }

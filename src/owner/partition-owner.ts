@@ -1,66 +1,203 @@
 import { randomUUID } from "node:crypto";
-import { Partitioners, type Kafka, type KafkaMessage, type Message, type Producer, type TopicMessages } from "kafkajs";
-import type { WireCodec } from "../codec.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Partitioners, type KafkaMessage, type Producer } from "kafkajs";
 import type { RouterConfig } from "../config.ts";
-import { WritError } from "../errors.ts";
-import type { LedgerReader } from "../ledger/ledger-reader.ts";
+import { WritError, isRetriable } from "../errors.ts";
 import { markerKey } from "../ledger/ledger-reader.ts";
-import type { LedgerTransaction, PartitionLedger } from "../ledger/ledger-state.ts";
+import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
-import type { AcceptedIntent, IntentProcessor } from "./intent-processor.ts";
-import { emptyOutputs, type BatchOutputs } from "./outputs.ts";
-
-export interface PartitionOwnerDeps {
-  kafka: Kafka;
-  config: RouterConfig;
-  codec: WireCodec;
-  reader: LedgerReader;
-  processor: IntentProcessor;
-  log: Logger;
-  ensureTopics: (topics: Iterable<string>) => Promise<void>;
-}
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { type AdmittedIntent, admit } from "./admission.ts";
+import { deadLetterOf, type Effects } from "./effects.ts";
+import { isOutage, type Plan, type WriteState } from "./intent-pipeline.ts";
+import { KeyScheduler } from "./key-scheduler.ts";
+import { type OutRecord, healRecord, sendRounds } from "./records.ts";
+import type { OwnerContext } from "./owner-context.ts";
 
 /** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs). */
 export function transactionalIdFor(config: RouterConfig, partition: number): string {
   return `${config.groupId}.${config.topics.intents}.${partition}`;
 }
 
+export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" | "fenced" | "closed";
+
+/** One fetched intent, from intake until the transaction carrying its result commits. */
+interface Slot {
+  readonly seq: number;
+  readonly offset: bigint;
+  readonly message: KafkaMessage;
+  admitted?: AdmittedIntent;
+  plan?: Plan;
+  pendingDurable: boolean;
+  /** Unexpected failures so far (not outages). */
+  failures: number;
+  /** Consecutive outage pauses. */
+  outages: number;
+  /** Number of the transaction that carries its result; unset until the result is staged. */
+  txn?: number;
+}
+
+/** Everything of one ownership of the partition: from a fence-and-restore until a failure, a fence or the release. */
+class Session {
+  readonly abort = new AbortController();
+  readonly tasks = new Set<Promise<void>>();
+  readonly producer: Producer;
+  readonly ledger: PartitionLedger;
+
+  constructor(producer: Producer, ledger: PartitionLedger) {
+    this.producer = producer;
+    this.ledger = ledger;
+  }
+
+  get active(): boolean {
+    return !this.abort.signal.aborted;
+  }
+}
+
+/** What the next transaction carries. */
+interface Staged {
+  records: OutRecord[];
+  /** Slots whose results are in `records`. */
+  slots: Slot[];
+  /** Waiters for `pending` entries in `records` (step 3: durable before the write). */
+  pendings: { resolve: () => void; reject: (err: Error) => void }[];
+}
+
+const emptyStaged = (): Staged => ({ records: [], slots: [], pendings: [] });
+
 /**
- * The single writer of one intents partition. It alone holds the
- * transactional producer for the partition and the writable ledger; it
- * restores the ledger before it processes anything, and commits one Kafka
- * transaction per chunk of a batch: ledger entries, replies, escalations,
- * dead letters and the consumed offset.
+ * The single writer of one intents partition: a thin driver of Kafka
+ * transactions around the intent pipeline.
+ *
+ * - **Open.** A new transactional producer (its InitProducerId fences the
+ *   previous owner and aborts its open transaction), a marker in ledger
+ *   partition p, the ledger restored from the topic up to that marker, then a
+ *   heal transaction touching every partition this transactional id may have
+ *   left a transaction open on (see {@link healTargets}); then intake resumes
+ *   at the committed offset.
+ * - **Run.** Intents run concurrently across records and one at a time per
+ *   record (and per intent key), at most `maxInFlightPerPartition` at once.
+ *   Each transaction carries the results settled since the last one and the
+ *   `pending` entries of the intents about to write, plus the offset up to
+ *   which every intent's result is committed: one transaction per round,
+ *   never one per intent.
+ * - **Fail.** A transaction that fails aborts everything uncommitted: the
+ *   owner waits for its in-flight calls, then opens again (restoring the
+ *   ledger from the topic, since an ambiguous commit may have landed). A
+ *   fenced owner stops: the partition has a newer owner.
  */
 export class PartitionOwner {
   readonly partition: number;
-  private readonly deps: PartitionOwnerDeps;
-  private readonly ledger: PartitionLedger;
+  private readonly ctx: OwnerContext;
   private readonly log: Logger;
-  private producer: Producer | null = null;
-  private ready: Promise<void> | null = null;
-  private closed = false;
-  /** Serialises batches and sweeps on this partition's producer. */
-  private turn: Promise<void> = Promise.resolve();
+  private stateValue: OwnerState = "opening";
+  private session: Session | null = null;
+  private readonly slots = new Map<number, Slot>();
+  private inbox: KafkaMessage[] = [];
+  private scheduler: KeyScheduler<Slot>;
+  private staged: Staged = emptyStaged();
+  private seq = 0;
+  private txnSeq = 0;
+  /** Next offset intake accepts; lower offsets are re-deliveries. */
+  private expectedNext = -1n;
+  private lastCommittedOffset = -1n;
+  private admitting = false;
+  private failuresInARow = 0;
+  private sweepDue = false;
+  private readonly healRequests = new Map<string, Set<number>>();
+  private wake: (() => void) | null = null;
+  private opened: Promise<void> | null = null;
 
-  constructor(partition: number, deps: PartitionOwnerDeps) {
+  constructor(partition: number, ctx: OwnerContext) {
     this.partition = partition;
-    this.deps = deps;
-    this.ledger = deps.reader.partition(partition);
-    this.log = deps.log.child({ component: "partition-owner", topic: deps.config.topics.intents, partition });
+    this.ctx = ctx;
+    this.log = ctx.log.child({ component: "partition-owner", topic: ctx.config.topics.intents, partition });
+    this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition);
   }
 
-  /** Fences any earlier owner, then restores ledger partition p to its end. Idempotent. */
-  open(heartbeat: () => Promise<void>): Promise<void> {
-    this.ready ??= this.restore(heartbeat).catch((err: unknown) => {
-      this.ready = null;
-      throw err;
-    });
-    return this.ready;
+  get state(): OwnerState {
+    return this.stateValue;
   }
 
-  private async restore(heartbeat: () => Promise<void>): Promise<void> {
-    const { config, kafka, reader, codec } = this.deps;
+  /** Intents fetched and not yet committed: the intake pauses this partition above `maxBufferedPerPartition`. */
+  get load(): number {
+    return this.inbox.length + this.slots.size;
+  }
+
+  /** Reply topics this owner's ledger knows (the partitions it may write). */
+  replyTopics(): string[] {
+    return this.session?.ledger.replyTopics() ?? [];
+  }
+
+  /** Starts the open loop in the background (once). */
+  start(): void {
+    this.opened ??= this.openLoop();
+  }
+
+  /** Fetched messages, in offset order. Re-deliveries (offsets already taken) are dropped. */
+  accept(messages: readonly KafkaMessage[], lastOffset: string): void {
+    if (this.stateValue !== "running") return;
+    for (const m of messages) {
+      const offset = BigInt(m.offset);
+      if (offset < this.expectedNext) continue;
+      this.inbox.push(m);
+      this.expectedNext = offset + 1n;
+    }
+    const after = BigInt(lastOffset) + 1n;
+    if (after > this.expectedNext) this.expectedNext = after;
+    this.pump();
+  }
+
+  /** Ledger entries past retention get tombstones in the next transaction. */
+  requestSweep(): void {
+    if (this.stateValue !== "running") return;
+    this.sweepDue = true;
+    this.nudge();
+  }
+
+  /** The next transaction writes a control record to these partitions (see `heal.ts`). */
+  requestHeal(topic: string, partitions: readonly number[]): void {
+    if (this.stateValue !== "running") return;
+    const set = this.healRequests.get(topic) ?? new Set();
+    for (const p of partitions) set.add(p);
+    this.healRequests.set(topic, set);
+    this.nudge();
+  }
+
+  async close(): Promise<void> {
+    if (this.stateValue === "closed") return;
+    this.stateValue = "closed";
+    await this.endSession(new WritError("producer_fenced", "partition released", { retriable: true, context: { partition: this.partition } }));
+  }
+
+  // ---------------------------------------------------------------------------
+  // Open, fail, fence
+
+  private async openLoop(): Promise<void> {
+    while (this.stateValue === "opening" || this.stateValue === "rewinding" || this.stateValue === "failed-closed") {
+      this.ctx.intake.pause(this.partition);
+      try {
+        await this.open();
+        return;
+      } catch (err) {
+        if ((this.stateValue as OwnerState) === "closed") return;
+        if (isFencing(err)) return this.fenced(err);
+        this.failuresInARow++;
+        const closedFail = err instanceof WritError && err.code === "ledger_unreadable";
+        if (closedFail) {
+          this.stateValue = "failed-closed";
+          this.ctx.health.problem(`ledger-${this.partition}`, (err as Error).message);
+          this.log.error({ err }, "ledger partition unreadable: not processing this partition (fail closed); see the runbook");
+        } else {
+          this.log.warn({ err, attempt: this.failuresInARow }, "opening the partition failed; trying again");
+        }
+        await sleep(closedFail ? 30_000 : this.backoffMs());
+      }
+    }
+  }
+
+  private async open(): Promise<void> {
+    const { kafka, config, reader, admin, encoder } = this.ctx;
     const started = Date.now();
     const producer = kafka.producer({
       transactionalId: transactionalIdFor(config, this.partition),
@@ -69,208 +206,379 @@ export class PartitionOwner {
       transactionTimeout: config.transactionTimeoutMs,
       allowAutoTopicCreation: false,
       createPartitioner: Partitioners.DefaultPartitioner,
+      // kafkajs #304: right after a commit the coordinator answers CONCURRENT_TRANSACTIONS while it writes
+      // the markers; kafkajs retries that after its retry delay. A short first delay (the Java client uses
+      // 20 ms for this case) keeps back-to-back transactions from stalling 200–300 ms.
+      retry: { initialRetryTime: 20, maxRetryTime: 1000, retries: 12, factor: 0.2, multiplier: 1.6 },
     });
-    await producer.connect();
-    this.producer = producer;
-    const nonce = randomUUID();
-    // Beginning a transaction runs InitProducerId, which fences the previous owner and aborts its open transaction.
-    const txn = await producer.transaction();
+    let ledger: PartitionLedger;
     try {
-      const value = await codec.encode(config.topics.ledger, "LedgerEntry", {
+      await producer.connect();
+      const nonce = randomUUID();
+      // InitProducerId fences the previous owner and aborts its open transaction; the marker is written
+      // with the new epoch, and its commit marker also closes a transaction of this id left hanging on
+      // ledger partition p (see healTargets).
+      const marker = await this.ctx.codec.encode(config.topics.ledger, "LedgerEntry", {
         kind: "marker",
         partition: this.partition,
         nonce,
         owner: config.instanceId,
         at: new Date().toISOString(),
       });
-      await txn.send({ topic: config.topics.ledger, messages: [{ key: markerKey(this.partition), value, partition: this.partition }] });
+      await this.transact(producer, [{ topic: config.topics.ledger, partition: this.partition, key: markerKey(this.partition), value: marker }], null);
+      const entries = await reader.restore(this.partition, nonce, config.restoreTimeoutMs);
+      ledger = new PartitionLedger(this.partition, entries);
+      const heal = await this.healTargets(ledger);
+      if (heal.length > 0) await this.transact(producer, heal, null);
+      const committed = await admin.fetchOffsets({ groupId: config.groupId, topics: [config.topics.intents] });
+      const offset = committed[0]?.partitions.find((p) => p.partition === this.partition)?.offset ?? "-1";
+      let next = BigInt(offset);
+      if (next < 0n) {
+        const bounds = await admin.fetchTopicOffsets(config.topics.intents);
+        next = BigInt(bounds.find((b) => b.partition === this.partition)?.low ?? "0");
+      }
+      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
+      this.session = new Session(producer, ledger);
+      this.expectedNext = next;
+      this.lastCommittedOffset = next;
+      this.stateValue = "running";
+      this.ctx.health.clear(`ledger-${this.partition}`);
+      this.ctx.intake.seek(this.partition, next.toString());
+      this.ctx.intake.resume(this.partition);
+      this.log.info(
+        { entries: ledger.size, healed: heal.length, offset: next.toString(), ms: Date.now() - started },
+        "partition restored; owning it",
+      );
+      const session = this.session;
+      this.track(session, this.commitLoop(session));
+    } catch (err) {
+      await producer.disconnect().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * Every partition this partition's transactional id may have left a
+   * transaction open on, beside the ledger partition the marker already
+   * touched: each reply topic its ledger names, `writ.human` and `writ.dlq`.
+   *
+   * Why this heals: a partition's last stable offset stays at the first offset
+   * of the earliest transaction still open on it, and on the partition leader
+   * a transaction is completed only by a control marker for the same producer
+   * id (Kafka's ProducerStateManager, KIP-98). The coordinator writes markers
+   * only to partitions added to the transaction being ended, and it skips a
+   * partition whose leader it cannot find ("likely deleted already"), which
+   * after a broker crash can leave a committed transaction without its marker
+   * forever. A transaction of the same transactional id (same producer id,
+   * epoch bumped by InitProducerId) that writes to that partition and commits
+   * gets a marker there, and that marker completes the producer's open
+   * transaction on it, from the old first offset: the last stable offset moves.
+   */
+  private async healTargets(ledger: PartitionLedger): Promise<OutRecord[]> {
+    const { topics } = this.ctx.config;
+    const counts = await this.ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq]);
+    const out: OutRecord[] = [];
+    for (const [topic, count] of counts) for (let p = 0; p < count; p++) out.push(healRecord(topic, p));
+    return out;
+  }
+
+  /** One transaction of records (and, if given, the consumed offset). */
+  private async transact(producer: Producer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<void> {
+    const { config } = this.ctx;
+    const txn = await producer.transaction();
+    try {
+      for (const round of sendRounds(records, config.maxMessageBytes)) await txn.sendBatch({ topicMessages: round, acks: -1 });
+      if (nextOffset !== null) {
+        await txn.sendOffsets({
+          consumerGroupId: config.groupId,
+          topics: [{ topic: config.topics.intents, partitions: [{ partition: this.partition, offset: nextOffset.toString() }] }],
+        });
+      }
+      await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
+      const started = Date.now();
       await txn.commit();
+      this.ctx.observe?.transaction(Date.now() - started);
     } catch (err) {
       await txn.abort().catch(() => undefined);
       throw err;
     }
-    const interval = setInterval(() => void heartbeat().catch(() => undefined), 1000);
-    try {
-      await reader.waitForMarker(this.partition, nonce, config.restoreTimeoutMs);
-    } finally {
-      clearInterval(interval);
-    }
-    this.ledger.own();
-    this.log.info({ entries: this.ledger.size, ms: Date.now() - started }, "partition restored; owning it");
   }
 
-  /**
-   * Processes a fetched batch in order, in chunks that each commit one
-   * transaction. Returns the offset of the last message committed.
-   */
-  async handle(
-    messages: KafkaMessage[],
-    hooks: { heartbeat: () => Promise<void>; resolveOffset: (offset: string) => void; isActive: () => boolean },
-  ): Promise<void> {
-    await this.open(hooks.heartbeat);
-    await this.exclusive(async () => {
-      let i = 0;
-      while (i < messages.length && hooks.isActive() && !this.closed) {
-        const chunk = this.nextChunk(messages, i);
-        await this.processChunk(chunk);
-        const last = chunk.at(-1)!;
-        hooks.resolveOffset(last.offset);
-        await hooks.heartbeat();
-        i += chunk.length;
-      }
+  /** A failed transaction: drop everything uncommitted and open the partition again (restoring from the topic). */
+  private async rewind(session: Session, err: unknown): Promise<void> {
+    if (this.session !== session || this.stateValue !== "running") return;
+    this.stateValue = "rewinding";
+    this.failuresInARow++;
+    this.log.warn({ err, attempt: this.failuresInARow }, "transaction failed; reopening the partition from its committed state");
+    await this.endSession(err);
+    if ((this.stateValue as OwnerState) === "closed") return;
+    await sleep(this.backoffMs());
+    if ((this.stateValue as OwnerState) !== "rewinding") return;
+    this.opened = this.openLoop();
+  }
+
+  private async fenced(err: unknown): Promise<void> {
+    if (this.stateValue === "closed" || this.stateValue === "fenced") return;
+    this.stateValue = "fenced";
+    this.log.warn({ err }, "fenced by a newer owner of this partition; it is no longer processed here");
+    await this.endSession(err);
+    this.ctx.onFenced(this.partition);
+  }
+
+  /** Stops the session: no new work, in-flight calls finish (bounded by their deadlines), staged work is dropped. */
+  private async endSession(reason: unknown): Promise<void> {
+    const session = this.session;
+    this.session = null;
+    this.ctx.intake.pause(this.partition);
+    const staged = this.staged;
+    this.staged = emptyStaged();
+    const err = reason instanceof Error ? reason : new Error(String(reason));
+    for (const p of staged.pendings) p.reject(err);
+    this.inbox = [];
+    this.slots.clear();
+    this.scheduler = new KeyScheduler(this.ctx.config.maxInFlightPerPartition);
+    this.healRequests.clear();
+    this.wake?.();
+    if (!session) return;
+    session.abort.abort(err);
+    const bound = sleep(this.ctx.config.sorTimeoutMs * 3).then(() => "timeout" as const);
+    const settled = await Promise.race([Promise.allSettled([...session.tasks]).then(() => "done" as const), bound]);
+    if (settled === "timeout") this.log.warn("in-flight work did not finish in time; closing the producer anyway");
+    await session.producer.disconnect().catch(() => undefined);
+  }
+
+  private backoffMs(): number {
+    const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
+    const base = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(this.failuresInARow, 16));
+    return base * (0.8 + Math.random() * 0.4);
+  }
+
+  private track(session: Session, task: Promise<void>): void {
+    const t = task.catch((err: unknown) => {
+      if (session.active) this.log.error({ err }, "owner task failed unexpectedly");
     });
+    session.tasks.add(t);
+    void t.finally(() => session.tasks.delete(t));
   }
 
-  /**
-   * Tombstones ledger entries past the retention window, also on a partition
-   * that receives no intents. Runs between batches, never inside one: a
-   * producer carries one transaction at a time.
-   */
-  async sweep(): Promise<number> {
-    if (!this.ledger.owned || this.closed) return 0;
-    return this.exclusive(async () => {
-      const txn = this.ledger.begin();
-      this.expire(txn);
-      const count = txn.changes().length;
-      if (count > 0) await this.commit(txn, emptyOutputs(), null);
-      return count;
-    });
-  }
+  // ---------------------------------------------------------------------------
+  // Intake: admission in offset order, then the key scheduler
 
-  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.turn.then(fn);
-    this.turn = run.then(
-      () => undefined,
-      () => undefined,
+  private pump(): void {
+    const session = this.session;
+    if (!session || this.admitting) return;
+    this.admitting = true;
+    this.track(
+      session,
+      this.admitLoop(session).finally(() => {
+        this.admitting = false;
+      }),
     );
-    return run;
   }
 
-  /** A chunk ends before a key repeats, so each intent's pending entry is planned once and durable before its write. */
-  private nextChunk(messages: KafkaMessage[], start: number): KafkaMessage[] {
-    const keys = new Set<string>();
-    const chunk: KafkaMessage[] = [];
-    for (let i = start; i < messages.length && chunk.length < this.deps.config.maxIntentsPerTransaction; i++) {
-      const m = messages[i]!;
-      const key = intentKeyHint(m);
-      if (key !== null && keys.has(key)) break;
-      if (key !== null) keys.add(key);
-      chunk.push(m);
-    }
-    return chunk;
-  }
-
-  private async processChunk(chunk: KafkaMessage[]): Promise<void> {
-    const { processor } = this.deps;
-    const out = emptyOutputs();
-    const ledger = this.ledger.begin();
-    const accepted: AcceptedIntent[] = [];
-    for (const message of chunk) {
-      const d = await processor.decode(message, this.partition, out);
-      if (d.kind === "accepted") accepted.push(d);
-    }
-    const inherited = new Set<string>();
-    const pendingTxn = this.ledger.begin();
-    for (const a of accepted) {
-      const before = this.ledger.get(a.intent.intentKey);
-      const pending = processor.planPending(a, pendingTxn);
-      if (!pending) continue;
-      if (before?.status === "pending") inherited.add(a.intent.intentKey);
-      pendingTxn.put(pending);
-    }
-    if (!pendingTxn.empty) {
-      // Step 3: pending is durable in Kafka before the system of record is called.
-      await this.commit(pendingTxn, emptyOutputs(), null);
-    }
-    for (const a of accepted) await processor.process(a, ledger, inherited, out);
-    this.expire(ledger);
-    const lastOffset = chunk.at(-1)!.offset;
-    await this.commit(ledger, out, (BigInt(lastOffset) + 1n).toString());
-    if (out.replies.length > 0 || accepted.length > 0) {
-      this.log.debug({ intents: chunk.length, replies: out.replies.length, offset: lastOffset }, "chunk committed");
+  private async admitLoop(session: Session): Promise<void> {
+    const { config } = this.ctx;
+    let outages = 0;
+    while (session.active && this.inbox.length > 0) {
+      const message = this.inbox[0]!;
+      const slot: Slot = { seq: ++this.seq, offset: BigInt(message.offset), message, pendingDurable: false, failures: 0, outages: 0 };
+      const source = { topic: config.topics.intents, partition: this.partition, offset: message.offset };
+      let admission;
+      try {
+        admission = await admit(message, source, this.ctx.admission);
+      } catch (err) {
+        // The registry (or the cluster's metadata) is unreachable: that says nothing about the record.
+        if (!session.active) return;
+        outages++;
+        this.log.warn({ err, offset: message.offset }, "cannot decode intents now (registry unreachable?); pausing intake");
+        await this.pause(session, outages);
+        continue;
+      }
+      if (!session.active) return;
+      outages = 0;
+      this.inbox.shift();
+      this.slots.set(slot.seq, slot);
+      if (admission.kind === "answered") {
+        this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
+        this.track(session, this.settle(session, slot, admission.effects));
+        continue;
+      }
+      slot.admitted = admission.admitted;
+      this.scheduler.add(slot, [admission.admitted.entityKey, `key:${this.ctx.pipeline.ledgerKey(admission.admitted)}`]);
+      this.startReady(session);
     }
   }
 
-  private expire(ledger: LedgerTransaction): void {
-    const cutoff = new Date(Date.now() - this.deps.config.ledgerRetentionHours * 3_600_000);
-    for (const key of this.ledger.expired(cutoff, 100)) {
-      if (ledger.get(key)?.status !== "pending") ledger.tombstone(key);
-    }
+  private startReady(session: Session): void {
+    if (!session.active) return;
+    for (const slot of this.scheduler.take()) this.track(session, this.run(session, slot));
   }
 
-  /** One Kafka transaction: ledger changes (explicit partition p), replies, escalations, dead letters and, if given, the offset. */
-  private async commit(ledger: LedgerTransaction, out: BatchOutputs, nextOffset: string | null): Promise<void> {
-    const { config, codec } = this.deps;
-    const producer = this.producer;
-    if (!producer || this.closed) {
-      throw new WritError("producer_fenced", "partition is no longer owned here", { retriable: true, context: { partition: this.partition } });
-    }
-    const ledgerMessages: Message[] = [];
-    for (const [key, entry] of ledger.changes()) {
-      ledgerMessages.push({
-        key,
-        value: entry === null ? null : await codec.encode(config.topics.ledger, "LedgerEntry", entry),
-        partition: this.partition,
-      });
-    }
-    const byTopic = new Map<string, Message[]>();
-    const push = (topic: string, m: Message) => {
-      const list = byTopic.get(topic) ?? [];
-      list.push(m);
-      byTopic.set(topic, list);
+  // ---------------------------------------------------------------------------
+  // One intent
+
+  private async run(session: Session, slot: Slot): Promise<void> {
+    const a = slot.admitted!;
+    const { pipeline, config } = this.ctx;
+    const exec = {
+      mayWrite: () => session.active && this.ctx.lease.confirmed(),
+      headers: { "x-writ-owner": config.instanceId },
     };
-    if (ledgerMessages.length > 0) byTopic.set(config.topics.ledger, ledgerMessages);
-    for (const r of out.replies) push(r.topic, { key: r.key, value: await codec.encode(r.topic, "Reply", r.value) });
-    for (const e of out.escalations) push(config.topics.human, { key: e.key, value: await codec.encode(config.topics.human, "Escalation", e.value) });
-    for (const d of out.deadLetters) push(config.topics.dlq, { key: d.key, value: await codec.encode(config.topics.dlq, "DeadLetter", d.value) });
-    await this.deps.ensureTopics(out.replies.map((r) => r.topic));
-    if (byTopic.size === 0 && nextOffset === null) return;
-    const txn = await producer.transaction();
-    try {
-      const topicMessages: TopicMessages[] = [...byTopic].map(([topic, messages]) => ({ topic, messages }));
-      if (topicMessages.length > 0) await txn.sendBatch({ topicMessages, acks: -1 });
-      if (nextOffset !== null) {
-        await txn.sendOffsets({
-          consumerGroupId: config.groupId,
-          topics: [{ topic: config.topics.intents, partitions: [{ partition: this.partition, offset: nextOffset }] }],
-        });
+    while (session.active) {
+      try {
+        slot.plan ??= pipeline.classify(a, session.ledger);
+        const plan = slot.plan;
+        let step;
+        if (plan.kind === "settled") step = plan;
+        else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
+        else {
+          if (!slot.pendingDurable) {
+            await this.stagePending(session, plan.pending);
+            slot.pendingDurable = true;
+          }
+          step = await pipeline.execute(a, plan.pending, plan.state, exec);
+        }
+        if (!session.active) return;
+        if (step.kind === "settled") {
+          await this.settle(session, slot, step.effects);
+          this.ctx.observe?.settled(a, step.note);
+          return;
+        }
+        slot.outages++;
+        if (slot.outages === 1) this.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason }, "system of record unavailable; pausing this intent");
+        this.ctx.health.outage(a.tool.system.name, step.reason);
+        await this.pause(session, slot.outages);
+      } catch (err) {
+        if (!session.active) return;
+        if (isRetriable(err) && (err as WritError).code === "registry_unavailable") {
+          slot.outages++;
+          await this.pause(session, slot.outages);
+          continue;
+        }
+        slot.failures++;
+        this.log.error({ err, intentKey: a.intent.intentKey, entity: a.entityKey, tool: a.tool.name, attempt: slot.failures }, "intent processing failed");
+        if (slot.failures < config.maxProcessingAttempts) {
+          await this.pause(session, slot.failures);
+          continue;
+        }
+        const plan = slot.plan?.kind === "write" ? slot.plan : null;
+        const step = this.ctx.pipeline.failed(a, plan && slot.pendingDurable ? plan.pending : null, plan?.state ?? null, err);
+        const source = { topic: config.topics.intents, partition: this.partition, offset: slot.message.offset };
+        if (step.kind === "settled") {
+          step.effects.deadLetters.push(deadLetterOf(slot.message, source, "processing_failed", (err as Error)?.message ?? String(err), new Date().toISOString()));
+          await this.settle(session, slot, step.effects).catch((e: unknown) => this.log.error({ err: e }, "could not settle a failed intent"));
+        }
+        return;
       }
-      await txn.commit();
-    } catch (err) {
-      await txn.abort().catch(() => undefined);
-      if (isFencing(err)) {
-        this.log.warn({ err }, "fenced by a newer owner of this partition");
-        await this.close();
-      }
-      throw new WritError("kafka_failed", "batch transaction failed; the batch will be processed again", {
-        retriable: true,
-        cause: err,
-        context: { partition: this.partition },
-      });
     }
-    ledger.commit();
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    this.ledger.release();
-    const producer = this.producer;
-    this.producer = null;
-    await producer?.disconnect().catch(() => undefined);
+  private async pause(session: Session, tries: number): Promise<void> {
+    const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
+    const ms = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(tries - 1, 16)) * (0.8 + Math.random() * 0.4);
+    await sleep(ms, undefined, { signal: session.abort.signal }).catch(() => undefined);
+  }
+
+  /** Step 3: `pending` goes into the next transaction; resolves once that transaction committed. */
+  private async stagePending(session: Session, pending: LedgerIntentEntry): Promise<void> {
+    const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
+    if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
+    const durable = new Promise<void>((resolve, reject) => this.staged.pendings.push({ resolve, reject }));
+    session.ledger.stage(pending);
+    this.staged.records.push(record);
+    this.nudge();
+    await durable;
+  }
+
+  /** An intent's result goes into the next transaction; its record's next intent may start. */
+  private async settle(session: Session, slot: Slot, result: Effects): Promise<void> {
+    const records = await this.ctx.encoder.encode(result, this.partition);
+    if (!session.active) return;
+    if (result.ledger) session.ledger.stage(result.ledger);
+    this.staged.records.push(...records);
+    this.staged.slots.push(slot);
+    slot.txn = -1;
+    this.scheduler.done(slot);
+    this.startReady(session);
+    this.nudge();
+  }
+
+  // ---------------------------------------------------------------------------
+  // Transactions
+
+  private nudge(): void {
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  private async commitLoop(session: Session): Promise<void> {
+    while (session.active) {
+      if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue) {
+        await new Promise<void>((resolve) => (this.wake = resolve));
+        continue;
+      }
+      await this.commitOnce(session);
+    }
+  }
+
+  private async commitOnce(session: Session): Promise<void> {
+    const { config, encoder } = this.ctx;
+    if (this.sweepDue) {
+      this.sweepDue = false;
+      const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
+      const expired = session.ledger.expired(cutoff, 1000);
+      for (const key of expired) {
+        session.ledger.tombstone(key);
+        this.staged.records.push(encoder.tombstone(key, this.partition));
+      }
+      if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
+    }
+    const batch = this.staged;
+    this.staged = emptyStaged();
+    const txn = ++this.txnSeq;
+    for (const slot of batch.slots) slot.txn = txn;
+    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
+    this.healRequests.clear();
+    session.ledger.takeStaged();
+    const offset = this.watermark();
+    try {
+      await this.transact(session.producer, batch.records, offset > this.lastCommittedOffset ? offset : null);
+    } catch (err) {
+      for (const p of batch.pendings) p.reject(err as Error);
+      if (isFencing(err)) await this.fenced(err);
+      else await this.rewind(session, err);
+      return;
+    }
+    if (!session.active) return;
+    this.failuresInARow = 0;
+    session.ledger.committedSending();
+    if (offset > this.lastCommittedOffset) this.lastCommittedOffset = offset;
+    for (const slot of batch.slots) this.slots.delete(slot.seq);
+    for (const p of batch.pendings) p.resolve();
+    if (this.load < config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
+    this.pump();
+  }
+
+  /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */
+  private watermark(): bigint {
+    for (const slot of this.slots.values()) if (slot.txn === undefined || slot.txn === -1) return slot.offset;
+    const waiting = this.inbox[0];
+    return waiting ? BigInt(waiting.offset) : this.expectedNext;
   }
 }
 
-/** The intent key of a message, read cheaply for chunking; null when it cannot be read (decode handles that). */
-function intentKeyHint(message: KafkaMessage): string | null {
-  const value = message.value;
-  if (!value) return null;
-  const text = value.toString("utf8", value[0] === 0 ? 5 : 0);
-  const match = /"intentKey"\s*:\s*"([0-9a-f]{64})"/.exec(text);
-  return match?.[1] ?? null;
+/** Fencing, by kafkajs error type anywhere in the cause chain: a newer owner holds the transactional id. */
+export function isFencing(err: unknown): boolean {
+  const FENCED = new Set(["INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED", "INVALID_PRODUCER_ID_MAPPING", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]);
+  let current: unknown = err;
+  for (let depth = 0; depth < 8 && current !== null && typeof current === "object"; depth++) {
+    const type = (current as { type?: unknown }).type;
+    if (typeof type === "string" && FENCED.has(type)) return true;
+    if (current instanceof WritError && current.code === "producer_fenced") return false;
+    current = (current as { cause?: unknown; originalError?: unknown }).cause ?? (current as { originalError?: unknown }).originalError;
+  }
+  return false;
 }
 
-function isFencing(err: unknown): boolean {
-  const text = `${(err as Error)?.name ?? ""} ${(err as Error)?.message ?? ""} ${(err as { type?: string })?.type ?? ""}`;
-  return /fenc|INVALID_PRODUCER_EPOCH|PRODUCER_FENCED|epoch/i.test(text);
-}
+export { isOutage };

@@ -1,45 +1,74 @@
+import type { Server } from "node:http";
 import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
 import { RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
+import { registerCompressionCodecs } from "../kafka/compression.ts";
+import { kafkaLogCreator } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import { admitTools, type WriteToolDeclaration } from "../tools.ts";
-import { TopicEnsurer, ensureTopics, routerTopics } from "../topics.ts";
-import { IntentProcessor, type ProcessorDeps } from "./intent-processor.ts";
+import { ensureTopics, routerTopics, warnOnSingleReplicaTopics } from "../topics.ts";
+import { HangWatch, type OffsetProbe, type TopicPartition } from "./hang-watch.ts";
+import { HealthBoard } from "./health.ts";
+import { IntentPipeline } from "./intent-pipeline.ts";
+import type { OwnerContext } from "./owner-context.ts";
 import { PartitionOwner } from "./partition-owner.ts";
-import { kafkaLogCreator } from "../kafka-log.ts";
+import { RecordEncoder } from "./records.ts";
+import { TopicDirectory } from "./topic-directory.ts";
+import { createOffsetProbe } from "./offset-probe.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
   tools: readonly WriteToolDeclaration<any>[];
   systems: readonly SystemOfRecord[];
   logger?: Logger;
-  /** Called when the owner cannot go on (its consumer crashed for good); a process should exit and be restarted. */
+  /**
+   * Called when the owner cannot go on and a restart would help: its
+   * consumer crashed and kafkajs will not restart it. A process should exit
+   * and be restarted by its supervisor. Nothing an intent, a system of record
+   * or the registry does leads here.
+   */
   onFatal?: (err: Error) => void;
-  /** Test hook for crash-point injection; see {@link ProcessorDeps.afterPatch}. */
-  afterPatch?: ProcessorDeps["afterPatch"];
+}
+
+/** Test-only switches of the fault suite's ablation controls; not part of the public API (src/index.ts does not export them). */
+export interface RouterInternals {
+  ablateLedger?: boolean;
+  ablateVersionCheck?: boolean;
+  /** Replaces the end-offset probe of the hang watch (tests). */
+  offsetProbe?: OffsetProbe;
+  /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
+  beforeCommit?: (info: { partition: number; topics: string[] }) => Promise<void>;
 }
 
 export interface Router {
   readonly config: RouterConfig;
-  /** Partitions this process owns right now. */
+  /** Partitions this process owns and has restored. */
   ownedPartitions(): number[];
+  /** Nothing that needs a person (an unreadable ledger partition, a hanging transaction, a consumer that gave up). */
+  health(): ReturnType<HealthBoard["health"]>;
+  /** Every assigned partition is restored and running. */
+  ready(): boolean;
   stop(): Promise<void>;
 }
 
 /**
  * Starts an owner process: admits the tools (refusing to start otherwise),
- * creates the topics, starts the ledger reader and joins the owners' group on
- * `writ.intents`.
+ * creates the contract topics, and joins the owners' group on
+ * `writ.intents`. Fetching is decoupled from processing: each partition's
+ * fetched intents go to its {@link PartitionOwner}, whose buffer pauses the
+ * partition's fetching when full; a slow record or partition never holds up
+ * the others.
  *
  * @example
  * const router = await startRouter({ config: routerConfigFromEnv(), tools: [refund], systems: [billing] });
  */
-export async function startRouter(opts: RouterOptions): Promise<Router> {
+export async function startRouter(opts: RouterOptions, internals: RouterInternals = {}): Promise<Router> {
   const config = parseConfig(RouterConfig, opts.config, "router");
   const log = (opts.logger ?? createLogger()).child({ component: "router", instance: config.instanceId });
   const tools = admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs });
+  registerCompressionCodecs();
   const kafka = new Kafka({
     clientId: config.clientId,
     brokers: config.brokers,
@@ -51,41 +80,60 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
   const admin: Admin = kafka.admin();
   await admin.connect();
   await ensureTopics(admin, routerTopics(config));
-  const replyTopics = new TopicEnsurer(admin, { numPartitions: 1, replicationFactor: config.replicationFactor });
+  await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
 
+  const health = new HealthBoard();
+  const topicDirectory = new TopicDirectory(admin);
   const reader = new LedgerReader({
     kafka,
+    admin,
     topic: config.topics.ledger,
+    partitions: config.intentPartitions,
     codec,
     log,
     groupId: `${config.groupId}.ledger-reader.${config.instanceId}`,
   });
   await reader.start();
 
-  const processor = new IntentProcessor({
-    tools,
-    codec,
-    replyTopicPrefix: config.replyTopicPrefix,
-    intentsTopic: config.topics.intents,
-    log,
-    ...(opts.afterPatch ? { afterPatch: opts.afterPatch } : {}),
-  });
   const owners = new Map<number, PartitionOwner>();
-  const ownerFor = (partition: number): PartitionOwner => {
-    let owner = owners.get(partition);
-    if (!owner) {
-      owner = new PartitionOwner(partition, { kafka, config, codec, reader, processor, log, ensureTopics: (t) => replyTopics.ensure(t) });
-      owners.set(partition, owner);
-    }
-    return owner;
+  let consumer: Consumer | null = null;
+  let lastHeartbeat = 0;
+  let stopped = false;
+  const topic = config.topics.intents;
+  const ctx: OwnerContext = {
+    kafka,
+    admin,
+    config,
+    codec,
+    encoder: new RecordEncoder(codec, config),
+    reader,
+    pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true }),
+    admission: { config, codec, tools, replyTopics: topicDirectory, now: () => new Date() },
+    topicDirectory,
+    intake: {
+      pause: (p) => consumer?.pause([{ topic, partitions: [p] }]),
+      resume: (p) => consumer?.resume([{ topic, partitions: [p] }]),
+      seek: (p, offset) => consumer?.seek({ topic, partition: p, offset }),
+    },
+    lease: { confirmed: () => Date.now() - lastHeartbeat < config.sessionTimeoutMs / 2 },
+    health,
+    ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
+    onFenced: (p) => {
+      if (owners.get(p)?.state === "fenced") owners.delete(p);
+    },
+    log,
   };
-  const release = async (partition: number) => {
-    const owner = owners.get(partition);
-    owners.delete(partition);
+  health.setReadiness(() => {
+    const states = [...owners].map(([p, o]) => ({ partition: p, state: o.state }));
+    return { ready: consumer !== null && states.every((s) => s.state === "running"), detail: states };
+  });
+
+  const release = async (p: number) => {
+    const owner = owners.get(p);
+    owners.delete(p);
     await owner?.close();
   };
-
-  const consumer: Consumer = kafka.consumer({
+  const c: Consumer = kafka.consumer({
     groupId: config.groupId,
     readUncommitted: false,
     sessionTimeout: config.sessionTimeoutMs,
@@ -94,34 +142,53 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
     maxBytesPerPartition: 1_048_576,
     // A fetch returns as soon as intents arrive; this bounds only an idle long poll, which
     // holds up a clean leave (shutdown) and this member's rejoin in a rebalance.
-    maxWaitTimeInMs: 1000,
+    maxWaitTimeInMs: 500,
   });
-  consumer.on(consumer.events.GROUP_JOIN, (event) => {
-    const assigned = new Set(event.payload.memberAssignment[config.topics.intents] ?? []);
+  consumer = c;
+  c.on(c.events.HEARTBEAT, () => {
+    lastHeartbeat = Date.now();
+  });
+  c.on(c.events.GROUP_JOIN, (event) => {
+    if (stopped) return;
+    lastHeartbeat = Date.now();
+    const assigned = new Set(event.payload.memberAssignment[topic] ?? []);
     for (const p of [...owners.keys()]) if (!assigned.has(p)) void release(p);
+    for (const p of assigned) {
+      const existing = owners.get(p);
+      if (existing && existing.state !== "fenced" && existing.state !== "closed") continue;
+      const owner = new PartitionOwner(p, ctx);
+      owners.set(p, owner);
+      owner.start();
+    }
     log.info({ partitions: [...assigned].sort((a, b) => a - b), isLeader: event.payload.isLeader, memberId: event.payload.memberId }, "assignment");
   });
-  consumer.on(consumer.events.CRASH, (event) => {
-    log.error({ err: event.payload.error, restart: event.payload.restart }, "owner consumer crashed");
-    // kafkajs restarts after retriable crashes; anything else leaves a member that owns nothing.
-    if (!event.payload.restart) opts.onFatal?.(event.payload.error);
+  c.on(c.events.CRASH, (event) => {
+    const err = event.payload.error;
+    if (event.payload.restart) {
+      log.warn({ err }, "owner consumer restarting after a retriable error");
+      return;
+    }
+    log.error({ err }, "owner consumer crashed and will not restart");
+    health.problem("consumer", `owner consumer crashed: ${err.message}`);
+    opts.onFatal?.(err);
   });
-  await consumer.connect();
-  await consumer.subscribe({ topic: config.topics.intents, fromBeginning: true });
-  await consumer.run({
+  await c.connect();
+  await c.subscribe({ topic, fromBeginning: true });
+  await c.run({
     autoCommit: false,
     eachBatchAutoResolve: false,
-    partitionsConsumedConcurrently: Math.min(config.intentPartitions, 12),
-    eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
-      if (batch.messages.length === 0) return;
-      const owner = ownerFor(batch.partition);
-      try {
-        await owner.handle(batch.messages, { heartbeat, resolveOffset, isActive: () => isRunning() && !isStale() });
-      } catch (err) {
-        log.warn({ err, partition: batch.partition }, "batch failed; it will be fetched again");
-        await release(batch.partition);
-        throw err;
+    partitionsConsumedConcurrently: Math.min(config.intentPartitions, 16),
+    eachBatch: async ({ batch, resolveOffset, heartbeat, isStale }) => {
+      // Fetched before a seek (an owner rewound its partition): the owner reads again from the seek.
+      if (isStale()) return;
+      const owner = owners.get(batch.partition);
+      if (owner?.state === "running") {
+        owner.accept(batch.messages, batch.lastOffset());
+        if (owner.load >= config.maxBufferedPerPartition) c.pause([{ topic, partitions: [batch.partition] }]);
       }
+      // Offsets are committed in the owners' transactions; this only moves kafkajs's fetch position on.
+      resolveOffset(batch.lastOffset());
+      await heartbeat();
     },
   });
   log.info({ tools: [...tools.keys()], groupId: config.groupId, registry: config.schemaRegistryUrl !== undefined }, "router started");
@@ -129,27 +196,64 @@ export async function startRouter(opts: RouterOptions): Promise<Router> {
   // Retention: idle partitions get their expired ledger entries tombstoned too.
   const sweepEveryMs = Math.max(250, Math.min(60_000, (config.ledgerRetentionHours * 3_600_000) / 4));
   const sweeper = setInterval(() => {
-    for (const owner of owners.values()) {
-      owner.sweep().then(
-        (n) => n > 0 && log.info({ partition: owner.partition, tombstones: n }, "ledger entries past retention tombstoned"),
-        (err: unknown) => log.warn({ err, partition: owner.partition }, "ledger sweep failed; next sweep retries"),
-      );
-    }
+    for (const owner of owners.values()) owner.requestSweep();
   }, sweepEveryMs);
   sweeper.unref();
 
-  let stopped = false;
+  const probe = internals.offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId}-probe`, log });
+  const watch = new HangWatch({ probe, health, log, healAfterMs: config.hangHealAfterMs, reportAfterMs: config.transactionTimeoutMs });
+  let watching = false;
+  const watcher = setInterval(() => {
+    if (watching) return;
+    watching = true;
+    void watchOnce().finally(() => {
+      watching = false;
+    });
+  }, config.lsoCheckIntervalMs);
+  watcher.unref();
+  const watchOnce = async () => {
+    const running = [...owners.values()].filter((o) => o.state === "running");
+    if (running.length === 0) return;
+    const writers = new Map<string, PartitionOwner[]>();
+    const add = (t: string, o: PartitionOwner) => writers.set(t, [...(writers.get(t) ?? []), o]);
+    for (const o of running) {
+      for (const t of o.replyTopics()) add(t, o);
+      add(config.topics.human, o);
+      add(config.topics.dlq, o);
+    }
+    try {
+      const counts = await topicDirectory.partitionCounts(writers.keys());
+      const tps: TopicPartition[] = running.map((o) => ({ topic: config.topics.ledger, partition: o.partition }));
+      for (const [t, n] of counts) for (let p = 0; p < n; p++) tps.push({ topic: t, partition: p });
+      await watch.check(tps, (tp) => {
+        if (tp.topic === config.topics.ledger) owners.get(tp.partition)?.requestHeal(tp.topic, [tp.partition]);
+        else for (const o of writers.get(tp.topic) ?? []) o.requestHeal(tp.topic, [tp.partition]);
+      });
+    } catch (err) {
+      log.debug({ err }, "last-stable-offset check failed; next round retries");
+    }
+  };
+
+  let server: Server | null = null;
+  if (config.healthPort !== undefined) server = await health.serve({ host: config.healthHost, port: config.healthPort, log });
+
   return {
     config,
-    ownedPartitions: () => [...owners.keys()].sort((a, b) => a - b),
+    ownedPartitions: () => [...owners].filter(([, o]) => o.state === "running").map(([p]) => p).sort((a, b) => a - b),
+    health: () => health.health(),
+    ready: () => health.ready().ready,
     async stop() {
       if (stopped) return;
       stopped = true;
       clearInterval(sweeper);
-      await consumer.disconnect().catch(() => undefined);
+      clearInterval(watcher);
       await Promise.all([...owners.keys()].map(release));
+      consumer = null;
+      await c.disconnect().catch(() => undefined);
       await reader.stop().catch(() => undefined);
+      await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
+      await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("router stopped");
     },
   };

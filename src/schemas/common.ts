@@ -1,12 +1,10 @@
 import { z } from "zod";
 
 /** A business entity: `{type, id}`; its Kafka key is `<type>:<id>`. */
-export const EntityRef = z
-  .object({
-    type: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type, e.g. ticket"),
-    id: z.string().min(1).max(256),
-  })
-  .strict();
+export const EntityRef = z.looseObject({
+  type: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type, e.g. ticket"),
+  id: z.string().min(1).max(256),
+});
 export type EntityRef = z.infer<typeof EntityRef>;
 
 const pointer = z.string().regex(/^(\/([^~/]|~[01])*)*$/, "a JSON Pointer (RFC 6901)");
@@ -28,12 +26,10 @@ export const JsonPatch = z.array(JsonPatchOp).min(1).max(256);
 export const Version = z.string().min(1).max(256);
 
 /** A record as read from its system of record. */
-export const Versioned = z
-  .object({
-    state: z.unknown(),
-    version: Version,
-  })
-  .strict();
+export const Versioned = z.looseObject({
+  state: z.unknown(),
+  version: Version,
+});
 export type Versioned = z.infer<typeof Versioned>;
 
 export const IsoTime = z.iso.datetime({ offset: true });

@@ -1,20 +1,27 @@
 import { z } from "zod";
+import { DEAD_LETTER_REASONS } from "../errors.ts";
 import { IsoTime } from "./common.ts";
 
 /**
  * DeadLetter: topic `writ.dlq`; key the original record's key. The original
- * bytes are kept whole (base64) with the reason, so nothing is lost.
- * Compatibility rule: BACKWARD.
+ * bytes are kept (base64) with the reason, so nothing is lost; a record too
+ * large to fit the broker's message size beside its envelope keeps its first
+ * bytes, its length and its sha256, enough to find and fetch it from the
+ * source offset. Compatibility rule: BACKWARD.
  */
-export const DeadLetter = z
-  .object({
-    reason: z.enum(["undecodable", "schema_invalid", "reply_topic_not_allowed"]),
-    message: z.string(),
-    source: z.object({ topic: z.string(), partition: z.number().int(), offset: z.string() }).strict(),
-    key: z.string().nullable(),
-    valueBase64: z.string(),
-    headers: z.record(z.string(), z.string()),
-    at: IsoTime,
-  })
-  .strict();
+export const DeadLetter = z.looseObject({
+  reason: z.enum(DEAD_LETTER_REASONS),
+  message: z.string(),
+  source: z.looseObject({ topic: z.string(), partition: z.number().int(), offset: z.string() }),
+  key: z.string().nullable(),
+  /** The original value, whole unless `truncated`. */
+  valueBase64: z.string(),
+  /** Length of the original value in bytes. */
+  originalBytes: z.number().int().min(0),
+  /** sha256 (hex) of the original value. */
+  sha256: z.string(),
+  truncated: z.boolean(),
+  headers: z.record(z.string(), z.string()),
+  at: IsoTime,
+});
 export type DeadLetter = z.infer<typeof DeadLetter>;

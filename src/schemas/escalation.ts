@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ESCALATION_REASONS } from "../errors.ts";
 import { IsoTime, Versioned } from "./common.ts";
 import { WriteIntent } from "./write-intent.ts";
 
@@ -9,9 +10,9 @@ import { WriteIntent } from "./write-intent.ts";
  * transaction with the `escalated` reply. Compatibility rule: BACKWARD.
  */
 export const Escalation = z
-  .object({
+  .looseObject({
     escalationId: z.string(),
-    reason: z.enum(["conflict_cycles_exhausted", "outcome_unknown"]),
+    reason: z.enum(ESCALATION_REASONS),
     message: z.string(),
     intent: WriteIntent,
     /** Conflict cycles seen for this intent key. */
@@ -19,6 +20,5 @@ export const Escalation = z
     /** The record as last read, when it could be read. */
     current: Versioned.nullable(),
     at: IsoTime,
-  })
-  .strict();
+  });
 export type Escalation = z.infer<typeof Escalation>;

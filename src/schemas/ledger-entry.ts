@@ -1,54 +1,74 @@
 import { z } from "zod";
 import { EntityRef, IsoTime, Version } from "./common.ts";
-import { Reply } from "./reply.ts";
+
+// Ledger values are read back by owners of other versions during a rolling deploy, so every object here
+// is loose: an older owner keeps (and re-writes) the fields a newer one added, and a field it does not
+// know never makes an entry unreadable. Reasons are plain strings for the same reason.
 
 /** One attempt at an intent key: the base version it was made from and a fingerprint of its delta. */
-export const Attempt = z.object({ baseVersion: Version, deltaFingerprint: z.string() }).strict();
+export const Attempt = z.looseObject({ baseVersion: Version, deltaFingerprint: z.string() });
+
+/**
+ * What a repeat of a settled (or conflicted) intent is answered with: the
+ * outcome and the version, never the record's state. A repeat of an applied
+ * intent carries the version the write produced; a repeat of a conflicted
+ * attempt reads the record again for `current`. Record data therefore stays
+ * out of the ledger.
+ */
+export const StoredOutcome = z.discriminatedUnion("status", [
+  z.looseObject({ status: z.literal("applied"), version: Version, via: z.string(), at: IsoTime }),
+  z.looseObject({ status: z.literal("conflict"), cycle: z.number().int().min(1), version: Version, at: IsoTime }),
+  z.looseObject({ status: z.literal("rejected"), reason: z.string(), message: z.string(), at: IsoTime }),
+  z.looseObject({ status: z.literal("escalated"), reason: z.string(), message: z.string(), escalationId: z.string(), at: IsoTime }),
+]);
+export type StoredOutcome = z.infer<typeof StoredOutcome>;
 
 /**
  * The ledger's record of one intent key: absent → pending → conflicted ↺ → done.
  */
-export const LedgerIntentEntry = z
-  .object({
-    kind: z.literal("intent"),
-    intentKey: z.string(),
-    intentId: z.string(),
-    status: z.enum(["pending", "conflicted", "done"]),
-    entity: EntityRef,
-    tool: z.string(),
-    /** sha256 over tool, entity and the non-free-text params. */
-    fingerprint: z.string(),
-    attempts: z.array(Attempt).min(1),
-    /** Conflict cycles seen so far. */
-    cycles: z.number().int().min(0),
-    /** The answer to re-send on a repeat (absent while pending). */
-    reply: Reply.optional(),
-    replyTo: z.string(),
-    updatedAt: IsoTime,
-  })
-  .strict();
+export const LedgerIntentEntry = z.looseObject({
+  kind: z.literal("intent"),
+  intentKey: z.string(),
+  /** Intent id of the submission that last changed the entry. */
+  intentId: z.string(),
+  status: z.enum(["pending", "conflicted", "done"]),
+  entity: EntityRef,
+  tool: z.string(),
+  /** The agent whose submission created the entry. */
+  agentId: z.string().optional(),
+  /** sha256 over tool, entity and the non-free-text params. */
+  fingerprint: z.string(),
+  /** The latest attempts (base version, delta fingerprint), at most 16. */
+  attempts: z.array(Attempt).min(1).max(64),
+  /** Conflict cycles seen so far. */
+  cycles: z.number().int().min(0),
+  /** The answer a repeat gets (absent while pending). */
+  outcome: StoredOutcome.optional(),
+  /** Reply topic of the submission; also tells a new owner which reply partitions it may have to heal. */
+  replyTo: z.string(),
+  updatedAt: IsoTime,
+});
 export type LedgerIntentEntry = z.infer<typeof LedgerIntentEntry>;
 
 /**
  * Written by a new owner of partition p right after it fenced the previous one;
  * once the restore reader sees it, every earlier entry of p has been read.
  */
-export const LedgerMarker = z
-  .object({
-    kind: z.literal("marker"),
-    partition: z.number().int().min(0),
-    nonce: z.string(),
-    owner: z.string(),
-    at: IsoTime,
-  })
-  .strict();
+export const LedgerMarker = z.looseObject({
+  kind: z.literal("marker"),
+  partition: z.number().int().min(0),
+  nonce: z.string(),
+  owner: z.string(),
+  at: IsoTime,
+});
 export type LedgerMarker = z.infer<typeof LedgerMarker>;
 
 /**
  * LedgerEntry: topic `writ.ledger`, compacted; key the intent key (markers:
  * `__marker__:<p>`); partition p holds the ledger of intents partition p and is
  * produced with an explicit partition, in the owner's transactions only.
- * Entries past the retention window are tombstoned. Compatibility rule: FULL.
+ * Entries past the retention window are tombstoned. Compatibility rule: FULL
+ * (objects are loose: unknown fields are kept, never refused).
  */
 export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker]);
 export type LedgerEntry = z.infer<typeof LedgerEntry>;

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { REJECT_REASONS } from "../errors.ts";
+import { ESCALATION_REASONS, REJECT_REASONS } from "../errors.ts";
 import { EntityRef, IsoTime, JsonPatch, Version, Versioned } from "./common.ts";
 
 const base = {
@@ -11,20 +11,21 @@ const base = {
 };
 
 export const AppliedReply = z
-  .object({
+  .looseObject({
     status: z.literal("applied"),
     ...base,
     entity: EntityRef,
-    /** The record after the write, and its new ETag. */
+    /** The record after the write (null on a repeat, or when `truncated`), and its new ETag. */
     state: z.unknown(),
     version: Version,
     /** How the outcome was established: the PATCH response, or reconciling with the system of record. */
     via: z.enum(["patch", "reconcile"]),
-  })
-  .strict();
+    /** Set when the state was left out because the reply would exceed the broker's message size. */
+    truncated: z.boolean().optional(),
+  });
 
 export const ConflictReply = z
-  .object({
+  .looseObject({
     status: z.literal("conflict"),
     ...base,
     entity: EntityRef,
@@ -33,35 +34,36 @@ export const ConflictReply = z
     message: z.string(),
     current: Versioned,
     your_change: JsonPatch,
-  })
-  .strict();
+    /** Set when `current.state` was left out because the reply would exceed the broker's message size. */
+    truncated: z.boolean().optional(),
+  });
 
 export const RejectedReply = z
-  .object({
+  .looseObject({
     status: z.literal("rejected"),
     ...base,
     reason: z.enum(REJECT_REASONS),
     message: z.string(),
     details: z.unknown().optional(),
-  })
-  .strict();
+  });
 
 export const EscalatedReply = z
-  .object({
+  .looseObject({
     status: z.literal("escalated"),
     ...base,
     entity: EntityRef,
-    reason: z.enum(["conflict_cycles_exhausted", "outcome_unknown"]),
+    reason: z.enum(ESCALATION_REASONS),
     message: z.string(),
     escalationId: z.string(),
-  })
-  .strict();
+  });
 
 /**
  * Reply: the owner's answer on the agent's reply topic.
  *
  * Topic: the intent's `replyTo` (prefix `writ.replies.` by default); key the
- * intent id. Compatibility rule: BACKWARD; a new status is a breaking change.
+ * intent id. Compatibility rule: BACKWARD; objects are loose, so a field added
+ * later never breaks a reader; a new status is a breaking change. Records with
+ * the `writ-control` header are not replies (see `control.ts`).
  */
 export const Reply = z.discriminatedUnion("status", [AppliedReply, ConflictReply, RejectedReply, EscalatedReply]);
 export type Reply = z.infer<typeof Reply>;

@@ -6,7 +6,8 @@ import { EntityRef, IsoTime, JsonPatch, Version } from "./common.ts";
  *
  * Topic `writ.intents` (configurable); key `<recordType>:<id>` so that every
  * entity lands on one partition and has one writer. Compatibility rule:
- * BACKWARD: new optional fields only; owners accept intents from older clients.
+ * BACKWARD: new optional fields only; owners accept intents from older clients,
+ * and drop fields they do not know from newer ones.
  */
 export const WriteIntent = z
   .object({
@@ -22,8 +23,7 @@ export const WriteIntent = z
         runId: z.string().min(1).max(256),
         stepId: z.string().min(1).max(256),
         toolCallId: z.string().min(1).max(256).optional(),
-      })
-      .strict(),
+      }),
     /** The ETag the agent read; the harness carries it from the last read, the model never invents one. */
     baseVersion: Version,
     /** RFC 6902 operations: a delta, never a whole record. */
@@ -33,6 +33,5 @@ export const WriteIntent = z
     /** The agent's reply topic; must start with the router's allowed prefix. */
     replyTo: z.string().min(1).max(249),
     createdAt: IsoTime,
-  })
-  .strict();
+  });
 export type WriteIntent = z.infer<typeof WriteIntent>;

@@ -22,10 +22,14 @@ export interface PatchOptions {
   idempotencyKey: string;
   /** Deadline of the request in ms; past it the outcome is `unknown`. */
   timeoutMs: number;
+  /** Extra request headers: `x-writ-owner` (the owner instance), and trace context. Never credentials. */
+  headers?: Readonly<Record<string, string>>;
 }
 
 export interface ReadOptions {
   timeoutMs: number;
+  /** Extra request headers, as in {@link PatchOptions.headers}. */
+  headers?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -41,10 +45,20 @@ export interface SystemOfRecord {
    * reconcile a path without a tool-specific query.
    */
   readonly capabilities: { readonly idempotencyKeys: boolean; readonly idempotencyLookup: boolean };
-  /** Reads the record and its version; null when it does not exist. Throws a retriable WritError when unreachable. */
+  /**
+   * Reads the record and its version; null when it does not exist. Throws a
+   * WritError: `sor_unavailable` (retriable) when the system cannot be reached
+   * or answers 5xx/408/429 or times out: the owner pauses and tries again;
+   * `sor_protocol` (not retriable) for an answer that breaks the contract
+   * (401/403, no or weak ETag, not JSON): the intent is answered with the reason.
+   */
   read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null>;
   patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome>;
-  /** Whether a write with this idempotency key was applied; only where `capabilities.idempotencyLookup`. */
+  /**
+   * Whether a write with this idempotency key was applied; only where
+   * `capabilities.idempotencyLookup`. `unknown` is an answer that does not
+   * settle it; an unreachable system throws `sor_unavailable` instead.
+   */
   lookupIdempotencyKey?(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult>;
   /** Create-or-update by the system's external id, where it has one. */
   upsertByExternalId?(entity: EntityRef, externalId: string, state: unknown, opts: PatchOptions): Promise<PatchOutcome>;

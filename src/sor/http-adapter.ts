@@ -56,6 +56,9 @@ const NOT_SENT_CODES = new Set([
   "SELF_SIGNED_CERT_IN_CHAIN",
 ]);
 
+/** Longest ETag writ carries in intents, replies and the ledger (schemas/common.ts `Version`). */
+const MAX_ETAG_LENGTH = 256;
+
 type Exchange =
   | { kind: "answered"; res: Response; body: string }
   /** Known not to have been sent. */
@@ -126,7 +129,8 @@ function problemMessage(res: Response, body: string): string {
 function versionedFrom(res: Response, body: string): Versioned | { error: string } {
   const etag = res.headers.get("etag");
   if (etag === null || etag === "") return { error: "the answer has no ETag header" };
-  if (etag.startsWith("W/")) return { error: `the ETag ${etag} is weak; If-Match needs a strong one` };
+  if (etag.startsWith("W/")) return { error: `the ETag ${etag.slice(0, 64)} is weak; If-Match needs a strong one` };
+  if (etag.length > MAX_ETAG_LENGTH) return { error: `the ETag is ${etag.length} characters long; writ carries at most ${MAX_ETAG_LENGTH}` };
   const parsed = parseJson(body);
   if (!parsed.ok) return { error: "the body is not JSON" };
   return { state: parsed.value, version: etag };
@@ -176,8 +180,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   const url = (template: string, values: Record<string, string>): string =>
     base + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? ""));
-  const headers = (extra: Record<string, string>): Headers => {
+  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}): Headers => {
     const h = new Headers(config.headers);
+    for (const [k, v] of Object.entries(passed)) h.set(k, v);
     for (const [k, v] of Object.entries(extra)) h.set(k, v);
     return h;
   };
@@ -185,8 +190,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const target = url(config.recordPath, entity);
-    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }) }, timeoutMs);
+    const target = url(config.recordPath, { type: entity.type, id: entity.id });
+    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
     if (ex.kind !== "answered") {
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
@@ -214,15 +219,18 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   async function patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome> {
     const ex = await exchange(
-      url(config.recordPath, entity),
+      url(config.recordPath, { type: entity.type, id: entity.id }),
       {
         method: "PATCH",
-        headers: headers({
-          "content-type": "application/json-patch+json",
-          accept: "application/json",
-          "if-match": opts.ifMatch,
-          "idempotency-key": opts.idempotencyKey,
-        }),
+        headers: headers(
+          {
+            "content-type": "application/json-patch+json",
+            accept: "application/json",
+            "if-match": opts.ifMatch,
+            "idempotency-key": opts.idempotencyKey,
+          },
+          opts.headers,
+        ),
         body: JSON.stringify(ops),
       },
       opts.timeoutMs,
@@ -236,7 +244,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       if (!("error" in record)) return { kind: "applied", ...record };
       // Applied, but the answer does not carry the new state and version: read them.
       try {
-        const fresh = await read(entity, { timeoutMs: config.readTimeoutMs });
+        const fresh = await read(entity, { timeoutMs: config.readTimeoutMs, ...(opts.headers ? { headers: opts.headers } : {}) });
         if (fresh !== null) return { kind: "applied", state: fresh.state, version: fresh.version };
         return { kind: "unknown", message: `${status} (${record.error}), and the record is gone on re-read` };
       } catch (err) {
@@ -255,11 +263,20 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
     if (config.idempotencyLookupPath === undefined) return "unknown";
-    const target = url(config.idempotencyLookupPath, { ...entity, key: idempotencyKey });
+    const target = url(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }) }, timeoutMs);
-    if (ex.kind !== "answered") return "unknown";
+    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
+    if (ex.kind !== "answered") {
+      throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
+    }
     if (ex.res.status === 404) return "not_applied";
+    if (ex.res.status >= 500 || ex.res.status === 408 || ex.res.status === 429) {
+      throw new WritError("sor_unavailable", `${where}: ${ex.res.status} ${problemMessage(ex.res, ex.body)}`, {
+        retriable: true,
+        context: context(entity, { status: ex.res.status }),
+      });
+    }
     if (ex.res.status !== 200) return "unknown";
     const parsed = parseJson(ex.body);
     const applied = parsed.ok && typeof parsed.value === "object" && parsed.value !== null

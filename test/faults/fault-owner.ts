@@ -1,29 +1,49 @@
 // An owner process for the fault suite: the production owner (same router,
-// same demo tools) plus one injected crash point, between the PATCH answer and
-// the batch's Kafka commit: with probability WRIT_FAULT_CRASH_AFTER_PATCH the
-// process SIGKILLs itself there, the worst moment for exactly-once.
+// same demo tools) with its systems of record wrapped at the adapter
+// boundary, as `writ verify` does:
+// - a crash point between the PATCH answer and the results' Kafka commit:
+//   with probability WRIT_FAULT_CRASH_AFTER_PATCH the process SIGKILLs itself
+//   there, the worst moment for exactly-once;
+// - ablation controls (WRIT_FAULT_ABLATE=ledger | if-match), which remove a
+//   guarantee so that the suite can show its check fails without it.
 import { routerConfigFromEnv } from "../../src/config.ts";
 import { hideKafkajsTimeoutWarning } from "../../src/node-warnings.ts";
 import { createLogger } from "../../src/logger.ts";
 import { startRouter } from "../../src/owner/router.ts";
-import { systems, tools } from "../../examples/demo-tools.ts";
+import type { SystemOfRecord } from "../../src/sor/adapter.ts";
+import { faultTools, systems } from "./fault-tools.ts";
 
 hideKafkajsTimeoutWarning();
 const log = createLogger({ name: "fault-owner" });
 const crashProbability = Number(process.env.WRIT_FAULT_CRASH_AFTER_PATCH ?? "0");
 if (!(crashProbability >= 0 && crashProbability <= 1)) throw new Error("WRIT_FAULT_CRASH_AFTER_PATCH must be within 0..1");
+const ablate = new Set((process.env.WRIT_FAULT_ABLATE ?? "").split(",").filter((s) => s !== ""));
+for (const a of ablate) if (a !== "ledger" && a !== "if-match") throw new Error(`WRIT_FAULT_ABLATE: unknown ablation ${a}`);
 
-const router = await startRouter({
-  config: routerConfigFromEnv(),
-  tools,
-  systems: systems(process.env),
-  logger: log,
-  onFatal: () => process.exit(1),
-  afterPatch: (intent, outcome) => {
-    if (outcome.kind === "applied" && Math.random() < crashProbability) {
-      log.warn({ intentKey: intent.intentKey }, "fault: crashing between PATCH and commit");
-      process.kill(process.pid, "SIGKILL");
-    }
+/** The crash point, at the adapter: after the system answered a PATCH applied, before anything reaches Kafka. */
+function crashAfterPatch(inner: SystemOfRecord): SystemOfRecord {
+  return {
+    ...inner,
+    read: (entity, opts) => inner.read(entity, opts),
+    async patch(entity, ops, opts) {
+      const outcome = await inner.patch(entity, ops, opts);
+      if (outcome.kind === "applied" && Math.random() < crashProbability) {
+        log.warn({ intentKey: opts.idempotencyKey }, "fault: crashing between PATCH and commit");
+        process.kill(process.pid, "SIGKILL");
+      }
+      return outcome;
+    },
+  };
+}
+
+const router = await startRouter(
+  {
+    config: routerConfigFromEnv(),
+    tools: faultTools,
+    systems: systems(process.env).map(crashAfterPatch),
+    logger: log,
+    onFatal: () => process.exit(1),
   },
-});
+  { ablateLedger: ablate.has("ledger"), ablateVersionCheck: ablate.has("if-match") },
+);
 process.on("SIGTERM", () => void router.stop().then(() => process.exit(0)));

@@ -3,6 +3,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../../src/codec.ts";
+import { isControlRecord } from "../../src/schemas/control.ts";
 import type { RouterConfigInput } from "../../src/config.ts";
 import { createLogger } from "../../src/logger.ts";
 import { startRouter, type Router, type RouterOptions } from "../../src/owner/router.ts";
@@ -86,6 +87,7 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
         await consumer.subscribe({ topic, fromBeginning: true });
         await consumer.run({
           eachMessage: async ({ message }) => {
+            if (isControlRecord(message.headers)) return;
             const d = await codec.decode(name, message.value);
             seen.push(d.ok ? d.value : { undecodable: d.message });
           },

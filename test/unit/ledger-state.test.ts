@@ -2,9 +2,9 @@ import { describe, expect, it } from "vitest";
 import { PartitionLedger } from "../../src/ledger/ledger-state.ts";
 import type { LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
 
-const entry = (status: LedgerIntentEntry["status"], at = new Date().toISOString()): LedgerIntentEntry => ({
+const entry = (status: LedgerIntentEntry["status"], opts: { key?: string; at?: string; replyTo?: string } = {}): LedgerIntentEntry => ({
   kind: "intent",
-  intentKey: "k".repeat(64),
+  intentKey: opts.key ?? "k".repeat(64),
   intentId: "i1",
   status,
   entity: { type: "ticket", id: "T-1" },
@@ -12,45 +12,64 @@ const entry = (status: LedgerIntentEntry["status"], at = new Date().toISOString(
   fingerprint: "f",
   attempts: [{ baseVersion: '"v1"', deltaFingerprint: "d" }],
   cycles: 0,
-  replyTo: "writ.replies.a",
-  updatedAt: at,
+  replyTo: opts.replyTo ?? "writ.replies.a",
+  updatedAt: opts.at ?? new Date().toISOString(),
 });
 
 describe("PartitionLedger", () => {
   it("follows the transition table: done is final", () => {
     const ledger = new PartitionLedger(0);
-    const txn = ledger.begin();
-    expect(() => txn.put(entry("done"))).toThrow(/absent to done/);
-    txn.put(entry("pending"));
-    txn.put(entry("done"));
-    expect(() => txn.put(entry("pending"))).toThrow(/done to pending/);
+    ledger.stage(entry("pending"));
+    ledger.stage(entry("done"));
+    expect(() => ledger.stage(entry("pending"))).toThrow(/cannot go from done to pending/);
+    expect(() => new PartitionLedger(0).stage(entry("done"))).toThrow(/cannot go from absent to done/);
   });
 
-  it("shows staged changes to the owner and nothing to others until commit", () => {
-    const ledger = new PartitionLedger(0);
-    const txn = ledger.begin();
-    txn.put(entry("pending"));
-    expect(txn.get("k".repeat(64))?.status).toBe("pending");
-    expect(ledger.get("k".repeat(64))).toBeUndefined();
-    txn.commit();
-    expect(ledger.get("k".repeat(64))?.status).toBe("pending");
-  });
-
-  it("ignores the restore reader while owned, so an older entry cannot overwrite the owner's newer one", () => {
-    const ledger = new PartitionLedger(0);
-    ledger.own();
-    const txn = ledger.begin();
-    txn.put(entry("pending"));
-    txn.put(entry("done"));
-    txn.commit();
-    ledger.applyRead("k".repeat(64), entry("pending"));
+  it("reads the newest layer: staged over sending over committed", () => {
+    const ledger = new PartitionLedger(0, [["k".repeat(64), entry("pending")]]);
+    ledger.stage(entry("conflicted"));
+    expect(ledger.get("k".repeat(64))?.status).toBe("conflicted");
+    ledger.takeStaged();
+    ledger.stage(entry("done"));
     expect(ledger.get("k".repeat(64))?.status).toBe("done");
+    expect(ledger.size).toBe(1);
   });
 
-  it("lists entries past the retention cutoff", () => {
+  it("commits only what a transaction carried, and one transaction at a time", () => {
     const ledger = new PartitionLedger(0);
-    ledger.applyRead("k".repeat(64), entry("done", "2020-01-01T00:00:00.000Z"));
-    expect(ledger.expired(new Date("2021-01-01T00:00:00Z"), 10)).toEqual(["k".repeat(64)]);
-    expect(ledger.expired(new Date("2019-01-01T00:00:00Z"), 10)).toEqual([]);
+    ledger.stage(entry("pending"));
+    expect(ledger.takeStaged()).toHaveLength(1);
+    expect(ledger.size).toBe(0);
+    ledger.stage(entry("pending", { key: "other" }));
+    expect(() => ledger.takeStaged()).toThrow(/already in flight/);
+    ledger.committedSending();
+    expect(ledger.get("k".repeat(64))?.status).toBe("pending");
+    expect(ledger.size).toBe(1);
+    expect(ledger.get("other")?.status).toBe("pending");
+  });
+
+  it("lists entries past the retention cutoff oldest first, without scanning past the first recent one, and skips pending", () => {
+    const old = new Date(Date.now() - 3_600_000).toISOString();
+    const ledger = new PartitionLedger(0, [
+      ["a", entry("done", { key: "a", at: old })],
+      ["b", entry("pending", { key: "b", at: old })],
+      ["c", entry("done", { key: "c", at: old })],
+      ["d", entry("done", { key: "d" })],
+      ["e", entry("done", { key: "e", at: old })],
+    ]);
+    expect(ledger.expired(new Date(Date.now() - 60_000), 10)).toEqual(["a", "c"]);
+    expect(ledger.expired(new Date(Date.now() - 60_000), 1)).toEqual(["a"]);
+  });
+
+  it("counts the reply topics its committed entries name, and forgets one when its last entry goes", () => {
+    const ledger = new PartitionLedger(0, [
+      ["a", entry("done", { key: "a", replyTo: "writ.replies.x" })],
+      ["b", entry("done", { key: "b", replyTo: "writ.replies.y" })],
+    ]);
+    expect(ledger.replyTopics().sort()).toEqual(["writ.replies.x", "writ.replies.y"]);
+    ledger.tombstone("b");
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect(ledger.replyTopics()).toEqual(["writ.replies.x"]);
   });
 });

@@ -232,14 +232,15 @@ describe("http adapter: patch", () => {
 });
 
 describe("http adapter: lookupIdempotencyKey", () => {
-  it("applied after a committed write, not_applied for an unknown key, unknown when unreachable", async () => {
+  it("applied after a committed write, not_applied for an unknown key, sor_unavailable (retriable) when unreachable", async () => {
     const server = await startServer();
     server.seed("ticket", "T-1", { tags: [] });
     const sor = adapterFor(server.url);
     expect(await sor.lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("not_applied");
     await sor.patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 });
     expect(await sor.lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("applied");
-    expect(await adapterFor(await closedUrl()).lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("unknown");
+    // Unreachable is not an answer: the owner pauses and asks again rather than treating the outcome as unknown.
+    await expect(adapterFor(await closedUrl()).lookupIdempotencyKey!(T1, "k-1", quick)).rejects.toMatchObject({ code: "sor_unavailable", retriable: true });
   });
 
   it("honourIdempotencyKey=false: the same key applies twice, and the lookup still says applied", async () => {

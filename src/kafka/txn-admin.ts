@@ -1,0 +1,1067 @@
+// Kafka's transaction admin operations (KIP-664) that kafkajs 2.2.4 lacks:
+// DescribeProducers, ListTransactions, DescribeTransactions and WriteTxnMarkers,
+// plus ListOffsets with both isolation levels (kafkajs's admin only returns the
+// read_committed end). Built on kafkajs's own Cluster, Broker, connection pool,
+// Encoder and Decoder: connections, SASL, TLS, metadata and FindCoordinator are
+// kafkajs's; this module adds the request encoders and response decoders.
+//
+// kafkajs has no `exports` map, so its internals are reachable by path; they
+// have no type declarations, hence createRequire and the narrow interfaces below.
+import { createRequire } from "node:module";
+import { logLevel as LogLevel, type KafkaConfig, type RetryOptions, type logCreator } from "kafkajs";
+import { WritError, type WritErrorContext } from "../errors.ts";
+
+const require = createRequire(import.meta.url);
+
+// ---------------------------------------------------------------------------
+// kafkajs internals, typed as far as this module uses them
+
+interface KjsEncoder {
+  writeInt8(value: number): KjsEncoder;
+  writeInt16(value: number): KjsEncoder;
+  writeInt32(value: number): KjsEncoder;
+  writeInt64(value: bigint): KjsEncoder;
+  writeBoolean(value: boolean): KjsEncoder;
+  writeUVarInt(value: number): KjsEncoder;
+  writeUVarIntString(value: string | null): KjsEncoder;
+}
+
+interface KjsDecoder {
+  readInt8(): number;
+  readInt16(): number;
+  readInt32(): number;
+  readInt64(): bigint;
+  readBoolean(): boolean;
+  readUVarInt(): number;
+  readUVarIntString(): string | null;
+  forward(bytes: number): void;
+}
+
+interface KjsProtocolRequest<T> {
+  request: { apiKey: number; apiVersion: number; apiName: string; encode: () => Promise<KjsEncoder> };
+  response: { decode: (payload: Buffer) => Promise<T>; parse: (decoded: T) => Promise<T> };
+}
+
+interface KjsBroker {
+  nodeId: number | null;
+  versions: Record<number, { minVersion: number; maxVersion: number } | undefined> | null;
+  connectionPool: { send<T>(protocolRequest: KjsProtocolRequest<T>): Promise<T> };
+  lookupRequest(apiKey: number, definitions: unknown): (args: Record<string, unknown>) => KjsProtocolRequest<unknown>;
+  disconnect(): Promise<void>;
+}
+
+interface KjsMetadataResponse {
+  brokers: { nodeId: number; host: string; port: number }[];
+  topicMetadata: {
+    topic: string;
+    topicErrorCode: number;
+    partitionMetadata: { partitionId: number; leader: number; partitionErrorCode: number }[];
+  }[];
+}
+
+interface KjsListOffsetsResponse {
+  responses: { topic: string; partitions: { partition: number; errorCode: number; offset: string }[] }[];
+}
+
+interface KjsCluster {
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+  refreshMetadataIfNecessary(): Promise<void>;
+  getNodeIds(): string[];
+  findBroker(opts: { nodeId: number | string }): Promise<KjsBroker>;
+  findGroupCoordinator(opts: { groupId: string; coordinatorType: number }): Promise<KjsBroker>;
+}
+
+type KjsLogger = unknown;
+
+const Cluster = require("kafkajs/src/cluster/index.js") as new (opts: Record<string, unknown>) => KjsCluster;
+const { createLogger } = require("kafkajs/src/loggers/index.js") as {
+  createLogger: (opts: { level: LogLevel; logCreator: logCreator }) => KjsLogger;
+};
+const LoggerConsole = require("kafkajs/src/loggers/console.js") as logCreator;
+const defaultSocketFactory = require("kafkajs/src/network/socketFactory.js") as () => unknown;
+const Encoder = require("kafkajs/src/protocol/encoder.js") as new () => KjsEncoder;
+const Decoder = require("kafkajs/src/protocol/decoder.js") as new (buffer: Buffer) => KjsDecoder;
+const { requests } = require("kafkajs/src/protocol/requests/index.js") as { requests: Record<string, unknown> };
+const ISOLATION_LEVEL = require("kafkajs/src/protocol/isolationLevel.js") as { READ_UNCOMMITTED: number; READ_COMMITTED: number };
+const COORDINATOR_TYPES = require("kafkajs/src/protocol/coordinatorTypes.js") as { GROUP: number; TRANSACTION: number };
+
+// ---------------------------------------------------------------------------
+// Public types
+
+/** A partition of a topic. */
+export interface TopicPartition {
+  topic: string;
+  partition: number;
+}
+
+/** The three ends of a partition's log. Offsets are 64-bit, hence bigint. */
+export interface PartitionOffsets extends TopicPartition {
+  /** Last stable offset (LSO): what a read_committed consumer can read up to; stops at the first open transaction. */
+  lastStable: bigint;
+  /** High watermark: what a read_uncommitted consumer can read up to. */
+  highWatermark: bigint;
+  /** First offset still in the log. */
+  logStart: bigint;
+}
+
+/** A producer with state on a partition, as the partition leader reports it (DescribeProducers). */
+export interface ProducerState {
+  producerId: bigint;
+  producerEpoch: number;
+  /** Sequence number of the producer's last batch on this partition; -1 if unknown. */
+  lastSequence: number;
+  /** Timestamp (ms) of the producer's last batch on this partition; -1 if unknown. */
+  lastTimestamp: number;
+  /** Epoch of the coordinator that wrote this producer's last marker here; -1 when none was written yet. */
+  coordinatorEpoch: number;
+  /** First offset of the producer's open transaction on this partition; -1 when none is open. */
+  currentTxnStartOffset: bigint;
+}
+
+/** The active producers of one partition. */
+export interface PartitionProducers extends TopicPartition {
+  activeProducers: ProducerState[];
+}
+
+/** States a transaction coordinator reports (Kafka's TransactionState names). */
+export type TransactionState =
+  | "Empty"
+  | "Ongoing"
+  | "PrepareCommit"
+  | "PrepareAbort"
+  | "CompleteCommit"
+  | "CompleteAbort"
+  | "Dead"
+  | "PrepareEpochFence"
+  | (string & {});
+
+/** One transactional id as a coordinator lists it (ListTransactions). */
+export interface TransactionListing {
+  transactionalId: string;
+  producerId: bigint;
+  transactionState: TransactionState;
+}
+
+/** One transactional id as its coordinator describes it (DescribeTransactions). */
+export interface TransactionDescription {
+  transactionalId: string;
+  state: TransactionState;
+  producerId: bigint;
+  producerEpoch: number;
+  transactionTimeoutMs: number;
+  /** When the current transaction started (ms); -1 when none is in progress. */
+  transactionStartTimeMs: number;
+  /** Partitions in the transaction; while preparing to commit or abort, only those still without a marker. */
+  topicPartitions: TopicPartition[];
+}
+
+/** Which open transaction to abort on which partition: the values DescribeProducers reports. */
+export interface AbortTransactionSpec extends TopicPartition {
+  producerId: bigint;
+  producerEpoch: number;
+  /** The coordinator epoch DescribeProducers reports; -1 (no marker seen yet) is sent as 0, as kafka-transactions.sh does. */
+  coordinatorEpoch: number;
+}
+
+/** An open transaction on a partition that no coordinator will close. */
+export interface HangingTransaction extends TopicPartition {
+  producerId: bigint;
+  producerEpoch: number;
+  coordinatorEpoch: number;
+  /** First offset of the open transaction: the partition's LSO cannot pass it. */
+  startOffset: bigint;
+  /** Timestamp (ms) of the producer's last batch on the partition. */
+  lastTimestamp: number;
+  /** The transactional id that currently owns the producer id, when a coordinator lists one. */
+  transactionalId?: string;
+  /** That transactional id's state at its coordinator, when it has one. */
+  transactionState?: TransactionState;
+}
+
+/** Connection options: the same ones writ hands to `new Kafka(...)`. */
+export interface TxnAdminOptions {
+  brokers: string[];
+  clientId?: string;
+  ssl?: KafkaConfig["ssl"];
+  sasl?: KafkaConfig["sasl"];
+  /** ms; default 1000 (kafkajs's). */
+  connectionTimeout?: number;
+  /** ms; default 30000 (kafkajs's). */
+  requestTimeout?: number;
+  authenticationTimeout?: number;
+  /** kafkajs's log creator; default kafkajs's console logger. */
+  logCreator?: logCreator;
+  /** default WARN. */
+  logLevel?: LogLevel;
+  /** kafkajs's retry settings for metadata, connections and FindCoordinator. */
+  retry?: RetryOptions;
+  /** Attempts per operation, including the first, when Kafka answers with a retriable error (default 6). */
+  maxAttempts?: number;
+}
+
+// ---------------------------------------------------------------------------
+// Protocol error codes
+
+// Kafka 4.4's org.apache.kafka.common.protocol.Errors, by code from -1 to 136.
+const ERROR_NAMES = [
+  "UNKNOWN_SERVER_ERROR", "NONE", "OFFSET_OUT_OF_RANGE", "CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION",
+  "INVALID_FETCH_SIZE", "LEADER_NOT_AVAILABLE", "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT",
+  "BROKER_NOT_AVAILABLE", "REPLICA_NOT_AVAILABLE", "MESSAGE_TOO_LARGE", "STALE_CONTROLLER_EPOCH",
+  "OFFSET_METADATA_TOO_LARGE", "NETWORK_EXCEPTION", "COORDINATOR_LOAD_IN_PROGRESS",
+  "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "INVALID_TOPIC_EXCEPTION", "RECORD_LIST_TOO_LARGE",
+  "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "INVALID_REQUIRED_ACKS", "ILLEGAL_GENERATION",
+  "INCONSISTENT_GROUP_PROTOCOL", "INVALID_GROUP_ID", "UNKNOWN_MEMBER_ID", "INVALID_SESSION_TIMEOUT",
+  "REBALANCE_IN_PROGRESS", "INVALID_COMMIT_OFFSET_SIZE", "TOPIC_AUTHORIZATION_FAILED",
+  "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "INVALID_TIMESTAMP",
+  "UNSUPPORTED_SASL_MECHANISM", "ILLEGAL_SASL_STATE", "UNSUPPORTED_VERSION", "TOPIC_ALREADY_EXISTS",
+  "INVALID_PARTITIONS", "INVALID_REPLICATION_FACTOR", "INVALID_REPLICA_ASSIGNMENT", "INVALID_CONFIG",
+  "NOT_CONTROLLER", "INVALID_REQUEST", "UNSUPPORTED_FOR_MESSAGE_FORMAT", "POLICY_VIOLATION",
+  "OUT_OF_ORDER_SEQUENCE_NUMBER", "DUPLICATE_SEQUENCE_NUMBER", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
+  "INVALID_PRODUCER_ID_MAPPING", "INVALID_TRANSACTION_TIMEOUT", "CONCURRENT_TRANSACTIONS",
+  "TRANSACTION_COORDINATOR_FENCED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "SECURITY_DISABLED",
+  "OPERATION_NOT_ATTEMPTED", "KAFKA_STORAGE_ERROR", "LOG_DIR_NOT_FOUND", "SASL_AUTHENTICATION_FAILED",
+  "UNKNOWN_PRODUCER_ID", "REASSIGNMENT_IN_PROGRESS", "DELEGATION_TOKEN_AUTH_DISABLED",
+  "DELEGATION_TOKEN_NOT_FOUND", "DELEGATION_TOKEN_OWNER_MISMATCH", "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED",
+  "DELEGATION_TOKEN_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_EXPIRED", "INVALID_PRINCIPAL_TYPE",
+  "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND", "FETCH_SESSION_ID_NOT_FOUND", "INVALID_FETCH_SESSION_EPOCH",
+  "LISTENER_NOT_FOUND", "TOPIC_DELETION_DISABLED", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
+  "UNSUPPORTED_COMPRESSION_TYPE", "STALE_BROKER_EPOCH", "OFFSET_NOT_AVAILABLE", "MEMBER_ID_REQUIRED",
+  "PREFERRED_LEADER_NOT_AVAILABLE", "GROUP_MAX_SIZE_REACHED", "FENCED_INSTANCE_ID",
+  "ELIGIBLE_LEADERS_NOT_AVAILABLE", "ELECTION_NOT_NEEDED", "NO_REASSIGNMENT_IN_PROGRESS",
+  "GROUP_SUBSCRIBED_TO_TOPIC", "INVALID_RECORD", "UNSTABLE_OFFSET_COMMIT", "THROTTLING_QUOTA_EXCEEDED",
+  "PRODUCER_FENCED", "RESOURCE_NOT_FOUND", "DUPLICATE_RESOURCE", "UNACCEPTABLE_CREDENTIAL",
+  "INCONSISTENT_VOTER_SET", "INVALID_UPDATE_VERSION", "FEATURE_UPDATE_FAILED",
+  "PRINCIPAL_DESERIALIZATION_FAILURE", "SNAPSHOT_NOT_FOUND", "POSITION_OUT_OF_RANGE", "UNKNOWN_TOPIC_ID",
+  "DUPLICATE_BROKER_REGISTRATION", "BROKER_ID_NOT_REGISTERED", "INCONSISTENT_TOPIC_ID",
+  "INCONSISTENT_CLUSTER_ID", "TRANSACTIONAL_ID_NOT_FOUND", "FETCH_SESSION_TOPIC_ID_ERROR",
+  "INELIGIBLE_REPLICA", "NEW_LEADER_ELECTED", "OFFSET_MOVED_TO_TIERED_STORAGE", "FENCED_MEMBER_EPOCH",
+  "UNRELEASED_INSTANCE_ID", "UNSUPPORTED_ASSIGNOR", "STALE_MEMBER_EPOCH", "MISMATCHED_ENDPOINT_TYPE",
+  "UNSUPPORTED_ENDPOINT_TYPE", "UNKNOWN_CONTROLLER_ID", "UNKNOWN_SUBSCRIPTION_ID", "TELEMETRY_TOO_LARGE",
+  "INVALID_REGISTRATION", "TRANSACTION_ABORTABLE", "INVALID_RECORD_STATE", "SHARE_SESSION_NOT_FOUND",
+  "INVALID_SHARE_SESSION_EPOCH", "FENCED_STATE_EPOCH", "INVALID_VOTER_KEY", "DUPLICATE_VOTER",
+  "VOTER_NOT_FOUND", "INVALID_REGULAR_EXPRESSION", "REBOOTSTRAP_REQUIRED", "STREAMS_INVALID_TOPOLOGY",
+  "STREAMS_INVALID_TOPOLOGY_EPOCH", "STREAMS_TOPOLOGY_FENCED", "SHARE_SESSION_LIMIT_REACHED",
+  "GROUP_DELETION_FAILED", "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", "CONTROLLER_ID_NOT_REGISTERED",
+] as const;
+
+// Codes whose exception extends Kafka 4.4's RetriableException.
+const RETRIABLE_CODES = new Set([
+  2, 3, 5, 6, 7, 9, 13, 14, 15, 16, 19, 20, 41, 51, 56, 70, 71, 72, 74, 75, 78, 80, 83, 84, 88, 89, 100, 103, 106, 122, 123, 133,
+]);
+
+const CODE = {
+  NONE: 0,
+  UNKNOWN_TOPIC_OR_PARTITION: 3,
+  LEADER_NOT_AVAILABLE: 5,
+  TRANSACTIONAL_ID_NOT_FOUND: 105,
+} as const;
+
+/** Kafka's name for a protocol error code (e.g. 6 → NOT_LEADER_OR_FOLLOWER); `UNKNOWN_ERROR_CODE_<n>` beyond Kafka 4.4's list. */
+export function kafkaErrorName(code: number): string {
+  return ERROR_NAMES[code + 1] ?? `UNKNOWN_ERROR_CODE_${code}`;
+}
+
+/** Whether Kafka marks the error code retriable (its exception extends RetriableException). */
+export function isRetriableKafkaError(code: number): boolean {
+  return RETRIABLE_CODES.has(code);
+}
+
+function protocolError(api: string, code: number, message: string | null | undefined, context: WritErrorContext): WritError {
+  const name = kafkaErrorName(code);
+  const where = context.topic === undefined ? "" : context.partition === undefined ? ` for ${context.topic}` : ` for ${context.topic}[${context.partition}]`;
+  return new WritError("kafka_failed", `${api} failed${where}: ${name}${message ? ` (${message})` : ""}`, {
+    retriable: isRetriableKafkaError(code),
+    context: { ...context, api, kafkaError: name, errorCode: code },
+  });
+}
+
+/** kafkajs errors (connection, timeout, protocol) become `kafka_failed`, keeping kafkajs's retriable verdict. */
+function asWritError(err: unknown, api: string, context: WritErrorContext = {}): WritError {
+  if (err instanceof WritError) return err;
+  const e = err as { name?: string; message?: string; retriable?: unknown; type?: string; code?: unknown };
+  const code = typeof e.code === "number" ? e.code : undefined;
+  const kafkaError = code !== undefined ? kafkaErrorName(code) : e.type;
+  return new WritError("kafka_failed", `${api} failed: ${kafkaError ?? e.name ?? "error"}: ${e.message ?? String(err)}`, {
+    retriable: code !== undefined ? isRetriableKafkaError(code) : e.retriable === true,
+    cause: err,
+    context: { ...context, api, ...(kafkaError === undefined ? {} : { kafkaError }), ...(code === undefined ? {} : { errorCode: code }) },
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Flexible-version encoding (KIP-482): compact strings and arrays, tagged fields.
+// kafkajs 2.2.4 speaks no flexible version itself: its connection writes request
+// header v1 (api key, version, correlation id, client id) and hands back the
+// response after the correlation id. Header v2 adds a tagged-field section after
+// the client id, response header v1 one after the correlation id; both are
+// written/read here, as the first thing in the body.
+
+const API = { ListOffsets: 2, Metadata: 3, WriteTxnMarkers: 27, DescribeProducers: 61, DescribeTransactions: 65, ListTransactions: 66 } as const;
+
+function writeCompactArray<T>(e: KjsEncoder, items: readonly T[], write: (item: T) => void): void {
+  e.writeUVarInt(items.length + 1);
+  for (const item of items) write(item);
+}
+
+function writeNoTaggedFields(e: KjsEncoder): void {
+  e.writeUVarInt(0);
+}
+
+function readCompactArray<T>(d: KjsDecoder, read: () => T): T[] {
+  const lengthPlusOne = d.readUVarInt();
+  const out: T[] = [];
+  for (let i = 0; i < lengthPlusOne - 1; i++) out.push(read());
+  return out;
+}
+
+function readCompactString(d: KjsDecoder): string {
+  return d.readUVarIntString() ?? "";
+}
+
+/** Skips a tagged-field section (kafkajs's readTaggedFields misreads the field size as a compact length). */
+function skipTaggedFields(d: KjsDecoder): void {
+  const count = d.readUVarInt();
+  for (let i = 0; i < count; i++) {
+    d.readUVarInt(); // tag
+    d.forward(d.readUVarInt()); // size, then the value
+  }
+}
+
+interface Throttled {
+  throttleTimeMs: number;
+  /** read by kafkajs's connection (KIP-219) to hold back the next request */
+  clientSideThrottleTime: number;
+}
+
+function flexibleRequest<T extends Throttled>(
+  apiKey: number,
+  apiName: string,
+  apiVersion: number,
+  writeBody: (e: KjsEncoder) => void,
+  readBody: (d: KjsDecoder) => T,
+): KjsProtocolRequest<T> {
+  return {
+    request: {
+      apiKey,
+      apiVersion,
+      apiName,
+      encode: async () => {
+        const e = new Encoder();
+        writeNoTaggedFields(e); // request header v2
+        writeBody(e);
+        return e;
+      },
+    },
+    response: {
+      decode: async (payload: Buffer) => {
+        const d = new Decoder(payload);
+        skipTaggedFields(d); // response header v1
+        return readBody(d);
+      },
+      parse: async (decoded: T) => decoded,
+    },
+  };
+}
+
+function throttled<T extends object>(throttleTimeMs: number, body: T): T & Throttled {
+  return { throttleTimeMs, clientSideThrottleTime: throttleTimeMs, ...body };
+}
+
+// DescribeProducers v0 (flexible): Topics [Name PartitionIndexes[int32]]
+interface DescribeProducersResponse extends Throttled {
+  topics: {
+    name: string;
+    partitions: { partitionIndex: number; errorCode: number; errorMessage: string | null; activeProducers: ProducerState[] }[];
+  }[];
+}
+
+function describeProducersRequest(version: number, tps: readonly TopicPartition[]): KjsProtocolRequest<DescribeProducersResponse> {
+  const byTopic = groupPartitionsByTopic(tps);
+  return flexibleRequest(
+    API.DescribeProducers,
+    "DescribeProducers",
+    version,
+    (e) => {
+      writeCompactArray(e, [...byTopic], ([topic, partitions]) => {
+        e.writeUVarIntString(topic);
+        writeCompactArray(e, partitions, (p) => e.writeInt32(p));
+        writeNoTaggedFields(e);
+      });
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const throttleTimeMs = d.readInt32();
+      const topics = readCompactArray(d, () => {
+        const name = readCompactString(d);
+        const partitions = readCompactArray(d, () => {
+          const partitionIndex = d.readInt32();
+          const errorCode = d.readInt16();
+          const errorMessage = d.readUVarIntString();
+          const activeProducers = readCompactArray(d, () => {
+            const producer: ProducerState = {
+              producerId: d.readInt64(),
+              producerEpoch: d.readInt32(),
+              lastSequence: d.readInt32(),
+              lastTimestamp: Number(d.readInt64()),
+              coordinatorEpoch: d.readInt32(),
+              currentTxnStartOffset: d.readInt64(),
+            };
+            skipTaggedFields(d);
+            return producer;
+          });
+          skipTaggedFields(d);
+          return { partitionIndex, errorCode, errorMessage, activeProducers };
+        });
+        skipTaggedFields(d);
+        return { name, partitions };
+      });
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { topics });
+    },
+  );
+}
+
+// ListTransactions v0 (flexible): StateFilters[string] ProducerIdFilters[int64]
+interface ListTransactionsResponse extends Throttled {
+  errorCode: number;
+  unknownStateFilters: string[];
+  transactionStates: TransactionListing[];
+}
+
+function listTransactionsRequest(
+  version: number,
+  stateFilters: readonly string[],
+  producerIdFilters: readonly bigint[],
+): KjsProtocolRequest<ListTransactionsResponse> {
+  return flexibleRequest(
+    API.ListTransactions,
+    "ListTransactions",
+    version,
+    (e) => {
+      writeCompactArray(e, stateFilters, (s) => e.writeUVarIntString(s));
+      writeCompactArray(e, producerIdFilters, (p) => e.writeInt64(p));
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const throttleTimeMs = d.readInt32();
+      const errorCode = d.readInt16();
+      const unknownStateFilters = readCompactArray(d, () => readCompactString(d));
+      const transactionStates = readCompactArray(d, () => {
+        const listing: TransactionListing = {
+          transactionalId: readCompactString(d),
+          producerId: d.readInt64(),
+          transactionState: readCompactString(d),
+        };
+        skipTaggedFields(d);
+        return listing;
+      });
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { errorCode, unknownStateFilters, transactionStates });
+    },
+  );
+}
+
+// DescribeTransactions v0 (flexible): TransactionalIds[string]
+interface DescribeTransactionsResponse extends Throttled {
+  transactionStates: (TransactionDescription & { errorCode: number })[];
+}
+
+function describeTransactionsRequest(version: number, transactionalIds: readonly string[]): KjsProtocolRequest<DescribeTransactionsResponse> {
+  return flexibleRequest(
+    API.DescribeTransactions,
+    "DescribeTransactions",
+    version,
+    (e) => {
+      writeCompactArray(e, transactionalIds, (id) => e.writeUVarIntString(id));
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const throttleTimeMs = d.readInt32();
+      const transactionStates = readCompactArray(d, () => {
+        const errorCode = d.readInt16();
+        const transactionalId = readCompactString(d);
+        const state = readCompactString(d);
+        const transactionTimeoutMs = d.readInt32();
+        const transactionStartTimeMs = Number(d.readInt64());
+        const producerId = d.readInt64();
+        const producerEpoch = d.readInt16();
+        const topicPartitions: TopicPartition[] = [];
+        readCompactArray(d, () => {
+          const topic = readCompactString(d);
+          for (const partition of readCompactArray(d, () => d.readInt32())) topicPartitions.push({ topic, partition });
+          skipTaggedFields(d);
+        });
+        skipTaggedFields(d);
+        return { errorCode, transactionalId, state, transactionTimeoutMs, transactionStartTimeMs, producerId, producerEpoch, topicPartitions };
+      });
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { transactionStates });
+    },
+  );
+}
+
+// WriteTxnMarkers v1 (flexible) / v2 (+ TransactionVersion int8 per marker, KIP-1228):
+// Markers [ProducerId ProducerEpoch TransactionResult Topics[Name PartitionIndexes[int32]] CoordinatorEpoch]
+interface WriteTxnMarkersResponse extends Throttled {
+  markers: { producerId: bigint; topics: { name: string; partitions: { partitionIndex: number; errorCode: number }[] }[] }[];
+}
+
+function writeTxnMarkersRequest(
+  version: number,
+  marker: { producerId: bigint; producerEpoch: number; committed: boolean; topic: string; partition: number; coordinatorEpoch: number },
+): KjsProtocolRequest<WriteTxnMarkersResponse> {
+  return flexibleRequest(
+    API.WriteTxnMarkers,
+    "WriteTxnMarkers",
+    version,
+    (e) => {
+      writeCompactArray(e, [marker], (m) => {
+        e.writeInt64(m.producerId);
+        e.writeInt16(m.producerEpoch);
+        e.writeBoolean(m.committed);
+        writeCompactArray(e, [m.topic], (topic) => {
+          e.writeUVarIntString(topic);
+          writeCompactArray(e, [m.partition], (p) => e.writeInt32(p));
+          writeNoTaggedFields(e);
+        });
+        e.writeInt32(m.coordinatorEpoch);
+        // 0 = a legacy (TV0/TV1) marker: what Kafka's own Admin.abortTransaction sends, since it leaves the field at its default
+        if (version >= 2) e.writeInt8(0);
+        writeNoTaggedFields(e);
+      });
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const markers = readCompactArray(d, () => {
+        const producerId = d.readInt64();
+        const topics = readCompactArray(d, () => {
+          const name = readCompactString(d);
+          const partitions = readCompactArray(d, () => {
+            const result = { partitionIndex: d.readInt32(), errorCode: d.readInt16() };
+            skipTaggedFields(d);
+            return result;
+          });
+          skipTaggedFields(d);
+          return { name, partitions };
+        });
+        skipTaggedFields(d);
+        return { producerId, topics };
+      });
+      skipTaggedFields(d);
+      return throttled(0, { markers });
+    },
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+const MAX_PARTITIONS_PER_REQUEST = 500;
+
+function key(tp: TopicPartition): string {
+  return `${tp.topic}\u0000${tp.partition}`;
+}
+
+function uniquePartitions(tps: readonly TopicPartition[]): TopicPartition[] {
+  const seen = new Map<string, TopicPartition>();
+  for (const tp of tps) {
+    if (typeof tp.topic !== "string" || tp.topic === "" || !Number.isInteger(tp.partition) || tp.partition < 0) {
+      throw new WritError("config_invalid", `not a topic partition: ${JSON.stringify(tp)}`, { retriable: false, context: { field: "topicPartitions" } });
+    }
+    seen.set(key(tp), { topic: tp.topic, partition: tp.partition });
+  }
+  return [...seen.values()];
+}
+
+function groupPartitionsByTopic(tps: readonly TopicPartition[]): Map<string, number[]> {
+  const byTopic = new Map<string, number[]>();
+  for (const { topic, partition } of tps) {
+    const list = byTopic.get(topic) ?? [];
+    list.push(partition);
+    byTopic.set(topic, list);
+  }
+  return byTopic;
+}
+
+function chunk<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/** The highest of `mine` that the broker serves (its ApiVersions range), or a non-retriable error. */
+function chooseVersion(broker: KjsBroker, apiKey: number, apiName: string, mine: readonly number[]): number {
+  const range = broker.versions?.[apiKey];
+  const usable = range === undefined ? [] : mine.filter((v) => v >= range.minVersion && v <= range.maxVersion);
+  if (usable.length === 0) {
+    const serves = range === undefined ? "not at all" : `v${range.minVersion}-v${range.maxVersion}`;
+    throw new WritError("kafka_failed", `broker ${broker.nodeId} serves ${apiName} ${serves}; writ speaks v${mine.join(", v")}`, {
+      retriable: false,
+      context: { api: apiName, broker: broker.nodeId },
+    });
+  }
+  return Math.max(...usable);
+}
+
+/** Sends through the broker's kafkajs connection pool, as kafkajs's Broker does. */
+async function send<T>(broker: KjsBroker, protocolRequest: KjsProtocolRequest<T>): Promise<T> {
+  try {
+    return await broker.connectionPool.send(protocolRequest);
+  } catch (err) {
+    if ((err as { name?: string }).name === "KafkaJSConnectionClosedError") await broker.disconnect().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** A kafkajs request whose response is decoded but not parsed: per-partition error codes stay visible. */
+function unparsed<T>(protocolRequest: KjsProtocolRequest<unknown>): KjsProtocolRequest<T> {
+  return {
+    request: protocolRequest.request,
+    response: {
+      decode: protocolRequest.response.decode as (payload: Buffer) => Promise<T>,
+      parse: async (decoded: T) => decoded,
+    },
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function toBigInt(value: string, what: string): bigint {
+  try {
+    return BigInt(value);
+  } catch (cause) {
+    throw new WritError("kafka_failed", `${what}: not an offset: ${value}`, { retriable: false, cause });
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+/**
+ * Kafka's transaction admin operations (KIP-664) for kafkajs users: list,
+ * describe and abort transactions, and find hanging ones, as
+ * `kafka-transactions.sh` does, without a JVM.
+ *
+ * Every method connects on first use; {@link TxnAdmin.close} releases the
+ * connections. Failures are `WritError`s with code `kafka_failed`, the Kafka
+ * error name in `context.kafkaError` and `retriable` as Kafka classifies it;
+ * retriable answers (a moved leader, a loading coordinator) are retried with
+ * backoff first, up to `maxAttempts` times.
+ *
+ * @example
+ * const admin = new TxnAdmin({ brokers: ["localhost:9092"], clientId: "writ-doctor" });
+ * for (const t of await admin.findHangingTransactions({ topics: ["writ.intents"], olderThanMs: 60_000 })) {
+ *   await admin.abortTransaction(t);
+ * }
+ * await admin.close();
+ */
+export class TxnAdmin {
+  private readonly cluster: KjsCluster;
+  private readonly maxAttempts: number;
+  private connecting: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(opts: TxnAdminOptions) {
+    if (!Array.isArray(opts.brokers) || opts.brokers.length === 0) {
+      throw new WritError("config_invalid", "TxnAdmin needs at least one broker (host:port)", { retriable: false, context: { field: "brokers" } });
+    }
+    this.maxAttempts = opts.maxAttempts ?? 6;
+    const logger = createLogger({ level: opts.logLevel ?? LogLevel.WARN, logCreator: opts.logCreator ?? LoggerConsole });
+    // as kafkajs's Client builds the Cluster for its admin client
+    this.cluster = new Cluster({
+      logger,
+      socketFactory: defaultSocketFactory(),
+      brokers: opts.brokers,
+      ssl: opts.ssl,
+      sasl: opts.sasl,
+      clientId: opts.clientId ?? "writ-txn-admin",
+      connectionTimeout: opts.connectionTimeout ?? 1000,
+      authenticationTimeout: opts.authenticationTimeout,
+      requestTimeout: opts.requestTimeout ?? 30_000,
+      enforceRequestTimeout: true,
+      metadataMaxAge: 60_000,
+      retry: opts.retry,
+      // a Metadata request must never create a topic it names
+      allowAutoTopicCreation: false,
+      maxInFlightRequests: null,
+      instrumentationEmitter: null,
+      offsets: new Map(),
+    });
+  }
+
+  /** Connects to the bootstrap brokers and loads the cluster's brokers. Optional: every method connects on first use. */
+  async connect(): Promise<void> {
+    if (this.closed) throw new WritError("kafka_failed", "TxnAdmin is closed", { retriable: false });
+    this.connecting ??= (async () => {
+      await this.cluster.connect();
+      await this.cluster.refreshMetadataIfNecessary();
+    })();
+    try {
+      await this.connecting;
+    } catch (err) {
+      this.connecting = undefined;
+      throw asWritError(err, "connect");
+    }
+  }
+
+  /** Disconnects from every broker. The instance cannot be used afterwards. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.cluster.disconnect();
+  }
+
+  /**
+   * The log start, last stable offset (LSO) and high watermark of each
+   * partition, from its leader: ListOffsets (kafkajs's request, the newest
+   * version it and the broker share, at least v2) for the earliest offset, and
+   * for the latest one under READ_UNCOMMITTED (high watermark) and
+   * READ_COMMITTED (LSO). LSO < high watermark means a transaction is open on
+   * the partition (or its markers are still being written).
+   */
+  async listOffsets(topicPartitions: readonly TopicPartition[]): Promise<PartitionOffsets[]> {
+    const wanted = uniquePartitions(topicPartitions);
+    if (wanted.length === 0) return [];
+    return this.withRetries("ListOffsets", async () => {
+      const byLeader = await this.partitionsByLeader(wanted);
+      const found = new Map<string, PartitionOffsets>();
+      await Promise.all(
+        [...byLeader].map(async ([nodeId, tps]) => {
+          const broker = await this.cluster.findBroker({ nodeId });
+          const query = async (isolationLevel: number, timestamp: number): Promise<Map<string, bigint>> => {
+            const make = broker.lookupRequest(API.ListOffsets, requests["ListOffsets"]);
+            const protocolRequest = make({
+              replicaId: -1,
+              isolationLevel,
+              topics: [...groupPartitionsByTopic(tps)].map(([topic, partitions]) => ({
+                topic,
+                partitions: partitions.map((partition) => ({ partition, timestamp })),
+              })),
+            });
+            if (protocolRequest.request.apiVersion < 2) {
+              throw new WritError("kafka_failed", `broker ${nodeId} serves ListOffsets below v2, which has no isolation level`, {
+                retriable: false,
+                context: { api: "ListOffsets", broker: nodeId },
+              });
+            }
+            const response = await send(broker, unparsed<KjsListOffsetsResponse>(protocolRequest));
+            const out = new Map<string, bigint>();
+            for (const { topic, partitions } of response.responses) {
+              for (const { partition, errorCode, offset } of partitions) {
+                if (errorCode !== CODE.NONE) throw protocolError("ListOffsets", errorCode, null, { topic, partition, broker: nodeId });
+                out.set(key({ topic, partition }), toBigInt(offset, `ListOffsets ${topic}[${partition}]`));
+              }
+            }
+            return out;
+          };
+          const [logStart, highWatermark, lastStable] = await Promise.all([
+            query(ISOLATION_LEVEL.READ_UNCOMMITTED, -2),
+            query(ISOLATION_LEVEL.READ_UNCOMMITTED, -1),
+            query(ISOLATION_LEVEL.READ_COMMITTED, -1),
+          ]);
+          for (const tp of tps) {
+            const k = key(tp);
+            const start = logStart.get(k);
+            const hw = highWatermark.get(k);
+            const lso = lastStable.get(k);
+            if (start === undefined || hw === undefined || lso === undefined) {
+              throw new WritError("kafka_failed", `ListOffsets: broker ${nodeId} did not answer for ${tp.topic}[${tp.partition}]`, {
+                retriable: true,
+                context: { ...tp, api: "ListOffsets", broker: nodeId },
+              });
+            }
+            found.set(k, { ...tp, lastStable: lso, highWatermark: hw, logStart: start });
+          }
+        }),
+      );
+      return wanted.map((tp) => found.get(key(tp)) as PartitionOffsets);
+    });
+  }
+
+  /**
+   * The active producers of each partition and their open transactions
+   * (DescribeProducers v0, API key 61, KIP-664), asked of each partition's
+   * leader. A producer with `currentTxnStartOffset >= 0` has a transaction open
+   * on the partition.
+   */
+  async describeProducers(topicPartitions: readonly TopicPartition[]): Promise<PartitionProducers[]> {
+    const wanted = uniquePartitions(topicPartitions);
+    if (wanted.length === 0) return [];
+    return this.withRetries("DescribeProducers", async () => {
+      const byLeader = await this.partitionsByLeader(wanted);
+      const found = new Map<string, PartitionProducers>();
+      await Promise.all(
+        [...byLeader].map(async ([nodeId, tps]) => {
+          const broker = await this.cluster.findBroker({ nodeId });
+          const version = chooseVersion(broker, API.DescribeProducers, "DescribeProducers", [0]);
+          for (const batch of chunk(tps, MAX_PARTITIONS_PER_REQUEST)) {
+            const response = await send(broker, describeProducersRequest(version, batch));
+            for (const topic of response.topics) {
+              for (const p of topic.partitions) {
+                const tp = { topic: topic.name, partition: p.partitionIndex };
+                if (p.errorCode !== CODE.NONE) throw protocolError("DescribeProducers", p.errorCode, p.errorMessage, { ...tp, broker: nodeId });
+                found.set(key(tp), { ...tp, activeProducers: p.activeProducers });
+              }
+            }
+          }
+        }),
+      );
+      return wanted.map((tp) => {
+        const result = found.get(key(tp));
+        if (result === undefined) {
+          throw new WritError("kafka_failed", `DescribeProducers: no answer for ${tp.topic}[${tp.partition}]`, {
+            retriable: true,
+            context: { ...tp, api: "DescribeProducers" },
+          });
+        }
+        return result;
+      });
+    });
+  }
+
+  /**
+   * The transactional ids every broker's transaction coordinator knows
+   * (ListTransactions v0, API key 66, KIP-664), gathered from all brokers.
+   * Empty filters mean no filtering; `stateFilters` takes Kafka's state names
+   * (e.g. "Ongoing"; a name the broker does not know is a `config_invalid`
+   * error), `producerIdFilters` producer ids.
+   */
+  async listTransactions(filters: { stateFilters?: readonly TransactionState[]; producerIdFilters?: readonly (bigint | number)[] } = {}): Promise<TransactionListing[]> {
+    const stateFilters = [...(filters.stateFilters ?? [])];
+    const producerIdFilters = (filters.producerIdFilters ?? []).map((p) => BigInt(p));
+    return this.withRetries("ListTransactions", async () => {
+      await this.connect();
+      await this.cluster.refreshMetadataIfNecessary();
+      const nodeIds = this.cluster.getNodeIds();
+      const perBroker = await Promise.all(
+        nodeIds.map(async (nodeId) => {
+          const broker = await this.cluster.findBroker({ nodeId });
+          const version = chooseVersion(broker, API.ListTransactions, "ListTransactions", [0]);
+          const response = await send(broker, listTransactionsRequest(version, stateFilters, producerIdFilters));
+          if (response.errorCode !== CODE.NONE) throw protocolError("ListTransactions", response.errorCode, null, { broker: nodeId });
+          if (response.unknownStateFilters.length > 0) {
+            // the broker would otherwise just list nothing for them
+            throw new WritError("config_invalid", `ListTransactions: unknown transaction state filter(s): ${response.unknownStateFilters.join(", ")}`, {
+              retriable: false,
+              context: { api: "ListTransactions", field: "stateFilters", broker: nodeId },
+            });
+          }
+          return response.transactionStates;
+        }),
+      );
+      return perBroker.flat();
+    });
+  }
+
+  /**
+   * Describes transactional ids at their transaction coordinators
+   * (DescribeTransactions v0, API key 65, KIP-664; each coordinator found with
+   * FindCoordinator key type 1 through kafkajs). An id no coordinator knows
+   * (TRANSACTIONAL_ID_NOT_FOUND) is left out of the result.
+   */
+  async describeTransactions(transactionalIds: readonly string[]): Promise<TransactionDescription[]> {
+    const ids = [...new Set(transactionalIds)];
+    if (ids.length === 0) return [];
+    return this.withRetries("DescribeTransactions", async () => {
+      await this.connect();
+      const byCoordinator = new Map<KjsBroker, string[]>();
+      for (const id of ids) {
+        let coordinator: KjsBroker;
+        try {
+          coordinator = await this.cluster.findGroupCoordinator({ groupId: id, coordinatorType: COORDINATOR_TYPES.TRANSACTION });
+        } catch (err) {
+          throw asWritError(err, "FindCoordinator", { transactionalId: id });
+        }
+        byCoordinator.set(coordinator, [...(byCoordinator.get(coordinator) ?? []), id]);
+      }
+      const found = new Map<string, TransactionDescription>();
+      await Promise.all(
+        [...byCoordinator].map(async ([broker, idsHere]) => {
+          const version = chooseVersion(broker, API.DescribeTransactions, "DescribeTransactions", [0]);
+          const response = await send(broker, describeTransactionsRequest(version, idsHere));
+          for (const { errorCode, ...description } of response.transactionStates) {
+            if (errorCode === CODE.TRANSACTIONAL_ID_NOT_FOUND) continue;
+            if (errorCode !== CODE.NONE) {
+              throw protocolError("DescribeTransactions", errorCode, null, { transactionalId: description.transactionalId, broker: broker.nodeId });
+            }
+            found.set(description.transactionalId, description);
+          }
+        }),
+      );
+      return ids.flatMap((id) => {
+        const description = found.get(id);
+        return description === undefined ? [] : [description];
+      });
+    });
+  }
+
+  /**
+   * Aborts an open transaction on one partition by writing an ABORT marker
+   * there: WriteTxnMarkers (API key 27, v1 or v2 as the leader serves them;
+   * Kafka 4 removed v0) with `TransactionResult = false`, sent to the
+   * partition's leader. This is what `kafka-transactions.sh abort` does; use it
+   * only for a transaction no coordinator will finish (see
+   * {@link TxnAdmin.findHangingTransactions}). The caller needs the
+   * ClusterAction permission on the cluster when ACLs are on.
+   */
+  async abortTransaction(spec: AbortTransactionSpec): Promise<void> {
+    const [tp] = uniquePartitions([spec]);
+    if (tp === undefined) throw new WritError("config_invalid", "abortTransaction needs a topic partition", { retriable: false });
+    if (!Number.isInteger(spec.producerEpoch) || spec.producerEpoch < 0 || spec.producerEpoch > 32767) {
+      throw new WritError("config_invalid", `producer epoch must be 0..32767, got ${spec.producerEpoch}`, { retriable: false, context: { ...tp, field: "producerEpoch" } });
+    }
+    if (!Number.isInteger(spec.coordinatorEpoch)) {
+      throw new WritError("config_invalid", `coordinator epoch must be an integer, got ${spec.coordinatorEpoch}`, { retriable: false, context: { ...tp, field: "coordinatorEpoch" } });
+    }
+    const producerId = BigInt(spec.producerId);
+    // -1 = the partition has seen no marker from this producer's coordinator yet; 0 is <= any real coordinator epoch
+    const coordinatorEpoch = Math.max(0, spec.coordinatorEpoch);
+    await this.withRetries("WriteTxnMarkers", async () => {
+      const byLeader = await this.partitionsByLeader([tp]);
+      const [[nodeId] = []] = [...byLeader];
+      if (nodeId === undefined) throw new WritError("kafka_failed", `no leader for ${tp.topic}[${tp.partition}]`, { retriable: true, context: { ...tp } });
+      const broker = await this.cluster.findBroker({ nodeId });
+      const version = chooseVersion(broker, API.WriteTxnMarkers, "WriteTxnMarkers", [1, 2]);
+      const response = await send(
+        broker,
+        writeTxnMarkersRequest(version, { producerId, producerEpoch: spec.producerEpoch, committed: false, ...tp, coordinatorEpoch }),
+      );
+      const result = response.markers
+        .flatMap((m) => m.topics)
+        .filter((t) => t.name === tp.topic)
+        .flatMap((t) => t.partitions)
+        .find((p) => p.partitionIndex === tp.partition);
+      const context = { ...tp, broker: nodeId, producerId: producerId.toString(), producerEpoch: spec.producerEpoch };
+      if (result === undefined) {
+        throw new WritError("kafka_failed", `WriteTxnMarkers: no answer for ${tp.topic}[${tp.partition}]`, { retriable: true, context: { ...context, api: "WriteTxnMarkers" } });
+      }
+      if (result.errorCode !== CODE.NONE) throw protocolError("WriteTxnMarkers", result.errorCode, null, context);
+    });
+  }
+
+  /**
+   * Open transactions that no coordinator will ever finish, on every partition
+   * of `topics`: the rule of `kafka-transactions.sh find-hanging`. A producer's
+   * open transaction on a partition (DescribeProducers `currentTxnStartOffset
+   * >= 0`) whose last write is more than `olderThanMs` ago is hanging when no
+   * coordinator lists a transactional id for its producer id
+   * (ListTransactions), when that id's coordinator no longer knows it
+   * (DescribeTransactions), or when the id's current transaction does not
+   * include the partition (an ongoing or preparing transaction lists every
+   * partition still waiting for a marker, so the coordinator will still write
+   * one there). Set `olderThanMs` above the producers' transaction timeout
+   * (writ's default is 60 s) so that transactions the coordinator is about to
+   * time out are not reported.
+   */
+  async findHangingTransactions(opts: { topics: readonly string[]; olderThanMs: number; now?: () => number }): Promise<HangingTransaction[]> {
+    if (!Number.isFinite(opts.olderThanMs) || opts.olderThanMs < 0) {
+      throw new WritError("config_invalid", `olderThanMs must be a non-negative number, got ${opts.olderThanMs}`, { retriable: false, context: { field: "olderThanMs" } });
+    }
+    const topics = [...new Set(opts.topics)];
+    if (topics.length === 0) return [];
+    const partitions = await this.withRetries("Metadata", () => this.partitionsOf(topics));
+    const producers = await this.describeProducers(partitions);
+    const now = (opts.now ?? Date.now)();
+    const open: { tp: TopicPartition; producer: ProducerState }[] = [];
+    for (const { activeProducers, ...tp } of producers) {
+      for (const producer of activeProducers) {
+        if (producer.currentTxnStartOffset >= 0n && now - producer.lastTimestamp > opts.olderThanMs) open.push({ tp, producer });
+      }
+    }
+    if (open.length === 0) return [];
+
+    const producerIds = [...new Set(open.map((o) => o.producer.producerId))];
+    const wanted = new Set(producerIds);
+    const transactionalIdOf = new Map<bigint, string>();
+    for (const listing of await this.listTransactions({ producerIdFilters: producerIds })) {
+      if (wanted.has(listing.producerId)) transactionalIdOf.set(listing.producerId, listing.transactionalId);
+    }
+    const descriptions = new Map(
+      (await this.describeTransactions([...new Set(transactionalIdOf.values())])).map((d) => [d.transactionalId, d] as const),
+    );
+
+    const hanging: HangingTransaction[] = [];
+    for (const { tp, producer } of open) {
+      const transactionalId = transactionalIdOf.get(producer.producerId);
+      const description = transactionalId === undefined ? undefined : descriptions.get(transactionalId);
+      const stillTracked = description?.topicPartitions.some((p) => p.topic === tp.topic && p.partition === tp.partition) ?? false;
+      if (stillTracked) continue;
+      hanging.push({
+        ...tp,
+        producerId: producer.producerId,
+        producerEpoch: producer.producerEpoch,
+        coordinatorEpoch: producer.coordinatorEpoch,
+        startOffset: producer.currentTxnStartOffset,
+        lastTimestamp: producer.lastTimestamp,
+        ...(transactionalId === undefined ? {} : { transactionalId }),
+        ...(description === undefined ? {} : { transactionState: description.state }),
+      });
+    }
+    return hanging;
+  }
+
+  // -------------------------------------------------------------------------
+
+  /** Runs `fn`, again after a backoff while it fails with a retriable error, up to `maxAttempts` in all. */
+  private async withRetries<T>(api: string, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        const error = asWritError(err, api);
+        if (this.closed || !error.retriable || attempt >= this.maxAttempts) throw error;
+        await sleep(Math.min(3000, 150 * 2 ** (attempt - 1)) * (0.8 + Math.random() * 0.4));
+      }
+    }
+  }
+
+  /** Fresh Metadata for `topics` from any broker (kafkajs's request, unparsed so each partition's error stays visible). */
+  private async metadata(topics: readonly string[]): Promise<KjsMetadataResponse> {
+    await this.connect();
+    await this.cluster.refreshMetadataIfNecessary();
+    let lastError: unknown = new WritError("kafka_failed", "no brokers known", { retriable: true });
+    for (const nodeId of this.cluster.getNodeIds()) {
+      try {
+        const broker = await this.cluster.findBroker({ nodeId });
+        const make = broker.lookupRequest(API.Metadata, requests["Metadata"]);
+        return await send(broker, unparsed<KjsMetadataResponse>(make({ topics: [...topics], allowAutoTopicCreation: false })));
+      } catch (err) {
+        lastError = err;
+      }
+    }
+    throw asWritError(lastError, "Metadata");
+  }
+
+  /** Every partition of `topics`; a topic Kafka does not know fails the call. */
+  private async partitionsOf(topics: readonly string[]): Promise<TopicPartition[]> {
+    const response = await this.metadata(topics);
+    const out: TopicPartition[] = [];
+    for (const topic of topics) {
+      const meta = response.topicMetadata.find((t) => t.topic === topic);
+      if (meta === undefined) throw protocolError("Metadata", CODE.UNKNOWN_TOPIC_OR_PARTITION, null, { topic });
+      if (meta.topicErrorCode !== CODE.NONE) throw protocolError("Metadata", meta.topicErrorCode, null, { topic });
+      for (const p of [...meta.partitionMetadata].sort((a, b) => a.partitionId - b.partitionId)) out.push({ topic, partition: p.partitionId });
+    }
+    return out;
+  }
+
+  /** The current leader's node id for each partition; a partition without one fails the call (LEADER_NOT_AVAILABLE, retriable). */
+  private async partitionsByLeader(tps: readonly TopicPartition[]): Promise<Map<number, TopicPartition[]>> {
+    const response = await this.metadata([...new Set(tps.map((tp) => tp.topic))]);
+    const byLeader = new Map<number, TopicPartition[]>();
+    for (const tp of tps) {
+      const meta = response.topicMetadata.find((t) => t.topic === tp.topic);
+      if (meta === undefined) throw protocolError("Metadata", CODE.UNKNOWN_TOPIC_OR_PARTITION, null, { ...tp });
+      if (meta.topicErrorCode !== CODE.NONE) throw protocolError("Metadata", meta.topicErrorCode, null, { ...tp });
+      const partition = meta.partitionMetadata.find((p) => p.partitionId === tp.partition);
+      if (partition === undefined) throw protocolError("Metadata", CODE.UNKNOWN_TOPIC_OR_PARTITION, "no such partition", { ...tp });
+      if (partition.leader === undefined || partition.leader < 0) {
+        const code = partition.partitionErrorCode !== CODE.NONE ? partition.partitionErrorCode : CODE.LEADER_NOT_AVAILABLE;
+        throw protocolError("Metadata", code, "the partition has no leader", { ...tp });
+      }
+      byLeader.set(partition.leader, [...(byLeader.get(partition.leader) ?? []), tp]);
+    }
+    return byLeader;
+  }
+}

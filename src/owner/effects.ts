@@ -1,0 +1,97 @@
+import type { KafkaMessage } from "kafkajs";
+import { sha256Hex } from "../canonical-json.ts";
+import type { DeadLetterReason, RejectReason } from "../errors.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import type { Escalation } from "../schemas/escalation.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { Reply } from "../schemas/reply.ts";
+
+/**
+ * What settling one intent produces. All of it is staged together and goes
+ * out in one Kafka transaction, with the consumed offset: the ledger change,
+ * the replies, an escalation, a dead letter. Nothing of it reaches Kafka
+ * unless all of it does.
+ */
+export interface Effects {
+  ledger?: LedgerIntentEntry;
+  replies: { topic: string; value: Reply }[];
+  escalations: { key: string; value: Escalation }[];
+  deadLetters: { key: string | null; value: DeadLetter }[];
+}
+
+export function effects(parts: Partial<Effects> = {}): Effects {
+  return { replies: [], escalations: [], deadLetters: [], ...parts };
+}
+
+/** Where a record came from, for dead letters and logs. */
+export interface SourceRef {
+  topic: string;
+  partition: number;
+  offset: string;
+}
+
+export function rejectedReply(
+  intentId: string,
+  intentKey: string,
+  reason: RejectReason,
+  message: string,
+  at: string,
+  details?: unknown,
+): Reply {
+  return { status: "rejected", intentId, intentKey, duplicate: false, at, reason, message, ...(details === undefined ? {} : { details }) };
+}
+
+/**
+ * A dead letter for a record. Its value is kept whole; the owner trims it
+ * (keeping length and sha256) when the envelope would not fit the broker's
+ * message size.
+ */
+export function deadLetterOf(message: KafkaMessage, source: SourceRef, reason: DeadLetterReason, detail: string, at: string): Effects["deadLetters"][number] {
+  const headers: Record<string, string> = {};
+  let headerBytes = 0;
+  for (const [k, v] of Object.entries(message.headers ?? {})) {
+    if (v === undefined) continue;
+    const text = (Array.isArray(v) ? v.map(String).join(",") : String(v)).slice(0, 1024);
+    headerBytes += k.length + text.length;
+    if (headerBytes > 16_384) break;
+    headers[k.slice(0, 256)] = text;
+  }
+  const value = message.value ?? Buffer.alloc(0);
+  const key = message.key === null || message.key === undefined ? null : message.key.toString("utf8").slice(0, 1024);
+  return {
+    key,
+    value: {
+      reason,
+      message: detail.slice(0, 2000),
+      source: { ...source },
+      key,
+      valueBase64: value.toString("base64"),
+      originalBytes: value.length,
+      sha256: sha256Hex(value),
+      truncated: false,
+      headers,
+      at,
+    },
+  };
+}
+
+/** The same dead letter with its payload cut to `maxPayloadBytes` of the original. */
+export function truncateDeadLetter(d: DeadLetter, maxPayloadBytes: number): DeadLetter {
+  const bytes = Buffer.from(d.valueBase64, "base64");
+  if (bytes.length <= maxPayloadBytes) return d;
+  return { ...d, valueBase64: bytes.subarray(0, Math.max(0, maxPayloadBytes)).toString("base64"), truncated: true };
+}
+
+/** The same reply without record state, for a reply that would not fit the broker's message size. */
+export function withoutState(reply: Reply): Reply {
+  switch (reply.status) {
+    case "applied":
+      return { ...reply, state: null, truncated: true };
+    case "conflict":
+      return { ...reply, current: { state: null, version: reply.current.version }, truncated: true };
+    case "rejected":
+      return { ...reply, details: undefined, message: reply.message.slice(0, 2000) };
+    default:
+      return reply;
+  }
+}

@@ -1,0 +1,107 @@
+import type { TopicPartition } from "../kafka/txn-admin.ts";
+import type { Logger } from "../logger.ts";
+import type { HealthBoard } from "./health.ts";
+
+export type { TopicPartition };
+
+/** The two ends of a partition: read_committed (last stable offset) and read_uncommitted (high watermark). */
+export interface EndOffsets extends TopicPartition {
+  lastStable: string;
+  highWatermark: string;
+}
+
+export interface OffsetProbe {
+  endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]>;
+  close?(): Promise<void>;
+}
+
+interface Watch {
+  lastStable: string;
+  since: number;
+  healedAt: number;
+  reported: boolean;
+}
+
+/** Where the README explains what to do about a hanging transaction. */
+export const HANG_RUNBOOK = "README.md#runbook-a-hanging-transaction";
+
+/**
+ * Watches the last stable offset of every partition this process's owners
+ * write (their ledger partitions, the reply topics their ledgers name,
+ * `writ.human`, `writ.dlq`). A last stable offset that stays put behind the
+ * high watermark means a transaction is open there; writ's own transactions
+ * last milliseconds, so after `healAfterMs` the owners that may have left it
+ * (the ones that write that partition) add a control record for it to their
+ * next transaction, which closes it if it was theirs (see `healTargets` in
+ * partition-owner.ts). Past `reportAfterMs` (the transaction timeout) it is a
+ * health failure and an error naming the partition, the offset and the
+ * runbook: something only `writ doctor` or an operator can close.
+ */
+export class HangWatch {
+  private readonly watches = new Map<string, Watch>();
+  private readonly probe: OffsetProbe;
+  private readonly health: HealthBoard;
+  private readonly log: Logger;
+  private readonly healAfterMs: number;
+  private readonly reportAfterMs: number;
+
+  constructor(opts: { probe: OffsetProbe; health: HealthBoard; log: Logger; healAfterMs: number; reportAfterMs: number }) {
+    this.probe = opts.probe;
+    this.health = opts.health;
+    this.log = opts.log.child({ component: "hang-watch" });
+    this.healAfterMs = opts.healAfterMs;
+    this.reportAfterMs = opts.reportAfterMs;
+  }
+
+  /**
+   * One round: probes `partitions`, and calls `heal` for each partition
+   * stuck past `healAfterMs` (again every `healAfterMs` while it stays stuck).
+   * Returns the partitions stuck now.
+   */
+  async check(partitions: readonly TopicPartition[], heal: (tp: TopicPartition) => void): Promise<EndOffsets[]> {
+    const now = Date.now();
+    const ends = await this.probe.endOffsets(partitions);
+    const seen = new Set<string>();
+    const stuck: EndOffsets[] = [];
+    for (const end of ends) {
+      const id = `${end.topic}:${end.partition}`;
+      seen.add(id);
+      if (BigInt(end.lastStable) >= BigInt(end.highWatermark)) {
+        this.forget(id);
+        continue;
+      }
+      let w = this.watches.get(id);
+      if (!w || w.lastStable !== end.lastStable) {
+        if (w?.reported) this.log.info({ topic: end.topic, partition: end.partition, offset: end.lastStable }, "last stable offset moves again");
+        this.forget(id);
+        w = { lastStable: end.lastStable, since: now, healedAt: 0, reported: false };
+        this.watches.set(id, w);
+        continue;
+      }
+      const age = now - w.since;
+      if (age >= this.healAfterMs) {
+        stuck.push(end);
+        if (now - w.healedAt >= this.healAfterMs) {
+          w.healedAt = now;
+          this.log.warn({ topic: end.topic, partition: end.partition, offset: end.lastStable, stuckMs: age }, "last stable offset stuck; healing");
+          heal(end);
+        }
+      }
+      if (age >= this.reportAfterMs && !w.reported) {
+        w.reported = true;
+        const message =
+          `hanging transaction on ${end.topic}-${end.partition} at offset ${end.lastStable} ` +
+          `(high watermark ${end.highWatermark}, stuck ${Math.round(age / 1000)} s): read_committed readers see nothing past it; see ${HANG_RUNBOOK}`;
+        this.health.problem(`hang:${id}`, message);
+        this.log.error({ topic: end.topic, partition: end.partition, offset: end.lastStable, highWatermark: end.highWatermark, runbook: HANG_RUNBOOK }, message);
+      }
+    }
+    for (const id of [...this.watches.keys()]) if (!seen.has(id)) this.forget(id);
+    return stuck;
+  }
+
+  private forget(id: string): void {
+    if (this.watches.get(id)?.reported) this.health.clear(`hang:${id}`);
+    this.watches.delete(id);
+  }
+}

@@ -1,0 +1,47 @@
+import type { Admin, Kafka } from "kafkajs";
+import type { WireCodec } from "../codec.ts";
+import type { RouterConfig } from "../config.ts";
+import type { LedgerReader } from "../ledger/ledger-reader.ts";
+import type { Logger } from "../logger.ts";
+import type { AdmissionDeps, AdmittedIntent } from "./admission.ts";
+import type { HealthBoard } from "./health.ts";
+import type { IntentPipeline } from "./intent-pipeline.ts";
+import type { RecordEncoder } from "./records.ts";
+import type { TopicDirectory } from "./topic-directory.ts";
+
+/** The fetch side, as a partition owner steers it: pause, resume and rewind its partition. */
+export interface Intake {
+  pause(partition: number): void;
+  resume(partition: number): void;
+  /** The next fetch of `partition` starts at `offset`; batches fetched before are dropped as stale. */
+  seek(partition: number, offset: string): void;
+}
+
+/** What the router hands each partition owner: shared, process-wide parts. */
+export interface OwnerContext {
+  kafka: Kafka;
+  admin: Admin;
+  config: RouterConfig;
+  codec: WireCodec;
+  encoder: RecordEncoder;
+  reader: LedgerReader;
+  pipeline: IntentPipeline;
+  admission: AdmissionDeps;
+  topicDirectory: TopicDirectory;
+  intake: Intake;
+  /** Whether this process still holds its group membership (its last heartbeat is recent): no write leaves otherwise. */
+  lease: { confirmed(): boolean };
+  health: HealthBoard;
+  /** A newer owner fenced this one; the router drops it (and builds a new one if the group assigns the partition again). */
+  onFenced(partition: number): void;
+  /** Test seams of the fault suite (see RouterInternals); never set in production. */
+  hooks?: {
+    /** Runs after a transaction's records and offsets were sent and before its commit: holds the commit. */
+    beforeCommit?(info: { partition: number; topics: string[] }): Promise<void>;
+  };
+  observe?: {
+    settled(intent: AdmittedIntent, note: string): void;
+    transaction(ms: number): void;
+  };
+  log: Logger;
+}

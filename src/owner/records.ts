@@ -1,0 +1,117 @@
+import type { Message, TopicMessages } from "kafkajs";
+import type { WireCodec } from "../codec.ts";
+import type { RouterConfig } from "../config.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { CONTROL_HEADER } from "../schemas/control.ts";
+import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
+
+/** One record an owner's transaction produces. */
+export interface OutRecord {
+  topic: string;
+  /** Explicit partition (the ledger's, a heal's); otherwise the Java-compatible partitioner picks by key. */
+  partition?: number;
+  key: string | null;
+  value: Buffer | null;
+  headers?: Record<string, string>;
+}
+
+/** Bytes a record adds to a produce request, roughly: key, value, headers and the record's own framing. */
+function recordBytes(r: OutRecord): number {
+  let n = 64 + (r.key?.length ?? 0) + (r.value?.length ?? 0);
+  for (const [k, v] of Object.entries(r.headers ?? {})) n += k.length + v.length + 8;
+  return n;
+}
+
+/**
+ * Turns effects into encoded records that are sure to fit the broker: a
+ * reply or escalation too large for `maxMessageBytes` goes out without its
+ * record state (marked `truncated`), a dead letter keeps the start of the
+ * original bytes plus their length and sha256. Encoding happens when an
+ * intent settles, not at commit, so one intent's bad value can fail only that
+ * intent, never a transaction carrying others.
+ */
+export class RecordEncoder {
+  private readonly codec: WireCodec;
+  private readonly config: Pick<RouterConfig, "maxMessageBytes" | "topics">;
+
+  constructor(codec: WireCodec, config: Pick<RouterConfig, "maxMessageBytes" | "topics">) {
+    this.codec = codec;
+    this.config = config;
+  }
+
+  /** Encoded records of `effects`, the ledger entry first (produced to ledger partition `partition`). */
+  async encode(effects: Effects, partition: number): Promise<OutRecord[]> {
+    const out: OutRecord[] = [];
+    if (effects.ledger) out.push(await this.ledgerEntry(effects.ledger, partition));
+    const limit = this.config.maxMessageBytes;
+    for (const r of effects.replies) {
+      let value = await this.codec.encode(r.topic, "Reply", r.value);
+      if (value.length > limit) value = await this.codec.encode(r.topic, "Reply", withoutState(r.value));
+      out.push({ topic: r.topic, key: r.value.intentId, value });
+    }
+    const human = this.config.topics.human;
+    for (const e of effects.escalations) {
+      let value = await this.codec.encode(human, "Escalation", e.value);
+      if (value.length > limit) {
+        const current = e.value.current === null ? null : { state: null, version: e.value.current.version };
+        value = await this.codec.encode(human, "Escalation", { ...e.value, current });
+      }
+      out.push({ topic: human, key: e.key, value });
+    }
+    const dlq = this.config.topics.dlq;
+    for (const d of effects.deadLetters) {
+      let value = await this.codec.encode(dlq, "DeadLetter", d.value);
+      if (value.length > limit) {
+        // base64 grows 4/3; keep a margin for the envelope's other fields.
+        const room = Math.floor(((limit - 16_384) * 3) / 4);
+        value = await this.codec.encode(dlq, "DeadLetter", truncateDeadLetter(d.value, room));
+      }
+      out.push({ topic: dlq, key: d.key, value });
+    }
+    return out;
+  }
+
+  async ledgerEntry(entry: LedgerIntentEntry, partition: number): Promise<OutRecord> {
+    const topic = this.config.topics.ledger;
+    return { topic, partition, key: entry.intentKey, value: await this.codec.encode(topic, "LedgerEntry", entry) };
+  }
+
+  tombstone(intentKey: string, partition: number): OutRecord {
+    return { topic: this.config.topics.ledger, partition, key: intentKey, value: null };
+  }
+}
+
+/** A control record (see `src/schemas/control.ts`) for one partition: clients skip it. */
+export function healRecord(topic: string, partition: number): OutRecord {
+  return { topic, partition, key: null, value: null, headers: { [CONTROL_HEADER]: "heal" } };
+}
+
+/**
+ * Splits records into `sendBatch` calls whose bytes per topic stay under
+ * `maxBytes`: kafkajs puts one call's records for a partition in one record
+ * batch, and the broker refuses a batch over `message.max.bytes`. Order is
+ * kept within each topic.
+ */
+export function sendRounds(records: readonly OutRecord[], maxBytes: number): TopicMessages[][] {
+  const rounds: Map<string, Message[]>[] = [];
+  const bytes: Map<string, number>[] = [];
+  const roundOf = new Map<string, number>();
+  for (const r of records) {
+    const size = recordBytes(r);
+    let i = roundOf.get(r.topic) ?? 0;
+    while (i < rounds.length && (bytes[i]!.get(r.topic) ?? 0) + size > maxBytes && (bytes[i]!.get(r.topic) ?? 0) > 0) i++;
+    if (i === rounds.length) {
+      rounds.push(new Map());
+      bytes.push(new Map());
+    }
+    roundOf.set(r.topic, i);
+    const list = rounds[i]!.get(r.topic) ?? [];
+    const message: Message = { key: r.key, value: r.value };
+    if (r.partition !== undefined) message.partition = r.partition;
+    if (r.headers) message.headers = r.headers;
+    list.push(message);
+    rounds[i]!.set(r.topic, list);
+    bytes[i]!.set(r.topic, (bytes[i]!.get(r.topic) ?? 0) + size);
+  }
+  return rounds.map((round) => [...round].map(([topic, messages]) => ({ topic, messages })));
+}
