@@ -8,13 +8,18 @@ import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const cli = join(root, "src", "verify", "cli.ts");
+// each command's .ts entry; no command (or only options) is `verify`, as before `doctor` existed
+const COMMANDS = {
+  verify: join(root, "src", "verify", "cli.ts"),
+  doctor: join(root, "src", "doctor", "cli.ts"),
+};
 const [command] = process.argv.slice(2);
 
-if (command !== "verify" && command !== undefined && !command.startsWith("-")) {
-  process.stderr.write(`writ: unknown command ${command}; try: writ verify --help\n`);
+if (command !== undefined && !command.startsWith("-") && !Object.hasOwn(COMMANDS, command)) {
+  process.stderr.write(`writ: unknown command ${command}; try: writ verify --help, writ doctor --help\n`);
   process.exit(2);
 }
+const cli = command === "doctor" ? COMMANDS.doctor : COMMANDS.verify;
 
 if (process.features?.typescript) {
   await import(pathToFileURL(cli).href);

@@ -39,6 +39,9 @@ interface Slot {
 
 /** Everything of one ownership of the partition: from a fence-and-restore until a failure, a fence or the release. */
 class Session {
+  private static opened = 0;
+  /** Numbers the sessions of this process, for the `x-writ-owner` header and logs. */
+  readonly seq = ++Session.opened;
   readonly abort = new AbortController();
   readonly tasks = new Set<Promise<void>>();
   readonly producer: Producer;
@@ -245,11 +248,11 @@ export class PartitionOwner {
       this.ctx.health.clear(`ledger-${this.partition}`);
       this.ctx.intake.seek(this.partition, next.toString());
       this.ctx.intake.resume(this.partition);
+      const session = this.session;
       this.log.info(
-        { entries: ledger.size, healed: heal.length, offset: next.toString(), ms: Date.now() - started },
+        { entries: ledger.size, healed: heal.length, offset: next.toString(), session: session.seq, ms: Date.now() - started },
         "partition restored; owning it",
       );
-      const session = this.session;
       this.track(session, this.commitLoop(session));
     } catch (err) {
       await producer.disconnect().catch(() => undefined);
@@ -422,7 +425,8 @@ export class PartitionOwner {
     const { pipeline, config } = this.ctx;
     const exec = {
       mayWrite: () => session.active && this.ctx.lease.confirmed(),
-      headers: { "x-writ-owner": config.instanceId },
+      // Who writes: the instance, and which of its sessions (a fenced session must never write again).
+      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}` },
     };
     while (session.active) {
       try {

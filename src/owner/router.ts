@@ -148,11 +148,17 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   c.on(c.events.HEARTBEAT, () => {
     lastHeartbeat = Date.now();
   });
+  let memberId: string | null = null;
   c.on(c.events.GROUP_JOIN, (event) => {
     if (stopped) return;
     lastHeartbeat = Date.now();
     const assigned = new Set(event.payload.memberAssignment[topic] ?? []);
-    for (const p of [...owners.keys()]) if (!assigned.has(p)) void release(p);
+    // A new member id means this process lost its membership (a pause past the session timeout, a
+    // restart of the consumer): another owner may have fenced ours meanwhile, so none of the old owners
+    // may write again, even for a partition assigned back. They are replaced by fresh ones (fence, restore).
+    const lapsed = memberId !== null && memberId !== event.payload.memberId;
+    memberId = event.payload.memberId;
+    for (const p of [...owners.keys()]) if (lapsed || !assigned.has(p)) void release(p);
     for (const p of assigned) {
       const existing = owners.get(p);
       if (existing && existing.state !== "fenced" && existing.state !== "closed") continue;

@@ -70,6 +70,12 @@ export const DemoRecordsServerOptions = DemoRecordsConfig.extend({
   host: z.string().min(1).default("127.0.0.1"),
   /** SQLite file, or ":memory:" (the default). The folder must exist. */
   dbPath: z.string().min(1).default(":memory:"),
+  /**
+   * Delay every request under `/records/` and `/idempotency-keys/` by this
+   * many ms before it is handled (a slow system of record; `/_admin/` is not
+   * delayed). Default 0: no delay.
+   */
+  latencyMs: z.number().int().nonnegative().default(0),
 }).strict();
 export type DemoRecordsServerOptions = z.input<typeof DemoRecordsServerOptions>;
 
@@ -184,8 +190,9 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
   async function handlePatch(req: IncomingMessage, res: ServerResponse, type: string, id: string): Promise<void> {
     const key = header(req, "idempotency-key");
     const ifMatch = header(req, "if-match");
+    const owner = header(req, "x-writ-owner")?.slice(0, 128) ?? null;
     const log = (outcome: PatchRequestOutcome, status: number, fault: string | null = null) =>
-      store.recordPatchRequest({ idempotencyKey: key ?? null, type, id, ifMatch: ifMatch ?? null, outcome, status, fault });
+      store.recordPatchRequest({ idempotencyKey: key ?? null, type, id, ifMatch: ifMatch ?? null, outcome, status, fault, owner });
     if (!PATCH_TYPES.has(mediaType(req))) {
       log("unsupported_media_type", 415);
       throw new HttpProblem(415, "unsupported-media-type", "send application/json-patch+json");
@@ -366,8 +373,13 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     config = { enforceIfMatch: options.enforceIfMatch, honourIdempotencyKey: options.honourIdempotencyKey };
   }
 
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (options.latencyMs > 0 && !(req.url ?? "/").startsWith("/_admin/")) await sleep(options.latencyMs);
+    return route(req, res);
+  };
+
   const server = createServer((req, res) => {
-    route(req, res).catch((err: unknown) => {
+    handle(req, res).catch((err: unknown) => {
       if (res.headersSent || res.destroyed) return;
       const method = req.method ?? "GET";
       if (err instanceof HttpProblem) return sendProblem(res, err.status, err.slug, err.message, method);

@@ -12,7 +12,8 @@ import { DatabaseSync } from "node:sqlite";
  *   one row per committed write; `from_version` is 0 for a create.
  * - `idempotency_keys(key, type, id, version, status, body JSON, etag, fingerprint, at)`:
  *   the first committed write per key (only successful writes are stored).
- * - `patch_requests(seq, idempotency_key, type, id, if_match, outcome, status, fault, at)`
+ * - `patch_requests(seq, idempotency_key, type, id, if_match, outcome, status, fault, owner, at)`: `owner` is
+ *   the `x-writ-owner` header (the writ owner instance that sent it), so a test can tell who wrote when.
  */
 
 export type WriteKind = "create" | "replace" | "patch";
@@ -80,6 +81,8 @@ export interface PatchRequestRow {
   status: number;
   /** The injected fault that shaped the answer, if any. */
   fault: string | null;
+  /** The `x-writ-owner` request header: which owner process sent the PATCH. */
+  owner: string | null;
   at: string;
 }
 
@@ -132,7 +135,7 @@ const SCHEMA = `
   CREATE TABLE IF NOT EXISTS patch_requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     idempotency_key TEXT, type TEXT NOT NULL, id TEXT NOT NULL, if_match TEXT,
-    outcome TEXT NOT NULL, status INTEGER NOT NULL, fault TEXT, at TEXT NOT NULL
+    outcome TEXT NOT NULL, status INTEGER NOT NULL, fault TEXT, owner TEXT, at TEXT NOT NULL
   );
 `;
 
@@ -228,10 +231,10 @@ export class DemoRecordsStore {
   recordPatchRequest(row: Omit<PatchRequestRow, "seq" | "at">): void {
     this.#db
       .prepare(
-        `INSERT INTO patch_requests (idempotency_key, type, id, if_match, outcome, status, fault, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO patch_requests (idempotency_key, type, id, if_match, outcome, status, fault, owner, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.outcome, row.status, row.fault, new Date().toISOString());
+      .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
   }
 
   history(type: string, id: string): HistoryEntry[] {
@@ -266,6 +269,7 @@ export class DemoRecordsStore {
       outcome: String(row.outcome) as PatchRequestOutcome,
       status: Number(row.status),
       fault: row.fault === null ? null : String(row.fault),
+      owner: row.owner === null || row.owner === undefined ? null : String(row.owner),
       at: String(row.at),
     }));
   }
