@@ -65,11 +65,9 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     const loose = (decoded.parsed ?? {}) as Partial<Record<"intentId" | "intentKey" | "replyTo", unknown>>;
     const replyTo = typeof loose.replyTo === "string" && replyTopicAllowed(loose.replyTo, deps) && (await deps.replyTopics.exists(loose.replyTo)) ? loose.replyTo : null;
     const reason = decoded.reason;
-    return dead(
-      reason,
-      decoded.message,
-      replyTo ? { topic: replyTo, intentId: String(loose.intentId ?? "").slice(0, 128), intentKey: String(loose.intentKey ?? "").slice(0, 64), reason } : undefined,
-    );
+    // Only strings are taken from a record that failed validation: anything else may throw when converted.
+    const text = (v: unknown, max: number) => (typeof v === "string" ? v.slice(0, max) : "");
+    return dead(reason, decoded.message, replyTo ? { topic: replyTo, intentId: text(loose.intentId, 128), intentKey: text(loose.intentKey, 64), reason } : undefined);
   }
   const intent = decoded.value;
   if (!replyTopicAllowed(intent.replyTo, deps)) {

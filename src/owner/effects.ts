@@ -52,7 +52,7 @@ export function deadLetterOf(message: KafkaMessage, source: SourceRef, reason: D
   for (const [k, v] of Object.entries(message.headers ?? {})) {
     if (v === undefined) continue;
     const text = (Array.isArray(v) ? v.map(String).join(",") : String(v)).slice(0, 1024);
-    headerBytes += k.length + text.length;
+    headerBytes += Buffer.byteLength(k) + Buffer.byteLength(text);
     if (headerBytes > 16_384) break;
     headers[k.slice(0, 256)] = text;
   }

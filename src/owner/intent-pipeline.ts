@@ -6,7 +6,7 @@ import type { Logger } from "../logger.ts";
 import type { Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
-import type { ReconcileResult } from "../sor/adapter.ts";
+import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import type { AdmittedIntent } from "./admission.ts";
 import { classifyAttempt } from "./classify.ts";
@@ -169,12 +169,13 @@ export class IntentPipeline {
         else return this.conflict(a, pending, state, current, ctx);
       }
       if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
-      const outcome = await tool.system.patch(intent.entity, intent.delta, {
-        ifMatch,
-        idempotencyKey: intent.intentKey,
-        timeoutMs: tool.timeoutMs,
-        headers: ctx.headers,
-      });
+      let outcome: PatchOutcome;
+      try {
+        outcome = await tool.system.patch(intent.entity, intent.delta, { ifMatch, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers });
+      } catch (err) {
+        // An adapter that throws instead of answering an outcome: the request may have gone out.
+        outcome = { kind: "unknown", message: `the adapter threw: ${describe(err)}` };
+      }
       switch (outcome.kind) {
         case "applied":
           return this.applied(a, pending, { state: outcome.state, version: outcome.version }, "patch");
@@ -241,6 +242,8 @@ export class IntentPipeline {
       const settled = await this.reconcile(a, ctx);
       if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
       if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
+      // Not provably unapplied: a conflict would invite the agent to write again, maybe a second time.
+      if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current ?? current);
       current = settled.current ?? current;
     }
     if (current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);

@@ -61,11 +61,13 @@ export class RecordEncoder {
     const dlq = this.config.topics.dlq;
     for (const d of effects.deadLetters) {
       let value = await this.codec.encode(dlq, "DeadLetter", d.value);
-      if (value.length > limit) {
-        // base64 grows 4/3; keep a margin for the envelope's other fields.
-        const room = Math.floor(((limit - 16_384) * 3) / 4);
+      // base64 grows 4/3; the rest of the envelope is measured, not assumed: trim until the record fits.
+      let room = Math.floor(((limit - (value.length - d.value.valueBase64.length)) * 3) / 4) - 1024;
+      while (value.length > limit && room > 0) {
         value = await this.codec.encode(dlq, "DeadLetter", truncateDeadLetter(d.value, room));
+        room = Math.floor(room / 2);
       }
+      if (value.length > limit) value = await this.codec.encode(dlq, "DeadLetter", { ...truncateDeadLetter(d.value, 0), headers: {} });
       out.push({ topic: dlq, key: d.key, value });
     }
     return out;

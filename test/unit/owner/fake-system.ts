@@ -1,0 +1,166 @@
+// A scriptable, in-memory system of record for the owner's unit tests:
+// records with strong versions (`"1"`, `"2"`, … as quoted ETags), If-Match on
+// every PATCH, a truthful idempotency-key lookup, and faults scripted per
+// call. It counts what reached it (reads, PATCHes, commits per entity key and
+// per idempotency key), so tests assert effects where they happen.
+import jsonpatch from "fast-json-patch";
+import type { Operation } from "fast-json-patch";
+import { WritError } from "../../../src/errors.ts";
+import type { EntityRef, JsonPatchOp, Versioned } from "../../../src/schemas/common.ts";
+import { entityKey } from "../../../src/schemas/common.ts";
+import type { PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "../../../src/sor/adapter.ts";
+
+/** What one scripted read does: read as usual (`ok`, to reach a later fault), or throw. */
+export type ReadFault = { kind: "ok" } | { kind: "throw"; error: unknown };
+
+/** What one scripted PATCH does instead of the default (If-Match, apply, answer `applied`). */
+export type PatchFault =
+  /** Answers this outcome and leaves the record alone (after another writer's `changeFirst`, if given). */
+  | { kind: "answer"; outcome: PatchOutcome; changeFirst?: JsonPatchOp[] }
+  /** Applies the change (If-Match permitting), then the answer is lost: `unknown`. */
+  | { kind: "commit-then-unknown" }
+  /** Applies the change (If-Match permitting), then throws: an adapter that breaks the PatchOutcome contract. */
+  | { kind: "commit-then-throw"; error: unknown }
+  /**
+   * Another writer changes the record just before this PATCH arrives; the PATCH then runs as usual.
+   * With `idempotencyKey`, that writer was writ itself (an earlier owner's late request).
+   */
+  | { kind: "changed-first"; ops: JsonPatchOp[]; idempotencyKey?: string }
+  | { kind: "throw"; error: unknown };
+
+/** What one scripted idempotency-key lookup answers instead of the truth. */
+export type LookupFault = { kind: "answer"; result: ReconcileResult } | { kind: "throw"; error: unknown };
+
+export interface PatchCall {
+  entity: string;
+  ops: readonly JsonPatchOp[];
+  ifMatch: string;
+  idempotencyKey: string;
+  headers: Readonly<Record<string, string>> | undefined;
+}
+
+interface StoredRecord {
+  state: unknown;
+  n: number;
+}
+
+/** `sor_unavailable`, retriable: the system cannot be reached. */
+export function outage(message = "connection refused"): WritError {
+  return new WritError("sor_unavailable", message, { retriable: true });
+}
+
+/** `sor_protocol`, not retriable: an answer that breaks the contract. */
+export function protocolError(message = "weak ETag W/\"1\" on GET"): WritError {
+  return new WritError("sor_protocol", message, { retriable: false });
+}
+
+export const version = (n: number): string => `"${n}"`;
+
+export class FakeSystem implements SystemOfRecord {
+  readonly name: string;
+  readonly capabilities: { idempotencyKeys: boolean; idempotencyLookup: boolean };
+  private readonly records = new Map<string, StoredRecord>();
+  /** Idempotency keys of the PATCHes that committed, with the entity they changed. */
+  private readonly appliedKeys = new Map<string, string>();
+
+  readonly script = { read: [] as ReadFault[], patch: [] as PatchFault[], lookup: [] as LookupFault[] };
+  readonly reads: string[] = [];
+  readonly patches: PatchCall[] = [];
+  readonly lookups: string[] = [];
+  /** Changes that took effect, per entity key (writ's and other writers'). */
+  private readonly commitLog: { entity: string; idempotencyKey: string | null }[] = [];
+
+  constructor(name = "helpdesk", capabilities = { idempotencyKeys: false, idempotencyLookup: true }) {
+    this.name = name;
+    this.capabilities = capabilities;
+  }
+
+  seed(entity: EntityRef, state: unknown, n = 1): string {
+    this.records.set(entityKey(entity), { state: structuredClone(state), n });
+    return version(n);
+  }
+
+  delete(entity: EntityRef): void {
+    this.records.delete(entityKey(entity));
+  }
+
+  /**
+   * Another writer changes the record (the version moves on), without a request
+   * counted in {@link patches}. With `idempotencyKey` the change is a write of
+   * writ's that took effect out of sight (an earlier owner's): the lookup knows it.
+   */
+  change(entity: EntityRef, ops: JsonPatchOp[], idempotencyKey?: string): string {
+    const key = entityKey(entity);
+    const r = this.records.get(key);
+    if (!r) throw new Error(`no record ${key}`);
+    r.state = jsonpatch.applyPatch(structuredClone(r.state), structuredClone(ops) as Operation[], true, false).newDocument;
+    r.n++;
+    if (idempotencyKey !== undefined) this.appliedKeys.set(idempotencyKey, key);
+    this.commitLog.push({ entity: key, idempotencyKey: idempotencyKey ?? null });
+    return version(r.n);
+  }
+
+  current(entity: EntityRef): Versioned | null {
+    const r = this.records.get(entityKey(entity));
+    return r ? { state: structuredClone(r.state), version: version(r.n) } : null;
+  }
+
+  /** PATCH requests that reached the system for an entity. */
+  patchCount(entity: EntityRef): number {
+    const key = entityKey(entity);
+    return this.patches.filter((p) => p.entity === key).length;
+  }
+
+  /** Changes writ's PATCHes made that took effect, for an idempotency key (the intent key). */
+  commitsOf(idempotencyKey: string): number {
+    return this.commitLog.filter((c) => c.idempotencyKey === idempotencyKey).length;
+  }
+
+  async read(entity: EntityRef, _opts: ReadOptions): Promise<Versioned | null> {
+    this.reads.push(entityKey(entity));
+    const fault = this.script.read.shift();
+    if (fault?.kind === "throw") throw fault.error;
+    return this.current(entity);
+  }
+
+  async patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome> {
+    const key = entityKey(entity);
+    this.patches.push({ entity: key, ops, ifMatch: opts.ifMatch, idempotencyKey: opts.idempotencyKey, headers: opts.headers });
+    const fault = this.script.patch.shift();
+    if (fault?.kind === "answer") {
+      if (fault.changeFirst) this.change(entity, fault.changeFirst);
+      return fault.outcome;
+    }
+    if (fault?.kind === "throw") throw fault.error;
+    if (fault?.kind === "changed-first") this.change(entity, fault.ops, fault.idempotencyKey);
+    const outcome = this.apply(key, ops, opts);
+    if (fault?.kind === "commit-then-unknown") return { kind: "unknown", message: "socket hang up after the request was sent" };
+    if (fault?.kind === "commit-then-throw") throw fault.error;
+    return outcome;
+  }
+
+  async lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, _opts: ReadOptions): Promise<ReconcileResult> {
+    this.lookups.push(idempotencyKey);
+    const fault = this.script.lookup.shift();
+    if (fault?.kind === "answer") return fault.result;
+    if (fault?.kind === "throw") throw fault.error;
+    return this.appliedKeys.get(idempotencyKey) === entityKey(entity) ? "applied" : "not_applied";
+  }
+
+  private apply(key: string, ops: readonly JsonPatchOp[], opts: PatchOptions): PatchOutcome {
+    const r = this.records.get(key);
+    if (!r) return { kind: "not_found" };
+    if (opts.ifMatch !== version(r.n)) return { kind: "precondition_failed", current: { state: structuredClone(r.state), version: version(r.n) } };
+    let next: unknown;
+    try {
+      next = jsonpatch.applyPatch(structuredClone(r.state), structuredClone(ops) as Operation[], true, false).newDocument;
+    } catch (err) {
+      return { kind: "rejected", status: 422, message: `patch does not apply: ${(err as Error).message}` };
+    }
+    r.state = next;
+    r.n++;
+    this.appliedKeys.set(opts.idempotencyKey, key);
+    this.commitLog.push({ entity: key, idempotencyKey: opts.idempotencyKey });
+    return { kind: "applied", state: structuredClone(r.state), version: version(r.n) };
+  }
+}

@@ -1,0 +1,229 @@
+import { randomBytes } from "node:crypto";
+import fc from "fast-check";
+import type { KafkaMessage } from "kafkajs";
+import { describe, expect, it } from "vitest";
+import { sha256Hex } from "../../../src/canonical-json.ts";
+import { WireCodec } from "../../../src/codec.ts";
+import { deadLetterOf, effects } from "../../../src/owner/effects.ts";
+import { healRecord, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
+import { CONTROL_HEADER } from "../../../src/schemas/control.ts";
+import type { Escalation } from "../../../src/schemas/escalation.ts";
+import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
+import type { Reply } from "../../../src/schemas/reply.ts";
+
+const AT = "2025-06-01T12:00:00.000Z";
+const LIMIT = 20_000;
+const topics = { intents: "writ.intents", ledger: "writ.ledger", human: "writ.human", dlq: "writ.dlq" };
+const encoder = (maxMessageBytes = LIMIT) => new RecordEncoder(new WireCodec({}), { maxMessageBytes, topics });
+const REPLY_TO = "writ.replies.agent-1";
+const entity = { type: "ticket", id: "T-1" };
+const big = { body: "x".repeat(50_000) };
+const base = { intentId: "intent-1", intentKey: "a".repeat(64), duplicate: false, at: AT };
+const source = { topic: "writ.intents", partition: 2, offset: "99" };
+
+const parse = (r: OutRecord) => JSON.parse(r.value!.toString("utf8")) as Record<string, unknown>;
+
+function kafkaMessage(value: Buffer, headers: Record<string, string> = {}): KafkaMessage {
+  return { key: Buffer.from("ticket:T-1"), value, timestamp: "0", attributes: 0, offset: "99", headers } as KafkaMessage;
+}
+
+describe("RecordEncoder", () => {
+  it("sends an applied reply larger than maxMessageBytes without state, marked truncated, and it fits", async () => {
+    const reply: Reply = { ...base, status: "applied", entity, state: big, version: '"7"', via: "patch" };
+    const [out] = await encoder().encode(effects({ replies: [{ topic: REPLY_TO, value: reply }] }), 0);
+    expect(out).toMatchObject({ topic: REPLY_TO, key: "intent-1" });
+    expect(out!.value!.length).toBeLessThanOrEqual(LIMIT);
+    expect(parse(out!)).toMatchObject({ status: "applied", state: null, truncated: true, version: '"7"' });
+  });
+
+  it("sends a conflict reply too large for the broker with current.state left out, version and your_change kept", async () => {
+    const reply: Reply = {
+      ...base,
+      status: "conflict",
+      entity,
+      cycle: 1,
+      message: "changed",
+      current: { state: big, version: '"8"' },
+      your_change: [{ op: "add", path: "/tags/-", value: "vip" }],
+    };
+    const [out] = await encoder().encode(effects({ replies: [{ topic: REPLY_TO, value: reply }] }), 0);
+    expect(out!.value!.length).toBeLessThanOrEqual(LIMIT);
+    expect(parse(out!)).toMatchObject({ current: { state: null, version: '"8"' }, truncated: true, your_change: reply.your_change });
+  });
+
+  it("leaves a reply that fits as it is", async () => {
+    const reply: Reply = { ...base, status: "applied", entity, state: { tags: ["vip"] }, version: '"2"', via: "patch" };
+    const [out] = await encoder().encode(effects({ replies: [{ topic: REPLY_TO, value: reply }] }), 0);
+    expect(parse(out!)).toEqual(reply);
+  });
+
+  it("sends an escalation too large for the broker with the record's state left out", async () => {
+    const escalation: Escalation = {
+      escalationId: "e-1",
+      reason: "outcome_unknown",
+      message: "check",
+      intent: {
+        intentId: "intent-1",
+        intentKey: "a".repeat(64),
+        entity,
+        tool: "tag_ticket",
+        agent: { id: "a", runId: "r", stepId: "s" },
+        baseVersion: '"1"',
+        delta: [{ op: "add", path: "/tags/-", value: "vip" }],
+        params: { tag: "vip" },
+        replyTo: REPLY_TO,
+        createdAt: AT,
+      },
+      cycles: 0,
+      current: { state: big, version: '"3"' },
+      at: AT,
+    };
+    const [out] = await encoder().encode(effects({ escalations: [{ key: "ticket:T-1", value: escalation }] }), 0);
+    expect(out).toMatchObject({ topic: "writ.human", key: "ticket:T-1" });
+    expect(out!.value!.length).toBeLessThanOrEqual(LIMIT);
+    expect(parse(out!)).toMatchObject({ current: { state: null, version: '"3"' }, escalationId: "e-1" });
+  });
+
+  it("keeps a prefix of a dead letter over the limit, with truncated, originalBytes and the sha256 of the whole original", async () => {
+    const original = randomBytes(40_000);
+    const d = deadLetterOf(kafkaMessage(original, { trace: "t" }), source, "too_large", "too big", AT);
+    const [out] = await encoder().encode(effects({ deadLetters: [d] }), 0);
+    expect(out).toMatchObject({ topic: "writ.dlq", key: "ticket:T-1" });
+    expect(out!.value!.length).toBeLessThanOrEqual(LIMIT);
+    const v = parse(out!) as { valueBase64: string; truncated: boolean; originalBytes: number; sha256: string };
+    const kept = Buffer.from(v.valueBase64, "base64");
+    expect(kept.length).toBeGreaterThan(0);
+    expect(kept.length).toBeLessThan(original.length);
+    expect(kept.equals(original.subarray(0, kept.length))).toBe(true);
+    expect(v).toMatchObject({ truncated: true, originalBytes: 40_000, sha256: sha256Hex(original) });
+  });
+
+  it("keeps a dead letter that fits whole", async () => {
+    const original = Buffer.from("{not json");
+    const [out] = await encoder().encode(effects({ deadLetters: [deadLetterOf(kafkaMessage(original), source, "undecodable", "x", AT)] }), 0);
+    expect(parse(out!)).toMatchObject({ truncated: false, valueBase64: original.toString("base64"), originalBytes: original.length });
+  });
+
+  // Regression: a dead letter was trimmed to (limit - 16,384) * 3/4 bytes of payload,
+  // a margin that assumes the envelope's other fields stay under 16 KiB. deadLetterOf bounds the copied headers
+  // by 16,384 UTF-16 code units, not bytes: non-ASCII header text takes 2–3 bytes per unit in UTF-8 (control
+  // characters 6, as JSON escapes), so the trimmed dead letter still exceeds maxMessageBytes. The broker refuses
+  // the record, the transaction fails, and the same intent record fails it again after every restart.
+  it("a trimmed dead letter fits maxMessageBytes even when the original record carried large non-ASCII headers", async () => {
+    const headers: Record<string, string> = {};
+    for (let i = 0; i < 16; i++) headers[`h${i}`] = "€".repeat(1_000);
+    const original = randomBytes(200_000);
+    const d = deadLetterOf(kafkaMessage(original, headers), source, "too_large", "too big", AT);
+    const [out] = await encoder(100_000).encode(effects({ deadLetters: [d] }), 0);
+    expect(out!.value!.length).toBeLessThanOrEqual(100_000);
+  });
+
+  it("puts the ledger entry first, on the ledger partition it is given, keyed by intent key", async () => {
+    const entry: LedgerIntentEntry = {
+      kind: "intent",
+      intentKey: "a".repeat(64),
+      intentId: "intent-1",
+      status: "done",
+      entity,
+      tool: "tag_ticket",
+      fingerprint: "f",
+      attempts: [{ baseVersion: '"1"', deltaFingerprint: "d" }],
+      cycles: 0,
+      outcome: { status: "applied", version: '"2"', via: "patch", at: AT },
+      replyTo: REPLY_TO,
+      updatedAt: AT,
+    };
+    const reply: Reply = { ...base, status: "applied", entity, state: null, version: '"2"', via: "patch" };
+    const out = await encoder().encode(effects({ ledger: entry, replies: [{ topic: REPLY_TO, value: reply }] }), 5);
+    expect(out.map((r) => [r.topic, r.partition, r.key])).toEqual([
+      ["writ.ledger", 5, "a".repeat(64)],
+      [REPLY_TO, undefined, "intent-1"],
+    ]);
+    expect(encoder().tombstone("k", 5)).toEqual({ topic: "writ.ledger", partition: 5, key: "k", value: null });
+  });
+
+  it("refuses to encode a value that is not a valid wire value", async () => {
+    const bad = { ...base, status: "applied", entity, state: null, version: "", via: "patch" } as Reply;
+    await expect(encoder().encode(effects({ replies: [{ topic: REPLY_TO, value: bad }] }), 0)).rejects.toMatchObject({ code: "codec_failed" });
+  });
+});
+
+describe("sendRounds", () => {
+  /** A lower bound of what the record adds to a produce request: its key, value and headers. */
+  const payload = (m: { key?: unknown; value?: unknown; headers?: unknown }) => {
+    let n = String(m.key ?? "").length + ((m.value as Buffer | null)?.length ?? 0);
+    for (const [k, v] of Object.entries((m.headers as Record<string, string>) ?? {})) n += k.length + v.length;
+    return n;
+  };
+
+  it("sends a record larger than maxBytes in a round of its own for its topic", () => {
+    const records: OutRecord[] = [
+      { topic: "a", key: "1", value: Buffer.alloc(100) },
+      { topic: "a", key: "2", value: Buffer.alloc(5_000) },
+      { topic: "a", key: "3", value: Buffer.alloc(100) },
+    ];
+    const rounds = sendRounds(records, 1_000);
+    expect(rounds.map((r) => r.map((t) => t.messages.map((m) => m.key)))).toEqual([[["1"]], [["2"]], [["3"]]]);
+  });
+
+  it("keeps small records of several topics in one round", () => {
+    const records: OutRecord[] = [
+      { topic: "writ.ledger", partition: 3, key: "k", value: Buffer.from("{}") },
+      { topic: REPLY_TO, key: "i", value: Buffer.from("{}") },
+      healRecord("writ.dlq", 1),
+    ];
+    const rounds = sendRounds(records, 1_000_000);
+    expect(rounds).toHaveLength(1);
+    expect(rounds[0]).toEqual([
+      { topic: "writ.ledger", messages: [{ key: "k", value: Buffer.from("{}"), partition: 3 }] },
+      { topic: REPLY_TO, messages: [{ key: "i", value: Buffer.from("{}") }] },
+      { topic: "writ.dlq", messages: [{ key: null, value: null, partition: 1, headers: { [CONTROL_HEADER]: "heal" } }] },
+    ]);
+  });
+
+  it("never puts more than maxBytes of one topic in one round, and keeps every record, its order per topic, partition and headers", () => {
+    const record = fc.record(
+      {
+        topic: fc.constantFrom("writ.ledger", "writ.replies.a", "writ.dlq"),
+        size: fc.nat({ max: 3_000 }),
+        partition: fc.option(fc.nat({ max: 11 }), { nil: undefined }),
+        headers: fc.option(fc.dictionary(fc.string({ maxLength: 8 }), fc.string({ maxLength: 40 }), { maxKeys: 3 }), { nil: undefined }),
+      },
+      { requiredKeys: ["topic", "size"] },
+    );
+    fc.assert(
+      fc.property(fc.array(record, { maxLength: 60 }), fc.integer({ min: 200, max: 10_000 }), (specs, maxBytes) => {
+        const records: OutRecord[] = specs.map((s, i) => ({
+          topic: s.topic,
+          key: `r${i}`,
+          value: Buffer.alloc(s.size, i % 256),
+          ...(s.partition === undefined ? {} : { partition: s.partition }),
+          ...(s.headers === undefined ? {} : { headers: s.headers }),
+        }));
+        const rounds = sendRounds(records, maxBytes);
+        const sent = new Map<string, unknown[]>();
+        for (const round of rounds) {
+          expect(new Set(round.map((t) => t.topic)).size).toBe(round.length);
+          for (const { topic, messages } of round) {
+            expect(messages.length).toBeGreaterThan(0);
+            if (messages.length > 1) expect(messages.reduce((n, m) => n + payload(m), 0)).toBeLessThanOrEqual(maxBytes);
+            sent.set(topic, [...(sent.get(topic) ?? []), ...messages]);
+          }
+        }
+        for (const t of new Set(records.map((r) => r.topic))) {
+          const expected = records
+            .filter((r) => r.topic === t)
+            .map((r) => ({
+              key: r.key,
+              value: r.value,
+              ...(r.partition === undefined ? {} : { partition: r.partition }),
+              ...(r.headers === undefined ? {} : { headers: r.headers }),
+            }));
+          expect(sent.get(t)).toEqual(expected);
+        }
+        expect([...sent.values()].reduce((n, m) => n + m.length, 0)).toBe(records.length);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
