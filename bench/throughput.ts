@@ -1,101 +1,183 @@
-// `npm run bench`: end-to-end throughput and latency of writ on the local
-// broker: agents' submit → owner (dedupe, pending, fresh read, If-Match PATCH,
-// one transaction per chunk) → reply. Prints its figures; asserts nothing.
+// `npm run bench`: writ and a raw kafkajs request-reply echo, side by side on
+// one broker (the local one, reused or started). Per scenario, one JSON line on
+// stdout; progress and a closing table on stderr. The default runs the four
+// throughput scenarios; the memory line needs `--scenario memory` (or `all`).
+// It asserts nothing: `exact` says whether the records server saw every
+// intent applied exactly once.
+//
+//   npm run bench [-- --scenario c64|c8|c64-sor20|hot|memory|throughput|all] [--intents 3000] [--entities 200]
+//                 [--memory-entries 1000000] [--keep-topics] [--seed 1]
+//
+// writ_rps / echo_rps: answered submissions (new intents and the 10 %
+// resubmits) per second of wall time, closed loop; the echo runs once right
+// before and once right after writ, and its figures cover both runs.
+// Latencies: per request, submit → reply. Checks: at the records server
+// (see writ-run.ts).
 import { randomUUID } from "node:crypto";
-import { createWritClient, type IntentInput } from "../producers/writ-client.ts";
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { pino } from "pino";
 import { ensureStack } from "../scripts/local-stack.ts";
-import { refundPayment, systems, tools } from "../examples/demo-tools.ts";
-import { createLogger } from "../src/logger.ts";
+import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
-import { startRouter } from "../src/owner/router.ts";
-import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
+import { runEcho } from "./echo.ts";
+import { runMemory, type MemoryResult } from "./memory.ts";
+import { makePlan, percentile, round, say, SCENARIOS, type Scenario } from "./workload.ts";
+import { runWrit } from "./writ-run.ts";
 
 hideKafkajsTimeoutWarning();
-const INTENTS = Number(process.env.BENCH_INTENTS ?? 3000);
-const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 200);
-const WAVE = Number(process.env.BENCH_WAVE ?? 100);
-const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 12);
+const root = resolve(import.meta.dirname, "..");
+const { values: args } = parseArgs({
+  options: {
+    scenario: { type: "string", default: "throughput" },
+    intents: { type: "string", default: "3000" },
+    entities: { type: "string", default: "200" },
+    "memory-entries": { type: "string", default: "1000000" },
+    "keep-topics": { type: "boolean", default: false },
+    seed: { type: "string", default: "1" },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+if (args.help) {
+  say("npm run bench -- [--scenario c64|c8|c64-sor20|hot|memory|throughput|all] [--intents N] [--entities E] [--memory-entries M] [--keep-topics] [--seed S]");
+  process.exit(0);
+}
+const positive = (name: string, raw: string): number => {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0) {
+    say(`bench: --${name} must be a positive integer, got ${raw}`);
+    process.exit(2);
+  }
+  return n;
+};
+const INTENTS = positive("intents", args.intents);
+const ENTITIES = positive("entities", args.entities);
+const MEMORY_ENTRIES = positive("memory-entries", args["memory-entries"]);
+const SEED = positive("seed", args.seed);
+const PARTITIONS = 12;
+const TIMEOUT_MS = 60_000;
+const throughputNames: string[] = SCENARIOS.map((s) => s.name);
+const names = [...throughputNames, "memory"];
+if (!["all", "throughput", ...names].includes(args.scenario)) {
+  say(`bench: --scenario must be one of ${names.join(", ")}, throughput (the default: all but memory) or all, got ${args.scenario}`);
+  process.exit(2);
+}
+// The memory line writes about 1 GB to the broker and took over 2 minutes on the 2-core development
+// machine, so the default run leaves it out: `--scenario memory` or `--scenario all`.
+const selected = args.scenario === "all" ? names : args.scenario === "throughput" ? throughputNames : [args.scenario];
 
-const stack = await ensureStack({ log: () => undefined });
+const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
 const brokers = stack.endpoints.brokers;
 const registryUrl = stack.endpoints.registryUrl || undefined;
-const records = await startDemoRecordsServer({ port: 0 });
-for (let i = 0; i < ENTITIES; i++) records.seed("payment", `pay_${i}`, { amountCents: 10_000_000, refunds: [] });
-const id = randomUUID().slice(0, 8);
-const logger = createLogger({ level: "warn", name: "bench" });
-const router = await startRouter({
-  config: {
-    brokers,
-    schemaRegistryUrl: registryUrl,
-    groupId: `writ.bench.${id}`,
-    intentPartitions: PARTITIONS,
-    topics: { intents: `writ.intents.b${id}`, ledger: `writ.ledger.b${id}`, human: `writ.human.b${id}`, dlq: `writ.dlq.b${id}` },
-  },
-  tools,
-  systems: systems({ RECORDS_URL: records.url }),
-  logger,
-});
-const client = await createWritClient({
-  brokers,
-  agentId: "bench",
-  replyTopic: `writ.replies.bench.${id}`,
-  intentsTopic: `writ.intents.b${id}`,
-  schemaRegistryUrl: registryUrl,
-  logger,
-});
+// The in-process owner's and clients' logs (kafkajs's #304 retries among them) go to a file, not between the progress lines.
+mkdirSync(join(root, ".writ"), { recursive: true });
+const logFile = join(root, ".writ", "bench.log");
+const logger = pino({ name: "bench", level: process.env.LOG_LEVEL ?? "warn", redact: REDACT_PATHS }, pino.destination(logFile));
+const run = randomUUID().slice(0, 8);
+say(`writ bench ${run}: ${INTENTS} intents (+${Math.round(INTENTS * 0.1)} resubmits) on ${ENTITIES} entities, ${PARTITIONS} partitions, brokers ${brokers.join(",")}`);
+say(`  owner and client logs: ${logFile}`);
 
-const intent = (i: number): IntentInput => ({
-  tool: refundPayment,
-  entity: { type: "payment", id: `pay_${i % ENTITIES}` },
-  runId: `bench-${id}`,
-  stepId: `s${i}`,
-  baseVersion: '"v1"',
-  delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 100, reason: "goodwill", ref: `r${i}` } }],
-  params: { amountCents: 100, reason: "goodwill" },
-});
+interface Line {
+  scenario: string;
+  writ_rps: number | null;
+  echo_rps: number | null;
+  ratio: number | null;
+  p50_ms: number | null;
+  p99_ms: number | null;
+  echo_p50_ms: number | null;
+  echo_p99_ms: number | null;
+  bound_rps: number | null;
+  fraction_of_bound: number | null;
+  patches_per_intent_max: number;
+  duplicates_answered: number;
+  exact: boolean;
+}
+const lines: Line[] = [];
+let memory: MemoryResult | null = null;
+let failed = false;
 
-// Warm-up: partition assignment, ledger restore, schema registration.
-await client.submitAll(Array.from({ length: PARTITIONS * 2 }, (_, i) => intent(INTENTS + i)));
-
-const latencies: number[] = [];
-const started = performance.now();
-for (let sent = 0; sent < INTENTS; sent += WAVE) {
-  const wave = Array.from({ length: Math.min(WAVE, INTENTS - sent) }, (_, k) => intent(sent + k));
-  const t0 = performance.now();
-  const replies = await client.submitAll(wave, { timeoutMs: 60_000 });
-  const t1 = performance.now();
-  for (const r of replies) {
-    if (r.status !== "applied") throw new Error(`bench: intent answered ${r.status}`);
-    latencies.push(t1 - t0);
+async function scenario(s: Scenario): Promise<Line> {
+  say(`\n[${s.name}] C=${s.concurrency}, records server latency ${s.sorLatencyMs} ms${s.hotEntities ? `, half of the intents on ${s.hotEntities} entities` : ""}`);
+  const plan = makePlan(INTENTS, ENTITIES, s.hotEntities, SEED);
+  const common = { brokers, partitions: PARTITIONS, concurrency: s.concurrency, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
+  // The echo runs right before and right after writ, and counts as one run of both halves: on a
+  // noisy machine the floor then brackets the writ run instead of standing at one end of it.
+  const before = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e1` }) : null;
+  const writ = await runWrit({ ...common, registryUrl, tag: `${run}.${s.name}`, sorLatencyMs: s.sorLatencyMs });
+  const after = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e2` }) : null;
+  const echo =
+    before && after
+      ? { seconds: before.seconds + after.seconds, latencies: [...before.latencies, ...after.latencies], failures: before.failures + after.failures }
+      : null;
+  const requests = plan.intents + plan.resubmits;
+  const writRps = (requests - writ.failures) / writ.seconds;
+  const echoRps = echo ? (2 * requests - echo.failures) / echo.seconds : null;
+  if (before && after) {
+    say(`  echo before writ ${(requests / before.seconds).toFixed(0)} rps, after ${(requests / after.seconds).toFixed(0)} rps`);
   }
+  const bound = s.sorLatencyMs > 0 ? Math.min(s.concurrency, ENTITIES) / ((2 * s.sorLatencyMs) / 1000) : null;
+  return {
+    scenario: s.name,
+    writ_rps: round(writRps, 0),
+    echo_rps: round(echoRps, 0),
+    ratio: echoRps ? round(writRps / echoRps, 3) : null,
+    p50_ms: round(percentile(writ.latencies, 50)),
+    p99_ms: round(percentile(writ.latencies, 99)),
+    echo_p50_ms: echo ? round(percentile(echo.latencies, 50)) : null,
+    echo_p99_ms: echo ? round(percentile(echo.latencies, 99)) : null,
+    bound_rps: bound === null ? null : round(bound, 0),
+    fraction_of_bound: bound === null ? null : round(writRps / bound, 3),
+    patches_per_intent_max: writ.checks.patchesPerIntentMax,
+    duplicates_answered: writ.checks.duplicatesAnswered,
+    exact: writ.checks.exact && writ.failures === 0 && (echo?.failures ?? 0) === 0,
+  };
 }
-const seconds = (performance.now() - started) / 1000;
 
-// Duplicates: the same wave again, answered from the ledger without touching the records server.
-const dupStart = performance.now();
-for (let sent = 0; sent < INTENTS; sent += WAVE) {
-  await client.submitAll(Array.from({ length: Math.min(WAVE, INTENTS - sent) }, (_, k) => intent(sent + k)), { timeoutMs: 60_000 });
+try {
+  for (const name of selected) {
+    if (name === "memory") {
+      say(`\n[memory] ${MEMORY_ENTRIES.toLocaleString("en")} ledger entries, owner in a child process`);
+      memory = await runMemory({ brokers, registryUrl, tag: `${run}.memory`, partitions: PARTITIONS, entries: MEMORY_ENTRIES, logger, keepTopics: args["keep-topics"] });
+      console.log(
+        JSON.stringify({
+          scenario: "memory",
+          ledger_entries: memory.entries,
+          owner_rss_mb: memory.ownerRssMb,
+          bytes_per_entry: memory.bytesPerEntry,
+          baseline_rss_mb: memory.baselineRssMb,
+          entry_value_bytes: memory.valueBytes,
+          restore_s: memory.restoreSeconds,
+          run_s: memory.seconds,
+        }),
+      );
+      continue;
+    }
+    const line = await scenario(SCENARIOS.find((s) => s.name === name)!);
+    lines.push(line);
+    console.log(JSON.stringify(line));
+  }
+} catch (err) {
+  failed = true;
+  say(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
 }
-const dupSeconds = (performance.now() - dupStart) / 1000;
 
-latencies.sort((a, b) => a - b);
-const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]!.toFixed(0);
-const writes = Object.values(records.stats().writesByKey).reduce((a, b) => a + b, 0);
-console.log(`writ bench: ${INTENTS} refund intents on ${ENTITIES} entities, ${PARTITIONS} partitions, waves of ${WAVE}, 1 owner`);
-console.log(`  new intents:  ${(INTENTS / seconds).toFixed(0)} intents/s; wave latency p50 ${pct(50)} ms, p95 ${pct(95)} ms, p99 ${pct(99)} ms`);
-console.log(`  duplicates:   ${(INTENTS / dupSeconds).toFixed(0)} intents/s answered from the ledger`);
-console.log(`  records server: ${writes} writes for ${INTENTS + PARTITIONS * 2} intents`);
-console.log(
-  JSON.stringify({
-    intents_per_s: Math.round(INTENTS / seconds),
-    duplicate_intents_per_s: Math.round(INTENTS / dupSeconds),
-    wave_latency_ms: { p50: Number(pct(50)), p95: Number(pct(95)), p99: Number(pct(99)) },
-    writes,
-  }),
-);
+// The closing table.
+const fmt = (x: number | null | boolean, w: number) => String(x ?? "-").padStart(w);
+say("");
+say(`writ bench ${run}: ${INTENTS} intents + ${Math.round(INTENTS * 0.1)} resubmits, ${ENTITIES} entities, ${PARTITIONS} partitions, 1 owner; rps = answered submissions/s`);
+say(`${"scenario".padEnd(10)}${fmt("writ rps" as never, 9)}${fmt("echo rps" as never, 9)}${fmt("ratio" as never, 7)}${fmt("p50" as never, 8)}${fmt("p99" as never, 8)}${fmt("echo p50" as never, 9)}${fmt("echo p99" as never, 9)}${fmt("bound" as never, 7)}${fmt("of bound" as never, 9)}${fmt("patch/int" as never, 10)}${fmt("dups" as never, 6)}${fmt("exact" as never, 7)}`);
+for (const l of lines) {
+  say(
+    `${l.scenario.padEnd(10)}${fmt(l.writ_rps, 9)}${fmt(l.echo_rps, 9)}${fmt(l.ratio, 7)}${fmt(l.p50_ms, 8)}${fmt(l.p99_ms, 8)}${fmt(l.echo_p50_ms, 9)}${fmt(l.echo_p99_ms, 9)}${fmt(l.bound_rps, 7)}${fmt(l.fraction_of_bound, 9)}${fmt(l.patches_per_intent_max, 10)}${fmt(l.duplicates_answered, 6)}${fmt(l.exact, 7)}`,
+  );
+}
+if (lines.length > 0) say("latencies in ms, per request (submit → reply); bound = min(C, entities) / (2 × records-server latency)");
+if (memory) {
+  say(
+    `memory: ${memory.entries.toLocaleString("en")} ledger entries → owner RSS ${memory.ownerRssMb} MB (empty ledger ${memory.baselineRssMb} MB), ${memory.bytesPerEntry} bytes/entry; restore ${memory.restoreSeconds} s`,
+  );
+}
 
-await client.close();
-await router.stop();
-await records.close();
 if (stack.started) await stack.stop();
-process.exit(0);
+process.exit(failed ? 1 : 0);

@@ -1,8 +1,11 @@
 // `npm run demo`: writ end to end on a real broker and registry.
 // Two owner processes, a demo records server, and simulated agents that
 // (a) refund once, again, and once more around a commit-then-timeout, and
-// (b) race on one ticket's tags. Every figure in the last line is measured
-// afterwards: refunds and tags at the records server, escalations on writ.human.
+// (b) race on one ticket's tags. The records server runs with its own
+// Idempotency-Key dedupe off, so any duplicate suppressed is writ's doing.
+// Every figure in the last line is counted afterwards, never derived: refunds,
+// PATCH requests and tags at the records server, replies (conflicts) on the
+// agents' reply topics, escalations on writ.human.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, openSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -10,6 +13,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
 import { WireCodec } from "../src/codec.ts";
 import { createLogger } from "../src/logger.ts";
+import type { Reply } from "../src/schemas/reply.ts";
 import { refundPayment, tagTicket } from "./demo-tools.ts";
 import { runExample, startLocalStack } from "./example-stack.ts";
 
@@ -28,6 +32,7 @@ stack.onShutdown(stopAgentsAndOwners);
 async function main(): Promise<Record<string, number>> {
   say(`writ demo (${demoRun})`);
   say(stack.endpointsLine);
+  say("  the records server's own Idempotency-Key dedupe is off: only writ can stop a duplicate write");
   records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
   records.seed("ticket", "T-42", { subject: "Charged twice", status: "open", tags: ["billing"] });
   records.seed("ticket", "T-43", { subject: "Refund stuck", status: "open", tags: [] });
@@ -55,14 +60,21 @@ async function main(): Promise<Record<string, number>> {
   };
   records.setFaults([{ kind: "commit-then-delay", delayMs: 4000, times: 1, match: { type: "payment", id: "pay_1001" } }]);
   say("  records server armed: commit the next PATCH of pay_1001, then answer after 4 s (owner's timeout is 1.5 s)");
+  const refundKey = billing!.buildIntent(refund).intentKey;
+  // PATCH requests the records server saw for the refund's intent key while each submission was in flight.
+  const patchesDuring: number[] = [];
   const submissions: SubmitResult[] = [];
-  submissions.push(await billing!.submit(refund));
-  describe("submission 1 (commit-then-timeout)", submissions[0]!);
+  const submitRefund = async (label: string, input: typeof refund) => {
+    const before = records.patchRequests(refundKey).length;
+    const reply = await billing!.submit(input);
+    patchesDuring.push(records.patchRequests(refundKey).length - before);
+    submissions.push(reply);
+    describe(label, reply);
+  };
+  await submitRefund("submission 1 (commit-then-timeout)", refund);
   // A harness retry and a resume from an older checkpoint: the model rewrote its note, the intent is the same.
-  submissions.push(await billing!.submit({ ...refund, params: { ...refund.params, note: "Refund for damaged item" } }));
-  describe("submission 2 (harness retry)", submissions[1]!);
-  submissions.push(await billing!.submit(refund));
-  describe("submission 3 (resume after approval)", submissions[2]!);
+  await submitRefund("submission 2 (harness retry)", { ...refund, params: { ...refund.params, note: "Refund for damaged item" } });
+  await submitRefund("submission 3 (resume after approval)", refund);
 
   // (b) two agents read T-42 at the same version and both add a tag.
   say("");
@@ -82,7 +94,6 @@ async function main(): Promise<Record<string, number>> {
     delta: [{ op: "replace" as const, path: "/tags", value: [...base.state.tags, wanted.get(agent)!] }],
     params: { tag: wanted.get(agent)! },
   });
-  let conflicts = 0;
   const race = await Promise.all(
     ([
       ["support-alice", alice!],
@@ -91,7 +102,6 @@ async function main(): Promise<Record<string, number>> {
       let reply = await c.submit(tagIntent(agent, t42));
       describe(`${agent}`, reply);
       while (reply.status === "conflict") {
-        conflicts++;
         // The agent decides again from `current`, not blindly: same intent, fresh base.
         reply = await c.submit(tagIntent(agent, reply.current as { state: any; version: string }));
         describe(`${agent} decides again`, reply);
@@ -104,37 +114,60 @@ async function main(): Promise<Record<string, number>> {
   say("");
   say("(c) an SLA bot outside writ touches T-43 before each of support-bob's writes");
   let base = await read("ticket", "T-43");
+  const t43Intent = (b: typeof base) => ({
+    tool: tagTicket,
+    entity: { type: "ticket", id: "T-43" },
+    runId: `${demoRun}-support-bob`,
+    stepId: "step-2-tag",
+    baseVersion: b.version,
+    delta: [{ op: "replace" as const, path: "/tags", value: [...b.state.tags, "refund-stuck"] }],
+    params: { tag: "refund-stuck" },
+  });
   for (let attempt = 1; attempt <= 3; attempt++) {
     await outsideWriterTouch("ticket", "T-43", attempt);
-    const reply = await bob!.submit({
-      tool: tagTicket,
-      entity: { type: "ticket", id: "T-43" },
-      runId: `${demoRun}-support-bob`,
-      stepId: "step-2-tag",
-      baseVersion: base.version,
-      delta: [{ op: "replace" as const, path: "/tags", value: [...base.state.tags, "refund-stuck"] }],
-      params: { tag: "refund-stuck" },
-    });
+    const reply = await bob!.submit(t43Intent(base));
     describe(`support-bob on T-43, attempt ${attempt}`, reply);
     if (reply.status !== "conflict") break;
-    conflicts++;
     base = reply.current as typeof base;
   }
 
-  // Measured afterwards.
+  // Counted afterwards: at the records server, on the reply topics, on writ.human.
   const payment = await read("payment", "pay_1001");
   const refundsCreated = payment.state.refunds.length;
+  const patchRequests = records.patchRequests(refundKey).length;
+  // A submission reached the owner when its reply is on the billing agent's reply topic; it was suppressed
+  // when the records server saw no PATCH request for the intent key while it was in flight.
+  const billingReplies = await readReplies("writ.replies.billing-agent", new Set([refundKey]));
+  const answered = new Set(billingReplies.map((r) => r.intentId));
+  const reachedOwner = submissions.filter((s) => answered.has(s.intentId)).length;
+  const duplicatesSuppressed = submissions.filter((s, i) => answered.has(s.intentId) && patchesDuring[i] === 0).length;
+  const tagKeys = new Set([
+    alice!.buildIntent(tagIntent("support-alice", t42)).intentKey,
+    bob!.buildIntent(tagIntent("support-bob", t42)).intentKey,
+    bob!.buildIntent(t43Intent(base)).intentKey,
+  ]);
+  const tagReplies = [
+    ...(await readReplies("writ.replies.support-alice", tagKeys)),
+    ...(await readReplies("writ.replies.support-bob", tagKeys)),
+  ];
+  const conflicts = tagReplies.filter((r) => r.status === "conflict").length;
   const ticket = await read("ticket", "T-42");
   const appliedTags = race.filter((r) => r.status === "applied").length;
   const lostUpdates = [...wanted.values()].filter((tag) => !ticket.state.tags.includes(tag)).length;
   const escalations = await countEscalations();
   say("");
-  say(`records server: pay_1001 has ${refundsCreated} refund(s) after ${submissions.length} submissions; PATCH requests for that intent: ${records.patchRequests(submissions[0]!.intentKey).length}`);
+  say(
+    `records server: pay_1001 has ${refundsCreated} refund(s); ${patchRequests} PATCH request(s) for the refund's intent key, ` +
+      `during submissions ${patchesDuring.map((n, i) => `${i + 1}: ${n}`).join(", ")}`,
+  );
+  say(`writ.replies.billing-agent: ${reachedOwner} of ${submissions.length} submissions answered by the owner; ${duplicatesSuppressed} of them caused no PATCH request`);
   say(`records server: T-42 tags ${JSON.stringify(ticket.state.tags)} at ${ticket.version} (${appliedTags} of ${wanted.size} agents applied)`);
+  say(`writ.replies.support-*: ${conflicts} conflict repl${conflicts === 1 ? "y" : "ies"} for this run's tag intents`);
   say(`writ.human: ${escalations} escalation(s) from this run`);
   return {
     refunds_created: refundsCreated,
-    duplicates_suppressed: submissions.length - refundsCreated,
+    duplicates_suppressed: duplicatesSuppressed,
+    patch_requests: patchRequests,
     conflicts,
     lost_updates: lostUpdates,
     escalations,
@@ -189,32 +222,48 @@ function startOwner(n: number): ChildProcess {
 }
 
 async function countEscalations(): Promise<number> {
+  const escalations = (await readTopic("writ.human", "Escalation")) as { intent?: { agent?: { runId?: string } } }[];
+  return escalations.filter((e) => e.intent?.agent?.runId?.startsWith(demoRun)).length;
+}
+
+/** The replies on `topic` (committed ones, as an agent reads them) for the given intent keys. */
+async function readReplies(topic: string, intentKeys: Set<string>): Promise<Reply[]> {
+  return ((await readTopic(topic, "Reply")) as Reply[]).filter((r) => intentKeys.has(r.intentKey));
+}
+
+/**
+ * Every committed value on `topic`, from its start to its end as of the call
+ * (read_committed, so aborted writes are not counted), decoded as `name`.
+ */
+async function readTopic(topic: string, name: "Reply" | "Escalation"): Promise<unknown[]> {
   const kafka = new Kafka({ clientId: "writ-demo-reader", brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
-  const end = await admin.fetchTopicOffsets("writ.human");
-  await admin.disconnect();
-  const target = end.reduce((n, p) => n + Number(p.high), 0);
+  const end = await admin.fetchTopicOffsets(topic).finally(() => admin.disconnect());
+  // Partitions not yet read to their end offset (transaction markers included).
+  const behind = new Map(end.filter((p) => Number(p.high) > Number(p.low)).map((p) => [p.partition, Number(p.high)]));
+  if (behind.size === 0) return [];
   const codec = new WireCodec({ schemaRegistryUrl: registryUrl });
-  const consumer = kafka.consumer({ groupId: `writ.demo-reader.${demoRun}`, maxWaitTimeInMs: 500 });
-  let seen = 0;
-  let mine = 0;
+  const consumer = kafka.consumer({ groupId: `writ.demo-reader.${demoRun}.${topic}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+  const values: unknown[] = [];
   await consumer.connect();
-  await consumer.subscribe({ topic: "writ.human", fromBeginning: true });
+  await consumer.subscribe({ topic, fromBeginning: true });
   const done = new Promise<void>((resolveDone) => {
-    if (target === 0) resolveDone();
-    void consumer.run({
-      eachMessage: async ({ message }) => {
-        seen++;
-        const d = await codec.decode("Escalation", message.value);
-        if (d.ok && d.value.intent.agent.runId.startsWith(demoRun)) mine++;
-        if (seen >= target) resolveDone();
-      },
+    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+      const high = behind.get(payload.partition);
+      if (high !== undefined && Number(payload.lastOffset) + 1 >= high) behind.delete(payload.partition);
+      if (behind.size === 0) resolveDone();
     });
+  });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      const d = await codec.decode(name, message.value);
+      if (d.ok) values.push(d.value);
+    },
   });
   await Promise.race([done, new Promise((r) => setTimeout(r, 30_000))]);
   await consumer.disconnect();
-  return mine;
+  return values;
 }
 
 /** At shutdown, before the records server closes: the agents' clients, then the owner processes (SIGKILL after 15 s). */

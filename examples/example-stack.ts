@@ -90,7 +90,9 @@ export function say(line: string): void {
 
 /**
  * Ensures the local broker and registry (reused when they run, started when
- * not) and starts a demo records server on a free port.
+ * not) and starts a demo records server on a free port, with its
+ * Idempotency-Key dedupe off (`honourIdempotencyKey: false`; keys are still
+ * recorded for reconcile's lookup), so what is measured is writ.
  *
  * @example
  * const stack = await startLocalStack("demo");
@@ -102,7 +104,8 @@ export async function startLocalStack(label: string): Promise<LocalStack> {
   const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
   const brokers = stack.endpoints.brokers;
   const registryUrl = stack.endpoints.registryUrl || undefined;
-  const records = await startDemoRecordsServer({ port: 0 });
+  // Idempotency-Key dedupe off: every duplicate an example reports suppressed was suppressed by writ, not by the server.
+  const records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false });
   const stops: (() => Promise<void>)[] = [];
   return {
     label,

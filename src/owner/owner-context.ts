@@ -32,7 +32,11 @@ export interface OwnerContext {
   /** Whether this process still holds its group membership (its last heartbeat is recent): no write leaves otherwise. */
   lease: { confirmed(): boolean };
   health: HealthBoard;
-  /** A newer owner fenced this one; the router drops it (and builds a new one if the group assigns the partition again). */
+  /**
+   * Another producer of this partition's transactional id fenced this owner.
+   * The router drops it, and builds a new one if the group still assigns the
+   * partition here: the fencer may be an owner that was already leaving.
+   */
   onFenced(partition: number): void;
   /** Test seams of the fault suite (see RouterInternals); never set in production. */
   hooks?: {

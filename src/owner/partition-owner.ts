@@ -216,7 +216,10 @@ export class PartitionOwner {
     });
     let ledger: PartitionLedger;
     try {
+      // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
+      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
       await producer.connect();
+      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
       const nonce = randomUUID();
       // InitProducerId fences the previous owner and aborts its open transaction; the marker is written
       // with the new epoch, and its commit marker also closes a transaction of this id left hanging on

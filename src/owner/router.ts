@@ -99,6 +99,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   let consumer: Consumer | null = null;
   let lastHeartbeat = 0;
   let stopped = false;
+  /** Partitions of the intents topic the group assigned this member last. */
+  let assignment = new Set<number>();
   const topic = config.topics.intents;
   const ctx: OwnerContext = {
     kafka,
@@ -119,7 +121,19 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     health,
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
     onFenced: (p) => {
-      if (owners.get(p)?.state === "fenced") owners.delete(p);
+      if (owners.get(p)?.state !== "fenced") return;
+      owners.delete(p);
+      // Fenced while the group still assigns the partition here: either a rebalance this member has not seen
+      // yet (its next heartbeat rejoins and the partition goes), or an owner elsewhere that was leaving
+      // fenced it on its way out. After a pause, a partition still assigned here gets a new owner.
+      const retry = setTimeout(() => {
+        if (stopped || owners.has(p) || !assignment.has(p)) return;
+        log.warn({ partition: p }, "partition still assigned here after being fenced; taking it up again");
+        const owner = new PartitionOwner(p, ctx);
+        owners.set(p, owner);
+        owner.start();
+      }, Math.floor(config.sessionTimeoutMs / 2));
+      retry.unref();
     },
     log,
   };
@@ -153,6 +167,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     if (stopped) return;
     lastHeartbeat = Date.now();
     const assigned = new Set(event.payload.memberAssignment[topic] ?? []);
+    assignment = assigned;
     // A new member id means this process lost its membership (a pause past the session timeout, a
     // restart of the consumer): another owner may have fenced ours meanwhile, so none of the old owners
     // may write again, even for a partition assigned back. They are replaced by fresh ones (fence, restore).

@@ -21,7 +21,7 @@ export class TopicDirectory implements ReplyTopicDirectory {
   constructor(admin: Admin, opts: { positiveTtlMs?: number; negativeTtlMs?: number } = {}) {
     this.admin = admin;
     this.positiveTtlMs = opts.positiveTtlMs ?? 300_000;
-    this.negativeTtlMs = opts.negativeTtlMs ?? 2_000;
+    this.negativeTtlMs = opts.negativeTtlMs ?? 250;
   }
 
   async exists(topic: string): Promise<boolean> {

@@ -1,18 +1,22 @@
-import type { SubmitResult, WritClient } from "../../producers/writ-client.ts";
+import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import type { IntentInput } from "../../producers/writ-client.ts";
 import { readRecord } from "../../examples/example-stack.ts";
+import { noteTicket } from "./fault-tools.ts";
+import type { Rng } from "./rng.ts";
 
 /** One business intent of the load, and what became of it. */
 export interface PlannedIntent {
   agent: string;
-  kind: "refund" | "tag";
+  kind: "refund" | "tag" | "note";
   entity: { type: string; id: string };
-  /** What the intent adds: a refund `ref` or a tag; unique in the run. */
+  /** What the intent adds: a refund `ref`, a tag or a note `ref`; unique in the run. */
   mark: string;
   intentKey?: string;
+  /** Submissions sent (resubmits included). 0: never submitted before the deadline. */
   submissions: number;
   final?: SubmitResult;
+  /** The last non-final answer (`unknown`, `blocked`), for the diagnosis. */
+  lastStatus?: string;
 }
 
 export interface LoadOptions {
@@ -21,8 +25,9 @@ export interface LoadOptions {
   submitTimeoutMs: number;
   /** Share of intents submitted twice at once, and again after their answer. */
   resubmitRate: number;
-  deadlineMs: number;
+  deadline: () => number;
   onSettled: () => void;
+  rng: Rng;
 }
 
 function build(p: PlannedIntent, runId: string, base: { state: any; version: string }): IntentInput {
@@ -36,10 +41,18 @@ function build(p: PlannedIntent, runId: string, base: { state: any; version: str
       params: { amountCents, reason: "goodwill" },
     };
   }
+  if (p.kind === "note") {
+    return {
+      ...common,
+      tool: noteTicket,
+      delta: [{ op: "add", path: "/notes/-", value: { ref: p.mark, text: `note ${p.mark}` } }],
+      params: { ref: p.mark, text: `note ${p.mark}` },
+    };
+  }
   return {
     ...common,
     tool: tagTicket,
-    delta: [{ op: "replace", path: "/tags", value: [...base.state.tags, p.mark] }],
+    delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags ?? []), p.mark] }],
     params: { tag: p.mark },
   };
 }
@@ -52,24 +65,34 @@ function hash(s: string): number {
 
 /**
  * One agent working through its intents with `concurrency` in flight. It
- * behaves as a careful harness does: an `unknown` or a failed send is asked
- * again with the same intent key (always safe); a conflict is decided again
- * from `current`; and some intents are resubmitted on purpose, at once and
- * after their answer, as retries and resumes do.
+ * behaves as a careful harness does: an `unknown` or `blocked` answer or a
+ * failed send is asked again with the same intent key (always safe); a
+ * conflict is decided again from `current`; and some intents are
+ * resubmitted on purpose, at once and after their answer, as retries and
+ * resumes do.
  */
 export async function runAgent(client: WritClient, intents: PlannedIntent[], concurrency: number, opts: LoadOptions): Promise<void> {
-  const deadline = Date.now() + opts.deadlineMs;
   const extra: Promise<unknown>[] = [];
   let next = 0;
   const worker = async () => {
-    while (next < intents.length) {
+    while (next < intents.length && Date.now() < opts.deadline()) {
       const p = intents[next++]!;
-      let base = await readRecord<any>(opts.recordsUrl, p.entity.type, p.entity.id);
+      let base: { state: any; version: string };
+      try {
+        base = await readRecord<any>(opts.recordsUrl, p.entity.type, p.entity.id);
+      } catch {
+        // The records server is in an outage the suite caused: read again shortly.
+        next--;
+        intents.splice(next, 1);
+        intents.push(p);
+        await new Promise((r) => setTimeout(r, 500));
+        continue;
+      }
       let input = build(p, opts.runId, base);
       p.intentKey = client.buildIntent(input).intentKey;
-      while (Date.now() < deadline) {
+      while (Date.now() < opts.deadline()) {
         p.submissions++;
-        if (Math.random() < opts.resubmitRate) {
+        if (opts.rng.next() < opts.resubmitRate) {
           p.submissions++;
           extra.push(client.submit(input, { timeoutMs: opts.submitTimeoutMs }).catch(() => undefined));
         }
@@ -80,7 +103,10 @@ export async function runAgent(client: WritClient, intents: PlannedIntent[], con
           await new Promise((r) => setTimeout(r, 500));
           continue;
         }
-        if (reply.status === "unknown") continue;
+        if (reply.status === "unknown" || reply.status === "blocked") {
+          p.lastStatus = reply.status === "blocked" ? `blocked at ${reply.topic}-${reply.partition}@${reply.offset}` : "unknown";
+          continue;
+        }
         if (reply.status === "conflict") {
           base = reply.current as typeof base;
           input = build(p, opts.runId, base);
@@ -89,7 +115,7 @@ export async function runAgent(client: WritClient, intents: PlannedIntent[], con
         p.final = reply;
         break;
       }
-      if (p.final && Math.random() < opts.resubmitRate) {
+      if (p.final && opts.rng.next() < opts.resubmitRate) {
         p.submissions++;
         extra.push(client.submit(input, { timeoutMs: opts.submitTimeoutMs }).catch(() => undefined));
       }

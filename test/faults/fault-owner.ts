@@ -15,6 +15,9 @@ import { faultTools, systems } from "./fault-tools.ts";
 
 hideKafkajsTimeoutWarning();
 const log = createLogger({ name: "fault-owner" });
+// Asked to leave before the router is up: leave at once (the handler below takes over once it is).
+let stopRouter: (() => Promise<void>) | null = null;
+process.on("SIGTERM", () => void (stopRouter ?? (async () => undefined))().then(() => process.exit(0)));
 const crashProbability = Number(process.env.WRIT_FAULT_CRASH_AFTER_PATCH ?? "0");
 if (!(crashProbability >= 0 && crashProbability <= 1)) throw new Error("WRIT_FAULT_CRASH_AFTER_PATCH must be within 0..1");
 const ablate = new Set((process.env.WRIT_FAULT_ABLATE ?? "").split(",").filter((s) => s !== ""));
@@ -46,4 +49,4 @@ const router = await startRouter(
   },
   { ablateLedger: ablate.has("ledger"), ablateVersionCheck: ablate.has("if-match") },
 );
-process.on("SIGTERM", () => void router.stop().then(() => process.exit(0)));
+stopRouter = () => router.stop();

@@ -2,24 +2,42 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, type WriteStream } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import type { Rng } from "./rng.ts";
 
 interface Owner {
   name: string;
   proc: ChildProcess;
-  /** Set when the fleet itself ended this owner, so its exit is not counted again. */
+  /** Set when the fleet itself ended this owner, so its exit is not counted as a crash. */
   endedBy?: "kill" | "stop";
+  paused: boolean;
+  /** Sessions (`p<partition> s<seq>`) this owner opened, with when it logged them. */
+  sessions: Map<string, number>;
+}
+
+/** A zombie the fleet made: an owner paused past the session timeout and resumed. */
+export interface Zombie {
+  name: string;
+  /** Sessions it held when it was paused: none of them may write after `resumedAt`. */
+  sessions: string[];
+  pausedAt: number;
+  resumedAt: number;
 }
 
 /**
- * Owner processes of the fault suite. It keeps `target` owners alive, kills
- * and stops them on request, replaces any that die, and counts from their own
- * logs: kills (SIGKILL, by the fleet or a crash point) and rebalances (each
- * group generation has one leader, which logs its assignment).
+ * Owner processes of the fault suite. It keeps `target` owners alive, kills,
+ * pauses and stops them on request, replaces any that die, and counts from
+ * their own logs: kills (SIGKILL, by the fleet or a crash point), crashes it
+ * did not cause, and rebalances (each group generation has one leader, which
+ * logs its assignment).
  */
 export class OwnerFleet {
   kills = 0;
   rebalances = 0;
   selfCrashes = 0;
+  /** Exits the fleet did not cause (neither its SIGKILL nor the crash point's). */
+  crashes = 0;
+  readonly crashNotes: string[] = [];
+  readonly zombies: Zombie[] = [];
   private readonly owners = new Set<Owner>();
   private target = 0;
   private seq = 0;
@@ -27,11 +45,13 @@ export class OwnerFleet {
   private readonly env: NodeJS.ProcessEnv;
   private readonly logDir: string;
   private readonly script: string;
+  private readonly rng: Rng;
 
-  constructor(opts: { env: NodeJS.ProcessEnv; logDir: string; script: string }) {
+  constructor(opts: { env: NodeJS.ProcessEnv; logDir: string; script: string; rng: Rng }) {
     this.env = opts.env;
     this.logDir = opts.logDir;
     this.script = opts.script;
+    this.rng = opts.rng;
   }
 
   get alive(): number {
@@ -44,12 +64,13 @@ export class OwnerFleet {
   }
 
   /** SIGKILL a random owner; a replacement joins at once. */
-  killOne(): void {
+  killOne(): string | null {
     const owner = this.pick();
-    if (!owner) return;
+    if (!owner) return null;
     owner.endedBy = "kill";
     this.kills++;
     owner.proc.kill("SIGKILL");
+    return owner.name;
   }
 
   /** One more owner joins the group. */
@@ -59,13 +80,36 @@ export class OwnerFleet {
   }
 
   /** A random owner leaves cleanly (SIGTERM), leaving at least one. */
-  leave(): void {
-    if (this.target <= 1) return;
+  leave(): string | null {
+    if (this.target <= 1) return null;
     const owner = this.pick();
-    if (!owner) return;
+    if (!owner) return null;
     this.target--;
     owner.endedBy = "stop";
     owner.proc.kill("SIGTERM");
+    return owner.name;
+  }
+
+  /**
+   * A zombie: SIGSTOP a random owner that owns something, keep it stopped for
+   * `pauseMs` (past the session timeout, so the group moves its partitions on
+   * and a new owner fences it), then SIGCONT. A replacement joins meanwhile.
+   */
+  async zombie(pauseMs: number): Promise<Zombie | null> {
+    const owner = this.pick((o) => o.sessions.size > 0);
+    if (!owner) return null;
+    const sessions = [...owner.sessions.keys()];
+    const pausedAt = Date.now();
+    owner.paused = true;
+    owner.proc.kill("SIGSTOP");
+    this.target++;
+    this.spawnOne();
+    await new Promise((r) => setTimeout(r, pauseMs));
+    owner.proc.kill("SIGCONT");
+    owner.paused = false;
+    const z: Zombie = { name: owner.name, sessions, pausedAt, resumedAt: Date.now() };
+    this.zombies.push(z);
+    return z;
   }
 
   async stopAll(): Promise<void> {
@@ -76,6 +120,7 @@ export class OwnerFleet {
           new Promise<void>((resolve) => {
             o.proc.once("exit", () => resolve());
             o.endedBy = "stop";
+            if (o.paused) o.proc.kill("SIGCONT");
             o.proc.kill("SIGTERM");
             setTimeout(() => o.proc.kill("SIGKILL"), 15_000).unref();
           }),
@@ -83,9 +128,9 @@ export class OwnerFleet {
     );
   }
 
-  private pick(): Owner | undefined {
-    const list = [...this.owners].filter((o) => !o.endedBy);
-    return list[Math.floor(Math.random() * list.length)];
+  private pick(filter: (o: Owner) => boolean = () => true): Owner | undefined {
+    const list = [...this.owners].filter((o) => !o.endedBy && !o.paused && filter(o)).sort((a, b) => a.name.localeCompare(b.name));
+    return list.length === 0 ? undefined : this.rng.pick(list);
   }
 
   private spawnOne(): void {
@@ -95,22 +140,30 @@ export class OwnerFleet {
       env: { ...this.env, WRIT_INSTANCE_ID: name },
       stdio: ["ignore", "pipe", "pipe"],
     });
-    const owner: Owner = { name, proc };
+    const owner: Owner = { name, proc, paused: false, sessions: new Map() };
     this.owners.add(owner);
     proc.stdout!.pipe(log, { end: false });
     createInterface({ input: proc.stderr! }).on("line", (line) => {
       log.write(`${line}\n`);
       if (line.includes('"msg":"assignment"') && line.includes('"isLeader":true')) this.rebalances++;
+      if (line.includes('"msg":"partition restored; owning it"')) {
+        const partition = /"partition":(\d+)/.exec(line)?.[1];
+        const session = /"session":(\d+)/.exec(line)?.[1];
+        if (partition !== undefined && session !== undefined) owner.sessions.set(`p${partition} s${session}`, Date.now());
+      }
     });
     proc.once("exit", (code, signal) => {
       this.owners.delete(owner);
       log.end();
       if (signal === "SIGKILL" && !owner.endedBy) {
+        // The crash point between PATCH and commit (the owner kills itself there on purpose).
         this.kills++;
         this.selfCrashes++;
+      } else if (!owner.endedBy || (owner.endedBy === "stop" && typeof code === "number" && code !== 0)) {
+        this.crashes++;
+        this.crashNotes.push(`${name} exited (code ${code}, signal ${signal}); see ${join(this.logDir, `${name}.log`)}`);
       }
       if (!this.stopping && this.owners.size < this.target) this.spawnOne();
-      void code;
     });
   }
 }

@@ -1,8 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel } from "kafkajs";
+import { Kafka, Partitioners, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { WireCodec } from "../../src/codec.ts";
+import { deltaFingerprint, paramsFingerprint } from "../../src/keys.ts";
+import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 const refund = (runId: string, version: string) => ({
@@ -58,5 +60,82 @@ describe("the ledger on writ.ledger", () => {
     });
     const forKey = seen.filter((m) => m.key === reply.intentKey);
     expect(forKey.map((m) => m.tombstone)).toEqual([false, false, true]);
+  });
+
+  it("older-owner-keeps-dedupe: entries a newer owner wrote with fields this one does not know are read and answered (FULL compatibility)", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    const input = refund(`run-${randomUUID()}`, version);
+    const intent = agent.buildIntent(input);
+    // What a newer owner would have written: the same entry shape with fields (top level and nested) added.
+    const newer = {
+      kind: "intent",
+      intentKey: intent.intentKey,
+      intentId: "from-a-newer-owner",
+      status: "done",
+      entity: intent.entity,
+      tool: refundPayment.name,
+      agentId: "billing-agent",
+      fingerprint: paramsFingerprint(refundPayment.name, intent.entity, intent.params, ["note"]),
+      attempts: [{ baseVersion: version, deltaFingerprint: deltaFingerprint(intent.delta, () => false), observedAt: "later" }],
+      cycles: 0,
+      outcome: { status: "applied", version: '"v7"', via: "patch", at: new Date().toISOString(), settledBy: "owner-v2" },
+      replyTo: intent.replyTo,
+      updatedAt: new Date().toISOString(),
+      tenant: "acme",
+      lease: { holder: "none" },
+    };
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
+    const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+    await producer.connect();
+    onTestFinished(() => producer.disconnect());
+    // The owner creates the contract topics on start; the entry must be there before its first restore.
+    const admin = kafka.admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: 1, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
+    await admin.disconnect();
+    await producer.send({ topic: h.config.topics.ledger, messages: [{ key: intent.intentKey, value: await codec.encode(h.config.topics.ledger, "LedgerEntry", newer as never), partition: 0 }] });
+
+    await h.startRouter();
+    const repeat = await agent.submit(input);
+    expect(repeat).toMatchObject({ status: "applied", duplicate: true, version: '"v7"' });
+    expect(h.records.patchRequests(intent.intentKey)).toHaveLength(0);
+  });
+
+  it("unreadable-ledger-entry: its partition fails closed (not processed, health names it) while the others run", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
+    // Entities on each partition, by the partitioner every client uses.
+    const partitioner = Partitioners.DefaultPartitioner();
+    const partitionMetadata = [0, 1].map((p) => ({ partitionId: p, leader: 0, replicas: [0], isr: [0], partitionErrorCode: 0 }));
+    const partitionOf = (id: string) => partitioner({ topic: h.config.topics.intents, partitionMetadata, message: { key: `payment:${id}`, value: null } });
+    const ids = Array.from({ length: 40 }, (_, i) => `pay_${i}`);
+    const onBad = ids.find((id) => partitionOf(id) === 0)!;
+    const onGood = ids.find((id) => partitionOf(id) === 1)!;
+    for (const id of [onBad, onGood]) h.records.seed("payment", id, { amountCents: 10_000, refunds: [] });
+    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: 2, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
+    await admin.disconnect();
+    const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+    await producer.connect();
+    onTestFinished(() => producer.disconnect());
+    await producer.send({ topic: h.config.topics.ledger, messages: [{ key: "k".repeat(64), value: "{ not a ledger entry", partition: 0 }] });
+
+    const router = await h.startRouter();
+    const problem = await waitFor(() => router.health().problems.find((p) => p.key === "ledger-0"), { timeoutMs: 60_000, message: () => JSON.stringify(router.health()) });
+    expect(problem.message).toMatch(/cannot be read/);
+    await waitFor(() => router.ownedPartitions().includes(1), { timeoutMs: 60_000, message: () => JSON.stringify(router.ownedPartitions()) });
+    expect(router.ownedPartitions()).toEqual([1]);
+    const agent = await h.client("billing-agent");
+    const good = await readVersion(h.records, "payment", onGood);
+    expect(await agent.submit({ ...refund(`run-${randomUUID()}`, good.version), entity: { type: "payment", id: onGood } })).toMatchObject({ status: "applied" });
+    const bad = await readVersion(h.records, "payment", onBad);
+    const held = await agent.submit({ ...refund(`run-${randomUUID()}`, bad.version), entity: { type: "payment", id: onBad } }, { timeoutMs: 3000 });
+    expect(held.status).toBe("unknown");
+    expect(h.records.history("payment", onBad).filter((e) => e.kind === "patch")).toHaveLength(0);
   });
 });

@@ -1,0 +1,204 @@
+// One writ scenario: one in-process owner (startRouter, the demo tools) on
+// fresh topics, a demo records server that does NOT dedupe by Idempotency-Key
+// (so dedupe measured here is writ's), and closed-loop submitters that each
+// read the record, submit a refund with a unique ref, await the reply, next.
+// Afterwards every claim is checked at the records server.
+import { createWritClient, type IntentInput, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
+import { refundPayment, systems, tools } from "../examples/demo-tools.ts";
+import { readRecord } from "../examples/example-stack.ts";
+import type { Logger } from "../src/logger.ts";
+import { startRouter, type Router } from "../src/owner/router.ts";
+import { startDemoRecordsServer, type DemoRecordsServer, type PatchRequestRow } from "../src/sor/demo-records-server.ts";
+import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
+
+export interface WritOptions {
+  brokers: string[];
+  registryUrl: string | undefined;
+  /** Names this run's topics and groups. */
+  tag: string;
+  partitions: number;
+  concurrency: number;
+  sorLatencyMs: number;
+  plan: Plan;
+  logger: Logger;
+  timeoutMs: number;
+  keepTopics: boolean;
+}
+
+/** What the records server says about the run. */
+export interface WritChecks {
+  /** Most PATCH requests that reached the records server for one intent key. */
+  patchesPerIntentMax: number;
+  /** Intents with exactly one applied PATCH and one committed write. */
+  appliedOnce: number;
+  /** Refunds of the run whose ref is in the final record exactly once. */
+  presentOnce: number;
+  /** Resubmits answered `applied`, `duplicate: true`, with no PATCH for their key after its first commit. */
+  duplicatesAnswered: number;
+  /** PATCH requests that reached the server for an intent key after that key's first committed write. */
+  patchesAfterCommit: number;
+  /** New intents whose reply was not `applied` (first answer, not a duplicate). */
+  badReplies: number;
+  /** Records whose version history is not one chain. */
+  brokenChains: number;
+  exact: boolean;
+}
+
+export interface WritResult extends LoopResult {
+  checks: WritChecks;
+}
+
+interface Payment {
+  refunds: { ref?: string }[];
+}
+
+export async function runWrit(opts: WritOptions): Promise<WritResult> {
+  const { brokers, registryUrl, tag, plan, logger, partitions } = opts;
+  const topics = { intents: `writ.bench.${tag}.intents`, ledger: `writ.bench.${tag}.ledger`, human: `writ.bench.${tag}.human`, dlq: `writ.bench.${tag}.dlq` };
+  const replyTopic = `writ.replies.bench.${tag}`;
+  const records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false, latencyMs: opts.sorLatencyMs });
+  const warmIds = onePerPartition("warm_", partitions);
+  for (const id of [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds]) {
+    records.seed("payment", id, { customer: "bench", amountCents: 1_000_000_000, currency: "EUR", refunds: [] });
+  }
+  const refund = (id: string, step: string, ref: string, baseVersion: string): IntentInput => ({
+    tool: refundPayment,
+    entity: { type: "payment", id },
+    runId: `bench-${tag}`,
+    stepId: step,
+    baseVersion,
+    delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 1, reason: "goodwill", ref } }],
+    params: { amountCents: 1, reason: "goodwill" },
+  });
+  const refOf = (i: number) => `${tag}-r${i}`;
+  const inputOf = (i: number, baseVersion: string) => refund(entityId(plan.entityOf[i]!), `s${i}`, refOf(i), baseVersion);
+  // An owner that cannot go on fails the run at once instead of at every submitter's deadline.
+  let fatal: (err: Error) => void = () => undefined;
+  const died = new Promise<never>((_, reject) => (fatal = reject));
+  died.catch(() => undefined);
+  const orDied = <T>(p: Promise<T>): Promise<T> => Promise.race([p, died]);
+
+  let router: Router | null = null;
+  let client: WritClient | null = null;
+  try {
+    router = await startRouter({
+      config: { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics },
+      tools,
+      systems: systems({ RECORDS_URL: records.url }),
+      logger,
+      onFatal: (err) => fatal(new Error(`the owner cannot continue: ${err.message}`)),
+    });
+    const writ = await createWritClient({ brokers, agentId: "bench", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
+    client = writ;
+
+    // Warm-up: assignment, each partition's fence + ledger restore, schema registration, reply topic.
+    const warm = await orDied(writ.submitAll(warmIds.map((id) => refund(id, `warm-${id}`, `warm-${id}`, '"v1"')), { timeoutMs: 120_000 }));
+    const notApplied = warm.filter((r) => r.status !== "applied");
+    if (notApplied.length > 0) throw new Error(`writ warm-up: ${notApplied.length} intents answered ${notApplied[0]!.status}`);
+
+    const firstReplies: (SubmitResult | undefined)[] = Array.from({ length: plan.intents });
+    const resubmitReplies: { i: number; reply: SubmitResult }[] = [];
+    const queue = new JobQueue(plan);
+    const result = await orDied(
+      closedLoop(
+        opts.concurrency,
+        queue,
+        async (job) => {
+          // The harness reads the record (fresh), then the tool call submits against what it read.
+          const current = await readRecord(records.url, "payment", entityId(plan.entityOf[job.i]!));
+          const t0 = performance.now();
+          const reply = await writ.submit(inputOf(job.i, current.version), { timeoutMs: opts.timeoutMs });
+          const latencyMs = performance.now() - t0;
+          if (job.kind === "new") firstReplies[job.i] = reply;
+          else resubmitReplies.push({ i: job.i, reply });
+          return { latencyMs, answered: reply.status === "applied" };
+        },
+        (done) => say(`  writ: ${done}/${queue.total}`),
+      ),
+    );
+    say(`  writ: ${queue.total} submissions in ${result.seconds.toFixed(1)} s`);
+    const keyOf = (i: number) => writ.buildIntent(inputOf(i, '"v1"')).intentKey;
+    const checks = await check(records, plan, keyOf, refOf, firstReplies, resubmitReplies);
+    return { ...result, checks };
+  } finally {
+    await (client as WritClient | null)?.close();
+    await (router as Router | null)?.stop();
+    await records.close();
+    if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
+  }
+}
+
+async function check(
+  records: DemoRecordsServer,
+  plan: Plan,
+  keyOf: (i: number) => string,
+  refOf: (i: number) => string,
+  firstReplies: (SubmitResult | undefined)[],
+  resubmits: { i: number; reply: SubmitResult }[],
+): Promise<WritChecks> {
+  const byKey = new Map<string, PatchRequestRow[]>();
+  for (const row of records.patchRequests()) {
+    if (row.idempotencyKey === null) continue;
+    const rows = byKey.get(row.idempotencyKey) ?? [];
+    rows.push(row);
+    byKey.set(row.idempotencyKey, rows);
+  }
+  const writesByKey = records.stats().writesByKey;
+  /** Seq of the first committed PATCH per key, and how many PATCHes came after it. */
+  const afterCommit = (key: string): number => {
+    const rows = byKey.get(key) ?? [];
+    const first = rows.find((r) => r.outcome === "applied");
+    return first === undefined ? 0 : rows.filter((r) => r.seq > first.seq).length;
+  };
+
+  let patchesPerIntentMax = 0;
+  let appliedOnce = 0;
+  let patchesAfterCommit = 0;
+  let badReplies = 0;
+  const keys: string[] = [];
+  for (let i = 0; i < plan.intents; i++) {
+    const key = keyOf(i);
+    keys.push(key);
+    const rows = byKey.get(key) ?? [];
+    patchesPerIntentMax = Math.max(patchesPerIntentMax, rows.length);
+    if (rows.filter((r) => r.outcome === "applied").length === 1 && writesByKey[key] === 1) appliedOnce++;
+    patchesAfterCommit += afterCommit(key);
+    const reply = firstReplies[i];
+    if (reply?.status !== "applied" || reply.duplicate) badReplies++;
+  }
+  const duplicatesAnswered = resubmits.filter(
+    ({ i, reply }) => reply.status === "applied" && reply.duplicate && afterCommit(keys[i]!) === 0,
+  ).length;
+
+  // Every refund of the run in its record exactly once, nothing else added; every history one chain.
+  const expected = new Map<number, Set<string>>();
+  for (let i = 0; i < plan.intents; i++) {
+    const e = plan.entityOf[i]!;
+    const set = expected.get(e) ?? new Set<string>();
+    set.add(refOf(i));
+    expected.set(e, set);
+  }
+  let presentOnce = 0;
+  let strangers = 0;
+  let brokenChains = 0;
+  for (let e = 0; e < plan.entities; e++) {
+    const record = await readRecord<Payment>(records.url, "payment", entityId(e));
+    const counts = new Map<string, number>();
+    for (const r of record.state.refunds) counts.set(r.ref ?? "", (counts.get(r.ref ?? "") ?? 0) + 1);
+    const mine = expected.get(e) ?? new Set<string>();
+    for (const ref of mine) if (counts.get(ref) === 1) presentOnce++;
+    for (const ref of counts.keys()) if (!mine.has(ref)) strangers++;
+    const history = records.history("payment", entityId(e));
+    if (history.some((h, k) => k > 0 && h.fromVersion !== history[k - 1]!.toVersion)) brokenChains++;
+  }
+  const exact =
+    appliedOnce === plan.intents &&
+    presentOnce === plan.intents &&
+    strangers === 0 &&
+    patchesAfterCommit === 0 &&
+    badReplies === 0 &&
+    brokenChains === 0 &&
+    duplicatesAnswered === resubmits.length &&
+    resubmits.length === plan.resubmits;
+  return { patchesPerIntentMax, appliedOnce, presentOnce, duplicatesAnswered, patchesAfterCommit, badReplies, brokenChains, exact };
+}

@@ -1,0 +1,97 @@
+import { randomUUID } from "node:crypto";
+import { Writable } from "node:stream";
+import { Kafka, logLevel, type Transaction } from "kafkajs";
+import { pino } from "pino";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { HANG_RUNBOOK } from "../../src/owner/hang-watch.ts";
+import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+
+const refund = (runId: string, version: string, amountCents = 700) => ({
+  tool: refundPayment,
+  entity: { type: "payment", id: "pay_1" },
+  runId,
+  stepId: `refund-${amountCents}`,
+  baseVersion: version,
+  delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "late" as const } }],
+  params: { amountCents, reason: "late" },
+});
+
+/** A transaction left open on `topic` partition 0 by a producer that is not writ's: the reply partition's last stable offset stops there. */
+async function holdOpenTransaction(topic: string): Promise<{ txn: Transaction; offset: string }> {
+  const kafka = new Kafka({ clientId: `hold-${randomUUID()}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+  // The topic was just created; a producer's first metadata answer may not have its leader yet.
+  const admin = kafka.admin();
+  await admin.connect();
+  await waitFor(async () => (await admin.fetchTopicMetadata({ topics: [topic] })).topics[0]?.partitions.every((p) => p.leader >= 0));
+  await admin.disconnect();
+  const producer = kafka.producer({ transactionalId: `hold-${randomUUID()}`, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 60_000 });
+  await producer.connect();
+  onTestFinished(() => producer.disconnect());
+  const txn = await producer.transaction();
+  const [meta] = await txn.send({ topic, messages: [{ key: "x", value: "held", partition: 0 }] });
+  onTestFinished(() => txn.abort().catch(() => undefined));
+  return { txn, offset: String(meta!.baseOffset) };
+}
+
+describe("hanging transactions on reply partitions", () => {
+  it("blocked-reply-topic: a submit whose reply partition is held by an open transaction resolves blocked, naming the offset; unblocked it is unknown", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // No owner runs (nothing will answer), so the intents topic an owner would create is made here.
+    const admin = new Kafka({ clientId: "hang-test", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: h.config.topics.intents, numPartitions: 3 }], waitForLeaders: true });
+    await admin.disconnect();
+    const agent = await h.client("blocked-agent");
+    const replyTopic = `writ.replies.blocked-agent.${h.id}`;
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    const { txn, offset } = await holdOpenTransaction(replyTopic);
+
+    // No owner runs: nothing answers, and the reply partition cannot show anything past the open transaction.
+    const blocked = await agent.submit(refund(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
+    expect(blocked).toMatchObject({ status: "blocked", topic: replyTopic, partition: 0, offset });
+    expect((blocked as { message: string }).message).toMatch(new RegExp(`blocked by an open transaction at offset ${offset}`));
+
+    await txn.abort();
+    const unknown = await agent.submit(refund(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
+    expect(unknown.status).toBe("unknown");
+  });
+
+  it("owner-health-hang: a reply partition the owner writes, held open past the transaction timeout, fails its health and logs partition, offset and runbook; it clears once it moves", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        lines.push(...chunk.toString("utf8").split("\n").filter((l) => l !== ""));
+        done();
+      },
+    });
+    const router = await h.startRouter({
+      config: { ...h.config, transactionTimeoutMs: 4000, hangHealAfterMs: 1000, lsoCheckIntervalMs: 250 },
+      logger: pino({ level: "warn" }, sink),
+    });
+    const agent = await h.client("watched-agent");
+    const replyTopic = `writ.replies.watched-agent.${h.id}`;
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    // The owner's ledger now names the reply topic: it is one of the partitions the owner writes and watches.
+    expect(await agent.submit(refund(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
+    expect(router.health().ok).toBe(true);
+
+    const { txn, offset } = await holdOpenTransaction(replyTopic);
+    const problem = await waitFor(() => router.health().problems.find((p) => p.key === `hang:${replyTopic}:0`), {
+      timeoutMs: 30_000,
+      message: () => JSON.stringify(router.health()),
+    });
+    expect(problem.message).toContain(`hanging transaction on ${replyTopic}-0 at offset ${offset}`);
+    expect(problem.message).toContain(HANG_RUNBOOK);
+    expect(router.health().ok).toBe(false);
+    const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.level === 50 && l.topic === replyTopic);
+    expect(logged).toMatchObject({ partition: 0, offset, runbook: HANG_RUNBOOK });
+
+    await txn.abort();
+    await waitFor(() => router.health().ok, { timeoutMs: 30_000, message: () => JSON.stringify(router.health()) });
+  });
+});
