@@ -98,16 +98,22 @@ export async function createWritClient(input: ClientConfigInput & { logger?: Log
   const admin = kafka.admin();
   await admin.connect();
   let replyPartitions: number;
+  const groupId = `writ.client.${config.agentId}.${randomUUID()}`;
   try {
     // The agent provisions its own reply topic; owners never create one because an intent names it.
     await new TopicEnsurer(admin, { numPartitions: config.replyTopicPartitions, replicationFactor: config.replicationFactor }).ensure([config.replyTopic]);
     const { topics } = await admin.fetchTopicMetadata({ topics: [config.replyTopic] });
     replyPartitions = Math.max(1, topics[0]?.partitions.length ?? 1);
+    // The reply consumer starts at the topic's current (read_committed) end, committed for its group before it
+    // joins: a consumer that kafkajs restarts after a crash resumes there instead of at the end of the moment,
+    // which would skip the replies written in between.
+    const ends = await admin.fetchTopicOffsets(config.replyTopic);
+    await admin.setOffsets({ groupId, topic: config.replyTopic, partitions: ends.map((e) => ({ partition: e.partition, offset: e.high })) });
   } finally {
     await admin.disconnect();
   }
   const probe = offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId ?? "writ-client"}-probe`, log });
-  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions);
+  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId);
   await client.start();
   return client;
 }
@@ -127,7 +133,7 @@ class KafkaWritClient implements WritClient {
   /** Ends of the reply partitions as last probed, shared by submits within a second. */
   private lastProbe: { at: number; ends: Promise<EndOffsets[] | null> } | null = null;
 
-  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number) {
+  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string) {
     this.config = config;
     this.replyPartitions = replyPartitions;
     this.log = log;
@@ -142,7 +148,7 @@ class KafkaWritClient implements WritClient {
       createPartitioner: Partitioners.DefaultPartitioner,
     });
     this.consumer = kafka.consumer({
-      groupId: `writ.client.${config.agentId}.${randomUUID()}`,
+      groupId,
       readUncommitted: false,
       // Fetches return as soon as a reply arrives; this only bounds an idle wait.
       maxWaitTimeInMs: 1000,

@@ -39,8 +39,17 @@ export const RouterConfig = z
     ledgerRetentionHours: z.number().positive().default(24),
     /** How long a new owner may take to restore a ledger partition. ms. */
     restoreTimeoutMs: z.number().int().positive().default(120_000),
-    /** Intent results per Kafka transaction at most; a busy partition's next results go in the next one. */
-    maxIntentsPerTransaction: z.number().int().min(1).default(500),
+    /**
+     * How often the consumed offset goes into an owner's transaction at most. ms. Like Kafka Streams'
+     * commit.interval.ms under exactly-once (100): the offset lags, never leads; after a crash the
+     * intents past it are read again and answered from the ledger.
+     */
+    offsetCommitIntervalMs: z.number().int().min(0).max(60_000).default(100),
+    /**
+     * Group commit: how long a partition's next transaction may wait for intents still reading or writing,
+     * so that it carries them too. ms. It never waits when nothing is at work.
+     */
+    commitLingerMs: z.number().int().min(0).max(1000).default(10),
     /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
     maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
     /** Fetched intents held per partition before its fetching pauses. */
@@ -147,7 +156,8 @@ export const ROUTER_ENV = {
   replyTopicPrefix: "WRIT_REPLY_TOPIC_PREFIX",
   ledgerRetentionHours: "WRIT_LEDGER_RETENTION_HOURS",
   restoreTimeoutMs: "WRIT_RESTORE_TIMEOUT_MS",
-  maxIntentsPerTransaction: "WRIT_MAX_INTENTS_PER_TRANSACTION",
+  offsetCommitIntervalMs: "WRIT_OFFSET_COMMIT_INTERVAL_MS",
+  commitLingerMs: "WRIT_COMMIT_LINGER_MS",
   maxInFlightPerPartition: "WRIT_MAX_IN_FLIGHT_PER_PARTITION",
   maxBufferedPerPartition: "WRIT_MAX_BUFFERED_PER_PARTITION",
   maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
@@ -172,7 +182,8 @@ const NUMERIC = new Set([
   "replicationFactor",
   "ledgerRetentionHours",
   "restoreTimeoutMs",
-  "maxIntentsPerTransaction",
+  "offsetCommitIntervalMs",
+  "commitLingerMs",
   "maxInFlightPerPartition",
   "maxBufferedPerPartition",
   "maxIntentBytes",

@@ -1,5 +1,6 @@
 import type { Admin, ITopicConfig } from "kafkajs";
 import type { RouterConfig } from "./config.ts";
+import { WritError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { retry } from "./retry.ts";
 
@@ -45,6 +46,27 @@ export async function ensureTopics(admin: Admin, topics: ITopicConfig[]): Promis
     },
     { maxAttempts: 6, initialDelayMs: 300 },
   );
+  await waitForLeaders(admin, topics.map((t) => t.topic));
+}
+
+/**
+ * Polls metadata until every partition of `topics` has a leader. kafkajs's
+ * own `waitForLeaders` gives up when a KRaft broker that has just created a
+ * topic still answers UNKNOWN_TOPIC_OR_PARTITION; a consumer subscribing in
+ * that window fails.
+ */
+async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const { topics: metadata } = await admin.fetchTopicMetadata({ topics });
+      if (metadata.length === topics.length && metadata.every((m) => m.partitions.length > 0 && m.partitions.every((p) => p.leader >= 0))) return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+    }
+    if (Date.now() > deadline) throw new WritError("kafka_failed", `topics ${topics.join(", ")} have no leader after ${timeoutMs} ms`, { retriable: true });
+    await new Promise((r) => setTimeout(r, 200));
+  }
 }
 
 /** Caches topics known to exist; creates the others (reply topics). */

@@ -12,6 +12,8 @@ export function markerKey(partition: number): string {
 
 interface Restore {
   nonce: string;
+  /** The partition's first offset when the restore began: where it reads from. */
+  from: string;
   entries: Map<string, LedgerIntentEntry>;
   resolve: (entries: Map<string, LedgerIntentEntry>) => void;
   reject: (err: Error) => void;
@@ -109,10 +111,29 @@ export class LedgerReader {
         await heartbeat();
       },
     });
-    // Nothing is read until a restore asks for its partition.
-    consumer.pause([{ topic: this.topic }]);
     this.consumer = consumer;
     this.failure = null;
+    // Nothing is read until a restore asks for its partition. kafkajs keeps pauses in the group's state, which a
+    // consumer that crashed and rejoined rebuilds: the pauses (and a restore's seek) are applied again on each join.
+    consumer.on(consumer.events.GROUP_JOIN, () => this.applyPauses());
+    this.applyPauses();
+  }
+
+  /** Pauses every partition but the ones being restored, which are read from their start. */
+  private applyPauses(): void {
+    const consumer = this.consumer;
+    if (!consumer) return;
+    try {
+      const idle = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.restores.has(p));
+      if (idle.length > 0) consumer.pause([{ topic: this.topic, partitions: idle }]);
+      for (const [p, r] of this.restores) {
+        consumer.seek({ topic: this.topic, partition: p, offset: r.from });
+        consumer.resume([{ topic: this.topic, partitions: [p] }]);
+      }
+    } catch (err) {
+      // The group is not joined yet (its first join failed and kafkajs retries it): the next join applies them.
+      this.log.debug({ err }, "ledger reader not joined yet; pauses are applied on its next join");
+    }
   }
 
   private async apply(
@@ -169,7 +190,11 @@ export class LedgerReader {
   private finish(partition: number, restore: Restore, err: Error | null): void {
     if (this.restores.get(partition) !== restore) return;
     this.restores.delete(partition);
-    this.consumer?.pause([{ topic: this.topic, partitions: [partition] }]);
+    try {
+      this.consumer?.pause([{ topic: this.topic, partitions: [partition] }]);
+    } catch {
+      // Not joined at the moment; the next join pauses it (applyPauses).
+    }
     if (err) restore.reject(err);
     else restore.resolve(restore.entries);
   }
@@ -202,6 +227,7 @@ export class LedgerReader {
       const onAbort = () => this.finish(partition, restore, signal!.reason instanceof Error ? signal!.reason : new Error("restore aborted"));
       const restore: Restore = {
         nonce,
+        from: low,
         entries: new Map(),
         resolve: (entries) => {
           clearTimeout(timer);
@@ -216,8 +242,13 @@ export class LedgerReader {
       };
       signal?.addEventListener("abort", onAbort, { once: true });
       this.restores.set(partition, restore);
-      consumer.seek({ topic: this.topic, partition, offset: low });
-      consumer.resume([{ topic: this.topic, partitions: [partition] }]);
+      try {
+        consumer.seek({ topic: this.topic, partition, offset: low });
+        consumer.resume([{ topic: this.topic, partitions: [partition] }]);
+      } catch (err) {
+        // Not joined at the moment (a restart): the next join seeks and resumes it (applyPauses).
+        this.log.debug({ err, partition }, "ledger reader not joined; the restore starts on its next join");
+      }
     });
   }
 

@@ -38,6 +38,11 @@ export type Step = { kind: "settled"; effects: Effects; note: string } | { kind:
 export interface ExecContext {
   /** False when this owner cannot be sure it still owns the partition: no PATCH may leave then. */
   mayWrite(): boolean;
+  /**
+   * Resolves once the intent's `pending` entry is durable (step 3). Reads and
+   * reconcile run while it commits; only the PATCH waits for it.
+   */
+  durable(): Promise<void>;
   /** Headers for every request to the system of record (the owner instance, trace context). */
   headers: Readonly<Record<string, string>>;
 }
@@ -168,6 +173,7 @@ export class IntentPipeline {
         if (tool.versionPolicy === "rebase-commutative" && isCommutative(intent.delta)) ifMatch = current.version;
         else return this.conflict(a, pending, state, current, ctx);
       }
+      await ctx.durable();
       if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
       let outcome: PatchOutcome;
       try {

@@ -35,6 +35,8 @@ interface Slot {
   outages: number;
   /** Number of the transaction that carries its result; unset until the result is staged. */
   txn?: number;
+  /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
+  times: { accepted: number; started?: number; durable?: number; settled?: number };
 }
 
 /** Everything of one ownership of the partition: from a fence-and-restore until a failure, a fence or the release. */
@@ -107,6 +109,13 @@ export class PartitionOwner {
   private admitting = false;
   private failuresInARow = 0;
   private sweepDue = false;
+  /** Slots running and not waiting for a commit: they will stage something soon. */
+  private working = 0;
+  /** When the oldest change now staged was staged. */
+  private stagedSince = 0;
+  /** When the consumed offset last went into a transaction; set when a later one must carry it. */
+  private lastOffsetCommitAt = 0;
+  private offsetTimer: NodeJS.Timeout | null = null;
   private readonly healRequests = new Map<string, Set<number>>();
   private wake: (() => void) | null = null;
   private opened: Promise<void> | null = null;
@@ -210,9 +219,10 @@ export class PartitionOwner {
       allowAutoTopicCreation: false,
       createPartitioner: Partitioners.DefaultPartitioner,
       // kafkajs #304: right after a commit the coordinator answers CONCURRENT_TRANSACTIONS while it writes
-      // the markers; kafkajs retries that after its retry delay. A short first delay (the Java client uses
-      // 20 ms for this case) keeps back-to-back transactions from stalling 200–300 ms.
-      retry: { initialRetryTime: 20, maxRetryTime: 1000, retries: 12, factor: 0.2, multiplier: 1.6 },
+      // the markers; kafkajs retries that after its retry delay. A short first delay (markers to a local
+      // leader take a few ms; the Java client waits 20 ms for this case) keeps back-to-back transactions
+      // from stalling 200–300 ms.
+      retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
     });
     let ledger: PartitionLedger;
     try {
@@ -295,10 +305,21 @@ export class PartitionOwner {
     try {
       for (const round of sendRounds(records, config.maxMessageBytes)) await txn.sendBatch({ topicMessages: round, acks: -1 });
       if (nextOffset !== null) {
-        await txn.sendOffsets({
+        const offsets = {
           consumerGroupId: config.groupId,
           topics: [{ topic: config.topics.intents, partitions: [{ partition: this.partition, offset: nextOffset.toString() }] }],
-        });
+        };
+        // kafkajs retries CONCURRENT_TRANSACTIONS (the previous commit's markers still being written) for
+        // AddPartitionsToTxn but not for AddOffsetsToTxn, which opens a transaction that carries only an offset.
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await txn.sendOffsets(offsets);
+            break;
+          } catch (err) {
+            if ((err as { type?: string }).type !== "CONCURRENT_TRANSACTIONS" || attempt >= 12) throw err;
+            await sleep(Math.min(500, 5 * 2 ** attempt));
+          }
+        }
       }
       await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
       const started = Date.now();
@@ -387,7 +408,7 @@ export class PartitionOwner {
     let outages = 0;
     while (session.active && this.inbox.length > 0) {
       const message = this.inbox[0]!;
-      const slot: Slot = { seq: ++this.seq, offset: BigInt(message.offset), message, pendingDurable: false, failures: 0, outages: 0 };
+      const slot: Slot = { seq: ++this.seq, offset: BigInt(message.offset), message, pendingDurable: false, failures: 0, outages: 0, times: { accepted: Date.now() } };
       const source = { topic: config.topics.intents, partition: this.partition, offset: message.offset };
       let admission;
       try {
@@ -417,7 +438,17 @@ export class PartitionOwner {
 
   private startReady(session: Session): void {
     if (!session.active) return;
-    for (const slot of this.scheduler.take()) this.track(session, this.run(session, slot));
+    for (const slot of this.scheduler.take()) {
+      slot.times.started = Date.now();
+      this.working++;
+      this.track(
+        session,
+        this.run(session, slot).finally(() => {
+          this.working--;
+          this.nudge();
+        }),
+      );
+    }
   }
 
   // ---------------------------------------------------------------------------
@@ -426,8 +457,21 @@ export class PartitionOwner {
   private async run(session: Session, slot: Slot): Promise<void> {
     const a = slot.admitted!;
     const { pipeline, config } = this.ctx;
+    let durable: Promise<void> | null = null;
+    // Counted as working (about to produce something to commit) except while it waits for a commit itself.
+    const waitDurable = async () => {
+      if (!durable) return;
+      this.working--;
+      this.nudge();
+      try {
+        await durable;
+      } finally {
+        this.working++;
+      }
+    };
     const exec = {
       mayWrite: () => session.active && this.ctx.lease.confirmed(),
+      durable: waitDurable,
       // Who writes: the instance, and which of its sessions (a fenced session must never write again).
       headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}` },
     };
@@ -440,10 +484,14 @@ export class PartitionOwner {
         else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
         else {
           if (!slot.pendingDurable) {
-            await this.stagePending(session, plan.pending);
+            // Step 3 runs beside the read: only the PATCH waits for `pending` to be durable.
+            durable = this.stagePending(session, plan.pending).then(() => void (slot.times.durable = Date.now()));
+            durable.catch(() => undefined);
             slot.pendingDurable = true;
           }
           step = await pipeline.execute(a, plan.pending, plan.state, exec);
+          // Settling waits for the pending entry too: its transaction must not fail after the result is staged.
+          await waitDurable();
         }
         if (!session.active) return;
         if (step.kind === "settled") {
@@ -492,6 +540,7 @@ export class PartitionOwner {
     if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
     const durable = new Promise<void>((resolve, reject) => this.staged.pendings.push({ resolve, reject }));
     session.ledger.stage(pending);
+    if (this.staged.records.length === 0) this.stagedSince = Date.now();
     this.staged.records.push(record);
     this.nudge();
     await durable;
@@ -502,9 +551,11 @@ export class PartitionOwner {
     const records = await this.ctx.encoder.encode(result, this.partition);
     if (!session.active) return;
     if (result.ledger) session.ledger.stage(result.ledger);
+    if (this.staged.records.length === 0) this.stagedSince = Date.now();
     this.staged.records.push(...records);
     this.staged.slots.push(slot);
     slot.txn = -1;
+    slot.times.settled = Date.now();
     this.scheduler.done(slot);
     this.startReady(session);
     this.nudge();
@@ -521,9 +572,19 @@ export class PartitionOwner {
 
   private async commitLoop(session: Session): Promise<void> {
     while (session.active) {
-      if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue) {
+      const offsetDue = this.watermark() > this.lastCommittedOffset && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+      if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue) {
         await new Promise<void>((resolve) => (this.wake = resolve));
         continue;
+      }
+      // Group commit: while intents of this partition are still reading or writing, and will have something
+      // to stage within moments, wait up to commitLingerMs for them, so that one transaction carries many.
+      // With nothing at work (everything staged or waiting for this commit) there is nothing to wait for.
+      const linger = this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince);
+      if (this.working > 0 && linger > 0) {
+        await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(linger)]);
+        this.wake = null;
+        if (this.working > 0 && this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince) > 0) continue;
       }
       await this.commitOnce(session);
     }
@@ -549,8 +610,14 @@ export class PartitionOwner {
     this.healRequests.clear();
     session.ledger.takeStaged();
     const offset = this.watermark();
+    const began = Date.now();
+    // The consumed offset goes in at most every offsetCommitIntervalMs (AddOffsetsToTxn and TxnOffsetCommit are two
+    // more round trips per transaction); it lags, never leads: intents re-delivered after a crash are repeats.
+    const advance = offset > this.lastCommittedOffset;
+    const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+    if (advance && !withOffset) this.scheduleOffsetCommit(session);
     try {
-      await this.transact(session.producer, batch.records, offset > this.lastCommittedOffset ? offset : null);
+      await this.transact(session.producer, batch.records, withOffset ? offset : null);
     } catch (err) {
       for (const p of batch.pendings) p.reject(err as Error);
       if (isFencing(err)) await this.fenced(err);
@@ -558,13 +625,36 @@ export class PartitionOwner {
       return;
     }
     if (!session.active) return;
+    if (this.log.isLevelEnabled("debug")) {
+      const now = Date.now();
+      const timeline = batch.slots.map((x) => ({
+        queued: (x.times.started ?? x.times.settled ?? now) - x.times.accepted,
+        pending: x.times.durable !== undefined && x.times.started !== undefined ? x.times.durable - x.times.started : null,
+        work: (x.times.settled ?? now) - (x.times.durable ?? x.times.started ?? x.times.accepted),
+        commit: now - (x.times.settled ?? now),
+      }));
+      this.log.debug({ txn, ms: now - began, records: batch.records.length, results: batch.slots.length, pendings: batch.pendings.length, timeline }, "transaction committed");
+    }
     this.failuresInARow = 0;
     session.ledger.committedSending();
-    if (offset > this.lastCommittedOffset) this.lastCommittedOffset = offset;
+    if (withOffset) {
+      this.lastCommittedOffset = offset;
+      this.lastOffsetCommitAt = began;
+    }
     for (const slot of batch.slots) this.slots.delete(slot.seq);
     for (const p of batch.pendings) p.resolve();
     if (this.load < config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
     this.pump();
+  }
+
+  /** Wakes the commit loop once the offset may go into a transaction again. */
+  private scheduleOffsetCommit(session: Session): void {
+    if (this.offsetTimer) return;
+    this.offsetTimer = setTimeout(() => {
+      this.offsetTimer = null;
+      if (session.active) this.nudge();
+    }, this.ctx.config.offsetCommitIntervalMs);
+    this.offsetTimer.unref();
   }
 
   /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */

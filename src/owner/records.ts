@@ -83,9 +83,12 @@ export class RecordEncoder {
   }
 }
 
+/** Key of heal records: the ledger is compacted, and a compacted topic refuses a record without a key. */
+export const HEAL_KEY = "__writ_heal__";
+
 /** A control record (see `src/schemas/control.ts`) for one partition: clients skip it. */
 export function healRecord(topic: string, partition: number): OutRecord {
-  return { topic, partition, key: null, value: null, headers: { [CONTROL_HEADER]: "heal" } };
+  return { topic, partition, key: HEAL_KEY, value: null, headers: { [CONTROL_HEADER]: "heal" } };
 }
 
 /**

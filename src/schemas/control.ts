@@ -4,10 +4,11 @@
  * other languages; see the wire contract in the README) skips a record that
  * carries {@link CONTROL_HEADER}, whatever its value.
  *
- * `heal`: a record with a null key and a null value that an owner writes to a
- * partition in a transaction of its own, so that the transaction's commit
- * marker also closes a transaction its transactional id left open there (see
- * `src/owner/heal.ts`).
+ * `heal`: a record with the key `__writ_heal__` and a null value that an owner
+ * writes to a partition in one of its transactions, so that the transaction's
+ * commit marker also closes a transaction its transactional id left open there
+ * (see `healTargets` in `src/owner/partition-owner.ts`). On the compacted
+ * ledger it is a tombstone of a key no entry has.
  */
 export const CONTROL_HEADER = "writ-control";
 export type ControlKind = "heal";

@@ -28,31 +28,47 @@
 //    producer id) writes a control record to every reply partition its ledger
 //    names, which closes the transaction left open there.
 //
-// Broker X is neither the transaction coordinator of the owner's
-// transactional id nor the coordinator of the owners' group: killing either
-// would abort or fence the transaction instead of skipping one marker.
+// Placement. Broker X is neither the transaction coordinator of the owner's
+// transactional id nor the coordinator of the owners' group: killing the
+// first hands the transaction to a new coordinator, which reloads it and
+// sends its markers again; killing the second disturbs the group and the
+// offset commit inside the transaction. Either would test something else. X
+// also leads no partition of writ's own topics (the case creates them with X
+// as the last replica): a kafkajs consumer heartbeats from its fetch loop, a
+// fetch from a killed leader can stall it, and with a 6 s session the owners'
+// membership lapsed in runs where X led an intents partition; the router then
+// replaces every owner, whose open() heals the partition before the watch can.
+//
+// The hang watch is kept from seeing the reply partition until the hang is
+// proven, and the ledger partition while the transaction is held (see
+// hidingProbe and HangCaseOptions.watchHeldTransaction); heals are attributed
+// from the routers' own log lines and the producer epoch at the coordinator.
 //
 // Library module: importing it has no side effects. It acts on the local
 // three-node stack of scripts/local-stack.ts through its pid files, so
 // WRIT_LOCAL_STACK_DIR (and the ports) must be set before this module is
 // first imported; test/faults/run-hang-case.ts does that.
+import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Kafka, Partitioners, logLevel, type Admin } from "kafkajs";
+import { pino } from "pino";
 import { readRecord } from "../../examples/example-stack.ts";
 import { refundPayment, systems as demoSystems, tools as demoTools } from "../../examples/demo-tools.ts";
 import { createWritClient, type IntentInput, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { RUN_DIR, killBroker, leaderOf, startBroker } from "../../scripts/local-stack.ts";
-import type { RouterConfigInput } from "../../src/config.ts";
+import { RouterConfig, parseConfig, type RouterConfigInput } from "../../src/config.ts";
 import { WritError } from "../../src/errors.ts";
 import { TxnAdmin, type PartitionOffsets, type TopicPartition } from "../../src/kafka/txn-admin.ts";
-import { createLogger, type Logger } from "../../src/logger.ts";
+import { REDACT_PATHS, type Logger } from "../../src/logger.ts";
 import type { OffsetProbe } from "../../src/owner/hang-watch.ts";
 import { createOffsetProbe } from "../../src/owner/offset-probe.ts";
 import { transactionalIdFor } from "../../src/owner/partition-owner.ts";
 import { startRouter, type Router } from "../../src/owner/router.ts";
 import { entityKey } from "../../src/schemas/common.ts";
+import { isControlRecord } from "../../src/schemas/control.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/demo-records-server.ts";
+import { routerTopics } from "../../src/topics.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 /** What {@link runHangCase} needs: a running three-broker cluster (the caller starts and stops it). */
@@ -63,6 +79,17 @@ export interface HangCaseOptions {
   say: (line: string) => void;
   /** Suffix of every topic and group name of this run. */
   id: string;
+  /**
+   * Let round 1's hang watch see the ledger partition while the transaction
+   * is held (default false: hidden then). A hold of several seconds is this
+   * case's device; the watch takes the held transaction itself for a hang on
+   * the ledger partition and asks for a heal there, and that heal fails
+   * today: a heal record has no key, and the compacted ledger topic refuses
+   * keyless records (INVALID_RECORD), so the owner's next transaction fails
+   * and the owner reopens, which heals the reply partition instead of the
+   * watch. True shows that.
+   */
+  watchHeldTransaction?: boolean;
 }
 
 /** What the case measured. It passed when `problems` is empty (see {@link hangCasePassed}). */
@@ -158,21 +185,71 @@ class CommitHold {
 
 /**
  * The router's end-offset probe with some topics left out while they are in
- * `hidden`. Why: the hang watch keeps a partition's "stuck since" across
- * rounds whose probe failed (a leaderless partition fails the whole round), so
- * a watch that happened to probe the reply partition while the transaction was
- * held (its records sent, not yet committed: the last stable offset behind the
- * high watermark, for a few hundred ms before the kill) would count the whole
- * outage as stuck time and heal at its first round after X returns, before
- * the hang can be shown. Leaving the partition out makes the watch forget it;
- * once the hang is proven it is shown to the watch again, whose clock then
- * starts from zero. The heal itself is entirely writ's.
+ * `hidden`. Why, for the reply topic: the hang watch keeps a partition's
+ * "stuck since" across rounds whose probe failed (HangWatch.check returns
+ * before touching its watches when the probe throws, and a leaderless
+ * partition fails the whole probe), so a watch that happened to probe the
+ * reply partition while the transaction was held (records sent, not yet
+ * committed: the last stable offset behind the high watermark for the few
+ * hundred ms before the kill) would count the whole outage as stuck time and
+ * heal at its first round after X returns, before the hang can be shown.
+ * Left out, the partition is forgotten; shown again once the hang is proven,
+ * the watch's clock starts from zero. For the ledger topic while the
+ * transaction is held: see HangCaseOptions.watchHeldTransaction. The heals
+ * themselves are entirely writ's.
  */
 function hidingProbe(inner: OffsetProbe, hidden: ReadonlySet<string>): OffsetProbe {
   return {
     endOffsets: (partitions) => inner.endOffsets(partitions.filter((tp) => !hidden.has(tp.topic))),
     close: () => inner.close?.() ?? Promise.resolve(),
   };
+}
+
+/** A router log line the case attributes heals by. */
+interface RouterEvent {
+  at: number;
+  instance: string;
+  msg: string;
+  topic?: string;
+  partition?: number;
+  healed?: number;
+}
+
+const ATTRIBUTING = new Set(["last stable offset stuck; healing", "partition restored; owning it"]);
+
+/**
+ * The routers' logger: pino at info, lines at `level` or above go to stderr
+ * as usual, and the lines that say who healed what (the hang watch's
+ * "last stable offset stuck; healing", an owner's "partition restored; owning
+ * it" with its heal count) are kept in `sink`.
+ */
+function capturingLogger(level: string, sink: RouterEvent[]): Logger {
+  const threshold = pino.levels.values[level] ?? 50;
+  return pino(
+    { name: "hang-case", level: "info", redact: REDACT_PATHS },
+    {
+      write(line: string): void {
+        let j: { level?: number; msg?: string; instance?: string; topic?: string; partition?: number; healed?: number };
+        try {
+          j = JSON.parse(line) as typeof j;
+        } catch {
+          process.stderr.write(line);
+          return;
+        }
+        if (j.msg !== undefined && ATTRIBUTING.has(j.msg)) {
+          sink.push({
+            at: Date.now(),
+            instance: j.instance ?? "",
+            msg: j.msg,
+            ...(j.topic === undefined ? {} : { topic: j.topic }),
+            ...(j.partition === undefined ? {} : { partition: j.partition }),
+            ...(j.healed === undefined ? {} : { healed: j.healed }),
+          });
+        }
+        if ((j.level ?? 0) >= threshold) process.stderr.write(line);
+      },
+    },
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -193,14 +270,33 @@ interface Asked {
 
 interface Reproduction {
   reproduced: boolean;
-  victim: number;
-  coordinator: number;
   transactionalId: string;
+  /** When the hang was proven, and the transactional id's producer epoch then. */
+  provenAt: number;
+  epochAtProof: number | null;
   intentKey: string;
+  /** Id of the first (and normally only) submission of the round's first intent. */
+  intentId: string;
+  input: IntentInput;
   client: WritClient;
-  first: Promise<Asked>;
+  first: Promise<SubmitResult>;
   markerSkipLogged: boolean;
   tp: TopicPartition;
+}
+
+interface CoordinatorPlace {
+  partition: number;
+  leader: number;
+  /** First replica: where a preferred-leader election puts the leader. */
+  preferred: number;
+}
+
+interface Plan {
+  partition: number;
+  transactionalId: string;
+  /** Broker X: killed in each round. */
+  victim: number;
+  nodes: Map<number, string>;
 }
 
 const REPLY_PARTITION = 0;
@@ -212,6 +308,8 @@ const RESTART_HEAL_DEADLINE_MS = ROUND2_HEAL_AFTER_MS - 1_000;
 /** Outlives a whole round, so the first intent is never resubmitted (a resubmission's duplicate reply would heal the partition). */
 const FIRST_SUBMIT_TIMEOUT_MS = 240_000;
 const EXTRA_INTENTS = 3;
+/** After the heal, the agent's first reply is due within this; past it the agent asks again (same intent key). */
+const FIRST_REPLY_AFTER_HEAL_MS = 15_000;
 
 /**
  * Runs the hanging-transaction case on a running three-broker cluster (see
@@ -251,11 +349,13 @@ class HangCase {
   private routerSeq = 0;
   private readonly skipLogged: boolean[] = [];
   private readonly closeLater: (() => Promise<void>)[] = [];
+  /** What the routers logged about heals and restores (see capturingLogger). */
+  private readonly events: RouterEvent[] = [];
 
   constructor(opts: HangCaseOptions) {
     this.opts = opts;
     this.say = opts.say;
-    this.log = createLogger({ level: process.env.LOG_LEVEL ?? "error", name: "hang-case" });
+    this.log = capturingLogger(process.env.LOG_LEVEL ?? "error", this.events);
     this.kafka = new Kafka({
       clientId: `hang-case-${opts.id}`,
       brokers: opts.brokers,
@@ -280,22 +380,28 @@ class HangCase {
       entity: { type: "payment", id: `pay_hang_a_${id}` },
       runId: `hang-a-${id}`,
     };
+    // Both rounds' entities on one intents partition: one transactional id, one coordinator, one broker X.
+    const partition = keyPartition(this.topics.intents, entityKey(round1.entity), 3);
+    let n = 0;
+    while (keyPartition(this.topics.intents, entityKey({ type: "payment", id: `pay_hang_b_${id}_${n}` }), 3) !== partition) n++;
     const round2: RoundSpec = {
       name: "round 2",
       agentId: "hang-b",
       replyTopic: `writ.replies.hang-b.${id}`,
-      entity: { type: "payment", id: `pay_hang_b_${id}` },
+      entity: { type: "payment", id: `pay_hang_b_${id}_${n}` },
       runId: `hang-b-${id}`,
     };
     try {
       await this.admin.connect();
       this.records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false });
       for (const r of [round1, round2]) this.records.seed(r.entity.type, r.entity.id, { amountCents: 1_000_000, refunds: [] });
+      const plan = await this.plan(partition);
+      await this.createContractTopics(plan);
 
       // Round 1: the hang watch heals.
       this.say(`${round1.name}: the hang watch heals (hangHealAfterMs 3000)`);
-      const router1 = await this.startOwner({ hangHealAfterMs: 3_000 });
-      const r1 = await this.reproduce(round1, router1);
+      const router1 = await this.startOwner(plan, { hangHealAfterMs: 3_000 });
+      const r1 = await this.reproduce(round1, plan);
       let healed1: number | null = null;
       if (r1.reproduced) {
         // The watch may see the partition from now on; its clock starts at zero.
@@ -303,17 +409,30 @@ class HangCase {
         this.hidden.delete(r1.tp.topic);
         healed1 = await this.waitHealed(r1, WATCH_HEAL_DEADLINE_MS, router1, shownAt);
         if (healed1 !== null) {
-          this.result.healedByWatchMs = healed1 - shownAt;
-          this.say(`${round1.name}: healed by the hang watch ${this.result.healedByWatchMs} ms after it could see the partition`);
+          // Who healed it: the watch's heal request in the same producer session, not a reopened owner (whose open() heals too).
+          const instance = router1.config.instanceId;
+          const asked = this.eventsOf(instance, "last stable offset stuck; healing", shownAt, healed1).filter((e) => e.topic === r1.tp.topic && e.partition === r1.tp.partition);
+          const reopened = this.eventsOf(instance, "partition restored; owning it", r1.provenAt, healed1).filter((e) => e.partition === plan.partition);
+          const epoch = await this.epochOf(r1.transactionalId);
+          const how = `watch heal requests ${asked.length}, owner reopened ${reopened.length} time(s), producer epoch ${r1.epochAtProof} → ${epoch}`;
+          if (asked.length > 0 && reopened.length === 0 && epoch === r1.epochAtProof) {
+            this.result.healedByWatchMs = healed1 - shownAt;
+            this.say(`${round1.name}: healed by the hang watch ${this.result.healedByWatchMs} ms after it could see the partition (${how})`);
+          } else {
+            this.problems.push(`${round1.name}: healed ${healed1 - shownAt} ms after the watch could see it, but not by the watch alone (${how})`);
+          }
         }
       }
       await this.settle(round1, r1, healed1 !== null);
       await this.stopOwner(router1);
+      // Its reply topic lives on X too; an agent that is done does not read through the next outage.
+      this.clients.delete(r1.client);
+      await r1.client.close();
 
       // Round 2: the watch cannot heal in time; a restart of the owner does.
       this.say(`${round2.name}: a restart of the owner heals (hangHealAfterMs ${ROUND2_HEAL_AFTER_MS})`);
-      const router2 = await this.startOwner({ hangHealAfterMs: ROUND2_HEAL_AFTER_MS });
-      const r2 = await this.reproduce(round2, router2);
+      const router2 = await this.startOwner(plan, { hangHealAfterMs: ROUND2_HEAL_AFTER_MS });
+      const r2 = await this.reproduce(round2, plan);
       // Router 2's watch never sees this reply topic (hidden), and could not heal it within 25 s anyway.
       let healed2: number | null = null;
       if (r2.reproduced) {
@@ -322,11 +441,20 @@ class HangCase {
         this.say(`${round2.name}: router stopped (${Date.now() - stopStarted} ms); starting a new one`);
         this.hidden.delete(r2.tp.topic);
         const restartedAt = Date.now();
-        const router3 = await this.startOwner({ hangHealAfterMs: ROUND2_HEAL_AFTER_MS });
+        const router3 = await this.startOwner(plan, { hangHealAfterMs: ROUND2_HEAL_AFTER_MS });
         healed2 = await this.waitHealed(r2, RESTART_HEAL_DEADLINE_MS - (Date.now() - restartedAt), router3, restartedAt);
         if (healed2 !== null) {
-          this.result.healedByRestartMs = healed2 - restartedAt;
-          this.say(`${round2.name}: healed by the new owner's open() ${this.result.healedByRestartMs} ms after the restart began`);
+          const instance = router3.config.instanceId;
+          const asked = this.eventsOf(instance, "last stable offset stuck; healing", restartedAt, healed2).filter((e) => e.topic === r2.tp.topic);
+          const opened = this.eventsOf(instance, "partition restored; owning it", restartedAt, healed2).filter((e) => e.partition === plan.partition && (e.healed ?? 0) > 0);
+          const epoch = await this.epochOf(r2.transactionalId);
+          const how = `new owner's open() healed ${opened[0]?.healed ?? 0} partition(s), watch heal requests ${asked.length}, producer epoch ${r2.epochAtProof} → ${epoch}`;
+          if (opened.length > 0 && asked.length === 0) {
+            this.result.healedByRestartMs = healed2 - restartedAt;
+            this.say(`${round2.name}: healed by the new owner's open() ${this.result.healedByRestartMs} ms after the restart began (${how})`);
+          } else {
+            this.problems.push(`${round2.name}: healed ${healed2 - restartedAt} ms after the restart, but not shown to be by open() (${how})`);
+          }
         }
       }
       await this.settle(round2, r2, healed2 !== null);
@@ -348,14 +476,14 @@ class HangCase {
   // -------------------------------------------------------------------------
   // Owners and agents
 
-  private async startOwner(extra: Partial<RouterConfigInput>): Promise<Router> {
-    const n = ++this.routerSeq;
-    const config: RouterConfigInput = {
+  /** The routers' configuration; `n` numbers the router (its client and instance ids). */
+  private routerConfig(n: number, instanceId: string, extra: Partial<RouterConfigInput>): RouterConfigInput {
+    return {
       brokers: this.opts.brokers,
       schemaRegistryUrl: this.opts.registryUrl,
       groupId: this.groupId,
       clientId: `writ-owner-hang-${n}`,
-      instanceId: `hang-${this.opts.id}-owner-${n}`,
+      instanceId,
       topics: this.topics,
       intentPartitions: 3,
       replicationFactor: 3,
@@ -365,6 +493,14 @@ class HangCase {
       transactionTimeoutMs: 30_000,
       ...extra,
     };
+  }
+
+  private async startOwner(plan: Plan, extra: Partial<RouterConfigInput>): Promise<Router> {
+    const n = ++this.routerSeq;
+    // The router's ledger reader is a consumer group of its own (`<group>.ledger-reader.<instance>`): its
+    // coordinator, too, is kept off X, so that the kill does not disturb a restore.
+    const instanceId = await this.instanceIdAvoiding(`hang-${this.opts.id}-owner-${n}`, plan.victim);
+    const config = this.routerConfig(n, instanceId, extra);
     // Both groups' coordinators must serve first: right after a cluster starts, a group coordinator answers
     // COORDINATOR_LOAD_IN_PROGRESS, and the router's ledger reader does not survive that on its first join
     // (LedgerReader.connect pauses a consumer whose run() crashed: "Consumer group was not initialized").
@@ -447,35 +583,18 @@ class HangCase {
   // -------------------------------------------------------------------------
   // Steps 2-4: place the reply partition, hold, kill, commit, restart, prove
 
-  private async reproduce(spec: RoundSpec, router: Router): Promise<Reproduction> {
+  private async reproduce(spec: RoundSpec, plan: Plan): Promise<Reproduction> {
     const { name } = spec;
-    const key = entityKey(spec.entity);
-    const partition = keyPartition(this.topics.intents, key, 3);
-    const transactionalId = transactionalIdFor(router.config, partition);
-    const nodes = await this.liveBrokers();
-    const internal = await this.admin.fetchTopicMetadata({ topics: ["__transaction_state", "__consumer_offsets"] });
-    const leaderFor = (topic: string, id: string): { partition: number; leader: number } => {
-      const meta = internal.topics.find((t) => t.name === topic);
-      if (meta === undefined || meta.partitions.length === 0) throw new Error(`no metadata for ${topic}`);
-      const p = coordinatorPartition(id, meta.partitions.length);
-      const leader = meta.partitions.find((x) => x.partitionId === p)?.leader ?? -1;
-      if (leader < 0) throw new Error(`${topic}-${p} has no leader`);
-      return { partition: p, leader };
-    };
-    const txnCoordinator = leaderFor("__transaction_state", transactionalId);
-    const groupCoordinator = leaderFor("__consumer_offsets", this.groupId);
-    const candidates = [...nodes.keys()].filter((n) => n !== txnCoordinator.leader && n !== groupCoordinator.leader).sort((a, b) => a - b);
-    this.say(
-      `${name}: ${key} → ${this.topics.intents}-${partition}, transactional id ${transactionalId} → __transaction_state-${txnCoordinator.partition} ` +
-        `(coordinator: broker ${txnCoordinator.leader}); group → __consumer_offsets-${groupCoordinator.partition} (broker ${groupCoordinator.leader})`,
-    );
-    const victim = candidates[0];
-    if (victim === undefined) {
-      throw new Error(
-        `no broker to kill: the live brokers are ${[...nodes.keys()].join(",")} and the transaction coordinator (${txnCoordinator.leader}) and the ` +
-          `group coordinator (${groupCoordinator.leader}) take them all; killing either would fence or abort the transaction instead of skipping a marker`,
-      );
+    const { partition, transactionalId, victim } = plan;
+    // The coordinators must not have moved onto X since the plan (a preferred-leader election could move them).
+    const now = await this.coordinators(transactionalId);
+    if (now.txn.leader === victim || now.group.leader === victim) {
+      throw new Error(`${name}: a coordinator moved onto broker ${victim} (transaction coordinator ${now.txn.leader}, group coordinator ${now.group.leader})`);
     }
+    const txnCoordinator = now.txn;
+    this.say(
+      `${name}: ${entityKey(spec.entity)} → ${this.topics.intents}-${partition}; transaction coordinator broker ${now.txn.leader}, group coordinator broker ${now.group.leader}; X = broker ${victim}`,
+    );
     const tp: TopicPartition = { topic: spec.replyTopic, partition: REPLY_PARTITION };
 
     // Step 3: one replica, on X. min.insync.replicas 1: the stack's default of 2 would refuse acks=all writes to it.
@@ -495,19 +614,34 @@ class HangCase {
     // Connected before the outage and used through it: a kafkajs client's first metadata request asks for
     // every topic (an empty list is sent as null), and kafkajs throws on any partition error in the answer,
     // so no kafkajs client (nor a TxnAdmin) can connect while any partition of the cluster has no leader.
-    // Its cached metadata stays fresh for 60 s (metadataMaxAge), longer than the outage.
-    const outage = new TxnAdmin({ brokers: this.opts.brokers, clientId: `hang-case-${this.opts.id}-outage`, logLevel: logLevel.NOTHING, maxAttempts: 2 });
+    // Its cached metadata stays fresh for 60 s (metadataMaxAge), longer than the outage. One quick
+    // connection retry: kafkajs's default (5 retries, exponential from 300 ms) spends ~10 s on the dead
+    // broker in every call, which once kept the transaction held for 26 s of its 30 s timeout.
+    const outage = new TxnAdmin({
+      brokers: this.opts.brokers,
+      clientId: `hang-case-${this.opts.id}-outage`,
+      logLevel: logLevel.NOTHING,
+      maxAttempts: 2,
+      connectionTimeout: 1_000,
+      requestTimeout: 5_000,
+      retry: { retries: 1, initialRetryTime: 100, maxRetryTime: 200 },
+    });
     this.closeLater.push(() => outage.close());
     await outage.connect();
 
-    // Hidden from this router's watch until the hang is proven (see hidingProbe).
+    // Hidden from this router's watch until the hang is proven (see hidingProbe); the ledger while the
+    // transaction is held (see HangCaseOptions.watchHeldTransaction).
     this.hidden.add(spec.replyTopic);
+    const hideLedger = this.opts.watchHeldTransaction !== true;
+    if (hideLedger) this.hidden.add(this.topics.ledger);
     const hold = new CommitHold(spec.replyTopic);
     this.hold = hold;
     const base = await readRecord(this.records!.url, spec.entity.type, spec.entity.id);
     const input = this.refund(spec, 0, base.version);
-    const intentKey = client.buildIntent(input).intentKey;
-    const first = this.ask(client, input, Date.now() + FIRST_SUBMIT_TIMEOUT_MS);
+    const intent = client.buildIntent(input);
+    // One submission, waiting longer than the round lasts: a resubmission's duplicate reply is written to the
+    // reply partition in a transaction of the same owner, which would heal the hang before it is shown.
+    const first = client.submit(intent, { timeoutMs: FIRST_SUBMIT_TIMEOUT_MS });
     first.catch(() => undefined); // observed in settle()
 
     const held = await Promise.race([hold.held, first.then(() => null)]).then((h) =>
@@ -523,10 +657,12 @@ class HangCase {
     await killBroker(victim);
     this.down.add(victim);
     this.say(`${name}: SIGKILLed broker ${victim} (${Date.now() - heldAt} ms after the hold)`);
-    // The controller fences X after broker.session.timeout.ms (5 s) and the partition, whose only replica X
-    // is, is left without a leader. Released before that, the coordinator would find X in its metadata and
-    // queue the marker for it instead of skipping the partition.
-    await waitFor(() => leaderless(outage, tp), { timeoutMs: 30_000, intervalMs: 200, message: `${spec.replyTopic}-0 without a leader` });
+    // The controller fences X after broker.session.timeout.ms (5 s; longer when X was the active KRaft
+    // controller) and the partition, whose only replica X is, is left without a leader (isr [] in the
+    // controller's log). Released before that, the coordinator would still find X's registration in its
+    // metadata and queue the marker for X, to be delivered when X returns, instead of skipping it.
+    // Bounded well inside the 30 s transaction timeout: past it the coordinator aborts the held transaction.
+    await waitFor(() => leaderless(outage, tp), { timeoutMs: 20_000, intervalMs: 200, message: `${spec.replyTopic}-0 without a leader` });
     this.say(`${name}: ${spec.replyTopic}-0 has no leader (${Date.now() - heldAt} ms after the hold); releasing the commit`);
 
     hold.release();
@@ -545,6 +681,8 @@ class HangCase {
         `partitions pending ${committed.topicPartitions.length}) while the reply partition had no leader`,
     );
     await outage.close().catch(() => undefined);
+    // The transaction is over; its ledger partition's last stable offset has caught up.
+    if (hideLedger) this.hidden.delete(this.topics.ledger);
 
     const restartStarted = Date.now();
     await startBroker({ nodeId: victim });
@@ -557,6 +695,8 @@ class HangCase {
     this.say(`${name}: broker ${victim} restarted and leads ${spec.replyTopic}-0 again (${Date.now() - restartStarted} ms)`);
 
     const proof = await this.proveHang(tp);
+    const provenAt = Date.now();
+    const epochAtProof = await this.epochOf(transactionalId);
     const markerSkipLogged = await this.markerSkipLogged(txnCoordinator.leader, spec.replyTopic, transactionalId);
     this.skipLogged.push(markerSkipLogged);
     this.say(`${name}: coordinator (broker ${txnCoordinator.leader}) logged the skipped marker: ${markerSkipLogged ? "yes" : "no"}`);
@@ -567,7 +707,7 @@ class HangCase {
       this.problems.push(`${name}: hang not reproduced: ${proof.diagnosis}; ${evidence}`);
       this.say(`${name}: hang NOT reproduced: ${proof.diagnosis}`);
     }
-    return { reproduced: proof.ok, victim, coordinator: txnCoordinator.leader, transactionalId, intentKey, client, first, markerSkipLogged, tp };
+    return { reproduced: proof.ok, intentKey: intent.intentKey, intentId: intent.intentId, input, client, first, markerSkipLogged, tp, transactionalId, provenAt, epochAtProof };
   }
 
   /** The last stable offset stays behind the high watermark, at the same offset, for {@link HANG_PROOF_MS}. */
@@ -581,8 +721,11 @@ class HangCase {
         const [o] = await this.txn.listOffsets([tp]);
         if (o !== undefined) {
           if (o.lastStable >= o.highWatermark) {
-            const before = last ? ` (before: ${describe(last)})` : "";
-            return { ok: false, diagnosis: `${describe(o)}: nothing is open on the partition${before}; the marker reached it` };
+            const diagnosis =
+              last === null || since === null
+                ? `${describe(o)} at the first reading: nothing is open on the partition, so the commit marker reached it (not skipped)`
+                : `${describe(o)}: open at first (${describe(last)}) but closed after ${Date.now() - since} ms, before ${HANG_PROOF_MS} ms: something healed it early`;
+            return { ok: false, diagnosis };
           }
           if (since === null || last === null || last.lastStable !== o.lastStable) since = Date.now();
           last = o;
@@ -670,21 +813,36 @@ class HangCase {
   private async settle(spec: RoundSpec, r: Reproduction, healed: boolean): Promise<void> {
     const { name } = spec;
     this.result.expected += 1 + EXTRA_INTENTS;
-    let asked: Asked;
+    let reply: SubmitResult | null = null;
+    let submissions = 1;
     try {
       // A healed partition shows the reply within seconds; an unhealed one never will, so it is not waited for long.
-      asked = await within(r.first, healed ? 60_000 : 5_000, `${name}: first intent`);
-    } catch (err) {
-      this.problems.push(`${name}: first intent: ${(err as Error).message}`);
-      return;
+      reply = await within(r.first, healed ? FIRST_REPLY_AFTER_HEAL_MS : 5_000, `${name}: first intent`);
+    } catch {
+      reply = null;
     }
-    const { reply } = asked;
-    const answered = reply.status !== "unknown" && reply.status !== "blocked";
-    if (answered) this.result.answered++;
+    if (healed && (reply === null || reply.status === "unknown" || reply.status === "blocked")) {
+      // The partition is healed, so asking again cannot mask the hang any more; the client's contract for a
+      // missing answer is to submit the same intent key again. Whether the first reply is readable tells a
+      // client that missed it from an owner that never wrote it.
+      const onTopic = await this.replyReadable(r.tp, r.intentId);
+      this.say(
+        `${name}: the first reply did not reach the agent within ${FIRST_REPLY_AFTER_HEAL_MS} ms of the heal ` +
+          `(a fresh read_committed reader ${onTopic ? "finds" : "does not find"} it on ${r.tp.topic}-${r.tp.partition}); asking again with the same intent key`,
+      );
+      try {
+        const asked = await this.ask(r.client, r.input, Date.now() + 60_000);
+        reply = asked.reply;
+        submissions += asked.submissions;
+      } catch (err) {
+        this.problems.push(`${name}: first intent, asked again: ${(err as Error).message}`);
+      }
+    }
     const patches = this.records!.patchRequests(r.intentKey);
     const applied = patches.filter((p) => p.outcome === "applied").length;
-    this.say(`${name}: first intent answered ${reply.status} after ${asked.submissions} submission(s); PATCH requests for its key: ${patches.length}, applied: ${applied}`);
-    if (reply.status !== "applied") this.problems.push(`${name}: first intent answered ${reply.status}, not applied: ${JSON.stringify(reply).slice(0, 300)}`);
+    this.say(`${name}: first intent answered ${reply?.status ?? "nothing"} after ${submissions} submission(s); PATCH requests for its key: ${patches.length}, applied: ${applied}`);
+    if (reply !== null && reply.status !== "unknown" && reply.status !== "blocked") this.result.answered++;
+    if (reply === null || reply.status !== "applied") this.problems.push(`${name}: first intent answered ${reply ? JSON.stringify(reply).slice(0, 300) : "nothing"}, not applied`);
     else if (reply.intentKey !== r.intentKey) this.problems.push(`${name}: reply for intent key ${reply.intentKey}, expected ${r.intentKey}`);
     if (applied !== 1) this.problems.push(`${name}: ${applied} applied PATCHes for intent key ${r.intentKey} (want exactly 1; ${patches.length} PATCH requests)`);
 
@@ -710,6 +868,134 @@ class HangCase {
   }
 
   // -------------------------------------------------------------------------
+
+  /**
+   * Step 2: the intents partition's transactional id, its transaction
+   * coordinator and the owners' group coordinator, and broker X, which is
+   * neither. The coordinator of a transactional id is the leader of
+   * `__transaction_state` partition `abs(javaHashCode(id)) % partitions`
+   * (Kafka's TransactionStateManager.partitionFor); a group's is the leader of
+   * `__consumer_offsets` partition `abs(javaHashCode(group)) % partitions`.
+   * Killing the transaction coordinator would move the transaction to a new
+   * coordinator that completes it from the log (markers retried, none
+   * skipped); killing the group coordinator would fail the transaction's
+   * offset commit. X is also kept off the preferred (first) replica of both
+   * partitions where possible, so that an automatic preferred-leader election
+   * after X restarts cannot move either coordinator onto it.
+   */
+  private async plan(partition: number): Promise<Plan> {
+    const transactionalId = transactionalIdFor(parseConfig(RouterConfig, this.routerConfig(0, "plan", {}), "router"), partition);
+    // Both internal topics are created on first use of FindCoordinator; these calls retry until their coordinators serve.
+    await waitFor(() => this.admin.describeGroups([this.groupId]).then(() => true), { timeoutMs: 60_000, intervalMs: 250, message: "group coordinator serving" });
+    await waitFor(() => this.txn.describeTransactions([transactionalId]).then(() => true), {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: "transaction coordinator serving",
+    });
+    const nodes = await this.liveBrokers();
+    const { txn, group } = await this.coordinators(transactionalId);
+    const ids = [...nodes.keys()].sort((a, b) => a - b);
+    const strict = ids.filter((n) => ![txn.leader, txn.preferred, group.leader, group.preferred].includes(n));
+    const loose = ids.filter((n) => n !== txn.leader && n !== group.leader);
+    const victim = strict[0] ?? loose[0];
+    this.say(
+      `plan: transactional id ${transactionalId} → __transaction_state-${txn.partition} (leader ${txn.leader}); group ${this.groupId} → ` +
+        `__consumer_offsets-${group.partition} (leader ${group.leader}); live brokers ${ids.join(",")}`,
+    );
+    if (victim === undefined) {
+      throw new Error(
+        `no broker to kill: the live brokers are ${ids.join(",")} and the transaction coordinator (${txn.leader}) and the group coordinator ` +
+          `(${group.leader}) take them all; killing either would move or fail the transaction instead of skipping a marker (the case needs three brokers)`,
+      );
+    }
+    if (nodes.size !== 3) throw new Error(`the case needs exactly three live brokers, found ${ids.join(",")}`);
+    this.say(`plan: X = broker ${victim}${strict.includes(victim) ? "" : " (it is a preferred replica of a coordinator partition: no better choice)"}`);
+    return { partition, transactionalId, victim, nodes };
+  }
+
+  /** The leader (and preferred replica) of the transactional id's `__transaction_state` partition and of the group's `__consumer_offsets` partition. */
+  private async coordinators(transactionalId: string): Promise<{ txn: CoordinatorPlace; group: CoordinatorPlace }> {
+    const { topics } = await this.admin.fetchTopicMetadata({ topics: ["__transaction_state", "__consumer_offsets"] });
+    const place = (topic: string, id: string): CoordinatorPlace => {
+      const meta = topics.find((t) => t.name === topic);
+      if (meta === undefined || meta.partitions.length === 0) throw new Error(`no metadata for ${topic}`);
+      const partition = coordinatorPartition(id, meta.partitions.length);
+      const p = meta.partitions.find((x) => x.partitionId === partition);
+      if (p === undefined || p.leader < 0) throw new Error(`${topic}-${partition} has no leader`);
+      return { partition, leader: p.leader, preferred: p.replicas[0] ?? p.leader };
+    };
+    return { txn: place("__transaction_state", transactionalId), group: place("__consumer_offsets", this.groupId) };
+  }
+
+  /** `base`, or `base-<n>`, whose ledger-reader group's coordinator is not broker `avoid`. */
+  private async instanceIdAvoiding(base: string, avoid: number): Promise<string> {
+    const { topics } = await this.admin.fetchTopicMetadata({ topics: ["__consumer_offsets"] });
+    const partitions = topics[0]?.partitions ?? [];
+    for (let n = 0; n < 100; n++) {
+      const instanceId = n === 0 ? base : `${base}-${n}`;
+      const p = coordinatorPartition(`${this.groupId}.ledger-reader.${instanceId}`, partitions.length);
+      if (partitions.find((x) => x.partitionId === p)?.leader !== avoid) return instanceId;
+    }
+    return base;
+  }
+
+  /**
+   * The contract topics, created before any router (which then finds them):
+   * replication factor 3 with X as the last replica of every partition, so X
+   * is never a preferred leader and leads none of them. Why: kafkajs sends a
+   * consumer's heartbeats from its fetch loop (consumer/runner.js), and a fetch
+   * from a killed leader can stall it while kafkajs reconnects with backoff;
+   * with a 6 s session the owners' membership lapses, and
+   * the router then replaces every owner, whose open() heals the partition
+   * before the hang can be shown (seen in a run of this case).
+   */
+  private async createContractTopics(plan: Plan): Promise<void> {
+    const config = parseConfig(RouterConfig, this.routerConfig(0, "plan", {}), "router");
+    const [a, b] = [...plan.nodes.keys()].filter((n) => n !== plan.victim).sort((x, y) => x - y);
+    if (a === undefined || b === undefined) throw new Error("the case needs two brokers besides X");
+    const topics = routerTopics(config).map((t) => ({
+      topic: t.topic,
+      configEntries: t.configEntries ?? [],
+      replicaAssignment: Array.from({ length: t.numPartitions ?? 1 }, (_, partition) => ({ partition, replicas: partition % 2 === 0 ? [a, b, plan.victim] : [b, a, plan.victim] })),
+    }));
+    await this.admin.createTopics({ waitForLeaders: true, topics });
+    this.say(`contract topics created with replicas on ${a},${b},${plan.victim}: broker ${plan.victim} (X) leads none of them`);
+  }
+
+  /** Whether a fresh read_committed reader finds the reply to `intentId` (replies are keyed by intent id) on the partition within 10 s. */
+  private async replyReadable(tp: TopicPartition, intentId: string): Promise<boolean> {
+    const consumer = this.kafka.consumer({ groupId: `hang-case-reader-${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+    let found = false;
+    try {
+      await consumer.connect();
+      await consumer.subscribe({ topic: tp.topic, fromBeginning: true });
+      await consumer.run({
+        eachMessage: async ({ partition, message }) => {
+          if (partition === tp.partition && !isControlRecord(message.headers) && message.key?.toString("utf8") === intentId) found = true;
+        },
+      });
+      return await waitFor(() => found, { timeoutMs: 10_000, intervalMs: 100 }).catch(() => false);
+    } catch {
+      return false;
+    } finally {
+      await consumer.disconnect().catch(() => undefined);
+    }
+  }
+
+  /** Router log events of one router instance with this message, between two times. */
+  private eventsOf(instance: string, msg: string, from: number, to: number): RouterEvent[] {
+    return this.events.filter((e) => e.instance === instance && e.msg === msg && e.at >= from && e.at <= to);
+  }
+
+  /** The transactional id's producer epoch at its coordinator: InitProducerId (an owner's open()) bumps it; the watch's heal does not. */
+  private async epochOf(transactionalId: string): Promise<number | null> {
+    try {
+      const [d] = await this.txn.describeTransactions([transactionalId]);
+      return d?.producerEpoch ?? null;
+    } catch {
+      return null;
+    }
+  }
 
   /** Live brokers by node id → host:port. */
   private async liveBrokers(): Promise<Map<number, string>> {

@@ -4,6 +4,7 @@
 // kills and restarts brokers. Starts the stack (or reuses one already running
 // there), runs the case, stops what it started, and prints the result as the
 // last line (one JSON object). Exit 1 when the case failed.
+// HANG_CASE_WATCH_HELD_TRANSACTION=1: see HangCaseOptions.watchHeldTransaction.
 import { join, resolve } from "node:path";
 import { hideKafkajsTimeoutWarning } from "../../src/node-warnings.ts";
 
@@ -39,6 +40,8 @@ try {
     registryUrl: stack.endpoints.registryUrl || undefined,
     say,
     id: Date.now().toString(36),
+    // HANG_CASE_WATCH_HELD_TRANSACTION=1 lets the watch see the ledger while the transaction is held (see hang-case.ts).
+    watchHeldTransaction: process.env.HANG_CASE_WATCH_HELD_TRANSACTION === "1",
   });
   caseMs = Date.now() - started;
 } catch (err) {

@@ -23,7 +23,7 @@ const NOW = new Date("2025-06-01T12:00:00.000Z");
 const log = pino({ level: "silent" });
 const T1 = { type: "ticket", id: "T-1" };
 const REPLY_TO = "writ.replies.agent-1";
-const ctx: ExecContext = { mayWrite: () => true, headers: { "x-writ-owner": "owner-test" } };
+const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: { "x-writ-owner": "owner-test" } };
 
 /** Answers of the `add_note` reconcile function, in call order; when empty it looks at the record. */
 let noteReconcile: (ReconcileResult | Error)[] = [];

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { sha256Hex } from "../../../src/canonical-json.ts";
 import { WireCodec } from "../../../src/codec.ts";
 import { deadLetterOf, effects } from "../../../src/owner/effects.ts";
-import { healRecord, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
+import { healRecord, HEAL_KEY, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
 import { CONTROL_HEADER } from "../../../src/schemas/control.ts";
 import type { Escalation } from "../../../src/schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
@@ -177,7 +177,8 @@ describe("sendRounds", () => {
     expect(rounds[0]).toEqual([
       { topic: "writ.ledger", messages: [{ key: "k", value: Buffer.from("{}"), partition: 3 }] },
       { topic: REPLY_TO, messages: [{ key: "i", value: Buffer.from("{}") }] },
-      { topic: "writ.dlq", messages: [{ key: null, value: null, partition: 1, headers: { [CONTROL_HEADER]: "heal" } }] },
+      // Keyed: the compacted ledger refuses a record without a key, and heal records go there too.
+      { topic: "writ.dlq", messages: [{ key: HEAL_KEY, value: null, partition: 1, headers: { [CONTROL_HEADER]: "heal" } }] },
     ]);
   });
 
