@@ -1,13 +1,82 @@
+import { createSecureContext } from "node:tls";
 import { z } from "zod";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
 import type { PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
 
+/** RFC 9110 §5.1 `token`: a header name. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** RFC 9110 §5.5 field value: visible ASCII, space, tab and obs-text; no CR, LF, NUL or other control. */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/** A strong or weak entity tag (RFC 9110 §8.8.3). */
+const ENTITY_TAG = /^(?:W\/)?"[\x21\x23-\x7e\x80-\xff]*"$/;
+/** What may stand between the quotes of an entity tag. */
+const ETAG_CHARS = /^[\x21\x23-\x7e\x80-\xff]+$/;
+/** A header value with no whitespace at either end, which is what is sent. */
+const RAW_VERSION = /^[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?$/;
+/** Headers writ itself sets on a write: the If-Match header may not be one of them. */
+const PROTOCOL_HEADERS = new Set(["content-type", "content-length", "transfer-encoding", "accept", "host", "connection", "idempotency-key"]);
+
+/** Longest version (ETag or body value) writ carries in intents, replies and the ledger (schemas/common.ts `Version`). */
+const MAX_VERSION_LENGTH = 256;
+const MAX_POINTER_LENGTH = 1024;
+const MAX_EXTRA_JSON_LENGTH = 16 * 1024;
+
+/** Headers on every request, or a function called before every request that gives them (e.g. a refreshed token). */
+export type HttpHeadersSource = Record<string, string> | (() => Record<string, string> | Promise<Record<string, string>>);
+
+/** Why a header set is not sendable, naming the header but never its value; null when it is. */
+function headersProblem(value: unknown): { path: string[]; message: string } | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return { path: [], message: "must be an object of header values" };
+  for (const [name, v] of Object.entries(value)) {
+    if (!HEADER_NAME.test(name)) return { path: [name], message: "is not a valid header name" };
+    if (typeof v !== "string") return { path: [name], message: "must be a string" };
+    if (!HEADER_VALUE.test(v)) return { path: [name], message: "has a value that is not a valid header value (control characters or characters above U+00FF)" };
+  }
+  return null;
+}
+
+const HeadersSource = z.custom<HttpHeadersSource>((v) => typeof v === "function" || (typeof v === "object" && v !== null && !Array.isArray(v)), {
+  message: "must be an object of header values, or a function returning one",
+}).superRefine((v, ctx) => {
+  if (typeof v === "function") return;
+  const problem = headersProblem(v);
+  if (problem) ctx.addIssue({ code: "custom", path: problem.path, message: problem.message });
+});
+
+/** RFC 6901 tokens of a JSON Pointer, or null when it is not one. `""` is the whole document. */
+function compilePointer(pointer: string): string[] | null {
+  if (pointer === "") return [];
+  if (!pointer.startsWith("/") || /~(?![01])/.test(pointer)) return null;
+  return pointer
+    .slice(1)
+    .split("/")
+    .map((t) => t.replace(/~1/g, "/").replace(/~0/g, "~"));
+}
+
+const JsonPointer = z
+  .string()
+  .max(MAX_POINTER_LENGTH)
+  .refine((p) => compilePointer(p) !== null, "must be a JSON Pointer (RFC 6901): empty for the whole body, or /-separated tokens, ~0 for ~ and ~1 for /");
+
+const PathTemplate = z
+  .string()
+  .startsWith("/")
+  .refine((p) => p.includes("{id}"), "must contain {id} (and usually {type})");
+
+const MediaType = z
+  .string()
+  .max(200)
+  .regex(/^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;[\t\x20-\x7e]*)?$/, "must be a media type such as application/json");
+
+const Pem = z.union([z.string().min(1), z.instanceof(Uint8Array)], { error: "must be a PEM string or a Buffer" });
+
 /**
  * Options of {@link createHttpSystemOfRecord}. Paths are templates: `{type}`,
  * `{id}` and `{key}` are replaced with URI-encoded values and appended to
- * `baseUrl` (whose own path is kept).
+ * `baseUrl` (whose own path is kept). Every object is strict: an unknown key
+ * is refused, naming it.
  */
 export const HttpSystemOfRecordOptions = z
   .object({
@@ -15,31 +84,135 @@ export const HttpSystemOfRecordOptions = z
     name: z.string().min(1),
     /** e.g. `https://crm.example.com/api/v2`. */
     baseUrl: z.url({ protocol: /^https?$/ }),
-    /** Default `/records/{type}/{id}`. */
-    recordPath: z
-      .string()
-      .startsWith("/")
-      .refine((p) => p.includes("{id}"), "must contain {id} (and usually {type})")
-      .default("/records/{type}/{id}"),
+    /** Where a record is read. Default `/records/{type}/{id}`. */
+    recordPath: PathTemplate.default("/records/{type}/{id}"),
+    /** Where a write is sent, e.g. `/records/{id}/patch`. Default: `recordPath`. */
+    patchPath: PathTemplate.optional(),
+    /** Method of a write. Default `PATCH`; some APIs take `POST /…/patch`. */
+    method: z.enum(["PATCH", "POST"]).default("PATCH"),
+    /**
+     * Body of a write. `json-patch` (default): the RFC 6902 array, as
+     * `application/json-patch+json`. `wrapped`: `{ ...extra, [field]: ops }`,
+     * as `application/json` unless `contentType` says otherwise.
+     */
+    patchBody: z
+      .discriminatedUnion("kind", [
+        z.object({ kind: z.literal("json-patch"), contentType: MediaType.default("application/json-patch+json") }).strict(),
+        z
+          .object({
+            kind: z.literal("wrapped"),
+            field: z.string().min(1).max(128),
+            contentType: MediaType.default("application/json"),
+            extra: z.record(z.string(), z.json()).optional(),
+          })
+          .strict()
+          .refine((b) => b.extra === undefined || !Object.hasOwn(b.extra, b.field), { message: "must not contain the ops field", path: ["extra"] })
+          .refine((b) => b.extra === undefined || JSON.stringify(b.extra).length <= MAX_EXTRA_JSON_LENGTH, {
+            message: `must be at most ${MAX_EXTRA_JSON_LENGTH} characters as JSON`,
+            path: ["extra"],
+          }),
+      ])
+      .prefault({ kind: "json-patch" }),
+    /** Where the record's state is in a response body: a JSON Pointer. Default `""`, the whole body. */
+    state: z.object({ pointer: JsonPointer.default("") }).strict().prefault({}),
+    /**
+     * Where the record's version is. `etag` (default): the ETag header, which
+     * must be strong. `body`: the string or number at a JSON Pointer into the
+     * body, carried as an opaque string (a number as its JSON text).
+     */
+    version: z
+      .discriminatedUnion("from", [
+        z.object({ from: z.literal("etag") }).strict(),
+        z.object({ from: z.literal("body"), pointer: JsonPointer.refine((p) => p !== "", "must point into the body, e.g. /version") }).strict(),
+      ])
+      .prefault({ from: "etag" }),
+    /**
+     * How a write names the version it is conditional on. `header`: default
+     * `If-Match`. `format`: `etag` (default) sends an entity tag, the version
+     * quoted unless it is one already; `raw` sends the version as it is
+     * (`If-Match: 7`). An ETag version is sent as it came either way.
+     */
+    ifMatch: z
+      .object({
+        header: z
+          .string()
+          .regex(HEADER_NAME, "must be a header name")
+          .refine((h) => !PROTOCOL_HEADERS.has(h.toLowerCase()), "must not be a header writ sets itself")
+          .default("If-Match"),
+        format: z.enum(["etag", "raw"]).default("etag"),
+      })
+      .strict()
+      .prefault({}),
+    /**
+     * Statuses of a write that mean "the version did not match". Default
+     * `[412]`. An API that answers 409 for a stale version: `[409, 412]`. A
+     * status other than 412 is a conflict only when the record's version is
+     * no longer the one sent (from the answer, else a read); otherwise the
+     * write is `rejected` with that status.
+     */
+    conflictStatuses: z
+      .array(
+        z
+          .number()
+          .int()
+          .min(400)
+          .max(499)
+          .refine((s) => ![404, 408, 410, 429].includes(s), "404 and 410 mean not found, 408 and 429 unavailable"),
+      )
+      .min(1)
+      .max(8)
+      .default([412]),
     /** The system dedupes writes by Idempotency-Key. Default false. The header is sent either way. */
     idempotencyKeys: z.boolean().default(false),
     /** e.g. `/idempotency-keys/{key}`: 200 = applied, 404 = not applied. When set, reconcile can ask the system. */
     idempotencyLookupPath: z.string().startsWith("/").includes("{key}").optional(),
-    /** Static headers on every request, e.g. Authorization. Never logged, never put in an error. */
-    headers: z.record(z.string(), z.string()).default({}),
+    /**
+     * Headers on every request, e.g. Authorization: an object, or a function
+     * called before every request (so a token can be refreshed). Never logged,
+     * never put in an error.
+     */
+    headers: HeadersSource.default({}),
     /** Ceiling in ms on read() and lookups, and the deadline of the read after a body-less 2xx. Default 5000. */
     readTimeoutMs: z.number().int().positive().default(5000),
+    /**
+     * TLS of an `https` baseUrl: `ca` replaces the default trust store (PEM),
+     * `cert` and `key` are a client certificate (mutual TLS), and
+     * `rejectUnauthorized: false` turns verification off. Without it, the
+     * process-wide fetch dispatcher is used.
+     */
+    tls: z
+      .object({
+        ca: Pem.optional(),
+        cert: Pem.optional(),
+        key: Pem.optional(),
+        rejectUnauthorized: z.boolean().optional(),
+      })
+      .strict()
+      .refine((t) => (t.cert === undefined) === (t.key === undefined), "cert and key go together")
+      .optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((o, ctx) => {
+    if (o.tls !== undefined && !o.baseUrl.toLowerCase().startsWith("https:")) {
+      ctx.addIssue({ code: "custom", path: ["tls"], message: "needs an https baseUrl" });
+    }
+  });
 export type HttpSystemOfRecordOptions = z.input<typeof HttpSystemOfRecordOptions>;
 export type HttpSystemOfRecordConfig = z.output<typeof HttpSystemOfRecordOptions>;
 
-/** An HTTP system of record; `lookupIdempotencyKey` is present exactly when `idempotencyLookupPath` is set. */
-export type HttpSystemOfRecord = SystemOfRecord & { readonly config: Readonly<Omit<HttpSystemOfRecordConfig, "headers">> };
+/**
+ * An HTTP system of record; `lookupIdempotencyKey` is present exactly when
+ * `idempotencyLookupPath` is set. `config` leaves out `headers` and `tls`
+ * (credentials); `close` ends the TLS connections, if any.
+ */
+export type HttpSystemOfRecord = SystemOfRecord & {
+  readonly config: Readonly<Omit<HttpSystemOfRecordConfig, "headers" | "tls">>;
+  close(): Promise<void>;
+};
 
 /**
  * Failures before the request left this machine (no TCP connection, no DNS
- * answer, no TLS session): the system cannot have seen the write.
+ * answer, a server certificate this side refused): the system cannot have seen the write.
  */
 const NOT_SENT_CODES = new Set([
   "ECONNREFUSED",
@@ -51,20 +224,93 @@ const NOT_SENT_CODES = new Set([
   "UND_ERR_CONNECT_TIMEOUT",
   "ERR_TLS_CERT_ALTNAME_INVALID",
   "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "CERT_SIGNATURE_FAILURE",
   "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
   "DEPTH_ZERO_SELF_SIGNED_CERT",
   "SELF_SIGNED_CERT_IN_CHAIN",
 ]);
 
-/** Longest ETag writ carries in intents, replies and the ledger (schemas/common.ts `Version`). */
-const MAX_ETAG_LENGTH = 256;
-
 type Exchange =
   | { kind: "answered"; res: Response; body: string }
-  /** Known not to have been sent. */
-  | { kind: "not_sent"; message: string; cause: unknown }
+  /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
+  | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
   /** Maybe sent, no (complete) answer: timeout, socket hang up, reset. */
   | { kind: "no_answer"; message: string; cause: unknown };
+
+type Send = (url: string, init: RequestInit) => Promise<Response>;
+
+interface Transport {
+  send: Send;
+  close(): Promise<void>;
+}
+
+const globalTransport: Transport = { send: (url, init) => fetch(url, init), close: async () => {} };
+
+type TlsConfig = NonNullable<HttpSystemOfRecordConfig["tls"]>;
+
+/** `ca`, `cert` and `key` as node:tls takes them: strings, or Buffers. */
+function pemOptions(tls: TlsConfig): { ca?: string | Buffer; cert?: string | Buffer; key?: string | Buffer } {
+  const pem = (v: string | Uint8Array) => (typeof v === "string" ? v : Buffer.from(v));
+  return {
+    ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
+    ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
+    ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
+  };
+}
+
+/**
+ * TLS through an undici Agent with its own `connect` options. The Agent is
+ * paired with the fetch of the same undici package, not Node's global fetch:
+ * Node bundles its own undici (6 in Node 22, 7 in Node 24, 8 in Node 26), and
+ * a dispatcher of one major handed to the fetch of another can be refused
+ * (`invalid onRequestStart method`). Loaded on first use: systems without
+ * `tls` never load it.
+ */
+function tlsTransport(tls: TlsConfig): Transport {
+  const connect = {
+    ...pemOptions(tls),
+    ...(tls.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: tls.rejectUnauthorized }),
+  };
+  let loaded: Promise<{ fetch: Send; agent: { close(): Promise<void> } }> | undefined;
+  const load = () =>
+    (loaded ??= import("undici").then((undici) => {
+      const agent = new undici.Agent({ connect });
+      const send: Send = (url, init) => undici.fetch(url, { ...(init as object), dispatcher: agent }) as unknown as Promise<Response>;
+      return { fetch: send, agent };
+    }));
+  return {
+    async send(url, init) {
+      let client: Awaited<ReturnType<typeof load>>;
+      try {
+        client = await load();
+      } catch (err) {
+        throw new LocalFailure(`the undici package (for tls) could not be loaded: ${describe(err)}`, true, err);
+      }
+      return client.fetch(url, init);
+    },
+    async close() {
+      if (loaded === undefined) return;
+      const client = await loaded.catch(() => undefined);
+      await client?.agent.close();
+    },
+  };
+}
+
+/** A request that never left: the headers function failed or answered nonsense, or undici could not be loaded. */
+class LocalFailure extends Error {
+  constructor(
+    message: string,
+    readonly permanent: boolean,
+    cause?: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+  }
+}
 
 function errorCode(err: unknown): string | undefined {
   let current: unknown = err;
@@ -83,22 +329,69 @@ function describe(err: unknown): string {
   return code === undefined ? message : `${code} (${message})`;
 }
 
-/** One request with a deadline covering the answer's body too; undici's fetch throws the same TypeError for every failure, so the cause's code tells them apart. */
-async function exchange(url: string, init: RequestInit, timeoutMs: number): Promise<Exchange> {
+/** `promise`, or a rejection when `signal` aborts first. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+interface Request {
+  url: string;
+  method: string;
+  /** Builds the request headers; may call the user's headers function. Throws LocalFailure. */
+  headers: () => Promise<Headers>;
+  body?: string;
+}
+
+/**
+ * One request with a deadline covering the headers function and the answer's
+ * body too; undici's fetch throws the same TypeError for every failure, so
+ * the cause's code tells them apart.
+ */
+async function exchange(send: Send, request: Request, timeoutMs: number): Promise<Exchange> {
   const signal = AbortSignal.timeout(timeoutMs);
+  let headers: Headers;
   try {
-    const res = await fetch(url, { ...init, signal, redirect: "manual" });
+    headers = await untilAborted(request.headers(), signal);
+  } catch (err) {
+    if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+    return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
+  }
+  try {
+    const res = await send(request.url, {
+      method: request.method,
+      headers: [...headers],
+      ...(request.body === undefined ? {} : { body: request.body }),
+      signal,
+      redirect: "manual",
+    });
     return { kind: "answered", res, body: await res.text() };
   } catch (err) {
+    if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
     if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
     const code = errorCode(err);
-    if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err };
+    if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
     return { kind: "no_answer", message: describe(err), cause: err };
   }
 }
 
-function mediaType(res: Response): string {
-  return (res.headers.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+/** application/json or a `+json` type, but not an RFC 9457 problem. */
+function isJsonMedia(res: Response): boolean {
+  const type = (res.headers.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+  return type === "application/json" || (type.endsWith("+json") && type !== "application/problem+json");
 }
 
 function parseJson(body: string): { ok: true; value: unknown } | { ok: false } {
@@ -107,6 +400,43 @@ function parseJson(body: string): { ok: true; value: unknown } | { ok: false } {
   } catch {
     return { ok: false };
   }
+}
+
+type Found = { found: true; value: unknown } | { found: false };
+
+/** RFC 6901 §4: array tokens are decimal indexes without leading zeros; object members are own properties only. */
+function resolvePointer(doc: unknown, tokens: readonly string[]): Found {
+  let current = doc;
+  for (const token of tokens) {
+    if (Array.isArray(current)) {
+      if (!/^(?:0|[1-9][0-9]{0,8})$/.test(token)) return { found: false };
+      const index = Number(token);
+      if (index >= current.length) return { found: false };
+      current = current[index];
+    } else if (typeof current === "object" && current !== null) {
+      if (!Object.hasOwn(current, token)) return { found: false };
+      current = (current as Record<string, unknown>)[token];
+    } else {
+      return { found: false };
+    }
+  }
+  return { found: true, value: current };
+}
+
+class NumberText {
+  constructor(readonly text: string) {}
+}
+
+/** The JSON text of a number in the body, where `String(value)` may not round-trip (beyond 2^53, or a fraction). */
+function numberText(body: string, tokens: readonly string[], value: number): string | null {
+  if (Number.isSafeInteger(value)) return String(value);
+  // JSON.parse source text access (V8 11.4+, Node 21+): the digits as sent, not the nearest double.
+  const tree: unknown = JSON.parse(body, (_key, v: unknown, context?: { source?: unknown }) =>
+    typeof v === "number" && typeof context?.source === "string" ? new NumberText(context.source) : v,
+  );
+  const at = resolvePointer(tree, tokens);
+  if (at.found && at.value instanceof NumberText) return at.value.text;
+  return Number.isFinite(value) && !Number.isInteger(value) ? String(value) : null;
 }
 
 /** `detail` or `title` of an RFC 9457 problem, else the start of the body, else the status line. */
@@ -122,30 +452,19 @@ function problemMessage(res: Response, body: string): string {
 }
 
 /**
- * The record a response carries: a JSON body and a strong ETag. A weak ETag
- * (`W/"…"`) is refused: If-Match compares strongly (RFC 9110 §13.1.1), so it
- * could never match and every write would be a 412.
- */
-function versionedFrom(res: Response, body: string): Versioned | { error: string } {
-  const etag = res.headers.get("etag");
-  if (etag === null || etag === "") return { error: "the answer has no ETag header" };
-  if (etag.startsWith("W/")) return { error: `the ETag ${etag.slice(0, 64)} is weak; If-Match needs a strong one` };
-  if (etag.length > MAX_ETAG_LENGTH) return { error: `the ETag is ${etag.length} characters long; writ carries at most ${MAX_ETAG_LENGTH}` };
-  const parsed = parseJson(body);
-  if (!parsed.ok) return { error: "the body is not JSON" };
-  return { state: parsed.value, version: etag };
-}
-
-/**
- * A system of record over HTTP with RFC 9110 conditional requests: GET gives
- * the state and its ETag, PATCH sends a JSON Patch (RFC 6902) with If-Match and
- * Idempotency-Key, 412 is a conflict.
+ * A system of record over HTTP with conditional writes: GET gives the state
+ * and its version, a write (PATCH by default) sends the JSON Patch (RFC 6902)
+ * with If-Match and Idempotency-Key, 412 (or a configured status) is a
+ * conflict. The body shape, where state and version are, the If-Match header
+ * and TLS are options; see docs/http-adapter.md.
  *
- * Outcomes of `patch`: 2xx → `applied`; 412 → `precondition_failed` (with the
- * current record when the 412 carries a JSON body and an ETag, else null);
- * 404/410 → `not_found`; 408/429 and refused/unresolvable connections →
- * `unavailable` (not processed, safe to retry); other 4xx → `rejected`;
- * 5xx, 3xx, timeouts and dropped connections → `unknown` (reconcile).
+ * Outcomes of `patch`: 2xx → `applied` (with the state and version of the
+ * answer, else of a follow-up read); a `conflictStatuses` status →
+ * `precondition_failed` (with the current record when the answer carries it,
+ * else null); 404/410 → `not_found`; 408/429, refused/unresolvable
+ * connections and a headers function that failed → `unavailable` (not sent,
+ * safe to retry); other 4xx → `rejected`; 5xx, 3xx, timeouts and dropped
+ * connections → `unknown` (reconcile).
  *
  * @example
  * const crm = createHttpSystemOfRecord({
@@ -153,7 +472,7 @@ function versionedFrom(res: Response, body: string): Versioned | { error: string
  *   baseUrl: "https://crm.example.com/api",
  *   idempotencyKeys: true,
  *   idempotencyLookupPath: "/idempotency-keys/{key}",
- *   headers: { authorization: `Bearer ${process.env.CRM_TOKEN}` },
+ *   headers: async () => ({ authorization: `Bearer ${await tokens.current()}` }),
  * });
  * const ticket = { type: "ticket", id: "T-1" };
  * const fresh = await crm.read(ticket, { timeoutMs: 2000 });
@@ -161,45 +480,138 @@ function versionedFrom(res: Response, body: string): Versioned | { error: string
  *   ifMatch: fresh!.version, idempotencyKey: "intent-123", timeoutMs: 5000,
  * });
  *
- * @throws WritError `config_invalid` naming the bad option.
+ * @throws WritError `config_invalid` naming the bad option, never a header value.
  */
 export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpSystemOfRecord {
+  const invalid = (field: string, message: string) =>
+    // The message names the field only: header values and keys may be credentials.
+    new WritError("config_invalid", `http system of record option "${field}": ${message}`, { retriable: false, context: { field } });
   const parsed = HttpSystemOfRecordOptions.safeParse(opts);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const field = issue?.path.join(".") || "(options)";
-    // The message names the field only: header values may be credentials.
-    throw new WritError("config_invalid", `http system of record option "${field}": ${issue?.message ?? "invalid"}`, {
-      retriable: false,
-      context: { field },
-    });
+    throw invalid(issue?.path.join(".") || "(options)", issue?.message ?? "invalid");
   }
   const config = parsed.data;
   const { name } = config;
   const base = config.baseUrl.replace(/\/+$/, "");
+  const statePointer = compilePointer(config.state.pointer) ?? [];
+  const versionPointer = config.version.from === "body" ? (compilePointer(config.version.pointer) ?? []) : null;
+  const conflictStatuses = new Set(config.conflictStatuses);
+  const patchTemplate = config.patchPath ?? config.recordPath;
+  if (config.tls !== undefined) {
+    try {
+      // Loads the PEMs now, so a bad certificate or key is a config error at startup and not a failed write.
+      createSecureContext(pemOptions(config.tls));
+    } catch (err) {
+      throw invalid("tls", `the CA, certificate or key could not be loaded (${errorCode(err) ?? "invalid"})`);
+    }
+  }
+  const transport = config.tls === undefined ? globalTransport : tlsTransport(config.tls);
 
   const url = (template: string, values: Record<string, string>): string =>
     base + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? ""));
-  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}): Headers => {
-    const h = new Headers(config.headers);
-    for (const [k, v] of Object.entries(passed)) h.set(k, v);
-    for (const [k, v] of Object.entries(extra)) h.set(k, v);
+
+  /** The configured headers, fresh from the function if there is one, then the caller's, then writ's own. */
+  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}) => async (): Promise<Headers> => {
+    let configured: unknown = config.headers;
+    if (typeof config.headers === "function") {
+      try {
+        configured = await config.headers();
+      } catch (err) {
+        throw new LocalFailure(`the headers function failed: ${describe(err).slice(0, 300)}`, false, err);
+      }
+      const problem = headersProblem(configured);
+      if (problem) {
+        const what = problem.path.length === 0 ? "something that" : `a header "${problem.path.join("")}" that`;
+        throw new LocalFailure(`the headers function returned ${what} ${problem.message}`, true);
+      }
+    }
+    const h = new Headers();
+    try {
+      for (const [k, v] of Object.entries(configured as Record<string, string>)) h.set(k, v);
+      for (const [k, v] of Object.entries(passed)) h.set(k, v);
+      for (const [k, v] of Object.entries(extra)) h.set(k, v);
+    } catch {
+      // Headers' own TypeError quotes the value.
+      throw new LocalFailure("a request header is not a valid HTTP header value", true);
+    }
     return h;
   };
   const context = (entity: EntityRef, extra: Record<string, unknown> = {}) => ({ entity: entityKey(entity), sor: name, ...extra });
 
+  /** Why a version cannot be carried or sent back, else null. */
+  function unsendable(version: string): string | null {
+    if (version.length > MAX_VERSION_LENGTH) return `the version is ${version.length} characters long; writ carries at most ${MAX_VERSION_LENGTH}`;
+    if (config.ifMatch.format === "etag" ? !ENTITY_TAG.test(version) && !ETAG_CHARS.test(version) : !RAW_VERSION.test(version)) {
+      return config.ifMatch.format === "etag"
+        ? `the version ${JSON.stringify(version.slice(0, 64))} cannot be sent as an entity tag (a quote, space, control or non-Latin-1 character); ifMatch.format "raw" sends it as it is`
+        : `the version ${JSON.stringify(version.slice(0, 64))} cannot be sent in a header (control or non-Latin-1 characters, or spaces at either end)`;
+    }
+    return null;
+  }
+
+  /** The If-Match value for a carried version, or null when it cannot be a header value. */
+  function ifMatchValue(version: string): string | null {
+    const value = version === "*" || config.ifMatch.format === "raw" || ENTITY_TAG.test(version) ? version : `"${version}"`;
+    return value !== "" && HEADER_VALUE.test(value) && !/^\s|\s$/.test(value) ? value : null;
+  }
+
+  /**
+   * The record a response carries: state at the state pointer, version from a
+   * strong ETag or at the version pointer. A weak ETag (`W/"…"`) is refused:
+   * If-Match compares strongly (RFC 9110 §13.1.1), so it could never match
+   * and every write would be a 412.
+   */
+  function recordFrom(res: Response, body: string): Versioned | { error: string } {
+    let version: string;
+    let parsed: { ok: true; value: unknown } | { ok: false } | undefined;
+    if (versionPointer === null) {
+      const etag = res.headers.get("etag");
+      if (etag === null || etag === "") return { error: "the answer has no ETag header" };
+      if (etag.startsWith("W/")) return { error: `the ETag ${etag.slice(0, 64)} is weak; If-Match needs a strong one` };
+      if (etag.length > MAX_VERSION_LENGTH) return { error: `the ETag is ${etag.length} characters long; writ carries at most ${MAX_VERSION_LENGTH}` };
+      version = etag;
+    } else {
+      parsed = parseJson(body);
+      if (!parsed.ok) return { error: "the body is not JSON" };
+      const at = resolvePointer(parsed.value, versionPointer);
+      const where = config.version.from === "body" ? config.version.pointer : "";
+      if (!at.found || at.value === null) return { error: `the body has no version at ${where}` };
+      if (typeof at.value === "number") {
+        const text = numberText(body, versionPointer, at.value);
+        if (text === null) return { error: `the version at ${where} is a number beyond 2^53 that this runtime cannot carry exactly; send it as a string` };
+        version = text;
+      } else if (typeof at.value === "string") {
+        if (at.value === "") return { error: `the version at ${where} is empty` };
+        version = at.value;
+      } else {
+        return { error: `the version at ${where} is ${Array.isArray(at.value) ? "an array" : `a ${typeof at.value}`}; it must be a string or a number` };
+      }
+      const problem = unsendable(version);
+      if (problem !== null) return { error: problem };
+    }
+    parsed ??= parseJson(body);
+    if (!parsed.ok) return { error: "the body is not JSON" };
+    const state = resolvePointer(parsed.value, statePointer);
+    if (!state.found) return { error: `the body has nothing at ${config.state.pointer}` };
+    return { state: state.value, version };
+  }
+
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
     const target = url(config.recordPath, { type: entity.type, id: entity.id });
-    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await exchange(transport.send, { url: target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
+    if (ex.kind === "not_sent" && ex.permanent) {
+      throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
+    }
     if (ex.kind !== "answered") {
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
     }
     const { res, body } = ex;
     if (res.status === 404 || res.status === 410) return null;
     if (res.ok) {
-      const record = versionedFrom(res, body);
+      const record = recordFrom(res, body);
       if ("error" in record) {
         throw new WritError("sor_protocol", `${where}: ${record.error}`, { retriable: false, context: context(entity, { status: res.status }) });
       }
@@ -217,56 +629,82 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     });
   }
 
+  /** A read after a write, on the write's behalf: its failure is a value, not a throw. */
+  async function reread(entity: EntityRef, opts: PatchOptions): Promise<Versioned | null | { failed: string }> {
+    try {
+      return await read(entity, { timeoutMs: config.readTimeoutMs, ...(opts.headers ? { headers: opts.headers } : {}) });
+    } catch (err) {
+      return { failed: describe(err) };
+    }
+  }
+
   async function patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome> {
+    const condition = ifMatchValue(opts.ifMatch);
+    if (condition === null) {
+      // Only a version read() did not give can get here; nothing was sent.
+      return { kind: "rejected", status: 0, message: `the version ${JSON.stringify(opts.ifMatch.slice(0, 64))} cannot be sent as ${config.ifMatch.header}` };
+    }
+    const body = config.patchBody.kind === "json-patch" ? ops : { ...config.patchBody.extra, [config.patchBody.field]: ops };
     const ex = await exchange(
-      url(config.recordPath, { type: entity.type, id: entity.id }),
+      transport.send,
       {
-        method: "PATCH",
+        url: url(patchTemplate, { type: entity.type, id: entity.id }),
+        method: config.method,
         headers: headers(
           {
-            "content-type": "application/json-patch+json",
+            "content-type": config.patchBody.contentType,
             accept: "application/json",
-            "if-match": opts.ifMatch,
+            [config.ifMatch.header]: condition,
             "idempotency-key": opts.idempotencyKey,
           },
           opts.headers,
         ),
-        body: JSON.stringify(ops),
+        body: JSON.stringify(body),
       },
       opts.timeoutMs,
     );
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
-    const { res, body } = ex;
+    const { res, body: answer } = ex;
     const status = res.status;
     if (res.ok) {
-      const record = body.trim() === "" ? { error: "no body" } : versionedFrom(res, body);
+      const record = answer.trim() === "" ? { error: "no body" } : recordFrom(res, answer);
       if (!("error" in record)) return { kind: "applied", ...record };
       // Applied, but the answer does not carry the new state and version: read them.
-      try {
-        const fresh = await read(entity, { timeoutMs: config.readTimeoutMs, ...(opts.headers ? { headers: opts.headers } : {}) });
-        if (fresh !== null) return { kind: "applied", state: fresh.state, version: fresh.version };
-        return { kind: "unknown", message: `${status} (${record.error}), and the record is gone on re-read` };
-      } catch (err) {
-        return { kind: "unknown", message: `${status} (${record.error}), and the re-read failed: ${describe(err)}` };
-      }
+      const fresh = await reread(entity, opts);
+      if (fresh === null) return { kind: "unknown", message: `${status} (${record.error}), and the record is gone on re-read` };
+      if ("failed" in fresh) return { kind: "unknown", message: `${status} (${record.error}), and the re-read failed: ${fresh.failed}` };
+      return { kind: "applied", state: fresh.state, version: fresh.version };
     }
-    if (status === 412) {
-      const record = mediaType(res) === "application/json" ? versionedFrom(res, body) : { error: "no record" };
-      return { kind: "precondition_failed", current: "error" in record ? null : record };
+    if (conflictStatuses.has(status)) {
+      const record = isJsonMedia(res) ? recordFrom(res, answer) : { error: "no record" };
+      let current: Versioned | null = "error" in record ? null : record;
+      if (status !== 412) {
+        // A 409 may mean a stale version or something else (a failed `test` op): only a changed version makes it a conflict.
+        if (current === null) {
+          const fresh = await reread(entity, opts);
+          if (fresh === null) return { kind: "not_found" };
+          if (!("failed" in fresh)) current = fresh;
+        }
+        if (current !== null && current.version === opts.ifMatch) return { kind: "rejected", status, message: problemMessage(res, answer) };
+      }
+      return { kind: "precondition_failed", current };
     }
     if (status === 404 || status === 410) return { kind: "not_found" };
-    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(res, body)}` };
-    if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(res, body) };
-    return { kind: "unknown", message: `${status}: ${problemMessage(res, body)}` };
+    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(res, answer)}` };
+    if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(res, answer) };
+    return { kind: "unknown", message: `${status}: ${problemMessage(res, answer)}` };
   }
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
     if (config.idempotencyLookupPath === undefined) return "unknown";
     const target = url(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const ex = await exchange(target, { method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await exchange(transport.send, { url: target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
+    if (ex.kind === "not_sent" && ex.permanent) {
+      throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
+    }
     if (ex.kind !== "answered") {
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
     }
@@ -285,7 +723,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     return applied === false ? "not_applied" : "applied";
   }
 
-  const { headers: _secret, ...visible } = config;
+  const { headers: _secret, tls: _tls, ...visible } = config;
   return {
     name,
     config: visible,
@@ -293,5 +731,6 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     read,
     patch,
     ...(config.idempotencyLookupPath === undefined ? {} : { lookupIdempotencyKey }),
+    close: () => transport.close(),
   };
 }
