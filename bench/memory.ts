@@ -23,7 +23,7 @@ import { createWritClient, type WritClient } from "../producers/writ-client.ts";
 import { refundPayment } from "../examples/demo-tools.ts";
 import type { Logger } from "../src/logger.ts";
 import { LedgerEntry } from "../src/schemas/ledger-entry.ts";
-import { startDemoRecordsServer } from "../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer } from "../src/testing/demo-records-server.ts";
 import { deleteTopics, onePerPartition, round, say } from "./workload.ts";
 
 export interface MemoryOptions {

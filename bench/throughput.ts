@@ -18,7 +18,7 @@ import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
-import { ensureStack } from "../scripts/local-stack.ts";
+import { ensureStack } from "../src/testing/local-stack.ts";
 import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { runEcho } from "./echo.ts";

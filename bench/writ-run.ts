@@ -8,7 +8,7 @@ import { refundPayment, systems, tools } from "../examples/demo-tools.ts";
 import { readRecord } from "../examples/example-stack.ts";
 import type { Logger } from "../src/logger.ts";
 import { startRouter, type Router } from "../src/owner/router.ts";
-import { startDemoRecordsServer, type DemoRecordsServer, type PatchRequestRow } from "../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer, type DemoRecordsServer, type PatchRequestRow } from "../src/testing/demo-records-server.ts";
 import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
 
 export interface WritOptions {

@@ -6,9 +6,18 @@
 import { z } from "zod";
 import type { WritToolSpec } from "../producers/adapters/tool-bridge.ts";
 import { declareWriteTool, type WriteToolDeclaration } from "../src/tools.ts";
-import { refundPayment, systems, tagTicket } from "./demo-tools.ts";
+import { createHttpRecordReader, type RecordReader } from "../src/sor/record-reader.ts";
+import { refundPayment, tagTicket } from "./demo-tools.ts";
 
-export { systems };
+/**
+ * The agent side's read-only view of the demo's two systems, from read-only
+ * configuration (the demo records server has no credentials; a real system
+ * gets a read-only token here, never the owners' write credentials).
+ */
+export function readers(env: NodeJS.ProcessEnv = process.env): RecordReader[] {
+  const baseUrl = env.RECORDS_URL ?? "http://127.0.0.1:4010";
+  return [createHttpRecordReader({ name: "billing", baseUrl }), createHttpRecordReader({ name: "helpdesk", baseUrl })];
+}
 
 /** `decl` with a required string param naming the target record, for models that pick the record. */
 function withTargetParam<P extends Record<string, unknown>, K extends string>(

@@ -16,10 +16,13 @@ export const refundPayment = declareWriteTool({
     amountCents: z.number().int().positive(),
     reason: z.enum(["damaged", "late", "duplicate_charge", "goodwill"]),
     note: z.string().max(500).optional(),
+    /** The agent's own reference for the refund, kept on it. */
+    ref: z.string().min(1).max(64).optional(),
   }),
   intentFields: ["amountCents", "reason"],
   freeTextParams: ["note"],
-  allowedPaths: ["/refunds/-"],
+  allowedPaths: [{ path: "/refunds/-", ops: ["add"] }],
+  delta: (p) => [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, reason: p.reason, ...(p.ref === undefined ? {} : { ref: p.ref }) } }],
   keyScope: "run",
   versionPolicy: "rebase-commutative",
   system: "billing",
@@ -38,6 +41,11 @@ export const tagTicket = declareWriteTool({
   params: z.object({ tag: z.string().min(1).max(64) }),
   intentFields: ["tag"],
   allowedPaths: ["/tags", "/tags/-", "/status"],
+  // The tags as they are, plus this one (strict: the owner checks it against the version the agent read).
+  delta: (p, current) => {
+    const tags = ((current.state as { tags?: unknown } | null)?.tags ?? []) as unknown[];
+    return [{ op: "replace", path: "/tags", value: tags.includes(p.tag) ? tags : [...tags, p.tag] }];
+  },
   keyScope: "run",
   versionPolicy: "strict",
   maxConflictCycles: 2,

@@ -213,6 +213,7 @@ function startOwner(n: number): ChildProcess {
       KAFKA_BROKERS: brokers.join(","),
       ...(registryUrl ? { SCHEMA_REGISTRY_URL: registryUrl } : {}),
       RECORDS_URL: records.url,
+      WRIT_TOOLS_MODULE: join(root, "examples", "demo-tools.ts"),
       WRIT_SOR_TIMEOUT_MS: "1500",
       WRIT_INSTANCE_ID: `demo-owner-${n}`,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",

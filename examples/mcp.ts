@@ -11,10 +11,9 @@ import { parseArgs } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { startWritMcpHttpServer, systemsReader, type WritMcpHttp } from "../producers/adapters/mcp-server.ts";
+import { startWritMcpHttpServer, recordsReader, type WritMcpHttp } from "../producers/adapters/mcp-server.ts";
 import type { ModelToolResult } from "../producers/adapters/tool-bridge.ts";
-import { specs } from "./demo-tool-specs.ts";
-import { systems } from "./demo-tools.ts";
+import { readers, specs } from "./demo-tool-specs.ts";
 import { runExample, startExampleStack } from "./example-stack.ts";
 
 const { values: args } = parseArgs({ options: { http: { type: "boolean", default: false } } });
@@ -84,7 +83,7 @@ function stdioTransport(runId: string): StdioClientTransport {
 /** The server in-process on 127.0.0.1; each MCP session is a run. */
 async function httpTransport(): Promise<StreamableHTTPClientTransport> {
   const writ = await ex.client(agentId);
-  http = await startWritMcpHttpServer({ client: writ, tools: specs, read: systemsReader(specs, systems({ RECORDS_URL: records.url })), logger: ex.logger });
+  http = await startWritMcpHttpServer({ client: writ, tools: specs, read: recordsReader(specs, readers({ RECORDS_URL: records.url })), logger: ex.logger });
   say(`  serving ${http.url} (run id: the MCP session id)`);
   return new StreamableHTTPClientTransport(new URL(http.url));
 }

@@ -36,7 +36,7 @@ export const verify = {
       createIfMissing(env, entity.type, entity.id, { customer: "c-verify", amountCents: 100_000_000, currency: "EUR", refunds: [] }),
     // A 1.00 EUR goodwill refund whose reference is the mark: appends commute, so a rebase is safe.
     change: (_current, mark) => ({
-      params: { amountCents: 100, reason: "goodwill" as const, note: `writ verify ${mark}` },
+      params: { amountCents: 100, reason: "goodwill" as const, note: `writ verify ${mark}`, ref: mark },
       delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 100, reason: "goodwill", ref: mark } }],
     }),
     effects: ({ current, mark }) => ((current?.state as Payment | undefined)?.refunds ?? []).filter((r) => r.ref === mark).length,

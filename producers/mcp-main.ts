@@ -12,8 +12,8 @@ import { parseConfig } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
-import type { SystemOfRecord } from "../src/sor/adapter.ts";
-import { serveWritMcpStdio, startWritMcpHttpServer, systemsReader } from "./adapters/mcp-server.ts";
+import type { RecordReader } from "../src/sor/record-reader.ts";
+import { recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
 import type { WritToolSpec } from "./adapters/tool-bridge.ts";
 import { createWritClient, type WritClient } from "./writ-client.ts";
 
@@ -28,12 +28,14 @@ const McpMainConfig = z
     replyTopic: z.string().min(1).optional(),
     /** Deadline of one submission. ms. */
     submitTimeoutMs: z.coerce.number().int().positive().default(30_000),
-    /** Module exporting `specs` (WritToolSpec[]) and `systems(env)`. */
+    /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
     runId: z.string().min(1).optional(),
     /** --http only. */
     port: z.coerce.number().int().min(0).max(65535).default(39100),
+    /** --http only, required there: the bearer token every request must carry. */
+    token: z.string().min(16, "at least 16 characters").optional(),
   })
   .strict();
 
@@ -47,11 +49,13 @@ const ENV = {
   specsModule: "WRIT_TOOL_SPECS_MODULE",
   runId: "WRIT_RUN_ID",
   port: "WRIT_MCP_PORT",
+  token: "WRIT_MCP_TOKEN",
 } as const;
 
 interface SpecsModule {
   specs: WritToolSpec<any>[];
-  systems: (env: NodeJS.ProcessEnv) => SystemOfRecord[];
+  /** Read-only record readers, built from read-only configuration: the agent side holds no writing adapter. */
+  readers: (env: NodeJS.ProcessEnv) => RecordReader[];
 }
 
 hideKafkajsTimeoutWarning();
@@ -87,8 +91,8 @@ try {
   });
 
   const mod = (await import(pathToFileURL(resolve(config.specsModule)).href)) as Partial<SpecsModule>;
-  if (!Array.isArray(mod.specs) || typeof mod.systems !== "function") {
-    throw new WritError("config_invalid", `WRIT_TOOL_SPECS_MODULE (${config.specsModule}) must export specs[] and systems(env)`, {
+  if (!Array.isArray(mod.specs) || typeof mod.readers !== "function") {
+    throw new WritError("config_invalid", `WRIT_TOOL_SPECS_MODULE (${config.specsModule}) must export specs[] and readers(env)`, {
       retriable: false,
       context: { field: "WRIT_TOOL_SPECS_MODULE" },
     });
@@ -102,7 +106,7 @@ try {
     ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
     logger: log,
   });
-  const options = { client, tools: mod.specs, read: systemsReader(mod.specs, mod.systems(process.env)), logger: log };
+  const options = { client, tools: mod.specs, read: recordsReader(mod.specs, mod.readers(process.env)), logger: log };
   if (args.stdio) {
     const stdio = await serveWritMcpStdio({ ...options, ...(config.runId ? { runId: config.runId } : {}) });
     close = stdio.close;
@@ -110,7 +114,10 @@ try {
     // The client closing our stdin is the end of the session.
     process.stdin.once("end", () => void stop("stdin closed"));
   } else {
-    const http = await startWritMcpHttpServer({ ...options, port: config.port });
+    if (config.token === undefined) {
+      throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
+    }
+    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token });
     close = http.close;
     log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);

@@ -10,9 +10,13 @@ import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
 import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
 import { isControlRecord } from "../src/schemas/control.ts";
+import { SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
 import type { Reply } from "../src/schemas/reply.ts";
 import type { WriteIntent } from "../src/schemas/write-intent.ts";
+import type { Escalation } from "../src/schemas/escalation.ts";
+import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
 import { TopicEnsurer } from "../src/topics.ts";
+import { startSubmitSpan } from "../src/tracing/spans.ts";
 
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
@@ -52,11 +56,11 @@ export interface IntentInput {
   baseVersion: string;
   delta: JsonPatchOp[];
   params: Record<string, unknown>;
-  /** Overrides the derived key; only for callers that derive it the same way elsewhere. */
-  intentKey?: string;
 }
 
 export interface WritClient {
+  /** The agent this client submits for (part of every `run`-scoped intent key). */
+  readonly agentId: string;
   /** Builds the WriteIntent (id, key, reply topic) without sending it. */
   buildIntent(input: IntentInput): WriteIntent;
   /**
@@ -71,6 +75,20 @@ export interface WritClient {
   submitAll(intents: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]>;
   /** Every reply read from this agent's reply topic since `start`. */
   replies(opts?: { signal?: AbortSignal }): AsyncIterable<Reply>;
+  /**
+   * An operator's decision on an escalation from `writ.human`: `apply` it on
+   * the record at `baseVersion` (default: the version the escalation showed),
+   * `discard` it, or `return` it to its agent with `message`. The record's
+   * owner carries it out; the agent gets the outcome on its reply topic, and
+   * this resolves with the reply the owner sends this client (keyed by the
+   * resolution's id), or `unknown` at the deadline. This client's agent id is
+   * the operator's (with an agent registry it must be allowed `writ.resolve`).
+   */
+  resolve(
+    escalation: Escalation,
+    decision: { decision: "apply" | "discard" | "return"; baseVersion?: string; delta?: JsonPatchOp[]; message?: string },
+    opts?: { timeoutMs?: number },
+  ): Promise<SubmitResult>;
   close(): Promise<void>;
 }
 
@@ -84,8 +102,15 @@ export interface WritClient {
  *   baseVersion: '"v3"', delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 500 } }],
  *   params: { amountCents: 500 } }, { timeoutMs: 10_000 });
  */
-export async function createWritClient(input: ClientConfigInput & { logger?: Logger; offsetProbe?: OffsetProbe }): Promise<WritClient> {
-  const { logger, offsetProbe, ...raw } = input;
+export async function createWritClient(
+  input: ClientConfigInput & {
+    logger?: Logger;
+    offsetProbe?: OffsetProbe;
+    /** Signs every intent (Ed25519, `writ-signature` header): required where owners run with an agent registry. */
+    signer?: IntentSigner;
+  },
+): Promise<WritClient> {
+  const { logger, offsetProbe, signer, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
   const log = (logger ?? createLogger()).child({ component: "writ-client", agent: config.agentId });
   registerCompressionCodecs();
@@ -98,6 +123,7 @@ export async function createWritClient(input: ClientConfigInput & { logger?: Log
   const admin = kafka.admin();
   await admin.connect();
   let replyPartitions: number;
+  let ends: { partition: number; high: string }[];
   const groupId = `writ.client.${config.agentId}.${randomUUID()}`;
   try {
     // The agent provisions its own reply topic; owners never create one because an intent names it.
@@ -107,13 +133,19 @@ export async function createWritClient(input: ClientConfigInput & { logger?: Log
     // The reply consumer starts at the topic's current (read_committed) end, committed for its group before it
     // joins: a consumer that kafkajs restarts after a crash resumes there instead of at the end of the moment,
     // which would skip the replies written in between.
-    const ends = await admin.fetchTopicOffsets(config.replyTopic);
-    await admin.setOffsets({ groupId, topic: config.replyTopic, partitions: ends.map((e) => ({ partition: e.partition, offset: e.high })) });
+    ends = await admin.fetchTopicOffsets(config.replyTopic);
   } finally {
     await admin.disconnect();
   }
   const probe = offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId ?? "writ-client"}-probe`, log });
-  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId);
+  const start = ends.map((e) => ({ partition: e.partition, offset: e.high }));
+  if (probe.commitGroupOffsets) await probe.commitGroupOffsets(groupId, config.replyTopic, start);
+  else {
+    const setter = kafka.admin();
+    await setter.connect();
+    await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
+  }
+  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, signer);
   await client.start();
   return client;
 }
@@ -130,12 +162,17 @@ class KafkaWritClient implements WritClient {
   private readonly listeners = new Set<(reply: Reply) => void>();
   private readonly partitioner = Partitioners.DefaultPartitioner();
   private readonly replyPartitions: number;
+  readonly agentId: string;
   /** Ends of the reply partitions as last probed, shared by submits within a second. */
   private lastProbe: { at: number; ends: Promise<EndOffsets[] | null> } | null = null;
 
-  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string) {
+  private readonly signer: IntentSigner | undefined;
+
+  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string, signer?: IntentSigner) {
+    this.signer = signer;
     this.config = config;
     this.replyPartitions = replyPartitions;
+    this.agentId = config.agentId;
     this.log = log;
     this.probe = probe;
     this.codec = new WireCodec({ schemaRegistryUrl: config.schemaRegistryUrl });
@@ -186,7 +223,7 @@ class KafkaWritClient implements WritClient {
   buildIntent(i: IntentInput): WriteIntent {
     return {
       intentId: randomUUID(),
-      intentKey: i.intentKey ?? intentKey({ tool: i.tool, runId: i.runId, stepId: i.stepId, entity: i.entity, params: i.params }),
+      intentKey: intentKey({ tool: i.tool, agentId: this.config.agentId, runId: i.runId, stepId: i.stepId, entity: i.entity, params: i.params }),
       entity: i.entity,
       tool: i.tool.name,
       agent: { id: this.config.agentId, runId: i.runId, stepId: i.stepId, ...(i.toolCallId ? { toolCallId: i.toolCallId } : {}) },
@@ -206,36 +243,87 @@ class KafkaWritClient implements WritClient {
   async submitAll(list: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]> {
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const intents = list.map((i) => ("intentId" in i ? i : this.buildIntent(i)));
+    // One `writ.submit` span per intent, until its reply or its deadline; its trace context travels in the record's headers.
+    const spans = intents.map((intent) => startSubmitSpan(intent, this.config.intentsTopic));
     // The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
     const before = this.ends();
     const timers: NodeJS.Timeout[] = [];
     const results = intents.map(
-      (intent) =>
+      (intent, i) =>
         new Promise<SubmitResult>((resolve) => {
           const timer = setTimeout(() => {
             this.waiting.delete(intent.intentId);
-            void this.timedOut(intent, before).then(resolve);
+            void this.timedOut(intent, before).then((result) => {
+              spans[i]!.answered(result);
+              resolve(result);
+            });
           }, timeoutMs);
           timers.push(timer);
           this.waiting.set(intent.intentId, (reply) => {
             clearTimeout(timer);
             this.waiting.delete(intent.intentId);
+            spans[i]!.answered(reply);
             resolve(reply);
           });
         }),
     );
     try {
       const messages = await Promise.all(
-        intents.map(async (intent) => ({ key: entityKey(intent.entity), value: await this.codec.encode(this.config.intentsTopic, "WriteIntent", intent) })),
+        intents.map(async (intent) => ({
+          key: entityKey(intent.entity),
+          value: await this.codec.encode(this.config.intentsTopic, "WriteIntent", intent),
+          ...(this.signer ? { headers: { [SIGNATURE_HEADER]: signIntent(intent, this.signer) } } : {}),
+        })),
       );
+      for (const [i, m] of messages.entries()) spans[i]!.stamp(m);
       await this.producer.send({ topic: this.config.intentsTopic, messages, acks: -1 });
     } catch (err) {
+      for (const span of spans) span.failed(err);
       // Nothing is waited for when the send failed: drop the waiters and their timers.
       for (const t of timers) clearTimeout(t);
       for (const intent of intents) this.waiting.delete(intent.intentId);
       throw err;
     }
     return Promise.all(results);
+  }
+
+  async resolve(
+    escalation: Escalation,
+    d: { decision: "apply" | "discard" | "return"; baseVersion?: string; delta?: JsonPatchOp[]; message?: string },
+    opts?: { timeoutMs?: number },
+  ): Promise<SubmitResult> {
+    const baseVersion = d.baseVersion ?? escalation.current?.version;
+    const resolution: Resolution = {
+      kind: "resolution",
+      resolutionId: randomUUID(),
+      escalationId: escalation.escalationId,
+      intent: escalation.intent,
+      decision: d.decision,
+      ...(d.decision === "apply" && baseVersion !== undefined ? { baseVersion } : {}),
+      ...(d.delta ? { delta: d.delta } : {}),
+      ...(d.message ? { message: d.message } : {}),
+      operator: { id: this.config.agentId },
+      replyTo: this.config.replyTopic,
+      entity: escalation.intent.entity,
+      createdAt: new Date().toISOString(),
+    };
+    const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    const answer = new Promise<SubmitResult>((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(resolution.resolutionId);
+        resolve({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." });
+      }, timeoutMs);
+      this.waiting.set(resolution.resolutionId, (reply) => {
+        clearTimeout(timer);
+        this.waiting.delete(resolution.resolutionId);
+        resolve(reply);
+      });
+    });
+    const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
+    const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
+    if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
+    await this.producer.send({ topic: this.config.intentsTopic, messages: [{ key: entityKey(resolution.intent.entity), value, headers }], acks: -1 });
+    return answer;
   }
 
   /** The deadline passed: `blocked` when the intent's reply partition is held by an open transaction, else `unknown`. */

@@ -1,5 +1,5 @@
 // node scripts/check-three-brokers.ts — proves the three-node local stack
-// (scripts/local-stack.ts, `ensureStack({ brokers: 3 })`) survives losing a
+// (src/testing/local-stack.ts, `ensureStack({ brokers: 3 })`) survives losing a
 // partition leader: starts its own stack (ports 49192-49197, registry 48181,
 // .cache/run-check3), creates a topic with replication factor 3, produces with
 // acks=-1, SIGKILLs the leader of partition 0 — chosen to also host the
@@ -22,7 +22,7 @@ if (process.env['KAFKA_BROKERS']) {
   process.exit(2);
 }
 
-const stackModule = await import('./local-stack.ts');
+const stackModule = await import('../src/testing/local-stack.ts');
 const { ensureStack, stopStack, killBroker, startBroker, stopBroker, pauseBroker, resumeBroker, brokerPids, leaderOf, partitionInfo, killRegistry, startRegistry, LOCAL_REGISTRY_URL } =
   stackModule;
 // kafkajs is CommonJS: its enums are only reachable through the default export

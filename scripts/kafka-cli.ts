@@ -1,7 +1,7 @@
 // The Kafka distribution's own console producer and consumer, run from Node as
 // child JVMs (`java -cp '<KAFKA_LIBS>/*' org.apache.kafka.tools...`): a client
 // that is neither writ's nor kafkajs, for "foreign producer" tests. The jars
-// are the ones scripts/local-stack.ts fetches beside the broker.
+// are the ones src/testing/local-stack.ts fetches beside the broker.
 //
 // What the console producer can carry (it reads stdin as UTF-8 text lines,
 // `LineMessageReader`):
@@ -30,7 +30,7 @@ import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { CACHE_DIR, KAFKA_LIBS, KAFKA_VERSION } from './local-stack.ts';
+import { CACHE_DIR, KAFKA_LIBS, KAFKA_VERSION } from '../src/testing/local-stack.ts';
 
 export type ConsoleCompression = 'none' | 'gzip' | 'snappy' | 'lz4' | 'zstd';
 const COMPRESSIONS: readonly ConsoleCompression[] = ['none', 'gzip', 'snappy', 'lz4', 'zstd'];

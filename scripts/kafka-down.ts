@@ -12,7 +12,7 @@ if (brokers !== '1' && brokers !== '3') {
   process.exit(2);
 }
 if (brokers === '3') process.env['WRIT_LOCAL_STACK_DIR'] ??= join(resolve(import.meta.dirname, '..'), '.cache', 'run-3');
-const { stopStack } = await import('./local-stack.ts');
+const { stopStack } = await import('../src/testing/local-stack.ts');
 
 try {
   const { broker, nodes, registry } = await stopStack();

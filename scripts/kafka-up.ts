@@ -27,7 +27,7 @@ if (brokers === 3) {
   process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '39192';
   process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '38181';
 }
-const { ensureStack } = await import('./local-stack.ts');
+const { ensureStack } = await import('../src/testing/local-stack.ts');
 
 const t0 = Date.now();
 try {

@@ -11,8 +11,9 @@ const MAGIC_BYTE = 0;
 const HEADER_BYTES = 5;
 
 export type DecodeResult<T> =
-  | { ok: true; value: T; framed: boolean }
-  | { ok: false; reason: "undecodable" | "schema_invalid" | "too_deep"; message: string; parsed?: unknown };
+  /** `raw`: the JSON as parsed, before validation (what a signature covers). */
+  | { ok: true; value: T; framed: boolean; raw: unknown }
+  | { ok: false; reason: "undecodable" | "schema_invalid" | "schema_subject_mismatch" | "too_deep"; message: string; parsed?: unknown };
 
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
 export const DEFAULT_MAX_DEPTH = 64;
@@ -27,8 +28,8 @@ export class WireCodec {
   private readonly registry: SchemaRegistry | null;
   private readonly registryUrl: string;
   private readonly ids = new Map<string, Promise<number>>();
-  private readonly knownIds = new Map<number, { known: boolean; at: number }>();
-  private readonly lookups = new Map<number, Promise<boolean>>();
+  private readonly knownIds = new Map<number, { subjects: Set<string> | null; at: number }>();
+  private readonly lookups = new Map<number, Promise<Set<string> | null>>();
 
   constructor(opts: { schemaRegistryUrl?: string | undefined }) {
     this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
@@ -46,7 +47,7 @@ export class WireCodec {
   }
 
   /** Validates `value` with zod, then frames it for `topic`. Throws a non-retriable error on invalid values. */
-  async encode<N extends WireSchemaName>(topic: string, name: N, value: z.input<(typeof WIRE_SCHEMAS)[N]>): Promise<Buffer> {
+  async encode<N extends WireSchemaName>(topic: string, name: N, value: z.input<(typeof WIRE_SCHEMAS)[N]>, opts: { subject?: string } = {}): Promise<Buffer> {
     const checked = WIRE_SCHEMAS[name].safeParse(value);
     if (!checked.success) {
       throw new WritError("codec_failed", `refusing to produce an invalid ${name}: ${checked.error.message}`, {
@@ -55,7 +56,7 @@ export class WireCodec {
       });
     }
     if (!this.registry) return Buffer.from(JSON.stringify(checked.data));
-    const id = await this.schemaId(topic, name);
+    const id = await this.schemaId(opts.subject ?? `${topic}-value`, name);
     try {
       return await this.registry.encode(id, checked.data);
     } catch (err) {
@@ -75,7 +76,7 @@ export class WireCodec {
   async decode<N extends WireSchemaName>(
     name: N,
     bytes: Buffer | null,
-    opts: { maxDepth?: number } = {},
+    opts: { maxDepth?: number; subject?: string } = {},
   ): Promise<DecodeResult<z.output<(typeof WIRE_SCHEMAS)[N]>>> {
     if (bytes === null || bytes.length === 0) return { ok: false, reason: "undecodable", message: "empty value" };
     let framed = false;
@@ -83,8 +84,11 @@ export class WireCodec {
     if (bytes[0] === MAGIC_BYTE) {
       if (bytes.length <= HEADER_BYTES) return { ok: false, reason: "undecodable", message: "truncated wire-format header" };
       const id = bytes.readInt32BE(1);
-      if (!(await this.schemaIdExists(id))) {
-        return { ok: false, reason: "undecodable", message: `schema id ${id} is not in the registry` };
+      const subjects = await this.schemaSubjects(id);
+      if (subjects === null) return { ok: false, reason: "undecodable", message: `schema id ${id} is not in the registry` };
+      // Any registered id frames a value, a dead letter's schema too: the id must be one of this topic's subject.
+      if (opts.subject !== undefined && !subjects.has(opts.subject)) {
+        return { ok: false, reason: "schema_subject_mismatch", message: `schema id ${id} is not registered under ${opts.subject}` };
       }
       framed = true;
       body = bytes.subarray(HEADER_BYTES);
@@ -105,16 +109,16 @@ export class WireCodec {
       const issues = checked.error.issues.slice(0, 5).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`);
       return { ok: false, reason: "schema_invalid", message: `not a valid ${name}: ${issues.join("; ")}`, parsed };
     }
-    return { ok: true, value: checked.data as z.output<(typeof WIRE_SCHEMAS)[N]>, framed };
+    return { ok: true, value: checked.data as z.output<(typeof WIRE_SCHEMAS)[N]>, framed, raw: parsed };
   }
 
-  private schemaId(topic: string, name: WireSchemaName): Promise<number> {
-    const subject = `${topic}-value`;
-    let id = this.ids.get(subject);
+  private schemaId(subject: string, name: WireSchemaName): Promise<number> {
+    const cacheKey = `${subject}|${name}`;
+    let id = this.ids.get(cacheKey);
     if (!id) {
       id = retry(() => this.register(subject, name), { maxAttempts: 4, initialDelayMs: 200 });
-      id.catch(() => this.ids.delete(subject));
-      this.ids.set(subject, id);
+      id.catch(() => this.ids.delete(cacheKey));
+      this.ids.set(cacheKey, id);
     }
     return id;
   }
@@ -148,23 +152,31 @@ export class WireCodec {
     });
   }
 
-  private schemaIdExists(id: number): Promise<boolean> {
-    if (!this.registry) return Promise.resolve(false);
+  /** The subjects a schema id is registered under, or null for an id the registry does not know. */
+  private schemaSubjects(id: number): Promise<Set<string> | null> {
+    if (!this.registry) return Promise.resolve(null);
     const cached = this.knownIds.get(id);
     // A known id is known for good (ids are immutable); an unknown one is asked again after a while.
-    if (cached && (cached.known || Date.now() - cached.at < 30_000)) return Promise.resolve(cached.known);
+    if (cached && (cached.subjects !== null || Date.now() - cached.at < 30_000)) return Promise.resolve(cached.subjects);
     let lookup = this.lookups.get(id);
     if (!lookup) {
-      lookup = this.registry.getSchema(id).then(
-        () => true,
-        (err: unknown) => {
-          const status = (err as { status?: number }).status;
-          if (status === 404) return false;
+      lookup = (async () => {
+        let res: Response;
+        try {
+          // GET /schemas/ids/{id}/versions: the subject-version pairs an id is registered under (Confluent API).
+          res = await fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { signal: AbortSignal.timeout(10_000) });
+        } catch (err) {
           throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
-        },
-      );
+        }
+        if (res.status === 404) return null;
+        const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
+        if (!res.ok || !Array.isArray(body)) {
+          throw new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
+        }
+        return new Set(body.map((v) => String(v.subject)));
+      })();
       lookup.then(
-        (known) => this.knownIds.set(id, { known, at: Date.now() }),
+        (subjects) => this.knownIds.set(id, { subjects, at: Date.now() }),
         () => undefined,
       );
       void lookup.finally(() => this.lookups.delete(id)).catch(() => undefined);
@@ -172,5 +184,6 @@ export class WireCodec {
     }
     return lookup;
   }
+
 
 }

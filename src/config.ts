@@ -81,6 +81,8 @@ export const RouterConfig = z
     /** Port of the health endpoints (`/healthz`, `/readyz`) on 127.0.0.1 unless `healthHost` says otherwise; unset: no server. */
     healthPort: z.number().int().min(0).max(65_535).optional(),
     healthHost: z.string().min(1).default("127.0.0.1"),
+    /** The agent registry file (JSON; see src/security/agent-registry.ts). Unset: no authentication (development only). */
+    agentRegistryPath: z.string().min(1).optional(),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
     instanceId: z.string().min(1).default(() => `owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`),
   })
@@ -174,6 +176,7 @@ export const ROUTER_ENV = {
   hangHealAfterMs: "WRIT_HANG_HEAL_AFTER_MS",
   healthPort: "WRIT_HEALTH_PORT",
   healthHost: "WRIT_HEALTH_HOST",
+  agentRegistryPath: "WRIT_AGENT_REGISTRY",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
 

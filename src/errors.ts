@@ -24,8 +24,17 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 export const REJECT_REASONS = [
   "undecodable",
   "schema_invalid",
+  "schema_subject_mismatch",
   "too_large",
   "too_deep",
+  "unauthenticated",
+  "key_missing",
+  "key_mismatch",
+  "intent_key_mismatch",
+  "tool_not_allowed",
+  "reply_topic_not_registered",
+  "delta_mismatch",
+  "patch_op_not_allowed",
   "reply_topic_not_allowed",
   "reply_topic_missing",
   "unknown_tool",
@@ -38,6 +47,10 @@ export const REJECT_REASONS = [
   "sor_rejected",
   "sor_protocol",
   "processing_failed",
+  "resolution_not_applicable",
+  "resolution_conflict",
+  "escalation_discarded",
+  "returned_by_operator",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
@@ -45,8 +58,12 @@ export type RejectReason = (typeof REJECT_REASONS)[number];
 export const DEAD_LETTER_REASONS = [
   "undecodable",
   "schema_invalid",
+  "schema_subject_mismatch",
   "too_large",
   "too_deep",
+  "unauthenticated",
+  "key_missing",
+  "key_mismatch",
   "reply_topic_not_allowed",
   "reply_topic_missing",
   "processing_failed",

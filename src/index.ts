@@ -6,7 +6,8 @@ export { RouterConfig, ClientConfig, routerConfigFromEnv, type RouterConfigInput
 export { WritError, ERROR_CODES, REJECT_REASONS, isRetriable, type ErrorCode, type RejectReason } from "./errors.ts";
 export type { SystemOfRecord, PatchOutcome, PatchOptions, ReadOptions, ReconcileResult } from "./sor/adapter.ts";
 export { createHttpSystemOfRecord, type HttpSystemOfRecordOptions } from "./sor/http-adapter.ts";
-export { startDemoRecordsServer, type DemoRecordsServer } from "./sor/demo-records-server.ts";
+// The `verify` export of a tools module, for `writ verify`.
+export { verifyFixture, type VerifyFixtures, type ToolVerifyFixture } from "./verify/fixture.ts";
 export {
   WriteIntent,
   Reply,
@@ -17,5 +18,27 @@ export {
   JsonPatchOp,
   Versioned,
   entityKey,
+  CONTROL_HEADER,
+  isControlRecord,
 } from "./schemas/index.ts";
 export { createLogger, type Logger } from "./logger.ts";
+// The agent side: the client, and what every framework adapter shares (each adapter is its own subpath, writ/adapters/<name>).
+export {
+  createWritClient,
+  type WritClient,
+  type IntentInput,
+  type SubmitResult,
+  type UnknownOutcome,
+  type BlockedOutcome,
+} from "../producers/writ-client.ts";
+export {
+  VersionBook,
+  DEFAULT_STEP_ID,
+  toModelResult,
+  toReadResult,
+  type WritToolSpec,
+  type WritCallContext,
+  type ModelToolResult,
+  type ReadToolResult,
+} from "../producers/adapters/tool-bridge.ts";
+export { MemoryIntentBases, recordIntentBases, type IntentBases } from "../producers/adapters/intent-bases.ts";

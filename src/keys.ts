@@ -1,4 +1,5 @@
 import { canonicalJson, sha256Hex } from "./canonical-json.ts";
+import { WritError } from "./errors.ts";
 import type { EntityRef, JsonPatchOp } from "./schemas/common.ts";
 import { entityKey } from "./schemas/common.ts";
 
@@ -15,6 +16,12 @@ export interface KeyedTool {
 
 export interface IntentKeyInput {
   tool: KeyedTool;
+  /**
+   * The agent submitting it; part of the key under scope `run`, so one agent
+   * can never present another's key (owners recompute it), and two agents'
+   * runs never collide. Not part of it under `global` (once for everyone).
+   */
+  agentId: string;
   /** The run or conversation id; used only when the tool's key scope is `run`. */
   runId: string;
   /**
@@ -27,26 +34,35 @@ export interface IntentKeyInput {
 }
 
 /**
- * The intent key: sha256 over run id (scope `run`), step id, tool, target and
- * the tool's declared intent fields, never free text the model wrote and
- * never a random id, so every retry or resume of one business intent gets the
- * same key.
+ * The intent key: sha256 over agent id and run id (scope `run`), step id,
+ * tool, target and the tool's declared intent fields, never free text the
+ * model wrote and never a random id, so every retry or resume of one business
+ * intent gets the same key. The bytes hashed are the canonical JSON (keys
+ * sorted at every depth) of `{v: 2, scope, agent, run, step, tool, target,
+ * fields}`, as UTF-8; the wire contract (docs) and the golden vectors in
+ * test/fixtures/intent-key-vectors.json pin them for other languages. Owners
+ * recompute it and refuse an intent whose key differs.
  *
  * @example
- * const key = intentKey({ tool: refund, runId, stepId: "refund-1", entity: { type: "payment", id: "pay_1" },
- *   params: { amountCents: 500, reason: "damaged" } });
+ * const key = intentKey({ tool: refund, agentId: "billing-agent", runId, stepId: "refund-1",
+ *   entity: { type: "payment", id: "pay_1" }, params: { amountCents: 500, reason: "damaged" } });
  */
 export function intentKey(input: IntentKeyInput): string {
   const fields: Record<string, unknown> = {};
   for (const name of input.tool.intentFields) {
-    if (!(name in input.params)) throw new TypeError(`intent field "${name}" of tool ${input.tool.name} is missing`);
-    fields[name] = input.params[name];
+    if (!Object.hasOwn(input.params, name)) {
+      throw new WritError("config_invalid", `intent field "${name}" of tool ${input.tool.name} is missing`, { retriable: false, context: { field: name } });
+    }
+    // defineProperty: an intent field named "__proto__" must stay a key, as in canonicalJson.
+    Object.defineProperty(fields, name, { value: input.params[name], enumerable: true, writable: true, configurable: true });
   }
+  const run = input.tool.keyScope === "run";
   return sha256Hex(
     canonicalJson({
-      v: 1,
+      v: 2,
       scope: input.tool.keyScope,
-      run: input.tool.keyScope === "run" ? input.runId : null,
+      agent: run ? input.agentId : null,
+      run: run ? input.runId : null,
       step: input.stepId,
       tool: input.tool.name,
       target: entityKey(input.entity),

@@ -55,8 +55,13 @@ export interface WriteToolDeclaration<P extends Record<string, unknown> = Record
   intentFields: readonly (keyof P & string)[];
   /** Params holding model-written text: left out of the key-reuse fingerprint. */
   freeTextParams?: readonly (keyof P & string)[];
-  /** JSON Pointer patterns a delta may touch: `*` is one segment, a trailing `/**` any depth. */
-  allowedPaths: readonly string[];
+  /**
+   * JSON Pointer patterns a delta may touch (`*` is one segment, a trailing
+   * `/**` any depth), with the operations allowed there. A bare pattern allows
+   * `add`, `replace` and `test`; `remove`, `move` and `copy` must be named:
+   * `{ path: "/tags/*", ops: ["remove"] }`.
+   */
+  allowedPaths: readonly AllowedPath[];
   /** Patch paths whose values are free text (same patterns). */
   freeTextPaths?: readonly string[];
   keyScope: KeyScope;
@@ -73,7 +78,22 @@ export interface WriteToolDeclaration<P extends Record<string, unknown> = Record
   reconcile?: "idempotency-key" | ReconcileFn;
   /** Deadline of this tool's PATCH. ms. Defaults to the router's `sorTimeoutMs`. */
   timeoutMs?: number;
+  /**
+   * How the tool's delta derives from its validated params and the record as
+   * it is: the owner rebuilds it right before the PATCH and refuses an intent
+   * whose delta differs (`delta_mismatch`), so a change can never say more
+   * than its params (a refund of 1 cent in the params cannot write 99,999,999
+   * from its delta). Required when owners run with an agent registry.
+   */
+  delta?: (params: P, current: Versioned) => JsonPatchOp[];
 }
+
+export type PatchOpName = JsonPatchOp["op"];
+
+/** A pattern a delta may touch, and the operations it may do there (a bare pattern: add, replace, test). */
+export type AllowedPath = string | { path: string; ops: readonly PatchOpName[] };
+
+const DEFAULT_OPS: readonly PatchOpName[] = ["add", "replace", "test"];
 
 /** A tool the router admitted: defaults resolved, path matchers compiled. */
 export interface AdmittedTool {
@@ -85,9 +105,15 @@ export interface AdmittedTool {
   readonly maxConflictCycles: number;
   readonly system: SystemOfRecord;
   readonly freeTextParams: readonly string[];
+  /** The params the intent key is built from (owners recompute the key). */
+  readonly intentFields: readonly string[];
+  /** The delta the params give on `current` (see WriteToolDeclaration.delta); absent: not checked. */
+  readonly deriveDelta?: (params: Record<string, unknown>, current: Versioned) => JsonPatchOp[];
   readonly reconcile: ReconcileFn;
   readonly timeoutMs: number;
   isAllowedPath(path: string): boolean;
+  /** The operation is allowed where it acts (a move needs `move` on both paths, a copy `copy` on its target). */
+  isAllowedOp(op: JsonPatchOp): boolean;
   isFreeTextPath(path: string): boolean;
 }
 
@@ -101,7 +127,14 @@ const DeclarationShape = z.strictObject({
   recordType: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type"),
   params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", "a zod schema"),
   intentFields: z.array(z.string()).min(1, "at least one intent field"),
-  allowedPaths: z.array(z.string().startsWith("/")).min(1, "at least one allowed path"),
+  allowedPaths: z
+    .array(
+      z.union([
+        z.string().startsWith("/"),
+        z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(["add", "remove", "replace", "move", "copy", "test"])).min(1) }),
+      ]),
+    )
+    .min(1, "at least one allowed path"),
   freeTextPaths: z.array(z.string().startsWith("/")).optional(),
   freeTextParams: z.array(z.string()).optional(),
   keyScope: z.enum(["run", "global"], { error: "missing key scope (run | global)" }),
@@ -111,21 +144,31 @@ const DeclarationShape = z.strictObject({
   timeoutMs: z.number().int().positive().optional(),
   description: z.string().optional(),
   reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")]).optional(),
+  delta: z.custom<(p: never, c: Versioned) => JsonPatchOp[]>((v) => typeof v === "function", "a function (params, current) => delta").optional(),
 });
 
-function pathMatcher(patterns: readonly string[]): (path: string) => boolean {
-  const compiled = patterns.map((pattern) => {
+function compilePatterns(patterns: readonly AllowedPath[]): (path: string) => Set<PatchOpName> {
+  const compiled = patterns.map((entry) => {
+    const pattern = typeof entry === "string" ? entry : entry.path;
+    const ops = typeof entry === "string" ? DEFAULT_OPS : entry.ops;
     const parts = pattern.split("/").slice(1);
     const deep = parts.at(-1) === "**";
-    return { parts: deep ? parts.slice(0, -1) : parts, deep };
+    return { parts: deep ? parts.slice(0, -1) : parts, deep, ops };
   });
   return (path) => {
     const segs = path.split("/").slice(1);
-    return compiled.some(({ parts, deep }) => {
-      if (deep ? segs.length < parts.length : segs.length !== parts.length) return false;
-      return parts.every((p, i) => p === "*" || p === segs[i]);
-    });
+    const allowed = new Set<PatchOpName>();
+    for (const { parts, deep, ops } of compiled) {
+      if (deep ? segs.length < parts.length : segs.length !== parts.length) continue;
+      if (parts.every((p, i) => p === "*" || p === segs[i])) for (const op of ops) allowed.add(op);
+    }
+    return allowed;
   };
+}
+
+function pathMatcher(patterns: readonly AllowedPath[]): (path: string) => boolean {
+  const ops = compilePatterns(patterns);
+  return (path) => ops(path).size > 0;
 }
 
 /**
@@ -135,7 +178,7 @@ function pathMatcher(patterns: readonly string[]): (path: string) => boolean {
 export function admitTools(
   declarations: readonly WriteToolDeclaration<any>[],
   systems: readonly SystemOfRecord[],
-  defaults: { sorTimeoutMs: number },
+  defaults: { sorTimeoutMs: number; requireDelta?: boolean },
 ): Map<string, AdmittedTool> {
   const problems: string[] = [];
   const admitted = new Map<string, AdmittedTool>();
@@ -173,6 +216,9 @@ export function admitTools(
     if (shape2) {
       for (const f of d.intentFields) if (!(f in shape2)) problems.push(`${label}: intent field "${f}" is not a param`);
     }
+    if (defaults.requireDelta && typeof decl.delta !== "function") {
+      problems.push(`${label}: missing delta: with an agent registry every tool declares how its delta derives from its params`);
+    }
     if (!reconcile) continue;
     admitted.set(d.name, {
       declaration: decl,
@@ -183,9 +229,12 @@ export function admitTools(
       maxConflictCycles: d.maxConflictCycles,
       system,
       freeTextParams: d.freeTextParams ?? [],
+      intentFields: d.intentFields,
+      ...(typeof decl.delta === "function" ? { deriveDelta: decl.delta as (p: Record<string, unknown>, c: Versioned) => JsonPatchOp[] } : {}),
       reconcile,
       timeoutMs: d.timeoutMs ?? defaults.sorTimeoutMs,
       isAllowedPath: pathMatcher(d.allowedPaths),
+      isAllowedOp: opMatcher(d.allowedPaths),
       isFreeTextPath: pathMatcher(d.freeTextPaths ?? []),
     });
   }
@@ -196,6 +245,16 @@ export function admitTools(
     });
   }
   return admitted;
+}
+
+function opMatcher(patterns: readonly AllowedPath[]): (op: JsonPatchOp) => boolean {
+  const ops = compilePatterns(patterns);
+  return (op) => {
+    if (!ops(op.path).has(op.op)) return false;
+    if (op.op === "move") return ops(op.from).has("move");
+    if (op.op === "copy") return ops(op.from).size > 0;
+    return true;
+  };
 }
 
 /** True when every op appends to an array, so it commutes with other appends. */

@@ -1,9 +1,9 @@
 // vitest globalSetup: make sure a Kafka broker and a schema registry are there
-// (start them with scripts/local-stack.ts unless KAFKA_BROKERS is set or they
+// (start them with src/testing/local-stack.ts unless KAFKA_BROKERS is set or they
 // already run), hand their addresses to the test workers, and stop in teardown
 // only what this run started.
 import type { TestProject } from 'vitest/node';
-import { ensureStack } from '../scripts/local-stack.ts';
+import { ensureStack } from '../src/testing/local-stack.ts';
 
 declare module 'vitest' {
   interface ProvidedContext {

@@ -53,8 +53,8 @@ export function recordIntentBases(store: Record<string, Versioned>): IntentBases
 }
 
 /** The intent key a tool call will be submitted under (the same derivation as the client's). */
-export function toolCallIntentKey<P extends Record<string, unknown>>(ctx: Pick<WritCallContext, "runId" | "stepId">, spec: WritToolSpec<P>, params: P): string {
-  return intentKey({ tool: spec.tool, runId: ctx.runId, stepId: ctx.stepId ?? DEFAULT_STEP_ID, entity: spec.entity(params), params });
+export function toolCallIntentKey<P extends Record<string, unknown>>(ctx: Pick<WritCallContext, "runId" | "stepId" | "client">, spec: WritToolSpec<P>, params: P): string {
+  return intentKey({ tool: spec.tool, agentId: ctx.client.agentId, runId: ctx.runId, stepId: ctx.stepId ?? DEFAULT_STEP_ID, entity: spec.entity(params), params });
 }
 
 /**

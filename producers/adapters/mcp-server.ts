@@ -9,7 +9,7 @@
 //   3. the server's configured run id (stdio: `--run-id` / `WRIT_RUN_ID`), else
 //      one random id per server process (a stdio server serves one client).
 // The model never supplies it.
-import { randomUUID } from "node:crypto";
+import { randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -20,7 +20,7 @@ import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
 import { createLogger, type Logger } from "../../src/logger.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
-import type { SystemOfRecord } from "../../src/sor/adapter.ts";
+import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import { VersionBook, readForTool, toModelResult, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
@@ -36,7 +36,7 @@ export const READ_TOOL_NAME = "read_record";
 export interface WritMcpServerOptions {
   client: WritClient;
   tools: readonly WritToolSpec<any>[];
-  /** Reads a record with its version; see {@link systemsReader}. */
+  /** Reads a record with its version; see {@link recordsReader}. */
   read(entity: EntityRef): Promise<Versioned>;
   /** Record types the read tool serves. Default: those the tools write. */
   readableTypes?: readonly string[];
@@ -127,20 +127,21 @@ function metaString(meta: Record<string, unknown> | undefined, key: string): str
 }
 
 /**
- * A reader over systems of record, by the tools' record types: the system a
- * tool writes is the one its records are read from.
+ * A reader over record readers, by the tools' record types: a tool's records
+ * are read from the reader named as its system. Readers are read-only by type
+ * (see RecordReader): the agent side cannot hold a writing adapter.
  */
-export function systemsReader(tools: readonly WritToolSpec<any>[], systems: readonly SystemOfRecord[], opts: { timeoutMs?: number } = {}) {
-  const byType = new Map<string, SystemOfRecord>();
+export function recordsReader(tools: readonly WritToolSpec<any>[], readers: readonly RecordReader[], opts: { timeoutMs?: number } = {}) {
+  const byType = new Map<string, RecordReader>();
   for (const spec of tools) {
-    const system = systems.find((s) => s.name === spec.tool.system);
-    if (!system) throw new WritError("config_invalid", `tool ${spec.tool.name}: no system of record named ${spec.tool.system}`, { retriable: false, context: { tool: spec.tool.name } });
-    byType.set(spec.tool.recordType, system);
+    const reader = readers.find((s) => s.name === spec.tool.system);
+    if (!reader) throw new WritError("config_invalid", `tool ${spec.tool.name}: no record reader named ${spec.tool.system}`, { retriable: false, context: { tool: spec.tool.name } });
+    byType.set(spec.tool.recordType, reader);
   }
   return async (entity: EntityRef): Promise<Versioned> => {
-    const system = byType.get(entity.type);
-    if (!system) throw new WritError("config_invalid", `no tool writes ${entity.type} records`, { retriable: false, context: { entity: `${entity.type}:${entity.id}` } });
-    const record = await system.read(entity, { timeoutMs: opts.timeoutMs ?? 5_000 });
+    const reader = byType.get(entity.type);
+    if (!reader) throw new WritError("config_invalid", `no tool writes ${entity.type} records`, { retriable: false, context: { entity: `${entity.type}:${entity.id}` } });
+    const record = await reader.read(entity, { timeoutMs: opts.timeoutMs ?? 5_000 });
     if (!record) throw new WritError("sor_protocol", `${entity.type}:${entity.id} does not exist`, { retriable: false, context: { entity: `${entity.type}:${entity.id}` } });
     return record;
   };
@@ -167,6 +168,12 @@ export async function serveWritMcpStdio(options: WritMcpServerOptions & { runId?
 export interface WritMcpHttpOptions extends WritMcpServerOptions {
   /** TCP port on 127.0.0.1; 0 takes an ephemeral one. Default 0. */
   port?: number;
+  /**
+   * Bearer token every request must carry (`Authorization: Bearer <token>`);
+   * compared in constant time, never logged. Unset: no authentication (the
+   * server binds 127.0.0.1 only).
+   */
+  token?: string;
   /** Endpoint path. Default `/mcp`. */
   path?: string;
 }
@@ -194,6 +201,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   const log = (options.logger ?? createLogger({ name: "writ-mcp" })).child({ component: "mcp-http" });
   const path = options.path ?? "/mcp";
   const sessions = new Map<string, { transport: StreamableHTTPServerTransport; server: McpServer }>();
+  const token = options.token === undefined ? null : Buffer.from(options.token, "utf8");
   let port = 0;
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -202,6 +210,10 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     const origin = req.headers.origin;
     if (origin !== undefined && !allowedHosts.some((h) => origin === `http://${h}`)) return refuse(res, 403, "origin not allowed");
     if (new URL(req.url ?? "/", "http://127.0.0.1").pathname !== path) return refuse(res, 404, "not found");
+    if (token !== null && !bearerMatches(req.headers.authorization, token)) {
+      res.setHeader("www-authenticate", 'Bearer realm="writ-mcp"');
+      return refuse(res, 401, "unauthorized");
+    }
 
     const sessionId = req.headers["mcp-session-id"];
     if (typeof sessionId === "string") {
@@ -253,6 +265,13 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
       await new Promise<void>((resolve) => http.close(() => resolve()));
     },
   };
+}
+
+function bearerMatches(header: string | undefined, token: Buffer): boolean {
+  const m = /^Bearer (.+)$/.exec(header ?? "");
+  if (!m) return false;
+  const given = Buffer.from(m[1]!, "utf8");
+  return given.length === token.length && timingSafeEqual(given, token);
 }
 
 function refuse(res: ServerResponse, status: number, message: string): void {

@@ -1,7 +1,7 @@
 // `writ doctor`: finds hanging transactions on writ's topics (a partition whose
 // last stable offset is stuck behind an open transaction that no coordinator
 // will ever finish) and, when asked, aborts them and checks that the last
-// stable offset moved. See src/doctor/cli.ts for the command line.
+// stable offset moved. See src/cli/doctor.ts for the command line.
 import { Kafka, logLevel as LogLevel, type KafkaConfig, type logCreator } from "kafkajs";
 import { WritError } from "../errors.ts";
 import { TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";

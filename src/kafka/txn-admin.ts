@@ -44,6 +44,12 @@ interface KjsProtocolRequest<T> {
 
 interface KjsBroker {
   nodeId: number | null;
+  offsetCommit(args: {
+    groupId: string;
+    groupGenerationId: number;
+    memberId: string;
+    topics: { topic: string; partitions: { partition: number; offset: string }[] }[];
+  }): Promise<{ responses: { topic: string; partitions: { partition: number; errorCode: number }[] }[] }>;
   versions: Record<number, { minVersion: number; maxVersion: number } | undefined> | null;
   connectionPool: { send<T>(protocolRequest: KjsProtocolRequest<T>): Promise<T> };
   lookupRequest(apiKey: number, definitions: unknown): (args: Record<string, unknown>) => KjsProtocolRequest<unknown>;
@@ -860,6 +866,36 @@ export class TxnAdmin {
    * FindCoordinator key type 1 through kafkajs). An id no coordinator knows
    * (TRANSACTIONAL_ID_NOT_FOUND) is left out of the result.
    */
+  /**
+   * Commits offsets for a consumer group that has no members yet (OffsetCommit
+   * with generation -1 and no member id, which Kafka accepts for an empty
+   * group), in two round trips: kafkajs's `admin.setOffsets` runs a consumer
+   * for it, which takes seconds.
+   */
+  async commitGroupOffsets(groupId: string, topic: string, partitions: readonly { partition: number; offset: string }[]): Promise<void> {
+    if (partitions.length === 0) return;
+    await this.withRetries("OffsetCommit", async () => {
+      await this.connect();
+      let coordinator: KjsBroker;
+      try {
+        coordinator = await this.cluster.findGroupCoordinator({ groupId, coordinatorType: COORDINATOR_TYPES.GROUP });
+      } catch (err) {
+        throw asWritError(err, "FindCoordinator", { groupId });
+      }
+      let response;
+      try {
+        response = await coordinator.offsetCommit({ groupId, groupGenerationId: -1, memberId: "", topics: [{ topic, partitions: [...partitions] }] });
+      } catch (err) {
+        throw asWritError(err, "OffsetCommit", { groupId, topic });
+      }
+      for (const r of response.responses) {
+        for (const p of r.partitions) {
+          if (p.errorCode !== CODE.NONE) throw protocolError("OffsetCommit", p.errorCode, null, { groupId, topic: r.topic, partition: p.partition });
+        }
+      }
+    });
+  }
+
   async describeTransactions(transactionalIds: readonly string[]): Promise<TransactionDescription[]> {
     const ids = [...new Set(transactionalIds)];
     if (ids.length === 0) return [];

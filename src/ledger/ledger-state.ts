@@ -54,6 +54,8 @@ export class PartitionLedger implements LedgerView {
   private sending = new Map<string, LedgerChange>();
   /** How many committed entries name each reply topic: the topics this partition's owner may have written. */
   private readonly replyTopicCounts = new Map<string, number>();
+  /** Committed entries still `pending`, with when each was recorded (ms): kept as entries commit, never scanned from the ledger. */
+  private readonly pendingSince = new Map<string, number>();
 
   /** `restored` in topic order, as the restore read it. */
   constructor(partition: number, restored: Iterable<[string, LedgerIntentEntry]> = []) {
@@ -73,9 +75,16 @@ export class PartitionLedger implements LedgerView {
     return this.committed.size;
   }
 
-  /** Stages an entry for the next transaction, checking the transition from what the owner sees now. */
-  stage(entry: LedgerIntentEntry): void {
-    assertTransition(entry.intentKey, this.get(entry.intentKey)?.status ?? "absent", entry.status);
+  /**
+   * Stages an entry for the next transaction, checking the transition from
+   * what the owner sees now. `resolution`: a person's decision on an
+   * escalated entry may take it from `done` again (to `pending` to write it,
+   * or to `done` with the decision), and only an escalated one.
+   */
+  stage(entry: LedgerIntentEntry, opts: { resolution?: boolean } = {}): void {
+    const before = this.get(entry.intentKey);
+    const reopening = opts.resolution === true && before?.status === "done" && before.outcome?.status === "escalated";
+    if (!reopening) assertTransition(entry.intentKey, before?.status ?? "absent", entry.status);
     this.staged.delete(entry.intentKey);
     this.staged.set(entry.intentKey, entry);
   }
@@ -109,6 +118,18 @@ export class PartitionLedger implements LedgerView {
     return [...this.replyTopicCounts.keys()];
   }
 
+  /** Committed entries still `pending` (a write in flight, or one an earlier owner left). */
+  get pendingCount(): number {
+    return this.pendingSince.size;
+  }
+
+  /** When the oldest committed `pending` entry was recorded (ms since the epoch); null with none. Looks at pending entries only. */
+  oldestPendingSince(): number | null {
+    let oldest: number | null = null;
+    for (const t of this.pendingSince.values()) if (oldest === null || t < oldest) oldest = t;
+    return oldest;
+  }
+
   /**
    * Keys of committed entries last changed before `cutoff`, oldest first, at
    * most `limit`; pending entries are skipped (reconcile settles them first).
@@ -124,6 +145,8 @@ export class PartitionLedger implements LedgerView {
   }
 
   private applyCommitted(key: string, change: LedgerChange): void {
+    this.pendingSince.delete(key);
+    if (change?.status === "pending") this.pendingSince.set(key, Date.parse(change.updatedAt) || Date.now());
     const before = this.committed.get(key);
     if (before) {
       this.committed.delete(key);

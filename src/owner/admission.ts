@@ -2,9 +2,13 @@ import type { KafkaMessage } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import type { DeadLetterReason, RejectReason } from "../errors.ts";
-import { deltaFingerprint, paramsFingerprint } from "../keys.ts";
+import { partitionFor } from "../kafka/partition.ts";
+import { deltaFingerprint, intentKey, paramsFingerprint } from "../keys.ts";
+import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
+import { SIGNATURE_HEADER, verifyIntentSignature } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
+import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
 
@@ -18,9 +22,17 @@ export interface AdmittedIntent {
   fingerprint: string;
   /** sha256 over the delta with free-text values blanked. */
   deltaFingerprint: string;
+  /** The params as the tool's schema gives them (defaults applied): what a delta is rebuilt from. */
+  params: Record<string, unknown>;
 }
 
-export type Admission = { kind: "admitted"; admitted: AdmittedIntent } | { kind: "answered"; effects: Effects; reason: string };
+export type Admission =
+  | { kind: "admitted"; admitted: AdmittedIntent }
+  /** A person's decision on an escalation (see src/schemas/resolution.ts), from an operator allowed to make it. */
+  | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string }
+  | { kind: "answered"; effects: Effects; reason: string }
+  /** Correctly keyed, on another partition than its key's (another client's partitioner): its owner partition gets it. */
+  | { kind: "forward"; partition: number };
 
 /** Which reply topics exist; the owner never creates one because an intent names it. */
 export interface ReplyTopicDirectory {
@@ -28,19 +40,40 @@ export interface ReplyTopicDirectory {
 }
 
 export interface AdmissionDeps {
-  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix">;
+  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix"> & { topics: Pick<RouterConfig["topics"], "intents"> };
   codec: WireCodec;
   tools: ReadonlyMap<string, AdmittedTool>;
   replyTopics: ReplyTopicDirectory;
   now: () => Date;
+  /** With a registry, every intent must be signed by the agent it names, call only its tools, and is answered only on its reply topic. */
+  agents?: AgentRegistry | undefined;
+  /** Partitions of the intents topic: an intent belongs on the murmur2 partition of its entity key. */
+  partitions: number;
 }
+
+/** Header an owner adds when it forwards a record to its key's partition: `<partition>@<offset>`. */
+export const FORWARDED_HEADER = "writ-forwarded-from";
 
 /**
  * The gate every intent passes before anything else happens to it (step 1
- * of the owner): bounds first (size, then nesting depth, before any code
- * walks the value), then decode and validate, then the reply topic, then the
- * tool. Bad input is answered here, with a machine-readable reason and a
- * dead letter where the record itself is bad, and the partition moves on.
+ * of the owner), in this order:
+ *
+ * 1. bounds (size, then nesting depth, before any code walks the value), and
+ *    decoding (a framed value's schema id must belong to the intents topic's
+ *    subject);
+ * 2. the record key must be the intent's entity key (one owner per record,
+ *    whatever the producer), and the partition the key's murmur2 partition
+ *    (else the record is forwarded there, in the owner's transaction);
+ * 3. with an agent registry: the signature of the agent the intent names, the
+ *    agent's reply topic, and the agent's tools;
+ * 4. without one: an allowed reply topic prefix;
+ * 5. the reply topic must exist; the tool, record type, params and patch
+ *    operations; the intent key, recomputed from the intent's own fields.
+ *
+ * Bad input is answered here, with a machine-readable reason and a dead letter
+ * where the record itself is bad, and the partition moves on. Replies go only
+ * to the reply topic the agent registered (without a registry: the intent's
+ * own, when it is allowed and exists), never to a topic a forged record names.
  *
  * Throws only when the registry is unreachable (retriable): that says
  * nothing about the record, so the owner waits and asks again.
@@ -48,41 +81,63 @@ export interface AdmissionDeps {
 export async function admit(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps): Promise<Admission> {
   const at = deps.now().toISOString();
   const value = message.value;
-  const dead = (reason: DeadLetterReason, detail: string, reply?: { topic: string; intentId: string; intentKey: string; reason: RejectReason }): Admission => ({
+  const answered: Answer = (reason, parts, detail) => ({
     kind: "answered",
     reason,
     effects: effects({
-      deadLetters: [deadLetterOf(message, source, reason, detail, at)],
-      replies: reply ? [{ topic: reply.topic, value: rejectedReply(reply.intentId, reply.intentKey, reply.reason, detail, at) }] : [],
+      deadLetters: parts.dead ? [deadLetterOf(message, source, parts.dead, detail, at)] : [],
+      replies: parts.reply ? [{ topic: parts.reply.topic, value: rejectedReply(parts.reply.intentId, parts.reply.intentKey, parts.reply.reason, detail, at, parts.reply.details) }] : [],
     }),
   });
   if (value && value.length > deps.config.maxIntentBytes) {
-    return dead("too_large", `intent is ${value.length} bytes; the limit is ${deps.config.maxIntentBytes}`);
+    return answered("too_large", { dead: "too_large" }, `intent is ${value.length} bytes; the limit is ${deps.config.maxIntentBytes}`);
   }
-  const decoded = await deps.codec.decode("WriteIntent", value, { maxDepth: deps.config.maxJsonDepth });
+  if (headerText(message.headers?.[KIND_HEADER]) === "resolution") return admitResolution(message, source, deps, answered);
+  const decoded = await deps.codec.decode("WriteIntent", value, { maxDepth: deps.config.maxJsonDepth, subject: `${deps.config.topics.intents}-value` });
   if (!decoded.ok) {
-    // A reply goes back only where the record names an allowed reply topic that exists.
-    const loose = (decoded.parsed ?? {}) as Partial<Record<"intentId" | "intentKey" | "replyTo", unknown>>;
-    const replyTo = typeof loose.replyTo === "string" && replyTopicAllowed(loose.replyTo, deps) && (await deps.replyTopics.exists(loose.replyTo)) ? loose.replyTo : null;
-    const reason = decoded.reason;
     // Only strings are taken from a record that failed validation: anything else may throw when converted.
+    const loose = (decoded.parsed ?? {}) as Partial<Record<"intentId" | "intentKey" | "replyTo" | "agent", unknown>>;
     const text = (v: unknown, max: number) => (typeof v === "string" ? v.slice(0, max) : "");
-    return dead(reason, decoded.message, replyTo ? { topic: replyTo, intentId: text(loose.intentId, 128), intentKey: text(loose.intentKey, 64), reason } : undefined);
+    const claimed = typeof loose.agent === "object" && loose.agent !== null ? text((loose.agent as { id?: unknown }).id, 128) : "";
+    const topic = await replyTopicOf(deps, deps.agents ? deps.agents.get(claimed) : undefined, text(loose.replyTo, 249));
+    const reason = decoded.reason;
+    return answered(reason, { dead: reason, ...(topic ? { reply: { topic, intentId: text(loose.intentId, 128), intentKey: text(loose.intentKey, 64), reason } } : {}) }, decoded.message);
   }
   const intent = decoded.value;
-  if (!replyTopicAllowed(intent.replyTo, deps)) {
-    return dead("reply_topic_not_allowed", `reply topic must start with ${deps.config.replyTopicPrefix}`);
+  const agent = deps.agents?.get(intent.agent.id);
+  const replyTarget = await replyTopicOf(deps, agent, intent.replyTo);
+  const reply = (reason: RejectReason, details?: unknown) =>
+    replyTarget ? { topic: replyTarget, intentId: intent.intentId, intentKey: intent.intentKey, reason, details } : undefined;
+
+  // One owner per record: the key must name the intent's record, and the record must be on the key's partition.
+  const key = entityKey(intent.entity);
+  const recordKey = message.key === null || message.key === undefined ? null : message.key.toString("utf8");
+  if (recordKey === null) return answered("key_missing", { dead: "key_missing", reply: reply("key_missing") }, `the record has no key; intents are keyed by their entity (${key.slice(0, 300)})`);
+  if (recordKey !== key) {
+    return answered("key_mismatch", { dead: "key_mismatch", reply: reply("key_mismatch") }, `the record key ${recordKey.slice(0, 300)} is not the intent's entity ${key.slice(0, 300)}`);
   }
-  if (!(await deps.replyTopics.exists(intent.replyTo))) {
-    return dead("reply_topic_missing", `reply topic ${intent.replyTo} does not exist; the agent's client (or an operator) creates it, owners never do`);
+  const home = partitionFor(recordKey, deps.partitions);
+  if (home !== source.partition) return { kind: "forward", partition: home };
+
+  if (deps.agents) {
+    if (!agent) return answered("unauthenticated", { dead: "unauthenticated" }, `agent ${intent.agent.id.slice(0, 128)} is not in the agent registry`);
+    const header = headerText(message.headers?.[SIGNATURE_HEADER]);
+    const check = verifyIntentSignature(decoded.raw, header, agent.keys);
+    if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by agent ${agent.id}: ${check.reason}`);
+    if (intent.replyTo !== agent.replyTopic) {
+      return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `agent ${agent.id} answers on ${agent.replyTopic}, not ${intent.replyTo.slice(0, 249)}`);
+    }
+  } else if (!replyTopicAllowed(intent.replyTo, deps)) {
+    return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);
   }
-  const reject = (reason: RejectReason, msg: string, details?: unknown): Admission => ({
-    kind: "answered",
-    reason,
-    effects: effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, reason, msg, at, details) }] }),
-  });
+  if (!replyTarget) {
+    return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `reply topic ${(agent?.replyTopic ?? intent.replyTo).slice(0, 249)} does not exist; the agent's client (or an operator) creates it, owners never do`);
+  }
+
+  const reject = (reason: RejectReason, msg: string, details?: unknown): Admission => answered(reason, { reply: reply(reason, details) }, msg);
   const tool = deps.tools.get(intent.tool);
   if (!tool) return reject("unknown_tool", `no write tool named ${intent.tool.slice(0, 128)} is admitted`);
+  if (agent && !agent.mayCall(tool.name)) return reject("tool_not_allowed", `agent ${agent.id} may not call ${tool.name}`);
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
@@ -92,18 +147,93 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (refused.length > 0) {
     return reject("patch_path_not_allowed", `tool ${tool.name} may not touch ${refused.slice(0, 10).join(", ")}`, { paths: refused.slice(0, 10) });
   }
+  const forbidden = intent.delta.filter((op) => !tool.isAllowedOp(op));
+  if (forbidden.length > 0) {
+    const ops = forbidden.slice(0, 10).map((op) => `${op.op} ${op.path}`);
+    return reject("patch_op_not_allowed", `tool ${tool.name} may not ${ops.join(", ")}`, { ops });
+  }
+  let expected: string;
+  try {
+    expected = intentKey({ tool, agentId: intent.agent.id, runId: intent.agent.runId, stepId: intent.agent.stepId, entity: intent.entity, params: intent.params });
+  } catch (err) {
+    return reject("params_invalid", (err as Error).message.slice(0, 2000));
+  }
+  if (expected !== intent.intentKey) {
+    return reject("intent_key_mismatch", "the intent key is not the one its agent, run, step, tool, record and intent fields give (see intentKey())");
+  }
   return {
     kind: "admitted",
     admitted: {
       intent,
       tool,
-      entityKey: entityKey(intent.entity),
+      entityKey: key,
       fingerprint: paramsFingerprint(tool.name, intent.entity, intent.params, tool.freeTextParams),
       deltaFingerprint: deltaFingerprint(intent.delta, tool.isFreeTextPath),
+      params: params.data as Record<string, unknown>,
     },
   };
 }
 
+/** The tool operators name to be allowed to resolve escalations (agent registry: `tools: ["writ.resolve"]`). */
+export const RESOLVE_TOOL = "writ.resolve";
+
+type Answer = (
+  reason: string,
+  parts: { dead?: DeadLetterReason; reply?: { topic: string; intentId: string; intentKey: string; reason: RejectReason; details?: unknown } },
+  detail: string,
+) => Admission;
+
+/**
+ * A resolution passes the same gate as an intent (bounds, framing, key and
+ * partition, signature of the operator it names), and the operator must be
+ * allowed the `writ.resolve` tool and answer on its registered reply topic.
+ * Whether the escalation is open is the owner's to check, with its ledger.
+ */
+async function admitResolution(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps, answered: Answer): Promise<Admission> {
+  const decoded = await deps.codec.decode("Resolution", message.value, { maxDepth: deps.config.maxJsonDepth, subject: resolutionSubject(deps.config.topics.intents) });
+  if (!decoded.ok) return answered(decoded.reason, { dead: decoded.reason }, `resolution: ${decoded.message}`);
+  const r = decoded.value;
+  const operator = deps.agents?.get(r.operator.id);
+  const replyTarget = await replyTopicOf(deps, operator, r.replyTo);
+  const reply = (reason: RejectReason) => (replyTarget ? { topic: replyTarget, intentId: r.resolutionId, intentKey: r.intent.intentKey, reason } : undefined);
+  const key = entityKey(r.intent.entity);
+  const recordKey = message.key === null || message.key === undefined ? null : message.key.toString("utf8");
+  if (recordKey !== key || entityKey(r.entity) !== key) return answered("key_mismatch", { dead: "key_mismatch", reply: reply("key_mismatch") }, "a resolution is keyed by the escalated intent's entity");
+  const home = partitionFor(recordKey, deps.partitions);
+  if (home !== source.partition) return { kind: "forward", partition: home };
+  if (deps.agents) {
+    if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
+    const check = verifyIntentSignature(decoded.raw, headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
+    if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by operator ${operator.id}: ${check.reason}`);
+    if (!operator.tools.has(RESOLVE_TOOL)) return answered("tool_not_allowed", { reply: reply("tool_not_allowed") }, `${operator.id} may not resolve escalations (${RESOLVE_TOOL})`);
+    if (r.replyTo !== operator.replyTopic) return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `operator ${operator.id} answers on ${operator.replyTopic}`);
+  } else if (!replyTopicAllowed(r.replyTo, deps)) {
+    return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);
+  }
+  if (!replyTarget) return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `operator reply topic ${r.replyTo.slice(0, 249)} does not exist`);
+  const tool = deps.tools.get(r.intent.tool);
+  if (!tool) return answered("unknown_tool", { reply: reply("unknown_tool") }, `no write tool named ${r.intent.tool.slice(0, 128)} is admitted`);
+  return { kind: "resolution", resolution: r, tool, entityKey: key, replyTo: replyTarget };
+}
+
+/**
+ * Where an answer to this record may go: the registered reply topic of the
+ * agent it names (with a registry), else its own `replyTo` if allowed; in
+ * both cases only if the topic exists. Null: nowhere (dead letter only).
+ */
+async function replyTopicOf(deps: AdmissionDeps, agent: RegisteredAgent | undefined, replyTo: string): Promise<string | null> {
+  const topic = deps.agents ? agent?.replyTopic : replyTopicAllowed(replyTo, deps) ? replyTo : undefined;
+  if (!topic) return null;
+  return (await deps.replyTopics.exists(topic)) ? topic : null;
+}
+
 function replyTopicAllowed(topic: string, deps: AdmissionDeps): boolean {
   return topic.startsWith(deps.config.replyTopicPrefix) && topic.length > deps.config.replyTopicPrefix.length && /^[a-zA-Z0-9._-]{1,249}$/.test(topic);
+}
+
+function headerText(v: unknown): string | undefined {
+  if (Buffer.isBuffer(v)) return v.toString("utf8");
+  if (typeof v === "string") return v;
+  if (Array.isArray(v) && v.length === 1) return headerText(v[0]);
+  return undefined;
 }

@@ -17,10 +17,12 @@ export interface Effects {
   replies: { topic: string; value: Reply }[];
   escalations: { key: string; value: Escalation }[];
   deadLetters: { key: string | null; value: DeadLetter }[];
+  /** The record itself, to its key's partition of the intents topic (it arrived on another one). */
+  forwards: { partition: number; message: KafkaMessage; from: SourceRef }[];
 }
 
 export function effects(parts: Partial<Effects> = {}): Effects {
-  return { replies: [], escalations: [], deadLetters: [], ...parts };
+  return { replies: [], escalations: [], deadLetters: [], forwards: [], ...parts };
 }
 
 /** Where a record came from, for dead letters and logs. */

@@ -12,6 +12,8 @@ export interface EndOffsets extends TopicPartition {
 
 export interface OffsetProbe {
   endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]>;
+  /** Commits a not-yet-joined consumer group's starting offsets (fast; see TxnAdmin.commitGroupOffsets). */
+  commitGroupOffsets?(groupId: string, topic: string, partitions: readonly { partition: number; offset: string }[]): Promise<void>;
   close?(): Promise<void>;
 }
 

@@ -44,10 +44,21 @@ export class HealthBoard {
     return this.readiness();
   }
 
-  /** Serves `/healthz` (200 healthy, 503 with the problems) and `/readyz` (200 once every assigned partition is restored). */
-  async serve(opts: { host: string; port: number; log: Logger }): Promise<Server> {
+  /**
+   * Serves `/healthz` (200 healthy, 503 with the problems), `/readyz` (200 once
+   * every assigned partition is restored) and, given `metrics`, `/metrics`
+   * (Prometheus text format).
+   */
+  async serve(opts: { host: string; port: number; log: Logger; metrics?: () => Promise<{ contentType: string; body: string }> }): Promise<Server> {
     const server = createServer((req, res) => {
       const path = (req.url ?? "/").split("?")[0];
+      if (path === "/metrics" && opts.metrics) {
+        opts.metrics().then(
+          (m) => res.writeHead(200, { "content-type": m.contentType }).end(m.body),
+          (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(`metrics failed: ${err instanceof Error ? err.message : String(err)}`),
+        );
+        return;
+      }
       let status = 404;
       let body: unknown = { error: "not found" };
       if (path === "/healthz") {

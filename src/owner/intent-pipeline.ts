@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { canonicalJson } from "../canonical-json.ts";
 import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
@@ -63,6 +64,8 @@ export interface PipelineDeps {
    * if-match` must then report lost updates.
    */
   ablateVersionCheck?: boolean;
+  /** Metrics hook: a conflict was met (a 412, or a strict tool's fresh read at another version than the base). */
+  observe?: { conflict(a: AdmittedIntent, cause: "precondition_failed" | "version_mismatch"): void };
 }
 
 type Reconciled = { kind: "outage"; reason: string } | { kind: "answer"; result: ReconcileResult; current: Versioned | null };
@@ -171,7 +174,22 @@ export class IntentPipeline {
       if (this.deps.ablateVersionCheck) ifMatch = current.version;
       else if (current.version !== intent.baseVersion) {
         if (tool.versionPolicy === "rebase-commutative" && isCommutative(intent.delta)) ifMatch = current.version;
-        else return this.conflict(a, pending, state, current, ctx);
+        else {
+          this.deps.observe?.conflict(a, "version_mismatch");
+          return this.conflict(a, pending, state, current, ctx);
+        }
+      }
+      if (tool.deriveDelta) {
+        // The change may say no more than its params: rebuilt from them on the record as it is now.
+        let expected: string;
+        try {
+          expected = canonicalJson(tool.deriveDelta(a.params, current));
+        } catch (err) {
+          return this.rejectedDone(a, pending, "delta_mismatch", `the tool's delta function failed on these params: ${describe(err)}`.slice(0, 2000));
+        }
+        if (expected !== canonicalJson(intent.delta)) {
+          return this.rejectedDone(a, pending, "delta_mismatch", "the delta is not the one the params give on the current record; nothing was written");
+        }
       }
       await ctx.durable();
       if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
@@ -186,6 +204,7 @@ export class IntentPipeline {
         case "applied":
           return this.applied(a, pending, { state: outcome.state, version: outcome.version }, "patch");
         case "precondition_failed": {
+          this.deps.observe?.conflict(a, "precondition_failed");
           let fresh = outcome.current;
           if (fresh === null) {
             try {

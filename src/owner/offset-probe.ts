@@ -15,6 +15,7 @@ export function createOffsetProbe(opts: { brokers: string[]; clientId: string; l
       const ends = await admin.listOffsets(partitions);
       return ends.map((e) => ({ topic: e.topic, partition: e.partition, lastStable: e.lastStable.toString(), highWatermark: e.highWatermark.toString() }));
     },
+    commitGroupOffsets: (groupId, topic, partitions) => admin.commitGroupOffsets(groupId, topic, partitions),
     close: () => admin.close(),
   };
 }

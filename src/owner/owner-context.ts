@@ -2,6 +2,7 @@ import type { Admin, Kafka } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import type { LedgerReader } from "../ledger/ledger-reader.ts";
+import type { IntentOutcome } from "../metrics/outcome.ts";
 import type { Logger } from "../logger.ts";
 import type { AdmissionDeps, AdmittedIntent } from "./admission.ts";
 import type { HealthBoard } from "./health.ts";
@@ -45,7 +46,12 @@ export interface OwnerContext {
   };
   observe?: {
     settled(intent: AdmittedIntent, note: string): void;
+    forwarded?(partition: number): void;
     transaction(ms: number): void;
+    /** The partition was taken up and runs (ms: fence, marker, ledger restore, heal). */
+    opened?(partition: number, ms: number): void;
+    /** A transaction carrying these intents' results committed (ms: from its begin to its commit). */
+    committed?(partition: number, ms: number, outcomes: readonly IntentOutcome[]): void;
   };
   log: Logger;
 }

@@ -7,8 +7,13 @@ import { markerKey } from "../ledger/ledger-reader.ts";
 import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { type IntentOutcome, intentOutcome } from "../metrics/outcome.ts";
+import { IntentTrace, startTransactionSpan } from "../tracing/spans.ts";
 import { type AdmittedIntent, admit } from "./admission.ts";
-import { deadLetterOf, type Effects } from "./effects.ts";
+import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
+import { Resolver, type ResolvePlan } from "./resolution.ts";
+import type { Resolution } from "../schemas/resolution.ts";
+import type { AdmittedTool } from "../tools.ts";
 import { isOutage, type Plan, type WriteState } from "./intent-pipeline.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
@@ -35,8 +40,13 @@ interface Slot {
   outages: number;
   /** Number of the transaction that carries its result; unset until the result is staged. */
   txn?: number;
+  /** A person's decision on an escalation, instead of an intent (see resolution.ts). */
+  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; plan?: ResolvePlan };
   /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
   times: { accepted: number; started?: number; durable?: number; settled?: number };
+  /** Its `writ.process` span, and what its staged result came to (for metrics, at commit). */
+  trace?: IntentTrace;
+  outcome?: IntentOutcome | null;
 }
 
 /** Everything of one ownership of the partition: from a fence-and-restore until a failure, a fence or the release. */
@@ -94,6 +104,7 @@ const emptyStaged = (): Staged => ({ records: [], slots: [], pendings: [] });
 export class PartitionOwner {
   readonly partition: number;
   private readonly ctx: OwnerContext;
+  private readonly resolver = new Resolver();
   private readonly log: Logger;
   private stateValue: OwnerState = "opening";
   private session: Session | null = null;
@@ -134,6 +145,13 @@ export class PartitionOwner {
   /** Intents fetched and not yet committed: the intake pauses this partition above `maxBufferedPerPartition`. */
   get load(): number {
     return this.inbox.length + this.slots.size;
+  }
+
+  /** Figures for metrics while it runs (null otherwise): ledger entries, pending entries and the oldest one's time, the committed offset. */
+  stats(): { ledgerEntries: number; pending: number; oldestPendingSince: number | null; committedOffset: bigint } | null {
+    const ledger = this.stateValue === "running" ? this.session?.ledger : undefined;
+    if (!ledger) return null;
+    return { ledgerEntries: ledger.size, pending: ledger.pendingCount, oldestPendingSince: ledger.oldestPendingSince(), committedOffset: this.lastCommittedOffset };
   }
 
   /** Reply topics this owner's ledger knows (the partitions it may write). */
@@ -266,6 +284,7 @@ export class PartitionOwner {
         { entries: ledger.size, healed: heal.length, offset: next.toString(), session: session.seq, ms: Date.now() - started },
         "partition restored; owning it",
       );
+      this.ctx.observe?.opened?.(this.partition, Date.now() - started);
       this.track(session, this.commitLoop(session));
     } catch (err) {
       await producer.disconnect().catch(() => undefined);
@@ -362,6 +381,7 @@ export class PartitionOwner {
     const err = reason instanceof Error ? reason : new Error(String(reason));
     for (const p of staged.pendings) p.reject(err);
     this.inbox = [];
+    for (const slot of this.slots.values()) slot.trace?.abandoned(err.message);
     this.slots.clear();
     this.scheduler = new KeyScheduler(this.ctx.config.maxInFlightPerPartition);
     this.healRequests.clear();
@@ -425,9 +445,25 @@ export class PartitionOwner {
       outages = 0;
       this.inbox.shift();
       this.slots.set(slot.seq, slot);
+      slot.trace = IntentTrace.start(message, source, admission.kind === "admitted" ? admission.admitted : undefined, slot.times.accepted);
       if (admission.kind === "answered") {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
         this.track(session, this.settle(session, slot, admission.effects));
+        continue;
+      }
+      if (admission.kind === "forward") {
+        // Another client's partitioner put it here: its key's partition is its owner's. Forwarded in this
+        // owner's transaction with the consumed offset: exactly once, and handled there like any intent.
+        this.log.warn({ offset: message.offset, to: admission.partition }, "intent on the wrong partition for its key; forwarded to its owner partition");
+        this.ctx.observe?.forwarded?.(admission.partition);
+        this.track(session, this.settle(session, slot, effects({ forwards: [{ partition: admission.partition, message, from: source }] })));
+        continue;
+      }
+      if (admission.kind === "resolution") {
+        slot.resolution = { resolution: admission.resolution, tool: admission.tool, entityKey: admission.entityKey, replyTo: admission.replyTo };
+        // Serialized with the escalated intent's record and key, like any intent of theirs.
+        this.scheduler.add(slot, [admission.entityKey, `key:${admission.resolution.intent.intentKey}`]);
+        this.startReady(session);
         continue;
       }
       slot.admitted = admission.admitted;
@@ -455,6 +491,7 @@ export class PartitionOwner {
   // One intent
 
   private async run(session: Session, slot: Slot): Promise<void> {
+    if (slot.resolution) return this.runResolution(session, slot, slot.resolution);
     const a = slot.admitted!;
     const { pipeline, config } = this.ctx;
     let durable: Promise<void> | null = null;
@@ -473,7 +510,7 @@ export class PartitionOwner {
       mayWrite: () => session.active && this.ctx.lease.confirmed(),
       durable: waitDurable,
       // Who writes: the instance, and which of its sessions (a fenced session must never write again).
-      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}` },
+      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}`, ...slot.trace?.headers },
     };
     while (session.active) {
       try {
@@ -528,6 +565,51 @@ export class PartitionOwner {
     }
   }
 
+  /** A person's decision on an escalation: planned against the ledger, and written like an intent (pending first). */
+  private async runResolution(session: Session, slot: Slot, res: NonNullable<Slot["resolution"]>): Promise<void> {
+    const { config } = this.ctx;
+    let durable: Promise<void> | null = null;
+    const exec = {
+      mayWrite: () => session.active && this.ctx.lease.confirmed(),
+      durable: async () => {
+        if (durable) await durable;
+      },
+      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}` },
+    };
+    while (session.active) {
+      try {
+        res.plan ??= this.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
+        const plan = res.plan;
+        if (plan.kind === "settled") return await this.settle(session, slot, plan.effects);
+        if (!durable) {
+          durable = this.stagePending(session, plan.pending, { resolution: true });
+          durable.catch(() => undefined);
+        }
+        const step = await this.resolver.apply(res.resolution, res.tool, res.replyTo, plan, exec);
+        await durable;
+        if (!session.active) return;
+        if (step.kind === "settled") {
+          this.log.info({ escalationId: res.resolution.escalationId, decision: res.resolution.decision, note: step.note }, "escalation resolution carried out");
+          return await this.settle(session, slot, step.effects);
+        }
+        slot.outages++;
+        await this.pause(session, slot.outages);
+      } catch (err) {
+        if (!session.active) return;
+        slot.failures++;
+        this.log.error({ err, escalationId: res.resolution.escalationId }, "resolution failed");
+        if (slot.failures >= config.maxProcessingAttempts) {
+          const at = new Date().toISOString();
+          const reply = rejectedReply(res.resolution.resolutionId, res.resolution.intent.intentKey, "processing_failed", `the resolution failed: ${(err as Error).message}`.slice(0, 2000), at);
+          // The escalation stays open: put the entry back if this resolution had reopened it.
+          const back = res.plan?.kind === "apply" ? { ledger: { ...res.plan.entry, updatedAt: at } } : {};
+          return await this.settle(session, slot, effects({ ...back, replies: [{ topic: res.replyTo, value: reply }] }));
+        }
+        await this.pause(session, slot.failures);
+      }
+    }
+  }
+
   private async pause(session: Session, tries: number): Promise<void> {
     const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
     const ms = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(tries - 1, 16)) * (0.8 + Math.random() * 0.4);
@@ -535,11 +617,11 @@ export class PartitionOwner {
   }
 
   /** Step 3: `pending` goes into the next transaction; resolves once that transaction committed. */
-  private async stagePending(session: Session, pending: LedgerIntentEntry): Promise<void> {
+  private async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
     const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
     if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
     const durable = new Promise<void>((resolve, reject) => this.staged.pendings.push({ resolve, reject }));
-    session.ledger.stage(pending);
+    session.ledger.stage(pending, opts);
     if (this.staged.records.length === 0) this.stagedSince = Date.now();
     this.staged.records.push(record);
     this.nudge();
@@ -550,7 +632,10 @@ export class PartitionOwner {
   private async settle(session: Session, slot: Slot, result: Effects): Promise<void> {
     const records = await this.ctx.encoder.encode(result, this.partition);
     if (!session.active) return;
-    if (result.ledger) session.ledger.stage(result.ledger);
+    slot.outcome = intentOutcome(slot.admitted, result);
+    slot.trace?.settled(slot.outcome);
+    slot.trace?.stamp(records, this.ctx.config.topics.ledger);
+    if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (this.staged.records.length === 0) this.stagedSince = Date.now();
     this.staged.records.push(...records);
     this.staged.slots.push(slot);
@@ -616,14 +701,19 @@ export class PartitionOwner {
     const advance = offset > this.lastCommittedOffset;
     const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
     if (advance && !withOffset) this.scheduleOffsetCommit(session);
+    const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
     try {
       await this.transact(session.producer, batch.records, withOffset ? offset : null);
     } catch (err) {
+      span?.failed(err);
       for (const p of batch.pendings) p.reject(err as Error);
       if (isFencing(err)) await this.fenced(err);
       else await this.rewind(session, err);
       return;
     }
+    span?.committed();
+    for (const slot of batch.slots) slot.trace?.committed(span);
+    this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
     if (!session.active) return;
     if (this.log.isLevelEnabled("debug")) {
       const now = Date.now();

@@ -3,6 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { CONTROL_HEADER } from "../schemas/control.ts";
+import { FORWARDED_HEADER } from "./admission.ts";
 import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
 
 /** One record an owner's transaction produces. */
@@ -10,14 +11,14 @@ export interface OutRecord {
   topic: string;
   /** Explicit partition (the ledger's, a heal's); otherwise the Java-compatible partitioner picks by key. */
   partition?: number;
-  key: string | null;
+  key: string | Buffer | null;
   value: Buffer | null;
-  headers?: Record<string, string>;
+  headers?: Record<string, string | Buffer>;
 }
 
 /** Bytes a record adds to a produce request, roughly: key, value, headers and the record's own framing. */
 function recordBytes(r: OutRecord): number {
-  let n = 64 + (r.key?.length ?? 0) + (r.value?.length ?? 0);
+  let n = 64 + (r.key === null ? 0 : Buffer.byteLength(r.key)) + (r.value?.length ?? 0);
   for (const [k, v] of Object.entries(r.headers ?? {})) n += k.length + v.length + 8;
   return n;
 }
@@ -57,6 +58,15 @@ export class RecordEncoder {
         value = await this.codec.encode(human, "Escalation", { ...e.value, current });
       }
       out.push({ topic: human, key: e.key, value });
+    }
+    for (const f of effects.forwards) {
+      const headers: Record<string, string | Buffer> = {};
+      for (const [k, v] of Object.entries(f.message.headers ?? {})) {
+        if (v === undefined) continue;
+        headers[k] = Array.isArray(v) ? Buffer.concat(v.map((x) => Buffer.from(x))) : v;
+      }
+      headers[FORWARDED_HEADER] = `${f.from.partition}@${f.from.offset}`;
+      out.push({ topic: f.from.topic, partition: f.partition, key: f.message.key ?? null, value: f.message.value ?? null, headers });
     }
     const dlq = this.config.topics.dlq;
     for (const d of effects.deadLetters) {

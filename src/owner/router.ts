@@ -17,6 +17,10 @@ import { PartitionOwner } from "./partition-owner.ts";
 import { RecordEncoder } from "./records.ts";
 import { TopicDirectory } from "./topic-directory.ts";
 import { createOffsetProbe } from "./offset-probe.ts";
+import { observeTools } from "../metrics/observed-system.ts";
+import { RouterMetrics } from "../metrics/router-metrics.ts";
+import { AgentRegistry } from "../security/agent-registry.ts";
+import { WritError } from "../errors.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -30,6 +34,14 @@ export interface RouterOptions {
    * or the registry does leads here.
    */
   onFatal?: (err: Error) => void;
+  /**
+   * Who may submit intents: every intent must then be signed by the agent it
+   * names (Ed25519, `writ-signature` header), may call only that agent's tools
+   * and is answered only on its registered reply topic. Default: the file at
+   * `agentRegistryPath` (`WRIT_AGENT_REGISTRY`), else none (any producer may
+   * submit; for development only: the owner warns at start).
+   */
+  agents?: AgentRegistry;
 }
 
 /** Test-only switches of the fault suite's ablation controls; not part of the public API (src/index.ts does not export them). */
@@ -50,6 +62,8 @@ export interface Router {
   health(): ReturnType<HealthBoard["health"]>;
   /** Every assigned partition is restored and running. */
   ready(): boolean;
+  /** This router's metrics in Prometheus text format (as `/metrics` serves them; a registry of its own per router). */
+  metrics(): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -67,7 +81,10 @@ export interface Router {
 export async function startRouter(opts: RouterOptions, internals: RouterInternals = {}): Promise<Router> {
   const config = parseConfig(RouterConfig, opts.config, "router");
   const log = (opts.logger ?? createLogger()).child({ component: "router", instance: config.instanceId });
-  const tools = admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs });
+  const metrics = new RouterMetrics();
+  // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
+  const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);
+  const tools = observeTools(admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs, requireDelta: agents !== undefined }), metrics.sorCall);
   registerCompressionCodecs();
   const kafka = new Kafka({
     clientId: config.clientId,
@@ -81,6 +98,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   await admin.connect();
   await ensureTopics(admin, routerTopics(config));
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
+  const partitions = await contractPartitions(admin, config);
+  if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
   const health = new HealthBoard();
   const topicDirectory = new TopicDirectory(admin);
@@ -109,8 +128,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     codec,
     encoder: new RecordEncoder(codec, config),
     reader,
-    pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true }),
-    admission: { config, codec, tools, replyTopics: topicDirectory, now: () => new Date() },
+    pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true, observe: metrics.pipeline }),
+    admission: { config, codec, tools, replyTopics: topicDirectory, now: () => new Date(), agents, partitions },
     topicDirectory,
     intake: {
       pause: (p) => consumer?.pause([{ topic, partitions: [p] }]),
@@ -119,6 +138,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     },
     lease: { confirmed: () => Date.now() - lastHeartbeat < config.sessionTimeoutMs / 2 },
     health,
+    observe: metrics.owner,
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
@@ -201,6 +221,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     partitionsConsumedConcurrently: Math.min(config.intentPartitions, 16),
     eachBatch: async ({ batch, resolveOffset, heartbeat, isStale }) => {
       // Fetched before a seek (an owner rewound its partition): the owner reads again from the seek.
+      metrics.fetched(batch.partition, batch.highWatermark);
       if (isStale()) return;
       const owner = owners.get(batch.partition);
       if (owner?.state === "running") {
@@ -222,6 +243,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   sweeper.unref();
 
   const probe = internals.offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId}-probe`, log });
+  metrics.attach({
+    partitions: () => [...owners].flatMap(([partition, o]) => {
+      const s = o.stats();
+      return s ? [{ partition, ...s }] : [];
+    }),
+    highWatermarks: async (ps) => {
+      const ends = await probe.endOffsets(ps.map((partition) => ({ topic, partition })));
+      return new Map(ends.filter((e) => e.topic === topic).map((e) => [e.partition, BigInt(e.highWatermark)]));
+    },
+  });
   const watch = new HangWatch({ probe, health, log, healAfterMs: config.hangHealAfterMs, reportAfterMs: config.transactionTimeoutMs });
   let watching = false;
   const watcher = setInterval(() => {
@@ -256,13 +287,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   };
 
   let server: Server | null = null;
-  if (config.healthPort !== undefined) server = await health.serve({ host: config.healthHost, port: config.healthPort, log });
+  if (config.healthPort !== undefined) server = await health.serve({ host: config.healthHost, port: config.healthPort, log, metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }) });
 
   return {
     config,
     ownedPartitions: () => [...owners].filter(([, o]) => o.state === "running").map(([p]) => p).sort((a, b) => a - b),
     health: () => health.health(),
     ready: () => health.ready().ready,
+    metrics: () => metrics.text(),
     async stop() {
       if (stopped) return;
       stopped = true;
@@ -278,4 +310,23 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       log.info("router stopped");
     },
   };
+}
+
+/**
+ * Partitions of the intents topic as it is (it may predate this config), and
+ * the refusal to run when the ledger's differ: partition p's ledger must be
+ * ledger partition p.
+ */
+async function contractPartitions(admin: Admin, config: RouterConfig): Promise<number> {
+  const { topics } = await admin.fetchTopicMetadata({ topics: [config.topics.intents, config.topics.ledger] });
+  const count = (t: string) => topics.find((m) => m.name === t)?.partitions.length ?? 0;
+  const intents = count(config.topics.intents);
+  const ledger = count(config.topics.ledger);
+  if (intents !== ledger || intents === 0) {
+    throw new WritError("config_invalid", `${config.topics.intents} has ${intents} partitions and ${config.topics.ledger} ${ledger}; they must be equal (partition p's ledger is ledger partition p)`, {
+      retriable: false,
+      context: { field: "topics" },
+    });
+  }
+  return intents;
 }

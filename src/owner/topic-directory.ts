@@ -3,32 +3,34 @@ import type { ReplyTopicDirectory } from "./admission.ts";
 
 /**
  * Which topics exist and how many partitions they have, from the cluster's
- * metadata, cached: a topic seen is remembered for `positiveTtlMs`, a topic
- * missing is asked again after `negativeTtlMs` (its agent may create it any
- * moment). Owners use it to answer an intent whose reply topic is missing
+ * metadata, cached: a topic seen is remembered for `positiveTtlMs`; a topic
+ * missing is asked about again every time (its agent may have created it a
+ * moment ago), concurrent questions sharing one listing. Owners use it to answer an intent whose reply topic is missing
  * with a dead letter instead of producing into nothing (or creating topics
  * because an intent names them), and to find the partitions a heal touches.
  */
 export class TopicDirectory implements ReplyTopicDirectory {
   private readonly admin: Admin;
   private readonly positiveTtlMs: number;
-  private readonly negativeTtlMs: number;
   private topics = new Set<string>();
   private listedAt = 0;
   private listing: Promise<void> | null = null;
+  private listStartedAt = 0;
   private readonly partitions = new Map<string, { count: number; at: number }>();
 
-  constructor(admin: Admin, opts: { positiveTtlMs?: number; negativeTtlMs?: number } = {}) {
+  constructor(admin: Admin, opts: { positiveTtlMs?: number } = {}) {
     this.admin = admin;
     this.positiveTtlMs = opts.positiveTtlMs ?? 300_000;
-    this.negativeTtlMs = opts.negativeTtlMs ?? 250;
   }
 
   async exists(topic: string): Promise<boolean> {
-    const age = Date.now() - this.listedAt;
-    if (this.topics.has(topic) && age < this.positiveTtlMs) return true;
-    if (!this.topics.has(topic) && age < this.negativeTtlMs) return false;
-    await this.refresh();
+    const asked = Date.now();
+    if (this.topics.has(topic) && asked - this.listedAt < this.positiveTtlMs) return true;
+    // Missing: ask the cluster again, with a listing begun after this question (an agent creates its reply
+    // topic just before its first intent; a listing from before that would miss it). Concurrent questions
+    // share one listing.
+    if (this.listStartedAt < asked || this.listing === null) await this.refresh(asked);
+    else await this.listing;
     return this.topics.has(topic);
   }
 
@@ -51,16 +53,21 @@ export class TopicDirectory implements ReplyTopicDirectory {
     return out;
   }
 
-  private refresh(): Promise<void> {
-    this.listing ??= this.admin
-      .listTopics()
+  private refresh(notBefore = Date.now()): Promise<void> {
+    if (this.listing && this.listStartedAt >= notBefore) return this.listing;
+    const started = Date.now();
+    const listing = (this.listing ?? Promise.resolve())
+      .catch(() => undefined)
+      .then(() => this.admin.listTopics())
       .then((names) => {
         this.topics = new Set(names);
-        this.listedAt = Date.now();
+        this.listedAt = started;
       })
       .finally(() => {
-        this.listing = null;
+        if (this.listing === listing) this.listing = null;
       });
-    return this.listing;
+    this.listing = listing;
+    this.listStartedAt = started;
+    return listing;
   }
 }

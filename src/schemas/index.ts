@@ -5,11 +5,13 @@ export { LedgerEntry, LedgerIntentEntry, LedgerMarker, StoredOutcome } from "./l
 export { CONTROL_HEADER, isControlRecord } from "./control.ts";
 export { Escalation } from "./escalation.ts";
 export { DeadLetter } from "./dead-letter.ts";
+export { Resolution, KIND_HEADER } from "./resolution.ts";
 
 import { DeadLetter } from "./dead-letter.ts";
 import { Escalation } from "./escalation.ts";
 import { LedgerEntry } from "./ledger-entry.ts";
 import { Reply } from "./reply.ts";
+import { Resolution } from "./resolution.ts";
 import { WriteIntent } from "./write-intent.ts";
 
 /** The wire schemas, by the file name of their JSON Schema in `schemas/`. */
@@ -19,5 +21,6 @@ export const WIRE_SCHEMAS = {
   LedgerEntry,
   Escalation,
   DeadLetter,
+  Resolution,
 } as const;
 export type WireSchemaName = keyof typeof WIRE_SCHEMAS;

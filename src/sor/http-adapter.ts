@@ -1,3 +1,4 @@
+import { X509Certificate } from "node:crypto";
 import { createSecureContext } from "node:tls";
 import { z } from "zod";
 import { WritError } from "../errors.ts";
@@ -236,7 +237,8 @@ const NOT_SENT_CODES = new Set([
 ]);
 
 type Exchange =
-  | { kind: "answered"; res: Response; body: string }
+  /** `secrets`: the configured header values sent, to be kept out of messages built from the answer. */
+  | { kind: "answered"; res: Response; body: string; secrets: readonly string[] }
   /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
   | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
   /** Maybe sent, no (complete) answer: timeout, socket hang up, reset. */
@@ -277,6 +279,7 @@ function tlsTransport(tls: TlsConfig): Transport {
     ...(tls.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: tls.rejectUnauthorized }),
   };
   let loaded: Promise<{ fetch: Send; agent: { close(): Promise<void> } }> | undefined;
+  let closing: Promise<void> | undefined;
   const load = () =>
     (loaded ??= import("undici").then((undici) => {
       const agent = new undici.Agent({ connect });
@@ -293,22 +296,22 @@ function tlsTransport(tls: TlsConfig): Transport {
       }
       return client.fetch(url, init);
     },
-    async close() {
-      if (loaded === undefined) return;
-      const client = await loaded.catch(() => undefined);
-      await client?.agent.close();
+    close() {
+      closing ??= (async () => {
+        const client = await loaded?.catch(() => undefined);
+        await client?.agent.close();
+      })();
+      return closing;
     },
   };
 }
 
 /** A request that never left: the headers function failed or answered nonsense, or undici could not be loaded. */
 class LocalFailure extends Error {
-  constructor(
-    message: string,
-    readonly permanent: boolean,
-    cause?: unknown,
-  ) {
+  readonly permanent: boolean;
+  constructor(message: string, permanent: boolean, cause?: unknown) {
     super(message, cause === undefined ? undefined : { cause });
+    this.permanent = permanent;
   }
 }
 
@@ -351,8 +354,8 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 interface Request {
   url: string;
   method: string;
-  /** Builds the request headers; may call the user's headers function. Throws LocalFailure. */
-  headers: () => Promise<Headers>;
+  /** Builds the request headers, and lists the configured values; may call the user's headers function. Throws LocalFailure. */
+  headers: () => Promise<{ headers: Headers; secrets: string[] }>;
   body?: string;
 }
 
@@ -364,8 +367,9 @@ interface Request {
 async function exchange(send: Send, request: Request, timeoutMs: number): Promise<Exchange> {
   const signal = AbortSignal.timeout(timeoutMs);
   let headers: Headers;
+  let secrets: string[];
   try {
-    headers = await untilAborted(request.headers(), signal);
+    ({ headers, secrets } = await untilAborted(request.headers(), signal));
   } catch (err) {
     if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
     return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
@@ -378,7 +382,7 @@ async function exchange(send: Send, request: Request, timeoutMs: number): Promis
       signal,
       redirect: "manual",
     });
-    return { kind: "answered", res, body: await res.text() };
+    return { kind: "answered", res, body: await res.text(), secrets };
   } catch (err) {
     if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
     if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
@@ -424,7 +428,10 @@ function resolvePointer(doc: unknown, tokens: readonly string[]): Found {
 }
 
 class NumberText {
-  constructor(readonly text: string) {}
+  readonly text: string;
+  constructor(text: string) {
+    this.text = text;
+  }
 }
 
 /** The JSON text of a number in the body, where `String(value)` may not round-trip (beyond 2^53, or a fraction). */
@@ -439,16 +446,36 @@ function numberText(body: string, tokens: readonly string[], value: number): str
   return Number.isFinite(value) && !Number.isInteger(value) ? String(value) : null;
 }
 
-/** `detail` or `title` of an RFC 9457 problem, else the start of the body, else the status line. */
-function problemMessage(res: Response, body: string): string {
+/**
+ * `detail` or `title` of an RFC 9457 problem, else the start of the body,
+ * else the status line; with every configured header value the server may
+ * have echoed (a 401 quoting the token) replaced.
+ */
+function problemMessage(ex: { res: Response; body: string; secrets: readonly string[] }): string {
+  const { res, body } = ex;
   const parsed = parseJson(body);
+  let message: string | undefined;
   if (parsed.ok && typeof parsed.value === "object" && parsed.value !== null) {
     const { detail, title } = parsed.value as { detail?: unknown; title?: unknown };
-    if (typeof detail === "string" && detail !== "") return detail;
-    if (typeof title === "string" && title !== "") return title;
+    if (typeof detail === "string" && detail !== "") message = detail;
+    else if (typeof title === "string" && title !== "") message = title;
   }
-  const snippet = body.trim().slice(0, 200);
-  return snippet !== "" ? `${res.status}: ${snippet}` : `${res.status} ${res.statusText}`.trim();
+  if (message === undefined) {
+    const snippet = body.trim().slice(0, 200);
+    message = snippet !== "" ? `${res.status}: ${snippet}` : `${res.status} ${res.statusText}`.trim();
+  }
+  for (const secret of ex.secrets) message = message.split(secret).join("[redacted]");
+  return message;
+}
+
+/** Configured header values worth keeping out of messages: each value and its last word (the token after `Bearer`). */
+function secretsOf(configured: Record<string, string>): string[] {
+  const out = new Set<string>();
+  for (const value of Object.values(configured)) {
+    for (const s of [value.trim(), value.trim().split(/\s+/).pop() ?? ""]) if (s.length >= 8) out.add(s);
+  }
+  // Longest first, so a value is replaced before the token inside it.
+  return [...out].sort((a, b) => b.length - a.length);
 }
 
 /**
@@ -464,7 +491,9 @@ function problemMessage(res: Response, body: string): string {
  * else null); 404/410 → `not_found`; 408/429, refused/unresolvable
  * connections and a headers function that failed → `unavailable` (not sent,
  * safe to retry); other 4xx → `rejected`; 5xx, 3xx, timeouts and dropped
- * connections → `unknown` (reconcile).
+ * connections → `unknown` (reconcile). An `ifMatch` that cannot be a header
+ * value (only a version `read` did not give) is `rejected` with status 0,
+ * nothing sent. After `close()`, requests are refused without being sent.
  *
  * @example
  * const crm = createHttpSystemOfRecord({
@@ -498,6 +527,19 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   const versionPointer = config.version.from === "body" ? (compilePointer(config.version.pointer) ?? []) : null;
   const conflictStatuses = new Set(config.conflictStatuses);
   const patchTemplate = config.patchPath ?? config.recordPath;
+  if (config.tls?.ca !== undefined) {
+    // node:tls quietly trusts nothing for a `ca` that holds no certificate: refuse it here instead.
+    const pem = typeof config.tls.ca === "string" ? config.tls.ca : Buffer.from(config.tls.ca).toString("latin1");
+    const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+    if (blocks.length === 0) throw invalid("tls.ca", "holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+    for (const block of blocks) {
+      try {
+        new X509Certificate(block);
+      } catch (err) {
+        throw invalid("tls.ca", `a certificate could not be parsed (${errorCode(err) ?? "invalid"})`);
+      }
+    }
+  }
   if (config.tls !== undefined) {
     try {
       // Loads the PEMs now, so a bad certificate or key is a config error at startup and not a failed write.
@@ -511,8 +553,10 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   const url = (template: string, values: Record<string, string>): string =>
     base + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? ""));
 
+  let closed = false;
   /** The configured headers, fresh from the function if there is one, then the caller's, then writ's own. */
-  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}) => async (): Promise<Headers> => {
+  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}) => async (): Promise<{ headers: Headers; secrets: string[] }> => {
+    if (closed) throw new LocalFailure("the system of record is closed", true);
     let configured: unknown = config.headers;
     if (typeof config.headers === "function") {
       try {
@@ -522,8 +566,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       }
       const problem = headersProblem(configured);
       if (problem) {
-        const what = problem.path.length === 0 ? "something that" : `a header "${problem.path.join("")}" that`;
-        throw new LocalFailure(`the headers function returned ${what} ${problem.message}`, true);
+        const what = problem.path.length === 0 ? "it" : `header "${problem.path.join("")}"`;
+        throw new LocalFailure(`the headers function's answer is unusable: ${what} ${problem.message}`, true);
       }
     }
     const h = new Headers();
@@ -535,7 +579,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       // Headers' own TypeError quotes the value.
       throw new LocalFailure("a request header is not a valid HTTP header value", true);
     }
-    return h;
+    return { headers: h, secrets: secretsOf(configured as Record<string, string>) };
   };
   const context = (entity: EntityRef, extra: Record<string, unknown> = {}) => ({ entity: entityKey(entity), sor: name, ...extra });
 
@@ -618,12 +662,12 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       return record;
     }
     if (res.status >= 500 || res.status === 408 || res.status === 429) {
-      throw new WritError("sor_unavailable", `${where}: ${res.status} ${problemMessage(res, body)}`, {
+      throw new WritError("sor_unavailable", `${where}: ${res.status} ${problemMessage(ex)}`, {
         retriable: true,
         context: context(entity, { status: res.status }),
       });
     }
-    throw new WritError("sor_protocol", `${where}: ${problemMessage(res, body)}`, {
+    throw new WritError("sor_protocol", `${where}: ${problemMessage(ex)}`, {
       retriable: false,
       context: context(entity, { status: res.status }),
     });
@@ -686,14 +730,14 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
           if (fresh === null) return { kind: "not_found" };
           if (!("failed" in fresh)) current = fresh;
         }
-        if (current !== null && current.version === opts.ifMatch) return { kind: "rejected", status, message: problemMessage(res, answer) };
+        if (current !== null && current.version === opts.ifMatch) return { kind: "rejected", status, message: problemMessage(ex) };
       }
       return { kind: "precondition_failed", current };
     }
     if (status === 404 || status === 410) return { kind: "not_found" };
-    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(res, answer)}` };
-    if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(res, answer) };
-    return { kind: "unknown", message: `${status}: ${problemMessage(res, answer)}` };
+    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(ex)}` };
+    if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(ex) };
+    return { kind: "unknown", message: `${status}: ${problemMessage(ex)}` };
   }
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
@@ -710,7 +754,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     }
     if (ex.res.status === 404) return "not_applied";
     if (ex.res.status >= 500 || ex.res.status === 408 || ex.res.status === 429) {
-      throw new WritError("sor_unavailable", `${where}: ${ex.res.status} ${problemMessage(ex.res, ex.body)}`, {
+      throw new WritError("sor_unavailable", `${where}: ${ex.res.status} ${problemMessage(ex)}`, {
         retriable: true,
         context: context(entity, { status: ex.res.status }),
       });
@@ -731,6 +775,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     read,
     patch,
     ...(config.idempotencyLookupPath === undefined ? {} : { lookupIdempotencyKey }),
-    close: () => transport.close(),
+    close: () => {
+      closed = true;
+      return transport.close();
+    },
   };
 }

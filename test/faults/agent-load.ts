@@ -38,7 +38,7 @@ function build(p: PlannedIntent, runId: string, base: { state: any; version: str
       ...common,
       tool: refundPayment,
       delta: [{ op: "add", path: "/refunds/-", value: { amountCents, reason: "goodwill", ref: p.mark } }],
-      params: { amountCents, reason: "goodwill" },
+      params: { amountCents, reason: "goodwill", ref: p.mark },
     };
   }
   if (p.kind === "note") {

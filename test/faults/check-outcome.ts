@@ -5,7 +5,7 @@ import { TxnAdmin } from "../../src/kafka/txn-admin.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
-import type { DemoRecordsStore } from "../../src/sor/demo-records-store.ts";
+import type { DemoRecordsStore } from "../../src/testing/demo-records-store.ts";
 import type { PlannedIntent } from "./agent-load.ts";
 import type { Zombie } from "./owner-fleet.ts";
 import type { PoisonRound } from "./poison.ts";

@@ -56,7 +56,7 @@ import { pino } from "pino";
 import { readRecord } from "../../examples/example-stack.ts";
 import { refundPayment, systems as demoSystems, tools as demoTools } from "../../examples/demo-tools.ts";
 import { createWritClient, type IntentInput, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
-import { RUN_DIR, killBroker, leaderOf, startBroker } from "../../scripts/local-stack.ts";
+import { RUN_DIR, killBroker, leaderOf, startBroker } from "../../src/testing/local-stack.ts";
 import { RouterConfig, parseConfig, type RouterConfigInput } from "../../src/config.ts";
 import { WritError } from "../../src/errors.ts";
 import { TxnAdmin, type PartitionOffsets, type TopicPartition } from "../../src/kafka/txn-admin.ts";
@@ -67,7 +67,7 @@ import { transactionalIdFor } from "../../src/owner/partition-owner.ts";
 import { startRouter, type Router } from "../../src/owner/router.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
-import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { routerTopics } from "../../src/topics.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 

@@ -55,7 +55,7 @@ export async function injectPoison(opts: {
       stepId: `${opts.tag}-${step}`,
       baseVersion: base.version,
       delta: [{ op: "add", path: "/refunds/-", value: { amountCents, reason: "goodwill", ref: `${opts.tag}-${step}` } }],
-      params: { amountCents, reason: "goodwill" },
+      params: { amountCents, reason: "goodwill", ref: `${opts.tag}-${step}` },
     });
   const deep = intent("deep", 101);
   const deepJson = JSON.stringify({ ...deep, params: { ...deep.params, extra: 0 } }).replace('"extra":0', `"extra":${deepArray(10_000)}`);

@@ -6,8 +6,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { DemoFaultInput } from "../../src/sor/demo-records-server.ts";
-import { DemoRecordsStore } from "../../src/sor/demo-records-store.ts";
+import type { DemoFaultInput } from "../../src/testing/demo-records-server.ts";
+import { DemoRecordsStore } from "../../src/testing/demo-records-store.ts";
 
 export class RecordsProcess {
   readonly url: string;
@@ -24,7 +24,7 @@ export class RecordsProcess {
     this.port = opts.port;
     this.dbPath = opts.dbPath;
     this.logFile = opts.logFile;
-    this.script = join(opts.root, "src", "sor", "demo-records-server-main.ts");
+    this.script = join(opts.root, "src", "testing", "demo-records-server-main.ts");
     this.url = `http://127.0.0.1:${opts.port}`;
   }
 

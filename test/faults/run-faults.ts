@@ -23,7 +23,7 @@ process.env.WRIT_LOCAL_STACK_DIR ??= resolve(root, ".cache", three ? "run-faults
 process.env.WRIT_LOCAL_KAFKA_PORT ??= three ? "49192" : "49092";
 process.env.WRIT_LOCAL_REGISTRY_PORT ??= three ? "48181" : "48081";
 
-const stack = await import("../../scripts/local-stack.ts");
+const stack = await import("../../src/testing/local-stack.ts");
 const { runScenario } = await import("./scenario.ts");
 const say = (line: string) => console.log(line);
 

@@ -19,7 +19,7 @@ if (process.env.KAFKA_BROKERS) {
   process.exit(2);
 }
 
-const { ensureStack } = await import("../../scripts/local-stack.ts");
+const { ensureStack } = await import("../../src/testing/local-stack.ts");
 const { runHangCase, hangCasePassed } = await import("./hang-case.ts");
 type HangCaseResult = import("./hang-case.ts").HangCaseResult;
 

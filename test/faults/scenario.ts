@@ -17,7 +17,7 @@ import { injectPoison, type PoisonRound } from "./poison.ts";
 import { RecordsProcess } from "./records-process.ts";
 import { seededRng } from "./rng.ts";
 
-type Stack = typeof import("../../scripts/local-stack.ts");
+type Stack = typeof import("../../src/testing/local-stack.ts");
 
 export interface RunResult {
   line: Record<string, unknown>;

@@ -8,7 +8,7 @@ import type { RouterConfigInput } from "../../src/config.ts";
 import { createLogger } from "../../src/logger.ts";
 import { startRouter, type Router, type RouterOptions } from "../../src/owner/router.ts";
 import type { WIRE_SCHEMAS, WireSchemaName } from "../../src/schemas/index.ts";
-import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { z } from "zod";

@@ -25,7 +25,7 @@ describe("WireCodec against the real schema registry", () => {
     const bytes = await codec.encode(topic, "WriteIntent", value);
     expect(bytes[0]).toBe(0);
     const decoded = await codec.decode("WriteIntent", bytes);
-    expect(decoded).toEqual({ ok: true, value, framed: true });
+    expect(decoded).toEqual({ ok: true, value, framed: true, raw: value });
     const res = await fetch(`${registryUrl()}/subjects/${topic}-value/versions/latest`);
     expect(res.status).toBe(200);
     expect(((await res.json()) as { id: number }).id).toBe(bytes.readInt32BE(1));
@@ -41,7 +41,7 @@ describe("WireCodec against the real schema registry", () => {
   it("accepts plain JSON, and reports bad bytes as results, not exceptions", async () => {
     const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
     const value = intent();
-    expect(await codec.decode("WriteIntent", Buffer.from(JSON.stringify(value)))).toEqual({ ok: true, value, framed: false });
+    expect(await codec.decode("WriteIntent", Buffer.from(JSON.stringify(value)))).toEqual({ ok: true, value, framed: false, raw: value });
     expect(await codec.decode("WriteIntent", Buffer.from("{oops"))).toMatchObject({ ok: false, reason: "undecodable" });
     expect(await codec.decode("WriteIntent", Buffer.from(JSON.stringify({ intentId: 1 })))).toMatchObject({ ok: false, reason: "schema_invalid" });
     const unknownId = Buffer.concat([Buffer.from([0, 0x7f, 0xff, 0xff, 0xf0]), Buffer.from(JSON.stringify(value))]);

@@ -1,5 +1,5 @@
 // Proves kafkajs 2.2.4 works against the Kafka 4.x broker that
-// scripts/local-stack.ts runs: admin topic creation, consumer groups with
+// src/testing/local-stack.ts runs: admin topic creation, consumer groups with
 // eachBatch, idempotent + transactional producers, sendOffsets, and that aborted
 // transactions stay invisible to read_committed consumers.
 import { randomUUID } from 'node:crypto';

@@ -68,9 +68,12 @@ describe("router core on a real broker", () => {
     await h.startRouter();
     const agent = await h.client("billing-agent");
     const { version } = await readVersion(h.records, "payment", "pay_1");
-    const first = await agent.submit(refund(run(), version, 500));
-    // Same key (a caller that pinned it), other params: Stripe's rule says reject.
-    const reused = await agent.submit({ ...refund(run(), version, 900), intentKey: first.intentKey });
+    const runId = run();
+    const first = await agent.submit(refund(runId, version, 500));
+    // The same intent key (same agent, run, step and intent fields) from the same base, with another change:
+    // Stripe's rule says reject. (The key itself cannot be pinned: owners recompute it.)
+    const other = refund(runId, version, 500);
+    const reused = await agent.submit({ ...other, delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 900, reason: "damaged" } }] });
 
     expect(first.status).toBe("applied");
     expect(reused).toMatchObject({ status: "rejected", reason: "key_reused_with_different_params" });
@@ -152,19 +155,20 @@ describe("router core on a real broker", () => {
     h.records.seed("ticket", "T-9", { status: "open", tags: [] });
     await h.startRouter();
     const agent = await h.client("agent-storm");
-    h.records.setFaults([{ kind: "412-storm", times: 3, match: { type: "ticket", id: "T-9" } }]);
     const runId = run();
     const replies = [];
     let base = await readVersion(h.records, "ticket", "T-9");
     for (let i = 0; i < 3; i++) {
+      // A writer outside writ touches the ticket after the agent read it, every time.
+      h.records.seed("ticket", "T-9", { status: `touched-${i}`, tags: [] });
       const reply = await agent.submit({
         tool: tagTicket,
         entity: { type: "ticket", id: "T-9" },
         runId,
         stepId: "tag-1",
         baseVersion: base.version,
-        // Each cycle the agent decides again (here: the same tag, plus a status change it now wants).
-        delta: [{ op: "replace" as const, path: "/tags", value: ["needs-human"] }, { op: "replace" as const, path: "/status", value: `open-${i}` }],
+        // Each cycle the agent decides again from what it was shown: the tags it read, plus its own.
+        delta: [{ op: "replace" as const, path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
         params: { tag: "needs-human" },
       });
       replies.push(reply);
@@ -174,7 +178,7 @@ describe("router core on a real broker", () => {
     expect((replies[1] as ConflictReply).cycle).toBe(2);
     const [escalation] = await h.readTopic(h.config.topics.human, "Escalation", 1);
     expect(escalation).toMatchObject({ reason: "conflict_cycles_exhausted", intent: { intentKey: replies[2]!.intentKey } });
-    expect(h.records.history("ticket", "T-9").filter((e) => e.kind !== "create")).toHaveLength(0);
+    expect(h.records.history("ticket", "T-9").filter((e) => e.kind === "patch")).toHaveLength(0);
   });
 
   it("undecodable-record: lands on writ.dlq, and the next intent on that partition is still applied", async () => {

@@ -1,7 +1,7 @@
 // Proves src/kafka/txn-admin.ts (KIP-664 transaction admin on kafkajs's
 // internals) and `writ doctor` against real Kafka 4.4 brokers: the shared test
 // broker, and for genuinely hanging transactions a private single-node broker
-// (scripts/local-stack.ts in a temp dir) whose KIP-890 partition verification
+// (src/testing/local-stack.ts in a temp dir) whose KIP-890 partition verification
 // is switched off, because Kafka 4.4 with its defaults refuses to create one.
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -16,14 +16,14 @@ import { ConfigResourceTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import type { Admin, Consumer, Producer } from 'kafkajs';
 import { TxnAdmin, type HangingTransaction, type PartitionOffsets } from '../../src/kafka/txn-admin.ts';
 import type { DoctorReport } from '../../src/doctor/doctor.ts';
-import { KAFKA_LIBS } from '../../scripts/local-stack.ts';
+import { KAFKA_LIBS } from '../../src/testing/local-stack.ts';
 import { waitFor } from '../helpers/wait-for.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE = join(ROOT, 'node_modules', '.bin', 'node');
-const WRIT = join(ROOT, 'bin', 'writ.mjs');
-const LOCAL_STACK = pathToFileURL(join(ROOT, 'scripts', 'local-stack.ts')).href;
-// the JVM that scripts/local-stack.ts runs the brokers with; only for Kafka's own tool, as a cross-check
+const WRIT = join(ROOT, 'src', 'cli', 'main.ts');
+const LOCAL_STACK = pathToFileURL(join(ROOT, 'src', 'testing', 'local-stack.ts')).href;
+// the JVM that src/testing/local-stack.ts runs the brokers with; only for Kafka's own tool, as a cross-check
 const JAVA = process.env['JAVA_HOME'] ? join(process.env['JAVA_HOME'], 'bin', 'java') : 'java';
 
 const sharedBrokers = (inject('kafkaBrokers') || process.env['KAFKA_BROKERS'] || '')

@@ -1,7 +1,7 @@
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
 import type { SystemOfRecord } from "../../src/sor/adapter.ts";
-import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { formatReport, runVerify, type VerifyReport } from "../../src/verify/verify.ts";
 import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";

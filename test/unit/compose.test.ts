@@ -1,15 +1,18 @@
 // docker-compose.yml is checked without Docker: it must be a valid Compose file
 // (the Compose Specification's JSON schema, vendored in test/fixtures; see its
 // README) and keep the promises its header makes: three Kafka brokers at the
-// local stack's version, replication factor 3 / min ISR 2, and a healthcheck
-// and a restart policy on every service.
-import { readFileSync } from "node:fs";
+// local stack's version, replication factor 3 / min ISR 2, a healthcheck and a
+// restart policy on every long-running service, owners that run `writ owner`
+// with a mounted tools module once the one-shot `writ topics ensure` has
+// succeeded, and the demo only in the `demo` profile. The Dockerfile builds
+// dist and ships no examples.
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Ajv } from "ajv";
 import draft7MetaSchema from "ajv/dist/refs/json-schema-draft-07.json" with { type: "json" };
 import { describe, expect, it } from "vitest";
 import { parseDocument } from "yaml";
-import { APICURIO_VERSION, KAFKA_VERSION } from "../../scripts/local-stack.ts";
+import { APICURIO_VERSION, KAFKA_VERSION } from "../../src/testing/local-stack.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const composeText = readFileSync(join(root, "docker-compose.yml"), "utf8");
@@ -23,6 +26,10 @@ const validateCompose = ajv.compile(schema);
 
 type Service = {
   image?: string;
+  command?: string[];
+  profiles?: string[];
+  volumes?: (string | { source?: string; target?: string })[];
+  depends_on?: Record<string, { condition?: string }> | string[];
   restart?: string;
   deploy?: { restart_policy?: { condition?: string } };
   healthcheck?: { test?: string | string[]; disable?: boolean };
@@ -47,7 +54,15 @@ function composeProblems(text: string): string[] {
   }
   const services = Object.entries(file?.services ?? {});
   if (services.length === 0) problems.push("no services");
+  const dependsOn = (s: Service): Record<string, { condition?: string }> =>
+    Array.isArray(s.depends_on) ? Object.fromEntries(s.depends_on.map((d) => [d, {}])) : (s.depends_on ?? {});
+  // One-shot services: others wait for them to exit 0; they neither restart nor report health.
+  const oneShot = new Set(services.flatMap(([, s]) => Object.entries(dependsOn(s)).filter(([, d]) => d.condition === "service_completed_successfully").map(([n]) => n)));
   for (const [name, s] of services) {
+    if (oneShot.has(name)) {
+      if (s.restart !== undefined && s.restart !== "no") problems.push(`${name}: a one-shot service (others wait for it to complete) with restart: ${s.restart}`);
+      continue;
+    }
     const test = s.healthcheck?.test;
     if (s.healthcheck === undefined || s.healthcheck.disable === true || test === undefined || test.length === 0 || (Array.isArray(test) && test[0] === "NONE")) {
       problems.push(`${name}: no healthcheck`);
@@ -85,6 +100,32 @@ function composeProblems(text: string): string[] {
   const owner = file?.services?.["owner"];
   if (owner === undefined) problems.push("no owner service");
   else if (env(owner)["WRIT_REPLICATION_FACTOR"] !== "3") problems.push(`owner: WRIT_REPLICATION_FACTOR=${env(owner)["WRIT_REPLICATION_FACTOR"]}, want 3`);
+
+  // Topics: one `writ topics ensure`, which every owner waits for and agrees with on the topics' shape.
+  const topics = services.filter(([, s]) => JSON.stringify(s.command) === JSON.stringify(["writ", "topics", "ensure"]));
+  if (topics.length !== 1) problems.push(`${topics.length} services run writ topics ensure, not 1`);
+  const owners = services.filter(([, s]) => s.command?.[0] === "writ" && s.command[1] === "owner");
+  if (owner !== undefined && !owners.some(([n]) => n === "owner")) problems.push(`owner: command ${JSON.stringify(owner.command)}, not writ owner --tools …`);
+  for (const [name, s] of owners) {
+    if (JSON.stringify(s.command) !== JSON.stringify(["writ", "owner", "--tools", "/tools/tools.js"])) problems.push(`${name}: command ${JSON.stringify(s.command)}, want writ owner --tools /tools/tools.js`);
+    // short syntax SOURCE:TARGET[:MODE], where SOURCE may be an ${VAR:-default} interpolation
+    const mountsTools = (s.volumes ?? []).some((v) => (typeof v === "string" ? v.replace(/\$\{[^}]*\}/g, "src").split(":")[1] === "/tools" : v.target === "/tools"));
+    if (!mountsTools) problems.push(`${name}: no volume mounted at /tools (the tools module)`);
+    const [topicsName, topicsService] = topics[0] ?? [];
+    if (topicsName === undefined || topicsService === undefined) continue;
+    if (dependsOn(s)[topicsName]?.condition !== "service_completed_successfully") problems.push(`${name}: does not wait for ${topicsName} (depends_on condition service_completed_successfully)`);
+    const mine = env(s);
+    const theirs = env(topicsService);
+    for (const k of new Set([...Object.keys(mine), ...Object.keys(theirs)])) {
+      if ((k.startsWith("WRIT_") || k === "KAFKA_BROKERS") && mine[k] !== theirs[k]) problems.push(`${name}: ${k}=${mine[k]}, ${topicsName} has ${theirs[k]}`);
+    }
+  }
+  // The demo (its records server, its tools from examples/) only in the demo profile; the image has no examples/ or .ts.
+  for (const [name, s] of services) {
+    const demo = (s.command ?? []).some((c) => c.includes("demo-records-server")) || (s.volumes ?? []).some((v) => (typeof v === "string" ? v : (v.source ?? "")).includes("examples"));
+    if (demo && !(s.profiles ?? []).includes("demo")) problems.push(`${name}: runs the demo outside the demo profile`);
+    if ((s.command ?? []).some((c) => /(^|\/)examples\/|\.ts$/.test(c))) problems.push(`${name}: command ${JSON.stringify(s.command)} needs files the image does not have`);
+  }
   return problems;
 }
 
@@ -93,21 +134,34 @@ describe("docker-compose.yml", () => {
     expect(composeProblems(composeText)).toEqual([]);
   });
 
-  it("runs the writ services: two owners and the records server", () => {
-    const file = parseDocument(composeText, { merge: true }).toJS() as { services: Record<string, { command?: string[]; deploy?: { replicas?: number } }> };
-    expect(file.services["owner"]?.command).toEqual(["node", "consumers/owner-main.ts"]);
+  it("runs the writ services: topics once, two owners with a mounted tools module, the demo in its profile", () => {
+    const file = parseDocument(composeText, { merge: true }).toJS({ maxAliasCount: 100 }) as { services: Record<string, Service & { deploy?: { replicas?: number } }> };
+    expect(file.services["topics"]?.command).toEqual(["writ", "topics", "ensure"]);
+    expect(file.services["owner"]?.command).toEqual(["writ", "owner", "--tools", "/tools/tools.js"]);
     expect(file.services["owner"]?.deploy?.replicas).toBe(2);
-    expect(file.services["records"]?.command).toEqual(["node", "src/sor/demo-records-server-main.ts"]);
+    expect(file.services["owner"]?.depends_on).toMatchObject({ topics: { condition: "service_completed_successfully" } });
+    expect(file.services["owner"]?.profiles).toBeUndefined();
+    expect(file.services["demo-owner"]?.profiles).toEqual(["demo"]);
+    expect(file.services["demo-owner"]?.volumes).toEqual(["./examples/compose:/tools:ro"]);
+    expect(file.services["records"]?.profiles).toEqual(["demo"]);
+    expect(file.services["records"]?.command).toEqual(["node", "dist/src/testing/demo-records-server-main.js"]);
+    expect(existsSync(join(root, "examples", "compose", "tools.js"))).toBe(true);
   });
 
   // The checks themselves: each breakage of the real file must be reported.
   const breakages: [string, (text: string) => string, RegExp][] = [
-    ["an unknown service key", (t) => t.replace("  records:\n    build: .", "  records:\n    build: .\n    restart_policy: always"), /schema: \/services\/records .*additional properties/],
-    ["a value outside its enum", (t) => t.replace("kafka-1: { condition: service_healthy }", "kafka-1: { condition: healthy }"), /schema: \/services\/owner\/depends_on\/kafka-1\/condition must be equal to one of the allowed values/],
-    ["a wrongly typed field", (t) => t.replace("    build: .\n    command: [\"node\", \"consumers/owner-main.ts\"]", "    build: [.]\n    command: [\"node\", \"consumers/owner-main.ts\"]"), /schema: \/services\/owner\/build must be (string|object)/],
+    ["an unknown service key", (t) => t.replace("  records:\n    <<: *writ", "  records:\n    <<: *writ\n    restart_policy: always"), /schema: \/services\/records .*additional properties/],
+    ["a value outside its enum", (t) => t.replace("kafka-1: { condition: service_healthy }", "kafka-1: { condition: healthy }"), /schema: \/services\/topics\/depends_on\/kafka-1\/condition must be equal to one of the allowed values/],
+    ["a wrongly typed field", (t) => t.replace("  owner:\n    <<: *owner\n", "  owner:\n    <<: *owner\n    build: [.]\n"), /schema: \/services\/owner\/build must be (string|object)/],
     ["a service without a healthcheck", (t) => t.replace(/    healthcheck:\n      test: \["CMD", "node", "-e", "fetch[^\n]*\n/, "    x-no-healthcheck:\n      test: 1\n"), /records: no healthcheck/],
-    ["an unknown restart policy", (t) => t.replace("records:\n    build: .\n    command: [\"node\", \"src/sor/demo-records-server-main.ts\"]\n    restart: unless-stopped", "records:\n    build: .\n    command: [\"node\", \"src/sor/demo-records-server-main.ts\"]\n    restart: sometimes"), /records: no restart policy \(restart: sometimes\)/],
-    ["a service without a restart policy", (t) => t.replace("    command: [\"node\", \"consumers/owner-main.ts\"]\n    restart: unless-stopped", "    command: [\"node\", \"consumers/owner-main.ts\"]"), /owner: no restart policy/],
+    ["an unknown restart policy", (t) => t.replace("demo-records-server-main.js\"]\n    restart: unless-stopped", "demo-records-server-main.js\"]\n    restart: sometimes"), /records: no restart policy \(restart: sometimes\)/],
+    ["a service without a restart policy", (t) => t.replace("  command: [\"writ\", \"owner\", \"--tools\", \"/tools/tools.js\"]\n  restart: unless-stopped\n", "  command: [\"writ\", \"owner\", \"--tools\", \"/tools/tools.js\"]\n"), /owner: no restart policy/],
+    ["a restarting one-shot", (t) => t.replace("    command: [\"writ\", \"topics\", \"ensure\"]\n    restart: \"no\"", "    command: [\"writ\", \"topics\", \"ensure\"]\n    restart: unless-stopped"), /topics: a one-shot service .* with restart: unless-stopped/],
+    ["owners that do not wait for the topics", (t) => t.replace("  owner:\n    <<: *owner\n    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n    depends_on:\n      topics: { condition: service_completed_successfully }", "  owner:\n    <<: *owner\n    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n    depends_on:\n      topics: { condition: service_started }"), /owner: does not wait for topics/],
+    ["owners without a tools module", (t) => t.replace("    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n", ""), /owner: no volume mounted at \/tools/],
+    ["owners and topics that disagree on the partition count", (t) => t.replace("    environment:\n      <<: *writ-env\n      RECORDS_URL", "    environment:\n      <<: *writ-env\n      WRIT_INTENT_PARTITIONS: 6\n      RECORDS_URL"), /demo-owner: WRIT_INTENT_PARTITIONS=6, topics has 12/],
+    ["the demo outside its profile", (t) => t.replace("  demo-owner:\n    <<: *owner\n    profiles: [demo]\n", "  demo-owner:\n    <<: *owner\n"), /demo-owner: runs the demo outside the demo profile/],
+    ["a command from the sources", (t) => t.replace("dist/src/testing/demo-records-server-main.js", "src/testing/demo-records-server-main.ts"), /records: command .* needs files the image does not have/],
     ["another Kafka version", (t) => t.replace(`apache/kafka:${KAFKA_VERSION}`, "apache/kafka:4.1.0"), /image apache\/kafka:4\.1\.0, not apache\/kafka:/],
     ["two brokers", (t) => t.replace(/\n  kafka-3:\n(?: {4}[^\n]*\n| {6}[^\n]*\n)+/, "\n"), /2 Kafka brokers/],
     ["min ISR 1", (t) => t.replace("KAFKA_MIN_INSYNC_REPLICAS: 2", "KAFKA_MIN_INSYNC_REPLICAS: 1"), /KAFKA_MIN_INSYNC_REPLICAS=1, want 2/],
@@ -121,4 +175,22 @@ describe("docker-compose.yml", () => {
       expect(problems.join("\n")).toMatch(expected);
     });
   }
+});
+
+describe("Dockerfile", () => {
+  const dockerfile = readFileSync(join(root, "Dockerfile"), "utf8");
+  const instructions = dockerfile.split("\n").filter((l) => /^[A-Z]+\s/.test(l));
+
+  it("builds dist with tsconfig.build.json in a build stage and ships it with production dependencies only", () => {
+    expect(instructions.filter((l) => l.startsWith("FROM"))).toEqual(["FROM node:24-slim AS build", "FROM node:24-slim"]);
+    expect(dockerfile).toMatch(/RUN node node_modules\/typescript\/bin\/tsc -p tsconfig\.build\.json/);
+    expect(instructions).toContain("COPY --from=build /app/dist ./dist");
+    expect(dockerfile).toMatch(/npm install --omit=dev/);
+    expect(instructions.at(-1)).toBe('CMD ["writ", "owner", "--tools", "/tools/tools.js"]');
+  });
+
+  it("does not ship examples/ (nor the test, CI or bench folders)", () => {
+    const copies = instructions.filter((l) => l.startsWith("COPY"));
+    expect(copies.filter((l) => /\b(examples|test|\.ci|bench|consumers)\b/.test(l))).toEqual([]);
+  });
 });

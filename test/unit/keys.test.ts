@@ -6,23 +6,25 @@ const entity = { type: "payment", id: "pay_1" };
 
 describe("intentKey", () => {
   it("is the same for the same business intent, whatever free text or key order", () => {
-    const a = intentKey({ tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late", note: "sorry!" } });
-    const b = intentKey({ tool, runId: "r1", stepId: "s1", entity, params: { note: "Apologies for the delay", reason: "late", amountCents: 500 } });
+    const a = intentKey({ agentId: "a1", tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late", note: "sorry!" } });
+    const b = intentKey({ agentId: "a1", tool, runId: "r1", stepId: "s1", entity, params: { note: "Apologies for the delay", reason: "late", amountCents: 500 } });
     expect(a).toBe(b);
     expect(a).toMatch(/^[0-9a-f]{64}$/);
   });
 
   it("differs by run under scope run, not under scope global", () => {
     const params = { amountCents: 500, reason: "late" };
-    expect(intentKey({ tool, runId: "r1", stepId: "s1", entity, params })).not.toBe(intentKey({ tool, runId: "r2", stepId: "s1", entity, params }));
+    expect(intentKey({ agentId: "a1", tool, runId: "r1", stepId: "s1", entity, params })).not.toBe(intentKey({ agentId: "a1", tool, runId: "r2", stepId: "s1", entity, params }));
+    // Under run scope the agent is part of the key: another agent can never present (or squat) it.
+    expect(intentKey({ agentId: "a1", tool, runId: "r1", stepId: "s1", entity, params })).not.toBe(intentKey({ agentId: "a2", tool, runId: "r1", stepId: "s1", entity, params }));
     const global = { ...tool, keyScope: "global" as const };
-    expect(intentKey({ tool: global, runId: "r1", stepId: "s1", entity, params })).toBe(
-      intentKey({ tool: global, runId: "r2", stepId: "s1", entity, params }),
+    expect(intentKey({ agentId: "a1", tool: global, runId: "r1", stepId: "s1", entity, params })).toBe(
+      intentKey({ agentId: "a2", tool: global, runId: "r2", stepId: "s1", entity, params }),
     );
   });
 
   it("differs by step, target and intent fields", () => {
-    const base = { tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late" } };
+    const base = { agentId: "a1", tool, runId: "r1", stepId: "s1", entity, params: { amountCents: 500, reason: "late" } };
     const k = intentKey(base);
     expect(intentKey({ ...base, stepId: "s2" })).not.toBe(k);
     expect(intentKey({ ...base, entity: { type: "payment", id: "pay_2" } })).not.toBe(k);
@@ -30,7 +32,7 @@ describe("intentKey", () => {
   });
 
   it("refuses to build a key without a declared intent field", () => {
-    expect(() => intentKey({ tool, runId: "r", stepId: "s", entity, params: { amountCents: 1 } })).toThrow(/reason/);
+    expect(() => intentKey({ agentId: "a1", tool, runId: "r", stepId: "s", entity, params: { amountCents: 1 } })).toThrow(/reason/);
   });
 });
 
@@ -56,9 +58,9 @@ describe("intentKey, as a property", () => {
       fc.property(fc.dictionary(fc.string({ minLength: 1 }).filter((k) => k !== "__proto__"), json), json, json, (extra, amount, reason) => {
         const params = { ...extra, amountCents: amount, reason };
         const reordered = Object.fromEntries(Object.entries(params).reverse());
-        const k1 = intentKey({ tool, runId: "r", stepId: "s", entity, params });
-        const k2 = intentKey({ tool, runId: "r", stepId: "s", entity, params: reordered });
-        const k3 = intentKey({ tool, runId: "r", stepId: "s", entity, params: { amountCents: amount, reason } });
+        const k1 = intentKey({ agentId: "a1", tool, runId: "r", stepId: "s", entity, params });
+        const k2 = intentKey({ agentId: "a1", tool, runId: "r", stepId: "s", entity, params: reordered });
+        const k3 = intentKey({ agentId: "a1", tool, runId: "r", stepId: "s", entity, params: { amountCents: amount, reason } });
         return k1 === k2 && k2 === k3;
       }),
     );

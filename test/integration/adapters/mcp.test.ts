@@ -4,9 +4,8 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { describe, expect, it, onTestFailed, onTestFinished } from "vitest";
-import { specs } from "../../../examples/demo-tool-specs.ts";
-import { systems } from "../../../examples/demo-tools.ts";
-import { RUN_ID_META_KEY, startWritMcpHttpServer, systemsReader } from "../../../producers/adapters/mcp-server.ts";
+import { readers, specs } from "../../../examples/demo-tool-specs.ts";
+import { RUN_ID_META_KEY, startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
 import { putRecord, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
 import { brokers, readVersion, registryUrl, type Harness } from "../../helpers/writ-harness.ts";
 
@@ -29,7 +28,7 @@ async function call(client: Client, name: string, args: Record<string, unknown>,
 
 async function httpServer(h: Harness) {
   const client = await h.client("mcp-agent");
-  const mcp = await startWritMcpHttpServer({ client, tools: specs, read: systemsReader(specs, systems({ RECORDS_URL: h.records.url })) });
+  const mcp = await startWritMcpHttpServer({ client, tools: specs, read: recordsReader(specs, readers({ RECORDS_URL: h.records.url })) });
   onTestFinished(() => mcp.close());
   return mcp;
 }
@@ -121,6 +120,27 @@ describe("MCP server on a real broker", () => {
     });
     expect(again).toMatchObject({ status: "applied", duplicate: false, version: '"v3"' });
     expect((await readVersion(h.records, "ticket", "T-1")).state).toEqual({ subject: "Charged twice", status: "pending", tags: ["billing", "vip"] });
+  });
+
+  it("http-bearer-token: with a token set, a request without it (or with another) is refused 401 and opens no session", async () => {
+    const h = await startDemoHarness({ owner: false });
+    const client = await h.client("mcp-agent");
+    const token = "t0ken-for-the-mcp-test-0123456789";
+    const mcp = await startWritMcpHttpServer({ client, tools: specs, read: recordsReader(specs, readers({ RECORDS_URL: h.records.url })), token });
+    onTestFinished(() => mcp.close());
+    const post = (authorization?: string) =>
+      fetch(mcp.url, {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...(authorization ? { authorization } : {}) },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-03-26", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
+      });
+    expect((await post()).status).toBe(401);
+    expect((await post("Bearer wrong-token-wrong-token-000")).status).toBe(401);
+    expect(mcp.sessions()).toBe(0);
+    const ok = await post(`Bearer ${token}`);
+    expect(ok.status).toBe(200);
+    await ok.text();
+    expect(mcp.sessions()).toBe(1);
   });
 
   it("http-host-check: a request with a foreign Host header is refused", async () => {

@@ -54,7 +54,8 @@ describe("OpenAI Agents JS adapter on a real broker", () => {
     const resumed1 = await run(agent1, state1);
 
     // Resume 2, as after the crash: new tools, a new client, the same older saved state, approved again.
-    const client2 = await h.client("billing-agent-restarted");
+    // The same agent (a restarted process keeps its agent id: run-scoped keys include it).
+    const client2 = await h.client("billing-agent");
     const agent2 = refundAgent(client2, h, model);
     const state2 = await RunState.fromString(agent2, saved);
     state2.approve(state2.getInterruptions()[0]!);

@@ -15,7 +15,9 @@ import { FakeSystem } from "./fake-system.ts";
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const PREFIX = "writ.replies.";
 const REPLY_TO = "writ.replies.agent-1";
-const SOURCE = { topic: "writ.intents", partition: 3, offset: "41" };
+/** One partition: every key is home here (the partition check has tests of its own below). */
+const PARTITIONS = 1;
+const SOURCE = { topic: "writ.intents", partition: 0, offset: "41" };
 
 const tagTicket = declareWriteTool({
   name: "tag_ticket",
@@ -47,16 +49,17 @@ let deps: AdmissionDeps;
 beforeEach(() => {
   directory = new Directory();
   deps = {
-    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: PREFIX },
+    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: PREFIX, topics: { intents: "writ.intents" } },
     codec: new WireCodec({}),
     tools,
     replyTopics: directory,
     now: () => NOW,
+    partitions: PARTITIONS,
   };
 });
 
 const ENTITY = { type: "ticket", id: "T-1" };
-const KEY = intentKey({ tool: { name: "tag_ticket", keyScope: "run", intentFields: ["tag"] }, runId: "run-1", stepId: "s1", entity: ENTITY, params: { tag: "vip" } });
+const KEY = intentKey({ agentId: "agent-1", tool: { name: "tag_ticket", keyScope: "run", intentFields: ["tag"] }, runId: "run-1", stepId: "s1", entity: ENTITY, params: { tag: "vip" } });
 
 function intentJson(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return {
@@ -74,8 +77,16 @@ function intentJson(overrides: Record<string, unknown> = {}): Record<string, unk
   };
 }
 
+/** A record keyed by the entity its value names (as a writ client keys it), else ticket:T-1. */
 function message(value: Buffer | null, headers: IHeaders = {}): KafkaMessage {
-  return { key: Buffer.from("ticket:T-1"), value, timestamp: "0", attributes: 0, offset: SOURCE.offset, headers } as KafkaMessage;
+  let key = "ticket:T-1";
+  try {
+    const e = (JSON.parse(value?.toString("utf8") ?? "null") as { entity?: { type?: unknown; id?: unknown } } | null)?.entity;
+    if (typeof e?.type === "string" && typeof e.id === "string") key = `${e.type}:${e.id}`;
+  } catch {
+    // not JSON: the default key
+  }
+  return { key: Buffer.from(key), value, timestamp: "0", attributes: 0, offset: SOURCE.offset, headers } as KafkaMessage;
 }
 
 const bytesOf = (v: unknown) => Buffer.from(JSON.stringify(v));

@@ -99,7 +99,7 @@ function intentFor(toolName: string, params: Record<string, unknown>, delta: Jso
   const entity = opts.entity ?? T1;
   const key =
     opts.intentKey ??
-    intentKey({ tool: { name: tool.name, keyScope: tool.keyScope, intentFields: tool.declaration.intentFields }, runId: "run-1", stepId: opts.stepId ?? "step-1", entity, params });
+    intentKey({ agentId: "agent-1", tool: { name: tool.name, keyScope: tool.keyScope, intentFields: tool.declaration.intentFields }, runId: "run-1", stepId: opts.stepId ?? "step-1", entity, params });
   return {
     intent: {
       intentId: opts.intentId ?? `intent-${++submissions}`,
@@ -117,6 +117,7 @@ function intentFor(toolName: string, params: Record<string, unknown>, delta: Jso
     entityKey: `${entity.type}:${entity.id}`,
     fingerprint: paramsFingerprint(tool.name, entity, params, tool.freeTextParams),
     deltaFingerprint: deltaFingerprint(delta, tool.isFreeTextPath),
+    params,
   };
 }
 

@@ -1,8 +1,8 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it, onTestFinished } from "vitest";
-import { startDemoRecordsServer } from "../../../src/sor/demo-records-server.ts";
-import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer } from "../../../src/testing/demo-records-server.ts";
+import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/testing/demo-records-server.ts";
 
 async function startServer(opts: DemoRecordsServerOptions = {}): Promise<DemoRecordsServer> {
   const server = await startDemoRecordsServer(opts);
@@ -254,7 +254,7 @@ describe("demo records server: admin API", () => {
 });
 
 describe("demo records server: CLI", () => {
-  const main = fileURLToPath(new URL("../../../src/sor/demo-records-server-main.ts", import.meta.url));
+  const main = fileURLToPath(new URL("../../../src/testing/demo-records-server-main.ts", import.meta.url));
 
   function run(env: Record<string, string>) {
     const child = spawn(process.execPath, [main], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });

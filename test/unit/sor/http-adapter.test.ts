@@ -4,8 +4,8 @@ import type { AddressInfo } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { WritError } from "../../../src/errors.ts";
 import type { JsonPatchOp } from "../../../src/schemas/common.ts";
-import { startDemoRecordsServer } from "../../../src/sor/demo-records-server.ts";
-import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer } from "../../../src/testing/demo-records-server.ts";
+import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
 import type { HttpSystemOfRecordOptions } from "../../../src/sor/http-adapter.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
@@ -80,6 +80,64 @@ describe("http adapter: options", () => {
     }
     expect(message).not.toBe("");
     expect(message).not.toContain("s3cret");
+  });
+
+  it("the API-shape options default to today's behaviour, and config shows neither headers nor tls", () => {
+    const plain = createHttpSystemOfRecord({ name: "crm", baseUrl: "https://127.0.0.1:1", headers: () => ({ authorization: "Bearer s3cret" }), tls: { rejectUnauthorized: true } });
+    expect(plain.config).toMatchObject({
+      method: "PATCH",
+      patchBody: { kind: "json-patch", contentType: "application/json-patch+json" },
+      state: { pointer: "" },
+      version: { from: "etag" },
+      ifMatch: { header: "If-Match", format: "etag" },
+      conflictStatuses: [412],
+    });
+    expect(plain.config).not.toHaveProperty("patchPath");
+    expect(plain.config).not.toHaveProperty("headers");
+    expect(plain.config).not.toHaveProperty("tls");
+    const wrapped = createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", patchBody: { kind: "wrapped", field: "ops" } });
+    expect(wrapped.config.patchBody).toEqual({ kind: "wrapped", field: "ops", contentType: "application/json" });
+  });
+
+  it("each new option is validated strictly, the error naming the field", () => {
+    const cases: Array<[Record<string, unknown>, string, RegExp]> = [
+      [{ method: "PUT" }, "method", /PATCH|POST/],
+      [{ patchPath: "/records/{type}" }, "patchPath", /\{id\}/],
+      [{ patchBody: { kind: "merge-patch" } }, "patchBody.kind", /./],
+      [{ patchBody: { kind: "json-patch", field: "ops" } }, "patchBody", /Unrecognized key: "field"/],
+      [{ patchBody: { kind: "wrapped" } }, "patchBody.field", /./],
+      [{ patchBody: { kind: "wrapped", field: "ops", extra: { ops: [] } } }, "patchBody.extra", /must not contain the ops field/],
+      [{ patchBody: { kind: "wrapped", field: "ops", contentType: "json\r\nx: y" } }, "patchBody.contentType", /media type/],
+      [{ state: { pointer: "data" } }, "state.pointer", /JSON Pointer/],
+      [{ state: { pointer: "/a~2b" } }, "state.pointer", /JSON Pointer/],
+      [{ state: { pointr: "/data" } }, "state", /Unrecognized key: "pointr"/],
+      [{ version: { from: "body" } }, "version.pointer", /./],
+      [{ version: { from: "body", pointer: "" } }, "version.pointer", /must point into the body/],
+      [{ version: { from: "header" } }, "version.from", /./],
+      [{ version: { from: "etag", pointer: "/v" } }, "version", /Unrecognized key: "pointer"/],
+      [{ ifMatch: { header: "If Match" } }, "ifMatch.header", /header name/],
+      [{ ifMatch: { header: "Content-Type" } }, "ifMatch.header", /writ sets itself/],
+      [{ ifMatch: { format: "quoted" } }, "ifMatch.format", /etag|raw/],
+      [{ conflictStatuses: [404] }, "conflictStatuses.0", /not found/],
+      [{ conflictStatuses: [500] }, "conflictStatuses.0", /./],
+      [{ conflictStatuses: [] }, "conflictStatuses", /./],
+      [{ headers: "Bearer s3cret" }, "headers", /object of header values, or a function/],
+      [{ headers: { "x-key": "s3cret\n" } }, "headers.x-key", /not a valid header value/],
+      [{ headers: { "bad name": "s3cret" } }, "headers.bad name", /not a valid header name/],
+      [{ tls: { rejectUnauthorized: false } }, "tls", /https/],
+    ];
+    for (const [opts, field, message] of cases) {
+      let err: unknown;
+      try {
+        createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", ...opts } as HttpSystemOfRecordOptions);
+      } catch (e) {
+        err = e;
+      }
+      expect(err, JSON.stringify(opts)).toMatchObject({ code: "config_invalid", retriable: false, context: { field } });
+      expect((err as Error).message).toContain(`option "${field}"`);
+      expect((err as Error).message).toMatch(message);
+      expect((err as Error).message + JSON.stringify(err)).not.toContain("s3cret");
+    }
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it, onTestFinished } from "vitest";
-import { startDemoRecordsServer, type DemoRecordsServer } from "../../../src/sor/demo-records-server.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../../src/testing/demo-records-server.ts";
 import { startFaultProxy, type FaultProxy } from "../../../src/verify/fault-proxy.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
 

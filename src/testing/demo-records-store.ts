@@ -1,4 +1,15 @@
-import { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
+
+/**
+ * `node:sqlite` is loaded when a store opens, not when this module is imported, so that `writ/testing`
+ * (the local stack) imports on a Node without it; the demo records server itself needs Node >= 22.13.
+ */
+function sqlite(): typeof import("node:sqlite") {
+  // undefined (or no getBuiltinModule at all) where the module is missing or still behind a flag
+  const mod = process.getBuiltinModule?.("node:sqlite") as typeof import("node:sqlite") | undefined;
+  if (mod === undefined) throw new Error(`the demo records server needs node:sqlite (Node >= 22.13); this is Node ${process.versions.node}`);
+  return mod;
+}
 
 /**
  * The demo records server's storage, on `node:sqlite`. Everything a test may
@@ -143,7 +154,7 @@ export class DemoRecordsStore {
   readonly #db: DatabaseSync;
 
   constructor(dbPath: string) {
-    this.#db = new DatabaseSync(dbPath);
+    this.#db = new (sqlite().DatabaseSync)(dbPath);
     if (dbPath !== ":memory:") this.#db.exec("PRAGMA journal_mode = WAL");
     this.#db.exec(SCHEMA);
   }

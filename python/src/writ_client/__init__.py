@@ -1,0 +1,63 @@
+"""writ's agent side in Python: submit write intents to writ's owners on Kafka and read their replies.
+
+The intent key and its canonical JSON are byte-identical to the TypeScript
+implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
+"""
+
+from .canonical import canonical_json, js_number, sha256_hex
+from .client import CONTROL_HEADER, IntentInput, IntentSigner, ReplyStream, WritClient
+from .codec import DecodeError, RegistryError, WireCodec
+from .keys import KEY_VERSION, KeyedTool, entity_key, intent_key, intent_key_material, params_fingerprint
+from .models import (
+    AppliedReply,
+    BlockedOutcome,
+    ConflictReply,
+    EntityRef,
+    EscalatedReply,
+    JsonPatchOp,
+    RejectedReply,
+    Reply,
+    SubmitResult,
+    UnknownOutcome,
+    Versioned,
+    WriteIntent,
+    parse_reply,
+)
+from .partitioner import murmur2, partition_for
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONTROL_HEADER",
+    "KEY_VERSION",
+    "AppliedReply",
+    "BlockedOutcome",
+    "ConflictReply",
+    "DecodeError",
+    "EntityRef",
+    "EscalatedReply",
+    "IntentInput",
+    "IntentSigner",
+    "JsonPatchOp",
+    "KeyedTool",
+    "RegistryError",
+    "RejectedReply",
+    "Reply",
+    "ReplyStream",
+    "SubmitResult",
+    "UnknownOutcome",
+    "Versioned",
+    "WireCodec",
+    "WritClient",
+    "WriteIntent",
+    "canonical_json",
+    "entity_key",
+    "intent_key",
+    "intent_key_material",
+    "js_number",
+    "murmur2",
+    "params_fingerprint",
+    "parse_reply",
+    "partition_for",
+    "sha256_hex",
+]

@@ -1,0 +1,172 @@
+"""Encoding and decoding writ's JSON values: plain JSON, or the Confluent wire format.
+
+With a schema registry (its Confluent-compatible REST API, e.g. Apicurio's
+``/apis/ccompat/v7``), a value is framed as magic byte ``0``, the schema id as
+a big-endian int32, then the JSON; the schema id is the one registered under
+subject ``<topic>-value`` for writ's JSON Schema of the value (one
+``POST /subjects/<subject>/versions`` per subject: registering a schema the
+subject already has returns its id). Without a registry, plain JSON. Decoding
+accepts both. Plain HTTP (urllib): no dependency beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from importlib import resources
+from typing import Any, Literal
+
+__all__ = ["DecodeError", "RegistryError", "WireCodec", "encode_json", "schema_text"]
+
+MAGIC_BYTE = 0
+HEADER_BYTES = 5
+SchemaName = Literal["WriteIntent", "Reply"]
+
+
+class RegistryError(RuntimeError):
+    """The schema registry was unreachable or refused a request (``retriable`` tells which)."""
+
+    def __init__(self, message: str, *, retriable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.status = status
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a value of the expected schema; ``reason`` as the TypeScript codec names it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def schema_text(name: SchemaName) -> str:
+    """The JSON Schema registered for ``name``, as TypeScript's codec sends it (``JSON.stringify`` of ``schemas/<name>.json``).
+
+    The same text from every client keeps one schema version per subject.
+    """
+    raw = resources.files("writ_client").joinpath("schemas", f"{name}.json").read_text("utf-8")
+    return json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact JSON, UTF-8. NaN and the infinities are refused (they are not JSON)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be UTF-8: escape every non-ASCII character instead (JSON.parse reads both alike).
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+class WireCodec:
+    """Frames values for a topic (with a registry) or writes plain JSON; decodes both."""
+
+    def __init__(self, schema_registry_url: str | None = None, *, timeout: float = 10.0, frame: bool | None = None) -> None:
+        self.registry_url = (schema_registry_url or "").rstrip("/")
+        self.timeout = timeout
+        if frame and not self.registry_url:
+            raise ValueError("framing values needs a schema registry")
+        #: Whether encode() frames; default: with a registry. Decoding reads both whenever a registry is known.
+        self._frame = self.registry_url != "" if frame is None else frame
+        self._ids: dict[str, int] = {}
+        self._known: dict[int, tuple[bool, float]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def framed(self) -> bool:
+        """True when :meth:`encode` writes the Confluent wire format."""
+        return self._frame
+
+    def encode(self, topic: str, name: SchemaName, value: Any) -> bytes:
+        body = encode_json(value)
+        if not self.framed:
+            return body
+        return struct.pack(">Bi", MAGIC_BYTE, self.schema_id(topic, name)) + body
+
+    def decode(self, data: bytes | None) -> Any:
+        """The JSON value in ``data`` (framed or plain). Raises :class:`DecodeError`; :class:`RegistryError` when the registry cannot be asked."""
+        if not data:
+            raise DecodeError("undecodable", "empty value")
+        body = data
+        if data[0] == MAGIC_BYTE:
+            if len(data) <= HEADER_BYTES:
+                raise DecodeError("undecodable", "truncated wire-format header")
+            (schema_id,) = struct.unpack(">i", data[1:HEADER_BYTES])
+            if not self.schema_id_exists(schema_id):
+                raise DecodeError("undecodable", f"schema id {schema_id} is not in the registry")
+            body = data[HEADER_BYTES:]
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise DecodeError("undecodable", f"not JSON: {str(err)[:200]}") from err
+
+    # -- registry -------------------------------------------------------------------------------
+
+    def schema_id(self, topic: str, name: SchemaName) -> int:
+        """The id of ``name``'s schema under subject ``<topic>-value``, registered on first use."""
+        subject = f"{topic}-value"
+        with self._lock:
+            cached = self._ids.get(subject)
+        if cached is not None:
+            return cached
+        delay = 0.2
+        for attempt in range(4):
+            try:
+                schema_id = self._register(subject, name)
+                break
+            except RegistryError as err:
+                if not err.retriable or attempt == 3:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        with self._lock:
+            self._ids[subject] = schema_id
+        return schema_id
+
+    def _register(self, subject: str, name: SchemaName) -> int:
+        url = f"{self.registry_url}/subjects/{urllib.parse.quote(subject, safe='')}/versions"
+        payload = json.dumps({"schemaType": "JSON", "schema": schema_text(name)}, ensure_ascii=False).encode("utf-8")
+        status, body = self._http("POST", url, payload)
+        if 200 <= status < 300 and isinstance(body, dict) and isinstance(body.get("id"), int):
+            return body["id"]
+        message = body.get("message", "") if isinstance(body, dict) else ""
+        # 409 is an incompatible schema: a deploy problem, not a passing fault.
+        raise RegistryError(f"registering {subject} failed: {status} {message}", retriable=status >= 500 or status == 429, status=status)
+
+    def schema_id_exists(self, schema_id: int) -> bool:
+        if not self.registry_url:
+            return False
+        with self._lock:
+            cached = self._known.get(schema_id)
+        # A known id is known for good (ids are immutable); an unknown one is asked again after a while.
+        if cached is not None and (cached[0] or time.monotonic() - cached[1] < 30):
+            return cached[0]
+        status, _ = self._http("GET", f"{self.registry_url}/schemas/ids/{schema_id}", None)
+        if status == 404:
+            known = False
+        elif 200 <= status < 300:
+            known = True
+        else:
+            raise RegistryError(f"looking up schema id {schema_id} answered {status}", retriable=True, status=status)
+        with self._lock:
+            self._known[schema_id] = (known, time.monotonic())
+        return known
+
+    def _http(self, method: str, url: str, payload: bytes | None) -> tuple[int, Any]:
+        req = urllib.request.Request(url, data=payload, method=method, headers={"content-type": "application/vnd.schemaregistry.v1+json", "accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+                status, raw = res.status, res.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        except (urllib.error.URLError, OSError) as err:
+            raise RegistryError(f"could not reach the schema registry ({method} {url}): {err}", retriable=True) from err
+        try:
+            return status, json.loads(raw.decode("utf-8")) if raw else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return status, None

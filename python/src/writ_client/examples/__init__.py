@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m writ_client.examples.refund``."""

@@ -1,0 +1,83 @@
+"""The intent key and the params fingerprint, byte-identical to ``src/keys.ts``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .canonical import canonical_json, sha256_hex
+
+__all__ = ["KEY_VERSION", "KeyScope", "KeyedTool", "MissingIntentField", "entity_key", "intent_key", "intent_key_material", "params_fingerprint"]
+
+#: ``v`` of the hashed object. A new version is a wire-contract change.
+KEY_VERSION = 2
+
+KeyScope = Literal["run", "global"]
+
+
+class KeyedTool(BaseModel):
+    """The part of a write tool's declaration the intent key depends on (the owner's declaration must agree).
+
+    ``record_type``, ``free_text_params`` and ``description`` are not part of
+    the key; they describe the tool to adapters.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    key_scope: KeyScope
+    intent_fields: tuple[str, ...]
+    free_text_params: tuple[str, ...] = ()
+    record_type: str | None = None
+    description: str | None = None
+
+
+class MissingIntentField(KeyError):
+    """A declared intent field is not among the params."""
+
+
+def entity_key(entity: Any) -> str:
+    """``<type>:<id>``: the Kafka key of an entity (an ``EntityRef`` or a mapping with ``type`` and ``id``)."""
+    if isinstance(entity, Mapping):
+        return f"{entity['type']}:{entity['id']}"
+    return f"{entity.type}:{entity.id}"
+
+
+def intent_key_material(
+    *, tool: KeyedTool, agent_id: str, run_id: str, step_id: str, entity: Any, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The object whose canonical JSON is hashed: ``{v, scope, agent, run, step, tool, target, fields}``."""
+    fields: dict[str, Any] = {}
+    for name in tool.intent_fields:
+        if name not in params:
+            raise MissingIntentField(f'intent field "{name}" of tool {tool.name} is missing')
+        fields[name] = params[name]
+    run = tool.key_scope == "run"
+    return {
+        "v": KEY_VERSION,
+        "scope": tool.key_scope,
+        "agent": agent_id if run else None,
+        "run": run_id if run else None,
+        "step": step_id,
+        "tool": tool.name,
+        "target": entity_key(entity),
+        "fields": fields,
+    }
+
+
+def intent_key(*, tool: KeyedTool, agent_id: str, run_id: str, step_id: str, entity: Any, params: Mapping[str, Any]) -> str:
+    """sha256 (hex) over agent and run (scope ``run``), step, tool, target and the declared intent fields.
+
+    Never free text, never a random id: every retry or resume of one business
+    intent gets the same key. Byte-identical to TypeScript's ``intentKey()``;
+    owners recompute it and refuse an intent whose key differs.
+    """
+    return sha256_hex(canonical_json(intent_key_material(tool=tool, agent_id=agent_id, run_id=run_id, step_id=step_id, entity=entity, params=params)))
+
+
+def params_fingerprint(tool: str, entity: Any, params: Mapping[str, Any], free_text_params: Sequence[str]) -> str:
+    """sha256 over tool, entity and the params that are not free text (what the owner's key-reuse check compares)."""
+    kept = {k: v for k, v in params.items() if k not in free_text_params}
+    return sha256_hex(canonical_json({"tool": tool, "entity": entity_key(entity), "params": kept}))

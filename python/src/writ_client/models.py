@@ -1,0 +1,234 @@
+"""writ's wire values as pydantic models (the zod schemas of ``src/schemas/``).
+
+Attributes are snake_case; the wire names (camelCase, and ``your_change``)
+are the aliases: ``model_dump(by_alias=True)`` gives the wire shape, and
+models validate from either. Replies accept fields they do not know
+(``extra="allow"``), as the TypeScript schemas do.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "AgentRef",
+    "AppliedReply",
+    "BlockedOutcome",
+    "ConflictReply",
+    "EntityRef",
+    "EscalatedReply",
+    "JsonPatchOp",
+    "RejectedReply",
+    "Reply",
+    "SubmitResult",
+    "UnknownOutcome",
+    "Versioned",
+    "WriteIntent",
+    "iso_now",
+    "parse_reply",
+]
+
+_POINTER = r"^(/([^~/]|~[01])*)*$"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class EntityRef(_Wire):
+    """A business entity; its Kafka key is ``<type>:<id>``."""
+
+    type: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
+    id: str = Field(min_length=1, max_length=256)
+
+    @property
+    def key(self) -> str:
+        return f"{self.type}:{self.id}"
+
+
+class Versioned(_Wire):
+    """A record as read from its system of record: its state and its ETag (quotes included)."""
+
+    state: Any = None
+    version: str = Field(min_length=1, max_length=256)
+
+
+class _Op(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(pattern=_POINTER)
+
+
+class AddOp(_Op):
+    op: Literal["add"]
+    value: Any
+
+
+class RemoveOp(_Op):
+    op: Literal["remove"]
+
+
+class ReplaceOp(_Op):
+    op: Literal["replace"]
+    value: Any
+
+
+class MoveOp(_Op):
+    op: Literal["move"]
+    from_: str = Field(alias="from", pattern=_POINTER)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class CopyOp(_Op):
+    op: Literal["copy"]
+    from_: str = Field(alias="from", pattern=_POINTER)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class TestOp(_Op):
+    __test__ = False  # not a pytest class
+    op: Literal["test"]
+    value: Any
+
+
+#: One RFC 6902 JSON Patch operation.
+JsonPatchOp = Annotated[Union[AddOp, RemoveOp, ReplaceOp, MoveOp, CopyOp, TestOp], Field(discriminator="op")]
+
+
+class AgentRef(_Wire):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=128)
+    run_id: str = Field(min_length=1, max_length=256)
+    step_id: str = Field(min_length=1, max_length=256)
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_call_id(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in ("toolCallId", "tool_call_id"):
+            if name in data and data[name] is None:
+                del data[name]
+        return data
+
+
+class WriteIntent(_Wire):
+    """What an agent's write tool publishes on ``writ.intents`` (key: the entity key)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    intent_id: str = Field(min_length=1, max_length=128)
+    intent_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    entity: EntityRef
+    tool: str = Field(min_length=1, max_length=128)
+    agent: AgentRef
+    base_version: str = Field(min_length=1, max_length=256)
+    delta: list[JsonPatchOp] = Field(min_length=1, max_length=256)
+    params: dict[str, Any]
+    reply_to: str = Field(min_length=1, max_length=249)
+    created_at: str
+
+    @field_validator("created_at")
+    @classmethod
+    def _iso(cls, v: str) -> str:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", v):
+            raise ValueError("an ISO 8601 date-time with an offset, e.g. 2026-01-01T00:00:00.000Z")
+        return v
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object that goes on the wire (camelCase)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class _ReplyBase(_Wire):
+    intent_id: str
+    intent_key: str
+    #: True when this is the stored answer re-sent for a repeated submission.
+    duplicate: bool
+    at: str
+
+
+class AppliedReply(_ReplyBase):
+    status: Literal["applied"]
+    entity: EntityRef
+    #: The record after the write (None on a repeat, or when ``truncated``).
+    state: Any = None
+    version: str
+    #: ``patch`` or ``reconcile``.
+    via: str
+    truncated: bool | None = None
+
+
+class ConflictReply(_ReplyBase):
+    status: Literal["conflict"]
+    entity: EntityRef
+    cycle: int = Field(ge=1)
+    message: str
+    current: Versioned
+    your_change: list[JsonPatchOp] = Field(alias="your_change")
+    truncated: bool | None = None
+
+
+class RejectedReply(_ReplyBase):
+    status: Literal["rejected"]
+    #: Machine-readable: ``key_reused_with_different_params``, ``params_invalid``, ``intent_key_mismatch`` …
+    reason: str
+    message: str
+    details: Any = None
+
+
+class EscalatedReply(_ReplyBase):
+    status: Literal["escalated"]
+    entity: EntityRef
+    reason: str
+    message: str
+    escalation_id: str
+
+
+#: The owner's answer on the agent's reply topic.
+Reply = Annotated[Union[AppliedReply, ConflictReply, RejectedReply, EscalatedReply], Field(discriminator="status")]
+
+_REPLY = TypeAdapter(Reply)
+
+
+def parse_reply(value: Any) -> AppliedReply | ConflictReply | RejectedReply | EscalatedReply:
+    """Validates a decoded reply (raises ``pydantic.ValidationError``)."""
+    return _REPLY.validate_python(value)
+
+
+class UnknownOutcome(_Wire):
+    """No reply before the deadline: the write may or may not have happened. Submitting the same intent again asks again."""
+
+    status: Literal["unknown"] = "unknown"
+    intent_id: str
+    intent_key: str
+    message: str
+
+
+class BlockedOutcome(_Wire):
+    """No reply before the deadline because the reply partition is held by an open transaction.
+
+    Its read_committed end (last stable offset) stayed at ``offset`` for the
+    whole wait, behind its high watermark. The write may or may not have
+    happened, as with ``unknown``.
+    """
+
+    status: Literal["blocked"] = "blocked"
+    intent_id: str
+    intent_key: str
+    topic: str
+    partition: int
+    offset: str
+    message: str
+
+
+SubmitResult = Union[AppliedReply, ConflictReply, RejectedReply, EscalatedReply, UnknownOutcome, BlockedOutcome]
+
+
+def iso_now() -> str:
+    """Now as JavaScript's ``toISOString()`` writes it: ``2026-01-01T00:00:00.000Z``."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,134 @@
+"""Session fixtures: a real broker and registry, the demo records server and one writ owner.
+
+The broker and registry are ``KAFKA_BROKERS`` / ``SCHEMA_REGISTRY_URL`` when
+set, else the local stack of ``node scripts/kafka-up.ts`` (reused when it
+runs; stopped at the end only when this session started it, as the
+TypeScript suite's global setup does). The records server and the owner are
+child processes of this session, on topics of their own, stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from writ_client import WritClient
+from writ_client.devstack import ChildProcess, RecordsAdmin, Stack, ensure_stack, find_repo, start_owner, start_records_server, stop_stack
+
+REPO = find_repo(Path(__file__).resolve().parent)
+RUN = uuid.uuid4().hex[:8]
+INTENT_PARTITIONS = 12
+
+
+def topics_of(run: str) -> dict[str, str]:
+    return {k: f"writ.{k}.py-{run}" for k in ("intents", "ledger", "human", "dlq")}
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def vectors() -> dict[str, Any]:
+    return json.loads((REPO / "test" / "fixtures" / "intent-key-vectors.json").read_text("utf-8"))
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    s = ensure_stack(REPO)
+    yield s
+    if s.started and not os.environ.get("WRIT_KEEP_STACK"):
+        stop_stack(REPO)
+
+
+@pytest.fixture(scope="session")
+def records_server(stack: Stack) -> Iterator[ChildProcess]:
+    child = start_records_server(REPO)
+    yield child
+    child.stop()
+
+
+@pytest.fixture(scope="session")
+def records(records_server: ChildProcess) -> RecordsAdmin:
+    return RecordsAdmin(records_server.info["url"])
+
+
+@pytest.fixture(scope="session")
+def topics() -> dict[str, str]:
+    return topics_of(RUN)
+
+
+@pytest.fixture(scope="session")
+def owner(stack: Stack, records_server: ChildProcess, topics: dict[str, str]) -> Iterator[ChildProcess]:
+    child = start_owner(
+        REPO, stack, records_url=records_server.info["url"], topics=topics, group_id=f"writ.owners.py-{RUN}", intent_partitions=INTENT_PARTITIONS
+    )
+    yield child
+    child.stop()
+    _delete_topics(stack, [*topics.values(), *_created_topics])
+
+
+_created_topics: list[str] = []
+
+
+def reply_topic(name: str) -> str:
+    topic = f"writ.replies.{name}.py-{RUN}"
+    _created_topics.append(topic)
+    return topic
+
+
+def _delete_topics(stack: Stack, names: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient({"bootstrap.servers": stack.brokers})
+        for f in admin.delete_topics(names, operation_timeout=10).values():
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001 - best effort: a topic that is already gone
+                pass
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def make_client(stack: Stack, topics: dict[str, str], agent: str, *, framed: bool = True, **kw: Any) -> WritClient:
+    return WritClient(
+        brokers=stack.brokers,
+        agent_id=agent,
+        reply_topic=reply_topic(agent),
+        intents_topic=topics["intents"],
+        # Replies from an owner with a registry are framed: the plain client still decodes them, it only produces plain JSON.
+        schema_registry_url=stack.registry_url or None,
+        frame_values=framed and bool(stack.registry_url),
+        **kw,
+    ).start()
+
+
+@pytest.fixture(scope="session")
+def client(stack: Stack, topics: dict[str, str], owner: ChildProcess) -> Iterator[WritClient]:
+    """Framed values (the registry's Confluent wire format)."""
+    if not stack.registry_url:
+        pytest.skip("no schema registry")
+    c = make_client(stack, topics, "py-agent")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def plain_client(stack: Stack, topics: dict[str, str], owner: ChildProcess) -> Iterator[WritClient]:
+    """Plain JSON intents."""
+    c = make_client(stack, topics, "py-plain-agent", framed=False)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def uid() -> str:
+    return uuid.uuid4().hex[:8]

@@ -1,0 +1,98 @@
+"""Canonical JSON and JavaScript number formatting, without a broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from writ_client import KeyedTool, canonical_json, intent_key, js_number
+from writ_client.canonical import CANONICAL_MAX_DEPTH, CanonicalJsonError
+from writ_client.codec import encode_json
+from writ_client.keys import MissingIntentField
+
+
+@pytest.mark.parametrize(
+    ("value", "js"),
+    [
+        (0.1, "0.1"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (-0.0, "0"),
+        (0, "0"),
+        (1.5e-7, "1.5e-7"),
+        (1e-7, "1e-7"),
+        (1e-6, "0.000001"),
+        (100.0, "100"),
+        (100, "100"),
+        (-12.5e3, "-12500"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (123456789012345680000.0, "123456789012345680000"),
+        (2**53, "9007199254740992"),
+        (2**53 + 1, "9007199254740992"),
+        (12345678901234567890, "12345678901234567000"),
+        (10**21, "1e+21"),
+        (-(10**21), "-1e+21"),
+        (10**400, "null"),
+        (float("nan"), "null"),
+        (float("-inf"), "null"),
+        (0.30000000000000004, "0.30000000000000004"),
+        (1.25e-5, "0.0000125"),
+        (1.2345e-7, "1.2345e-7"),
+        (123.456, "123.456"),
+    ],
+)
+def test_js_number(value: float, js: str) -> None:
+    assert js_number(value) == js
+
+
+def test_keys_sort_by_utf16_code_units_with_array_indices_first() -> None:
+    obj = {"ｚ": 1, "😀": 2, "a": 3, "10": 4, "9": 5, "01": 6, "4294967295": 7, "4294967294": 8, "": 9}
+    assert canonical_json(obj) == '{"9":5,"10":4,"4294967294":8,"":9,"01":6,"4294967295":7,"a":3,"😀":2,"ｚ":1}'
+
+
+def test_strings_are_escaped_as_json_stringify_does() -> None:
+    assert canonical_json('q" b\\ s/ \x00\x01\b\t\n\x0b\f\r\x1f \x7f \u2028 é 漢字 😀') == (
+        '"q\\" b\\\\ s/ \\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \x7f \u2028 é 漢字 😀"'
+    )
+    assert canonical_json("x\ud800y\udc00") == '"x\\ud800y\\udc00"'
+    assert canonical_json("\ud83d\ude00") == '"😀"'
+
+
+def test_nested_values_and_no_whitespace() -> None:
+    assert canonical_json({"b": [3, {"z": None, "a": True}], "a": {"y": False, "x": []}}) == '{"a":{"x":[],"y":false},"b":[3,{"a":true,"z":null}]}'
+
+
+def test_refuses_what_is_not_json() -> None:
+    with pytest.raises(CanonicalJsonError):
+        canonical_json({1: "a"})
+    with pytest.raises(CanonicalJsonError):
+        canonical_json({"a": {1, 2}})
+    with pytest.raises(CanonicalJsonError):
+        canonical_json({"😀": 1, "\ud83d\ude00": 2})  # the same JavaScript string twice
+
+
+def test_depth_limit_is_the_typescript_one() -> None:
+    def nested(n: int) -> object:
+        v: object = 1
+        for _ in range(n):
+            v = [v]
+        return v
+
+    canonical_json(nested(CANONICAL_MAX_DEPTH))
+    with pytest.raises(CanonicalJsonError) as err:
+        canonical_json(nested(CANONICAL_MAX_DEPTH + 1))
+    assert err.value.code == "input_too_deep"
+
+
+def test_intent_key_needs_every_intent_field() -> None:
+    tool = KeyedTool(name="refund_payment", key_scope="run", intent_fields=("amountCents", "reason"))
+    with pytest.raises(MissingIntentField):
+        intent_key(tool=tool, agent_id="a", run_id="r", step_id="s", entity={"type": "payment", "id": "p"}, params={"amountCents": 1})
+
+
+def test_wire_json_survives_lone_surrogates() -> None:
+    assert json.loads(encode_json({"a": "x\ud800", "b": "é"})) == {"a": "x\ud800", "b": "é"}
+    with pytest.raises(ValueError):
+        encode_json({"a": float("nan")})

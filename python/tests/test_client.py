@@ -1,0 +1,255 @@
+"""WritClient against a real broker, registry, records server and writ owner (TypeScript, as a process)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from writ_client import (
+    AppliedReply,
+    BlockedOutcome,
+    ConflictReply,
+    EntityRef,
+    IntentInput,
+    KeyedTool,
+    RejectedReply,
+    UnknownOutcome,
+    WritClient,
+    partition_for,
+)
+from writ_client.devstack import RecordsAdmin, Stack
+
+from .conftest import make_client, reply_topic
+
+REFUND = KeyedTool(name="refund_payment", key_scope="run", intent_fields=("amountCents", "reason"), free_text_params=("note",), record_type="payment")
+TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
+
+
+def seed_payment(records: RecordsAdmin, pid: str) -> dict[str, Any]:
+    return records.seed("payment", pid, {"customer": "c-1", "amountCents": 12000, "currency": "EUR", "refunds": []})
+
+
+def refund_input(pid: str, base: str, *, run: str = "run-1", step: str = "once-per-run", amount: int = 5000, note: str = "box crushed") -> IntentInput:
+    return IntentInput(
+        tool=REFUND,
+        entity=EntityRef(type="payment", id=pid),
+        run_id=run,
+        step_id=step,
+        tool_call_id=f"call_{uuid.uuid4().hex[:6]}",
+        base_version=base,
+        delta=[{"op": "add", "path": "/refunds/-", "value": {"amountCents": amount, "reason": "damaged"}}],
+        params={"paymentId": pid, "amountCents": amount, "reason": "damaged", "note": note},
+    )
+
+
+def test_a_submit_is_applied_and_written_once(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+    reply = client.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(reply, AppliedReply), reply
+    assert reply.duplicate is False and reply.via == "patch"
+    assert reply.entity.key == f"payment:{pid}"
+    assert reply.state["refunds"] == [{"amountCents": 5000, "reason": "damaged"}]
+    # The owner recomputed the key from the intent's own fields and accepted it; the records server counts one write.
+    assert reply.intent_key == client.intent_key(tool=REFUND, run_id="run-1", step_id="once-per-run", entity={"type": "payment", "id": pid}, params={"amountCents": 5000, "reason": "damaged"})
+    assert len(records.read("payment", pid)["state"]["refunds"]) == 1
+    assert records.patch_requests(reply.intent_key) == 1
+
+
+def test_a_duplicate_submit_is_answered_from_the_ledger_with_one_patch(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+    first = client.submit(refund_input(pid, seeded["version"], note="first wording"), timeout=30)
+    # A retry: new intent id and tool-call id, the model reworded the free text; same business intent.
+    second = client.submit(refund_input(pid, seeded["version"], note="reworded on retry"), timeout=30)
+    assert isinstance(first, AppliedReply) and isinstance(second, AppliedReply)
+    assert first.intent_id != second.intent_id and first.intent_key == second.intent_key
+    assert (first.duplicate, second.duplicate) == (False, True)
+    assert second.version == first.version
+    assert len(records.read("payment", pid)["state"]["refunds"]) == 1
+    assert records.patch_requests(first.intent_key) == 1
+
+
+def test_a_stale_base_is_a_conflict_with_the_current_record(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    tid = f"T-{uid}"
+    read = records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing"]})
+    # Someone else writes after the agent read "v1".
+    now = records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing", "chargeback-risk"]})
+    delta = [{"op": "replace", "path": "/tags", "value": ["billing", "vip"]}]
+    reply = client.submit(
+        IntentInput(tool=TAG, entity=EntityRef(type="ticket", id=tid), run_id="run-1", step_id="s1", base_version=read["version"], delta=delta, params={"ticketId": tid, "tag": "vip"}),
+        timeout=30,
+    )
+    assert isinstance(reply, ConflictReply), reply
+    assert reply.cycle == 1
+    assert reply.current.version == now["version"]
+    assert reply.current.state["tags"] == ["billing", "chargeback-risk"]
+    assert [op.model_dump(by_alias=True) for op in reply.your_change] == delta
+    assert records.read("ticket", tid)["version"] == now["version"]
+
+
+def test_plain_json_and_framed_values_are_both_answered(client: WritClient, plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    assert client.codec.framed and not plain_client.codec.framed
+    results = []
+    for c, pid in ((client, f"pay_f_{uid}"), (plain_client, f"pay_p_{uid}")):
+        seeded = seed_payment(records, pid)
+        intent = c.build_intent(refund_input(pid, seeded["version"]))
+        value = c.codec.encode(c.intents_topic, "WriteIntent", intent.to_wire())
+        assert value[0] == (0 if c.codec.framed else ord("{"))
+        results.append(c.submit(intent, timeout=30))
+    assert [r.status for r in results] == ["applied", "applied"], results
+    assert all(not r.duplicate for r in results)
+
+
+def test_owners_refuse_an_intent_key_built_from_other_intent_fields(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+    wrong = REFUND.model_copy(update={"intent_fields": ("amountCents",)})
+    i = refund_input(pid, seeded["version"]).model_copy(update={"tool": wrong})
+    reply = plain_client.submit(i, timeout=30)
+    assert isinstance(reply, RejectedReply) and reply.reason == "intent_key_mismatch", reply
+    assert records.read("payment", pid)["state"]["refunds"] == []
+
+
+def test_invalid_params_are_rejected(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+    i = refund_input(pid, seeded["version"])
+    i = i.model_copy(update={"params": {**i.params, "reason": "because"}})
+    reply = plain_client.submit(i, timeout=30)
+    assert isinstance(reply, RejectedReply) and reply.reason == "params_invalid", reply
+
+
+def test_replies_yields_every_reply_on_the_topic(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+    with plain_client.replies(idle_timeout=30) as stream:
+        reply = plain_client.submit(refund_input(pid, seeded["version"]), timeout=30)
+        got = next(stream)
+    assert got.intent_id == reply.intent_id and got.status == "applied"
+
+
+def test_submit_all_answers_each_intent(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    inputs = []
+    for n in range(3):
+        pid = f"pay_{uid}_{n}"
+        inputs.append(refund_input(pid, seed_payment(records, pid)["version"]))
+    replies = plain_client.submit_all(inputs, timeout=30)
+    assert [r.status for r in replies] == ["applied"] * 3
+    assert [r.entity.id for r in replies] == [i.entity.id for i in inputs]
+
+
+def test_no_owner_means_unknown_at_the_deadline(stack: Stack, uid: str) -> None:
+    idle = f"writ.intents.py-idle-{uid}"
+    admin = AdminClient({"bootstrap.servers": stack.brokers})
+    admin.create_topics([NewTopic(idle, num_partitions=1, replication_factor=1)])[idle].result()
+    try:
+        with WritClient(brokers=stack.brokers, agent_id=f"py-idle-{uid}", reply_topic=reply_topic(f"py-idle-{uid}"), intents_topic=idle) as c:
+            t0 = time.monotonic()
+            result = c.submit(refund_input(f"pay_{uid}", '"v1"'), timeout=1.5)
+            assert isinstance(result, UnknownOutcome), result
+            assert 1.4 < time.monotonic() - t0 < 15
+            assert "may or may not" in result.message
+    finally:
+        admin.delete_topics([idle])
+
+
+def test_a_reply_partition_held_by_an_open_transaction_is_blocked(stack: Stack, topics: dict[str, str], owner: Any, records: RecordsAdmin, uid: str) -> None:
+    c = make_client(stack, topics, f"py-hang-{uid}", framed=False, reply_topic_partitions=3)
+    hanging = Producer({"bootstrap.servers": stack.brokers, "transactional.id": f"py-hang-{uid}", "transaction.timeout.ms": 60000})
+    try:
+        pid = f"pay_{uid}"
+        seeded = seed_payment(records, pid)
+        intent = c.build_intent(refund_input(pid, seeded["version"]))
+        # Hold the partition the owner will answer on (murmur2 of the intent id), and only that one.
+        held = partition_for(intent.intent_id, 3)
+        hanging.init_transactions(30)
+        hanging.begin_transaction()
+        hanging.produce(c.reply_topic, key=b"x", value=b"{}", partition=held)
+        hanging.flush(10)
+        result = c.submit(intent, timeout=4)
+        assert isinstance(result, BlockedOutcome), result
+        assert result.topic == c.reply_topic and result.partition == held
+        assert "blocked by an open transaction" in result.message
+        # The owner did answer: its reply is behind the open transaction, and the write happened once.
+        assert len(records.read("payment", pid)["state"]["refunds"]) == 1
+    finally:
+        hanging.abort_transaction(30)
+        c.close()
+
+
+def test_partitions_match_kafkajs_for_the_vector_keys(stack: Stack, client: WritClient, vectors: dict[str, Any], uid: str) -> None:
+    """librdkafka's murmur2_random, as the client configures it, puts every vector key where kafkajs's DefaultPartitioner does."""
+    n = vectors["partitioner"]["partitions"]
+    topic = f"writ.py-partitions-{uid}"
+    admin = AdminClient({"bootstrap.servers": stack.brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=n, replication_factor=1)])[topic].result()
+    try:
+        deadline = time.monotonic() + 20
+        while len(admin.list_topics(topic, timeout=5).topics[topic].partitions or {}) < n:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        producer = Producer(client.producer_config())
+        landed: dict[str, int] = {}
+        lock = threading.Lock()
+
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            with lock:
+                landed[msg.key().decode("utf-8")] = msg.partition()
+
+        keys = [k["key"] for k in vectors["partitioner"]["keys"]] + [v["expected"]["entityKey"] for v in vectors["vectors"]]
+        for key in keys:
+            producer.produce(topic, key=key.encode("utf-8"), value=b"{}", on_delivery=delivered)
+        assert producer.flush(30) == 0
+        for k in vectors["partitioner"]["keys"]:
+            assert landed[k["key"]] == k["partition"], k["key"]
+            assert partition_for(k["key"], n) == k["partition"]
+        for v in vectors["vectors"]:
+            assert landed[v["expected"]["entityKey"]] == v["expected"]["partition"], v["name"]
+    finally:
+        admin.delete_topics([topic])
+
+
+def test_a_signer_is_a_hook_for_later() -> None:
+    class Signer:
+        key_id = "k1"
+
+        def sign(self, data: bytes) -> bytes:
+            return b""
+
+    with pytest.raises(NotImplementedError, match="signing"):
+        WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a", signer=Signer())
+
+
+def test_replies_is_an_async_iterator_too(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    import asyncio
+
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+
+    async def flow() -> tuple[Any, Any]:
+        stream = plain_client.replies(idle_timeout=30)
+        reply = await plain_client.asubmit(refund_input(pid, seeded["version"]), timeout=30)
+        async for got in stream:
+            stream.close()
+            return reply, got
+        raise AssertionError("no reply")
+
+    reply, got = asyncio.run(flow())
+    assert reply.status == "applied" and got.intent_id == reply.intent_id
+
+
+def test_the_owner_never_had_to_forward_an_intent(owner: Any) -> None:
+    """Runs after the tests above: every intent produced here landed on its key's murmur2 partition and found its reply topic."""
+    log = owner.log_tail(10_000_000)
+    assert "intent answered at admission" in log or "partition restored" in log  # the log is the owner's
+    assert "intent on the wrong partition for its key" not in log
+    # Every client waited for its new reply topic to be seen (see NEW_REPLY_TOPIC_SETTLE_S): no answer went to a dead letter only.
+    assert '"reason":"reply_topic_missing"' not in log

@@ -1,0 +1,155 @@
+"""The Pydantic AI adapter: approval, then two resumes from the same older saved state, written once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai import Agent, DeferredToolRequests, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ToolReturnPart
+
+from writ_client import WritClient
+from writ_client.devstack import ChildProcess, RecordsAdmin, Stack
+from writ_client.examples.demo_specs import refund_spec
+from writ_client.examples.refund import scripted_model
+from writ_client.pydantic_ai import WritDeps, approval_results, recall_versions, to_model_result, writ_read_tool, writ_tool
+
+from .conftest import REPO
+
+
+def refund_returns(messages: list[Any]) -> list[dict[str, Any]]:
+    return [p.content for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart) and p.tool_name == "refund_payment"]
+
+
+def test_approval_then_two_resumes_from_the_older_saved_history_write_one_refund(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_ai_{uid}"
+    records.seed("payment", pid, {"customer": "c-77", "amountCents": 12000, "currency": "EUR", "refunds": []})
+    read = lambda e: records.read(e.type, e.id)  # noqa: E731
+    agent = Agent(
+        scripted_model(pid),
+        tools=[writ_read_tool(["payment"]), writ_tool(refund_spec, requires_approval=True)],
+        deps_type=WritDeps,
+        output_type=[str, DeferredToolRequests],
+    )
+
+    async def flow() -> tuple[DeferredToolRequests, list[list[dict[str, Any]]], str]:
+        turn1 = await agent.run(f"My order {pid} arrived broken. Please refund 50 EUR.", deps=WritDeps(client=client, read=read, timeout=30))
+        assert isinstance(turn1.output, DeferredToolRequests), turn1.output
+        # Saved while waiting for the person: the messages and the approval request, as JSON (a process may end here).
+        saved_messages = turn1.all_messages_json()
+        saved_requests = TypeAdapter(DeferredToolRequests).dump_json(turn1.output)
+        outputs = []
+        for _ in range(2):  # both from the same, older, saved state; each in a fresh harness (empty deps)
+            requests = TypeAdapter(DeferredToolRequests).validate_json(saved_requests)
+            turn = await agent.run(
+                message_history=ModelMessagesTypeAdapter.validate_json(saved_messages),
+                deferred_tool_results=approval_results(requests),
+                deps=WritDeps(client=client, read=read, timeout=30),
+            )
+            outputs.append(refund_returns(turn.new_messages()))
+            last_text = turn.output
+        return turn1.output, outputs, last_text
+
+    requests, outputs, last_text = asyncio.run(flow())
+
+    # The model called the refund tool; approval was requested, with the base the approver saw pinned.
+    assert [c.tool_name for c in requests.approvals] == ["refund_payment"]
+    call = requests.approvals[0]
+    meta = requests.metadata[call.tool_call_id]["writ"]
+    assert meta["base"]["version"] == '"v1"'
+    assert call.args_as_dict()["amountCents"] == 5000
+    # Resume 1 wrote; resume 2 got the ledger's stored answer.
+    assert [len(o) for o in outputs] == [1, 1]
+    first, second = outputs[0][0], outputs[1][0]
+    assert (first["status"], first["duplicate"]) == ("applied", False), first
+    assert (second["status"], second["duplicate"]) == ("applied", True), second
+    assert first["version"] == second["version"] == '"v2"'
+    assert "already been made" in last_text
+    # Measured at the records server: one refund, one PATCH for the intent key.
+    payment = records.read("payment", pid)
+    assert payment["state"]["refunds"] == [{"amountCents": 5000, "reason": "damaged"}]
+    assert records.patch_requests(meta["intentKey"]) == 1
+
+
+def test_the_example_prints_one_refund_against_the_session_stack(stack: Stack, owner: ChildProcess, records_server: ChildProcess, topics: dict[str, str]) -> None:
+    env = {
+        **os.environ,
+        "KAFKA_BROKERS": stack.brokers,
+        "SCHEMA_REGISTRY_URL": stack.registry_url,
+        "RECORDS_URL": records_server.info["url"],
+        "WRIT_INTENTS_TOPIC": topics["intents"],
+    }
+    env.pop("WRIT_EXAMPLE_START", None)
+    out = subprocess.run([sys.executable, "-m", "writ_client.examples.refund"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == '{"refunds_created":1}', out.stdout
+    assert any("duplicate: the ledger's stored reply" in line for line in lines), out.stdout
+
+
+def test_the_example_starts_what_it_needs(stack: Stack) -> None:
+    env = {**os.environ, "KAFKA_BROKERS": stack.brokers, "SCHEMA_REGISTRY_URL": stack.registry_url, "WRIT_EXAMPLE_START": "1"}
+    out = subprocess.run([sys.executable, "-m", "writ_client.examples.refund"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == '{"refunds_created":1}', out.stdout
+    assert "started a records server and one owner" in out.stdout
+
+
+def test_model_results_and_recalled_versions() -> None:
+    from writ_client import AppliedReply, UnknownOutcome
+
+    applied = AppliedReply.model_validate(
+        {"status": "applied", "intentId": "i", "intentKey": "k", "duplicate": True, "at": "t", "entity": {"type": "payment", "id": "p"}, "state": None, "version": '"v2"', "via": "patch"}
+    )
+    assert to_model_result(applied)["instruction"].startswith("This write had already been applied")
+    assert to_model_result(UnknownOutcome(intent_id="i", intent_key="k", message="m"))["status"] == "unknown"
+    deps = WritDeps(client=None)  # type: ignore[arg-type]
+    recall_versions(
+        deps,
+        [
+            {"status": "read", "entity": {"type": "payment", "id": "p"}, "record": {"refunds": []}, "version": '"v1"'},
+            {"status": "applied", "duplicate": False, "entity": {"type": "payment", "id": "p"}, "record": {"refunds": [1]}, "version": '"v2"'},
+            {"status": "applied", "duplicate": True, "entity": {"type": "payment", "id": "p"}, "record": None, "version": '"v2"'},
+            "not a dict",
+        ],
+    )
+    assert deps.versions == {"payment:p": {"state": {"refunds": [1]}, "version": '"v2"'}}
+    json.dumps(deps.versions)  # plain JSON, to keep with a run's saved state
+
+
+def test_a_conflict_goes_back_to_the_model_which_decides_again(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from writ_client.examples.demo_specs import tag_spec
+
+    tid = f"T-{uid}"
+    records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing"]})
+    calls = iter(range(100))
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = [p for p in getattr(messages[-1], "parts", []) if isinstance(p, ToolReturnPart)]
+        if not last:
+            return ModelResponse(parts=[ToolCallPart("read_record", {"type": "ticket", "id": tid}, tool_call_id="call_read")])
+        out = last[-1].content
+        if last[-1].tool_name == "read_record":
+            # Someone else tags the ticket after the agent read it.
+            records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing", "chargeback-risk"]})
+        if out["status"] in ("read", "conflict"):
+            return ModelResponse(parts=[ToolCallPart("tag_ticket", {"ticketId": tid, "tag": "vip"}, tool_call_id=f"call_tag_{next(calls)}")])
+        return ModelResponse(parts=[TextPart(f"tag: {out['status']}")])
+
+    agent = Agent(FunctionModel(respond), tools=[writ_read_tool(["ticket"]), writ_tool(tag_spec)], deps_type=WritDeps)
+    read = lambda e: records.read(e.type, e.id)  # noqa: E731
+    result = asyncio.run(agent.run("Tag it vip", deps=WritDeps(client=client, read=read, timeout=30)))
+    tags = [p.content for m in result.all_messages() for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart) and p.tool_name == "tag_ticket"]
+    assert [t["status"] for t in tags] == ["conflict", "applied"], tags
+    assert tags[0]["current"]["version"] == '"v2"' and tags[0]["your_change"] == [{"op": "replace", "path": "/tags", "value": ["billing", "vip"]}]
+    assert tags[1]["version"] == '"v3"' and tags[1]["duplicate"] is False
+    assert result.output == "tag: applied"
+    assert records.read("ticket", tid)["state"]["tags"] == ["billing", "chargeback-risk", "vip"]

@@ -1,0 +1,63 @@
+"""The golden vectors of test/fixtures/intent-key-vectors.json, shared with the TypeScript suite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex
+from writ_client.keys import KEY_VERSION
+
+from .conftest import REPO
+
+VECTORS = json.loads((REPO / "test" / "fixtures" / "intent-key-vectors.json").read_text("utf-8"))
+
+
+def tool_of(v: dict[str, Any]) -> KeyedTool:
+    t = v["tool"]
+    return KeyedTool(name=t["name"], key_scope=t["keyScope"], intent_fields=tuple(t["intentFields"]), free_text_params=tuple(t["freeTextParams"]))
+
+
+def test_the_file_is_the_key_version_this_client_builds() -> None:
+    assert VECTORS["keyVersion"] == KEY_VERSION
+    assert len(VECTORS["vectors"]) >= 40
+
+
+@pytest.mark.parametrize("v", VECTORS["vectors"], ids=[v["name"] for v in VECTORS["vectors"]])
+def test_vector(v: dict[str, Any]) -> None:
+    params = json.loads(v["paramsJson"])
+    tool = tool_of(v)
+    expected = v["expected"]
+    material = intent_key_material(tool=tool, agent_id=v["agentId"], run_id=v["runId"], step_id=v["stepId"], entity=v["entity"], params=params)
+    # Byte for byte: the canonical text, then its hash.
+    assert canonical_json(material).encode("utf-8") == expected["canonical"].encode("utf-8")
+    assert sha256_hex(expected["canonical"]) == expected["intentKey"]
+    assert intent_key(tool=tool, agent_id=v["agentId"], run_id=v["runId"], step_id=v["stepId"], entity=v["entity"], params=params) == expected["intentKey"]
+    assert params_fingerprint(tool.name, v["entity"], params, tool.free_text_params) == expected["paramsFingerprint"]
+    assert entity_key(v["entity"]) == expected["entityKey"]
+    assert partition_for(expected["entityKey"], VECTORS["partitioner"]["partitions"]) == expected["partition"]
+
+
+@pytest.mark.parametrize("k", VECTORS["partitioner"]["keys"], ids=[k["key"][:40] for k in VECTORS["partitioner"]["keys"]])
+def test_partition_vector(k: dict[str, Any]) -> None:
+    assert murmur2(k["key"].encode("utf-8")) == k["murmur2"]
+    assert partition_for(k["key"], VECTORS["partitioner"]["partitions"]) == k["partition"]
+
+
+def test_python_values_that_json_cannot_tell_apart_give_the_same_key() -> None:
+    """Values built in Python (not parsed from the vectors' JSON text): 100.0 and 100, -0.0 and 0, a surrogate pair as two code points."""
+    by_name = {v["name"]: v for v in VECTORS["vectors"]}
+    v = by_name["number: 100"]
+    tool = tool_of(v)
+    base = dict(tool=tool, agent_id=v["agentId"], run_id=v["runId"], step_id=v["stepId"], entity=v["entity"])
+    assert intent_key(**base, params={"v": 100.0}) == v["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": 100}) == v["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": -0.0}) == by_name["number: 0"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": 9007199254740993}) == by_name["number: 2^53 + 1 rounds to 2^53"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": 10**310}) == by_name["number: an integer beyond the double range is Infinity: null"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": float("inf")}) == by_name["number: 1e400 is Infinity: null"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": "\ud83d\ude00"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": "\U0001f600"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
+    assert intent_key(**base, params={"v": ("a",)}) == intent_key(**base, params={"v": ["a"]})

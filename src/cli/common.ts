@@ -1,0 +1,205 @@
+// What the `writ` commands share: argument parsing with usage errors (exit 2),
+// the quiet logger of the short-lived commands, Kafka clients that log
+// kafkajs at debug, and the package version.
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { Kafka, logLevel } from "kafkajs";
+import { pino, type Logger } from "pino";
+import { WritError } from "../errors.ts";
+import { registerCompressionCodecs } from "../kafka/compression.ts";
+import { kafkaLogCreator } from "../kafka-log.ts";
+import { REDACT_PATHS } from "../logger.ts";
+
+/** A command: `main` resolves with the process's exit status. */
+export interface Command {
+  usage: string;
+  main(argv: string[]): Promise<number>;
+}
+
+/** Bad usage: the command prints the message and its usage hint, and exits 2. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+type Options = NonNullable<ParseArgsConfig["options"]>;
+
+/**
+ * `parseArgs`, strict, with `-h/--help` added; unknown or malformed options
+ * become a {@link UsageError}. Returns undefined when help was asked for (the
+ * usage is printed on stdout then).
+ */
+export function parseCommandArgs<O extends Options>(argv: string[], options: O, usage: string, allowPositionals = false) {
+  const config = {
+    args: argv,
+    options: { ...options, help: { type: "boolean", short: "h" } } as O & { help: { type: "boolean"; short: "h" } },
+    strict: true as const,
+    allowPositionals,
+  };
+  let parsed: ReturnType<typeof parseArgs<typeof config>>;
+  try {
+    parsed = parseArgs(config);
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+  if ((parsed.values as { help?: boolean }).help === true) {
+    process.stdout.write(`${usage}\n`);
+    return undefined;
+  }
+  return parsed;
+}
+
+/**
+ * Runs a command's body: usage errors and configuration errors print one line
+ * and exit 2, anything else that stops it prints one line and exits `failCode`.
+ */
+export async function runCommand(name: string, usage: string, body: () => Promise<number>, failCode = 2): Promise<number> {
+  try {
+    return await body();
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`writ ${name}: ${err.message}\n${hintOf(name, usage)}`);
+      return 2;
+    }
+    if (err instanceof WritError && err.code === "config_invalid") {
+      process.stderr.write(`writ ${name}: ${err.message}\n`);
+      return 2;
+    }
+    const kafka = err instanceof Error && err.name.startsWith("KafkaJS") ? "Kafka: " : "";
+    process.stderr.write(`writ ${name}: ${kafka}${describeError(err)}\n`);
+    if (process.env.LOG_LEVEL === "debug" && err instanceof Error && err.stack) process.stderr.write(`${err.stack}\n`);
+    return failCode;
+  }
+}
+
+function hintOf(name: string, usage: string): string {
+  const first = usage.split("\n")[0] ?? "";
+  return `${first}\n(writ ${name} --help for more)\n`;
+}
+
+/** One line for an error: the message, and the cause kafkajs wrapped it around. */
+export function describeError(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = (err as { cause?: unknown }).cause ?? (err as { originalError?: unknown }).originalError;
+  const causeText = cause instanceof Error && !err.message.includes(cause.message) ? ` (${cause.message})` : "";
+  return `${err.message}${causeText}`;
+}
+
+/**
+ * The logger of the short-lived commands: plain lines on stderr
+ * (`writ <command>: warn: …`), warnings and errors only unless `$LOG_LEVEL`
+ * says otherwise. kafkajs's own logs (component `kafkajs`, from
+ * kafkaLogCreator) are shown only at debug: what kafkajs retries (a group
+ * coordinator still loading, a leader election, a broker that refuses
+ * connections for a moment) heals or surfaces as the command's error, which is
+ * reported in one line. Only when kafkajs keeps failing for
+ * {@link PERSISTING_MS} does one warning say so (again at most once a minute).
+ */
+export function commandLogger(name: string): Logger {
+  const level = process.env.LOG_LEVEL || "warn";
+  const verbose = level === "debug" || level === "trace";
+  let streakStart = 0;
+  let lastKafkaError = 0;
+  let lastReported = 0;
+  return pino(
+    { name: `writ-${name}`, level, redact: REDACT_PATHS },
+    {
+      write(line: string) {
+        let o: Record<string, unknown>;
+        try {
+          o = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          process.stderr.write(line);
+          return;
+        }
+        const { level: lvl, msg, time: _t, pid: _p, hostname: _h, name: _n, err, ...rest } = o;
+        const label = pino.levels.labels[Number(lvl)] ?? String(lvl);
+        if (rest.component === "kafkajs" && !verbose) {
+          if (Number(lvl) < 50) return;
+          const now = Date.now();
+          if (now - lastKafkaError > PERSISTING_MS) streakStart = now;
+          lastKafkaError = now;
+          if (now - streakStart < PERSISTING_MS || now - lastReported < 60_000) return;
+          lastReported = now;
+          process.stderr.write(`writ ${name}: warn: Kafka keeps failing for ${Math.round((now - streakStart) / 1000)} s, still retrying: ${String(msg ?? "")} (LOG_LEVEL=debug shows every attempt)\n`);
+          return;
+        }
+        const errText = err && typeof err === "object" && "message" in err ? `: ${String((err as { message: unknown }).message)}` : "";
+        const extra = verbose ? ` ${JSON.stringify(rest)}` : "";
+        process.stderr.write(`writ ${name}: ${label}: ${String(msg ?? "")}${errText}${extra}\n`);
+      },
+    },
+  );
+}
+
+/** How long kafkajs must keep failing before a command says so. ms. */
+export const PERSISTING_MS = 10_000;
+
+/** Brokers from a flag or `$KAFKA_BROKERS`; a usage error when neither gives host:port pairs. */
+export function brokersFrom(flag: string | undefined): string[] {
+  const raw = flag ?? process.env.KAFKA_BROKERS ?? "";
+  const brokers = raw
+    .split(",")
+    .map((b) => b.trim())
+    .filter((b) => b !== "");
+  if (brokers.length === 0) throw new UsageError("no Kafka: give --brokers host:port[,…] (or set KAFKA_BROKERS)");
+  const bad = brokers.find((b) => !/^[^\s:]+:\d{1,5}$/.test(b));
+  if (bad !== undefined) throw new UsageError(`--brokers: ${bad} is not host:port`);
+  return brokers;
+}
+
+/** The schema registry from a flag or `$SCHEMA_REGISTRY_URL`; undefined for plain JSON. */
+export function registryFrom(flag: string | undefined): string | undefined {
+  const url = flag ?? process.env.SCHEMA_REGISTRY_URL;
+  return url === undefined || url === "" ? undefined : url;
+}
+
+/**
+ * A kafkajs client for a command. kafkajs logs through `log` (kafkaLogCreator
+ * demotes what it retries to debug); a failure that persists reaches the
+ * command as an error, which it reports in one line.
+ */
+export function kafkaFor(brokers: string[], clientId: string, log: Logger): Kafka {
+  registerCompressionCodecs();
+  process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
+  return new Kafka({
+    clientId,
+    brokers,
+    logLevel: process.env.LOG_LEVEL === "debug" || process.env.LOG_LEVEL === "trace" ? logLevel.DEBUG : logLevel.WARN,
+    logCreator: kafkaLogCreator(log),
+    connectionTimeout: 3000,
+    retry: { retries: 5, initialRetryTime: 300, maxRetryTime: 3000 },
+  });
+}
+
+/** writ's package.json: the nearest one above this module (src/cli in the repo, dist/src/cli in the package). */
+export function packageVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const file = join(dir, "package.json");
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, "utf8")) as { name?: string; version?: string };
+      if (pkg.name === "writ" && typeof pkg.version === "string") return pkg.version;
+    }
+    const up = dirname(dir);
+    if (up === dir) return "unknown";
+    dir = up;
+  }
+}
+
+/** Parses a non-negative integer flag; a usage error otherwise. */
+export function intFlag(name: string, raw: string | undefined, fallback: number, min = 0): number {
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) < min) throw new UsageError(`--${name} must be an integer >= ${min}, got ${raw}`);
+  return Number(raw);
+}
+
+/** Parses a JSON flag; a usage error naming the flag otherwise. */
+export function jsonFlag(name: string, raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch (err) {
+    throw new UsageError(`--${name} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}

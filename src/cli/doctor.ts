@@ -1,0 +1,115 @@
+// `writ doctor`: finds hanging Kafka transactions on writ's topics and, with
+// --abort, aborts them. Usage: `writ doctor --help`. stdout: one line per
+// finding and a summary (or, with --json, one JSON line); errors on stderr.
+// Exit 0 = nothing hangs (or everything found was aborted and its partition's
+// last stable offset moved), 1 = something hangs, 2 = bad usage or could not run.
+import { logLevel } from "kafkajs";
+import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExitCode, formatDoctorReport, runDoctor } from "../doctor/doctor.ts";
+import { WritError } from "../errors.ts";
+import { kafkaLogCreator } from "../kafka-log.ts";
+import { createLogger } from "../logger.ts";
+import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+
+const USAGE = `usage: writ doctor [options]
+
+Finds hanging transactions on writ's topics: a partition whose last stable offset (LSO) is stuck behind
+an open transaction that no transaction coordinator will ever finish (e.g. its markers were skipped while
+the partition had no leader), so read_committed consumers of that partition stop. The rule is that of
+kafka-transactions.sh find-hanging.
+
+  --brokers <list>       Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --topics <a,b>         check exactly these topics (default: ${CONTRACT_TOPICS.join(", ")}, or their
+                         $WRIT_*_TOPIC names, that exist, and every topic starting with the reply prefix)
+  --prefix <prefix>      reply topic prefix (default $WRIT_REPLY_TOPIC_PREFIX or ${DEFAULT_REPLY_PREFIX})
+  --older-than-ms <n>    only transactions whose last write is older than this (default ${DEFAULT_OLDER_THAN_MS});
+                         keep it above the producers' transaction timeout
+  --abort                abort each hanging transaction (WriteTxnMarkers, as kafka-transactions.sh abort),
+                         then check that the partition's LSO moved past it
+  --json                 print one JSON report instead of text
+  -h, --help             this text
+
+Exit status: 0 nothing hangs (or all were aborted), 1 something hangs, 2 bad usage or Kafka unreachable.`;
+
+const OPTIONS = {
+  brokers: { type: "string" },
+  topics: { type: "string", multiple: true },
+  prefix: { type: "string" },
+  "older-than-ms": { type: "string" },
+  abort: { type: "boolean", default: false },
+  json: { type: "boolean", default: false },
+} as const;
+
+const splitList = (values: readonly string[] | string | undefined): string[] =>
+  (Array.isArray(values) ? values : values === undefined ? [] : [values])
+    .flatMap((v: string) => v.split(","))
+    .map((v) => v.trim())
+    .filter((v) => v !== "");
+
+async function main(argv: string[]): Promise<number> {
+  const fail = (message: string): number => {
+    process.stderr.write(`writ doctor: ${message}\n`);
+    return 2;
+  };
+  let parsed;
+  try {
+    parsed = parseCommandArgs(argv, OPTIONS, USAGE);
+  } catch (err) {
+    if (err instanceof UsageError) return fail(`${err.message}\n\n${USAGE}`);
+    throw err;
+  }
+  if (parsed === undefined) return 0;
+  const args = parsed.values;
+
+  const brokers = splitList(args.brokers ?? process.env.KAFKA_BROKERS);
+  if (brokers.length === 0) return fail("no Kafka: give --brokers host:port (or set KAFKA_BROKERS)");
+  const badBroker = brokers.find((b) => !/^[^\s:]+:\d{1,5}$/.test(b));
+  if (badBroker !== undefined) return fail(`--brokers: ${badBroker} is not host:port`);
+
+  const topics = splitList(args.topics);
+  const badTopic = topics.find((t) => !/^[a-zA-Z0-9._-]{1,249}$/.test(t));
+  if (badTopic !== undefined) return fail(`--topics: ${badTopic} is not a Kafka topic name`);
+
+  const prefix = args.prefix ?? (process.env.WRIT_REPLY_TOPIC_PREFIX || DEFAULT_REPLY_PREFIX);
+  if (prefix === "") return fail("--prefix must not be empty");
+
+  const olderThanRaw = args["older-than-ms"];
+  const olderThanMs = olderThanRaw === undefined ? DEFAULT_OLDER_THAN_MS : Number(olderThanRaw);
+  if (!/^\d+$/.test(olderThanRaw ?? "0") || !Number.isSafeInteger(olderThanMs)) return fail(`--older-than-ms must be a non-negative integer (ms), got ${olderThanRaw}`);
+
+  const contractTopics = [
+    process.env.WRIT_INTENTS_TOPIC || "writ.intents",
+    process.env.WRIT_LEDGER_TOPIC || "writ.ledger",
+    process.env.WRIT_HUMAN_TOPIC || "writ.human",
+    process.env.WRIT_DLQ_TOPIC || "writ.dlq",
+  ];
+
+  // The error that stops a run is reported on its own; kafkajs's logs (each failed connection attempt, …) go to
+  // stderr as pino JSON lines only when $LOG_LEVEL asks for them.
+  const logger = createLogger({ name: "writ-doctor", level: process.env.LOG_LEVEL ?? "silent" });
+  process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
+
+  try {
+    const report = await runDoctor({
+      brokers,
+      ...(topics.length > 0 ? { topics } : {}),
+      contractTopics,
+      replyPrefix: prefix,
+      olderThanMs,
+      abort: args.abort,
+      logCreator: kafkaLogCreator(logger),
+      logLevel: process.env.LOG_LEVEL ? logLevel.WARN : logLevel.NOTHING,
+    });
+    process.stdout.write(args.json ? `${JSON.stringify(report)}\n` : `${formatDoctorReport(report)}\n`);
+    return doctorExitCode(report);
+  } catch (err) {
+    process.stderr.write(
+      err instanceof WritError ? `writ doctor: ${err.message}\n` : `writ doctor: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    return 2;
+  }
+}
+
+export const doctorCommand: Command = {
+  usage: USAGE,
+  main,
+};

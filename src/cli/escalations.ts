@@ -1,0 +1,175 @@
+// `writ escalations list|resolve`: the cases on writ.human, and a person's decision on one.
+import { readFileSync } from "node:fs";
+import { createWritClient } from "../../producers/writ-client.ts";
+import { WireCodec } from "../codec.ts";
+import type { Escalation } from "../schemas/escalation.ts";
+import { brokersFrom, commandLogger, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { decodeRecord } from "./tail.ts";
+import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
+
+const USAGE = `usage: writ escalations list [--json] [--brokers <list>] [--registry <url>]
+       writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
+                                [--operator <id>] [--reply-topic <topic>] [--signing-key <pem file> --key-id <id>]
+
+list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
+          escalation id and age, oldest first. Reads committed records from the beginning of the topic to
+          the end it had when the command started; control records are skipped, records that do not decode
+          are reported on stderr.
+resolve   a person's decision on one escalation, carried out by the record's owner: --apply writes the
+          escalated intent on the record as it is at --base-version (default: the version the escalation
+          showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
+          --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
+          its reply topic; the ledger keeps it. Prints the owner's answer as JSON.
+          The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
+          with an agent registry, and sign with its key (--signing-key, --key-id).
+
+  --json              one JSON object per escalation per line (the Escalation, plus topic, partition, offset)
+  --brokers <list>    Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --registry <url>    Confluent-API schema registry to decode framed values (default $SCHEMA_REGISTRY_URL)
+  -h, --help          this text
+
+Exit status: list: 0 listed (also when there are none); resolve: 0 carried out, 1 refused or no answer
+(the message says why); 2 bad usage, unknown escalation id, or could not run.`;
+
+/** "3 s", "5 min", "2 h", "4 d". */
+export function age(fromIso: string, now = Date.now()): string {
+  const s = Math.max(0, Math.round((now - Date.parse(fromIso)) / 1000));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172_800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86_400)} d`;
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n");
+}
+
+async function list(argv: string[]): Promise<number> {
+  const parsed = parseCommandArgs(argv, { json: { type: "boolean" }, brokers: { type: "string" }, registry: { type: "string" } }, USAGE);
+  if (parsed === undefined) return 0;
+  const a = parsed.values;
+  const brokers = brokersFrom(a.brokers);
+  const log = commandLogger("escalations");
+  const kafka = kafkaFor(brokers, "writ-cli-escalations", log);
+  const codec = new WireCodec({ schemaRegistryUrl: registryFrom(a.registry) });
+  const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
+  if (!(await topicsWithPrefix(kafka, topic)).includes(topic)) {
+    process.stderr.write(`writ escalations: no topic ${topic} on the cluster (writ topics ensure creates it)\n`);
+    return 2;
+  }
+  const found = await readEscalations(kafka, codec, topic, log);
+  if (a.json) {
+    for (const f of found) process.stdout.write(`${JSON.stringify({ ...f.e, topic: f.topic, partition: f.partition, offset: f.offset })}\n`);
+    return 0;
+  }
+  if (found.length === 0) {
+    process.stdout.write(`no escalations on ${topic}\n`);
+    return 0;
+  }
+  const rows = [["REASON", "ENTITY", "TOOL", "INTENT KEY", "ESCALATION ID", "AGE", "MESSAGE"]];
+  for (const { e } of found) {
+    rows.push([e.reason, `${e.intent.entity.type}:${e.intent.entity.id}`, e.intent.tool, e.intent.intentKey, e.escalationId, age(e.at), e.message.replace(/\s+/g, " ")]);
+  }
+  process.stdout.write(`${table(rows)}\n${found.length} escalation${found.length === 1 ? "" : "s"} on ${topic}\n`);
+  return 0;
+}
+
+/** Every escalation on `topic`, oldest first, read to the end the topic had when asked. */
+async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCodec, topic: string, log: ReturnType<typeof commandLogger>) {
+  const found: { e: Escalation; topic: string; partition: number; offset: string }[] = [];
+  const { unfinished } = await readTopics({
+    kafka,
+    topics: [topic],
+    start: { from: "beginning" },
+    follow: false,
+    log,
+    onRecord: async (r) => {
+      const d = await decodeRecord(codec, "Escalation", r);
+      if (d.tombstone) return;
+      if (d.error !== undefined) {
+        log.warn({ offset: d.offset }, `${topic}[${d.partition}]@${d.offset} skipped: ${d.error}`);
+        return;
+      }
+      found.push({ e: d.value as Escalation, topic: d.topic, partition: d.partition, offset: d.offset });
+    },
+  });
+  if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
+  found.sort((x, y) => Date.parse(x.e.at) - Date.parse(y.e.at));
+  return found;
+}
+
+async function resolve(argv: string[]): Promise<number> {
+  const parsed = parseCommandArgs(
+    argv,
+    {
+      apply: { type: "boolean" },
+      discard: { type: "boolean" },
+      return: { type: "boolean" },
+      message: { type: "string" },
+      "base-version": { type: "string" },
+      operator: { type: "string" },
+      "reply-topic": { type: "string" },
+      "signing-key": { type: "string" },
+      "key-id": { type: "string" },
+      timeout: { type: "string" },
+      brokers: { type: "string" },
+      registry: { type: "string" },
+    },
+    USAGE,
+    true,
+  );
+  if (parsed === undefined) return 0;
+  const a = parsed.values;
+  const [escalationId, ...extra] = parsed.positionals;
+  if (escalationId === undefined || extra.length > 0) throw new UsageError("resolve takes one escalation id");
+  const decisions = (["apply", "discard", "return"] as const).filter((d) => a[d] === true);
+  if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
+  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const brokers = brokersFrom(a.brokers);
+  const registryUrl = registryFrom(a.registry);
+  const log = commandLogger("escalations");
+  const kafka = kafkaFor(brokers, "writ-cli-escalations", log);
+  const codec = new WireCodec({ schemaRegistryUrl: registryUrl });
+  const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
+  const found = (await readEscalations(kafka, codec, topic, log)).find((f) => f.e.escalationId === escalationId);
+  if (!found) throw new UsageError(`no escalation ${escalationId} on ${topic}`);
+  const operator = a.operator ?? "writ-operator";
+  const client = await createWritClient({
+    brokers,
+    agentId: operator,
+    replyTopic: a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${operator}`,
+    intentsTopic: process.env.WRIT_INTENTS_TOPIC || "writ.intents",
+    ...(registryUrl ? { schemaRegistryUrl: registryUrl } : {}),
+    logger: log,
+    ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
+  });
+  try {
+    const reply = await client.resolve(
+      found.e,
+      { decision: decisions[0]!, ...(a.message ? { message: a.message } : {}), ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}) },
+      { timeoutMs: intFlag("timeout", a.timeout, 30_000, 1) },
+    );
+    process.stdout.write(`${JSON.stringify(reply)}\n`);
+    return reply.status === "applied" || (reply.status === "rejected" && (reply.reason === "escalation_discarded" || reply.reason === "returned_by_operator")) ? 0 : 1;
+  } finally {
+    await client.close();
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || sub === "-h" || sub === "--help") {
+    if (sub === undefined) throw new UsageError("which? list or resolve");
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (sub === "list") return list(rest);
+  if (sub === "resolve") return resolve(rest);
+  throw new UsageError(`unknown subcommand ${sub}; list or resolve`);
+}
+
+export const escalationsCommand: Command = {
+  usage: USAGE,
+  main: (argv) => runCommand("escalations", USAGE, () => main(argv)),
+};

@@ -1,0 +1,73 @@
+#!/usr/bin/env node
+// The `writ` command (package.json "bin": dist/src/cli/main.js, which plain
+// Node >= 20 runs). From the repository, `node src/cli/main.ts` runs the same
+// on Node 24. Each command lives in its own module, loaded only when asked
+// for, and resolves with the process's exit status.
+import { hideKafkajsTimeoutWarning } from "../node-warnings.ts";
+import { packageVersion, type Command } from "./common.ts";
+
+/** Each command, with the line `writ help` shows for it (kept here so that help loads no command). */
+const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+  owner: { summary: "run the owners of writ.intents for a tools module (the owner process)", load: async () => (await import("./owner.ts")).ownerCommand },
+  submit: { summary: "send one write intent, wait for the owner's reply, print it as JSON", load: async () => (await import("./submit.ts")).submitCommand },
+  tail: { summary: "print (and follow) replies, escalations, dead letters or ledger entries", load: async () => (await import("./tail.ts")).tailCommand },
+  escalations: { summary: "list the escalations on writ.human", load: async () => (await import("./escalations.ts")).escalationsCommand },
+  topics: { summary: "create (ensure) or check the contract topics", load: async () => (await import("./topics.ts")).topicsCommand },
+  verify: { summary: "prove a tools module's write tools against a staging system of record", load: async () => (await import("./verify.ts")).verifyCommand },
+  doctor: { summary: "find (and --abort) hanging transactions on writ's topics", load: async () => (await import("./doctor.ts")).doctorCommand },
+};
+
+function usage(): string {
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(12)} ${c.summary}`);
+  return `usage: writ <command> [options]
+
+writ: a single-writer router for AI-agent write tools on Apache Kafka.
+
+Commands:
+${lines.join("\n")}
+  help [cmd]   this text, or a command's usage (the same as writ <command> --help)
+
+  writ --version    the version of writ
+
+Kafka and the schema registry come from --brokers/--registry or $KAFKA_BROKERS/$SCHEMA_REGISTRY_URL;
+owner settings from the WRIT_* variables (see the README). $LOG_LEVEL=debug shows kafkajs's own logs.
+Exit status: 0 success, 1 the command's negative outcome (see each command's --help), 2 bad usage or could not run.`;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [first, ...rest] = argv;
+  if (first === "--version" || first === "-v" || first === "version") {
+    process.stdout.write(`${packageVersion()}\n`);
+    return 0;
+  }
+  if (first === undefined) {
+    process.stderr.write(`${usage()}\n`);
+    return 2;
+  }
+  if (first === "help" || first === "--help" || first === "-h") {
+    const topic = rest[0];
+    if (topic === undefined) {
+      process.stdout.write(`${usage()}\n`);
+      return 0;
+    }
+    const command = Object.hasOwn(COMMANDS, topic) ? COMMANDS[topic] : undefined;
+    if (command === undefined) {
+      process.stderr.write(`writ help: unknown command ${topic}; commands: ${Object.keys(COMMANDS).join(", ")}\n`);
+      return 2;
+    }
+    process.stdout.write(`${(await command.load()).usage}\n`);
+    return 0;
+  }
+  const command = Object.hasOwn(COMMANDS, first) ? COMMANDS[first] : undefined;
+  if (command === undefined) {
+    process.stderr.write(`writ: unknown command ${first}; commands: ${Object.keys(COMMANDS).join(", ")} (writ help)\n`);
+    return 2;
+  }
+  return (await command.load()).main(rest);
+}
+
+hideKafkajsTimeoutWarning();
+process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
+const code = await main(process.argv.slice(2));
+// kafkajs and pino leave timers behind; the command is done, so leave now (stdout and stderr are written synchronously to files and pipes).
+process.exit(code);

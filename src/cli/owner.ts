@@ -1,0 +1,104 @@
+// `writ owner`: the owner process. Configuration comes from the environment
+// (routerConfigFromEnv: KAFKA_BROKERS, SCHEMA_REGISTRY_URL, WRIT_*), the tools
+// from --tools or WRIT_TOOLS_MODULE; all of it is validated before anything
+// connects. consumers/owner-main.ts (`npm run owner`) runs the same code.
+import { routerConfigFromEnv } from "../config.ts";
+import { WritError } from "../errors.ts";
+import { createLogger } from "../logger.ts";
+import { startRouter } from "../owner/router.ts";
+import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+import { loadToolsModule } from "./tools-module.ts";
+
+const USAGE = `usage: writ owner --tools <module> [--brokers <list>] [--registry <url>]
+
+Runs the owners of writ.intents for the write tools of <module>: a module exporting tools (declared write
+tools) and systems(env) (their systems of record). Joins the owners' consumer group, creates the contract
+topics that are missing, and runs until SIGTERM or SIGINT (then leaves the group cleanly).
+
+  --tools <module>     the tools module (default $WRIT_TOOLS_MODULE; one of the two is required). A path,
+                       resolved against the working directory: .js, or .ts on a Node that strips types
+  --brokers <list>     Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --registry <url>     Confluent-API schema registry (default $SCHEMA_REGISTRY_URL; unset = plain JSON)
+  -h, --help           this text
+
+Everything else comes from the environment, as in the README's configuration table: WRIT_GROUP_ID,
+WRIT_INTENTS_TOPIC, WRIT_INTENT_PARTITIONS, WRIT_REPLICATION_FACTOR, WRIT_REPLY_TOPIC_PREFIX,
+WRIT_HEALTH_PORT, WRIT_SOR_TIMEOUT_MS, … systems(env) receives the environment too.
+Logs: JSON lines on stderr (level $LOG_LEVEL, default info).
+
+Exit status: 0 stopped by a signal, 1 the owner could not start or gave up (a supervisor restarts it),
+2 bad usage or configuration (a missing tools module, an invalid WRIT_* variable).`;
+
+async function main(argv: string[]): Promise<number> {
+  let args;
+  try {
+    args = parseCommandArgs(argv, { tools: { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } }, USAGE);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`writ owner: ${err.message}\n${USAGE.split("\n")[0]}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (args === undefined) return 0;
+  const log = createLogger({ name: "writ-owner" });
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (args.values.brokers !== undefined) env.KAFKA_BROKERS = args.values.brokers;
+  if (args.values.registry !== undefined) env.SCHEMA_REGISTRY_URL = args.values.registry;
+
+  let config;
+  let tools;
+  try {
+    tools = await loadToolsModule(args.values.tools, env);
+    config = routerConfigFromEnv(env);
+  } catch (err) {
+    // One plain line: the message names the flag or variable to fix.
+    process.stderr.write(`writ owner: ${err instanceof Error ? err.message : String(err)}\n`);
+    if (process.env.LOG_LEVEL === "debug" && err instanceof Error) process.stderr.write(`${err.stack}\n`);
+    return 2;
+  }
+
+  let router;
+  try {
+    router = await startRouter({
+      config,
+      tools: tools.module.tools,
+      systems: tools.module.systems(env),
+      logger: log,
+      onFatal: (err) => {
+        log.fatal({ err }, "owner cannot continue; exiting so a supervisor restarts it");
+        // leave the log line a moment to be written
+        setTimeout(() => process.exit(1), 100).unref();
+      },
+    });
+  } catch (err) {
+    const configProblem = err instanceof WritError && err.code === "config_invalid";
+    log.fatal({ err }, err instanceof WritError ? err.message : "owner failed to start");
+    return configProblem ? 2 : 1;
+  }
+  log.info({ tools: tools.module.tools.map((t) => t.name), module: tools.path, group: config.groupId, topic: config.topics.intents }, "owner started");
+
+  const started = router;
+  return new Promise<number>((resolveExit) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info({ signal }, "stopping");
+      started.stop().then(
+        () => resolveExit(0),
+        (err: unknown) => {
+          log.error({ err }, "owner did not stop cleanly");
+          resolveExit(1);
+        },
+      );
+    };
+    process.on("SIGTERM", () => stop("SIGTERM"));
+    process.on("SIGINT", () => stop("SIGINT"));
+  });
+}
+
+export const ownerCommand: Command = {
+  usage: USAGE,
+  main,
+};

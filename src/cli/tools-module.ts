@@ -1,0 +1,49 @@
+// The tools module of `writ owner` and `writ submit`: a module exporting
+// `tools` (declared write tools) and `systems(env)` (their systems of record).
+// It is named by a flag or an environment variable; there is no default.
+import { existsSync } from "node:fs";
+import { isAbsolute, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { WritError } from "../errors.ts";
+import type { SystemOfRecord } from "../sor/adapter.ts";
+import type { WriteToolDeclaration } from "../tools.ts";
+
+export interface ToolsModule {
+  tools: WriteToolDeclaration<any>[];
+  systems: (env: NodeJS.ProcessEnv) => SystemOfRecord[];
+}
+
+/** Where the module name came from, for error messages: `--tools` or `WRIT_TOOLS_MODULE`. */
+export type ToolsSource = "--tools" | "WRIT_TOOLS_MODULE";
+
+function configError(message: string, field: ToolsSource): WritError {
+  return new WritError("config_invalid", message, { retriable: false, context: { field } });
+}
+
+/**
+ * The module named by `--tools` (`flag`), else by `$WRIT_TOOLS_MODULE`. A
+ * missing name, a missing file, a module that fails to load and one without
+ * `tools[]` and `systems(env)` are configuration errors naming the flag or
+ * variable. A path is resolved against the working directory; a `.ts` module
+ * needs a Node that strips types (>= 22.18) and must not live under node_modules.
+ */
+export async function loadToolsModule(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<{ module: ToolsModule; path: string; source: ToolsSource }> {
+  const source: ToolsSource = flag !== undefined ? "--tools" : "WRIT_TOOLS_MODULE";
+  const spec = flag ?? env.WRIT_TOOLS_MODULE;
+  if (spec === undefined || spec.trim() === "") {
+    throw configError("no tools module: give --tools <module> (or set WRIT_TOOLS_MODULE) naming a module that exports tools[] and systems(env)", source);
+  }
+  const path = spec.startsWith("file:") ? new URL(spec).pathname : isAbsolute(spec) ? spec : resolve(spec);
+  if (!existsSync(path)) throw configError(`tools module ${spec} (${source}) not found at ${path}`, source);
+  let mod: Partial<ToolsModule>;
+  try {
+    mod = (await import(pathToFileURL(path).href)) as Partial<ToolsModule>;
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    throw new WritError("config_invalid", `tools module ${spec} (${source}) failed to load: ${message}`, { retriable: false, cause: err, context: { field: source } });
+  }
+  if (!Array.isArray(mod.tools) || typeof mod.systems !== "function") {
+    throw configError(`tools module ${spec} (${source}) must export tools[] and systems(env)`, source);
+  }
+  return { module: mod as ToolsModule, path, source };
+}

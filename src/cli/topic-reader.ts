@@ -1,0 +1,165 @@
+// Reads writ's topics for `writ tail` and `writ escalations`: read_committed,
+// from chosen start offsets, either up to the ends the topics had when the
+// read began or on until stopped. A throwaway consumer group (nothing is
+// committed; it is deleted at the end) starts at the earliest offsets and
+// seeks to later starts once it has joined; kafkajs's admin.setOffsets is not
+// used, since it runs a consumer of its own for some 5 s per topic. Control
+// records (src/schemas/control.ts) are skipped here.
+import { randomUUID } from "node:crypto";
+import type { Admin, IHeaders, Kafka } from "kafkajs";
+import type { Logger } from "pino";
+import { isControlRecord } from "../schemas/control.ts";
+
+export interface TopicRecord {
+  topic: string;
+  partition: number;
+  offset: string;
+  /** ms since the epoch, as the producer set it. */
+  timestamp: string;
+  key: Buffer | null;
+  value: Buffer | null;
+  headers: IHeaders | undefined;
+}
+
+export interface ReadTopicsOptions {
+  kafka: Kafka;
+  topics: string[];
+  /** Where each partition starts: its earliest offset, or `last` offsets before its end. */
+  start: { from: "beginning" } | { from: "end"; last: number };
+  /** Keep reading after the ends; stops when `signal` aborts. */
+  follow: boolean;
+  signal?: AbortSignal;
+  onRecord: (record: TopicRecord) => void | Promise<void>;
+  log: Logger;
+  /** Without follow: give up waiting for the ends after this long without progress (ms). */
+  idleTimeoutMs?: number;
+}
+
+export interface ReadTopicsResult {
+  /** Partitions whose end was not reached (only when the idle timeout stopped the read). */
+  unfinished: string[];
+}
+
+export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsResult> {
+  const { kafka, topics, log } = opts;
+  const groupId = `writ.cli.${randomUUID()}`;
+  const admin = kafka.admin();
+  await admin.connect();
+  const pending = new Map<string, bigint>(); // topic-partition → the read_committed end to reach
+  try {
+    const readable: string[] = [];
+    const starts = new Map<string, bigint>(); // topic-partition → first offset to show
+    for (const topic of topics) {
+      // kafkajs's admin reports the read_committed end (the last stable offset) as `high`.
+      let offsets: Awaited<ReturnType<Admin["fetchTopicOffsets"]>>;
+      try {
+        offsets = await admin.fetchTopicOffsets(topic);
+      } catch (err) {
+        // A topic deleted since it was listed (reply topics come and go) is left out; any other failure stops the read.
+        if (!isUnknownTopic(err)) throw err;
+        log.debug({ topic }, "topic gone before it could be read; skipped");
+        continue;
+      }
+      readable.push(topic);
+      for (const o of offsets) {
+        const low = BigInt(o.low);
+        const high = BigInt(o.high);
+        const from = opts.start.from === "beginning" ? low : high - BigInt(opts.start.last) > low ? high - BigInt(opts.start.last) : low;
+        starts.set(`${topic}-${o.partition}`, from);
+        if (from < high) pending.set(`${topic}-${o.partition}`, high);
+      }
+    }
+    if (readable.length === 0 || (!opts.follow && pending.size === 0)) return { unfinished: [] };
+
+    const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: 500, allowAutoTopicCreation: false });
+    let finish: () => void = () => undefined;
+    const finished = new Promise<void>((r) => (finish = r));
+    let lastProgress = Date.now();
+    const settle = (topic: string, partition: number, next: bigint) => {
+      lastProgress = Date.now();
+      const key = `${topic}-${partition}`;
+      const end = pending.get(key);
+      if (end !== undefined && next >= end) pending.delete(key);
+      if (!opts.follow && pending.size === 0) finish();
+    };
+    // Emitted for every batch the consumer moved past, including batches of transaction markers only.
+    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+      const p = payload as { topic: string; partition: number; lastOffset: string };
+      settle(p.topic, p.partition, BigInt(p.lastOffset) + 1n);
+    });
+    const crashed = new Promise<never>((_, reject) => {
+      consumer.on(consumer.events.CRASH, ({ payload }) => {
+        const err = (payload as { error: Error; restart: boolean }).error;
+        if (!(payload as { restart: boolean }).restart) reject(err);
+        else log.debug({ err }, "consumer restarting");
+      });
+    });
+    crashed.catch(() => undefined);
+    try {
+      await consumer.connect();
+      await consumer.subscribe({ topics: readable, fromBeginning: true });
+      await consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ topic, partition, message }) => {
+          lastProgress = Date.now();
+          // before its start: fetched from the earliest offset before the seek below took effect
+          if (BigInt(message.offset) < (starts.get(`${topic}-${partition}`) ?? 0n)) return;
+          if (isControlRecord(message.headers)) return;
+          await opts.onRecord({ topic, partition, offset: message.offset, timestamp: message.timestamp, key: message.key, value: message.value, headers: message.headers });
+        },
+      });
+      // run() resolves once the group is joined; seeks apply to the next fetch of each partition.
+      for (const [tp, from] of starts) {
+        const at = tp.lastIndexOf("-");
+        if (from > 0n) consumer.seek({ topic: tp.slice(0, at), partition: Number(tp.slice(at + 1)), offset: from.toString() });
+      }
+      const stops: Promise<unknown>[] = [crashed];
+      if (opts.signal) {
+        const signal = opts.signal;
+        stops.push(signal.aborted ? Promise.resolve() : new Promise<void>((r) => signal.addEventListener("abort", () => r(), { once: true })));
+      }
+      if (!opts.follow) {
+        stops.push(finished);
+        const idle = opts.idleTimeoutMs ?? 15_000;
+        stops.push(
+          new Promise<void>((r) => {
+            const timer = setInterval(() => {
+              if (Date.now() - lastProgress > idle) {
+                clearInterval(timer);
+                r();
+              }
+            }, 250);
+            void finished.then(() => clearInterval(timer));
+            opts.signal?.addEventListener("abort", () => clearInterval(timer), { once: true });
+          }),
+        );
+      }
+      await Promise.race(stops);
+    } finally {
+      await consumer.disconnect().catch(() => undefined);
+    }
+    return { unfinished: [...pending.keys()] };
+  } finally {
+    await admin.deleteGroups([groupId]).catch(() => undefined);
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/** kafkajs's UNKNOWN_TOPIC_OR_PARTITION, also when wrapped by its retrier. */
+export function isUnknownTopic(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause ?? (e as { originalError?: unknown }).originalError) {
+    if ((e as { type?: unknown }).type === "UNKNOWN_TOPIC_OR_PARTITION") return true;
+  }
+  return false;
+}
+
+/** Topics of the cluster that start with `prefix`, sorted. */
+export async function topicsWithPrefix(kafka: Kafka, prefix: string): Promise<string[]> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return (await admin.listTopics()).filter((t) => t.startsWith(prefix)).sort();
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}

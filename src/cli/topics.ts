@@ -1,0 +1,184 @@
+// `writ topics ensure|check`: the contract topics (routerTopics), created and
+// checked as owners need them: partition p of the ledger holds the ledger of
+// intents partition p, so both topics must have the same partition count, and
+// the ledger must be compacted.
+import type { Admin, ConfigResourceTypes, ITopicConfig } from "kafkajs";
+import { routerConfigFromEnv, type RouterConfig } from "../config.ts";
+import { ensureTopics, routerTopics } from "../topics.ts";
+import { commandLogger, kafkaFor, parseCommandArgs, runCommand, UsageError, type Command } from "./common.ts";
+
+const USAGE = `usage: writ topics ensure|check [--brokers <list>] [--json]
+
+The contract topics, named and sized as owners configure them from the environment (WRIT_INTENTS_TOPIC,
+WRIT_LEDGER_TOPIC, WRIT_HUMAN_TOPIC, WRIT_DLQ_TOPIC, WRIT_INTENT_PARTITIONS, WRIT_REPLICATION_FACTOR,
+WRIT_LEDGER_RETENTION_HOURS; see the README):
+
+  ensure   creates the ones that are missing (existing topics are left as they are), then checks them.
+           Refuses to create one of intents/ledger beside an existing other with a different partition count.
+  check    checks them and changes nothing.
+
+A check fails on: a missing topic; an intents topic and a ledger with different partition counts; a
+partition count other than WRIT_INTENT_PARTITIONS (owners restore that many ledger partitions); a ledger
+whose cleanup.policy is not compact. It warns (and passes) on a replication factor or a ledger
+delete.retention.ms other than configured.
+
+  --brokers <list>   Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --json             one JSON report instead of text
+  -h, --help         this text
+
+Exit status: 0 the topics are as owners need them, 1 they are not (each problem is named), 2 bad usage,
+bad configuration, or Kafka unreachable.`;
+
+export interface TopicState {
+  topic: string;
+  role: "intents" | "ledger" | "human" | "dlq";
+  exists: boolean;
+  partitions?: number;
+  replicationFactor?: number;
+  configs?: Record<string, string>;
+}
+
+export interface TopicsReport {
+  ok: boolean;
+  created: string[];
+  topics: TopicState[];
+  problems: string[];
+  warnings: string[];
+}
+
+const ROLES = ["intents", "ledger", "human", "dlq"] as const;
+/** ConfigResourceTypes.TOPIC: kafkajs is CommonJS, and Node's named-export detection does not find its enums. */
+const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
+
+async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[]> {
+  const existing = new Set(await admin.listTopics());
+  const names = ROLES.map((r) => config.topics[r]);
+  const present = names.filter((t) => existing.has(t));
+  const { topics: metadata } = present.length > 0 ? await admin.fetchTopicMetadata({ topics: present }) : { topics: [] };
+  const ledger = config.topics.ledger;
+  const configs: Record<string, string> = {};
+  if (existing.has(ledger)) {
+    const described = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: [{ type: TOPIC_RESOURCE, name: ledger, configNames: ["cleanup.policy", "delete.retention.ms"] }],
+    });
+    for (const e of described.resources[0]?.configEntries ?? []) configs[e.configName] = e.configValue;
+  }
+  return ROLES.map((role) => {
+    const topic = config.topics[role];
+    const m = metadata.find((x) => x.name === topic);
+    if (!existing.has(topic) || m === undefined) return { topic, role, exists: false };
+    return {
+      topic,
+      role,
+      exists: true,
+      partitions: m.partitions.length,
+      replicationFactor: Math.min(...m.partitions.map((p) => p.replicas.length)),
+      ...(role === "ledger" ? { configs } : {}),
+    };
+  });
+}
+
+/** Problems (the owners cannot work with these topics) and warnings (they can). */
+export function judge(states: TopicState[], config: RouterConfig, wanted: ITopicConfig[]): { problems: string[]; warnings: string[] } {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const by = (role: TopicState["role"]) => states.find((s) => s.role === role)!;
+  for (const s of states) {
+    if (!s.exists) problems.push(`${s.topic} (${s.role}) does not exist: writ topics ensure creates it`);
+    else if (s.replicationFactor !== undefined && s.replicationFactor !== config.replicationFactor) {
+      warnings.push(`${s.topic} has replication factor ${s.replicationFactor}; WRIT_REPLICATION_FACTOR is ${config.replicationFactor}`);
+    }
+  }
+  const intents = by("intents");
+  const ledger = by("ledger");
+  if (intents.exists && ledger.exists && intents.partitions !== ledger.partitions) {
+    problems.push(
+      `${intents.topic} has ${intents.partitions} partitions and ${ledger.topic} ${ledger.partitions}: they must be equal (ledger partition p holds the ledger of intents partition p)`,
+    );
+  }
+  for (const s of [intents, ledger]) {
+    if (s.exists && s.partitions !== config.intentPartitions) {
+      problems.push(`${s.topic} has ${s.partitions} partitions; WRIT_INTENT_PARTITIONS is ${config.intentPartitions}: set WRIT_INTENT_PARTITIONS=${s.partitions} for owners and writ topics`);
+    }
+  }
+  if (ledger.exists) {
+    const policy = ledger.configs?.["cleanup.policy"] ?? "";
+    if (!policy.split(",").map((p) => p.trim()).includes("compact")) {
+      problems.push(`${ledger.topic} is not compacted (cleanup.policy=${policy || "?"}): the ledger must have cleanup.policy=compact`);
+    } else if (policy.includes("delete")) {
+      warnings.push(`${ledger.topic} has cleanup.policy=${policy}: retention also deletes ledger entries by age`);
+    }
+    const want = wanted.find((t) => t.topic === ledger.topic)?.configEntries?.find((e) => e.name === "delete.retention.ms")?.value;
+    const have = ledger.configs?.["delete.retention.ms"];
+    if (want !== undefined && have !== undefined && have !== want) {
+      warnings.push(`${ledger.topic} has delete.retention.ms=${have}; WRIT_LEDGER_RETENTION_HOURS asks for ${want}`);
+    }
+  }
+  return { problems, warnings };
+}
+
+function format(report: TopicsReport): string {
+  const lines = report.topics.map((t) =>
+    t.exists
+      ? `${t.topic.padEnd(24)} ${t.role.padEnd(8)} ${String(t.partitions).padStart(4)} partition${t.partitions === 1 ? " " : "s"}  rf ${t.replicationFactor}${t.configs?.["cleanup.policy"] ? `  cleanup.policy=${t.configs["cleanup.policy"]}` : ""}${report.created.includes(t.topic) ? "  (created)" : ""}`
+      : `${t.topic.padEnd(24)} ${t.role.padEnd(8)} missing`,
+  );
+  for (const w of report.warnings) lines.push(`warning: ${w}`);
+  for (const p of report.problems) lines.push(`problem: ${p}`);
+  lines.push(report.ok ? "topics ok" : `topics NOT ok: ${report.problems.length} problem${report.problems.length === 1 ? "" : "s"}`);
+  return lines.join("\n");
+}
+
+async function main(argv: string[]): Promise<number> {
+  const parsed = parseCommandArgs(argv, { brokers: { type: "string" }, json: { type: "boolean" } }, USAGE, true);
+  if (parsed === undefined) return 0;
+  const [action, ...extra] = parsed.positionals;
+  if (action !== "ensure" && action !== "check") throw new UsageError(action === undefined ? "ensure or check?" : `unknown action ${action}; ensure or check`);
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${extra[0]}`);
+  const env = { ...process.env };
+  if (parsed.values.brokers !== undefined) env.KAFKA_BROKERS = parsed.values.brokers;
+  if ((env.KAFKA_BROKERS ?? "") === "") throw new UsageError("no Kafka: give --brokers host:port[,…] (or set KAFKA_BROKERS)");
+  const config = routerConfigFromEnv(env);
+  const wanted = routerTopics(config);
+  const log = commandLogger("topics");
+  const admin = kafkaFor(config.brokers, "writ-cli-topics", log).admin();
+  await admin.connect();
+  try {
+    const created: string[] = [];
+    if (action === "ensure") {
+      const before = await describe(admin, config);
+      const [intents, ledger] = [before.find((s) => s.role === "intents")!, before.find((s) => s.role === "ledger")!];
+      const lone = intents.exists !== ledger.exists ? (intents.exists ? intents : ledger) : undefined;
+      if (lone !== undefined && lone.partitions !== config.intentPartitions) {
+        const other = lone === intents ? ledger : intents;
+        const report: TopicsReport = {
+          ok: false,
+          created: [],
+          topics: before,
+          problems: [
+            `refusing to create ${other.topic} with ${config.intentPartitions} partitions beside ${lone.topic} with ${lone.partitions}: set WRIT_INTENT_PARTITIONS=${lone.partitions}`,
+          ],
+          warnings: [],
+        };
+        process.stdout.write(parsed.values.json ? `${JSON.stringify(report)}\n` : `${format(report)}\n`);
+        return 1;
+      }
+      const missing = before.filter((s) => !s.exists).map((s) => s.topic);
+      if (missing.length > 0) await ensureTopics(admin, wanted.filter((t) => missing.includes(t.topic)));
+      created.push(...missing);
+    }
+    const topics = await describe(admin, config);
+    const { problems, warnings } = judge(topics, config, wanted);
+    const report: TopicsReport = { ok: problems.length === 0, created, topics, problems, warnings };
+    process.stdout.write(parsed.values.json ? `${JSON.stringify(report)}\n` : `${format(report)}\n`);
+    return report.ok ? 0 : 1;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+export const topicsCommand: Command = {
+  usage: USAGE,
+  main: (argv) => runCommand("topics", USAGE, () => main(argv)),
+};

@@ -1,0 +1,152 @@
+// `writ verify`: proves a module's write tools against a staging system of
+// record before they get production credentials. Usage: `writ verify --help`.
+// stdout: the table, then one JSON line (the report); progress on stderr;
+// owner logs in a file. Exit 0 = pass, 1 = a scenario failed, 2 = could not run.
+import { existsSync, mkdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { pino } from "pino";
+import { WritError } from "../errors.ts";
+import { REDACT_PATHS } from "../logger.ts";
+import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
+import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
+import { formatReport, runVerify } from "../verify/verify.ts";
+import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+
+const USAGE = `usage: writ verify --tools <module> [options]
+       npm run verify -- --tools <module> [options]
+
+Runs your declared write tools against your staging system of record under duplicate submission,
+commit-then-timeout, commit-then-drop and a race with an outside writer, and counts what happened there.
+
+  --tools <module>      exports tools, systems(env) and verify (a fixture per tool; see src/verify/fixture.ts)
+  --brokers <list>      Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --registry <url>      Confluent-API schema registry (default $SCHEMA_REGISTRY_URL; unset = plain JSON)
+  --tool <name>         only this tool (repeatable)
+  --scenario <name>     only this scenario (repeatable): ${SCENARIOS.join(", ")}
+  --sor-timeout-ms <n>  the owner's system-of-record deadline (default 2000)
+  --json                print only the JSON report
+  --keep-topics         leave the run's topics (writ.verify.<run>.*) on the cluster
+  --log-file <path>     owner and client logs (default .writ/verify.log; level $LOG_LEVEL, default warn)
+  --demo                start the demo records server in-process and set RECORDS_URL; --tools defaults to
+                        examples/verify-fixture.ts; without brokers, start or reuse the local broker
+  --demo-without-if-match  the same, with the records server's If-Match enforcement off (shows a lost update)
+  -h, --help            this text
+
+HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
+that systems(env) reads. Systems that are not HTTP get faults simulated at the adapter.
+
+Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run.`;
+
+/** writ's repository root (examples/ lives there; the package does not ship it). */
+function repoRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "package.json")) && dirname(dir) !== dir) dir = dirname(dir);
+  return dir;
+}
+
+const OPTIONS = {
+  tools: { type: "string" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+  tool: { type: "string", multiple: true },
+  scenario: { type: "string", multiple: true },
+  "sor-timeout-ms": { type: "string" },
+  json: { type: "boolean", default: false },
+  "keep-topics": { type: "boolean", default: false },
+  "log-file": { type: "string" },
+  demo: { type: "boolean", default: false },
+  "demo-without-if-match": { type: "boolean", default: false },
+} as const;
+
+async function main(argv: string[]): Promise<number> {
+  const fail = (message: string): number => {
+    process.stderr.write(`writ verify: ${message}\n`);
+    return 2;
+  };
+  let parsed;
+  try {
+    parsed = parseCommandArgs(argv, OPTIONS, USAGE);
+  } catch (err) {
+    if (err instanceof UsageError) return fail(`${err.message}\n\n${USAGE}`);
+    throw err;
+  }
+  if (parsed === undefined) return 0;
+  const args = parsed.values;
+
+  const demo = args.demo || args["demo-without-if-match"];
+  let tools = args.tools;
+  if (tools === undefined && demo) {
+    tools = join(repoRoot(), "examples", "verify-fixture.ts");
+    if (!existsSync(tools)) return fail(`--demo without --tools needs writ's repository (${tools} is not in the package); give --tools`);
+  }
+  if (tools === undefined) return fail(`--tools is required\n\n${USAGE}`);
+  const scenarios = args.scenario ?? [...SCENARIOS];
+  const badScenario = scenarios.find((s) => !(SCENARIOS as readonly string[]).includes(s));
+  if (badScenario !== undefined) return fail(`unknown scenario ${badScenario}; one of ${SCENARIOS.join(", ")}`);
+  const sorTimeoutMs = args["sor-timeout-ms"] === undefined ? undefined : Number(args["sor-timeout-ms"]);
+  if (sorTimeoutMs !== undefined && !(Number.isInteger(sorTimeoutMs) && sorTimeoutMs > 0)) return fail("--sor-timeout-ms must be a positive integer (ms)");
+
+  const progress = (line: string) => {
+    if (!args.json) process.stderr.write(`  ${line}\n`);
+  };
+  const cleanups: (() => Promise<void>)[] = [];
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  let brokers = args.brokers ?? process.env.KAFKA_BROKERS;
+  let registry = args.registry ?? (process.env.SCHEMA_REGISTRY_URL || undefined);
+  let exitCode = 2;
+  try {
+    if (demo) {
+      const { startDemoRecordsServer } = await import("../testing/demo-records-server.ts");
+      const records: DemoRecordsServer = await startDemoRecordsServer({ port: 0, enforceIfMatch: !args["demo-without-if-match"] });
+      cleanups.push(() => records.close());
+      env.RECORDS_URL = records.url;
+      progress(`demo records server at ${records.url} (If-Match ${args["demo-without-if-match"] ? "NOT enforced" : "enforced"})`);
+      if (brokers === undefined) {
+        // Dev convenience only: the local broker and registry that `npm run demo` uses.
+        const { ensureStack } = await import("../testing/local-stack.ts");
+        const stack = await ensureStack({ log: (l) => progress(`[stack] ${l}`) });
+        cleanups.push(() => stack.stop());
+        brokers = stack.endpoints.brokers.join(",");
+        registry ??= stack.endpoints.registryUrl || undefined;
+      }
+    }
+    if (brokers === undefined || brokers === "") {
+      throw new WritError("config_invalid", "writ verify: no Kafka: give --brokers host:port (or set KAFKA_BROKERS)", { retriable: false, context: { field: "brokers" } });
+    }
+    const logFile = resolve(args["log-file"] ?? ".writ/verify.log");
+    mkdirSync(dirname(logFile), { recursive: true });
+    const logger = pino(
+      { name: "writ-verify", level: process.env.LOG_LEVEL ?? "warn", redact: REDACT_PATHS },
+      pino.destination({ dest: logFile, sync: true }),
+    );
+    process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
+    progress(`tools ${tools}; Kafka ${brokers}; registry ${registry ?? "none (plain JSON)"}; logs ${logFile}`);
+    const report = await runVerify({
+      tools,
+      brokers,
+      ...(registry === undefined ? {} : { schemaRegistryUrl: registry }),
+      env,
+      ...(args.tool === undefined ? {} : { only: args.tool }),
+      scenarios: scenarios as ScenarioName[],
+      ...(sorTimeoutMs === undefined ? {} : { sorTimeoutMs }),
+      keepTopics: args["keep-topics"],
+      logger,
+      onProgress: progress,
+    });
+    if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
+    process.stdout.write(`${JSON.stringify(report)}\n`);
+    exitCode = report.ok ? 0 : 1;
+  } catch (err) {
+    process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    exitCode = 2;
+  } finally {
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  }
+  return exitCode;
+}
+
+export const verifyCommand: Command = {
+  usage: USAGE,
+  main,
+};

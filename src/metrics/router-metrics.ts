@@ -1,0 +1,239 @@
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { AdmittedIntent } from "../owner/admission.ts";
+import type { SorMethod } from "../tracing/spans.ts";
+import type { IntentOutcome } from "./outcome.ts";
+import type { SorCallObserver } from "./observed-system.ts";
+
+/** What a partition owner reports about itself at scrape time (see `PartitionOwner.stats`). */
+export interface PartitionFigures {
+  partition: number;
+  /** Committed ledger entries of the partition. */
+  ledgerEntries: number;
+  /** Committed ledger entries still `pending` (a write in flight, or one an earlier owner left). */
+  pending: number;
+  /** When the oldest of them was recorded (ms since the epoch); null with none. */
+  oldestPendingSince: number | null;
+  /** The next offset of the intents partition the owner's transactions committed for the group. */
+  committedOffset: bigint;
+}
+
+/** Where the gauges come from, asked at every scrape. */
+export interface MetricsSource {
+  /** The partitions this process owns and runs, now. */
+  partitions(): PartitionFigures[];
+  /** The intents partitions' high watermarks, asked of the brokers at scrape time; a failure falls back to the last fetched batch's. */
+  highWatermarks?(partitions: readonly number[]): Promise<ReadonlyMap<number, bigint>>;
+}
+
+/** Why a conflict was met: a 412 from the system of record, or (strict tools) a fresh read at another version than the intent's base. */
+export type ConflictCause = "precondition_failed" | "version_mismatch";
+
+const SOR_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const TXN_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const RESTORE_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+/**
+ * The metrics of one router (owner process), in a registry of its own (not
+ * prom-client's global one: several routers in one process do not collide).
+ * Served as Prometheus text on `/metrics` beside `/healthz` and `/readyz`, and
+ * by `router.metrics()`.
+ *
+ * Counters are counted when the transaction carrying an intent's result
+ * commits (what reached the topics, once, even when a failed transaction
+ * makes the owner process an intent again); conflicts when they are met;
+ * gauges are read from the owners at scrape time. No label carries a record
+ * id.
+ */
+export class RouterMetrics {
+  readonly registry = new Registry();
+  private source: MetricsSource | null = null;
+  /** High watermarks of intents partitions, as the last fetched batch of each reported them. */
+  private readonly fetchedHighWatermarks = new Map<number, bigint>();
+
+  private readonly intents = new Counter({
+    name: "writ_intents_total",
+    help: "Intents settled, by tool and outcome (applied, conflict, rejected, escalated, dead_lettered, repeat), counted when their result committed.",
+    labelNames: ["tool", "outcome"] as const,
+    registers: [this.registry],
+  });
+  private readonly duplicates = new Counter({
+    name: "writ_duplicates_answered_total",
+    help: "Repeats of an intent key answered from the ledger (duplicate: true), by tool.",
+    labelNames: ["tool"] as const,
+    registers: [this.registry],
+  });
+  private readonly conflicts = new Counter({
+    name: "writ_conflicts_total",
+    help: "Conflicts met: a 412 to If-Match (cause precondition_failed) or, for strict tools, a fresh read at another version than the intent's base (version_mismatch), by tool and record type.",
+    labelNames: ["tool", "record_type", "cause"] as const,
+    registers: [this.registry],
+  });
+  private readonly escalations = new Counter({
+    name: "writ_escalations_total",
+    help: "Escalations written to writ.human, by reason.",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+  private readonly deadLetters = new Counter({
+    name: "writ_dead_letters_total",
+    help: "Dead letters written to writ.dlq, by reason.",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+  private readonly sorDuration = new Histogram({
+    name: "writ_sor_request_duration_seconds",
+    help: "Duration of system-of-record calls, by system, method (read, patch, lookup, upsert) and outcome.",
+    labelNames: ["system", "method", "outcome"] as const,
+    buckets: SOR_BUCKETS,
+    registers: [this.registry],
+  });
+  private readonly txnDuration = new Histogram({
+    name: "writ_transaction_duration_seconds",
+    help: "Duration of the owner transactions that carry results (sends, offsets, commit), by intents partition.",
+    labelNames: ["partition"] as const,
+    buckets: TXN_BUCKETS,
+    registers: [this.registry],
+  });
+  private readonly restoreDuration = new Histogram({
+    name: "writ_restore_duration_seconds",
+    help: "Time to take up an intents partition (fence, marker, ledger restore, heal) until it runs, by partition.",
+    labelNames: ["partition"] as const,
+    buckets: RESTORE_BUCKETS,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    const metrics = this;
+    new Gauge({
+      name: "writ_ledger_entries",
+      help: "Committed ledger entries held by this owner, by intents partition.",
+      labelNames: ["partition"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const f of metrics.figures()) this.set({ partition: String(f.partition) }, f.ledgerEntries);
+      },
+    });
+    new Gauge({
+      name: "writ_ledger_pending_entries",
+      help: "Committed ledger entries still pending (a write in flight, or one left by an earlier owner), by intents partition.",
+      labelNames: ["partition"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const f of metrics.figures()) this.set({ partition: String(f.partition) }, f.pending);
+      },
+    });
+    new Gauge({
+      name: "writ_ledger_oldest_pending_age_seconds",
+      help: "Age of the oldest pending ledger entry (0 with none), by intents partition.",
+      labelNames: ["partition"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        const now = Date.now();
+        for (const f of metrics.figures()) {
+          this.set({ partition: String(f.partition) }, f.oldestPendingSince === null ? 0 : Math.max(0, now - f.oldestPendingSince) / 1000);
+        }
+      },
+    });
+    new Gauge({
+      name: "writ_consumer_lag_records",
+      help: "Intents not yet committed by the owner: the partition's high watermark minus the offset its transactions committed, by intents partition.",
+      labelNames: ["partition"] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        const figures = metrics.figures();
+        const probed = await metrics.highWatermarks(figures.map((f) => f.partition));
+        for (const f of figures) {
+          const high = [probed.get(f.partition), metrics.fetchedHighWatermarks.get(f.partition)].reduce<bigint>((m, v) => (v !== undefined && v > m ? v : m), -1n);
+          if (high < 0n) continue;
+          const lag = high - f.committedOffset;
+          this.set({ partition: String(f.partition) }, Number(lag > 0n ? lag : 0n));
+        }
+      },
+    });
+  }
+
+  /** The router's owners, for the gauges. */
+  attach(source: MetricsSource): void {
+    this.source = source;
+  }
+
+  /** A fetched batch of intents partition `partition` reported this high watermark. */
+  fetched(partition: number, highWatermark: string): void {
+    try {
+      const high = BigInt(highWatermark);
+      if (high > (this.fetchedHighWatermarks.get(partition) ?? -1n)) this.fetchedHighWatermarks.set(partition, high);
+    } catch {
+      // Not a number: nothing to learn from it.
+    }
+  }
+
+  /** Observes system-of-record calls (see `observeSystem`). */
+  readonly sorCall: SorCallObserver = (system: string, method: SorMethod, outcome: string, seconds: number) => {
+    this.sorDuration.observe({ system, method, outcome }, seconds);
+  };
+
+  /** The intent pipeline's hook. */
+  readonly pipeline = {
+    conflict: (a: AdmittedIntent, cause: ConflictCause) => {
+      this.conflicts.inc({ tool: a.tool.name, record_type: a.tool.recordType, cause });
+    },
+  };
+
+  /** The partition owners' hook (`OwnerContext.observe`). */
+  readonly owner = {
+    settled: (_intent: AdmittedIntent, _note: string) => {
+      // Counted at commit (see `committed`): a result staged here may still be dropped by a failed transaction.
+    },
+    transaction: (_ms: number) => {
+      // The whole transaction is timed at `committed`.
+    },
+    opened: (partition: number, ms: number) => {
+      this.restoreDuration.observe({ partition: String(partition) }, ms / 1000);
+    },
+    committed: (partition: number, ms: number, outcomes: readonly IntentOutcome[]) => {
+      this.txnDuration.observe({ partition: String(partition) }, ms / 1000);
+      for (const o of outcomes) {
+        this.intents.inc({ tool: o.tool, outcome: o.outcome });
+        if (o.outcome === "repeat") this.duplicates.inc({ tool: o.tool });
+        for (const reason of o.escalations) this.escalations.inc({ reason });
+        for (const reason of o.deadLetters) this.deadLetters.inc({ reason });
+      }
+    },
+  };
+
+  /** Prometheus text format. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  private figures(): PartitionFigures[] {
+    try {
+      return this.source?.partitions() ?? [];
+    } catch {
+      return [];
+    }
+  }
+
+  private async highWatermarks(partitions: readonly number[]): Promise<ReadonlyMap<number, bigint>> {
+    const ask = this.source?.highWatermarks;
+    if (!ask || partitions.length === 0) return new Map();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<ReadonlyMap<number, bigint>>((resolve) => {
+      timer = setTimeout(() => resolve(new Map()), 2000);
+      timer.unref();
+    });
+    try {
+      return await Promise.race([ask.call(this.source, partitions).catch(() => new Map<number, bigint>()), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

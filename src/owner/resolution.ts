@@ -1,0 +1,166 @@
+import { canonicalJson } from "../canonical-json.ts";
+import type { RejectReason } from "../errors.ts";
+import { paramsFingerprint } from "../keys.ts";
+import type { LedgerView } from "../ledger/ledger-state.ts";
+import type { Versioned } from "../schemas/common.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { Reply } from "../schemas/reply.ts";
+import type { Resolution } from "../schemas/resolution.ts";
+import { type AdmittedTool, isCommutative } from "../tools.ts";
+import { type Effects, effects, rejectedReply } from "./effects.ts";
+import { type ExecContext, isOutage, type Step } from "./intent-pipeline.ts";
+
+/** What the ledger says about a resolution: nothing to do (answered), close the case without a write, or write. */
+export type ResolvePlan =
+  | { kind: "settled"; effects: Effects; note: string }
+  | { kind: "apply"; entry: LedgerIntentEntry; pending: LedgerIntentEntry };
+
+/**
+ * Carries out a person's decision on an escalation, as the record's owner:
+ * the only one allowed to write it, and the one whose ledger says whether the
+ * escalation is still open. See src/schemas/resolution.ts.
+ */
+export class Resolver {
+  private readonly now: () => Date;
+
+  constructor(opts: { now?: () => Date } = {}) {
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  plan(r: Resolution, tool: AdmittedTool, replyTo: string, ledger: LedgerView): ResolvePlan {
+    const entry = ledger.get(r.intent.intentKey);
+    const at = this.now().toISOString();
+    const toOperator = (reason: RejectReason, message: string): ResolvePlan => ({
+      kind: "settled",
+      effects: effects({ replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at) }] }),
+      note: `resolution refused: ${reason}`,
+    });
+    const open = entry?.status === "done" && entry.outcome?.status === "escalated" && entry.outcome.escalationId === r.escalationId;
+    if (!entry || !open) return toOperator("resolution_not_applicable", `escalation ${r.escalationId.slice(0, 128)} of intent ${r.intent.intentKey.slice(0, 64)} is not open (already resolved, or not this intent's)`);
+    // The operator decides on the intent the ledger escalated, not on another one sent alongside.
+    if (paramsFingerprint(tool.name, r.intent.entity, r.intent.params, tool.freeTextParams) !== entry.fingerprint || entry.tool !== tool.name) {
+      return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one");
+    }
+    if (r.decision === "apply") {
+      if (r.baseVersion === undefined) return toOperator("params_invalid", "apply needs the baseVersion the operator decided on");
+      return { kind: "apply", entry, pending: { ...entry, status: "pending", updatedAt: at } };
+    }
+    const reason: RejectReason = r.decision === "discard" ? "escalation_discarded" : "returned_by_operator";
+    const message =
+      r.message ??
+      (r.decision === "discard" ? "A person decided this write will not be made." : "A person handed this write back to you: decide again from the current record.");
+    return this.close(r, entry, replyTo, reason, `${message}`.slice(0, 2000), at);
+  }
+
+  /** `apply`: the change rebuilt on the record as the operator saw it, If-Match that version. */
+  async apply(r: Resolution, tool: AdmittedTool, replyTo: string, plan: Extract<ResolvePlan, { kind: "apply" }>, ctx: ExecContext): Promise<Step> {
+    const { entry } = plan;
+    const at = () => this.now().toISOString();
+    const reopen = (reason: RejectReason, message: string, current?: Versioned | null): Step => ({
+      kind: "settled",
+      // The escalation stays open: the entry goes back to what it was.
+      effects: effects({
+        ledger: { ...entry, updatedAt: at() },
+        replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at(), current ? { current } : undefined) }],
+      }),
+      note: `resolution not applied: ${reason}`,
+    });
+    let current: Versioned | null;
+    try {
+      if (entry.outcome?.status === "escalated" && entry.outcome.reason === "outcome_unknown") {
+        // The escalated write may have happened after all: never write it twice.
+        const before = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
+        const settled = await tool.reconcile({ intent: r.intent, current: before, system: tool.system, timeoutMs: tool.timeoutMs, headers: ctx.headers });
+        if (settled === "applied") return this.applied(r, entry, replyTo, before, "reconcile");
+        if (settled === "unknown") return reopen("resolution_not_applicable", "the escalated write's outcome is still unknown at the system of record; check the record and discard or return it");
+      }
+      current = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
+    } catch (err) {
+      if (isOutage(err)) return { kind: "retry-later", reason: (err as Error).message, notSent: true };
+      return reopen("sor_protocol", `the system of record broke the protocol: ${(err as Error).message}`.slice(0, 2000));
+    }
+    if (current === null) return reopen("entity_not_found", `${r.intent.entity.type}:${r.intent.entity.id} does not exist`);
+    if (current.version !== r.baseVersion) {
+      return reopen("resolution_conflict", `the record changed since you decided (you saw ${r.baseVersion}, it is now ${current.version}); decide again`, current);
+    }
+    const delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(r.intent.params, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
+    if (delta === null) return reopen("params_invalid", "this tool cannot rebuild its change on the current record: send the delta to apply");
+    if (tool.deriveDelta && r.delta && canonicalJson(tool.deriveDelta(r.intent.params, current)) !== canonicalJson(r.delta)) {
+      return reopen("delta_mismatch", "the delta is not the one the intent's params give on the current record");
+    }
+    await ctx.durable();
+    if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
+    let outcome;
+    try {
+      outcome = await tool.system.patch(r.intent.entity, delta, { ifMatch: current.version, idempotencyKey: r.intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers });
+    } catch (err) {
+      outcome = { kind: "unknown" as const, message: (err as Error).message };
+    }
+    switch (outcome.kind) {
+      case "applied":
+        return this.applied(r, entry, replyTo, { state: outcome.state, version: outcome.version }, "patch");
+      case "precondition_failed":
+        return reopen("resolution_conflict", "the record changed while the decision was being applied; decide again", outcome.current);
+      case "unavailable":
+        return { kind: "retry-later", reason: outcome.message, notSent: true };
+      case "unknown": {
+        // Settled the same way as any unknown outcome, but by the operator: never replayed blind.
+        let after: Versioned | null = null;
+        try {
+          after = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
+          if ((await tool.reconcile({ intent: r.intent, current: after, system: tool.system, timeoutMs: tool.timeoutMs, headers: ctx.headers })) === "applied") {
+            return this.applied(r, entry, replyTo, after, "reconcile");
+          }
+        } catch {
+          // falls through: the operator is told the outcome is unknown
+        }
+        return reopen("resolution_not_applicable", `the write's outcome is unknown (${outcome.message}); check the record before deciding again`, after);
+      }
+      default:
+        return reopen(outcome.kind === "not_found" ? "entity_not_found" : "sor_rejected", `the system of record refused the write (${outcome.kind})`);
+    }
+  }
+
+  private applied(r: Resolution, entry: LedgerIntentEntry, replyTo: string, after: Versioned | null, via: "patch" | "reconcile"): Step {
+    const at = this.now().toISOString();
+    const version = after?.version ?? "unknown";
+    const reply = (intentId: string): Reply => ({
+      status: "applied",
+      intentId,
+      intentKey: r.intent.intentKey,
+      duplicate: false,
+      at,
+      entity: r.intent.entity,
+      state: after?.state ?? null,
+      version,
+      via,
+      resolvedBy: r.operator.id,
+    });
+    return {
+      kind: "settled",
+      effects: effects({
+        ledger: { ...entry, status: "done", outcome: { status: "applied", version, via, at, resolvedBy: r.operator.id }, updatedAt: at },
+        replies: [
+          { topic: entry.replyTo, value: reply(r.intent.intentId) },
+          { topic: replyTo, value: reply(r.resolutionId) },
+        ],
+      }),
+      note: "escalation resolved: applied",
+    };
+  }
+
+  private close(r: Resolution, entry: LedgerIntentEntry, replyTo: string, reason: RejectReason, message: string, at: string): ResolvePlan {
+    const reply = (intentId: string): Reply => ({ ...rejectedReply(intentId, r.intent.intentKey, reason, message, at), resolvedBy: r.operator.id });
+    return {
+      kind: "settled",
+      effects: effects({
+        ledger: { ...entry, status: "done", outcome: { status: "rejected", reason, message, at, resolvedBy: r.operator.id }, updatedAt: at },
+        replies: [
+          { topic: entry.replyTo, value: reply(r.intent.intentId) },
+          { topic: replyTo, value: reply(r.resolutionId) },
+        ],
+      }),
+      note: `escalation resolved: ${r.decision}`,
+    };
+  }
+}

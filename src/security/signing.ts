@@ -1,0 +1,72 @@
+import { createPrivateKey, createPublicKey, sign, verify, type KeyObject } from "node:crypto";
+import { canonicalJson } from "../canonical-json.ts";
+import { WritError } from "../errors.ts";
+
+/**
+ * Header carrying an intent's signature: `ed25519 <key id> <base64 signature>`.
+ * The signature is Ed25519 (RFC 8032) over the UTF-8 bytes of the intent's
+ * canonical JSON (keys sorted at every depth, as the intent key's bytes are;
+ * see the wire contract): every field the intent carries is covered, so a
+ * record whose value was changed, or that gained a field, fails to verify.
+ */
+export const SIGNATURE_HEADER = "writ-signature";
+
+/** A signing key of an agent: the key id the agent registry knows it by, and its private key. */
+export interface IntentSigner {
+  keyId: string;
+  /** PEM (PKCS#8) text or a KeyObject. */
+  privateKey: string | KeyObject;
+}
+
+/** The bytes an intent's signature covers. */
+export function signedBytes(intent: unknown): Buffer {
+  return Buffer.from(canonicalJson(intent), "utf8");
+}
+
+/** The header value for `intent`, signed with `signer`'s Ed25519 key. */
+export function signIntent(intent: unknown, signer: IntentSigner): string {
+  if (!/^[A-Za-z0-9._:-]{1,64}$/.test(signer.keyId)) {
+    throw new WritError("config_invalid", "signing key id must be 1–64 of A-Z a-z 0-9 . _ : -", { retriable: false, context: { field: "keyId" } });
+  }
+  const key = typeof signer.privateKey === "string" ? createPrivateKey(signer.privateKey) : signer.privateKey;
+  if (key.asymmetricKeyType !== "ed25519") {
+    throw new WritError("config_invalid", "signing key must be an Ed25519 private key", { retriable: false, context: { field: "privateKey" } });
+  }
+  return `ed25519 ${signer.keyId} ${sign(null, signedBytes(intent), key).toString("base64")}`;
+}
+
+/** An Ed25519 public key from PEM (SPKI) text or the 32 raw bytes in base64. */
+export function publicKeyFrom(text: string): KeyObject {
+  const trimmed = text.trim();
+  if (trimmed.startsWith("-----BEGIN")) return createPublicKey(trimmed);
+  const raw = Buffer.from(trimmed, "base64");
+  if (raw.length !== 32) throw new WritError("config_invalid", "an Ed25519 public key is PEM or 32 raw bytes in base64", { retriable: false });
+  // SPKI DER prefix for Ed25519 (RFC 8410): SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING }.
+  const der = Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), raw]);
+  return createPublicKey({ key: der, format: "der", type: "spki" });
+}
+
+export type SignatureCheck = { ok: true; keyId: string } | { ok: false; reason: string };
+
+/**
+ * Checks a record's signature header against an agent's keys (several during
+ * a rotation). The header is parsed with bounds: it is hostile input.
+ */
+export function verifyIntentSignature(rawIntent: unknown, header: string | undefined, keys: ReadonlyMap<string, KeyObject>): SignatureCheck {
+  if (header === undefined) return { ok: false, reason: "the intent is not signed (no writ-signature header)" };
+  if (header.length > 256) return { ok: false, reason: "the signature header is too long" };
+  const parts = header.split(" ");
+  if (parts.length !== 3 || parts[0] !== "ed25519") return { ok: false, reason: "the signature header is not `ed25519 <key id> <base64>`" };
+  const keyId = parts[1]!;
+  const key = keys.get(keyId);
+  if (!key) return { ok: false, reason: `key ${keyId.slice(0, 64)} is not registered for this agent` };
+  const sig = Buffer.from(parts[2]!, "base64");
+  if (sig.length !== 64) return { ok: false, reason: "an Ed25519 signature is 64 bytes" };
+  let bytes: Buffer;
+  try {
+    bytes = signedBytes(rawIntent);
+  } catch {
+    return { ok: false, reason: "the intent cannot be put in canonical form" };
+  }
+  return verify(null, bytes, key, sig) ? { ok: true, keyId } : { ok: false, reason: "the signature does not match the intent" };
+}

@@ -1,0 +1,57 @@
+// A forwarding HTTP proxy in front of a server (the demo records server): every
+// request is passed on unchanged and recorded (method, path, headers, status),
+// so a test can count what an owner sent and see its headers (traceparent).
+import { type IncomingHttpHeaders, createServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
+import { onTestFinished } from "vitest";
+
+export interface ProxiedRequest {
+  method: string;
+  path: string;
+  headers: IncomingHttpHeaders;
+  status: number;
+}
+
+export interface RecordingProxy {
+  url: string;
+  seen: ProxiedRequest[];
+}
+
+/** Starts the proxy on 127.0.0.1 in front of `target` (http://host:port); closed when the test finishes. */
+export async function startRecordingProxy(target: string): Promise<RecordingProxy> {
+  const to = new URL(target);
+  const seen: ProxiedRequest[] = [];
+  const server = createServer((req, res) => {
+    const upstream = request(
+      { host: to.hostname, port: to.port, method: req.method, path: req.url, headers: { ...req.headers, host: to.host } },
+      (answer) => {
+        seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: answer.statusCode ?? 0 });
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    upstream.on("error", () => {
+      seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: 0 });
+      res.destroy();
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  onTestFinished(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+/** A TCP port free on 127.0.0.1 just now. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}

@@ -1,0 +1,361 @@
+// The `writ` command as installed: the BUILT cli (dist/src/cli/main.js, the
+// package's "bin") run as a child process by plain node with type stripping
+// off, against the shared broker. Each command once: --version and help,
+// topics ensure/check, owner (with a plain-JS tools module), submit, tail,
+// escalations, doctor and verify. The run's topics and group are its own.
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { Kafka, logLevel, type Admin } from "kafkajs";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import * as demoTools from "../../examples/demo-tools.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
+import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+
+const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:39092";
+const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
+const id = randomUUID().slice(0, 8);
+const topics = { intents: `cli-${id}.intents`, ledger: `cli-${id}.ledger`, human: `cli-${id}.human`, dlq: `cli-${id}.dlq` };
+const agent = `cli-${id}`;
+const replyTopic = `writ.replies.${agent}`;
+const COMPOSE_TOOLS = join(ROOT, "examples", "compose", "tools.js");
+const VERSION = (await import("../../package.json", { with: { type: "json" } })).default.version;
+
+let records: DemoRecordsServer;
+let admin: Admin;
+let owner: ChildProcess | undefined;
+let ownerStderr = "";
+const extraTopics: string[] = [];
+
+/** The environment of every command: this run's topics and group, nothing from the caller's WRIT_* or LOG_LEVEL. */
+function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("WRIT_") && k !== "LOG_LEVEL"));
+  return {
+    ...base,
+    KAFKA_BROKERS: brokers,
+    SCHEMA_REGISTRY_URL: registry,
+    WRIT_INTENTS_TOPIC: topics.intents,
+    WRIT_LEDGER_TOPIC: topics.ledger,
+    WRIT_HUMAN_TOPIC: topics.human,
+    WRIT_DLQ_TOPIC: topics.dlq,
+    WRIT_GROUP_ID: `cli-${id}.owners`,
+    WRIT_INTENT_PARTITIONS: "2",
+    WRIT_SOR_TIMEOUT_MS: "1500",
+    WRIT_SESSION_TIMEOUT_MS: "10000",
+    RECORDS_URL: records.url,
+    ...extra,
+  };
+}
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `node --no-experimental-strip-types dist/src/cli/main.js …`: the built JavaScript only. */
+function writ(args: string[], opts: { env?: NodeJS.ProcessEnv; input?: string; stripTypes?: boolean; timeoutMs?: number } = {}): Promise<Run> {
+  const nodeArgs = opts.stripTypes ? [BUILT_CLI, ...args] : ["--no-experimental-strip-types", BUILT_CLI, ...args];
+  return new Promise((resolveRun) => {
+    const child = execFile(process.execPath, nodeArgs, { cwd: ROOT, env: opts.env ?? env(), timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+      const code = error === null ? 0 : typeof error.code === "number" ? error.code : 1;
+      resolveRun({ code, stdout, stderr });
+    });
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+    else child.stdin?.end();
+  });
+}
+
+/** Nothing at error level (kafkajs's retries, a coordinator still loading): the CLI's own lines or pino's levels 50/60. */
+function expectQuiet(stderr: string): void {
+  expect(stderr).not.toMatch(/: (error|fatal): |"level":(50|60)/);
+}
+
+const lines = (text: string) => text.split("\n").filter((l) => l.trim() !== "");
+const jsonLines = (text: string) => lines(text).map((l) => JSON.parse(l) as Record<string, any>);
+
+async function seed(type: string, recordId: string, state: unknown): Promise<string> {
+  const res = await fetch(`${records.url}/_admin/records/${type}/${recordId}`, { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(state) });
+  expect(res.ok).toBe(true);
+  return (await fetch(`${records.url}/records/${type}/${recordId}`)).headers.get("etag")!;
+}
+
+/** A tag_ticket call: the tool's delta replaces /tags with the tags the agent read plus its own (examples/demo-tools.ts). */
+const tagArgs = (tag: string, base: string, step: string, read: string[] = []) => [
+  "submit",
+  "--tool",
+  "tag_ticket",
+  "--entity",
+  "ticket:T-cli",
+  "--base-version",
+  base,
+  "--delta",
+  JSON.stringify([{ op: "replace", path: "/tags", value: [...read, tag] }]),
+  "--params",
+  JSON.stringify({ tag }),
+  "--run-id",
+  `run-${id}`,
+  "--step-id",
+  step,
+  "--agent",
+  agent,
+  "--timeout-ms",
+  "30000",
+];
+
+beforeAll(async () => {
+  ensureBuilt();
+  records = await startDemoRecordsServer({ port: 0 });
+  const kafka = new Kafka({ clientId: `writ-cli-test-${id}`, brokers: brokers.split(","), logLevel: logLevel.NOTHING });
+  admin = kafka.admin();
+  await admin.connect();
+}, 120_000);
+
+afterAll(async () => {
+  if (owner && owner.exitCode === null) {
+    const exited = new Promise<number | null>((r) => owner!.once("exit", (code) => r(code)));
+    owner.kill("SIGTERM");
+    await exited;
+  }
+  await admin?.deleteTopics({ topics: [...Object.values(topics), replyTopic, ...extraTopics] }).catch(() => undefined);
+  await admin?.disconnect();
+  await records?.close();
+}, 60_000);
+
+describe("the built writ CLI (plain node, no type stripping)", () => {
+  it("writ --version, writ help, and --help on every command", async () => {
+    const version = await writ(["--version"]);
+    expect(version).toEqual({ code: 0, stdout: `${VERSION}\n`, stderr: "" });
+    const help = await writ(["help"]);
+    expect(help.code).toBe(0);
+    const commands = ["owner", "submit", "tail", "escalations", "topics", "verify", "doctor"];
+    for (const c of commands) expect(help.stdout).toMatch(new RegExp(`^  ${c} `, "m"));
+    for (const c of commands) {
+      const own = await writ([c, "--help"]);
+      expect(own.code, `${c} --help`).toBe(0);
+      expect(own.stdout, `${c} --help`).toMatch(new RegExp(`^usage: writ ${c}`));
+      expect(own.stdout, `${c} --help`).toMatch(/Exit status/);
+      expect((await writ(["help", c])).stdout).toBe(own.stdout);
+    }
+    expect((await writ(["escalations", "--help"])).stdout).toMatch(/resolve\s+a person's decision on one escalation/);
+    const none = await writ([]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/^usage: writ <command>/);
+    const unknown = await writ(["frobnicate"]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/unknown command frobnicate/);
+    const badFlag = await writ(["tail", "human", "--nope"]);
+    expect(badFlag.code).toBe(2);
+    expect(badFlag.stderr).toMatch(/--nope/);
+  });
+
+  it("writ topics: check fails while topics are missing, ensure creates them, then check passes", async () => {
+    const before = await writ(["topics", "check"]);
+    expect(before.code).toBe(1);
+    expect(before.stdout).toContain(`problem: ${topics.intents} (intents) does not exist`);
+    const ensured = await writ(["topics", "ensure", "--json"]);
+    expectQuiet(ensured.stderr);
+    expect(ensured.code, ensured.stdout + ensured.stderr).toBe(0);
+    const report = JSON.parse(ensured.stdout);
+    expect(report.ok).toBe(true);
+    expect(report.created.sort()).toEqual(Object.values(topics).sort());
+    const ledger = report.topics.find((t: { role: string }) => t.role === "ledger");
+    expect(ledger).toMatchObject({ partitions: 2, configs: { "cleanup.policy": "compact" } });
+    const after = await writ(["topics", "check"]);
+    expect(after.code).toBe(0);
+    expect(after.stdout).toMatch(/topics ok$/m);
+    expectQuiet(after.stderr);
+  });
+
+  it("writ topics refuses intents and ledger partition counts that differ, and a ledger that is not compacted", async () => {
+    const other = { intents: `cli-${id}.x.intents`, ledger: `cli-${id}.x.ledger`, human: topics.human, dlq: topics.dlq };
+    extraTopics.push(other.intents, other.ledger);
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [
+        { topic: other.intents, numPartitions: 2 },
+        { topic: other.ledger, numPartitions: 3, configEntries: [{ name: "cleanup.policy", value: "delete" }] },
+      ],
+    });
+    const xenv = env({ WRIT_INTENTS_TOPIC: other.intents, WRIT_LEDGER_TOPIC: other.ledger });
+    const check = await writ(["topics", "check"], { env: xenv });
+    expect(check.code).toBe(1);
+    expect(check.stdout).toContain(`${other.intents} has 2 partitions and ${other.ledger} 3: they must be equal`);
+    expect(check.stdout).toContain(`${other.ledger} is not compacted (cleanup.policy=delete)`);
+    const ensure = await writ(["topics", "ensure"], { env: xenv });
+    expect(ensure.code).toBe(1);
+    expect(ensure.stdout).toMatch(/topics NOT ok/);
+    // one of the pair exists with another partition count: ensure creates nothing beside it
+    const lone = `cli-${id}.y.ledger`;
+    const refused = await writ(["topics", "ensure"], { env: env({ WRIT_INTENTS_TOPIC: other.intents, WRIT_LEDGER_TOPIC: lone, WRIT_INTENT_PARTITIONS: "4" }) });
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toContain(`refusing to create ${lone} with 4 partitions beside ${other.intents} with 2: set WRIT_INTENT_PARTITIONS=2`);
+    expect(await admin.listTopics()).not.toContain(lone);
+  });
+
+  it("writ owner without a tools module is a configuration error naming --tools and WRIT_TOOLS_MODULE (no demo fallback)", async () => {
+    const missing = await writ(["owner"]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("give --tools <module> (or set WRIT_TOOLS_MODULE)");
+    const absent = await writ(["owner"], { env: env({ WRIT_TOOLS_MODULE: "/nonexistent/tools.js" }) });
+    expect(absent.code).toBe(2);
+    expect(absent.stderr).toContain("tools module /nonexistent/tools.js (WRIT_TOOLS_MODULE) not found");
+    const wrongShape = await writ(["owner", "--tools", join(ROOT, "package.json")]);
+    expect(wrongShape.code).toBe(2);
+    expect(wrongShape.stderr).toMatch(/tools module .*package\.json \(--tools\) (must export|failed to load)/);
+  });
+
+  it("writ owner runs the tools module; writ submit prints each reply as JSON with its exit status", async () => {
+    const v1 = await seed("ticket", "T-cli", { subject: "cli", status: "open", tags: [] });
+    owner = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "owner", "--tools", COMPOSE_TOOLS], { cwd: ROOT, env: env(), stdio: ["ignore", "ignore", "pipe"] });
+    owner.stderr!.on("data", (d: Buffer) => (ownerStderr += d.toString()));
+    await waitFor(() => ownerStderr.includes('"msg":"owner started"'), { timeoutMs: 60_000, message: () => `owner did not start:\n${ownerStderr}` });
+
+    // applied: tool scope and intent fields from the tools module
+    const applied = await writ([...tagArgs("vip", v1, "s1"), "--tools", COMPOSE_TOOLS]);
+    expectQuiet(applied.stderr);
+    expect(applied.code, applied.stdout + applied.stderr).toBe(0);
+    const reply = JSON.parse(applied.stdout);
+    expect(reply).toMatchObject({ status: "applied", duplicate: false, entity: { type: "ticket", id: "T-cli" }, via: "patch" });
+
+    // the same intent again, from stdin, with the key scope and intent fields as flags: the stored reply
+    const intent = { tool: "tag_ticket", entity: "ticket:T-cli", baseVersion: v1, delta: [{ op: "replace", path: "/tags", value: ["vip"] }], params: { tag: "vip" }, runId: `run-${id}`, stepId: "s1" };
+    const again = await writ(["submit", "--intent", "-", "--key-scope", "run", "--intent-fields", "tag", "--agent", agent], { input: JSON.stringify(intent) });
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ status: "applied", duplicate: true, intentKey: reply.intentKey });
+
+    // a stale base under a strict tool: conflict (exit 1), twice with new bases, then escalated (exit 1)
+    const statuses: string[] = [];
+    for (const base of [v1, '"v0"', '"v-stale"']) {
+      const r = await writ([...tagArgs("late", base, "s2"), "--key-scope", "run", "--intent-fields", "tag"]);
+      expect(r.code, r.stderr).toBe(1);
+      expectQuiet(r.stderr);
+      statuses.push(JSON.parse(r.stdout).status);
+    }
+    expect(statuses).toEqual(["conflict", "conflict", "escalated"]);
+    expect(((await (await fetch(`${records.url}/records/ticket/T-cli`)).json()) as { tags: string[] }).tags).toEqual(["vip"]);
+
+    // usage errors: exit 2, nothing sent
+    const noKey = await writ(tagArgs("x", v1, "s3"));
+    expect(noKey.code).toBe(2);
+    expect(noKey.stderr).toContain("give --tools <module> (or WRIT_TOOLS_MODULE), or --key-scope and --intent-fields");
+    const badDelta = await writ(["submit", "--tool", "tag_ticket", "--entity", "ticket:T-cli", "--base-version", v1, "--delta", "{", "--run-id", "r", "--step-id", "s"]);
+    expect(badDelta.code).toBe(2);
+    expect(badDelta.stderr).toContain("--delta is not JSON");
+
+    // a record that is not an intent, for the dead-letter topic
+    const producer = new Kafka({ clientId: `writ-cli-test-${id}-raw`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).producer();
+    await producer.connect();
+    await producer.send({ topic: topics.intents, messages: [{ key: "ticket:T-cli", value: "not an intent" }] });
+    await producer.disconnect();
+  }, 180_000);
+
+  it("writ tail prints replies, ledger entries, escalations and dead letters, decoded; --json; --follow", async () => {
+    const replies = await writ(["tail", "replies", "--topic", replyTopic, "--from-beginning", "--json"]);
+    expectQuiet(replies.stderr);
+    expect(replies.code, replies.stderr).toBe(0);
+    const decoded = jsonLines(replies.stdout);
+    expect(decoded.map((r) => r.value?.status)).toEqual(["applied", "applied", "conflict", "conflict", "escalated"]);
+    expect(decoded.every((r) => r.topic === replyTopic && typeof r.offset === "string" && r.error === undefined)).toBe(true);
+    expect(decoded.some((r) => r.framed === (registry !== ""))).toBe(true);
+
+    const text = await writ(["tail", "replies", "--topic", replyTopic, "--from-beginning"]);
+    expect(lines(text.stdout)[0]).toMatch(new RegExp(`${replyTopic.replace(/\./g, "\\.")}\\[0\\]@\\d+ applied ticket:T-cli .* via=patch$`));
+
+    const ledger = await writ(["tail", "ledger", "--from-beginning"]);
+    expect(ledger.code).toBe(0);
+    expect(ledger.stdout).toMatch(/ done applied ticket:T-cli tool=tag_ticket /);
+    expect(ledger.stdout).toMatch(/ done escalated ticket:T-cli tool=tag_ticket .* cycles=3 /);
+    expect(ledger.stdout).toMatch(/ marker partition=\d owner=/);
+
+    const human = await writ(["tail", "human", "--from-beginning", "--json"]);
+    expect(jsonLines(human.stdout).map((r) => r.value.reason)).toEqual(["conflict_cycles_exhausted"]);
+
+    const dlq = await waitFor(async () => {
+      const r = await writ(["tail", "dlq", "--from-beginning"]);
+      return r.stdout.includes(" undecodable ") ? r : undefined;
+    });
+    expect(dlq.stdout).toMatch(new RegExp(`undecodable from ${topics.intents.replace(/\./g, "\\.")}\\[\\d\\]@\\d+ key=ticket:T-cli 13 bytes`));
+
+    // the last N offsets only (transaction markers count): fewer lines than from the beginning
+    const last = await writ(["tail", "replies", "--topic", replyTopic, "-n", "2", "--json"]);
+    expect(jsonLines(last.stdout).length).toBeLessThan(decoded.length);
+
+    // --follow: what is there, then what comes, until interrupted
+    const follow = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "tail", "replies", "--topic", replyTopic, "--from-beginning", "--follow", "--json"], { cwd: ROOT, env: env() });
+    let out = "";
+    let err = "";
+    follow.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    follow.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((r) => follow.once("exit", (code) => r(code)));
+    await waitFor(() => lines(out).length >= decoded.length, { message: () => `follow printed ${out}${err}` });
+    const v = (await fetch(`${records.url}/records/ticket/T-cli`)).headers.get("etag")!;
+    const more = await writ([...tagArgs("followed", v, "s4", ["vip"]), "--tools", COMPOSE_TOOLS]);
+    expect(more.code, more.stderr).toBe(0);
+    const key = JSON.parse(more.stdout).intentKey;
+    await waitFor(() => jsonLines(out).some((r) => r.value?.intentKey === key && r.value?.status === "applied"), { message: () => `follow printed ${out}${err}` });
+    follow.kill("SIGINT");
+    expect(await exited).toBe(0);
+    expectQuiet(err);
+  }, 120_000);
+
+  it("writ escalations list shows each escalation; resolve carries out a decision once", async () => {
+    const list = await writ(["escalations", "list"]);
+    expectQuiet(list.stderr);
+    expect(list.code).toBe(0);
+    const [header, row] = lines(list.stdout);
+    expect(header).toMatch(/^REASON\s+ENTITY\s+TOOL\s+INTENT KEY\s+ESCALATION ID\s+AGE\s+MESSAGE$/);
+    expect(row).toMatch(/^conflict_cycles_exhausted\s+ticket:T-cli\s+tag_ticket\s+[0-9a-f]{64}\s+[0-9a-f-]{36}\s+\d+ (s|min)\s+\S/);
+    expect(list.stdout).toMatch(/1 escalation on cli-.*\.human/);
+    const json = jsonLines((await writ(["escalations", "list", "--json"])).stdout);
+    expect(json).toHaveLength(1);
+    expect(json[0]).toMatchObject({ reason: "conflict_cycles_exhausted", intent: { tool: "tag_ticket", entity: { type: "ticket", id: "T-cli" } }, topic: topics.human });
+    expect((await writ(["escalations", "resolve", json[0]!.escalationId])).code).toBe(2);
+    const discard = await writ(["escalations", "resolve", json[0]!.escalationId, "--discard", "--message", "not needed after all", "--operator", `ops-${id}`]);
+    expect(discard.code, discard.stdout + discard.stderr).toBe(0);
+    extraTopics.push(`writ.replies.ops-${id}`);
+    expect(JSON.parse(discard.stdout)).toMatchObject({ status: "rejected", reason: "escalation_discarded", message: "not needed after all", resolvedBy: `ops-${id}` });
+    // Carried out once: the escalation is closed.
+    const again = await writ(["escalations", "resolve", json[0]!.escalationId, "--apply", "--operator", `ops-${id}`]);
+    expect(again.code).toBe(1);
+    expect(JSON.parse(again.stdout)).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
+  });
+
+  it("writ doctor and writ verify run from the CLI", async () => {
+    const doctor = await writ(["doctor", "--topics", Object.values(topics).join(","), "--json"]);
+    expect(doctor.code, doctor.stderr).toBe(0);
+    expect(JSON.parse(doctor.stdout).findings).toEqual([]);
+    // verify loads the caller's tools module, here a .ts one: the built CLI on a Node that strips types
+    const verify = await writ(
+      ["verify", "--tools", join(ROOT, "examples", "verify-fixture.ts"), "--tool", "tag_ticket", "--scenario", "duplicate-submission", "--json", "--log-file", join(ROOT, ".writ", "cli-test-verify.log")],
+      { stripTypes: true, timeoutMs: 120_000 },
+    );
+    expect(verify.code, verify.stderr).toBe(0);
+    expect(JSON.parse(verify.stdout)).toMatchObject({ ok: true, tools: [{ tool: "tag_ticket", scenarios: [{ scenario: "duplicate-submission", ok: true }] }] });
+  }, 150_000);
+
+  it("the owner logged nothing at error level, and leaves cleanly on SIGTERM", async () => {
+    expect(owner).toBeDefined();
+    const exited = new Promise<number | null>((r) => owner!.once("exit", (code) => r(code)));
+    owner!.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expectQuiet(ownerStderr);
+    expect(ownerStderr).toContain('"msg":"router stopped"');
+  }, 60_000);
+
+  it("examples/compose/tools.js declares what examples/demo-tools.ts declares", async () => {
+    // in a child: the module imports "writ" (the package's own name, resolved to dist by its exports) and "zod"
+    const describeTools = (href: string) =>
+      `const m = await import(${JSON.stringify(href)}); console.log(JSON.stringify({ tools: m.tools.map((t) => ({ ...t, params: Object.keys(t.params.shape) })), systems: m.systems({ RECORDS_URL: "http://x:1" }).map((s) => s.name) }));`;
+    const js = await new Promise<string>((r, j) =>
+      execFile(process.execPath, ["--no-experimental-strip-types", "--input-type=module", "-e", describeTools(pathToFileURL(COMPOSE_TOOLS).href)], { cwd: ROOT }, (e, out) => (e ? j(e) : r(out))),
+    );
+    const ts = {
+      tools: demoTools.tools.map((t) => ({ ...t, params: Object.keys((t.params as unknown as { shape: object }).shape) })),
+      systems: demoTools.systems({ RECORDS_URL: "http://x:1" }).map((s) => s.name),
+    };
+    expect(JSON.parse(js)).toEqual(JSON.parse(JSON.stringify(ts)));
+  });
+});

@@ -1,0 +1,69 @@
+import { generateKeyPairSync, randomUUID } from "node:crypto";
+import { Kafka, logLevel } from "kafkajs";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { createWritClient } from "../../producers/writ-client.ts";
+import { partitionFor } from "../../src/kafka/partition.ts";
+import { createLogger } from "../../src/logger.ts";
+import { AgentRegistry } from "../../src/security/agent-registry.ts";
+import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+
+const refund = (runId: string, version: string, amountCents = 700) => ({
+  tool: refundPayment,
+  entity: { type: "payment", id: "pay_1" },
+  runId,
+  stepId: `refund-${amountCents}`,
+  baseVersion: version,
+  delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "late" as const } }],
+  params: { amountCents, reason: "late" },
+});
+
+describe("the trust boundary on a real broker", () => {
+  it("wrong-partition: an intent another client's partitioner put on the wrong partition is forwarded to its owner partition and written once", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 6 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    const intent = agent.buildIntent(refund(`run-${randomUUID()}`, version));
+    const home = partitionFor("payment:pay_1", 6);
+    const kafka = new Kafka({ clientId: "foreign", brokers: brokers(), logLevel: logLevel.NOTHING });
+    const producer = kafka.producer();
+    await producer.connect();
+    onTestFinished(() => producer.disconnect());
+    // The same intent twice, on two partitions that are not its key's: forwarded once each, deduped by the owner.
+    for (const p of [(home + 1) % 6, (home + 2) % 6]) {
+      await producer.send({ topic: h.config.topics.intents, messages: [{ key: "payment:pay_1", value: JSON.stringify(intent), partition: p }] });
+    }
+    const replies = await h.readTopic(`writ.replies.billing-agent.${h.id}`, "Reply", 2);
+    expect(replies.map((r) => r.status)).toEqual(["applied", "applied"]);
+    expect(replies.filter((r) => r.duplicate)).toHaveLength(1);
+    expect(h.records.patchRequests(intent.intentKey)).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("signed-agents: with an agent registry a signed intent is applied; an unsigned one is dead-lettered unauthenticated and answered on the agent's registered topic", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const key = generateKeyPairSync("ed25519");
+    const replyTopic = `writ.replies.signer.${h.id}`;
+    const agents = AgentRegistry.from({
+      agents: { signer: { keys: [{ id: "k1", publicKey: key.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: ["refund_payment"], replyTopic } },
+    });
+    await h.startRouter({ agents });
+    const common = { brokers: brokers(), agentId: "signer", replyTopic, intentsTopic: h.config.topics.intents, schemaRegistryUrl: registryUrl(), logger: createLogger({ level: "warn" }) };
+    const signedClient = await createWritClient({ ...common, signer: { keyId: "k1", privateKey: key.privateKey } });
+    onTestFinished(() => signedClient.close());
+    const unsignedClient = await createWritClient(common);
+    onTestFinished(() => unsignedClient.close());
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+
+    const applied = await signedClient.submit(refund(`run-${randomUUID()}`, version));
+    expect(applied).toMatchObject({ status: "applied" });
+    const refused = await unsignedClient.submit(refund(`run-${randomUUID()}`, version, 900));
+    expect(refused).toMatchObject({ status: "rejected", reason: "unauthenticated" });
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead.map((d) => d.reason)).toEqual(["unauthenticated"]);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+});

@@ -1,0 +1,138 @@
+// The package as a user gets it: `npm pack`, then `npm install --omit=dev
+// <tarball>` in a new project (production dependencies only; the optional peer
+// dependencies stay out), then a program run by plain node with type stripping
+// off: it declares a tool, starts a router and a client, starts the demo
+// records server from `writ/testing`, submits an intent against the test
+// broker and prints the reply. `npx writ --version` runs there on the Node of
+// the PATH without the project's node_modules/.bin (the system's node).
+import { execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { Kafka, logLevel } from "kafkajs";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import pkg from "../../package.json" with { type: "json" };
+import { ROOT, ensureBuilt } from "../helpers/build.ts";
+
+const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:39092";
+const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
+const id = randomUUID().slice(0, 8);
+const dir = mkdtempSync(join(tmpdir(), "writ-package-"));
+const app = join(dir, "app");
+let tarball = "";
+
+function run(cmd: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolveRun) => {
+    execFile(cmd, args, { cwd: opts.cwd, env: opts.env ?? process.env, timeout: opts.timeoutMs ?? 120_000, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+      resolveRun({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr });
+    });
+  });
+}
+
+/** The environment without this repository's node_modules/.bin (its Node 24, tsc, vitest): what a user's shell has. */
+function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const path = (process.env.PATH ?? "")
+    .split(delimiter)
+    .filter((p) => !p.includes("node_modules"))
+    .join(delimiter);
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("npm_") && !k.startsWith("WRIT_") && k !== "NODE_OPTIONS"));
+  return { ...base, PATH: path, ...extra };
+}
+
+const PROGRAM = `
+import { createHttpSystemOfRecord, createWritClient, declareWriteTool, startRouter } from "writ";
+import { startDemoRecordsServer } from "writ/testing";
+import { z } from "zod";
+
+const id = process.env.RUN_ID;
+const brokers = process.env.KAFKA_BROKERS.split(",");
+const schemaRegistryUrl = process.env.SCHEMA_REGISTRY_URL || undefined;
+const records = await startDemoRecordsServer({ port: 0 });
+await fetch(records.url + "/_admin/records/ticket/T-1", { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify({ tags: [] }) });
+const baseVersion = (await fetch(records.url + "/records/ticket/T-1")).headers.get("etag");
+
+const tagTicket = declareWriteTool({
+  name: "tag_ticket", recordType: "ticket", params: z.object({ tag: z.string() }), intentFields: ["tag"],
+  allowedPaths: ["/tags/-"], keyScope: "run", versionPolicy: "strict", system: "helpdesk", reconcile: "idempotency-key",
+});
+const topics = { intents: "pkg-" + id + ".intents", ledger: "pkg-" + id + ".ledger", human: "pkg-" + id + ".human", dlq: "pkg-" + id + ".dlq" };
+const router = await startRouter({
+  config: { brokers, schemaRegistryUrl, groupId: "pkg-" + id + ".owners", intentPartitions: 1, topics },
+  tools: [tagTicket],
+  systems: [createHttpSystemOfRecord({ name: "helpdesk", baseUrl: records.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" })],
+});
+const client = await createWritClient({ brokers, schemaRegistryUrl, agentId: "pkg-" + id, replyTopic: "writ.replies.pkg-" + id, intentsTopic: topics.intents });
+const reply = await client.submit({
+  tool: tagTicket, entity: { type: "ticket", id: "T-1" }, runId: id, stepId: "s1", baseVersion,
+  delta: [{ op: "add", path: "/tags/-", value: "packaged" }], params: { tag: "packaged" },
+}, { timeoutMs: 30000 });
+const record = await (await fetch(records.url + "/records/ticket/T-1")).json();
+await client.close();
+await router.stop();
+await records.close();
+console.log(JSON.stringify({ reply, record }));
+process.exit(reply.status === "applied" ? 0 : 1);
+`;
+
+beforeAll(() => {
+  ensureBuilt();
+  mkdirSync(app);
+}, 120_000);
+
+afterAll(async () => {
+  const admin = new Kafka({ clientId: `writ-package-test-${id}`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  await admin.deleteTopics({ topics: ["intents", "ledger", "human", "dlq"].map((t) => `pkg-${id}.${t}`).concat(`writ.replies.pkg-${id}`) }).catch(() => undefined);
+  await admin.disconnect();
+  rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe("the packed tarball, installed in another project", () => {
+  it("npm pack ships dist, schemas, README.md, LICENSE and package.json, nothing else", async () => {
+    // dist is fresh (ensureBuilt); `npm pack` alone would build it again through the prepare script
+    const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", dir], { cwd: ROOT, env: userEnv() });
+    expect(packed.code, packed.stderr).toBe(0);
+    const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
+    tarball = join(dir, info!.filename);
+    const paths = info!.files.map((f) => f.path);
+    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
+    for (const p of ["dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "LICENSE"]) expect(paths).toContain(p);
+    expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
+  });
+
+  it("installs with production dependencies only; a plain-node program gets an applied reply through writ and writ/testing", async () => {
+    expect(tarball).not.toBe("");
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "writ-package-check", private: true, type: "module" }));
+    const installed = await run("npm", ["install", "--omit=dev", "--no-audit", "--no-fund", "--prefer-offline", tarball, `zod@${pkg.dependencies.zod}`], { cwd: app, env: userEnv(), timeoutMs: 300_000 });
+    expect(installed.code, installed.stderr).toBe(0);
+    expect(existsSync(join(app, "node_modules", "writ", "dist", "src", "index.js"))).toBe(true);
+    // optional peers and dev dependencies stay out
+    for (const absent of ["ai", "@langchain/core", "@openai/agents", "@modelcontextprotocol/sdk", "typescript", "vitest"]) expect(existsSync(join(app, "node_modules", absent)), absent).toBe(false);
+
+    writeFileSync(join(app, "program.mjs"), PROGRAM);
+    // Node 24 (the demo records server needs node:sqlite) with type stripping off: only the built JavaScript runs
+    const result = await run(process.execPath, ["--no-experimental-strip-types", "program.mjs"], {
+      cwd: app,
+      env: userEnv({ KAFKA_BROKERS: brokers, SCHEMA_REGISTRY_URL: registry, RUN_ID: id, LOG_LEVEL: "warn" }),
+    });
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
+    const { reply, record } = JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+    expect(reply).toMatchObject({ status: "applied", duplicate: false, entity: { type: "ticket", id: "T-1" }, via: "patch" });
+    expect(record.tags).toEqual(["packaged"]);
+  }, 360_000);
+
+  it("npx writ --version and writ help run on the system's node; the core imports there without type stripping", async () => {
+    const env = userEnv();
+    const version = await run("npx", ["--no-install", "writ", "--version"], { cwd: app, env });
+    expect(version.code, version.stderr).toBe(0);
+    expect(version.stdout.trim()).toBe(pkg.version);
+    const help = await run("npx", ["--no-install", "writ", "help"], { cwd: app, env });
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/^usage: writ <command>/);
+    const node = await run("node", ["-e", "import('writ').then((m) => console.log(process.versions.node, typeof m.createWritClient, typeof m.startRouter, typeof m.declareWriteTool))"], { cwd: app, env });
+    expect(node.code, node.stderr).toBe(0);
+    expect(node.stdout.trim()).toMatch(/^\d+\.\d+\.\d+ function function function$/);
+    expect(Number(node.stdout.split(".")[0])).toBeGreaterThanOrEqual(20);
+  }, 60_000);
+});
