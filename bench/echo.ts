@@ -153,7 +153,7 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
     agent: { id: "bench", runId: `bench-${tag}`, stepId: `s${i}` },
     baseVersion: '"v1"',
     delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 1, reason: "goodwill", ref: `${tag}-r${i}` } }],
-    params: { amountCents: 1, reason: "goodwill" },
+    params: { amountCents: 1, reason: "goodwill", ref: `${tag}-r${i}` },
     replyTo: replyTopic,
     createdAt: new Date().toISOString(),
   });

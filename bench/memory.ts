@@ -86,7 +86,7 @@ export async function runMemory(opts: MemoryOptions): Promise<MemoryResult> {
         stepId: `${round}-${id}`,
         baseVersion: '"v1"',
         delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 1, reason: "goodwill", ref: `${round}-${id}` } }],
-        params: { amountCents: 1, reason: "goodwill" },
+        params: { amountCents: 1, reason: "goodwill", ref: `${round}-${id}` },
       })),
       { timeoutMs },
     );

@@ -110,6 +110,11 @@ async function scenario(s: Scenario): Promise<Line> {
     before && after
       ? { seconds: before.seconds + after.seconds, latencies: [...before.latencies, ...after.latencies], failures: before.failures + after.failures }
       : null;
+  const q = (xs: number[], p: number) => round(percentile(xs, p), 0);
+  say(
+    `  writ split (new intents, p50/p99 ms): submit → owner decided ${q(writ.split.toDecided, 50)}/${q(writ.split.toDecided, 99)}, ` +
+      `decided → reply seen ${q(writ.split.toReply, 50)}/${q(writ.split.toReply, 99)}`,
+  );
   const requests = plan.intents + plan.resubmits;
   const writRps = (requests - writ.failures) / writ.seconds;
   const echoRps = echo ? (2 * requests - echo.failures) / echo.seconds : null;

@@ -46,6 +46,8 @@ export interface WritChecks {
 
 export interface WritResult extends LoopResult {
   checks: WritChecks;
+  /** Per new intent: ms from submit to the owner's decision (the reply's `at`), and from there to the reply seen. */
+  split: { toDecided: number[]; toReply: number[] };
 }
 
 interface Payment {
@@ -68,7 +70,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     stepId: step,
     baseVersion,
     delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 1, reason: "goodwill", ref } }],
-    params: { amountCents: 1, reason: "goodwill" },
+    params: { amountCents: 1, reason: "goodwill", ref },
   });
   const refOf = (i: number) => `${tag}-r${i}`;
   const inputOf = (i: number, baseVersion: string) => refund(entityId(plan.entityOf[i]!), `s${i}`, refOf(i), baseVersion);
@@ -96,6 +98,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     const notApplied = warm.filter((r) => r.status !== "applied");
     if (notApplied.length > 0) throw new Error(`writ warm-up: ${notApplied.length} intents answered ${notApplied[0]!.status}`);
 
+    const split: [number, number][] = [];
     const firstReplies: (SubmitResult | undefined)[] = Array.from({ length: plan.intents });
     const resubmitReplies: { i: number; reply: SubmitResult }[] = [];
     const queue = new JobQueue(plan);
@@ -107,8 +110,12 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
           // The harness reads the record (fresh), then the tool call submits against what it read.
           const current = await readRecord(records.url, "payment", entityId(plan.entityOf[job.i]!));
           const t0 = performance.now();
+          const wall0 = Date.now();
           const reply = await writ.submit(inputOf(job.i, current.version), { timeoutMs: opts.timeoutMs });
           const latencyMs = performance.now() - t0;
+          // Where the time went (ms, wall clock, one process): submit → the owner decided (`at`), decided → reply seen.
+          const decided = "at" in reply && typeof reply.at === "string" ? Date.parse(reply.at) : NaN;
+          if (job.kind === "new" && Number.isFinite(decided)) split.push([decided - wall0, Date.now() - decided]);
           if (job.kind === "new") firstReplies[job.i] = reply;
           else resubmitReplies.push({ i: job.i, reply });
           return { latencyMs, answered: reply.status === "applied" };
@@ -119,7 +126,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     say(`  writ: ${queue.total} submissions in ${result.seconds.toFixed(1)} s`);
     const keyOf = (i: number) => writ.buildIntent(inputOf(i, '"v1"')).intentKey;
     const checks = await check(records, plan, keyOf, refOf, firstReplies, resubmitReplies);
-    return { ...result, checks };
+    return { ...result, checks, split: { toDecided: split.map((x) => x[0]), toReply: split.map((x) => x[1]) } };
   } finally {
     await (client as WritClient | null)?.close();
     await (router as Router | null)?.stop();

@@ -7,6 +7,7 @@ import { declareWriteTool } from "../src/tools.ts";
  * Refund a payment: appends to `/refunds`. Appends commute, so a refund made
  * on a record that changed meanwhile is rebased onto the fresh version.
  * The billing system answers "was key K applied?", which settles an unknown outcome.
+ * Undo (`writ undo <key>`): a reversal appended to `/reversals`, naming the refund's intent key.
  */
 export const refundPayment = declareWriteTool({
   name: "refund_payment",
@@ -27,12 +28,17 @@ export const refundPayment = declareWriteTool({
   versionPolicy: "rebase-commutative",
   system: "billing",
   reconcile: "idempotency-key",
+  undo: (p, applied, { intentKey }) => {
+    const reversal = { reverses: intentKey, amountCents: p.amountCents, reason: p.reason };
+    const reversals = (applied.state as { reversals?: unknown } | null)?.reversals;
+    return Array.isArray(reversals) ? [{ op: "add", path: "/reversals/-", value: reversal }] : [{ op: "add", path: "/reversals", value: [reversal] }];
+  },
 });
 
 /**
  * Set a ticket's tags: a read-modify-write of `/tags`, the classic lost-update
  * shape. Strict: a ticket that changed since the agent read it is a conflict
- * the agent decides again.
+ * the agent decides again. Undo: the tag removed again.
  */
 export const tagTicket = declareWriteTool({
   name: "tag_ticket",
@@ -51,9 +57,37 @@ export const tagTicket = declareWriteTool({
   maxConflictCycles: 2,
   system: "helpdesk",
   reconcile: "idempotency-key",
+  undo: (p, applied) => {
+    const tags = ((applied.state as { tags?: unknown } | null)?.tags ?? []) as unknown[];
+    return [{ op: "replace", path: "/tags", value: tags.filter((t) => t !== p.tag) }];
+  },
 });
 
-export const tools = [refundPayment, tagTicket];
+/**
+ * Open a ticket for an order, at most once: the ticket's id is the agent's
+ * order reference (its external id), created with `If-None-Match: *`. A ticket
+ * another agent opened for the order first is a conflict carrying it.
+ */
+export const openTicket = declareWriteTool({
+  name: "open_ticket",
+  recordType: "ticket",
+  description: "Open a helpdesk ticket for an order (once per order reference).",
+  params: z.object({
+    orderRef: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/),
+    subject: z.string().min(1).max(200),
+  }),
+  intentFields: ["orderRef"],
+  freeTextParams: ["subject"],
+  create: {
+    externalId: (p) => p.orderRef,
+    body: (p) => ({ subject: p.subject, status: "open", tags: [], orderRef: p.orderRef }),
+  },
+  keyScope: "run",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+export const tools = [refundPayment, tagTicket, openTicket];
 
 /** The demo's two systems of record, both served by the demo records server at `RECORDS_URL`. */
 export function systems(env: NodeJS.ProcessEnv = process.env): SystemOfRecord[] {

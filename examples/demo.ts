@@ -1,7 +1,9 @@
 // `npm run demo`: writ end to end on a real broker and registry.
 // Two owner processes, a demo records server, and simulated agents that
-// (a) refund once, again, and once more around a commit-then-timeout, and
-// (b) race on one ticket's tags. The records server runs with its own
+// (a) refund once, again, and once more around a commit-then-timeout,
+// (b) race on one ticket's tags, (c) run out of conflict cycles, (d) open a
+// ticket for one order three times from two agents, and (e) undo writes of
+// (a) to (c). The records server runs with its own
 // Idempotency-Key dedupe off, so any duplicate suppressed is writ's doing.
 // Every figure in the last line is counted afterwards, never derived: refunds,
 // PATCH requests and tags at the records server, replies (conflicts) on the
@@ -10,11 +12,12 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, openSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
-import { createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
+import { createIntentInput, createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
 import { WireCodec } from "../src/codec.ts";
 import { createLogger } from "../src/logger.ts";
 import type { Reply } from "../src/schemas/reply.ts";
-import { refundPayment, tagTicket } from "./demo-tools.ts";
+import { undoIntentKey } from "../src/keys.ts";
+import { openTicket, refundPayment, tagTicket } from "./demo-tools.ts";
 import { runExample, startLocalStack } from "./example-stack.ts";
 
 const root = resolve(import.meta.dirname, "..");
@@ -131,6 +134,33 @@ async function main(): Promise<Record<string, number>> {
     base = reply.current as typeof base;
   }
 
+  // (d) one order, one ticket: a create by external id, three times from two agents.
+  say("");
+  say("(d) support-alice opens a ticket for order ORD-7781, and again (a retry); support-bob opens one for the same order");
+  const orderRef = "ORD-7781";
+  const openFor = (agent: string, subject: string) =>
+    createIntentInput(openTicket, { runId: `${demoRun}-${agent}`, stepId: "step-4-open-ticket", params: { orderRef, subject } });
+  const opened = await alice!.submit(openFor("support-alice", "Parcel for ORD-7781 arrived damaged"));
+  describe("support-alice", opened);
+  // The retry's subject was reworded by the model (free text): the same intent, answered from the ledger.
+  describe("support-alice (retry)", await alice!.submit(openFor("support-alice", "Damaged parcel, order ORD-7781")));
+  describe("support-bob", await bob!.submit(openFor("support-bob", "Customer chasing order ORD-7781")));
+
+  // (e) undo: the refund of (a), twice; the earlier of (b)'s tags, after the later one; (c)'s tag, never applied.
+  say("");
+  say("(e) billing-agent undoes the refund of (a), twice; undoing the first tag of (b) after the second; undoing (c)'s tag");
+  describe("billing-agent undoes the refund", await billing!.undo(submissions[0]!));
+  describe("billing-agent undoes it again (retry)", await billing!.undo(refundKey));
+  const [raceAlice, raceBob] = race;
+  const firstTag = [
+    { reply: raceAlice!, agent: "support-alice", client: alice! },
+    { reply: raceBob!, agent: "support-bob", client: bob! },
+  ]
+    .filter((t) => t.reply.status === "applied")
+    .sort((x, y) => (x.reply as { version: string }).version.localeCompare((y.reply as { version: string }).version))[0];
+  if (firstTag) describe(`${firstTag.agent} undoes its T-42 tag`, await firstTag.client.undo(firstTag.reply));
+  describe("support-bob undoes its T-43 tag", await bob!.undo(bob!.buildIntent(t43Intent(base)).intentKey));
+
   // Counted afterwards: at the records server, on the reply topics, on writ.human.
   const payment = await read("payment", "pay_1001");
   const refundsCreated = payment.state.refunds.length;
@@ -164,6 +194,17 @@ async function main(): Promise<Record<string, number>> {
   say(`records server: T-42 tags ${JSON.stringify(ticket.state.tags)} at ${ticket.version} (${appliedTags} of ${wanted.size} agents applied)`);
   say(`writ.replies.support-*: ${conflicts} conflict repl${conflicts === 1 ? "y" : "ies"} for this run's tag intents`);
   say(`writ.human: ${escalations} escalation(s) from this run`);
+  const orderCreates = records.history("ticket", orderRef).filter((e) => e.kind === "create").length;
+  const createRequests = records.putRequests().filter((r) => r.type === "ticket" && r.id === orderRef);
+  const ticketsCreated = createRequests.filter((r) => r.outcome === "created").length;
+  say(
+    `records server: ticket ${orderRef} created ${orderCreates} time(s); ${createRequests.length} create request(s) for it: ` +
+      `${ticketsCreated} created, ${createRequests.filter((r) => r.outcome === "precondition_failed").length} answered 412`,
+  );
+  const undoKey = undoIntentKey(refundKey);
+  const undoPatches = records.patchRequests(undoKey).length;
+  const reversals = ((payment.state.reversals ?? []) as unknown[]).length;
+  say(`records server: pay_1001 has ${reversals} reversal(s); ${undoPatches} PATCH request(s) for the undo's intent key`);
   return {
     refunds_created: refundsCreated,
     duplicates_suppressed: duplicatesSuppressed,
@@ -171,6 +212,8 @@ async function main(): Promise<Record<string, number>> {
     conflicts,
     lost_updates: lostUpdates,
     escalations,
+    tickets_created: ticketsCreated,
+    undo_patch_requests: undoPatches,
   };
 }
 

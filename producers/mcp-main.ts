@@ -12,6 +12,7 @@ import { parseConfig } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
 import { recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
 import type { WritToolSpec } from "./adapters/tool-bridge.ts";
@@ -21,7 +22,8 @@ import { createWritClient, type WritClient } from "./writ-client.ts";
 const McpMainConfig = z
   .object({
     brokers: z.string().min(1, "required, e.g. 127.0.0.1:39092 (npm run kafka:up)"),
-    schemaRegistryUrl: z.url().optional(),
+    /** No credentials in it: SCHEMA_REGISTRY_USERNAME / SCHEMA_REGISTRY_PASSWORD (with KAFKA_SASL_* and the TLS variables: connectionSecurityFromEnv). */
+    schemaRegistryUrl: SchemaRegistryUrl.optional(),
     intentsTopic: z.string().min(1).default("writ.intents"),
     /** Names this agent in intents; also names its reply topic. */
     agentId: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/).default("mcp-agent"),
@@ -34,7 +36,7 @@ const McpMainConfig = z
     runId: z.string().min(1).optional(),
     /** --http only. */
     port: z.coerce.number().int().min(0).max(65535).default(39100),
-    /** --http only, required there: the bearer token every request must carry. */
+    /** --http only, required there: the bearer token every request must carry. Never logged (the logger redacts `token`). */
     token: z.string().min(16, "at least 16 characters").optional(),
   })
   .strict();
@@ -97,7 +99,10 @@ try {
       context: { field: "WRIT_TOOL_SPECS_MODULE" },
     });
   }
+  // SASL/TLS to Kafka and the registry's basic auth and TLS (KAFKA_SSL*, KAFKA_SASL_*, SCHEMA_REGISTRY_*), validated
+  const connection = connectionSecurityFromEnv(process.env, config.schemaRegistryUrl);
   client = await createWritClient({
+    ...Object.fromEntries(Object.entries(connection).filter(([, v]) => v !== undefined)),
     brokers: config.brokers,
     agentId: config.agentId,
     replyTopic: config.replyTopic ?? `writ.replies.${config.agentId}`,

@@ -1,22 +1,30 @@
 import { randomUUID } from "node:crypto";
 import { Kafka, Partitioners, logLevel, type Consumer, type Producer } from "kafkajs";
+import { canonicalJson } from "../src/canonical-json.ts";
 import { WireCodec } from "../src/codec.ts";
 import { ClientConfig, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
-import { intentKey, type KeyedTool } from "../src/keys.ts";
+import { intentKey, undoIntentKey, type KeyedTool } from "../src/keys.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
 import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
 import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
 import { isControlRecord } from "../src/schemas/control.ts";
 import { SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
+import { kafkaConnection, transportWarnings } from "../src/security/transport.ts";
 import type { Reply } from "../src/schemas/reply.ts";
-import type { WriteIntent } from "../src/schemas/write-intent.ts";
+import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
+import type { CreateToolDeclaration } from "../src/tools.ts";
+import { WritError } from "../src/errors.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
+import { SendCoalescer } from "./send-coalescer.ts";
+
+/** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
+const MAX_REQUEST_BYTES = 512 * 1024;
 
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
@@ -58,10 +66,77 @@ export interface IntentInput {
   params: Record<string, unknown>;
 }
 
+/**
+ * The write an undo compensates: its intent key with its record and tool; its
+ * reply or submit result (an `applied` reply names them); or only its intent
+ * key. Record and tool missing from what is given are taken from this
+ * client's own submissions (it remembers its last 10 000); `writ undo <key>`
+ * looks any key up in the ledger.
+ */
+export type UndoTarget = string | SubmitResult | { intentKey: string; entity: EntityRef; tool: string | KeyedTool };
+
+/**
+ * The IntentInput of a create: the entity `{recordType, externalId(params)}`,
+ * base version `"absent"` and the delta `[{op: "add", path: "", value:
+ * body(params)}]`, as the owner rebuilds and checks them.
+ *
+ * @example
+ * await writ.submit(createIntentInput(openCase, { runId, stepId: "open-case-1", params: { orderRef: "ORD-7781", subject: "Damaged" } }));
+ */
+export function createIntentInput<P extends Record<string, unknown>>(
+  tool: CreateToolDeclaration<P>,
+  i: { runId: string; stepId: string; params: P; toolCallId?: string },
+): IntentInput {
+  const params = tool.params.parse(i.params);
+  return {
+    tool,
+    entity: { type: tool.recordType, id: tool.create.externalId(params) },
+    runId: i.runId,
+    stepId: i.stepId,
+    ...(i.toolCallId !== undefined ? { toolCallId: i.toolCallId } : {}),
+    baseVersion: ABSENT_VERSION,
+    delta: [{ op: "add", path: "", value: tool.create.body(params) }],
+    params: i.params,
+  };
+}
+
+/**
+ * The WriteIntent that undoes the intent keyed `undone.intentKey`: intent key
+ * `undoIntentKey(undone)` (the same for every submission, by any agent), the
+ * undone intent's record and tool, base version `"ledger"`, no delta and no
+ * params: the record's owner builds the compensating change from its ledger.
+ */
+export function buildUndoIntent(i: {
+  undone: { intentKey: string; entity: EntityRef; tool: string };
+  agentId: string;
+  runId: string;
+  stepId: string;
+  replyTo: string;
+  toolCallId?: string;
+}): WriteIntent {
+  return {
+    intentId: randomUUID(),
+    intentKey: undoIntentKey(i.undone.intentKey),
+    entity: i.undone.entity,
+    tool: i.undone.tool,
+    agent: { id: i.agentId, runId: i.runId, stepId: i.stepId, ...(i.toolCallId ? { toolCallId: i.toolCallId } : {}) },
+    baseVersion: LEDGER_VERSION,
+    delta: [],
+    params: {},
+    replyTo: i.replyTo,
+    createdAt: new Date().toISOString(),
+    undo: { intentKey: i.undone.intentKey },
+  };
+}
+
 export interface WritClient {
   /** The agent this client submits for (part of every `run`-scoped intent key). */
   readonly agentId: string;
-  /** Builds the WriteIntent (id, key, reply topic) without sending it. */
+  /**
+   * Builds the WriteIntent (id, key, reply topic) without sending it. Throws a
+   * non-retriable WritError `not_canonical` when an intent field's value has no
+   * canonical JSON (RFC 8785: a string with a lone surrogate, NaN, ±Infinity).
+   */
   buildIntent(input: IntentInput): WriteIntent;
   /**
    * Publishes the intent and resolves with its reply. At the deadline it
@@ -69,8 +144,25 @@ export interface WritClient {
    * partition is held by an open transaction) and never replays on its own:
    * the write may have happened. Submitting the same intent key again asks
    * the owner again, and is always safe.
+   *
+   * Rejects, before anything is sent, with a non-retriable WritError
+   * `not_canonical` when any value in the intent has no canonical JSON (RFC
+   * 8785: a string with a lone surrogate, NaN, ±Infinity), which owners
+   * would refuse.
    */
   submit(intent: IntentInput | WriteIntent, opts?: { timeoutMs?: number }): Promise<SubmitResult>;
+  /**
+   * Submits the undo of an applied write, once: the tool's declared
+   * compensating change (a reversal for a refund, removing an added tag),
+   * applied by the record's owner only on the version the write produced.
+   * Resolves like `submit`: `applied`; `conflict` with the current state when
+   * the record changed since the write (nothing undone); `rejected` with
+   * `undo_target_unknown`, `undo_target_not_applied`, `undo_not_declared`, …
+   * Submitting it again (any agent, any run) is a repeat, answered from the
+   * ledger. `runId`/`stepId` are carried for correlation only (default
+   * `undo`, `undo-<key prefix>`); they are not part of the undo's key.
+   */
+  undo(target: UndoTarget, opts?: { timeoutMs?: number; runId?: string; stepId?: string; toolCallId?: string }): Promise<SubmitResult>;
   /** Publishes many intents in one producer request and resolves each reply. */
   submitAll(intents: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]>;
   /** Every reply read from this agent's reply topic since `start`. */
@@ -117,9 +209,11 @@ export async function createWritClient(
   const kafka = new Kafka({
     clientId: config.clientId ?? `writ-client-${config.agentId}`,
     brokers: config.brokers,
+    ...kafkaConnection(config.kafka),
     logLevel: logLevel.WARN,
     logCreator: kafkaLogCreator(log),
   });
+  for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
   const admin = kafka.admin();
   await admin.connect();
   let replyPartitions: number;
@@ -137,7 +231,7 @@ export async function createWritClient(
   } finally {
     await admin.disconnect();
   }
-  const probe = offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId ?? "writ-client"}-probe`, log });
+  const probe = offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId ?? "writ-client"}-probe`, log, security: config.kafka });
   const start = ends.map((e) => ({ partition: e.partition, offset: e.high }));
   if (probe.commitGroupOffsets) await probe.commitGroupOffsets(groupId, config.replyTopic, start);
   else {
@@ -163,10 +257,14 @@ class KafkaWritClient implements WritClient {
   private readonly partitioner = Partitioners.DefaultPartitioner();
   private readonly replyPartitions: number;
   readonly agentId: string;
+  /** Record and tool of this client's recent submissions, by intent key (for `undo(intentKey)`). */
+  private readonly submitted = new Map<string, { entity: EntityRef; tool: string }>();
   /** Ends of the reply partitions as last probed, shared by submits within a second. */
   private lastProbe: { at: number; ends: Promise<EndOffsets[] | null> } | null = null;
 
   private readonly signer: IntentSigner | undefined;
+  /** Concurrent submits share produce requests (see SendCoalescer). */
+  private readonly sends: SendCoalescer;
 
   constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string, signer?: IntentSigner) {
     this.signer = signer;
@@ -175,7 +273,7 @@ class KafkaWritClient implements WritClient {
     this.agentId = config.agentId;
     this.log = log;
     this.probe = probe;
-    this.codec = new WireCodec({ schemaRegistryUrl: config.schemaRegistryUrl });
+    this.codec = new WireCodec({ schemaRegistryUrl: config.schemaRegistryUrl, schemaRegistryAuth: config.schemaRegistryAuth, schemaRegistryTls: config.schemaRegistryTls });
     // The producer's own retries stay on (they are safe: idempotent producer); it never re-sends at the writ layer.
     // The Java-compatible murmur2 partitioner: an entity key lands on the same partition from any Kafka client.
     this.producer = kafka.producer({
@@ -184,6 +282,7 @@ class KafkaWritClient implements WritClient {
       allowAutoTopicCreation: false,
       createPartitioner: Partitioners.DefaultPartitioner,
     });
+    this.sends = new SendCoalescer((messages) => this.producer.send({ topic: this.config.intentsTopic, messages, acks: -1 }), MAX_REQUEST_BYTES);
     this.consumer = kafka.consumer({
       groupId,
       readUncommitted: false,
@@ -243,6 +342,9 @@ class KafkaWritClient implements WritClient {
   async submitAll(list: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]> {
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const intents = list.map((i) => ("intentId" in i ? i : this.buildIntent(i)));
+    // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
+    for (const intent of intents) canonicalJson(intent);
+    for (const intent of intents) this.remember(intent);
     // One `writ.submit` span per intent, until its reply or its deadline; its trace context travels in the record's headers.
     const spans = intents.map((intent) => startSubmitSpan(intent, this.config.intentsTopic));
     // The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
@@ -276,7 +378,7 @@ class KafkaWritClient implements WritClient {
         })),
       );
       for (const [i, m] of messages.entries()) spans[i]!.stamp(m);
-      await this.producer.send({ topic: this.config.intentsTopic, messages, acks: -1 });
+      await this.sends.send(messages);
     } catch (err) {
       for (const span of spans) span.failed(err);
       // Nothing is waited for when the send failed: drop the waiters and their timers.
@@ -285,6 +387,46 @@ class KafkaWritClient implements WritClient {
       throw err;
     }
     return Promise.all(results);
+  }
+
+  async undo(target: UndoTarget, opts?: { timeoutMs?: number; runId?: string; stepId?: string; toolCallId?: string }): Promise<SubmitResult> {
+    const undone = this.undoneOf(target);
+    const intent = buildUndoIntent({
+      undone,
+      agentId: this.config.agentId,
+      runId: opts?.runId ?? "undo",
+      stepId: opts?.stepId ?? `undo-${undone.intentKey.slice(0, 16)}`,
+      replyTo: this.config.replyTopic,
+      ...(opts?.toolCallId !== undefined ? { toolCallId: opts.toolCallId } : {}),
+    });
+    return this.submit(intent, opts?.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : undefined);
+  }
+
+  /** The undone write's key, record and tool, from what the caller gave and what this client remembers. */
+  private undoneOf(target: UndoTarget): { intentKey: string; entity: EntityRef; tool: string } {
+    const unknown = (why: string) =>
+      new WritError("config_invalid", `undo: ${why}; pass the write's applied reply, or { intentKey, entity, tool } (writ undo <key> looks a key up in the ledger)`, {
+        retriable: false,
+        context: { field: "target" },
+      });
+    if (typeof target === "string") {
+      const known = this.submitted.get(target);
+      if (!known) throw unknown(`intent key ${target.slice(0, 64)} was not submitted by this client`);
+      return { intentKey: target, ...known };
+    }
+    const entity = "entity" in target ? (target.entity as EntityRef | undefined) : undefined;
+    const named: unknown = "tool" in target ? target.tool : undefined;
+    const toolName = typeof named === "string" ? named : typeof named === "object" && named !== null && "name" in named ? named.name : undefined;
+    const tool = typeof toolName === "string" ? toolName : this.submitted.get(target.intentKey)?.tool;
+    const record = entity ?? this.submitted.get(target.intentKey)?.entity;
+    if (!record || !tool) throw unknown(`the reply of ${target.intentKey.slice(0, 64)} does not name its ${record ? "tool" : "record"}`);
+    return { intentKey: target.intentKey, entity: { type: record.type, id: record.id }, tool };
+  }
+
+  private remember(intent: WriteIntent): void {
+    this.submitted.delete(intent.intentKey);
+    this.submitted.set(intent.intentKey, { entity: { type: intent.entity.type, id: intent.entity.id }, tool: intent.tool });
+    if (this.submitted.size > 10_000) this.submitted.delete(this.submitted.keys().next().value!);
   }
 
   async resolve(
@@ -307,6 +449,7 @@ class KafkaWritClient implements WritClient {
       entity: escalation.intent.entity,
       createdAt: new Date().toISOString(),
     };
+    canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const answer = new Promise<SubmitResult>((resolve) => {
       const timer = setTimeout(() => {
@@ -322,7 +465,7 @@ class KafkaWritClient implements WritClient {
     const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
     const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
     if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
-    await this.producer.send({ topic: this.config.intentsTopic, messages: [{ key: entityKey(resolution.intent.entity), value, headers }], acks: -1 });
+    await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }]);
     return answer;
   }
 

@@ -11,6 +11,14 @@
 // key version (`v` in the hashed object) and the Python client's canonical
 // JSON (python/src/writ_client/canonical.py, wire contract in python/README.md).
 //
+// One change was made within key version 2: canonical JSON became RFC 8785
+// (JCS). It moved the keys of exactly the vectors with array-index-like object
+// keys ("0", "9", "10": JSON.stringify had written them first, in numeric
+// order; JCS sorts every key by UTF-16 code units), and the values that have
+// no canonical form (a lone surrogate; 1e400 and other numbers past the double
+// range, which had all collapsed to null) became refusals (`expected.error`).
+// Every other expected value stayed byte for byte.
+//
 // `--check` writes nothing and exits 1 when the file differs from what this
 // script would write (test/unit/intent-key-vectors.test.ts recomputes every
 // vector on its own as well).
@@ -42,6 +50,11 @@ interface VectorInput {
    * -0.0, integers past 2^53, key order, lone surrogates).
    */
   paramsJson: string;
+  /**
+   * Set on a vector whose params have no canonical form: computing its intent
+   * key (and params fingerprint) must fail with this code, in every language.
+   */
+  error?: "not_canonical";
 }
 
 const refund = { name: "refund_payment", keyScope: "run" as const, intentFields: ["amountCents", "reason"], freeTextParams: ["note"] };
@@ -93,7 +106,11 @@ const INPUTS: VectorInput[] = [
   valueVector("string: precomposed é (U+00E9)", '"\u00e9"'),
   valueVector("string: e + combining acute (U+0065 U+0301), no normalization: another key", '"e\u0301"'),
   valueVector("string: escapes (quote, backslash, slash, controls, U+007F, U+2028)", '"q\\" b\\\\ s/ \\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\u007f \\u2028\\u2029"'),
-  valueVector("string: a lone surrogate is written \\ud800", '"x\\ud800y"'),
+  valueVector("string: a lone high surrogate has no canonical form (refused)", '"x\\ud800y"', { error: "not_canonical" }),
+  valueVector("string: a lone low surrogate has no canonical form (refused)", '"\\udc00x"', { error: "not_canonical" }),
+  valueVector("string: a reversed surrogate pair is two lone surrogates (refused)", '"\\ude00\\ud83d"', { error: "not_canonical" }),
+  valueVector("string: a lone surrogate deep inside a value (refused)", '{"a":[1,{"b":"ok","c":"\\ud800"}]}', { error: "not_canonical" }),
+  valueVector("keys: a key with a lone surrogate (refused)", '{"k\\udbff":1}', { error: "not_canonical" }),
   valueVector("string: a surrogate pair written escaped is the emoji", '"\\ud83d\\ude00"'),
   valueVector("number: 0.1", "0.1"),
   valueVector("number: 1e21", "1e21"),
@@ -113,8 +130,10 @@ const INPUTS: VectorInput[] = [
   valueVector("number: 2^53 + 1 rounds to 2^53", "9007199254740993"),
   valueVector("number: -2^53 - 1 rounds to -2^53", "-9007199254740993"),
   valueVector("number: 12345678901234567890 (a double: 12345678901234567000)", "12345678901234567890"),
-  valueVector("number: 1e400 is Infinity: null", "1e400"),
-  valueVector("number: an integer beyond the double range is Infinity: null", "1" + "0".repeat(310)),
+  valueVector("number: 1e400 is Infinity, which has no canonical form (refused)", "1e400", { error: "not_canonical" }),
+  valueVector("number: -1e400 is -Infinity (refused)", "-1e400", { error: "not_canonical" }),
+  valueVector("number: an integer beyond the double range is Infinity (refused)", "1" + "0".repeat(310), { error: "not_canonical" }),
+  valueVector("number: 1e-400 underflows to 0", "1e-400"),
   valueVector("number: 0.30000000000000004", "0.30000000000000004"),
   valueVector("number: 4.35", "4.35"),
   valueVector("number: 1/3", "0.3333333333333333"),
@@ -124,11 +143,16 @@ const INPUTS: VectorInput[] = [
   valueVector("empty object and array", '{"a":{},"b":[],"c":""}'),
   valueVector("nested objects and arrays (arrays keep their order)", '{"items":[{"sku":"B-2","qty":2,"opts":{"z":1,"a":[3,2,1]}},{"sku":"A-1","qty":1.5,"opts":null}],"meta":{"y":{"x":{"w":[[],[{}],[[true,false,null]]]}}}}'),
   valueVector("keys: UTF-16 order, not code point order (😀 U+1F600 before ｚ U+FF5A)", '{"ｚ":1,"😀":2,"a":3,"B":4,"é":5,"":6,"_":7,"~":8,"\u007f":9,"Z":10}'),
-  valueVector("keys: array-index keys first, ascending as numbers", '{"b":1,"10":2,"9":3,"a":4,"01":5,"-1":6,"1.5":7,"4294967294":8,"4294967295":9,"0":10}'),
+  valueVector("keys: array-index-like keys sort by UTF-16 code units like any other (\"10\" before \"9\")", '{"b":1,"10":2,"9":3,"a":4,"01":5,"-1":6,"1.5":7,"4294967294":8,"4294967295":9,"0":10}'),
+  valueVector("keys: the empty key before \"4\"", '{"4":2,"":1}'),
+  // RFC 8785 section 3.2.3: its own sorting example (the published order is "\r", "1", U+0080, U+00F6, U+20AC, U+1F600, U+FB33).
+  valueVector("keys: RFC 8785 section 3.2.3 sorting example", '{"\\u20ac":"Euro Sign","\\r":"Carriage Return","\\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\\ud83d\\ude00":"Emoji: Grinning Face","\\u0080":"Control","\\u00f6":"Latin Small Letter O With Diaeresis"}'),
+  // RFC 8785 section 3.2.2: its example of value serialization (numbers, string escapes, literals).
+  valueVector("RFC 8785 section 3.2.2 example", '{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/","literals":[null,true,false]}'),
   valueVector("keys: __proto__ inside a value is an ordinary key", '{"__proto__":{"x":1},"constructor":2}'),
   valueVector("keys: duplicate keys in the text, the last wins", '{"a":1,"a":2}'),
   valueVector("deep nesting (40 levels)", "[".repeat(40) + "1" + "]".repeat(40)),
-  { name: "intent field names: non-ASCII, an index and UTF-16 order", tool: { name: "multi", keyScope: "run", intentFields: ["😀", "ｚ", "10", "9", "é"], freeTextParams: [] },
+  { name: "intent field names: non-ASCII and index-like, in UTF-16 order", tool: { name: "multi", keyScope: "run", intentFields: ["😀", "ｚ", "10", "9", "é"], freeTextParams: [] },
     agentId: "agent-1", runId: "run-1", stepId: "step-1", entity: { type: "record", id: "r1" },
     paramsJson: '{"é":"e-acute","ｚ":"fullwidth","😀":"emoji","9":"nine","10":"ten"}' },
 ];
@@ -159,9 +183,30 @@ function keyMaterial(v: VectorInput, params: Record<string, unknown>): unknown {
 
 const sha256 = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
 
+/** The code `fn` throws with (a WritError's), or null when it returns. */
+function errorCode(fn: () => unknown): string | null {
+  try {
+    fn();
+    return null;
+  } catch (err) {
+    return (err as { code?: string }).code ?? String(err);
+  }
+}
+
 export function build(): unknown {
   const vectors = INPUTS.map((v) => {
     const params = JSON.parse(v.paramsJson) as Record<string, unknown>;
+    if (v.error !== undefined) {
+      // A refusal: the intent key, the params fingerprint and the canonical text all fail, with this code.
+      const codes = [
+        errorCode(() => intentKey({ tool: v.tool, agentId: v.agentId, runId: v.runId, stepId: v.stepId, entity: v.entity, params })),
+        errorCode(() => paramsFingerprint(v.tool.name, v.entity, params, v.tool.freeTextParams)),
+        errorCode(() => canonicalJson(keyMaterial(v, params))),
+      ];
+      if (codes.some((c) => c !== v.error)) throw new Error(`vector "${v.name}": expected every computation to fail with ${v.error}, got ${codes.join(", ")}`);
+      const { error, ...input } = v;
+      return { ...input, expected: { error } };
+    }
     const key = intentKey({ tool: v.tool, agentId: v.agentId, runId: v.runId, stepId: v.stepId, entity: v.entity, params });
     const canonical = canonicalJson(keyMaterial(v, params));
     if (sha256(canonical) !== key) {
@@ -180,10 +225,11 @@ export function build(): unknown {
     };
   });
   const seen = new Set<string>();
-  const partitionKeys = [...vectors.map((v) => v.expected.entityKey), ...EXTRA_PARTITION_KEYS].filter((k) => !seen.has(k) && seen.add(k));
+  const vectorKeys = vectors.flatMap((v) => (v.expected.entityKey === undefined ? [] : [v.expected.entityKey]));
+  const partitionKeys = [...vectorKeys, ...EXTRA_PARTITION_KEYS].filter((k) => !seen.has(k) && seen.add(k));
   return {
     about:
-      "Golden vectors of writ's intent key (key version 2), computed by src/keys.ts. Every client must reproduce expected.canonical (the exact text hashed, UTF-8) and expected.intentKey (its sha256, lower-case hex) from the inputs; paramsJson is JSON text for each language's standard parser. Changing an expected value is a wire-contract change. Regenerate: node scripts/generate-intent-key-vectors.ts",
+      "Golden vectors of writ's intent key (key version 2), computed by src/keys.ts. The canonical JSON is RFC 8785 (JCS). Every client must reproduce expected.canonical (the exact text hashed, UTF-8) and expected.intentKey (its sha256, lower-case hex) from the inputs; paramsJson is JSON text for each language's standard parser. A vector with expected.error (\"not_canonical\") has params with no canonical form: computing its intent key and params fingerprint must fail. Changing an expected value is a wire-contract change. Regenerate: node scripts/generate-intent-key-vectors.ts",
     generatedBy: "scripts/generate-intent-key-vectors.ts",
     keyVersion: 2,
     partitioner: {

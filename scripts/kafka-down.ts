@@ -5,6 +5,19 @@
 import { join, resolve } from 'node:path';
 
 const argv = process.argv.slice(2);
+if (argv.includes('--secure')) {
+  // the secure stack of `npm run kafka:up -- --secure` (.cache/run-secure, src/testing/secure-stack.ts)
+  const { stopSecureStack } = await import('../src/testing/secure-stack.ts');
+  try {
+    const { broker, registry } = await stopSecureStack();
+    const parts = [...(broker === undefined ? [] : [`secure broker (pid ${broker})`]), ...(registry === undefined ? [] : [`secure registry (pid ${registry})`])];
+    process.stdout.write(parts.length > 0 ? `stopped ${parts.join(', ')}\n` : 'nothing to stop\n');
+    process.exit(0);
+  } catch (err) {
+    process.stderr.write(`[secure-stack] failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+}
 const i = argv.findIndex((a) => a === '--brokers' || a.startsWith('--brokers='));
 const brokers = i < 0 ? '1' : argv[i]!.includes('=') ? argv[i]!.slice('--brokers='.length) : argv[i + 1];
 if (brokers !== '1' && brokers !== '3') {

@@ -4,6 +4,10 @@
 //   npm run kafka:up                    # one node on 39092, registry on 38081 (.cache/run)
 //   npm run kafka:up -- --brokers 3     # three nodes on 39192/39194/39196 (controllers one above
 //                                       # each), registry on 38181, in .cache/run-3
+//   npm run kafka:up -- --secure        # one node with a SASL_SSL listener (SCRAM, TLS from a CA made at
+//                                       # start, ACLs) on 39492, registry over HTTPS with basic auth on 38481,
+//                                       # in .cache/run-secure (src/testing/secure-stack.ts); prints the owner's
+//                                       # variables and the agents' and admin's password files
 //
 // WRIT_LOCAL_STACK_DIR, WRIT_LOCAL_KAFKA_PORT and WRIT_LOCAL_REGISTRY_PORT still override the dir and ports.
 import { join, resolve } from 'node:path';
@@ -21,6 +25,28 @@ function brokersArg(argv: string[]): 1 | 3 {
 }
 
 const brokers = brokersArg(process.argv.slice(2));
+if (process.argv.includes('--secure')) {
+  if (brokers !== 1) {
+    process.stderr.write('[local-stack] --secure runs one node; leave out --brokers\n');
+    process.exit(2);
+  }
+  const { ensureStack } = await import('../src/testing/local-stack.ts');
+  const t0 = Date.now();
+  try {
+    const { started, secure } = await ensureStack({ secure: true });
+    const s = secure!;
+    process.stderr.write(`[secure-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: npm run kafka:down -- --secure\n`);
+    process.stdout.write(`# the owners (SCRAM user writ-owner); CA: ${s.caFile}\n`);
+    for (const [k, v] of Object.entries(s.env('writ-owner'))) process.stdout.write(`${k}=${v}\n`);
+    for (const user of ['agent-a', 'agent-b', 'admin'] as const) {
+      process.stdout.write(`# ${user === 'admin' ? 'admin (super user: writ topics, tail, escalations, doctor)' : `agent ${user}`}: KAFKA_SASL_USERNAME=${user} KAFKA_SASL_PASSWORD_FILE=${s.users[user].passwordFile}\n`);
+    }
+    process.exit(0);
+  } catch (err) {
+    process.stderr.write(`[secure-stack] failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+}
 if (brokers === 3) {
   // its own stack dir and ports, beside the single-node stack the tests share
   process.env['WRIT_LOCAL_STACK_DIR'] ??= join(resolve(import.meta.dirname, '..'), '.cache', 'run-3');

@@ -4,6 +4,7 @@ import { jsonDepth } from "./canonical-json.ts";
 import { WritError } from "./errors.ts";
 import { jsonSchemaOf } from "./json-schema.ts";
 import { retry } from "./retry.ts";
+import { registryTransport, type RegistryAuth, type RegistryTls, type RegistryTransport } from "./security/transport.ts";
 import { WIRE_SCHEMAS, type WireSchemaName } from "./schemas/index.ts";
 
 /** Confluent wire format: magic byte 0, then the schema id as a big-endian int32. */
@@ -14,6 +15,9 @@ export type DecodeResult<T> =
   /** `raw`: the JSON as parsed, before validation (what a signature covers). */
   | { ok: true; value: T; framed: boolean; raw: unknown }
   | { ok: false; reason: "undecodable" | "schema_invalid" | "schema_subject_mismatch" | "too_deep"; message: string; parsed?: unknown };
+
+/** How long values of a subject whose schema the registry refused go unframed before registering is tried again. */
+export const REFUSED_RETRY_MS = 60_000;
 
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
 export const DEFAULT_MAX_DEPTH = 64;
@@ -27,15 +31,36 @@ export const DEFAULT_MAX_DEPTH = 64;
 export class WireCodec {
   private readonly registry: SchemaRegistry | null;
   private readonly registryUrl: string;
-  private readonly ids = new Map<string, Promise<number>>();
+  /** Schema id per subject and schema; null: the registry refused the schema, values go unframed for now. */
+  private readonly ids = new Map<string, Promise<number | null>>();
+  private readonly onSchemaRefused: ((subject: string, message: string | null) => void) | undefined;
+  private readonly refused = new Set<string>();
   private readonly knownIds = new Map<number, { subjects: Set<string> | null; at: number }>();
   private readonly lookups = new Map<number, Promise<Set<string> | null>>();
+  /** Basic auth and TLS of every registry request: the client library's (getSchema) and writ's own (register, subject lookups). */
+  private readonly transport: RegistryTransport;
 
-  constructor(opts: { schemaRegistryUrl?: string | undefined }) {
+  /**
+   * `onSchemaRefused`: the registry refused to register a schema (409, an
+   * incompatible change under the subject's compatibility level, or another
+   * 4xx). Values of that subject are then written as plain JSON, which every
+   * writ reader accepts, so no partition stops on a registry's configuration;
+   * registration is tried again after {@link REFUSED_RETRY_MS}, and the
+   * callback hears `null` once it succeeds.
+   */
+  constructor(opts: {
+    schemaRegistryUrl?: string | undefined;
+    schemaRegistryAuth?: RegistryAuth | undefined;
+    schemaRegistryTls?: RegistryTls | undefined;
+    onSchemaRefused?: (subject: string, message: string | null) => void;
+  }) {
+    this.onSchemaRefused = opts.onSchemaRefused;
     this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
+    this.transport = registryTransport({ auth: opts.schemaRegistryAuth, tls: opts.schemaRegistryTls });
+    const { auth, agent } = this.transport;
     this.registry = opts.schemaRegistryUrl
       ? new SchemaRegistry(
-          { host: opts.schemaRegistryUrl, retry: { retries: 3 } },
+          { host: opts.schemaRegistryUrl, retry: { retries: 3 }, ...(auth ? { auth } : {}), ...(agent ? { agent } : {}) },
           // zod's JSON Schema carries `format: date-time`; ajv's strict mode would refuse unknown formats.
           { [SchemaType.JSON]: { strict: false, validateFormats: false } },
         )
@@ -57,6 +82,7 @@ export class WireCodec {
     }
     if (!this.registry) return Buffer.from(JSON.stringify(checked.data));
     const id = await this.schemaId(opts.subject ?? `${topic}-value`, name);
+    if (id === null) return Buffer.from(JSON.stringify(checked.data));
     try {
       return await this.registry.encode(id, checked.data);
     } catch (err) {
@@ -112,11 +138,22 @@ export class WireCodec {
     return { ok: true, value: checked.data as z.output<(typeof WIRE_SCHEMAS)[N]>, framed, raw: parsed };
   }
 
-  private schemaId(subject: string, name: WireSchemaName): Promise<number> {
+  private schemaId(subject: string, name: WireSchemaName): Promise<number | null> {
     const cacheKey = `${subject}|${name}`;
     let id = this.ids.get(cacheKey);
     if (!id) {
-      id = retry(() => this.register(subject, name), { maxAttempts: 4, initialDelayMs: 200 });
+      id = retry(() => this.register(subject, name), { maxAttempts: 4, initialDelayMs: 200 }).then((registered) => {
+        if (this.refused.delete(cacheKey)) this.onSchemaRefused?.(subject, null);
+        return registered;
+      }, (err: unknown) => {
+        const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
+        if (typeof status !== "number" || status < 400 || status >= 500 || status === 429) throw err;
+        // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
+        this.refused.add(cacheKey);
+        this.onSchemaRefused?.(subject, (err as Error).message);
+        setTimeout(() => this.ids.delete(cacheKey), REFUSED_RETRY_MS).unref();
+        return null;
+      });
       id.catch(() => this.ids.delete(cacheKey));
       this.ids.set(cacheKey, id);
     }
@@ -134,9 +171,9 @@ export class WireCodec {
     const url = `${this.registryUrl}/subjects/${encodeURIComponent(subject)}/versions`;
     let res: Response;
     try {
-      res = await fetch(url, {
+      res = await this.transport.fetch(url, {
         method: "POST",
-        headers: { "content-type": "application/vnd.schemaregistry.v1+json" },
+        headers: { ...this.transport.headers, "content-type": "application/vnd.schemaregistry.v1+json" },
         body: JSON.stringify({ schemaType: "JSON", schema: JSON.stringify(jsonSchemaOf(name)) }),
         signal: AbortSignal.timeout(10_000),
       });
@@ -164,7 +201,7 @@ export class WireCodec {
         let res: Response;
         try {
           // GET /schemas/ids/{id}/versions: the subject-version pairs an id is registered under (Confluent API).
-          res = await fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { signal: AbortSignal.timeout(10_000) });
+          res = await this.transport.fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { headers: this.transport.headers, signal: AbortSignal.timeout(10_000) });
         } catch (err) {
           throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
         }

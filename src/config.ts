@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { WritError } from "./errors.ts";
+import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
 
 const brokers = z
   .union([z.string(), z.array(z.string())])
@@ -23,6 +24,8 @@ export type TopicsConfig = z.infer<typeof TopicsConfig>;
 export const RouterConfig = z
   .object({
     brokers,
+    /** SASL and TLS to the brokers (every client the owner builds: consumer, producers, admin, ledger reader, offset probe). */
+    kafka: KafkaSecurity.optional(),
     clientId: z.string().min(1).default("writ-owner"),
     /** Consumer group of the owners of `writ.intents`. */
     groupId: z.string().min(1).default("writ.owners"),
@@ -33,8 +36,8 @@ export const RouterConfig = z
     replicationFactor: z.number().int().min(1).default(1),
     /** Reply topics must start with this; anything else is rejected. */
     replyTopicPrefix: z.string().min(1).default("writ.replies."),
-    /** Confluent-API schema registry; unset means plain JSON values. */
-    schemaRegistryUrl: z.url().optional(),
+    /** Confluent-API schema registry (unset means plain JSON values), its basic auth and TLS. */
+    ...registryFields,
     /** Ledger entries older than this are tombstoned. Hours. */
     ledgerRetentionHours: z.number().positive().default(24),
     /** How long a new owner may take to restore a ledger partition. ms. */
@@ -88,6 +91,7 @@ export const RouterConfig = z
   })
   .strict()
   .superRefine((c, ctx) => {
+    checkRegistryFields(c, ctx);
     if (c.maxInFlightPerPartition > c.maxBufferedPerPartition) {
       ctx.addIssue({ code: "custom", path: ["maxInFlightPerPartition"], message: "must not exceed maxBufferedPerPartition" });
     }
@@ -111,19 +115,22 @@ export type RouterConfigInput = z.input<typeof RouterConfig>;
 export const ClientConfig = z
   .object({
     brokers,
+    /** SASL and TLS to the brokers. */
+    kafka: KafkaSecurity.optional(),
     agentId: z.string().min(1),
     /** This agent's reply topic; must start with the router's reply prefix. */
     replyTopic: topicName,
     intentsTopic: topicName.default("writ.intents"),
     clientId: z.string().min(1).optional(),
-    schemaRegistryUrl: z.url().optional(),
+    ...registryFields,
     /** Partitions of the reply topic when the client creates it. */
     replyTopicPartitions: z.number().int().min(1).default(1),
     replicationFactor: z.number().int().min(1).default(1),
     /** Default deadline of `submit()`. ms. */
     submitTimeoutMs: z.number().int().positive().default(30_000),
   })
-  .strict();
+  .strict()
+  .superRefine(checkRegistryFields);
 export type ClientConfig = z.infer<typeof ClientConfig>;
 export type ClientConfigInput = z.input<typeof ClientConfig>;
 
@@ -214,10 +221,13 @@ export function routerConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Route
     if (field.startsWith("topics.")) (input.topics as Record<string, unknown>)[field.slice(7)] = value;
     else input[field] = value;
   }
+  // KAFKA_SSL*, KAFKA_SASL_*, SCHEMA_REGISTRY_USERNAME/PASSWORD/CA_FILE (src/security/transport.ts)
+  Object.assign(input, securityInputFromEnv(env));
   const byField = new Map<string, string>(Object.entries(ROUTER_ENV));
   return parseConfig(RouterConfig, input, "router", (path) => {
     const dotted = path.map(String).join(".");
     const key = [...byField.keys()].find((f) => dotted === f || dotted.startsWith(`${f}.`));
-    return key ? `${byField.get(key)} (${dotted})` : dotted;
+    const variable = key ? byField.get(key) : securityVariableOf(dotted);
+    return variable ? `${variable} (${dotted})` : dotted;
   });
 }

@@ -16,6 +16,7 @@ export const ERROR_CODES = [
   "ledger_restore_timeout",
   "ledger_unreadable",
   "input_too_deep",
+  "not_canonical",
   "retries_exhausted",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -27,6 +28,7 @@ export const REJECT_REASONS = [
   "schema_subject_mismatch",
   "too_large",
   "too_deep",
+  "not_canonical",
   "unauthenticated",
   "key_missing",
   "key_mismatch",
@@ -51,6 +53,18 @@ export const REJECT_REASONS = [
   "resolution_conflict",
   "escalation_discarded",
   "returned_by_operator",
+  /** A create whose entity id is not the external id its params give. */
+  "external_id_mismatch",
+  /** An undo of an intent key this record's ledger does not hold (never submitted here, or past ledger retention). */
+  "undo_target_unknown",
+  /** An undo of an intent that was not applied (rejected, escalated, conflicted, or still pending): nothing to undo. */
+  "undo_target_not_applied",
+  /** An undo whose tool or record is not the undone intent's. */
+  "undo_target_mismatch",
+  /** An undo of a tool that declares no compensating change, or of an undo. */
+  "undo_not_declared",
+  /** The tool's undo function failed, or gave no valid change, on the record as the write left it. */
+  "undo_failed",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
@@ -61,6 +75,7 @@ export const DEAD_LETTER_REASONS = [
   "schema_subject_mismatch",
   "too_large",
   "too_deep",
+  "not_canonical",
   "unauthenticated",
   "key_missing",
   "key_mismatch",

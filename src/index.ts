@@ -1,10 +1,32 @@
 // writ's public API. Internals (ledger state, partition owners, codec details) are not exported.
 export { startRouter, type Router, type RouterOptions } from "./owner/router.ts";
-export { declareWriteTool, admitTools, type WriteToolDeclaration, type VersionPolicy, type ReconcileFn, type ReconcileContext } from "./tools.ts";
-export { intentKey, type KeyScope, type KeyedTool, type IntentKeyInput } from "./keys.ts";
+export {
+  declareWriteTool,
+  admitTools,
+  type WriteToolDeclaration,
+  type EditToolDeclaration,
+  type CreateToolDeclaration,
+  type CreateDeclaration,
+  type UndoFn,
+  type UndoContext,
+  type VersionPolicy,
+  type ReconcileFn,
+  type ReconcileContext,
+} from "./tools.ts";
+export { intentKey, undoIntentKey, type KeyScope, type KeyedTool, type IntentKeyInput } from "./keys.ts";
+export { ABSENT_VERSION, LEDGER_VERSION } from "./schemas/write-intent.ts";
 export { RouterConfig, ClientConfig, routerConfigFromEnv, type RouterConfigInput, type ClientConfigInput } from "./config.ts";
+export {
+  KafkaSecurity,
+  RegistryAuth,
+  RegistryTls,
+  connectionSecurityFromEnv,
+  kafkaConnection,
+  type ConnectionSecurity,
+  type KafkaSecurityInput,
+} from "./security/transport.ts";
 export { WritError, ERROR_CODES, REJECT_REASONS, isRetriable, type ErrorCode, type RejectReason } from "./errors.ts";
-export type { SystemOfRecord, PatchOutcome, PatchOptions, ReadOptions, ReconcileResult } from "./sor/adapter.ts";
+export type { SystemOfRecord, PatchOutcome, PatchOptions, CreateOptions, ReadOptions, ReconcileResult } from "./sor/adapter.ts";
 export { createHttpSystemOfRecord, type HttpSystemOfRecordOptions } from "./sor/http-adapter.ts";
 // The `verify` export of a tools module, for `writ verify`.
 export { verifyFixture, type VerifyFixtures, type ToolVerifyFixture } from "./verify/fixture.ts";
@@ -25,6 +47,9 @@ export { createLogger, type Logger } from "./logger.ts";
 // The agent side: the client, and what every framework adapter shares (each adapter is its own subpath, writ/adapters/<name>).
 export {
   createWritClient,
+  createIntentInput,
+  buildUndoIntent,
+  type UndoTarget,
   type WritClient,
   type IntentInput,
   type SubmitResult,

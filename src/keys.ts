@@ -37,11 +37,14 @@ export interface IntentKeyInput {
  * The intent key: sha256 over agent id and run id (scope `run`), step id,
  * tool, target and the tool's declared intent fields, never free text the
  * model wrote and never a random id, so every retry or resume of one business
- * intent gets the same key. The bytes hashed are the canonical JSON (keys
- * sorted at every depth) of `{v: 2, scope, agent, run, step, tool, target,
- * fields}`, as UTF-8; the wire contract (docs) and the golden vectors in
- * test/fixtures/intent-key-vectors.json pin them for other languages. Owners
- * recompute it and refuse an intent whose key differs.
+ * intent gets the same key. The bytes hashed are the canonical JSON (RFC 8785
+ * JCS, see {@link canonicalJson}) of `{v: 2, scope, agent, run, step, tool,
+ * target, fields}`, as UTF-8; the wire contract (python/README.md) and the
+ * golden vectors in test/fixtures/intent-key-vectors.json pin them for other
+ * languages. Owners recompute it and refuse an intent whose key differs.
+ * Throws a non-retriable WritError: `config_invalid` when a declared intent
+ * field is missing from the params, `not_canonical` when a value has no
+ * canonical form (a string with a lone surrogate, NaN, ±Infinity).
  *
  * @example
  * const key = intentKey({ tool: refund, agentId: "billing-agent", runId, stepId: "refund-1",
@@ -53,7 +56,7 @@ export function intentKey(input: IntentKeyInput): string {
     if (!Object.hasOwn(input.params, name)) {
       throw new WritError("config_invalid", `intent field "${name}" of tool ${input.tool.name} is missing`, { retriable: false, context: { field: name } });
     }
-    // defineProperty: an intent field named "__proto__" must stay a key, as in canonicalJson.
+    // defineProperty: an intent field named "__proto__" must stay an own key (assignment would set the prototype).
     Object.defineProperty(fields, name, { value: input.params[name], enumerable: true, writable: true, configurable: true });
   }
   const run = input.tool.keyScope === "run";
@@ -93,4 +96,19 @@ export function deltaFingerprint(delta: readonly JsonPatchOp[], isFreeTextPath: 
   return sha256Hex(
     canonicalJson(delta.map((op) => ("value" in op && isFreeTextPath(op.path) ? { ...op, value: "<free-text>" } : op))),
   );
+}
+
+/**
+ * The intent key of the undo of the intent keyed `undoneKey`: sha256 over the
+ * canonical JSON of `{v: 2, undo: undoneKey}`. It depends on the undone key
+ * only, so every submission of that undo, by any agent, run or retry, is one
+ * intent, and the ledger answers repeats with the stored reply.
+ */
+export function undoIntentKey(undoneKey: string): string {
+  return sha256Hex(canonicalJson({ v: 2, undo: undoneKey }));
+}
+
+/** The params fingerprint of an undo: over its tool, its entity and the undone key (an undo's params are empty). */
+export function undoFingerprint(tool: string, entity: EntityRef, undoneKey: string): string {
+  return paramsFingerprint(tool, entity, { undo: undoneKey }, []);
 }

@@ -17,6 +17,29 @@ export const REDACT_PATHS = [
   "*.secret",
   "sasl",
   "*.sasl",
+  // secure transport (src/security/transport.ts) and the other secrets writ holds: SASL and registry
+  // passwords, TLS keys and their passphrases, the MCP bearer token, an agent's signing key. Values that
+  // name them at the top of a log call, one level down, or under a config object (`{ config: { kafka } }`).
+  "password",
+  "token",
+  "secret",
+  "apiKey",
+  "passphrase",
+  "*.passphrase",
+  "privateKey",
+  "*.privateKey",
+  "signer",
+  "*.signer",
+  "authorization",
+  "*.authorization",
+  "kafka.sasl",
+  "*.kafka.sasl",
+  "kafka.ssl.key",
+  "*.kafka.ssl.key",
+  "schemaRegistryAuth",
+  "*.schemaRegistryAuth",
+  "schemaRegistryTls.key",
+  "*.schemaRegistryTls.key",
 ];
 
 /**

@@ -14,6 +14,11 @@ import type { ReconcileResult, SystemOfRecord } from "./sor/adapter.ts";
 export type VersionPolicy = "strict" | "rebase-commutative";
 
 export interface ReconcileContext {
+  /**
+   * The intent whose outcome is unknown. For an undo (`intent.undo` set, its
+   * key the undo's) the function is asked only where the system cannot look
+   * the undo's key up; it must then tell the compensating change apart.
+   */
   intent: WriteIntent;
   /** The record as read just now; null when it does not exist. */
   current: Versioned | null;
@@ -34,18 +39,43 @@ export interface ReconcileContext {
 export type ReconcileFn = (ctx: ReconcileContext) => ReconcileResult | Promise<ReconcileResult>;
 
 /**
- * A write tool, declared once. The router admits it only with a key scope, a
- * version policy and a way to reconcile an unknown outcome.
- *
- * @example
- * const tagTicket = declareWriteTool({
- *   name: "tag_ticket", recordType: "ticket", system: "helpdesk",
- *   params: z.object({ tag: z.string() }), intentFields: ["tag"],
- *   allowedPaths: ["/tags/-"], keyScope: "run", versionPolicy: "strict",
- *   reconcile: "idempotency-key",
- * });
+ * What a create tool creates: a record under an external id derived from the
+ * params (the agent's order reference, a lead's email), exactly once. The
+ * entity of its intents is `{type: recordType, id: externalId(params)}`; the
+ * owner creates with `If-None-Match: *` (`upsertByExternalId`), so a record
+ * someone else created under the id meanwhile is a `conflict` carrying it.
  */
-export interface WriteToolDeclaration<P extends Record<string, unknown> = Record<string, unknown>> {
+export interface CreateDeclaration<P> {
+  /** The external id of the record these params create: the entity's id. */
+  externalId: (params: P) => string;
+  /** The new record, from the params alone (a JSON object). */
+  body: (params: P) => Record<string, unknown>;
+  /**
+   * A top-level member of the new record that the owner sets to the intent
+   * key, so that reconcile tells its own create from one another agent made
+   * under the same external id. Without it, reconcile asks the system for the
+   * intent key (it is sent as Idempotency-Key: `reconcile: "idempotency-key"`)
+   * or runs the tool's reconcile function.
+   */
+  intentKeyField?: string;
+}
+
+/** What an undo function gets besides the params: the undone intent's key. */
+export interface UndoContext {
+  /** The intent key of the write being undone (e.g. to tie a reversal to its refund). */
+  intentKey: string;
+}
+
+/**
+ * The compensating change of an applied write of the tool, from the write's
+ * params and the record as the write left it (`applied`: the state at the
+ * version the write produced). The owner applies it with If-Match on that
+ * version, so it never undoes on top of a newer change (that is a conflict).
+ */
+export type UndoFn<P> = (params: P, applied: Versioned, ctx: UndoContext) => JsonPatchOp[];
+
+/** What every write tool declares. */
+interface ToolDeclarationBase<P extends Record<string, unknown>> {
   name: string;
   recordType: string;
   description?: string;
@@ -55,17 +85,9 @@ export interface WriteToolDeclaration<P extends Record<string, unknown> = Record
   intentFields: readonly (keyof P & string)[];
   /** Params holding model-written text: left out of the key-reuse fingerprint. */
   freeTextParams?: readonly (keyof P & string)[];
-  /**
-   * JSON Pointer patterns a delta may touch (`*` is one segment, a trailing
-   * `/**` any depth), with the operations allowed there. A bare pattern allows
-   * `add`, `replace` and `test`; `remove`, `move` and `copy` must be named:
-   * `{ path: "/tags/*", ops: ["remove"] }`.
-   */
-  allowedPaths: readonly AllowedPath[];
-  /** Patch paths whose values are free text (same patterns). */
+  /** Patch paths whose values are free text (same patterns as `allowedPaths`). */
   freeTextPaths?: readonly string[];
   keyScope: KeyScope;
-  versionPolicy: VersionPolicy;
   /** Conflict replies before the case goes to a human. Default 2. */
   maxConflictCycles?: number;
   /** Name of the system-of-record adapter. */
@@ -79,6 +101,35 @@ export interface WriteToolDeclaration<P extends Record<string, unknown> = Record
   /** Deadline of this tool's PATCH. ms. Defaults to the router's `sorTimeoutMs`. */
   timeoutMs?: number;
   /**
+   * The compensating change (refund ↔ reversal, add tag ↔ remove tag), which
+   * `writ undo` and `client.undo()` submit once for an applied intent of this
+   * tool. With it, the ledger keeps each intent's params (what the change is
+   * built from) until the entry expires.
+   */
+  undo?: UndoFn<P>;
+}
+
+/**
+ * A tool that changes an existing record with a delta.
+ *
+ * @example
+ * const tagTicket = declareWriteTool({
+ *   name: "tag_ticket", recordType: "ticket", system: "helpdesk",
+ *   params: z.object({ tag: z.string() }), intentFields: ["tag"],
+ *   allowedPaths: ["/tags/-"], keyScope: "run", versionPolicy: "strict",
+ *   reconcile: "idempotency-key",
+ * });
+ */
+export interface EditToolDeclaration<P extends Record<string, unknown> = Record<string, unknown>> extends ToolDeclarationBase<P> {
+  /**
+   * JSON Pointer patterns a delta may touch (`*` is one segment, a trailing
+   * `/**` any depth), with the operations allowed there. A bare pattern allows
+   * `add`, `replace` and `test`; `remove`, `move` and `copy` must be named:
+   * `{ path: "/tags/*", ops: ["remove"] }`.
+   */
+  allowedPaths: readonly AllowedPath[];
+  versionPolicy: VersionPolicy;
+  /**
    * How the tool's delta derives from its validated params and the record as
    * it is: the owner rebuilds it right before the PATCH and refuses an intent
    * whose delta differs (`delta_mismatch`), so a change can never say more
@@ -86,7 +137,37 @@ export interface WriteToolDeclaration<P extends Record<string, unknown> = Record
    * from its delta). Required when owners run with an agent registry.
    */
   delta?: (params: P, current: Versioned) => JsonPatchOp[];
+  create?: undefined;
 }
+
+/**
+ * A tool that creates a record under an external id, at most once: its
+ * intent's delta is `[{op: "add", path: "", value: body(params)}]` and its
+ * base version `"absent"` (`ABSENT_VERSION`); the owner checks both against
+ * the params. No delta function, paths or version policy: the body is the
+ * whole change.
+ *
+ * @example
+ * const openCase = declareWriteTool({
+ *   name: "open_case", recordType: "case", system: "helpdesk",
+ *   params: z.object({ orderRef: z.string(), subject: z.string() }), intentFields: ["orderRef"],
+ *   create: { externalId: (p) => `order-${p.orderRef}`, body: (p) => ({ subject: p.subject, status: "open" }) },
+ *   keyScope: "run", reconcile: "idempotency-key",
+ * });
+ */
+export interface CreateToolDeclaration<P extends Record<string, unknown> = Record<string, unknown>> extends ToolDeclarationBase<P> {
+  create: CreateDeclaration<P>;
+  allowedPaths?: undefined;
+  versionPolicy?: undefined;
+  delta?: undefined;
+}
+
+/**
+ * A write tool, declared once: an edit tool (a delta on an existing record)
+ * or a create tool (`create`). The router admits it only with a key scope, a
+ * version policy (edit tools) and a way to reconcile an unknown outcome.
+ */
+export type WriteToolDeclaration<P extends Record<string, unknown> = Record<string, unknown>> = EditToolDeclaration<P> | CreateToolDeclaration<P>;
 
 export type PatchOpName = JsonPatchOp["op"];
 
@@ -109,6 +190,14 @@ export interface AdmittedTool {
   readonly intentFields: readonly string[];
   /** The delta the params give on `current` (see WriteToolDeclaration.delta); absent: not checked. */
   readonly deriveDelta?: (params: Record<string, unknown>, current: Versioned) => JsonPatchOp[];
+  /** Set for a create tool: what it creates (see CreateToolDeclaration). */
+  readonly create?: CreateDeclaration<Record<string, unknown>>;
+  /** The compensating change of an applied intent; absent: the tool's writes cannot be undone. */
+  readonly undo?: UndoFn<Record<string, unknown>>;
+  /**
+   * How an unknown outcome is settled. For a create: the declared function,
+   * else the record's `intentKeyField`, else the system's idempotency-key lookup.
+   */
   readonly reconcile: ReconcileFn;
   readonly timeoutMs: number;
   isAllowedPath(path: string): boolean;
@@ -118,9 +207,14 @@ export interface AdmittedTool {
 }
 
 /** Declares a write tool; admission happens when the router starts. */
+export function declareWriteTool<P extends Record<string, unknown>>(decl: EditToolDeclaration<P>): EditToolDeclaration<P>;
+export function declareWriteTool<P extends Record<string, unknown>>(decl: CreateToolDeclaration<P>): CreateToolDeclaration<P>;
+export function declareWriteTool<P extends Record<string, unknown>>(decl: WriteToolDeclaration<P>): WriteToolDeclaration<P>;
 export function declareWriteTool<P extends Record<string, unknown>>(decl: WriteToolDeclaration<P>): WriteToolDeclaration<P> {
   return Object.freeze({ ...decl });
 }
+
+const fn = (what: string) => z.custom<(...args: never[]) => unknown>((v) => typeof v === "function", what);
 
 const DeclarationShape = z.strictObject({
   name: z.string().regex(/^[a-zA-Z][a-zA-Z0-9_.-]{0,127}$/, "letters, digits, _ . -"),
@@ -134,17 +228,26 @@ const DeclarationShape = z.strictObject({
         z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(["add", "remove", "replace", "move", "copy", "test"])).min(1) }),
       ]),
     )
-    .min(1, "at least one allowed path"),
+    .min(1, "at least one allowed path")
+    .optional(),
   freeTextPaths: z.array(z.string().startsWith("/")).optional(),
   freeTextParams: z.array(z.string()).optional(),
   keyScope: z.enum(["run", "global"], { error: "missing key scope (run | global)" }),
-  versionPolicy: z.enum(["strict", "rebase-commutative"], { error: "missing version policy (strict | rebase-commutative)" }),
+  versionPolicy: z.enum(["strict", "rebase-commutative"], { error: "missing version policy (strict | rebase-commutative)" }).optional(),
   maxConflictCycles: z.number().int().min(0).max(20).default(2),
   system: z.string().min(1, "missing system-of-record adapter name"),
   timeoutMs: z.number().int().positive().optional(),
   description: z.string().optional(),
   reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")]).optional(),
   delta: z.custom<(p: never, c: Versioned) => JsonPatchOp[]>((v) => typeof v === "function", "a function (params, current) => delta").optional(),
+  create: z
+    .strictObject({
+      externalId: fn("a function (params) => the external id"),
+      body: fn("a function (params) => the new record"),
+      intentKeyField: z.string().min(1).max(128).optional(),
+    })
+    .optional(),
+  undo: fn("a function (params, applied, { intentKey }) => the compensating delta").optional(),
 });
 
 function compilePatterns(patterns: readonly AllowedPath[]): (path: string) => Set<PatchOpName> {
@@ -197,9 +300,28 @@ export function admitTools(
       problems.push(`${label}: system "${d.system}" is not configured (have: ${[...byName.keys()].join(", ") || "none"})`);
       continue;
     }
+    const create = decl.create as CreateDeclaration<Record<string, unknown>> | undefined;
+    if (create) {
+      if (decl.delta !== undefined) problems.push(`${label}: delta: a create tool's change is its create.body; it declares no delta function`);
+      if (decl.allowedPaths !== undefined) problems.push(`${label}: allowedPaths: a create tool writes its whole body; it declares no allowed paths`);
+      if (decl.versionPolicy !== undefined) problems.push(`${label}: versionPolicy: a create tool has no base version; it declares no version policy`);
+      if (typeof system.upsertByExternalId !== "function") problems.push(`${label}: create needs system "${system.name}" to create by external id (upsertByExternalId), and it cannot`);
+    } else {
+      if (d.allowedPaths === undefined) problems.push(`${label}: allowedPaths: at least one allowed path`);
+      if (d.versionPolicy === undefined) problems.push(`${label}: versionPolicy: missing version policy (strict | rebase-commutative)`);
+    }
     let reconcile: ReconcileFn | undefined;
     if (typeof decl.reconcile === "function") reconcile = decl.reconcile;
-    else if (decl.reconcile === "idempotency-key" || (decl.reconcile === undefined && system.capabilities.idempotencyLookup)) {
+    else if (create?.intentKeyField !== undefined && decl.reconcile === undefined) {
+      // The create stamped the record with its intent key: a record under the external id is ours only if it carries it.
+      const field = create.intentKeyField;
+      reconcile = ({ intent, current }) => {
+        if (current === null) return "not_applied";
+        const state = current.state;
+        if (typeof state !== "object" || state === null || Array.isArray(state)) return "unknown";
+        return Object.hasOwn(state, field) && (state as Record<string, unknown>)[field] === intent.intentKey ? "applied" : "not_applied";
+      };
+    } else if (decl.reconcile === "idempotency-key" || (decl.reconcile === undefined && system.capabilities.idempotencyLookup)) {
       if (system.capabilities.idempotencyLookup && system.lookupIdempotencyKey) {
         reconcile = ({ intent, system: s, timeoutMs, headers }) => s.lookupIdempotencyKey!(intent.entity, intent.intentKey, { timeoutMs, headers });
       } else {
@@ -209,14 +331,15 @@ export function admitTools(
       problems.push(`${label}: reconcile must be "idempotency-key" or a function`);
     } else {
       problems.push(
-        `${label}: missing reconcile: system "${system.name}" keeps no idempotency keys, so an unknown outcome needs a reconcile function`,
+        `${label}: missing reconcile: system "${system.name}" keeps no idempotency keys, so an unknown outcome needs a reconcile function` +
+          (create ? " (or create.intentKeyField)" : ""),
       );
     }
     const shape2 = (d.params as { shape?: Record<string, unknown> }).shape;
     if (shape2) {
       for (const f of d.intentFields) if (!(f in shape2)) problems.push(`${label}: intent field "${f}" is not a param`);
     }
-    if (defaults.requireDelta && typeof decl.delta !== "function") {
+    if (defaults.requireDelta && !create && typeof decl.delta !== "function") {
       problems.push(`${label}: missing delta: with an agent registry every tool declares how its delta derives from its params`);
     }
     if (!reconcile) continue;
@@ -225,16 +348,18 @@ export function admitTools(
       name: d.name,
       recordType: d.recordType,
       keyScope: d.keyScope,
-      versionPolicy: d.versionPolicy,
+      versionPolicy: d.versionPolicy ?? "strict",
       maxConflictCycles: d.maxConflictCycles,
       system,
       freeTextParams: d.freeTextParams ?? [],
       intentFields: d.intentFields,
       ...(typeof decl.delta === "function" ? { deriveDelta: decl.delta as (p: Record<string, unknown>, c: Versioned) => JsonPatchOp[] } : {}),
+      ...(create ? { create } : {}),
+      ...(typeof decl.undo === "function" ? { undo: decl.undo as UndoFn<Record<string, unknown>> } : {}),
       reconcile,
       timeoutMs: d.timeoutMs ?? defaults.sorTimeoutMs,
-      isAllowedPath: pathMatcher(d.allowedPaths),
-      isAllowedOp: opMatcher(d.allowedPaths),
+      isAllowedPath: pathMatcher(d.allowedPaths ?? []),
+      isAllowedOp: opMatcher(d.allowedPaths ?? []),
       isFreeTextPath: pathMatcher(d.freeTextPaths ?? []),
     });
   }

@@ -41,12 +41,24 @@ export async function ensureTopics(admin: Admin, topics: ITopicConfig[]): Promis
         await admin.createTopics({ topics: missing, waitForLeaders: true });
       } catch (err) {
         // Another process may have created them first.
-        if (!/already exists/i.test(String((err as Error).message))) throw err;
+        if (!/already exists/i.test(String((err as Error).message))) throw topicCreationError(err);
       }
     },
     { maxAttempts: 6, initialDelayMs: 300 },
   );
   await waitForLeaders(admin, topics.map((t) => t.topic));
+}
+
+/**
+ * kafkajs's "Topic creation errors" with each topic's reason, e.g.
+ * `writ.replies.agent-b: TOPIC_AUTHORIZATION_FAILED` (the principal's ACLs do
+ * not let it create the topic).
+ */
+function topicCreationError(err: unknown): unknown {
+  const errors = (err as { errors?: unknown } | null)?.errors;
+  if (!Array.isArray(errors) || errors.length === 0) return err;
+  const detail = errors.map((e: { topic?: unknown; type?: unknown; message?: unknown }) => `${String(e.topic ?? "?")}: ${String(e.type ?? e.message)}`).join(", ");
+  return new WritError("kafka_failed", `creating topics failed: ${detail}`, { retriable: (err as { retriable?: unknown }).retriable === true, cause: err });
 }
 
 /**

@@ -27,6 +27,11 @@ export const refundPayment = declareWriteTool({
   versionPolicy: "rebase-commutative",
   system: "billing",
   reconcile: "idempotency-key",
+  // Undo: a reversal appended to /reversals, naming the refund's intent key.
+  undo: (p, applied, { intentKey }) => {
+    const reversal = { reverses: intentKey, amountCents: p.amountCents, reason: p.reason };
+    return Array.isArray(applied.state?.reversals) ? [{ op: "add", path: "/reversals/-", value: reversal }] : [{ op: "add", path: "/reversals", value: [reversal] }];
+  },
 });
 
 /** Set a ticket's tags: a read-modify-write of `/tags`; strict, so a changed ticket is a conflict. */
@@ -47,9 +52,31 @@ export const tagTicket = declareWriteTool({
   maxConflictCycles: 2,
   system: "helpdesk",
   reconcile: "idempotency-key",
+  // Undo: the tag removed again.
+  undo: (p, applied) => [{ op: "replace", path: "/tags", value: (applied.state?.tags ?? []).filter((t) => t !== p.tag) }],
 });
 
-export const tools = [refundPayment, tagTicket];
+/** Open a ticket for an order, at most once: its id is the order reference (the external id), created with If-None-Match: *. */
+export const openTicket = declareWriteTool({
+  name: "open_ticket",
+  recordType: "ticket",
+  description: "Open a helpdesk ticket for an order (once per order reference).",
+  params: z.object({
+    orderRef: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/),
+    subject: z.string().min(1).max(200),
+  }),
+  intentFields: ["orderRef"],
+  freeTextParams: ["subject"],
+  create: {
+    externalId: (p) => p.orderRef,
+    body: (p) => ({ subject: p.subject, status: "open", tags: [], orderRef: p.orderRef }),
+  },
+  keyScope: "run",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+export const tools = [refundPayment, tagTicket, openTicket];
 
 /** Both systems of record are served by the demo records server at `RECORDS_URL`. */
 export function systems(env = process.env) {

@@ -34,9 +34,6 @@ from writ_client.keys import MissingIntentField
         (12345678901234567890, "12345678901234567000"),
         (10**21, "1e+21"),
         (-(10**21), "-1e+21"),
-        (10**400, "null"),
-        (float("nan"), "null"),
-        (float("-inf"), "null"),
         (0.30000000000000004, "0.30000000000000004"),
         (1.25e-5, "0.0000125"),
         (1.2345e-7, "1.2345e-7"),
@@ -47,17 +44,51 @@ def test_js_number(value: float, js: str) -> None:
     assert js_number(value) == js
 
 
-def test_keys_sort_by_utf16_code_units_with_array_indices_first() -> None:
+@pytest.mark.parametrize("value", [10**400, -(10**400), 2**1024, float("nan"), float("inf"), float("-inf")], ids=["10**400", "-10**400", "2**1024", "nan", "inf", "-inf"])
+def test_numbers_without_a_canonical_form_are_refused(value: float) -> None:
+    """RFC 8785 has no form for NaN or ±Infinity (1e400 and integers past the double range parse to Infinity): not null."""
+    with pytest.raises(CanonicalJsonError) as err:
+        js_number(value)
+    assert err.value.code == "not_canonical"
+    with pytest.raises(CanonicalJsonError) as err:
+        canonical_json({"v": [1, value]})
+    assert err.value.code == "not_canonical"
+    assert canonical_json(json.loads("1e-400")) == "0"  # underflow is 0, not a refusal
+
+
+def test_keys_sort_by_utf16_code_units_every_key_alike() -> None:
+    """RFC 8785: no array-index keys first (that was JSON.stringify's property order), code units not code points."""
     obj = {"ｚ": 1, "😀": 2, "a": 3, "10": 4, "9": 5, "01": 6, "4294967295": 7, "4294967294": 8, "": 9}
-    assert canonical_json(obj) == '{"9":5,"10":4,"4294967294":8,"":9,"01":6,"4294967295":7,"a":3,"😀":2,"ｚ":1}'
+    assert canonical_json(obj) == '{"":9,"01":6,"10":4,"4294967294":8,"4294967295":7,"9":5,"a":3,"😀":2,"ｚ":1}'
+    assert canonical_json({"4": 2, "": 1}) == '{"":1,"4":2}'
+
+
+def test_rfc_8785_published_examples() -> None:
+    """Sections 3.2.2 (values) and 3.2.3 (key order) of RFC 8785, outputs as the RFC prints them."""
+    values = json.loads(r"""{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}""")
+    assert canonical_json(values) == r"""{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"""
+    keys = json.loads(r"""{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}""")
+    assert list(json.loads(canonical_json(keys))) == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
 
 
 def test_strings_are_escaped_as_json_stringify_does() -> None:
     assert canonical_json('q" b\\ s/ \x00\x01\b\t\n\x0b\f\r\x1f \x7f \u2028 é 漢字 😀') == (
         '"q\\" b\\\\ s/ \\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \x7f \u2028 é 漢字 😀"'
     )
-    assert canonical_json("x\ud800y\udc00") == '"x\\ud800y\\udc00"'
-    assert canonical_json("\ud83d\ude00") == '"😀"'
+    assert canonical_json("\ud83d\ude00") == '"😀"'  # a pair written as two code points is the character
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x\ud800y", "\udc00", "\ude00\ud83d", {"a": [1, {"b": "\ud800"}]}, {"k\udbff": 1}, json.loads('"\\ud800"'), json.loads('{"\\udc00":1}')],
+    ids=["high", "low", "reversed-pair", "deep", "key", "parsed", "parsed-key"],
+)
+def test_lone_surrogates_are_refused(value: object) -> None:
+    """RFC 8785 has no form for a lone surrogate, in a string or a key (JSON.stringify wrote \\ud800)."""
+    with pytest.raises(CanonicalJsonError) as err:
+        canonical_json(value)
+    assert err.value.code == "not_canonical"
+    assert "lone surrogate" in str(err.value)
 
 
 def test_nested_values_and_no_whitespace() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex
+from writ_client.canonical import CanonicalJsonError
 from writ_client.keys import KEY_VERSION
 
 from .conftest import REPO
@@ -23,6 +24,7 @@ def tool_of(v: dict[str, Any]) -> KeyedTool:
 def test_the_file_is_the_key_version_this_client_builds() -> None:
     assert VECTORS["keyVersion"] == KEY_VERSION
     assert len(VECTORS["vectors"]) >= 40
+    assert any("error" in v["expected"] for v in VECTORS["vectors"])
 
 
 @pytest.mark.parametrize("v", VECTORS["vectors"], ids=[v["name"] for v in VECTORS["vectors"]])
@@ -31,6 +33,17 @@ def test_vector(v: dict[str, Any]) -> None:
     tool = tool_of(v)
     expected = v["expected"]
     material = intent_key_material(tool=tool, agent_id=v["agentId"], run_id=v["runId"], step_id=v["stepId"], entity=v["entity"], params=params)
+    if "error" in expected:
+        # Params with no canonical form (RFC 8785): the key and the fingerprint are refused, with the same code as TypeScript's.
+        for compute in (
+            lambda: canonical_json(material),
+            lambda: intent_key(tool=tool, agent_id=v["agentId"], run_id=v["runId"], step_id=v["stepId"], entity=v["entity"], params=params),
+            lambda: params_fingerprint(tool.name, v["entity"], params, tool.free_text_params),
+        ):
+            with pytest.raises(CanonicalJsonError) as err:
+                compute()
+            assert err.value.code == expected["error"]
+        return
     # Byte for byte: the canonical text, then its hash.
     assert canonical_json(material).encode("utf-8") == expected["canonical"].encode("utf-8")
     assert sha256_hex(expected["canonical"]) == expected["intentKey"]
@@ -56,8 +69,11 @@ def test_python_values_that_json_cannot_tell_apart_give_the_same_key() -> None:
     assert intent_key(**base, params={"v": 100}) == v["expected"]["intentKey"]
     assert intent_key(**base, params={"v": -0.0}) == by_name["number: 0"]["expected"]["intentKey"]
     assert intent_key(**base, params={"v": 9007199254740993}) == by_name["number: 2^53 + 1 rounds to 2^53"]["expected"]["intentKey"]
-    assert intent_key(**base, params={"v": 10**310}) == by_name["number: an integer beyond the double range is Infinity: null"]["expected"]["intentKey"]
-    assert intent_key(**base, params={"v": float("inf")}) == by_name["number: 1e400 is Infinity: null"]["expected"]["intentKey"]
+    assert by_name["number: an integer beyond the double range is Infinity (refused)"]["expected"] == {"error": "not_canonical"}
+    for refused in (10**310, float("inf"), float("-inf"), float("nan"), "x\ud800"):
+        with pytest.raises(CanonicalJsonError) as err:
+            intent_key(**base, params={"v": refused})
+        assert err.value.code == "not_canonical"
     assert intent_key(**base, params={"v": "\ud83d\ude00"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
     assert intent_key(**base, params={"v": "\U0001f600"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
     assert intent_key(**base, params={"v": ("a",)}) == intent_key(**base, params={"v": ["a"]})

@@ -11,6 +11,7 @@ import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { REDACT_PATHS } from "../logger.ts";
+import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
 export interface Command {
@@ -156,16 +157,33 @@ export function registryFrom(flag: string | undefined): string | undefined {
 }
 
 /**
+ * How a command connects, from the environment: SASL and TLS to Kafka
+ * (KAFKA_SSL, KAFKA_SSL_CA_FILE, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME,
+ * KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, …) and the registry
+ * (`registryUrl`, from --registry or SCHEMA_REGISTRY_URL, with
+ * SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD, SCHEMA_REGISTRY_CA_FILE).
+ * Validated: a bad value is a configuration error (exit 2) naming the
+ * variable, never showing a secret. Only the keys that are set are present,
+ * so the result spreads into a client's config.
+ */
+export function connectionFor(registryUrl: string | undefined): ConnectionSecurity {
+  const c = connectionSecurityFromEnv(process.env, registryUrl);
+  return Object.fromEntries(Object.entries(c).filter(([, v]) => v !== undefined)) as ConnectionSecurity;
+}
+
+/**
  * A kafkajs client for a command. kafkajs logs through `log` (kafkaLogCreator
  * demotes what it retries to debug); a failure that persists reaches the
- * command as an error, which it reports in one line.
+ * command as an error, which it reports in one line. SASL and TLS: `security`,
+ * by default from the environment ({@link connectionFor}).
  */
-export function kafkaFor(brokers: string[], clientId: string, log: Logger): Kafka {
+export function kafkaFor(brokers: string[], clientId: string, log: Logger, security: KafkaSecurity | undefined = connectionFor(undefined).kafka): Kafka {
   registerCompressionCodecs();
   process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
   return new Kafka({
     clientId,
     brokers,
+    ...kafkaConnection(security),
     logLevel: process.env.LOG_LEVEL === "debug" || process.env.LOG_LEVEL === "trace" ? logLevel.DEBUG : logLevel.WARN,
     logCreator: kafkaLogCreator(log),
     connectionTimeout: 3000,

@@ -8,6 +8,7 @@ import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExi
 import { WritError } from "../errors.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger } from "../logger.ts";
+import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
 import { parseCommandArgs, UsageError, type Command } from "./common.ts";
 
 const USAGE = `usage: writ doctor [options]
@@ -89,8 +90,11 @@ async function main(argv: string[]): Promise<number> {
   process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 
   try {
+    // SASL and TLS from KAFKA_SSL*, KAFKA_SASL_* (a bad value is reported below, naming the variable)
+    const connection = kafkaConnection(connectionSecurityFromEnv(process.env).kafka);
     const report = await runDoctor({
       brokers,
+      ...connection,
       ...(topics.length > 0 ? { topics } : {}),
       contractTopics,
       replyPrefix: prefix,

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import { brokersFrom, commandLogger, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
@@ -52,7 +52,7 @@ async function list(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const log = commandLogger("escalations");
   const kafka = kafkaFor(brokers, "writ-cli-escalations", log);
-  const codec = new WireCodec({ schemaRegistryUrl: registryFrom(a.registry) });
+  const codec = new WireCodec(connectionFor(registryFrom(a.registry)));
   const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
   if (!(await topicsWithPrefix(kafka, topic)).includes(topic)) {
     process.stderr.write(`writ escalations: no topic ${topic} on the cluster (writ topics ensure creates it)\n`);
@@ -127,10 +127,10 @@ async function resolve(argv: string[]): Promise<number> {
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
   const brokers = brokersFrom(a.brokers);
-  const registryUrl = registryFrom(a.registry);
+  const connection = connectionFor(registryFrom(a.registry));
   const log = commandLogger("escalations");
-  const kafka = kafkaFor(brokers, "writ-cli-escalations", log);
-  const codec = new WireCodec({ schemaRegistryUrl: registryUrl });
+  const kafka = kafkaFor(brokers, "writ-cli-escalations", log, connection.kafka);
+  const codec = new WireCodec(connection);
   const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
   const found = (await readEscalations(kafka, codec, topic, log)).find((f) => f.e.escalationId === escalationId);
   if (!found) throw new UsageError(`no escalation ${escalationId} on ${topic}`);
@@ -140,7 +140,7 @@ async function resolve(argv: string[]): Promise<number> {
     agentId: operator,
     replyTopic: a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${operator}`,
     intentsTopic: process.env.WRIT_INTENTS_TOPIC || "writ.intents",
-    ...(registryUrl ? { schemaRegistryUrl: registryUrl } : {}),
+    ...connection,
     logger: log,
     ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
   });

@@ -10,11 +10,13 @@ import { packageVersion, type Command } from "./common.ts";
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
   owner: { summary: "run the owners of writ.intents for a tools module (the owner process)", load: async () => (await import("./owner.ts")).ownerCommand },
   submit: { summary: "send one write intent, wait for the owner's reply, print it as JSON", load: async () => (await import("./submit.ts")).submitCommand },
+  undo: { summary: "undo an applied write once (its tool's compensating change), print the reply as JSON", load: async () => (await import("./undo.ts")).undoCommand },
   tail: { summary: "print (and follow) replies, escalations, dead letters or ledger entries", load: async () => (await import("./tail.ts")).tailCommand },
   escalations: { summary: "list the escalations on writ.human", load: async () => (await import("./escalations.ts")).escalationsCommand },
   topics: { summary: "create (ensure) or check the contract topics", load: async () => (await import("./topics.ts")).topicsCommand },
   verify: { summary: "prove a tools module's write tools against a staging system of record", load: async () => (await import("./verify.ts")).verifyCommand },
   doctor: { summary: "find (and --abort) hanging transactions on writ's topics", load: async () => (await import("./doctor.ts")).doctorCommand },
+  console: { summary: "the operator console: a live web page of writ's topics; resolve escalations from it", load: async () => (await import("../console/command.ts")).consoleCommand },
 };
 
 function usage(): string {
@@ -30,6 +32,8 @@ ${lines.join("\n")}
   writ --version    the version of writ
 
 Kafka and the schema registry come from --brokers/--registry or $KAFKA_BROKERS/$SCHEMA_REGISTRY_URL;
+SASL/TLS from $KAFKA_SSL, $KAFKA_SSL_CA_FILE, $KAFKA_SASL_MECHANISM, $KAFKA_SASL_USERNAME, $KAFKA_SASL_PASSWORD(_FILE),
+the registry's basic auth and CA from $SCHEMA_REGISTRY_USERNAME, $SCHEMA_REGISTRY_PASSWORD(_FILE), $SCHEMA_REGISTRY_CA_FILE;
 owner settings from the WRIT_* variables (see the README). $LOG_LEVEL=debug shows kafkajs's own logs.
 Exit status: 0 success, 1 the command's negative outcome (see each command's --help), 2 bad usage or could not run.`;
 }

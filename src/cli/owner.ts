@@ -23,7 +23,9 @@ topics that are missing, and runs until SIGTERM or SIGINT (then leaves the group
 
 Everything else comes from the environment, as in the README's configuration table: WRIT_GROUP_ID,
 WRIT_INTENTS_TOPIC, WRIT_INTENT_PARTITIONS, WRIT_REPLICATION_FACTOR, WRIT_REPLY_TOPIC_PREFIX,
-WRIT_HEALTH_PORT, WRIT_SOR_TIMEOUT_MS, … systems(env) receives the environment too.
+WRIT_HEALTH_PORT, WRIT_SOR_TIMEOUT_MS, … systems(env) receives the environment too. SASL/TLS: KAFKA_SSL,
+KAFKA_SSL_CA_FILE, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD(_FILE); the registry's
+SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD(_FILE), SCHEMA_REGISTRY_CA_FILE.
 Logs: JSON lines on stderr (level $LOG_LEVEL, default info).
 
 Exit status: 0 stopped by a signal, 1 the owner could not start or gave up (a supervisor restarts it),

@@ -6,7 +6,7 @@ import { createWritClient, type IntentInput, type SubmitResult } from "../../pro
 import type { KeyScope, KeyedTool } from "../keys.ts";
 import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { brokersFrom, commandLogger, intFlag, jsonFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, jsonFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-> [options]
@@ -40,9 +40,27 @@ Where it goes:
   --registry <url>       Confluent-API schema registry (default $SCHEMA_REGISTRY_URL; unset = plain JSON)
   --intents-topic <t>    default $WRIT_INTENTS_TOPIC or writ.intents
   --timeout-ms <n>       how long to wait for the reply (default 30000)
+  --signing-key <file>   sign the intent with this Ed25519 private key (PEM), for owners with an agent
+                         registry; with --key-id <id>, the key's id in the registry
   -h, --help             this text
 
+SASL/TLS to Kafka and the registry's basic auth and TLS come from the environment: KAFKA_SSL,
+KAFKA_SSL_CA_FILE, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD(_FILE),
+SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD(_FILE), SCHEMA_REGISTRY_CA_FILE (see the README).
+
 Exit status: 0 applied, 1 rejected, escalated, conflict, unknown or blocked, 2 bad usage or could not run.`;
+
+/** Where an intent goes and how the command waits: the options of every command that sends one (`send`). */
+export const SEND_OPTIONS = {
+  agent: { type: "string" },
+  "reply-topic": { type: "string" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+  "intents-topic": { type: "string" },
+  "timeout-ms": { type: "string" },
+  "signing-key": { type: "string" },
+  "key-id": { type: "string" },
+} as const;
 
 const OPTIONS = {
   intent: { type: "string" },
@@ -57,12 +75,7 @@ const OPTIONS = {
   tools: { type: "string" },
   "key-scope": { type: "string" },
   "intent-fields": { type: "string" },
-  agent: { type: "string" },
-  "reply-topic": { type: "string" },
-  brokers: { type: "string" },
-  registry: { type: "string" },
-  "intents-topic": { type: "string" },
-  "timeout-ms": { type: "string" },
+  ...SEND_OPTIONS,
 } as const;
 
 type Fields = {
@@ -118,6 +131,8 @@ async function main(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
   const timeoutMs = intFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
+  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const signing = a["signing-key"] === undefined ? undefined : { keyFile: a["signing-key"], keyId: a["key-id"]! };
   const file = a.intent === undefined ? {} : readIntentFile(a.intent);
 
   // A whole WriteIntent is sent as it is (flags may not change it: its key and ids are what make it a repeat).
@@ -125,7 +140,7 @@ async function main(argv: string[]): Promise<number> {
   if (a.intent !== undefined && "intentId" in file) {
     if (!whole.success) throw new UsageError(`--intent: not a valid WriteIntent: ${whole.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
     const intent = whole.data;
-    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"] });
+    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
   }
 
   const f: Fields = {
@@ -169,7 +184,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const agent = a.agent ?? "writ-cli";
   const replyTopic = a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${agent}`;
-  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"] });
+  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
 }
 
 /** The key-relevant part of the tool: from the tools module, else from --key-scope/--intent-fields. */
@@ -194,20 +209,31 @@ async function keyedTool(name: string, a: { tools?: string; "key-scope"?: string
   throw new UsageError("the intent key needs the tool's key scope and intent fields: give --tools <module> (or WRIT_TOOLS_MODULE), or --key-scope and --intent-fields");
 }
 
-async function send(
+/** Sends one intent with a client of `agentId` on `replyTopic`, prints the reply as one JSON line; the exit status. */
+export async function send(
   agentId: string,
   replyTopic: string,
   intent: IntentInput | WriteIntent,
-  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined },
+  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined; signing?: { keyFile: string; keyId: string } | undefined },
 ): Promise<number> {
   const log = commandLogger("submit");
+  let privateKey: string | undefined;
+  if (opts.signing !== undefined) {
+    try {
+      privateKey = readFileSync(opts.signing.keyFile, "utf8");
+    } catch (err) {
+      throw new UsageError(`--signing-key ${opts.signing.keyFile}: ${(err as NodeJS.ErrnoException).code ?? "unreadable"}`);
+    }
+  }
   const client = await createWritClient({
     brokers: opts.brokers,
     agentId,
     replyTopic,
     intentsTopic: opts.intentsTopic ?? (process.env.WRIT_INTENTS_TOPIC || "writ.intents"),
     clientId: `writ-cli-${agentId}`,
-    ...(opts.registry !== undefined ? { schemaRegistryUrl: opts.registry } : {}),
+    // SASL/TLS and the registry's URL, basic auth and TLS, validated (from the environment and --registry)
+    ...connectionFor(opts.registry),
+    ...(opts.signing !== undefined && privateKey !== undefined ? { signer: { keyId: opts.signing.keyId, privateKey } } : {}),
     logger: log,
   });
   let result: SubmitResult;

@@ -3,7 +3,7 @@
 // records; follows the topic with --follow.
 import { WireCodec } from "../codec.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
-import { brokersFrom, commandLogger, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { readTopics, topicsWithPrefix, type TopicRecord } from "./topic-reader.ts";
 
 const KINDS = {
@@ -118,7 +118,7 @@ async function main(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const log = commandLogger("tail");
   const kafka = kafkaFor(brokers, "writ-cli-tail", log);
-  const codec = new WireCodec({ schemaRegistryUrl: registryFrom(a.registry) });
+  const codec = new WireCodec(connectionFor(registryFrom(a.registry)));
 
   const configured = process.env[kind.env] || kind.fallback;
   let topics: string[];

@@ -142,7 +142,7 @@ async function main(argv: string[]): Promise<number> {
   const config = routerConfigFromEnv(env);
   const wanted = routerTopics(config);
   const log = commandLogger("topics");
-  const admin = kafkaFor(config.brokers, "writ-cli-topics", log).admin();
+  const admin = kafkaFor(config.brokers, "writ-cli-topics", log, config.kafka).admin();
   await admin.connect();
   try {
     const created: string[] = [];

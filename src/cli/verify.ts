@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { WritError } from "../errors.ts";
 import { REDACT_PATHS } from "../logger.ts";
+import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
 import { formatReport, runVerify } from "../verify/verify.ts";
@@ -121,11 +122,13 @@ async function main(argv: string[]): Promise<number> {
       pino.destination({ dest: logFile, sync: true }),
     );
     process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
-    progress(`tools ${tools}; Kafka ${brokers}; registry ${registry ?? "none (plain JSON)"}; logs ${logFile}`);
+    // SASL/TLS (KAFKA_SSL*, KAFKA_SASL_*) and the registry's URL, basic auth and TLS, validated before the URL is shown
+    const connection = connectionSecurityFromEnv(process.env, registry);
+    progress(`tools ${tools}; Kafka ${brokers}${connection.kafka?.sasl ? ` (SASL ${connection.kafka.sasl.mechanism} as ${connection.kafka.sasl.username})` : ""}; registry ${registry ?? "none (plain JSON)"}; logs ${logFile}`);
     const report = await runVerify({
       tools,
       brokers,
-      ...(registry === undefined ? {} : { schemaRegistryUrl: registry }),
+      ...Object.fromEntries(Object.entries(connection).filter(([, v]) => v !== undefined)),
       env,
       ...(args.tool === undefined ? {} : { only: args.tool }),
       scenarios: scenarios as ScenarioName[],

@@ -55,8 +55,8 @@ export function observeSystem(system: SystemOfRecord, observe: SorCallObserver):
   }
   if (system.upsertByExternalId) {
     const upsert = system.upsertByExternalId.bind(system);
-    observed.upsertByExternalId = (entity, externalId, state, opts) =>
-      call("upsert", entity, opts.headers, (headers) => upsert(entity, externalId, state, { ...opts, headers }), (r) => r.kind);
+    observed.upsertByExternalId = (entity, state, opts) =>
+      call("upsert", entity, opts.headers, (headers) => upsert(entity, state, { ...opts, headers }), (r) => r.kind);
   }
   if (system.close) observed.close = system.close.bind(system);
   return observed;

@@ -87,6 +87,12 @@ export class RouterMetrics {
     buckets: SOR_BUCKETS,
     registers: [this.registry],
   });
+  private readonly forwarded = new Counter({
+    name: "writ_forwarded_total",
+    help: "Intents that arrived on another partition than their key's (a producer with another partitioner) and were forwarded to it, by the partition they were forwarded to. Counted when forwarded (a failed transaction may count one twice).",
+    labelNames: ["partition"] as const,
+    registers: [this.registry],
+  });
   private readonly txnDuration = new Histogram({
     name: "writ_transaction_duration_seconds",
     help: "Duration of the owner transactions that carry results (sends, offsets, commit), by intents partition.",
@@ -190,6 +196,9 @@ export class RouterMetrics {
     },
     transaction: (_ms: number) => {
       // The whole transaction is timed at `committed`.
+    },
+    forwarded: (partition: number) => {
+      this.forwarded.inc({ partition: String(partition) });
     },
     opened: (partition: number, ms: number) => {
       this.restoreDuration.observe({ partition: String(partition) }, ms / 1000);

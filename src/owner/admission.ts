@@ -1,13 +1,14 @@
 import type { KafkaMessage } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
-import type { DeadLetterReason, RejectReason } from "../errors.ts";
+import { canonicalJson } from "../canonical-json.ts";
+import { type DeadLetterReason, type RejectReason, WritError } from "../errors.ts";
 import { partitionFor } from "../kafka/partition.ts";
-import { deltaFingerprint, intentKey, paramsFingerprint } from "../keys.ts";
+import { deltaFingerprint, intentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
 import { SIGNATURE_HEADER, verifyIntentSignature } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
-import type { WriteIntent } from "../schemas/write-intent.ts";
+import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../schemas/write-intent.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
@@ -56,7 +57,7 @@ export const FORWARDED_HEADER = "writ-forwarded-from";
 
 /**
  * The gate every intent passes before anything else happens to it (step 1
- * of the owner), in this order:
+ * of the owner; see docs/architecture.md §3.1), in this order:
  *
  * 1. bounds (size, then nesting depth, before any code walks the value), and
  *    decoding (a framed value's schema id must belong to the intents topic's
@@ -64,10 +65,13 @@ export const FORWARDED_HEADER = "writ-forwarded-from";
  * 2. the record key must be the intent's entity key (one owner per record,
  *    whatever the producer), and the partition the key's murmur2 partition
  *    (else the record is forwarded there, in the owner's transaction);
- * 3. with an agent registry: the signature of the agent the intent names, the
+ * 3. the whole value must have a canonical form (RFC 8785: no lone surrogate
+ *    in a string or key, no number past the double range), since its key,
+ *    fingerprints and signature are computed over it (`not_canonical`);
+ * 4. with an agent registry: the signature of the agent the intent names, the
  *    agent's reply topic, and the agent's tools;
- * 4. without one: an allowed reply topic prefix;
- * 5. the reply topic must exist; the tool, record type, params and patch
+ * 5. without one: an allowed reply topic prefix;
+ * 6. the reply topic must exist; the tool, record type, params and patch
  *    operations; the intent key, recomputed from the intent's own fields.
  *
  * Bad input is answered here, with a machine-readable reason and a dead letter
@@ -118,6 +122,8 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   }
   const home = partitionFor(recordKey, deps.partitions);
   if (home !== source.partition) return { kind: "forward", partition: home };
+  const uncanonical = canonicalProblem(decoded.raw);
+  if (uncanonical !== null) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `intent refused: ${uncanonical}`);
 
   if (deps.agents) {
     if (!agent) return answered("unauthenticated", { dead: "unauthenticated" }, `agent ${intent.agent.id.slice(0, 128)} is not in the agent registry`);
@@ -141,22 +147,36 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
+  if (intent.undo !== undefined) return admitUndo(intent, tool, key, reject);
   const params = tool.declaration.params.safeParse(intent.params);
   if (!params.success) return reject("params_invalid", params.error.message.slice(0, 2000), params.error.issues.slice(0, 10));
-  const refused = intent.delta.flatMap((op) => ("from" in op ? [op.path, op.from] : [op.path])).filter((p) => !tool.isAllowedPath(p));
-  if (refused.length > 0) {
-    return reject("patch_path_not_allowed", `tool ${tool.name} may not touch ${refused.slice(0, 10).join(", ")}`, { paths: refused.slice(0, 10) });
+  if (tool.create) {
+    const refusal = createRefusal(intent, tool.create, params.data as Record<string, unknown>);
+    if (refusal) return reject(refusal.reason, refusal.message);
+  } else {
+    const refused = intent.delta.flatMap((op) => ("from" in op ? [op.path, op.from] : [op.path])).filter((p) => !tool.isAllowedPath(p));
+    if (refused.length > 0) {
+      return reject("patch_path_not_allowed", `tool ${tool.name} may not touch ${refused.slice(0, 10).join(", ")}`, { paths: refused.slice(0, 10) });
+    }
+    const forbidden = intent.delta.filter((op) => !tool.isAllowedOp(op));
+    if (forbidden.length > 0) {
+      const ops = forbidden.slice(0, 10).map((op) => `${op.op} ${op.path}`);
+      return reject("patch_op_not_allowed", `tool ${tool.name} may not ${ops.join(", ")}`, { ops });
+    }
   }
-  const forbidden = intent.delta.filter((op) => !tool.isAllowedOp(op));
-  if (forbidden.length > 0) {
-    const ops = forbidden.slice(0, 10).map((op) => `${op.op} ${op.path}`);
-    return reject("patch_op_not_allowed", `tool ${tool.name} may not ${ops.join(", ")}`, { ops });
-  }
+  // Nothing computed from the intent may throw out of admission (a throw pauses the partition's intake):
+  // a refusal of the key's inputs (a missing intent field; no canonical form) is an answer.
   let expected: string;
+  let fingerprint: string;
+  let deltaPrint: string;
   try {
     expected = intentKey({ tool, agentId: intent.agent.id, runId: intent.agent.runId, stepId: intent.agent.stepId, entity: intent.entity, params: intent.params });
+    fingerprint = paramsFingerprint(tool.name, intent.entity, intent.params, tool.freeTextParams);
+    // A create's delta is its params' body (checked above), free text and all: the params' fingerprint stands for it.
+    deltaPrint = tool.create ? fingerprint : deltaFingerprint(intent.delta, tool.isFreeTextPath);
   } catch (err) {
-    return reject("params_invalid", (err as Error).message.slice(0, 2000));
+    const reason = err instanceof WritError && err.code === "not_canonical" ? "not_canonical" : "params_invalid";
+    return reject(reason, (err as Error).message.slice(0, 2000));
   }
   if (expected !== intent.intentKey) {
     return reject("intent_key_mismatch", "the intent key is not the one its agent, run, step, tool, record and intent fields give (see intentKey())");
@@ -167,11 +187,84 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       intent,
       tool,
       entityKey: key,
-      fingerprint: paramsFingerprint(tool.name, intent.entity, intent.params, tool.freeTextParams),
-      deltaFingerprint: deltaFingerprint(intent.delta, tool.isFreeTextPath),
+      fingerprint,
+      deltaFingerprint: deltaPrint,
       params: params.data as Record<string, unknown>,
     },
   };
+}
+
+/**
+ * Why a create intent is not the one its params give, or null when it is:
+ * its base version must be `"absent"`, its entity id the external id the
+ * params give, and its delta exactly one `add` of the params' body at `""`
+ * (the tool's functions run here on the validated params; a throw is a refusal).
+ */
+function createRefusal(
+  intent: WriteIntent,
+  create: NonNullable<AdmittedTool["create"]>,
+  params: Record<string, unknown>,
+): { reason: RejectReason; message: string } | null {
+  if (intent.baseVersion !== ABSENT_VERSION) return { reason: "params_invalid", message: `a create's baseVersion is "${ABSENT_VERSION}" (it read no record)` };
+  let externalId: unknown;
+  let body: unknown;
+  try {
+    externalId = create.externalId(params);
+    body = create.body(params);
+  } catch (err) {
+    return { reason: "params_invalid", message: `the tool's create functions failed on these params: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000) };
+  }
+  if (typeof externalId !== "string" || externalId.length === 0 || externalId.length > 256) {
+    return { reason: "params_invalid", message: "the tool's create.externalId gave no id (a string of 1 to 256 characters)" };
+  }
+  if (externalId !== intent.entity.id) {
+    return { reason: "external_id_mismatch", message: `the record to create is ${intent.entity.type}:${externalId.slice(0, 256)} (the external id these params give), not ${intent.entity.type}:${intent.entity.id.slice(0, 256)}` };
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return { reason: "params_invalid", message: "the tool's create.body gave no JSON object" };
+  let expected: string;
+  try {
+    expected = canonicalJson([{ op: "add", path: "", value: body }]);
+  } catch (err) {
+    return { reason: "not_canonical", message: `the record these params give has no canonical form: ${(err as Error).message}`.slice(0, 2000) };
+  }
+  // The intent's own delta has a canonical form: the whole value was checked before.
+  if (expected !== canonicalJson(intent.delta)) {
+    return { reason: "delta_mismatch", message: 'a create\'s delta is [{"op":"add","path":"","value":<the record its params give>}]; this one is not' };
+  }
+  return null;
+}
+
+/**
+ * An undo (`intent.undo` set) names the intent it compensates: its key must
+ * be `undoIntentKey(undone key)`, its base version `"ledger"` and its params
+ * empty, and its tool must declare an undo. Whether the undone intent was
+ * applied, on this record, by this tool, is the owner's to check, with its ledger.
+ */
+function admitUndo(intent: WriteIntent, tool: AdmittedTool, key: string, reject: (reason: RejectReason, msg: string) => Admission): Admission {
+  const undone = intent.undo!.intentKey;
+  if (!tool.undo) return reject("undo_not_declared", `tool ${tool.name} declares no undo: its writes cannot be undone by writ`);
+  if (intent.baseVersion !== LEDGER_VERSION) return reject("params_invalid", `an undo's baseVersion is "${LEDGER_VERSION}": the owner takes the version the undone write produced from its ledger`);
+  if (Object.keys(intent.params).length > 0) return reject("params_invalid", "an undo carries no params: the owner takes the undone intent's from its ledger");
+  if (intent.intentKey !== undoIntentKey(undone)) return reject("intent_key_mismatch", "an undo's intent key is undoIntentKey(<the undone intent's key>) (see keys.ts)");
+  const fingerprint = undoFingerprint(tool.name, intent.entity, undone);
+  return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
+}
+
+/**
+ * Why `raw` (a record's value as parsed) has no canonical JSON, or null when
+ * it has one. RFC 8785 has none for a string or key with a lone surrogate or
+ * for a non-finite number (JSON text such as `1e400` parses to Infinity): a
+ * value holding one can be neither keyed, fingerprinted nor signed, so it is
+ * refused whole, before anything computes over it. (Its depth was bounded by
+ * the decoder, far below the canonical limit.)
+ */
+function canonicalProblem(raw: unknown): string | null {
+  try {
+    canonicalJson(raw);
+    return null;
+  } catch (err) {
+    return (err as Error).message.slice(0, 2000);
+  }
 }
 
 /** The tool operators name to be allowed to resolve escalations (agent registry: `tools: ["writ.resolve"]`). */
@@ -185,8 +278,9 @@ type Answer = (
 
 /**
  * A resolution passes the same gate as an intent (bounds, framing, key and
- * partition, signature of the operator it names), and the operator must be
- * allowed the `writ.resolve` tool and answer on its registered reply topic.
+ * partition, canonical form, signature of the operator it names), and the
+ * operator must be allowed the `writ.resolve` tool and answer on its
+ * registered reply topic.
  * Whether the escalation is open is the owner's to check, with its ledger.
  */
 async function admitResolution(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps, answered: Answer): Promise<Admission> {
@@ -201,6 +295,8 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   if (recordKey !== key || entityKey(r.entity) !== key) return answered("key_mismatch", { dead: "key_mismatch", reply: reply("key_mismatch") }, "a resolution is keyed by the escalated intent's entity");
   const home = partitionFor(recordKey, deps.partitions);
   if (home !== source.partition) return { kind: "forward", partition: home };
+  const uncanonical = canonicalProblem(decoded.raw);
+  if (uncanonical !== null) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `resolution refused: ${uncanonical}`);
   if (deps.agents) {
     if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
     const check = verifyIntentSignature(decoded.raw, headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);

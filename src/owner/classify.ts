@@ -1,6 +1,6 @@
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 
-/** What the ledger says to do with an intent whose key it may already hold (step 2 of DESIGN.md). */
+/** What the ledger says to do with an intent whose key it may already hold (step 2; see docs/architecture.md §3.2). */
 export type LedgerVerdict = "write" | "repeat" | "reused";
 
 /** The parts of an incoming intent that the decision depends on. */

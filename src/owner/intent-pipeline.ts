@@ -4,7 +4,7 @@ import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
-import type { Versioned } from "../schemas/common.ts";
+import { entityKey, JsonPatch, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
@@ -23,13 +23,27 @@ export interface WriteState {
   needsReconcile: boolean;
   /** PATCHes whose outcome was unknown. */
   unknownRounds: number;
+  /**
+   * An undo's target, from the ledger: the undone intent's key, params and
+   * the version its write produced. Absent for an undo only when an earlier
+   * owner left the undo pending and the target's entry has expired since.
+   */
+  undo?: UndoTarget;
+}
+
+/** What an undo compensates: an applied intent of this record, as its ledger entry keeps it. */
+export interface UndoTarget {
+  intentKey: string;
+  /** The version the undone write produced: the undo applies only on it (If-Match). */
+  version: string;
+  params: Record<string, unknown>;
 }
 
 /** What the ledger says to do with an admitted intent (step 2), decided once. */
 export type Plan =
   | { kind: "settled"; effects: Effects; note: string }
   /** A repeat of an attempt that was answered `conflict`: it is answered again with the record as it is now. */
-  | { kind: "repeat-conflict"; entry: LedgerIntentEntry; stored: Extract<StoredOutcome, { status: "conflict" }> }
+  | { kind: "repeat-conflict"; entry: LedgerIntentEntry; stored: Extract<StoredOutcome, { status: "conflict" }>; undo?: UndoTarget }
   /** Record `pending` durably (step 3), then write. */
   | { kind: "write"; pending: LedgerIntentEntry; state: WriteState };
 
@@ -71,7 +85,8 @@ export interface PipelineDeps {
 type Reconciled = { kind: "outage"; reason: string } | { kind: "answer"; result: ReconcileResult; current: Versioned | null };
 
 /**
- * Steps 2–5 of "The owner, per intent" for one admitted intent: it
+ * Steps 2–5 of the owner's pipeline for one admitted intent (see
+ * docs/architecture.md §3.2 to §3.8): it
  * classifies the intent once against the ledger, and then reads, writes and
  * reconciles, returning a per-intent outcome. It never throws for a reason
  * that belongs to the intent or its system of record: those are outcomes
@@ -102,12 +117,21 @@ export class IntentPipeline {
       const msg = "this intent key was used for a different intent (tool, entity, params or change)";
       return this.settledReply(a, this.rejected(a, "key_reused_with_different_params", msg), "key reused");
     }
+    const target = intent.undo ? this.undoTarget(a, ledger) : undefined;
     if (verdict === "repeat" && entry?.outcome) {
       const stored = entry.outcome;
-      if (stored.status === "conflict") return { kind: "repeat-conflict", entry, stored };
+      if (stored.status === "conflict") {
+        if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
+        return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
+      }
       return this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger");
     }
     const inherited = entry?.status === "pending";
+    // An undo of nothing undoable is answered without a ledger entry (a later submission is asked again), unless
+    // an earlier owner left this undo pending: then it may have written, and it is settled like any write.
+    if (target?.kind === "refused" && !inherited) {
+      return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
+    }
     const attempt = { baseVersion: intent.baseVersion, deltaFingerprint: a.deltaFingerprint };
     const attempts = entry ? entry.attempts.filter((x) => x.baseVersion !== attempt.baseVersion || x.deltaFingerprint !== attempt.deltaFingerprint) : [];
     attempts.push(attempt);
@@ -124,8 +148,41 @@ export class IntentPipeline {
       cycles: entry?.cycles ?? 0,
       replyTo: intent.replyTo,
       updatedAt: this.now().toISOString(),
+      // What an undo of this write will be built from; an undo itself names what it undoes instead.
+      ...(a.tool.undo && !intent.undo ? { params: a.params } : {}),
+      ...(intent.undo ? { undoOf: intent.undo.intentKey } : {}),
     };
-    return { kind: "write", pending, state: { inherited, mayHaveWritten: inherited, needsReconcile: inherited, unknownRounds: 0 } };
+    const state: WriteState = { inherited, mayHaveWritten: inherited, needsReconcile: inherited, unknownRounds: 0 };
+    if (target?.kind === "target") state.undo = target.target;
+    return { kind: "write", pending, state };
+  }
+
+  /**
+   * The write an undo compensates, from this record's ledger: it must be an
+   * applied intent of the same tool on the same record, not itself an undo,
+   * with its params kept (its tool declared an undo when it was written).
+   */
+  private undoTarget(a: AdmittedIntent, ledger: LedgerView): { kind: "target"; target: UndoTarget } | { kind: "refused"; reason: RejectReason; message: string; details?: unknown } {
+    const key = a.intent.undo!.intentKey;
+    const entry = ledger.get(key);
+    const refused = (reason: RejectReason, message: string, details?: unknown) => ({ kind: "refused" as const, reason, message, ...(details === undefined ? {} : { details }) });
+    if (!entry) {
+      return refused("undo_target_unknown", `no write with intent key ${key} is in the ledger of ${a.entityKey.slice(0, 300)}: it was never submitted for this record, or it is older than the ledger's retention`);
+    }
+    if (entry.undoOf !== undefined) return refused("undo_not_declared", `intent ${key} is itself an undo; an undo is not undone`);
+    if (entry.tool !== a.tool.name || entityKey(entry.entity) !== a.entityKey) {
+      return refused("undo_target_mismatch", `intent ${key} was a ${entry.tool} on ${entityKey(entry.entity).slice(0, 300)}, not a ${a.tool.name} on ${a.entityKey.slice(0, 300)}`);
+    }
+    const outcome = entry.outcome;
+    if (entry.status !== "done" || outcome?.status !== "applied") {
+      const status = entry.status === "pending" ? "pending" : (outcome?.status ?? entry.status);
+      const reason = outcome && "reason" in outcome ? { reason: outcome.reason } : {};
+      return refused("undo_target_not_applied", `intent ${key} was not applied (${status}${"reason" in reason ? `: ${reason.reason}` : ""}); there is nothing to undo`, { status, ...reason });
+    }
+    if (entry.params === undefined) {
+      return refused("undo_not_declared", `intent ${key} was written before ${a.tool.name} declared an undo (its params were not kept); it cannot be undone by writ`);
+    }
+    return { kind: "target", target: { intentKey: key, version: outcome.version, params: entry.params } };
   }
 
   /** A repeat of a conflicted attempt: the same conflict, with the record as it is now. */
@@ -137,10 +194,10 @@ export class IntentPipeline {
       if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
       current = null;
     }
-    const reply: Reply = {
-      ...this.conflictReply(a, plan.stored.cycle, current ?? { state: null, version: plan.stored.version }),
-      duplicate: true,
-    };
+    const now = current ?? { state: null, version: plan.stored.version };
+    const change = this.yourChange(a, plan.undo, now);
+    if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, { current: now }), "undo failed");
+    const reply: Reply = { ...this.conflictReply(a, plan.stored.cycle, now, change.delta), duplicate: true };
     return { kind: "settled", effects: effects({ replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "repeat of a conflicted attempt" };
   }
 
@@ -150,26 +207,14 @@ export class IntentPipeline {
    * carries over between tries.
    */
   async execute(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step> {
+    if (a.intent.undo) return this.executeUndo(a, pending, state, ctx);
+    if (a.tool.create) return this.executeCreate(a, pending, state, ctx);
     const { intent, tool } = a;
     const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name });
     for (;;) {
-      if (state.needsReconcile) {
-        // An earlier owner, or an earlier PATCH of ours, may have written: only a proven "not applied" writes again.
-        const settled = await this.reconcile(a, ctx);
-        if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
-        if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
-        if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current);
-        if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, "outcome_unknown", settled.current);
-        state.needsReconcile = false;
-      }
-      let current: Versioned | null;
-      try {
-        current = await tool.system.read(intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
-      } catch (err) {
-        if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
-        return this.protocolFailure(a, pending, state, err);
-      }
-      if (current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+      const fresh = await this.reconcileThenRead(a, pending, state, ctx);
+      if ("kind" in fresh) return fresh;
+      const { current } = fresh;
       let ifMatch = intent.baseVersion;
       if (this.deps.ablateVersionCheck) ifMatch = current.version;
       else if (current.version !== intent.baseVersion) {
@@ -185,52 +230,209 @@ export class IntentPipeline {
         try {
           expected = canonicalJson(tool.deriveDelta(a.params, current));
         } catch (err) {
+          // The record as the system of record holds it can put what RFC 8785 cannot write (a lone surrogate) in the delta.
+          if (err instanceof WritError && err.code === "not_canonical") {
+            return this.rejectedDone(a, pending, "not_canonical", `the delta these params give on the current record cannot be compared: ${err.message}`.slice(0, 2000));
+          }
           return this.rejectedDone(a, pending, "delta_mismatch", `the tool's delta function failed on these params: ${describe(err)}`.slice(0, 2000));
         }
+        // The intent's own delta has a canonical form: admission refused the intent otherwise.
         if (expected !== canonicalJson(intent.delta)) {
           return this.rejectedDone(a, pending, "delta_mismatch", "the delta is not the one the params give on the current record; nothing was written");
         }
       }
-      await ctx.durable();
-      if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
-      let outcome: PatchOutcome;
-      try {
-        outcome = await tool.system.patch(intent.entity, intent.delta, { ifMatch, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers });
-      } catch (err) {
-        // An adapter that throws instead of answering an outcome: the request may have gone out.
-        outcome = { kind: "unknown", message: `the adapter threw: ${describe(err)}` };
+      const sent = await this.send(a, pending, state, ctx, log, "patch", () =>
+        tool.system.patch(intent.entity, intent.delta, { ifMatch, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
+      );
+      if (sent) return sent;
+    }
+  }
+
+  /**
+   * Step 5 for every kind of write, once the fresh read (if any) allowed it:
+   * waits for `pending` to be durable and for the partition to be ours, sends
+   * the write and settles on its outcome. Null when the outcome is unknown:
+   * the caller reconciles, and writes again only on a proven "not applied".
+   */
+  private async send(
+    a: AdmittedIntent,
+    pending: LedgerIntentEntry,
+    state: WriteState,
+    ctx: ExecContext,
+    log: Logger,
+    via: "patch" | "create",
+    request: () => Promise<PatchOutcome>,
+  ): Promise<Step | null> {
+    await ctx.durable();
+    if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
+    let outcome: PatchOutcome;
+    try {
+      outcome = await request();
+    } catch (err) {
+      // An adapter that throws instead of answering an outcome: the request may have gone out.
+      outcome = { kind: "unknown", message: `the adapter threw: ${describe(err)}` };
+    }
+    switch (outcome.kind) {
+      case "applied":
+        return this.applied(a, pending, { state: outcome.state, version: outcome.version }, via);
+      case "precondition_failed": {
+        // The version moved on; for a create, a record with this external id exists (another agent's, or, reconcile tells, ours).
+        this.deps.observe?.conflict(a, "precondition_failed");
+        const fresh = await this.readAfterConflict(a, pending, state, outcome.current, ctx);
+        if ("kind" in fresh) return fresh;
+        return this.conflict(a, pending, state, fresh.current, ctx);
       }
-      switch (outcome.kind) {
-        case "applied":
-          return this.applied(a, pending, { state: outcome.state, version: outcome.version }, "patch");
-        case "precondition_failed": {
-          this.deps.observe?.conflict(a, "precondition_failed");
-          let fresh = outcome.current;
-          if (fresh === null) {
-            try {
-              fresh = await tool.system.read(intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
-            } catch (err) {
-              if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
-              return this.protocolFailure(a, pending, state, err);
-            }
-          }
-          return this.conflict(a, pending, state, fresh, ctx);
-        }
-        case "not_found":
-          return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
-        case "rejected": {
-          const reason = outcome.status === 409 || outcome.status === 422 ? "patch_not_applicable" : "sor_rejected";
-          return this.rejectedDone(a, pending, reason, outcome.message.slice(0, 2000), { status: outcome.status });
-        }
-        case "unavailable":
-          // Provably never reached the system: nothing to reconcile; try again after a pause.
-          return { kind: "retry-later", reason: outcome.message, notSent: true };
-        case "unknown":
-          log.warn({ detail: outcome.message, round: state.unknownRounds + 1 }, "write outcome unknown; reconciling");
-          state.unknownRounds++;
-          state.mayHaveWritten = true;
-          state.needsReconcile = true;
+      case "not_found":
+        if (via === "create") return this.rejectedDone(a, pending, "sor_rejected", `${a.tool.system.name} has no place to create ${a.intent.entity.type} records (404); nothing was created`);
+        return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+      case "rejected": {
+        const reason = outcome.status === 409 || outcome.status === 422 ? "patch_not_applicable" : "sor_rejected";
+        return this.rejectedDone(a, pending, reason, outcome.message.slice(0, 2000), { status: outcome.status });
       }
+      case "unavailable":
+        // Provably never reached the system: nothing to reconcile; try again after a pause.
+        return { kind: "retry-later", reason: outcome.message, notSent: true };
+      case "unknown":
+        this.unknownOutcome(log, state, outcome.message);
+        return null;
+    }
+  }
+
+  /**
+   * A create (a tool that declares `create`): `upsertByExternalId` with
+   * `If-None-Match: *` and the intent key as Idempotency-Key (and in the
+   * record's `intentKeyField`, if declared). The record's existence is the
+   * precondition: a record under the external id is a conflict carrying it,
+   * unless reconcile proves it is this intent's own create. An unknown
+   * outcome is reconciled by looking the external id up, never replayed blind.
+   */
+  private async executeCreate(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step> {
+    const { intent, tool } = a;
+    const create = tool.create!;
+    const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name });
+    // Admission checked that the delta is exactly the add of the params' body at "".
+    const body = (intent.delta[0] as { value: Record<string, unknown> }).value;
+    const record = create.intentKeyField === undefined ? body : { ...body, [create.intentKeyField]: intent.intentKey };
+    for (;;) {
+      if (state.needsReconcile) {
+        const settled = await this.reconcileFirst(a, pending, state, ctx);
+        if (settled) return settled;
+      }
+      const sent = await this.send(a, pending, state, ctx, log, "create", () =>
+        tool.system.upsertByExternalId!(intent.entity, record, { ifNoneMatch: "*", idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
+      );
+      if (sent) return sent;
+    }
+  }
+
+  /**
+   * An undo: the tool's compensating change, built from the undone intent's
+   * params on the record as that write left it, PATCHed with If-Match on the
+   * version the write produced (from the ledger). A record that changed since
+   * is a conflict carrying its current state: nothing is undone on top of a
+   * newer change.
+   */
+  private async executeUndo(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step> {
+    const { intent, tool } = a;
+    const target = state.undo;
+    if (!target) {
+      // Only an inherited pending undo gets here: it may have written, and its target's entry is gone.
+      return this.escalate(a, pending, "outcome_unknown", null, "This undo was left pending and the undone write's ledger entry has expired since: whether the undo was applied cannot be established. A person will check the record. Do not retry.");
+    }
+    const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name, undoOf: target.intentKey });
+    for (;;) {
+      const fresh = await this.reconcileThenRead(a, pending, state, ctx);
+      if ("kind" in fresh) return fresh;
+      const { current } = fresh;
+      if (current.version !== target.version) {
+        this.deps.observe?.conflict(a, "version_mismatch");
+        return this.conflict(a, pending, state, current, ctx);
+      }
+      const change = this.undoChange(a, target, current);
+      if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error);
+      const sent = await this.send(a, pending, state, ctx, log, "patch", () =>
+        tool.system.patch(intent.entity, change.delta, { ifMatch: target.version, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
+      );
+      if (sent) return sent;
+    }
+  }
+
+  /** The compensating change the tool's undo gives on `current`, checked to be a JSON Patch of at least one op. */
+  private undoChange(a: AdmittedIntent, target: UndoTarget, current: Versioned): { delta: JsonPatchOp[] } | { error: string } {
+    let raw: unknown;
+    try {
+      raw = a.tool.undo!(target.params, current, { intentKey: target.intentKey });
+    } catch (err) {
+      return { error: `the tool's undo function failed: ${describe(err)}`.slice(0, 2000) };
+    }
+    const parsed = JsonPatch.safeParse(raw);
+    if (!parsed.success) return { error: `the tool's undo function gave no JSON Patch of at least one operation: ${parsed.error.issues[0]?.message ?? "invalid"}`.slice(0, 2000) };
+    try {
+      canonicalJson(parsed.data);
+    } catch (err) {
+      return { error: `the tool's undo function gave a change with no canonical form: ${describe(err)}`.slice(0, 2000) };
+    }
+    return { delta: parsed.data };
+  }
+
+  /**
+   * What a conflict reply shows as `your_change`: the intent's delta, or for
+   * an undo the compensating change as it would be built on the record now.
+   */
+  private yourChange(a: AdmittedIntent, target: UndoTarget | undefined, current: Versioned): { delta: JsonPatchOp[] } | { error: string } {
+    if (!a.intent.undo) return { delta: a.intent.delta };
+    if (!target) return { error: "the undone write's ledger entry is gone" };
+    return this.undoChange(a, target, current);
+  }
+
+  /**
+   * Step 4's start for a change to an existing record: reconcile first where
+   * a write may have happened (an earlier owner's, or an earlier request of
+   * ours whose outcome was unknown: only a proven "not applied" writes again),
+   * then the fresh read. A Step when either settles the intent (an absent
+   * record is `entity_not_found`).
+   */
+  private async reconcileThenRead(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned } | Step> {
+    if (state.needsReconcile) {
+      const settled = await this.reconcileFirst(a, pending, state, ctx);
+      if (settled) return settled;
+    }
+    const fresh = await this.readRecord(a, pending, state, ctx);
+    if ("kind" in fresh) return fresh;
+    if (fresh.current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+    return { current: fresh.current };
+  }
+
+  /** Reconciles before a write (an inherited pending, or an unknown outcome): a Step when that settles it, null to write. */
+  private async reconcileFirst(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step | null> {
+    const settled = await this.reconcile(a, ctx, state.undo);
+    if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
+    if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
+    if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current);
+    if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, "outcome_unknown", settled.current);
+    state.needsReconcile = false;
+    return null;
+  }
+
+  private unknownOutcome(log: Logger, state: WriteState, detail: string): void {
+    log.warn({ detail, round: state.unknownRounds + 1 }, "write outcome unknown; reconciling");
+    state.unknownRounds++;
+    state.mayHaveWritten = true;
+    state.needsReconcile = true;
+  }
+
+  /** The record after a 412: as the answer carried it, else read; a Step when the read cannot be made. */
+  private async readAfterConflict(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, carried: Versioned | null, ctx: ExecContext): Promise<{ current: Versioned | null } | Step> {
+    return carried !== null ? { current: carried } : this.readRecord(a, pending, state, ctx);
+  }
+
+  /** A fresh read (step 4): the record (null: absent), or the Step an outage or a protocol break comes to. */
+  private async readRecord(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned | null } | Step> {
+    try {
+      return { current: await a.tool.system.read(a.intent.entity, { timeoutMs: a.tool.timeoutMs, headers: ctx.headers }) };
+    } catch (err) {
+      if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
+      return this.protocolFailure(a, pending, state, err);
     }
   }
 
@@ -246,11 +448,11 @@ export class IntentPipeline {
     return this.settledReply(a, this.rejected(a, "processing_failed", message), "processing failed");
   }
 
-  private async reconcile(a: AdmittedIntent, ctx: ExecContext): Promise<Reconciled> {
+  private async reconcile(a: AdmittedIntent, ctx: ExecContext, undo?: UndoTarget): Promise<Reconciled> {
     let current: Versioned | null = null;
     try {
       current = await a.tool.system.read(a.intent.entity, { timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
-      const result = await a.tool.reconcile({ intent: a.intent, current, system: a.tool.system, timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
+      const result = a.intent.undo ? await this.reconcileUndo(a, current, undo, ctx) : await a.tool.reconcile({ intent: a.intent, current, system: a.tool.system, timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
       return { kind: "answer", result, current };
     } catch (err) {
       if (isOutage(err)) return { kind: "outage", reason: describe(err) };
@@ -259,22 +461,45 @@ export class IntentPipeline {
     }
   }
 
+  /**
+   * Whether an undo was applied. The record still at the version the undone
+   * write produced says "not applied" for certain (the undo is conditional on
+   * it); past it, the system's idempotency-key lookup for the undo's key, else
+   * the tool's reconcile function (which sees `intent.undo`), else unknown.
+   */
+  private async reconcileUndo(a: AdmittedIntent, current: Versioned | null, target: UndoTarget | undefined, ctx: ExecContext): Promise<ReconcileResult> {
+    if (target && current !== null && current.version === target.version) return "not_applied";
+    const { system, timeoutMs } = a.tool;
+    if (system.capabilities.idempotencyLookup && system.lookupIdempotencyKey) {
+      return system.lookupIdempotencyKey(a.intent.entity, a.intent.intentKey, { timeoutMs, headers: ctx.headers });
+    }
+    if (typeof a.tool.declaration.reconcile === "function") return a.tool.reconcile({ intent: a.intent, current, system, timeoutMs, headers: ctx.headers });
+    return "unknown";
+  }
+
   private async conflict(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, current: Versioned | null, ctx: ExecContext): Promise<Step> {
     if (state.mayHaveWritten) {
       // The change may be our own: written by an owner that died or lost the partition mid-flight, or by
       // a request of ours whose outcome was unknown (a request still in flight can commit after reconcile
       // said "not applied").
-      const settled = await this.reconcile(a, ctx);
+      const settled = await this.reconcile(a, ctx, state.undo);
       if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
       if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
       // Not provably unapplied: a conflict would invite the agent to write again, maybe a second time.
       if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current ?? current);
       current = settled.current ?? current;
     }
-    if (current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+    if (current === null) {
+      if (a.tool.create && !a.intent.undo) {
+        return this.rejectedDone(a, pending, "sor_rejected", "the system answered that a record with this external id exists, but reading it finds none; nothing was created");
+      }
+      return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+    }
+    const change = this.yourChange(a, state.undo, current);
+    if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error, { current });
     const cycle = pending.cycles + 1;
     if (cycle > a.tool.maxConflictCycles) return this.escalate(a, { ...pending, cycles: cycle }, "conflict_cycles_exhausted", current);
-    const reply = this.conflictReply(a, cycle, current);
+    const reply = this.conflictReply(a, cycle, current, change.delta);
     const entry: LedgerIntentEntry = {
       ...pending,
       status: "conflicted",
@@ -285,7 +510,12 @@ export class IntentPipeline {
     return { kind: "settled", effects: effects({ ledger: entry, replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "conflict" };
   }
 
-  private conflictReply(a: AdmittedIntent, cycle: number, current: Versioned): Extract<Reply, { status: "conflict" }> {
+  private conflictReply(a: AdmittedIntent, cycle: number, current: Versioned, yourChange: JsonPatchOp[]): Extract<Reply, { status: "conflict" }> {
+    const message = a.intent.undo
+      ? `The record changed since the write you undo (it is now ${current.version}); nothing was undone. Decide again from current.`
+      : a.tool.create
+        ? `A record with external id ${a.intent.entity.id} already exists (at ${current.version}); it was not created by this intent. Decide again from current.`
+        : `Record changed since you read it (you read ${a.intent.baseVersion}, it is now ${current.version}). Decide again from current.`;
     return {
       status: "conflict",
       intentId: a.intent.intentId,
@@ -294,9 +524,9 @@ export class IntentPipeline {
       at: this.now().toISOString(),
       entity: a.intent.entity,
       cycle,
-      message: `Record changed since you read it (you read ${a.intent.baseVersion}, it is now ${current.version}). Decide again from current.`,
+      message,
       current,
-      your_change: a.intent.delta,
+      your_change: yourChange,
     };
   }
 
@@ -306,7 +536,7 @@ export class IntentPipeline {
     return this.rejectedDone(a, pending, "sor_protocol", message);
   }
 
-  private applied(a: AdmittedIntent, pending: LedgerIntentEntry, after: Versioned | null, via: "patch" | "reconcile"): Step {
+  private applied(a: AdmittedIntent, pending: LedgerIntentEntry, after: Versioned | null, via: "patch" | "create" | "reconcile"): Step {
     const at = this.now().toISOString();
     const version = after?.version ?? "unknown";
     const reply: Reply = {
@@ -319,6 +549,8 @@ export class IntentPipeline {
       state: after?.state ?? null,
       version,
       via,
+      tool: a.tool.name,
+      ...(a.intent.undo ? { undoOf: a.intent.undo.intentKey } : {}),
     };
     const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "applied", version, via, at }, updatedAt: at };
     return { kind: "settled", effects: effects({ ledger: entry, replies: [{ topic: a.intent.replyTo, value: reply }] }), note: `applied via ${via}` };
@@ -374,7 +606,16 @@ export class IntentPipeline {
     const base = { intentId: a.intent.intentId, intentKey: a.intent.intentKey, duplicate: true, at: this.now().toISOString() };
     switch (stored.status) {
       case "applied":
-        return { ...base, status: "applied", entity: a.intent.entity, state: null, version: stored.version, via: stored.via === "patch" ? "patch" : "reconcile" };
+        return {
+          ...base,
+          status: "applied",
+          entity: a.intent.entity,
+          state: null,
+          version: stored.version,
+          via: stored.via === "patch" || stored.via === "create" ? stored.via : "reconcile",
+          tool: a.tool.name,
+          ...(a.intent.undo ? { undoOf: a.intent.undo.intentKey } : {}),
+        };
       case "rejected": {
         const reason = (REJECT_REASONS as readonly string[]).includes(stored.reason) ? (stored.reason as RejectReason) : "sor_rejected";
         return { ...base, status: "rejected", reason, message: stored.message };

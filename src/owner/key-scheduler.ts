@@ -6,7 +6,7 @@
  *
  * An item is ready when it is at the head of the queue of every key it holds.
  * Adding, finishing and taking are O(keys) plus the ready list's ordered
- * insert; nothing scans the waiting items.
+ * insert; nothing scans the waiting items. See docs/architecture.md §4.2.
  */
 export class KeyScheduler<T extends { readonly seq: number }> {
   private readonly queues = new Map<string, T[]>();

@@ -19,7 +19,10 @@ import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
 import type { OwnerContext } from "./owner-context.ts";
 
-/** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs). */
+/** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
+const STUCK_AFTER_FAILURES = 5;
+
+/** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs; docs/architecture.md §5.2). */
 export function transactionalIdFor(config: RouterConfig, partition: number): string {
   return `${config.groupId}.${config.topics.intents}.${partition}`;
 }
@@ -82,7 +85,7 @@ const emptyStaged = (): Staged => ({ records: [], slots: [], pendings: [] });
 
 /**
  * The single writer of one intents partition: a thin driver of Kafka
- * transactions around the intent pipeline.
+ * transactions around the intent pipeline. See docs/architecture.md §4.3, §5.1, §5.3 and §6.
  *
  * - **Open.** A new transactional producer (its InitProducerId fences the
  *   previous owner and aborts its open transaction), a marker in ledger
@@ -355,7 +358,13 @@ export class PartitionOwner {
     if (this.session !== session || this.stateValue !== "running") return;
     this.stateValue = "rewinding";
     this.failuresInARow++;
-    this.log.warn({ err, attempt: this.failuresInARow }, "transaction failed; reopening the partition from its committed state");
+    if (this.failuresInARow >= STUCK_AFTER_FAILURES) {
+      // The same committed state failing again and again: the partition is not moving. Say so where a person looks.
+      this.ctx.health.problem(`partition-${this.partition}`, `transactions failed ${this.failuresInARow} times in a row: ${(err as Error)?.message ?? String(err)}`);
+      this.log.error({ err, attempt: this.failuresInARow }, "transaction failed again; the partition is not moving");
+    } else {
+      this.log.warn({ err, attempt: this.failuresInARow }, "transaction failed; reopening the partition from its committed state");
+    }
     await this.endSession(err);
     if ((this.stateValue as OwnerState) === "closed") return;
     await sleep(this.backoffMs());
@@ -454,7 +463,8 @@ export class PartitionOwner {
       if (admission.kind === "forward") {
         // Another client's partitioner put it here: its key's partition is its owner's. Forwarded in this
         // owner's transaction with the consumed offset: exactly once, and handled there like any intent.
-        this.log.warn({ offset: message.offset, to: admission.partition }, "intent on the wrong partition for its key; forwarded to its owner partition");
+        // Debug, not warn: a fleet of agents on librdkafka's default partitioner sends most intents this way. Counted in writ_forwarded_total.
+        this.log.debug({ offset: message.offset, to: admission.partition }, "intent on the wrong partition for its key; forwarded to its owner partition");
         this.ctx.observe?.forwarded?.(admission.partition);
         this.track(session, this.settle(session, slot, effects({ forwards: [{ partition: admission.partition, message, from: source }] })));
         continue;
@@ -725,6 +735,7 @@ export class PartitionOwner {
       }));
       this.log.debug({ txn, ms: now - began, records: batch.records.length, results: batch.slots.length, pendings: batch.pendings.length, timeline }, "transaction committed");
     }
+    if (this.failuresInARow > 0) this.ctx.health.clear(`partition-${this.partition}`);
     this.failuresInARow = 0;
     session.ledger.committedSending();
     if (withOffset) {

@@ -13,14 +13,39 @@ export interface OutRecord {
   partition?: number;
   key: string | Buffer | null;
   value: Buffer | null;
-  headers?: Record<string, string | Buffer>;
+  headers?: Record<string, string | Buffer | (string | Buffer)[]>;
 }
 
 /** Bytes a record adds to a produce request, roughly: key, value, headers and the record's own framing. */
 function recordBytes(r: OutRecord): number {
   let n = 64 + (r.key === null ? 0 : Buffer.byteLength(r.key)) + (r.value?.length ?? 0);
-  for (const [k, v] of Object.entries(r.headers ?? {})) n += k.length + v.length + 8;
+  for (const [k, v] of Object.entries(r.headers ?? {})) {
+    for (const x of Array.isArray(v) ? v : [v]) n += Buffer.byteLength(k) + Buffer.byteLength(x) + 8;
+  }
   return n;
+}
+
+/** Header naming the headers a forwarded record lost: Kafka allows null header values, a produce request from kafkajs does not. */
+export const FORWARDED_NULL_HEADERS = "writ-forwarded-null-headers";
+
+/**
+ * Headers of a record an owner forwards to its right partition, kept as they
+ * came (repeated keys stay repeated) except null values, which are dropped
+ * and named in {@link FORWARDED_NULL_HEADERS}. The record is still
+ * unauthenticated here: nothing in its headers may make the forward fail.
+ */
+function forwardedHeaders(f: Effects["forwards"][number]): Record<string, string | Buffer | (string | Buffer)[]> {
+  const headers: Record<string, string | Buffer | (string | Buffer)[]> = Object.create(null);
+  const dropped: string[] = [];
+  for (const [k, v] of Object.entries(f.message.headers ?? {})) {
+    if (k === FORWARDED_HEADER || k === FORWARDED_NULL_HEADERS) continue;
+    const values = (Array.isArray(v) ? v : [v]).filter((x): x is string | Buffer => typeof x === "string" || Buffer.isBuffer(x));
+    if (values.length < (Array.isArray(v) ? v.length : 1)) dropped.push(k);
+    if (values.length > 0) headers[k] = values.length === 1 ? values[0]! : values;
+  }
+  if (dropped.length > 0) headers[FORWARDED_NULL_HEADERS] = JSON.stringify(dropped);
+  headers[FORWARDED_HEADER] = `${f.from.partition}@${f.from.offset}`;
+  return headers;
 }
 
 /**
@@ -60,13 +85,7 @@ export class RecordEncoder {
       out.push({ topic: human, key: e.key, value });
     }
     for (const f of effects.forwards) {
-      const headers: Record<string, string | Buffer> = {};
-      for (const [k, v] of Object.entries(f.message.headers ?? {})) {
-        if (v === undefined) continue;
-        headers[k] = Array.isArray(v) ? Buffer.concat(v.map((x) => Buffer.from(x))) : v;
-      }
-      headers[FORWARDED_HEADER] = `${f.from.partition}@${f.from.offset}`;
-      out.push({ topic: f.from.topic, partition: f.partition, key: f.message.key ?? null, value: f.message.value ?? null, headers });
+      out.push({ topic: f.from.topic, partition: f.partition, key: f.message.key ?? null, value: f.message.value ?? null, headers: forwardedHeaders(f) });
     }
     const dlq = this.config.topics.dlq;
     for (const d of effects.deadLetters) {

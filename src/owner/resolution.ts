@@ -1,6 +1,6 @@
 import { canonicalJson } from "../canonical-json.ts";
-import type { RejectReason } from "../errors.ts";
-import { paramsFingerprint } from "../keys.ts";
+import { type RejectReason, WritError } from "../errors.ts";
+import { paramsFingerprint, undoFingerprint } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
@@ -13,7 +13,13 @@ import { type ExecContext, isOutage, type Step } from "./intent-pipeline.ts";
 /** What the ledger says about a resolution: nothing to do (answered), close the case without a write, or write. */
 export type ResolvePlan =
   | { kind: "settled"; effects: Effects; note: string }
-  | { kind: "apply"; entry: LedgerIntentEntry; pending: LedgerIntentEntry };
+  /**
+   * `entry`: the escalation as it stands open (what a refusal puts back);
+   * `resumed`: an earlier attempt at this escalation's resolution staged its
+   * `pending` entry and may have written before its owner stopped, so the
+   * outcome is settled by reconciling first, never by writing again blind.
+   */
+  | { kind: "apply"; entry: LedgerIntentEntry; pending: LedgerIntentEntry; resumed: boolean };
 
 /**
  * Carries out a person's decision on an escalation, as the record's owner:
@@ -35,20 +41,32 @@ export class Resolver {
       effects: effects({ replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at) }] }),
       note: `resolution refused: ${reason}`,
     });
-    const open = entry?.status === "done" && entry.outcome?.status === "escalated" && entry.outcome.escalationId === r.escalationId;
-    if (!entry || !open) return toOperator("resolution_not_applicable", `escalation ${r.escalationId.slice(0, 128)} of intent ${r.intent.intentKey.slice(0, 64)} is not open (already resolved, or not this intent's)`);
+    const ofThisEscalation = entry?.outcome?.status === "escalated" && entry.outcome.escalationId === r.escalationId;
+    const open = entry?.status === "done" && ofThisEscalation;
+    // Pending with the escalation still recorded: an `apply` was under way when its owner stopped (its result never
+    // committed). The resolution record is read again from the committed offset and lands here: settle it.
+    const resumed = entry?.status === "pending" && ofThisEscalation;
+    if (!entry || !(open || resumed)) return toOperator("resolution_not_applicable", `escalation ${r.escalationId.slice(0, 128)} of intent ${r.intent.intentKey.slice(0, 64)} is not open (already resolved, or not this intent's)`);
     // The operator decides on the intent the ledger escalated, not on another one sent alongside.
-    if (paramsFingerprint(tool.name, r.intent.entity, r.intent.params, tool.freeTextParams) !== entry.fingerprint || entry.tool !== tool.name) {
+    const fingerprint = r.intent.undo
+      ? undoFingerprint(tool.name, r.intent.entity, r.intent.undo.intentKey)
+      : paramsFingerprint(tool.name, r.intent.entity, r.intent.params, tool.freeTextParams);
+    if (fingerprint !== entry.fingerprint || entry.tool !== tool.name) {
       return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one");
     }
     if (r.decision === "apply") {
+      // A create or an undo is not a delta an operator can rebase onto the record as it is now.
+      if (tool.create || r.intent.undo) return toOperator("resolution_not_applicable", `an escalated ${r.intent.undo ? "undo" : "create"} cannot be applied by an operator: discard it, or return it to its agent to decide again`);
       if (r.baseVersion === undefined) return toOperator("params_invalid", "apply needs the baseVersion the operator decided on");
-      return { kind: "apply", entry, pending: { ...entry, status: "pending", updatedAt: at } };
+      return { kind: "apply", entry: { ...entry, status: "done" }, pending: { ...entry, status: "pending", updatedAt: at }, resumed };
     }
     const reason: RejectReason = r.decision === "discard" ? "escalation_discarded" : "returned_by_operator";
     const message =
       r.message ??
       (r.decision === "discard" ? "A person decided this write will not be made." : "A person handed this write back to you: decide again from the current record.");
+    // Discarding or returning an escalation whose apply was under way: that write may have happened, and only an apply
+    // (which reconciles first) can tell. The operator hears so; the escalation stays as it is.
+    if (resumed) return toOperator("resolution_not_applicable", "an apply of this escalation was under way when its owner stopped; apply it again (it reconciles first, never writes twice)");
     return this.close(r, entry, replyTo, reason, `${message}`.slice(0, 2000), at);
   }
 
@@ -67,7 +85,7 @@ export class Resolver {
     });
     let current: Versioned | null;
     try {
-      if (entry.outcome?.status === "escalated" && entry.outcome.reason === "outcome_unknown") {
+      if (plan.resumed || (entry.outcome?.status === "escalated" && entry.outcome.reason === "outcome_unknown")) {
         // The escalated write may have happened after all: never write it twice.
         const before = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
         const settled = await tool.reconcile({ intent: r.intent, current: before, system: tool.system, timeoutMs: tool.timeoutMs, headers: ctx.headers });
@@ -85,8 +103,19 @@ export class Resolver {
     }
     const delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(r.intent.params, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
     if (delta === null) return reopen("params_invalid", "this tool cannot rebuild its change on the current record: send the delta to apply");
-    if (tool.deriveDelta && r.delta && canonicalJson(tool.deriveDelta(r.intent.params, current)) !== canonicalJson(r.delta)) {
-      return reopen("delta_mismatch", "the delta is not the one the intent's params give on the current record");
+    if (tool.deriveDelta && r.delta) {
+      let expected: string;
+      try {
+        expected = canonicalJson(tool.deriveDelta(r.intent.params, current));
+      } catch (err) {
+        // As for an intent: the current record can put what RFC 8785 cannot write (a lone surrogate) in the delta.
+        if (err instanceof WritError && err.code === "not_canonical") {
+          return reopen("not_canonical", `the delta the intent's params give on the current record cannot be compared: ${err.message}`.slice(0, 2000));
+        }
+        return reopen("delta_mismatch", `the tool's delta function failed on the intent's params: ${err instanceof Error ? err.message : String(err)}`.slice(0, 2000));
+      }
+      // The resolution's delta has a canonical form: admission refused the resolution otherwise.
+      if (expected !== canonicalJson(r.delta)) return reopen("delta_mismatch", "the delta is not the one the intent's params give on the current record");
     }
     await ctx.durable();
     if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };

@@ -21,6 +21,7 @@ import { observeTools } from "../metrics/observed-system.ts";
 import { RouterMetrics } from "../metrics/router-metrics.ts";
 import { AgentRegistry } from "../security/agent-registry.ts";
 import { WritError } from "../errors.ts";
+import { kafkaConnection, transportWarnings } from "../security/transport.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -89,11 +90,29 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const kafka = new Kafka({
     clientId: config.clientId,
     brokers: config.brokers,
+    // SASL and TLS (config.kafka): the ledger reader and every producer and admin of this router come from this client.
+    ...kafkaConnection(config.kafka),
     logLevel: logLevel.WARN,
     logCreator: kafkaLogCreator(log),
     retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
   });
-  const codec = new WireCodec({ schemaRegistryUrl: config.schemaRegistryUrl });
+  for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
+  const health = new HealthBoard();
+  const codec = new WireCodec({
+    schemaRegistryUrl: config.schemaRegistryUrl,
+    schemaRegistryAuth: config.schemaRegistryAuth,
+    schemaRegistryTls: config.schemaRegistryTls,
+    // A refused schema must not stop a partition: its values go out as plain JSON, and a person is told.
+    onSchemaRefused: (subject, message) => {
+      if (message === null) {
+        health.clear(`schema:${subject}`);
+        log.info({ subject }, "the registry accepted the schema again; values are framed again");
+        return;
+      }
+      health.problem(`schema:${subject}`, `the registry refused the schema (values go unframed meanwhile): ${message}`);
+      log.error({ subject, reason: message }, "the schema registry refused a schema; values of this subject are written as plain JSON until it accepts it (check the subject's compatibility level)");
+    },
+  });
   const admin: Admin = kafka.admin();
   await admin.connect();
   await ensureTopics(admin, routerTopics(config));
@@ -101,7 +120,6 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const partitions = await contractPartitions(admin, config);
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
-  const health = new HealthBoard();
   const topicDirectory = new TopicDirectory(admin);
   const reader = new LedgerReader({
     kafka,
@@ -242,7 +260,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   }, sweepEveryMs);
   sweeper.unref();
 
-  const probe = internals.offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId}-probe`, log });
+  const probe = internals.offsetProbe ?? createOffsetProbe({ brokers: config.brokers, clientId: `${config.clientId}-probe`, log, security: config.kafka });
   metrics.attach({
     partitions: () => [...owners].flatMap(([partition, o]) => {
       const s = o.stats();

@@ -38,3 +38,12 @@ export const IsoTime = z.iso.datetime({ offset: true });
 export function entityKey(entity: EntityRef): string {
   return `${entity.type}:${entity.id}`;
 }
+
+/**
+ * A reason from `known`, or one added by a newer owner: readers must accept a
+ * reason they do not know (and treat it as its status says), or an agent would
+ * wait for a reply it already has. The enum stays in the JSON schema as the
+ * documented values.
+ */
+export const openReason = <T extends readonly [string, ...string[]]>(known: T) =>
+  z.union([z.enum(known), z.string().regex(/^[a-z][a-z0-9_]{0,63}$/)]);

@@ -1,16 +1,16 @@
 import { z } from "zod";
 import { DEAD_LETTER_REASONS } from "../errors.ts";
-import { IsoTime } from "./common.ts";
+import { IsoTime, openReason } from "./common.ts";
 
 /**
  * DeadLetter: topic `writ.dlq`; key the original record's key. The original
  * bytes are kept (base64) with the reason, so nothing is lost; a record too
  * large to fit the broker's message size beside its envelope keeps its first
  * bytes, its length and its sha256, enough to find and fetch it from the
- * source offset. Compatibility rule: BACKWARD.
+ * source offset. Compatibility rule: FULL (loose objects, open reasons).
  */
 export const DeadLetter = z.looseObject({
-  reason: z.enum(DEAD_LETTER_REASONS),
+  reason: openReason(DEAD_LETTER_REASONS),
   message: z.string(),
   source: z.looseObject({ topic: z.string(), partition: z.number().int(), offset: z.string() }),
   key: z.string().nullable(),

@@ -1,18 +1,18 @@
 import { z } from "zod";
 import { ESCALATION_REASONS } from "../errors.ts";
-import { IsoTime, Versioned } from "./common.ts";
+import { IsoTime, openReason, Versioned } from "./common.ts";
 import { WriteIntent } from "./write-intent.ts";
 
 /**
  * Escalation: a case for a human.
  *
  * Topic `writ.human`; key the entity key. Written in the owner's batch
- * transaction with the `escalated` reply. Compatibility rule: BACKWARD.
+ * transaction with the `escalated` reply. Compatibility rule: FULL (loose objects, open reasons).
  */
 export const Escalation = z
   .looseObject({
     escalationId: z.string(),
-    reason: z.enum(ESCALATION_REASONS),
+    reason: openReason(ESCALATION_REASONS),
     message: z.string(),
     intent: WriteIntent,
     /** Conflict cycles seen for this intent key. */

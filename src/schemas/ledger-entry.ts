@@ -11,9 +11,9 @@ export const Attempt = z.looseObject({ baseVersion: Version, deltaFingerprint: z
 /**
  * What a repeat of a settled (or conflicted) intent is answered with: the
  * outcome and the version, never the record's state. A repeat of an applied
- * intent carries the version the write produced; a repeat of a conflicted
- * attempt reads the record again for `current`. Record data therefore stays
- * out of the ledger.
+ * intent carries the version the write produced (also the version an undo of
+ * it must find); a repeat of a conflicted attempt reads the record again for
+ * `current`. Record data therefore stays out of the ledger.
  */
 export const StoredOutcome = z.discriminatedUnion("status", [
   z.looseObject({ status: z.literal("applied"), version: Version, via: z.string(), at: IsoTime }),
@@ -47,6 +47,13 @@ export const LedgerIntentEntry = z.looseObject({
   /** Reply topic of the submission; also tells a new owner which reply partitions it may have to heal. */
   replyTo: z.string(),
   updatedAt: IsoTime,
+  /**
+   * The params as the tool's schema gave them, kept only for a tool that declares an undo: what its
+   * compensating change is built from (with the version the write produced, in `outcome`).
+   */
+  params: z.record(z.string(), z.unknown()).optional(),
+  /** Set on an undo's entry: the intent key of the write it compensates (an undo is not undone). */
+  undoOf: z.string().optional(),
 });
 export type LedgerIntentEntry = z.infer<typeof LedgerIntentEntry>;
 

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { ESCALATION_REASONS, REJECT_REASONS } from "../errors.ts";
-import { EntityRef, IsoTime, JsonPatch, Version, Versioned } from "./common.ts";
+import { EntityRef, IsoTime, JsonPatch, openReason, Version, Versioned } from "./common.ts";
 
 const base = {
   intentId: z.string(),
@@ -18,8 +18,15 @@ export const AppliedReply = z
     /** The record after the write (null on a repeat, or when `truncated`), and its new ETag. */
     state: z.unknown(),
     version: Version,
-    /** How the outcome was established: the PATCH response, or reconciling with the system of record. */
-    via: z.enum(["patch", "reconcile"]),
+    /**
+     * How the outcome was established: the PATCH response, the create response (a tool that declares
+     * `create`), or reconciling with the system of record.
+     */
+    via: z.enum(["patch", "create", "reconcile"]),
+    /** The write tool, so that the write can be undone from its reply (`client.undo(reply)`). */
+    tool: z.string().optional(),
+    /** Set on the reply to an undo: the intent key of the write it compensated. */
+    undoOf: z.string().optional(),
     /** Set when the state was left out because the reply would exceed the broker's message size. */
     truncated: z.boolean().optional(),
   });
@@ -42,7 +49,7 @@ export const RejectedReply = z
   .looseObject({
     status: z.literal("rejected"),
     ...base,
-    reason: z.enum(REJECT_REASONS),
+    reason: openReason(REJECT_REASONS),
     message: z.string(),
     details: z.unknown().optional(),
   });
@@ -52,7 +59,7 @@ export const EscalatedReply = z
     status: z.literal("escalated"),
     ...base,
     entity: EntityRef,
-    reason: z.enum(ESCALATION_REASONS),
+    reason: openReason(ESCALATION_REASONS),
     message: z.string(),
     escalationId: z.string(),
   });
@@ -61,8 +68,9 @@ export const EscalatedReply = z
  * Reply: the owner's answer on the agent's reply topic.
  *
  * Topic: the intent's `replyTo` (prefix `writ.replies.` by default); key the
- * intent id. Compatibility rule: BACKWARD; objects are loose, so a field added
- * later never breaks a reader; a new status is a breaking change. Records with
+ * intent id. Compatibility rule: FULL. Objects are loose, so a field added
+ * later never breaks a reader, and reasons are open (a new reason reaches old
+ * readers as its status); a new status is a breaking change. Records with
  * the `writ-control` header are not replies (see `control.ts`).
  */
 export const Reply = z.discriminatedUnion("status", [AppliedReply, ConflictReply, RejectedReply, EscalatedReply]);

@@ -31,7 +31,7 @@ export function resolutionSubject(intentsTopic: string): string {
  * The agent gets the outcome on its reply topic (with the escalated intent's
  * id), the ledger records it (a repeat of the intent is answered with it), and
  * the operator gets a reply on `replyTo` keyed by `resolutionId`.
- * Compatibility rule: BACKWARD.
+ * Compatibility rule: FULL (loose objects).
  */
 export const Resolution = z.looseObject({
   kind: z.literal("resolution"),

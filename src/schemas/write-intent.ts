@@ -1,12 +1,25 @@
 import { z } from "zod";
-import { EntityRef, IsoTime, JsonPatch, Version } from "./common.ts";
+import { EntityRef, IsoTime, JsonPatchOp, Version } from "./common.ts";
+
+/**
+ * The `baseVersion` of a create (a tool that declares `create`): the agent
+ * read no record under this external id. The owner creates with
+ * `If-None-Match: *`.
+ */
+export const ABSENT_VERSION = "absent";
+
+/**
+ * The `baseVersion` of an undo: the owner takes the version the undone write
+ * produced from its ledger, and the undo applies only on that version.
+ */
+export const LEDGER_VERSION = "ledger";
 
 /**
  * WriteIntent: what an agent's write tool publishes.
  *
  * Topic `writ.intents` (configurable); key `<recordType>:<id>` so that every
  * entity lands on one partition and has one writer. Compatibility rule:
- * BACKWARD: new optional fields only; owners accept intents from older clients,
+ * FULL: new optional fields only; owners accept intents from older clients,
  * and drop fields they do not know from newer ones.
  */
 export const WriteIntent = z
@@ -24,14 +37,29 @@ export const WriteIntent = z
         stepId: z.string().min(1).max(256),
         toolCallId: z.string().min(1).max(256).optional(),
       }),
-    /** The ETag the agent read; the harness carries it from the last read, the model never invents one. */
+    /**
+     * The ETag the agent read; the harness carries it from the last read, the model never invents one.
+     * A create carries {@link ABSENT_VERSION}, an undo {@link LEDGER_VERSION}.
+     */
     baseVersion: Version,
-    /** RFC 6902 operations: a delta, never a whole record. */
-    delta: JsonPatch,
+    /**
+     * RFC 6902 operations: a delta, never a whole record. A create's is one `add` of the new record at
+     * `""`; an undo's is empty (the owner derives the compensating change); any other has at least one op.
+     */
+    delta: z.array(JsonPatchOp).max(256),
     /** The tool's structured intent fields. */
     params: z.record(z.string(), z.unknown()),
     /** The agent's reply topic; must start with the router's allowed prefix. */
     replyTo: z.string().min(1).max(249),
     createdAt: IsoTime,
+    /**
+     * Set on an undo: the intent whose applied change this one compensates. Its intent key is
+     * `undoIntentKey(undo.intentKey)`, its tool and entity the undone intent's, its params `{}`.
+     */
+    undo: z.object({ intentKey: z.string().regex(/^[0-9a-f]{64}$/, "the undone intent's key") }).optional(),
+  })
+  .refine((i) => (i.delta.length === 0) === (i.undo !== undefined), {
+    message: "the delta must have at least one operation (only an undo has none)",
+    path: ["delta"],
   });
 export type WriteIntent = z.infer<typeof WriteIntent>;

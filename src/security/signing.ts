@@ -5,9 +5,10 @@ import { WritError } from "../errors.ts";
 /**
  * Header carrying an intent's signature: `ed25519 <key id> <base64 signature>`.
  * The signature is Ed25519 (RFC 8032) over the UTF-8 bytes of the intent's
- * canonical JSON (keys sorted at every depth, as the intent key's bytes are;
- * see the wire contract): every field the intent carries is covered, so a
- * record whose value was changed, or that gained a field, fails to verify.
+ * canonical JSON (RFC 8785 JCS, as the intent key's bytes are; see
+ * {@link canonicalJson} and the wire contract): every field the intent carries
+ * is covered, so a record whose value was changed, or that gained a field,
+ * fails to verify.
  */
 export const SIGNATURE_HEADER = "writ-signature";
 
@@ -18,7 +19,11 @@ export interface IntentSigner {
   privateKey: string | KeyObject;
 }
 
-/** The bytes an intent's signature covers. */
+/**
+ * The bytes an intent's signature covers. Throws a non-retriable WritError
+ * (`not_canonical`, `input_too_deep`) for a value with no canonical form: such
+ * an intent cannot be signed, and owners refuse it.
+ */
 export function signedBytes(intent: unknown): Buffer {
   return Buffer.from(canonicalJson(intent), "utf8");
 }
@@ -60,13 +65,14 @@ export function verifyIntentSignature(rawIntent: unknown, header: string | undef
   const keyId = parts[1]!;
   const key = keys.get(keyId);
   if (!key) return { ok: false, reason: `key ${keyId.slice(0, 64)} is not registered for this agent` };
+  // Strict: Buffer.from(…, "base64") skips characters it does not know, so one signature would have many spellings.
+  if (!/^[A-Za-z0-9+/]{86}==$/.test(parts[2]!)) return { ok: false, reason: "an Ed25519 signature is 64 bytes in padded base64" };
   const sig = Buffer.from(parts[2]!, "base64");
-  if (sig.length !== 64) return { ok: false, reason: "an Ed25519 signature is 64 bytes" };
   let bytes: Buffer;
   try {
     bytes = signedBytes(rawIntent);
-  } catch {
-    return { ok: false, reason: "the intent cannot be put in canonical form" };
+  } catch (err) {
+    return { ok: false, reason: `the intent has no canonical form, so no signature can cover it: ${(err as Error).message}`.slice(0, 1000) };
   }
   return verify(null, bytes, key, sig) ? { ok: true, keyId } : { ok: false, reason: "the signature does not match the intent" };
 }

@@ -26,6 +26,22 @@ export interface PatchOptions {
   headers?: Readonly<Record<string, string>>;
 }
 
+/** Options of a create by external id (see {@link SystemOfRecord.upsertByExternalId}). */
+export interface CreateOptions {
+  /**
+   * The precondition: `*` creates only where no record has this external id
+   * (sent as `If-None-Match: *`, RFC 9110 §13.1.2), so the write never
+   * overwrites a record, whoever made it. writ's owner always sends `*`.
+   */
+  ifNoneMatch: "*";
+  /** Sent as Idempotency-Key where the system honours it; always the intent key. */
+  idempotencyKey: string;
+  /** Deadline of the request in ms; past it the outcome is `unknown`. */
+  timeoutMs: number;
+  /** Extra request headers, as in {@link PatchOptions.headers}. */
+  headers?: Readonly<Record<string, string>>;
+}
+
 export interface ReadOptions {
   timeoutMs: number;
   /** Extra request headers, as in {@link PatchOptions.headers}. */
@@ -60,7 +76,16 @@ export interface SystemOfRecord {
    * settle it; an unreachable system throws `sor_unavailable` instead.
    */
   lookupIdempotencyKey?(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult>;
-  /** Create-or-update by the system's external id, where it has one. */
-  upsertByExternalId?(entity: EntityRef, externalId: string, state: unknown, opts: PatchOptions): Promise<PatchOutcome>;
+  /**
+   * Writes `state` as the record whose external id is `entity.id`, under the
+   * precondition `opts.ifNoneMatch` (`*`: only if no such record exists), so
+   * that with writ it is a create-if-absent. Outcomes as for `patch`:
+   * `applied` (created, with the record and its version), `precondition_failed`
+   * (a record with this external id exists: with it when the answer carries
+   * it, else null), `not_found` (the system has no place for such records),
+   * `rejected`, `unavailable` (not sent), `unknown` (maybe created: reconcile).
+   * Needed by tools that declare `create`.
+   */
+  upsertByExternalId?(entity: EntityRef, state: unknown, opts: CreateOptions): Promise<PatchOutcome>;
   close?(): Promise<void>;
 }

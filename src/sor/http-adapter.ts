@@ -4,7 +4,7 @@ import { z } from "zod";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
-import type { PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
+import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
 
 /** RFC 9110 §5.1 `token`: a header name. */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -17,7 +17,7 @@ const ETAG_CHARS = /^[\x21\x23-\x7e\x80-\xff]+$/;
 /** A header value with no whitespace at either end, which is what is sent. */
 const RAW_VERSION = /^[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?$/;
 /** Headers writ itself sets on a write: the If-Match header may not be one of them. */
-const PROTOCOL_HEADERS = new Set(["content-type", "content-length", "transfer-encoding", "accept", "host", "connection", "idempotency-key"]);
+const PROTOCOL_HEADERS = new Set(["content-type", "content-length", "transfer-encoding", "accept", "host", "connection", "idempotency-key", "if-none-match"]);
 
 /** Longest version (ETag or body value) writ carries in intents, replies and the ledger (schemas/common.ts `Version`). */
 const MAX_VERSION_LENGTH = 256;
@@ -71,6 +71,30 @@ const MediaType = z
   .max(200)
   .regex(/^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;[\t\x20-\x7e]*)?$/, "must be a media type such as application/json");
 
+/** A 4xx status an option may give a meaning to: not 404/410 (not found) nor 408/429 (unavailable). */
+const ClientErrorStatus = z
+  .number()
+  .int()
+  .min(400)
+  .max(499)
+  .refine((s) => ![404, 408, 410, 429].includes(s), "404 and 410 mean not found, 408 and 429 unavailable");
+
+/** `{ ...extra, [field]: payload }` as a request body, `what` naming the payload (ops, record) in messages. */
+const wrappedBody = (what: string) =>
+  z
+    .object({
+      kind: z.literal("wrapped"),
+      field: z.string().min(1).max(128),
+      contentType: MediaType.default("application/json"),
+      extra: z.record(z.string(), z.json()).optional(),
+    })
+    .strict()
+    .refine((b) => b.extra === undefined || !Object.hasOwn(b.extra, b.field), { message: `must not contain the ${what} field`, path: ["extra"] })
+    .refine((b) => b.extra === undefined || JSON.stringify(b.extra).length <= MAX_EXTRA_JSON_LENGTH, {
+      message: `must be at most ${MAX_EXTRA_JSON_LENGTH} characters as JSON`,
+      path: ["extra"],
+    });
+
 const Pem = z.union([z.string().min(1), z.instanceof(Uint8Array)], { error: "must be a PEM string or a Buffer" });
 
 /**
@@ -97,22 +121,7 @@ export const HttpSystemOfRecordOptions = z
      * as `application/json` unless `contentType` says otherwise.
      */
     patchBody: z
-      .discriminatedUnion("kind", [
-        z.object({ kind: z.literal("json-patch"), contentType: MediaType.default("application/json-patch+json") }).strict(),
-        z
-          .object({
-            kind: z.literal("wrapped"),
-            field: z.string().min(1).max(128),
-            contentType: MediaType.default("application/json"),
-            extra: z.record(z.string(), z.json()).optional(),
-          })
-          .strict()
-          .refine((b) => b.extra === undefined || !Object.hasOwn(b.extra, b.field), { message: "must not contain the ops field", path: ["extra"] })
-          .refine((b) => b.extra === undefined || JSON.stringify(b.extra).length <= MAX_EXTRA_JSON_LENGTH, {
-            message: `must be at most ${MAX_EXTRA_JSON_LENGTH} characters as JSON`,
-            path: ["extra"],
-          }),
-      ])
+      .discriminatedUnion("kind", [z.object({ kind: z.literal("json-patch"), contentType: MediaType.default("application/json-patch+json") }).strict(), wrappedBody("ops")])
       .prefault({ kind: "json-patch" }),
     /** Where the record's state is in a response body: a JSON Pointer. Default `""`, the whole body. */
     state: z.object({ pointer: JsonPointer.default("") }).strict().prefault({}),
@@ -152,17 +161,38 @@ export const HttpSystemOfRecordOptions = z
      * write is `rejected` with that status.
      */
     conflictStatuses: z
-      .array(
-        z
-          .number()
-          .int()
-          .min(400)
-          .max(499)
-          .refine((s) => ![404, 408, 410, 429].includes(s), "404 and 410 mean not found, 408 and 429 unavailable"),
-      )
+      .array(ClientErrorStatus)
       .min(1)
       .max(8)
       .default([412]),
+    /**
+     * How a record is created under its external id (`upsertByExternalId`, for tools that declare
+     * `create`). Default: `PUT` of the record to `recordPath` (`{id}` is the external id) with
+     * `If-None-Match: *` (RFC 9110 §13.1.2), and 412 when a record with that id exists. A system's own
+     * upsert endpoint: its `path` and `method`, the statuses by which it says "exists", and the body
+     * shape; with `ifNoneMatch: false` the endpoint itself must refuse to overwrite (answer an
+     * `existsStatuses` status), or a create could replace another agent's record. 2xx → created (the
+     * record and its version from the answer, else a read); 404/410 → not found; 408/429 and connections
+     * refused → not sent; other 4xx → rejected; 5xx and no answer → unknown (reconcile).
+     */
+    create: z
+      .object({
+        /** Where a create is sent. Default: `recordPath`. */
+        path: PathTemplate.optional(),
+        method: z.enum(["PUT", "POST", "PATCH"]).default("PUT"),
+        /** Send `If-None-Match: *`. Default true. */
+        ifNoneMatch: z.boolean().default(true),
+        /** Statuses that mean "a record with this external id exists". Default `[412]`; e.g. `[409, 412]`. */
+        existsStatuses: z.array(ClientErrorStatus).min(1).max(8).default([412]),
+        /** `record` (default): the record as the body, as `application/json`; `wrapped`: `{ ...extra, [field]: record }`. */
+        body: z
+          .discriminatedUnion("kind", [z.object({ kind: z.literal("record"), contentType: MediaType.default("application/json") }).strict(), wrappedBody("record")])
+          .prefault({ kind: "record" }),
+        /** Also write the external id into the record, at this top-level member (an endpoint that takes it from the body). */
+        externalIdField: z.string().min(1).max(128).optional(),
+      })
+      .strict()
+      .prefault({}),
     /** The system dedupes writes by Idempotency-Key. Default false. The header is sent either way. */
     idempotencyKeys: z.boolean().default(false),
     /** e.g. `/idempotency-keys/{key}`: 200 = applied, 404 = not applied. When set, reconcile can ask the system. */
@@ -203,10 +233,12 @@ export type HttpSystemOfRecordConfig = z.output<typeof HttpSystemOfRecordOptions
 
 /**
  * An HTTP system of record; `lookupIdempotencyKey` is present exactly when
- * `idempotencyLookupPath` is set. `config` leaves out `headers` and `tls`
- * (credentials); `close` ends the TLS connections, if any.
+ * `idempotencyLookupPath` is set, `upsertByExternalId` always (see `create`).
+ * `config` leaves out `headers` and `tls` (credentials); `close` ends the TLS
+ * connections, if any.
  */
 export type HttpSystemOfRecord = SystemOfRecord & {
+  upsertByExternalId: NonNullable<SystemOfRecord["upsertByExternalId"]>;
   readonly config: Readonly<Omit<HttpSystemOfRecordConfig, "headers" | "tls">>;
   close(): Promise<void>;
 };
@@ -243,6 +275,8 @@ type Exchange =
   | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
   /** Maybe sent, no (complete) answer: timeout, socket hang up, reset. */
   | { kind: "no_answer"; message: string; cause: unknown };
+
+type Answered = Extract<Exchange, { kind: "answered" }>;
 
 type Send = (url: string, init: RequestInit) => Promise<Response>;
 
@@ -527,6 +561,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   const versionPointer = config.version.from === "body" ? (compilePointer(config.version.pointer) ?? []) : null;
   const conflictStatuses = new Set(config.conflictStatuses);
   const patchTemplate = config.patchPath ?? config.recordPath;
+  const createTemplate = config.create.path ?? config.recordPath;
+  const existsStatuses = new Set(config.create.existsStatuses);
   if (config.tls?.ca !== undefined) {
     // node:tls quietly trusts nothing for a `ca` that holds no certificate: refuse it here instead.
     const pem = typeof config.tls.ca === "string" ? config.tls.ca : Buffer.from(config.tls.ca).toString("latin1");
@@ -674,7 +710,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   }
 
   /** A read after a write, on the write's behalf: its failure is a value, not a throw. */
-  async function reread(entity: EntityRef, opts: PatchOptions): Promise<Versioned | null | { failed: string }> {
+  async function reread(entity: EntityRef, opts: { headers?: Readonly<Record<string, string>> | undefined }): Promise<Versioned | null | { failed: string }> {
     try {
       return await read(entity, { timeoutMs: config.readTimeoutMs, ...(opts.headers ? { headers: opts.headers } : {}) });
     } catch (err) {
@@ -689,37 +725,13 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       return { kind: "rejected", status: 0, message: `the version ${JSON.stringify(opts.ifMatch.slice(0, 64))} cannot be sent as ${config.ifMatch.header}` };
     }
     const body = config.patchBody.kind === "json-patch" ? ops : { ...config.patchBody.extra, [config.patchBody.field]: ops };
-    const ex = await exchange(
-      transport.send,
-      {
-        url: url(patchTemplate, { type: entity.type, id: entity.id }),
-        method: config.method,
-        headers: headers(
-          {
-            "content-type": config.patchBody.contentType,
-            accept: "application/json",
-            [config.ifMatch.header]: condition,
-            "idempotency-key": opts.idempotencyKey,
-          },
-          opts.headers,
-        ),
-        body: JSON.stringify(body),
-      },
-      opts.timeoutMs,
-    );
+    const target = url(patchTemplate, { type: entity.type, id: entity.id });
+    const ex = await sendWrite(target, config.method, config.patchBody.contentType, { [config.ifMatch.header]: condition }, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
     const { res, body: answer } = ex;
     const status = res.status;
-    if (res.ok) {
-      const record = answer.trim() === "" ? { error: "no body" } : recordFrom(res, answer);
-      if (!("error" in record)) return { kind: "applied", ...record };
-      // Applied, but the answer does not carry the new state and version: read them.
-      const fresh = await reread(entity, opts);
-      if (fresh === null) return { kind: "unknown", message: `${status} (${record.error}), and the record is gone on re-read` };
-      if ("failed" in fresh) return { kind: "unknown", message: `${status} (${record.error}), and the re-read failed: ${fresh.failed}` };
-      return { kind: "applied", state: fresh.state, version: fresh.version };
-    }
+    if (res.ok) return written(ex, entity, opts);
     if (conflictStatuses.has(status)) {
       const record = isJsonMedia(res) ? recordFrom(res, answer) : { error: "no record" };
       let current: Versioned | null = "error" in record ? null : record;
@@ -734,10 +746,69 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       }
       return { kind: "precondition_failed", current };
     }
+    return refused(ex);
+  }
+
+  /** One write request: the body as JSON, writ's headers (type, Accept, the precondition, Idempotency-Key) over the caller's. */
+  function sendWrite(
+    target: string,
+    method: string,
+    contentType: string,
+    precondition: Record<string, string>,
+    body: unknown,
+    opts: { idempotencyKey: string; timeoutMs: number; headers?: Readonly<Record<string, string>> | undefined },
+  ): Promise<Exchange> {
+    const own = { "content-type": contentType, accept: "application/json", ...precondition, "idempotency-key": opts.idempotencyKey };
+    return exchange(transport.send, { url: target, method, headers: headers(own, opts.headers), body: JSON.stringify(body) }, opts.timeoutMs);
+  }
+
+  /** A write's 2xx: applied, with the record the answer carries, else (no body, no version) with a read of it. */
+  async function written(ex: Answered, entity: EntityRef, opts: { headers?: Readonly<Record<string, string>> | undefined }): Promise<PatchOutcome> {
+    const status = ex.res.status;
+    const record = ex.body.trim() === "" ? { error: "no body" } : recordFrom(ex.res, ex.body);
+    if (!("error" in record)) return { kind: "applied", ...record };
+    const fresh = await reread(entity, opts);
+    if (fresh === null) return { kind: "unknown", message: `${status} (${record.error}), and the record is not there on re-read` };
+    if ("failed" in fresh) return { kind: "unknown", message: `${status} (${record.error}), and the re-read failed: ${fresh.failed}` };
+    return { kind: "applied", state: fresh.state, version: fresh.version };
+  }
+
+  /** A write's answer that is neither 2xx nor a conflict: not found, not taken (408/429), refused (4xx), or unknown. */
+  function refused(ex: Answered): PatchOutcome {
+    const status = ex.res.status;
     if (status === 404 || status === 410) return { kind: "not_found" };
     if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(ex)}` };
     if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(ex) };
     return { kind: "unknown", message: `${status}: ${problemMessage(ex)}` };
+  }
+
+  /**
+   * A create-if-absent under the external id `entity.id`: the configured
+   * method to `create.path` with `If-None-Match: *` (unless switched off) and
+   * the intent key as Idempotency-Key. A conflicting record comes back as
+   * `precondition_failed`, with the record when the answer carries it.
+   */
+  async function upsertByExternalId(entity: EntityRef, state: unknown, opts: CreateOptions): Promise<PatchOutcome> {
+    const c = config.create;
+    let record = state;
+    if (c.externalIdField !== undefined) {
+      if (typeof state !== "object" || state === null || Array.isArray(state)) {
+        return { kind: "rejected", status: 0, message: `create.externalIdField needs the record to be a JSON object; nothing was sent` };
+      }
+      record = { ...state, [c.externalIdField]: entity.id };
+    }
+    const body = c.body.kind === "record" ? record : { ...c.body.extra, [c.body.field]: record };
+    const target = url(createTemplate, { type: entity.type, id: entity.id });
+    const ex = await sendWrite(target, c.method, c.body.contentType, c.ifNoneMatch ? { "if-none-match": opts.ifNoneMatch } : {}, body, opts);
+    if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
+    if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
+    const { res, body: answer } = ex;
+    if (res.ok) return written(ex, entity, opts);
+    if (existsStatuses.has(res.status)) {
+      const current = isJsonMedia(res) ? recordFrom(res, answer) : { error: "no record" };
+      return { kind: "precondition_failed", current: "error" in current ? null : current };
+    }
+    return refused(ex);
   }
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
@@ -774,6 +845,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     capabilities: { idempotencyKeys: config.idempotencyKeys, idempotencyLookup: config.idempotencyLookupPath !== undefined },
     read,
     patch,
+    upsertByExternalId,
     ...(config.idempotencyLookupPath === undefined ? {} : { lookupIdempotencyKey }),
     close: () => {
       closed = true;

@@ -19,16 +19,19 @@ import {
   sendRecord,
 } from "./demo-records-http.ts";
 import { DemoRecordsStore, formatEtag } from "./demo-records-store.ts";
-import type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestRow, StoredRecord } from "./demo-records-store.ts";
+import type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestRow, PutRequestOutcome, PutRequestRow, StoredRecord } from "./demo-records-store.ts";
 
 export { formatEtag } from "./demo-records-store.ts";
-export type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestRow, WriteKind } from "./demo-records-store.ts";
+export type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestRow, PutRequestOutcome, PutRequestRow, WriteKind } from "./demo-records-store.ts";
 
 /**
  * A demo system of record over real HTTP: stands in for a customer's CRM. It
  * speaks RFC 9110 conditional requests (strong ETags `"v<N>"`, If-Match,
- * If-None-Match, 412, 428), dedupes PATCHes by Idempotency-Key like Stripe,
- * and takes injected faults so the owner's unknown-outcome paths can be shown.
+ * If-None-Match, 412, 428): a PUT with `If-None-Match: *` creates a record
+ * (201) or answers 412 with the one that exists. It dedupes PATCHes and PUTs
+ * by Idempotency-Key like Stripe (switchable off; keys are recorded for
+ * lookup either way), and takes injected faults so the owner's
+ * unknown-outcome paths can be shown.
  *
  * Endpoints: `GET|HEAD|PUT|PATCH /records/:type/:id`, `GET /idempotency-keys/:key`,
  * and under `/_admin/`: `faults` (GET, POST, DELETE), `stats`, `history/:type/:id`,
@@ -38,13 +41,15 @@ export type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestR
 const Match = z.object({ type: z.string().optional(), id: z.string().optional() }).strict();
 const times = z.number().int().positive();
 const delayMs = z.number().int().nonnegative();
+/** Which writes a commit fault hits: `PATCH` (the default) or `PUT` (creates and replaces). */
+const method = z.enum(["PATCH", "PUT"]).optional();
 
 /** An injected fault; each fires `times` times on matching requests, then is gone. */
 export const DemoFault = z.discriminatedUnion("kind", [
-  /** Commit the PATCH, then answer only after `delayMs` (past the client's deadline). */
-  z.object({ kind: z.literal("commit-then-delay"), delayMs, times: times.default(1), match: Match.optional() }).strict(),
-  /** Commit the PATCH, then destroy the socket without answering. */
-  z.object({ kind: z.literal("commit-then-drop"), times: times.default(1), match: Match.optional() }).strict(),
+  /** Commit the PATCH (or the PUT, with `method: "PUT"`), then answer only after `delayMs` (past the client's deadline). */
+  z.object({ kind: z.literal("commit-then-delay"), delayMs, times: times.default(1), match: Match.optional(), method }).strict(),
+  /** Commit the PATCH (or the PUT, with `method: "PUT"`), then destroy the socket without answering. */
+  z.object({ kind: z.literal("commit-then-drop"), times: times.default(1), match: Match.optional(), method }).strict(),
   /** Answer 412 (with the current state) without applying. */
   z.object({ kind: z.literal("412-storm"), times, match: Match.optional() }).strict(),
   /** Answer GET/HEAD of a record after `delayMs`; the state is read on arrival, so it may be stale on delivery. */
@@ -99,6 +104,8 @@ export interface DemoRecordsServer {
   history(type: string, id: string): HistoryEntry[];
   /** PATCH requests that reached the server, optionally for one Idempotency-Key. */
   patchRequests(idempotencyKey?: string): PatchRequestRow[];
+  /** PUT requests of records (creates, replaces) that reached the server, optionally for one Idempotency-Key. */
+  putRequests(idempotencyKey?: string): PutRequestRow[];
   setConfig(config: Partial<DemoRecordsConfig>): DemoRecordsConfig;
   config(): DemoRecordsConfig;
   /** Wipes records, history, keys, PATCH log and faults; config goes back to the start options. */
@@ -138,10 +145,11 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
   let faults: DemoFault[] = [];
   const timers = new Set<NodeJS.Timeout>();
 
-  function takeFault<K extends DemoFault["kind"]>(kinds: readonly K[], type: string, id: string) {
+  function takeFault<K extends DemoFault["kind"]>(kinds: readonly K[], type: string, id: string, writeMethod: "PATCH" | "PUT" = "PATCH") {
     const index = faults.findIndex(
       (f) =>
         (kinds as readonly string[]).includes(f.kind) &&
+        (("method" in f ? f.method : undefined) ?? "PATCH") === writeMethod &&
         (f.match?.type === undefined || f.match.type === type) &&
         (f.match?.id === undefined || f.match.id === id),
     );
@@ -187,6 +195,31 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     throw new WritError("config_invalid", `config "${field}": ${message}`, { retriable: false, context: { field } });
   }
 
+  /**
+   * While dedupe is on, a write whose Idempotency-Key committed before gets the
+   * stored answer (true: answered), and one that reuses the key for another
+   * request a 422 (thrown). Off, or a new key: false, handle the write.
+   */
+  function replayed(
+    res: ServerResponse,
+    key: string | undefined,
+    type: string,
+    id: string,
+    fingerprint: string,
+    log: (outcome: "replayed" | "key_reused", status: number) => void,
+  ): boolean {
+    if (key === undefined || !config.honourIdempotencyKey) return false;
+    const stored = store.findIdempotencyKey(key);
+    if (stored === undefined) return false;
+    if (stored.type !== type || stored.id !== id || stored.fingerprint !== fingerprint) {
+      log("key_reused", 422);
+      throw new HttpProblem(422, "idempotency-key-reused", "this Idempotency-Key was used with another request");
+    }
+    log("replayed", stored.status);
+    sendJson(res, stored.status, stored.body, { etag: stored.etag, "idempotent-replayed": "true" });
+    return true;
+  }
+
   async function handlePatch(req: IncomingMessage, res: ServerResponse, type: string, id: string): Promise<void> {
     const key = header(req, "idempotency-key");
     const ifMatch = header(req, "if-match");
@@ -210,17 +243,7 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     }
     const fingerprint = JSON.stringify(ops);
     // Checked before the preconditions, like Stripe: a retry of an applied write gets the first answer, not a 412.
-    if (key !== undefined && config.honourIdempotencyKey) {
-      const stored = store.findIdempotencyKey(key);
-      if (stored !== undefined) {
-        if (stored.type !== type || stored.id !== id || stored.fingerprint !== fingerprint) {
-          log("key_reused", 422);
-          throw new HttpProblem(422, "idempotency-key-reused", "this Idempotency-Key was used with another request");
-        }
-        log("replayed", stored.status);
-        return sendJson(res, stored.status, stored.body, { etag: stored.etag, "idempotent-replayed": "true" });
-      }
-    }
+    if (replayed(res, key, type, id, fingerprint, log)) return;
     const current = store.get(type, id);
     if (current === undefined) {
       log("not_found", 404);
@@ -262,7 +285,7 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
       ops,
       ...(key === undefined ? {} : { idempotency: { key, fingerprint, status: 200 } }),
     });
-    const fault = takeFault(["commit-then-delay", "commit-then-drop"], type, id);
+    const fault = takeFault(["commit-then-delay", "commit-then-drop"], type, id, "PATCH");
     log("applied", 200, fault?.kind ?? null);
     if (fault?.kind === "commit-then-drop") {
       req.socket.destroy();
@@ -272,34 +295,69 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     sendRecord(res, 200, written);
   }
 
+  /**
+   * PUT of a whole record: `If-None-Match: *` creates it only if absent (201,
+   * else 412 with the record that exists), `If-Match` replaces the version
+   * named. An Idempotency-Key is recorded with the write (for lookup), and a
+   * repeat of it is answered with the stored response while dedupe is on.
+   */
   async function handlePut(req: IncomingMessage, res: ServerResponse, type: string, id: string): Promise<void> {
-    if (mediaType(req) !== "application/json") throw new HttpProblem(415, "unsupported-media-type", "send application/json");
+    const key = header(req, "idempotency-key");
+    const ifNoneMatch = header(req, "if-none-match");
+    const ifMatch = header(req, "if-match");
+    const owner = header(req, "x-writ-owner")?.slice(0, 128) ?? null;
+    const log = (outcome: PutRequestOutcome, status: number, fault: string | null = null) =>
+      store.recordPutRequest({ idempotencyKey: key ?? null, type, id, ifMatch: ifMatch ?? null, ifNoneMatch: ifNoneMatch ?? null, outcome, status, fault, owner });
+    if (mediaType(req) !== "application/json") {
+      log("unsupported_media_type", 415);
+      throw new HttpProblem(415, "unsupported-media-type", "send application/json");
+    }
     let state: unknown;
     try {
       state = JSON.parse(await readBody(req));
     } catch (err) {
+      log("bad_request", err instanceof HttpProblem ? err.status : 400);
       throw err instanceof HttpProblem ? err : new HttpProblem(400, "malformed-json", "the body is not JSON");
     }
+    // A PUT's fingerprint never equals a PATCH's: one key is one request, whatever its method.
+    const fingerprint = `PUT ${JSON.stringify(state)}`;
+    if (replayed(res, key, type, id, fingerprint, log)) return;
     const current = store.get(type, id);
-    const ifNoneMatch = header(req, "if-none-match");
-    const ifMatch = header(req, "if-match");
     if (ifNoneMatch !== undefined && current !== undefined) {
       if (ifNoneMatch.trim() === "*" || etagsIn(ifNoneMatch).some((t) => t.tag === formatEtag(current.version))) {
+        log("precondition_failed", 412);
         return sendRecord(res, 412, current);
       }
     }
     if (config.enforceIfMatch) {
       if (ifMatch !== undefined && (current === undefined || !ifMatchSatisfied(ifMatch, current))) {
+        log("precondition_failed", 412);
         if (current === undefined) throw new HttpProblem(412, "precondition-failed", `no ${type} ${id} to match`);
         return sendRecord(res, 412, current);
       }
       if (current !== undefined && ifMatch === undefined && ifNoneMatch === undefined) {
+        log("precondition_required", 428);
         throw new HttpProblem(428, "precondition-required", "send If-Match to replace, or If-None-Match: * to create");
       }
     }
-    const written = seed(type, id, state);
+    const status = current === undefined ? 201 : 200;
+    const written = store.commit({
+      type,
+      id,
+      kind: current === undefined ? "create" : "replace",
+      fromVersion: current?.version ?? 0,
+      state,
+      ...(key === undefined ? {} : { idempotency: { key, fingerprint, status } }),
+    });
+    const fault = takeFault(["commit-then-delay", "commit-then-drop"], type, id, "PUT");
+    log(current === undefined ? "created" : "replaced", status, fault?.kind ?? null);
+    if (fault?.kind === "commit-then-drop") {
+      req.socket.destroy();
+      return;
+    }
+    if (fault?.kind === "commit-then-delay") await sleep(fault.delayMs);
     if (current === undefined) res.setHeader("location", `/records/${encodeURIComponent(type)}/${encodeURIComponent(id)}`);
-    sendRecord(res, current === undefined ? 201 : 200, written);
+    sendRecord(res, status, written);
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -418,6 +476,7 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     stats: () => store.stats(),
     history: (type, id) => store.history(type, id),
     patchRequests: (key) => store.patchRequests(key),
+    putRequests: (key) => store.putRequests(key),
     setConfig: (partial) => (config = parseConfig(partial)),
     config: () => ({ ...config }),
     reset,

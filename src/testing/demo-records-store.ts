@@ -25,6 +25,8 @@ function sqlite(): typeof import("node:sqlite") {
  *   the first committed write per key (only successful writes are stored).
  * - `patch_requests(seq, idempotency_key, type, id, if_match, outcome, status, fault, owner, at)`: `owner` is
  *   the `x-writ-owner` header (the writ owner instance that sent it), so a test can tell who wrote when.
+ * - `put_requests(seq, idempotency_key, type, id, if_match, if_none_match, outcome, status, fault, owner, at)`:
+ *   every PUT of a record that reached the server (creates with `If-None-Match: *`, replaces with `If-Match`).
  */
 
 export type WriteKind = "create" | "replace" | "patch";
@@ -82,6 +84,31 @@ export type PatchRequestOutcome =
   | "key_reused"
   | "unsupported_media_type";
 
+export type PutRequestOutcome =
+  | "created"
+  | "replaced"
+  | "replayed"
+  | "precondition_failed"
+  | "precondition_required"
+  | "bad_request"
+  | "key_reused"
+  | "unsupported_media_type";
+
+/** One PUT of a record that reached the server. */
+export interface PutRequestRow {
+  seq: number;
+  idempotencyKey: string | null;
+  type: string;
+  id: string;
+  ifMatch: string | null;
+  ifNoneMatch: string | null;
+  outcome: PutRequestOutcome;
+  status: number;
+  fault: string | null;
+  owner: string | null;
+  at: string;
+}
+
 export interface PatchRequestRow {
   seq: number;
   idempotencyKey: string | null;
@@ -106,6 +133,9 @@ export interface DemoRecordsStats {
   patchRequestsByKey: Record<string, number>;
   /** Committed writes per Idempotency-Key: the number that proves "written once". */
   writesByKey: Record<string, number>;
+  /** PUT requests that reached the server (creates and replaces), whatever came of them. */
+  putRequests: number;
+  putRequestsByKey: Record<string, number>;
 }
 
 export interface CommitInput {
@@ -146,6 +176,11 @@ const SCHEMA = `
   CREATE TABLE IF NOT EXISTS patch_requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     idempotency_key TEXT, type TEXT NOT NULL, id TEXT NOT NULL, if_match TEXT,
+    outcome TEXT NOT NULL, status INTEGER NOT NULL, fault TEXT, owner TEXT, at TEXT NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS put_requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT, type TEXT NOT NULL, id TEXT NOT NULL, if_match TEXT, if_none_match TEXT,
     outcome TEXT NOT NULL, status INTEGER NOT NULL, fault TEXT, owner TEXT, at TEXT NOT NULL
   );
 `;
@@ -248,6 +283,33 @@ export class DemoRecordsStore {
       .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
   }
 
+  recordPutRequest(row: Omit<PutRequestRow, "seq" | "at">): void {
+    this.#db
+      .prepare(
+        `INSERT INTO put_requests (idempotency_key, type, id, if_match, if_none_match, outcome, status, fault, owner, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.ifNoneMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
+  }
+
+  putRequests(idempotencyKey?: string): PutRequestRow[] {
+    const rows = this.#requests("put_requests", idempotencyKey);
+    const text = (v: unknown) => (v === null || v === undefined ? null : String(v));
+    return rows.map((row) => ({
+      seq: Number(row.seq),
+      idempotencyKey: text(row.idempotency_key),
+      type: String(row.type),
+      id: String(row.id),
+      ifMatch: text(row.if_match),
+      ifNoneMatch: text(row.if_none_match),
+      outcome: String(row.outcome) as PutRequestOutcome,
+      status: Number(row.status),
+      fault: text(row.fault),
+      owner: text(row.owner),
+      at: String(row.at),
+    }));
+  }
+
   history(type: string, id: string): HistoryEntry[] {
     const rows = this.#db.prepare("SELECT * FROM history WHERE type = ? AND id = ? ORDER BY seq").all(type, id) as Row[];
     return rows.map((row) => ({
@@ -265,12 +327,17 @@ export class DemoRecordsStore {
     }));
   }
 
-  patchRequests(idempotencyKey?: string): PatchRequestRow[] {
-    const rows = (
+  /** Rows of a request log, oldest first, optionally for one Idempotency-Key. */
+  #requests(table: "patch_requests" | "put_requests", idempotencyKey: string | undefined): Row[] {
+    return (
       idempotencyKey === undefined
-        ? this.#db.prepare("SELECT * FROM patch_requests ORDER BY seq").all()
-        : this.#db.prepare("SELECT * FROM patch_requests WHERE idempotency_key = ? ORDER BY seq").all(idempotencyKey)
+        ? this.#db.prepare(`SELECT * FROM ${table} ORDER BY seq`).all()
+        : this.#db.prepare(`SELECT * FROM ${table} WHERE idempotency_key = ? ORDER BY seq`).all(idempotencyKey)
     ) as Row[];
+  }
+
+  patchRequests(idempotencyKey?: string): PatchRequestRow[] {
+    const rows = this.#requests("patch_requests", idempotencyKey);
     return rows.map((row) => ({
       seq: Number(row.seq),
       idempotencyKey: row.idempotency_key === null ? null : String(row.idempotency_key),
@@ -302,12 +369,16 @@ export class DemoRecordsStore {
       writesByKey: byKey(
         "SELECT idempotency_key AS k, COUNT(*) AS n FROM history WHERE idempotency_key IS NOT NULL GROUP BY k",
       ),
+      putRequests: count("SELECT COUNT(*) AS n FROM put_requests"),
+      putRequestsByKey: byKey(
+        "SELECT idempotency_key AS k, COUNT(*) AS n FROM put_requests WHERE idempotency_key IS NOT NULL GROUP BY k",
+      ),
     };
   }
 
   reset(): void {
     this.#db.exec(
-      "DELETE FROM records; DELETE FROM history; DELETE FROM idempotency_keys; DELETE FROM patch_requests;",
+      "DELETE FROM records; DELETE FROM history; DELETE FROM idempotency_keys; DELETE FROM patch_requests; DELETE FROM put_requests;",
     );
   }
 

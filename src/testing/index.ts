@@ -44,3 +44,15 @@ export {
   type StackOptions,
   type BrokerCount,
 } from "./local-stack.ts";
+export {
+  ensureSecureStack,
+  stopSecureStack,
+  secureStackAcls,
+  SECURE_USERS,
+  SECURE_AGENTS,
+  type SecureStackInfo,
+  type SecureStackOptions,
+  type SecureUser,
+  type SecureUserName,
+  type AclRule,
+} from "./secure-stack.ts";

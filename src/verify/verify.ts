@@ -6,6 +6,7 @@ import { createWritClient, type WritClient } from "../../producers/writ-client.t
 import { WritError } from "../errors.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { startRouter, type Router } from "../owner/router.ts";
+import { kafkaConnection, type KafkaSecurity, type RegistryAuth, type RegistryTls } from "../security/transport.ts";
 import { entityKey, type EntityRef } from "../schemas/common.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import type { WriteToolDeclaration } from "../tools.ts";
@@ -25,6 +26,11 @@ export interface VerifyOptions {
   brokers: string | string[];
   /** Confluent-API schema registry; unset means plain JSON. */
   schemaRegistryUrl?: string;
+  /** The registry's basic auth and TLS. */
+  schemaRegistryAuth?: RegistryAuth;
+  schemaRegistryTls?: RegistryTls;
+  /** SASL and TLS to the brokers (the owner, the agents and the topic cleanup use them). */
+  kafka?: KafkaSecurity;
   /** Given to `systems(env)`. Default `process.env`. HTTP systems must take their base URL from it (see `writ verify` in the README). */
   env?: NodeJS.ProcessEnv;
   /** Only these tools (by name). Default: every tool of the module. */
@@ -163,11 +169,22 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const submitTimeoutMs = opts.submitTimeoutMs ?? 60_000;
   const scenarios = opts.scenarios ?? SCENARIOS;
   const env = opts.env ?? process.env;
+  const connection = {
+    ...(opts.kafka === undefined ? {} : { kafka: opts.kafka }),
+    ...(opts.schemaRegistryUrl === undefined ? {} : { schemaRegistryUrl: opts.schemaRegistryUrl }),
+    ...(opts.schemaRegistryAuth === undefined ? {} : { schemaRegistryAuth: opts.schemaRegistryAuth }),
+    ...(opts.schemaRegistryTls === undefined ? {} : { schemaRegistryTls: opts.schemaRegistryTls }),
+  };
   const runId = `wv-${randomBytes(3).toString("hex")}`;
   const mod = await loadModule(opts.tools);
   const unknown = (opts.only ?? []).filter((n) => !mod.tools.some((t) => t.name === n));
   if (unknown.length > 0) throw configError(`no tool named ${unknown.join(", ")} in the module`, "only");
-  const selected = mod.tools.filter((t) => opts.only === undefined || opts.only.includes(t.name));
+  // The scenarios are those of a change to an existing record; a create tool is not proved here (yet): left out,
+  // and reported as not verified when asked for by name.
+  const named = mod.tools.filter((t) => opts.only === undefined || opts.only.includes(t.name));
+  const selected = named.filter((t) => t.create === undefined);
+  const creates = named.filter((t) => t.create !== undefined);
+  if (opts.only === undefined && creates.length > 0) progress(`${creates.map((t) => t.name).join(", ")}: create tools, not verified (writ verify proves changes to existing records)`);
 
   const routed = await routeSystems(mod, env);
   const topics = {
@@ -184,7 +201,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     router = await startRouter({
       config: {
         brokers,
-        schemaRegistryUrl: opts.schemaRegistryUrl,
+        ...connection,
         groupId: `writ.verify.${runId}`,
         clientId: "writ-verify",
         instanceId: `writ-verify-${runId}`,
@@ -198,11 +215,14 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       logger,
     });
     const client = (agent: string) =>
-      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, schemaRegistryUrl: opts.schemaRegistryUrl, logger });
+      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, logger });
     const [agent, agentA, agentB] = await Promise.all([client("agent"), client("agent-a"), client("agent-b")]);
     clients.push(agent!, agentA!, agentB!);
 
     const tools: ToolReport[] = [];
+    if (opts.only !== undefined) {
+      for (const tool of creates) tools.push(emptyToolReport(tool.name, tool.system, "-", ["a create tool: writ verify proves changes to existing records, not creates"]));
+    }
     for (const tool of selected) {
       tools.push(await verifyTool(tool, mod.verify[tool.name], { runId, routed, env, sorTimeoutMs, submitTimeoutMs, scenarios, progress, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } }));
     }
@@ -222,12 +242,12 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
     await router?.stop().catch(() => undefined);
     await closeRouted(routed);
-    if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)]);
+    if (!opts.keepTopics) await deleteTopics(brokers, opts.kafka, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)]);
   }
 }
 
-async function deleteTopics(brokers: string[], topics: string[]): Promise<void> {
-  const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers, logLevel: logLevel.NOTHING }).admin();
+async function deleteTopics(brokers: string[], security: KafkaSecurity | undefined, topics: string[]): Promise<void> {
+  const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers, ...kafkaConnection(security), logLevel: logLevel.NOTHING }).admin();
   try {
     await admin.connect();
     const existing = new Set(await admin.listTopics());

@@ -553,7 +553,7 @@ class HangCase {
       stepId: `step-${step}`,
       baseVersion,
       delta: [{ op: "add", path: "/refunds/-", value: { amountCents, reason: "goodwill", ref: `${spec.runId}-${step}` } }],
-      params: { amountCents, reason: "goodwill" },
+      params: { amountCents, reason: "goodwill", ref: `${spec.runId}-${step}` },
     };
   }
 

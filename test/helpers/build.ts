@@ -3,7 +3,7 @@
 // on its own (`vitest run test/integration/cli.test.ts`) builds here when dist
 // is missing or older than a source.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
@@ -28,9 +28,8 @@ export function ensureBuilt(): void {
     ...["package.json", "tsconfig.json", "tsconfig.build.json"].map((f) => statSync(join(ROOT, f)).mtimeMs),
   );
   if (existsSync(BUILT_CLI) && statSync(BUILT_CLI).mtimeMs >= sources) return;
-  rmSync(join(ROOT, "dist"), { recursive: true, force: true });
   try {
-    execFileSync(process.execPath, [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", join(ROOT, "tsconfig.build.json")], { cwd: ROOT, stdio: "pipe" });
+    execFileSync(process.execPath, [join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, stdio: "pipe" });
   } catch (err) {
     const out = `${(err as { stdout?: Buffer }).stdout?.toString() ?? ""}${(err as { stderr?: Buffer }).stderr?.toString() ?? ""}`;
     throw new Error(`npm run build failed:\n${out.slice(0, 4000)}`);

@@ -130,7 +130,7 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(version).toEqual({ code: 0, stdout: `${VERSION}\n`, stderr: "" });
     const help = await writ(["help"]);
     expect(help.code).toBe(0);
-    const commands = ["owner", "submit", "tail", "escalations", "topics", "verify", "doctor"];
+    const commands = ["owner", "submit", "undo", "tail", "escalations", "topics", "verify", "doctor"];
     for (const c of commands) expect(help.stdout).toMatch(new RegExp(`^  ${c} `, "m"));
     for (const c of commands) {
       const own = await writ([c, "--help"]);
@@ -322,6 +322,32 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(again.code).toBe(1);
     expect(JSON.parse(again.stdout)).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
   });
+
+  it("writ undo undoes an applied write once, its record and tool read from the ledger", async () => {
+    const v = (await fetch(`${records.url}/records/ticket/T-cli`)).headers.get("etag")!;
+    const read = ((await (await fetch(`${records.url}/records/ticket/T-cli`)).json()) as { tags: string[] }).tags;
+    const tagged = await writ([...tagArgs("undo-me", v, "s5", read), "--tools", COMPOSE_TOOLS]);
+    expect(tagged.code, tagged.stderr).toBe(0);
+    const write = JSON.parse(tagged.stdout);
+    expect(write).toMatchObject({ status: "applied", tool: "tag_ticket" });
+
+    const undo = await writ(["undo", write.intentKey, "--agent", agent]);
+    expectQuiet(undo.stderr);
+    expect(undo.code, undo.stdout + undo.stderr).toBe(0);
+    expect(JSON.parse(undo.stdout)).toMatchObject({ status: "applied", duplicate: false, undoOf: write.intentKey, entity: { type: "ticket", id: "T-cli" } });
+    const again = await writ(["undo", write.intentKey, "--entity", "ticket:T-cli", "--tool", "tag_ticket", "--agent", agent]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ status: "applied", duplicate: true, undoOf: write.intentKey });
+    expect(((await (await fetch(`${records.url}/records/ticket/T-cli`)).json()) as { tags: string[] }).tags).toEqual(read);
+    expect(records.patchRequests(JSON.parse(undo.stdout).intentKey)).toHaveLength(1);
+
+    const bad = await writ(["undo", "not-a-key"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("is not an intent key");
+    const unknown = await writ(["undo", "0".repeat(64)]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain(`is not in ${topics.ledger}`);
+  }, 120_000);
 
   it("writ doctor and writ verify run from the CLI", async () => {
     const doctor = await writ(["doctor", "--topics", Object.values(topics).join(","), "--json"]);

@@ -31,6 +31,30 @@ describe("WireCodec against the real schema registry", () => {
     expect(((await res.json()) as { id: number }).id).toBe(bytes.readInt32BE(1));
   });
 
+  // Regression: a registry refusing writ's schema (409 under the subject's compatibility level) made every encode
+  // of a result throw, so the owner's partition stopped. Now the values go unframed and a person is told.
+  it("writes plain JSON, and says so, when the registry refuses the schema (409); a reader still decodes it", async () => {
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const subject = `${topic}-value`;
+    const ccompat = (path: string, method: string, body: unknown) =>
+      fetch(`${registryUrl()}${path}`, { method, headers: { "content-type": "application/vnd.schemaregistry.v1+json" }, body: JSON.stringify(body) });
+    const closed = { type: "object", properties: { other: { type: "string" } }, required: ["other"], additionalProperties: false };
+    expect((await ccompat(`/subjects/${subject}/versions`, "POST", { schemaType: "JSON", schema: JSON.stringify(closed) })).status).toBe(200);
+    expect((await ccompat(`/config/${subject}`, "PUT", { compatibility: "FULL" })).status).toBe(200);
+    const told: [string, string | null][] = [];
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl(), onSchemaRefused: (s, m) => told.push([s, m]) });
+    const value = intent();
+    const bytes = await codec.encode(topic, "WriteIntent", value);
+    expect(bytes[0]).toBe("{".charCodeAt(0));
+    expect(told).toHaveLength(1);
+    expect(told[0]![0]).toBe(subject);
+    expect(told[0]![1]).toMatch(/409/);
+    expect(await new WireCodec({ schemaRegistryUrl: registryUrl() }).decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: true, framed: false, value });
+    // Refused once is remembered: the next value does not ask the registry again.
+    await codec.encode(topic, "WriteIntent", intent());
+    expect(told).toHaveLength(1);
+  });
+
   it("gives racing processes the same schema id for the same subject", async () => {
     const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
     const codecs = Array.from({ length: 4 }, () => new WireCodec({ schemaRegistryUrl: registryUrl() }));

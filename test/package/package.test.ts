@@ -97,7 +97,7 @@ describe("the packed tarball, installed in another project", () => {
     tarball = join(dir, info!.filename);
     const paths = info!.files.map((f) => f.path);
     expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
-    for (const p of ["dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "LICENSE"]) expect(paths).toContain(p);
+    for (const p of ["dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE"]) expect(paths).toContain(p);
     expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
   });
 

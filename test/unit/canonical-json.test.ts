@@ -129,9 +129,102 @@ describe("canonicalJson", () => {
     expect(canonicalJson(a)).not.toBe(canonicalJson(b));
   });
 
+  it("keeps an own __proto__ key from JSON.parse at every depth, sorted like any key, and never touches a prototype", () => {
+    const v = JSON.parse('{"b":1,"__proto__":{"polluted":true},"a":[{"__proto__":{"x":1},"A":0}]}');
+    expect(canonicalJson(v)).toBe('{"__proto__":{"polluted":true},"a":[{"A":0,"__proto__":{"x":1}}],"b":1}');
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    // An own "__proto__" made without JSON.parse is a key too; an inherited property is not.
+    const own = Object.defineProperty({ z: 1 }, "__proto__", { value: 2, enumerable: true });
+    expect(canonicalJson(own)).toBe('{"__proto__":2,"z":1}');
+    expect(canonicalJson(Object.create({ inherited: 1 }))).toBe("{}");
+  });
+
   it("gives deltas that differ under a __proto__ key different fingerprints", () => {
     const delta = (n: number) => [{ op: "add" as const, path: "/meta", value: JSON.parse(`{"__proto__":{"n":${n}}}`) }];
     expect(deltaFingerprint(delta(1), () => false)).not.toBe(deltaFingerprint(delta(2), () => false));
+  });
+});
+
+describe("canonicalJson is RFC 8785 (JCS)", () => {
+  /** The message of the non-retriable not_canonical WritError `v` is refused with. */
+  const refused = (v: unknown): string => {
+    try {
+      canonicalJson(v);
+    } catch (err) {
+      expect(err).toBeInstanceOf(WritError);
+      expect(err).toMatchObject({ code: "not_canonical", retriable: false });
+      return (err as Error).message;
+    }
+    throw new Error("not refused");
+  };
+
+  it("sorts keys by UTF-16 code units only: no array-index keys first", () => {
+    // JSON.stringify of a sorted copy wrote {"4":2,"":1}, and "9" before "10".
+    expect(canonicalJson({ "": 1, "4": 2 })).toBe('{"":1,"4":2}');
+    expect(canonicalJson(JSON.parse('{"b":1,"10":2,"9":3,"a":4,"0":5,"-1":6}'))).toBe('{"-1":6,"0":5,"10":2,"9":3,"a":4,"b":1}');
+    // Code units, not code points: U+1F600 is D83D DE00, before U+FF5A.
+    expect(canonicalJson({ "ｚ": 1, "😀": 2 })).toBe('{"😀":2,"ｚ":1}');
+  });
+
+  it("writes RFC 8785's own examples as the RFC prints them (sections 3.2.2 and 3.2.3)", () => {
+    const values = JSON.parse(String.raw`{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}`);
+    expect(canonicalJson(values)).toBe(String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`);
+    const keys = JSON.parse(String.raw`{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}`);
+    const written = canonicalJson(keys).match(/"(?:[^"\\]|\\.)*":/g);
+    expect(written).toEqual([String.raw`"\r":`, '"1":', '"\u0080":', '"\u00f6":', '"\u20ac":', '"\ud83d\ude00":', '"\ufb33":']);
+  });
+
+  it("refuses a lone surrogate in a string or a key with not_canonical, saying where", () => {
+    expect(refused({ params: { note: "x\ud800y" } })).toMatch(/lone surrogate.* at \/params\/note$/);
+    expect(refused(["ok", "\udc00"])).toMatch(/ at \/1$/);
+    expect(refused("\ude00\ud83d")).toMatch(/ at \(root\)$/); // a reversed pair is two lone surrogates
+    expect(refused({ a: { "k\udbff": 1 } })).toMatch(/object key with a lone surrogate.* at \/a\/k\ufffd$/);
+    expect(refused(JSON.parse(String.raw`{"x":"\ud800"}`))).toMatch(/ at \/x$/);
+    expect(canonicalJson("\ud83d\ude00")).toBe('"😀"'); // a pair is the character
+  });
+
+  it("refuses NaN and ±Infinity (1e400 parses to Infinity) instead of writing null", () => {
+    // Before, {"v":1e400} and {"v":null} had the same canonical text, so the same key.
+    expect(refused({ amount: JSON.parse("1e400") })).toMatch(/Infinity.* at \/amount$/);
+    expect(refused([JSON.parse("-1e400")])).toMatch(/-Infinity/);
+    expect(refused(Number.NaN)).toMatch(/NaN/);
+    expect(canonicalJson({ v: null })).toBe('{"v":null}');
+  });
+
+  it("refuses what has no JSON form at all (a BigInt, undefined) with not_canonical", () => {
+    expect(refused({ n: 10n })).toMatch(/BigInt at \/n$/);
+    expect(refused(undefined)).toMatch(/no canonical JSON/);
+  });
+
+  it("matches an independent JCS writer on arbitrary JSON, lone surrogates and index-like keys included", () => {
+    const jcs = (v: unknown): string => {
+      if (typeof v === "string") {
+        if (/\p{Cs}/u.test(v)) throw new Error("lone surrogate");
+        return JSON.stringify(v);
+      }
+      if (Array.isArray(v)) return `[${v.map(jcs).join(",")}]`;
+      if (v !== null && typeof v === "object") {
+        const keys = Object.keys(v).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)); // < compares UTF-16 code units
+        return `{${keys.map((k) => `${jcs(k)}:${jcs((v as Record<string, unknown>)[k])}`).join(",")}}`;
+      }
+      return JSON.stringify(v);
+    };
+    const unit = fc.constantFrom("a", "B", "0", "1", "9", "é", "😀", "ｚ", "\ud800", "\udc00", "\u0000", '"', "\\", "_");
+    // Objects keyed by index-like and other short keys, as well as arbitrary JSON.
+    const indexKeyed = fc.dictionary(fc.oneof(fc.nat({ max: 20 }).map(String), fc.constantFrom("", "a", "-1", "01", "1.5", "4294967295")), fc.integer());
+    fc.assert(
+      fc.property(fc.oneof(fc.jsonValue({ stringUnit: unit, maxDepth: 4 }), indexKeyed), (v) => {
+        let expected: string | null;
+        try {
+          expected = jcs(v);
+        } catch {
+          expected = null;
+        }
+        if (expected === null) expect(() => canonicalJson(v)).toThrow(expect.objectContaining({ code: "not_canonical" }));
+        else expect(canonicalJson(v)).toBe(expected);
+      }),
+      { numRuns: 1000 },
+    );
   });
 });
 

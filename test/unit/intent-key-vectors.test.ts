@@ -21,7 +21,10 @@ interface Vector {
   stepId: string;
   entity: EntityRef;
   paramsJson: string;
-  expected: { canonical: string; intentKey: string; paramsFingerprint: string; entityKey: string; partition: number };
+  expected:
+    | { canonical: string; intentKey: string; paramsFingerprint: string; entityKey: string; partition: number; error?: undefined }
+    /** Params with no canonical form (RFC 8785): the key and the fingerprint must be refused with this code. */
+    | { error: "not_canonical" };
 }
 
 interface VectorsFile {
@@ -36,7 +39,7 @@ const murmur2 = createRequire(import.meta.url)("kafkajs/src/producer/partitioner
 const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex");
 
 describe("intent key golden vectors", () => {
-  it("has vectors of every kind the contract promises", () => {
+  it("has vectors of every kind the contract promises, refusals included", () => {
     expect(file.vectors.length).toBeGreaterThanOrEqual(40);
     const names = new Set(file.vectors.map((v) => v.name));
     expect(names.size).toBe(file.vectors.length);
@@ -44,11 +47,38 @@ describe("intent key golden vectors", () => {
     for (const needle of ["é", "漢字", "😀", "\u0301", "1e21", "-0.0", "1.5e-7", "100.0", "12345678901234567890", "null", "true", "false"]) {
       expect(texts, needle).toContain(needle);
     }
+    const refused = file.vectors.filter((v) => v.expected.error !== undefined).map((v) => v.paramsJson);
+    for (const needle of ["\\ud800", "\\udc00", "1e400", "0".repeat(310)]) expect(refused.join("\n"), needle).toContain(needle);
+  });
+
+  it("reproduces RFC 8785's own published examples (sections 3.2.2 and 3.2.3)", () => {
+    const canonical = (name: string) => {
+      const v = file.vectors.find((x) => x.name === name);
+      if (!v || v.expected.error !== undefined) throw new Error(`no vector ${name}`);
+      return v.expected.canonical;
+    };
+    // The outputs as printed in the RFC, not computed here.
+    expect(canonical("RFC 8785 section 3.2.2 example")).toContain(
+      String.raw`"fields":{"v":{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}}`,
+    );
+    const order = ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\ud83d\ude00", "\ufb33"];
+    const members = order.map((k) => `${JSON.stringify(k)}:`);
+    const text = canonical("keys: RFC 8785 section 3.2.3 sorting example");
+    const at = members.map((m) => text.indexOf(m));
+    expect(at.every((i) => i >= 0)).toBe(true);
+    expect(at).toEqual([...at].sort((a, b) => a - b));
   });
 
   it.each(file.vectors.map((v) => [v.name, v] as const))("%s", (_name, v) => {
     const params = JSON.parse(v.paramsJson) as Record<string, unknown>;
-    const key = intentKey({ tool: v.tool, agentId: v.agentId, runId: v.runId, stepId: v.stepId, entity: v.entity, params });
+    const computeKey = () => intentKey({ tool: v.tool, agentId: v.agentId, runId: v.runId, stepId: v.stepId, entity: v.entity, params });
+    if (v.expected.error !== undefined) {
+      const refusal = { name: "WritError", code: v.expected.error, retriable: false };
+      expect(computeKey).toThrow(expect.objectContaining(refusal));
+      expect(() => paramsFingerprint(v.tool.name, v.entity, params, v.tool.freeTextParams)).toThrow(expect.objectContaining(refusal));
+      return;
+    }
+    const key = computeKey();
     expect(key).toBe(v.expected.intentKey);
     // The canonical text is exactly what is hashed (UTF-8).
     expect(sha256(v.expected.canonical)).toBe(v.expected.intentKey);
@@ -58,7 +88,7 @@ describe("intent key golden vectors", () => {
   });
 
   it("pins the keys that must be equal and the ones that must differ", () => {
-    const byName = new Map(file.vectors.map((v) => [v.name, v.expected.intentKey]));
+    const byName = new Map(file.vectors.map((v) => [v.name, v.expected.error === undefined ? v.expected.intentKey : undefined]));
     const basic = byName.get("refund: basic");
     for (const same of [
       "refund: other free text and params outside the intent fields (same key as basic)",
@@ -74,6 +104,7 @@ describe("intent key golden vectors", () => {
     expect(byName.get("refund: scope global, another agent and run (same key as the previous)")).toBe(byName.get("refund: scope global (agent and run left out: null)"));
     expect(byName.get("number: 100.0")).toBe(byName.get("number: 100"));
     expect(byName.get("number: -0.0 is 0")).toBe(byName.get("number: 0"));
+    expect(byName.get("number: 1e-400 underflows to 0")).toBe(byName.get("number: 0"));
     expect(byName.get("string: e + combining acute (U+0065 U+0301), no normalization: another key")).not.toBe(byName.get("string: precomposed é (U+00E9)"));
   });
 

@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { jsonSchemaOf } from "../../src/json-schema.ts";
@@ -10,5 +10,11 @@ describe("schemas/*.json", () => {
       const onDisk = JSON.parse(readFileSync(join(import.meta.dirname, "..", "..", "schemas", `${name}.json`), "utf8"));
       expect(onDisk).toEqual(jsonSchemaOf(name));
     });
+    const python = join(import.meta.dirname, "..", "..", "python", "src", "writ_client", "schemas", `${name}.json`);
+    if (existsSync(python)) {
+      it(`the Python client's copy of ${name}.json is the same (npm run schemas:generate refreshes it)`, () => {
+        expect(JSON.parse(readFileSync(python, "utf8"))).toEqual(jsonSchemaOf(name));
+      });
+    }
   }
 });

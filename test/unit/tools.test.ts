@@ -63,6 +63,62 @@ describe("admitTools", () => {
   });
 });
 
+describe("admitTools: create tools and undo", () => {
+  const creating = (lookup: boolean, upsert = true): SystemOfRecord => ({
+    ...system("helpdesk", lookup),
+    ...(upsert ? { upsertByExternalId: async () => ({ kind: "unknown" as const, message: "unused" }) } : {}),
+  });
+  const openCase = {
+    name: "open_case",
+    recordType: "case",
+    params: z.object({ orderRef: z.string() }),
+    intentFields: ["orderRef" as const],
+    create: { externalId: (p: { orderRef: string }) => p.orderRef, body: () => ({ status: "open" }) },
+    keyScope: "run" as const,
+    system: "helpdesk",
+  };
+
+  it("admits a create tool without paths or a version policy, and keeps an edit tool's undo", () => {
+    const tools = admitTools(
+      [declareWriteTool(openCase), declareWriteTool({ ...base, undo: () => [{ op: "remove", path: "/tags/0" }] })],
+      [creating(true)],
+      { sorTimeoutMs: 5000, requireDelta: false },
+    );
+    expect(tools.get("open_case")).toMatchObject({ versionPolicy: "strict", create: openCase.create });
+    expect(tools.get("open_case")!.isAllowedPath("/status")).toBe(false);
+    expect(typeof tools.get("tag_ticket")!.undo).toBe("function");
+    // With an agent registry every edit tool needs a delta function; a create's body is its binding.
+    expect(() => admitTools([declareWriteTool(openCase)], [creating(true)], { sorTimeoutMs: 5000, requireDelta: true })).not.toThrow();
+  });
+
+  it("refuses a create tool with a delta, paths or a version policy, on a system that cannot create, or with no way to reconcile", () => {
+    const mixed = { ...openCase, delta: () => [], allowedPaths: ["/status"], versionPolicy: "strict" } as never;
+    expect(() => admitTools([mixed], [creating(true)], { sorTimeoutMs: 1 })).toThrow(/delta: a create tool's change is its create\.body.*allowedPaths: a create tool.*versionPolicy: a create tool/);
+    expect(() => admitTools([declareWriteTool(openCase)], [creating(true, false)], { sorTimeoutMs: 1 })).toThrow(/create needs system "helpdesk" to create by external id \(upsertByExternalId\)/);
+    expect(() => admitTools([declareWriteTool(openCase)], [creating(false)], { sorTimeoutMs: 1 })).toThrow(/missing reconcile.*create\.intentKeyField/);
+    const marked = declareWriteTool({ ...openCase, create: { ...openCase.create, intentKeyField: "writKey" } });
+    expect(admitTools([marked], [creating(false)], { sorTimeoutMs: 1 }).has("open_case")).toBe(true);
+  });
+
+  it("the intentKeyField reconcile: ours only when the record carries our key", async () => {
+    const marked = declareWriteTool({ ...openCase, create: { ...openCase.create, intentKeyField: "writKey" } });
+    const t = admitTools([marked], [creating(false)], { sorTimeoutMs: 1 }).get("open_case")!;
+    const ask = (state: unknown) =>
+      t.reconcile({ intent: { intentKey: "k1" } as never, current: state === null ? null : { state, version: '"1"' }, system: t.system, timeoutMs: 1, headers: {} });
+    expect(await ask(null)).toBe("not_applied");
+    expect(await ask({ writKey: "k1" })).toBe("applied");
+    expect(await ask({ writKey: "k2" })).toBe("not_applied");
+    expect(await ask({})).toBe("not_applied");
+  });
+
+  it("refuses an edit tool without allowed paths", () => {
+    const { allowedPaths: _, ...noPaths } = base;
+    expect(() => admitTools([{ ...noPaths, reconcile: "idempotency-key" } as never], [system("helpdesk", true)], { sorTimeoutMs: 1 })).toThrow(
+      /tool "tag_ticket": allowedPaths: at least one allowed path/,
+    );
+  });
+});
+
 describe("path patterns and commutativity", () => {
   it("match one segment with * and any depth with /**", () => {
     const [t] = admitTools(

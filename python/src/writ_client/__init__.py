@@ -4,8 +4,8 @@ The intent key and its canonical JSON are byte-identical to the TypeScript
 implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
 """
 
-from .canonical import canonical_json, js_number, sha256_hex
-from .client import CONTROL_HEADER, IntentInput, IntentSigner, ReplyStream, WritClient
+from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
+from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient
 from .codec import DecodeError, RegistryError, WireCodec
 from .keys import KEY_VERSION, KeyedTool, entity_key, intent_key, intent_key_material, params_fingerprint
 from .models import (
@@ -24,26 +24,37 @@ from .models import (
     parse_reply,
 )
 from .partitioner import murmur2, partition_for
+from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, SecurityConfigError
+from .signing import SIGNATURE_HEADER, Ed25519Signer, IntentSigner, SigningError, sign_intent, signed_bytes, verify_intent_signature
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CONTROL_HEADER",
     "KEY_VERSION",
+    "SIGNATURE_HEADER",
     "AppliedReply",
     "BlockedOutcome",
+    "CanonicalJsonError",
     "ConflictReply",
+    "ConnectionSecurity",
     "DecodeError",
+    "Ed25519Signer",
     "EntityRef",
     "EscalatedReply",
     "IntentInput",
     "IntentSigner",
     "JsonPatchOp",
+    "KafkaSecurity",
     "KeyedTool",
+    "RegistryAuth",
     "RegistryError",
+    "RegistryTls",
     "RejectedReply",
     "Reply",
     "ReplyStream",
+    "SecurityConfigError",
+    "SigningError",
     "SubmitResult",
     "UnknownOutcome",
     "Versioned",
@@ -60,4 +71,7 @@ __all__ = [
     "parse_reply",
     "partition_for",
     "sha256_hex",
+    "sign_intent",
+    "signed_bytes",
+    "verify_intent_signature",
 ]

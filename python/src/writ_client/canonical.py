@@ -1,19 +1,24 @@
-"""Canonical JSON, byte-identical to writ's TypeScript ``canonicalJson``.
+"""Canonical JSON: RFC 8785, the JSON Canonicalization Scheme (JCS).
 
-TypeScript builds it as ``JSON.stringify`` of a copy whose object keys were
-sorted with ``Object.keys(...).sort()``. Reproducing that in Python takes
-more than ``json.dumps(sort_keys=True)``:
+Byte-identical to writ's TypeScript ``canonicalJson`` (which calls the RFC
+author's reference implementation), and to any conforming JCS library. The
+rules, and what they take beyond ``json.dumps(sort_keys=True)``:
 
-* numbers are JavaScript numbers: ``100.0`` is ``100``, ``-0.0`` is ``0``,
-  ``1e21`` is ``1e+21``, ``1.5e-7`` is ``1.5e-7``, integers are doubles
-  (``2**53 + 1`` is ``9007199254740992``), NaN, Infinity and integers past the
-  double range are ``null``;
-* keys sort by UTF-16 code units (``"😀"`` before ``"ｚ"``), not code points,
-  and keys that are array indices (``"0"`` … ``"4294967294"``) come first in
-  numeric order (JavaScript's own property order);
+* no whitespace; arrays keep their order;
+* object keys sort by their UTF-16 code units, every key alike (``"10"``
+  before ``"9"``, ``""`` first, ``"😀"`` U+1F600 = D83D DE00 before ``"ｚ"``
+  U+FF5A), not by code points as Python's ``sorted`` does;
+* numbers are IEEE 754 doubles written as ECMAScript ``Number::toString``:
+  ``100.0`` is ``100``, ``-0.0`` is ``0``, ``1e21`` is ``1e+21``, ``1.5e-7`` is
+  ``1.5e-7``, integers are rounded to doubles (``2**53 + 1`` is
+  ``9007199254740992``);
 * strings are escaped as ``JSON.stringify`` does: only ``"``, ``\\`` and
-  U+0000–U+001F (``\\b \\t \\n \\f \\r``, else ``\\u00xx``), and lone
-  surrogates as ``\\udxxx``; everything else is written as is.
+  U+0000–U+001F (``\\b \\t \\n \\f \\r``, else ``\\u00xx``); everything else is
+  written as is;
+* a value with no canonical form raises :class:`CanonicalJsonError` with code
+  ``not_canonical``: a string or key with a lone surrogate (a surrogate pair
+  written as two code points is the character it encodes), NaN, ±Infinity,
+  an ``int`` beyond the double range.
 
 The exact rules are the wire contract in ``python/README.md``; the golden
 vectors in ``test/fixtures/intent-key-vectors.json`` pin them.
@@ -32,15 +37,18 @@ __all__ = ["CANONICAL_MAX_DEPTH", "CanonicalJsonError", "canonical_json", "js_nu
 #: Deepest nesting accepted (a scalar is 0, ``[]`` is 1), as in TypeScript.
 CANONICAL_MAX_DEPTH = 256
 
-_MAX_ARRAY_INDEX = 2**32 - 2
-_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")
-_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\\ud800-\udfff]')
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
 class CanonicalJsonError(ValueError):
-    """A value that has no canonical JSON (too deep, or not JSON)."""
+    """A value that has no canonical JSON.
+
+    ``code`` is ``not_canonical`` (a lone surrogate, NaN, ±Infinity, an int
+    beyond the double range), ``input_too_deep`` or ``not_json`` (not a JSON
+    value at all).
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -53,11 +61,11 @@ def sha256_hex(text: str) -> str:
 
 
 def js_number(value: float | int) -> str:
-    """``String(x)`` of the JavaScript number ``value`` denotes (ECMA-262 Number::toString, radix 10).
+    """``String(x)`` of the JavaScript number ``value`` denotes (ECMA-262 Number::toString, radix 10): RFC 8785's number form.
 
-    An ``int`` is first rounded to the nearest double, as ``JSON.parse`` does;
-    NaN, the infinities and integers past the double range give ``"null"``, as
-    ``JSON.stringify`` does.
+    An ``int`` is first rounded to the nearest double, as ``JSON.parse`` does.
+    NaN, the infinities and integers past the double range have no canonical
+    form: :class:`CanonicalJsonError` (``not_canonical``).
     """
     if isinstance(value, bool):
         raise TypeError("a bool is not a number")
@@ -67,10 +75,10 @@ def js_number(value: float | int) -> str:
         try:
             value = float(value)
         except OverflowError:
-            return "null"
+            raise CanonicalJsonError("not_canonical", "an integer beyond the double range (it would be Infinity) has no canonical JSON (RFC 8785)") from None
     x = float(value)
     if math.isnan(x) or math.isinf(x):
-        return "null"
+        raise CanonicalJsonError("not_canonical", f"{x} has no canonical JSON (RFC 8785): NaN and ±Infinity are not JSON numbers")
     if x == 0:
         return "0"  # also -0
     if x < 0:
@@ -105,15 +113,27 @@ def _as_js_string(s: str) -> str:
     return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
-def _quote(s: str) -> str:
+def _well_formed(s: str, what: str) -> str:
+    """``s`` as JavaScript holds it; :class:`CanonicalJsonError` (``not_canonical``) when a lone surrogate remains."""
     s = _as_js_string(s)
+    lone = _SURROGATE.search(s)
+    if lone is not None:
+        raise CanonicalJsonError(
+            "not_canonical",
+            f"{what} with a lone surrogate (U+{ord(lone.group()):04X} at index {lone.start()}) has no canonical JSON (RFC 8785)",
+        )
+    return s
+
+
+def _quote(s: str, what: str = "a string") -> str:
+    s = _well_formed(s, what)
     if _NEEDS_ESCAPE.search(s) is None:
         return '"' + s + '"'
     out = ['"']
     for ch in s:
         if ch in _SHORT_ESCAPES:
             out.append(_SHORT_ESCAPES[ch])
-        elif ch < "\x20" or "\ud800" <= ch <= "\udfff":
+        elif ch < "\x20":
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -126,24 +146,19 @@ def utf16_sort_key(key: str) -> bytes:
     return _as_js_string(key).encode("utf-16-be", "surrogatepass")
 
 
-def _is_array_index(key: str) -> bool:
-    return _ARRAY_INDEX.fullmatch(key) is not None and int(key) <= _MAX_ARRAY_INDEX
-
-
 def _ordered_keys(obj: Mapping[str, Any]) -> list[str]:
+    """The keys in RFC 8785 order: ascending UTF-16 code units, every key alike."""
     keys: list[str] = []
     seen: set[str] = set()
     for key in obj:
         if not isinstance(key, str):
             raise CanonicalJsonError("not_json", f"object keys must be strings, got {type(key).__name__}")
-        js_key = _as_js_string(key)
+        js_key = _well_formed(key, "an object key")
         if js_key in seen:
             raise CanonicalJsonError("not_json", f"two keys are the same JavaScript string: {js_key!r}")
         seen.add(js_key)
         keys.append(key)
-    indices = sorted((k for k in keys if _is_array_index(k)), key=int)
-    others = sorted((k for k in keys if not _is_array_index(k)), key=utf16_sort_key)
-    return indices + others
+    return sorted(keys, key=utf16_sort_key)
 
 
 def json_depth(value: Any, limit: int) -> int:
@@ -184,7 +199,7 @@ def _write(value: Any, out: list[str]) -> None:
             if not first:
                 out.append(",")
             first = False
-            out.append(_quote(key))
+            out.append(_quote(key, "an object key"))
             out.append(":")
             _write(value[key], out)
         out.append("}")
@@ -200,12 +215,14 @@ def _write(value: Any, out: list[str]) -> None:
 
 
 def canonical_json(value: Any) -> str:
-    """The canonical JSON text of ``value``, as writ's TypeScript ``canonicalJson`` writes it.
+    """The canonical JSON (RFC 8785, JCS) text of ``value``, as writ's TypeScript ``canonicalJson`` writes it.
 
     Accepts dicts (any ``Mapping`` with ``str`` keys), lists, tuples, ``str``,
-    ``int``, ``float``, ``bool`` and ``None``. Raises :class:`CanonicalJsonError`
-    (``code`` ``input_too_deep``) for a value nested deeper than
-    :data:`CANONICAL_MAX_DEPTH`, before walking it.
+    ``int``, ``float``, ``bool`` and ``None``. Raises :class:`CanonicalJsonError`:
+    ``input_too_deep`` for a value nested deeper than
+    :data:`CANONICAL_MAX_DEPTH` (before walking it); ``not_canonical`` for a
+    string or key with a lone surrogate, NaN, ±Infinity or an ``int`` beyond
+    the double range; ``not_json`` for anything else that is not JSON.
     """
     if json_depth(value, CANONICAL_MAX_DEPTH) > CANONICAL_MAX_DEPTH:
         raise CanonicalJsonError("input_too_deep", f"value nested deeper than {CANONICAL_MAX_DEPTH} levels")

@@ -13,7 +13,15 @@ Wire behaviour matches the TypeScript client (``producers/writ-client.ts``):
   skipping records that carry the ``writ-control`` header;
 * at a submit's deadline the result is ``unknown``, or ``blocked`` when the
   reply partition's last stable offset stayed put for the whole wait behind
-  its high watermark (an open transaction hides later replies).
+  its high watermark (an open transaction hides later replies);
+* with a signer, every intent carries the ``writ-signature`` header (Ed25519
+  over its canonical JSON), which owners with an agent registry require;
+* an intent holding a value with no canonical JSON (a lone surrogate, NaN,
+  ±Infinity) is refused before anything is sent (``CanonicalJsonError``,
+  ``not_canonical``): owners would refuse it;
+* SASL/TLS to the brokers and basic auth/TLS to the registry come from
+  :mod:`writ_client.security` (explicit, or the environment variables of
+  writ's TypeScript side: :meth:`WritClient.from_env`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
 import re
 import threading
@@ -28,12 +37,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .canonical import CanonicalJsonError, canonical_json
 from .codec import DecodeError, RegistryError, WireCodec
 from .keys import KeyedTool, entity_key, intent_key
 from .models import (
@@ -48,32 +58,18 @@ from .models import (
     parse_reply,
 )
 from .partitioner import partition_for
+from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, transport_warnings
+from .signing import SIGNATURE_HEADER, IntentSigner, SigningError, sign_intent
 
 __all__ = ["CONTROL_HEADER", "IntentInput", "IntentSigner", "ReplyStream", "WritClient"]
 
 #: Records carrying this header are not values (e.g. an owner's ``heal`` record): every reader skips them.
 CONTROL_HEADER = "writ-control"
 
-#: Pause after creating the reply topic, before the first submit: longer than the owners' negative cache of topic listings.
-NEW_REPLY_TOPIC_SETTLE_S = 1.0
-
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _log = logging.getLogger("writ_client")
 
 Reply = Any  # AppliedReply | ConflictReply | RejectedReply | EscalatedReply (see models.Reply)
-
-
-class IntentSigner(Protocol):
-    """Hook for signing intents (a later part of issue 12; not supported yet).
-
-    Owners with an agent registry will require a ``writ-signature`` header:
-    Ed25519 over the intent's canonical JSON. The Python client does not sign
-    yet; passing a signer raises ``NotImplementedError``.
-    """
-
-    key_id: str
-
-    def sign(self, data: bytes) -> bytes: ...
 
 
 class IntentInput(BaseModel):
@@ -105,7 +101,8 @@ class WritClient:
     Example::
 
         with WritClient(brokers="127.0.0.1:39092", agent_id="billing-agent",
-                        reply_topic="writ.replies.billing-agent") as writ:
+                        reply_topic="writ.replies.billing-agent",
+                        signer=Ed25519Signer.from_pem_file("agent.key.pem", key_id="2026-11")) as writ:
             reply = writ.submit(IntentInput(tool=refund, entity=EntityRef(type="payment", id="pay_1"),
                                             run_id=conversation_id, step_id="once-per-run", base_version='"v3"',
                                             delta=[{"op": "add", "path": "/refunds/-", "value": {"amountCents": 500}}],
@@ -127,6 +124,9 @@ class WritClient:
         signer: IntentSigner | None = None,
         frame_values: bool | None = None,
         kafka_config: Mapping[str, Any] | None = None,
+        kafka_security: KafkaSecurity | None = None,
+        schema_registry_auth: RegistryAuth | tuple[str, str] | None = None,
+        schema_registry_tls: RegistryTls | None = None,
     ) -> None:
         """Configures the client; :meth:`start` (or ``with``) connects.
 
@@ -139,16 +139,29 @@ class WritClient:
                 values; without it plain JSON (framed replies then cannot be read).
             reply_topic_partitions, replication_factor: for the reply topic when the client creates it.
             submit_timeout: default deadline of :meth:`submit`, seconds.
-            signer: hook for intent signing (a later part of issue 12); must be None for now.
+            signer: signs every intent (Ed25519, ``writ-signature`` header), e.g.
+                :class:`~writ_client.signing.Ed25519Signer`; required where owners run with an agent registry.
             frame_values: produce framed (True) or plain JSON (False) values; default: framed with a registry.
             kafka_config: extra librdkafka settings for the admin client, producer and consumer
-                (security, timeouts); the producer's idempotence, ``acks=all`` and partitioner stay as they are.
+                (timeouts…); the producer's idempotence, ``acks=all`` and partitioner stay as they are.
+            kafka_security: SASL and TLS to the brokers (:class:`~writ_client.security.KafkaSecurity`).
+            schema_registry_auth: basic auth to the registry (:class:`~writ_client.security.RegistryAuth`
+                or ``(username, password)``); never in the URL.
+            schema_registry_tls: TLS to an https registry: a CA to trust, a client certificate.
+
+        :meth:`from_env` takes the brokers, the registry and all of the security settings from the
+        environment variables writ's TypeScript side reads.
         """
         if signer is not None:
-            raise NotImplementedError(
-                "intent signing is not supported by the Python client yet (a later part of issue 12); "
-                "use owners without an agent registry, or sign with the TypeScript client"
-            )
+            if not isinstance(signer, IntentSigner):
+                raise TypeError("signer must have a key_id and a sign(data) -> bytes method (e.g. Ed25519Signer)")
+            if not isinstance(signer.key_id, str) or not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", signer.key_id):
+                raise SigningError("signing key id must be 1–64 of A-Z a-z 0-9 . _ : -")
+        if isinstance(schema_registry_auth, tuple):
+            schema_registry_auth = RegistryAuth(*schema_registry_auth)
+        self.kafka_security = kafka_security
+        self.schema_registry_auth = schema_registry_auth
+        self.schema_registry_tls = schema_registry_tls
         self.brokers = brokers if isinstance(brokers, str) else ",".join(brokers)
         if not self.brokers.strip():
             raise ValueError("brokers: at least one host:port")
@@ -169,7 +182,7 @@ class WritClient:
         self.submit_timeout = submit_timeout
         self.signer = signer
         self._extra = dict(kafka_config or {})
-        self.codec = WireCodec(self.schema_registry_url, frame=frame_values)
+        self.codec = WireCodec(self.schema_registry_url, frame=frame_values, auth=schema_registry_auth, tls=schema_registry_tls)
         self._waiting: dict[str, concurrent.futures.Future[Reply]] = {}
         self._listeners: set[Callable[[Reply], None]] = set()
         self._lock = threading.Lock()
@@ -181,19 +194,77 @@ class WritClient:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._reply_partitions = 0
+        self._auth_error: KafkaError | None = None
+        self._last_error: KafkaError | None = None
         self._started = False
         self._closed = False
 
+    @classmethod
+    def from_env(cls, *, agent_id: str, reply_topic: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> WritClient:
+        """A client configured from the environment, as writ's TypeScript CLI and MCP server are.
+
+        ``KAFKA_BROKERS`` (unless ``brokers=`` is given), ``SCHEMA_REGISTRY_URL``
+        (unless ``schema_registry_url=`` is given), and the security variables
+        of :meth:`ConnectionSecurity.from_env <writ_client.security.ConnectionSecurity.from_env>`
+        (``KAFKA_SSL_CA_FILE``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
+        ``KAFKA_SASL_PASSWORD`` or ``KAFKA_SASL_PASSWORD_FILE``, ``SCHEMA_REGISTRY_USERNAME``,
+        ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…); a setting
+        given as an argument wins over its variable. Other arguments go to the constructor.
+        """
+        env = os.environ if env is None else env
+        if "brokers" not in kwargs:
+            brokers = (env.get("KAFKA_BROKERS") or "").strip()
+            if not brokers:
+                raise ValueError("KAFKA_BROKERS is not set (or pass brokers=)")
+            kwargs["brokers"] = brokers
+        if "schema_registry_url" not in kwargs:
+            kwargs["schema_registry_url"] = (env.get("SCHEMA_REGISTRY_URL") or "").strip() or None
+        security = ConnectionSecurity.from_env(env)
+        kwargs.setdefault("kafka_security", security.kafka)
+        kwargs.setdefault("schema_registry_auth", security.schema_registry_auth)
+        kwargs.setdefault("schema_registry_tls", security.schema_registry_tls)
+        return cls(agent_id=agent_id, reply_topic=reply_topic, **kwargs)
+
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def _security_conf(self) -> dict[str, Any]:
+        conf = self.kafka_security.librdkafka_config() if self.kafka_security is not None else {}
+        return {**conf, "error_cb": self._on_kafka_error}
+
     def _conf(self, **more: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.brokers, "client.id": self.client_id, **self._extra, **more}
+        return {"bootstrap.servers": self.brokers, "client.id": self.client_id, **self._security_conf(), **self._extra, **more}
+
+    def _on_kafka_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback: remembers the first authentication or TLS failure, and the last error (for :meth:`start`'s error)."""
+        self._last_error = err
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and self._auth_error is None:
+            self._auth_error = err
+            # librdkafka's text names the broker, the mechanism and the reason, never the password.
+            _log.warning("Kafka connection refused: %s", err.str())
+
+    def _raise_connection_error(self, err: KafkaException) -> None:
+        """Replaces a timeout that hides why the brokers could not be reached (authentication, TLS, transport) by that reason."""
+        if self._admin is not None:
+            self._admin.poll(0)  # serves error_cb
+        auth = self._auth_error
+        if auth is not None:
+            who = f" as {self.kafka_security.sasl_username} ({self.kafka_security.sasl_mechanism})" if self.kafka_security and self.kafka_security.sasl else ""
+            what = "authenticate to" if auth.code() == KafkaError._AUTHENTICATION else "set up TLS with"
+            raise KafkaException(KafkaError(auth.code(), f"could not {what} the Kafka brokers{who}: {auth.str()}", fatal=True)) from err
+        last = self._last_error
+        original = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+        if last is not None and original is not None and original.code() == KafkaError._TIMED_OUT:
+            protocol = self._conf().get("security.protocol", "PLAINTEXT")
+            raise KafkaException(
+                KafkaError(original.code(), f"{original.str()} (security.protocol {protocol}; last connection error: {last.str()})")
+            ) from err
 
     def producer_config(self) -> dict[str, Any]:
-        """The librdkafka configuration intents are produced with."""
+        """The librdkafka configuration intents are produced with (with the SASL password, when set: never log it)."""
         return {
             "bootstrap.servers": self.brokers,
             "client.id": self.client_id,
+            **self._security_conf(),
             "linger.ms": 2,
             # How long a send may take, retries included, before submit() raises.
             "message.timeout.ms": 60_000,
@@ -212,8 +283,20 @@ class WritClient:
         """Creates the reply topic if missing, starts reading it at its read_committed end, connects the producer."""
         if self._started:
             return self
+        for warning in transport_warnings(self.kafka_security, self.schema_registry_url, self.schema_registry_auth, self.schema_registry_tls):
+            _log.warning(warning)
         self._admin = AdminClient(self._conf())
-        self._reply_partitions = self._ensure_reply_topic()
+        try:
+            self._reply_partitions = self._ensure_reply_topic()
+        except KafkaException as err:
+            try:
+                self._raise_connection_error(err)
+            finally:
+                self._admin = None
+            raise
+        except BaseException:
+            self._admin = None
+            raise
         starts = self._start_offsets()
         self._producer = Producer(self.producer_config())
         self._consumer = Consumer(
@@ -251,6 +334,8 @@ class WritClient:
         if self._consumer is not None:
             self._consumer.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        # librdkafka's handles go with their last reference (a client that failed to start stops retrying now).
+        self._admin = self._producer = self._consumer = None
 
     def __enter__(self) -> WritClient:
         return self.start()
@@ -274,21 +359,22 @@ class WritClient:
             [NewTopic(self.reply_topic, num_partitions=self.reply_topic_partitions, replication_factor=self.replication_factor)],
             request_timeout=15,
         )
-        created = True
         try:
             futures[self.reply_topic].result()
         except KafkaException as err:
-            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            code = err.args[0].code()
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaException(
+                    KafkaError(code, f"not authorized to create the reply topic {self.reply_topic}: the agent's Kafka user needs CREATE, READ and DESCRIBE on it (ACLs)")
+                ) from err
+            if code != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-            created = False
+        # Owners ask the cluster again about a reply topic they have not seen, on every intent
+        # (src/owner/topic-directory.ts): an intent sent right after the topic has leaders finds it.
         deadline = time.monotonic() + 30
         while True:
             topic = self._admin.list_topics(self.reply_topic, timeout=5).topics.get(self.reply_topic)
             if topic is not None and topic.error is None and topic.partitions and all(p.leader >= 0 for p in topic.partitions.values()):
-                if created:
-                    # Owners cache their topic listing (a missing topic for 250 ms): an intent submitted the moment its
-                    # reply topic appears could be answered reply_topic_missing (a dead letter, no reply). Let it age out.
-                    time.sleep(NEW_REPLY_TOPIC_SETTLE_S)
                 return len(topic.partitions)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reply topic {self.reply_topic} has no leaders after 30 s")
@@ -419,12 +505,19 @@ class WritClient:
         return self.submit_all([intent], timeout=timeout)[0]
 
     def submit_all(self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None) -> list[SubmitResult]:
-        """Publishes many intents at once and returns each reply (or ``unknown``/``blocked``), in order."""
+        """Publishes many intents at once and returns each reply (or ``unknown``/``blocked``), in order.
+
+        Raises :class:`~writ_client.canonical.CanonicalJsonError` (``not_canonical``) before anything is
+        sent when any value in an intent has no canonical JSON (a lone surrogate, NaN, ±Infinity):
+        owners would refuse it, and no signature can cover it.
+        """
         if not self._started or self._closed:
             raise RuntimeError("the client is not started (use start() or a with block)")
         assert self._producer is not None
         wait = self.submit_timeout if timeout is None else timeout
         built = [i if isinstance(i, WriteIntent) else self.build_intent(i) for i in intents]
+        # What goes on the wire, checked (and signed) before anything waits or is sent.
+        outgoing = [self._prepare(intent) for intent in built]
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
         deadline = time.monotonic() + wait
@@ -436,7 +529,7 @@ class WritClient:
                 waiters.append(fut)
         try:
             try:
-                self._produce(built)
+                self._produce(built, outgoing)
             except BaseException:
                 # Nothing is waited for when the send failed.
                 with self._lock:
@@ -467,11 +560,30 @@ class WritClient:
     async def asubmit_all(self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None) -> list[SubmitResult]:
         return await asyncio.to_thread(self.submit_all, intents, timeout=timeout)
 
-    def _produce(self, intents: list[WriteIntent]) -> None:
+    def _prepare(self, intent: WriteIntent) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """The intent's wire object and its record headers; refuses one with no canonical JSON."""
+        try:
+            wire = intent.to_wire()
+        except UnicodeEncodeError:
+            # pydantic's JSON mode cannot write an object key with a lone surrogate: find it in the Python-mode dump.
+            wire = intent.model_dump(by_alias=True)
+        try:
+            canonical_json(wire)
+        except CanonicalJsonError as err:
+            where = _first_uncanonical(wire) if err.code == "not_canonical" else None
+            raise CanonicalJsonError(
+                err.code,
+                f"intent {intent.intent_id} not sent: {f'{where}: ' if where else ''}{err}; owners refuse such an intent (rejected: {err.code})",
+            ) from None
+        headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
+        return wire, headers
+
+    def _produce(self, intents: list[WriteIntent], outgoing: list[tuple[dict[str, Any], list[tuple[str, str]]]]) -> None:
         assert self._producer is not None
         deliveries: list[concurrent.futures.Future[None]] = []
-        for intent in intents:
-            value = self.codec.encode(self.intents_topic, "WriteIntent", intent.to_wire())
+        for intent, (wire, headers) in zip(intents, outgoing):
+            # The value is the object signed: the owner verifies the signature against what it parses from it.
+            value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
             def on_delivery(err: KafkaError | None, _msg: Any, done: concurrent.futures.Future[None] = done) -> None:
@@ -482,7 +594,9 @@ class WritClient:
 
             while True:
                 try:
-                    self._producer.produce(self.intents_topic, value=value, key=entity_key(intent.entity).encode("utf-8"), on_delivery=on_delivery)
+                    self._producer.produce(
+                        self.intents_topic, value=value, key=entity_key(intent.entity).encode("utf-8"), headers=headers or None, on_delivery=on_delivery
+                    )
                     break
                 except BufferError:
                     self._producer.poll(0.05)
@@ -526,6 +640,36 @@ class WritClient:
         or after ``idle_timeout`` seconds without a reply.
         """
         return ReplyStream(self, idle_timeout)
+
+
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _first_uncanonical(value: Any, path: str = "") -> str | None:
+    """The JSON pointer of the first key or value with no canonical JSON (for the error message), or None."""
+    if isinstance(value, Mapping):
+        for key, child in value.items():
+            here = f"{path}/{_pointer_token(str(key))}"
+            try:
+                canonical_json(key)
+            except CanonicalJsonError:
+                return f"the key at {here!a}"
+            found = _first_uncanonical(child, here)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, child in enumerate(value):
+            found = _first_uncanonical(child, f"{path}/{i}")
+            if found is not None:
+                return found
+        return None
+    try:
+        canonical_json(value)
+    except CanonicalJsonError:
+        return f"the value at {path or '/'!a}"
+    return None
 
 
 class ReplyStream(Iterator[Any], AsyncIterator[Any]):

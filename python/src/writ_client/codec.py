@@ -6,7 +6,10 @@ a big-endian int32, then the JSON; the schema id is the one registered under
 subject ``<topic>-value`` for writ's JSON Schema of the value (one
 ``POST /subjects/<subject>/versions`` per subject: registering a schema the
 subject already has returns its id). Without a registry, plain JSON. Decoding
-accepts both. Plain HTTP (urllib): no dependency beyond the standard library.
+accepts both. HTTP(S) with urllib (no dependency beyond the standard library),
+with basic auth (:class:`~writ_client.security.RegistryAuth`) and TLS settings
+(:class:`~writ_client.security.RegistryTls`) when given; error messages name
+the URL and the status, never the credentials.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import ssl
+
+    from .security import RegistryAuth, RegistryTls
 
 __all__ = ["DecodeError", "RegistryError", "WireCodec", "encode_json", "schema_text"]
 
@@ -66,11 +74,24 @@ def encode_json(value: Any) -> bytes:
 class WireCodec:
     """Frames values for a topic (with a registry) or writes plain JSON; decodes both."""
 
-    def __init__(self, schema_registry_url: str | None = None, *, timeout: float = 10.0, frame: bool | None = None) -> None:
+    def __init__(
+        self,
+        schema_registry_url: str | None = None,
+        *,
+        timeout: float = 10.0,
+        frame: bool | None = None,
+        auth: RegistryAuth | None = None,
+        tls: RegistryTls | None = None,
+    ) -> None:
+        from .security import check_registry_url
+
+        check_registry_url(schema_registry_url, auth, tls)
         self.registry_url = (schema_registry_url or "").rstrip("/")
         self.timeout = timeout
         if frame and not self.registry_url:
             raise ValueError("framing values needs a schema registry")
+        self._auth = auth
+        self._ssl_context: ssl.SSLContext | None = tls.ssl_context() if tls is not None else None
         #: Whether encode() frames; default: with a registry. Decoding reads both whenever a registry is known.
         self._frame = self.registry_url != "" if frame is None else frame
         self._ids: dict[str, int] = {}
@@ -152,15 +173,19 @@ class WireCodec:
         elif 200 <= status < 300:
             known = True
         else:
-            raise RegistryError(f"looking up schema id {schema_id} answered {status}", retriable=True, status=status)
+            # 401/403: the credentials (schema_registry_auth) are wrong or lack a role; no retry fixes that.
+            raise RegistryError(f"looking up schema id {schema_id} answered {status}", retriable=status not in (401, 403), status=status)
         with self._lock:
             self._known[schema_id] = (known, time.monotonic())
         return known
 
     def _http(self, method: str, url: str, payload: bytes | None) -> tuple[int, Any]:
-        req = urllib.request.Request(url, data=payload, method=method, headers={"content-type": "application/vnd.schemaregistry.v1+json", "accept": "application/json"})
+        headers = {"content-type": "application/vnd.schemaregistry.v1+json", "accept": "application/json"}
+        if self._auth is not None:
+            headers["authorization"] = self._auth.header()
+        req = urllib.request.Request(url, data=payload, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_context) as res:
                 status, raw = res.status, res.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()

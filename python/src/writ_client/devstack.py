@@ -5,6 +5,9 @@ Not for production. Needs the checkout's ``node_modules`` (``npm install``):
 * :func:`ensure_stack`: the broker and registry named by ``KAFKA_BROKERS`` /
   ``SCHEMA_REGISTRY_URL``, else the local stack of ``node scripts/kafka-up.ts``
   (idempotent: it reuses a running one, and leaves it running);
+* :func:`ensure_secure_stack`: the secure local stack of ``node scripts/kafka-up.ts
+  --secure`` (SASL_SSL with SCRAM users and ACLs, an HTTPS registry with basic
+  auth) in a dir and on ports of the caller's choice; :func:`stop_secure_stack`;
 * :func:`start_records_server`: the demo records server as a child process
   (``RECORDS_HONOUR_IDEMPOTENCY_KEY=false``: only writ can stop a duplicate);
 * :func:`start_owner`: a writ owner process (``consumers/owner-main.ts``) with
@@ -33,7 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChildProcess", "RecordsAdmin", "Stack", "ensure_stack", "find_repo", "node_binary", "start_owner", "start_records_server", "stop_stack"]
+__all__ = [
+    "ChildProcess",
+    "RecordsAdmin",
+    "SecureStack",
+    "Stack",
+    "ensure_secure_stack",
+    "ensure_stack",
+    "find_repo",
+    "node_binary",
+    "start_owner",
+    "start_records_server",
+    "stop_secure_stack",
+    "stop_stack",
+]
 
 _OWNER_MAIN = Path("consumers") / "owner-main.ts"
 
@@ -105,6 +121,81 @@ def ensure_stack(repo: Path, *, timeout: float = 300) -> Stack:
 def stop_stack(repo: Path, *, timeout: float = 120) -> None:
     """``node scripts/kafka-down.ts``: stops the local stack (through its pid files). Call it only for a stack you started."""
     subprocess.run([node_binary(repo), "scripts/kafka-down.ts"], cwd=repo, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+@dataclass(frozen=True)
+class SecureStack:
+    """The secure local stack (``src/testing/secure-stack.ts``): SASL_SSL (SCRAM-SHA-512, a CA made at start), ACLs, an HTTPS registry with basic auth."""
+
+    brokers: str
+    registry_url: str
+    ca_file: str
+    #: The owners' variables (SCRAM user ``writ-owner``): KAFKA_BROKERS, KAFKA_SSL_CA_FILE, KAFKA_SASL_*, SCHEMA_REGISTRY_*.
+    owner_env: Mapping[str, str]
+    #: User name → the file holding its password (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``).
+    password_files: Mapping[str, str]
+    started: bool = False
+    #: The variables that chose its dir and ports (for :func:`stop_secure_stack`).
+    layout_env: Mapping[str, str] = field(default_factory=dict)
+
+    def env(self, user: str) -> dict[str, str]:
+        """The variables of a client acting as ``user`` (its password through ``KAFKA_SASL_PASSWORD_FILE``)."""
+        return {**self.owner_env, "KAFKA_SASL_USERNAME": user, "KAFKA_SASL_PASSWORD_FILE": self.password_files[user]}
+
+    def password(self, user: str) -> str:
+        return Path(self.password_files[user]).read_text("utf-8").strip()
+
+
+def _secure_layout(dir: str | os.PathLike[str], kafka_port: int, registry_port: int) -> dict[str, str]:
+    return {"WRIT_SECURE_STACK_DIR": str(Path(dir).resolve()), "WRIT_SECURE_KAFKA_PORT": str(kafka_port), "WRIT_SECURE_REGISTRY_PORT": str(registry_port)}
+
+
+def ensure_secure_stack(repo: Path, *, dir: str | os.PathLike[str], kafka_port: int, registry_port: int, timeout: float = 300) -> SecureStack:
+    """``node scripts/kafka-up.ts --secure`` in ``dir`` on ``kafka_port`` (and the two ports above it) and ``registry_port``.
+
+    Starts the stack, or reuses the one of ours that serves there. Needs Java,
+    openssl and the checkout's ``node_modules``. The passwords stay in files.
+    """
+    layout = _secure_layout(dir, kafka_port, registry_port)
+    out = subprocess.run(
+        [node_binary(repo), "scripts/kafka-up.ts", "--secure"],
+        cwd=repo,
+        env={**os.environ, **layout},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/kafka-up.ts --secure failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    owner_env = dict(re.findall(r"^([A-Z_]+)=(.*)$", out.stdout, flags=re.M))
+    files = dict(re.findall(r"^# [^\n]*?KAFKA_SASL_USERNAME=(\S+) KAFKA_SASL_PASSWORD_FILE=(\S+)", out.stdout, flags=re.M))
+    if not owner_env.get("KAFKA_BROKERS") or not owner_env.get("KAFKA_SSL_CA_FILE"):
+        raise RuntimeError(f"scripts/kafka-up.ts --secure printed no KAFKA_BROKERS / KAFKA_SSL_CA_FILE:\n{out.stdout[-2000:]}")
+    files[owner_env["KAFKA_SASL_USERNAME"]] = owner_env["KAFKA_SASL_PASSWORD_FILE"]
+    return SecureStack(
+        brokers=owner_env["KAFKA_BROKERS"],
+        registry_url=owner_env.get("SCHEMA_REGISTRY_URL", ""),
+        ca_file=owner_env["KAFKA_SSL_CA_FILE"],
+        owner_env=owner_env,
+        password_files=files,
+        started=re.search(r"\[secure-stack\] started in", out.stderr) is not None,
+        layout_env=layout,
+    )
+
+
+def stop_secure_stack(repo: Path, stack: SecureStack, *, timeout: float = 120) -> None:
+    """``node scripts/kafka-down.ts --secure`` for that stack's dir and ports. Call it only for a stack you started."""
+    subprocess.run(
+        [node_binary(repo), "scripts/kafka-down.ts", "--secure"],
+        cwd=repo,
+        env={**os.environ, **stack.layout_env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 @dataclass

@@ -119,7 +119,8 @@ class AgentRef(_Wire):
 class WriteIntent(_Wire):
     """What an agent's write tool publishes on ``writ.intents`` (key: the entity key)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # NaN and ±Infinity stay floats in to_wire() (pydantic would write them as null): the client refuses them before sending.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", ser_json_inf_nan="constants")
 
     intent_id: str = Field(min_length=1, max_length=128)
     intent_key: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -140,7 +141,11 @@ class WriteIntent(_Wire):
         return v
 
     def to_wire(self) -> dict[str, Any]:
-        """The JSON object that goes on the wire (camelCase)."""
+        """The JSON object that goes on the wire (camelCase); what the signature covers.
+
+        NaN and ±Infinity are kept as floats (not turned into null), so that
+        ``canonical_json`` refuses them (``not_canonical``), as owners would.
+        """
         return self.model_dump(mode="json", by_alias=True)
 
 

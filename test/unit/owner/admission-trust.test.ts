@@ -11,7 +11,7 @@ import { intentKey } from "../../../src/keys.ts";
 import { type Admission, type AdmissionDeps, admit } from "../../../src/owner/admission.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
 import { AgentRegistry } from "../../../src/security/agent-registry.ts";
-import { SIGNATURE_HEADER, signIntent } from "../../../src/security/signing.ts";
+import { SIGNATURE_HEADER, signIntent, verifyIntentSignature } from "../../../src/security/signing.ts";
 import { admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem } from "./fake-system.ts";
 
@@ -126,6 +126,17 @@ describe("admission with an agent registry", () => {
     expect(answer(await admit(record(v, { headers: signed(v, mallory.privateKey) }), source(), withRegistry())).reason).toBe("unauthenticated");
     expect(answer(await admit(record(v, { headers: signed(v, alice.privateKey, "k9") }), source(), withRegistry())).reason).toBe("unauthenticated");
     expect(answer(await admit(record(v, { headers: { [SIGNATURE_HEADER]: "ed25519 k1 !!!" } }), source(), withRegistry())).reason).toBe("unauthenticated");
+  });
+
+  it("an intent with no canonical form cannot be signed, and is refused not_canonical, answered only on the registered reply topic", async () => {
+    const v = intent("alice", { params: { tag: "vip", note: "cut \ud83d" }, replyTo: "writ.replies.bob" });
+    expect(() => signed(v)).toThrow(expect.objectContaining({ code: "not_canonical", retriable: false }));
+    const a = answer(await admit(record(v, { headers: signed(intent()) }), source(), withRegistry()));
+    expect(a).toMatchObject({ reason: "not_canonical", dead: ["not_canonical"] });
+    expect(a.replies.map((r) => r.topic)).toEqual(["writ.replies.alice"]);
+    expect(a.replies[0]!.value).toMatchObject({ status: "rejected", reason: "not_canonical" });
+    // The signature check alone refuses it too, saying why.
+    expect(verifyIntentSignature(v, signed(intent())[SIGNATURE_HEADER], new Map([["k1", alice.publicKey]]))).toMatchObject({ ok: false, reason: expect.stringContaining("no canonical form") });
   });
 
   it("an agent not in the registry gets no reply at all, only a dead letter", async () => {

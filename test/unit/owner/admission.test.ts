@@ -191,6 +191,45 @@ describe("admit (step 1: the gate)", () => {
     expectDeadLetter(await admit(message(bytes), SOURCE, deps), "reply_topic_missing", bytes, 0);
   });
 
+  describe("dead-letters an intent with no canonical form (RFC 8785) as not_canonical, and answers it", () => {
+    /** The bytes of a good intent with `from` in its JSON text replaced by `to` (JSON.stringify cannot write 1e400). */
+    const edited = (overrides: Record<string, unknown>, from?: string, to?: string) => {
+      const text = JSON.stringify(intentJson(overrides));
+      return Buffer.from(from === undefined ? text : text.replace(from, to!));
+    };
+    async function notCanonical(bytes: Buffer, at: string) {
+      const e = expectDeadLetter(await admit(message(bytes), SOURCE, deps), "not_canonical", bytes, 1);
+      const reply = e.replies[0]!.value as Extract<Reply, { status: "rejected" }>;
+      expect(e.replies[0]!.topic).toBe(REPLY_TO);
+      expect(reply).toMatchObject({ status: "rejected", reason: "not_canonical", intentId: "intent-1", intentKey: KEY });
+      expect(e.deadLetters[0]!.value.message).toContain(` at ${at}`);
+      expect(reply.message).toContain(` at ${at}`);
+      // The message never carries the lone surrogate itself.
+      expect(/\p{Cs}/u.test(reply.message)).toBe(false);
+    }
+
+    it("a lone surrogate in a param outside the intent fields (the key alone would not see it)", async () => {
+      await notCanonical(edited({ params: { tag: "vip", note: "cut emoji \ud83d" } }), "/params/note");
+    });
+
+    it("a lone surrogate in an intent field, in a delta value and in an object key", async () => {
+      await notCanonical(edited({ params: { tag: "\udc00" } }), "/params/tag");
+      await notCanonical(edited({ delta: [{ op: "add", path: "/tags/-", value: { ["k\ud800"]: 1 } }] }), "/delta/0/value/k\ufffd");
+    });
+
+    it("a number that parses to Infinity (1e400), which used to be written null", async () => {
+      await notCanonical(edited({ params: { tag: "vip", n: 77777 } }, "77777", "1e400"), "/params/n");
+      await notCanonical(edited({ delta: [{ op: "add", path: "/tags/-", value: 77777 }] }, "77777", "-1e400"), "/delta/0/value");
+    });
+
+    it("a surrogate pair, escaped or not, is a character: admitted", async () => {
+      const a = await admit(message(edited({ params: { tag: "vip", note: "\ud83d\ude00" } })), SOURCE, deps);
+      expect(a.kind).toBe("admitted");
+      const b = await admit(message(edited({ params: { tag: "vip", note: "x" } }, '"x"', String.raw`"\ud83d\ude00"`)), SOURCE, deps);
+      expect(b.kind).toBe("admitted");
+    });
+  });
+
   describe("answers a well-formed intent it cannot take with a rejected reply, no dead letter", () => {
     async function rejected(overrides: Record<string, unknown>) {
       const a = await admit(message(bytesOf(intentJson(overrides))), SOURCE, deps);
@@ -276,6 +315,15 @@ describe("admit (step 1: the gate)", () => {
     it("a good intent with one field replaced by an arbitrary JSON value", async () => {
       const fields = Object.keys(intentJson());
       const value = fc.jsonValue();
+      await fc.assert(
+        fc.asyncProperty(fc.constantFrom(...fields), value, (field, v) => check(bytesOf(intentJson({ [field]: v })))),
+        { numRuns: 500 },
+      );
+    });
+
+    it("a good intent with one field replaced by arbitrary JSON holding lone surrogates", async () => {
+      const fields = Object.keys(intentJson());
+      const value = fc.jsonValue({ stringUnit: fc.constantFrom("a", "1", "/", "\ud800", "\udc00", "😀") });
       await fc.assert(
         fc.asyncProperty(fc.constantFrom(...fields), value, (field, v) => check(bytesOf(intentJson({ [field]: v })))),
         { numRuns: 500 },

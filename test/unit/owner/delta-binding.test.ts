@@ -87,6 +87,37 @@ describe("deltas bound to params", () => {
     expect(sor.current(PAY)?.state).toEqual({ refunds: [{ amountCents: 99_999_999 }] });
   });
 
+  it("a delta rebuilt from a record holding a lone surrogate cannot be compared: rejected not_canonical, nothing written", async () => {
+    // The tool copies the record's label into its delta; the system of record holds "\ud800" (legal JSON text).
+    const relabel = declareWriteTool({
+      ...refund,
+      name: "refund_relabel",
+      delta: (p, current) => [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, label: (current.state as { label: string }).label } }],
+    });
+    const sor = new FakeSystem("billing");
+    sor.seed(PAY, { refunds: [], label: "cut \ud83d" });
+    const tools = admitTools([relabel], [sor], { sorTimeoutMs: 1000 });
+    const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }) });
+    const params = { amountCents: 1 };
+    const delta: JsonPatchOp[] = [{ op: "add", path: "/refunds/-", value: { amountCents: 1, label: "cut" } }];
+    const a: AdmittedIntent = {
+      intent: { intentId: "i-1", intentKey: "a".repeat(64), entity: PAY, tool: "refund_relabel", agent: { id: "agent", runId: "r", stepId: "s" }, baseVersion: version(1), delta, params, replyTo: "writ.replies.agent", createdAt: new Date().toISOString() },
+      tool: tools.get("refund_relabel")!,
+      entityKey: "payment:pay_1",
+      fingerprint: paramsFingerprint("refund_relabel", PAY, params, []),
+      deltaFingerprint: deltaFingerprint(delta, () => false),
+      params,
+    };
+    const plan = pipeline.classify(a, new PartitionLedger(0));
+    if (plan.kind !== "write") throw new Error(plan.kind);
+    const step = await pipeline.execute(a, plan.pending, plan.state, ctx);
+    expect(step).toMatchObject({ kind: "settled" });
+    const reply = (step as { effects: { replies: { value: { message: string } }[] } }).effects.replies[0]!.value;
+    expect(reply).toMatchObject({ status: "rejected", reason: "not_canonical" });
+    expect(reply.message).toContain("at /0/value/label");
+    expect(sor.patchCount(PAY)).toBe(0);
+  });
+
   it("owners with an agent registry refuse to start with a tool that does not bind its delta", () => {
     const sor = new FakeSystem("billing");
     expect(() => admitTools([unbound], [sor], { sorTimeoutMs: 1000, requireDelta: true })).toThrow(/missing delta/);

@@ -8,7 +8,7 @@ import type { Operation } from "fast-json-patch";
 import { WritError } from "../../../src/errors.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../../../src/schemas/common.ts";
 import { entityKey } from "../../../src/schemas/common.ts";
-import type { PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "../../../src/sor/adapter.ts";
+import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "../../../src/sor/adapter.ts";
 
 /** What one scripted read does: read as usual (`ok`, to reach a later fault), or throw. */
 export type ReadFault = { kind: "ok" } | { kind: "throw"; error: unknown };
@@ -27,6 +27,23 @@ export type PatchFault =
    */
   | { kind: "changed-first"; ops: JsonPatchOp[]; idempotencyKey?: string }
   | { kind: "throw"; error: unknown };
+
+/** What one scripted create (`upsertByExternalId`) does instead of the default (create if absent, else 412 with the record). */
+export type CreateFault =
+  /** Answers this outcome and creates nothing. */
+  | { kind: "answer"; outcome: PatchOutcome }
+  /** Creates (if absent), then the answer is lost: `unknown`. */
+  | { kind: "commit-then-unknown" }
+  /** Another writer creates the record just before this request arrives (writ itself, with `idempotencyKey`). */
+  | { kind: "created-first"; state: unknown; idempotencyKey?: string }
+  | { kind: "throw"; error: unknown };
+
+export interface CreateCall {
+  entity: string;
+  state: unknown;
+  ifNoneMatch: string;
+  idempotencyKey: string;
+}
 
 /** What one scripted idempotency-key lookup answers instead of the truth. */
 export type LookupFault = { kind: "answer"; result: ReconcileResult } | { kind: "throw"; error: unknown };
@@ -63,9 +80,10 @@ export class FakeSystem implements SystemOfRecord {
   /** Idempotency keys of the PATCHes that committed, with the entity they changed. */
   private readonly appliedKeys = new Map<string, string>();
 
-  readonly script = { read: [] as ReadFault[], patch: [] as PatchFault[], lookup: [] as LookupFault[] };
+  readonly script = { read: [] as ReadFault[], patch: [] as PatchFault[], lookup: [] as LookupFault[], create: [] as CreateFault[] };
   readonly reads: string[] = [];
   readonly patches: PatchCall[] = [];
+  readonly creates: CreateCall[] = [];
   readonly lookups: string[] = [];
   /** Changes that took effect, per entity key (writ's and other writers'). */
   private readonly commitLog: { entity: string; idempotencyKey: string | null }[] = [];
@@ -137,6 +155,33 @@ export class FakeSystem implements SystemOfRecord {
     if (fault?.kind === "commit-then-unknown") return { kind: "unknown", message: "socket hang up after the request was sent" };
     if (fault?.kind === "commit-then-throw") throw fault.error;
     return outcome;
+  }
+
+  /** Create-if-absent (`If-None-Match: *`): a record under the id is `precondition_failed` carrying it. */
+  async upsertByExternalId(entity: EntityRef, state: unknown, opts: CreateOptions): Promise<PatchOutcome> {
+    const key = entityKey(entity);
+    this.creates.push({ entity: key, state: structuredClone(state), ifNoneMatch: opts.ifNoneMatch, idempotencyKey: opts.idempotencyKey });
+    const fault = this.script.create.shift();
+    if (fault?.kind === "answer") return fault.outcome;
+    if (fault?.kind === "throw") throw fault.error;
+    if (fault?.kind === "created-first") this.createRecord(key, fault.state, fault.idempotencyKey ?? null);
+    const existing = this.records.get(key);
+    if (existing) return { kind: "precondition_failed", current: { state: structuredClone(existing.state), version: version(existing.n) } };
+    this.createRecord(key, state, opts.idempotencyKey);
+    if (fault?.kind === "commit-then-unknown") return { kind: "unknown", message: "socket hang up after the request was sent" };
+    return { kind: "applied", state: structuredClone(state), version: version(1) };
+  }
+
+  /** Create requests that reached the system for an entity. */
+  createCount(entity: EntityRef): number {
+    const key = entityKey(entity);
+    return this.creates.filter((c) => c.entity === key).length;
+  }
+
+  private createRecord(key: string, state: unknown, idempotencyKey: string | null): void {
+    this.records.set(key, { state: structuredClone(state), n: 1 });
+    if (idempotencyKey !== null) this.appliedKeys.set(idempotencyKey, key);
+    this.commitLog.push({ entity: key, idempotencyKey });
   }
 
   async lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, _opts: ReadOptions): Promise<ReconcileResult> {

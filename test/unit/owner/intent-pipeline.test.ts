@@ -260,6 +260,7 @@ describe("IntentPipeline.classify (step 2: what the ledger says)", () => {
       state: null,
       version: version(2),
       via: "patch",
+      tool: "set_status",
     });
     expect(sor.patchCount(T1)).toBe(1);
   });
@@ -392,6 +393,7 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
       state: { status: "closed", tags: [], notes: [] },
       version: version(2),
       via: "patch",
+      tool: "set_status",
     });
     expect(settled(step).ledger).toMatchObject({ status: "done", outcome: { status: "applied", version: version(2), via: "patch" } });
     expect(sor.patches).toEqual([

@@ -1,11 +1,13 @@
 import { randomBytes } from "node:crypto";
 import fc from "fast-check";
 import type { KafkaMessage } from "kafkajs";
+import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { sha256Hex } from "../../../src/canonical-json.ts";
 import { WireCodec } from "../../../src/codec.ts";
 import { deadLetterOf, effects } from "../../../src/owner/effects.ts";
-import { healRecord, HEAL_KEY, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
+import { FORWARDED_HEADER } from "../../../src/owner/admission.ts";
+import { FORWARDED_NULL_HEADERS, healRecord, HEAL_KEY, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
 import { CONTROL_HEADER } from "../../../src/schemas/control.ts";
 import type { Escalation } from "../../../src/schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
@@ -27,7 +29,30 @@ function kafkaMessage(value: Buffer, headers: Record<string, string> = {}): Kafk
   return { key: Buffer.from("ticket:T-1"), value, timestamp: "0", attributes: 0, offset: "99", headers } as KafkaMessage;
 }
 
+// kafkajs's own record encoder: what a produce request does with a message's headers.
+const encodeKafkaRecord = createRequire(import.meta.url)("kafkajs/src/protocol/recordBatch/record/v0") as (r: object) => { buffer: Buffer };
+
 describe("RecordEncoder", () => {
+  // Regression (hostile suite): Kafka allows a null header value, kafkajs cannot produce one. A record on the wrong
+  // partition with a null header (any foreign client can send it, unsigned) made every forwarding transaction throw,
+  // and the partition retried it forever.
+  it("forwards a record whose headers hold null values: nulls dropped and named, repeats kept, a forged forward mark replaced", async () => {
+    const message = {
+      ...kafkaMessage(Buffer.from("{}")),
+      headers: { "x-trace": null, tags: [Buffer.from("a"), null, "b"], ok: Buffer.from("1"), [FORWARDED_HEADER]: "0@0" },
+    } as unknown as KafkaMessage;
+    const [out] = await encoder().encode(effects({ forwards: [{ partition: 3, message, from: source }] }), 0);
+    expect(out).toMatchObject({ topic: "writ.intents", partition: 3, key: message.key });
+    expect({ ...out!.headers }).toEqual({
+      tags: [Buffer.from("a"), "b"],
+      ok: Buffer.from("1"),
+      [FORWARDED_NULL_HEADERS]: JSON.stringify(["x-trace", "tags"]),
+      [FORWARDED_HEADER]: "2@99",
+    });
+    const m = sendRounds([out!], LIMIT)[0]![0]!.messages[0]!;
+    expect(() => encodeKafkaRecord({ key: m.key, value: m.value, headers: m.headers })).not.toThrow();
+  });
+
   it("sends an applied reply larger than maxMessageBytes without state, marked truncated, and it fits", async () => {
     const reply: Reply = { ...base, status: "applied", entity, state: big, version: '"7"', via: "patch" };
     const [out] = await encoder().encode(effects({ replies: [{ topic: REPLY_TO, value: reply }] }), 0);

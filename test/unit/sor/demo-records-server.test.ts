@@ -207,6 +207,42 @@ describe("demo records server: PUT", () => {
     expect(replaced.status).toBe(200);
     expect(replaced.headers.get("etag")).toBe('"v2"');
     expect(server.history("account", "A-1").map((h) => h.kind)).toEqual(["create", "replace"]);
+    expect(server.putRequests().map((r) => [r.outcome, r.status])).toEqual([
+      ["created", 201],
+      ["precondition_failed", 412],
+      ["precondition_required", 428],
+      ["precondition_failed", 412],
+      ["replaced", 200],
+    ]);
+  });
+
+  it("a create's Idempotency-Key: recorded for lookup, replayed while dedupe is on, a 412 when it is off", async () => {
+    const server = await startServer();
+    const create = (name: string) => put(server, "/records/account/A-1", { name }, { "if-none-match": "*", "idempotency-key": "create-1" });
+    expect((await create("Acme")).status).toBe(201);
+    const replay = await create("Acme");
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect((await create("Other")).status).toBe(422);
+    expect(await (await fetch(`${server.url}/idempotency-keys/create-1`)).json()).toEqual({ applied: true, type: "account", id: "A-1", version: '"v1"' });
+
+    server.setConfig({ honourIdempotencyKey: false });
+    const again = await create("Acme");
+    expect(again.status).toBe(412);
+    expect(server.stats()).toMatchObject({ writesByKey: { "create-1": 1 }, putRequestsByKey: { "create-1": 4 } });
+    expect(server.putRequests("create-1").map((r) => r.outcome)).toEqual(["created", "replayed", "key_reused", "precondition_failed"]);
+  });
+
+  it("commit faults hit a PUT only when they say method PUT", async () => {
+    const server = await startServer();
+    server.setFaults([{ kind: "commit-then-drop", match: { type: "account" } }]);
+    expect((await put(server, "/records/account/A-1", { name: "Acme" }, { "if-none-match": "*" })).status).toBe(201);
+    expect(server.faults()).toHaveLength(1);
+    server.setFaults([{ kind: "commit-then-drop", method: "PUT", match: { type: "account" } }]);
+    await expect(put(server, "/records/account/A-2", { name: "Beta" }, { "if-none-match": "*" })).rejects.toThrow();
+    expect(server.faults()).toEqual([]);
+    expect(server.history("account", "A-2").map((h) => h.kind)).toEqual(["create"]);
+    expect(server.putRequests().at(-1)).toMatchObject({ outcome: "created", fault: "commit-then-drop" });
   });
 });
 
@@ -238,6 +274,8 @@ describe("demo records server: admin API", () => {
       patchRequests: 0,
       patchRequestsByKey: {},
       writesByKey: {},
+      putRequests: 0,
+      putRequestsByKey: {},
     });
 
     expect((await post("reset", {})).status).toBe(200);

@@ -170,6 +170,65 @@ describe("http adapter: read", () => {
   });
 });
 
+describe("http adapter: create by external id", () => {
+  const ACME = { type: "account", id: "ext-42" };
+  const create = { ifNoneMatch: "*" as const, idempotencyKey: "c-1", timeoutMs: 5000 };
+
+  it("PUT with If-None-Match: * to the record: created once; a second create is precondition_failed carrying the record", async () => {
+    const server = await startServer({ honourIdempotencyKey: false });
+    const sor = adapterFor(server.url);
+    expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toEqual({ kind: "applied", state: { name: "Acme" }, version: '"v1"' });
+    expect(await sor.upsertByExternalId(ACME, { name: "Other" }, { ...create, idempotencyKey: "c-2" })).toEqual({
+      kind: "precondition_failed",
+      current: { state: { name: "Acme" }, version: '"v1"' },
+    });
+    expect(server.putRequests().map((r) => [r.ifNoneMatch, r.idempotencyKey, r.outcome])).toEqual([
+      ["*", "c-1", "created"],
+      ["*", "c-2", "precondition_failed"],
+    ]);
+    expect(await sor.lookupIdempotencyKey!(ACME, "c-1", quick)).toBe("applied");
+  });
+
+  it("the answer lost after the create committed is unknown (reconcile), a refused connection unavailable", async () => {
+    const server = await startServer();
+    server.setFaults([{ kind: "commit-then-drop", method: "PUT" }]);
+    expect(await adapterFor(server.url).upsertByExternalId(ACME, { name: "Acme" }, create)).toMatchObject({ kind: "unknown" });
+    expect(server.history("account", "ext-42")).toHaveLength(1);
+    expect(await adapterFor(await closedUrl()).upsertByExternalId(ACME, { name: "Acme" }, create)).toMatchObject({ kind: "unavailable" });
+  });
+
+  it("a system's own upsert: method, path, wrapped body, the external id in the body, 409 for exists", async () => {
+    const seen: { method?: string; url?: string; body: string; headers: IncomingHttpHeaders }[] = [];
+    let n = 0;
+    const server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString("utf8")));
+      req.on("end", () => {
+        seen.push({ method: req.method, url: req.url, body, headers: req.headers });
+        if (n++ === 0) res.writeHead(201, { etag: '"7"', "content-type": "application/json" }).end(JSON.stringify({ name: "Acme", externalId: "ext-42" }));
+        else res.writeHead(409, { etag: '"7"', "content-type": "application/json" }).end(JSON.stringify({ name: "Acme", externalId: "ext-42" }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const sor = adapterFor(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api`, {
+      create: { path: "/{type}s/upsert/{id}", method: "POST", ifNoneMatch: false, existsStatuses: [409], body: { kind: "wrapped", field: "record", extra: { mode: "create" } }, externalIdField: "externalId" },
+    });
+    expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toEqual({ kind: "applied", state: { name: "Acme", externalId: "ext-42" }, version: '"7"' });
+    expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toMatchObject({ kind: "precondition_failed", current: { version: '"7"' } });
+    expect(seen[0]).toMatchObject({ method: "POST", url: "/api/accounts/upsert/ext-42" });
+    expect(JSON.parse(seen[0]!.body)).toEqual({ mode: "create", record: { name: "Acme", externalId: "ext-42" } });
+    expect(seen[0]!.headers["if-none-match"]).toBeUndefined();
+    expect(seen[0]!.headers["idempotency-key"]).toBe("c-1");
+  });
+
+  it("refuses create options that cannot work, naming them", () => {
+    expect(() => adapterFor("http://127.0.0.1:1", { create: { existsStatuses: [404] } })).toThrow(/create\.existsStatuses\.0/);
+    expect(() => adapterFor("http://127.0.0.1:1", { create: { body: { kind: "wrapped", field: "r", extra: { r: 1 } } } })).toThrow(/must not contain the record field/);
+    expect(() => adapterFor("http://127.0.0.1:1", { create: { method: "GET" } as never })).toThrow(/create\.method/);
+  });
+});
+
 describe("http adapter: patch", () => {
   it("applied: the new state and ETag, one committed write", async () => {
     const server = await startServer();

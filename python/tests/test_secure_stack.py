@@ -1,0 +1,154 @@
+"""The Python client over SASL_SSL against the secure local stack (``src/testing/secure-stack.ts``).
+
+One Kafka node whose clients connect over SASL_SSL (SCRAM-SHA-512, TLS from a CA
+made at start) with ACLs enforced by the broker, and the Apicurio registry over
+HTTPS with basic auth, started here with ``node scripts/kafka-up.ts --secure``
+in a dir and on ports of its own (``.cache/run-secure-py``, 39692-39694 and
+38681), beside the plain stack the other tests share; stopped at the end when
+this module started it (``WRIT_KEEP_STACK=1`` keeps it). An owner (SCRAM user
+``writ-owner``) runs with an agent registry; the Python client is agent-a,
+configured from the same environment variables as the TypeScript CLI
+(``WritClient.from_env``), signing its intents.
+
+Skipped with ``WRIT_SKIP_SECURE=1``, or when Java or openssl is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from writ_client import AppliedReply, Ed25519Signer, KafkaSecurity, RejectedReply, WritClient
+from writ_client.devstack import ChildProcess, RecordsAdmin, SecureStack, Stack, ensure_secure_stack, start_owner, stop_secure_stack
+
+from .conftest import REPO
+from .test_client import refund_input, seed_payment
+
+KAFKA_PORT = 39692
+REGISTRY_PORT = 38681
+SIGNER = Ed25519Signer.generate(key_id="agent-a-py-1")
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("WRIT_SKIP_SECURE") == "1" or shutil.which("java") is None or shutil.which("openssl") is None,
+    reason="the secure stack needs Java and openssl (or WRIT_SKIP_SECURE=1 is set)",
+)
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[SecureStack]:
+    t0 = time.monotonic()
+    s = ensure_secure_stack(REPO, dir=REPO / ".cache" / "run-secure-py", kafka_port=KAFKA_PORT, registry_port=REGISTRY_PORT)
+    print(f"[secure-stack] {'started' if s.started else 'reused'} in {time.monotonic() - t0:.1f} s")
+    yield s
+    if s.started and not os.environ.get("WRIT_KEEP_STACK"):
+        stop_secure_stack(REPO, s)
+
+
+@pytest.fixture(scope="module")
+def secure_owner(secure: SecureStack, records_server: ChildProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildProcess]:
+    registry = tmp_path_factory.mktemp("secure-agents") / "agents.json"
+    registry.write_text(
+        json.dumps(
+            {"agents": {"agent-a": {"keys": [{"id": SIGNER.key_id, "publicKey": SIGNER.public_key_pem()}], "tools": ["refund_payment"], "replyTopic": "writ.replies.agent-a"}}}
+        )
+    )
+    child = start_owner(
+        REPO,
+        Stack(secure.brokers, secure.registry_url),
+        records_url=records_server.info["url"],
+        # The ACLs of the secure stack are for the default names.
+        topics={"intents": "writ.intents", "ledger": "writ.ledger", "human": "writ.human", "dlq": "writ.dlq"},
+        group_id="writ.owners",
+        intent_partitions=2,
+        env={**secure.owner_env, "WRIT_AGENT_REGISTRY": str(registry), "WRIT_INSTANCE_ID": f"py-secure-owner-{uuid.uuid4().hex[:6]}"},
+        timeout=180,
+    )
+    yield child
+    child.stop()
+
+
+def _registry_password(secure: SecureStack) -> str:
+    with open(secure.owner_env["SCHEMA_REGISTRY_PASSWORD_FILE"], encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
+    secure: SecureStack, secure_owner: ChildProcess, records: RecordsAdmin, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = secure.env("agent-a")
+    client = WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env, signer=SIGNER)
+    assert client.kafka_security is not None and client.kafka_security.security_protocol == "SASL_SSL"
+    assert client.producer_config()["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert client.producer_config()["ssl.ca.location"] == secure.ca_file
+    assert client.schema_registry_url is not None and client.schema_registry_url.startswith("https://")
+    assert client.codec.framed
+    pid = f"pay_sec_{uuid.uuid4().hex[:8]}"
+    seeded = seed_payment(records, pid)
+    with client:
+        reply = client.submit(refund_input(pid, seeded["version"]), timeout=60)
+        assert isinstance(reply, AppliedReply), reply
+        assert records.patch_requests(reply.intent_key) == 1
+        # unsigned, with the same credentials: the owner refuses it
+        with WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env) as unsigned:
+            refused = unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=60)
+        assert isinstance(refused, RejectedReply) and refused.reason == "unauthenticated", refused
+    secrets = [secure.password(u) for u in secure.password_files] + [_registry_password(secure)]
+    out, err = capfd.readouterr()
+    for text in (caplog.text, out, err, repr(client.kafka_security), repr(client.schema_registry_auth)):
+        for secret in secrets:
+            assert secret not in text
+
+
+def test_a_wrong_password_fails_at_start_without_showing_it(secure: SecureStack, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = f"wrong-{uuid.uuid4()}"
+    security = KafkaSecurity(ssl_ca=secure.ca_file, sasl_username="agent-a", sasl_password=wrong)
+    client = WritClient(brokers=secure.brokers, agent_id="agent-a", reply_topic="writ.replies.agent-a", kafka_security=security)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaException) as err:
+        client.start()
+    client.close()
+    assert time.monotonic() - t0 < 60
+    text = str(err.value)
+    assert err.value.args[0].code() == KafkaError._AUTHENTICATION, text
+    assert "could not authenticate to the Kafka brokers as agent-a (SCRAM-SHA-512)" in text and "invalid credentials" in text, text
+    out, errout = capfd.readouterr()
+    for t in (text, caplog.text, out, errout, repr(security)):
+        assert wrong not in t
+
+
+def test_the_broker_refuses_agent_b_another_agents_reply_topic(secure: SecureStack) -> None:
+    """The ACLs: agent-b may create and read only reply topics prefixed writ.replies.agent-b."""
+    client = WritClient.from_env(agent_id="agent-b", reply_topic="writ.replies.agent-a", env=secure.env("agent-b"))
+    with pytest.raises(KafkaException) as err:
+        client.start()
+    client.close()
+    assert err.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err.value
+    assert "not authorized to create the reply topic writ.replies.agent-a" in str(err.value)
+
+
+def test_the_registry_holds_the_schema_the_python_client_registered(secure: SecureStack, secure_owner: ChildProcess) -> None:
+    """Over HTTPS with basic auth: writ.intents-value is there (registered by this client or the owner: one schema, the same text)."""
+    from writ_client import RegistryAuth, RegistryTls, WireCodec
+
+    codec = WireCodec(
+        secure.registry_url,
+        auth=RegistryAuth(secure.owner_env["SCHEMA_REGISTRY_USERNAME"], _registry_password(secure)),
+        tls=RegistryTls(ca=secure.owner_env["SCHEMA_REGISTRY_CA_FILE"]),
+    )
+    status, subjects = codec._http("GET", f"{codec.registry_url}/subjects", None)
+    assert status == 200 and "writ.intents-value" in subjects, subjects
+    # registering the same text again returns the id it has: the Python and TypeScript texts are one schema
+    assert isinstance(codec.schema_id("writ.intents", "WriteIntent"), int)
+    status, versions = codec._http("GET", f"{codec.registry_url}/subjects/writ.intents-value/versions", None)
+    assert status == 200 and len(versions) == 1, versions
+

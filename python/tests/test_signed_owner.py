@@ -1,0 +1,138 @@
+"""Signed intents against a writ owner that runs with an agent registry (``WRIT_AGENT_REGISTRY``).
+
+The owner (TypeScript, a process) verifies the Python client's ``writ-signature``
+header: a signed intent is applied and written once; an unsigned one, or one
+signed by a key the registry does not list for the agent, is refused
+``unauthenticated`` (dead-lettered, and answered on the agent's registered reply topic).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from writ_client import AppliedReply, Ed25519Signer, RejectedReply, WritClient
+from writ_client.devstack import ChildProcess, RecordsAdmin, Stack, start_owner
+
+from .conftest import REPO, RUN, _delete_topics, reply_topic, topics_of
+from .test_client import refund_input, seed_payment
+
+AGENT = "py-signed-agent"
+SIGNER = Ed25519Signer.generate(key_id="py-2026-11")
+# A second key for the same agent, listed in the registry as a PEM (the first one is there as raw base64).
+ROTATED = Ed25519Signer.generate(key_id="py-2027-02")
+
+
+@pytest.fixture(scope="module")
+def signed_topics() -> dict[str, str]:
+    return topics_of(f"{RUN}-signed")
+
+
+@pytest.fixture(scope="module")
+def agent_reply_topic() -> str:
+    return reply_topic(AGENT)
+
+
+@pytest.fixture(scope="module")
+def signed_owner(
+    stack: Stack, records_server: ChildProcess, signed_topics: dict[str, str], agent_reply_topic: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChildProcess]:
+    registry = tmp_path_factory.mktemp("agents") / "agents.json"
+    registry.write_text(
+        json.dumps(
+            {
+                "agents": {
+                    AGENT: {
+                        "keys": [
+                            {"id": SIGNER.key_id, "publicKey": SIGNER.public_key_base64()},
+                            {"id": ROTATED.key_id, "publicKey": ROTATED.public_key_pem()},
+                        ],
+                        "tools": ["refund_payment"],
+                        "replyTopic": agent_reply_topic,
+                    }
+                }
+            }
+        )
+    )
+    child = start_owner(
+        REPO,
+        stack,
+        records_url=records_server.info["url"],
+        topics=signed_topics,
+        group_id=f"writ.owners.py-{RUN}-signed",
+        intent_partitions=3,
+        env={"WRIT_AGENT_REGISTRY": str(registry)},
+    )
+    yield child
+    child.stop()
+    _delete_topics(stack, [*signed_topics.values(), agent_reply_topic])
+
+
+def _client(stack: Stack, topics: dict[str, str], topic: str, **kw: Any) -> WritClient:
+    return WritClient(
+        brokers=stack.brokers,
+        agent_id=AGENT,
+        reply_topic=topic,
+        intents_topic=topics["intents"],
+        schema_registry_url=stack.registry_url or None,
+        **kw,
+    ).start()
+
+
+@pytest.fixture(scope="module")
+def signed_client(stack: Stack, signed_topics: dict[str, str], agent_reply_topic: str, signed_owner: ChildProcess) -> Iterator[WritClient]:
+    c = _client(stack, signed_topics, agent_reply_topic, signer=SIGNER)
+    yield c
+    c.close()
+
+
+def test_a_signed_intent_is_applied_and_written_once(signed_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_sig_{uid}"
+    seeded = seed_payment(records, pid)
+    reply = signed_client.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(reply, AppliedReply), reply
+    assert reply.duplicate is False
+    assert records.patch_requests(reply.intent_key) == 1
+    # the same intent again (new intent id, new signature): answered from the ledger
+    again = signed_client.submit(refund_input(pid, seeded["version"], note="reworded"), timeout=30)
+    assert isinstance(again, AppliedReply) and again.duplicate is True
+    assert records.patch_requests(reply.intent_key) == 1
+
+
+def test_the_rotated_key_in_pem_form_verifies_too(
+    stack: Stack, signed_topics: dict[str, str], agent_reply_topic: str, signed_owner: ChildProcess, records: RecordsAdmin, uid: str
+) -> None:
+    pid = f"pay_rot_{uid}"
+    seeded = seed_payment(records, pid)
+    with _client(stack, signed_topics, agent_reply_topic, signer=ROTATED, frame_values=False) as c:
+        reply = c.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(reply, AppliedReply), reply
+
+
+@pytest.mark.parametrize("how", ["unsigned", "unknown key id", "wrong key for the key id"])
+def test_an_intent_not_signed_by_the_agent_is_refused_unauthenticated(
+    how: str, stack: Stack, signed_topics: dict[str, str], agent_reply_topic: str, signed_owner: ChildProcess, records: RecordsAdmin, uid: str
+) -> None:
+    signer = {
+        "unsigned": None,
+        "unknown key id": Ed25519Signer.generate(key_id="not-registered"),
+        "wrong key for the key id": Ed25519Signer.generate(key_id=SIGNER.key_id),
+    }[how]
+    pid = f"pay_uns_{uid}"
+    seeded = seed_payment(records, pid)
+    with _client(stack, signed_topics, agent_reply_topic, signer=signer) as c:
+        reply = c.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(reply, RejectedReply), reply
+    assert reply.reason == "unauthenticated", reply
+    assert records.read("payment", pid)["state"]["refunds"] == []
+    assert records.patch_requests(reply.intent_key) == 0
+
+
+def test_the_owner_dead_lettered_the_refusals(signed_owner: ChildProcess) -> None:
+    """Runs after the tests above: each refusal is logged with its reason; no reply went missing."""
+    log = signed_owner.log_tail(10_000_000)
+    assert "unauthenticated" in log
+    assert '"reason":"reply_topic_missing"' not in log

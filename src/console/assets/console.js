@@ -1,0 +1,489 @@
+// writ console: the page. Plain JavaScript, no framework, no build step.
+// The token arrives once in the address (?token=…), is kept in this tab's
+// sessionStorage and removed from the address; fetches send it as
+// `Authorization: Bearer`, the event stream as ?token= (EventSource cannot
+// send headers). Everything shown is built with textContent, never as HTML.
+"use strict";
+(() => {
+  const KEY = "writ-console-token";
+  const params = new URLSearchParams(location.search);
+  let token = params.get("token");
+  if (token) {
+    sessionStorage.setItem(KEY, token);
+    params.delete("token");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+  } else {
+    token = sessionStorage.getItem(KEY);
+  }
+
+  const $ = (id) => document.getElementById(id);
+  /** An element: h("td", {class: "x", dataset: {a: 1}}, "text", child, …). */
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "dataset") Object.assign(e.dataset, v);
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === undefined || c === null || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  const view = {
+    session: null,
+    snap: null,
+    filters: { agent: "", tool: "", record: "" },
+    /** escalation id → {pending, answer, error} of decisions sent from this page */
+    decisions: new Map(),
+    cards: new Map(),
+  };
+
+  function age(iso) {
+    const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+    if (!Number.isFinite(s)) return "?";
+    if (s < 120) return `${s} s`;
+    if (s < 7200) return `${Math.round(s / 60)} min`;
+    if (s < 172800) return `${Math.round(s / 3600)} h`;
+    return `${Math.round(s / 86400)} d`;
+  }
+  const when = (iso) => h("span", { class: "age", dataset: { at: iso }, title: iso }, `${age(iso)} ago`);
+  const short = (id) => (typeof id === "string" && id.length > 12 ? `${id.slice(0, 8)}…` : String(id ?? ""));
+  const pre = (clipped) => h("pre", { class: clipped && clipped.truncated ? "json truncated" : "json" }, clipped ? clipped.json : "null");
+
+  // ---- filters (client-side) ----
+  function matches(item) {
+    const f = view.filters;
+    const has = (value, want) => !want || (typeof value === "string" && value.toLowerCase().includes(want.toLowerCase()));
+    return has(item.agent, f.agent) && has(item.tool, f.tool) && has(item.entity, f.record);
+  }
+  function filtering() {
+    const f = view.filters;
+    return Boolean(f.agent || f.tool || f.record);
+  }
+  for (const name of ["agent", "tool", "record"]) {
+    $(`f-${name}`).addEventListener("input", (ev) => {
+      view.filters[name] = ev.target.value.trim();
+      renderFiltered();
+    });
+  }
+  $("f-clear").addEventListener("click", () => {
+    for (const name of ["agent", "tool", "record"]) {
+      $(`f-${name}`).value = "";
+      view.filters[name] = "";
+    }
+    renderFiltered();
+  });
+  $("filters").addEventListener("submit", (ev) => ev.preventDefault());
+
+  // ---- sections ----
+  function renderCounts() {
+    const s = view.snap;
+    if (!s) return;
+    const c = s.counts;
+    const tile = (label, value, cls) => h("div", { class: `tile ${cls || ""}`, dataset: { count: label } }, h("span", { class: "v" }, String(value)), h("span", { class: "l" }, label));
+    $("counts").replaceChildren(
+      tile("applied", c.applied, "applied"),
+      tile("conflict", c.conflict, "conflict"),
+      tile("rejected", c.rejected, "rejected"),
+      tile("escalated", c.escalated, "escalated"),
+      tile("in flight", c.inFlight, "inflight"),
+      tile("open escalations", c.escalationsOpen, c.escalationsOpen > 0 ? "alert" : ""),
+      tile("dead letters", c.deadLetters, c.deadLetters > 0 ? "alert" : ""),
+      tile("lag", s.lag ? s.lag.total : "–", s.lag && s.lag.total > 0 ? "warn" : ""),
+    );
+    $("n-inflight").textContent = c.inFlightDropped > 0 ? `${c.inFlight} (+${c.inFlightDropped} dropped)` : String(c.inFlight);
+  }
+
+  function renderTopics() {
+    const t = view.snap && view.snap.topics;
+    if (!t) return;
+    $("topics").textContent = `${t.intents} · ${t.human} · ${t.dlq} · ${t.replies.length} reply topic${t.replies.length === 1 ? "" : "s"} (${t.replyPrefix}*)`;
+  }
+
+  function note(list, shown, id) {
+    $(id).textContent = filtering() && shown !== list.length ? `${shown} of ${list.length}` : String(list.length);
+  }
+
+  function renderInFlight() {
+    const list = view.snap.inFlight;
+    const rows = list.filter(matches).map((i) =>
+      h(
+        "tr",
+        { dataset: { intentId: i.intentId } },
+        h("td", {}, when(i.createdAt)),
+        h("td", {}, i.agent),
+        h("td", {}, i.kind === "resolution" ? `${i.tool} (resolution: ${i.decision})` : i.tool),
+        h("td", {}, i.entity),
+        h("td", { class: "mono" }, i.baseVersion ?? ""),
+        h("td", { class: "mono", title: `${i.intentId} at ${i.where.topic}[${i.where.partition}]@${i.where.offset}` }, short(i.intentId)),
+      ),
+    );
+    $("inflight").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty" }, "Nothing in flight."))]));
+  }
+
+  function replyDetail(r) {
+    switch (r.status) {
+      case "applied":
+        return `version ${r.version} via ${r.via}${r.resolvedBy ? `, resolved by ${r.resolvedBy}` : ""}`;
+      case "conflict":
+        return `cycle ${r.cycle}: record at ${r.version}`;
+      case "rejected":
+        return `${r.reason}${r.resolvedBy ? ` by ${r.resolvedBy}` : ""}: ${r.message}`;
+      case "escalated":
+        return `${r.reason}: ${r.message}`;
+      default:
+        return "";
+    }
+  }
+
+  function renderReplies() {
+    const list = view.snap.replies;
+    const shown = list.filter(matches);
+    note(list, shown.length, "n-replies");
+    const rows = shown.map((r) =>
+      h(
+        "tr",
+        { dataset: { status: r.status, intentId: r.intentId } },
+        h("td", {}, when(r.at)),
+        h("td", {}, h("span", { class: `badge ${r.status}` }, r.status), r.duplicate ? h("span", { class: "badge dup" }, "duplicate") : null),
+        h("td", { title: r.agentFromTopic ? "from the reply topic's name" : null }, r.agent ?? ""),
+        h("td", {}, r.tool ?? ""),
+        h("td", {}, r.entity ?? ""),
+        h("td", { class: "detail" }, replyDetail(r)),
+      ),
+    );
+    $("replies").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No replies."))]));
+  }
+
+  function renderConflicts() {
+    const list = view.snap.conflicts;
+    const shown = list.filter(matches);
+    note(list, shown.length, "n-conflicts");
+    const cards = shown.map((c) =>
+      h(
+        "article",
+        { class: "conflict", dataset: { intentId: c.intentId, entity: c.entity } },
+        h("header", {}, h("span", { class: "badge conflict" }, `conflict · cycle ${c.cycle}`), h("b", {}, c.entity), ` ${c.tool ?? "?"} · ${c.agent ?? "?"} · `, when(c.at)),
+        h("p", { class: "msg" }, c.message),
+        h(
+          "div",
+          { class: "cols" },
+          h("div", { class: "current" }, h("h4", {}, "current ", h("code", {}, c.current.version)), pre(c.current.state)),
+          h("div", { class: "your-change" }, h("h4", {}, "your_change", c.baseVersion ? h("span", { class: "muted" }, " (written from ", h("code", {}, c.baseVersion), ")") : null), pre(c.yourChange)),
+        ),
+      ),
+    );
+    $("conflicts").replaceChildren(...(cards.length ? cards : [h("p", { class: "empty" }, "No conflicts.")]));
+  }
+
+  function renderDeadLetters() {
+    const list = view.snap.deadLetters;
+    // dead letters name no agent or tool: only the record filter (on the key) applies
+    const f = view.filters.record.toLowerCase();
+    const shown = list.filter((d) => !f || (d.key ?? "").toLowerCase().includes(f));
+    note(list, shown.length, "n-dlq");
+    const rows = shown.map((d) =>
+      h(
+        "tr",
+        { dataset: { reason: d.reason } },
+        h("td", {}, when(d.at)),
+        h("td", {}, h("span", { class: "badge rejected" }, d.reason)),
+        h("td", { class: "mono" }, `${d.source.topic}[${d.source.partition}]@${d.source.offset}`),
+        h("td", { class: "mono" }, d.key ?? "null"),
+        h("td", { title: `sha256 ${d.sha256}` }, `${d.originalBytes}${d.truncated ? " (truncated)" : ""}`),
+        h("td", { class: "detail" }, d.message),
+      ),
+    );
+    $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No dead letters."))]));
+  }
+
+  function renderLag() {
+    const lag = view.snap.lag;
+    if (!lag) {
+      $("lag").replaceChildren(h("tr", {}, h("td", { colspan: 5, class: "empty" }, "Not measured yet.")));
+      return;
+    }
+    $("n-lag").textContent = String(lag.total);
+    $("lag-hint").textContent = lag.error ? `Could not measure: ${lag.error}` : `Group ${lag.group} on ${lag.topic}: committed offset against the partition's end, ${age(lag.at)} ago.`;
+    const max = Math.max(1, ...lag.partitions.map((p) => p.lag));
+    const rows = lag.partitions.map((p) =>
+      h(
+        "tr",
+        { dataset: { partition: p.partition } },
+        h("td", {}, String(p.partition)),
+        h("td", { class: "mono" }, p.committed ?? "none"),
+        h("td", { class: "mono", title: `last stable ${p.lastStable}, log start ${p.logStart}` }, p.end),
+        h("td", { class: p.lag > 0 ? "mono warn" : "mono" }, String(p.lag)),
+        h("td", { class: "bar" }, p.lag > 0 ? h("span", { dataset: { w: Math.max(2, Math.round((100 * p.lag) / max)) } }) : null),
+      ),
+    );
+    $("lag").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 5, class: "empty" }, "No partitions."))]));
+    // widths through the CSSOM (the page's policy allows no inline style attributes)
+    for (const span of $("lag").querySelectorAll(".bar span")) span.style.width = `${span.dataset.w}%`;
+  }
+
+  // ---- escalations: cards kept by id, so an operator's typing survives updates ----
+  const canDecide = () => view.session && view.session.role === "operator";
+
+  function escalationCard(e) {
+    const base = h("input", { name: "baseVersion", class: "mono", value: e.current ? e.current.version : "", placeholder: "the version to apply on", "aria-label": "base version" });
+    const message = h("input", { name: "message", placeholder: "a message to the agent (optional)", maxlength: 2000, "aria-label": "message to the agent" });
+    const button = (action, label, cls) => h("button", { type: "button", class: cls, dataset: { action }, onclick: () => decide(e.escalationId, action, base, message) }, label);
+    const form = canDecide()
+      ? h(
+          "div",
+          { class: "decide" },
+          h("label", {}, "Apply on version ", base),
+          h("label", { class: "grow" }, "Message ", message),
+          button("apply", "Apply", "primary"),
+          button("discard", "Discard", "danger"),
+          button("return", "Return to agent", ""),
+        )
+      : null;
+    const card = h(
+      "article",
+      { class: "escalation", dataset: { escalationId: e.escalationId, entity: e.entity } },
+      h("header", {}, h("span", { class: "badge status" }), h("span", { class: "badge escalated" }, e.reason), h("b", {}, e.entity), ` ${e.tool} · ${e.agent} · ${e.cycles} conflict cycle${e.cycles === 1 ? "" : "s"} · `, when(e.at)),
+      h("p", { class: "msg" }, e.message),
+      h(
+        "div",
+        { class: "cols" },
+        h("div", { class: "current" }, h("h4", {}, "record now ", e.current ? h("code", { class: "version" }, e.current.version) : h("span", { class: "muted" }, "(not read)")), e.current ? pre(e.current.state) : null),
+        h(
+          "div",
+          { class: "your-change" },
+          h("h4", {}, "the agent's change ", h("span", { class: "muted" }, "(from ", h("code", {}, e.baseVersion), ")")),
+          pre(e.change),
+          h("details", {}, h("summary", {}, "params"), pre(e.params)),
+        ),
+      ),
+      h("p", { class: "outcome" }),
+      form,
+      h("div", { class: "answer", "aria-live": "polite" }),
+      h("p", { class: "ids muted" }, `escalation ${e.escalationId} · intent ${e.intentId} · key ${short(e.intentKey)}`),
+    );
+    return card;
+  }
+
+  function outcomeText(e) {
+    const r = e.resolution;
+    if (e.status === "open") return e.lastAttempt ? `Still open. Last decision (${e.lastAttempt.decision} by ${e.lastAttempt.by ?? "?"}): ${e.lastAttempt.status}${e.lastAttempt.reason ? ` ${e.lastAttempt.reason}` : ""}${e.lastAttempt.message ? `: ${e.lastAttempt.message}` : ""}` : "";
+    if (!r) return "Resolved.";
+    const by = r.by ? ` by ${r.by}` : "";
+    switch (r.outcome) {
+      case "applied":
+        return `Resolved: applied${by}${r.version ? ` (record now at ${r.version})` : ""}.`;
+      case "discarded":
+        return `Resolved: discarded${by}${r.message ? `: ${r.message}` : ""}.`;
+      case "returned":
+        return `Resolved: returned to the agent${by}${r.message ? `: ${r.message}` : ""}.`;
+      default:
+        return `Not open: ${r.message ?? "the owner says this escalation is not open"}.`;
+    }
+  }
+
+  function answerView(d) {
+    if (!d) return [];
+    if (d.pending) return [h("span", { class: "pending" }, `Sending ${d.decision}… waiting for the record's owner.`)];
+    if (d.error) return [h("span", { class: "error" }, d.error)];
+    const a = d.answer;
+    const closed = a.status === "applied" || (a.status === "rejected" && (a.reason === "escalation_discarded" || a.reason === "returned_by_operator"));
+    const line =
+      a.status === "applied"
+        ? `applied at ${a.version} (via ${a.via})`
+        : a.status === "rejected"
+          ? `${a.reason}: ${a.message}`
+          : a.status === "unknown"
+            ? `no answer before the deadline: ${a.message}`
+            : `${a.status}${a.message ? `: ${a.message}` : ""}`;
+    return [
+      h("span", { class: closed ? "ok" : "error", dataset: { answerStatus: a.status, answerReason: a.reason ?? "" } }, `Owner's answer: ${line}`),
+      h("details", {}, h("summary", {}, "answer as JSON"), h("pre", { class: "json" }, JSON.stringify(a, null, 2))),
+    ];
+  }
+
+  function renderEscalations() {
+    const list = view.snap.escalations;
+    const shown = list.filter(matches);
+    const open = list.filter((e) => e.status === "open").length;
+    $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown.length !== list.length ? ` (${shown.length} shown)` : ""}`;
+    const box = $("escalations");
+    const keep = new Set(shown.map((e) => e.escalationId));
+    for (const [id, card] of view.cards) {
+      if (!keep.has(id)) {
+        card.remove();
+        view.cards.delete(id);
+      }
+    }
+    box.querySelector(":scope > .empty")?.remove();
+    let previous = null;
+    for (const e of shown) {
+      let card = view.cards.get(e.escalationId);
+      if (!card) {
+        card = escalationCard(e);
+        view.cards.set(e.escalationId, card);
+      }
+      card.dataset.status = e.status;
+      card.querySelector(".badge.status").textContent = e.status;
+      card.querySelector(".badge.status").className = `badge status ${e.status}`;
+      card.querySelector(".outcome").textContent = outcomeText(e);
+      const form = card.querySelector(".decide");
+      const d = view.decisions.get(e.escalationId);
+      if (form) {
+        form.hidden = e.status !== "open";
+        for (const b of form.querySelectorAll("button")) b.disabled = Boolean(d && d.pending);
+      }
+      card.querySelector(".answer").replaceChildren(...answerView(d));
+      // in order, moving a card only when it is out of place (moving would drop an input's focus)
+      const want = previous ? previous.nextSibling : box.firstChild;
+      if (want !== card) box.insertBefore(card, want);
+      previous = card;
+    }
+    if (shown.length === 0) box.replaceChildren(h("p", { class: "empty" }, list.length ? "No escalation matches the filters." : "No escalations."));
+  }
+
+  async function decide(escalationId, decision, baseInput, messageInput) {
+    const body = { decision };
+    const message = messageInput.value.trim();
+    if (message) body.message = message;
+    if (decision === "apply") {
+      const base = baseInput.value.trim();
+      if (!base) {
+        view.decisions.set(escalationId, { error: "Give the record version to apply on." });
+        renderEscalations();
+        return;
+      }
+      body.baseVersion = base;
+    }
+    view.decisions.set(escalationId, { pending: true, decision });
+    renderEscalations();
+    let result;
+    try {
+      const res = await fetch(`/api/escalations/${encodeURIComponent(escalationId)}/resolve`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+        body: JSON.stringify(body),
+      });
+      const json = await res.json().catch(() => ({}));
+      result = res.ok ? { answer: json.answer, decision } : { error: `${res.status}: ${json.error ?? res.statusText}`, decision };
+      if (res.ok && json.escalation && view.snap) {
+        // the owner's answer, shown at once (the stream brings the same a moment later)
+        view.snap.escalations = view.snap.escalations.map((e) => (e.escalationId === escalationId ? json.escalation : e));
+      }
+    } catch (err) {
+      result = { error: `could not reach the console: ${err && err.message ? err.message : err}`, decision };
+    }
+    view.decisions.set(escalationId, result);
+    renderEscalations();
+  }
+
+  // ---- rendering ----
+  const renderers = {
+    topics: renderTopics,
+    counts: renderCounts,
+    inFlight: renderInFlight,
+    replies: renderReplies,
+    conflicts: renderConflicts,
+    escalations: renderEscalations,
+    deadLetters: renderDeadLetters,
+    lag: () => {
+      renderLag();
+      renderCounts();
+    },
+  };
+  function renderAll() {
+    for (const r of Object.values(renderers)) r();
+  }
+  function renderFiltered() {
+    if (!view.snap) return;
+    renderInFlight();
+    renderReplies();
+    renderConflicts();
+    renderEscalations();
+    renderDeadLetters();
+    $("f-note").textContent = filtering() ? "filtered" : "";
+  }
+  setInterval(() => {
+    for (const e of document.querySelectorAll("[data-at]")) e.textContent = `${age(e.dataset.at)} ago`;
+  }, 1000);
+
+  function setConn(state, text) {
+    const c = $("conn");
+    c.dataset.state = state;
+    c.textContent = text;
+  }
+  function showNotice(text) {
+    const n = $("notice");
+    n.textContent = text;
+    n.hidden = !text;
+  }
+
+  function renderRole() {
+    const s = view.session;
+    const r = $("role");
+    r.dataset.role = s ? s.role : "";
+    r.textContent = s ? (s.role === "operator" ? `operator: ${s.operator}` : "read-only") : "…";
+    // cards were built for another role: build them again
+    for (const card of view.cards.values()) card.remove();
+    view.cards.clear();
+    if (view.snap) renderEscalations();
+  }
+
+  // ---- the event stream ----
+  let source = null;
+  function connect() {
+    if (!token) {
+      setConn("closed", "no token");
+      showNotice("This console needs its token: open it with the link you were given (?token=…).");
+      return;
+    }
+    source = new EventSource(`/events?token=${encodeURIComponent(token)}`);
+    source.addEventListener("open", () => {
+      setConn("live", "live");
+      showNotice("");
+    });
+    source.addEventListener("hello", (ev) => {
+      const before = view.session && view.session.role;
+      view.session = JSON.parse(ev.data);
+      if (before !== view.session.role) renderRole();
+    });
+    source.addEventListener("snapshot", (ev) => {
+      view.snap = JSON.parse(ev.data);
+      renderAll();
+    });
+    source.addEventListener("update", (ev) => {
+      if (!view.snap) return;
+      const u = JSON.parse(ev.data);
+      Object.assign(view.snap, u);
+      for (const k of Object.keys(u)) if (renderers[k]) renderers[k]();
+    });
+    source.addEventListener("error", async () => {
+      if (source.readyState !== EventSource.CLOSED) {
+        setConn("reconnecting", "reconnecting…");
+        return;
+      }
+      // closed for good (the browser does not retry a refusal): say why, then try again later
+      source = null;
+      setConn("closed", "disconnected");
+      try {
+        const res = await fetch("/api/session", { headers: { authorization: `Bearer ${token}` } });
+        if (res.status === 401) {
+          sessionStorage.removeItem(KEY);
+          showNotice("The console refused this token.");
+          return;
+        }
+      } catch {
+        // the server is away: try again below
+      }
+      setTimeout(connect, 3000);
+    });
+  }
+  connect();
+})();

@@ -1,0 +1,137 @@
+// `writ console`: serves the operator console (src/console/server.ts) until interrupted.
+import { readFileSync } from "node:fs";
+import { brokersFrom, commandLogger, connectionFor, intFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "../cli/common.ts";
+import { startConsole } from "./server.ts";
+
+const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
+
+The operator console: a web page following writ's topics live (server-sent events): intents in flight,
+replies by status, conflicts (current beside your_change), escalations (open and resolved), dead letters,
+and the owners' lag per intents partition, with filters by agent, tool and record. With the operator
+role, escalations are resolved from the page: apply on the record's version (or another base), discard,
+or return to the agent with a message; the record's owner carries the decision out and the agent gets
+it on its reply topic (as writ escalations resolve). Reads committed records only, skips control records,
+decodes plain JSON and the Confluent wire format.
+
+Open http://<host>:<port>/?token=<token>: the page keeps the token for its tab and removes it from the
+address. A read-only token sees everything and cannot resolve (403); the operator token can.
+
+  --token <token>           the read-only token, at least 16 characters (default $WRIT_CONSOLE_TOKEN;
+                            required). Prefer the variables: a flag's value is visible in the process list.
+  --operator-token <token>  the operator token, another one (default $WRIT_CONSOLE_OPERATOR_TOKEN);
+                            without it the console is read-only
+  --operator <id>           the agent id decisions are sent as (default writ-operator). Where owners run with
+                            an agent registry it must be allowed "writ.resolve" and sign with its key:
+  --signing-key <pem file>  the operator's Ed25519 private key (with --key-id <id>)
+  --reply-topic <topic>     the operator's reply topic (default <reply prefix><operator>)
+  --host <addr>             address to bind (default 127.0.0.1)
+  --port <n>                port (default 39200; 0 takes a free one)
+  --allowed-host <name>     another Host name the page is reached by, name or name:port (repeatable), e.g.
+                            behind a proxy; other Host and Origin headers are refused (DNS rebinding)
+  --backlog <n>             offsets read back per partition of the topics there at the start (default 1000);
+                            topics created later are read from their beginning
+  --from-beginning          read every topic from its beginning
+  --keep <n>                items kept per list: replies, conflicts, dead letters (default 100)
+  --discover-ms <ms>        how often to look for new reply topics (default 5000)
+  --lag-ms <ms>             how often to measure the lag (default 2000)
+  --brokers <list>          Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --registry <url>          Confluent-API schema registry (default $SCHEMA_REGISTRY_URL)
+  -h, --help                this text
+
+Topics and group as the owners': $WRIT_INTENTS_TOPIC (writ.intents), $WRIT_HUMAN_TOPIC (writ.human),
+$WRIT_DLQ_TOPIC (writ.dlq), reply topics $WRIT_REPLY_TOPIC_PREFIX* (writ.replies.*), $WRIT_GROUP_ID (writ.owners).
+
+Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start.`;
+
+async function main(argv: string[]): Promise<number> {
+  const parsed = parseCommandArgs(
+    argv,
+    {
+      token: { type: "string" },
+      "operator-token": { type: "string" },
+      operator: { type: "string" },
+      "signing-key": { type: "string" },
+      "key-id": { type: "string" },
+      "reply-topic": { type: "string" },
+      host: { type: "string" },
+      port: { type: "string" },
+      "allowed-host": { type: "string", multiple: true },
+      backlog: { type: "string" },
+      "from-beginning": { type: "boolean" },
+      keep: { type: "string" },
+      "discover-ms": { type: "string" },
+      "lag-ms": { type: "string" },
+      brokers: { type: "string" },
+      registry: { type: "string" },
+    },
+    USAGE,
+  );
+  if (parsed === undefined) return 0;
+  const a = parsed.values;
+  const token = a.token ?? process.env.WRIT_CONSOLE_TOKEN;
+  if (!token) throw new UsageError("the console needs a token: --token or WRIT_CONSOLE_TOKEN (at least 16 characters)");
+  const operatorToken = a["operator-token"] ?? (process.env.WRIT_CONSOLE_OPERATOR_TOKEN || undefined);
+  if (operatorToken === undefined && (a.operator !== undefined || a["signing-key"] !== undefined || a["reply-topic"] !== undefined)) {
+    throw new UsageError("--operator, --signing-key and --reply-topic need the operator role: give --operator-token (or WRIT_CONSOLE_OPERATOR_TOKEN)");
+  }
+  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const port = intFlag("port", a.port, 39200);
+  if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
+  const brokers = brokersFrom(a.brokers);
+  const connection = connectionFor(registryFrom(a.registry));
+  const log = commandLogger("console");
+  const replyPrefix = process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies.";
+  const operatorId = a.operator ?? "writ-operator";
+
+  const server = await startConsole({
+    brokers,
+    connection,
+    topics: {
+      intents: process.env.WRIT_INTENTS_TOPIC || "writ.intents",
+      human: process.env.WRIT_HUMAN_TOPIC || "writ.human",
+      dlq: process.env.WRIT_DLQ_TOPIC || "writ.dlq",
+    },
+    replyPrefix,
+    groupId: process.env.WRIT_GROUP_ID || "writ.owners",
+    token,
+    ...(operatorToken !== undefined ? { operatorToken } : {}),
+    operator: {
+      id: operatorId,
+      ...(a["reply-topic"] ? { replyTopic: a["reply-topic"] } : {}),
+      ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
+    },
+    host: a.host ?? "127.0.0.1",
+    port,
+    allowedHosts: a["allowed-host"] ?? [],
+    backlog: a["from-beginning"] ? "all" : intFlag("backlog", a.backlog, 1000),
+    limits: { recent: intFlag("keep", a.keep, 100, 1) },
+    discoverIntervalMs: intFlag("discover-ms", a["discover-ms"], 5000, 100),
+    lagIntervalMs: intFlag("lag-ms", a["lag-ms"], 2000, 100),
+    logger: log,
+    onDecision: (d) => {
+      process.stderr.write(`writ console: escalation ${d.escalationId}: ${d.decision} by ${d.operator}: ${d.status}${d.reason ? ` ${d.reason}` : ""}\n`);
+    },
+  });
+  try {
+    await server.ready;
+  } catch (err) {
+    await server.close();
+    throw err;
+  }
+  process.stderr.write(
+    `writ console: listening on ${server.url}/ (${operatorToken === undefined ? "read-only" : `operator role as ${operatorId}`}); open ${server.url}/?token=<your token>\n`,
+  );
+
+  await new Promise<void>((resolve) => {
+    process.once("SIGINT", () => resolve());
+    process.once("SIGTERM", () => resolve());
+  });
+  process.stderr.write("writ console: stopping\n");
+  await server.close();
+  return 0;
+}
+
+export const consoleCommand: Command = {
+  usage: USAGE,
+  main: (argv) => runCommand("console", USAGE, () => main(argv)),
+};

@@ -1,0 +1,377 @@
+// `writ console`: a small HTTP server and its page (src/console/assets: plain
+// HTML, CSS and one vanilla JS file, no build step). The page follows writ's
+// topics live over server-sent events and, for the operator role, resolves
+// escalations through the writ client (createWritClient(...).resolve), as
+// `writ escalations resolve` does.
+//
+// Endpoints (every one checks Host and Origin; all but the static assets need a token):
+//   GET  /?token=…                      the page (401 without a valid token)
+//   GET  /assets/{console.js,console.css,locked.js}   static, no data in them
+//   GET  /events?token=…                server-sent events: `hello` (role), `snapshot` (everything),
+//                                       `update` (the sections that changed)
+//   GET  /api/session                   {role, operator, topics, limits}   (Authorization: Bearer)
+//   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
+//   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403)
+import { readFileSync, existsSync } from "node:fs";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Kafka, logLevel } from "kafkajs";
+import { z } from "zod";
+import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { WireCodec } from "../codec.ts";
+import { WritError } from "../errors.ts";
+import { registerCompressionCodecs } from "../kafka/compression.ts";
+import { kafkaLogCreator } from "../kafka-log.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { Version } from "../schemas/common.ts";
+import type { IntentSigner } from "../security/signing.ts";
+import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
+import { allowedHostsFor, ConsoleAuth, refusedOrigin, type Role } from "./auth.ts";
+import { startFeed, type Feed } from "./feed.ts";
+import { ConsoleState, type ConsoleLimits } from "./state.ts";
+
+export interface ConsoleOptions {
+  brokers: string[];
+  schemaRegistryUrl?: string;
+  /** SASL and TLS to Kafka, the registry's auth and TLS (as the CLI takes them from the environment: `connectionFor`). */
+  connection?: ConnectionSecurity;
+  topics: { intents: string; human: string; dlq: string };
+  /** Reply topics are the topics with this prefix (default `writ.replies.`). */
+  replyPrefix?: string;
+  /** The owners' consumer group, for the lag (default `writ.owners`). */
+  groupId?: string;
+  /** The read-only token (at least 16 characters). */
+  token: string;
+  /** The operator token: resolving needs it. Without it the console is read-only. */
+  operatorToken?: string;
+  /** The agent id escalations are resolved as (default `writ-operator`), its reply topic and signing key. */
+  operator?: { id?: string; replyTopic?: string; signer?: IntentSigner };
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0: an ephemeral port. */
+  port?: number;
+  /** More Host names the console may be reached by (`name` or `name:port`), e.g. behind a proxy. */
+  allowedHosts?: string[];
+  /** Offsets read back per partition of the topics there at the start (default 1000), or "all". */
+  backlog?: number | "all";
+  limits?: Partial<ConsoleLimits>;
+  discoverIntervalMs?: number;
+  lagIntervalMs?: number;
+  /** How long a resolution waits for the owner's answer (default 30 s). */
+  resolveTimeoutMs?: number;
+  /** Most open event streams at once (default 32). */
+  maxStreams?: number;
+  logger?: Logger;
+  /** Called after each decision sent from the page, with the owner's answer (an audit line; never the token). */
+  onDecision?: (d: { escalationId: string; decision: string; operator: string; status: string; reason?: string }) => void;
+}
+
+export interface ConsoleServer {
+  /** e.g. `http://127.0.0.1:39200` (no token in it). */
+  readonly url: string;
+  readonly port: number;
+  readonly state: ConsoleState;
+  /** Resolves once the feed's first topic discovery ran. */
+  readonly ready: Promise<void>;
+  close(): Promise<void>;
+}
+
+const ASSETS: Record<string, { file: string; type: string }> = {
+  "/assets/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
+  "/assets/console.css": { file: "console.css", type: "text/css; charset=utf-8" },
+  "/assets/locked.js": { file: "locked.js", type: "text/javascript; charset=utf-8" },
+};
+
+/**
+ * The page's files: next to this module (running the TypeScript sources), or
+ * the repository's src/console/assets from dist/src/console (tsc copies no
+ * HTML, CSS or JS).
+ */
+export function consoleAssetsDir(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const candidates = [join(here, "assets"), join(here, "..", "..", "..", "src", "console", "assets")];
+  const found = candidates.find((c) => existsSync(join(c, "index.html")));
+  if (found === undefined) {
+    throw new WritError("config_invalid", `the console's page is missing (looked in ${candidates.join(", ")})`, { retriable: false });
+  }
+  return found;
+}
+
+const SECURITY_HEADERS = {
+  "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+  "cross-origin-opener-policy": "same-origin",
+  "cross-origin-resource-policy": "same-origin",
+};
+
+const ResolveBody = z
+  .object({
+    decision: z.enum(["apply", "discard", "return"]),
+    baseVersion: Version.optional(),
+    message: z.string().max(2000).optional(),
+  })
+  .strict();
+
+const MAX_BODY = 16 * 1024;
+
+export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer> {
+  const auth = new ConsoleAuth(opts.token, opts.operatorToken);
+  const log = (opts.logger ?? createLogger({ name: "writ-console" })).child({ component: "console" });
+  const assetsDir = consoleAssetsDir();
+  const files = new Map<string, Buffer>();
+  for (const name of ["index.html", "locked.html", ...Object.values(ASSETS).map((a) => a.file)]) files.set(name, readFileSync(join(assetsDir, name)));
+
+  const replyPrefix = opts.replyPrefix ?? "writ.replies.";
+  const groupId = opts.groupId ?? "writ.owners";
+  const operatorId = opts.operator?.id ?? "writ-operator";
+  const state = new ConsoleState({ ...opts.topics, replyPrefix }, opts.limits);
+  const connection: ConnectionSecurity = { ...opts.connection, ...(opts.schemaRegistryUrl ? { schemaRegistryUrl: opts.schemaRegistryUrl } : {}) };
+  registerCompressionCodecs();
+  const kafka = new Kafka({
+    clientId: "writ-console",
+    brokers: opts.brokers,
+    ...kafkaConnection(connection.kafka),
+    logLevel: process.env.LOG_LEVEL === "debug" ? logLevel.DEBUG : logLevel.WARN,
+    logCreator: kafkaLogCreator(log),
+    connectionTimeout: 3000,
+    retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 5000 },
+  });
+  const codec = new WireCodec(connection);
+
+  // The operator's client: created at the start, so a console that cannot resolve says so at once.
+  let operator: WritClient | null = null;
+  if (auth.operatorEnabled) {
+    operator = await createWritClient({
+      brokers: opts.brokers,
+      agentId: operatorId,
+      replyTopic: opts.operator?.replyTopic ?? `${replyPrefix}${operatorId}`,
+      intentsTopic: opts.topics.intents,
+      ...connection,
+      logger: log,
+      ...(opts.operator?.signer ? { signer: opts.operator.signer } : {}),
+    });
+  }
+
+  const feed: Feed = startFeed({
+    kafka,
+    brokers: opts.brokers,
+    security: connection.kafka,
+    codec,
+    state,
+    topics: opts.topics,
+    replyPrefix,
+    groupId,
+    backlog: opts.backlog ?? 1000,
+    discoverIntervalMs: opts.discoverIntervalMs ?? 5000,
+    lagIntervalMs: opts.lagIntervalMs ?? 2000,
+    log,
+  });
+
+  // Event streams: everything on connect, then what changed, at most every 250 ms.
+  const streams = new Set<ServerResponse>();
+  const maxStreams = opts.maxStreams ?? 32;
+  const send = (res: ServerResponse, event: string, data: unknown): void => {
+    // A client that does not read (8 MiB buffered) is dropped; its browser reconnects and starts from a snapshot.
+    if (res.writableLength > 8 << 20) {
+      res.destroy();
+      streams.delete(res);
+      return;
+    }
+    res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  };
+  const pump = setInterval(() => {
+    const changes = state.changes();
+    if (changes === null) return;
+    for (const res of streams) send(res, "update", changes);
+  }, 250);
+  const heartbeat = setInterval(() => {
+    for (const res of streams) res.write(": keep-alive\n\n");
+  }, 15_000);
+
+  const resolving = new Set<string>();
+  let allowed = new Set<string>();
+
+  const reply = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void => {
+    res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...headers }).end(JSON.stringify(body));
+  };
+  const unauthorized = (res: ServerResponse, html: boolean): void => {
+    const headers = { "www-authenticate": 'Bearer realm="writ-console"' };
+    if (html) res.writeHead(401, { ...SECURITY_HEADERS, ...headers, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" }).end(files.get("locked.html"));
+    else reply(res, 401, { error: "unauthorized: this console needs its token" }, headers);
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const refused = refusedOrigin(req, allowed);
+    if (refused !== null) return reply(res, 403, { error: refused });
+    const url = new URL(req.url ?? "/", "http://console.invalid");
+    const path = url.pathname;
+    const method = req.method ?? "GET";
+
+    const asset = Object.hasOwn(ASSETS, path) ? ASSETS[path] : undefined;
+    if (asset) {
+      if (method !== "GET" && method !== "HEAD") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
+      res.writeHead(200, { ...SECURITY_HEADERS, "content-type": asset.type, "cache-control": "no-cache" }).end(method === "HEAD" ? undefined : files.get(asset.file));
+      return;
+    }
+    if (path === "/" || path === "/index.html") {
+      if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
+      if (auth.role(ConsoleAuth.tokenOf(req, url, true)) === null) return unauthorized(res, true);
+      res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" }).end(files.get("index.html"));
+      return;
+    }
+    if (path === "/events") {
+      if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
+      const role = auth.role(ConsoleAuth.tokenOf(req, url, true));
+      if (role === null) return unauthorized(res, false);
+      if (streams.size >= maxStreams) return reply(res, 503, { error: `too many open event streams (${maxStreams})` });
+      res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", "x-accel-buffering": "no" });
+      res.write("retry: 2000\n\n");
+      send(res, "hello", session(role));
+      send(res, "snapshot", state.snapshot());
+      streams.add(res);
+      req.on("close", () => streams.delete(res));
+      return;
+    }
+    if (path === "/api/session" || path === "/api/state") {
+      if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
+      const role = auth.role(ConsoleAuth.tokenOf(req, url, false));
+      if (role === null) return unauthorized(res, false);
+      return reply(res, 200, path === "/api/session" ? session(role) : state.snapshot());
+    }
+    const m = /^\/api\/escalations\/([^/]{1,400})\/resolve$/.exec(path);
+    if (m) {
+      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
+      const role = auth.role(ConsoleAuth.tokenOf(req, url, false));
+      if (role === null) return unauthorized(res, false);
+      if (role !== "operator" || operator === null) return reply(res, 403, { error: "resolving escalations needs the operator token" });
+      let escalationId: string;
+      try {
+        escalationId = decodeURIComponent(m[1]!);
+      } catch {
+        return reply(res, 400, { error: "bad escalation id" });
+      }
+      return resolveEscalation(req, res, escalationId, operator);
+    }
+    return reply(res, 404, { error: "not found" });
+  };
+
+  const session = (role: Role) => ({
+    role,
+    operator: role === "operator" ? operatorId : null,
+    topics: { ...opts.topics, replyPrefix },
+    group: groupId,
+    limits: state.limits,
+  });
+
+  const resolveEscalation = async (req: IncomingMessage, res: ServerResponse, escalationId: string, client: WritClient): Promise<void> => {
+    if (!/^application\/json\b/i.test(req.headers["content-type"] ?? "")) return reply(res, 415, { error: "send application/json" });
+    let raw: string;
+    try {
+      raw = await readBody(req, MAX_BODY);
+    } catch (err) {
+      return reply(res, 413, { error: (err as Error).message });
+    }
+    let body: z.infer<typeof ResolveBody>;
+    try {
+      const parsed = ResolveBody.safeParse(JSON.parse(raw));
+      if (!parsed.success) return reply(res, 400, { error: `bad request: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}` });
+      body = parsed.data;
+    } catch {
+      return reply(res, 400, { error: "bad request: not JSON" });
+    }
+    const escalation = state.openEscalation(escalationId);
+    if (!escalation) {
+      const known = state.escalationItem(escalationId);
+      return known ? reply(res, 409, { error: "this escalation is not open any more", escalation: known }) : reply(res, 404, { error: "no such escalation (or not read by this console)" });
+    }
+    if (body.decision === "apply" && body.baseVersion === undefined && !escalation.current) {
+      return reply(res, 400, { error: "the escalation shows no record version: give the base version to apply on" });
+    }
+    if (resolving.has(escalationId)) return reply(res, 409, { error: "a decision on this escalation is already on its way" });
+    resolving.add(escalationId);
+    try {
+      const decision = { decision: body.decision, ...(body.baseVersion !== undefined ? { baseVersion: body.baseVersion } : {}), ...(body.message ? { message: body.message } : {}) };
+      let answer: SubmitResult;
+      try {
+        answer = await client.resolve(escalation, decision, { timeoutMs: opts.resolveTimeoutMs ?? 30_000 });
+      } catch (err) {
+        log.error({ err, escalationId, decision: body.decision, operator: operatorId }, "could not send the resolution");
+        return reply(res, 502, { error: `could not send the resolution: ${(err as Error).message}` });
+      }
+      const a = answer as SubmitResult & { reason?: string; message?: string; at?: string; version?: string };
+      state.resolutionAnswered(escalationId, body.decision, operatorId, a);
+      log.info({ escalationId, decision: body.decision, operator: operatorId, status: a.status, reason: a.reason }, "escalation decision from the console");
+      opts.onDecision?.({ escalationId, decision: body.decision, operator: operatorId, status: a.status, ...(a.reason ? { reason: a.reason } : {}) });
+      return reply(res, 200, { answer, escalation: state.escalationItem(escalationId) ?? null });
+    } finally {
+      resolving.delete(escalationId);
+    }
+  };
+
+  const http: Server = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      log.error({ err, path: (req.url ?? "").split("?")[0] }, "console request failed");
+      if (!res.headersSent) reply(res, 500, { error: "internal error" });
+      else res.end();
+    });
+  });
+  const host = opts.host ?? "127.0.0.1";
+  try {
+    await new Promise<void>((resolve, reject) => {
+      http.once("error", reject);
+      http.listen(opts.port ?? 0, host, () => resolve());
+    });
+  } catch (err) {
+    clearInterval(pump);
+    clearInterval(heartbeat);
+    await feed.close();
+    await operator?.close();
+    throw err;
+  }
+  const port = (http.address() as AddressInfo).port;
+  allowed = allowedHostsFor(host, port, opts.allowedHosts);
+  const shownHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host === "::" ? "[::1]" : host;
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${shownHost}:${port}`,
+    port,
+    state,
+    ready: feed.started,
+    close() {
+      closing ??= (async () => {
+        clearInterval(pump);
+        clearInterval(heartbeat);
+        for (const res of streams) res.end();
+        streams.clear();
+        http.closeAllConnections();
+        await new Promise<void>((resolve) => http.close(() => resolve()));
+        await feed.close();
+        await operator?.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+function readBody(req: IncomingMessage, max: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        reject(new Error(`request body over ${max} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.on("error", reject);
+  });
+}

@@ -1,0 +1,361 @@
+// `writ console` in a real browser: headless Chromium (Debian's package,
+// /usr/bin/chromium, or $WRIT_CHROMIUM) driven by playwright-core, against an
+// owner (startRouter, the demo tools), the demo records server and the shared
+// broker. A missing Chromium fails the test: it is never skipped.
+// WRIT_CONSOLE_SCREENSHOT=1 writes docs/console.png.
+import { execFile, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { pino } from "pino";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import type { WritClient } from "../../producers/writ-client.ts";
+import { startConsole, type ConsoleServer } from "../../src/console/server.ts";
+import { entityKey } from "../../src/schemas/common.ts";
+import type { Escalation } from "../../src/schemas/escalation.ts";
+import type { Reply } from "../../src/schemas/reply.ts";
+import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+import { brokers, readVersion, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
+
+const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
+/** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
+const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+/** Headless Chromium with a fresh profile (playwright takes the user data dir as an argument, not as --user-data-dir). */
+async function launchChromium(): Promise<BrowserContext> {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`no Chromium at ${CHROMIUM}: the console test needs a real browser (apt-get install -y --no-install-recommends chromium; .ci/run does)`);
+  }
+  const profile = mkdtempSync(join(tmpdir(), "writ-console-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, viewport: { width: 1440, height: 1000 } });
+  onTestFinished(async () => {
+    await context.close().catch(() => undefined);
+    rmSync(profile, { recursive: true, force: true });
+  });
+  return context;
+}
+
+/** A page that records its script errors and console errors (a CSP violation is one). */
+async function openPage(context: BrowserContext): Promise<{ page: Page; errors: string[] }> {
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on("pageerror", (err) => errors.push(`pageerror: ${err.message}`));
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !/the server responded with a status of (401|403)/.test(msg.text())) errors.push(`console: ${msg.text()}`);
+  });
+  return { page, errors };
+}
+
+/** Three conflict cycles on a ticket (a writer outside writ touches it after each read): the third escalates. */
+async function escalate(h: Harness, agent: WritClient, ticket: string) {
+  h.records.seed("ticket", ticket, { status: "open", tags: [] });
+  const runId = `run-${randomUUID()}`;
+  let base = await readVersion(h.records, "ticket", ticket);
+  let last;
+  for (let i = 0; i < 3; i++) {
+    h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
+    last = await agent.submit({
+      tool: tagTicket,
+      entity: { type: "ticket", id: ticket },
+      runId,
+      stepId: "tag-1",
+      baseVersion: base.version,
+      delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
+      params: { tag: "needs-human" },
+    });
+    if (last.status === "conflict") base = last.current as typeof base;
+  }
+  expect(last).toMatchObject({ status: "escalated", reason: "conflict_cycles_exhausted" });
+  return last as Extract<Reply, { status: "escalated" }>;
+}
+
+function listen(client: WritClient): Reply[] {
+  const seen: Reply[] = [];
+  void (async () => {
+    for await (const r of client.replies()) seen.push(r);
+  })();
+  return seen;
+}
+
+/** A raw HTTP request, so Host and Origin can be anything. */
+function raw(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: opts.method ?? "GET", headers: opts.headers }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (body += c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+    req.end(opts.body);
+  });
+}
+
+describe("writ console, in headless Chromium", () => {
+  it("shows conflicts, dead letters, intents in flight, lag and escalations live; resolves one from the page; filters; 401 without a token, 403 and no buttons read-only", async () => {
+    const started = Date.now();
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
+    await h.startRouter();
+    const p = `cons-${h.id}`;
+    const opsId = `ops-${h.id}`;
+    const readToken = `read-${randomUUID()}`;
+    const operatorToken = `oper-${randomUUID()}`;
+    // Everything the console logs, to show no token is ever in it.
+    const logged: string[] = [];
+    const logger = pino({ level: "debug" }, { write: (line: string) => void logged.push(line) });
+    const consoleServer: ConsoleServer = await startConsole({
+      brokers: brokers(),
+      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
+      topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
+      // this test's agents only (the shared broker holds every test's reply topics)
+      replyPrefix: `writ.replies.${p}-`,
+      groupId: h.config.groupId,
+      token: readToken,
+      operatorToken,
+      operator: { id: opsId, replyTopic: `writ.replies.${p}-${opsId}` },
+      discoverIntervalMs: 300,
+      lagIntervalMs: 500,
+      logger,
+    });
+    onTestFinished(() => consoleServer.close());
+    await consoleServer.ready;
+    const url = consoleServer.url;
+    const context = await launchChromium();
+
+    // --- refused without a token (the page, the stream, the API) or with a wrong one ---
+    const { page: anon } = await openPage(context);
+    const locked = await anon.goto(`${url}/`);
+    expect(locked!.status()).toBe(401);
+    await expect(anon.textContent("body")).resolves.toMatch(/needs its token/);
+    expect((await anon.goto(`${url}/?token=not-the-right-token-at-all`))!.status()).toBe(401);
+    expect((await fetch(`${url}/events`)).status).toBe(401);
+    expect((await fetch(`${url}/api/state`, { headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
+    // the query parameter opens the page and the stream only; the API wants the header
+    expect((await fetch(`${url}/api/state?token=${readToken}`)).status).toBe(401);
+    expect((await fetch(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}` } })).status).toBe(200);
+    // Host and Origin are checked before anything else (DNS rebinding)
+    expect((await raw(`${url}/?token=${operatorToken}`, { headers: { host: `evil.example:${consoleServer.port}` } })).status).toBe(403);
+    expect((await raw(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}`, origin: "http://evil.example" } })).status).toBe(403);
+
+    // --- the operator's page: the token leaves the address, the stream is live ---
+    const { page, errors } = await openPage(context);
+    expect((await page.goto(`${url}/?token=${operatorToken}`))!.status()).toBe(200);
+    await page.waitForSelector('#conn[data-state="live"]');
+    expect(page.url()).toBe(`${url}/`);
+    await expect(page.textContent("#role")).resolves.toBe(`operator: ${opsId}`);
+    await expect(page.evaluate(() => sessionStorage.getItem("writ-console-token"))).resolves.toBe(operatorToken);
+    // a reload (the address has no token now) opens it again from the tab's sessionStorage
+    await page.reload();
+    await page.waitForURL(`${url}/`);
+    await page.waitForSelector('#conn[data-state="live"]');
+    await expect(page.textContent("#role")).resolves.toBe(`operator: ${opsId}`);
+
+    // --- two agents on one ticket: a conflict appears, current beside your_change ---
+    const alice = await h.client(`${p}-alice`);
+    const bob = await h.client(`${p}-bob`);
+    const ticket = `T-${h.id}-race`;
+    h.records.seed("ticket", ticket, { status: "open", tags: ["billing"] });
+    const read = await readVersion(h.records, "ticket", ticket);
+    const runId = `run-${randomUUID()}`;
+    const tag = (client: WritClient, t: string) =>
+      client.submit({ tool: tagTicket, entity: { type: "ticket", id: ticket }, runId, stepId: `tag-${t}`, baseVersion: read.version, delta: [{ op: "replace", path: "/tags", value: ["billing", t] }], params: { tag: t } });
+    await expect(tag(bob, "vip")).resolves.toMatchObject({ status: "applied" });
+    const conflict = await tag(alice, "chargeback-risk");
+    expect(conflict).toMatchObject({ status: "conflict", cycle: 1 });
+    const card = page.locator(`#conflicts article[data-entity="ticket:${ticket}"]`);
+    await card.waitFor();
+    await expect(card.locator("header").textContent()).resolves.toContain(`${p}-alice`);
+    await expect(card.locator(".current h4").textContent()).resolves.toContain((conflict as { current: { version: string } }).current.version);
+    const current = JSON.parse((await card.locator(".current pre").textContent())!);
+    expect(current).toEqual({ status: "open", tags: ["billing", "vip"] });
+    const yourChange = JSON.parse((await card.locator(".your-change pre").textContent())!);
+    expect(yourChange).toEqual([{ op: "replace", path: "/tags", value: ["billing", "chargeback-risk"] }]);
+    await expect(card.locator(".your-change h4").textContent()).resolves.toContain(read.version);
+    await page.locator(`#replies tr[data-status="applied"][data-intent-id]`).first().waitFor();
+    await expect(page.locator('#counts [data-count="conflict"] .v').textContent()).resolves.toBe("1");
+
+    // --- an intent in flight: its system of record answers reads past the owner's timeout, twice (an outage: it waits) ---
+    const slowTicket = `T-${h.id}-slow`;
+    h.records.seed("ticket", slowTicket, { status: "open", tags: [] });
+    const slowBase = await readVersion(h.records, "ticket", slowTicket);
+    h.records.setFaults([{ kind: "slow-read", delayMs: 2500, times: 2, match: { type: "ticket", id: slowTicket } }]);
+    const slowIntent = alice.buildIntent({ tool: tagTicket, entity: { type: "ticket", id: slowTicket }, runId, stepId: "slow", baseVersion: slowBase.version, delta: [{ op: "replace", path: "/tags", value: ["slow"] }], params: { tag: "slow" } });
+    const slowReply = alice.submit(slowIntent);
+    const flying = page.locator(`#inflight tr[data-intent-id="${slowIntent.intentId}"]`);
+    await flying.waitFor();
+    await expect(flying.textContent()).resolves.toContain(`ticket:${slowTicket}`);
+    await expect(slowReply).resolves.toMatchObject({ status: "applied" });
+    await flying.waitFor({ state: "detached" });
+    await page.locator(`#replies tr[data-status="applied"][data-intent-id="${slowIntent.intentId}"]`).waitFor();
+
+    // --- an intent whose reply topic does not exist: a dead letter (reason, source, key); settled, so not in flight ---
+    const ghost = alice.buildIntent({ tool: tagTicket, entity: { type: "ticket", id: ticket }, runId, stepId: "ghost", baseVersion: read.version, delta: [{ op: "replace", path: "/tags", value: ["ghost"] }], params: { tag: "ghost" } });
+    ghost.replyTo = `writ.replies.${p}-nobody-${h.id}`;
+    await h.produceRaw(entityKey(ghost.entity), Buffer.from(JSON.stringify(ghost)));
+    const dead = page.locator('#dead-letters tr[data-reason="reply_topic_missing"]');
+    await dead.waitFor();
+    await expect(dead.textContent()).resolves.toContain(`ticket:${ticket}`);
+    await expect(dead.textContent()).resolves.toContain(h.config.topics.intents);
+    // no reply will ever come; the owners committed past it, which settles it
+    await waitFor(async () => (await page.locator("#inflight tr[data-intent-id]").count()) === 0, { message: "nothing left in flight" });
+
+    // --- lag per intents partition ---
+    await waitFor(async () => (await page.locator("#lag tr[data-partition]").count()) === 2, { message: "two lag rows" });
+
+    // --- two escalations (three conflict cycles each, an outside write between) ---
+    const carol = await h.client(`${p}-carol`);
+    const carolSeen = listen(carol);
+    const dave = await h.client(`${p}-dave`);
+    const carolTicket = `T-${h.id}-carol`;
+    const daveTicket = `T-${h.id}-dave`;
+    const escalated = await escalate(h, carol, carolTicket);
+    await escalate(h, dave, daveTicket);
+    const escalation = (await h.readTopic(h.config.topics.human, "Escalation", 2)).find((e) => e.intent.intentKey === escalated.intentKey) as Escalation;
+    expect(escalation.current?.version).toBeTruthy();
+    const esc = page.locator(`#escalations article[data-escalation-id="${escalation.escalationId}"]`);
+    await esc.waitFor();
+    await expect(esc.getAttribute("data-status")).resolves.toBe("open");
+    await expect(esc.locator("code.version").textContent()).resolves.toBe(escalation.current!.version);
+    await expect(esc.locator('input[name="baseVersion"]').inputValue()).resolves.toBe(escalation.current!.version);
+    await expect(esc.locator("button[data-action]").count()).resolves.toBe(3);
+    await page.locator("#escalations article").nth(1).waitFor();
+
+    // --- filters: by agent, tool and record ---
+    await page.fill("#f-agent", `${p}-carol`);
+    await waitFor(async () => (await page.locator("#escalations article").count()) === 1, { message: "only carol's escalation" });
+    await expect(page.locator(`#conflicts article[data-entity="ticket:${ticket}"]`).count()).resolves.toBe(0);
+    await expect(page.locator(`#conflicts article[data-entity="ticket:${carolTicket}"]`).count()).resolves.toBe(2);
+    await page.fill("#f-agent", "");
+    await page.fill("#f-record", daveTicket);
+    await waitFor(async () => (await page.locator(`#escalations article[data-entity="ticket:${daveTicket}"]`).count()) === 1 && (await page.locator("#escalations article").count()) === 1);
+    await page.fill("#f-tool", "refund_payment");
+    await waitFor(async () => (await page.locator("#escalations article").count()) === 0 && (await page.locator("#conflicts article").count()) === 0);
+    await page.click("#f-clear");
+    await waitFor(async () => (await page.locator("#escalations article").count()) === 2);
+
+    // --- a read-only page: sees the escalation, has no buttons; the API answers 403 ---
+    const { page: reader, errors: readerErrors } = await openPage(context);
+    await reader.goto(`${url}/?token=${readToken}`);
+    await reader.waitForSelector('#conn[data-state="live"]');
+    await expect(reader.textContent("#role")).resolves.toBe("read-only");
+    const readerEsc = reader.locator(`#escalations article[data-escalation-id="${escalation.escalationId}"]`);
+    await readerEsc.waitFor();
+    await expect(reader.locator("#escalations button").count()).resolves.toBe(0);
+    const refused = await reader.evaluate(
+      async ([id, token]) => (await fetch(`/api/escalations/${encodeURIComponent(id!)}/resolve`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ decision: "discard" }) })).status,
+      [escalation.escalationId, readToken],
+    );
+    expect(refused).toBe(403);
+
+    // --- resolve from the page: first on another base (a stale one): the owner refuses, nothing written, still open ---
+    await esc.locator('input[name="baseVersion"]').fill('"v1"');
+    await esc.locator('button[data-action="apply"]').click();
+    await esc.locator('.answer [data-answer-reason="resolution_conflict"]').waitFor({ timeout: 45_000 });
+    expect(h.records.patchRequests(escalated.intentKey)).toHaveLength(0);
+    await expect(esc.getAttribute("data-status")).resolves.toBe("open");
+    await expect(esc.locator(".outcome").textContent()).resolves.toMatch(/^Still open\. Last decision \(apply by .*\): rejected resolution_conflict/);
+    // then on the version the escalation showed
+    await esc.locator('input[name="baseVersion"]').fill(escalation.current!.version);
+    await esc.locator('button[data-action="apply"]').click();
+    const answer = esc.locator('.answer [data-answer-status="applied"]');
+    await answer.waitFor({ timeout: 45_000 });
+    await expect(answer.textContent()).resolves.toMatch(/^Owner's answer: applied at /);
+    await waitFor(async () => (await esc.getAttribute("data-status")) === "resolved", { message: "the card shows the escalation resolved" });
+    await expect(esc.locator(".outcome").textContent()).resolves.toMatch(new RegExp(`Resolved: applied by ${opsId}`));
+    await expect(esc.locator(".decide").isHidden()).resolves.toBe(true);
+    // the agent hears the decision on its own reply topic, under the escalated intent's id
+    const toAgent = await waitFor(() => carolSeen.find((r) => r.intentId === escalated.intentId && r.status === "applied"), { message: "carol's reply to the resolution" });
+    expect(toAgent).toMatchObject({ status: "applied", resolvedBy: opsId, intentKey: escalated.intentKey });
+    // written once, at the records server
+    expect(h.records.patchRequests(escalated.intentKey)).toHaveLength(1);
+    expect(h.records.history("ticket", carolTicket).filter((e) => e.kind === "patch")).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", carolTicket)).state.tags).toEqual(["needs-human"]);
+    // the read-only page follows (from the agent's reply on the stream)
+    await waitFor(async () => (await readerEsc.getAttribute("data-status")) === "resolved", { message: "the read-only page shows it resolved" });
+    // a second decision on a closed escalation is refused by the console
+    const again = await fetch(`${url}/api/escalations/${encodeURIComponent(escalation.escalationId)}/resolve`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: url },
+      body: JSON.stringify({ decision: "apply" }),
+    });
+    expect(again.status).toBe(409);
+    // dave's escalation is still open, with its buttons
+    await expect(page.locator(`#escalations article[data-entity="ticket:${daveTicket}"] button[data-action]`).count()).resolves.toBe(3);
+
+    if (process.env.WRIT_CONSOLE_SCREENSHOT === "1") {
+      // with one intent held in flight by a slow read, as the picture should show it
+      const shotTicket = `T-${h.id}-shot`;
+      h.records.seed("ticket", shotTicket, { status: "open", tags: [] });
+      const shotBase = await readVersion(h.records, "ticket", shotTicket);
+      h.records.setFaults([{ kind: "slow-read", delayMs: 2500, times: 2, match: { type: "ticket", id: shotTicket } }]);
+      const shot = bob.buildIntent({ tool: tagTicket, entity: { type: "ticket", id: shotTicket }, runId, stepId: "shot", baseVersion: shotBase.version, delta: [{ op: "replace", path: "/tags", value: ["vip"] }], params: { tag: "vip" } });
+      const shotReply = bob.submit(shot);
+      await page.locator(`#inflight tr[data-intent-id="${shot.intentId}"]`).waitFor();
+      mkdirSync(join(ROOT, "docs"), { recursive: true });
+      await page.screenshot({ path: join(ROOT, "docs", "console.png"), fullPage: true });
+      await expect(shotReply).resolves.toMatchObject({ status: "applied" });
+    }
+    expect(errors).toEqual([]);
+    expect(readerErrors).toEqual([]);
+    const log = logged.join("");
+    expect(log).toContain("escalation decision from the console");
+    expect(log).not.toContain(readToken);
+    expect(log).not.toContain(operatorToken);
+    console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 240_000);
+
+  it("writ console: --help, a token is required (and at least 16 characters, never echoed); the built CLI serves the page", async () => {
+    const env = { ...process.env, KAFKA_BROKERS: brokers().join(","), WRIT_CONSOLE_TOKEN: "", WRIT_CONSOLE_OPERATOR_TOKEN: "" };
+    const run = (args: string[], extra: Record<string, string> = {}) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        execFile(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "console", ...args], { env: { ...env, ...extra }, timeout: 60_000 }, (err, stdout, stderr) =>
+          resolve({ code: err === null ? 0 : typeof err.code === "number" ? err.code : 1, stdout, stderr }),
+        );
+      });
+    const help = await run(["--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^usage: writ console/);
+    expect(help.stdout).toMatch(/--operator-token/);
+    expect(help.stdout).toMatch(/Exit status/);
+    const none = await run([]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/needs a token/);
+    const short = await run([], { WRIT_CONSOLE_TOKEN: "short-secret" });
+    expect(short.code).toBe(2);
+    expect(short.stderr).toMatch(/at least 16 characters/);
+    expect(short.stderr).not.toContain("short-secret");
+    const same = await run(["--token", "same-token-0123456789", "--operator-token", "same-token-0123456789"]);
+    expect(same.code).toBe(2);
+    expect(same.stderr).toMatch(/must differ/);
+
+    // The built package's CLI finds the page too (dist/src/console has no HTML: it reads src/console/assets).
+    ensureBuilt();
+    const token = `built-${randomUUID()}`;
+    const child = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "console", "--port", "0"], {
+      cwd: ROOT,
+      env: { ...env, WRIT_CONSOLE_TOKEN: token, WRIT_INTENTS_TOPIC: `cons-built-${randomUUID().slice(0, 8)}.intents` },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    onTestFinished(() => {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    });
+    const base = await waitFor(() => /listening on (http:\/\/127\.0\.0\.1:\d+)\//.exec(stderr)?.[1], { timeoutMs: 30_000, message: () => `no "listening" line: ${stderr}` });
+    expect(stderr).toMatch(/read-only/);
+    const page = await fetch(`${base}/?token=${token}`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toMatch(/<title>writ console<\/title>/);
+    expect((await fetch(`${base}/assets/console.js`)).status).toBe(200);
+    expect((await fetch(`${base}/`)).status).toBe(401);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(stderr).not.toContain(token);
+  }, 180_000);
+});

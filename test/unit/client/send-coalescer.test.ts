@@ -1,0 +1,68 @@
+import { describe, expect, it } from "vitest";
+import type { Message } from "kafkajs";
+import { SendCoalescer } from "../../../producers/send-coalescer.ts";
+
+const msg = (v: string): Message => ({ key: "k", value: Buffer.from(v) });
+
+/** A produce function whose requests the test completes by hand. */
+function gate() {
+  const requests: { messages: string[]; done: (err?: Error) => void }[] = [];
+  const produce = (messages: Message[]) =>
+    new Promise<void>((resolve, reject) => requests.push({ messages: messages.map((m) => String(m.value)), done: (err) => (err ? reject(err) : resolve()) }));
+  return { requests, produce };
+}
+
+const waitFor = async (cond: () => boolean) => {
+  const deadline = Date.now() + 2000;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error("condition not met");
+    await new Promise((r) => setImmediate(r));
+  }
+};
+
+describe("SendCoalescer", () => {
+  it("sends a lone submit at once, and the submits that queue behind it in one request, in order", async () => {
+    const g = gate();
+    const c = new SendCoalescer(g.produce, 1_000_000);
+    const first = c.send([msg("a")]);
+    await waitFor(() => g.requests.length === 1);
+    const rest = [c.send([msg("b")]), c.send([msg("c"), msg("d")]), c.send([msg("e")])];
+    expect(g.requests).toHaveLength(1);
+    g.requests[0]!.done();
+    await first;
+    await waitFor(() => g.requests.length === 2);
+    expect(g.requests[1]!.messages).toEqual(["b", "c", "d", "e"]);
+    g.requests[1]!.done();
+    await Promise.all(rest);
+  });
+
+  it("fails exactly the submits whose request failed", async () => {
+    const g = gate();
+    const c = new SendCoalescer(g.produce, 1_000_000);
+    const first = c.send([msg("a")]);
+    await waitFor(() => g.requests.length === 1);
+    const second = c.send([msg("b")]);
+    g.requests[0]!.done(new Error("broker said no"));
+    await expect(first).rejects.toThrow("broker said no");
+    await waitFor(() => g.requests.length === 2);
+    g.requests[1]!.done();
+    await expect(second).resolves.toBeUndefined();
+  });
+
+  it("splits queued submits at maxBytes, never splitting one submit", async () => {
+    const g = gate();
+    const c = new SendCoalescer(g.produce, 300);
+    const first = c.send([msg("x")]);
+    await waitFor(() => g.requests.length === 1);
+    const big = "y".repeat(150);
+    const queued = [c.send([msg(big)]), c.send([msg(big)]), c.send([msg(big), msg(big)])];
+    g.requests[0]!.done();
+    await first;
+    for (const n of [2, 3, 4]) {
+      await waitFor(() => g.requests.length === n);
+      g.requests[n - 1]!.done();
+    }
+    await Promise.all(queued);
+    expect(g.requests.map((r) => r.messages.length)).toEqual([1, 1, 1, 2]);
+  });
+});

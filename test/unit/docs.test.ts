@@ -1,0 +1,155 @@
+// Keeps docs/ true to the code where that is cheap to check: every metric the
+// code registers is documented with its type and labels; every section a code
+// comment cites ("docs/architecture.md §3.2") exists; every reply status and
+// reason, dead-letter reason and header is in the wire contract; every relative
+// link (and its anchor) and every § reference inside docs/ resolves.
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import { DEAD_LETTER_REASONS, ESCALATION_REASONS, REJECT_REASONS } from "../../src/errors.ts";
+import { RouterMetrics } from "../../src/metrics/router-metrics.ts";
+import { FORWARDED_HEADER } from "../../src/owner/admission.ts";
+import { FORWARDED_NULL_HEADERS, HEAL_KEY } from "../../src/owner/records.ts";
+import { CONTROL_HEADER } from "../../src/schemas/control.ts";
+import { KIND_HEADER } from "../../src/schemas/resolution.ts";
+import { SIGNATURE_HEADER } from "../../src/security/signing.ts";
+import { TRACEPARENT_HEADER, TRACESTATE_HEADER } from "../../src/tracing/trace-context.ts";
+
+const root = resolve(import.meta.dirname, "..", "..");
+const docsDir = join(root, "docs");
+const read = (path: string) => readFileSync(path, "utf8");
+const docs = readdirSync(docsDir)
+  .filter((f) => f.endsWith(".md"))
+  .map((f) => join(docsDir, f));
+
+/** `.ts` files under `dir`, recursively. */
+function sources(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return e.name === "node_modules" ? [] : sources(path);
+    return e.name.endsWith(".ts") ? [path] : [];
+  });
+}
+const codeFiles = ["src", "producers", "consumers"].flatMap((d) => sources(join(root, d)));
+
+/** Markdown without its fenced code blocks (headings and links inside them are not headings or links). */
+function prose(markdown: string): string {
+  return markdown.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, "");
+}
+
+/** Numbered sections of a markdown file: `## 3. Pipeline` → "3", `### 3.2 Classify` → "3.2". */
+function sections(markdown: string): Set<string> {
+  return new Set([...prose(markdown).matchAll(/^#{2,4}\s+(\d+(?:\.\d+)*)\.?\s/gm)].map((m) => m[1]!));
+}
+
+/** GitHub's heading anchors (github-slugger): lower case, punctuation dropped, spaces to hyphens, repeats numbered. */
+function anchors(markdown: string): Set<string> {
+  const out = new Set<string>();
+  const seen = new Map<string, number>();
+  for (const m of prose(markdown).matchAll(/^#{1,6}\s+(.+?)\s*#*\s*$/gm)) {
+    const text = m[1]!.replace(/\[([^\]]*)\]\([^)]*\)/g, "$1");
+    const base = text.toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, "").replace(/ /g, "-");
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    out.add(n === 0 ? base : `${base}-${n}`);
+  }
+  return out;
+}
+
+describe("docs/operations.md documents every metric", () => {
+  const operations = read(join(docsDir, "operations.md"));
+  const registered = new RouterMetrics().registry.getMetricsAsArray() as unknown as { name: string; type: unknown; labelNames?: string[] }[];
+  // Metrics registered anywhere else in the code (by name: prom-client's `name: "writ_…"`).
+  const elsewhere = codeFiles
+    .filter((f) => read(f).includes("prom-client"))
+    .flatMap((f) => [...read(f).matchAll(/\bname:\s*["'](writ_[a-z0-9_]+)["']/g)].map((m) => m[1]!));
+
+  it("finds the metrics", () => {
+    expect(registered.length).toBeGreaterThan(5);
+  });
+  for (const name of new Set([...registered.map((m) => m.name), ...elsewhere])) {
+    it(`${name}: a row of the metrics table, with its type and labels`, () => {
+      const row = operations.split("\n").find((line) => line.startsWith(`| \`${name}\` |`));
+      expect(row, `no table row for ${name} in docs/operations.md §2`).toBeDefined();
+      const metric = registered.find((m) => m.name === name);
+      if (!metric) return;
+      expect(row).toContain(`| ${String(metric.type)} |`);
+      for (const label of metric.labelNames ?? []) expect(row, `label ${label} of ${name}`).toContain(`\`${label}\``);
+    });
+  }
+});
+
+describe("code comments cite sections that exist", () => {
+  const cited: { file: string; line: number; doc: string; section: string | null }[] = [];
+  for (const file of codeFiles) {
+    read(file)
+      .split("\n")
+      .forEach((text, i) => {
+        for (const m of text.matchAll(/docs\/([a-z0-9-]+\.md)/g)) {
+          const sectionRefs = [...text.matchAll(/§(\d+(?:\.\d+)*)/g)].map((s) => s[1]!);
+          if (sectionRefs.length === 0) cited.push({ file: relative(root, file), line: i + 1, doc: m[1]!, section: null });
+          for (const section of sectionRefs) cited.push({ file: relative(root, file), line: i + 1, doc: m[1]!, section });
+        }
+      });
+  }
+
+  it("finds the citations of docs/architecture.md", () => {
+    expect(cited.filter((c) => c.doc === "architecture.md" && c.section !== null).length).toBeGreaterThan(4);
+  });
+  for (const c of cited) {
+    it(`${c.file}:${c.line} → docs/${c.doc}${c.section ? ` §${c.section}` : ""}`, () => {
+      const path = join(docsDir, c.doc);
+      expect(existsSync(path), `docs/${c.doc} does not exist`).toBe(true);
+      if (c.section !== null) expect([...sections(read(path))], `no heading numbered ${c.section} in docs/${c.doc}`).toContain(c.section);
+    });
+  }
+});
+
+describe("docs/wire-contract.md names every status, reason and header", () => {
+  const contract = read(join(docsDir, "wire-contract.md"));
+  const reply = JSON.parse(read(join(root, "schemas", "Reply.json"))) as { oneOf: { properties: Record<string, { const?: string; enum?: string[] }> }[] };
+  const fromSchema = reply.oneOf.flatMap((branch) => [branch.properties.status?.const, ...(branch.properties.reason?.enum ?? [])]).filter((v): v is string => v !== undefined);
+
+  it("reads the statuses from schemas/Reply.json", () => {
+    expect(fromSchema).toEqual(expect.arrayContaining(["applied", "conflict", "rejected", "escalated"]));
+  });
+  const values = new Set([...fromSchema, ...REJECT_REASONS, ...ESCALATION_REASONS, ...DEAD_LETTER_REASONS]);
+  for (const value of values) {
+    it(`\`${value}\``, () => {
+      expect(contract.includes(`\`${value}\``), `\`${value}\` is not in docs/wire-contract.md`).toBe(true);
+    });
+  }
+  const headers = [SIGNATURE_HEADER, KIND_HEADER, CONTROL_HEADER, FORWARDED_HEADER, FORWARDED_NULL_HEADERS, TRACEPARENT_HEADER, TRACESTATE_HEADER, HEAL_KEY];
+  for (const header of headers) {
+    it(`header or key \`${header}\``, () => {
+      expect(contract.includes(`\`${header}\``), `\`${header}\` is not in docs/wire-contract.md`).toBe(true);
+    });
+  }
+});
+
+describe("docs/*.md links and § references resolve", () => {
+  for (const doc of docs) {
+    const name = relative(docsDir, doc);
+    const text = prose(read(doc));
+    const links = [...text.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)].map((m) => m[1]!).filter((t) => !/^[a-z][a-z0-9+.-]*:/i.test(t));
+    for (const target of new Set(links)) {
+      it(`${name}: ${target}`, () => {
+        const [path = "", anchor] = target.split("#");
+        const file = path === "" ? doc : resolve(dirname(doc), decodeURIComponent(path));
+        expect(existsSync(file), `${target} does not exist`).toBe(true);
+        if (anchor !== undefined && file.endsWith(".md")) expect([...anchors(read(file))], `no heading #${anchor} in ${relative(root, file)}`).toContain(anchor);
+      });
+    }
+    // "§3.2" is a section of this file; "architecture.md §3.2" (also inside a link's text) one of that file;
+    // "RFC 9110 §13.1.2" is not ours.
+    const refs = [...text.matchAll(/(?:(RFC\s+\d+|[a-z0-9-]+\.md)\s+)?§(\d+(?:\.\d+)*)/g)]
+      .filter((m) => !m[1]?.startsWith("RFC"))
+      .map((m) => ({ doc: m[1] ?? name, section: m[2]! }));
+    if (refs.length === 0) continue;
+    it(`${name}: every § reference names an existing section`, () => {
+      const missing = refs.filter((r) => !existsSync(join(docsDir, r.doc)) || !sections(read(join(docsDir, r.doc))).has(r.section));
+      expect(missing.map((r) => `${r.doc} §${r.section}`)).toEqual([]);
+    });
+  }
+});

@@ -1,0 +1,470 @@
+// Creates by external id and undo, through admission and the intent pipeline,
+// against the scriptable fake system (no broker): what reaches the system
+// (create requests, PATCHes and their preconditions) is counted there.
+import type { KafkaMessage } from "kafkajs";
+import { pino } from "pino";
+import { beforeEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { WireCodec } from "../../../src/codec.ts";
+import { intentKey, undoIntentKey } from "../../../src/keys.ts";
+import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
+import { type AdmissionDeps, type AdmittedIntent, admit } from "../../../src/owner/admission.ts";
+import type { Effects } from "../../../src/owner/effects.ts";
+import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type Step } from "../../../src/owner/intent-pipeline.ts";
+import { Resolver } from "../../../src/owner/resolution.ts";
+import type { Resolution } from "../../../src/schemas/resolution.ts";
+import type { EntityRef, JsonPatchOp } from "../../../src/schemas/common.ts";
+import { Escalation } from "../../../src/schemas/escalation.ts";
+import { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
+import { Reply } from "../../../src/schemas/reply.ts";
+import { ABSENT_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { FakeSystem, version } from "./fake-system.ts";
+
+const NOW = new Date("2025-06-01T12:00:00.000Z");
+const REPLY_TO = "writ.replies.agent-1";
+const log = pino({ level: "silent" });
+const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: { "x-writ-owner": "owner-test" } };
+
+const openCase = declareWriteTool({
+  name: "open_case",
+  recordType: "case",
+  params: z.object({ orderRef: z.string().min(1), subject: z.string() }),
+  intentFields: ["orderRef"],
+  freeTextParams: ["subject"],
+  create: { externalId: (p) => `order-${p.orderRef}`, body: (p) => ({ subject: p.subject, status: "open", notes: [] }) },
+  keyScope: "run",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+/** A create tool on a system without idempotency-key lookup: its created records carry the intent key. */
+const openLead = declareWriteTool({
+  name: "open_lead",
+  recordType: "lead",
+  params: z.object({ email: z.string() }),
+  intentFields: ["email"],
+  create: { externalId: (p) => p.email, body: (p) => ({ email: p.email, stage: "new" }), intentKeyField: "writIntentKey" },
+  keyScope: "global",
+  system: "crm",
+});
+
+const tagTicket = declareWriteTool({
+  name: "tag_ticket",
+  recordType: "ticket",
+  params: z.object({ tag: z.string() }),
+  intentFields: ["tag"],
+  allowedPaths: ["/tags"],
+  delta: (p, current) => {
+    const tags = (current.state as { tags: string[] }).tags;
+    return [{ op: "replace", path: "/tags", value: tags.includes(p.tag) ? tags : [...tags, p.tag] }];
+  },
+  undo: (p, applied) => [{ op: "replace", path: "/tags", value: (applied.state as { tags: string[] }).tags.filter((t) => t !== p.tag) }],
+  keyScope: "run",
+  versionPolicy: "strict",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+/** An edit tool without an undo. */
+const setStatus = declareWriteTool({
+  name: "set_status",
+  recordType: "ticket",
+  params: z.object({ status: z.string() }),
+  intentFields: ["status"],
+  allowedPaths: ["/status"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+const T1: EntityRef = { type: "ticket", id: "T-1" };
+const CASE: EntityRef = { type: "case", id: "order-ORD-1" };
+
+let helpdesk: FakeSystem;
+let crm: FakeSystem;
+let tools: Map<string, AdmittedTool>;
+let deps: AdmissionDeps;
+let submissions = 0;
+
+beforeEach(() => {
+  helpdesk = new FakeSystem("helpdesk");
+  crm = new FakeSystem("crm", { idempotencyKeys: false, idempotencyLookup: false });
+  tools = admitTools([openCase, openLead, tagTicket, setStatus], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+  deps = {
+    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", topics: { intents: "writ.intents" } },
+    codec: new WireCodec({}),
+    tools,
+    replyTopics: { exists: async (t) => t === REPLY_TO },
+    now: () => NOW,
+    partitions: 1,
+  };
+  helpdesk.seed(T1, { status: "open", tags: ["billing"] });
+});
+
+function keyOf(tool: string, agentId: string, entity: EntityRef, params: Record<string, unknown>, stepId = "s1"): string {
+  const t = tools.get(tool)!;
+  return intentKey({ tool: { name: t.name, keyScope: t.keyScope, intentFields: t.intentFields }, agentId, runId: "run-1", stepId, entity, params });
+}
+
+function wire(i: Partial<WriteIntent> & Pick<WriteIntent, "tool" | "entity" | "baseVersion" | "delta" | "params">, agentId = "agent-1"): WriteIntent {
+  return {
+    intentId: `intent-${++submissions}`,
+    intentKey: i.intentKey ?? keyOf(i.tool, agentId, i.entity, i.params),
+    agent: { id: agentId, runId: "run-1", stepId: "s1" },
+    replyTo: REPLY_TO,
+    createdAt: NOW.toISOString(),
+    ...i,
+  } as WriteIntent;
+}
+
+function createIntent(orderRef: string, agentId = "agent-1", subject = "Damaged on arrival", overrides: Partial<WriteIntent> = {}): WriteIntent {
+  const params = { orderRef, subject };
+  const entity = { type: "case", id: `order-${orderRef}` };
+  return wire({ tool: "open_case", entity, baseVersion: ABSENT_VERSION, delta: [{ op: "add", path: "", value: { subject, status: "open", notes: [] } }], params, ...overrides }, agentId);
+}
+
+function tagIntent(tag: string, base: string, tags: string[]): WriteIntent {
+  return wire({ tool: "tag_ticket", entity: T1, baseVersion: base, delta: [{ op: "replace", path: "/tags", value: [...tags, tag] }], params: { tag } });
+}
+
+function undoIntent(undone: string, overrides: Partial<WriteIntent> = {}): WriteIntent {
+  return wire({
+    tool: "tag_ticket",
+    entity: T1,
+    baseVersion: LEDGER_VERSION,
+    delta: [],
+    params: {},
+    intentKey: undoIntentKey(undone),
+    undo: { intentKey: undone },
+    ...overrides,
+  });
+}
+
+function message(intent: WriteIntent): KafkaMessage {
+  return { key: Buffer.from(`${intent.entity.type}:${intent.entity.id}`), value: Buffer.from(JSON.stringify(intent)), timestamp: "0", attributes: 0, offset: "1", headers: {} } as KafkaMessage;
+}
+
+/** Admission, as the owner runs it: the admitted intent, or the reply admission answered with. */
+async function admitted(intent: WriteIntent): Promise<AdmittedIntent | Reply> {
+  const a = await admit(message(intent), { topic: "writ.intents", partition: 0, offset: "1" }, deps);
+  if (a.kind === "admitted") return a.admitted;
+  if (a.kind !== "answered") throw new Error(`unexpected admission ${a.kind}`);
+  return a.effects.replies[0]!.value;
+}
+
+async function admittedOk(intent: WriteIntent): Promise<AdmittedIntent> {
+  const a = await admitted(intent);
+  if (!("tool" in a && "intent" in a)) throw new Error(`not admitted: ${JSON.stringify(a)}`);
+  return a as AdmittedIntent;
+}
+
+function pipelineWith(extra: Partial<PipelineDeps> = {}): IntentPipeline {
+  return new IntentPipeline({ config: { unknownRounds: 3 }, log, now: () => NOW, ...extra });
+}
+
+function commit(ledger: PartitionLedger, entry: LedgerIntentEntry | undefined): void {
+  if (!entry) return;
+  ledger.stage(entry);
+  ledger.takeStaged();
+  ledger.committedSending();
+}
+
+/** What the owner does with one admitted intent: classify, pending durable, execute, commit the result. */
+async function run(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger): Promise<{ plan: Plan; step: Step; reply: Reply }> {
+  const plan = p.classify(a, ledger);
+  let step: Step;
+  if (plan.kind === "settled") step = plan;
+  else if (plan.kind === "repeat-conflict") step = await p.repeatConflict(a, plan, ctx);
+  else {
+    commit(ledger, plan.pending);
+    step = await p.execute(a, plan.pending, plan.state, ctx);
+  }
+  const e = settled(step);
+  for (const r of e.replies) Reply.parse(r.value);
+  if (e.ledger) LedgerIntentEntry.parse(e.ledger);
+  for (const x of e.escalations) Escalation.parse(x.value);
+  commit(ledger, e.ledger);
+  expect(e.replies).toHaveLength(1);
+  return { plan, step, reply: e.replies[0]!.value };
+}
+
+function settled(step: Step): Effects {
+  if (step.kind !== "settled") throw new Error(`expected a settled step, got ${JSON.stringify(step)}`);
+  return step.effects;
+}
+
+describe("create by external id: admission", () => {
+  it("admits the create its params give: entity id the external id, base version absent, the body at \"\"", async () => {
+    const a = await admittedOk(createIntent("ORD-1"));
+    expect(a.intent.entity).toEqual(CASE);
+    expect(WriteIntent.safeParse(a.intent).success).toBe(true);
+  });
+
+  it("refuses a create whose entity is not the external id (external_id_mismatch), whose delta is not its body, or that read a version", async () => {
+    expect(await admitted(createIntent("ORD-1", "agent-1", "x", { entity: { type: "case", id: "order-ORD-2" } }))).toMatchObject({ status: "rejected", reason: "external_id_mismatch" });
+    expect(await admitted(createIntent("ORD-1", "agent-1", "x", { delta: [{ op: "add", path: "", value: { subject: "x", status: "closed", notes: [] } }] }))).toMatchObject({
+      status: "rejected",
+      reason: "delta_mismatch",
+    });
+    expect(await admitted(createIntent("ORD-1", "agent-1", "x", { baseVersion: '"v1"' }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+  });
+
+  it("a reworded free-text param is the same create (the delta's fingerprint is the params')", async () => {
+    const a = await admittedOk(createIntent("ORD-1", "agent-1", "Damaged"));
+    const b = await admittedOk(createIntent("ORD-1", "agent-1", "The parcel arrived damaged"));
+    expect(b.intent.intentKey).toBe(a.intent.intentKey);
+    expect(b.deltaFingerprint).toBe(a.deltaFingerprint);
+    expect(b.fingerprint).toBe(a.fingerprint);
+  });
+});
+
+describe("create by external id: the pipeline", () => {
+  it("creates once with If-None-Match: * and the intent key; a repeat gets the stored reply; another agent's create is a conflict carrying the record", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const first = await run(p, await admittedOk(createIntent("ORD-1", "agent-a")), ledger);
+    expect(first.reply).toMatchObject({ status: "applied", via: "create", version: version(1), duplicate: false, tool: "open_case", state: { subject: "Damaged on arrival", status: "open" } });
+    expect(helpdesk.creates).toEqual([{ entity: "case:order-ORD-1", state: { subject: "Damaged on arrival", status: "open", notes: [] }, ifNoneMatch: "*", idempotencyKey: first.reply.intentKey }]);
+
+    const again = await run(p, await admittedOk(createIntent("ORD-1", "agent-a", "reworded by the model")), ledger);
+    expect(again.reply).toMatchObject({ status: "applied", via: "create", duplicate: true, intentKey: first.reply.intentKey, version: version(1) });
+
+    const other = await run(p, await admittedOk(createIntent("ORD-1", "agent-b", "Wrong size")), ledger);
+    expect(other.reply).toMatchObject({
+      status: "conflict",
+      cycle: 1,
+      duplicate: false,
+      current: { state: { subject: "Damaged on arrival", status: "open", notes: [] }, version: version(1) },
+      your_change: [{ op: "add", path: "", value: { subject: "Wrong size", status: "open", notes: [] } }],
+    });
+    expect((other.reply as { message: string }).message).toMatch(/already exists/);
+    expect(other.reply.intentKey).not.toBe(first.reply.intentKey);
+    // Two create requests reached the system, one created: the record is agent-a's, unchanged.
+    expect(helpdesk.createCount(CASE)).toBe(2);
+    expect(helpdesk.commitsOf(first.reply.intentKey)).toBe(1);
+    expect(helpdesk.commitsOf(other.reply.intentKey)).toBe(0);
+    expect(helpdesk.current(CASE)?.state).toMatchObject({ subject: "Damaged on arrival" });
+    // A repeat of the conflicted create is the same conflict, with the record read again.
+    const repeat = await run(p, await admittedOk(createIntent("ORD-1", "agent-b", "Wrong size")), ledger);
+    expect(repeat.reply).toMatchObject({ status: "conflict", duplicate: true, cycle: 1 });
+    expect(helpdesk.createCount(CASE)).toBe(2);
+  });
+
+  it("an unknown outcome after the create committed is reconciled by the intent key: applied, no second create", async () => {
+    helpdesk.script.create.push({ kind: "commit-then-unknown" });
+    const { reply } = await run(pipelineWith(), await admittedOk(createIntent("ORD-1")), new PartitionLedger(0));
+    expect(reply).toMatchObject({ status: "applied", via: "reconcile", version: version(1) });
+    expect(helpdesk.createCount(CASE)).toBe(1);
+    expect(helpdesk.lookups).toEqual([reply.intentKey]);
+  });
+
+  it("an unknown outcome that did not commit: reconcile proves it, and the create is sent again (If-None-Match keeps it single)", async () => {
+    helpdesk.script.create.push({ kind: "answer", outcome: { kind: "unknown", message: "timeout before the system committed" } });
+    const { reply } = await run(pipelineWith(), await admittedOk(createIntent("ORD-1")), new PartitionLedger(0));
+    expect(reply).toMatchObject({ status: "applied", via: "create" });
+    expect(helpdesk.createCount(CASE)).toBe(2);
+    expect(helpdesk.commitsOf(reply.intentKey)).toBe(1);
+  });
+
+  it("intentKeyField: the record carries the intent key, and reconcile never takes another intent's record for its own", async () => {
+    const lead = { type: "lead", id: "ann@example.com" };
+    const make = (agentId: string, stepId: string) => {
+      const params = { email: "ann@example.com" };
+      const t = tools.get("open_lead")!;
+      const key = intentKey({ tool: { name: t.name, keyScope: t.keyScope, intentFields: t.intentFields }, agentId, runId: "run-1", stepId, entity: lead, params });
+      return { ...wire({ tool: "open_lead", entity: lead, baseVersion: ABSENT_VERSION, delta: [{ op: "add", path: "", value: { email: "ann@example.com", stage: "new" } }], params, intentKey: key }, agentId), agent: { id: agentId, runId: "run-1", stepId } } as WriteIntent;
+    };
+    // Ours is lost in flight (never committed) while another intent creates the lead: reconcile says not ours, the
+    // create meets the record (412), and the answer is a conflict, not an "applied" for someone else's record.
+    crm.script.create.push({ kind: "answer", outcome: { kind: "unknown", message: "connection reset" } });
+    crm.script.create.push({ kind: "created-first", state: { email: "ann@example.com", stage: "new", writIntentKey: "someone-else" } });
+    const ours = await run(pipelineWith(), await admittedOk(make("agent-1", "s1")), new PartitionLedger(0));
+    expect(ours.reply).toMatchObject({ status: "conflict", current: { state: { writIntentKey: "someone-else" } } });
+
+    // A create that committed and whose answer was lost is recognised by the key it wrote into the record.
+    crm.delete(lead);
+    crm.script.create.push({ kind: "commit-then-unknown" });
+    const second = make("agent-2", "s2");
+    const settledCreate = await run(pipelineWith(), await admittedOk(second), new PartitionLedger(0));
+    expect(settledCreate.reply).toMatchObject({ status: "applied", via: "reconcile" });
+    expect(crm.current(lead)?.state).toEqual({ email: "ann@example.com", stage: "new", writIntentKey: second.intentKey });
+    expect(crm.creates.at(-1)?.state).toMatchObject({ writIntentKey: second.intentKey });
+  });
+
+  it("ablation: with the ledger ablated a repeat is not answered from the ledger; it reaches the system (and only If-None-Match stops it)", async () => {
+    const p = pipelineWith({ ablateLedger: true });
+    const ledger = new PartitionLedger(0);
+    await run(p, await admittedOk(createIntent("ORD-1")), ledger);
+    const again = await run(p, await admittedOk(createIntent("ORD-1")), ledger);
+    expect(again.reply).toMatchObject({ status: "conflict" });
+    expect(helpdesk.createCount(CASE)).toBe(2);
+  });
+});
+
+describe("undo: admission", () => {
+  it("refuses an undo of a tool without one, a key not derived from the undone key, params, a base version other than ledger, and an undo with a delta", async () => {
+    const undone = "a".repeat(64);
+    expect(await admitted(undoIntent(undone, { tool: "set_status" }))).toMatchObject({ status: "rejected", reason: "undo_not_declared" });
+    expect(await admitted(undoIntent(undone, { intentKey: "b".repeat(64) }))).toMatchObject({ status: "rejected", reason: "intent_key_mismatch" });
+    expect(await admitted(undoIntent(undone, { params: { tag: "vip" } }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    expect(await admitted(undoIntent(undone, { baseVersion: '"1"' }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    // An empty delta only goes with `undo`, and `undo` only with an empty delta: the schema says so.
+    expect(await admitted(undoIntent(undone, { delta: [{ op: "replace", path: "/tags", value: [] }] }))).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+    expect(await admitted({ ...tagIntent("vip", version(1), ["billing"]), delta: [] })).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+  });
+});
+
+describe("undo: the pipeline", () => {
+  async function tagged(p: IntentPipeline, ledger: PartitionLedger): Promise<Reply> {
+    const { reply } = await run(p, await admittedOk(tagIntent("vip", version(1), ["billing"])), ledger);
+    expect(reply).toMatchObject({ status: "applied", version: version(2) });
+    return reply;
+  }
+
+  it("applies the compensating change once, If-Match the version the write produced, keyed by the undo's key; a repeat is a duplicate", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    // The ledger kept what the undo needs: the params, and the version in the outcome.
+    expect(ledger.get(write.intentKey)).toMatchObject({ params: { tag: "vip" }, outcome: { status: "applied", version: version(2) } });
+
+    const first = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(first.reply).toMatchObject({ status: "applied", via: "patch", version: version(3), state: { tags: ["billing"] }, undoOf: write.intentKey, intentKey: undoIntentKey(write.intentKey) });
+    expect(helpdesk.patches.at(-1)).toMatchObject({ ifMatch: version(2), idempotencyKey: undoIntentKey(write.intentKey), ops: [{ op: "replace", path: "/tags", value: ["billing"] }] });
+    expect(ledger.get(undoIntentKey(write.intentKey))).toMatchObject({ status: "done", undoOf: write.intentKey });
+
+    const again = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(again.reply).toMatchObject({ status: "applied", duplicate: true, version: version(3), undoOf: write.intentKey });
+    expect(helpdesk.commitsOf(undoIntentKey(write.intentKey))).toBe(1);
+    expect(helpdesk.patches).toHaveLength(2);
+  });
+
+  it("after a newer change: a conflict carrying the current state, nothing written; asked again, the same conflict", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    helpdesk.change(T1, [{ op: "replace", path: "/status", value: "pending" }]);
+    const { reply } = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(reply).toMatchObject({
+      status: "conflict",
+      cycle: 1,
+      current: { state: { status: "pending", tags: ["billing", "vip"] }, version: version(3) },
+      your_change: [{ op: "replace", path: "/tags", value: ["billing"] }],
+    });
+    expect(helpdesk.patches).toHaveLength(1);
+    const again = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(again.reply).toMatchObject({ status: "conflict", duplicate: true, current: { version: version(3) } });
+    expect(helpdesk.patches).toHaveLength(1);
+  });
+
+  it("an undo whose answer was lost after it committed is reconciled (by the undo's key), never sent twice", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    helpdesk.script.patch.push({ kind: "commit-then-unknown" });
+    const { reply } = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(reply).toMatchObject({ status: "applied", via: "reconcile", version: version(3) });
+    expect(helpdesk.patches).toHaveLength(2);
+  });
+
+  it("an undo of nothing undoable is rejected with a reason, and no ledger entry is written for it", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const unknown = await run(p, await admittedOk(undoIntent("c".repeat(64))), ledger);
+    expect(unknown.reply).toMatchObject({ status: "rejected", reason: "undo_target_unknown" });
+    expect(settled(unknown.step).ledger).toBeUndefined();
+
+    // A write that met a changed record (conflict) was never applied.
+    const stale = await run(p, await admittedOk(tagIntent("urgent", version(0), ["billing"])), ledger);
+    expect(stale.reply).toMatchObject({ status: "conflict" });
+    const notApplied = await run(p, await admittedOk(undoIntent(stale.reply.intentKey)), ledger);
+    expect(notApplied.reply).toMatchObject({ status: "rejected", reason: "undo_target_not_applied", details: { status: "conflict" } });
+
+    // An undo is not undone.
+    const write = await tagged(p, ledger);
+    const undo = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(undo.reply).toMatchObject({ status: "applied" });
+    const undoOfUndo = await run(p, await admittedOk(undoIntent(undo.reply.intentKey)), ledger);
+    expect(undoOfUndo.reply).toMatchObject({ status: "rejected", reason: "undo_not_declared" });
+    expect(helpdesk.patches.filter((x) => x.idempotencyKey === undoIntentKey(undo.reply.intentKey))).toHaveLength(0);
+  });
+
+  it("an undo naming another record than the undone write's is refused (undo_target_mismatch)", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    const other = { type: "ticket", id: "T-2" };
+    helpdesk.seed(other, { status: "open", tags: [] });
+    // Partition 0 holds both records' ledgers here: the entry is found, and it is not T-2's.
+    const { reply } = await run(p, await admittedOk(undoIntent(write.intentKey, { entity: other })), ledger);
+    expect(reply).toMatchObject({ status: "rejected", reason: "undo_target_mismatch" });
+  });
+
+  it("an undo function that fails is undo_failed, nothing written", async () => {
+    const failing = declareWriteTool({ ...tagTicket, name: "tag_failing", undo: () => [] as JsonPatchOp[] });
+    tools = admitTools([openCase, openLead, tagTicket, setStatus, failing], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+    deps = { ...deps, tools };
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await run(p, await admittedOk({ ...tagIntent("vip", version(1), ["billing"]), tool: "tag_failing", intentKey: keyOf("tag_failing", "agent-1", T1, { tag: "vip" }) }), ledger);
+    expect(write.reply).toMatchObject({ status: "applied" });
+    const { reply } = await run(p, await admittedOk(undoIntent(write.reply.intentKey, { tool: "tag_failing" })), ledger);
+    expect(reply).toMatchObject({ status: "rejected", reason: "undo_failed" });
+    expect(helpdesk.patches).toHaveLength(1);
+  });
+});
+
+describe("escalated creates and undos", () => {
+  /** The ledger entry of `a`, escalated (its outcome unknown), as the owner leaves it. */
+  function escalated(a: AdmittedIntent): PartitionLedger {
+    const entry: LedgerIntentEntry = {
+      kind: "intent",
+      intentKey: a.intent.intentKey,
+      intentId: a.intent.intentId,
+      status: "done",
+      entity: a.intent.entity,
+      tool: a.tool.name,
+      fingerprint: a.fingerprint,
+      attempts: [{ baseVersion: a.intent.baseVersion, deltaFingerprint: a.deltaFingerprint }],
+      cycles: 0,
+      replyTo: REPLY_TO,
+      updatedAt: NOW.toISOString(),
+      outcome: { status: "escalated", reason: "outcome_unknown", message: "unknown", escalationId: "esc-1", at: NOW.toISOString() },
+    };
+    return new PartitionLedger(0, [[entry.intentKey, entry]]);
+  }
+  const resolution = (a: AdmittedIntent, decision: Resolution["decision"]): Resolution => ({
+    kind: "resolution",
+    resolutionId: `res-${decision}`,
+    escalationId: "esc-1",
+    intent: a.intent,
+    decision,
+    ...(decision === "apply" ? { baseVersion: version(1) } : {}),
+    operator: { id: "ops" },
+    replyTo: "writ.replies.ops",
+    entity: a.intent.entity,
+    createdAt: NOW.toISOString(),
+  });
+
+  it("an operator may discard or return an escalated create or undo, not apply it (it is not a delta to rebase)", async () => {
+    const resolver = new Resolver({ now: () => NOW });
+    for (const a of [await admittedOk(createIntent("ORD-1")), await admittedOk(undoIntent("d".repeat(64)))]) {
+      const ledger = escalated(a);
+      const apply = resolver.plan(resolution(a, "apply"), a.tool, "writ.replies.ops", ledger);
+      expect(apply.kind).toBe("settled");
+      if (apply.kind !== "settled") continue;
+      expect(apply.effects.replies[0]!.value).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
+      expect(apply.effects.ledger).toBeUndefined();
+      const discard = resolver.plan(resolution(a, "discard"), a.tool, "writ.replies.ops", ledger);
+      expect(discard.kind).toBe("settled");
+      if (discard.kind !== "settled") continue;
+      expect(discard.effects.replies.map((r) => r.value)).toMatchObject([
+        { status: "rejected", reason: "escalation_discarded" },
+        { status: "rejected", reason: "escalation_discarded" },
+      ]);
+      expect(discard.effects.ledger).toMatchObject({ status: "done", outcome: { status: "rejected", reason: "escalation_discarded" } });
+    }
+  });
+});

@@ -1,0 +1,126 @@
+// Regression: an owner that stopped in the middle of applying an operator's decision left the ledger entry
+// `pending` with the escalation still recorded. The resolution record, read again from the committed offset, was
+// refused ("not open"), and the entry stayed pending for good. Now the apply resumes: it reconciles first, so a
+// write that reached the system of record before the stop is never made twice. Counted at the fake system.
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { intentKey, paramsFingerprint } from "../../../src/keys.ts";
+import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
+import type { ExecContext } from "../../../src/owner/intent-pipeline.ts";
+import { Resolver } from "../../../src/owner/resolution.ts";
+import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
+import type { Resolution } from "../../../src/schemas/resolution.ts";
+import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { FakeSystem, version } from "./fake-system.ts";
+
+const NOW = new Date("2025-06-01T12:00:00.000Z");
+const T1 = { type: "ticket", id: "T-1" };
+const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: {} };
+
+const addTag = declareWriteTool({
+  name: "add_tag",
+  recordType: "ticket",
+  params: z.object({ tag: z.string() }),
+  intentFields: ["tag"],
+  allowedPaths: [{ path: "/tags/-", ops: ["add"] as const }],
+  versionPolicy: "rebase-commutative",
+  delta: (p) => [{ op: "add", path: "/tags/-", value: p.tag }],
+  keyScope: "run",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+function setup(entryStatus: "pending" | "done") {
+  const sor = new FakeSystem("helpdesk");
+  sor.seed(T1, { tags: [] });
+  const tool = admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }).get("add_tag")!;
+  const params = { tag: "vip" };
+  const key = intentKey({ tool, agentId: "agent-1", runId: "r", stepId: "s", entity: T1, params });
+  const intent: WriteIntent = {
+    intentId: "i-1",
+    intentKey: key,
+    entity: T1,
+    tool: "add_tag",
+    agent: { id: "agent-1", runId: "r", stepId: "s" },
+    baseVersion: version(1),
+    delta: [{ op: "add", path: "/tags/-", value: "vip" }],
+    params,
+    replyTo: "writ.replies.agent-1",
+    createdAt: NOW.toISOString(),
+  };
+  const entry: LedgerIntentEntry = {
+    kind: "intent",
+    intentKey: key,
+    intentId: "i-1",
+    status: entryStatus,
+    entity: T1,
+    tool: "add_tag",
+    fingerprint: paramsFingerprint("add_tag", T1, params, tool.freeTextParams),
+    attempts: [],
+    cycles: 2,
+    replyTo: intent.replyTo,
+    updatedAt: NOW.toISOString(),
+    outcome: { status: "escalated", reason: "conflict_cycles_exhausted", message: "three conflicts", escalationId: "esc-1", at: NOW.toISOString() },
+  };
+  const resolution: Resolution = {
+    kind: "resolution",
+    resolutionId: "res-1",
+    escalationId: "esc-1",
+    intent,
+    decision: "apply",
+    baseVersion: version(1),
+    operator: { id: "ops" },
+    replyTo: "writ.replies.ops",
+    entity: T1,
+    createdAt: NOW.toISOString(),
+  };
+  return { sor, tool, key, entry, resolution, ledger: new PartitionLedger(0, [[key, entry]]) };
+}
+
+describe("an operator's apply, resumed after its owner stopped mid-way", () => {
+  it("settles as applied by reconciling when the write had reached the system: no second PATCH", async () => {
+    const { sor, tool, key, resolution, ledger } = setup("pending");
+    sor.change(T1, [{ op: "add", path: "/tags/-", value: "vip" }], key); // the write the stopped owner made
+    const resolver = new Resolver({ now: () => NOW });
+    const plan = resolver.plan(resolution, tool, resolution.intent.replyTo, ledger);
+    expect(plan).toMatchObject({ kind: "apply", resumed: true });
+    if (plan.kind !== "apply") return;
+    const step = await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
+    expect(step.kind).toBe("settled");
+    if (step.kind !== "settled") return;
+    expect(step.effects.ledger).toMatchObject({ status: "done", outcome: { status: "applied" } });
+    expect(sor.patches).toHaveLength(0);
+    expect(sor.commitsOf(key)).toBe(1);
+    expect((sor.current(T1)!.state as { tags: string[] }).tags).toEqual(["vip"]);
+  });
+
+  it("writes once when the stopped owner had not written", async () => {
+    const { sor, tool, key, resolution, ledger } = setup("pending");
+    const resolver = new Resolver({ now: () => NOW });
+    const plan = resolver.plan(resolution, tool, resolution.intent.replyTo, ledger);
+    expect(plan).toMatchObject({ kind: "apply", resumed: true });
+    if (plan.kind !== "apply") return;
+    const step = await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
+    expect(step).toMatchObject({ kind: "settled", effects: { ledger: { status: "done", outcome: { status: "applied" } } } });
+    expect(sor.patches).toHaveLength(1);
+    expect(sor.commitsOf(key)).toBe(1);
+  });
+
+  it("refuses to discard while an apply may have written: only an apply can tell", () => {
+    const { tool, resolution, ledger } = setup("pending");
+    const plan = new Resolver({ now: () => NOW }).plan({ ...resolution, decision: "discard", resolutionId: "res-2" }, tool, resolution.intent.replyTo, ledger);
+    expect(plan).toMatchObject({ kind: "settled", effects: { replies: [{ value: { status: "rejected", reason: "resolution_not_applicable" } }] } });
+  });
+
+  it("an open escalation (not resumed) is applied without a reconcile lookup first", async () => {
+    const { sor, tool, resolution, ledger } = setup("done");
+    const resolver = new Resolver({ now: () => NOW });
+    const plan = resolver.plan(resolution, tool, resolution.intent.replyTo, ledger);
+    expect(plan).toMatchObject({ kind: "apply", resumed: false });
+    if (plan.kind !== "apply") return;
+    await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
+    expect(sor.lookups).toHaveLength(0);
+    expect(sor.patches).toHaveLength(1);
+  });
+});

@@ -1,0 +1,116 @@
+// The golden vectors of intent signing (test/fixtures/signature-vectors.json),
+// checked with the TypeScript implementation. The Python client runs the same
+// file (python/tests/test_signing.py). A failure here means
+// src/security/signing.ts or src/canonical-json.ts no longer give the bytes
+// other clients were promised: a wire-contract change (docs/wire-contract.md §7;
+// see scripts/generate-signature-vectors.ts before regenerating anything).
+import { createPublicKey, sign, verify } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../src/canonical-json.ts";
+import { SIGNATURE_HEADER, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature } from "../../src/security/signing.ts";
+import { SIGNATURE_VECTORS_FILE, privateKeyFromSeed, render } from "../../scripts/generate-signature-vectors.ts";
+
+interface Key {
+  keyId: string;
+  seedBase64: string;
+  privateKeyPem: string;
+  publicKeyPem: string;
+  publicKeyBase64: string;
+}
+
+interface Vector {
+  name: string;
+  keyId: string;
+  intentJson: string;
+  expected: { canonical: string; header: string; error?: undefined } | { error: "not_canonical" };
+}
+
+interface SignatureVectorsFile {
+  header: string;
+  algorithm: string;
+  rfc8032: { seedHex: string; publicKeyHex: string; messageHex: string; signatureHex: string };
+  keys: Key[];
+  vectors: Vector[];
+}
+
+const text = readFileSync(SIGNATURE_VECTORS_FILE, "utf8");
+const file = JSON.parse(text) as SignatureVectorsFile;
+const keyOf = (id: string) => {
+  const k = file.keys.find((x) => x.keyId === id);
+  if (!k) throw new Error(`no key ${id}`);
+  return k;
+};
+
+describe("intent signature golden vectors", () => {
+  it("names the header and the algorithm", () => {
+    expect(file.header).toBe(SIGNATURE_HEADER);
+    expect(file.algorithm).toBe("ed25519");
+    expect(file.vectors.filter((v) => v.expected.error === undefined).length).toBeGreaterThanOrEqual(6);
+    expect(file.vectors.filter((v) => v.expected.error !== undefined).length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("signs RFC 8032's TEST 1 as the RFC prints it (section 7.1)", () => {
+    // The values as published in the RFC, not computed here.
+    const published = {
+      seedHex: "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+      publicKeyHex: "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+      signatureHex: "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+    };
+    expect(file.rfc8032).toMatchObject({ ...published, messageHex: "" });
+    const key = privateKeyFromSeed(Buffer.from(published.seedHex, "hex"));
+    expect(sign(null, Buffer.alloc(0), key).toString("hex")).toBe(published.signatureHex);
+    expect(keyOf("test-rfc8032-1").publicKeyBase64).toBe(Buffer.from(published.publicKeyHex, "hex").toString("base64"));
+  });
+
+  it("each key's seed, PKCS#8 PEM, SPKI PEM and raw public key are the same key", () => {
+    for (const k of file.keys) {
+      const fromSeed = privateKeyFromSeed(Buffer.from(k.seedBase64, "base64"));
+      expect(fromSeed.export({ format: "pem", type: "pkcs8" }).toString(), k.keyId).toBe(k.privateKeyPem);
+      expect(createPublicKey(fromSeed).export({ format: "pem", type: "spki" }).toString(), k.keyId).toBe(k.publicKeyPem);
+      expect(publicKeyFrom(k.publicKeyBase64).export({ format: "pem", type: "spki" }).toString(), k.keyId).toBe(k.publicKeyPem);
+    }
+  });
+
+  it.each(file.vectors.map((v) => [v.name, v] as const))("%s", (_name, v) => {
+    const k = keyOf(v.keyId);
+    const intent = JSON.parse(v.intentJson) as Record<string, unknown>;
+    if (v.expected.error !== undefined) {
+      const refusal = { name: "WritError", code: v.expected.error, retriable: false };
+      expect(() => signIntent(intent, { keyId: k.keyId, privateKey: k.privateKeyPem })).toThrow(expect.objectContaining(refusal));
+      expect(verifyIntentSignature(intent, `ed25519 ${k.keyId} ${"A".repeat(86)}==`, new Map([[k.keyId, publicKeyFrom(k.publicKeyPem)]]))).toMatchObject({ ok: false });
+      return;
+    }
+    expect(canonicalJson(intent)).toBe(v.expected.canonical);
+    expect(signedBytes(intent).equals(Buffer.from(v.expected.canonical, "utf8"))).toBe(true);
+    // from the PEM and from the seed: the same (deterministic) signature
+    expect(signIntent(intent, { keyId: k.keyId, privateKey: k.privateKeyPem })).toBe(v.expected.header);
+    expect(signIntent(intent, { keyId: k.keyId, privateKey: privateKeyFromSeed(Buffer.from(k.seedBase64, "base64")) })).toBe(v.expected.header);
+    const [scheme, keyId, signature] = v.expected.header.split(" ");
+    expect([scheme, keyId]).toEqual(["ed25519", k.keyId]);
+    expect(signature).toMatch(/^[A-Za-z0-9+/]{86}==$/);
+    expect(verify(null, Buffer.from(v.expected.canonical, "utf8"), publicKeyFrom(k.publicKeyBase64), Buffer.from(signature!, "base64"))).toBe(true);
+    // as owners check it: by key id, against the intent as parsed
+    for (const pub of [k.publicKeyPem, k.publicKeyBase64]) {
+      expect(verifyIntentSignature(intent, v.expected.header, new Map([[k.keyId, publicKeyFrom(pub)]]))).toEqual({ ok: true, keyId: k.keyId });
+    }
+    const changed = { ...intent, baseVersion: '"v4"' };
+    expect(verifyIntentSignature(changed, v.expected.header, new Map([[k.keyId, publicKeyFrom(k.publicKeyPem)]]))).toMatchObject({ ok: false });
+  });
+
+  it("the same intent under two keys, or with one member more, has another signature", () => {
+    const header = (name: string) => {
+      const v = file.vectors.find((x) => x.name === name);
+      if (!v || v.expected.error !== undefined) throw new Error(`no vector ${name}`);
+      return v.expected.header;
+    };
+    const base = header("refund: a whole intent, no toolCallId");
+    expect(header("refund: the same intent signed with the RFC 8032 key")).not.toBe(base);
+    expect(header("refund: with toolCallId")).not.toBe(base);
+    expect(header("unknown member: a member the schema does not declare is covered too")).not.toBe(base);
+  });
+
+  it("is the file scripts/generate-signature-vectors.ts writes", () => {
+    expect(text).toBe(render());
+  });
+});
