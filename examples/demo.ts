@@ -10,6 +10,7 @@
 // agents' reply topics, escalations on writ.human.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, openSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { createIntentInput, createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
@@ -29,6 +30,8 @@ const { brokers, registryUrl, records, say } = stack;
 const read = (type: string, id: string) => stack.read<any>(type, id);
 const demoRun = `demo-${Date.now().toString(36)}`;
 const owners: ChildProcess[] = [];
+/** Each owner serves /metrics, /healthz and /readyz on its own port (WRIT_HEALTH_PORT). */
+const metricsPorts: number[] = [];
 const clients: WritClient[] = [];
 stack.onShutdown(stopAgentsAndOwners);
 
@@ -40,7 +43,7 @@ async function main(): Promise<Record<string, number>> {
   records.seed("ticket", "T-42", { subject: "Charged twice", status: "open", tags: ["billing"] });
   records.seed("ticket", "T-43", { subject: "Refund stuck", status: "open", tags: [] });
 
-  for (const n of [1, 2]) owners.push(startOwner(n));
+  for (const n of [1, 2]) owners.push(startOwner(n, await freePort()));
   say("  started 2 owner processes (consumer group writ.owners; one writer per partition)");
   const logger = createLogger({ level: "warn", name: "demo-agent" });
   const client = (agentId: string) =>
@@ -205,6 +208,7 @@ async function main(): Promise<Record<string, number>> {
   const undoPatches = records.patchRequests(undoKey).length;
   const reversals = ((payment.state.reversals ?? []) as unknown[]).length;
   say(`records server: pay_1001 has ${reversals} reversal(s); ${undoPatches} PATCH request(s) for the undo's intent key`);
+  await reportMetrics();
   return {
     refunds_created: refundsCreated,
     duplicates_suppressed: duplicatesSuppressed,
@@ -217,7 +221,15 @@ async function main(): Promise<Record<string, number>> {
   };
 }
 
+/** Every reply an agent received in this run, by status (`duplicate` for repeats answered from the ledger). */
+const received: Record<string, number> = {};
+/** The intent keys of this run's submissions (all distinct from other runs': each carries the run id). */
+const receivedKeys = new Set<string>();
+
 function describe(label: string, r: SubmitResult): void {
+  const kind = "duplicate" in r && r.duplicate ? "duplicate" : r.status;
+  received[kind] = (received[kind] ?? 0) + 1;
+  if ("intentKey" in r && typeof r.intentKey === "string") receivedKeys.add(r.intentKey);
   const dup = "duplicate" in r && r.duplicate ? " (duplicate: stored reply re-sent, nothing written)" : "";
   switch (r.status) {
     case "applied":
@@ -248,7 +260,57 @@ async function outsideWriterTouch(type: string, id: string, n: number): Promise<
   if (!res.ok) throw new Error(`outside writer: PUT ${type}/${id} answered ${res.status}`);
 }
 
-function startOwner(n: number): ChildProcess {
+/**
+ * Scrapes both owners' /metrics (Prometheus text) and checks them against the replies on the agents' reply
+ * topics for this run's intent keys: every result an owner commits carries exactly one reply, so the two agree
+ * exactly. The agents' own tally (`received`) can be lower by redeliveries: a record delivered again after the
+ * rebalance (the offset commit lags results) is answered again from the ledger, and the agent has its answer.
+ * The owners are fresh processes, so their counters hold this run only. A difference fails the demo.
+ */
+async function reportMetrics(): Promise<void> {
+  const samples: { name: string; labels: string; value: number }[] = [];
+  for (const port of metricsPorts) {
+    const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+    if (!res.ok) throw new Error(`owner /metrics on port ${port} answered ${res.status}`);
+    for (const line of (await res.text()).split("\n")) {
+      const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+      if (m) samples.push({ name: m[1]!, labels: m[2] ?? "", value: Number(m[3]) });
+    }
+  }
+  const total = (name: string, label = "") => samples.filter((x) => x.name === name && x.labels.includes(label)).reduce((n, x) => n + x.value, 0);
+  const scraped: Record<string, number> = {
+    applied: total("writ_intents_total", 'outcome="applied"'),
+    duplicate: total("writ_intents_total", 'outcome="repeat"') + total("writ_intents_total", 'outcome="redelivered"'),
+    conflict: total("writ_intents_total", 'outcome="conflict"'),
+    escalated: total("writ_intents_total", 'outcome="escalated"'),
+    rejected: total("writ_intents_total", 'outcome="rejected"'),
+  };
+  const onTopics: Record<string, number> = {};
+  for (const agent of ["billing-agent", "support-alice", "support-bob"]) {
+    for (const r of await readReplies(`writ.replies.${agent}`, receivedKeys)) {
+      const kind = r.duplicate ? "duplicate" : r.status;
+      onTopics[kind] = (onTopics[kind] ?? 0) + 1;
+    }
+  }
+  const line = (c: Record<string, number>) => Object.keys(scraped).map((k) => `${c[k] ?? 0} ${k}`).join(", ");
+  const agree = Object.keys(scraped).every((k) => scraped[k] === (onTopics[k] ?? 0));
+  const redelivered = total("writ_intents_total", 'outcome="redelivered"');
+  say(`replies the agents received: ${line(received)}`);
+  say(`replies on the agents' reply topics: ${line(onTopics)}${redelivered > 0 ? ` (${redelivered} redelivered after the rebalance, answered again from the ledger)` : ""}`);
+  say(`owners' /metrics (writ_intents_total by outcome): ${line(scraped)}: ${agree ? "the same as on the reply topics" : "DIFFERENT from the reply topics"}`);
+  if (!agree) throw new Error("the owners' metrics do not match the replies on the reply topics");
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
+function startOwner(n: number, metricsPort: number): ChildProcess {
+  metricsPorts.push(metricsPort);
   const out = openSync(join(logDir, `demo-owner-${n}.log`), "w");
   return spawn(process.execPath, [join(root, "consumers", "owner-main.ts")], {
     env: {
@@ -259,6 +321,8 @@ function startOwner(n: number): ChildProcess {
       WRIT_TOOLS_MODULE: join(root, "examples", "demo-tools.ts"),
       WRIT_SOR_TIMEOUT_MS: "1500",
       WRIT_INSTANCE_ID: `demo-owner-${n}`,
+      WRIT_HEALTH_HOST: "127.0.0.1",
+      WRIT_HEALTH_PORT: String(metricsPort),
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
     },
     stdio: ["ignore", out, out],
@@ -279,6 +343,7 @@ async function readReplies(topic: string, intentKeys: Set<string>): Promise<Repl
  * Every committed value on `topic`, from its start to its end as of the call
  * (read_committed, so aborted writes are not counted), decoded as `name`.
  */
+let reads = 0;
 async function readTopic(topic: string, name: "Reply" | "Escalation"): Promise<unknown[]> {
   const kafka = new Kafka({ clientId: "writ-demo-reader", brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
@@ -288,7 +353,7 @@ async function readTopic(topic: string, name: "Reply" | "Escalation"): Promise<u
   const behind = new Map(end.filter((p) => Number(p.high) > Number(p.low)).map((p) => [p.partition, Number(p.high)]));
   if (behind.size === 0) return [];
   const codec = new WireCodec({ schemaRegistryUrl: registryUrl });
-  const consumer = kafka.consumer({ groupId: `writ.demo-reader.${demoRun}.${topic}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+  const consumer = kafka.consumer({ groupId: `writ.demo-reader.${demoRun}.${topic}.${++reads}`, readUncommitted: false, maxWaitTimeInMs: 500 });
   const values: unknown[] = [];
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });

@@ -2,7 +2,7 @@ import type { AdmittedIntent } from "../owner/admission.ts";
 import type { Effects } from "../owner/effects.ts";
 
 /** One outcome per intent, as `writ_intents_total` counts it. */
-export type IntentOutcomeKind = "applied" | "conflict" | "rejected" | "escalated" | "dead_lettered" | "repeat";
+export type IntentOutcomeKind = "applied" | "conflict" | "rejected" | "escalated" | "dead_lettered" | "repeat" | "redelivered";
 
 /** What one settled intent came to: the labels its metrics and its process span carry. Never a record id. */
 export interface IntentOutcome {
@@ -21,8 +21,9 @@ export const NO_TOOL = "none";
 /**
  * What an intent's staged result says happened (null for a record forwarded
  * to its key's partition, where it is settled), in this order: a repeat
- * answered from the ledger (`duplicate: true`), an escalation, a dead letter,
- * else the reply's status.
+ * answered from the ledger (`duplicate: true`: `redelivered` when it is the
+ * very submission the ledger holds, delivered again after a rebalance or
+ * restart, else `repeat`), an escalation, a dead letter, else the reply's status.
  */
 export function intentOutcome(admitted: AdmittedIntent | undefined, effects: Effects): IntentOutcome | null {
   // Forwarded to its key's partition: settled there, counted there.
@@ -31,7 +32,7 @@ export function intentOutcome(admitted: AdmittedIntent | undefined, effects: Eff
   const escalations = effects.escalations.map((e) => e.value.reason);
   const deadLetters = effects.deadLetters.map((d) => d.value.reason);
   let outcome: IntentOutcomeKind;
-  if (reply?.duplicate === true) outcome = "repeat";
+  if (reply?.duplicate === true) outcome = effects.redelivered ? "redelivered" : "repeat";
   else if (escalations.length > 0) outcome = "escalated";
   else if (deadLetters.length > 0) outcome = "dead_lettered";
   else if (reply && (reply.status === "applied" || reply.status === "conflict" || reply.status === "escalated")) outcome = reply.status;

@@ -52,13 +52,13 @@ export class RouterMetrics {
 
   private readonly intents = new Counter({
     name: "writ_intents_total",
-    help: "Intents settled, by tool and outcome (applied, conflict, rejected, escalated, dead_lettered, repeat), counted when their result committed.",
+    help: "Intents settled, by tool and outcome (applied, conflict, rejected, escalated, dead_lettered, repeat, redelivered), counted when their result committed. redelivered: the same submission delivered again after a rebalance or restart (the offset commit lags results), answered from the ledger.",
     labelNames: ["tool", "outcome"] as const,
     registers: [this.registry],
   });
   private readonly duplicates = new Counter({
     name: "writ_duplicates_answered_total",
-    help: "Repeats of an intent key answered from the ledger (duplicate: true), by tool.",
+    help: "Repeats of an intent key the agents sent again, answered from the ledger (duplicate: true), by tool; redeliveries of the same submission are not counted here.",
     labelNames: ["tool"] as const,
     registers: [this.registry],
   });

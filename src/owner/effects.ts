@@ -19,6 +19,11 @@ export interface Effects {
   deadLetters: { key: string | null; value: DeadLetter }[];
   /** The record itself, to its key's partition of the intents topic (it arrived on another one). */
   forwards: { partition: number; message: KafkaMessage; from: SourceRef }[];
+  /**
+   * The very submission whose result the ledger holds, delivered again (an offset commit lags the result by
+   * design, so a rebalance or restart re-delivers a few records): answered again, counted apart from repeats.
+   */
+  redelivered?: boolean;
 }
 
 export function effects(parts: Partial<Effects> = {}): Effects {

@@ -124,7 +124,9 @@ export class IntentPipeline {
         if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
         return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
       }
-      return this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger");
+      const settled = this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger");
+      if (entry.intentId === intent.intentId) settled.effects.redelivered = true;
+      return settled;
     }
     const inherited = entry?.status === "pending";
     // An undo of nothing undoable is answered without a ledger entry (a later submission is asked again), unless

@@ -18,6 +18,7 @@ import { isOutage, type Plan, type WriteState } from "./intent-pipeline.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
 import type { OwnerContext } from "./owner-context.ts";
+import { startOffset } from "../kafka/serial-admin.ts";
 
 /** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
 const STUCK_AFTER_FAILURES = 5;
@@ -267,13 +268,7 @@ export class PartitionOwner {
       ledger = new PartitionLedger(this.partition, entries);
       const heal = await this.healTargets(ledger);
       if (heal.length > 0) await this.transact(producer, heal, null);
-      const committed = await admin.fetchOffsets({ groupId: config.groupId, topics: [config.topics.intents] });
-      const offset = committed[0]?.partitions.find((p) => p.partition === this.partition)?.offset ?? "-1";
-      let next = BigInt(offset);
-      if (next < 0n) {
-        const bounds = await admin.fetchTopicOffsets(config.topics.intents);
-        next = BigInt(bounds.find((b) => b.partition === this.partition)?.low ?? "0");
-      }
+      const next = await startOffset(admin, config.groupId, config.topics.intents, this.partition);
       if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
       this.session = new Session(producer, ledger);
       this.expectedNext = next;

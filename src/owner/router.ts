@@ -22,6 +22,7 @@ import { RouterMetrics } from "../metrics/router-metrics.ts";
 import { AgentRegistry } from "../security/agent-registry.ts";
 import { WritError } from "../errors.ts";
 import { kafkaConnection, transportWarnings } from "../security/transport.ts";
+import { serialAdmin } from "../kafka/serial-admin.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -113,7 +114,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       log.error({ subject, reason: message }, "the schema registry refused a schema; values of this subject are written as plain JSON until it accepts it (check the subject's compatibility level)");
     },
   });
-  const admin: Admin = kafka.admin();
+  // Partition owners share this admin and open concurrently after a rebalance: its requests go one at a time.
+  const admin: Admin = serialAdmin(kafka.admin());
   await admin.connect();
   await ensureTopics(admin, routerTopics(config));
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);

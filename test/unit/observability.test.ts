@@ -102,6 +102,8 @@ describe("intent outcomes", () => {
     ({ status, duplicate, intentId: "i", intentKey: "k", at: "t", message: "m", reason: "sor_rejected" }) as never;
   it("one outcome per intent: repeat, escalated, dead_lettered, else the reply's status", () => {
     expect(intentOutcome(undefined, effects({ replies: [{ topic: "t", value: reply("applied", true) }] }))?.outcome).toBe("repeat");
+    // The same submission delivered again (the offset commit lags results) is told apart from an agent's repeat.
+    expect(intentOutcome(undefined, effects({ replies: [{ topic: "t", value: reply("applied", true) }], redelivered: true }))?.outcome).toBe("redelivered");
     expect(intentOutcome(undefined, effects({ replies: [{ topic: "t", value: reply("conflict") }] }))?.outcome).toBe("conflict");
     expect(intentOutcome(undefined, effects({ replies: [{ topic: "t", value: reply("rejected") }] }))).toMatchObject({ tool: "none", outcome: "rejected" });
     const dead = effects({ deadLetters: [{ key: null, value: { reason: "undecodable" } as never }] });
@@ -116,6 +118,7 @@ describe("RouterMetrics", () => {
     const m = new RouterMetrics();
     m.owner.committed(0, 12, [
       { tool: "tag_ticket", outcome: "repeat", escalations: [], deadLetters: [] },
+      { tool: "tag_ticket", outcome: "redelivered", escalations: [], deadLetters: [] },
       { tool: "none", outcome: "dead_lettered", escalations: [], deadLetters: ["too_large"] },
     ]);
     m.owner.opened(0, 300);
@@ -128,6 +131,7 @@ describe("RouterMetrics", () => {
     const text = await m.text();
     expect(text).toContain('writ_intents_total{tool="tag_ticket",outcome="repeat"} 1');
     expect(text).toContain('writ_duplicates_answered_total{tool="tag_ticket"} 1');
+    expect(text).toContain('writ_intents_total{tool="tag_ticket",outcome="redelivered"} 1');
     expect(text).toContain('writ_dead_letters_total{reason="too_large"} 1');
     expect(text).toContain('writ_conflicts_total{tool="tag_ticket",record_type="ticket",cause="version_mismatch"} 1');
     expect(text).toContain('writ_ledger_entries{partition="0"} 5');

@@ -262,6 +262,18 @@ describe("IntentPipeline.classify (step 2: what the ledger says)", () => {
       via: "patch",
       tool: "set_status",
     });
+    expect(settled(step).redelivered).toBeUndefined();
+    expect(sor.patchCount(T1)).toBe(1);
+  });
+
+  it("marks the very submission the ledger holds, delivered again (a lagging offset commit), as redelivered", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const original = close();
+    await run(p, original, ledger);
+    const { step } = await run(p, original, ledger);
+    expect(reply(step)).toMatchObject({ status: "applied", duplicate: true, intentId: original.intent.intentId });
+    expect(settled(step).redelivered).toBe(true);
     expect(sor.patchCount(T1)).toBe(1);
   });
 
