@@ -5,7 +5,9 @@
 //   with probability WRIT_FAULT_CRASH_AFTER_PATCH the process SIGKILLs itself
 //   there, the worst moment for exactly-once;
 // - ablation controls (WRIT_FAULT_ABLATE=ledger | if-match), which remove a
-//   guarantee so that the suite can show its check fails without it.
+//   guarantee so that the suite can show its check fails without it
+//   (if-match: the write goes out with the version just read, and the delta is
+//   not rebuilt from the params on that record either).
 import { routerConfigFromEnv } from "../../src/config.ts";
 import { hideKafkajsTimeoutWarning } from "../../src/node-warnings.ts";
 import { createLogger } from "../../src/logger.ts";
