@@ -18,6 +18,7 @@ import type { Reply } from "../schemas/reply.ts";
 import { KIND_HEADER, type Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { kafkaConnection, type KafkaSecurity } from "../security/transport.ts";
+import { headerText } from "../tracing/trace-context.ts";
 import type { ConsoleState, LagPartition } from "./state.ts";
 
 export interface FeedOptions {
@@ -44,7 +45,6 @@ export interface Feed {
   close(): Promise<void>;
 }
 
-const headerText = (v: unknown): string | undefined => (Buffer.isBuffer(v) ? v.toString("utf8") : typeof v === "string" ? v : Array.isArray(v) ? headerText(v[0]) : undefined);
 
 export function startFeed(opts: FeedOptions): Feed {
   const { kafka, codec, state, topics, log } = opts;

@@ -51,12 +51,11 @@ export function parseTraceparent(traceparent: string | undefined, tracestate?: s
   return isSpanContextValid(sc) ? sc : null;
 }
 
-/** The text of a header value (the first one, if repeated); undefined when absent. */
-export function headerText(value: HeaderValue): string | undefined {
-  if (value === undefined) return undefined;
-  const first = Array.isArray(value) ? value[0] : value;
-  if (first === undefined) return undefined;
-  return typeof first === "string" ? first : (first as Buffer).toString("utf8");
+/** The text of a header value (the first one, if repeated); undefined when absent or null (kafkajs decodes a null header value as null). */
+export function headerText(value: HeaderValue | null | undefined): string | undefined {
+  const first: unknown = Array.isArray(value) ? value[0] : value;
+  if (typeof first === "string") return first;
+  return Buffer.isBuffer(first) ? first.toString("utf8") : undefined;
 }
 
 /** A header by name, exact first, then case-insensitively (HTTP names are case-insensitive; Kafka's are not). */

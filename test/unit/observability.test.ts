@@ -7,11 +7,20 @@ import { RouterMetrics } from "../../src/metrics/router-metrics.ts";
 import { effects } from "../../src/owner/effects.ts";
 import type { LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
 import type { SystemOfRecord } from "../../src/sor/adapter.ts";
-import { formatTraceparent, parseTraceparent, spanContextFromHeaders, traceHeaders } from "../../src/tracing/trace-context.ts";
+import { formatTraceparent, headerText, parseTraceparent, spanContextFromHeaders, traceHeaders } from "../../src/tracing/trace-context.ts";
 
 const TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 describe("W3C trace context", () => {
+  it("reads a header value as text: a string, a Buffer, the first of repeated ones; null (a null header value) as absent", () => {
+    expect(headerText("a")).toBe("a");
+    expect(headerText(Buffer.from("b"))).toBe("b");
+    expect(headerText([Buffer.from("c"), "d"])).toBe("c");
+    expect(headerText(null)).toBeUndefined();
+    expect(headerText(undefined)).toBeUndefined();
+    expect(spanContextFromHeaders({ traceparent: null } as never)).toBeNull();
+  });
+
   it("parses and formats traceparent, with tracestate", () => {
     const sc = parseTraceparent(TP, "congo=t61rcWkgMzE")!;
     expect(sc).toMatchObject({ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", traceFlags: 1, isRemote: true });
