@@ -191,12 +191,6 @@ export class RouterMetrics {
 
   /** The partition owners' hook (`OwnerContext.observe`). */
   readonly owner = {
-    settled: (_intent: AdmittedIntent, _note: string) => {
-      // Counted at commit (see `committed`): a result staged here may still be dropped by a failed transaction.
-    },
-    transaction: (_ms: number) => {
-      // The whole transaction is timed at `committed`.
-    },
     forwarded: (partition: number) => {
       this.forwarded.inc({ partition: String(partition) });
     },

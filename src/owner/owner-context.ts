@@ -45,9 +45,7 @@ export interface OwnerContext {
     beforeCommit?(info: { partition: number; topics: string[] }): Promise<void>;
   };
   observe?: {
-    settled(intent: AdmittedIntent, note: string): void;
     forwarded?(partition: number): void;
-    transaction(ms: number): void;
     /** The partition was taken up and runs (ms: fence, marker, ledger restore, heal). */
     opened?(partition: number, ms: number): void;
     /** A transaction carrying these intents' results committed (ms: from its begin to its commit). */

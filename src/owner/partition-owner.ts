@@ -339,9 +339,7 @@ export class PartitionOwner {
         }
       }
       await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
-      const started = Date.now();
       await txn.commit();
-      this.ctx.observe?.transaction(Date.now() - started);
     } catch (err) {
       await txn.abort().catch(() => undefined);
       throw err;
@@ -538,7 +536,6 @@ export class PartitionOwner {
         if (!session.active) return;
         if (step.kind === "settled") {
           await this.settle(session, slot, step.effects);
-          this.ctx.observe?.settled(a, step.note);
           return;
         }
         slot.outages++;
