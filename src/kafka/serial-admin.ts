@@ -20,13 +20,11 @@ export function serialAdmin(admin: Admin): Admin {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver);
       if (typeof value !== "function") return value;
-      // Events and lifecycle pass straight through; only requests queue.
-      if (prop === "on" || prop === "events" || prop === "logger" || prop === "connect" || prop === "disconnect") return value.bind(target);
+      // Listeners, the logger and the connection pass straight through; only requests queue.
+      if (prop === "on" || prop === "logger" || prop === "connect" || prop === "disconnect") return value.bind(target);
       return (...args: unknown[]) => {
-        const run = tail.then(
-          () => value.apply(target, args),
-          () => value.apply(target, args),
-        );
+        // `tail` never rejects: a failed request is its caller's, not the next one's.
+        const run = tail.then(() => value.apply(target, args));
         tail = run.catch(() => undefined);
         return run;
       };
