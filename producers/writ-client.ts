@@ -11,7 +11,7 @@ import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
 import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
 import { isControlRecord } from "../src/schemas/control.ts";
-import { SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
+import { prepareSigner, SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
 import { kafkaConnection, transportWarnings } from "../src/security/transport.ts";
 import type { Reply } from "../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
@@ -202,8 +202,10 @@ export async function createWritClient(
     signer?: IntentSigner;
   },
 ): Promise<WritClient> {
-  const { logger, offsetProbe, signer, ...raw } = input;
+  const { logger, offsetProbe, signer: rawSigner, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
+  // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
+  const signer = rawSigner ? prepareSigner(rawSigner) : undefined;
   const log = (logger ?? createLogger()).child({ component: "writ-client", agent: config.agentId });
   registerCompressionCodecs();
   const kafka = new Kafka({

@@ -28,8 +28,11 @@ export function signedBytes(intent: unknown): Buffer {
   return Buffer.from(canonicalJson(intent), "utf8");
 }
 
-/** The header value for `intent`, signed with `signer`'s Ed25519 key. */
-export function signIntent(intent: unknown, signer: IntentSigner): string {
+/**
+ * `signer` checked, its key parsed once: a client prepares its signer at start, so a bad key id or key fails
+ * there (config_invalid, naming the field), and each submit signs without parsing PEM again.
+ */
+export function prepareSigner(signer: IntentSigner): IntentSigner & { privateKey: KeyObject } {
   if (!/^[A-Za-z0-9._:-]{1,64}$/.test(signer.keyId)) {
     throw new WritError("config_invalid", "signing key id must be 1–64 of A-Z a-z 0-9 . _ : -", { retriable: false, context: { field: "keyId" } });
   }
@@ -37,7 +40,13 @@ export function signIntent(intent: unknown, signer: IntentSigner): string {
   if (key.asymmetricKeyType !== "ed25519") {
     throw new WritError("config_invalid", "signing key must be an Ed25519 private key", { retriable: false, context: { field: "privateKey" } });
   }
-  return `ed25519 ${signer.keyId} ${sign(null, signedBytes(intent), key).toString("base64")}`;
+  return { keyId: signer.keyId, privateKey: key };
+}
+
+/** The header value for `intent`, signed with `signer`'s Ed25519 key. */
+export function signIntent(intent: unknown, signer: IntentSigner): string {
+  const { keyId, privateKey } = prepareSigner(signer);
+  return `ed25519 ${keyId} ${sign(null, signedBytes(intent), privateKey).toString("base64")}`;
 }
 
 /** An Ed25519 public key from PEM (SPKI) text or the 32 raw bytes in base64. */

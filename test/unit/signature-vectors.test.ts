@@ -4,11 +4,11 @@
 // src/security/signing.ts or src/canonical-json.ts no longer give the bytes
 // other clients were promised: a wire-contract change (docs/wire-contract.md §7;
 // see scripts/generate-signature-vectors.ts before regenerating anything).
-import { createPublicKey, sign, verify } from "node:crypto";
+import { createPublicKey, generateKeyPairSync, sign, verify } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../src/canonical-json.ts";
-import { SIGNATURE_HEADER, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature } from "../../src/security/signing.ts";
+import { SIGNATURE_HEADER, prepareSigner, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature } from "../../src/security/signing.ts";
 import { SIGNATURE_VECTORS_FILE, privateKeyFromSeed, render } from "../../scripts/generate-signature-vectors.ts";
 
 interface Key {
@@ -86,6 +86,8 @@ describe("intent signature golden vectors", () => {
     // from the PEM and from the seed: the same (deterministic) signature
     expect(signIntent(intent, { keyId: k.keyId, privateKey: k.privateKeyPem })).toBe(v.expected.header);
     expect(signIntent(intent, { keyId: k.keyId, privateKey: privateKeyFromSeed(Buffer.from(k.seedBase64, "base64")) })).toBe(v.expected.header);
+    // as a client signs: its signer prepared once at start (PEM parsed there)
+    expect(signIntent(intent, prepareSigner({ keyId: k.keyId, privateKey: k.privateKeyPem }))).toBe(v.expected.header);
     const [scheme, keyId, signature] = v.expected.header.split(" ");
     expect([scheme, keyId]).toEqual(["ed25519", k.keyId]);
     expect(signature).toMatch(/^[A-Za-z0-9+/]{86}==$/);
@@ -108,6 +110,14 @@ describe("intent signature golden vectors", () => {
     expect(header("refund: the same intent signed with the RFC 8032 key")).not.toBe(base);
     expect(header("refund: with toolCallId")).not.toBe(base);
     expect(header("unknown member: a member the schema does not declare is covered too")).not.toBe(base);
+  });
+
+  it("a signer is refused at preparation for a bad key id or a key that is not Ed25519, naming the field", () => {
+    const k = file.keys[0]!;
+    expect(() => prepareSigner({ keyId: "bad key id", privateKey: k.privateKeyPem })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "keyId" } }));
+    const rsa = generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey;
+    expect(() => prepareSigner({ keyId: "k1", privateKey: rsa })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "privateKey" } }));
+    expect(prepareSigner({ keyId: k.keyId, privateKey: k.privateKeyPem }).privateKey.asymmetricKeyType).toBe("ed25519");
   });
 
   it("is the file scripts/generate-signature-vectors.ts writes", () => {
