@@ -240,22 +240,14 @@ export class ConsoleState {
   /** The owners' committed offset per intents partition: an intent below it has its result committed (settled). */
   private readonly committed = new Map<number, bigint>();
   private readonly dirty = new Set<Section>();
-  private readonly listeners = new Set<() => void>();
 
   constructor(topics: Omit<ConsoleTopics, "replies">, limits: Partial<ConsoleLimits> = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
     this.topics = { ...topics, replies: [] };
   }
 
-  /** Called (synchronously) after each change; the server throttles what it sends. */
-  onChange(listener: () => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
   private changed(...sections: Section[]): void {
     for (const s of sections) this.dirty.add(s);
-    for (const l of this.listeners) l();
   }
 
   /** False for a record at or below one already taken from its partition. */
@@ -362,7 +354,6 @@ export class ConsoleState {
       this.inFlight.delete(this.inFlight.keys().next().value as string);
       this.counts.inFlightDropped++;
     }
-    this.counts.inFlight = this.inFlight.size;
     this.changed("inFlight", "counts");
   }
 
@@ -370,7 +361,6 @@ export class ConsoleState {
     if (!this.accept(where)) return;
     this.remember(this.answered, reply.intentId, true, this.correlationCap);
     if (this.inFlight.delete(reply.intentId)) {
-      this.counts.inFlight = this.inFlight.size;
       this.dirty.add("inFlight");
     }
     const meta = this.intentMeta.get(reply.intentId);
@@ -571,7 +561,6 @@ export class ConsoleState {
         }
       }
       if (pruned) {
-        this.counts.inFlight = this.inFlight.size;
         sections.push("inFlight", "counts");
       }
     }
@@ -628,7 +617,7 @@ export class ConsoleState {
       case "topics":
         return { ...this.topics, replies: [...this.topics.replies] } as ConsoleSnapshot[S];
       case "counts":
-        return { ...this.counts } as ConsoleSnapshot[S];
+        return { ...this.counts, inFlight: this.inFlight.size } as ConsoleSnapshot[S];
       case "inFlight":
         // newest first, as many as a recent list
         return [...this.inFlight.values()].slice(-this.limits.recent).reverse() as ConsoleSnapshot[S];
