@@ -77,7 +77,8 @@ export function intentKey(input: IntentKeyInput): string {
 /** Removes free-text values, which a model may reword on a retry of the same intent. */
 function withoutFreeText(params: Readonly<Record<string, unknown>>, freeText: readonly string[]): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(params)) if (!freeText.includes(k)) out[k] = v;
+  // defineProperty, as for intent fields: a param named "__proto__" must stay an own key, in the fingerprint.
+  for (const [k, v] of Object.entries(params)) if (!freeText.includes(k)) Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
   return out;
 }
 

@@ -48,6 +48,13 @@ describe("fingerprints", () => {
       deltaFingerprint([{ op: "replace", path: "/status", value: "b" }], isFree),
     );
   });
+
+  it("keep a top-level param named __proto__ (as JSON.parse gives it: an own key) in the params fingerprint", () => {
+    const one = JSON.parse('{"a":1,"__proto__":{"x":1}}') as Record<string, unknown>;
+    const two = JSON.parse('{"a":1,"__proto__":{"x":2}}') as Record<string, unknown>;
+    expect(paramsFingerprint("t", entity, one, [])).not.toBe(paramsFingerprint("t", entity, two, []));
+    expect(paramsFingerprint("t", entity, one, [])).not.toBe(paramsFingerprint("t", entity, { a: 1 }, []));
+  });
 });
 
 describe("intentKey, as a property", () => {
