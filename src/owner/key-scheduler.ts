@@ -13,6 +13,8 @@ export class KeyScheduler<T extends { readonly seq: number }> {
   private readonly keysOf = new Map<T, readonly string[]>();
   /** Ready, not yet started, in `seq` order. */
   private readonly ready: T[] = [];
+  /** The same items as `ready`, for an O(1) "already ready?" (an item freed on two keys by one `done`). */
+  private readonly readySet = new Set<T>();
   private readonly running = new Set<T>();
   private readonly maxInFlight: number;
 
@@ -37,6 +39,7 @@ export class KeyScheduler<T extends { readonly seq: number }> {
     const out: T[] = [];
     while (this.ready.length > 0 && this.running.size < this.maxInFlight) {
       const item = this.ready.shift()!;
+      this.readySet.delete(item);
       this.running.add(item);
       out.push(item);
     }
@@ -58,7 +61,7 @@ export class KeyScheduler<T extends { readonly seq: number }> {
         continue;
       }
       const head = queue[0]!;
-      if (!this.running.has(head) && !this.ready.includes(head) && this.isHead(head)) this.insertReady(head);
+      if (!this.running.has(head) && !this.readySet.has(head) && this.isHead(head)) this.insertReady(head);
     }
   }
 
@@ -84,5 +87,6 @@ export class KeyScheduler<T extends { readonly seq: number }> {
       else hi = mid;
     }
     this.ready.splice(lo, 0, item);
+    this.readySet.add(item);
   }
 }
