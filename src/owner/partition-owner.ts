@@ -14,7 +14,7 @@ import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts
 import { Resolver, type ResolvePlan } from "./resolution.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
-import { isOutage, type Plan, type WriteState } from "./intent-pipeline.ts";
+import { type Plan, type WriteState } from "./intent-pipeline.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
 import type { OwnerContext } from "./owner-context.ts";
@@ -396,9 +396,10 @@ export class PartitionOwner {
     await session.producer.disconnect().catch(() => undefined);
   }
 
-  private backoffMs(): number {
+  /** The outage backoff after `failures` in a row (the partition's own by default): doubling, capped, ±20 % jitter. */
+  private backoffMs(failures = this.failuresInARow): number {
     const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
-    const base = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(this.failuresInARow, 16));
+    const base = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(failures, 16));
     return base * (0.8 + Math.random() * 0.4);
   }
 
@@ -613,9 +614,7 @@ export class PartitionOwner {
   }
 
   private async pause(session: Session, tries: number): Promise<void> {
-    const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
-    const ms = Math.min(outageBackoffMaxMs, outageBackoffInitialMs * 2 ** Math.min(tries - 1, 16)) * (0.8 + Math.random() * 0.4);
-    await sleep(ms, undefined, { signal: session.abort.signal }).catch(() => undefined);
+    await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
   }
 
   /** Step 3: `pending` goes into the next transaction; resolves once that transaction committed. */
@@ -771,4 +770,3 @@ export function isFencing(err: unknown): boolean {
   return false;
 }
 
-export { isOutage };
