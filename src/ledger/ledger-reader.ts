@@ -252,11 +252,6 @@ export class LedgerReader {
     });
   }
 
-  /** Partitions of the ledger topic (every one is assigned to this reader's group of one). */
-  get partitionCount(): number {
-    return this.partitions;
-  }
-
   async stop(): Promise<void> {
     this.stopped = true;
     for (const [p, r] of this.restores) {

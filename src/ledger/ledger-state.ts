@@ -93,10 +93,6 @@ export class PartitionLedger implements LedgerView {
     this.staged.set(intentKey, null);
   }
 
-  get hasStaged(): boolean {
-    return this.staged.size > 0;
-  }
-
   /** Hands the staged changes to a transaction; they stay visible until it ends. */
   takeStaged(): [string, LedgerChange][] {
     if (this.sending.size > 0) {
