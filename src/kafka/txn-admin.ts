@@ -861,12 +861,6 @@ export class TxnAdmin {
   }
 
   /**
-   * Describes transactional ids at their transaction coordinators
-   * (DescribeTransactions v0, API key 65, KIP-664; each coordinator found with
-   * FindCoordinator key type 1 through kafkajs). An id no coordinator knows
-   * (TRANSACTIONAL_ID_NOT_FOUND) is left out of the result.
-   */
-  /**
    * Commits offsets for a consumer group that has no members yet (OffsetCommit
    * with generation -1 and no member id, which Kafka accepts for an empty
    * group), in two round trips: kafkajs's `admin.setOffsets` runs a consumer
@@ -896,6 +890,12 @@ export class TxnAdmin {
     });
   }
 
+  /**
+   * Describes transactional ids at their transaction coordinators
+   * (DescribeTransactions v0, API key 65, KIP-664; each coordinator found with
+   * FindCoordinator key type 1 through kafkajs). An id no coordinator knows
+   * (TRANSACTIONAL_ID_NOT_FOUND) is left out of the result.
+   */
   async describeTransactions(transactionalIds: readonly string[]): Promise<TransactionDescription[]> {
     const ids = [...new Set(transactionalIds)];
     if (ids.length === 0) return [];
