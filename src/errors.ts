@@ -144,3 +144,19 @@ export function isRetriable(err: unknown): boolean {
   }
   return classified > 0;
 }
+
+/**
+ * True when the schema registry could not be reached: a retriable
+ * `registry_unavailable` WritError, itself or as the cause of one a retry
+ * gave up on (`retries_exhausted`). An outage of the registry pauses the work
+ * that needs it; it is never a failure of that work.
+ */
+export function isRegistryOutage(err: unknown): boolean {
+  let current: unknown = err;
+  for (let seen = 0; current instanceof WritError && seen < 16; seen++) {
+    if (current.code === "registry_unavailable") return current.retriable;
+    if (current.code !== "retries_exhausted") return false;
+    current = current.cause;
+  }
+  return false;
+}

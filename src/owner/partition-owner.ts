@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Partitioners, type KafkaMessage, type Producer } from "kafkajs";
 import type { RouterConfig } from "../config.ts";
-import { WritError, isRetriable } from "../errors.ts";
+import { WritError, isRegistryOutage } from "../errors.ts";
 import { markerKey } from "../ledger/ledger-reader.ts";
 import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
@@ -44,6 +44,11 @@ interface Slot {
   outages: number;
   /** Number of the transaction that carries its result; unset until the result is staged. */
   txn?: number;
+  /**
+   * Its result, once decided, until it is staged. Staging encodes it (the registry) and may fail; a retry stages
+   * this again and never runs the intent again: the write it carries may already be at the system of record.
+   */
+  result?: Effects;
   /** A person's decision on an escalation, instead of an intent (see resolution.ts). */
   resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; plan?: ResolvePlan };
   /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
@@ -518,6 +523,7 @@ export class PartitionOwner {
     };
     while (session.active) {
       try {
+        if (slot.result) return await this.settle(session, slot, slot.result);
         slot.plan ??= pipeline.classify(a, session.ledger);
         const plan = slot.plan;
         let step;
@@ -536,6 +542,7 @@ export class PartitionOwner {
         }
         if (!session.active) return;
         if (step.kind === "settled") {
+          slot.result = step.effects;
           await this.settle(session, slot, step.effects);
           return;
         }
@@ -545,7 +552,8 @@ export class PartitionOwner {
         await this.pause(session, slot.outages);
       } catch (err) {
         if (!session.active) return;
-        if (isRetriable(err) && (err as WritError).code === "registry_unavailable") {
+        // A registry outage (also one a retry gave up on) is an outage: pause, never count it as a failure.
+        if (isRegistryOutage(err)) {
           slot.outages++;
           await this.pause(session, slot.outages);
           continue;
@@ -581,6 +589,7 @@ export class PartitionOwner {
     };
     while (session.active) {
       try {
+        if (slot.result) return await this.settle(session, slot, slot.result);
         res.plan ??= this.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
         const plan = res.plan;
         if (plan.kind === "settled") return await this.settle(session, slot, plan.effects);
@@ -593,12 +602,18 @@ export class PartitionOwner {
         if (!session.active) return;
         if (step.kind === "settled") {
           this.log.info({ escalationId: res.resolution.escalationId, decision: res.resolution.decision, note: step.note }, "escalation resolution carried out");
+          slot.result = step.effects;
           return await this.settle(session, slot, step.effects);
         }
         slot.outages++;
         await this.pause(session, slot.outages);
       } catch (err) {
         if (!session.active) return;
+        if (isRegistryOutage(err)) {
+          slot.outages++;
+          await this.pause(session, slot.outages);
+          continue;
+        }
         slot.failures++;
         this.log.error({ err, escalationId: res.resolution.escalationId }, "resolution failed");
         if (slot.failures >= config.maxProcessingAttempts) {
