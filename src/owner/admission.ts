@@ -6,7 +6,7 @@ import { type DeadLetterReason, type RejectReason, WritError } from "../errors.t
 import { partitionFor } from "../kafka/partition.ts";
 import { deltaFingerprint, intentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
-import { SIGNATURE_HEADER, verifyIntentSignature } from "../security/signing.ts";
+import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../schemas/write-intent.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
@@ -122,13 +122,13 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   }
   const home = partitionFor(recordKey, deps.partitions);
   if (home !== source.partition) return { kind: "forward", partition: home };
-  const uncanonical = canonicalProblem(decoded.raw);
-  if (uncanonical !== null) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `intent refused: ${uncanonical}`);
+  const canonical = canonicalText(decoded.raw);
+  if ("problem" in canonical) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `intent refused: ${canonical.problem}`);
 
   if (deps.agents) {
     if (!agent) return answered("unauthenticated", { dead: "unauthenticated" }, `agent ${intent.agent.id.slice(0, 128)} is not in the agent registry`);
     const header = headerText(message.headers?.[SIGNATURE_HEADER]);
-    const check = verifyIntentSignature(decoded.raw, header, agent.keys);
+    const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), header, agent.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by agent ${agent.id}: ${check.reason}`);
     if (intent.replyTo !== agent.replyTopic) {
       return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `agent ${agent.id} answers on ${agent.replyTopic}, not ${intent.replyTo.slice(0, 249)}`);
@@ -251,19 +251,19 @@ function admitUndo(intent: WriteIntent, tool: AdmittedTool, key: string, reject:
 }
 
 /**
- * Why `raw` (a record's value as parsed) has no canonical JSON, or null when
- * it has one. RFC 8785 has none for a string or key with a lone surrogate or
+ * `raw`'s canonical JSON (a record's value as parsed; what its signature
+ * covers, computed once per record), or why it has none. RFC 8785 has none
+ * for a string or key with a lone surrogate or
  * for a non-finite number (JSON text such as `1e400` parses to Infinity): a
  * value holding one can be neither keyed, fingerprinted nor signed, so it is
  * refused whole, before anything computes over it. (Its depth was bounded by
  * the decoder, far below the canonical limit.)
  */
-function canonicalProblem(raw: unknown): string | null {
+function canonicalText(raw: unknown): { text: string } | { problem: string } {
   try {
-    canonicalJson(raw);
-    return null;
+    return { text: canonicalJson(raw) };
   } catch (err) {
-    return (err as Error).message.slice(0, 2000);
+    return { problem: (err as Error).message.slice(0, 2000) };
   }
 }
 
@@ -295,11 +295,11 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   if (recordKey !== key || entityKey(r.entity) !== key) return answered("key_mismatch", { dead: "key_mismatch", reply: reply("key_mismatch") }, "a resolution is keyed by the escalated intent's entity");
   const home = partitionFor(recordKey, deps.partitions);
   if (home !== source.partition) return { kind: "forward", partition: home };
-  const uncanonical = canonicalProblem(decoded.raw);
-  if (uncanonical !== null) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `resolution refused: ${uncanonical}`);
+  const canonical = canonicalText(decoded.raw);
+  if ("problem" in canonical) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `resolution refused: ${canonical.problem}`);
   if (deps.agents) {
     if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
-    const check = verifyIntentSignature(decoded.raw, headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
+    const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by operator ${operator.id}: ${check.reason}`);
     if (!operator.tools.has(RESOLVE_TOOL)) return answered("tool_not_allowed", { reply: reply("tool_not_allowed") }, `${operator.id} may not resolve escalations (${RESOLVE_TOOL})`);
     if (r.replyTo !== operator.replyTopic) return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `operator ${operator.id} answers on ${operator.replyTopic}`);

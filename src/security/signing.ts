@@ -67,6 +67,30 @@ export type SignatureCheck = { ok: true; keyId: string } | { ok: false; reason: 
  * a rotation). The header is parsed with bounds: it is hostile input.
  */
 export function verifyIntentSignature(rawIntent: unknown, header: string | undefined, keys: ReadonlyMap<string, KeyObject>): SignatureCheck {
+  const parsed = parseSignatureHeader(header, keys);
+  if (!parsed.ok) return parsed;
+  let bytes: Buffer;
+  try {
+    bytes = signedBytes(rawIntent);
+  } catch (err) {
+    return { ok: false, reason: `the intent has no canonical form, so no signature can cover it: ${(err as Error).message}`.slice(0, 1000) };
+  }
+  return verifyParsed(bytes, parsed);
+}
+
+/**
+ * {@link verifyIntentSignature} over bytes already computed: `bytes` must be
+ * {@link signedBytes} of the record (the UTF-8 of its canonical JSON), for a
+ * caller that canonicalised the record already and need not do it again.
+ */
+export function verifySignatureOver(bytes: Buffer, header: string | undefined, keys: ReadonlyMap<string, KeyObject>): SignatureCheck {
+  const parsed = parseSignatureHeader(header, keys);
+  return parsed.ok ? verifyParsed(bytes, parsed) : parsed;
+}
+
+type ParsedSignature = { ok: true; keyId: string; key: KeyObject; sig: Buffer };
+
+function parseSignatureHeader(header: string | undefined, keys: ReadonlyMap<string, KeyObject>): ParsedSignature | { ok: false; reason: string } {
   if (header === undefined) return { ok: false, reason: "the intent is not signed (no writ-signature header)" };
   if (header.length > 256) return { ok: false, reason: "the signature header is too long" };
   const parts = header.split(" ");
@@ -76,12 +100,9 @@ export function verifyIntentSignature(rawIntent: unknown, header: string | undef
   if (!key) return { ok: false, reason: `key ${keyId.slice(0, 64)} is not registered for this agent` };
   // Strict: Buffer.from(…, "base64") skips characters it does not know, so one signature would have many spellings.
   if (!/^[A-Za-z0-9+/]{86}==$/.test(parts[2]!)) return { ok: false, reason: "an Ed25519 signature is 64 bytes in padded base64" };
-  const sig = Buffer.from(parts[2]!, "base64");
-  let bytes: Buffer;
-  try {
-    bytes = signedBytes(rawIntent);
-  } catch (err) {
-    return { ok: false, reason: `the intent has no canonical form, so no signature can cover it: ${(err as Error).message}`.slice(0, 1000) };
-  }
+  return { ok: true, keyId, key, sig: Buffer.from(parts[2]!, "base64") };
+}
+
+function verifyParsed(bytes: Buffer, { keyId, key, sig }: ParsedSignature): SignatureCheck {
   return verify(null, bytes, key, sig) ? { ok: true, keyId } : { ok: false, reason: "the signature does not match the intent" };
 }

@@ -8,7 +8,7 @@ import { createPublicKey, generateKeyPairSync, sign, verify } from "node:crypto"
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../src/canonical-json.ts";
-import { SIGNATURE_HEADER, prepareSigner, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature } from "../../src/security/signing.ts";
+import { SIGNATURE_HEADER, prepareSigner, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature, verifySignatureOver } from "../../src/security/signing.ts";
 import { SIGNATURE_VECTORS_FILE, privateKeyFromSeed, render } from "../../scripts/generate-signature-vectors.ts";
 
 interface Key {
@@ -98,6 +98,11 @@ describe("intent signature golden vectors", () => {
     }
     const changed = { ...intent, baseVersion: '"v4"' };
     expect(verifyIntentSignature(changed, v.expected.header, new Map([[k.keyId, publicKeyFrom(k.publicKeyPem)]]))).toMatchObject({ ok: false });
+    // as admission checks it: over the canonical bytes it computed once
+    const keys = new Map([[k.keyId, publicKeyFrom(k.publicKeyPem)]]);
+    expect(verifySignatureOver(Buffer.from(v.expected.canonical, "utf8"), v.expected.header, keys)).toEqual({ ok: true, keyId: k.keyId });
+    expect(verifySignatureOver(signedBytes(changed), v.expected.header, keys)).toEqual(verifyIntentSignature(changed, v.expected.header, keys));
+    expect(verifySignatureOver(signedBytes(intent), undefined, keys)).toEqual(verifyIntentSignature(intent, undefined, keys));
   });
 
   it("the same intent under two keys, or with one member more, has another signature", () => {
