@@ -11,6 +11,7 @@ import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
 import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
 import { isControlRecord } from "../src/schemas/control.ts";
+import { partitionFor } from "../src/kafka/partition.ts";
 import { prepareSigner, SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
 import { kafkaConnection, transportWarnings } from "../src/security/transport.ts";
 import type { Reply } from "../src/schemas/reply.ts";
@@ -224,12 +225,11 @@ export async function createWritClient(
   try {
     // The agent provisions its own reply topic; owners never create one because an intent names it.
     await new TopicEnsurer(admin, { numPartitions: config.replyTopicPartitions, replicationFactor: config.replicationFactor }).ensure([config.replyTopic]);
-    const { topics } = await admin.fetchTopicMetadata({ topics: [config.replyTopic] });
-    replyPartitions = Math.max(1, topics[0]?.partitions.length ?? 1);
     // The reply consumer starts at the topic's current (read_committed) end, committed for its group before it
     // joins: a consumer that kafkajs restarts after a crash resumes there instead of at the end of the moment,
-    // which would skip the replies written in between.
+    // which would skip the replies written in between. One entry per partition: also the partition count.
     ends = await admin.fetchTopicOffsets(config.replyTopic);
+    replyPartitions = Math.max(1, ends.length);
   } finally {
     await admin.disconnect();
   }
@@ -256,7 +256,6 @@ class KafkaWritClient implements WritClient {
   private readonly probe: OffsetProbe;
   private readonly waiting = new Map<string, (reply: Reply) => void>();
   private readonly listeners = new Set<(reply: Reply) => void>();
-  private readonly partitioner = Partitioners.DefaultPartitioner();
   private readonly replyPartitions: number;
   readonly agentId: string;
   /** Record and tool of this client's recent submissions, by intent key (for `undo(intentKey)`). */
@@ -479,11 +478,8 @@ class KafkaWritClient implements WritClient {
       intentKey: intent.intentKey,
       message: "No reply before the deadline. The write may or may not have happened: do not assume it failed; submit the same intent key again to ask.",
     };
-    const partition = this.partitioner({
-      topic: this.config.replyTopic,
-      partitionMetadata: Array.from({ length: this.replyPartitions }, (_, p) => ({ partitionId: p, leader: 0, replicas: [0], isr: [0], partitionErrorCode: 0 })),
-      message: { key: intent.intentId, value: null },
-    });
+    // The owner keys its reply by intent id: the same murmur2 partitioner finds its partition.
+    const partition = partitionFor(intent.intentId, this.replyPartitions);
     const [start, now] = await Promise.all([before, this.ends(true)]);
     const was = start?.find((e) => e.partition === partition);
     const is = now?.find((e) => e.partition === partition);
