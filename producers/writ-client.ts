@@ -452,8 +452,9 @@ class KafkaWritClient implements WritClient {
     };
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    let timer: NodeJS.Timeout | undefined;
     const answer = new Promise<SubmitResult>((resolve) => {
-      const timer = setTimeout(() => {
+      timer = setTimeout(() => {
         this.waiting.delete(resolution.resolutionId);
         resolve({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." });
       }, timeoutMs);
@@ -463,10 +464,17 @@ class KafkaWritClient implements WritClient {
         resolve(reply);
       });
     });
-    const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
-    const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
-    if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
-    await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }]);
+    try {
+      const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
+      const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
+      if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
+      await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }]);
+    } catch (err) {
+      // Nothing was sent: no answer to wait for, and no timer left running until the deadline.
+      clearTimeout(timer);
+      this.waiting.delete(resolution.resolutionId);
+      throw err;
+    }
     return answer;
   }
 
