@@ -11,6 +11,7 @@ import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import type { AdmittedIntent } from "./admission.ts";
 import { classifyAttempt } from "./classify.ts";
+import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 
 /** Where one intent's write stands, carried across its tries (an outage pauses it; it resumes here). */
@@ -231,20 +232,12 @@ export class IntentPipeline {
       // stale delta, so the suite's lost-update check could not fail without removing it too).
       if (tool.deriveDelta && !this.deps.ablateVersionCheck) {
         // The change may say no more than its params: rebuilt from them on the record as it is now.
-        let expected: string;
-        try {
-          expected = canonicalJson(tool.deriveDelta(a.params, current));
-        } catch (err) {
-          // The record as the system of record holds it can put what RFC 8785 cannot write (a lone surrogate) in the delta.
-          if (err instanceof WritError && err.code === "not_canonical") {
-            return this.rejectedDone(a, pending, "not_canonical", `the delta these params give on the current record cannot be compared: ${err.message}`.slice(0, 2000));
-          }
-          return this.rejectedDone(a, pending, "delta_mismatch", `the tool's delta function failed on these params: ${describe(err)}`.slice(0, 2000));
-        }
-        // The intent's own delta has a canonical form: admission refused the intent otherwise.
-        if (expected !== canonicalJson(intent.delta)) {
-          return this.rejectedDone(a, pending, "delta_mismatch", "the delta is not the one the params give on the current record; nothing was written");
-        }
+        const refused = deltaRefusal(tool, a.params, current, intent.delta, {
+          notCanonical: "the delta these params give on the current record cannot be compared: ",
+          failed: "the tool's delta function failed on these params: ",
+          mismatch: "the delta is not the one the params give on the current record; nothing was written",
+        });
+        if (refused) return this.rejectedDone(a, pending, refused.reason, refused.message);
       }
       const sent = await this.send(a, pending, state, ctx, log, "patch", () =>
         tool.system.patch(intent.entity, intent.delta, { ifMatch, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),

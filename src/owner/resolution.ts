@@ -1,12 +1,12 @@
-import { canonicalJson } from "../canonical-json.ts";
-import { type RejectReason, WritError } from "../errors.ts";
+import type { RejectReason } from "../errors.ts";
 import { paramsFingerprint, undoFingerprint } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
+import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { type ExecContext, isOutage, type Step } from "./intent-pipeline.ts";
 
@@ -104,18 +104,12 @@ export class Resolver {
     const delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(r.intent.params, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
     if (delta === null) return reopen("params_invalid", "this tool cannot rebuild its change on the current record: send the delta to apply");
     if (tool.deriveDelta && r.delta) {
-      let expected: string;
-      try {
-        expected = canonicalJson(tool.deriveDelta(r.intent.params, current));
-      } catch (err) {
-        // As for an intent: the current record can put what RFC 8785 cannot write (a lone surrogate) in the delta.
-        if (err instanceof WritError && err.code === "not_canonical") {
-          return reopen("not_canonical", `the delta the intent's params give on the current record cannot be compared: ${err.message}`.slice(0, 2000));
-        }
-        return reopen("delta_mismatch", `the tool's delta function failed on the intent's params: ${err instanceof Error ? err.message : String(err)}`.slice(0, 2000));
-      }
-      // The resolution's delta has a canonical form: admission refused the resolution otherwise.
-      if (expected !== canonicalJson(r.delta)) return reopen("delta_mismatch", "the delta is not the one the intent's params give on the current record");
+      const refused = deltaRefusal(tool, r.intent.params, current, r.delta, {
+        notCanonical: "the delta the intent's params give on the current record cannot be compared: ",
+        failed: "the tool's delta function failed on the intent's params: ",
+        mismatch: "the delta is not the one the intent's params give on the current record",
+      });
+      if (refused) return reopen(refused.reason, refused.message);
     }
     await ctx.durable();
     if (!ctx.mayWrite()) return { kind: "retry-later", reason: "ownership of the partition is not confirmed; no write leaves", notSent: true };
@@ -165,31 +159,34 @@ export class Resolver {
       via,
       resolvedBy: r.operator.id,
     });
-    return {
-      kind: "settled",
-      effects: effects({
-        ledger: { ...entry, status: "done", outcome: { status: "applied", version, via, at, resolvedBy: r.operator.id }, updatedAt: at },
-        replies: [
-          { topic: entry.replyTo, value: reply(r.intent.intentId) },
-          { topic: replyTo, value: reply(r.resolutionId) },
-        ],
-      }),
-      note: "escalation resolved: applied",
-    };
+    return this.resolved(r, entry, replyTo, { status: "applied", version, via, at, resolvedBy: r.operator.id }, at, reply, "escalation resolved: applied");
   }
 
   private close(r: Resolution, entry: LedgerIntentEntry, replyTo: string, reason: RejectReason, message: string, at: string): ResolvePlan {
     const reply = (intentId: string): Reply => ({ ...rejectedReply(intentId, r.intent.intentKey, reason, message, at), resolvedBy: r.operator.id });
+    return this.resolved(r, entry, replyTo, { status: "rejected", reason, message, at, resolvedBy: r.operator.id }, at, reply, `escalation resolved: ${r.decision}`);
+  }
+
+  /** The escalation closed with `outcome`: its entry done, and `reply` to the intent's agent and to the operator. */
+  private resolved(
+    r: Resolution,
+    entry: LedgerIntentEntry,
+    replyTo: string,
+    outcome: StoredOutcome,
+    at: string,
+    reply: (intentId: string) => Reply,
+    note: string,
+  ): { kind: "settled"; effects: Effects; note: string } {
     return {
       kind: "settled",
       effects: effects({
-        ledger: { ...entry, status: "done", outcome: { status: "rejected", reason, message, at, resolvedBy: r.operator.id }, updatedAt: at },
+        ledger: { ...entry, status: "done", outcome, updatedAt: at },
         replies: [
           { topic: entry.replyTo, value: reply(r.intent.intentId) },
           { topic: replyTo, value: reply(r.resolutionId) },
         ],
       }),
-      note: `escalation resolved: ${r.decision}`,
+      note,
     };
   }
 }
