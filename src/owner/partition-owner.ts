@@ -504,6 +504,9 @@ export class PartitionOwner {
     const a = slot.admitted!;
     const { pipeline, config } = this.ctx;
     let durable: Promise<void> | null = null;
+    // `pending` was not staged (its encoding met a registry outage): once the failure has surfaced (the write
+    // waits for `durable`, so nothing was sent), the next try stages it again. A failed transaction ends the session.
+    let pendingFailed = false;
     // Counted as working (about to produce something to commit) except while it waits for a commit itself.
     const waitDurable = async () => {
       if (!durable) return;
@@ -532,8 +535,9 @@ export class PartitionOwner {
         else {
           if (!slot.pendingDurable) {
             // Step 3 runs beside the read: only the PATCH waits for `pending` to be durable.
-            durable = this.stagePending(session, plan.pending).then(() => void (slot.times.durable = Date.now()));
-            durable.catch(() => undefined);
+            const staging = this.stagePending(session, plan.pending).then(() => void (slot.times.durable = Date.now()));
+            staging.catch(() => void (pendingFailed = true));
+            durable = staging;
             slot.pendingDurable = true;
           }
           step = await pipeline.execute(a, plan.pending, plan.state, exec);
@@ -552,6 +556,11 @@ export class PartitionOwner {
         await this.pause(session, slot.outages);
       } catch (err) {
         if (!session.active) return;
+        if (pendingFailed) {
+          pendingFailed = false;
+          durable = null;
+          slot.pendingDurable = false;
+        }
         // A registry outage (also one a retry gave up on) is an outage: pause, never count it as a failure.
         if (isRegistryOutage(err)) {
           slot.outages++;
@@ -580,6 +589,8 @@ export class PartitionOwner {
   private async runResolution(session: Session, slot: Slot, res: NonNullable<Slot["resolution"]>): Promise<void> {
     const { config } = this.ctx;
     let durable: Promise<void> | null = null;
+    // As for an intent: a pending entry that was not staged is staged again once its failure has surfaced.
+    let pendingFailed = false;
     const exec = {
       mayWrite: () => session.active && this.ctx.lease.confirmed(),
       durable: async () => {
@@ -594,8 +605,9 @@ export class PartitionOwner {
         const plan = res.plan;
         if (plan.kind === "settled") return await this.settle(session, slot, plan.effects);
         if (!durable) {
-          durable = this.stagePending(session, plan.pending, { resolution: true });
-          durable.catch(() => undefined);
+          const staging = this.stagePending(session, plan.pending, { resolution: true });
+          staging.catch(() => void (pendingFailed = true));
+          durable = staging;
         }
         const step = await this.resolver.apply(res.resolution, res.tool, res.replyTo, plan, exec);
         await durable;
@@ -609,6 +621,10 @@ export class PartitionOwner {
         await this.pause(session, slot.outages);
       } catch (err) {
         if (!session.active) return;
+        if (pendingFailed) {
+          pendingFailed = false;
+          durable = null;
+        }
         if (isRegistryOutage(err)) {
           slot.outages++;
           await this.pause(session, slot.outages);
