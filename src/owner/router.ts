@@ -141,6 +141,13 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   /** Partitions of the intents topic the group assigned this member last. */
   let assignment = new Set<number>();
   const topic = config.topics.intents;
+  const intakeCall = (what: string, partition: number, call: () => void): void => {
+    try {
+      call();
+    } catch (err) {
+      log.warn({ err, partition }, `intake ${what} refused by the consumer (restarting); its next join takes over`);
+    }
+  };
   const ctx: OwnerContext = {
     kafka,
     admin,
@@ -151,10 +158,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true, observe: metrics.pipeline }),
     admission: { config, codec, tools, replyTopics: topicDirectory, now: () => new Date(), agents, partitions },
     topicDirectory,
+    // kafkajs throws from pause/resume/seek while its consumer restarts after a crash ("Consumer group was not
+    // initialized"): that must not stop a partition owner, which calls these from its open and rewind paths. Nothing
+    // is lost: the restarted consumer joins again and fetches from the committed offset, records of a partition that
+    // is not running are dropped by its owner, and a running owner drops the offsets it has already taken.
     intake: {
-      pause: (p) => consumer?.pause([{ topic, partitions: [p] }]),
-      resume: (p) => consumer?.resume([{ topic, partitions: [p] }]),
-      seek: (p, offset) => consumer?.seek({ topic, partition: p, offset }),
+      pause: (p) => intakeCall("pause", p, () => consumer?.pause([{ topic, partitions: [p] }])),
+      resume: (p) => intakeCall("resume", p, () => consumer?.resume([{ topic, partitions: [p] }])),
+      seek: (p, offset) => intakeCall("seek", p, () => consumer?.seek({ topic, partition: p, offset })),
     },
     lease: { confirmed: () => Date.now() - lastHeartbeat < config.sessionTimeoutMs / 2 },
     health,
