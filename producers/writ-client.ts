@@ -18,6 +18,7 @@ import type { Reply } from "../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
 import type { CreateToolDeclaration } from "../src/tools.ts";
 import { WritError } from "../src/errors.ts";
+import { retry } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
 import { TopicEnsurer } from "../src/topics.ts";
@@ -26,6 +27,9 @@ import { SendCoalescer } from "./send-coalescer.ts";
 
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
+
+/** How long a client's start waits out retriable Kafka errors (leaders being elected): about 30 s. */
+const START_PATIENCE = { maxAttempts: 14, initialDelayMs: 250, maxDelayMs: 3000 };
 
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
@@ -224,11 +228,16 @@ export async function createWritClient(
   const groupId = `writ.client.${config.agentId}.${randomUUID()}`;
   try {
     // The agent provisions its own reply topic; owners never create one because an intent names it.
-    await new TopicEnsurer(admin, { numPartitions: config.replyTopicPartitions, replicationFactor: config.replicationFactor }).ensure([config.replyTopic]);
+    const ensurer = new TopicEnsurer(admin, { numPartitions: config.replyTopicPartitions, replicationFactor: config.replicationFactor });
     // The reply consumer starts at the topic's current (read_committed) end, committed for its group before it
     // joins: a consumer that kafkajs restarts after a crash resumes there instead of at the end of the moment,
     // which would skip the replies written in between. One entry per partition: also the partition count.
-    ends = await admin.fetchTopicOffsets(config.replyTopic);
+    // Patient, like the offset commit below: a topic just created, or a broker just restarted, answers
+    // NOT_LEADER_FOR_PARTITION until its leaders are elected, and kafkajs's admin does not retry ListOffsets.
+    ends = await retry(async () => {
+      await ensurer.ensure([config.replyTopic]);
+      return admin.fetchTopicOffsets(config.replyTopic);
+    }, START_PATIENCE);
     replyPartitions = Math.max(1, ends.length);
   } finally {
     await admin.disconnect();
