@@ -24,6 +24,7 @@ import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
 import { SendCoalescer } from "./send-coalescer.ts";
+import { runChange, type ChangeInput, type ChangeResult } from "./change.ts";
 
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
@@ -58,6 +59,15 @@ export interface BlockedOutcome {
 }
 
 export type SubmitResult = Reply | UnknownOutcome | BlockedOutcome;
+
+export interface SubmitOptions {
+  timeoutMs?: number;
+  /**
+   * A record leased to a change that spans records answers other writes `leased` (nothing written):
+   * `wait` (the default) submits again, backing off, until the deadline; `answer` resolves with that reply.
+   */
+  onLeased?: "wait" | "answer";
+}
 
 /** A write as a tool call describes it; the client adds ids, the key and the reply topic. */
 export interface IntentInput {
@@ -155,7 +165,7 @@ export interface WritClient {
    * 8785: a string with a lone surrogate, NaN, ±Infinity), which owners
    * would refuse.
    */
-  submit(intent: IntentInput | WriteIntent, opts?: { timeoutMs?: number }): Promise<SubmitResult>;
+  submit(intent: IntentInput | WriteIntent, opts?: SubmitOptions): Promise<SubmitResult>;
   /**
    * Submits the undo of an applied write, once: the tool's declared
    * compensating change (a reversal for a refund, removing an added tag),
@@ -169,7 +179,17 @@ export interface WritClient {
    */
   undo(target: UndoTarget, opts?: { timeoutMs?: number; runId?: string; stepId?: string; toolCallId?: string }): Promise<SubmitResult>;
   /** Publishes many intents in one producer request and resolves each reply. */
-  submitAll(intents: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]>;
+  submitAll(intents: (IntentInput | WriteIntent)[], opts?: SubmitOptions): Promise<SubmitResult[]>;
+  /**
+   * Runs a change that spans records under leases (see `producers/change.ts`
+   * and docs/architecture.md §8): leases in entity-key order, each step an
+   * intent of its own on the record as leased, the declared undos of the
+   * applied steps when a step is not applied, then the releases. Calling it
+   * again with the same run and step resumes the change.
+   */
+  change(input: ChangeInput): Promise<ChangeResult>;
+  /** The topic this client's replies arrive on (every intent it builds names it). */
+  readonly replyTopic: string;
   /** Every reply read from this agent's reply topic since `start`. */
   replies(opts?: { signal?: AbortSignal }): AsyncIterable<Reply>;
   /**
@@ -344,14 +364,42 @@ class KafkaWritClient implements WritClient {
     };
   }
 
-  async submit(i: IntentInput | WriteIntent, opts?: { timeoutMs?: number }): Promise<SubmitResult> {
+  get replyTopic(): string {
+    return this.config.replyTopic;
+  }
+
+  async submit(i: IntentInput | WriteIntent, opts?: SubmitOptions): Promise<SubmitResult> {
     const [result] = await this.submitAll([i], opts);
     return result!;
   }
 
-  async submitAll(list: (IntentInput | WriteIntent)[], opts?: { timeoutMs?: number }): Promise<SubmitResult[]> {
+  change(input: ChangeInput): Promise<ChangeResult> {
+    return runChange(this, input);
+  }
+
+  async submitAll(list: (IntentInput | WriteIntent)[], opts?: SubmitOptions): Promise<SubmitResult[]> {
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    const deadline = Date.now() + timeoutMs;
     const intents = list.map((i) => ("intentId" in i ? i : this.buildIntent(i)));
+    const out = await this.sendAndWait(intents, timeoutMs);
+    if (opts?.onLeased === "answer") return out;
+    // A record leased to a change: nothing was written; ask again (a new submission of the same key) until the deadline.
+    for (let round = 0; ; round++) {
+      const again = out.flatMap((r, i) => (r.status === "rejected" && r.reason === "leased" && !intents[i]!.lease ? [i] : []));
+      const left = deadline - Date.now();
+      if (again.length === 0 || left <= 0) return out;
+      await new Promise((r) => setTimeout(r, Math.min(left, Math.min(2000, 100 * 2 ** Math.min(round, 5)) * (0.8 + Math.random() * 0.4))));
+      const resent = again.map((i) => ({ ...intents[i]!, intentId: randomUUID(), createdAt: new Date().toISOString() }));
+      const answers = await this.sendAndWait(resent, Math.max(1, deadline - Date.now()));
+      again.forEach((i, j) => {
+        intents[i] = resent[j]!;
+        out[i] = answers[j]!;
+      });
+    }
+  }
+
+  /** Sends the intents in one request and resolves each reply, or its timeout outcome. */
+  private async sendAndWait(intents: WriteIntent[], timeoutMs: number): Promise<SubmitResult[]> {
     // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
     for (const intent of intents) canonicalJson(intent);
     for (const intent of intents) this.remember(intent);

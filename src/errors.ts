@@ -65,6 +65,10 @@ export const REJECT_REASONS = [
   "undo_not_declared",
   /** The tool's undo function failed, or gave no valid change, on the record as the write left it. */
   "undo_failed",
+  /** The record's lease is held by a change that spans records (another change, or another agent's): submit again once it ends. `details.expiresAt` says when it lapses at the latest. */
+  "leased",
+  /** A step of a change whose lease on the record is not held (never acquired, released, or expired): nothing was written. */
+  "lease_not_held",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 

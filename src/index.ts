@@ -13,8 +13,8 @@ export {
   type ReconcileFn,
   type ReconcileContext,
 } from "./tools.ts";
-export { intentKey, undoIntentKey, type KeyScope, type KeyedTool, type IntentKeyInput } from "./keys.ts";
-export { ABSENT_VERSION, LEDGER_VERSION } from "./schemas/write-intent.ts";
+export { changeId, intentKey, leaseIntentKey, undoIntentKey, type KeyScope, type KeyedTool, type IntentKeyInput } from "./keys.ts";
+export { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION } from "./schemas/write-intent.ts";
 export { RouterConfig, ClientConfig, routerConfigFromEnv, type RouterConfigInput, type ClientConfigInput } from "./config.ts";
 export {
   KafkaSecurity,
@@ -55,7 +55,9 @@ export {
   type SubmitResult,
   type UnknownOutcome,
   type BlockedOutcome,
+  type SubmitOptions,
 } from "../producers/writ-client.ts";
+export { buildLeaseIntent, type ChangeInput, type ChangeStep, type ChangeResult } from "../producers/change.ts";
 export {
   VersionBook,
   DEFAULT_STEP_ID,

@@ -113,3 +113,23 @@ export function undoIntentKey(undoneKey: string): string {
 export function undoFingerprint(tool: string, entity: EntityRef, undoneKey: string): string {
   return paramsFingerprint(tool, entity, { undo: undoneKey }, []);
 }
+
+/**
+ * The id of a change that spans records (`client.change()`): sha256 over the
+ * canonical JSON of `{v: 2, change: {agent, run, step}}`. Like an intent key,
+ * it is stable across retries and resume of the change, so a change resumed
+ * after a crash takes up its own leases and its steps are answered from the
+ * ledger.
+ */
+export function changeId(input: { agentId: string; runId: string; stepId: string }): string {
+  return sha256Hex(canonicalJson({ v: 2, change: { agent: input.agentId, run: input.runId, step: input.stepId } }));
+}
+
+/**
+ * The intent key of a lease intent: sha256 over the canonical JSON of
+ * `{v: 2, lease: change, op, target}`. One key per change, operation and
+ * record: a repeat is the same operation again (both are idempotent).
+ */
+export function leaseIntentKey(change: string, op: "acquire" | "release", entity: EntityRef): string {
+  return sha256Hex(canonicalJson({ v: 2, lease: change, op, target: entityKey(entity) }));
+}

@@ -76,7 +76,34 @@ export const openTicket = declareWriteTool({
   reconcile: "idempotency-key",
 });
 
-export const tools = [refundPayment, tagTicket, openTicket];
+/**
+ * Post a note on a customer account: appends to `/notes` (appends commute:
+ * rebased onto a fresh version). The note's `ref` is the intent. Undo: the
+ * note with that ref taken off `/notes`. The third record of the demo's
+ * change that spans records (refund, tag the ticket, note the account).
+ */
+export const noteAccount = declareWriteTool({
+  name: "note_account",
+  recordType: "account",
+  description: "Post a note on a customer account.",
+  params: z.object({
+    ref: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/),
+    text: z.string().min(1).max(500),
+  }),
+  intentFields: ["ref"],
+  allowedPaths: [{ path: "/notes/-", ops: ["add"] }],
+  delta: (p) => [{ op: "add", path: "/notes/-", value: { ref: p.ref, text: p.text } }],
+  keyScope: "run",
+  versionPolicy: "rebase-commutative",
+  system: "billing",
+  reconcile: "idempotency-key",
+  undo: (p, applied) => {
+    const notes = applied.state?.notes ?? [];
+    return [{ op: "replace", path: "/notes", value: notes.filter((n) => n?.ref !== p.ref) }];
+  },
+});
+
+export const tools = [refundPayment, tagTicket, openTicket, noteAccount];
 
 /** Both systems of record are served by the demo records server at `RECORDS_URL`. */
 export function systems(env = process.env) {

@@ -3,7 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { isControlRecord } from "../schemas/control.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { RestoredEntry } from "./ledger-state.ts";
 
 /** Key of the marker a new owner writes to ledger partition p. */
 export function markerKey(partition: number): string {
@@ -14,8 +14,8 @@ interface Restore {
   nonce: string;
   /** The partition's first offset when the restore began: where it reads from. */
   from: string;
-  entries: Map<string, LedgerIntentEntry>;
-  resolve: (entries: Map<string, LedgerIntentEntry>) => void;
+  entries: Map<string, RestoredEntry>;
+  resolve: (entries: Map<string, RestoredEntry>) => void;
   reject: (err: Error) => void;
 }
 
@@ -184,7 +184,7 @@ export class LedgerReader {
       return;
     }
     restore.entries.delete(key);
-    restore.entries.set(key, decoded.value as LedgerIntentEntry);
+    restore.entries.set(key, decoded.value as RestoredEntry);
   }
 
   private finish(partition: number, restore: Restore, err: Error | null): void {
@@ -205,7 +205,7 @@ export class LedgerReader {
    *
    * @throws WritError `ledger_unreadable` (not retriable: fail closed) or `ledger_restore_timeout` (retriable).
    */
-  async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<Map<string, LedgerIntentEntry>> {
+  async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<Map<string, RestoredEntry>> {
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
     const consumer = this.consumer;

@@ -1,5 +1,5 @@
 import { WritError } from "../errors.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 
 export type LedgerStatus = LedgerIntentEntry["status"];
 
@@ -33,6 +33,9 @@ export interface LedgerView {
   readonly size: number;
 }
 
+/** An entry as the restore read it: an intent's, or a record's lease. */
+export type RestoredEntry = LedgerIntentEntry | LedgerLeaseEntry;
+
 /**
  * The ledger of one intents partition, held only by the owner of that
  * partition, from its restore until it gives the partition up.
@@ -56,12 +59,62 @@ export class PartitionLedger implements LedgerView {
   private readonly replyTopicCounts = new Map<string, number>();
   /** Committed entries still `pending`, with when each was recorded (ms): kept as entries commit, never scanned from the ledger. */
   private readonly pendingSince = new Map<string, number>();
+  /** Records' leases, by ledger key, in the same three layers (a release is a tombstone: null). */
+  private readonly leasesCommitted = new Map<string, LedgerLeaseEntry>();
+  private leasesStaged = new Map<string, LedgerLeaseEntry | null>();
+  private leasesSending = new Map<string, LedgerLeaseEntry | null>();
 
   /** `restored` in topic order, as the restore read it. */
-  constructor(partition: number, restored: Iterable<[string, LedgerIntentEntry]> = []) {
+  constructor(partition: number, restored: Iterable<[string, RestoredEntry]> = []) {
     this.partition = partition;
     this.committed = new Map();
-    for (const [key, entry] of restored) this.applyCommitted(key, entry);
+    for (const [key, entry] of restored) {
+      if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
+      else this.applyCommitted(key, entry);
+    }
+  }
+
+  /** The lease on record `entityKey` as the owner sees it now (expired or not), if one is held. */
+  lease(entityKey: string): LedgerLeaseEntry | undefined {
+    const key = leaseLedgerKey(entityKey);
+    if (this.leasesStaged.has(key)) return this.leasesStaged.get(key) ?? undefined;
+    if (this.leasesSending.has(key)) return this.leasesSending.get(key) ?? undefined;
+    return this.leasesCommitted.get(key);
+  }
+
+  /** Stages a lease for the next transaction: granted or renewed (an entry), or released (null, a tombstone). */
+  stageLease(entityKey: string, entry: LedgerLeaseEntry | null): void {
+    const key = leaseLedgerKey(entityKey);
+    this.leasesStaged.delete(key);
+    this.leasesStaged.set(key, entry);
+  }
+
+  /** Leases as the owner sees them now whose expiry is before `now` (ms), at most `limit`. */
+  expiredLeases(now: number, limit: number): LedgerLeaseEntry[] {
+    const seen = new Set<string>();
+    const out: LedgerLeaseEntry[] = [];
+    for (const layer of [this.leasesStaged, this.leasesSending, this.leasesCommitted]) {
+      for (const [key, entry] of layer) {
+        if (seen.has(key)) continue;
+        seen.add(key);
+        if (entry !== null && Date.parse(entry.expiresAt) < now && out.length < limit) out.push(entry);
+      }
+    }
+    return out;
+  }
+
+  /** Leases held now (expired or not). */
+  get leaseCount(): number {
+    let n = 0;
+    const seen = new Set<string>();
+    for (const layer of [this.leasesStaged, this.leasesSending, this.leasesCommitted]) {
+      for (const [key, entry] of layer) {
+        if (seen.has(key)) continue;
+        seen.add(key);
+        if (entry !== null) n++;
+      }
+    }
+    return n;
   }
 
   get(intentKey: string): LedgerIntentEntry | undefined {
@@ -95,11 +148,13 @@ export class PartitionLedger implements LedgerView {
 
   /** Hands the staged changes to a transaction; they stay visible until it ends. */
   takeStaged(): [string, LedgerChange][] {
-    if (this.sending.size > 0) {
+    if (this.sending.size > 0 || this.leasesSending.size > 0) {
       throw new WritError("kafka_failed", "ledger: a transaction is already in flight", { retriable: false, context: { partition: this.partition } });
     }
     this.sending = this.staged;
     this.staged = new Map();
+    this.leasesSending = this.leasesStaged;
+    this.leasesStaged = new Map();
     return [...this.sending];
   }
 
@@ -107,6 +162,11 @@ export class PartitionLedger implements LedgerView {
   committedSending(): void {
     for (const [key, change] of this.sending) this.applyCommitted(key, change);
     this.sending.clear();
+    for (const [key, lease] of this.leasesSending) {
+      if (lease === null) this.leasesCommitted.delete(key);
+      else this.leasesCommitted.set(key, lease);
+    }
+    this.leasesSending.clear();
   }
 
   /** Reply topics of the committed entries (the ones whose partitions a heal must touch). */

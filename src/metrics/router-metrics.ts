@@ -93,6 +93,12 @@ export class RouterMetrics {
     labelNames: ["partition"] as const,
     registers: [this.registry],
   });
+  private readonly leasesExpired = new Counter({
+    name: "writ_leases_expired_total",
+    help: "Leases of changes that span records which expired before their change released them, by record type: each points at a stalled or crashed agent. Counted when released (a failed transaction may count one twice).",
+    labelNames: ["record_type"] as const,
+    registers: [this.registry],
+  });
   private readonly txnDuration = new Histogram({
     name: "writ_transaction_duration_seconds",
     help: "Duration of the owner transactions that carry results (sends, offsets, commit), by intents partition.",
@@ -193,6 +199,9 @@ export class RouterMetrics {
   readonly owner = {
     forwarded: (partition: number) => {
       this.forwarded.inc({ partition: String(partition) });
+    },
+    leaseExpired: (_partition: number, recordType: string) => {
+      this.leasesExpired.inc({ record_type: recordType });
     },
     opened: (partition: number, ms: number) => {
       this.restoreDuration.observe({ partition: String(partition) }, ms / 1000);

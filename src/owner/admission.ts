@@ -4,11 +4,11 @@ import type { RouterConfig } from "../config.ts";
 import { canonicalJson } from "../canonical-json.ts";
 import { type DeadLetterReason, type RejectReason, WritError } from "../errors.ts";
 import { partitionFor } from "../kafka/partition.ts";
-import { deltaFingerprint, intentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
+import { deltaFingerprint, intentKey, leaseIntentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
 import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
-import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../schemas/write-intent.ts";
+import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
@@ -147,6 +147,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
+  if (isLeaseOp(intent.lease)) return admitLease(intent, tool, key, reject);
   if (intent.undo !== undefined) return admitUndo(intent, tool, key, reject);
   const params = tool.declaration.params.safeParse(intent.params);
   if (!params.success) return reject("params_invalid", params.error.message.slice(0, 2000), params.error.issues.slice(0, 10));
@@ -247,6 +248,25 @@ function admitUndo(intent: WriteIntent, tool: AdmittedTool, key: string, reject:
   if (Object.keys(intent.params).length > 0) return reject("params_invalid", "an undo carries no params: the owner takes the undone intent's from its ledger");
   if (intent.intentKey !== undoIntentKey(undone)) return reject("intent_key_mismatch", "an undo's intent key is undoIntentKey(<the undone intent's key>) (see keys.ts)");
   const fingerprint = undoFingerprint(tool.name, intent.entity, undone);
+  return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
+}
+
+/**
+ * A lease intent (`lease.op` `acquire` or `release`) writes nothing: empty
+ * params, base version `"lease"`, and the key `leaseIntentKey(change, op,
+ * entity)`. It names the tool the change will write the record with, so the
+ * agent's right to take a record's lease is its right to call that tool on it.
+ */
+function admitLease(intent: WriteIntent, tool: AdmittedTool, key: string, reject: (reason: RejectReason, msg: string) => Admission): Admission {
+  const lease = intent.lease!;
+  if (intent.undo !== undefined) return reject("params_invalid", "an undo is a step of a change (lease op \"step\"), never a lease acquire or release");
+  if (intent.baseVersion !== LEASE_VERSION) return reject("params_invalid", `a lease intent's baseVersion is "${LEASE_VERSION}": it writes nothing, and the owner reads the record itself`);
+  if (Object.keys(intent.params).length > 0) return reject("params_invalid", "a lease intent carries no params");
+  if (lease.op === "release" && lease.ttlMs !== undefined) return reject("params_invalid", "only a lease acquire carries ttlMs");
+  if (intent.intentKey !== leaseIntentKey(lease.change, lease.op as "acquire" | "release", intent.entity)) {
+    return reject("intent_key_mismatch", "a lease intent's key is leaseIntentKey(<change>, <op>, <entity>) (see keys.ts)");
+  }
+  const fingerprint = paramsFingerprint(tool.name, intent.entity, { lease: lease.change, op: lease.op }, []);
   return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
 }
 

@@ -3,7 +3,7 @@ import { sha256Hex } from "../canonical-json.ts";
 import type { DeadLetterReason, RejectReason } from "../errors.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 
 /**
@@ -14,6 +14,8 @@ import type { Reply } from "../schemas/reply.ts";
  */
 export interface Effects {
   ledger?: LedgerIntentEntry;
+  /** A record's lease granted or renewed (an entry), or released (null: a tombstone). */
+  lease?: { entityKey: string; entry: LedgerLeaseEntry | null };
   replies: { topic: string; value: Reply }[];
   escalations: { key: string; value: Escalation }[];
   deadLetters: { key: string | null; value: DeadLetter }[];

@@ -44,8 +44,12 @@ export interface OwnerContext {
     /** Runs after a transaction's records and offsets were sent and before its commit: holds the commit. */
     beforeCommit?(info: { partition: number; topics: string[] }): Promise<void>;
   };
+  /** Ablation control (fault suite only): leases are granted to whoever asks and refuse nothing. */
+  ablateLeases?: boolean;
   observe?: {
     forwarded?(partition: number): void;
+    /** A record's lease expired and was released (its change did not end in time). */
+    leaseExpired?(partition: number, recordType: string): void;
     /** The partition was taken up and runs (ms: fence, marker, ledger restore, heal). */
     opened?(partition: number, ms: number): void;
     /** A transaction carrying these intents' results committed (ms: from its begin to its commit). */

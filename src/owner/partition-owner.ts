@@ -6,7 +6,7 @@ import { WritError, isRegistryOutage } from "../errors.ts";
 import { markerKey } from "../ledger/ledger-reader.ts";
 import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { type IntentOutcome, intentOutcome } from "../metrics/outcome.ts";
 import { IntentTrace, startTransactionSpan } from "../tracing/spans.ts";
 import { type AdmittedIntent, admit } from "./admission.ts";
@@ -19,6 +19,9 @@ import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { startOffset } from "../kafka/serial-admin.ts";
+import { entityKey } from "../schemas/common.ts";
+import { isLeaseOp } from "../schemas/write-intent.ts";
+import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
 
 /** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
 const STUCK_AFTER_FAILURES = 5;
@@ -37,6 +40,8 @@ interface Slot {
   readonly message: KafkaMessage;
   admitted?: AdmittedIntent;
   plan?: Plan;
+  /** What its record's lease meant for it when it started. */
+  gate?: LeaseGate;
   pendingDurable: boolean;
   /** Unexpected failures so far (not outages). */
   failures: number;
@@ -527,10 +532,15 @@ export class PartitionOwner {
     while (session.active) {
       try {
         if (slot.result) return await this.settle(session, slot, slot.result);
-        slot.plan ??= pipeline.classify(a, session.ledger);
+        // A record's lease, looked at once as the intent starts: the record's intents run one at a time.
+        slot.gate ??= this.leaseGate(session, a);
+        slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
         const plan = slot.plan;
+        const refusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !this.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
         let step;
-        if (plan.kind === "settled") step = plan;
+        if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
+        else if (plan.kind === "settled") step = plan;
+        else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
         else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
         else {
           if (!slot.pendingDurable) {
@@ -644,6 +654,28 @@ export class PartitionOwner {
     }
   }
 
+  /** The lease gate of an intent; an expired lease it finds is released here (counted, and logged: its agent stalled). */
+  private leaseGate(session: Session, a: AdmittedIntent): LeaseGate {
+    const gate = leaseGate(session.ledger, a, Date.now());
+    if (gate.kind === "free" && gate.expired) this.releaseExpired(session, gate.expired);
+    // The ablation control: another change's lease stops nothing, and a step never needs its own.
+    if (this.ctx.ablateLeases && gate.kind !== "mine") return a.intent.lease && gate.kind === "held" ? { kind: "mine", lease: gate.lease } : { kind: "free" };
+    return gate;
+  }
+
+  private releaseExpired(session: Session, lease: LedgerLeaseEntry): void {
+    const key = entityKey(lease.entity);
+    session.ledger.stageLease(key, null);
+    if (this.staged.records.length === 0) this.stagedSince = Date.now();
+    this.staged.records.push(this.ctx.encoder.leaseTombstone(key, this.partition));
+    this.log.warn(
+      { entity: key.slice(0, 300), agent: lease.agentId, change: lease.change, acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
+      "lease expired and released: its change did not finish in time (a stalled or crashed agent?)",
+    );
+    this.ctx.observe?.leaseExpired?.(this.partition, lease.entity.type);
+    this.nudge();
+  }
+
   private async pause(session: Session, tries: number): Promise<void> {
     await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
   }
@@ -668,6 +700,7 @@ export class PartitionOwner {
     slot.trace?.settled(slot.outcome);
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
+    if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
     if (this.staged.records.length === 0) this.stagedSince = Date.now();
     this.staged.records.push(...records);
     this.staged.slots.push(slot);
@@ -718,6 +751,7 @@ export class PartitionOwner {
         this.staged.records.push(encoder.tombstone(key, this.partition));
       }
       if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
+      for (const lease of session.ledger.expiredLeases(Date.now(), 1000)) this.releaseExpired(session, lease);
     }
     const batch = this.staged;
     this.staged = emptyStaged();

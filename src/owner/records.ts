@@ -1,7 +1,7 @@
 import type { Message, TopicMessages } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
-import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 import { CONTROL_HEADER } from "../schemas/control.ts";
 import { FORWARDED_HEADER } from "./admission.ts";
 import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
@@ -69,6 +69,7 @@ export class RecordEncoder {
   async encode(effects: Effects, partition: number): Promise<OutRecord[]> {
     const out: OutRecord[] = [];
     if (effects.ledger) out.push(await this.ledgerEntry(effects.ledger, partition));
+    if (effects.lease) out.push(await this.leaseEntry(effects.lease.entityKey, effects.lease.entry, partition));
     const limit = this.config.maxMessageBytes;
     for (const r of effects.replies) {
       let value = await this.codec.encode(r.topic, "Reply", r.value);
@@ -105,6 +106,17 @@ export class RecordEncoder {
   async ledgerEntry(entry: LedgerIntentEntry, partition: number): Promise<OutRecord> {
     const topic = this.config.topics.ledger;
     return { topic, partition, key: entry.intentKey, value: await this.codec.encode(topic, "LedgerEntry", entry) };
+  }
+
+  /** A record's lease (or its release, a tombstone), keyed `__lease__:<entity key>`. */
+  async leaseEntry(entityKey: string, entry: LedgerLeaseEntry | null, partition: number): Promise<OutRecord> {
+    const topic = this.config.topics.ledger;
+    if (entry === null) return this.leaseTombstone(entityKey, partition);
+    return { topic, partition, key: leaseLedgerKey(entityKey), value: await this.codec.encode(topic, "LedgerEntry", entry) };
+  }
+
+  leaseTombstone(entityKey: string, partition: number): OutRecord {
+    return this.tombstone(leaseLedgerKey(entityKey), partition);
   }
 
   tombstone(intentKey: string, partition: number): OutRecord {

@@ -50,6 +50,8 @@ export interface RouterOptions {
 export interface RouterInternals {
   ablateLedger?: boolean;
   ablateVersionCheck?: boolean;
+  /** Ablation control for the fault suite's lease case, never for production: owners grant every lease and honour none. */
+  ablateLeases?: boolean;
   /** Replaces the end-offset probe of the hang watch (tests). */
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
@@ -171,6 +173,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     health,
     observe: metrics.owner,
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
+    ...(internals.ablateLeases ? { ablateLeases: true } : {}),
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
       owners.delete(p);

@@ -71,11 +71,36 @@ export const LedgerMarker = z.looseObject({
 export type LedgerMarker = z.infer<typeof LedgerMarker>;
 
 /**
+ * A record's lease, held by a change that spans records: written when the
+ * change acquires it (or renews it), tombstoned when it is released or found
+ * expired. Key `leaseLedgerKey(entity key)`, in the ledger partition of the
+ * record's intents partition: the record's owner is the lease's only writer.
+ */
+export const LedgerLeaseEntry = z.looseObject({
+  kind: z.literal("lease"),
+  entity: EntityRef,
+  /** The change holding it (`lease.change` of its intents). */
+  change: z.string(),
+  /** The agent whose change it is: only its intents use the lease. */
+  agentId: z.string(),
+  replyTo: z.string(),
+  acquiredAt: IsoTime,
+  expiresAt: IsoTime,
+  updatedAt: IsoTime,
+});
+export type LedgerLeaseEntry = z.infer<typeof LedgerLeaseEntry>;
+
+/** Ledger key of a record's lease. Never a valid intent key (those are 64 hex chars), nor a marker's. */
+export function leaseLedgerKey(entityKey: string): string {
+  return `__lease__:${entityKey}`;
+}
+
+/**
  * LedgerEntry: topic `writ.ledger`, compacted; key the intent key (markers:
- * `__marker__:<p>`); partition p holds the ledger of intents partition p and is
+ * `__marker__:<p>`, leases `__lease__:<type>:<id>`); partition p holds the ledger of intents partition p and is
  * produced with an explicit partition, in the owner's transactions only.
  * Entries past the retention window are tombstoned. Compatibility rule: FULL
  * (objects are loose: unknown fields are kept, never refused).
  */
-export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker]);
+export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker, LedgerLeaseEntry]);
 export type LedgerEntry = z.infer<typeof LedgerEntry>;

@@ -22,11 +22,17 @@ export const AppliedReply = z
      * How the outcome was established: the PATCH response, the create response (a tool that declares
      * `create`), or reconciling with the system of record.
      */
-    via: z.enum(["patch", "create", "reconcile"]),
+    via: z.enum(["patch", "create", "reconcile", "lease"]),
     /** The write tool, so that the write can be undone from its reply (`client.undo(reply)`). */
     tool: z.string().optional(),
     /** Set on the reply to an undo: the intent key of the write it compensated. */
     undoOf: z.string().optional(),
+    /**
+     * Set on the reply to a lease intent (`via: "lease"`: nothing was written; `state` and `version` are the
+     * record as the owner read it): the change, and until when it holds the lease (absent once released).
+     * Only an agent that sends lease intents gets one.
+     */
+    lease: z.looseObject({ change: z.string(), expiresAt: IsoTime.optional(), released: z.boolean().optional() }).optional(),
     /** Set when the state was left out because the reply would exceed the broker's message size. */
     truncated: z.boolean().optional(),
   });

@@ -15,6 +15,35 @@ export const ABSENT_VERSION = "absent";
 export const LEDGER_VERSION = "ledger";
 
 /**
+ * The `baseVersion` of a lease intent (`lease.op` `acquire` or `release`):
+ * it writes nothing to the record, and the owner reads the record itself.
+ */
+export const LEASE_VERSION = "lease";
+
+/** How long a lease lasts when its acquire names no `ttlMs`. */
+export const DEFAULT_LEASE_TTL_MS = 60_000;
+
+/** Longest lease an agent may ask for: a lease points at a running change, never a parking spot. */
+export const MAX_LEASE_TTL_MS = 600_000;
+
+/**
+ * Set on the intents of a change that spans records (see `client.change()`
+ * and docs/architecture.md §8): `acquire` takes the record's lease for the
+ * change, `release` gives it back, and `step` marks a write (or an undo) made
+ * under it. While a change holds a record's lease, the record's other writes
+ * are answered `leased`; a step whose change does not hold it is answered
+ * `lease_not_held`. A lease is bound to the change id and the agent.
+ */
+export const IntentLease = z.object({
+  /** The change's id: `changeId()` of the agent, run and step that started the change. */
+  change: z.string().regex(/^[0-9a-f]{64}$/, "64 hex chars from changeId()"),
+  op: z.enum(["acquire", "release", "step"]),
+  /** How long the lease lasts from its (re)grant, in ms; `acquire` only. */
+  ttlMs: z.number().int().min(1000).max(MAX_LEASE_TTL_MS).optional(),
+});
+export type IntentLease = z.infer<typeof IntentLease>;
+
+/**
  * WriteIntent: what an agent's write tool publishes.
  *
  * Topic `writ.intents` (configurable); key `<recordType>:<id>` so that every
@@ -57,9 +86,20 @@ export const WriteIntent = z
      * `undoIntentKey(undo.intentKey)`, its tool and entity the undone intent's, its params `{}`.
      */
     undo: z.object({ intentKey: z.string().regex(/^[0-9a-f]{64}$/, "the undone intent's key") }).optional(),
+    /**
+     * Set on the intents of a change that spans records: its lease on this record. A lease intent
+     * (`acquire`, `release`) has an empty delta, empty params, base version {@link LEASE_VERSION} and
+     * the key `leaseIntentKey(change, op, entity)`.
+     */
+    lease: IntentLease.optional(),
   })
-  .refine((i) => (i.delta.length === 0) === (i.undo !== undefined), {
-    message: "the delta must have at least one operation (only an undo has none)",
+  .refine((i) => (i.delta.length === 0) === (i.undo !== undefined || isLeaseOp(i.lease)), {
+    message: "the delta must have at least one operation (only an undo, a lease acquire or a lease release has none)",
     path: ["delta"],
   });
 export type WriteIntent = z.infer<typeof WriteIntent>;
+
+/** A lease intent proper (it takes or gives back a lease, and writes nothing to the record). */
+export function isLeaseOp(lease: IntentLease | undefined): lease is IntentLease & { op: "acquire" | "release" } {
+  return lease !== undefined && lease.op !== "step";
+}

@@ -38,7 +38,8 @@ export type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestR
  * `config` (GET, POST), `reset` (POST), `records/:type/:id` (PUT, an unconditional seed).
  */
 
-const Match = z.object({ type: z.string().optional(), id: z.string().optional() }).strict();
+/** Which requests a fault hits: by record, and (for writes) by the request's Idempotency-Key. */
+const Match = z.object({ type: z.string().optional(), id: z.string().optional(), idempotencyKey: z.string().optional() }).strict();
 const times = z.number().int().positive();
 const delayMs = z.number().int().nonnegative();
 /** Which writes a commit fault hits: `PATCH` (the default) or `PUT` (creates and replaces). */
@@ -52,6 +53,8 @@ export const DemoFault = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("commit-then-drop"), times: times.default(1), match: Match.optional(), method }).strict(),
   /** Answer 412 (with the current state) without applying. */
   z.object({ kind: z.literal("412-storm"), times, match: Match.optional() }).strict(),
+  /** Refuse the PATCH with 422 (a business rule of the system, `problem` its type) without applying it. */
+  z.object({ kind: z.literal("refuse-write"), times: times.default(1), match: Match.optional(), problem: z.string().min(1).max(64).default("business-rule") }).strict(),
   /** Answer GET/HEAD of a record after `delayMs`; the state is read on arrival, so it may be stale on delivery. */
   z.object({ kind: z.literal("slow-read"), delayMs, times: times.default(1), match: Match.optional() }).strict(),
 ]);
@@ -145,13 +148,14 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
   let faults: DemoFault[] = [];
   const timers = new Set<NodeJS.Timeout>();
 
-  function takeFault<K extends DemoFault["kind"]>(kinds: readonly K[], type: string, id: string, writeMethod: "PATCH" | "PUT" = "PATCH") {
+  function takeFault<K extends DemoFault["kind"]>(kinds: readonly K[], type: string, id: string, writeMethod: "PATCH" | "PUT" = "PATCH", idempotencyKey?: string) {
     const index = faults.findIndex(
       (f) =>
         (kinds as readonly string[]).includes(f.kind) &&
         (("method" in f ? f.method : undefined) ?? "PATCH") === writeMethod &&
         (f.match?.type === undefined || f.match.type === type) &&
-        (f.match?.id === undefined || f.match.id === id),
+        (f.match?.id === undefined || f.match.id === id) &&
+        (f.match?.idempotencyKey === undefined || f.match.idempotencyKey === idempotencyKey),
     );
     const fault = faults[index];
     if (fault === undefined) return undefined;
@@ -252,6 +256,11 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     if (config.enforceIfMatch && ifMatch === undefined) {
       log("precondition_required", 428);
       throw new HttpProblem(428, "precondition-required", "send If-Match with the ETag you read (RFC 6585)");
+    }
+    const refusal = takeFault(["refuse-write"], type, id, "PATCH", key);
+    if (refusal !== undefined) {
+      log("refused", 422, "refuse-write");
+      throw new HttpProblem(422, refusal.problem, `the ${type} system refuses this change (${refusal.problem})`);
     }
     if (takeFault(["412-storm"], type, id) !== undefined) {
       log("storm_412", 412, "412-storm");

@@ -79,6 +79,7 @@ export type PatchRequestOutcome =
   | "storm_412"
   | "not_found"
   | "test_failed"
+  | "refused"
   | "invalid_patch"
   | "bad_request"
   | "key_reused"

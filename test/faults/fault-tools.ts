@@ -2,7 +2,7 @@
 // lookup) and one whose reconcile is a function that looks at the record
 // itself, for a system that keeps no idempotency keys.
 import { z } from "zod";
-import { refundPayment, systems as demoSystems, tagTicket } from "../../examples/demo-tools.ts";
+import { noteAccount, refundPayment, systems as demoSystems, tagTicket } from "../../examples/demo-tools.ts";
 import type { SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { declareWriteTool } from "../../src/tools.ts";
@@ -31,7 +31,8 @@ export const noteTicket = declareWriteTool({
   },
 });
 
-export const faultTools = [refundPayment, tagTicket, noteTicket];
+/** `note_account` (with its undo) is a step of the lease case's changes that span records. */
+export const faultTools = [refundPayment, tagTicket, noteTicket, noteAccount];
 
 export function systems(env: NodeJS.ProcessEnv = process.env): SystemOfRecord[] {
   const baseUrl = env.RECORDS_URL ?? "http://127.0.0.1:4010";

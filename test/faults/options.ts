@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 
-export type Ablation = "ledger" | "if-match";
+export type Ablation = "ledger" | "if-match" | "leases";
 
 export interface SuiteOptions {
   seed: number;
@@ -12,6 +12,8 @@ export interface SuiteOptions {
   ablate: Ablation | null;
   /** Skip the deterministic hanging-transaction case (it needs three brokers). */
   hangCase: boolean;
+  /** Run the case of three-record changes under leases after the main scenario. */
+  leaseCase: boolean;
 }
 
 export const USAGE = `npm run test:faults -- [options]
@@ -22,9 +24,13 @@ export const USAGE = `npm run test:faults -- [options]
   --entities N   records the intents touch (default 60)
   --brokers 1|3  a single broker (default), or three (replication factor 3, min.insync.replicas 2):
                  a partition leader is killed mid-run, and the deterministic hanging-transaction case runs
-  --ablate ledger|if-match
-                 remove a guarantee: the owner skips its ledger (must report duplicates), or sends
-                 no version precondition (must report lost updates); the run then exits 1 as it should
+  --ablate ledger|if-match|leases
+                 remove a guarantee: the owner skips its ledger (must report duplicates), sends
+                 no version precondition (must report lost updates), or grants every lease and
+                 honours none (only the lease case runs; it must report changes left partly
+                 applied); the run then exits 1 as it should
+  --no-lease-case
+                 skip the case of three-record changes under leases (run after the main scenario)
   --no-hang-case skip the hanging-transaction case in --brokers 3
   --help`;
 
@@ -39,6 +45,7 @@ export function parseSuiteOptions(argv: string[]): SuiteOptions {
       brokers: { type: "string", default: "1" },
       ablate: { type: "string" },
       "no-hang-case": { type: "boolean", default: false },
+      "no-lease-case": { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
     strict: true,
@@ -55,7 +62,7 @@ export function parseSuiteOptions(argv: string[]): SuiteOptions {
   const brokers = int("brokers", values.brokers, 1);
   if (brokers !== 1 && brokers !== 3) throw new Error("--brokers must be 1 or 3");
   const ablate = values.ablate ?? null;
-  if (ablate !== null && ablate !== "ledger" && ablate !== "if-match") throw new Error("--ablate must be ledger or if-match");
+  if (ablate !== null && ablate !== "ledger" && ablate !== "if-match" && ablate !== "leases") throw new Error("--ablate must be ledger, if-match or leases");
   return {
     seed: values.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : int("seed", values.seed, 0),
     runs: int("runs", values.runs, 1),
@@ -65,5 +72,6 @@ export function parseSuiteOptions(argv: string[]): SuiteOptions {
     brokers,
     ablate,
     hangCase: !values["no-hang-case"],
+    leaseCase: !values["no-lease-case"],
   };
 }

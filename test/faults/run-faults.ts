@@ -30,7 +30,8 @@ const say = (line: string) => console.log(line);
 const up = await stack.ensureStack({ brokers: opts.brokers, log: (l) => say(`  [stack] ${l}`) });
 let failures = 0;
 try {
-  for (let run = 0; run < opts.runs; run++) {
+  // The lease ablation removes a guarantee only the lease case checks: it runs alone.
+  for (let run = 0; run < (opts.ablate === "leases" ? 0 : opts.runs); run++) {
     const seed = opts.seed + run;
     if (opts.runs > 1) say(`run ${run + 1} of ${opts.runs}`);
     const result = await runScenario({ ...opts, seed, root, stack, brokers_: up.endpoints.brokers, registryUrl: up.endpoints.registryUrl || undefined, say });
@@ -38,6 +39,13 @@ try {
     if (result.problems.length > 25) say(`  … and ${result.problems.length - 25} more problems`);
     console.log(JSON.stringify(result.line));
     if (result.failed) failures++;
+  }
+  if (opts.ablate === "leases" || (opts.leaseCase && opts.ablate === null)) {
+    const { runLeaseCase } = await import("./lease-case.ts");
+    const lease = await runLeaseCase({ root, brokers: up.endpoints.brokers, registryUrl: up.endpoints.registryUrl || undefined, replicationFactor: three ? 3 : 1, seed: opts.seed, ablate: opts.ablate, say });
+    for (const p of lease.problems.slice(0, 25)) say(`  PROBLEM ${p}`);
+    console.log(JSON.stringify(lease.line));
+    if (lease.failed) failures++;
   }
   if (three && opts.hangCase && opts.ablate === null) {
     const { runHangCase } = await import("./hang-case.ts");

@@ -16,6 +16,7 @@ import { OwnerFleet } from "./owner-fleet.ts";
 import { injectPoison, type PoisonRound } from "./poison.ts";
 import { RecordsProcess } from "./records-process.ts";
 import { seededRng } from "./rng.ts";
+import { SESSION_TIMEOUT_MS, faultOwnerEnv, faultTopics } from "./owner-env.ts";
 
 type Stack = typeof import("../../src/testing/local-stack.ts");
 
@@ -28,11 +29,10 @@ export interface RunResult {
 
 type Action = "kill" | "join" | "leave" | "records-faults" | "records-outage" | "zombie" | "broker-restart" | "leader-kill" | "registry-restart" | "poison";
 
-const SESSION_TIMEOUT_MS = 6000;
 /** Nothing settling for this long ends the run with a diagnosis instead of waiting out the deadline. */
 const STALL_MS = 60_000;
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);
@@ -83,35 +83,13 @@ export async function runScenario(
   const poisonEntities = [0, 1].map((n) => ({ type: "payment" as const, id: `poison_${n}` }));
   for (const e of poisonEntities) await records.seed(e.type, e.id, { amountCents: 1_000_000, refunds: [] });
 
-  const topics = { intents: `writ.intents.f${id}`, ledger: `writ.ledger.f${id}`, human: `writ.human.f${id}`, dlq: `writ.dlq.f${id}` };
+  const topics = faultTopics(`f${id}`);
   const replicationFactor = opts.brokers === 3 ? 3 : 1;
   const fleet = new OwnerFleet({
     script: join(opts.root, "test", "faults", "fault-owner.ts"),
     logDir,
     rng: chaosRng.fork(),
-    env: {
-      ...process.env,
-      KAFKA_BROKERS: brokers.join(","),
-      ...(registryUrl ? { SCHEMA_REGISTRY_URL: registryUrl } : {}),
-      RECORDS_URL: records.url,
-      WRIT_GROUP_ID: `writ.owners.f${id}`,
-      WRIT_INTENTS_TOPIC: topics.intents,
-      WRIT_LEDGER_TOPIC: topics.ledger,
-      WRIT_HUMAN_TOPIC: topics.human,
-      WRIT_DLQ_TOPIC: topics.dlq,
-      WRIT_INTENT_PARTITIONS: "6",
-      WRIT_REPLICATION_FACTOR: String(replicationFactor),
-      WRIT_SOR_TIMEOUT_MS: "1000",
-      WRIT_SESSION_TIMEOUT_MS: String(SESSION_TIMEOUT_MS),
-      WRIT_RESTORE_TIMEOUT_MS: "60000",
-      WRIT_TRANSACTION_TIMEOUT_MS: "30000",
-      WRIT_HANG_HEAL_AFTER_MS: "5000",
-      WRIT_LSO_CHECK_INTERVAL_MS: "1000",
-      WRIT_OUTAGE_BACKOFF_MAX_MS: "2000",
-      WRIT_FAULT_CRASH_AFTER_PATCH: process.env.WRIT_FAULT_CRASH_AFTER_PATCH ?? "0.004",
-      ...(opts.ablate ? { WRIT_FAULT_ABLATE: opts.ablate } : {}),
-      LOG_LEVEL: "info",
-    },
+    env: faultOwnerEnv({ brokers, registryUrl, recordsUrl: records.url, id: `f${id}`, topics, replicationFactor, ablate: opts.ablate }),
   });
 
   const total = Math.ceil(opts.intents / opts.agents) * opts.agents;

@@ -1,4 +1,5 @@
-// Creates by external id and undo, through admission and the intent pipeline,
+// Creates by external id, undo and the leases of changes that span records,
+// through admission and the intent pipeline,
 // against the scriptable fake system (no broker): what reaches the system
 // (create requests, PATCHes and their preconditions) is counted there.
 import type { KafkaMessage } from "kafkajs";
@@ -6,20 +7,21 @@ import { pino } from "pino";
 import { beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { WireCodec } from "../../../src/codec.ts";
-import { intentKey, undoIntentKey } from "../../../src/keys.ts";
+import { intentKey, leaseIntentKey, undoIntentKey } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type AdmissionDeps, type AdmittedIntent, admit } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type Step } from "../../../src/owner/intent-pipeline.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
-import type { EntityRef, JsonPatchOp } from "../../../src/schemas/common.ts";
+import { type EntityRef, type JsonPatchOp, entityKey } from "../../../src/schemas/common.ts";
 import { Escalation } from "../../../src/schemas/escalation.ts";
-import { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
+import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
-import { ABSENT_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
-import { FakeSystem, version } from "./fake-system.ts";
+import { FakeSystem, outage, version } from "./fake-system.ts";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const REPLY_TO = "writ.replies.agent-1";
@@ -466,5 +468,137 @@ describe("escalated creates and undos", () => {
       ]);
       expect(discard.effects.ledger).toMatchObject({ status: "done", outcome: { status: "rejected", reason: "escalation_discarded" } });
     }
+  });
+});
+
+describe("leases of changes that span records: admission", () => {
+  const change = "c".repeat(64);
+  const lease = (op: "acquire" | "release", overrides: Partial<WriteIntent> = {}): WriteIntent =>
+    wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(change, op, T1), lease: { change, op, ...(op === "acquire" ? { ttlMs: 30_000 } : {}) }, ...overrides });
+
+  it("admits an acquire and a release keyed leaseIntentKey(change, op, entity), with no params, no delta and base version lease", async () => {
+    expect((await admittedOk(lease("acquire"))).intent.lease).toEqual({ change, op: "acquire", ttlMs: 30_000 });
+    expect((await admittedOk(lease("release"))).intent.lease).toEqual({ change, op: "release" });
+  });
+
+  it("refuses a lease intent with another key, params, another base version, a ttl on a release, an undo, or a delta", async () => {
+    expect(await admitted(lease("acquire", { intentKey: leaseIntentKey(change, "release", T1) }))).toMatchObject({ status: "rejected", reason: "intent_key_mismatch" });
+    expect(await admitted(lease("acquire", { intentKey: leaseIntentKey("d".repeat(64), "acquire", T1) }))).toMatchObject({ status: "rejected", reason: "intent_key_mismatch" });
+    expect(await admitted(lease("acquire", { params: { tag: "vip" } }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    expect(await admitted(lease("acquire", { baseVersion: version(1) }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    expect(await admitted(lease("release", { lease: { change, op: "release", ttlMs: 5000 } }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    expect(await admitted(lease("acquire", { undo: { intentKey: "a".repeat(64) } }))).toMatchObject({ status: "rejected", reason: "params_invalid" });
+    expect(await admitted(lease("acquire", { delta: [{ op: "replace", path: "/tags", value: [] }] }))).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+    // A step is a write like any other: it needs its delta.
+    expect(await admitted({ ...tagIntent("vip", version(1), ["billing"]), delta: [], lease: { change, op: "step" } })).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+    expect(await admitted(lease("acquire", { lease: { change, op: "acquire", ttlMs: 999 } }))).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+  });
+});
+
+describe("leases of changes that span records: the owner's gate", () => {
+  const mine = "c".repeat(64);
+  const other = "e".repeat(64);
+  const held = (change: string, agentId = "agent-1", expiresAt = new Date(NOW.getTime() + 60_000)): LedgerLeaseEntry => ({
+    kind: "lease",
+    entity: T1,
+    change,
+    agentId,
+    replyTo: REPLY_TO,
+    acquiredAt: NOW.toISOString(),
+    expiresAt: expiresAt.toISOString(),
+    updatedAt: NOW.toISOString(),
+  });
+  const ledgerWith = (entry?: LedgerLeaseEntry) => new PartitionLedger(0, entry ? [[`__lease__:${entityKey(T1)}`, entry]] : []);
+  const step = async (change = mine) => admittedOk({ ...tagIntent("vip", version(1), ["billing"]), lease: { change, op: "step" } });
+  const acquire = async (change = mine, ttlMs = 30_000) =>
+    admittedOk(wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(change, "acquire", T1), lease: { change, op: "acquire", ttlMs } }));
+  const release = async (change = mine) =>
+    admittedOk(wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(change, "release", T1), lease: { change, op: "release" } }));
+  const at = NOW.getTime();
+
+  it("free, mine, held by another change, held by the same change id for another agent, expired", async () => {
+    const a = await step();
+    expect(leaseGate(ledgerWith(), a, at)).toEqual({ kind: "free" });
+    expect(leaseGate(ledgerWith(held(mine)), a, at)).toMatchObject({ kind: "mine" });
+    expect(leaseGate(ledgerWith(held(other)), a, at)).toMatchObject({ kind: "held" });
+    expect(leaseGate(ledgerWith(held(mine, "agent-2")), a, at)).toMatchObject({ kind: "held" });
+    expect(leaseGate(ledgerWith(held(other, "agent-1", new Date(at - 1))), a, at)).toMatchObject({ kind: "free", expired: { change: other } });
+  });
+
+  it("another change's lease answers a write `leased` (with its expiry); a step without its lease `lease_not_held`; its own lease lets it through", async () => {
+    const plain = await admittedOk(tagIntent("vip", version(1), ["billing"]));
+    const refusal = (a: AdmittedIntent, gate: LeaseGate) => leaseRefusal(a, gate, NOW.toISOString())?.replies[0]?.value;
+    expect(refusal(plain, leaseGate(ledgerWith(held(other)), plain, at))).toMatchObject({ status: "rejected", reason: "leased", details: { expiresAt: held(other).expiresAt } });
+    expect(refusal(plain, leaseGate(ledgerWith(), plain, at))).toBeUndefined();
+    const s = await step();
+    expect(refusal(s, leaseGate(ledgerWith(), s, at))).toMatchObject({ status: "rejected", reason: "lease_not_held" });
+    expect(refusal(s, leaseGate(ledgerWith(held(mine, "agent-1", new Date(at - 1))), s, at))).toMatchObject({ reason: "lease_not_held", message: expect.stringContaining("expired") });
+    expect(refusal(s, leaseGate(ledgerWith(held(mine)), s, at))).toBeUndefined();
+  });
+
+  it("an acquire reads the record and grants the lease until now + ttl; a repeat renews it; another change's is refused `leased`, nothing staged", async () => {
+    const a = await acquire(mine, 30_000);
+    const granted = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {}));
+    expect(granted.replies[0]!.value).toMatchObject({ status: "applied", via: "lease", state: { status: "open", tags: ["billing"] }, version: version(1), lease: { change: mine, expiresAt: "2025-06-01T12:00:30.000Z" } });
+    Reply.parse(granted.replies[0]!.value);
+    expect(granted.lease).toMatchObject({ entityKey: "ticket:T-1", entry: { kind: "lease", change: mine, agentId: "agent-1", expiresAt: "2025-06-01T12:00:30.000Z" } });
+    LedgerEntry.parse(granted.lease!.entry);
+    expect(helpdesk.patchCount(T1)).toBe(0);
+    const later = new Date(at + 10_000);
+    const renewed = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(granted.lease!.entry!), a, later.getTime()), later, {}));
+    expect(renewed.lease!.entry).toMatchObject({ acquiredAt: NOW.toISOString(), expiresAt: "2025-06-01T12:00:40.000Z" });
+    const b = await acquire(other);
+    const refused = settled(await settleLeaseIntent(b, leaseGate(ledgerWith(granted.lease!.entry!), b, at), NOW, {}));
+    expect(refused.replies[0]!.value).toMatchObject({ status: "rejected", reason: "leased" });
+    expect(refused.lease).toBeUndefined();
+  });
+
+  it("an acquire of a missing record is entity_not_found; an outage of the system pauses it (retry-later)", async () => {
+    const a = await acquire();
+    helpdesk.script.read.push({ kind: "throw", error: outage() });
+    expect(await settleLeaseIntent(a, { kind: "free" }, NOW, {})).toMatchObject({ kind: "retry-later" });
+    helpdesk.delete(T1);
+    expect(settled(await settleLeaseIntent(a, { kind: "free" }, NOW, {})).replies[0]!.value).toMatchObject({ status: "rejected", reason: "entity_not_found" });
+  });
+
+  it("a release of its own lease stages a tombstone; a release of a lease it does not hold is answered as a repeat", async () => {
+    const r = await release();
+    const released = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(held(mine)), r, at), NOW, {}));
+    expect(released.lease).toEqual({ entityKey: "ticket:T-1", entry: null });
+    expect(released.replies[0]!.value).toMatchObject({ status: "applied", via: "lease", duplicate: false, lease: { change: mine, released: true } });
+    const again = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(), r, at), NOW, {}));
+    expect(again.lease).toBeUndefined();
+    expect(again.replies[0]!.value).toMatchObject({ status: "applied", duplicate: true });
+  });
+});
+
+describe("leases of changes that span records: the ledger's layers", () => {
+  const entry = (change: string, expiresAt: string): LedgerLeaseEntry => ({ kind: "lease", entity: T1, change, agentId: "a", replyTo: REPLY_TO, acquiredAt: NOW.toISOString(), expiresAt, updatedAt: NOW.toISOString() });
+
+  it("a staged lease is seen at once, commits with its transaction, and a release (tombstone) removes it; a failed transaction's are gone", () => {
+    const ledger = new PartitionLedger(0, [[`__lease__:ticket:T-1`, entry("x", "2025-06-01T12:01:00.000Z")]]);
+    expect(ledger.lease("ticket:T-1")).toMatchObject({ change: "x" });
+    ledger.stageLease("ticket:T-1", entry("y", "2025-06-01T12:02:00.000Z"));
+    expect(ledger.lease("ticket:T-1")).toMatchObject({ change: "y" });
+    ledger.takeStaged();
+    expect(ledger.lease("ticket:T-1")).toMatchObject({ change: "y" });
+    ledger.committedSending();
+    expect(ledger.lease("ticket:T-1")).toMatchObject({ change: "y" });
+    ledger.stageLease("ticket:T-1", null);
+    expect(ledger.lease("ticket:T-1")).toBeUndefined();
+    expect(ledger.leaseCount).toBe(0);
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect(ledger.lease("ticket:T-1")).toBeUndefined();
+    // Restored entries of both kinds keep apart: a lease is not an intent entry.
+    expect(ledger.size).toBe(0);
+  });
+
+  it("lists the leases past their expiry, newest layer first, each once", () => {
+    const ledger = new PartitionLedger(0, [[`__lease__:ticket:T-1`, entry("x", "2025-06-01T11:59:00.000Z")], [`__lease__:ticket:T-2`, { ...entry("z", "2025-06-01T12:05:00.000Z"), entity: { type: "ticket", id: "T-2" } }]]);
+    expect(ledger.expiredLeases(NOW.getTime(), 10).map((l) => l.change)).toEqual(["x"]);
+    ledger.stageLease("ticket:T-1", entry("y", "2025-06-01T12:10:00.000Z"));
+    expect(ledger.expiredLeases(NOW.getTime(), 10)).toEqual([]);
+    expect(ledger.leaseCount).toBe(2);
   });
 });

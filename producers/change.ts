@@ -1,0 +1,210 @@
+import { randomUUID } from "node:crypto";
+import { changeId, leaseIntentKey, type KeyedTool } from "../src/keys.ts";
+import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../src/schemas/common.ts";
+import type { Reply } from "../src/schemas/reply.ts";
+import { DEFAULT_LEASE_TTL_MS, LEASE_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
+import type { SubmitResult, WritClient } from "./writ-client.ts";
+import { buildUndoIntent } from "./writ-client.ts";
+
+/**
+ * Changes that span records (docs/architecture.md §8): a saga whose
+ * coordinator is the agent's own client, with leases held by the records'
+ * owners so that no other write lands on a record between the change's steps.
+ *
+ * 1. Each record's lease is taken through its owner, in entity-key order (two
+ *    changes over the same records never wait on each other in a cycle).
+ * 2. Each step is an intent of its own (key from the change's run and step
+ *    plus the step's name), built on the record as its lease acquire read it
+ *    and marked as a step of the change: its owner refuses it unless the
+ *    change holds the record's lease.
+ * 3. A step that is not applied triggers the declared undos of the steps
+ *    already applied, newest first, under the same leases.
+ * 4. The leases are released; a lease the change does not release (its agent
+ *    stalled or crashed) expires, and its owner counts it.
+ *
+ * Every intent of a change has a key derived from the change, so calling
+ * `change()` again with the same run and step resumes it after a crash: the
+ * leases are the change's own again, and applied steps are answered from the
+ * ledger.
+ */
+
+/** One step: a write to one record, built on that record as the change's lease found it. */
+export interface ChangeStep {
+  /** Unique within the change: part of the step's intent key. */
+  name: string;
+  tool: KeyedTool;
+  entity: EntityRef;
+  params: Record<string, unknown>;
+  /** The delta, or a function of the record as it is when the step runs (under the lease). */
+  delta: JsonPatchOp[] | ((current: Versioned) => JsonPatchOp[]);
+}
+
+export interface ChangeInput {
+  runId: string;
+  /** The harness's step id of the whole change: with the run, it makes the change's id. */
+  stepId: string;
+  steps: ChangeStep[];
+  /** Lease lifetime from each grant or renewal (ms; default 60 000). It must outlast an owner's failover. */
+  leaseTtlMs?: number;
+  /** How long to wait for a record another change holds before giving up with nothing written (ms; default 30 000). */
+  waitForLeaseMs?: number;
+  /** Deadline for each submission (ms; default the client's). */
+  timeoutMs?: number;
+  /** How long one intent of the change is asked again while its outcome is unknown (ms; default 120 000). */
+  settleWithinMs?: number;
+}
+
+export type ChangeResult =
+  /** Every step applied; `steps` holds their replies in step order. */
+  | { status: "applied"; change: string; steps: Reply[] }
+  /** A step was not applied; every step applied before it was undone. Nothing of the change remains. */
+  | { status: "compensated"; change: string; failed: { step: string; result: SubmitResult }; undone: Reply[] }
+  /** A record stayed leased to another change for `waitForLeaseMs`, or could not be leased; nothing was written. */
+  | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
+  /**
+   * Not settled: an intent's outcome stayed unknown, or an undo was not applied. Some steps may stand.
+   * Call `change()` again with the same input to resume it; its leases expire meanwhile.
+   */
+  | { status: "incomplete"; change: string; message: string; applied: string[]; result: SubmitResult };
+
+const isApplied = (r: SubmitResult): r is Extract<Reply, { status: "applied" }> => r.status === "applied";
+const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === "blocked";
+const isLeased = (r: SubmitResult) => r.status === "rejected" && r.reason === "leased";
+
+/** The WriteIntent that takes (`acquire`) or gives back (`release`) a record's lease for a change. */
+export function buildLeaseIntent(i: {
+  change: string;
+  op: "acquire" | "release";
+  entity: EntityRef;
+  tool: string;
+  agentId: string;
+  runId: string;
+  stepId: string;
+  replyTo: string;
+  ttlMs?: number;
+}): WriteIntent {
+  return {
+    intentId: randomUUID(),
+    intentKey: leaseIntentKey(i.change, i.op, i.entity),
+    entity: i.entity,
+    tool: i.tool,
+    agent: { id: i.agentId, runId: i.runId, stepId: i.stepId },
+    baseVersion: LEASE_VERSION,
+    delta: [],
+    params: {},
+    replyTo: i.replyTo,
+    createdAt: new Date().toISOString(),
+    lease: { change: i.change, op: i.op, ...(i.op === "acquire" && i.ttlMs !== undefined ? { ttlMs: i.ttlMs } : {}) },
+  };
+}
+
+/** Runs a change for `client` (see `WritClient.change`). */
+export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
+  const change = changeId({ agentId: client.agentId, runId: input.runId, stepId: input.stepId });
+  const ttlMs = input.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
+  const waitForLeaseMs = input.waitForLeaseMs ?? 30_000;
+  const settleWithinMs = input.settleWithinMs ?? 120_000;
+  const submitOpts = input.timeoutMs !== undefined ? { timeoutMs: input.timeoutMs } : undefined;
+  const names = new Set<string>();
+  for (const s of input.steps) {
+    if (names.has(s.name)) throw new Error(`change: step name ${s.name} is used twice`);
+    names.add(s.name);
+  }
+  // One lease per record, taken in entity-key order, named by the first step's tool on that record.
+  const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number }>();
+  for (const s of input.steps) if (!records.has(entityKey(s.entity))) records.set(entityKey(s.entity), { entity: s.entity, tool: s.tool.name });
+  const order = [...records.keys()].sort();
+  const lease = (key: string, op: "acquire" | "release") => {
+    const r = records.get(key)!;
+    return buildLeaseIntent({ change, op, entity: r.entity, tool: r.tool, agentId: client.agentId, runId: input.runId, stepId: `${input.stepId}/${op}`, replyTo: client.replyTopic, ttlMs });
+  };
+  /** Submits (a fresh id each time) until the result is settled or `within` ms passed; `again` asks for one more round. */
+  const settle = async (build: () => WriteIntent, within: number, again: (r: SubmitResult) => boolean = isUnsettled): Promise<SubmitResult> => {
+    const deadline = Date.now() + within;
+    for (let round = 0; ; round++) {
+      const result = await client.submit(build(), submitOpts);
+      if (!again(result) || Date.now() >= deadline) return result;
+      await pause(round, deadline);
+    }
+  };
+  const acquire = async (key: string, within: number): Promise<SubmitResult> => {
+    const result = await settle(() => lease(key, "acquire"), within, (r) => isUnsettled(r) || isLeased(r));
+    if (isApplied(result)) {
+      const r = records.get(key)!;
+      r.current = { state: result.state, version: result.version };
+      r.grantedAt = Date.now();
+    }
+    return result;
+  };
+  const releaseAll = async () => {
+    // Best effort, all at once: a lease not released expires.
+    await Promise.all(order.filter((k) => records.get(k)!.grantedAt !== undefined).map((k) => client.submit(lease(k, "release"), submitOpts).catch(() => undefined)));
+  };
+
+  for (const key of order) {
+    const got = await acquire(key, waitForLeaseMs);
+    if (!isApplied(got)) {
+      await releaseAll();
+      if (isUnsettled(got)) return { status: "incomplete", change, message: `no answer to the lease acquire of ${key}`, applied: [], result: got };
+      return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
+    }
+  }
+
+  const applied: { step: ChangeStep; reply: Extract<Reply, { status: "applied" }> }[] = [];
+  const stepIntent = (s: ChangeStep, current: Versioned): WriteIntent => {
+    const delta = typeof s.delta === "function" ? s.delta(current) : s.delta;
+    const intent = client.buildIntent({ tool: s.tool, entity: s.entity, runId: input.runId, stepId: `${input.stepId}/${s.name}`, baseVersion: current.version, delta, params: s.params });
+    return { ...intent, lease: { change, op: "step" } };
+  };
+  for (const s of input.steps) {
+    const key = entityKey(s.entity);
+    const r = records.get(key)!;
+    // A lease past half its life is renewed (its acquire again), which also reads the record afresh.
+    if (r.current === undefined || Date.now() - (r.grantedAt ?? 0) > ttlMs / 2) {
+      const renewed = await acquire(key, settleWithinMs);
+      if (!isApplied(renewed)) return compensate(s.name, renewed);
+    }
+    const result = await settle(() => stepIntent(s, r.current!), settleWithinMs);
+    if (!isApplied(result)) return compensate(s.name, result);
+    applied.push({ step: s, reply: result });
+    // A repeat carries no state: the next step on this record renews its lease, reading it again.
+    r.current = result.state === null || result.duplicate ? undefined : { state: result.state, version: result.version };
+  }
+  await releaseAll();
+  return { status: "applied", change, steps: applied.map((x) => x.reply) };
+
+  async function compensate(failedStep: string, result: SubmitResult): Promise<ChangeResult> {
+    if (isUnsettled(result)) {
+      // The step may have been applied: undoing around it would guess. Resuming the change asks again.
+      return { status: "incomplete", change, message: `step ${failedStep} has no known outcome; call change() again to resume`, applied: applied.map((x) => x.step.name), result };
+    }
+    const undone: Reply[] = [];
+    for (const { step, reply } of [...applied].reverse()) {
+      const undo = () => ({
+        ...buildUndoIntent({
+          undone: { intentKey: reply.intentKey, entity: step.entity, tool: step.tool.name },
+          agentId: client.agentId,
+          runId: input.runId,
+          stepId: `${input.stepId}/${step.name}/undo`,
+          replyTo: client.replyTopic,
+        }),
+        lease: { change, op: "step" as const },
+      });
+      const got = await settle(undo, settleWithinMs);
+      if (!isApplied(got)) {
+        const left = applied.filter((x) => !undone.some((u) => u.status === "applied" && u.undoOf === x.reply.intentKey)).map((x) => x.step.name);
+        return { status: "incomplete", change, message: `the undo of step ${step.name} was not applied (${got.status}); steps ${left.join(", ")} stand`, applied: left, result: got };
+      }
+      undone.push(got);
+    }
+    await releaseAll();
+    return { status: "compensated", change, failed: { step: failedStep, result }, undone };
+  }
+}
+
+/** Backoff between rounds: 100 ms doubling to 2 s, ±20 %, never past the deadline. */
+function pause(round: number, deadline: number): Promise<void> {
+  const base = Math.min(2000, 100 * 2 ** Math.min(round, 5));
+  const ms = Math.max(0, Math.min(deadline - Date.now(), base * (0.8 + Math.random() * 0.4)));
+  return new Promise((r) => setTimeout(r, ms));
+}

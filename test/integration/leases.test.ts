@@ -1,0 +1,196 @@
+// Changes that span records, under leases held by the records' owners, on the
+// real broker, against the demo records server with its own Idempotency-Key
+// dedupe off: every effect is counted at the records server (PATCH requests
+// per intent key, the records' final state), never taken from writ's replies.
+import { randomUUID } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { noteAccount, refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { buildLeaseIntent, type ChangeInput } from "../../producers/change.ts";
+import type { WritClient } from "../../producers/writ-client.ts";
+import { changeId, undoIntentKey } from "../../src/keys.ts";
+import type { AppliedReply } from "../../src/schemas/reply.ts";
+import { readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+
+const TOOLS = [refundPayment, tagTicket, noteAccount];
+const run = () => `run-${randomUUID().slice(0, 8)}`;
+
+async function harness() {
+  const h = await startHarness({ tools: TOOLS });
+  h.records.setConfig({ honourIdempotencyKey: false });
+  return h;
+}
+
+type Records = Awaited<ReturnType<typeof harness>>["records"];
+
+function seedThree(records: Records, n: string) {
+  records.seed("payment", `pay_${n}`, { amountCents: 100_000, refunds: [] });
+  records.seed("ticket", `T-${n}`, { status: "open", tags: ["damaged"] });
+  records.seed("account", `acc_${n}`, { name: "Ada", notes: [] });
+}
+
+/** Refund the payment, tag the ticket `refunded`, note the account: the demo's change over three records. */
+function resolveDamagedOrder(n: string, runId: string, extra: Partial<ChangeInput> = {}): ChangeInput {
+  return {
+    runId,
+    stepId: "resolve-damaged-order",
+    steps: [
+      { name: "refund", tool: refundPayment, entity: { type: "payment", id: `pay_${n}` }, params: { amountCents: 2500, reason: "damaged", ref: `chg-${n}` }, delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 2500, reason: "damaged", ref: `chg-${n}` } }] },
+      {
+        name: "tag",
+        tool: tagTicket,
+        entity: { type: "ticket", id: `T-${n}` },
+        params: { tag: "refunded" },
+        delta: (current) => [{ op: "replace", path: "/tags", value: [...((current.state as { tags: string[] }).tags ?? []), "refunded"] }],
+      },
+      { name: "note", tool: noteAccount, entity: { type: "account", id: `acc_${n}` }, params: { ref: `chg-${n}`, text: "Refunded 25.00 for a damaged order" }, delta: [{ op: "add", path: "/notes/-", value: { ref: `chg-${n}`, text: "Refunded 25.00 for a damaged order" } }] },
+    ],
+    leaseTtlMs: 30_000,
+    ...extra,
+  };
+}
+
+/** PATCH requests at the records server for each intent key, by outcome. */
+const patches = (records: Records, key: string) => records.patchRequests(key).map((r) => r.outcome);
+
+const leaseIntent = (client: WritClient, change: string, op: "acquire" | "release", entity: { type: string; id: string }, tool: string, ttlMs?: number) =>
+  buildLeaseIntent({ change, op, entity, tool, agentId: client.agentId, runId: "r", stepId: `s/${op}`, replyTo: client.replyTopic, ...(ttlMs === undefined ? {} : { ttlMs }) });
+
+describe("changes that span records on a real broker", () => {
+  it("a three-record change applies each step once under leases; a write racing it on the same record waits and is applied too (no lost update)", async () => {
+    const h = await harness();
+    seedThree(h.records, "1");
+    await h.startRouter();
+    const [resolver, billing] = await Promise.all([h.client("resolver"), h.client("billing-agent")]);
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+
+    const [result, racing] = await Promise.all([
+      resolver.change(resolveDamagedOrder("1", run())),
+      billing.submit({ tool: refundPayment, entity: { type: "payment", id: "pay_1" }, runId: run(), stepId: "goodwill", baseVersion: version, delta: [{ op: "add", path: "/refunds/-", value: { amountCents: 700, reason: "goodwill" } }], params: { amountCents: 700, reason: "goodwill" } }),
+    ]);
+
+    expect(result.status).toBe("applied");
+    expect(racing).toMatchObject({ status: "applied" });
+    const steps = result.status === "applied" ? result.steps : [];
+    expect(steps.map((s) => [s.status, s.duplicate])).toEqual([["applied", false], ["applied", false], ["applied", false]]);
+    // At the records server: one PATCH per step, every change present once, the racing refund too.
+    for (const s of steps) expect(patches(h.records, s.intentKey)).toEqual(["applied"]);
+    expect(patches(h.records, racing.intentKey)).toEqual(["applied"]);
+    const payment = await readVersion(h.records, "payment", "pay_1");
+    expect(payment.state.refunds).toHaveLength(2);
+    expect(payment.state.refunds).toEqual(expect.arrayContaining([{ amountCents: 2500, reason: "damaged", ref: "chg-1" }, { amountCents: 700, reason: "goodwill" }]));
+    expect((await readVersion(h.records, "ticket", "T-1")).state.tags).toEqual(["damaged", "refunded"]);
+    expect((await readVersion(h.records, "account", "acc_1")).state.notes).toEqual([{ ref: "chg-1", text: "Refunded 25.00 for a damaged order" }]);
+
+    // The leases were released: a write to the ticket now is applied at once, never answered `leased`.
+    const ticket = await readVersion(h.records, "ticket", "T-1");
+    const after = await billing.submit({ tool: tagTicket, entity: { type: "ticket", id: "T-1" }, runId: run(), stepId: "vip", baseVersion: ticket.version, delta: [{ op: "replace", path: "/tags", value: [...ticket.state.tags, "vip"] }], params: { tag: "vip" } }, { onLeased: "answer" });
+    expect(after).toMatchObject({ status: "applied" });
+  });
+
+  it("while a change holds a record, another agent's write is answered `leased` with nothing sent; after the release it is applied", async () => {
+    const h = await harness();
+    seedThree(h.records, "2");
+    await h.startRouter();
+    const [resolver, support] = await Promise.all([h.client("resolver"), h.client("support")]);
+    const change = changeId({ agentId: "resolver", runId: run(), stepId: "c" });
+    const ticket = { type: "ticket", id: "T-2" };
+
+    const granted = await resolver.submit(leaseIntent(resolver, change, "acquire", ticket, "tag_ticket"));
+    expect(granted).toMatchObject({ status: "applied", via: "lease", version: '"v1"', state: { status: "open", tags: ["damaged"] }, lease: { change } });
+    const input = { tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: '"v1"', delta: [{ op: "replace" as const, path: "/tags", value: ["damaged", "vip"] }], params: { tag: "vip" } };
+    const refused = await support.submit(input, { onLeased: "answer" });
+    expect(refused).toMatchObject({ status: "rejected", reason: "leased", details: { expiresAt: (granted as AppliedReply & { lease: { expiresAt: string } }).lease.expiresAt } });
+    // The same change id from another agent does not hold the lease either.
+    const spoofed = await support.submit({ ...support.buildIntent(input), lease: { change, op: "step" } }, { onLeased: "answer" });
+    expect(spoofed).toMatchObject({ status: "rejected", reason: "leased" });
+    expect(patches(h.records, refused.intentKey)).toEqual([]);
+
+    const released = await resolver.submit(leaseIntent(resolver, change, "release", ticket, "tag_ticket"));
+    expect(released).toMatchObject({ status: "applied", via: "lease", duplicate: false, lease: { change, released: true } });
+    const releasedAgain = await resolver.submit(leaseIntent(resolver, change, "release", ticket, "tag_ticket"));
+    expect(releasedAgain).toMatchObject({ status: "applied", via: "lease", duplicate: true });
+
+    const applied = await support.submit(input, { onLeased: "answer" });
+    expect(applied).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, applied.intentKey)).toEqual(["applied"]);
+  });
+
+  it("a step the system refuses: the steps applied before it are undone, newest first, and nothing of the change remains", async () => {
+    const h = await harness();
+    seedThree(h.records, "3");
+    await h.startRouter();
+    const resolver = await h.client("resolver");
+    h.records.setFaults([{ kind: "refuse-write", match: { type: "account", id: "acc_3" }, problem: "account-frozen" }]);
+
+    const result = await resolver.change(resolveDamagedOrder("3", run()));
+
+    expect(result.status).toBe("compensated");
+    if (result.status !== "compensated") return;
+    expect(result.failed).toMatchObject({ step: "note", result: { status: "rejected", reason: "patch_not_applicable" } });
+    expect(result.undone.map((u) => u.status)).toEqual(["applied", "applied"]);
+    // Newest first: the ticket's tag, then the refund.
+    const [undoTag, undoRefund] = result.undone as AppliedReply[];
+    const payment = await readVersion(h.records, "payment", "pay_3");
+    const refundKey = undoRefund!.undoOf!;
+    expect(undoIntentKey(refundKey)).toBe(undoRefund!.intentKey);
+    expect(patches(h.records, refundKey)).toEqual(["applied"]);
+    expect(patches(h.records, undoTag!.intentKey)).toEqual(["applied"]);
+    expect(patches(h.records, undoRefund!.intentKey)).toEqual(["applied"]);
+    expect(payment.state.reversals).toEqual([{ reverses: refundKey, amountCents: 2500, reason: "damaged" }]);
+    expect((await readVersion(h.records, "ticket", "T-3")).state.tags).toEqual(["damaged"]);
+    expect((await readVersion(h.records, "account", "acc_3")).state.notes).toEqual([]);
+    expect(h.records.patchRequests().filter((r) => r.type === "account").map((r) => r.outcome)).toEqual(["refused"]);
+  });
+
+  it("a step without its lease is refused `lease_not_held`; a lease left to expire is released, counted, and the record's writes go on", async () => {
+    const h = await harness();
+    seedThree(h.records, "4");
+    const router = await h.startRouter();
+    const [stalled, support] = await Promise.all([h.client("stalled-agent"), h.client("support")]);
+    const change = changeId({ agentId: "stalled-agent", runId: run(), stepId: "c" });
+    const ticket = { type: "ticket", id: "T-4" };
+    const input = { tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: '"v1"', delta: [{ op: "replace" as const, path: "/tags", value: ["damaged", "vip"] }], params: { tag: "vip" } };
+
+    const orphan = await stalled.submit({ ...stalled.buildIntent(input), lease: { change, op: "step" } });
+    expect(orphan).toMatchObject({ status: "rejected", reason: "lease_not_held" });
+    expect(patches(h.records, orphan.intentKey)).toEqual([]);
+
+    // The agent takes a 1 s lease and never comes back. The other agent's write waits it out (onLeased: wait).
+    expect(await stalled.submit(leaseIntent(stalled, change, "acquire", ticket, "tag_ticket", 1000))).toMatchObject({ status: "applied", via: "lease" });
+    const applied = await support.submit(input, { timeoutMs: 30_000 });
+    expect(applied).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, applied.intentKey)).toEqual(["applied"]);
+    await waitFor(async () => /writ_leases_expired_total\{record_type="ticket"\} 1/.test(await router.metrics()), { timeoutMs: 10_000, message: () => "writ_leases_expired_total did not count the expired lease" });
+  });
+
+  it("a change whose agent crashed after its first step is resumed by calling change() again: each step is written once", async () => {
+    const h = await harness();
+    seedThree(h.records, "5");
+    await h.startRouter();
+    const input = resolveDamagedOrder("5", run());
+    // The first life of the agent: it took the three leases, applied the refund, and died.
+    const first = await h.client("resolver");
+    const change = changeId({ agentId: "resolver", runId: input.runId, stepId: input.stepId });
+    const [refund, tag, note] = input.steps;
+    for (const s of [note!, refund!, tag!].sort((a, b) => `${a.entity.type}:${a.entity.id}`.localeCompare(`${b.entity.type}:${b.entity.id}`))) {
+      expect(await first.submit(leaseIntent(first, change, "acquire", s.entity, s.tool.name, 30_000))).toMatchObject({ status: "applied", via: "lease" });
+    }
+    const payment = await readVersion(h.records, "payment", "pay_5");
+    const step = { ...first.buildIntent({ tool: refundPayment, entity: refund!.entity, runId: input.runId, stepId: `${input.stepId}/refund`, baseVersion: payment.version, delta: refund!.delta as never, params: refund!.params }), lease: { change, op: "step" as const } };
+    expect(await first.submit(step)).toMatchObject({ status: "applied", via: "patch" });
+    await first.close();
+
+    // Its second life resumes the change: its own leases again, the refund answered from the ledger.
+    const resumed = await (await h.client("resolver")).change(input);
+
+    expect(resumed.status).toBe("applied");
+    if (resumed.status !== "applied") return;
+    expect(resumed.steps.map((s) => s.duplicate)).toEqual([true, false, false]);
+    expect(resumed.steps[0]!.intentKey).toBe(step.intentKey);
+    for (const s of resumed.steps) expect(patches(h.records, s.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_5")).state.refunds).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", "T-5")).state.tags).toEqual(["damaged", "refunded"]);
+    expect((await readVersion(h.records, "account", "acc_5")).state.notes).toHaveLength(1);
+  });
+});
