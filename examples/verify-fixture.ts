@@ -3,7 +3,7 @@
 //   npm run verify -- --demo                               (starts its own records server)
 import type { Versioned } from "../src/schemas/common.ts";
 import { verifyFixture, type VerifyFixtures } from "../src/verify/fixture.ts";
-import { refundPayment, tagTicket } from "./demo-tools.ts";
+import { noteAccount, refundPayment, tagTicket } from "./demo-tools.ts";
 
 export { tools, systems } from "./demo-tools.ts";
 
@@ -12,6 +12,9 @@ interface Payment {
 }
 interface Ticket {
   tags: string[];
+}
+interface Account {
+  notes: { ref: string; text: string }[];
 }
 
 /**
@@ -52,5 +55,16 @@ export const verify = {
       return { params: { tag: mark }, delta: [{ op: "replace", path: "/tags", value: tags.includes(mark) ? tags : [...tags, mark] }] };
     },
     effects: ({ current, mark }) => ((current?.state as Ticket | undefined)?.tags ?? []).filter((t) => t === mark).length,
+  }),
+
+  note_account: verifyFixture(noteAccount, {
+    entityId: "acc_verify",
+    prepare: ({ env, entity }) => createIfMissing(env, entity.type, entity.id, { name: "writ verify", notes: [] }),
+    // A note whose ref is the mark: appends commute, so a rebase is safe.
+    change: (_current, mark) => ({
+      params: { ref: mark, text: `writ verify ${mark}` },
+      delta: [{ op: "add", path: "/notes/-", value: { ref: mark, text: `writ verify ${mark}` } }],
+    }),
+    effects: ({ current, mark }) => ((current?.state as Account | undefined)?.notes ?? []).filter((n) => n.ref === mark).length,
   }),
 } satisfies VerifyFixtures;

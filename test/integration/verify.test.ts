@@ -31,7 +31,7 @@ describe("writ verify against the demo records server", () => {
     const report = await verifyAgainst(server);
 
     expect(report.ok, formatReport(report)).toBe(true);
-    expect(report.tools.map((t) => t.tool)).toEqual(["refund_payment", "tag_ticket"]);
+    expect(report.tools.map((t) => t.tool)).toEqual(["refund_payment", "tag_ticket", "note_account"]);
     for (const t of report.tools) {
       expect(t.scenarios.map((s) => [s.scenario, s.ok])).toEqual([
         ["duplicate-submission", true],
