@@ -722,8 +722,12 @@ export class PartitionOwner {
 
   private async commitLoop(session: Session): Promise<void> {
     while (session.active) {
-      const offsetDue = this.watermark() > this.lastCommittedOffset && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+      const behind = this.watermark() > this.lastCommittedOffset;
+      const offsetDue = behind && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
       if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue) {
+        // An offset behind and not due yet (a transaction carried it moments ago): wake when it is. Without
+        // this an idle partition's last results would keep their offset uncommitted until new intents came.
+        if (behind) this.scheduleOffsetCommit();
         await new Promise<void>((resolve) => (this.wake = resolve));
         continue;
       }
@@ -766,7 +770,7 @@ export class PartitionOwner {
     // more round trips per transaction); it lags, never leads: intents re-delivered after a crash are repeats.
     const advance = offset > this.lastCommittedOffset;
     const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
-    if (advance && !withOffset) this.scheduleOffsetCommit(session);
+    if (advance && !withOffset) this.scheduleOffsetCommit();
     const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
     try {
       await this.transact(session.producer, batch.records, withOffset ? offset : null);
@@ -804,13 +808,15 @@ export class PartitionOwner {
     this.pump();
   }
 
-  /** Wakes the commit loop once the offset may go into a transaction again. */
-  private scheduleOffsetCommit(session: Session): void {
+  /** Wakes the commit loop once the offset may go into a transaction again (the rest of the interval since it last did). */
+  private scheduleOffsetCommit(): void {
     if (this.offsetTimer) return;
+    const wait = Math.max(1, this.lastOffsetCommitAt + this.ctx.config.offsetCommitIntervalMs - Date.now());
+    // Nudges whichever session's loop waits: a timer left by an ended session must not hold up the next one's.
     this.offsetTimer = setTimeout(() => {
       this.offsetTimer = null;
-      if (session.active) this.nudge();
-    }, this.ctx.config.offsetCommitIntervalMs);
+      this.nudge();
+    }, wait);
     this.offsetTimer.unref();
   }
 
