@@ -7,7 +7,7 @@ import type { SubmitResult, WritClient } from "./writ-client.ts";
 import { buildUndoIntent } from "./writ-client.ts";
 
 /**
- * Changes that span records (docs/architecture.md §8): a saga whose
+ * Changes that span records (docs/architecture.md §10): a saga whose
  * coordinator is the agent's own client, with leases held by the records'
  * owners so that no other write lands on a record between the change's steps.
  *
@@ -111,7 +111,8 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     names.add(s.name);
   }
   // One lease per record, taken in entity-key order, named by the first step's tool on that record.
-  const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number }>();
+  // `current`: the record as the change last read or wrote it (unknown after a repeat); `lastVersion`: the version it last saw.
+  const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number; lastVersion?: string }>();
   for (const s of input.steps) if (!records.has(entityKey(s.entity))) records.set(entityKey(s.entity), { entity: s.entity, tool: s.tool.name });
   const order = [...records.keys()].sort();
   const lease = (key: string, op: "acquire" | "release") => {
@@ -133,12 +134,33 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
       const r = records.get(key)!;
       r.current = { state: result.state, version: result.version };
       r.grantedAt = Date.now();
+      r.lastVersion ??= result.version;
     }
     return result;
   };
+  /**
+   * Renews every lease past half its life (its acquire again, which also reads the record). A record whose
+   * version moved past the last one the change saw there was written by someone else while the lease had
+   * lapsed: the change no longer holds it as it was, and stops (null: all held, nothing moved).
+   */
+  const renew = async (): Promise<SubmitResult | null> => {
+    for (const key of order) {
+      const r = records.get(key)!;
+      if (r.grantedAt === undefined || Date.now() - r.grantedAt <= ttlMs / 2) continue;
+      const seen = r.lastVersion;
+      const renewed = await acquire(key, settleWithinMs);
+      if (!isApplied(renewed)) return renewed;
+      if (seen !== undefined && renewed.version !== seen) {
+        const message = `the lease of ${key} lapsed and the record was written meanwhile (${seen} → ${renewed.version}); the change no longer holds it as it left it`;
+        return { status: "rejected", intentId: renewed.intentId, intentKey: renewed.intentKey, duplicate: false, at: new Date().toISOString(), reason: "lease_not_held", message };
+      }
+    }
+    return null;
+  };
   const releaseAll = async () => {
-    // Best effort, all at once: a lease not released expires.
-    await Promise.all(order.filter((k) => records.get(k)!.grantedAt !== undefined).map((k) => client.submit(lease(k, "release"), submitOpts).catch(() => undefined)));
+    // All at once, each asked again while its outcome is unknown: a lease left behind expires, and reads as a stalled agent.
+    const held = order.filter((k) => records.get(k)!.grantedAt !== undefined);
+    await Promise.all(held.map((k) => settle(() => lease(k, "release"), 30_000).catch(() => undefined)));
   };
 
   for (const key of order) {
@@ -159,27 +181,36 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
   for (const s of input.steps) {
     const key = entityKey(s.entity);
     const r = records.get(key)!;
-    // A lease past half its life is renewed (its acquire again), which also reads the record afresh.
-    if (r.current === undefined || Date.now() - (r.grantedAt ?? 0) > ttlMs / 2) {
-      const renewed = await acquire(key, settleWithinMs);
-      if (!isApplied(renewed)) return compensate(s.name, renewed);
+    const lapsed = await renew();
+    if (lapsed) return compensate(s.name, lapsed);
+    // After a repeat (a resumed change) the record's state is not known: its acquire again reads it.
+    if (r.current === undefined) {
+      const read = await acquire(key, settleWithinMs);
+      if (!isApplied(read)) return compensate(s.name, read);
     }
     const result = await settle(() => stepIntent(s, r.current!), settleWithinMs);
     if (!isApplied(result)) return compensate(s.name, result);
     applied.push({ step: s, reply: result });
-    // A repeat carries no state: the next step on this record renews its lease, reading it again.
+    r.lastVersion = result.version;
     r.current = result.state === null || result.duplicate ? undefined : { state: result.state, version: result.version };
   }
   await releaseAll();
   return { status: "applied", change, steps: applied.map((x) => x.reply) };
 
   async function compensate(failedStep: string, result: SubmitResult): Promise<ChangeResult> {
-    if (isUnsettled(result)) {
-      // The step may have been applied: undoing around it would guess. Resuming the change asks again.
-      return { status: "incomplete", change, message: `step ${failedStep} has no known outcome; call change() again to resume`, applied: applied.map((x) => x.step.name), result };
+    if (isUnsettled(result) || result.status === "escalated") {
+      // The step may have been applied (an unknown outcome; an escalation a person may still apply): undoing
+      // around it would guess. Resuming the change asks again; an escalation is settled on writ.human first.
+      const why = result.status === "escalated" ? `was escalated (${result.reason}): a person settles it on writ.human` : "has no known outcome";
+      return { status: "incomplete", change, message: `step ${failedStep} ${why}; call change() again to resume`, applied: applied.map((x) => x.step.name), result };
     }
     const undone: Reply[] = [];
     for (const { step, reply } of [...applied].reverse()) {
+      const lapsed = await renew();
+      if (lapsed) {
+        const left = applied.filter((x) => !undone.some((u) => u.status === "applied" && u.undoOf === x.reply.intentKey)).map((x) => x.step.name);
+        return { status: "incomplete", change, message: `compensating: ${lapsed.status === "rejected" ? lapsed.message : `a lease could not be renewed (${lapsed.status})`}; steps ${left.join(", ")} stand`, applied: left, result: lapsed };
+      }
       const undo = () => ({
         ...buildUndoIntent({
           undone: { intentKey: reply.intentKey, entity: step.entity, tool: step.tool.name },

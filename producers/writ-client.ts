@@ -182,7 +182,7 @@ export interface WritClient {
   submitAll(intents: (IntentInput | WriteIntent)[], opts?: SubmitOptions): Promise<SubmitResult[]>;
   /**
    * Runs a change that spans records under leases (see `producers/change.ts`
-   * and docs/architecture.md §8): leases in entity-key order, each step an
+   * and docs/architecture.md §10): leases in entity-key order, each step an
    * intent of its own on the record as leased, the declared undos of the
    * applied steps when a step is not applied, then the releases. Calling it
    * again with the same run and step resumes the change.

@@ -7,7 +7,7 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { isOutage, type Step } from "./intent-pipeline.ts";
 
 /**
- * Leases of changes that span records (docs/architecture.md §8), as the
+ * Leases of changes that span records (docs/architecture.md §10), as the
  * record's owner keeps them: an entry in the record's ledger partition, with
  * an expiry, written in the owner's transactions like every ledger change.
  * The key scheduler runs a record's intents one at a time, so the lease a

@@ -28,7 +28,7 @@ export const MAX_LEASE_TTL_MS = 600_000;
 
 /**
  * Set on the intents of a change that spans records (see `client.change()`
- * and docs/architecture.md §8): `acquire` takes the record's lease for the
+ * and docs/architecture.md §10): `acquire` takes the record's lease for the
  * change, `release` gives it back, and `step` marks a write (or an undo) made
  * under it. While a change holds a record's lease, the record's other writes
  * are answered `leased`; a step whose change does not hold it is answered

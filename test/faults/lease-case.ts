@@ -1,5 +1,5 @@
 // The fault suite's case for changes that span records (docs/architecture.md
-// §8): agents run three-record changes under leases (tag the ticket, refund
+// §10): agents run three-record changes under leases (tag the ticket, refund
 // the payment, note the account) while owner processes are SIGKILLed in the
 // middle of them and other agents race single-record writes onto the same
 // records. A third of the changes meet a step the system refuses (the

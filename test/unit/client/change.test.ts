@@ -1,0 +1,137 @@
+// The change coordinator (producers/change.ts) against a scripted client: the
+// order of its intents, and how it ends on each kind of answer. The owner's
+// side and the records are tested on the real broker (test/integration/leases.test.ts).
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { runChange, type ChangeInput } from "../../../producers/change.ts";
+import type { SubmitResult, WritClient } from "../../../producers/writ-client.ts";
+import { intentKey } from "../../../src/keys.ts";
+import type { Reply } from "../../../src/schemas/reply.ts";
+import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { declareWriteTool } from "../../../src/tools.ts";
+
+const tag = declareWriteTool({
+  name: "tag_ticket",
+  recordType: "ticket",
+  params: z.object({ tag: z.string() }),
+  intentFields: ["tag"],
+  allowedPaths: ["/tags"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  system: "helpdesk",
+  undo: () => [{ op: "replace", path: "/tags", value: [] }],
+});
+
+/** A client whose owners are a script: `answer` decides each intent's reply; every intent sent is kept. */
+function scripted(answer: (i: WriteIntent, n: number) => SubmitResult | undefined) {
+  const sent: WriteIntent[] = [];
+  const versions = new Map<string, number>();
+  const applied = (i: WriteIntent, extra: Partial<Reply> = {}): Reply => {
+    const key = `${i.entity.type}:${i.entity.id}`;
+    const lease = i.lease && i.lease.op !== "step";
+    if (!lease) versions.set(key, (versions.get(key) ?? 1) + 1);
+    const version = `"v${versions.get(key) ?? 1}"`;
+    return { status: "applied", intentId: i.intentId, intentKey: i.intentKey, duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: i.entity, state: { tags: [] }, version, via: lease ? "lease" : "patch", tool: i.tool, ...(i.undo ? { undoOf: i.undo.intentKey } : {}), ...extra } as Reply;
+  };
+  const client = {
+    agentId: "agent-1",
+    replyTopic: "writ.replies.agent-1",
+    buildIntent: (i: { tool: typeof tag; entity: { type: string; id: string }; runId: string; stepId: string; baseVersion: string; delta: unknown[]; params: Record<string, unknown> }) =>
+      ({
+        intentId: `id-${sent.length}-${Math.random()}`,
+        intentKey: intentKey({ tool: i.tool, agentId: "agent-1", runId: i.runId, stepId: i.stepId, entity: i.entity, params: i.params }),
+        entity: i.entity,
+        tool: i.tool.name,
+        agent: { id: "agent-1", runId: i.runId, stepId: i.stepId },
+        baseVersion: i.baseVersion,
+        delta: i.delta,
+        params: i.params,
+        replyTo: "writ.replies.agent-1",
+        createdAt: "2025-01-01T00:00:00.000Z",
+      }) as WriteIntent,
+    submit: async (i: WriteIntent) => {
+      sent.push(i);
+      return answer(i, sent.length) ?? applied(i);
+    },
+  } as unknown as WritClient & { replyTopic: string };
+  return { client, sent, applied, versions };
+}
+
+const ticket = (id: string) => ({ type: "ticket", id });
+const input = (extra: Partial<ChangeInput> = {}): ChangeInput => ({
+  runId: "run-1",
+  stepId: "change-1",
+  steps: ["T-3", "T-1", "T-2"].map((id) => ({ name: id, tool: tag, entity: ticket(id), params: { tag: `x-${id}` }, delta: [{ op: "replace" as const, path: "/tags", value: [`x-${id}`] }] })),
+  ...extra,
+});
+/** What each intent sent was: acquire/release/step/undo and its record. */
+const trace = (sent: WriteIntent[]) => sent.map((i) => `${i.undo ? "undo" : (i.lease?.op ?? "plain")} ${i.entity.id}`);
+const rejected = (i: WriteIntent, reason: string): SubmitResult => ({ status: "rejected", intentId: i.intentId, intentKey: i.intentKey, duplicate: false, at: "2025-01-01T00:00:00.000Z", reason, message: reason }) as SubmitResult;
+
+describe("a change that spans records, from its client's side", () => {
+  it("takes the leases in entity-key order, runs the steps in their order under them, then releases them", async () => {
+    const { client, sent } = scripted(() => undefined);
+    const result = await runChange(client, input());
+    expect(result.status).toBe("applied");
+    expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "acquire T-3", "step T-3", "step T-1", "step T-2", "release T-1", "release T-2", "release T-3"]);
+    // Each step on the record as its lease read it; a step's key comes from the change's run and step plus its name.
+    expect(sent.filter((i) => i.lease?.op === "step").map((i) => [i.baseVersion, i.agent.stepId])).toEqual([
+      ['"v1"', "change-1/T-3"],
+      ['"v1"', "change-1/T-1"],
+      ['"v1"', "change-1/T-2"],
+    ]);
+    expect(new Set(sent.filter((i) => i.lease).map((i) => i.lease!.change)).size).toBe(1);
+  });
+
+  it("a step that is not applied: the applied steps are undone newest first, under the leases, then released", async () => {
+    const { client, sent } = scripted((i) => (i.lease?.op === "step" && !i.undo && i.entity.id === "T-2" ? rejected(i, "patch_not_applicable") : undefined));
+    const result = await runChange(client, input());
+    expect(result).toMatchObject({ status: "compensated", failed: { step: "T-2", result: { reason: "patch_not_applicable" } } });
+    expect(trace(sent).slice(3)).toEqual(["step T-3", "step T-1", "step T-2", "undo T-1", "undo T-3", "release T-1", "release T-2", "release T-3"]);
+    expect(sent.filter((i) => i.undo).every((i) => i.lease?.op === "step")).toBe(true);
+  });
+
+  it("an escalated step, or one without an answer, ends the change incomplete: nothing is undone around it", async () => {
+    for (const status of ["escalated", "unknown"] as const) {
+      const { client, sent } = scripted((i) =>
+        i.lease?.op === "step" && i.entity.id === "T-1"
+          ? status === "escalated"
+            ? ({ status, intentId: i.intentId, intentKey: i.intentKey, duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: i.entity, reason: "outcome_unknown", message: "m", escalationId: "e" } as SubmitResult)
+            : { status, intentId: i.intentId, intentKey: i.intentKey, message: "no reply" }
+          : undefined,
+      );
+      const result = await runChange(client, input({ settleWithinMs: 1 }));
+      expect(result).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+      expect(sent.some((i) => i.undo)).toBe(false);
+    }
+  });
+
+  it("a record leased to another change is waited for; past waitForLeaseMs the change is not started and its leases are released", async () => {
+    const { client, sent } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
+    const result = await runChange(client, input({ waitForLeaseMs: 300 }));
+    expect(result).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
+    expect(sent.filter((i) => i.lease?.op === "acquire" && i.entity.id === "T-2").length).toBeGreaterThan(1);
+    expect(trace(sent).filter((t) => t.startsWith("release"))).toEqual(["release T-1"]);
+    expect(sent.some((i) => i.lease?.op === "step")).toBe(false);
+  });
+
+  it("a renewal that finds a record written while its lease had lapsed stops the change: compensated, lease_not_held", async () => {
+    let n = 0;
+    const { client, sent, versions } = scripted((i) => {
+      // Someone writes T-1 before the renewal that precedes the second step.
+      if (i.lease?.op === "step" && ++n === 1) versions.set("ticket:T-1", 9);
+      return undefined;
+    });
+    const result = await runChange(client, input({ leaseTtlMs: 1000, steps: input().steps.map((s) => ({ ...s, delta: () => { const until = Date.now() + 520; while (Date.now() < until); return s.delta as never; } })) }));
+    expect(result).toMatchObject({ status: "compensated", failed: { step: "T-1", result: { reason: "lease_not_held" } } });
+    expect(trace(sent)).toContain("undo T-3");
+    expect(sent.some((i) => i.lease?.op === "step" && !i.undo && i.entity.id === "T-1")).toBe(false);
+  });
+
+  it("a release without an answer is asked again", async () => {
+    let lost = 0;
+    const { client, sent } = scripted((i) => (i.lease?.op === "release" && i.entity.id === "T-3" && lost++ === 0 ? { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" } : undefined));
+    expect((await runChange(client, input())).status).toBe("applied");
+    expect(trace(sent).filter((t) => t === "release T-3")).toHaveLength(2);
+  });
+});
