@@ -2,12 +2,14 @@
 // Two owner processes, a demo records server, and simulated agents that
 // (a) refund once, again, and once more around a commit-then-timeout,
 // (b) race on one ticket's tags, (c) run out of conflict cycles, (d) open a
-// ticket for one order three times from two agents, and (e) undo writes of
-// (a) to (c). The records server runs with its own
-// Idempotency-Key dedupe off, so any duplicate suppressed is writ's doing.
-// Every figure in the last line is counted afterwards, never derived: refunds,
-// PATCH requests and tags at the records server, replies (conflicts) on the
-// agents' reply topics, escalations on writ.human.
+// ticket for one order three times from two agents, (e) undo writes of
+// (a) to (c), and (f) run two changes that span three records under leases,
+// the second compensated when its last step is refused. The records server
+// runs with its own Idempotency-Key dedupe off, so any duplicate suppressed is
+// writ's doing. Every figure in the last line is counted afterwards, never
+// derived: refunds, PATCH requests, tags and the changes' steps at the records
+// server, replies (conflicts) on the agents' reply topics, escalations on
+// writ.human.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, openSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
@@ -17,8 +19,9 @@ import { createIntentInput, createWritClient, type SubmitResult, type WritClient
 import { WireCodec } from "../src/codec.ts";
 import { createLogger } from "../src/logger.ts";
 import type { Reply } from "../src/schemas/reply.ts";
-import { undoIntentKey } from "../src/keys.ts";
-import { openTicket, refundPayment, tagTicket } from "./demo-tools.ts";
+import { intentKey, undoIntentKey } from "../src/keys.ts";
+import type { ChangeInput, ChangeResult } from "../producers/change.ts";
+import { noteAccount, openTicket, refundPayment, tagTicket } from "./demo-tools.ts";
 import { runExample, startLocalStack } from "./example-stack.ts";
 
 const root = resolve(import.meta.dirname, "..");
@@ -28,7 +31,8 @@ mkdirSync(logDir, { recursive: true });
 const stack = await startLocalStack("demo");
 const { brokers, registryUrl, records, say } = stack;
 const read = (type: string, id: string) => stack.read<any>(type, id);
-const demoRun = `demo-${Date.now().toString(36)}`;
+const demoStartedAt = Date.now();
+const demoRun = `demo-${demoStartedAt.toString(36)}`;
 const owners: ChildProcess[] = [];
 /** Each owner serves /metrics, /healthz and /readyz on its own port (WRIT_HEALTH_PORT). */
 const metricsPorts: number[] = [];
@@ -42,12 +46,15 @@ async function main(): Promise<Record<string, number>> {
   records.seed("payment", "pay_1001", { customer: "c-77", amountCents: 12_000, currency: "EUR", refunds: [] });
   records.seed("ticket", "T-42", { subject: "Charged twice", status: "open", tags: ["billing"] });
   records.seed("ticket", "T-43", { subject: "Refund stuck", status: "open", tags: [] });
+  records.seed("payment", "pay_1002", { customer: "c-81", amountCents: 8_000, currency: "EUR", refunds: [] });
+  records.seed("ticket", "T-44", { subject: "Parcel arrived damaged", status: "open", tags: ["billing"] });
+  records.seed("account", "c-81", { name: "Ada Lovelace", notes: [] });
 
   for (const n of [1, 2]) owners.push(startOwner(n, await freePort()));
   say("  started 2 owner processes (consumer group writ.owners; one writer per partition)");
   const logger = createLogger({ level: "warn", name: "demo-agent" });
-  const client = (agentId: string) =>
-    createWritClient({ brokers, agentId, replyTopic: `writ.replies.${agentId}`, schemaRegistryUrl: registryUrl, logger, submitTimeoutMs: 90_000 });
+  const client = async (agentId: string) =>
+    tallied(await createWritClient({ brokers, agentId, replyTopic: `writ.replies.${agentId}`, schemaRegistryUrl: registryUrl, logger, submitTimeoutMs: 90_000 }));
   const [billing, alice, bob] = await Promise.all([client("billing-agent"), client("support-alice"), client("support-bob")]);
   clients.push(billing!, alice!, bob!);
 
@@ -164,6 +171,33 @@ async function main(): Promise<Record<string, number>> {
   if (firstTag) describe(`${firstTag.agent} undoes its T-42 tag`, await firstTag.client.undo(firstTag.reply));
   describe("support-bob undoes its T-43 tag", await bob!.undo(bob!.buildIntent(t43Intent(base)).intentKey));
 
+  // (f) one change over three records, under leases their owners hold: applied; then a second one, compensated.
+  say("");
+  say("(f) billing-agent resolves T-44 in one change over three records (refund pay_1002, tag T-44, note account c-81), then a second change whose note is refused");
+  const change = (stepId: string, p: { amountCents: number; reason: "damaged" | "goodwill"; tag: string; text: string }): ChangeInput => ({
+    runId: demoRun,
+    stepId,
+    steps: [
+      { name: "refund", tool: refundPayment, entity: { type: "payment", id: "pay_1002" }, params: { amountCents: p.amountCents, reason: p.reason, ref: stepId }, delta: [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, reason: p.reason, ref: stepId } }] },
+      // Built on the ticket as the change's lease read it: no other write lands on it until the change ends.
+      { name: "tag", tool: tagTicket, entity: { type: "ticket", id: "T-44" }, params: { tag: p.tag }, delta: (current) => [{ op: "replace", path: "/tags", value: [...(current.state as { tags: string[] }).tags, p.tag] }] },
+      { name: "note", tool: noteAccount, entity: { type: "account", id: "c-81" }, params: { ref: stepId, text: p.text }, delta: [{ op: "add", path: "/notes/-", value: { ref: stepId, text: p.text } }] },
+    ],
+  });
+  const changes = [
+    change("resolve-T-44", { amountCents: 2500, reason: "damaged", tag: "refunded", text: "Refunded 25.00 EUR: parcel arrived damaged (T-44)" }),
+    change("goodwill-T-44", { amountCents: 1000, reason: "goodwill", tag: "goodwill", text: "Goodwill 10.00 EUR for the wait (T-44)" }),
+  ];
+  /** A step's intent key, as change() builds the step (`buildIntent`): the agent, the change's run, its step id plus the step's name. */
+  const stepKey = (c: ChangeInput, name: string) => {
+    const s = c.steps.find((x) => x.name === name)!;
+    return intentKey({ tool: s.tool, agentId: billing!.agentId, runId: c.runId, stepId: `${c.stepId}/${s.name}`, entity: s.entity, params: s.params });
+  };
+  describeChange("change 1", changes[0]!, await billing!.change(changes[0]!));
+  records.setFaults([{ kind: "refuse-write", match: { idempotencyKey: stepKey(changes[1]!, "note") }, problem: "account-frozen" }]);
+  say("  records server armed: refuse (422) the PATCH of change 2's note step (matched by its Idempotency-Key)");
+  describeChange("change 2", changes[1]!, await billing!.change(changes[1]!));
+
   // Counted afterwards: at the records server, on the reply topics, on writ.human.
   const payment = await read("payment", "pay_1001");
   const refundsCreated = payment.state.refunds.length;
@@ -208,6 +242,28 @@ async function main(): Promise<Record<string, number>> {
   const undoPatches = records.patchRequests(undoKey).length;
   const reversals = ((payment.state.reversals ?? []) as unknown[]).length;
   say(`records server: pay_1001 has ${reversals} reversal(s); ${undoPatches} PATCH request(s) for the undo's intent key`);
+  // Each change's steps: the PATCH requests for the step's intent key and for its undo's, and whether the step stands in the record.
+  const [pay1002, t44, c81] = await Promise.all([read("payment", "pay_1002"), read("ticket", "T-44"), read("account", "c-81")]);
+  let changesHalfDone = 0;
+  changes.forEach((c, i) => {
+    const outcomes = (key: string) => records.patchRequests(key).map((r) => r.outcome).join("+") || "none";
+    const tag = c.steps[1]!.params.tag as string;
+    const stands: Record<string, boolean> = {
+      refund:
+        (pay1002.state.refunds as { ref?: string }[]).some((r) => r.ref === c.stepId) &&
+        !((pay1002.state.reversals ?? []) as { reverses: string }[]).some((r) => r.reverses === stepKey(c, "refund")),
+      tag: (t44.state.tags as string[]).includes(tag),
+      note: (c81.state.notes as { ref: string }[]).some((n) => n.ref === c.stepId),
+    };
+    const standing = Object.values(stands).filter(Boolean).length;
+    if (standing !== 0 && standing !== c.steps.length) changesHalfDone++;
+    const steps = c.steps.map((s) => {
+      const key = stepKey(c, s.name);
+      const undone = records.patchRequests(undoIntentKey(key)).length > 0;
+      return `${s.name} ${outcomes(key)}${undone ? `, its undo ${outcomes(undoIntentKey(key))}` : ""}`;
+    });
+    say(`records server: change ${i + 1}'s PATCH requests: ${steps.join("; ")}; ${standing} of ${c.steps.length} steps stand in the records`);
+  });
   await reportMetrics();
   return {
     refunds_created: refundsCreated,
@@ -218,6 +274,7 @@ async function main(): Promise<Record<string, number>> {
     escalations,
     tickets_created: ticketsCreated,
     undo_patch_requests: undoPatches,
+    changes_half_done: changesHalfDone,
   };
 }
 
@@ -226,10 +283,23 @@ const received: Record<string, number> = {};
 /** The intent keys of this run's submissions (all distinct from other runs': each carries the run id). */
 const receivedKeys = new Set<string>();
 
+/**
+ * `client`, with every answer its `submit()` resolves with tallied in `received`: also those of
+ * `undo()` and of a change's lease intents, steps and undos, which go through `submit()` too.
+ */
+function tallied(client: WritClient): WritClient {
+  const submit: WritClient["submit"] = async (intent, opts) => {
+    const r = await client.submit(intent, opts);
+    const kind = "duplicate" in r && r.duplicate ? "duplicate" : r.status;
+    received[kind] = (received[kind] ?? 0) + 1;
+    receivedKeys.add(r.intentKey);
+    return r;
+  };
+  // Every other member as the client's own, with `this` the proxy, so that change() and undo() submit through it.
+  return new Proxy(client, { get: (target, name, receiver) => (name === "submit" ? submit : Reflect.get(target, name, receiver)) });
+}
+
 function describe(label: string, r: SubmitResult): void {
-  const kind = "duplicate" in r && r.duplicate ? "duplicate" : r.status;
-  received[kind] = (received[kind] ?? 0) + 1;
-  if ("intentKey" in r && typeof r.intentKey === "string") receivedKeys.add(r.intentKey);
   const dup = "duplicate" in r && r.duplicate ? " (duplicate: stored reply re-sent, nothing written)" : "";
   switch (r.status) {
     case "applied":
@@ -249,6 +319,28 @@ function describe(label: string, r: SubmitResult): void {
   }
 }
 
+/** One line for a change's result; `c` gives the steps' names. */
+function describeChange(label: string, c: ChangeInput, r: ChangeResult): void {
+  const at = (rs: Reply[], names: string[]) => rs.map((x, i) => `${names[i]} at ${"version" in x ? x.version : "?"}`).join(", ");
+  const names = c.steps.map((s) => s.name);
+  switch (r.status) {
+    case "applied":
+      say(`  ${label}: applied, each record leased to the change until it ended: ${at(r.steps, names)}`);
+      break;
+    case "compensated": {
+      const failed = r.failed.result;
+      const why = failed.status === "rejected" || failed.status === "escalated" ? `${failed.status} (${failed.reason})` : failed.status;
+      say(`  ${label}: compensated: step ${r.failed.step} ${why}; undone, newest first: ${at(r.undone, names.slice(0, names.indexOf(r.failed.step)).reverse())}`);
+      break;
+    }
+    case "not_started":
+      say(`  ${label}: not started (${r.result.status}); nothing written`);
+      break;
+    default:
+      say(`  ${label}: incomplete: ${r.message}`);
+  }
+}
+
 /** A writer outside writ (another integration): read, then PUT with If-Match, as a well-behaved client does. */
 async function outsideWriterTouch(type: string, id: string, n: number): Promise<void> {
   const current = await read(type, id);
@@ -265,7 +357,10 @@ async function outsideWriterTouch(type: string, id: string, n: number): Promise<
  * topics for this run's intent keys: every result an owner commits carries exactly one reply, so the two agree
  * exactly. The agents' own tally (`received`) can be lower by redeliveries: a record delivered again after the
  * rebalance (the offset commit lags results) is answered again from the ledger, and the agent has its answer.
- * The owners are fresh processes, so their counters hold this run only. A difference fails the demo.
+ * The owners are fresh processes, so their counters hold what they settled in this run: this run's intents, and
+ * the last intents of an earlier run whose consumed offset was not committed before its owners stopped, read
+ * again and answered from the ledger on the same reply topics since this run began (counted apart).
+ * A difference fails the demo.
  */
 async function reportMetrics(): Promise<void> {
   const samples: { name: string; labels: string; value: number }[] = [];
@@ -286,17 +381,30 @@ async function reportMetrics(): Promise<void> {
     rejected: total("writ_intents_total", 'outcome="rejected"'),
   };
   const onTopics: Record<string, number> = {};
+  // Replies for a submission answered before (a redelivery), and for an earlier run's intents read again.
+  let again = 0;
+  let earlierRuns = 0;
+  const answered = new Set<string>();
   for (const agent of ["billing-agent", "support-alice", "support-bob"]) {
-    for (const r of await readReplies(`writ.replies.${agent}`, receivedKeys)) {
+    for (const r of (await readTopic(`writ.replies.${agent}`, "Reply")) as Reply[]) {
+      const first = !answered.has(r.intentId);
+      answered.add(r.intentId);
+      if (!receivedKeys.has(r.intentKey)) {
+        if (Date.parse(r.at) < demoStartedAt) continue;
+        earlierRuns++;
+      } else if (!first) again++;
       const kind = r.duplicate ? "duplicate" : r.status;
       onTopics[kind] = (onTopics[kind] ?? 0) + 1;
     }
   }
   const line = (c: Record<string, number>) => Object.keys(scraped).map((k) => `${c[k] ?? 0} ${k}`).join(", ");
   const agree = Object.keys(scraped).every((k) => scraped[k] === (onTopics[k] ?? 0));
-  const redelivered = total("writ_intents_total", 'outcome="redelivered"');
   say(`replies the agents received: ${line(received)}`);
-  say(`replies on the agents' reply topics: ${line(onTopics)}${redelivered > 0 ? ` (${redelivered} redelivered after the rebalance, answered again from the ledger)` : ""}`);
+  const notes = [
+    ...(again > 0 ? [`${again} for submissions redelivered after the rebalance and answered again`] : []),
+    ...(earlierRuns > 0 ? [`${earlierRuns} for an earlier run's last intents, read again past its last committed offset`] : []),
+  ];
+  say(`replies on the agents' reply topics: ${line(onTopics)}${notes.length > 0 ? ` (${notes.join("; ")})` : ""}`);
   say(`owners' /metrics (writ_intents_total by outcome): ${line(scraped)}: ${agree ? "the same as on the reply topics" : "DIFFERENT from the reply topics"}`);
   if (!agree) throw new Error("the owners' metrics do not match the replies on the reply topics");
 }
