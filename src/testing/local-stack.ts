@@ -23,7 +23,7 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -345,6 +345,31 @@ async function stopComponent(spec: ComponentSpec, log: (l: string) => void, term
   }
   rmSync(spec.pidFile, { force: true });
   return pid;
+}
+
+/** What a JVM logs when a port it must listen on is taken (Kafka's acceptor; Quarkus's HTTP server). */
+const PORT_CLASH = /java\.net\.BindException|Address already in use|seems to be in use by another process/;
+
+/**
+ * Runs `launch` (spawn a JVM, wait until it serves) again when it failed
+ * because a port was taken, up to `attempts` times, 2 s apart. The stacks'
+ * ports are fixed and lie inside Linux's ephemeral range (32768-60999), so
+ * any process's outgoing connection can hold one of them as its local port
+ * for a while; a JVM that meets that exits at once, and a later start binds.
+ * Each failed attempt's logs are kept beside, renamed `<file>.port-clash-<n>`.
+ */
+async function retryOnPortClash(what: string, logFiles: readonly string[], launch: () => Promise<void>, log: (l: string) => void, attempts = 5): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await launch();
+    } catch (err) {
+      const clash = logFiles.some((f) => existsSync(f) && PORT_CLASH.test(readFileSync(f, 'utf8').slice(-1_000_000)));
+      if (!clash || attempt >= attempts) throw err;
+      for (const f of logFiles) if (existsSync(f)) renameSync(f, `${f}.port-clash-${attempt}`);
+      log(`${what}: a port it listens on was taken (an outgoing connection can hold one for a moment); starting it again in 2 s (attempt ${attempt + 1} of ${attempts})`);
+      await sleep(2000);
+    }
+  }
 }
 
 function spawnDetached(spec: ComponentSpec, cmd: string, args: string[], cwd: string): ChildProcess {
@@ -811,9 +836,11 @@ async function formatStorage(log: (l: string) => void): Promise<void> {
 async function launchBroker(log: (l: string) => void, timeoutMs: number): Promise<void> {
   if (!existsSync(join(BROKER_DATA, 'meta.properties'))) await formatStorage(log);
   const t0 = Date.now();
-  const child = spawnDetached(COMPONENTS.broker, JAVA, [...javaBrokerArgs(), 'kafka.Kafka', SERVER_PROPERTIES], RUN_DIR);
-  log(`broker starting (pid ${child.pid}), log: ${BROKER_LOG}`);
-  await waitForBroker([LOCAL_BROKER], timeoutMs, child.pid);
+  await retryOnPortClash('broker', [BROKER_LOG, COMPONENTS.broker.outFile], async () => {
+    const child = spawnDetached(COMPONENTS.broker, JAVA, [...javaBrokerArgs(), 'kafka.Kafka', SERVER_PROPERTIES], RUN_DIR);
+    log(`broker starting (pid ${child.pid}), log: ${BROKER_LOG}`);
+    await waitForBroker([LOCAL_BROKER], timeoutMs, child.pid);
+  }, log);
   log(`broker serves ${LOCAL_BROKER} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
@@ -835,9 +862,11 @@ async function launchClusterNode(node: NodeLayout, log: (l: string) => void, tim
     throw new Error(`${node.spec.name}: ${node.dataDir} is not formatted; start the cluster with ensureStack({ brokers: 3 })`);
   }
   const t0 = Date.now();
-  const child = spawnDetached(node.spec, JAVA, [...javaBrokerArgs(node), 'kafka.Kafka', node.propsFile], node.dir);
-  log(`${node.spec.name} starting (pid ${child.pid}), log: ${node.logFile}`);
-  await waitForNode(node, timeoutMs, child.pid, expectIds);
+  await retryOnPortClash(node.spec.name, [node.logFile, node.spec.outFile], async () => {
+    const child = spawnDetached(node.spec, JAVA, [...javaBrokerArgs(node), 'kafka.Kafka', node.propsFile], node.dir);
+    log(`${node.spec.name} starting (pid ${child.pid}), log: ${node.logFile}`);
+    await waitForNode(node, timeoutMs, child.pid, expectIds);
+  }, log);
   log(`${node.spec.name} serves ${node.address} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
@@ -933,32 +962,34 @@ async function launchRegistry(log: (l: string) => void, timeoutMs = 120_000, fre
   rmSync(COMPONENTS.registry.outFile, { force: true });
   rmSync(autostopFile('registry'), { force: true });
   const t0 = Date.now();
-  const child = spawnDetached(
-    COMPONENTS.registry,
-    JAVA,
-    [
-      '-Xms64m',
-      '-Xmx384m',
-      '-XX:+ExitOnOutOfMemoryError',
-      '-Djava.awt.headless=true',
-      `-Dquarkus.http.host=${HOST}`,
-      `-Dquarkus.http.port=${REGISTRY_PORT}`,
-      // Apicurio 3.x SQL storage on an H2 database in a file (kept across a restart of the registry)
-      '-Dapicurio.storage.kind=sql',
-      '-Dapicurio.storage.sql.kind=h2',
-      `-Dapicurio.datasource.url=jdbc:h2:file:${REGISTRY_DB}`,
-      // allow DELETE through the ccompat API (off by default in 3.x)
-      '-Dapicurio.rest.deletion.artifact.enabled=true',
-      '-Dapicurio.rest.deletion.artifact-version.enabled=true',
-      '-Dapicurio.rest.deletion.group.enabled=true',
-      '-Dquarkus.http.access-log.enabled=false',
-      '-jar',
-      jar,
-    ],
-    APICURIO_HOME,
-  );
-  log(`registry starting (pid ${child.pid}), log: ${COMPONENTS.registry.outFile}`);
-  await waitForRegistry(LOCAL_REGISTRY_URL, timeoutMs, child.pid);
+  await retryOnPortClash('registry', [COMPONENTS.registry.outFile], async () => {
+    const child = spawnDetached(
+      COMPONENTS.registry,
+      JAVA,
+      [
+        '-Xms64m',
+        '-Xmx384m',
+        '-XX:+ExitOnOutOfMemoryError',
+        '-Djava.awt.headless=true',
+        `-Dquarkus.http.host=${HOST}`,
+        `-Dquarkus.http.port=${REGISTRY_PORT}`,
+        // Apicurio 3.x SQL storage on an H2 database in a file (kept across a restart of the registry)
+        '-Dapicurio.storage.kind=sql',
+        '-Dapicurio.storage.sql.kind=h2',
+        `-Dapicurio.datasource.url=jdbc:h2:file:${REGISTRY_DB}`,
+        // allow DELETE through the ccompat API (off by default in 3.x)
+        '-Dapicurio.rest.deletion.artifact.enabled=true',
+        '-Dapicurio.rest.deletion.artifact-version.enabled=true',
+        '-Dapicurio.rest.deletion.group.enabled=true',
+        '-Dquarkus.http.access-log.enabled=false',
+        '-jar',
+        jar,
+      ],
+      APICURIO_HOME,
+    );
+    log(`registry starting (pid ${child.pid}), log: ${COMPONENTS.registry.outFile}`);
+    await waitForRegistry(LOCAL_REGISTRY_URL, timeoutMs, child.pid);
+  }, log);
   log(`registry serves ${LOCAL_REGISTRY_URL} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
@@ -1314,6 +1345,7 @@ export async function killRegistry(): Promise<number> {
 // Shared with src/testing/secure-stack.ts (the SASL_SSL stack); not part of writ/testing's API.
 
 export {
+  retryOnPortClash,
   ensureKafkaJars,
   ensureApicurio,
   spawnDetached,

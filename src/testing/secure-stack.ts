@@ -27,6 +27,7 @@ import { join, resolve } from 'node:path';
 import kafkajs, { Kafka, logLevel, type AclEntry } from 'kafkajs';
 import type { EnsureStackResult } from './local-stack.ts';
 import {
+  retryOnPortClash,
   CACHE_DIR,
   javaBrokerArgs,
   writeBrokerFiles,
@@ -414,9 +415,11 @@ async function startBroker(l: Layout, log: (line: string) => void): Promise<void
   writeBrokerFiles(l, brokerProps(l), 'src/testing/secure-stack.ts');
   const t0 = Date.now();
   await formatStorage(l, log);
-  const child = spawnDetached(l.broker, JAVA, [...javaBrokerArgs(l), 'kafka.Kafka', l.propsFile], l.dir);
-  log(`secure broker starting (pid ${child.pid}), log: ${l.logFile}`);
-  await waitForBroker(l, child.pid, 90_000);
+  await retryOnPortClash('secure broker', [l.logFile, l.broker.outFile], async () => {
+    const child = spawnDetached(l.broker, JAVA, [...javaBrokerArgs(l), 'kafka.Kafka', l.propsFile], l.dir);
+    log(`secure broker starting (pid ${child.pid}), log: ${l.logFile}`);
+    await waitForBroker(l, child.pid, 90_000);
+  }, log);
   const acls = await createAcls(l);
   log(`secure broker serves SASL_SSL on ${l.address} with ${acls} ACL entries (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
@@ -465,37 +468,39 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
     ].join('\n'),
   );
   const t0 = Date.now();
-  const child = spawnDetached(
-    l.registry,
-    JAVA,
-    [
-      '-Xms64m',
-      '-Xmx384m',
-      '-XX:+ExitOnOutOfMemoryError',
-      '-Djava.awt.headless=true',
-      `-Dquarkus.http.host=${HOST}`,
-      // HTTPS only: the plain port is not served
-      `-Dquarkus.http.port=${l.registryPort + 1}`,
-      `-Dquarkus.http.ssl-port=${l.registryPort}`,
-      '-Dquarkus.http.insecure-requests=disabled',
-      `-Dquarkus.http.ssl.certificate.files=${join(l.tlsDir, 'registry.pem')}`,
-      `-Dquarkus.http.ssl.certificate.key-files=${join(l.tlsDir, 'registry.key')}`,
-      '-Dapicurio.storage.kind=sql',
-      '-Dapicurio.storage.sql.kind=h2',
-      `-Dapicurio.datasource.url=jdbc:h2:mem:writ-secure-${l.registryPort}`,
-      '-Dquarkus.http.access-log.enabled=false',
-      '-jar',
-      jar,
-    ],
-    l.dir,
-  );
-  log(`secure registry starting (pid ${child.pid}), log: ${l.registry.outFile}`);
-  const deadline = Date.now() + 120_000;
-  while (!(await registryServes(l))) {
-    if (child.pid !== undefined && !isAlive(child.pid)) throw new Error(`secure registry JVM (pid ${child.pid}) exited during startup.\n--- ${l.registry.outFile}\n${tailOf(l.registry.outFile)}`);
-    if (Date.now() > deadline) throw new Error(`secure registry ${l.registryUrl} did not answer within 120 s.\n--- ${l.registry.outFile}\n${tailOf(l.registry.outFile)}`);
-    await sleep(300);
-  }
+  await retryOnPortClash('secure registry', [l.registry.outFile], async () => {
+    const child = spawnDetached(
+      l.registry,
+      JAVA,
+      [
+        '-Xms64m',
+        '-Xmx384m',
+        '-XX:+ExitOnOutOfMemoryError',
+        '-Djava.awt.headless=true',
+        `-Dquarkus.http.host=${HOST}`,
+        // HTTPS only: the plain port is not served
+        `-Dquarkus.http.port=${l.registryPort + 1}`,
+        `-Dquarkus.http.ssl-port=${l.registryPort}`,
+        '-Dquarkus.http.insecure-requests=disabled',
+        `-Dquarkus.http.ssl.certificate.files=${join(l.tlsDir, 'registry.pem')}`,
+        `-Dquarkus.http.ssl.certificate.key-files=${join(l.tlsDir, 'registry.key')}`,
+        '-Dapicurio.storage.kind=sql',
+        '-Dapicurio.storage.sql.kind=h2',
+        `-Dapicurio.datasource.url=jdbc:h2:mem:writ-secure-${l.registryPort}`,
+        '-Dquarkus.http.access-log.enabled=false',
+        '-jar',
+        jar,
+      ],
+      l.dir,
+    );
+    log(`secure registry starting (pid ${child.pid}), log: ${l.registry.outFile}`);
+    const deadline = Date.now() + 120_000;
+    while (!(await registryServes(l))) {
+      if (child.pid !== undefined && !isAlive(child.pid)) throw new Error(`secure registry JVM (pid ${child.pid}) exited during startup.\n--- ${l.registry.outFile}\n${tailOf(l.registry.outFile)}`);
+      if (Date.now() > deadline) throw new Error(`secure registry ${l.registryUrl} did not answer within 120 s.\n--- ${l.registry.outFile}\n${tailOf(l.registry.outFile)}`);
+      await sleep(300);
+    }
+  }, log);
   log(`secure registry serves ${l.registryUrl} (HTTPS, basic auth; ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 

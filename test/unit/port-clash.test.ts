@@ -1,0 +1,49 @@
+// The local stacks start a JVM again when one of their fixed ports was taken
+// (src/testing/local-stack.ts retryOnPortClash): CI once lost its secure stack
+// to an outgoing connection holding 127.0.0.1:39692 as its local port.
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { retryOnPortClash } from "../../src/testing/local-stack.ts";
+
+describe("retryOnPortClash", () => {
+  it("starts again after a JVM exited on a taken port, keeping the failed attempt's log beside", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-port-clash-"));
+    const logFile = join(dir, "broker.log");
+    const said: string[] = [];
+    let launches = 0;
+    await retryOnPortClash("broker", [logFile], async () => {
+      launches++;
+      if (launches === 1) {
+        writeFileSync(logFile, "ERROR Unable to start acceptor\norg.apache.kafka.common.KafkaException: Socket server failed to bind to 127.0.0.1:39692: Address already in use.\n");
+        throw new Error("broker JVM exited during startup");
+      }
+    }, (l) => said.push(l));
+    expect(launches).toBe(2);
+    expect(existsSync(`${logFile}.port-clash-1`)).toBe(true);
+    expect(said).toEqual([expect.stringContaining("starting it again in 2 s (attempt 2 of 5)")]);
+  });
+
+  it("any other failure is thrown at once, and a port that stays taken after the last attempt too", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-port-clash-"));
+    const logFile = join(dir, "registry.out");
+    let launches = 0;
+    await expect(
+      retryOnPortClash("registry", [logFile], async () => {
+        launches++;
+        writeFileSync(logFile, "ERROR something else entirely\n");
+        throw new Error("registry JVM exited during startup");
+      }, () => undefined),
+    ).rejects.toThrow("registry JVM exited");
+    expect(launches).toBe(1);
+    await expect(
+      retryOnPortClash("registry", [logFile], async () => {
+        launches++;
+        writeFileSync(logFile, "Port 38081 seems to be in use by another process\n");
+        throw new Error("still taken");
+      }, () => undefined, 2),
+    ).rejects.toThrow("still taken");
+    expect(launches).toBe(3);
+  });
+});
