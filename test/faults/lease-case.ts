@@ -20,7 +20,8 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { noteAccount, refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { ChangeInput, ChangeResult } from "../../producers/change.ts";
-import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { createWritClient, type SubmitOptions, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { createLogger } from "../../src/logger.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { Ablation } from "./options.ts";
@@ -53,6 +54,7 @@ export interface LeaseCaseResult {
     racing_applied: number;
     racing_lost: number;
     kills_mid_change: number;
+    crashes_after_patch: number;
     owner_crashes: number;
     resumes: number;
   };
@@ -111,7 +113,7 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
     script: join(opts.root, "test", "faults", "fault-owner.ts"),
     logDir,
     rng: rng.fork(),
-    env: faultOwnerEnv({ brokers: opts.brokers, registryUrl: opts.registryUrl, recordsUrl: records.url, id, topics, replicationFactor: opts.replicationFactor, ablate: opts.ablate, crashAfterPatch: "0" }),
+    env: faultOwnerEnv({ brokers: opts.brokers, registryUrl: opts.registryUrl, recordsUrl: records.url, id, topics, replicationFactor: opts.replicationFactor, ablate: opts.ablate, crashAfterPatch: "0.03" }),
   });
   say(`changes under leases ${id}${opts.ablate ? ` (ablate ${opts.ablate})` : ""}: ${CHANGERS} agents × ${CHANGES_PER_AGENT} three-record changes on ${TRIPLES} record triples, ${RACERS} racing agents, owners killed mid-change; logs in ${logDir}`);
   fleet.start(2);
@@ -172,19 +174,27 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
   let done = false;
   const problems: string[] = [];
 
-  // Owners are SIGKILLed every few seconds while changes run: every kill lands in the middle of one.
-  const chaos = (async () => {
-    const chaosRng = rng.fork();
-    while (!done) {
-      await new Promise((r) => setTimeout(r, chaosRng.int(1000, 3000)));
-      if (done || running === 0 || killsMidChange >= 4) continue;
-      const killed = fleet.killOne();
-      if (killed) {
-        killsMidChange++;
-        say(`  SIGKILL ${killed} with ${running} change(s) in progress (a replacement joins)`);
-      }
-    }
-  })();
+  // Owners are SIGKILLed in the middle of changes: as the 2nd, 11th, 20th and 29th step submission of the case goes out
+  // (every change has three steps, so each is a change's second step: its leases held, its first step applied). The
+  // owners' own crash point adds kills between a step's PATCH and its commit (WRIT_FAULT_CRASH_AFTER_PATCH 0.03).
+  const KILL_AT = new Set([2, 11, 20, 29]);
+  let stepSubmissions = 0;
+  const killing = (client: WritClient): WritClient =>
+    new Proxy(client, {
+      get: (target, name, receiver) =>
+        name === "submit"
+          ? (intent: WriteIntent, o?: SubmitOptions) => {
+              if (intent.lease?.op === "step" && !intent.undo && KILL_AT.has(++stepSubmissions)) {
+                const killed = fleet.killOne();
+                if (killed) {
+                  killsMidChange++;
+                  say(`  SIGKILL ${killed} as step submission ${stepSubmissions} goes out (${running} change(s) in progress; a replacement joins)`);
+                }
+              }
+              return target.submit(intent, o);
+            }
+          : Reflect.get(target, name, receiver),
+    });
 
   // Racing single-record writes onto the same records, until the changes are done.
   const racing: RacingWrite[] = [];
@@ -205,11 +215,11 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
       for (const c of plans.filter((p) => p.agent === a)) {
         running++;
         try {
-          c.result = await changer.change(c.input);
+          c.result = await killing(changer).change(c.input);
           // An incomplete change is resumed, as its agent would after a crash: the same input again.
           for (let again = 0; again < 3 && c.result.status === "incomplete"; again++) {
             resumes++;
-            c.result = await changer.change(c.input);
+            c.result = await killing(changer).change(c.input);
           }
         } catch (err) {
           problems.push(`change ${c.n} threw: ${(err as Error).message}`);
@@ -220,7 +230,7 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
     }),
   );
   done = true;
-  await Promise.all([chaos, ...races]);
+  await Promise.all(races);
   await Promise.all([...changers, ...racers].map((c) => c.close()));
   await fleet.stopAll();
   await records.stop();
@@ -304,6 +314,7 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
     racing_applied: racingApplied,
     racing_lost: racingLost,
     kills_mid_change: killsMidChange,
+    crashes_after_patch: fleet.selfCrashes,
     owner_crashes: fleet.crashes,
     resumes,
   };
