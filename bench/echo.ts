@@ -12,6 +12,7 @@ import { Kafka, Partitioners, logLevel, type Consumer, type Producer } from "kaf
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import type { Logger } from "../src/logger.ts";
 import { ensureTopics } from "../src/topics.ts";
+import { startChild, stopChild } from "./child.ts";
 import { closedLoop, deleteTopics, entityId, entityKeyOf, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
 
 export interface EchoOptions {
@@ -55,40 +56,14 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
   ]).finally(() => admin.disconnect());
 
   // The service.
-  const serviceKafka = kafka("writ-bench-echo-service");
-  const serviceProducer: Producer = serviceKafka.producer({
-    idempotent: true,
-    maxInFlightRequests: 1,
-    allowAutoTopicCreation: false,
-    createPartitioner: Partitioners.DefaultPartitioner,
-  });
-  await serviceProducer.connect();
-  stops.push(() => serviceProducer.disconnect());
-  const service: Consumer = serviceKafka.consumer({
-    groupId: `bench.echo.${tag}`,
-    readUncommitted: false,
-    allowAutoTopicCreation: false,
-    maxBytesPerPartition: 1_048_576,
-    maxWaitTimeInMs: 1000,
-  });
-  await service.connect();
-  stops.push(() => service.disconnect());
-  await service.subscribe({ topic: requestTopic, fromBeginning: true });
-  await service.run({
-    partitionsConsumedConcurrently: Math.min(partitions, 12),
-    eachBatch: async ({ batch, resolveOffset, heartbeat }) => {
-      if (batch.messages.length === 0) return;
-      await serviceProducer.send({
-        topic: replyTopic,
-        acks: -1,
-        messages: batch.messages.map((m) => ({ key: m.headers?.[CORRELATION]?.toString() ?? null, value: m.value })),
-      });
-      resolveOffset(batch.messages.at(-1)!.offset);
-      await heartbeat();
-    },
-  });
+  // The service runs in a process of its own, as writ's owner does (bench/child.ts).
+  const service = await startChild(
+    "echo-service.ts",
+    { BENCH_ECHO: JSON.stringify({ brokers, requestTopic, replyTopic, partitions, groupId: `bench.echo.${tag}`, correlationHeader: CORRELATION }) },
+    `bench-echo-${tag}.log`,
+  );
+  stops.push(() => stopChild(service));
 
-  // The client.
   const clientKafka = kafka("writ-bench-echo-client");
   const producer: Producer = clientKafka.producer({
     idempotent: true,

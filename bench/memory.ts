@@ -2,7 +2,7 @@
 // `entries` ledger entries, against an owner of the same topics with an
 // almost empty ledger, in the same run.
 //
-// 1. An owner (child process, bench/memory-owner.ts) on fresh topics answers
+// 1. An owner (child process, bench/owner-process.ts) on fresh topics answers
 //    one refund per intents partition: it now owns all 12 partitions with a
 //    restored ledger of 12 entries. Its RSS (VmRSS in /proc/<pid>/status,
 //    after a full GC) is the baseline. It stops.
@@ -14,10 +14,10 @@
 // 3. A new owner starts on the same topics; one new refund per partition is
 //    answered only after that partition's ledger is restored. Its RSS is read
 //    the same way.
-import { fork, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { nextMessage, startChild, stopChild } from "./child.ts";
 import { createHash, randomUUID } from "node:crypto";
-import { mkdirSync, openSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { readFileSync } from "node:fs";
 import { Kafka, logLevel, type Message } from "kafkajs";
 import { createWritClient, type WritClient } from "../producers/writ-client.ts";
 import { refundPayment } from "../examples/demo-tools.ts";
@@ -48,7 +48,6 @@ export interface MemoryResult {
   seconds: number;
 }
 
-const root = resolve(import.meta.dirname, "..");
 const MiB = 1024 * 1024;
 
 export async function runMemory(opts: MemoryOptions): Promise<MemoryResult> {
@@ -60,21 +59,11 @@ export async function runMemory(opts: MemoryOptions): Promise<MemoryResult> {
   const records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false });
   const warmIds = onePerPartition("warm_", partitions);
   for (const id of warmIds) records.seed("payment", id, { customer: "bench", amountCents: 1_000_000, currency: "EUR", refunds: [] });
-  const logDir = join(root, ".writ");
-  mkdirSync(logDir, { recursive: true });
   let owner: ChildProcess | null = null;
   let client: WritClient | null = null;
 
-  const startOwner = async (n: number): Promise<ChildProcess> => {
-    const out = openSync(join(logDir, `bench-memory-owner-${n}.log`), "w");
-    const child = fork(join(root, "bench", "memory-owner.ts"), [], {
-      execArgv: ["--expose-gc"],
-      env: { ...process.env, BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-memory-${n}` },
-      stdio: ["ignore", out, out, "ipc"],
-    });
-    await nextMessage(child, "started", 120_000);
-    return child;
-  };
+  const startOwner = (n: number): Promise<ChildProcess> =>
+    startChild("owner-process.ts", { BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-memory-${n}` }, `bench-memory-owner-${n}.log`, { execArgv: ["--expose-gc"] });
   /** One new refund per intents partition; resolves once each is answered `applied`. */
   const answerEveryPartition = async (round: string, timeoutMs: number): Promise<void> => {
     client ??= await createWritClient({ brokers, agentId: "bench-memory", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
@@ -99,13 +88,7 @@ export async function runMemory(opts: MemoryOptions): Promise<MemoryResult> {
     if (m.owned.length !== partitions) throw new Error(`memory: the owner owns ${m.owned.length} of ${partitions} partitions`);
     return vmRssBytes(child.pid!);
   };
-  const stopOwner = async (child: ChildProcess): Promise<void> => {
-    const exited = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once("exit", () => r())));
-    child.send({ type: "stop" });
-    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-    await exited;
-    clearTimeout(timer);
-  };
+  const stopOwner = stopChild;
 
   try {
     owner = await startOwner(1);
@@ -142,23 +125,6 @@ export async function runMemory(opts: MemoryOptions): Promise<MemoryResult> {
     await records.close();
     if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
   }
-}
-
-function nextMessage(child: ChildProcess, type: string, timeoutMs: number): Promise<unknown> {
-  return new Promise((resolvePromise, reject) => {
-    const timer = setTimeout(() => done(new Error(`memory: the owner sent no "${type}" within ${timeoutMs} ms`)), timeoutMs);
-    const onMessage = (m: { type?: string }) => m.type === type && done(null, m);
-    const onExit = (code: number | null) => done(new Error(`memory: the owner exited (${code}) before "${type}"; see .writ/bench-memory-owner-*.log`));
-    const done = (err: Error | null, m?: unknown) => {
-      clearTimeout(timer);
-      child.off("message", onMessage);
-      child.off("exit", onExit);
-      if (err) reject(err);
-      else resolvePromise(m);
-    };
-    child.on("message", onMessage);
-    child.on("exit", onExit);
-  });
 }
 
 function vmRssBytes(pid: number): number {

@@ -70,13 +70,14 @@ const selected = args.scenario === "all" ? names : args.scenario === "throughput
 const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
 const brokers = stack.endpoints.brokers;
 const registryUrl = stack.endpoints.registryUrl || undefined;
-// The in-process owner's and clients' logs (kafkajs's #304 retries among them) go to a file, not between the progress lines.
+// The clients' logs (kafkajs's #304 retries among them) go to a file, not between the progress lines; the owner and the
+// echo service run in processes of their own (bench/child.ts), each logging to .writ/bench-owner-*.log, bench-echo-*.log.
 mkdirSync(join(root, ".writ"), { recursive: true });
 const logFile = join(root, ".writ", "bench.log");
 const logger = pino({ name: "bench", level: process.env.LOG_LEVEL ?? "warn", redact: REDACT_PATHS }, pino.destination(logFile));
 const run = randomUUID().slice(0, 8);
 say(`writ bench ${run}: ${INTENTS} intents (+${Math.round(INTENTS * 0.1)} resubmits) on ${ENTITIES} entities, ${PARTITIONS} partitions, brokers ${brokers.join(",")}`);
-say(`  owner and client logs: ${logFile}`);
+say(`  client logs: ${logFile}; owner and echo service logs: .writ/bench-owner-*.log, .writ/bench-echo-*.log`);
 
 interface Line {
   scenario: string;

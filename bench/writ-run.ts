@@ -1,14 +1,15 @@
-// One writ scenario: one in-process owner (startRouter, the demo tools) on
+// One writ scenario: one owner process (bench/owner-process.ts, the demo tools) on
 // fresh topics, a demo records server that does NOT dedupe by Idempotency-Key
 // (so dedupe measured here is writ's), and closed-loop submitters that each
 // read the record, submit a refund with a unique ref, await the reply, next.
 // Afterwards every claim is checked at the records server.
 import { createWritClient, type IntentInput, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
-import { refundPayment, systems, tools } from "../examples/demo-tools.ts";
+import type { ChildProcess } from "node:child_process";
+import { refundPayment } from "../examples/demo-tools.ts";
 import { readRecord } from "../examples/example-stack.ts";
 import type { Logger } from "../src/logger.ts";
-import { startRouter, type Router } from "../src/owner/router.ts";
 import { startDemoRecordsServer, type DemoRecordsServer, type PatchRequestRow } from "../src/testing/demo-records-server.ts";
+import { startChild, stopChild } from "./child.ts";
 import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
 
 export interface WritOptions {
@@ -80,16 +81,14 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   died.catch(() => undefined);
   const orDied = <T>(p: Promise<T>): Promise<T> => Promise.race([p, died]);
 
-  let router: Router | null = null;
+  let owner: ChildProcess | null = null;
   let client: WritClient | null = null;
   try {
-    router = await startRouter({
-      config: { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics },
-      tools,
-      systems: systems({ RECORDS_URL: records.url }),
-      logger,
-      onFatal: (err) => fatal(new Error(`the owner cannot continue: ${err.message}`)),
-    });
+    // The owner runs in a process of its own, as in production (bench/child.ts): its event loop is not the submitters'.
+    const ownerConfig = { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics };
+    const ownerLog = `bench-owner-${tag}.log`;
+    owner = await startChild("owner-process.ts", { BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-${tag}` }, ownerLog);
+    owner.once("exit", (code) => fatal(new Error(`the owner process exited (${code}); see .writ/${ownerLog}`)));
     const writ = await createWritClient({ brokers, agentId: "bench", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
     client = writ;
 
@@ -129,7 +128,10 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     return { ...result, checks, split: { toDecided: split.map((x) => x[0]), toReply: split.map((x) => x[1]) } };
   } finally {
     await (client as WritClient | null)?.close();
-    await (router as Router | null)?.stop();
+    if (owner) {
+      owner.removeAllListeners("exit");
+      await stopChild(owner);
+    }
     await records.close();
     if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
   }

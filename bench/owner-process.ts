@@ -1,6 +1,6 @@
-// Child process of the bench's memory scenario: one owner (startRouter, demo
-// tools) with the config in BENCH_OWNER_CONFIG (JSON) and the records server
-// at RECORDS_URL. It talks to the bench over IPC:
+// The bench's owner process (the throughput and memory scenarios): one owner
+// (startRouter, demo tools) with the config in BENCH_OWNER_CONFIG (JSON) and
+// the records server at RECORDS_URL. It talks to the bench over IPC (bench/child.ts):
 //   → {type: "started"} once startRouter resolved
 //   ← {type: "measure"}  → {type: "measured", owned, rss, heapUsed} after a full GC
 //   ← {type: "stop"}     → exits 0 once the router stopped
@@ -15,7 +15,7 @@ const router = await startRouter({
   config: JSON.parse(process.env.BENCH_OWNER_CONFIG ?? "{}"),
   tools,
   systems: systems({ RECORDS_URL: process.env.RECORDS_URL }),
-  logger: createLogger({ level: process.env.LOG_LEVEL ?? "warn", name: "bench-memory-owner" }),
+  logger: createLogger({ level: process.env.LOG_LEVEL ?? "warn", name: "bench-owner" }),
   onFatal: (err) => {
     process.stderr.write(`owner cannot continue: ${err.message}\n`);
     process.exit(1);
