@@ -166,7 +166,9 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
     c.refundKey = stepKey(c, "refund");
     c.noteKey = stepKey(c, "note");
   }
-  await records.setFaults(plans.filter((c) => c.refuse).map((c) => ({ kind: "refuse-write" as const, match: { idempotencyKey: c.noteKey! }, problem: "account-frozen" })));
+  // A frozen account refuses the note every time it is asked (an owner killed after a refusal, before its commit,
+  // asks again): a refusal that held only once would let the step through, and the change end applied.
+  await records.setFaults(plans.filter((c) => c.refuse).map((c) => ({ kind: "refuse-write" as const, times: 100, match: { idempotencyKey: c.noteKey! }, problem: "account-frozen" })));
 
   let running = 0;
   let killsMidChange = 0;
