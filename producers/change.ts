@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { changeId, leaseIntentKey, type KeyedTool } from "../src/keys.ts";
+import { backoffMs } from "../src/retry.ts";
 import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../src/schemas/common.ts";
 import type { Reply } from "../src/schemas/reply.ts";
 import { DEFAULT_LEASE_TTL_MS, LEASE_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
@@ -125,7 +126,7 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     for (let round = 0; ; round++) {
       const result = await client.submit(build(), submitOpts);
       if (!again(result) || Date.now() >= deadline) return result;
-      await pause(round, deadline);
+      await backoffUntil(round, deadline);
     }
   };
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
@@ -233,9 +234,10 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
   }
 }
 
-/** Backoff between rounds: 100 ms doubling to 2 s, ±20 %, never past the deadline. */
-function pause(round: number, deadline: number): Promise<void> {
-  const base = Math.min(2000, 100 * 2 ** Math.min(round, 5));
-  const ms = Math.max(0, Math.min(deadline - Date.now(), base * (0.8 + Math.random() * 0.4)));
+const ROUND_BACKOFF = { initialDelayMs: 100, maxDelayMs: 2000 };
+
+/** Backoff between rounds of asking again (a change's intents; a write answered `leased`): 100 ms doubling to 2 s, ±20 %, never past the deadline. */
+export function backoffUntil(round: number, deadline: number): Promise<void> {
+  const ms = Math.max(0, Math.min(deadline - Date.now(), backoffMs(round + 1, ROUND_BACKOFF)));
   return new Promise((r) => setTimeout(r, ms));
 }

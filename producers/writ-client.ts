@@ -24,7 +24,7 @@ import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
 import { SendCoalescer } from "./send-coalescer.ts";
-import { runChange, type ChangeInput, type ChangeResult } from "./change.ts";
+import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./change.ts";
 
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
@@ -388,7 +388,7 @@ class KafkaWritClient implements WritClient {
       const again = out.flatMap((r, i) => (r.status === "rejected" && r.reason === "leased" && !intents[i]!.lease ? [i] : []));
       const left = deadline - Date.now();
       if (again.length === 0 || left <= 0) return out;
-      await new Promise((r) => setTimeout(r, Math.min(left, Math.min(2000, 100 * 2 ** Math.min(round, 5)) * (0.8 + Math.random() * 0.4))));
+      await backoffUntil(round, deadline);
       const resent = again.map((i) => ({ ...intents[i]!, intentId: randomUUID(), createdAt: new Date().toISOString() }));
       const answers = await this.sendAndWait(resent, Math.max(1, deadline - Date.now()));
       again.forEach((i, j) => {

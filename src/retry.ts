@@ -35,9 +35,7 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryO
       lastError = err;
       if (opts.bail?.(err) || !shouldRetry(err) || opts.signal?.aborted) throw err;
       if (attempt === maxAttempts) break;
-      const base = Math.min(ceiling, initial * 2 ** (attempt - 1));
-      const delay = base * (1 - jitter + Math.random() * 2 * jitter);
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      await new Promise((resolve) => setTimeout(resolve, backoffMs(attempt, { initialDelayMs: initial, maxDelayMs: ceiling, jitter })));
     }
   }
   throw new WritError("retries_exhausted", `gave up after ${maxAttempts} attempts`, {
@@ -45,4 +43,11 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryO
     cause: lastError,
     context: { attempts: maxAttempts, elapsedMs: Date.now() - started },
   });
+}
+
+/** The wait after try `attempt` (1-based): `initialDelayMs` doubling up to `maxDelayMs`, ±`jitter`. Defaults as {@link retry}'s. */
+export function backoffMs(attempt: number, opts: Pick<RetryOptions, "initialDelayMs" | "maxDelayMs" | "jitter"> = {}): number {
+  const jitter = opts.jitter ?? 0.2;
+  const base = Math.min(opts.maxDelayMs ?? 5000, (opts.initialDelayMs ?? 100) * 2 ** Math.min(attempt - 1, 30));
+  return base * (1 - jitter + Math.random() * 2 * jitter);
 }
