@@ -52,6 +52,21 @@ export function parseCommandArgs<O extends Options>(argv: string[], options: O, 
 }
 
 /**
+ * {@link parseCommandArgs} for a command that prints its whole usage after bad
+ * usage (doctor and verify, whose flags are many): the parsed arguments, or the
+ * exit status to return at once (0 after --help; 2 after bad usage, said on stderr).
+ */
+export function parseOrExit<O extends Options>(name: string, argv: string[], options: O, usage: string) {
+  try {
+    return parseCommandArgs(argv, options, usage) ?? 0;
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`writ ${name}: ${err.message}\n\n${usage}\n`);
+    return 2;
+  }
+}
+
+/**
  * Runs a command's body: usage errors and configuration errors print one line
  * and exit 2, anything else that stops it prints one line and exits `failCode`.
  */

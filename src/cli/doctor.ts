@@ -9,7 +9,7 @@ import { WritError } from "../errors.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger } from "../logger.ts";
 import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
-import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+import { parseOrExit, type Command } from "./common.ts";
 
 const USAGE = `usage: writ doctor [options]
 
@@ -51,14 +51,8 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`writ doctor: ${message}\n`);
     return 2;
   };
-  let parsed;
-  try {
-    parsed = parseCommandArgs(argv, OPTIONS, USAGE);
-  } catch (err) {
-    if (err instanceof UsageError) return fail(`${err.message}\n\n${USAGE}`);
-    throw err;
-  }
-  if (parsed === undefined) return 0;
+  const parsed = parseOrExit("doctor", argv, OPTIONS, USAGE);
+  if (typeof parsed === "number") return parsed;
   const args = parsed.values;
 
   const brokers = splitList(args.brokers ?? process.env.KAFKA_BROKERS);

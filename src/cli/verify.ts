@@ -12,7 +12,7 @@ import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
 import { formatReport, runVerify } from "../verify/verify.ts";
-import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+import { parseOrExit, type Command } from "./common.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
        npm run verify -- --tools <module> [options]
@@ -65,14 +65,8 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`writ verify: ${message}\n`);
     return 2;
   };
-  let parsed;
-  try {
-    parsed = parseCommandArgs(argv, OPTIONS, USAGE);
-  } catch (err) {
-    if (err instanceof UsageError) return fail(`${err.message}\n\n${USAGE}`);
-    throw err;
-  }
-  if (parsed === undefined) return 0;
+  const parsed = parseOrExit("verify", argv, OPTIONS, USAGE);
+  if (typeof parsed === "number") return parsed;
   const args = parsed.values;
 
   const demo = args.demo || args["demo-without-if-match"];

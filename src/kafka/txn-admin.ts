@@ -10,6 +10,7 @@
 import { createRequire } from "node:module";
 import { logLevel as LogLevel, type KafkaConfig, type RetryOptions, type logCreator } from "kafkajs";
 import { WritError, type WritErrorContext } from "../errors.ts";
+import { backoffMs } from "../retry.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -1047,7 +1048,7 @@ export class TxnAdmin {
       } catch (err) {
         const error = asWritError(err, api);
         if (this.closed || !error.retriable || attempt >= this.maxAttempts) throw error;
-        await sleep(Math.min(3000, 150 * 2 ** (attempt - 1)) * (0.8 + Math.random() * 0.4));
+        await sleep(backoffMs(attempt, { initialDelayMs: 150, maxDelayMs: 3000 }));
       }
     }
   }

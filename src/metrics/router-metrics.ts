@@ -13,6 +13,8 @@ export interface PartitionFigures {
   pending: number;
   /** When the oldest of them was recorded (ms since the epoch); null with none. */
   oldestPendingSince: number | null;
+  /** Leases of changes that span records held on the partition's records (expired ones not yet released included). */
+  leases: number;
   /** The next offset of the intents partition the owner's transactions committed for the group. */
   committedOffset: bigint;
 }
@@ -116,39 +118,36 @@ export class RouterMetrics {
 
   constructor() {
     const metrics = this;
-    new Gauge({
-      name: "writ_ledger_entries",
-      help: "Committed ledger entries held by this owner, by intents partition.",
-      labelNames: ["partition"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const f of metrics.figures()) this.set({ partition: String(f.partition) }, f.ledgerEntries);
-      },
-    });
-    new Gauge({
-      name: "writ_ledger_pending_entries",
-      help: "Committed ledger entries still pending (a write in flight, or one left by an earlier owner), by intents partition.",
-      labelNames: ["partition"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const f of metrics.figures()) this.set({ partition: String(f.partition) }, f.pending);
-      },
-    });
-    new Gauge({
-      name: "writ_ledger_oldest_pending_age_seconds",
-      help: "Age of the oldest pending ledger entry (0 with none), by intents partition.",
-      labelNames: ["partition"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        const now = Date.now();
-        for (const f of metrics.figures()) {
-          this.set({ partition: String(f.partition) }, f.oldestPendingSince === null ? 0 : Math.max(0, now - f.oldestPendingSince) / 1000);
-        }
-      },
-    });
+    // Gauges of one figure per owned partition, read from the owners at scrape time.
+    const perPartition = (name: string, help: string, figure: (f: PartitionFigures, now: number) => number): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ["partition"] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          const now = Date.now();
+          for (const f of metrics.figures()) this.set({ partition: String(f.partition) }, figure(f, now));
+        },
+      });
+    };
+    perPartition("writ_ledger_entries", "Committed ledger entries held by this owner, by intents partition.", (f) => f.ledgerEntries);
+    perPartition(
+      "writ_ledger_pending_entries",
+      "Committed ledger entries still pending (a write in flight, or one left by an earlier owner), by intents partition.",
+      (f) => f.pending,
+    );
+    perPartition(
+      "writ_leases_held",
+      "Leases of changes that span records held on this owner's records (expired ones not yet released included), by intents partition.",
+      (f) => f.leases,
+    );
+    perPartition(
+      "writ_ledger_oldest_pending_age_seconds",
+      "Age of the oldest pending ledger entry (0 with none), by intents partition.",
+      (f, now) => (f.oldestPendingSince === null ? 0 : Math.max(0, now - f.oldestPendingSince) / 1000),
+    );
     new Gauge({
       name: "writ_consumer_lag_records",
       help: "Intents not yet committed by the owner: the partition's high watermark minus the offset its transactions committed, by intents partition.",

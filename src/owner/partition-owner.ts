@@ -8,6 +8,7 @@ import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { type IntentOutcome, intentOutcome } from "../metrics/outcome.ts";
+import type { PartitionFigures } from "../metrics/router-metrics.ts";
 import { IntentTrace, startTransactionSpan } from "../tracing/spans.ts";
 import { type AdmittedIntent, admit } from "./admission.ts";
 import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
@@ -161,11 +162,17 @@ export class PartitionOwner {
     return this.inbox.length + this.slots.size;
   }
 
-  /** Figures for metrics while it runs (null otherwise): ledger entries, pending entries and the oldest one's time, the committed offset. */
-  stats(): { ledgerEntries: number; pending: number; oldestPendingSince: number | null; committedOffset: bigint } | null {
+  /** Figures for metrics while it runs (null otherwise): ledger entries, pending entries and the oldest one's time, leases held, the committed offset. */
+  stats(): Omit<PartitionFigures, "partition"> | null {
     const ledger = this.stateValue === "running" ? this.session?.ledger : undefined;
     if (!ledger) return null;
-    return { ledgerEntries: ledger.size, pending: ledger.pendingCount, oldestPendingSince: ledger.oldestPendingSince(), committedOffset: this.lastCommittedOffset };
+    return {
+      ledgerEntries: ledger.size,
+      pending: ledger.pendingCount,
+      oldestPendingSince: ledger.oldestPendingSince(),
+      leases: ledger.leaseCount,
+      committedOffset: this.lastCommittedOffset,
+    };
   }
 
   /** Reply topics this owner's ledger knows (the partitions it may write). */

@@ -950,6 +950,29 @@ async function stopCluster(nodes: NodeLayout[], log: (l: string) => void): Promi
 const REGISTRY_DB = join(RUN_DIR, 'registry-db', 'registry');
 
 /**
+ * The JVM arguments of an Apicurio 3.x registry: heap, SQL storage on the H2
+ * database at `datasourceUrl` (a file survives a restart of the registry),
+ * no access log; `http` sets its listeners, `extra` adds properties.
+ */
+export function registryJvmArgs(jar: string, datasourceUrl: string, http: string[], extra: string[] = []): string[] {
+  return [
+    '-Xms64m',
+    '-Xmx384m',
+    '-XX:+ExitOnOutOfMemoryError',
+    '-Djava.awt.headless=true',
+    `-Dquarkus.http.host=${HOST}`,
+    ...http,
+    '-Dapicurio.storage.kind=sql',
+    '-Dapicurio.storage.sql.kind=h2',
+    `-Dapicurio.datasource.url=${datasourceUrl}`,
+    ...extra,
+    '-Dquarkus.http.access-log.enabled=false',
+    '-jar',
+    jar,
+  ];
+}
+
+/**
  * Starts our registry JVM (stopping a stale one of ours first). Storage is an
  * H2 database in a file under the stack dir: `fresh` (a new stack) starts
  * with no schemas; a restart (`startRegistry`) keeps them, with their ids.
@@ -966,25 +989,12 @@ async function launchRegistry(log: (l: string) => void, timeoutMs = 120_000, fre
     const child = spawnDetached(
       COMPONENTS.registry,
       JAVA,
-      [
-        '-Xms64m',
-        '-Xmx384m',
-        '-XX:+ExitOnOutOfMemoryError',
-        '-Djava.awt.headless=true',
-        `-Dquarkus.http.host=${HOST}`,
-        `-Dquarkus.http.port=${REGISTRY_PORT}`,
-        // Apicurio 3.x SQL storage on an H2 database in a file (kept across a restart of the registry)
-        '-Dapicurio.storage.kind=sql',
-        '-Dapicurio.storage.sql.kind=h2',
-        `-Dapicurio.datasource.url=jdbc:h2:file:${REGISTRY_DB}`,
+      registryJvmArgs(jar, `jdbc:h2:file:${REGISTRY_DB}`, [`-Dquarkus.http.port=${REGISTRY_PORT}`], [
         // allow DELETE through the ccompat API (off by default in 3.x)
         '-Dapicurio.rest.deletion.artifact.enabled=true',
         '-Dapicurio.rest.deletion.artifact-version.enabled=true',
         '-Dapicurio.rest.deletion.group.enabled=true',
-        '-Dquarkus.http.access-log.enabled=false',
-        '-jar',
-        jar,
-      ],
+      ]),
       APICURIO_HOME,
     );
     log(`registry starting (pid ${child.pid}), log: ${COMPONENTS.registry.outFile}`);

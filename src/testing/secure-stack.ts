@@ -28,6 +28,7 @@ import kafkajs, { Kafka, logLevel, type AclEntry } from 'kafkajs';
 import type { EnsureStackResult } from './local-stack.ts';
 import {
   retryOnPortClash,
+  registryJvmArgs,
   CACHE_DIR,
   javaBrokerArgs,
   writeBrokerFiles,
@@ -472,25 +473,14 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
     const child = spawnDetached(
       l.registry,
       JAVA,
-      [
-        '-Xms64m',
-        '-Xmx384m',
-        '-XX:+ExitOnOutOfMemoryError',
-        '-Djava.awt.headless=true',
-        `-Dquarkus.http.host=${HOST}`,
+      registryJvmArgs(jar, `jdbc:h2:mem:writ-secure-${l.registryPort}`, [
         // HTTPS only: the plain port is not served
         `-Dquarkus.http.port=${l.registryPort + 1}`,
         `-Dquarkus.http.ssl-port=${l.registryPort}`,
         '-Dquarkus.http.insecure-requests=disabled',
         `-Dquarkus.http.ssl.certificate.files=${join(l.tlsDir, 'registry.pem')}`,
         `-Dquarkus.http.ssl.certificate.key-files=${join(l.tlsDir, 'registry.key')}`,
-        '-Dapicurio.storage.kind=sql',
-        '-Dapicurio.storage.sql.kind=h2',
-        `-Dapicurio.datasource.url=jdbc:h2:mem:writ-secure-${l.registryPort}`,
-        '-Dquarkus.http.access-log.enabled=false',
-        '-jar',
-        jar,
-      ],
+      ]),
       l.dir,
     );
     log(`secure registry starting (pid ${child.pid}), log: ${l.registry.outFile}`);

@@ -97,6 +97,28 @@ async function readTopics<T>(brokers: string[], registryUrl: string | undefined,
   return out;
 }
 
+/**
+ * Each record's history at the records server, checked for lost updates: a
+ * write whose base version is not the version the write before it produced
+ * means a write landed on a stale version. Returns each record's final state.
+ */
+export function versionChains(store: DemoRecordsStore, entities: readonly { type: string; id: string }[]): { lost: number; problems: string[]; finalState: Map<string, any> } {
+  const finalState = new Map<string, any>();
+  const problems: string[] = [];
+  let lost = 0;
+  for (const e of entities) {
+    const history = store.history(e.type, e.id);
+    for (let i = 1; i < history.length; i++) {
+      if (history[i]!.fromVersion !== history[i - 1]!.toVersion) {
+        lost++;
+        problems.push(`${e.type}:${e.id}: version chain broken at v${history[i]!.fromVersion}`);
+      }
+    }
+    finalState.set(`${e.type}:${e.id}`, history.at(-1)?.state);
+  }
+  return { lost, problems, finalState };
+}
+
 export async function checkOutcome(opts: {
   intents: PlannedIntent[];
   store: DemoRecordsStore;
@@ -111,18 +133,10 @@ export async function checkOutcome(opts: {
   const { intents, store } = opts;
   const problems: string[] = [];
   const writesByKey = store.stats().writesByKey;
-  const finalState = new Map<string, any>();
-  let lost = 0;
-  for (const e of opts.entities) {
-    const history = store.history(e.type, e.id);
-    for (let i = 1; i < history.length; i++) {
-      if (history[i]!.fromVersion !== history[i - 1]!.toVersion) {
-        lost++;
-        problems.push(`${e.type}:${e.id}: version chain broken at v${history[i]!.fromVersion}`);
-      }
-    }
-    finalState.set(`${e.type}:${e.id}`, history.at(-1)?.state);
-  }
+  const chains = versionChains(store, opts.entities);
+  const finalState = chains.finalState;
+  const lost = chains.lost;
+  problems.push(...chains.problems);
   const topics = await readTopics<Reply>(opts.brokers, opts.registryUrl, opts.replyTopics, async (codec, v) => {
     const d = await codec.decode("Reply", v);
     return d.ok ? d.value : null;

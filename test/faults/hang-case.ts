@@ -49,8 +49,8 @@
 // WRIT_LOCAL_STACK_DIR (and the ports) must be set before this module is
 // first imported; test/faults/run-hang-case.ts does that.
 import { randomUUID } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { Kafka, Partitioners, logLevel, type Admin } from "kafkajs";
 import { pino } from "pino";
 import { readRecord } from "../../examples/example-stack.ts";
@@ -79,6 +79,8 @@ export interface HangCaseOptions {
   say: (line: string) => void;
   /** Suffix of every topic and group name of this run. */
   id: string;
+  /** Where kafkajs's connection errors go (expected while a broker is down). */
+  logDir: string;
   /**
    * Let round 1's hang watch see the ledger partition while the transaction
    * is held (default false: hidden then). A hold of several seconds is this
@@ -221,15 +223,17 @@ const ATTRIBUTING = new Set(["last stable offset stuck; healing", "partition res
  * The routers' logger: pino at info, lines at `level` or above go to stderr
  * as usual, and the lines that say who healed what (the hang watch's
  * "last stable offset stuck; healing", an owner's "partition restored; owning
- * it" with its heal count) are kept in `sink`.
+ * it" with its heal count) are kept in `sink`. kafkajs's connection errors,
+ * which this case causes on purpose by killing a broker, go to `quietFile`
+ * only: on stderr they would bury the case's own lines (and CI shows a tail).
  */
-function capturingLogger(level: string, sink: RouterEvent[]): Logger {
+function capturingLogger(level: string, sink: RouterEvent[], quietFile: string): Logger {
   const threshold = pino.levels.values[level] ?? 50;
   return pino(
     { name: "hang-case", level: "info", redact: REDACT_PATHS },
     {
       write(line: string): void {
-        let j: { level?: number; msg?: string; instance?: string; topic?: string; partition?: number; healed?: number };
+        let j: { level?: number; msg?: string; instance?: string; topic?: string; partition?: number; healed?: number; component?: string; namespace?: string };
         try {
           j = JSON.parse(line) as typeof j;
         } catch {
@@ -246,7 +250,9 @@ function capturingLogger(level: string, sink: RouterEvent[]): Logger {
             ...(j.healed === undefined ? {} : { healed: j.healed }),
           });
         }
-        if ((j.level ?? 0) >= threshold) process.stderr.write(line);
+        if ((j.level ?? 0) < threshold) return;
+        if (j.component === "kafkajs" && j.namespace === "Connection") appendFileSync(quietFile, line);
+        else process.stderr.write(line);
       },
     },
   );
@@ -319,7 +325,7 @@ const FIRST_REPLY_AFTER_HEAL_MS = 15_000;
  *
  * @example
  * const stack = await ensureStack({ brokers: 3 });
- * const result = await runHangCase({ brokers: stack.endpoints.brokers, say: console.log, id: "h1" });
+ * const result = await runHangCase({ brokers: stack.endpoints.brokers, say: console.log, id: "h1", logDir: ".writ" });
  * if (!hangCasePassed(result)) process.exitCode = 1;
  */
 export async function runHangCase(opts: HangCaseOptions): Promise<HangCaseResult> {
@@ -355,7 +361,9 @@ class HangCase {
   constructor(opts: HangCaseOptions) {
     this.opts = opts;
     this.say = opts.say;
-    this.log = capturingLogger(process.env.LOG_LEVEL ?? "error", this.events);
+    const quietFile = resolve(opts.logDir, `hang-${opts.id}-connections.log`);
+    mkdirSync(opts.logDir, { recursive: true });
+    this.log = capturingLogger(process.env.LOG_LEVEL ?? "error", this.events, quietFile);
     this.kafka = new Kafka({
       clientId: `hang-case-${opts.id}`,
       brokers: opts.brokers,

@@ -29,6 +29,7 @@ import { OwnerFleet } from "./owner-fleet.ts";
 import { faultOwnerEnv, faultTopics } from "./owner-env.ts";
 import { RecordsProcess } from "./records-process.ts";
 import { seededRng } from "./rng.ts";
+import { versionChains } from "./check-outcome.ts";
 import { freePort } from "./scenario.ts";
 
 export interface LeaseCaseOptions {
@@ -248,17 +249,12 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
   let racingApplied = 0;
   let racingLost = 0;
   try {
-    const state = new Map<string, { tags?: string[]; refunds?: { ref?: string }[]; reversals?: { reverses?: string }[]; notes?: { ref?: string }[] }>();
-    for (const e of entities) {
-      const history = store.history(e.type, e.id);
-      for (let i = 1; i < history.length; i++) {
-        if (history[i]!.fromVersion !== history[i - 1]!.toVersion) {
-          lost++;
-          problems.push(`${entityKey(e)}: version chain broken at v${history[i]!.fromVersion}`);
-        }
-      }
-      state.set(entityKey(e), (history.at(-1)?.state ?? {}) as never);
-    }
+    const chains = versionChains(store, entities);
+    lost += chains.lost;
+    problems.push(...chains.problems);
+    const state = new Map<string, { tags?: string[]; refunds?: { ref?: string }[]; reversals?: { reverses?: string }[]; notes?: { ref?: string }[] }>(
+      [...chains.finalState].map(([k, v]) => [k, v ?? {}]),
+    );
     for (const [key, n] of Object.entries(store.stats().writesByKey)) {
       if (n > 1) {
         duplicates += n - 1;

@@ -40,6 +40,7 @@ try {
     registryUrl: stack.endpoints.registryUrl || undefined,
     say,
     id: Date.now().toString(36),
+    logDir: resolve(import.meta.dirname, "..", "..", ".writ"),
     // HANG_CASE_WATCH_HELD_TRANSACTION=1 lets the watch see the ledger while the transaction is held (see hang-case.ts).
     watchHeldTransaction: process.env.HANG_CASE_WATCH_HELD_TRANSACTION === "1",
   });

@@ -23,6 +23,10 @@ async function harness() {
 
 type Records = Awaited<ReturnType<typeof harness>>["records"];
 
+/** The `writ_leases_held` gauge summed over the router's partitions. */
+const leasesHeld = (metrics: string): number =>
+  [...metrics.matchAll(/^writ_leases_held\{[^}]*\} (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0);
+
 function seedThree(records: Records, n: string) {
   records.seed("payment", `pay_${n}`, { amountCents: 100_000, refunds: [] });
   records.seed("ticket", `T-${n}`, { status: "open", tags: ["damaged"] });
@@ -91,13 +95,14 @@ describe("changes that span records on a real broker", () => {
   it("while a change holds a record, another agent's write is answered `leased` with nothing sent; after the release it is applied", async () => {
     const h = await harness();
     seedThree(h.records, "2");
-    await h.startRouter();
+    const router = await h.startRouter();
     const [resolver, support] = await Promise.all([h.client("resolver"), h.client("support")]);
     const change = changeId({ agentId: "resolver", runId: run(), stepId: "c" });
     const ticket = { type: "ticket", id: "T-2" };
 
     const granted = await resolver.submit(leaseIntent(resolver, change, "acquire", ticket, "tag_ticket"));
     expect(granted).toMatchObject({ status: "applied", via: "lease", version: '"v1"', state: { status: "open", tags: ["damaged"] }, lease: { change } });
+    expect(leasesHeld(await router.metrics())).toBe(1);
     const input = { tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: '"v1"', delta: [{ op: "replace" as const, path: "/tags", value: ["damaged", "vip"] }], params: { tag: "vip" } };
     const refused = await support.submit(input, { onLeased: "answer" });
     expect(refused).toMatchObject({ status: "rejected", reason: "leased", details: { expiresAt: (granted as AppliedReply & { lease: { expiresAt: string } }).lease.expiresAt } });
@@ -110,6 +115,7 @@ describe("changes that span records on a real broker", () => {
     expect(released).toMatchObject({ status: "applied", via: "lease", duplicate: false, lease: { change, released: true } });
     const releasedAgain = await resolver.submit(leaseIntent(resolver, change, "release", ticket, "tag_ticket"));
     expect(releasedAgain).toMatchObject({ status: "applied", via: "lease", duplicate: true });
+    expect(leasesHeld(await router.metrics())).toBe(0);
 
     const applied = await support.submit(input, { onLeased: "answer" });
     expect(applied).toMatchObject({ status: "applied", via: "patch" });

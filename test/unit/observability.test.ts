@@ -134,7 +134,7 @@ describe("RouterMetrics", () => {
     m.pipeline.conflict({ tool: { name: "tag_ticket", recordType: "ticket" } } as never, "version_mismatch");
     m.fetched(0, "10");
     m.attach({
-      partitions: () => [{ partition: 0, ledgerEntries: 5, pending: 1, oldestPendingSince: Date.now() - 2000, committedOffset: 7n }],
+      partitions: () => [{ partition: 0, ledgerEntries: 5, pending: 1, oldestPendingSince: Date.now() - 2000, leases: 2, committedOffset: 7n }],
       highWatermarks: () => Promise.reject(new Error("broker away")),
     });
     const text = await m.text();
@@ -145,6 +145,7 @@ describe("RouterMetrics", () => {
     expect(text).toContain('writ_conflicts_total{tool="tag_ticket",record_type="ticket",cause="version_mismatch"} 1');
     expect(text).toContain('writ_ledger_entries{partition="0"} 5');
     expect(text).toContain('writ_ledger_pending_entries{partition="0"} 1');
+    expect(text).toContain('writ_leases_held{partition="0"} 2');
     // The probe failed: lag from the last fetched batch's high watermark.
     expect(text).toContain('writ_consumer_lag_records{partition="0"} 3');
     expect(text).toMatch(/writ_ledger_oldest_pending_age_seconds\{partition="0"\} (1\.9|2)/);
