@@ -18,7 +18,7 @@ import type { Reply } from "../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
 import type { CreateToolDeclaration } from "../src/tools.ts";
 import { WritError } from "../src/errors.ts";
-import { retry } from "../src/retry.ts";
+import { retry, START_PATIENCE } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
 import { TopicEnsurer } from "../src/topics.ts";
@@ -30,8 +30,6 @@ import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./
 const MAX_REQUEST_BYTES = 512 * 1024;
 
 /** How long a client's start waits out retriable Kafka errors (leaders being elected): about 30 s. */
-const START_PATIENCE = { maxAttempts: 14, initialDelayMs: 250, maxDelayMs: 3000 };
-
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
   status: "unknown";
@@ -252,8 +250,7 @@ export async function createWritClient(
     // The reply consumer starts at the topic's current (read_committed) end, committed for its group before it
     // joins: a consumer that kafkajs restarts after a crash resumes there instead of at the end of the moment,
     // which would skip the replies written in between. One entry per partition: also the partition count.
-    // Patient, like the offset commit below: a topic just created, or a broker just restarted, answers
-    // NOT_LEADER_FOR_PARTITION until its leaders are elected, and kafkajs's admin does not retry ListOffsets.
+    // Patient (START_PATIENCE), like the offset commit below: kafkajs's admin does not retry ListOffsets.
     ends = await retry(async () => {
       await ensurer.ensure([config.replyTopic]);
       return admin.fetchTopicOffsets(config.replyTopic);

@@ -17,6 +17,14 @@ export interface RetryOptions {
 }
 
 /**
+ * How long a process's start waits out a cluster that is not ready (about 30 s
+ * in all): a topic just created, or a broker just restarted or killed, answers
+ * NOT_LEADER_FOR_PARTITION or UNKNOWN_TOPIC_OR_PARTITION until its leaders are
+ * elected, and kafkajs's admin does not retry every request that can meet it.
+ */
+export const START_PATIENCE: Readonly<RetryOptions> = { maxAttempts: 14, initialDelayMs: 250, maxDelayMs: 3000 };
+
+/**
  * Runs `fn` with jittered exponential backoff. On exhaustion it throws a
  * `retries_exhausted` error carrying the attempts and elapsed time.
  */

@@ -21,6 +21,7 @@ import { observeTools } from "../metrics/observed-system.ts";
 import { RouterMetrics } from "../metrics/router-metrics.ts";
 import { AgentRegistry } from "../security/agent-registry.ts";
 import { WritError } from "../errors.ts";
+import { retry, START_PATIENCE } from "../retry.ts";
 import { kafkaConnection, transportWarnings } from "../security/transport.ts";
 import { serialAdmin } from "../kafka/serial-admin.ts";
 
@@ -118,10 +119,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   });
   // Partition owners share this admin and open concurrently after a rebalance: its requests go one at a time.
   const admin: Admin = serialAdmin(kafka.admin());
-  await admin.connect();
-  await ensureTopics(admin, routerTopics(config));
+  // Patient: an owner that starts while a broker is down or a leader is being elected (a replacement owner
+  // usually does) meets retriable metadata errors that kafkajs's admin passes on; they must not stop it.
+  const partitions = await retry(async () => {
+    await admin.connect();
+    await ensureTopics(admin, routerTopics(config));
+    return contractPartitions(admin, config);
+  }, START_PATIENCE);
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
-  const partitions = await contractPartitions(admin, config);
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
   const topicDirectory = new TopicDirectory(admin);
@@ -180,14 +185,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       // Fenced while the group still assigns the partition here: either a rebalance this member has not seen
       // yet (its next heartbeat rejoins and the partition goes), or an owner elsewhere that was leaving
       // fenced it on its way out. After a pause, a partition still assigned here gets a new owner.
-      const retry = setTimeout(() => {
+      const takeUpAgain = setTimeout(() => {
         if (stopped || owners.has(p) || !assignment.has(p)) return;
         log.warn({ partition: p }, "partition still assigned here after being fenced; taking it up again");
         const owner = new PartitionOwner(p, ctx);
         owners.set(p, owner);
         owner.start();
       }, Math.floor(config.sessionTimeoutMs / 2));
-      retry.unref();
+      takeUpAgain.unref();
     },
     log,
   };
@@ -247,8 +252,11 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     health.problem("consumer", `owner consumer crashed: ${err.message}`);
     opts.onFatal?.(err);
   });
-  await c.connect();
-  await c.subscribe({ topic, fromBeginning: true });
+  // Patient too (see above): subscribing reads the topic's metadata.
+  await retry(async () => {
+    await c.connect();
+    await c.subscribe({ topic, fromBeginning: true });
+  }, START_PATIENCE);
   await c.run({
     autoCommit: false,
     eachBatchAutoResolve: false,
