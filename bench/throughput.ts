@@ -1,11 +1,14 @@
 // `npm run bench`: writ and a raw kafkajs request-reply echo, side by side on
 // one broker (the local one, reused or started). Per scenario, one JSON line on
 // stdout; progress and a closing table on stderr. The default runs the four
-// throughput scenarios; the memory line needs `--scenario memory` (or `all`).
+// throughput scenarios and the transaction floor (bench/txn-floor.ts: the
+// broker's back-to-back transactions with nothing else to do, one producer per
+// partition as writ's owner has); the memory line needs `--scenario memory`
+// (or `all`).
 // It asserts nothing: `exact` says whether the records server saw every
 // intent applied exactly once.
 //
-//   npm run bench [-- --scenario c64|c8|c64-sor20|hot|memory|throughput|all] [--intents 3000] [--entities 200]
+//   npm run bench [-- --scenario c64|c8|c64-sor20|hot|txn-floor|memory|throughput|all] [--intents 3000] [--entities 200]
 //                 [--memory-entries 1000000] [--keep-topics] [--seed 1]
 //
 // writ_rps / echo_rps: answered submissions (new intents and the 10 %
@@ -23,6 +26,7 @@ import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { runEcho } from "./echo.ts";
 import { runMemory, type MemoryResult } from "./memory.ts";
+import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
 import { makePlan, percentile, round, say, SCENARIOS, type Scenario } from "./workload.ts";
 import { runWrit } from "./writ-run.ts";
 
@@ -40,7 +44,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  say("npm run bench -- [--scenario c64|c8|c64-sor20|hot|memory|throughput|all] [--intents N] [--entities E] [--memory-entries M] [--keep-topics] [--seed S]");
+  say("npm run bench -- [--scenario c64|c8|c64-sor20|hot|txn-floor|memory|throughput|all] [--intents N] [--entities E] [--memory-entries M] [--keep-topics] [--seed S]");
   process.exit(0);
 }
 const positive = (name: string, raw: string): number => {
@@ -57,7 +61,7 @@ const MEMORY_ENTRIES = positive("memory-entries", args["memory-entries"]);
 const SEED = positive("seed", args.seed);
 const PARTITIONS = 12;
 const TIMEOUT_MS = 60_000;
-const throughputNames: string[] = SCENARIOS.map((s) => s.name);
+const throughputNames: string[] = [...SCENARIOS.map((s) => s.name), "txn-floor"];
 const names = [...throughputNames, "memory"];
 if (!["all", "throughput", ...names].includes(args.scenario)) {
   say(`bench: --scenario must be one of ${names.join(", ")}, throughput (the default: all but memory) or all, got ${args.scenario}`);
@@ -96,6 +100,7 @@ interface Line {
 }
 const lines: Line[] = [];
 let memory: MemoryResult | null = null;
+let floor: TxnFloorResult | null = null;
 let failed = false;
 
 async function scenario(s: Scenario): Promise<Line> {
@@ -159,6 +164,12 @@ try {
       );
       continue;
     }
+    if (name === "txn-floor") {
+      say(`\n[txn-floor] ${PARTITIONS} transactional producers, back-to-back transactions for 15 s, nothing else running`);
+      floor = await runTxnFloor({ brokers, partitions: PARTITIONS, seconds: 15, logger, keepTopics: args["keep-topics"] });
+      console.log(JSON.stringify({ scenario: "txn-floor", producers: floor.producers, txn_per_s: floor.txnPerSecond, txn_p50_ms: floor.p50Ms, txn_p99_ms: floor.p99Ms, transactions: floor.transactions }));
+      continue;
+    }
     const line = await scenario(SCENARIOS.find((s) => s.name === name)!);
     lines.push(line);
     console.log(JSON.stringify(line));
@@ -179,6 +190,12 @@ for (const l of lines) {
   );
 }
 if (lines.length > 0) say("latencies in ms, per request (submit → reply); bound = min(C, entities) / (2 × records-server latency)");
+if (floor) {
+  say(
+    `txn-floor: ${floor.producers} producers, ${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms); ` +
+      "writ spends two transaction slots per intent (pending, then result), shared by the intents a transaction carries",
+  );
+}
 if (memory) {
   say(
     `memory: ${memory.entries.toLocaleString("en")} ledger entries → owner RSS ${memory.ownerRssMb} MB (empty ledger ${memory.baselineRssMb} MB), ${memory.bytesPerEntry} bytes/entry; restore ${memory.restoreSeconds} s`,

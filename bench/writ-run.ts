@@ -85,9 +85,13 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   let client: WritClient | null = null;
   try {
     // The owner runs in a process of its own, as in production (bench/child.ts): its event loop is not the submitters'.
-    const ownerConfig = { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics };
+    // BENCH_OWNER_EXTRA (JSON) overrides owner settings for an experiment, e.g. '{"offsetCommitIntervalMs":1000}';
+    // the owner validates them as any configuration.
+    const ownerConfig = { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics, ...JSON.parse(process.env.BENCH_OWNER_EXTRA ?? "{}") };
     const ownerLog = `bench-owner-${tag}.log`;
-    owner = await startChild("owner-process.ts", { BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-${tag}` }, ownerLog);
+    // BENCH_OWNER_NODE_ARGS: node options for the owner process, e.g. "--cpu-prof --cpu-prof-dir=.writ/prof" for a profile.
+    const execArgv = (process.env.BENCH_OWNER_NODE_ARGS ?? "").split(" ").filter((a) => a !== "");
+    owner = await startChild("owner-process.ts", { BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-${tag}` }, ownerLog, { execArgv });
     owner.once("exit", (code) => fatal(new Error(`the owner process exited (${code}); see .writ/${ownerLog}`)));
     const writ = await createWritClient({ brokers, agentId: "bench", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
     client = writ;

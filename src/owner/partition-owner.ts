@@ -332,12 +332,20 @@ export class PartitionOwner {
     return out;
   }
 
-  /** One transaction of records (and, if given, the consumed offset). */
-  private async transact(producer: Producer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<void> {
+  /**
+   * One transaction of records (and, if given, the consumed offset). Resolves
+   * with when each phase ended, in ms from its start (for the debug timeline):
+   * sends (AddPartitionsToTxn, Produce), offsets (AddOffsetsToTxn,
+   * TxnOffsetCommit), commit (EndTxn).
+   */
+  private async transact(producer: Producer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<{ sent: number; offsets: number; committed: number }> {
     const { config } = this.ctx;
+    const t0 = performance.now();
+    const at = () => Math.round((performance.now() - t0) * 10) / 10;
     const txn = await producer.transaction();
     try {
       for (const round of sendRounds(records, config.maxMessageBytes)) await txn.sendBatch({ topicMessages: round, acks: -1 });
+      const sent = at();
       if (nextOffset !== null) {
         const offsets = {
           consumerGroupId: config.groupId,
@@ -355,8 +363,10 @@ export class PartitionOwner {
           }
         }
       }
+      const offsets = at();
       await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
       await txn.commit();
+      return { sent, offsets, committed: at() };
     } catch (err) {
       await txn.abort().catch(() => undefined);
       throw err;
@@ -779,8 +789,9 @@ export class PartitionOwner {
     const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
     if (advance && !withOffset) this.scheduleOffsetCommit();
     const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
+    let phases: { sent: number; offsets: number; committed: number };
     try {
-      await this.transact(session.producer, batch.records, withOffset ? offset : null);
+      phases = await this.transact(session.producer, batch.records, withOffset ? offset : null);
     } catch (err) {
       span?.failed(err);
       for (const p of batch.pendings) p.reject(err as Error);
@@ -800,7 +811,10 @@ export class PartitionOwner {
         work: (x.times.settled ?? now) - (x.times.durable ?? x.times.started ?? x.times.accepted),
         commit: now - (x.times.settled ?? now),
       }));
-      this.log.debug({ txn, ms: now - began, records: batch.records.length, results: batch.slots.length, pendings: batch.pendings.length, timeline }, "transaction committed");
+      this.log.debug(
+        { txn, ms: now - began, phases, withOffset, records: batch.records.length, results: batch.slots.length, pendings: batch.pendings.length, timeline },
+        "transaction committed",
+      );
     }
     if (this.failuresInARow > 0) this.ctx.health.clear(`partition-${this.partition}`);
     this.failuresInARow = 0;

@@ -1,0 +1,96 @@
+// The transaction floor: what this broker and kafkajs give back-to-back
+// transactions with nothing else to do, measured in the same bench run as
+// writ. One transactional producer per intents partition, as writ's owner has
+// (one transactional id per input partition: kafkajs has no KIP-447), each
+// committing transactions one after another for a fixed time; each transaction
+// writes two records to its ledger partition and one to a reply partition, the
+// shape of a writ transaction carrying one result and one `pending` entry.
+// writ needs two transaction slots per intent (its `pending` entry before the
+// write, its result after it), so its throughput is at most about
+// txn_per_s × the results a transaction carries.
+import { randomUUID } from "node:crypto";
+import { Kafka, Partitioners, logLevel, type Producer } from "kafkajs";
+import type { Logger } from "pino";
+import { kafkaLogCreator } from "../src/kafka-log.ts";
+import { percentile, round } from "./workload.ts";
+
+export interface TxnFloorResult {
+  producers: number;
+  seconds: number;
+  transactions: number;
+  txnPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+export async function runTxnFloor(opts: { brokers: string[]; partitions: number; replyPartitions?: number; seconds: number; logger: Logger; keepTopics: boolean }): Promise<TxnFloorResult> {
+  const replyPartitions = opts.replyPartitions ?? 1;
+  const kafka = new Kafka({ clientId: "writ-bench-txn-floor", brokers: opts.brokers, logLevel: logLevel.WARN, logCreator: kafkaLogCreator(opts.logger) });
+  const admin = kafka.admin();
+  await admin.connect();
+  const id = randomUUID().slice(0, 8);
+  const ledger = `writ.bench.txn-floor.ledger.${id}`;
+  const replies = `writ.bench.txn-floor.replies.${id}`;
+  const producers: Producer[] = [];
+  try {
+    await admin.createTopics({
+      topics: [
+        { topic: ledger, numPartitions: opts.partitions, replicationFactor: 1 },
+        { topic: replies, numPartitions: replyPartitions, replicationFactor: 1 },
+      ],
+      waitForLeaders: true,
+    });
+    for (let p = 0; p < opts.partitions; p++) {
+      // writ's owner producer settings (src/owner/partition-owner.ts), #304 retry delay included.
+      const producer = kafka.producer({
+        transactionalId: `writ.bench.txn-floor.${id}.${p}`,
+        idempotent: true,
+        maxInFlightRequests: 1,
+        allowAutoTopicCreation: false,
+        createPartitioner: Partitioners.DefaultPartitioner,
+        retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
+      });
+      await producer.connect();
+      producers.push(producer);
+    }
+    const value = Buffer.alloc(400, 0x78);
+    const latencies: number[] = [];
+    const started = Date.now();
+    const end = started + opts.seconds * 1000;
+    await Promise.all(
+      producers.map(async (producer, p) => {
+        while (Date.now() < end) {
+          const t0 = performance.now();
+          const txn = await producer.transaction();
+          try {
+            await txn.sendBatch({
+              acks: -1,
+              topicMessages: [
+                { topic: ledger, messages: [{ partition: p, key: `result-${p}`, value }, { partition: p, key: `pending-${p}`, value }] },
+                { topic: replies, messages: [{ partition: p % replyPartitions, key: `reply-${p}`, value }] },
+              ],
+            });
+            await txn.commit();
+          } catch (err) {
+            await txn.abort().catch(() => undefined);
+            throw err;
+          }
+          latencies.push(performance.now() - t0);
+        }
+      }),
+    );
+    const seconds = (Date.now() - started) / 1000;
+    return {
+      producers: opts.partitions,
+      seconds: round(seconds, 1)!,
+      transactions: latencies.length,
+      txnPerSecond: round(latencies.length / seconds, 0)!,
+      p50Ms: round(percentile(latencies, 50))!,
+      p99Ms: round(percentile(latencies, 99))!,
+    };
+  } finally {
+    await Promise.all(producers.map((p) => p.disconnect().catch(() => undefined)));
+    if (!opts.keepTopics) await admin.deleteTopics({ topics: [ledger, replies] }).catch(() => undefined);
+    await admin.disconnect();
+  }
+}
