@@ -29,7 +29,6 @@ import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
-/** How long a client's start waits out retriable Kafka errors (leaders being elected): about 30 s. */
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
   status: "unknown";
