@@ -9,10 +9,12 @@
 // write, its result after it), so its throughput is at most about
 // txn_per_s × the results a transaction carries.
 import { randomUUID } from "node:crypto";
-import { Kafka, Partitioners, logLevel, type Producer } from "kafkajs";
+import { Kafka, logLevel, type Producer } from "kafkajs";
 import type { Logger } from "pino";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import { percentile, round } from "./workload.ts";
+import { patchTransactionalRequests } from "../src/kafka/txn-requests.ts";
+import { ownerProducerOptions } from "../src/owner/partition-owner.ts";
 
 export interface TxnFloorResult {
   producers: number;
@@ -41,15 +43,9 @@ export async function runTxnFloor(opts: { brokers: string[]; partitions: number;
       waitForLeaders: true,
     });
     for (let p = 0; p < opts.partitions; p++) {
-      // writ's owner producer settings (src/owner/partition-owner.ts), #304 retry delay included.
-      const producer = kafka.producer({
-        transactionalId: `writ.bench.txn-floor.${id}.${p}`,
-        idempotent: true,
-        maxInFlightRequests: 1,
-        allowAutoTopicCreation: false,
-        createPartitioner: Partitioners.DefaultPartitioner,
-        retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
-      });
+      // writ's owner producer settings, #304 retry delay included, and its patch of kafkajs's transactional requests.
+      patchTransactionalRequests();
+      const producer = kafka.producer(ownerProducerOptions(`writ.bench.txn-floor.${id}.${p}`, 60_000));
       await producer.connect();
       producers.push(producer);
     }

@@ -47,7 +47,7 @@ export const RouterConfig = z
      * commit.interval.ms under exactly-once (100): the offset lags, never leads; after a crash the
      * intents past it are read again and answered from the ledger.
      */
-    offsetCommitIntervalMs: z.number().int().min(0).max(60_000).default(100),
+    offsetCommitIntervalMs: z.number().int().min(0).max(60_000).default(1000),
     /**
      * Group commit: how long a partition's next transaction may wait for intents still reading or writing,
      * so that it carries them too. ms. It never waits when nothing is at work.

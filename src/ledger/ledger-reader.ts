@@ -5,6 +5,11 @@ import type { Logger } from "../logger.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { RestoredEntry } from "./ledger-state.ts";
 
+/** Key of the progress entry (where intake of intents partition p stands) in ledger partition p. */
+export function progressKey(partition: number): string {
+  return `__progress__:${partition}`;
+}
+
 /** Key of the marker a new owner writes to ledger partition p. */
 export function markerKey(partition: number): string {
   return `__marker__:${partition}`;

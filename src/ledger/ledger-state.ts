@@ -1,5 +1,5 @@
 import { WritError } from "../errors.ts";
-import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
+import { type LedgerIntentEntry, type LedgerLeaseEntry, type LedgerProgress, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 
 export type LedgerStatus = LedgerIntentEntry["status"];
 
@@ -33,8 +33,8 @@ export interface LedgerView {
   readonly size: number;
 }
 
-/** An entry as the restore read it: an intent's, or a record's lease. */
-export type RestoredEntry = LedgerIntentEntry | LedgerLeaseEntry;
+/** An entry as the restore read it: an intent's, a record's lease, or the partition's progress. */
+export type RestoredEntry = LedgerIntentEntry | LedgerLeaseEntry | LedgerProgress;
 
 /**
  * The ledger of one intents partition, held only by the owner of that
@@ -64,12 +64,21 @@ export class PartitionLedger implements LedgerView {
   private leasesStaged = new Map<string, LedgerLeaseEntry | null>();
   private leasesSending = new Map<string, LedgerLeaseEntry | null>();
 
+  /**
+   * The intents offset the last committed transaction recorded (its first
+   * intent without a committed result), if any transaction did: intake
+   * resumes there, or at the group's committed offset when that is further.
+   */
+  readonly progress: bigint | null = null;
+
   /** `restored` in topic order, as the restore read it. */
   constructor(partition: number, restored: Iterable<[string, RestoredEntry]> = []) {
     this.partition = partition;
     this.committed = new Map();
     for (const [key, entry] of restored) {
       if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
+      // Another partition's progress (never written by an owner) says nothing about this one.
+      else if (entry.kind === "progress") this.progress = entry.partition === partition ? BigInt(entry.offset) : this.progress;
       else this.applyCommitted(key, entry);
     }
   }

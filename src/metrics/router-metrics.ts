@@ -54,7 +54,7 @@ export class RouterMetrics {
 
   private readonly intents = new Counter({
     name: "writ_intents_total",
-    help: "Intents settled, by tool and outcome (applied, conflict, rejected, escalated, dead_lettered, repeat, redelivered), counted when their result committed. redelivered: the same submission delivered again after a rebalance or restart (the offset commit lags results), answered from the ledger.",
+    help: "Intents settled, by tool and outcome (applied, conflict, rejected, escalated, dead_lettered, repeat, redelivered), counted when their result committed. redelivered: the same submission delivered again after its result committed (two members fetched the same batch in a rebalance, kafkajs #1197), answered from the ledger.",
     labelNames: ["tool", "outcome"] as const,
     registers: [this.registry],
   });

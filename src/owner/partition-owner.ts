@@ -1,9 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Partitioners, type KafkaMessage, type Producer } from "kafkajs";
+import { Partitioners, type KafkaMessage, type Producer, type ProducerConfig } from "kafkajs";
+import { patchTransactionalRequests } from "../kafka/txn-requests.ts";
 import type { RouterConfig } from "../config.ts";
 import { WritError, isRegistryOutage } from "../errors.ts";
-import { markerKey } from "../ledger/ledger-reader.ts";
+import { markerKey, progressKey } from "../ledger/ledger-reader.ts";
 import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
@@ -33,6 +34,29 @@ export function transactionalIdFor(config: RouterConfig, partition: number): str
 }
 
 export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" | "fenced" | "closed";
+
+/**
+ * The settings of an owner's transactional producer (one per intents
+ * partition), also used by the bench's transaction floor so that it measures
+ * what the owner gets. The owner also patches kafkajs's transactional
+ * requests before it makes one (src/kafka/txn-requests.ts: the coordinator
+ * cached, CONCURRENT_TRANSACTIONS asked again in place).
+ */
+export function ownerProducerOptions(transactionalId: string, transactionTimeout: number): ProducerConfig {
+  return {
+    transactionalId,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    transactionTimeout,
+    allowAutoTopicCreation: false,
+    createPartitioner: Partitioners.DefaultPartitioner,
+    // kafkajs #304: right after a commit the coordinator answers CONCURRENT_TRANSACTIONS while it writes
+    // the markers; kafkajs retries that after its retry delay. A short first delay (markers to a local
+    // leader take a few ms; the Java client waits 20 ms for this case) keeps back-to-back transactions
+    // from stalling 200–300 ms.
+    retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
+  };
+}
 
 /** One fetched intent, from intake until the transaction carrying its result commits. */
 interface Slot {
@@ -131,7 +155,10 @@ export class PartitionOwner {
   private txnSeq = 0;
   /** Next offset intake accepts; lower offsets are re-deliveries. */
   private expectedNext = -1n;
+  /** The consumed offset last committed for the group (it lags `lastProgress`: it goes into a transaction at most every offsetCommitIntervalMs). */
   private lastCommittedOffset = -1n;
+  /** The offset the ledger's progress entry holds as of the last committed transaction: every intent before it has its result committed. */
+  private lastProgress = -1n;
   private admitting = false;
   private failuresInARow = 0;
   private sweepDue = false;
@@ -171,7 +198,7 @@ export class PartitionOwner {
       pending: ledger.pendingCount,
       oldestPendingSince: ledger.oldestPendingSince(),
       leases: ledger.leaseCount,
-      committedOffset: this.lastCommittedOffset,
+      committedOffset: this.lastProgress,
     };
   }
 
@@ -250,19 +277,8 @@ export class PartitionOwner {
   private async open(): Promise<void> {
     const { kafka, config, reader, admin, encoder } = this.ctx;
     const started = Date.now();
-    const producer = kafka.producer({
-      transactionalId: transactionalIdFor(config, this.partition),
-      idempotent: true,
-      maxInFlightRequests: 1,
-      transactionTimeout: config.transactionTimeoutMs,
-      allowAutoTopicCreation: false,
-      createPartitioner: Partitioners.DefaultPartitioner,
-      // kafkajs #304: right after a commit the coordinator answers CONCURRENT_TRANSACTIONS while it writes
-      // the markers; kafkajs retries that after its retry delay. A short first delay (markers to a local
-      // leader take a few ms; the Java client waits 20 ms for this case) keeps back-to-back transactions
-      // from stalling 200–300 ms.
-      retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
-    });
+    patchTransactionalRequests();
+    const producer = kafka.producer(ownerProducerOptions(transactionalIdFor(config, this.partition), config.transactionTimeoutMs));
     let ledger: PartitionLedger;
     try {
       // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
@@ -285,18 +301,22 @@ export class PartitionOwner {
       ledger = new PartitionLedger(this.partition, entries);
       const heal = await this.healTargets(ledger);
       if (heal.length > 0) await this.transact(producer, heal, null);
-      const next = await startOffset(admin, config.groupId, config.topics.intents, this.partition);
+      const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, this.partition);
+      // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,
+      // written by an older version without progress entries, stands alone).
+      const next = ledger.progress !== null && ledger.progress > groupOffset ? ledger.progress : groupOffset;
       if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
       this.session = new Session(producer, ledger);
       this.expectedNext = next;
-      this.lastCommittedOffset = next;
+      this.lastCommittedOffset = groupOffset;
+      this.lastProgress = next;
       this.stateValue = "running";
       this.ctx.health.clear(`ledger-${this.partition}`);
       this.ctx.intake.seek(this.partition, next.toString());
       this.ctx.intake.resume(this.partition);
       const session = this.session;
       this.log.info(
-        { entries: ledger.size, healed: heal.length, offset: next.toString(), session: session.seq, ms: Date.now() - started },
+        { entries: ledger.size, healed: heal.length, offset: next.toString(), groupOffset: groupOffset.toString(), session: session.seq, ms: Date.now() - started },
         "partition restored; owning it",
       );
       this.ctx.observe?.opened?.(this.partition, Date.now() - started);
@@ -783,14 +803,18 @@ export class PartitionOwner {
     session.ledger.takeStaged();
     const offset = this.watermark();
     const began = Date.now();
-    // The consumed offset goes in at most every offsetCommitIntervalMs (AddOffsetsToTxn and TxnOffsetCommit are two
-    // more round trips per transaction); it lags, never leads: intents re-delivered after a crash are repeats.
+    // Where intake stands goes into every transaction that moves it, as the ledger's progress entry: one small
+    // record in a partition the transaction mostly writes anyway, no extra round trip. A new owner resumes there.
+    const progressed = offset > this.lastProgress;
+    // The group's offset (for tools that read group lag, and for a ledger without progress) goes in at most every
+    // offsetCommitIntervalMs: AddOffsetsToTxn and TxnOffsetCommit are two more round trips. It lags, never leads.
     const advance = offset > this.lastCommittedOffset;
     const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
     if (advance && !withOffset) this.scheduleOffsetCommit();
     const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
     let phases: { sent: number; offsets: number; committed: number };
     try {
+      if (progressed) batch.records.push(await this.progressRecord(offset));
       phases = await this.transact(session.producer, batch.records, withOffset ? offset : null);
     } catch (err) {
       span?.failed(err);
@@ -819,6 +843,7 @@ export class PartitionOwner {
     if (this.failuresInARow > 0) this.ctx.health.clear(`partition-${this.partition}`);
     this.failuresInARow = 0;
     session.ledger.committedSending();
+    if (progressed) this.lastProgress = offset;
     if (withOffset) {
       this.lastCommittedOffset = offset;
       this.lastOffsetCommitAt = began;
@@ -827,6 +852,17 @@ export class PartitionOwner {
     for (const p of batch.pendings) p.resolve();
     if (this.load < config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
     this.pump();
+  }
+
+  private async progressRecord(offset: bigint): Promise<OutRecord> {
+    const { config, codec } = this.ctx;
+    const value = await codec.encode(config.topics.ledger, "LedgerEntry", {
+      kind: "progress",
+      partition: this.partition,
+      offset: offset.toString(),
+      at: new Date().toISOString(),
+    });
+    return { topic: config.topics.ledger, partition: this.partition, key: progressKey(this.partition), value };
   }
 
   /** Wakes the commit loop once the offset may go into a transaction again (the rest of the interval since it last did). */

@@ -1,7 +1,7 @@
 export { EntityRef, JsonPatchOp, JsonPatch, Version, Versioned, entityKey } from "./common.ts";
 export { WriteIntent } from "./write-intent.ts";
 export { Reply, AppliedReply, ConflictReply, RejectedReply, EscalatedReply } from "./reply.ts";
-export { LedgerEntry, LedgerIntentEntry, LedgerMarker, StoredOutcome } from "./ledger-entry.ts";
+export { LedgerEntry, LedgerIntentEntry, LedgerMarker, LedgerProgress, StoredOutcome } from "./ledger-entry.ts";
 export { CONTROL_HEADER, isControlRecord } from "./control.ts";
 export { Escalation } from "./escalation.ts";
 export { DeadLetter } from "./dead-letter.ts";

@@ -71,6 +71,22 @@ export const LedgerMarker = z.looseObject({
 export type LedgerMarker = z.infer<typeof LedgerMarker>;
 
 /**
+ * Where the owner's intake of intents partition p stands: the offset of the
+ * first intent whose result is not in this or an earlier transaction. One per
+ * partition (key `__progress__:<p>`), written in the same transaction as the
+ * results it covers, so a new owner resumes exactly after the last committed
+ * result, whatever the group's committed offset (which is written less often,
+ * for tools that read group lag). Decimal digits: a Kafka offset is an int64.
+ */
+export const LedgerProgress = z.looseObject({
+  kind: z.literal("progress"),
+  partition: z.number().int().min(0),
+  offset: z.string().regex(/^(0|[1-9][0-9]{0,18})$/),
+  at: IsoTime,
+});
+export type LedgerProgress = z.infer<typeof LedgerProgress>;
+
+/**
  * A record's lease, held by a change that spans records: written when the
  * change acquires it (or renews it), tombstoned when it is released or found
  * expired. Key `leaseLedgerKey(entity key)`, in the ledger partition of the
@@ -97,10 +113,10 @@ export function leaseLedgerKey(entityKey: string): string {
 
 /**
  * LedgerEntry: topic `writ.ledger`, compacted; key the intent key (markers:
- * `__marker__:<p>`, leases `__lease__:<type>:<id>`); partition p holds the ledger of intents partition p and is
+ * `__marker__:<p>`, progress `__progress__:<p>`, leases `__lease__:<type>:<id>`); partition p holds the ledger of intents partition p and is
  * produced with an explicit partition, in the owner's transactions only.
  * Entries past the retention window are tombstoned. Compatibility rule: FULL
  * (objects are loose: unknown fields are kept, never refused).
  */
-export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker, LedgerLeaseEntry]);
+export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker, LedgerProgress, LedgerLeaseEntry]);
 export type LedgerEntry = z.infer<typeof LedgerEntry>;

@@ -37,6 +37,41 @@ describe("the ledger on writ.ledger", () => {
     expect(h.records.patchRequests(applied.intentKey)).toHaveLength(1);
   });
 
+  it("resume-at-progress: a new owner resumes after the last committed result, not at the group's lagging offset", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // The group's offset goes into a transaction once (with the first result), then not for a minute.
+    const config = { ...h.config, offsetCommitIntervalMs: 60_000 };
+    const first = await h.startRouter({ config });
+    const agent = await h.client("billing-agent");
+    for (let i = 0; i < 5; i++) {
+      const { version } = await readVersion(h.records, "payment", "pay_1");
+      expect(await agent.submit(refund(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied", duplicate: false });
+    }
+    await first.stop();
+
+    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    const [group] = await admin.fetchOffsets({ groupId: h.config.groupId, topics: [h.config.topics.intents] });
+    // What makes this test mean something: the group's offset is behind the five results.
+    expect(Number(group?.partitions[0]?.offset)).toBeLessThan(5);
+
+    const second = await h.startRouter({ config });
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    // One record's intents run in offset order: when this one is answered, the new owner has handled all before it.
+    expect(await agent.submit(refund(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied", duplicate: false });
+    const counted = (await second.metrics())
+      .split("\n")
+      .filter((l) => l.startsWith("writ_intents_total{"))
+      .map((l) => [/outcome="([a-z_]+)"/.exec(l)?.[1], Number(l.split(" ").at(-1))] as const)
+      .filter(([, n]) => n > 0);
+    // Nothing of the first owner's five was read again: none answered a second time as redelivered.
+    expect(Object.fromEntries(counted)).toEqual({ applied: 1 });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(6);
+  });
+
   it("retention-tombstones: entries past the retention window are tombstoned on the compacted topic", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { PartitionLedger } from "../../src/ledger/ledger-state.ts";
-import type { LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
+import { LedgerEntry, type LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
 
 const entry = (status: LedgerIntentEntry["status"], opts: { key?: string; at?: string; replyTo?: string } = {}): LedgerIntentEntry => ({
   kind: "intent",
@@ -17,6 +17,30 @@ const entry = (status: LedgerIntentEntry["status"], opts: { key?: string; at?: s
 });
 
 describe("PartitionLedger", () => {
+  it("progress: the restore's last progress entry of its own partition is where intake resumes; none is null", () => {
+    const progress = (partition: number, offset: string) => ({ kind: "progress" as const, partition, offset, at: new Date().toISOString() });
+    expect(new PartitionLedger(2, [["k".repeat(64), entry("done")]]).progress).toBeNull();
+    const ledger = new PartitionLedger(2, [
+      ["__progress__:2", progress(2, "17")],
+      ["k".repeat(64), entry("done")],
+      ["__progress__:2", progress(2, "9007199254740993")],
+      ["__progress__:5", progress(5, "99999999999999999")],
+    ]);
+    expect(ledger.progress).toBe(9007199254740993n);
+    // Not an intent entry: the ledger's size and lookups do not see it.
+    expect(ledger.size).toBe(1);
+    expect(ledger.get("__progress__:2")).toBeUndefined();
+  });
+
+  it("progress entries on the wire: decimal int64 offsets only", () => {
+    const at = new Date().toISOString();
+    expect(LedgerEntry.safeParse({ kind: "progress", partition: 0, offset: "0", at }).success).toBe(true);
+    expect(LedgerEntry.safeParse({ kind: "progress", partition: 3, offset: "9223372036854775807", at }).success).toBe(true);
+    for (const offset of ["-1", "01", "1e3", "", "12345678901234567890", 5]) {
+      expect(LedgerEntry.safeParse({ kind: "progress", partition: 0, offset, at }).success, String(offset)).toBe(false);
+    }
+  });
+
   it("follows the transition table: done is final", () => {
     const ledger = new PartitionLedger(0);
     ledger.stage(entry("pending"));
