@@ -86,6 +86,7 @@ export function formatRecord(schema: WireSchemaName, d: DecodedRecord): string {
       return `${where} ${v.reason} from ${v.source?.topic}[${v.source?.partition}]@${v.source?.offset} key=${v.key ?? "null"} ${v.originalBytes} bytes${v.truncated ? " (truncated)" : ""} ${JSON.stringify(v.message)}`;
     case "LedgerEntry":
       if (v.kind === "marker") return `${where} marker partition=${v.partition} owner=${v.owner}`;
+      if (v.kind === "progress") return `${where} progress partition=${v.partition} offset=${v.offset}`;
       if (v.kind === "lease") return `${where} lease ${ent(v.entity)} change=${short(v.change)} agent=${v.agentId} expires=${v.expiresAt}`;
       return `${where} ${v.status}${v.outcome ? ` ${v.outcome.status}` : ""} ${ent(v.entity)} tool=${v.tool} key=${short(v.intentKey)} cycles=${v.cycles} attempts=${v.attempts?.length}`;
     default:

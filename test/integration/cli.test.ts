@@ -269,6 +269,7 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(ledger.stdout).toMatch(/ done applied ticket:T-cli tool=tag_ticket /);
     expect(ledger.stdout).toMatch(/ done escalated ticket:T-cli tool=tag_ticket .* cycles=3 /);
     expect(ledger.stdout).toMatch(/ marker partition=\d owner=/);
+    expect(ledger.stdout).toMatch(/ progress partition=\d offset=\d+$/m);
 
     const human = await writ(["tail", "human", "--from-beginning", "--json"]);
     expect(jsonLines(human.stdout).map((r) => r.value.reason)).toEqual(["conflict_cycles_exhausted"]);
