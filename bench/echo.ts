@@ -25,6 +25,8 @@ export interface EchoOptions {
   logger: Logger;
   timeoutMs: number;
   keepTopics: boolean;
+  /** The local broker's pid, for the CPU it spends (bench/cpu.ts); undefined for a broker elsewhere. */
+  brokerPid?: number | undefined;
 }
 
 const CORRELATION = "correlation-id";
@@ -141,7 +143,7 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
     const id = entityId(opts.plan.entityOf[job.i]!);
     const latency = await request(id, payload(id, job.i));
     return latency === null ? { latencyMs: opts.timeoutMs, answered: false } : { latencyMs: latency, answered: true };
-  });
+  }, undefined, { broker: opts.brokerPid, service: service.pid });
   say(`  echo: ${queue.total} requests in ${result.seconds.toFixed(1)} s`);
   return result;
 }

@@ -18,12 +18,14 @@
 // (see writ-run.ts).
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
-import { ensureStack } from "../src/testing/local-stack.ts";
+import { brokerPid, ensureStack, LOCAL_BROKER } from "../src/testing/local-stack.ts";
 import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { cpuSummary } from "./cpu.ts";
 import { runEcho } from "./echo.ts";
 import { runMemory, type MemoryResult } from "./memory.ts";
 import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
@@ -74,6 +76,8 @@ const selected = args.scenario === "all" ? names : args.scenario === "throughput
 const stack = await ensureStack({ log: (l) => say(`  [stack] ${l}`) });
 const brokers = stack.endpoints.brokers;
 const registryUrl = stack.endpoints.registryUrl || undefined;
+// The broker's CPU is counted when it is the local single-node stack's (a process on this machine).
+const localBrokerPid = brokers.length === 1 && brokers[0] === LOCAL_BROKER ? brokerPid() : undefined;
 // The clients' logs (kafkajs's #304 retries among them) go to a file, not between the progress lines; the owner and the
 // echo service run in processes of their own (bench/child.ts), each logging to .writ/bench-owner-*.log, bench-echo-*.log.
 mkdirSync(join(root, ".writ"), { recursive: true });
@@ -97,7 +101,10 @@ interface Line {
   patches_per_intent_max: number;
   duplicates_answered: number;
   exact: boolean;
+  /** CPU ms per request by process, and cores busy on average during the loop (bench/cpu.ts); null figures where unreadable. */
+  cpu: { writ: CpuLine; echo: CpuLine | null };
 }
+type CpuLine = ReturnType<typeof cpuSummary>;
 const lines: Line[] = [];
 let memory: MemoryResult | null = null;
 let floor: TxnFloorResult | null = null;
@@ -106,7 +113,7 @@ let failed = false;
 async function scenario(s: Scenario): Promise<Line> {
   say(`\n[${s.name}] C=${s.concurrency}, records server latency ${s.sorLatencyMs} ms${s.hotEntities ? `, half of the intents on ${s.hotEntities} entities` : ""}`);
   const plan = makePlan(INTENTS, ENTITIES, s.hotEntities, SEED);
-  const common = { brokers, partitions: PARTITIONS, concurrency: s.concurrency, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
+  const common = { brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, concurrency: s.concurrency, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
   // The echo runs right before and right after writ, and counts as one run of both halves: on a
   // noisy machine the floor then brackets the writ run instead of standing at one end of it.
   const before = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e1` }) : null;
@@ -114,7 +121,12 @@ async function scenario(s: Scenario): Promise<Line> {
   const after = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e2` }) : null;
   const echo =
     before && after
-      ? { seconds: before.seconds + after.seconds, latencies: [...before.latencies, ...after.latencies], failures: before.failures + after.failures }
+      ? {
+          seconds: before.seconds + after.seconds,
+          latencies: [...before.latencies, ...after.latencies],
+          failures: before.failures + after.failures,
+          cpuMs: Object.fromEntries(Object.keys(before.cpuMs).map((k) => [k, sumOrNull(before.cpuMs[k], after.cpuMs[k])])),
+        }
       : null;
   const q = (xs: number[], p: number) => round(percentile(xs, p), 0);
   say(
@@ -127,6 +139,10 @@ async function scenario(s: Scenario): Promise<Line> {
   if (before && after) {
     say(`  echo before writ ${(requests / before.seconds).toFixed(0)} rps, after ${(requests / after.seconds).toFixed(0)} rps`);
   }
+  const writCpu = cpuSummary(writ.cpuMs, requests, writ.seconds);
+  const echoCpu = echo ? cpuSummary(echo.cpuMs, 2 * requests, echo.seconds) : null;
+  const roles = (c: CpuLine) => Object.entries(c.per_request_ms).map(([role, ms]) => `${role} ${ms ?? "?"}`).join(", ");
+  say(`  CPU ms per request: writ ${roles(writCpu)} (${writCpu.cores_busy} cores busy)${echoCpu ? `; echo ${roles(echoCpu)} (${echoCpu.cores_busy} cores busy)` : ""}`);
   const bound = s.sorLatencyMs > 0 ? Math.min(s.concurrency, ENTITIES) / ((2 * s.sorLatencyMs) / 1000) : null;
   return {
     scenario: s.name,
@@ -142,7 +158,12 @@ async function scenario(s: Scenario): Promise<Line> {
     patches_per_intent_max: writ.checks.patchesPerIntentMax,
     duplicates_answered: writ.checks.duplicatesAnswered,
     exact: writ.checks.exact && writ.failures === 0 && (echo?.failures ?? 0) === 0,
+    cpu: { writ: writCpu, echo: echoCpu },
   };
+}
+
+function sumOrNull(a: number | null | undefined, b: number | null | undefined): number | null {
+  return a === null || a === undefined || b === null || b === undefined ? null : a + b;
 }
 
 try {
@@ -190,6 +211,26 @@ for (const l of lines) {
   );
 }
 if (lines.length > 0) say("latencies in ms, per request (submit → reply); bound = min(C, entities) / (2 × records-server latency)");
+if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
+  // Where the cores went: with every process on one machine, a closed loop that keeps the cores busy answers
+  // cores / (CPU ms per request) requests a second, so echo CPU ÷ writ CPU is the ratio this machine allows.
+  const total = (c: CpuLine | null) => (c ? Object.values(c.per_request_ms).reduce<number>((a, b) => a + (b ?? 0), 0) : null);
+  const ms = (c: CpuLine | null, role: string) => c?.per_request_ms[role] ?? null;
+  say("");
+  say(`CPU ms per request (${availableParallelism()} cores): writ = owner + broker + records server + submitters; echo = service + broker + submitters`);
+  say(`${"scenario".padEnd(10)}${fmt("owner" as never, 7)}${fmt("broker" as never, 7)}${fmt("records" as never, 8)}${fmt("subm." as never, 7)}${fmt("total" as never, 7)}${fmt("cores" as never, 7)}${fmt("echo svc" as never, 9)}${fmt("broker" as never, 7)}${fmt("subm." as never, 7)}${fmt("total" as never, 7)}${fmt("cores" as never, 7)}${fmt("cpu ratio" as never, 10)}`);
+  for (const l of lines) {
+    const w = l.cpu.writ;
+    const e = l.cpu.echo;
+    const wt = total(w);
+    const et = total(e);
+    const r = (x: number | null) => (x === null ? null : Math.round(x * 100) / 100);
+    say(
+      `${l.scenario.padEnd(10)}${fmt(ms(w, "owner"), 7)}${fmt(ms(w, "broker"), 7)}${fmt(ms(w, "records"), 8)}${fmt(ms(w, "harness"), 7)}${fmt(r(wt), 7)}${fmt(w.cores_busy, 7)}${fmt(ms(e, "service"), 9)}${fmt(ms(e, "broker"), 7)}${fmt(ms(e, "harness"), 7)}${fmt(r(et), 7)}${fmt(e?.cores_busy ?? null, 7)}${fmt(wt && et ? Math.round((et / wt) * 1000) / 1000 : null, 10)}`,
+    );
+  }
+  say("cpu ratio = echo's CPU per request ÷ writ's: the throughput ratio the cores allow when both runs keep them busy");
+}
 if (floor) {
   say(
     `txn-floor: ${floor.producers} producers, ${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms); ` +

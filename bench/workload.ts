@@ -2,6 +2,7 @@
 // the same keys in the same mix: scenarios, which entity each intent targets,
 // the closed-loop submitters, percentiles, and small Kafka helpers.
 import { Kafka, Partitioners, logLevel } from "kafkajs";
+import { startCpuCount, type CpuPids } from "./cpu.ts";
 
 export type ScenarioName = "c64" | "c8" | "c64-sor20" | "hot";
 
@@ -133,6 +134,8 @@ export interface LoopResult {
   latencies: number[];
   /** Requests that got no reply (or a failed check) before their deadline. */
   failures: number;
+  /** CPU ms each process used during the loop (bench/cpu.ts): "harness" (this process) and the roles given. */
+  cpuMs: Record<string, number | null>;
 }
 
 /**
@@ -144,11 +147,13 @@ export async function closedLoop(
   queue: JobQueue,
   run: (job: Job) => Promise<{ latencyMs: number; answered: boolean }>,
   progress?: (done: number) => void,
+  cpuPids: CpuPids = {},
 ): Promise<LoopResult> {
   const latencies: number[] = [];
   let failures = 0;
   let done = 0;
   const started = performance.now();
+  const cpu = startCpuCount(cpuPids);
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       for (let job = await queue.next(); job !== null; job = await queue.next()) {
@@ -161,7 +166,7 @@ export async function closedLoop(
       }
     }),
   );
-  return { seconds: (performance.now() - started) / 1000, latencies, failures };
+  return { seconds: (performance.now() - started) / 1000, latencies, failures, cpuMs: cpu() };
 }
 
 /** Nearest-rank percentile of unsorted values; null when there are none. */

@@ -8,8 +8,8 @@ import type { ChildProcess } from "node:child_process";
 import { refundPayment } from "../examples/demo-tools.ts";
 import { readRecord } from "../examples/example-stack.ts";
 import type { Logger } from "../src/logger.ts";
-import { startDemoRecordsServer, type DemoRecordsServer, type PatchRequestRow } from "../src/testing/demo-records-server.ts";
-import { startChild, stopChild } from "./child.ts";
+import type { DemoRecordsStats, HistoryEntry, PatchRequestRow } from "../src/testing/demo-records-server.ts";
+import { callChild, startChild, startService, stopChild } from "./child.ts";
 import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
 
 export interface WritOptions {
@@ -24,6 +24,8 @@ export interface WritOptions {
   logger: Logger;
   timeoutMs: number;
   keepTopics: boolean;
+  /** The local broker's pid, for the CPU it spends (bench/cpu.ts); undefined for a broker elsewhere. */
+  brokerPid?: number | undefined;
 }
 
 /** What the records server says about the run. */
@@ -59,11 +61,10 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   const { brokers, registryUrl, tag, plan, logger, partitions } = opts;
   const topics = { intents: `writ.bench.${tag}.intents`, ledger: `writ.bench.${tag}.ledger`, human: `writ.bench.${tag}.human`, dlq: `writ.bench.${tag}.dlq` };
   const replyTopic = `writ.replies.bench.${tag}`;
-  const records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false, latencyMs: opts.sorLatencyMs });
+  // The records server (the system of record) runs in a process of its own, as the owner does (bench/records-process.ts).
+  const service = await startService("records-process.ts", { BENCH_RECORDS: JSON.stringify({ latencyMs: opts.sorLatencyMs }) }, `bench-records-${tag}.log`);
+  const records: Records = { process: service.child, url: (service.started as { url: string }).url };
   const warmIds = onePerPartition("warm_", partitions);
-  for (const id of [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds]) {
-    records.seed("payment", id, { customer: "bench", amountCents: 1_000_000_000, currency: "EUR", refunds: [] });
-  }
   const refund = (id: string, step: string, ref: string, baseVersion: string): IntentInput => ({
     tool: refundPayment,
     entity: { type: "payment", id },
@@ -84,6 +85,9 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   let owner: ChildProcess | null = null;
   let client: WritClient | null = null;
   try {
+    const seedState = { customer: "bench", amountCents: 1_000_000_000, currency: "EUR", refunds: [] };
+    const ids = [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds];
+    await callChild(records.process, "seedMany", ["payment", ids.map((id) => ({ id, state: seedState }))]);
     // The owner runs in a process of its own, as in production (bench/child.ts): its event loop is not the submitters'.
     // BENCH_OWNER_EXTRA (JSON) overrides owner settings for an experiment, e.g. '{"offsetCommitIntervalMs":1000}';
     // the owner validates them as any configuration.
@@ -124,6 +128,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
           return { latencyMs, answered: reply.status === "applied" };
         },
         (done) => say(`  writ: ${done}/${queue.total}`),
+        { broker: opts.brokerPid, owner: owner.pid, records: records.process.pid },
       ),
     );
     say(`  writ: ${queue.total} submissions in ${result.seconds.toFixed(1)} s`);
@@ -136,13 +141,19 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
       owner.removeAllListeners("exit");
       await stopChild(owner);
     }
-    await records.close();
+    await stopChild(records.process);
     if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
   }
 }
 
+/** The records server's process and where it listens. */
+interface Records {
+  process: ChildProcess;
+  url: string;
+}
+
 async function check(
-  records: DemoRecordsServer,
+  records: Records,
   plan: Plan,
   keyOf: (i: number) => string,
   refOf: (i: number) => string,
@@ -150,13 +161,13 @@ async function check(
   resubmits: { i: number; reply: SubmitResult }[],
 ): Promise<WritChecks> {
   const byKey = new Map<string, PatchRequestRow[]>();
-  for (const row of records.patchRequests()) {
+  for (const row of await callChild<PatchRequestRow[]>(records.process, "patchRequests", [])) {
     if (row.idempotencyKey === null) continue;
     const rows = byKey.get(row.idempotencyKey) ?? [];
     rows.push(row);
     byKey.set(row.idempotencyKey, rows);
   }
-  const writesByKey = records.stats().writesByKey;
+  const writesByKey = (await callChild<DemoRecordsStats>(records.process, "stats", [])).writesByKey;
   /** Seq of the first committed PATCH per key, and how many PATCHes came after it. */
   const afterCommit = (key: string): number => {
     const rows = byKey.get(key) ?? [];
@@ -194,6 +205,7 @@ async function check(
   let presentOnce = 0;
   let strangers = 0;
   let brokenChains = 0;
+  const histories = await callChild<HistoryEntry[][]>(records.process, "histories", ["payment", Array.from({ length: plan.entities }, (_, e) => entityId(e))]);
   for (let e = 0; e < plan.entities; e++) {
     const record = await readRecord<Payment>(records.url, "payment", entityId(e));
     const counts = new Map<string, number>();
@@ -201,7 +213,7 @@ async function check(
     const mine = expected.get(e) ?? new Set<string>();
     for (const ref of mine) if (counts.get(ref) === 1) presentOnce++;
     for (const ref of counts.keys()) if (!mine.has(ref)) strangers++;
-    const history = records.history("payment", entityId(e));
+    const history = histories[e]!;
     if (history.some((h, k) => k > 0 && h.fromVersion !== history[k - 1]!.toVersion)) brokenChains++;
   }
   const exact =

@@ -1,4 +1,4 @@
-import type { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync, StatementSync } from "node:sqlite";
 
 /**
  * `node:sqlite` is loaded when a store opens, not when this module is imported, so that `writ/testing`
@@ -188,6 +188,8 @@ const SCHEMA = `
 
 export class DemoRecordsStore {
   readonly #db: DatabaseSync;
+  /** Statements prepared once per SQL text: preparing on every request was most of this store's CPU under the bench. */
+  readonly #statements = new Map<string, StatementSync>();
 
   constructor(dbPath: string) {
     this.#db = new (sqlite().DatabaseSync)(dbPath);
@@ -195,8 +197,17 @@ export class DemoRecordsStore {
     this.#db.exec(SCHEMA);
   }
 
+  #sql(sql: string): StatementSync {
+    let statement = this.#statements.get(sql);
+    if (statement === undefined) {
+      statement = this.#db.prepare(sql);
+      this.#statements.set(sql, statement);
+    }
+    return statement;
+  }
+
   get(type: string, id: string): StoredRecord | undefined {
-    const row = this.#db.prepare("SELECT state, version FROM records WHERE type = ? AND id = ?").get(type, id) as
+    const row = this.#sql("SELECT state, version FROM records WHERE type = ? AND id = ?").get(type, id) as
       | Row
       | undefined;
     if (row === undefined) return undefined;
@@ -211,14 +222,12 @@ export class DemoRecordsStore {
     const key = input.idempotency?.key ?? null;
     this.#db.exec("BEGIN IMMEDIATE");
     try {
-      this.#db
-        .prepare(
+      this.#sql(
           `INSERT INTO records (type, id, state, version) VALUES (?, ?, ?, ?)
            ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, version = excluded.version`,
         )
         .run(input.type, input.id, state, version);
-      this.#db
-        .prepare(
+      this.#sql(
           `INSERT INTO history (type, id, kind, from_version, to_version, ops, state, idempotency_key, at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
@@ -235,8 +244,7 @@ export class DemoRecordsStore {
         );
       if (input.idempotency !== undefined) {
         // First commit wins: with dedupe switched off a key can commit twice, and lookup must still answer.
-        this.#db
-          .prepare(
+        this.#sql(
             `INSERT OR IGNORE INTO idempotency_keys (key, type, id, version, status, body, etag, fingerprint, at)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           )
@@ -261,7 +269,7 @@ export class DemoRecordsStore {
   }
 
   findIdempotencyKey(key: string): StoredResponse | undefined {
-    const row = this.#db.prepare("SELECT * FROM idempotency_keys WHERE key = ?").get(key) as Row | undefined;
+    const row = this.#sql("SELECT * FROM idempotency_keys WHERE key = ?").get(key) as Row | undefined;
     if (row === undefined) return undefined;
     return {
       key,
@@ -276,8 +284,7 @@ export class DemoRecordsStore {
   }
 
   recordPatchRequest(row: Omit<PatchRequestRow, "seq" | "at">): void {
-    this.#db
-      .prepare(
+    this.#sql(
         `INSERT INTO patch_requests (idempotency_key, type, id, if_match, outcome, status, fault, owner, at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
@@ -285,8 +292,7 @@ export class DemoRecordsStore {
   }
 
   recordPutRequest(row: Omit<PutRequestRow, "seq" | "at">): void {
-    this.#db
-      .prepare(
+    this.#sql(
         `INSERT INTO put_requests (idempotency_key, type, id, if_match, if_none_match, outcome, status, fault, owner, at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
@@ -312,7 +318,7 @@ export class DemoRecordsStore {
   }
 
   history(type: string, id: string): HistoryEntry[] {
-    const rows = this.#db.prepare("SELECT * FROM history WHERE type = ? AND id = ? ORDER BY seq").all(type, id) as Row[];
+    const rows = this.#sql("SELECT * FROM history WHERE type = ? AND id = ? ORDER BY seq").all(type, id) as Row[];
     return rows.map((row) => ({
       seq: Number(row.seq),
       type: String(row.type),
@@ -332,8 +338,8 @@ export class DemoRecordsStore {
   #requests(table: "patch_requests" | "put_requests", idempotencyKey: string | undefined): Row[] {
     return (
       idempotencyKey === undefined
-        ? this.#db.prepare(`SELECT * FROM ${table} ORDER BY seq`).all()
-        : this.#db.prepare(`SELECT * FROM ${table} WHERE idempotency_key = ? ORDER BY seq`).all(idempotencyKey)
+        ? this.#sql(`SELECT * FROM ${table} ORDER BY seq`).all()
+        : this.#sql(`SELECT * FROM ${table} WHERE idempotency_key = ? ORDER BY seq`).all(idempotencyKey)
     ) as Row[];
   }
 
@@ -354,10 +360,10 @@ export class DemoRecordsStore {
   }
 
   stats(): DemoRecordsStats {
-    const count = (sql: string): number => Number((this.#db.prepare(sql).get() as Row).n);
+    const count = (sql: string): number => Number((this.#sql(sql).get() as Row).n);
     const byKey = (sql: string): Record<string, number> => {
       const out: Record<string, number> = {};
-      for (const row of this.#db.prepare(sql).all() as Row[]) out[String(row.k)] = Number(row.n);
+      for (const row of this.#sql(sql).all() as Row[]) out[String(row.k)] = Number(row.n);
       return out;
     };
     return {
