@@ -59,8 +59,15 @@ const COORDINATOR_REQUESTS = ["initProducerId", "addPartitionsToTxn", "addOffset
 const COORDINATOR_ERRORS = new Set(["GROUP_LOAD_IN_PROGRESS", "GROUP_COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR_FOR_GROUP"]);
 
 let installed = false;
-/** CONCURRENT_TRANSACTIONS answers asked again in place: after 1, 2, 4 … 128 ms (255 ms in all). */
-const CONCURRENT_RETRIES = 8;
+/**
+ * CONCURRENT_TRANSACTIONS answers are asked again in place after 1, 2, 4 … 128
+ * ms, then every 128 ms, until 5 s of waiting: right after a commit the markers
+ * take a millisecond or two, but while a partition of the last transaction has
+ * no leader (a broker down) they wait for its election, as the Java client's
+ * TransactionManager keeps retrying. The only layer of these retries in writ.
+ */
+export const CONCURRENT_WAIT_MAX_MS = 128;
+export const CONCURRENT_BUDGET_MS = 5_000;
 
 /** Whether a failed request means the coordinator must be looked up again. */
 export function forgetsCoordinator(err: unknown): boolean {
@@ -109,7 +116,8 @@ export class CoordinatorCache {
  * One request to the transaction coordinator of `transactionalId`: with
  * `retryConcurrent`, CONCURRENT_TRANSACTIONS (kafkajs #304: the previous
  * transaction's markers are still being written) is asked again in place after
- * 1, 2, 4 … ms, instead of failing the send, which kafkajs answers with a
+ * 1, 2, 4 … 128 ms, then every 128 ms for up to {@link CONCURRENT_BUDGET_MS},
+ * instead of failing the send, which kafkajs answers with a
  * metadata refresh, an error log line and its own, longer, retry delay. A
  * coordinator error or no answer forgets the cached coordinator.
  */
@@ -121,12 +129,14 @@ export async function askCoordinator<T>(
 ): Promise<T> {
   const wait = opts.sleep ?? sleep;
   try {
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0, waited = 0; ; attempt++) {
       try {
         return await request();
       } catch (err) {
-        if (!opts.retryConcurrent || (err as { type?: unknown }).type !== "CONCURRENT_TRANSACTIONS" || attempt >= CONCURRENT_RETRIES) throw err;
-        await wait(2 ** attempt);
+        if (!opts.retryConcurrent || (err as { type?: unknown }).type !== "CONCURRENT_TRANSACTIONS" || waited >= CONCURRENT_BUDGET_MS) throw err;
+        const ms = Math.min(2 ** attempt, CONCURRENT_WAIT_MAX_MS, CONCURRENT_BUDGET_MS - waited);
+        waited += ms;
+        await wait(ms);
       }
     }
   } catch (err) {

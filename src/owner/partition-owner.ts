@@ -371,17 +371,9 @@ export class PartitionOwner {
           consumerGroupId: config.groupId,
           topics: [{ topic: config.topics.intents, partitions: [{ partition: this.partition, offset: nextOffset.toString() }] }],
         };
-        // kafkajs retries CONCURRENT_TRANSACTIONS (the previous commit's markers still being written) for
-        // AddPartitionsToTxn but not for AddOffsetsToTxn, which opens a transaction that carries only an offset.
-        for (let attempt = 1; ; attempt++) {
-          try {
-            await txn.sendOffsets(offsets);
-            break;
-          } catch (err) {
-            if ((err as { type?: string }).type !== "CONCURRENT_TRANSACTIONS" || attempt >= 12) throw err;
-            await sleep(Math.min(500, 5 * 2 ** attempt));
-          }
-        }
+        // CONCURRENT_TRANSACTIONS (the previous commit's markers still being written) is asked again in place
+        // by src/kafka/txn-requests.ts, for AddOffsetsToTxn as for AddPartitionsToTxn.
+        await txn.sendOffsets(offsets);
       }
       const offsets = at();
       await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
