@@ -44,6 +44,24 @@ export function readPem(value: string): string {
   return PEM_BLOCK.test(value) ? value : readFileSync(value, "utf8");
 }
 
+/**
+ * node:tls options from writ's TLS settings (brokers, registry, an HTTP
+ * system of record): the PEM fields through `pem` (read a file, wrap bytes),
+ * and only the fields given, so that Node's defaults stand for the rest.
+ */
+export function tlsConnectOptions<V, P>(
+  tls: { ca?: V | undefined; cert?: V | undefined; key?: V | undefined; passphrase?: string | undefined; rejectUnauthorized?: boolean | undefined },
+  pem: (value: V) => P,
+): { ca?: P; cert?: P; key?: P; passphrase?: string; rejectUnauthorized?: boolean } {
+  return {
+    ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
+    ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
+    ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
+    ...(tls.passphrase === undefined ? {} : { passphrase: tls.passphrase }),
+    ...(tls.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: tls.rejectUnauthorized }),
+  };
+}
+
 const tlsFiles = {
   /** CA certificate(s) to trust instead of Node's built-in roots (PEM text or a file path). */
   ca: pem(false).optional(),
@@ -157,12 +175,10 @@ export function kafkaConnection(security: KafkaSecurity | undefined): Pick<Kafka
   const { ssl, sasl } = security;
   if (ssl === true) out.ssl = true;
   else if (ssl !== undefined && ssl !== false) {
+    const { ca, ...rest } = tlsConnectOptions(ssl, readPem);
     out.ssl = {
-      ...(ssl.ca === undefined ? {} : { ca: [readPem(ssl.ca)] }),
-      ...(ssl.cert === undefined ? {} : { cert: readPem(ssl.cert) }),
-      ...(ssl.key === undefined ? {} : { key: readPem(ssl.key) }),
-      ...(ssl.passphrase === undefined ? {} : { passphrase: ssl.passphrase }),
-      ...(ssl.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: ssl.rejectUnauthorized }),
+      ...rest,
+      ...(ca === undefined ? {} : { ca: [ca] }),
       ...(ssl.servername === undefined ? {} : { servername: ssl.servername }),
     };
   }
@@ -207,13 +223,7 @@ export function registryTransport(opts: { auth?: RegistryAuth | undefined; tls?:
   if (opts.auth) headers.authorization = `Basic ${Buffer.from(`${opts.auth.username}:${opts.auth.password}`, "utf8").toString("base64")}`;
   const tls = opts.tls;
   if (tls === undefined) return { headers, auth: opts.auth, agent: undefined, fetch: (url, init) => fetch(url, init) };
-  const connect = {
-    ...(tls.ca === undefined ? {} : { ca: readPem(tls.ca) }),
-    ...(tls.cert === undefined ? {} : { cert: readPem(tls.cert) }),
-    ...(tls.key === undefined ? {} : { key: readPem(tls.key) }),
-    ...(tls.passphrase === undefined ? {} : { passphrase: tls.passphrase }),
-    ...(tls.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: tls.rejectUnauthorized }),
-  };
+  const connect = tlsConnectOptions(tls, readPem);
   let undiciFetch: Promise<(url: string, init: RequestInit) => Promise<Response>> | undefined;
   return {
     headers,

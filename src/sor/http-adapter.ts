@@ -4,6 +4,7 @@ import { createSecureContext } from "node:tls";
 import { z } from "zod";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
+import { tlsConnectOptions } from "../security/transport.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
 import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
 
@@ -304,14 +305,7 @@ interface Transport {
 type TlsConfig = NonNullable<HttpSystemOfRecordConfig["tls"]>;
 
 /** `ca`, `cert` and `key` as node:tls takes them: strings, or Buffers. */
-function pemOptions(tls: TlsConfig): { ca?: string | Buffer; cert?: string | Buffer; key?: string | Buffer } {
-  const pem = (v: string | Uint8Array) => (typeof v === "string" ? v : Buffer.from(v));
-  return {
-    ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
-    ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
-    ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
-  };
-}
+const pemText = (v: string | Uint8Array): string | Buffer => (typeof v === "string" ? v : Buffer.from(v));
 
 /**
  * Requests through undici's `request` on an Agent of this system's own (its
@@ -322,10 +316,7 @@ function pemOptions(tls: TlsConfig): { ca?: string | Buffer; cert?: string | Buf
  * neither decompresses nor asks for compression. Loaded on first use.
  */
 function undiciTransport(tls: TlsConfig | undefined): Transport {
-  const connect =
-    tls === undefined
-      ? undefined
-      : { ...pemOptions(tls), ...(tls.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: tls.rejectUnauthorized }) };
+  const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
   type Undici = typeof import("undici");
   let loaded: Promise<{ undici: Undici; agent: InstanceType<Undici["Agent"]> }> | undefined;
   let closing: Promise<void> | undefined;
@@ -602,7 +593,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   if (config.tls !== undefined) {
     try {
       // Loads the PEMs now, so a bad certificate or key is a config error at startup and not a failed write.
-      createSecureContext(pemOptions(config.tls));
+      createSecureContext(tlsConnectOptions(config.tls, pemText));
     } catch (err) {
       throw invalid("tls", `the CA, certificate or key could not be loaded (${errorCode(err) ?? "invalid"})`);
     }
