@@ -187,8 +187,18 @@ try {
     }
     if (name === "txn-floor") {
       say(`\n[txn-floor] ${PARTITIONS} transactional producers, back-to-back transactions for 15 s, nothing else running`);
-      floor = await runTxnFloor({ brokers, partitions: PARTITIONS, seconds: 15, logger, keepTopics: args["keep-topics"] });
-      console.log(JSON.stringify({ scenario: "txn-floor", producers: floor.producers, txn_per_s: floor.txnPerSecond, txn_p50_ms: floor.p50Ms, txn_p99_ms: floor.p99Ms, transactions: floor.transactions }));
+      floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, logger, keepTopics: args["keep-topics"] });
+      console.log(
+        JSON.stringify({
+          scenario: "txn-floor",
+          producers: floor.producers,
+          txn_per_s: floor.txnPerSecond,
+          txn_p50_ms: floor.p50Ms,
+          txn_p99_ms: floor.p99Ms,
+          transactions: floor.transactions,
+          cpu_ms_per_txn: floor.cpuMsPerTxn,
+        }),
+      );
       continue;
     }
     const line = await scenario(SCENARIOS.find((s) => s.name === name)!);
@@ -234,6 +244,7 @@ if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
 if (floor) {
   say(
     `txn-floor: ${floor.producers} producers, ${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms); ` +
+      `CPU per transaction: broker ${floor.cpuMsPerTxn.broker ?? "?"} ms, producers ${floor.cpuMsPerTxn.producers} ms; ` +
       "writ spends two transaction slots per intent (pending, then result), shared by the intents a transaction carries",
   );
 }

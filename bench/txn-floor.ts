@@ -12,6 +12,7 @@ import { randomUUID } from "node:crypto";
 import { Kafka, logLevel, type Producer } from "kafkajs";
 import type { Logger } from "pino";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
+import { startCpuCount } from "./cpu.ts";
 import { percentile, round } from "./workload.ts";
 import { patchTransactionalRequests } from "../src/kafka/txn-requests.ts";
 import { ownerProducerOptions } from "../src/owner/partition-owner.ts";
@@ -23,9 +24,19 @@ export interface TxnFloorResult {
   txnPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  /** CPU ms per transaction: the broker's (when local) and the producers' process's (bench/cpu.ts). */
+  cpuMsPerTxn: { broker: number | null; producers: number };
 }
 
-export async function runTxnFloor(opts: { brokers: string[]; partitions: number; replyPartitions?: number; seconds: number; logger: Logger; keepTopics: boolean }): Promise<TxnFloorResult> {
+export async function runTxnFloor(opts: {
+  brokers: string[];
+  brokerPid?: number | undefined;
+  partitions: number;
+  replyPartitions?: number;
+  seconds: number;
+  logger: Logger;
+  keepTopics: boolean;
+}): Promise<TxnFloorResult> {
   const replyPartitions = opts.replyPartitions ?? 1;
   const kafka = new Kafka({ clientId: "writ-bench-txn-floor", brokers: opts.brokers, logLevel: logLevel.WARN, logCreator: kafkaLogCreator(opts.logger) });
   const admin = kafka.admin();
@@ -52,6 +63,7 @@ export async function runTxnFloor(opts: { brokers: string[]; partitions: number;
     const value = Buffer.alloc(400, 0x78);
     const latencies: number[] = [];
     const started = Date.now();
+    const cpu = startCpuCount({ broker: opts.brokerPid });
     const end = started + opts.seconds * 1000;
     await Promise.all(
       producers.map(async (producer, p) => {
@@ -76,7 +88,10 @@ export async function runTxnFloor(opts: { brokers: string[]; partitions: number;
       }),
     );
     const seconds = (Date.now() - started) / 1000;
+    const used = cpu();
+    const perTxn = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : round(ms / latencies.length, 2));
     return {
+      cpuMsPerTxn: { broker: perTxn(used.broker), producers: perTxn(used.harness)! },
       producers: opts.partitions,
       seconds: round(seconds, 1)!,
       transactions: latencies.length,
