@@ -15,7 +15,10 @@
 // resubmits) per second of wall time, closed loop; the echo runs once right
 // before and once right after writ, and its figures cover both runs.
 // Latencies: per request, submit → reply. Checks: at the records server
-// (see writ-run.ts).
+// (see writ-run.ts). `cpu`: CPU ms per request of each process during the
+// loop (owner, broker, records server, submitters; echo service, broker,
+// submitters) and the cores busy on average (bench/cpu.ts); a second table on
+// stderr sets them side by side.
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { availableParallelism } from "node:os";

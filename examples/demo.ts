@@ -12,7 +12,6 @@
 // writ.human.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, openSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { createIntentInput, createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
@@ -23,6 +22,7 @@ import { intentKey, undoIntentKey } from "../src/keys.ts";
 import type { ChangeInput, ChangeResult } from "../producers/change.ts";
 import { noteAccount, openTicket, refundPayment, tagTicket } from "./demo-tools.ts";
 import { runExample, startLocalStack } from "./example-stack.ts";
+import { freePort } from "../src/testing/free-port.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const logDir = join(root, ".writ");
@@ -409,13 +409,6 @@ async function reportMetrics(): Promise<void> {
   if (!agree) throw new Error("the owners' metrics do not match the replies on the reply topics");
 }
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((r) => server.close(() => r()));
-  return port;
-}
 
 function startOwner(n: number, metricsPort: number): ChildProcess {
   metricsPorts.push(metricsPort);

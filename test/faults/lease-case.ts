@@ -30,7 +30,7 @@ import { faultOwnerEnv, faultTopics } from "./owner-env.ts";
 import { RecordsProcess } from "./records-process.ts";
 import { seededRng } from "./rng.ts";
 import { versionChains } from "./check-outcome.ts";
-import { freePort } from "./scenario.ts";
+import { freePort } from "../../src/testing/free-port.ts";
 
 export interface LeaseCaseOptions {
   root: string;

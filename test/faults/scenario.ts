@@ -4,10 +4,10 @@
 // and the registry, and sends poison records. Then the records server, the reply topics and the dead
 // letters are checked. The schedule comes from the seed.
 import { mkdirSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
+import { freePort } from "../../src/testing/free-port.ts";
 import { runAgent, type PlannedIntent } from "./agent-load.ts";
 import { checkOutcome, type Outcome } from "./check-outcome.ts";
 import { diagnose } from "./diagnose.ts";
@@ -32,16 +32,6 @@ type Action = "kill" | "join" | "leave" | "records-faults" | "records-outage" | 
 /** Nothing settling for this long ends the run with a diagnosis instead of waiting out the deadline. */
 const STALL_MS = 60_000;
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function schedule(opts: SuiteOptions, rng: ReturnType<typeof seededRng>): Action[] {
   const actions: Action[] = [

@@ -46,12 +46,3 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
   );
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
 }
-
-/** A TCP port free on 127.0.0.1 just now. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}

@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { ConflictReply, Reply } from "../../src/schemas/reply.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
-import { freePort, startRecordingProxy } from "../helpers/recording-proxy.ts";
+import { freePort } from "../../src/testing/free-port.ts";
+import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
 
