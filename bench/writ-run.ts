@@ -84,6 +84,8 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
 
   let owner: ChildProcess | null = null;
   let client: WritClient | null = null;
+  const recordsGone = (code: number | null) => fatal(new Error(`the records server's process exited (${code}); see .writ/bench-records-${tag}.log`));
+  records.process.once("exit", recordsGone);
   try {
     const seedState = { customer: "bench", amountCents: 1_000_000_000, currency: "EUR", refunds: [] };
     const ids = [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds];
@@ -141,6 +143,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
       owner.removeAllListeners("exit");
       await stopChild(owner);
     }
+    records.process.off("exit", recordsGone);
     await stopChild(records.process);
     if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
   }
