@@ -39,6 +39,7 @@
  */
 import { createRequire } from "node:module";
 import { setTimeout as sleep } from "node:timers/promises";
+import { backoffMs } from "../retry.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -66,8 +67,8 @@ let installed = false;
  * no leader (a broker down) they wait for its election, as the Java client's
  * TransactionManager keeps retrying. The only layer of these retries in writ.
  */
-export const CONCURRENT_WAIT_MAX_MS = 128;
-export const CONCURRENT_BUDGET_MS = 5_000;
+const CONCURRENT_WAIT_MAX_MS = 128;
+const CONCURRENT_BUDGET_MS = 5_000;
 
 /** Whether a failed request means the coordinator must be looked up again. */
 export function forgetsCoordinator(err: unknown): boolean {
@@ -134,7 +135,7 @@ export async function askCoordinator<T>(
         return await request();
       } catch (err) {
         if (!opts.retryConcurrent || (err as { type?: unknown }).type !== "CONCURRENT_TRANSACTIONS" || waited >= CONCURRENT_BUDGET_MS) throw err;
-        const ms = Math.min(2 ** attempt, CONCURRENT_WAIT_MAX_MS, CONCURRENT_BUDGET_MS - waited);
+        const ms = Math.min(backoffMs(attempt + 1, { initialDelayMs: 1, maxDelayMs: CONCURRENT_WAIT_MAX_MS, jitter: 0 }), CONCURRENT_BUDGET_MS - waited);
         waited += ms;
         await wait(ms);
       }

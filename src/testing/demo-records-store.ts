@@ -223,42 +223,39 @@ export class DemoRecordsStore {
     this.#db.exec("BEGIN IMMEDIATE");
     try {
       this.#sql(
-          `INSERT INTO records (type, id, state, version) VALUES (?, ?, ?, ?)
-           ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, version = excluded.version`,
-        )
-        .run(input.type, input.id, state, version);
+        `INSERT INTO records (type, id, state, version) VALUES (?, ?, ?, ?)
+         ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, version = excluded.version`
+      ).run(input.type, input.id, state, version);
       this.#sql(
-          `INSERT INTO history (type, id, kind, from_version, to_version, ops, state, idempotency_key, at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
-          input.type,
-          input.id,
-          input.kind,
-          input.fromVersion,
-          version,
-          input.ops === undefined ? null : JSON.stringify(input.ops),
-          state,
-          key,
-          at,
-        );
+        `INSERT INTO history (type, id, kind, from_version, to_version, ops, state, idempotency_key, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+      ).run(
+        input.type,
+        input.id,
+        input.kind,
+        input.fromVersion,
+        version,
+        input.ops === undefined ? null : JSON.stringify(input.ops),
+        state,
+        key,
+        at,
+      );
       if (input.idempotency !== undefined) {
         // First commit wins: with dedupe switched off a key can commit twice, and lookup must still answer.
         this.#sql(
-            `INSERT OR IGNORE INTO idempotency_keys (key, type, id, version, status, body, etag, fingerprint, at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-          )
-          .run(
-            input.idempotency.key,
-            input.type,
-            input.id,
-            version,
-            input.idempotency.status,
-            state,
-            formatEtag(version),
-            input.idempotency.fingerprint,
-            at,
-          );
+          `INSERT OR IGNORE INTO idempotency_keys (key, type, id, version, status, body, etag, fingerprint, at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+        ).run(
+          input.idempotency.key,
+          input.type,
+          input.id,
+          version,
+          input.idempotency.status,
+          state,
+          formatEtag(version),
+          input.idempotency.fingerprint,
+          at,
+        );
       }
       this.#db.exec("COMMIT");
     } catch (err) {
@@ -285,18 +282,16 @@ export class DemoRecordsStore {
 
   recordPatchRequest(row: Omit<PatchRequestRow, "seq" | "at">): void {
     this.#sql(
-        `INSERT INTO patch_requests (idempotency_key, type, id, if_match, outcome, status, fault, owner, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
+      `INSERT INTO patch_requests (idempotency_key, type, id, if_match, outcome, status, fault, owner, at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    ).run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
   }
 
   recordPutRequest(row: Omit<PutRequestRow, "seq" | "at">): void {
     this.#sql(
-        `INSERT INTO put_requests (idempotency_key, type, id, if_match, if_none_match, outcome, status, fault, owner, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.ifNoneMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
+      `INSERT INTO put_requests (idempotency_key, type, id, if_match, if_none_match, outcome, status, fault, owner, at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    ).run(row.idempotencyKey, row.type, row.id, row.ifMatch, row.ifNoneMatch, row.outcome, row.status, row.fault, row.owner, new Date().toISOString());
   }
 
   putRequests(idempotencyKey?: string): PutRequestRow[] {
