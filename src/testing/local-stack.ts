@@ -399,6 +399,16 @@ async function waitForPortsClosed(ports: number[], timeoutMs = 10_000): Promise<
   }
 }
 
+/**
+ * Whether something listens on host:port. A connection to itself does not
+ * count: the stacks' ports lie inside Linux's ephemeral range, and a connect to
+ * one that nobody listens on can be given that very port as its local port
+ * (TCP simultaneous open), which succeeds and then holds the port the JVM is
+ * about to bind (seen here: a broker start failing five times in a row with
+ * "Address already in use" and a 39092 → 39092 connection in TIME-WAIT). The
+ * socket is closed at once; the TIME-WAIT it leaves does not stop the JVM's
+ * bind (its server sockets set SO_REUSEADDR).
+ */
 function tcpOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
   return new Promise((resolvePromise) => {
     const socket = connect({ host, port });
@@ -407,9 +417,23 @@ function tcpOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean>
       resolvePromise(ok);
     };
     socket.setTimeout(timeoutMs, () => done(false));
-    socket.once('connect', () => done(true));
+    socket.once('connect', () => done(!isSelfConnection(socket)));
     socket.once('error', () => done(false));
   });
+}
+
+/** A TCP connection whose two ends are the same address and port. */
+export function isSelfConnection(socket: { localAddress?: string; localPort?: number; remoteAddress?: string; remotePort?: number }): boolean {
+  return socket.localPort === socket.remotePort && socket.localAddress === socket.remoteAddress;
+}
+
+/** Every `host:port` of `brokers` has a listener (not a connection to itself). */
+async function listening(brokers: string[]): Promise<boolean> {
+  for (const b of brokers) {
+    const at = b.lastIndexOf(':');
+    if (!(await tcpOpen(b.slice(0, at), Number(b.slice(at + 1))))) return false;
+  }
+  return true;
 }
 
 /** One describeCluster round trip: the live (unfenced) broker ids and the controller, or undefined. */
@@ -439,6 +463,8 @@ async function describe(brokers: string[], timeoutMs = 5000): Promise<{ brokerId
  * broker, and with every id in `expectIds` among the live brokers.
  */
 async function brokerServes(brokers: string[], expectIds: number[] = [], timeoutMs = 5000): Promise<boolean> {
+  // kafkajs would hold a connection to itself for its whole request timeout; check for a listener first.
+  if (!(await listening(brokers))) return false;
   const cluster = await describe(brokers, timeoutMs);
   if (cluster === undefined) return false;
   return cluster.brokerIds.length > 0 && cluster.controller >= 0 && expectIds.every((id) => cluster.brokerIds.includes(id));
@@ -471,6 +497,8 @@ async function waitForNode(node: NodeLayout, timeoutMs: number, pid: number | un
 }
 
 async function registryServes(url: string, timeoutMs = 2000): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  if (!(await listening([`${hostname}:${port || '80'}`]))) return false;
   try {
     const res = await fetch(`${url}/subjects`, { signal: AbortSignal.timeout(timeoutMs) });
     await res.arrayBuffer().catch(noop);

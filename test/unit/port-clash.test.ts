@@ -5,7 +5,9 @@ import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { retryOnPortClash } from "../../src/testing/local-stack.ts";
+import { connect, createServer, type Socket } from "node:net";
+import { freePort } from "../../src/testing/free-port.ts";
+import { isSelfConnection, retryOnPortClash, tcpOpen } from "../../src/testing/local-stack.ts";
 
 describe("retryOnPortClash", () => {
   it("starts again after a JVM exited on a taken port, keeping the failed attempt's log beside", async () => {
@@ -45,5 +47,39 @@ describe("retryOnPortClash", () => {
       }, () => undefined, 2),
     ).rejects.toThrow("still taken");
     expect(launches).toBe(3);
+  });
+});
+
+describe("readiness probes and connections to themselves", () => {
+  // A connect to a port nobody listens on, from that same port, succeeds (TCP simultaneous open) and holds the
+  // port: made here on purpose, as Linux's port choice made it for the broker probe of kafka:up.
+  it("a connection whose two ends are one address and port is told apart from one to a listener", async () => {
+    const port = await freePort();
+    const self = await new Promise<Socket>((resolve, reject) => {
+      const s = connect({ host: "127.0.0.1", port, localAddress: "127.0.0.1", localPort: port });
+      s.once("connect", () => resolve(s));
+      s.once("error", reject);
+    });
+    try {
+      expect(isSelfConnection(self)).toBe(true);
+    } finally {
+      self.destroy();
+    }
+    expect(await tcpOpen("127.0.0.1", port, 500)).toBe(false);
+
+    const server = createServer((s) => s.destroy());
+    await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+    try {
+      const real = await new Promise<Socket>((resolve, reject) => {
+        const s = connect({ host: "127.0.0.1", port });
+        s.once("connect", () => resolve(s));
+        s.once("error", reject);
+      });
+      expect(isSelfConnection(real)).toBe(false);
+      real.destroy();
+      expect(await tcpOpen("127.0.0.1", port, 500)).toBe(true);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
