@@ -3,8 +3,8 @@
 // stdout; progress and a closing table on stderr. The default runs the four
 // throughput scenarios and the transaction floor (bench/txn-floor.ts: the
 // broker's back-to-back transactions with nothing else to do, one producer per
-// partition as writ's owner has); the memory line needs `--scenario memory`
-// (or `all`).
+// partition as writ's owner has, in transactions v2 and v1); the memory line
+// needs `--scenario memory` (or `all`).
 // It asserts nothing: `exact` says whether the records server saw every
 // intent applied exactly once.
 //
@@ -110,7 +110,7 @@ interface Line {
 type CpuLine = ReturnType<typeof cpuSummary>;
 const lines: Line[] = [];
 let memory: MemoryResult | null = null;
-let floor: TxnFloorResult | null = null;
+const floors: TxnFloorResult[] = [];
 let failed = false;
 
 async function scenario(s: Scenario): Promise<Line> {
@@ -189,19 +189,24 @@ try {
       continue;
     }
     if (name === "txn-floor") {
-      say(`\n[txn-floor] ${PARTITIONS} transactional producers, back-to-back transactions for 15 s, nothing else running`);
-      floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, logger, keepTopics: args["keep-topics"] });
-      console.log(
-        JSON.stringify({
-          scenario: "txn-floor",
-          producers: floor.producers,
-          txn_per_s: floor.txnPerSecond,
-          txn_p50_ms: floor.p50Ms,
-          txn_p99_ms: floor.p99Ms,
-          transactions: floor.transactions,
-          cpu_ms_per_txn: floor.cpuMsPerTxn,
-        }),
-      );
+      // The owner's producer in both protocols, v2 first (the one the owner picks on a Kafka 4 cluster).
+      for (const protocol of ["v2", "v1"] as const) {
+        say(`\n[txn-floor] ${PARTITIONS} transactional producers (transactions ${protocol}), back-to-back transactions for 15 s, nothing else running`);
+        const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, logger, keepTopics: args["keep-topics"] });
+        floors.push(floor);
+        console.log(
+          JSON.stringify({
+            scenario: "txn-floor",
+            protocol: floor.protocol,
+            producers: floor.producers,
+            txn_per_s: floor.txnPerSecond,
+            txn_p50_ms: floor.p50Ms,
+            txn_p99_ms: floor.p99Ms,
+            transactions: floor.transactions,
+            cpu_ms_per_txn: floor.cpuMsPerTxn,
+          }),
+        );
+      }
       continue;
     }
     const line = await scenario(SCENARIOS.find((s) => s.name === name)!);
@@ -244,13 +249,13 @@ if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
   }
   say("cpu ratio = echo's CPU per request ÷ writ's: the throughput ratio the cores allow when both runs keep them busy");
 }
-if (floor) {
+for (const floor of floors) {
   say(
-    `txn-floor: ${floor.producers} producers, ${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms); ` +
-      `CPU per transaction: broker ${floor.cpuMsPerTxn.broker ?? "?"} ms, producers ${floor.cpuMsPerTxn.producers} ms; ` +
-      "writ spends two transaction slots per intent (pending, then result), shared by the intents a transaction carries",
+    `txn-floor (transactions ${floor.protocol}): ${floor.producers} producers, ${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms); ` +
+      `CPU per transaction: broker ${floor.cpuMsPerTxn.broker ?? "?"} ms, producers ${floor.cpuMsPerTxn.producers} ms`,
   );
 }
+if (floors.length > 0) say("writ spends two transaction slots per intent (pending, then result), shared by the intents a transaction carries");
 if (memory) {
   say(
     `memory: ${memory.entries.toLocaleString("en")} ledger entries → owner RSS ${memory.ownerRssMb} MB (empty ledger ${memory.baselineRssMb} MB), ${memory.bytesPerEntry} bytes/entry; restore ${memory.restoreSeconds} s`,

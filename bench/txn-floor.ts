@@ -7,17 +7,19 @@
 // shape of a writ transaction carrying one result and one `pending` entry.
 // writ needs two transaction slots per intent (its `pending` entry before the
 // write, its result after it), so its throughput is at most about
-// txn_per_s × the results a transaction carries.
+// txn_per_s × the results a transaction carries. The producers are the
+// owner's (src/owner/transactions.ts), in the protocol asked for: v2
+// (transactions v2, KIP-890) or v1 (kafkajs's, with writ's patch).
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel, type Producer } from "kafkajs";
+import { Kafka, logLevel } from "kafkajs";
 import type { Logger } from "pino";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import { startCpuCount } from "./cpu.ts";
 import { percentile, round } from "./workload.ts";
-import { patchTransactionalRequests } from "../src/kafka/txn-requests.ts";
-import { ownerProducerOptions } from "../src/owner/partition-owner.ts";
+import { type OwnerProducer, ownerProducer } from "../src/owner/transactions.ts";
 
 export interface TxnFloorResult {
+  protocol: "v1" | "v2";
   producers: number;
   seconds: number;
   transactions: number;
@@ -34,6 +36,7 @@ export async function runTxnFloor(opts: {
   partitions: number;
   replyPartitions?: number;
   seconds: number;
+  protocol: "v1" | "v2";
   logger: Logger;
   keepTopics: boolean;
 }): Promise<TxnFloorResult> {
@@ -44,7 +47,7 @@ export async function runTxnFloor(opts: {
   const id = randomUUID().slice(0, 8);
   const ledger = `writ.bench.txn-floor.ledger.${id}`;
   const replies = `writ.bench.txn-floor.replies.${id}`;
-  const producers: Producer[] = [];
+  const producers: OwnerProducer[] = [];
   try {
     await admin.createTopics({
       topics: [
@@ -54,11 +57,9 @@ export async function runTxnFloor(opts: {
       waitForLeaders: true,
     });
     for (let p = 0; p < opts.partitions; p++) {
-      // writ's owner producer settings, #304 retry delay included, and its patch of kafkajs's transactional requests.
-      patchTransactionalRequests();
-      const producer = kafka.producer(ownerProducerOptions(`writ.bench.txn-floor.${id}.${p}`, 60_000));
-      await producer.connect();
+      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${p}`, transactionTimeoutMs: 60_000, protocol: opts.protocol });
       producers.push(producer);
+      await producer.connect();
     }
     const value = Buffer.alloc(400, 0x78);
     const latencies: number[] = [];
@@ -71,13 +72,10 @@ export async function runTxnFloor(opts: {
           const t0 = performance.now();
           const txn = await producer.transaction();
           try {
-            await txn.sendBatch({
-              acks: -1,
-              topicMessages: [
-                { topic: ledger, messages: [{ partition: p, key: `result-${p}`, value }, { partition: p, key: `pending-${p}`, value }] },
-                { topic: replies, messages: [{ partition: p % replyPartitions, key: `reply-${p}`, value }] },
-              ],
-            });
+            await txn.send([
+              { topic: ledger, messages: [{ partition: p, key: `result-${p}`, value }, { partition: p, key: `pending-${p}`, value }] },
+              { topic: replies, messages: [{ partition: p % replyPartitions, key: `reply-${p}`, value }] },
+            ]);
             await txn.commit();
           } catch (err) {
             await txn.abort().catch(() => undefined);
@@ -91,6 +89,7 @@ export async function runTxnFloor(opts: {
     const used = cpu();
     const perTxn = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : round(ms / latencies.length, 2));
     return {
+      protocol: opts.protocol,
       cpuMsPerTxn: { broker: perTxn(used.broker), producers: perTxn(used.harness)! },
       producers: opts.partitions,
       seconds: round(seconds, 1)!,

@@ -75,6 +75,12 @@ export const RouterConfig = z
     maxProcessingAttempts: z.number().int().min(1).max(100).default(5),
     /** Consumer session timeout. ms. */
     sessionTimeoutMs: z.number().int().min(6_000).default(30_000),
+    /**
+     * Kafka transaction protocol of the owners' producers. `auto` speaks transactions v2 (KIP-890: Produce adds
+     * its partitions, EndTxn bumps the epoch; two requests per transaction instead of three) when the cluster
+     * has `transaction.version` 2 finalized, as Kafka 4.0+ does by default, and v1 (kafkajs's own) otherwise.
+     */
+    transactionProtocol: z.enum(["auto", "v1", "v2"]).default("auto"),
     /** Transaction timeout. ms. */
     transactionTimeoutMs: z.number().int().min(1_000).default(60_000),
     /** How often the owner checks the last stable offset of the partitions it writes. ms. */
@@ -178,6 +184,7 @@ export const ROUTER_ENV = {
   unknownRounds: "WRIT_UNKNOWN_ROUNDS",
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
+  transactionProtocol: "WRIT_TRANSACTION_PROTOCOL",
   transactionTimeoutMs: "WRIT_TRANSACTION_TIMEOUT_MS",
   lsoCheckIntervalMs: "WRIT_LSO_CHECK_INTERVAL_MS",
   hangHealAfterMs: "WRIT_HANG_HEAL_AFTER_MS",

@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Partitioners, type KafkaMessage, type Producer, type ProducerConfig } from "kafkajs";
-import { patchTransactionalRequests } from "../kafka/txn-requests.ts";
+import type { KafkaMessage } from "kafkajs";
 import type { RouterConfig } from "../config.ts";
 import { WritError, isRegistryOutage } from "../errors.ts";
 import { markerKey, progressKey } from "../ledger/ledger-reader.ts";
@@ -19,6 +18,7 @@ import type { AdmittedTool } from "../tools.ts";
 import { type Plan, type WriteState } from "./intent-pipeline.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
+import { type OwnerProducer, ownerProducer } from "./transactions.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { startOffset } from "../kafka/serial-admin.ts";
 import { entityKey } from "../schemas/common.ts";
@@ -34,29 +34,6 @@ export function transactionalIdFor(config: RouterConfig, partition: number): str
 }
 
 export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" | "fenced" | "closed";
-
-/**
- * The settings of an owner's transactional producer (one per intents
- * partition), also used by the bench's transaction floor so that it measures
- * what the owner gets. The owner also patches kafkajs's transactional
- * requests before it makes one (src/kafka/txn-requests.ts: the coordinator
- * cached, CONCURRENT_TRANSACTIONS asked again in place).
- */
-export function ownerProducerOptions(transactionalId: string, transactionTimeout: number): ProducerConfig {
-  return {
-    transactionalId,
-    idempotent: true,
-    maxInFlightRequests: 1,
-    transactionTimeout,
-    allowAutoTopicCreation: false,
-    createPartitioner: Partitioners.DefaultPartitioner,
-    // kafkajs #304: right after a commit the coordinator answers CONCURRENT_TRANSACTIONS while it writes
-    // the markers; kafkajs retries that after its retry delay. A short first delay (markers to a local
-    // leader take a few ms; the Java client waits 20 ms for this case) keeps back-to-back transactions
-    // from stalling 200–300 ms.
-    retry: { initialRetryTime: 5, maxRetryTime: 1000, retries: 14, factor: 0.2, multiplier: 2 },
-  };
-}
 
 /** One fetched intent, from intake until the transaction carrying its result commits. */
 interface Slot {
@@ -95,10 +72,10 @@ class Session {
   readonly seq = ++Session.opened;
   readonly abort = new AbortController();
   readonly tasks = new Set<Promise<void>>();
-  readonly producer: Producer;
+  readonly producer: OwnerProducer;
   readonly ledger: PartitionLedger;
 
-  constructor(producer: Producer, ledger: PartitionLedger) {
+  constructor(producer: OwnerProducer, ledger: PartitionLedger) {
     this.producer = producer;
     this.ledger = ledger;
   }
@@ -277,8 +254,11 @@ export class PartitionOwner {
   private async open(): Promise<void> {
     const { kafka, config, reader, admin, encoder } = this.ctx;
     const started = Date.now();
-    patchTransactionalRequests();
-    const producer = kafka.producer(ownerProducerOptions(transactionalIdFor(config, this.partition), config.transactionTimeoutMs));
+    const producer = await ownerProducer(kafka, {
+      transactionalId: transactionalIdFor(config, this.partition),
+      transactionTimeoutMs: config.transactionTimeoutMs,
+      protocol: config.transactionProtocol,
+    });
     let ledger: PartitionLedger;
     try {
       // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
@@ -316,7 +296,15 @@ export class PartitionOwner {
       this.ctx.intake.resume(this.partition);
       const session = this.session;
       this.log.info(
-        { entries: ledger.size, healed: heal.length, offset: next.toString(), groupOffset: groupOffset.toString(), session: session.seq, ms: Date.now() - started },
+        {
+          entries: ledger.size,
+          healed: heal.length,
+          offset: next.toString(),
+          groupOffset: groupOffset.toString(),
+          session: session.seq,
+          transactions: producer.protocol,
+          ms: Date.now() - started,
+        },
         "partition restored; owning it",
       );
       this.ctx.observe?.opened?.(this.partition, Date.now() - started);
@@ -355,26 +343,19 @@ export class PartitionOwner {
   /**
    * One transaction of records (and, if given, the consumed offset). Resolves
    * with when each phase ended, in ms from its start (for the debug timeline):
-   * sends (AddPartitionsToTxn, Produce), offsets (AddOffsetsToTxn,
-   * TxnOffsetCommit), commit (EndTxn).
+   * sends (Produce; under transactions v1 AddPartitionsToTxn first), offsets
+   * (TxnOffsetCommit; v1: AddOffsetsToTxn first), commit (EndTxn). See
+   * transactions.ts.
    */
-  private async transact(producer: Producer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<{ sent: number; offsets: number; committed: number }> {
+  private async transact(producer: OwnerProducer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<{ sent: number; offsets: number; committed: number }> {
     const { config } = this.ctx;
     const t0 = performance.now();
     const at = () => Math.round((performance.now() - t0) * 10) / 10;
     const txn = await producer.transaction();
     try {
-      for (const round of sendRounds(records, config.maxMessageBytes)) await txn.sendBatch({ topicMessages: round, acks: -1 });
+      for (const round of sendRounds(records, config.maxMessageBytes)) await txn.send(round);
       const sent = at();
-      if (nextOffset !== null) {
-        const offsets = {
-          consumerGroupId: config.groupId,
-          topics: [{ topic: config.topics.intents, partitions: [{ partition: this.partition, offset: nextOffset.toString() }] }],
-        };
-        // CONCURRENT_TRANSACTIONS (the previous commit's markers still being written) is asked again in place
-        // by src/kafka/txn-requests.ts, for AddOffsetsToTxn as for AddPartitionsToTxn.
-        await txn.sendOffsets(offsets);
-      }
+      if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition: this.partition, offset: nextOffset });
       const offsets = at();
       await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
       await txn.commit();

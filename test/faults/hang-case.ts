@@ -215,6 +215,8 @@ interface RouterEvent {
   topic?: string;
   partition?: number;
   healed?: number;
+  /** An owner's transaction protocol, on "partition restored; owning it". */
+  transactions?: string;
 }
 
 const ATTRIBUTING = new Set(["last stable offset stuck; healing", "partition restored; owning it"]);
@@ -233,7 +235,17 @@ function capturingLogger(level: string, sink: RouterEvent[], quietFile: string):
     { name: "hang-case", level: "info", redact: REDACT_PATHS },
     {
       write(line: string): void {
-        let j: { level?: number; msg?: string; instance?: string; topic?: string; partition?: number; healed?: number; component?: string; namespace?: string };
+        let j: {
+          level?: number;
+          msg?: string;
+          instance?: string;
+          topic?: string;
+          partition?: number;
+          healed?: number;
+          transactions?: string;
+          component?: string;
+          namespace?: string;
+        };
         try {
           j = JSON.parse(line) as typeof j;
         } catch {
@@ -248,6 +260,7 @@ function capturingLogger(level: string, sink: RouterEvent[], quietFile: string):
             ...(j.topic === undefined ? {} : { topic: j.topic }),
             ...(j.partition === undefined ? {} : { partition: j.partition }),
             ...(j.healed === undefined ? {} : { healed: j.healed }),
+            ...(j.transactions === undefined ? {} : { transactions: j.transactions }),
           });
         }
         if ((j.level ?? 0) < threshold) return;
@@ -422,8 +435,12 @@ class HangCase {
           const asked = this.eventsOf(instance, "last stable offset stuck; healing", shownAt, healed1).filter((e) => e.topic === r1.tp.topic && e.partition === r1.tp.partition);
           const reopened = this.eventsOf(instance, "partition restored; owning it", r1.provenAt, healed1).filter((e) => e.partition === plan.partition);
           const epoch = await this.epochOf(r1.transactionalId);
-          const how = `watch heal requests ${asked.length}, owner reopened ${reopened.length} time(s), producer epoch ${r1.epochAtProof} → ${epoch}`;
-          if (asked.length > 0 && reopened.length === 0 && epoch === r1.epochAtProof) {
+          // Under transactions v2 every EndTxn bumps the epoch as InitProducerId does: the epoch then cannot
+          // tell a new producer from the watch's heal transaction, and the router's log (no reopen) alone does.
+          const protocol = this.eventsOf(instance, "partition restored; owning it", 0, healed1).filter((e) => e.partition === plan.partition).at(-1)?.transactions;
+          const sameProducer = protocol === "v2" || epoch === r1.epochAtProof;
+          const how = `watch heal requests ${asked.length}, owner reopened ${reopened.length} time(s), transactions ${protocol ?? "?"}, producer epoch ${r1.epochAtProof} → ${epoch}`;
+          if (asked.length > 0 && reopened.length === 0 && sameProducer) {
             this.result.healedByWatchMs = healed1 - shownAt;
             this.say(`${round1.name}: healed by the hang watch ${this.result.healedByWatchMs} ms after it could see the partition (${how})`);
           } else {
@@ -995,7 +1012,7 @@ class HangCase {
     return this.events.filter((e) => e.instance === instance && e.msg === msg && e.at >= from && e.at <= to);
   }
 
-  /** The transactional id's producer epoch at its coordinator: InitProducerId (an owner's open()) bumps it; the watch's heal does not. */
+  /** The transactional id's producer epoch at its coordinator: InitProducerId (an owner's open()) bumps it; the watch's heal does not under transactions v1 (under v2 every commit does). */
   private async epochOf(transactionalId: string): Promise<number | null> {
     try {
       const [d] = await this.txn.describeTransactions([transactionalId]);

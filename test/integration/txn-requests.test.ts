@@ -8,9 +8,9 @@ import { randomUUID } from "node:crypto";
 import { Kafka, logLevel, type Producer } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { patchTransactionalRequests } from "../../src/kafka/txn-requests.ts";
-import { ownerProducerOptions } from "../../src/owner/partition-owner.ts";
+import { ownerProducerOptions } from "../../src/owner/transactions.ts";
 import { brokers } from "../helpers/writ-harness.ts";
-import { waitFor } from "../helpers/wait-for.ts";
+import { readCommitted } from "../helpers/read-committed.ts";
 
 const TRANSACTIONS = 40;
 const kafka = new Kafka({ clientId: `txn-requests-${randomUUID().slice(0, 8)}`, brokers: brokers(), logLevel: logLevel.NOTHING });
@@ -46,17 +46,6 @@ async function backToBack(producer: Producer, name: string): Promise<Map<string,
   return counts;
 }
 
-async function readCommitted(name: string, expected: number): Promise<string[]> {
-  const seen: string[] = [];
-  const consumer = kafka.consumer({ groupId: `txn-requests-reader-${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 200 });
-  await consumer.connect();
-  onTestFinished(() => consumer.disconnect());
-  await consumer.subscribe({ topic: name, fromBeginning: true });
-  await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
-  await waitFor(() => seen.length >= expected, { timeoutMs: 30_000, message: () => `${seen.length} of ${expected} records` });
-  return seen;
-}
-
 describe("kafkajs's transactional requests", () => {
   it("as kafkajs sends them (control): a FindCoordinator before each AddPartitionsToTxn and EndTxn", async () => {
     const name = await topic();
@@ -75,7 +64,7 @@ describe("kafkajs's transactional requests", () => {
     expect(counts.get("Produce")).toBe(TRANSACTIONS);
     // CONCURRENT_TRANSACTIONS right after a commit is asked again in place: at least one AddPartitionsToTxn each.
     expect(counts.get("AddPartitionsToTxn") ?? 0).toBeGreaterThanOrEqual(TRANSACTIONS);
-    const seen = await readCommitted(name, 2 * (TRANSACTIONS + 1));
+    const seen = (await readCommitted(kafka, name, 2 * (TRANSACTIONS + 1))).map((r) => r.value);
     expect(seen.sort()).toEqual(["warm", "warm", ...Array.from({ length: TRANSACTIONS }, (_, i) => [`a${i}`, `b${i}`]).flat()].sort());
   });
 });

@@ -1,0 +1,553 @@
+/**
+ * Kafka transactions v2 (KIP-890 part 2) for writ's owner, which kafkajs
+ * 2.2.4 (its last release) cannot speak: it knows Produce up to v7 and EndTxn
+ * up to v1, and its transaction manager keeps one producer epoch for the
+ * producer's life.
+ *
+ * With `transaction.version` 2 finalized on the cluster (Kafka 4.0 and later
+ * finalize it by default), a transaction is:
+ * - **Produce v12**, whose partitions the partition leader adds to the
+ *   transaction itself: no AddPartitionsToTxn round trip from the client;
+ * - **TxnOffsetCommit v5** when the consumed offset goes in, which adds the
+ *   group's offsets partition likewise: no AddOffsetsToTxn;
+ * - **EndTxn v5**, which answers with the producer epoch the coordinator bumped
+ *   for the next transaction (and a new producer id when the epoch ran out);
+ *   sequence numbers start again at 0 under it.
+ * Two requests per transaction where kafkajs sends three (four with offsets),
+ * each a client round trip and a broker request less. Fencing is unchanged: an
+ * InitProducerId by a newer owner bumps the epoch, and every request of the
+ * old one is then refused with PRODUCER_FENCED or INVALID_PRODUCER_EPOCH.
+ *
+ * Connections, SASL, TLS, metadata and FindCoordinator are kafkajs's (its own
+ * Cluster, built with the client's settings); record batches are kafkajs's
+ * encoder's; failures are kafkajs's protocol errors (their `type` is what the
+ * owner's fencing check reads). {@link probeTransactionVersion} asks a broker
+ * (ApiVersions v3) which transaction version the cluster has finalized.
+ */
+import { createRequire } from "node:module";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Kafka } from "kafkajs";
+import { backoffMs } from "../retry.ts";
+import { partitionFor } from "./partition.ts";
+import {
+  Decoder,
+  Encoder,
+  type KjsBroker,
+  type KjsCluster,
+  type KjsDecoder,
+  type KjsProtocolRequest,
+  type Throttled,
+  flexibleRequest,
+  readCompactArray,
+  readCompactString,
+  send,
+  skipTaggedFields,
+  throttled,
+  writeCompactArray,
+  writeNoTaggedFields,
+} from "./protocol.ts";
+import { askCoordinator, forgetsCoordinator, patchTransactionalRequests, transactionCoordinators } from "./txn-requests.ts";
+
+const require = createRequire(import.meta.url);
+const { RecordBatch } = require("kafkajs/src/protocol/recordBatch/v0/index.js") as {
+  RecordBatch: (opts: Record<string, unknown>) => Promise<{ buffer: Buffer }>;
+};
+const Record = require("kafkajs/src/protocol/recordBatch/record/v0/index.js") as (opts: Record<string, unknown>) => unknown;
+const { createErrorFromCode } = require("kafkajs/src/protocol/error.js") as { createErrorFromCode: (code: number) => Error & { type: string; retriable: boolean } };
+
+const API = { Produce: 0, ApiVersions: 18, InitProducerId: 22, EndTxn: 26, TxnOffsetCommit: 28 } as const;
+/** The request versions of transactions v2: the first that carry it. */
+const V2 = { Produce: 12, EndTxn: 5, TxnOffsetCommit: 5 } as const;
+const COORDINATOR = { GROUP: 0, TRANSACTION: 1 } as const;
+const INT32_MAX = 2_147_483_647;
+
+/** Error codes a Produce or TxnOffsetCommit is sent again after (the same batch and sequence: the broker drops a duplicate). */
+const RESEND = new Set([
+  3, // UNKNOWN_TOPIC_OR_PARTITION (metadata behind)
+  5, // LEADER_NOT_AVAILABLE
+  6, // NOT_LEADER_OR_FOLLOWER
+  7, // REQUEST_TIMED_OUT
+  13, // NETWORK_EXCEPTION
+  14, // COORDINATOR_LOAD_IN_PROGRESS
+  15, // COORDINATOR_NOT_AVAILABLE
+  16, // NOT_COORDINATOR
+  19, // NOT_ENOUGH_REPLICAS
+  20, // NOT_ENOUGH_REPLICAS_AFTER_APPEND
+  51, // CONCURRENT_TRANSACTIONS (the last transaction's markers still being written)
+  74, // FENCED_LEADER_EPOCH
+  75, // UNKNOWN_LEADER_EPOCH
+]);
+const COORDINATOR_MOVED = new Set([14, 15, 16]);
+const DUPLICATE_SEQUENCE_NUMBER = 46;
+/** Attempts of one Produce or TxnOffsetCommit, the first included; waits 20 ms … 1 s between them. */
+const ATTEMPTS = 8;
+
+/** One record of a transaction (the owner's OutRecord). */
+export interface TxnRecord {
+  topic: string;
+  /** Explicit partition; otherwise the Java client's default partitioner by key. */
+  partition?: number;
+  key: string | Buffer | null;
+  value: string | Buffer | null;
+  headers?: Record<string, string | Buffer | (string | Buffer)[]>;
+}
+
+/** The consumed offset a transaction commits for a group. */
+export interface TxnOffset {
+  groupId: string;
+  topic: string;
+  partition: number;
+  offset: bigint;
+}
+
+interface PartitionBatch {
+  topic: string;
+  partition: number;
+  records: TxnRecord[];
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+interface ProduceResponse extends Throttled {
+  topics: { topic: string; partitions: { partition: number; errorCode: number; errorMessage: string | null }[] }[];
+}
+
+/** Produce v12 (flexible): TransactionalId Acks TimeoutMs [Name [Index Records]]. Records are whole encoded batches. */
+function produceRequest(transactionalId: string, timeoutMs: number, batches: readonly { topic: string; partitions: { partition: number; batch: Buffer }[] }[]): KjsProtocolRequest<ProduceResponse> {
+  return flexibleRequest(
+    API.Produce,
+    "Produce",
+    V2.Produce,
+    (e) => {
+      e.writeUVarIntString(transactionalId);
+      e.writeInt16(-1);
+      e.writeInt32(timeoutMs);
+      writeCompactArray(e, batches, (t) => {
+        e.writeUVarIntString(t.topic);
+        writeCompactArray(e, t.partitions, (p) => {
+          e.writeInt32(p.partition);
+          e.writeUVarIntBytes(p.batch);
+          writeNoTaggedFields(e);
+        });
+        writeNoTaggedFields(e);
+      });
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const topics = readCompactArray(d, () => {
+        const topic = readCompactString(d);
+        const partitions = readCompactArray(d, () => {
+          const partition = d.readInt32();
+          const errorCode = d.readInt16();
+          d.readInt64(); // base offset
+          d.readInt64(); // log append time
+          d.readInt64(); // log start offset
+          readCompactArray(d, () => {
+            d.readInt32();
+            d.readUVarIntString();
+            skipTaggedFields(d);
+          });
+          const errorMessage = d.readUVarIntString();
+          skipTaggedFields(d);
+          return { partition, errorCode, errorMessage };
+        });
+        skipTaggedFields(d);
+        return { topic, partitions };
+      });
+      const throttleTimeMs = d.readInt32();
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { topics });
+    },
+  );
+}
+
+interface EndTxnResponse extends Throttled {
+  errorCode: number;
+  producerId: bigint;
+  producerEpoch: number;
+}
+
+/** EndTxn v5 (flexible): TransactionalId ProducerId ProducerEpoch Committed; answers with the next epoch. */
+function endTxnRequest(transactionalId: string, producerId: bigint, producerEpoch: number, committed: boolean): KjsProtocolRequest<EndTxnResponse> {
+  return flexibleRequest(
+    API.EndTxn,
+    "EndTxn",
+    V2.EndTxn,
+    (e) => {
+      e.writeUVarIntString(transactionalId);
+      e.writeInt64(producerId);
+      e.writeInt16(producerEpoch);
+      e.writeBoolean(committed);
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const throttleTimeMs = d.readInt32();
+      const errorCode = d.readInt16();
+      const producerId = d.readInt64();
+      const producerEpoch = d.readInt16();
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { errorCode, producerId: BigInt(producerId), producerEpoch });
+    },
+  );
+}
+
+interface TxnOffsetCommitResponse extends Throttled {
+  errorCodes: number[];
+}
+
+/** TxnOffsetCommit v5 (flexible), without a group generation (as a producer outside the group commits). */
+function txnOffsetCommitRequest(transactionalId: string, producerId: bigint, producerEpoch: number, o: TxnOffset): KjsProtocolRequest<TxnOffsetCommitResponse> {
+  return flexibleRequest(
+    API.TxnOffsetCommit,
+    "TxnOffsetCommit",
+    V2.TxnOffsetCommit,
+    (e) => {
+      e.writeUVarIntString(transactionalId);
+      e.writeUVarIntString(o.groupId);
+      e.writeInt64(producerId);
+      e.writeInt16(producerEpoch);
+      e.writeInt32(-1); // generation id: none
+      e.writeUVarIntString(""); // member id: none
+      e.writeUVarIntString(null); // group instance id
+      writeCompactArray(e, [o], (t) => {
+        e.writeUVarIntString(t.topic);
+        writeCompactArray(e, [t], (p) => {
+          e.writeInt32(p.partition);
+          e.writeInt64(p.offset);
+          e.writeInt32(-1); // committed leader epoch: unknown
+          e.writeUVarIntString(null); // metadata
+          writeNoTaggedFields(e);
+        });
+        writeNoTaggedFields(e);
+      });
+      writeNoTaggedFields(e);
+    },
+    (d) => {
+      const throttleTimeMs = d.readInt32();
+      const errorCodes: number[] = [];
+      readCompactArray(d, () => {
+        readCompactString(d);
+        readCompactArray(d, () => {
+          d.readInt32();
+          errorCodes.push(d.readInt16());
+          skipTaggedFields(d);
+        });
+        skipTaggedFields(d);
+      });
+      skipTaggedFields(d);
+      return throttled(throttleTimeMs, { errorCodes });
+    },
+  );
+}
+
+interface ApiVersionsV3 extends Throttled {
+  errorCode: number;
+  finalized: Map<string, number>;
+}
+
+/**
+ * ApiVersions v3: its request is flexible, but its response header stays v0
+ * (no tagged fields: a client must be able to read it before it knows what
+ * the broker speaks). Finalized features are tagged field 2 of the body.
+ */
+function apiVersionsRequest(): KjsProtocolRequest<ApiVersionsV3> {
+  return {
+    request: {
+      apiKey: API.ApiVersions,
+      apiVersion: 3,
+      apiName: "ApiVersions",
+      encode: async () => {
+        const e = new Encoder();
+        writeNoTaggedFields(e); // request header v2
+        e.writeUVarIntString("writ");
+        e.writeUVarIntString("1");
+        writeNoTaggedFields(e);
+        return e;
+      },
+    },
+    response: {
+      decode: async (payload: Buffer) => decodeApiVersionsV3(new Decoder(payload)),
+      parse: async (decoded: ApiVersionsV3) => decoded,
+    },
+  };
+}
+
+/** The body of an ApiVersions v3 response: its error code and the cluster's finalized feature levels. */
+export function decodeApiVersionsV3(d: KjsDecoder): ApiVersionsV3 {
+  const errorCode = d.readInt16();
+  readCompactArray(d, () => {
+    d.readInt16();
+    d.readInt16();
+    d.readInt16();
+    skipTaggedFields(d);
+  });
+  const throttleTimeMs = d.readInt32();
+  const finalized = new Map<string, number>();
+  const tagged = d.readUVarInt();
+  for (let i = 0; i < tagged; i++) {
+    const tag = d.readUVarInt();
+    const size = d.readUVarInt();
+    if (tag !== 2) {
+      d.forward(size);
+      continue;
+    }
+    readCompactArray(d, () => {
+      const name = readCompactString(d);
+      const maxLevel = d.readInt16();
+      d.readInt16(); // min level
+      skipTaggedFields(d);
+      finalized.set(name, maxLevel);
+    });
+  }
+  return throttled(throttleTimeMs, { errorCode, finalized });
+}
+
+// ---------------------------------------------------------------------------
+
+/** A kafkajs Cluster with the settings of `kafka` (its brokers, TLS, SASL, timeouts, retry), as kafkajs's producer makes one. */
+export function clusterOf(kafka: Kafka): KjsCluster {
+  const create = Object.getOwnPropertySymbols(kafka).find((s) => s.description === "private:Kafka:createCluster");
+  const make = create === undefined ? undefined : (kafka as unknown as Record<symbol, unknown>)[create];
+  if (typeof make !== "function") throw new Error("kafkajs Kafka has no createCluster: writ's transactions v2 do not fit this kafkajs");
+  return (make as (opts: Record<string, unknown>) => KjsCluster)({ allowAutoTopicCreation: false, maxInFlightRequests: null, metadataMaxAge: 300_000 });
+}
+
+/**
+ * The `transaction.version` the cluster has finalized, asked of any broker
+ * (ApiVersions v3), and whether that broker serves the request versions of
+ * transactions v2. 0 when the broker is older than ApiVersions v3.
+ */
+export async function probeTransactionVersion(cluster: KjsCluster): Promise<{ level: number; requests: boolean }> {
+  await cluster.connect();
+  await cluster.refreshMetadataIfNecessary();
+  const nodeId = cluster.getNodeIds()[0];
+  if (nodeId === undefined) return { level: 0, requests: false };
+  const broker = await cluster.findBroker({ nodeId });
+  const serves = (api: number, version: number) => (broker.versions?.[api]?.maxVersion ?? -1) >= version;
+  const requests = serves(API.Produce, V2.Produce) && serves(API.EndTxn, V2.EndTxn) && serves(API.TxnOffsetCommit, V2.TxnOffsetCommit);
+  if (!serves(API.ApiVersions, 3)) return { level: 0, requests };
+  const answer = await send(broker, apiVersionsRequest());
+  if (answer.errorCode !== 0) throw createErrorFromCode(answer.errorCode);
+  return { level: answer.finalized.get("transaction.version") ?? 0, requests };
+}
+
+/**
+ * One transactional producer speaking transactions v2, for one transactional
+ * id. Not safe for concurrent transactions: the owner runs one at a time per
+ * partition.
+ */
+export class TransactionalProducerV2 {
+  readonly transactionalId: string;
+  private readonly cluster: KjsCluster;
+  private readonly transactionTimeoutMs: number;
+  private readonly requestTimeoutMs: number;
+  private producerId = -1n;
+  private producerEpoch = -1;
+  /** Next sequence number per `topic\0partition`, under the current epoch. */
+  private readonly sequences = new Map<string, number>();
+  private groupCoordinator: KjsBroker | undefined;
+
+  constructor(cluster: KjsCluster, opts: { transactionalId: string; transactionTimeoutMs: number; requestTimeoutMs?: number }) {
+    this.cluster = cluster;
+    this.transactionalId = opts.transactionalId;
+    this.transactionTimeoutMs = opts.transactionTimeoutMs;
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    patchTransactionalRequests();
+  }
+
+  /** The producer id and epoch the next transaction uses. */
+  get identity(): { producerId: bigint; producerEpoch: number } {
+    return { producerId: this.producerId, producerEpoch: this.producerEpoch };
+  }
+
+  /**
+   * InitProducerId: fences the previous holder of the transactional id and
+   * aborts (or completes) its open transaction. Asked again while the
+   * coordinator answers that it is loading, moved, or still ending that
+   * transaction (CONCURRENT_TRANSACTIONS), up to `budgetMs`.
+   */
+  async init(budgetMs = 30_000): Promise<void> {
+    await this.cluster.connect();
+    await this.cluster.refreshMetadataIfNecessary();
+    const deadline = Date.now() + budgetMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const coordinator = await this.transactionCoordinator();
+        const r = (await (coordinator as unknown as { initProducerId(a: object): Promise<{ producerId: string; producerEpoch: number }> }).initProducerId({
+          transactionalId: this.transactionalId,
+          transactionTimeout: this.transactionTimeoutMs,
+        })) ?? { producerId: "-1", producerEpoch: -1 };
+        this.producerId = BigInt(r.producerId);
+        this.producerEpoch = r.producerEpoch;
+        this.sequences.clear();
+        return;
+      } catch (err) {
+        const type = (err as { type?: unknown }).type;
+        const again = type === "CONCURRENT_TRANSACTIONS" || type === "GROUP_LOAD_IN_PROGRESS" || type === "GROUP_COORDINATOR_NOT_AVAILABLE" || type === "NOT_COORDINATOR_FOR_GROUP";
+        if (!again || Date.now() >= deadline) throw err;
+        await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
+      }
+    }
+  }
+
+  /** Produces `records` into the open transaction (it opens with the first), in rounds the caller sized. */
+  async send(records: readonly TxnRecord[]): Promise<void> {
+    if (records.length === 0) return;
+    const topics = [...new Set(records.map((r) => r.topic))];
+    await this.cluster.addMultipleTargetTopics(topics);
+    await this.cluster.refreshMetadataIfNecessary();
+    const batches = new Map<string, PartitionBatch>();
+    for (const r of records) {
+      const partition = r.partition ?? partitionFor(r.key ?? Buffer.alloc(0), this.partitionCount(r.topic));
+      const k = `${r.topic}\0${partition}`;
+      let b = batches.get(k);
+      if (b === undefined) batches.set(k, (b = { topic: r.topic, partition, records: [] }));
+      b.records.push(r);
+    }
+    const encoded = new Map<string, Buffer>();
+    for (const [k, b] of batches) encoded.set(k, await this.encodeBatch(b));
+    let pending = [...batches.keys()];
+    for (let attempt = 1; pending.length > 0; attempt++) {
+      const failed = await this.produceOnce(pending.map((k) => batches.get(k)!), encoded);
+      for (const k of pending) if (!failed.has(k)) this.advance(k, batches.get(k)!.records.length);
+      if (failed.size === 0) return;
+      const [first] = failed.values();
+      if (attempt >= ATTEMPTS || first!.fatal) throw first!.error;
+      pending = [...failed.keys()];
+      await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
+      await this.cluster.refreshMetadata().catch(() => undefined);
+    }
+  }
+
+  /** Commits the consumed offset `o` in the open transaction (it opens the transaction if nothing was sent yet). */
+  async sendOffset(o: TxnOffset): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      let code: number;
+      try {
+        this.groupCoordinator ??= await this.cluster.findGroupCoordinator({ groupId: o.groupId, coordinatorType: COORDINATOR.GROUP });
+        const answer = await send(this.groupCoordinator, txnOffsetCommitRequest(this.transactionalId, this.producerId, this.producerEpoch, o));
+        code = answer.errorCodes.find((c) => c !== 0) ?? 0;
+        if (code === 0) return;
+        if (!RESEND.has(code) || attempt >= ATTEMPTS) throw createErrorFromCode(code);
+      } catch (err) {
+        const type = (err as { type?: unknown }).type;
+        this.groupCoordinator = undefined;
+        if (typeof type === "string" || attempt >= ATTEMPTS) throw err; // a protocol answer that is final
+        code = -1; // no answer: connection lost or timed out
+      }
+      if (COORDINATOR_MOVED.has(code)) this.groupCoordinator = undefined;
+      await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
+    }
+  }
+
+  /**
+   * EndTxn: commits (or aborts) the open transaction and takes the epoch the
+   * coordinator bumped for the next one. Asked again when the coordinator
+   * moved or did not answer: under v2 the coordinator keeps the previous epoch
+   * to recognise a retried EndTxn of a transaction it already ended, and
+   * answers it as the first time.
+   */
+  async end(commit: boolean): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const coordinator = await this.transactionCoordinator();
+        const answer = await askCoordinator(
+          transactionCoordinators,
+          this.transactionalId,
+          async () => {
+            const r = await send(coordinator, endTxnRequest(this.transactionalId, this.producerId, this.producerEpoch, commit));
+            if (r.errorCode !== 0) throw createErrorFromCode(r.errorCode);
+            return r;
+          },
+          { retryConcurrent: true },
+        );
+        if (answer.producerId !== this.producerId || answer.producerEpoch !== this.producerEpoch) this.sequences.clear();
+        this.producerId = answer.producerId;
+        this.producerEpoch = answer.producerEpoch;
+        return;
+      } catch (err) {
+        if (!forgetsCoordinator(err) || attempt >= ATTEMPTS) throw err;
+        await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
+      }
+    }
+  }
+
+  async disconnect(): Promise<void> {
+    await this.cluster.disconnect();
+  }
+
+  private transactionCoordinator(): Promise<KjsBroker> {
+    return this.cluster.findGroupCoordinator({ groupId: this.transactionalId, coordinatorType: COORDINATOR.TRANSACTION });
+  }
+
+  private partitionCount(topic: string): number {
+    const n = this.cluster.findTopicPartitionMetadata(topic).length;
+    if (n === 0) throw createErrorFromCode(3);
+    return n;
+  }
+
+  private advance(k: string, count: number): void {
+    const next = (this.sequences.get(k) ?? 0) + count;
+    this.sequences.set(k, next > INT32_MAX ? next - INT32_MAX - 1 : next);
+  }
+
+  private async encodeBatch(b: PartitionBatch): Promise<Buffer> {
+    const now = Date.now();
+    const records = b.records.map((r, i) =>
+      Record({ key: r.key, value: r.value, headers: r.headers ?? {}, offsetDelta: i, timestampDelta: 0 }),
+    );
+    const batch = await RecordBatch({
+      records,
+      firstTimestamp: now,
+      maxTimestamp: now,
+      producerId: this.producerId,
+      producerEpoch: this.producerEpoch,
+      firstSequence: this.sequences.get(`${b.topic}\0${b.partition}`) ?? 0,
+      transactional: true,
+      lastOffsetDelta: records.length - 1,
+    });
+    return batch.buffer;
+  }
+
+  /** One Produce per partition leader, in parallel. Returns the batches that failed, with whether another try may succeed. */
+  private async produceOnce(batches: readonly PartitionBatch[], encoded: Map<string, Buffer>): Promise<Map<string, { error: Error; fatal: boolean }>> {
+    const byLeader = new Map<number, PartitionBatch[]>();
+    const failed = new Map<string, { error: Error; fatal: boolean }>();
+    for (const b of batches) {
+      const leader = this.cluster.findTopicPartitionMetadata(b.topic).find((p) => p.partitionId === b.partition)?.leader;
+      if (leader === undefined || leader === null || leader < 0) {
+        failed.set(`${b.topic}\0${b.partition}`, { error: createErrorFromCode(5), fatal: false });
+        continue;
+      }
+      byLeader.set(leader, [...(byLeader.get(leader) ?? []), b]);
+    }
+    await Promise.all(
+      [...byLeader].map(async ([nodeId, list]) => {
+        const topics = new Map<string, { partition: number; batch: Buffer }[]>();
+        for (const b of list) topics.set(b.topic, [...(topics.get(b.topic) ?? []), { partition: b.partition, batch: encoded.get(`${b.topic}\0${b.partition}`)! }]);
+        try {
+          const broker = await this.cluster.findBroker({ nodeId });
+          const answer = await send(broker, produceRequest(this.transactionalId, this.requestTimeoutMs, [...topics].map(([topic, partitions]) => ({ topic, partitions }))));
+          for (const t of answer.topics) {
+            for (const p of t.partitions) {
+              if (p.errorCode === 0 || p.errorCode === DUPLICATE_SEQUENCE_NUMBER) continue;
+              failed.set(`${t.topic}\0${p.partition}`, { error: withMessage(createErrorFromCode(p.errorCode), p.errorMessage), fatal: !RESEND.has(p.errorCode) });
+            }
+          }
+        } catch (err) {
+          // No answer (connection lost, timed out): the batches may have landed; the same sequence is sent again.
+          const fatal = typeof (err as { type?: unknown }).type === "string" && !(err as { retriable?: unknown }).retriable;
+          for (const b of list) failed.set(`${b.topic}\0${b.partition}`, { error: err as Error, fatal });
+        }
+      }),
+    );
+    return failed;
+  }
+}
+
+function withMessage(err: Error, message: string | null): Error {
+  if (message) err.message = `${err.message} (${message})`;
+  return err;
+}
+
