@@ -5,9 +5,14 @@
 // the consumed offset only with a committed transaction. The producer epoch
 // going up with every EndTxn is what tells v2 from v1 (kafkajs keeps one epoch
 // for a producer's life), and sequence numbers that did not start again at 0
-// under each new epoch would be refused (OUT_OF_ORDER_SEQUENCE_NUMBER).
+// under each new epoch would be refused (OUT_OF_ORDER_SEQUENCE_NUMBER). A
+// Produce or EndTxn answer lost after the broker acted (sockets that break as
+// the answer arrives) is asked again without a second copy; re-encoding the
+// resent batch under the next sequence instead (a blind replay, tried by hand)
+// makes the Produce case fail with the batch twice, as its control shows.
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel } from "kafkajs";
+import { connect, type Socket } from "node:net";
+import { Kafka, logLevel, type ISocketFactory } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { partitionFor } from "../../src/kafka/partition.ts";
 import { TransactionalProducerV2, clusterOf, probeTransactionVersion } from "../../src/kafka/txn-v2.ts";
@@ -128,5 +133,98 @@ describe("transactions v2", () => {
     await waitFor(async () => (await groupOffset()) === "60", { timeoutMs: 10_000, message: () => "offset 60 committed" });
     const seen = await committed(name, 1);
     expect(seen).toEqual(["0:r1"]);
+  });
+});
+
+/**
+ * Sockets that lose the answer to the next request of API `apiKey` once armed:
+ * the request reaches the broker and is acted on; when its answer arrives the
+ * connection breaks before the client reads it (a broker or network failure
+ * after the work was done). kafkajs writes each request frame in one write.
+ */
+function lossySockets(): { factory: ISocketFactory; loseNextAnswerTo(apiKey: number): void; lost: number[] } {
+  let armed: number | null = null;
+  const lost: number[] = [];
+  const factory: ISocketFactory = ({ host, port, onConnect }) => {
+    const socket: Socket = connect({ host, port }, onConnect);
+    let losing: number | null = null;
+    const write = socket.write.bind(socket) as (chunk: unknown, ...rest: unknown[]) => boolean;
+    socket.write = ((chunk: unknown, ...rest: unknown[]) => {
+      const b = Buffer.isBuffer(chunk) ? chunk : null;
+      if (armed !== null && b !== null && b.length >= 6 && b.readInt16BE(4) === armed) {
+        losing = armed;
+        armed = null;
+      }
+      return write(chunk, ...rest);
+    }) as typeof socket.write;
+    const emit = socket.emit.bind(socket) as (event: string | symbol, ...args: unknown[]) => boolean;
+    socket.emit = ((event: string | symbol, ...args: unknown[]) => {
+      if (event === "data" && losing !== null) {
+        lost.push(losing);
+        losing = null;
+        socket.destroy(new Error("connection lost with the answer (test)"));
+        return true;
+      }
+      return emit(event, ...args);
+    }) as typeof socket.emit;
+    return socket;
+  };
+  return { factory, loseNextAnswerTo: (apiKey) => void (armed = apiKey), lost };
+}
+
+describe("transactions v2: answers lost after the broker acted", () => {
+  const PRODUCE = 0;
+  const END_TXN = 26;
+
+  async function lossyProducer(): Promise<{ p: TransactionalProducerV2; sockets: ReturnType<typeof lossySockets> }> {
+    const sockets = lossySockets();
+    const lossy = new Kafka({ clientId: `txn-v2-lossy-${randomUUID().slice(0, 8)}`, brokers: brokers(), logLevel: logLevel.NOTHING, socketFactory: sockets.factory });
+    const p = new TransactionalProducerV2(clusterOf(lossy), { transactionalId: `txn-v2-${randomUUID()}`, transactionTimeoutMs: 60_000 });
+    onTestFinished(() => p.disconnect());
+    await p.init();
+    return { p, sockets };
+  }
+
+  it("a Produce whose answer is lost is sent again with the same sequence: the broker keeps one copy", async () => {
+    const name = await topic(1);
+    const { p, sockets } = await lossyProducer();
+    await p.send([{ topic: name, partition: 0, key: null, value: "t1" }]);
+    await p.end(true);
+    sockets.loseNextAnswerTo(PRODUCE);
+    await p.send(["t2-a", "t2-b", "t2-c"].map((value) => ({ topic: name, partition: 0, key: null, value })));
+    await p.end(true);
+    await p.send([{ topic: name, partition: 0, key: null, value: "t3" }]);
+    await p.end(true);
+    expect(sockets.lost).toEqual([PRODUCE]);
+    // read in offset order: a second copy of t2 would come before t3
+    expect(await committed(name, 5)).toEqual(["0:t1", "0:t2-a", "0:t2-b", "0:t2-c", "0:t3"]);
+  });
+
+  it("control: the same records sent again as a new batch (a blind replay) are two copies, and the check above sees them", async () => {
+    const name = await topic(1);
+    const { p, sockets } = await lossyProducer();
+    const t2 = ["t2-a", "t2-b", "t2-c"].map((value) => ({ topic: name, partition: 0, key: null, value }));
+    sockets.loseNextAnswerTo(PRODUCE);
+    await p.send(t2);
+    await p.send(t2); // what a client without idempotent resends does after a lost answer
+    await p.end(true);
+    expect(sockets.lost).toEqual([PRODUCE]);
+    expect(await committed(name, 6)).toEqual(["0:t2-a", "0:t2-b", "0:t2-c", "0:t2-a", "0:t2-b", "0:t2-c"]);
+  });
+
+  it("an EndTxn whose answer is lost is asked again and answered as the first time; the next transaction goes on", async () => {
+    const name = await topic(1);
+    const { p, sockets } = await lossyProducer();
+    await p.send([{ topic: name, partition: 0, key: null, value: "t1" }]);
+    await p.end(true);
+    const before = p.identity.producerEpoch;
+    await p.send([{ topic: name, partition: 0, key: null, value: "t2" }]);
+    sockets.loseNextAnswerTo(END_TXN);
+    await p.end(true);
+    expect(sockets.lost).toEqual([END_TXN]);
+    expect(p.identity.producerEpoch).toBe(before + 1);
+    await p.send([{ topic: name, partition: 0, key: null, value: "t3" }]);
+    await p.end(true);
+    expect(await committed(name, 3)).toEqual(["0:t1", "0:t2", "0:t3"]);
   });
 });
