@@ -1,7 +1,9 @@
 /**
  * Two fixes to kafkajs's transactional requests, which writ's owner sends
- * back to back (a transaction is AddPartitionsToTxn, Produce, EndTxn, and
- * every few a TxnOffsetCommit).
+ * back to back under transactions v1 (a transaction is AddPartitionsToTxn,
+ * Produce, EndTxn, and every few a TxnOffsetCommit; src/owner/transactions.ts).
+ * Under transactions v2 (txn-v2.ts) the owner sends its own Produce and EndTxn
+ * and uses the first fix, the cached coordinator, for InitProducerId and EndTxn.
  *
  * 1. The transaction coordinator is kept until it says otherwise, as the Java
  *    client's TransactionManager does. kafkajs 2.2.4 (its last release) sends

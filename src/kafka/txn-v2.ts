@@ -85,7 +85,7 @@ const ATTEMPTS = 8;
 /** One record of a transaction (the owner's OutRecord). */
 export interface TxnRecord {
   topic: string;
-  /** Explicit partition; otherwise the Java client's default partitioner by key. */
+  /** Explicit partition; otherwise the Java client's default partitioner by key (a keyless record needs one). */
   partition?: number;
   key: string | Buffer | null;
   value: string | Buffer | null;
@@ -374,10 +374,10 @@ export class TransactionalProducerV2 {
     for (let attempt = 1; ; attempt++) {
       try {
         const coordinator = await this.transactionCoordinator();
-        const r = (await (coordinator as unknown as { initProducerId(a: object): Promise<{ producerId: string; producerEpoch: number }> }).initProducerId({
+        const r = await (coordinator as unknown as { initProducerId(a: object): Promise<{ producerId: string; producerEpoch: number }> }).initProducerId({
           transactionalId: this.transactionalId,
           transactionTimeout: this.transactionTimeoutMs,
-        })) ?? { producerId: "-1", producerEpoch: -1 };
+        });
         this.producerId = BigInt(r.producerId);
         this.producerEpoch = r.producerEpoch;
         this.sequences.clear();
@@ -399,7 +399,8 @@ export class TransactionalProducerV2 {
     await this.cluster.refreshMetadataIfNecessary();
     const batches = new Map<string, PartitionBatch>();
     for (const r of records) {
-      const partition = r.partition ?? partitionFor(r.key ?? Buffer.alloc(0), this.partitionCount(r.topic));
+      if (r.partition === undefined && r.key === null) throw new Error(`a record for ${r.topic} has neither a partition nor a key`);
+      const partition = r.partition ?? partitionFor(r.key!, this.partitionCount(r.topic));
       const k = `${r.topic}\0${partition}`;
       let b = batches.get(k);
       if (b === undefined) batches.set(k, (b = { topic: r.topic, partition, records: [] }));
@@ -412,8 +413,8 @@ export class TransactionalProducerV2 {
       const failed = await this.produceOnce(pending.map((k) => batches.get(k)!), encoded);
       for (const k of pending) if (!failed.has(k)) this.advance(k, batches.get(k)!.records.length);
       if (failed.size === 0) return;
-      const [first] = failed.values();
-      if (attempt >= ATTEMPTS || first!.fatal) throw first!.error;
+      const worst = [...failed.values()].find((f) => f.fatal) ?? failed.values().next().value!;
+      if (attempt >= ATTEMPTS || worst.fatal) throw worst.error;
       pending = [...failed.keys()];
       await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
       await this.cluster.refreshMetadata().catch(() => undefined);
