@@ -26,7 +26,7 @@
  */
 import { createRequire } from "node:module";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Kafka } from "kafkajs";
+import { Partitioners, type Kafka, type PartitionMetadata } from "kafkajs";
 import { backoffMs } from "../retry.ts";
 import { partitionFor } from "./partition.ts";
 import {
@@ -85,7 +85,7 @@ const ATTEMPTS = 8;
 /** One record of a transaction (the owner's OutRecord). */
 export interface TxnRecord {
   topic: string;
-  /** Explicit partition; otherwise the Java client's default partitioner by key (a keyless record needs one). */
+  /** Explicit partition; otherwise by key as the Java client's default partitioner, or, keyless, kafkajs's. */
   partition?: number;
   key: string | Buffer | null;
   value: string | Buffer | null;
@@ -347,6 +347,7 @@ export class TransactionalProducerV2 {
   /** Next sequence number per `topic\0partition`, under the current epoch. */
   private readonly sequences = new Map<string, number>();
   private groupCoordinator: KjsBroker | undefined;
+  private readonly keyless = Partitioners.DefaultPartitioner();
 
   constructor(cluster: KjsCluster, opts: { transactionalId: string; transactionTimeoutMs: number; requestTimeoutMs?: number }) {
     this.cluster = cluster;
@@ -399,8 +400,7 @@ export class TransactionalProducerV2 {
     await this.cluster.refreshMetadataIfNecessary();
     const batches = new Map<string, PartitionBatch>();
     for (const r of records) {
-      if (r.partition === undefined && r.key === null) throw new Error(`a record for ${r.topic} has neither a partition nor a key`);
-      const partition = r.partition ?? partitionFor(r.key!, this.partitionCount(r.topic));
+      const partition = r.partition ?? this.partitionOf(r.topic, r.key);
       const k = `${r.topic}\0${partition}`;
       let b = batches.get(k);
       if (b === undefined) batches.set(k, (b = { topic: r.topic, partition, records: [] }));
@@ -482,10 +482,16 @@ export class TransactionalProducerV2 {
     return this.cluster.findGroupCoordinator({ groupId: this.transactionalId, coordinatorType: COORDINATOR.TRANSACTION });
   }
 
-  private partitionCount(topic: string): number {
-    const n = this.cluster.findTopicPartitionMetadata(topic).length;
-    if (n === 0) throw createErrorFromCode(3);
-    return n;
+  /**
+   * The partition kafkajs's producer would pick: by key, the Java client's
+   * murmur2 over all partitions; without a key (dead letters), kafkajs's
+   * default partitioner's turn over the partitions that have a leader.
+   */
+  private partitionOf(topic: string, key: string | Buffer | null): number {
+    const partitionMetadata = this.cluster.findTopicPartitionMetadata(topic);
+    if (partitionMetadata.length === 0) throw createErrorFromCode(3);
+    if (key !== null) return partitionFor(key, partitionMetadata.length);
+    return this.keyless({ topic, partitionMetadata: partitionMetadata as PartitionMetadata[], message: { key: null, value: null } });
   }
 
   private advance(k: string, count: number): void {
