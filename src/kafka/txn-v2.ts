@@ -424,18 +424,20 @@ export class TransactionalProducerV2 {
   /** Commits the consumed offset `o` in the open transaction (it opens the transaction if nothing was sent yet). */
   async sendOffset(o: TxnOffset): Promise<void> {
     for (let attempt = 1; ; attempt++) {
-      let code: number;
+      let code = -1; // no answer: connection lost or timed out
       try {
         this.groupCoordinator ??= await this.cluster.findGroupCoordinator({ groupId: o.groupId, coordinatorType: COORDINATOR.GROUP });
         const answer = await send(this.groupCoordinator, txnOffsetCommitRequest(this.transactionalId, this.producerId, this.producerEpoch, o));
         code = answer.errorCodes.find((c) => c !== 0) ?? 0;
-        if (code === 0) return;
-        if (!RESEND.has(code) || attempt >= ATTEMPTS) throw createErrorFromCode(code);
       } catch (err) {
-        const type = (err as { type?: unknown }).type;
         this.groupCoordinator = undefined;
-        if (typeof type === "string" || attempt >= ATTEMPTS) throw err; // a protocol answer that is final
-        code = -1; // no answer: connection lost or timed out
+        // a protocol error (kafkajs's lookup gave up) is final; no answer is tried again
+        if (typeof (err as { type?: unknown }).type === "string" || attempt >= ATTEMPTS) throw err;
+      }
+      if (code === 0) return;
+      if (code !== -1 && (!RESEND.has(code) || attempt >= ATTEMPTS)) {
+        this.groupCoordinator = undefined;
+        throw createErrorFromCode(code);
       }
       if (COORDINATOR_MOVED.has(code)) this.groupCoordinator = undefined;
       await sleep(backoffMs(attempt, { initialDelayMs: 20, maxDelayMs: 1000 }));
@@ -527,12 +529,18 @@ export class TransactionalProducerV2 {
         failed.set(`${b.topic}\0${b.partition}`, { error: createErrorFromCode(5), fatal: false });
         continue;
       }
-      byLeader.set(leader, [...(byLeader.get(leader) ?? []), b]);
+      const list = byLeader.get(leader);
+      if (list === undefined) byLeader.set(leader, [b]);
+      else list.push(b);
     }
     await Promise.all(
       [...byLeader].map(async ([nodeId, list]) => {
         const topics = new Map<string, { partition: number; batch: Buffer }[]>();
-        for (const b of list) topics.set(b.topic, [...(topics.get(b.topic) ?? []), { partition: b.partition, batch: encoded.get(`${b.topic}\0${b.partition}`)! }]);
+        for (const b of list) {
+          const partitions = topics.get(b.topic) ?? [];
+          if (partitions.length === 0) topics.set(b.topic, partitions);
+          partitions.push({ partition: b.partition, batch: encoded.get(`${b.topic}\0${b.partition}`)! });
+        }
         try {
           const broker = await this.cluster.findBroker({ nodeId });
           const answer = await send(broker, produceRequest(this.transactionalId, this.requestTimeoutMs, [...topics].map(([topic, partitions]) => ({ topic, partitions }))));
