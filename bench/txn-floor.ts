@@ -10,6 +10,12 @@
 // txn_per_s × the results a transaction carries. The producers are the
 // owner's (src/owner/transactions.ts), in the protocol asked for: v2
 // (transactions v2, KIP-890) or v1 (kafkajs's, with writ's patch).
+//
+// `shared`: one producer instead, each transaction carrying that same shape
+// for every partition at once: the floor of an owner that would commit one
+// transaction per round over all its partitions (fenced by the group's
+// generation, KIP-447, instead of one transactional id per partition). Its
+// figures per partition-transaction say what that design would save.
 import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
 import type { Logger } from "pino";
@@ -21,6 +27,10 @@ import { type OwnerProducer, ownerProducer } from "../src/owner/transactions.ts"
 export interface TxnFloorResult {
   protocol: "v1" | "v2";
   producers: number;
+  /** Partitions each transaction writes (1, or all of them when shared). */
+  partitionsPerTxn: number;
+  /** Transactions × partitions per transaction, per second: the slots an owner's partitions get. */
+  partitionTxnPerSecond: number;
   seconds: number;
   transactions: number;
   txnPerSecond: number;
@@ -28,6 +38,8 @@ export interface TxnFloorResult {
   p99Ms: number;
   /** CPU ms per transaction: the broker's (when local) and the producers' process's (bench/cpu.ts). */
   cpuMsPerTxn: { broker: number | null; producers: number };
+  /** The same per partition-transaction (equal to cpuMsPerTxn unless shared). */
+  cpuMsPerPartitionTxn: { broker: number | null; producers: number };
 }
 
 export async function runTxnFloor(opts: {
@@ -37,6 +49,8 @@ export async function runTxnFloor(opts: {
   replyPartitions?: number;
   seconds: number;
   protocol: "v1" | "v2";
+  /** One producer whose every transaction covers all partitions, instead of one producer per partition. */
+  shared?: boolean;
   logger: Logger;
   keepTopics: boolean;
 }): Promise<TxnFloorResult> {
@@ -56,8 +70,11 @@ export async function runTxnFloor(opts: {
       ],
       waitForLeaders: true,
     });
-    for (let p = 0; p < opts.partitions; p++) {
-      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${p}`, transactionTimeoutMs: 60_000, protocol: opts.protocol });
+    const all = Array.from({ length: opts.partitions }, (_, p) => p);
+    // Which partitions each producer's transactions write.
+    const shares = opts.shared ? [all] : all.map((p) => [p]);
+    for (const [i] of shares.entries()) {
+      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${opts.shared ? "shared" : i}`, transactionTimeoutMs: 60_000, protocol: opts.protocol });
       producers.push(producer);
       await producer.connect();
     }
@@ -67,14 +84,15 @@ export async function runTxnFloor(opts: {
     const cpu = startCpuCount({ broker: opts.brokerPid });
     const end = started + opts.seconds * 1000;
     await Promise.all(
-      producers.map(async (producer, p) => {
+      producers.map(async (producer, i) => {
+        const share = shares[i]!;
         while (Date.now() < end) {
           const t0 = performance.now();
           const txn = await producer.transaction();
           try {
             await txn.send([
-              { topic: ledger, messages: [{ partition: p, key: `result-${p}`, value }, { partition: p, key: `pending-${p}`, value }] },
-              { topic: replies, messages: [{ partition: p % replyPartitions, key: `reply-${p}`, value }] },
+              { topic: ledger, messages: share.flatMap((p) => [{ partition: p, key: `result-${p}`, value }, { partition: p, key: `pending-${p}`, value }]) },
+              { topic: replies, messages: share.map((p) => ({ partition: p % replyPartitions, key: `reply-${p}`, value })) },
             ]);
             await txn.commit();
           } catch (err) {
@@ -87,11 +105,16 @@ export async function runTxnFloor(opts: {
     );
     const seconds = (Date.now() - started) / 1000;
     const used = cpu();
-    const perTxn = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : round(ms / latencies.length, 2));
+    const perTxn = (ms: number | null | undefined, per = latencies.length) => (ms === null || ms === undefined ? null : round(ms / per, 2));
+    const partitionsPerTxn = shares[0]!.length;
+    const partitionTxns = latencies.length * partitionsPerTxn;
     return {
       protocol: opts.protocol,
       cpuMsPerTxn: { broker: perTxn(used.broker), producers: perTxn(used.harness)! },
-      producers: opts.partitions,
+      cpuMsPerPartitionTxn: { broker: perTxn(used.broker, partitionTxns), producers: perTxn(used.harness, partitionTxns)! },
+      producers: shares.length,
+      partitionsPerTxn,
+      partitionTxnPerSecond: round(partitionTxns / seconds, 0)!,
       seconds: round(seconds, 1)!,
       transactions: latencies.length,
       txnPerSecond: round(latencies.length / seconds, 0)!,
