@@ -1,6 +1,6 @@
 // node scripts/check-three-brokers.ts — proves the three-node local stack
 // (src/testing/local-stack.ts, `ensureStack({ brokers: 3 })`) survives losing a
-// partition leader: starts its own stack (ports 49192-49197, registry 48181,
+// partition leader: starts its own stack (ports 21192-21197, registry 21181,
 // .cache/run-check3), creates a topic with replication factor 3, produces with
 // acks=-1, SIGKILLs the leader of partition 0 — chosen to also host the
 // transaction coordinator of a transaction that is open across the kill — shows
@@ -15,8 +15,9 @@ import { hideKafkajsTimeoutWarning } from '../src/node-warnings.ts';
 hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, '..');
 process.env['WRIT_LOCAL_STACK_DIR'] ??= join(root, '.cache', 'run-check3');
-process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '49192';
-process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '48181';
+// Below the ephemeral port range, as the fault suite's (test/faults/run-faults.ts says why).
+process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '21192';
+process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '21181';
 if (process.env['KAFKA_BROKERS']) {
   console.error('check-three-brokers starts and kills its own brokers; unset KAFKA_BROKERS');
   process.exit(2);
