@@ -7,6 +7,7 @@ import { createWritClient, type IntentInput, type SubmitResult, type WritClient 
 import type { ChildProcess } from "node:child_process";
 import { refundPayment } from "../examples/demo-tools.ts";
 import { readRecord } from "../examples/example-stack.ts";
+import { Agent, request } from "undici";
 import type { Logger } from "../src/logger.ts";
 import type { DemoRecordsStats, HistoryEntry, PatchRequestRow } from "../src/testing/demo-records-server.ts";
 import { callChild, startChild, startService, stopChild } from "./child.ts";
@@ -117,7 +118,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
         queue,
         async (job) => {
           // The harness reads the record (fresh), then the tool call submits against what it read.
-          const current = await readRecord(records.url, "payment", entityId(plan.entityOf[job.i]!));
+          const current = await harnessRead(records.url, entityId(plan.entityOf[job.i]!));
           const t0 = performance.now();
           const wall0 = Date.now();
           const reply = await writ.submit(inputOf(job.i, current.version), { timeoutMs: opts.timeoutMs });
@@ -147,6 +148,21 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     await stopChild(records.process);
     if (!opts.keepTopics) await deleteTopics(brokers, [...Object.values(topics), replyTopic]);
   }
+}
+
+/**
+ * The agent's read before each submit: the workload's, not writ's, yet its CPU lands on the machine the
+ * run shares. undici's `request` on a keep-alive Agent of its own, as the owner's HTTP adapter reads,
+ * rather than `fetch` (WHATWG streams and Request/Response objects per call), so that the submitters'
+ * figure carries as little of the harness as it can.
+ */
+const harnessAgent = new Agent({ keepAliveTimeout: 30_000 });
+async function harnessRead(recordsUrl: string, id: string): Promise<{ version: string }> {
+  const res = await request(`${recordsUrl}/records/payment/${id}`, { dispatcher: harnessAgent });
+  await res.body.dump();
+  const etag = res.headers["etag"];
+  if (res.statusCode !== 200 || typeof etag !== "string") throw new Error(`records server: GET payment/${id} answered ${res.statusCode}`);
+  return { version: etag };
 }
 
 /** The records server's process and where it listens. */
