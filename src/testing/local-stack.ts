@@ -16,7 +16,9 @@
 //   above that (controller), and keeps its files in `<stack dir>/node-<n>/`.
 // One stack dir holds one shape at a time; use WRIT_LOCAL_STACK_DIR and
 // WRIT_LOCAL_KAFKA_PORT for a second stack (`npm run kafka:up -- --brokers 3`
-// uses .cache/run-3 and port 39192).
+// uses .cache/run-3 and port 19192). A multi-node stack's ports belong below the
+// OS's ephemeral range (32768+ on Linux): its nodes connect to each other while a
+// sibling is still binding, and such a connection can hold the sibling's port.
 //
 // Library module: importing it has no side effects.
 
