@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, type WriteStream } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { waitFor } from "../helpers/wait-for.ts";
 import type { Rng } from "./rng.ts";
 
 interface Owner {
@@ -94,9 +95,13 @@ export class OwnerFleet {
    * A zombie: SIGSTOP a random owner that owns something, keep it stopped for
    * `pauseMs` (past the session timeout, so the group moves its partitions on
    * and a new owner fences it), then SIGCONT. A replacement joins meanwhile.
+   * Right after kills and leaves every live owner may still be rebalancing,
+   * with nothing open: the pause waits (up to `waitMs`) for one that owns
+   * something, instead of being skipped (a CI run's three-broker suite once
+   * made no zombie at all that way).
    */
-  async zombie(pauseMs: number): Promise<Zombie | null> {
-    const owner = this.pick((o) => o.sessions.size > 0);
+  async zombie(pauseMs: number, waitMs = 60_000): Promise<Zombie | null> {
+    const owner = await waitFor(() => this.pick((o) => o.sessions.size > 0), { timeoutMs: waitMs, intervalMs: 200 }).catch(() => undefined);
     if (!owner) return null;
     const sessions = [...owner.sessions.keys()];
     const pausedAt = Date.now();
