@@ -34,7 +34,7 @@ import { cpuSummary } from "./cpu.ts";
 import { runEcho } from "./echo.ts";
 import { runMemory, type MemoryResult } from "./memory.ts";
 import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
-import { makePlan, percentile, round, say, SCENARIOS, type Scenario } from "./workload.ts";
+import { makePlan, percentile, round, say, SCENARIOS, type Plan, type Scenario } from "./workload.ts";
 import { runWrit } from "./writ-run.ts";
 
 hideKafkajsTimeoutWarning();
@@ -117,10 +117,15 @@ let memory: MemoryResult | null = null;
 const floors: TxnFloorResult[] = [];
 let failed = false;
 
+/** What the echo's and writ's closed loops share, for `concurrency` submitters over `plan`. */
+function loopOptions(concurrency: number, plan: Plan) {
+  return { brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, concurrency, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
+}
+
 async function scenario(s: Scenario): Promise<Line> {
   say(`\n[${s.name}] C=${s.concurrency}, records server latency ${s.sorLatencyMs} ms${s.hotEntities ? `, half of the intents on ${s.hotEntities} entities` : ""}`);
   const plan = makePlan(INTENTS, ENTITIES, s.hotEntities, SEED);
-  const common = { brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, concurrency: s.concurrency, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
+  const common = loopOptions(s.concurrency, plan);
   // The echo runs right before and right after writ, and counts as one run of both halves: on a
   // noisy machine the floor then brackets the writ run instead of standing at one end of it.
   const before = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e1` }) : null;
@@ -182,7 +187,7 @@ function sumOrNull(a: number | null | undefined, b: number | null | undefined): 
 async function warmUp(): Promise<void> {
   say(`\n[warm-up] ${WARMUP} intents at C=64 through the echo and writ, not measured (--warmup 0 skips it)`);
   const plan = makePlan(WARMUP, ENTITIES, 0, SEED);
-  const common = { brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, concurrency: 64, plan, logger, timeoutMs: TIMEOUT_MS, keepTopics: args["keep-topics"] };
+  const common = loopOptions(64, plan);
   const echo = await runEcho({ ...common, tag: `${run}.warmup.e` });
   const writ = await runWrit({ ...common, registryUrl, tag: `${run}.warmup`, sorLatencyMs: 0 });
   if (!writ.checks.exact || writ.failures > 0 || echo.failures > 0) {
