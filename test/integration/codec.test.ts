@@ -1,7 +1,9 @@
 import { randomUUID } from "node:crypto";
-import { describe, expect, it } from "vitest";
+import Ajv from "ajv";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { WireCodec } from "../../src/codec.ts";
 import type { WriteIntent } from "../../src/schemas/write-intent.ts";
+import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { registryUrl } from "../helpers/writ-harness.ts";
 
 const intent = (): WriteIntent => ({
@@ -53,6 +55,36 @@ describe("WireCodec against the real schema registry", () => {
     // Refused once is remembered: the next value does not ask the registry again.
     await codec.encode(topic, "WriteIntent", intent());
     expect(told).toHaveLength(1);
+  });
+
+  // Regression: the client library coalesces the fetch of a schema it lacks, but then every encode that was waiting
+  // compiled it, so an owner's first burst of results (64 at once when it takes partitions over under load) compiled
+  // the same schema 64 times (~0.6 s of CPU). Counted at ajv's compile, which the library calls, and at the registry.
+  it("compiles a subject's schema once, however many values the first burst encodes", async () => {
+    const proto = (Ajv as unknown as { prototype: { compile: (...a: unknown[]) => unknown } }).prototype;
+    const compile = proto.compile;
+    let compiles = 0;
+    proto.compile = function (this: unknown, ...a: unknown[]) {
+      compiles++;
+      return compile.apply(this, a);
+    };
+    onTestFinished(() => {
+      proto.compile = compile;
+    });
+    const registry = new URL(registryUrl() ?? "");
+    const proxy = await startRecordingProxy(registry.origin);
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}` });
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const values = Array.from({ length: 64 }, intent);
+    const encoded = await Promise.all(values.map((v) => codec.encode(topic, "WriteIntent", v)));
+    const id = encoded[0]!.readInt32BE(1);
+    expect(encoded.every((b) => b[0] === 0 && b.readInt32BE(1) === id)).toBe(true);
+    expect(compiles).toBe(1);
+    const asked = (path: RegExp) => proxy.seen.filter((r) => path.test(r.path)).length;
+    expect(asked(/\/subjects\/[^/]+\/versions$/)).toBe(1);
+    expect(asked(new RegExp(`/schemas/ids/${id}(\\?|$)`))).toBe(1);
+    const reader = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    expect((await Promise.all(encoded.map((b) => reader.decode("WriteIntent", b)))).map((d) => d.ok && d.value)).toEqual(values);
   });
 
   it("gives racing processes the same schema id for the same subject", async () => {
