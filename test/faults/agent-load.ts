@@ -27,6 +27,8 @@ export interface LoadOptions {
   resubmitRate: number;
   deadline: () => number;
   onSettled: () => void;
+  /** Awaited before each new intent: the suite holds new load while a fault it has made due has not begun. */
+  gate?: () => Promise<void>;
   rng: Rng;
 }
 
@@ -76,6 +78,8 @@ export async function runAgent(client: WritClient, intents: PlannedIntent[], con
   let next = 0;
   const worker = async () => {
     while (next < intents.length && Date.now() < opts.deadline()) {
+      await opts.gate?.();
+      if (next >= intents.length || Date.now() >= opts.deadline()) break;
       const p = intents[next++]!;
       let base: { state: any; version: string };
       try {

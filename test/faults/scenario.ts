@@ -31,6 +31,8 @@ type Action = "kill" | "join" | "leave" | "records-faults" | "records-outage" | 
 
 /** Nothing settling for this long ends the run with a diagnosis instead of waiting out the deadline. */
 const STALL_MS = 60_000;
+/** Longest a fault action may hold the load back (a zombie waits up to 60 s for an owner, then pauses it 12 s). */
+const HOLD_MS = 180_000;
 
 
 function schedule(opts: SuiteOptions, rng: ReturnType<typeof seededRng>): Action[] {
@@ -115,8 +117,17 @@ export async function runScenario(
     }),
   );
 
-  // Chaos, paced by progress so it spreads over the run whatever the speed.
+  // Chaos, paced by progress so it spreads over the run whatever the speed. Actions run one after another (an outage
+  // lasts 12 s, a zombie's pause past the session timeout longer); while one is due and has not begun, agents hold
+  // new intents, so a fast run cannot finish its load with faults still queued: every action begins with intents
+  // left to send, the last one before the final 1/(n+1) of them.
   const actions = schedule(opts, chaosRng);
+  let actionsBegun = 0;
+  let held: { promise: Promise<void>; release: () => void; since: number } | null = null;
+  const releaseLoad = () => {
+    held?.release();
+    held = null;
+  };
   const poison: PoisonRound[] = [];
   let settled = 0;
   let lastSettledAt = Date.now();
@@ -128,6 +139,12 @@ export async function runScenario(
   const chaosErrors: string[] = [];
   const act = async (action: Action) => {
     const at = `${Math.round((100 * settled) / total)}%`;
+    actionsBegun++;
+    if (nextAction === actionsBegun) {
+      // The time held was the suite's, not a stall of the owners.
+      if (held) lastSettledAt = Date.now();
+      releaseLoad();
+    }
     switch (action) {
       case "kill":
         say(`  ${at}: SIGKILL ${fleet.killOne() ?? "(no owner)"} (a replacement joins)`);
@@ -204,14 +221,25 @@ export async function runScenario(
       const action = actions[nextAction++]!;
       chaos = chaos.then(() => act(action)).catch((err: unknown) => void chaosErrors.push(`${action}: ${(err as Error).message}`));
     }
+    if (nextAction > actionsBegun && !held) {
+      let release = () => undefined as void;
+      held = { promise: new Promise<void>((resolve) => (release = resolve)), release: () => release(), since: Date.now() };
+    }
   };
 
   let stalled: string | null = null;
   let deadlineAt = Date.now() + 10 * 60_000;
   const watchdog = setInterval(() => {
-    if (settled < total && Date.now() - lastSettledAt > STALL_MS && stalled === null) {
+    if (stalled !== null) return;
+    if (held) {
+      // Holding the load is the suite's doing, not a stall of the owners; a fault action that never ends is one.
+      if (Date.now() - held.since > HOLD_MS) stalled = `fault action ${actionsBegun} of ${actions.length} still running after ${HOLD_MS / 1000} s`;
+    } else if (settled < total && Date.now() - lastSettledAt > STALL_MS) {
       stalled = `nothing settled for ${STALL_MS / 1000} s at ${settled}/${total}`;
+    }
+    if (stalled !== null) {
       deadlineAt = Date.now();
+      releaseLoad();
     }
   }, 1000);
   await Promise.all(
@@ -223,6 +251,7 @@ export async function runScenario(
         resubmitRate: 0.15,
         deadline: () => deadlineAt,
         onSettled,
+        gate: () => held?.promise ?? Promise.resolve(),
         rng: agentRngs[n]!,
       }),
     ),
