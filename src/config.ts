@@ -52,7 +52,7 @@ export const RouterConfig = z
      * Group commit: how long a partition's next transaction may wait for intents still reading or writing,
      * so that it carries them too. ms. It never waits when nothing is at work.
      */
-    commitLingerMs: z.number().int().min(0).max(1000).default(10),
+    commitLingerMs: z.number().int().min(0).max(1000).default(25),
     /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
     maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
     /** Fetched intents held per partition before its fetching pauses. */
