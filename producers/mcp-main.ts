@@ -21,7 +21,7 @@ import { createWritClient, type WritClient } from "./writ-client.ts";
 /** The MCP server process. Every default lives here. */
 const McpMainConfig = z
   .object({
-    brokers: z.string().min(1, "required, e.g. 127.0.0.1:39092 (npm run kafka:up)"),
+    brokers: z.string().min(1, "required, e.g. 127.0.0.1:19092 (npm run kafka:up)"),
     /** No credentials in it: SCHEMA_REGISTRY_USERNAME / SCHEMA_REGISTRY_PASSWORD (with KAFKA_SASL_* and the TLS variables: connectionSecurityFromEnv). */
     schemaRegistryUrl: SchemaRegistryUrl.optional(),
     intentsTopic: z.string().min(1).default("writ.intents"),

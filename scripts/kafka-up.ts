@@ -1,7 +1,7 @@
 // npm run kafka:up — start (or reuse) the local Kafka broker and Apicurio registry
 // and leave them running. Prints the env lines to export.
 //
-//   npm run kafka:up                    # one node on 39092, registry on 38081 (.cache/run)
+//   npm run kafka:up                    # one node on 19092, registry on 18081 (.cache/run)
 //   npm run kafka:up -- --brokers 3     # three nodes on 19192/19194/19196 (controllers one above
 //                                       # each), registry on 18181, in .cache/run-3
 //   npm run kafka:up -- --secure        # one node with a SASL_SSL listener (SCRAM, TLS from a CA made at

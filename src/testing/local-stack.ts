@@ -16,9 +16,11 @@
 //   above that (controller), and keeps its files in `<stack dir>/node-<n>/`.
 // One stack dir holds one shape at a time; use WRIT_LOCAL_STACK_DIR and
 // WRIT_LOCAL_KAFKA_PORT for a second stack (`npm run kafka:up -- --brokers 3`
-// uses .cache/run-3 and port 19192). A multi-node stack's ports belong below the
-// OS's ephemeral range (32768+ on Linux): its nodes connect to each other while a
-// sibling is still binding, and such a connection can hold the sibling's port.
+// uses .cache/run-3 and port 19192). The stacks' ports belong below the OS's
+// ephemeral range (32768+ on Linux): a client's or a sibling node's outgoing
+// connection can be given a port of that range as its local port and hold it
+// while the JVM is binding it (seen for a three-node stack's node 2, and for a
+// broker started beside hundreds of test clients).
 //
 // Library module: importing it has no side effects.
 
@@ -126,9 +128,9 @@ function portFromEnv(name: string, fallback: number): number {
 }
 
 const HOST = '127.0.0.1';
-export const BROKER_PORT = portFromEnv('WRIT_LOCAL_KAFKA_PORT', 39092);
+export const BROKER_PORT = portFromEnv('WRIT_LOCAL_KAFKA_PORT', 19092);
 const CONTROLLER_PORT = BROKER_PORT + 1;
-export const REGISTRY_PORT = portFromEnv('WRIT_LOCAL_REGISTRY_PORT', 38081);
+export const REGISTRY_PORT = portFromEnv('WRIT_LOCAL_REGISTRY_PORT', 18081);
 export const LOCAL_BROKER = `${HOST}:${BROKER_PORT}`;
 export const LOCAL_REGISTRY_URL = `http://${HOST}:${REGISTRY_PORT}/apis/ccompat/v7`;
 
@@ -403,7 +405,8 @@ async function waitForPortsClosed(ports: number[], timeoutMs = 10_000): Promise<
 
 /**
  * Whether something listens on host:port. A connection to itself does not
- * count: the stacks' ports lie inside Linux's ephemeral range, and a connect to
+ * count: a port inside Linux's ephemeral range (the stacks' were, until
+ * 2026-12-01; WRIT_LOCAL_KAFKA_PORT may still put one there), and a connect to
  * one that nobody listens on can be given that very port as its local port
  * (TCP simultaneous open), which succeeds and then holds the port the JVM is
  * about to bind (seen here: a broker start failing five times in a row with

@@ -15,7 +15,7 @@ import type { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
 import { waitFor } from "./wait-for.ts";
 
-export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:39092").split(",");
+export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:19092").split(",");
 export const registryUrl = (): string | undefined => process.env.SCHEMA_REGISTRY_URL || undefined;
 
 const quietLogger = () => createLogger({ level: process.env.LOG_LEVEL ?? "warn", name: "writ-test" });

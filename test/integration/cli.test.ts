@@ -14,7 +14,7 @@ import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testin
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:39092";
+const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:19092";
 const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
 const id = randomUUID().slice(0, 8);
 const topics = { intents: `cli-${id}.intents`, ledger: `cli-${id}.ledger`, human: `cli-${id}.human`, dlq: `cli-${id}.dlq` };

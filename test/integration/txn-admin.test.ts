@@ -435,22 +435,20 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
 // transaction.partition.verification.enable=false, so the shared broker's
 // configuration is never touched.
 
+/**
+ * Two adjacent free ports (local-stack puts the controller on port + 1) below the OS's ephemeral range: a port the
+ * kernel picks for port 0 lies inside it, and between this check and the JVM's bind one of the parallel test files'
+ * client connections can be given it as its local port and hold it (as happened to secure.test.ts's stack).
+ */
 async function freePortPair(): Promise<number> {
-  const listenOn = (port: number) =>
-    new Promise<number | undefined>((resolvePort) => {
+  const free = (port: number) =>
+    new Promise<boolean>((resolveFree) => {
       const server = createServer();
-      server.once('error', () => resolvePort(undefined));
-      server.listen(port, '127.0.0.1', () => {
-        const address = server.address();
-        server.close(() => resolvePort(typeof address === 'object' && address !== null ? address.port : undefined));
-      });
+      server.once('error', () => resolveFree(false));
+      server.listen(port, '127.0.0.1', () => server.close(() => resolveFree(true)));
     });
-  for (let i = 0; i < 20; i++) {
-    const port = await listenOn(0);
-    // local-stack puts the controller on port + 1
-    if (port !== undefined && port < 65_000 && (await listenOn(port + 1)) !== undefined) return port;
-  }
-  throw new Error('no two adjacent free ports');
+  for (let port = 22692; port < 22792; port += 2) if ((await free(port)) && (await free(port + 1))) return port;
+  throw new Error('no two adjacent free ports in 22692-22792');
 }
 
 describe('hanging transactions on a broker without partition verification', () => {

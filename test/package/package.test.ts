@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import pkg from "../../package.json" with { type: "json" };
 import { ROOT, ensureBuilt } from "../helpers/build.ts";
 
-const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:39092";
+const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:19092";
 const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
 const id = randomUUID().slice(0, 8);
 const dir = mkdtempSync(join(tmpdir(), "writ-package-"));

@@ -100,7 +100,7 @@ class WritClient:
 
     Example::
 
-        with WritClient(brokers="127.0.0.1:39092", agent_id="billing-agent",
+        with WritClient(brokers="127.0.0.1:19092", agent_id="billing-agent",
                         reply_topic="writ.replies.billing-agent",
                         signer=Ed25519Signer.from_pem_file("agent.key.pem", key_id="2026-11")) as writ:
             reply = writ.submit(IntentInput(tool=refund, entity=EntityRef(type="payment", id="pay_1"),
