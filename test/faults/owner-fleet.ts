@@ -80,15 +80,23 @@ export class OwnerFleet {
     this.spawnOne();
   }
 
-  /** A random owner leaves cleanly (SIGTERM), leaving at least one. */
+  /**
+   * A random owner leaves cleanly (SIGTERM). The last one hands over: a successor joins first, so a leave always
+   * happens (it used to be skipped, "(nobody) leaves", whenever an earlier leave had left a single owner).
+   * Returns what happened, for the log, or null with no owner to stop.
+   */
   leave(): string | null {
-    if (this.target <= 1) return null;
     const owner = this.pick();
     if (!owner) return null;
+    let successor: string | null = null;
+    if (this.target <= 1) {
+      this.join();
+      successor = `fault-owner-${this.seq}`;
+    }
     this.target--;
     owner.endedBy = "stop";
     owner.proc.kill("SIGTERM");
-    return owner.name;
+    return successor ? `${owner.name} leaves, handing over to ${successor} (joining)` : `${owner.name} leaves`;
   }
 
   /**

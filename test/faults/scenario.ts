@@ -154,7 +154,7 @@ export async function runScenario(
         say(`  ${at}: an owner joins`);
         break;
       case "leave":
-        say(`  ${at}: ${fleet.leave() ?? "(nobody)"} leaves`);
+        say(`  ${at}: ${fleet.leave() ?? "(no owner to stop)"}`);
         break;
       case "records-faults": {
         const pick = () => chaosRng.pick(entities);
