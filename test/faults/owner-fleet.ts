@@ -74,10 +74,10 @@ export class OwnerFleet {
     return owner.name;
   }
 
-  /** One more owner joins the group. */
-  join(): void {
+  /** One more owner joins the group; returns its name. */
+  join(): string {
     this.target++;
-    this.spawnOne();
+    return this.spawnOne();
   }
 
   /**
@@ -88,11 +88,7 @@ export class OwnerFleet {
   leave(): string | null {
     const owner = this.pick();
     if (!owner) return null;
-    let successor: string | null = null;
-    if (this.target <= 1) {
-      this.join();
-      successor = `fault-owner-${this.seq}`;
-    }
+    const successor = this.target <= 1 ? this.join() : null;
     this.target--;
     owner.endedBy = "stop";
     owner.proc.kill("SIGTERM");
@@ -146,7 +142,7 @@ export class OwnerFleet {
     return list.length === 0 ? undefined : this.rng.pick(list);
   }
 
-  private spawnOne(): void {
+  private spawnOne(): string {
     const name = `fault-owner-${++this.seq}`;
     const log: WriteStream = createWriteStream(join(this.logDir, `${name}.log`));
     const proc = spawn(process.execPath, [this.script], {
@@ -178,5 +174,6 @@ export class OwnerFleet {
       }
       if (!this.stopping && this.owners.size < this.target) this.spawnOne();
     });
+    return name;
   }
 }
