@@ -15,7 +15,7 @@ import { hideKafkajsTimeoutWarning } from '../src/node-warnings.ts';
 hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, '..');
 process.env['WRIT_LOCAL_STACK_DIR'] ??= join(root, '.cache', 'run-check3');
-// Below the ephemeral port range, as the fault suite's (test/faults/run-faults.ts says why).
+// Below the ephemeral port range, as every stack's (src/testing/local-stack.ts's header says why).
 process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '21192';
 process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '21181';
 if (process.env['KAFKA_BROKERS']) {

@@ -5,7 +5,7 @@
 //   npm run kafka:up -- --brokers 3     # three nodes on 19192/19194/19196 (controllers one above
 //                                       # each), registry on 18181, in .cache/run-3
 //   npm run kafka:up -- --secure        # one node with a SASL_SSL listener (SCRAM, TLS from a CA made at
-//                                       # start, ACLs) on 39492, registry over HTTPS with basic auth on 38481,
+//                                       # start, ACLs) on 19492, registry over HTTPS with basic auth on 18481,
 //                                       # in .cache/run-secure (src/testing/secure-stack.ts); prints the owner's
 //                                       # variables and the agents' and admin's password files
 //
@@ -48,10 +48,8 @@ if (process.argv.includes('--secure')) {
   }
 }
 if (brokers === 3) {
-  // its own stack dir and ports, beside the single-node stack the tests share. The ports lie below 32768,
-  // outside the range the OS hands out as local ports of outgoing connections: the nodes connect to each
-  // other while a sibling is still binding its listeners, and a long-lived connection holding a sibling's
-  // port as its local port failed five starts in a row on 49192+ (test/faults/run-faults.ts).
+  // its own stack dir and ports, beside the single-node stack the tests share; below the ephemeral
+  // range, as every stack's (src/testing/local-stack.ts's header says why).
   process.env['WRIT_LOCAL_STACK_DIR'] ??= join(resolve(import.meta.dirname, '..'), '.cache', 'run-3');
   process.env['WRIT_LOCAL_KAFKA_PORT'] ??= '19192';
   process.env['WRIT_LOCAL_REGISTRY_PORT'] ??= '18181';

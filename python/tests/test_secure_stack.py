@@ -3,8 +3,8 @@
 One Kafka node whose clients connect over SASL_SSL (SCRAM-SHA-512, TLS from a CA
 made at start) with ACLs enforced by the broker, and the Apicurio registry over
 HTTPS with basic auth, started here with ``node scripts/kafka-up.ts --secure``
-in a dir and on ports of its own (``.cache/run-secure-py``, 39692-39694 and
-38681), beside the plain stack the other tests share; stopped at the end when
+in a dir and on ports of its own (``.cache/run-secure-py``, 22892-22894 and
+22881), beside the plain stack the other tests share; stopped at the end when
 this module started it (``WRIT_KEEP_STACK=1`` keeps it). An owner (SCRAM user
 ``writ-owner``) runs with an agent registry; the Python client is agent-a,
 configured from the same environment variables as the TypeScript CLI
@@ -32,8 +32,8 @@ from writ_client.devstack import ChildProcess, RecordsAdmin, SecureStack, Stack,
 from .conftest import REPO
 from .test_client import refund_input, seed_payment
 
-KAFKA_PORT = 39692
-REGISTRY_PORT = 38681
+KAFKA_PORT = 22892
+REGISTRY_PORT = 22881
 SIGNER = Ed25519Signer.generate(key_id="agent-a-py-1")
 
 pytestmark = pytest.mark.skipif(

@@ -163,12 +163,12 @@ def test_warnings_for_settings_that_are_development_only() -> None:
 
 def test_from_env_as_the_secure_stack_gives_it(tls: dict[str, Path], password_file: Path) -> None:
     env = {
-        "KAFKA_BROKERS": "127.0.0.1:39492",
+        "KAFKA_BROKERS": "127.0.0.1:19492",
         "KAFKA_SSL_CA_FILE": str(tls["ca"]),
         "KAFKA_SASL_MECHANISM": "scram-sha-512",
         "KAFKA_SASL_USERNAME": "agent-a",
         "KAFKA_SASL_PASSWORD_FILE": str(password_file),
-        "SCHEMA_REGISTRY_URL": "https://127.0.0.1:38481/apis/ccompat/v7",
+        "SCHEMA_REGISTRY_URL": "https://127.0.0.1:18481/apis/ccompat/v7",
         "SCHEMA_REGISTRY_USERNAME": "writ",
         "SCHEMA_REGISTRY_PASSWORD_FILE": str(password_file),
         "SCHEMA_REGISTRY_CA_FILE": str(tls["ca"]),
@@ -186,7 +186,7 @@ def test_from_env_as_the_secure_stack_gives_it(tls: dict[str, Path], password_fi
     assert SECRET not in repr(s)
 
     client = WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env)
-    assert client.brokers == "127.0.0.1:39492"
+    assert client.brokers == "127.0.0.1:19492"
     assert client.schema_registry_url == env["SCHEMA_REGISTRY_URL"]
     conf = client.producer_config()
     assert conf["security.protocol"] == "SASL_SSL" and conf["sasl.password"] == SECRET

@@ -16,11 +16,16 @@
 //   above that (controller), and keeps its files in `<stack dir>/node-<n>/`.
 // One stack dir holds one shape at a time; use WRIT_LOCAL_STACK_DIR and
 // WRIT_LOCAL_KAFKA_PORT for a second stack (`npm run kafka:up -- --brokers 3`
-// uses .cache/run-3 and port 19192). The stacks' ports belong below the OS's
-// ephemeral range (32768+ on Linux): a client's or a sibling node's outgoing
-// connection can be given a port of that range as its local port and hold it
-// while the JVM is binding it (seen for a three-node stack's node 2, and for a
-// broker started beside hundreds of test clients).
+// uses .cache/run-3 and port 19192).
+//
+// Every stack's ports (these, the secure stack's, the fault suite's, the test
+// files' own) lie below the range the OS draws the local ports of outgoing
+// connections from (32768-60999 on Linux; 49152+ on macOS and Windows). A port
+// of that range can be given to a client's or a sibling node's connection as
+// its local port and held while the JVM is binding it: seen for node 2 of a
+// three-node stack on 49192+ (a sibling's long-lived connection held 49194 through
+// five starts), and for secure.test.ts's broker on 39592-39594 beside the other
+// integration tests' hundreds of client connections.
 //
 // Library module: importing it has no side effects.
 
@@ -67,8 +72,8 @@ export interface EnsureStackOptions extends StackOptions {
    * The secure single node instead (src/testing/secure-stack.ts): a SASL_SSL
    * listener (SCRAM-SHA-512/256), a CA made at start, SCRAM users for the
    * owners and two agents, ACLs; the registry over HTTPS with basic auth. Its
-   * own stack dir and ports (default .cache/run-secure, 39492, registry
-   * 38481). KAFKA_BROKERS does not apply to it.
+   * own stack dir and ports (default .cache/run-secure, 19492, registry
+   * 18481). KAFKA_BROKERS does not apply to it.
    */
   secure?: boolean | SecureStackOptions;
 }
@@ -357,9 +362,10 @@ const PORT_CLASH = /java\.net\.BindException|Address already in use|seems to be 
 /**
  * Runs `launch` (spawn a JVM, wait until it serves) again when it failed
  * because a port was taken, up to `attempts` times, 2 s apart. The stacks'
- * ports are fixed and lie inside Linux's ephemeral range (32768-60999), so
- * any process's outgoing connection can hold one of them as its local port
- * for a while; a JVM that meets that exits at once, and a later start binds.
+ * ports are fixed; the defaults lie below the ephemeral range (header), but a
+ * port set by hand may not, and any process's outgoing connection can hold
+ * such a port as its local port for a while; a JVM that meets that exits at
+ * once, and a later start binds.
  * Each failed attempt's logs are kept beside, renamed `<file>.port-clash-<n>`.
  */
 async function retryOnPortClash(what: string, logFiles: readonly string[], launch: () => Promise<void>, log: (l: string) => void, attempts = 5): Promise<void> {

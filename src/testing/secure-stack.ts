@@ -62,9 +62,9 @@ export const REGISTRY_USER = 'writ';
 export interface SecureStackOptions {
   /** Stack dir. Default `$WRIT_SECURE_STACK_DIR` or `.cache/run-secure`. */
   dir?: string;
-  /** The SASL_SSL listener; the controller listens one above, the internal listener two above. Default `$WRIT_SECURE_KAFKA_PORT` or 39492. */
+  /** The SASL_SSL listener; the controller listens one above, the internal listener two above. Default `$WRIT_SECURE_KAFKA_PORT` or 19492. */
   kafkaPort?: number;
-  /** The registry's HTTPS port. Default `$WRIT_SECURE_REGISTRY_PORT` or 38481. */
+  /** The registry's HTTPS port. Default `$WRIT_SECURE_REGISTRY_PORT` or 18481. */
   registryPort?: number;
   /** Start the registry too. Default true. */
   registry?: boolean;
@@ -122,8 +122,8 @@ interface Layout {
 
 function layout(opts: SecureStackOptions): Layout {
   const dir = resolve(opts.dir ?? process.env['WRIT_SECURE_STACK_DIR'] ?? join(CACHE_DIR, 'run-secure'));
-  const kafkaPort = portOption(opts.kafkaPort, 'WRIT_SECURE_KAFKA_PORT', 39492);
-  const registryPort = portOption(opts.registryPort, 'WRIT_SECURE_REGISTRY_PORT', 38481);
+  const kafkaPort = portOption(opts.kafkaPort, 'WRIT_SECURE_KAFKA_PORT', 19492);
+  const registryPort = portOption(opts.registryPort, 'WRIT_SECURE_REGISTRY_PORT', 18481);
   const propsFile = join(dir, 'server.properties');
   const tlsDir = join(dir, 'tls');
   return {
@@ -146,7 +146,7 @@ function layout(opts: SecureStackOptions): Layout {
       name: 'secure registry',
       pidFile: join(dir, 'registry.pid'),
       outFile: join(dir, 'registry.out'),
-      signature: () => ['apicurio-registry', `-Dquarkus.http.ssl-port=${registryPort}`],
+      signature: () => ['apicurio-registry', 'jdbc:h2:mem:writ-secure-'],
     },
   };
 }

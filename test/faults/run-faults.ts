@@ -18,11 +18,7 @@ if (process.env.KAFKA_BROKERS) {
   process.exit(2);
 }
 // A stack of its own (own ports, own data dir), since this suite kills its broker. Its ports lie below
-// 32768, outside the range Linux hands out as local ports of outgoing connections (32768-60999 by
-// default; macOS and Windows start at 49152): this suite kills and restarts brokers while dozens of
-// clients reconnect, and nodes of the three-node stack connect to each other while a sibling is still
-// starting. On 49192+, a clean-clone CI run failed five starts of node 2 in a row because a sibling's
-// long-lived connection held 49194, node 2's listener port, as its local port.
+// the ephemeral range, as every stack's (src/testing/local-stack.ts's header says why).
 const three = opts.brokers === 3;
 process.env.WRIT_LOCAL_STACK_DIR ??= resolve(root, ".cache", three ? "run-faults-3" : "run-faults");
 process.env.WRIT_LOCAL_KAFKA_PORT ??= three ? "21192" : "21092";

@@ -27,9 +27,7 @@ import { ROOT } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 const STACK_DIR = join(ROOT, ".cache", "run-secure-test");
-// Below 32768, outside the range the OS draws local ports of outgoing connections from: the other
-// integration tests run beside this one with hundreds of client connections, and on 39592-39594 one of
-// them held 39594 (this broker's INTERNAL listener) through all five starts of a clean-clone CI run.
+// Below the ephemeral range, as every stack's (src/testing/local-stack.ts's header says why).
 const KAFKA_PORT = 22592;
 const REGISTRY_PORT = 22581;
 const MCP_TOKEN = `mcp-token-${randomUUID()}`;

@@ -436,9 +436,8 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
 // configuration is never touched.
 
 /**
- * Two adjacent free ports (local-stack puts the controller on port + 1) below the OS's ephemeral range: a port the
- * kernel picks for port 0 lies inside it, and between this check and the JVM's bind one of the parallel test files'
- * client connections can be given it as its local port and hold it (as happened to secure.test.ts's stack).
+ * Two adjacent free ports (local-stack puts the controller on port + 1) below the OS's ephemeral range, as every
+ * stack's (src/testing/local-stack.ts's header says why); a port the kernel picks for port 0 lies inside it.
  */
 async function freePortPair(): Promise<number> {
   const free = (port: number) =>
