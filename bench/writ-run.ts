@@ -162,9 +162,9 @@ const SEEDED_VERSION = '"v1"';
 
 /**
  * The agent's read before each submit with BENCH_AGENT_READ=1: the workload's, not writ's, yet its CPU lands on
- * the machine the run shares, and its latency in each submitter's loop. undici's `request` on a keep-alive Agent of its own, as the owner's HTTP adapter reads,
- * rather than `fetch` (WHATWG streams and Request/Response objects per call), so that the submitters'
- * figure carries as little of the harness as it can.
+ * the machine the run shares, and its latency in each submitter's loop. undici's `request` on a keep-alive Agent
+ * of its own, as the owner's HTTP adapter reads, rather than `fetch` (WHATWG streams and Request/Response objects
+ * per call), so that the submitters' figure carries as little of the harness as it can.
  */
 const harnessAgent = new Agent({ keepAliveTimeout: 30_000 });
 async function harnessRead(recordsUrl: string, id: string): Promise<{ version: string }> {

@@ -30,11 +30,7 @@ if (process.argv.includes('--secure')) {
     process.stderr.write('[local-stack] --secure runs one node; leave out --brokers\n');
     process.exit(2);
   }
-  // This command starts the local stack: KAFKA_BROKERS and SCHEMA_REGISTRY_URL, which name a stack for other
-// programs (often this one's own output, exported), would make ensureStack() use them without starting anything,
-// and report "already running" after a kafka:down.
-for (const name of ['KAFKA_BROKERS', 'SCHEMA_REGISTRY_URL'] as const) delete process.env[name];
-const { ensureStack } = await import('../src/testing/local-stack.ts');
+  const { ensureStack } = await import('../src/testing/local-stack.ts');
   const t0 = Date.now();
   try {
     const { started, secure } = await ensureStack({ secure: true });
