@@ -7,7 +7,6 @@ import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -16,6 +15,7 @@ import { ConfigResourceTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import type { Admin, Consumer, Producer } from 'kafkajs';
 import { TxnAdmin, type HangingTransaction, type PartitionOffsets } from '../../src/kafka/txn-admin.ts';
 import type { DoctorReport } from '../../src/doctor/doctor.ts';
+import { isPortFree } from '../../src/testing/free-port.ts';
 import { KAFKA_LIBS } from '../../src/testing/local-stack.ts';
 import { waitFor } from '../helpers/wait-for.ts';
 
@@ -440,13 +440,7 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
  * stack's (src/testing/local-stack.ts's header says why); a port the kernel picks for port 0 lies inside it.
  */
 async function freePortPair(): Promise<number> {
-  const free = (port: number) =>
-    new Promise<boolean>((resolveFree) => {
-      const server = createServer();
-      server.once('error', () => resolveFree(false));
-      server.listen(port, '127.0.0.1', () => server.close(() => resolveFree(true)));
-    });
-  for (let port = 22692; port < 22792; port += 2) if ((await free(port)) && (await free(port + 1))) return port;
+  for (let port = 22692; port < 22792; port += 2) if ((await isPortFree(port)) && (await isPortFree(port + 1))) return port;
   throw new Error('no two adjacent free ports in 22692-22792');
 }
 
