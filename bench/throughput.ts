@@ -27,6 +27,7 @@ import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
+import { RouterConfig } from "../src/config.ts";
 import { brokerPid, ensureStack, LOCAL_BROKER } from "../src/testing/local-stack.ts";
 import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
@@ -36,6 +37,9 @@ import { runMemory, type MemoryResult } from "./memory.ts";
 import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
 import { makePlan, percentile, round, say, SCENARIOS, type Plan, type Scenario } from "./workload.ts";
 import { runWrit } from "./writ-run.ts";
+
+/** The owner's defaults the bench's transaction floor uses too. */
+const OWNER_DEFAULTS = { transactionSpacingMs: RouterConfig.shape.transactionSpacingMs.parse(undefined) };
 
 hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, "..");
@@ -217,16 +221,20 @@ try {
     }
     if (name === "txn-floor") {
       // The owner's producer in both protocols, v2 first (the one the owner picks on a Kafka 4 cluster), one per
-      // partition as the owner has them; then one v2 producer whose transactions cover every partition.
-      for (const [protocol, shared] of [["v2", false], ["v1", false], ["v2", true]] as const) {
+      // partition as the owner has them, with the owner's default spacing; then v2 without it (the control); then
+      // one v2 producer whose transactions cover every partition.
+      const spaced = OWNER_DEFAULTS.transactionSpacingMs;
+      for (const [protocol, shared, spacingMs] of [["v2", false, spaced], ["v2", false, 0], ["v1", false, 0], ["v2", true, spaced]] as const) {
         const who = shared ? `1 transactional producer over all ${PARTITIONS} partitions` : `${PARTITIONS} transactional producers`;
-        say(`\n[txn-floor] ${who} (transactions ${protocol}), back-to-back transactions for 15 s, nothing else running`);
-        const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, shared, logger, keepTopics: args["keep-topics"] });
+        const spacing = protocol === "v2" ? `, ${spacingMs} ms apart` : "";
+        say(`\n[txn-floor] ${who} (transactions ${protocol}${spacing}), back-to-back transactions for 15 s, nothing else running`);
+        const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, spacingMs, shared, logger, keepTopics: args["keep-topics"] });
         floors.push(floor);
         console.log(
           JSON.stringify({
             scenario: "txn-floor",
             protocol: floor.protocol,
+            spacing_ms: floor.spacingMs,
             producers: floor.producers,
             partitions_per_txn: floor.partitionsPerTxn,
             txn_per_s: floor.txnPerSecond,
@@ -285,7 +293,7 @@ if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
 }
 for (const floor of floors) {
   say(
-    `txn-floor (transactions ${floor.protocol}): ${floor.producers} producers × ${floor.partitionsPerTxn} partitions per transaction, ` +
+    `txn-floor (transactions ${floor.protocol}${floor.protocol === "v2" ? `, ${floor.spacingMs} ms apart` : ""}): ${floor.producers} producers × ${floor.partitionsPerTxn} partitions per transaction, ` +
       `${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms) = ${floor.partitionTxnPerSecond} partition-transactions/s; ` +
       `CPU per partition-transaction: broker ${floor.cpuMsPerPartitionTxn.broker ?? "?"} ms, producers ${floor.cpuMsPerPartitionTxn.producers} ms`,
   );

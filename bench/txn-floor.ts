@@ -9,7 +9,11 @@
 // write, its result after it), so its throughput is at most about
 // txn_per_s × the results a transaction carries. The producers are the
 // owner's (src/owner/transactions.ts), in the protocol asked for: v2
-// (transactions v2, KIP-890) or v1 (kafkajs's, with writ's patch).
+// (transactions v2, KIP-890) or v1 (kafkajs's, with writ's patch). Under v2
+// a producer begins a transaction `spacingMs` after its last one ended (the
+// owner's WRIT_TRANSACTION_SPACING_MS); the run with 0 is its control: back
+// to back, the partition leader holds the first Produce of many transactions
+// for its add backoff while the coordinator still writes the last markers.
 //
 // `shared`: one producer instead, each transaction carrying that same shape
 // for every partition at once: the floor of an owner that would commit one
@@ -26,6 +30,8 @@ import { type OwnerProducer, ownerProducer } from "../src/owner/transactions.ts"
 
 export interface TxnFloorResult {
   protocol: "v1" | "v2";
+  /** ms between a producer's transactions (v2), 0 for none. */
+  spacingMs: number;
   producers: number;
   /** Partitions each transaction writes (1, or all of them when shared). */
   partitionsPerTxn: number;
@@ -49,6 +55,8 @@ export async function runTxnFloor(opts: {
   replyPartitions?: number;
   seconds: number;
   protocol: "v1" | "v2";
+  /** Under v2: the owner's spacing of a producer's transactions (src/kafka/txn-v2.ts). */
+  spacingMs: number;
   /** One producer whose every transaction covers all partitions, instead of one producer per partition. */
   shared?: boolean;
   logger: Logger;
@@ -74,7 +82,7 @@ export async function runTxnFloor(opts: {
     // Which partitions each producer's transactions write.
     const shares = opts.shared ? [all] : all.map((p) => [p]);
     for (const [i] of shares.entries()) {
-      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${opts.shared ? "shared" : i}`, transactionTimeoutMs: 60_000, protocol: opts.protocol });
+      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${opts.shared ? "shared" : i}`, transactionTimeoutMs: 60_000, protocol: opts.protocol, spacingMs: opts.spacingMs });
       producers.push(producer);
       await producer.connect();
     }
@@ -110,6 +118,7 @@ export async function runTxnFloor(opts: {
     const partitionTxns = latencies.length * partitionsPerTxn;
     return {
       protocol: opts.protocol,
+      spacingMs: opts.protocol === "v2" ? opts.spacingMs : 0,
       cpuMsPerTxn: { broker: perTxn(used.broker), producers: perTxn(used.harness)! },
       cpuMsPerPartitionTxn: { broker: perTxn(used.broker, partitionTxns), producers: perTxn(used.harness, partitionTxns)! },
       producers: shares.length,

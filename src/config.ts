@@ -81,6 +81,13 @@ export const RouterConfig = z
      * has `transaction.version` 2 finalized, as Kafka 4.0+ does by default, and v1 (kafkajs's own) otherwise.
      */
     transactionProtocol: z.enum(["auto", "v1", "v2"]).default("auto"),
+    /**
+     * Under transactions v2, how long after its last transaction ended a partition's next one begins at the
+     * earliest. ms. Sooner, the coordinator may still be writing the last one's markers, and the partition
+     * leader then holds the first Produce for `add.partitions.to.txn.retry.backoff.ms` (20 ms by default).
+     * 0: no spacing.
+     */
+    transactionSpacingMs: z.number().int().min(0).max(100).default(2),
     /** Transaction timeout. ms. */
     transactionTimeoutMs: z.number().int().min(1_000).default(60_000),
     /** How often the owner checks the last stable offset of the partitions it writes. ms. */
@@ -185,6 +192,7 @@ export const ROUTER_ENV = {
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
   transactionProtocol: "WRIT_TRANSACTION_PROTOCOL",
+  transactionSpacingMs: "WRIT_TRANSACTION_SPACING_MS",
   transactionTimeoutMs: "WRIT_TRANSACTION_TIMEOUT_MS",
   lsoCheckIntervalMs: "WRIT_LSO_CHECK_INTERVAL_MS",
   hangHealAfterMs: "WRIT_HANG_HEAL_AFTER_MS",
@@ -212,6 +220,7 @@ const NUMERIC = new Set([
   "unknownRounds",
   "maxProcessingAttempts",
   "sessionTimeoutMs",
+  "transactionSpacingMs",
   "transactionTimeoutMs",
   "lsoCheckIntervalMs",
   "hangHealAfterMs",

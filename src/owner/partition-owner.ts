@@ -258,6 +258,7 @@ export class PartitionOwner {
       transactionalId: transactionalIdFor(config, this.partition),
       transactionTimeoutMs: config.transactionTimeoutMs,
       protocol: config.transactionProtocol,
+      spacingMs: config.transactionSpacingMs,
     });
     let ledger: PartitionLedger;
     try {

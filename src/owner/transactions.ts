@@ -62,10 +62,12 @@ export function ownerProducerOptions(transactionalId: string, transactionTimeout
 /**
  * The producer for `transactionalId` in `protocol`; `auto` asks the cluster
  * (ApiVersions v3) whether transactions v2 are finalized. Not connected yet.
+ * `spacingMs` (v2 only): a transaction begins at least that long after the
+ * last one ended (src/kafka/txn-v2.ts; v1 asks its add again after 1 ms).
  */
 export async function ownerProducer(
   kafka: Kafka,
-  opts: { transactionalId: string; transactionTimeoutMs: number; protocol: TransactionProtocol },
+  opts: { transactionalId: string; transactionTimeoutMs: number; protocol: TransactionProtocol; spacingMs?: number },
 ): Promise<OwnerProducer> {
   if (opts.protocol !== "v1") {
     const cluster = clusterOf(kafka);
@@ -75,7 +77,7 @@ export async function ownerProducer(
     } finally {
       if (chosen !== "v2") await cluster.disconnect().catch(() => undefined);
     }
-    if (chosen === "v2") return new V2Producer(new TransactionalProducerV2(cluster, { transactionalId: opts.transactionalId, transactionTimeoutMs: opts.transactionTimeoutMs }));
+    if (chosen === "v2") return new V2Producer(new TransactionalProducerV2(cluster, { transactionalId: opts.transactionalId, transactionTimeoutMs: opts.transactionTimeoutMs, spacingMs: opts.spacingMs }));
   }
   patchTransactionalRequests();
   return new KafkajsProducer(kafka.producer(ownerProducerOptions(opts.transactionalId, opts.transactionTimeoutMs)));

@@ -1,11 +1,11 @@
 // The pieces of transactions v2 that need no broker: reading the cluster's finalized
 // transaction.version from an ApiVersions v3 body (its tagged fields, the unknown ones
-// skipped), and the protocol choice from it. The requests themselves are read by the
+// skipped), the protocol choice from it, and the spacing of back-to-back transactions. The requests themselves are read by the
 // real broker in test/integration/txn-v2.test.ts.
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { WritError } from "../../../src/errors.ts";
-import { decodeApiVersionsV3 } from "../../../src/kafka/txn-v2.ts";
+import { decodeApiVersionsV3, spacingWaitMs } from "../../../src/kafka/txn-v2.ts";
 import { chooseTransactionProtocol } from "../../../src/owner/transactions.ts";
 
 const require = createRequire(import.meta.url);
@@ -66,5 +66,20 @@ describe("the owner's transaction protocol", () => {
     expect((err as WritError).code).toBe("config_invalid");
     expect((err as WritError).message).toContain("WRIT_TRANSACTION_PROTOCOL");
     expect((err as WritError).message).toContain("transaction.version 0");
+  });
+});
+
+describe("spacing of a producer's transactions", () => {
+  it("a transaction about to begin waits what is left of the spacing since the last one ended, in whole ms", () => {
+    expect(spacingWaitMs(2, 1000, 1000)).toBe(2);
+    expect(spacingWaitMs(2, 1000, 1000.4)).toBe(2);
+    expect(spacingWaitMs(2, 1000, 1001.5)).toBe(1);
+  });
+
+  it("no wait once the spacing has passed, with spacing 0, or before any transaction ended", () => {
+    expect(spacingWaitMs(2, 1000, 1002)).toBe(0);
+    expect(spacingWaitMs(2, 1000, 5000)).toBe(0);
+    expect(spacingWaitMs(0, 1000, 1000)).toBe(0);
+    expect(spacingWaitMs(2, Number.NEGATIVE_INFINITY, 0)).toBe(0);
   });
 });
