@@ -24,8 +24,8 @@
  * `add.partitions.to.txn.retry.backoff.ms` (20 ms by default; KAFKA-18654,
  * and KAFKA-20000 for a shorter one). `spacingMs` keeps a producer's next
  * transaction that long after its last EndTxn answered: on a local broker,
- * 2 ms took 12 producers' back-to-back transactions from 1,350-1,400 to
- * 2,970-3,090 a second (README, Benchmark, `txn-floor`).
+ * 2 ms took 12 producers' back-to-back transactions from 1,350-1,460 to
+ * 2,770-3,090 a second (README, Benchmark, `txn-floor`).
  *
  * Connections, SASL, TLS, metadata and FindCoordinator are kafkajs's (its own
  * Cluster, built with the client's settings); record batches are kafkajs's

@@ -9,7 +9,9 @@
 // Produce or EndTxn answer lost after the broker acted (sockets that break as
 // the answer arrives) is asked again without a second copy; re-encoding the
 // resent batch under the next sequence instead (a blind replay, tried by hand)
-// makes the Produce case fail with the batch twice, as its control shows.
+// makes the Produce case fail with the batch twice, as its control shows. The
+// spacing between transactions is timed against a spacing far above a local
+// round trip: without it (tried by hand) a send returns after about 10 ms.
 import { randomUUID } from "node:crypto";
 import { connect, type Socket } from "node:net";
 import { Kafka, logLevel, type ISocketFactory } from "kafkajs";
@@ -36,8 +38,8 @@ async function topic(partitions = 3): Promise<string> {
   return name;
 }
 
-async function producer(transactionalId = `txn-v2-${randomUUID()}`): Promise<TransactionalProducerV2> {
-  const p = new TransactionalProducerV2(clusterOf(kafka), { transactionalId, transactionTimeoutMs: 60_000 });
+async function producer(transactionalId = `txn-v2-${randomUUID()}`, spacingMs = 0): Promise<TransactionalProducerV2> {
+  const p = new TransactionalProducerV2(clusterOf(kafka), { transactionalId, transactionTimeoutMs: 60_000, spacingMs });
   onTestFinished(() => p.disconnect());
   await p.init();
   return p;
@@ -88,6 +90,27 @@ describe("transactions v2", () => {
     const seen = await committed(name, expected.length);
     // keyless records: wherever the partitioner put them, each committed one once
     expect(seen.map((r) => (r.split(":")[1]!.startsWith("n") ? r.split(":")[1]! : r)).sort()).toEqual(expected.sort());
+  });
+
+  it("with spacingMs, a transaction's first request waits until that long after the last one ended (or InitProducerId)", async () => {
+    // The owner's spacing (WRIT_TRANSACTION_SPACING_MS) keeps a transaction from meeting the coordinator still writing
+    // the last one's markers. Measured here with a spacing far above a local round trip, so that a send that did not
+    // wait (the spacing removed) is told apart: it returns in a few ms.
+    const spacingMs = 150;
+    const name = await topic(1);
+    const p = await producer(undefined, spacingMs);
+    let ended = performance.now(); // InitProducerId counts as an end (it ends the last holder's transaction)
+    const waited: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      await p.send([{ topic: name, partition: 0, key: null, value: `s${i}` }]);
+      waited.push(performance.now() - ended);
+      await p.send([{ topic: name, partition: 0, key: null, value: `t${i}` }]); // same transaction: no second wait
+      await p.end(true);
+      ended = performance.now();
+    }
+    // measured from just after the producer's own mark, so a few ms less than it waited
+    for (const ms of waited) expect(ms).toBeGreaterThanOrEqual(spacingMs - 5);
+    expect(await committed(name, 6)).toEqual(["0:s0", "0:t0", "0:s1", "0:t1", "0:s2", "0:t2"]);
   });
 
   it("a second producer of the same transactional id fences the first: its requests fail as fencing, its open records never show", async () => {
