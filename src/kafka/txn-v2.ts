@@ -364,9 +364,9 @@ export class TransactionalProducerV2 {
   private groupCoordinator: KjsBroker | undefined;
   private readonly keyless = Partitioners.DefaultPartitioner();
   private readonly spacingMs: number;
-  /** When the last transaction ended (performance.now()), and whether a new one has sent anything since. */
+  /** When the last transaction ended (performance.now()), and the wait of the one begun since (null: none yet). */
   private endedAt = Number.NEGATIVE_INFINITY;
-  private open = false;
+  private begun: Promise<void> | null = null;
 
   constructor(cluster: KjsCluster, opts: { transactionalId: string; transactionTimeoutMs: number; requestTimeoutMs?: number; spacingMs?: number }) {
     this.cluster = cluster;
@@ -501,16 +501,20 @@ export class TransactionalProducerV2 {
   }
 
   private ended(): void {
-    this.open = false;
+    this.begun = null;
     this.endedAt = performance.now();
   }
 
-  /** Before a transaction's first request: waits out what is left of `spacingMs` since the last one ended. */
-  private async opening(): Promise<void> {
-    if (this.open) return;
-    this.open = true;
-    const wait = spacingWaitMs(this.spacingMs, this.endedAt, performance.now());
-    if (wait > 0) await sleep(wait);
+  /**
+   * Before each request of a transaction: the first waits out what is left of `spacingMs` since the last one
+   * ended; any other request of the same transaction, even one sent alongside it, waits for that same wait.
+   */
+  private opening(): Promise<void> {
+    if (this.begun === null) {
+      const wait = spacingWaitMs(this.spacingMs, this.endedAt, performance.now());
+      this.begun = wait > 0 ? sleep(wait) : Promise.resolve();
+    }
+    return this.begun;
   }
 
   async disconnect(): Promise<void> {
