@@ -38,8 +38,13 @@ import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
 import { makePlan, percentile, round, say, SCENARIOS, type Plan, type Scenario } from "./workload.ts";
 import { runWrit } from "./writ-run.ts";
 
-/** The owner's defaults the bench's transaction floor uses too. */
-const OWNER_DEFAULTS = { transactionSpacingMs: RouterConfig.shape.transactionSpacingMs.parse(undefined) };
+/** The owner's default spacing of its v2 transactions (WRIT_TRANSACTION_SPACING_MS), which the transaction floor uses too. */
+const OWNER_SPACING_MS = RouterConfig.shape.transactionSpacingMs.parse(undefined);
+
+/** How a floor line names its producer's protocol: v2 with its spacing. */
+function floorProtocol(protocol: "v1" | "v2", spacingMs: number): string {
+  return protocol === "v2" ? `transactions v2, ${spacingMs} ms apart` : `transactions ${protocol}`;
+}
 
 hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, "..");
@@ -223,11 +228,9 @@ try {
       // The owner's producer in both protocols, v2 first (the one the owner picks on a Kafka 4 cluster), one per
       // partition as the owner has them, with the owner's default spacing; then v2 without it (the control); then
       // one v2 producer whose transactions cover every partition.
-      const spaced = OWNER_DEFAULTS.transactionSpacingMs;
-      for (const [protocol, shared, spacingMs] of [["v2", false, spaced], ["v2", false, 0], ["v1", false, 0], ["v2", true, spaced]] as const) {
+      for (const [protocol, shared, spacingMs] of [["v2", false, OWNER_SPACING_MS], ["v2", false, 0], ["v1", false, 0], ["v2", true, OWNER_SPACING_MS]] as const) {
         const who = shared ? `1 transactional producer over all ${PARTITIONS} partitions` : `${PARTITIONS} transactional producers`;
-        const spacing = protocol === "v2" ? `, ${spacingMs} ms apart` : "";
-        say(`\n[txn-floor] ${who} (transactions ${protocol}${spacing}), back-to-back transactions for 15 s, nothing else running`);
+        say(`\n[txn-floor] ${who} (${floorProtocol(protocol, spacingMs)}), back-to-back transactions for 15 s, nothing else running`);
         const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, spacingMs, shared, logger, keepTopics: args["keep-topics"] });
         floors.push(floor);
         console.log(
@@ -293,7 +296,7 @@ if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
 }
 for (const floor of floors) {
   say(
-    `txn-floor (transactions ${floor.protocol}${floor.protocol === "v2" ? `, ${floor.spacingMs} ms apart` : ""}): ${floor.producers} producers × ${floor.partitionsPerTxn} partitions per transaction, ` +
+    `txn-floor (${floorProtocol(floor.protocol, floor.spacingMs)}): ${floor.producers} producers × ${floor.partitionsPerTxn} partitions per transaction, ` +
       `${floor.txnPerSecond} transactions/s back to back (p50 ${floor.p50Ms} ms, p99 ${floor.p99Ms} ms) = ${floor.partitionTxnPerSecond} partition-transactions/s; ` +
       `CPU per partition-transaction: broker ${floor.cpuMsPerPartitionTxn.broker ?? "?"} ms, producers ${floor.cpuMsPerPartitionTxn.producers} ms`,
   );
