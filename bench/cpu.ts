@@ -60,3 +60,21 @@ export function cpuSummary(cpuMs: Record<string, number | null>, requests: numbe
   }
   return { per_request_ms: per, cores_busy: Math.round((total / 1000 / seconds) * 100) / 100 };
 }
+
+/**
+ * The total time a JVM has spent compiling (JIT) so far, in ms, from `jstat -compiler` (a JDK tool); null when
+ * there is no pid, no jstat (a JRE alone), or the process is gone. A broker just started compiles for tens of
+ * seconds of CPU, on the cores the bench measures.
+ */
+export function jvmCompileMs(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const out = execFileSync("jstat", ["-compiler", String(pid)], { encoding: "utf8", timeout: 15_000, stdio: ["ignore", "pipe", "ignore"] });
+    // Compiled Failed Invalid Time FailedType FailedMethod; Time in seconds.
+    const [header, values] = out.trim().split("\n").map((l) => l.trim().split(/\s+/));
+    const seconds = Number(values?.[header?.indexOf("Time") ?? -1]);
+    return Number.isFinite(seconds) ? seconds * 1000 : null;
+  } catch {
+    return null;
+  }
+}

@@ -1,6 +1,20 @@
-import { existsSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { cpuSummary, processCpuMs, startCpuCount } from "../../../bench/cpu.ts";
+import { cpuSummary, jvmCompileMs, processCpuMs, startCpuCount } from "../../../bench/cpu.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
+
+/** Whether `tool -version` runs here (jstat and java come with a JDK; a JRE has no jstat). */
+function runs(tool: string, args: string[]): boolean {
+  try {
+    execFileSync(tool, args, { stdio: "ignore", timeout: 30_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** Spins until this process has used `ms` more CPU (by its own count). */
 function burn(ms: number): void {
@@ -41,4 +55,24 @@ describe("bench CPU accounting", () => {
       cores_busy: 1.5,
     });
   });
+
+  it("says null for the JIT compile time of no process or one that is gone", () => {
+    expect(jvmCompileMs(undefined)).toBeNull();
+    expect(jvmCompileMs(2 ** 30)).toBeNull();
+  });
+
+  it.runIf(runs("java", ["-version"]) && runs("jstat", ["-help"]))("reads a running JVM's JIT compile time with jstat, and it only grows", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-jit-"));
+    writeFileSync(join(dir, "Busy.java"), "class Busy { public static void main(String[] a) throws Exception { long x = 0; for (long i = 0; ; i++) { x += Long.toString(i).hashCode(); if (i % 1000000 == 0) Thread.sleep(10); } } }\n");
+    const jvm = spawn("java", [join(dir, "Busy.java")], { stdio: "ignore" });
+    try {
+      const first = await waitFor(() => jvmCompileMs(jvm.pid) !== null && jvmCompileMs(jvm.pid)!, { timeoutMs: 60_000, intervalMs: 250 });
+      expect(first).toBeGreaterThan(0);
+      const later = await waitFor(() => (jvmCompileMs(jvm.pid) ?? 0) > first && jvmCompileMs(jvm.pid)!, { timeoutMs: 60_000, intervalMs: 250, message: `compile time stayed at ${first} ms` });
+      expect(later).toBeGreaterThan(first);
+    } finally {
+      jvm.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 150_000);
 });
