@@ -79,7 +79,10 @@ const MEMORY_ENTRIES = positive("memory-entries", args["memory-entries"]);
 const SEED = positive("seed", args.seed);
 const WARMUP = positive("warmup", args.warmup, 0);
 const WARMUP_ROUNDS = positive("warmup-rounds", args["warmup-rounds"]);
-/** The broker is warm once its JIT compiles for at most this share of its CPU in a round (jstat); without jstat, WARMUP_ROUNDS_BLIND rounds. */
+/**
+ * The broker is warm once its JIT compile time in a round (jstat's, the compilations' wall time, which counts a
+ * compiler thread waiting for a core too) is at most this share of its CPU time; without jstat, WARMUP_ROUNDS_BLIND rounds.
+ */
 const WARMUP_JIT_SHARE = 0.2;
 const WARMUP_ROUNDS_BLIND = 6;
 const PARTITIONS = 12;
@@ -195,10 +198,10 @@ function sumOrNull(a: number | null | undefined, b: number | null | undefined): 
 /**
  * Untimed rounds of the echo and writ (C=64, `--warmup` intents each) before the first scenario or transaction
  * floor. A broker just started compiles its hot code for tens of seconds of CPU on the cores the bench measures:
- * on 2026-12-02, a fresh broker's JIT took 102 % of its own CPU in the first round of 3,000 intents, 66, 46, 29 and
+ * on 2026-12-02, a fresh broker's JIT compile time came to 102 % of its CPU time in the first round of 3,000 intents, 66, 46, 29 and
  * 26 % in the next four, and 16 % in the sixth, when its CPU per writ request had come down from 3.05 ms to 0.64
  * (0.61-0.83 in eight more rounds); the first full run after one round missed C=8's p99 target that the run right
- * after it met. So rounds repeat until the broker's JIT takes at most WARMUP_JIT_SHARE of its CPU in a round
+ * after it met. So rounds repeat until the broker's JIT compile time is at most WARMUP_JIT_SHARE of its CPU time in a round
  * (`jstat -compiler`, a JDK tool), at most `--warmup-rounds`. A local broker without jstat gets
  * WARMUP_ROUNDS_BLIND rounds; a broker elsewhere, whose CPU cannot be read, one. Nothing of a round is measured
  * but that; a wrong answer in it still fails the bench.
@@ -223,7 +226,7 @@ async function warmUp(): Promise<void> {
     say(
       `  round ${round}: echo ${(requests / echo.seconds).toFixed(0)} rps, writ ${(requests / writ.seconds).toFixed(0)} rps, ` +
         `broker CPU per writ request ${cpuSummary(writ.cpuMs, requests, writ.seconds).per_request_ms.broker ?? "?"} ms, ` +
-        `JIT ${share === null ? "?" : `${Math.round(share * 100)} %`} of the broker's CPU`,
+        `JIT compile time ${share === null ? "?" : `${Math.round(share * 100)} %`} of the broker's CPU time`,
     );
     if (localBrokerPid === undefined || (share === null ? round >= WARMUP_ROUNDS_BLIND : share <= WARMUP_JIT_SHARE)) return;
   }
