@@ -63,9 +63,9 @@ export function cpuSummary(cpuMs: Record<string, number | null>, requests: numbe
 
 /**
  * The total time a JVM has spent compiling (JIT) so far, in ms, from `jstat -compiler` (a JDK tool): the
- * compilations' wall time, so a compiler thread waiting for a core counts too; null when
- * there is no pid, no jstat (a JRE alone), or the process is gone. A broker just started compiles for tens of
- * seconds of CPU, on the cores the bench measures.
+ * compilations' wall time, so a compiler thread waiting for a core counts too. Null when there is no pid, no
+ * jstat (a JRE alone), or the process is gone. A broker just started compiles for tens of seconds, on the cores
+ * the bench measures.
  */
 export function jvmCompileMs(pid: number | undefined): number | null {
   if (pid === undefined) return null;

@@ -81,7 +81,8 @@ const WARMUP = positive("warmup", args.warmup, 0);
 const WARMUP_ROUNDS = positive("warmup-rounds", args["warmup-rounds"]);
 /**
  * The broker is warm once its JIT compile time in a round (jstat's, the compilations' wall time, which counts a
- * compiler thread waiting for a core too) is at most this share of its CPU time; without jstat, WARMUP_ROUNDS_BLIND rounds.
+ * compiler thread waiting for a core too) is at most this share of its CPU time; without jstat,
+ * WARMUP_ROUNDS_BLIND rounds.
  */
 const WARMUP_JIT_SHARE = 0.2;
 const WARMUP_ROUNDS_BLIND = 6;
@@ -197,14 +198,14 @@ function sumOrNull(a: number | null | undefined, b: number | null | undefined): 
 
 /**
  * Untimed rounds of the echo and writ (C=64, `--warmup` intents each) before the first scenario or transaction
- * floor. A broker just started compiles its hot code for tens of seconds of CPU on the cores the bench measures:
- * on 2026-12-02, a fresh broker's JIT compile time came to 102 % of its CPU time in the first round of 3,000 intents, 66, 46, 29 and
- * 26 % in the next four, and 16 % in the sixth, when its CPU per writ request had come down from 3.05 ms to 0.64
- * (0.61-0.83 in eight more rounds); the first full run after one round missed C=8's p99 target that the run right
- * after it met. So rounds repeat until the broker's JIT compile time is at most WARMUP_JIT_SHARE of its CPU time in a round
- * (`jstat -compiler`, a JDK tool), at most `--warmup-rounds`. A local broker without jstat gets
- * WARMUP_ROUNDS_BLIND rounds; a broker elsewhere, whose CPU cannot be read, one. Nothing of a round is measured
- * but that; a wrong answer in it still fails the bench.
+ * floor. A broker just started compiles its hot code for tens of seconds on the cores the bench measures: on
+ * 2026-12-02, a fresh broker's JIT compile time came to 102 % of its CPU time in the first round of 3,000 intents,
+ * 66, 46, 29 and 26 % in the next four, and 16 % in the sixth, when its CPU per writ request had come down from
+ * 3.05 ms to 0.64 (0.61-0.83 in eight more rounds); the first full run after one round missed C=8's p99 target
+ * that the run right after it met. So rounds repeat until the broker's JIT compile time in a round is at most
+ * WARMUP_JIT_SHARE of its CPU time (`jstat -compiler`, a JDK tool), at most `--warmup-rounds`. A local broker
+ * without jstat gets WARMUP_ROUNDS_BLIND rounds; a broker elsewhere, whose CPU cannot be read, one. Nothing of a
+ * round is measured but that; a wrong answer in it still fails the bench.
  */
 async function warmUp(): Promise<void> {
   say(`\n[warm-up] ${WARMUP} intents at C=64 through the echo and writ per round, until the broker's JIT settles (at most ${WARMUP_ROUNDS} rounds; --warmup 0 skips it)`);
