@@ -62,34 +62,40 @@ describe("bench CPU accounting", () => {
   });
 
   it.runIf(runs("java", ["-version"]) && runs("jstat", ["-help"]))("reads a running JVM's JIT compile time with jstat, as the JVM itself counts it", async () => {
-    // The JVM prints its own total compile time (CompilationMXBean, ms) every 100 ms while it keeps its JIT busy:
-    // a reading taken between two of its lines lies between them (jstat gives seconds to two decimals).
+    // The JVM prints the time and its own total compile time (CompilationMXBean, ms) every 100 ms while it keeps its
+    // JIT busy: a jstat reading lies between the last line printed before jstat started and the first printed after
+    // it returned (jstat gives seconds to two decimals). By the clock, not by arrival: execFileSync holds this
+    // process's event loop, so the lines printed meanwhile arrive after it.
     const dir = mkdtempSync(join(tmpdir(), "writ-jit-"));
     writeFileSync(
       join(dir, "Busy.java"),
       "import java.lang.management.ManagementFactory;\n" +
         "class Busy { public static void main(String[] a) throws Exception { long x = 0, next = 0; var jit = ManagementFactory.getCompilationMXBean();\n" +
-        "  for (long i = 0; ; i++) { x += Long.toString(i ^ x).hashCode(); if (System.currentTimeMillis() >= next) { System.out.println(jit.getTotalCompilationTime()); next = System.currentTimeMillis() + 100; } } } }\n",
+        "  for (long i = 0; ; i++) { x += Long.toString(i ^ x).hashCode(); if (System.currentTimeMillis() >= next) { System.out.println(System.currentTimeMillis() + \" \" + jit.getTotalCompilationTime()); next = System.currentTimeMillis() + 100; } } } }\n",
     );
     const jvm = spawn("java", [join(dir, "Busy.java")], { stdio: ["ignore", "pipe", "ignore"] });
-    const printed: number[] = [];
+    const printed: { at: number; ms: number }[] = [];
     let rest = "";
     jvm.stdout.on("data", (chunk: Buffer) => {
       const lines = (rest + chunk.toString("utf8")).split("\n");
       rest = lines.pop() ?? "";
-      for (const line of lines) printed.push(Number(line));
+      for (const line of lines) {
+        const [at, ms] = line.split(" ").map(Number);
+        printed.push({ at: at!, ms: ms! });
+      }
     });
     try {
       await waitFor(() => printed.length > 0 && jvmCompileMs(jvm.pid) !== null, { timeoutMs: 60_000, intervalMs: 250 });
       for (let i = 0; i < 3; i++) {
-        const before = printed.at(-1)!;
-        const seen = printed.length;
+        const started = Date.now();
         const read = jvmCompileMs(jvm.pid)!;
-        const after = await waitFor(() => printed.length > seen && printed.at(-1)!, { timeoutMs: 30_000, intervalMs: 20 });
-        expect(read).toBeGreaterThanOrEqual(before - 10);
-        expect(read).toBeLessThanOrEqual(after + 10);
+        const returned = Date.now();
+        const after = await waitFor(() => printed.find((p) => p.at >= returned), { timeoutMs: 30_000, intervalMs: 20 });
+        const before = printed.filter((p) => p.at <= started).at(-1)!;
+        expect(read).toBeGreaterThanOrEqual(before.ms - 10);
+        expect(read).toBeLessThanOrEqual(after.ms + 10);
       }
-      expect(printed.at(-1)!).toBeGreaterThan(0);
+      expect(printed.at(-1)!.ms).toBeGreaterThan(0);
     } finally {
       jvm.kill("SIGKILL");
       rmSync(dir, { recursive: true, force: true });
