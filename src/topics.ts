@@ -4,6 +4,9 @@ import { WritError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { retry } from "./retry.ts";
 
+/** The ledger's min.compaction.lag.ms: how long a partition may go without an owner and keep a crashed owner's in-doubt entries. */
+export const LEDGER_MIN_COMPACTION_LAG_MS = 3_600_000;
+
 /** The topic contract's topics with their partitioning and configs. */
 export function routerTopics(config: RouterConfig): ITopicConfig[] {
   const rf = config.replicationFactor;
@@ -18,6 +21,10 @@ export function routerTopics(config: RouterConfig): ITopicConfig[] {
         { name: "cleanup.policy", value: "compact" },
         // Tombstones must outlive a restore of the partition.
         { name: "delete.retention.ms", value: retentionMs },
+        // The log cleaner drops the records of aborted transactions, and an owner that crashed leaves its last
+        // `pending` entries in one until the next owner's restore finds and commits them again (see the scan in
+        // partition-owner.ts open()): no record is compacted before it is this old.
+        { name: "min.compaction.lag.ms", value: String(LEDGER_MIN_COMPACTION_LAG_MS) },
       ],
     },
     { topic: config.topics.human, numPartitions: 1, replicationFactor: rf },

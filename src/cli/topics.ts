@@ -4,7 +4,7 @@
 // the ledger must be compacted.
 import type { Admin, ConfigResourceTypes, ITopicConfig } from "kafkajs";
 import { routerConfigFromEnv, type RouterConfig } from "../config.ts";
-import { ensureTopics, routerTopics } from "../topics.ts";
+import { LEDGER_MIN_COMPACTION_LAG_MS, ensureTopics, routerTopics } from "../topics.ts";
 import { commandLogger, kafkaFor, parseCommandArgs, runCommand, UsageError, type Command } from "./common.ts";
 
 const USAGE = `usage: writ topics ensure|check [--brokers <list>] [--json]
@@ -20,7 +20,7 @@ WRIT_LEDGER_RETENTION_HOURS; see the README):
 A check fails on: a missing topic; an intents topic and a ledger with different partition counts; a
 partition count other than WRIT_INTENT_PARTITIONS (owners restore that many ledger partitions); a ledger
 whose cleanup.policy is not compact. It warns (and passes) on a replication factor or a ledger
-delete.retention.ms other than configured.
+delete.retention.ms other than configured, and on a ledger min.compaction.lag.ms below an hour.
 
   --brokers <list>   Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
   --json             one JSON report instead of text
@@ -60,7 +60,7 @@ async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[
   if (existing.has(ledger)) {
     const described = await admin.describeConfigs({
       includeSynonyms: false,
-      resources: [{ type: TOPIC_RESOURCE, name: ledger, configNames: ["cleanup.policy", "delete.retention.ms"] }],
+      resources: [{ type: TOPIC_RESOURCE, name: ledger, configNames: ["cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms"] }],
     });
     for (const e of described.resources[0]?.configEntries ?? []) configs[e.configName] = e.configValue;
   }
@@ -113,6 +113,14 @@ export function judge(states: TopicState[], config: RouterConfig, wanted: ITopic
     const have = ledger.configs?.["delete.retention.ms"];
     if (want !== undefined && have !== undefined && have !== want) {
       warnings.push(`${ledger.topic} has delete.retention.ms=${have}; WRIT_LEDGER_RETENTION_HOURS asks for ${want}`);
+    }
+    const lag = ledger.configs?.["min.compaction.lag.ms"];
+    if (lag !== undefined && Number(lag) < LEDGER_MIN_COMPACTION_LAG_MS) {
+      warnings.push(
+        `${ledger.topic} has min.compaction.lag.ms=${lag}; writ creates it with ${LEDGER_MIN_COMPACTION_LAG_MS}: below that, a partition left without an owner ` +
+          "after a crash may have its in-doubt pending entries dropped by the log cleaner before the next owner finds them " +
+          `(kafka-configs --alter --entity-type topics --entity-name ${ledger.topic} --add-config min.compaction.lag.ms=${LEDGER_MIN_COMPACTION_LAG_MS})`,
+      );
     }
   }
   return { problems, warnings };

@@ -3,6 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { isControlRecord } from "../schemas/control.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import type { RestoredEntry } from "./ledger-state.ts";
 
 /** Key of the progress entry (where intake of intents partition p stands) in ledger partition p. */
@@ -15,12 +16,20 @@ export function markerKey(partition: number): string {
   return `__marker__:${partition}`;
 }
 
+/** A ledger partition as a restore read it: its entries in topic order, and the offset of each key's last record. */
+export interface RestoredPartition {
+  entries: Map<string, RestoredEntry>;
+  /** Offset of each key's last record (a tombstone's too), for the scan for entries of aborted transactions. */
+  lastOffsets: Map<string, number>;
+}
+
 interface Restore {
   nonce: string;
   /** The partition's first offset when the restore began: where it reads from. */
   from: string;
-  entries: Map<string, RestoredEntry>;
-  resolve: (entries: Map<string, RestoredEntry>) => void;
+  /** Takes each record before the marker, in topic order (value null: a tombstone). */
+  take: (key: string, entry: RestoredEntry | null, offset: number) => void;
+  resolve: () => void;
   reject: (err: Error) => void;
 }
 
@@ -29,8 +38,9 @@ interface Restore {
  * nothing else: an owner process's memory grows with the partitions it owns,
  * not with the cluster's.
  *
- * One read_committed consumer (a group of its own, so every partition of
- * `writ.ledger` is assigned to it) keeps every partition paused. To restore
+ * One consumer (a group of its own, so every partition of `writ.ledger` is
+ * assigned to it; read_committed, or read_uncommitted for the scan for
+ * entries of aborted transactions) keeps every partition paused. To restore
  * partition p it seeks p to its start, resumes it, reads until the marker the
  * new owner wrote right after fencing the previous one, and pauses p again:
  * everything before the marker has then been read (the marker avoids
@@ -39,6 +49,8 @@ interface Restore {
  * silently.
  */
 export class LedgerReader {
+  /** read_committed (the ledger as it is) or read_uncommitted (also the records of aborted transactions). */
+  readonly isolation: "read_committed" | "read_uncommitted";
   private consumer: Consumer | null = null;
   private starting: Promise<void> | null = null;
   private readonly restores = new Map<number, Restore>();
@@ -53,13 +65,23 @@ export class LedgerReader {
   /** Set while the reader's consumer is down; restores fail fast (retriable) until it is back. */
   private failure: Error | null = null;
 
-  constructor(opts: { kafka: Kafka; admin: Admin; topic: string; partitions: number; codec: WireCodec; log: Logger; groupId: string }) {
+  constructor(opts: {
+    kafka: Kafka;
+    admin: Admin;
+    topic: string;
+    partitions: number;
+    codec: WireCodec;
+    log: Logger;
+    groupId: string;
+    isolation?: "read_committed" | "read_uncommitted";
+  }) {
+    this.isolation = opts.isolation ?? "read_committed";
     this.kafka = opts.kafka;
     this.admin = opts.admin;
     this.topic = opts.topic;
     this.partitions = opts.partitions;
     this.codec = opts.codec;
-    this.log = opts.log.child({ component: "ledger-reader", topic: opts.topic });
+    this.log = opts.log.child({ component: "ledger-reader", topic: opts.topic, isolation: this.isolation });
     this.groupId = opts.groupId;
   }
 
@@ -75,7 +97,7 @@ export class LedgerReader {
   private async connect(): Promise<void> {
     const consumer = this.kafka.consumer({
       groupId: this.groupId,
-      readUncommitted: false,
+      readUncommitted: this.isolation === "read_uncommitted",
       allowAutoTopicCreation: false,
       // Markers must be seen promptly; an idle long poll also delays shutdown.
       maxWaitTimeInMs: 250,
@@ -152,7 +174,7 @@ export class LedgerReader {
     if (isControlRecord(headers)) return;
     const key = rawKey?.toString("utf8") ?? "";
     if (value === null) {
-      restore.entries.delete(key);
+      restore.take(key, null, Number(offset));
       return;
     }
     try {
@@ -188,8 +210,7 @@ export class LedgerReader {
       if (marker.nonce === restore.nonce) this.finish(partition, restore, null);
       return;
     }
-    restore.entries.delete(key);
-    restore.entries.set(key, decoded.value as RestoredEntry);
+    restore.take(key, decoded.value as RestoredEntry, Number(offset));
   }
 
   private finish(partition: number, restore: Restore, err: Error | null): void {
@@ -201,16 +222,47 @@ export class LedgerReader {
       // Not joined at the moment; the next join pauses it (applyPauses).
     }
     if (err) restore.reject(err);
-    else restore.resolve(restore.entries);
+    else restore.resolve();
   }
 
   /**
    * Reads ledger partition `partition` from its start to the marker `nonce`
-   * and returns its entries in topic order.
+   * and returns its entries in topic order, with the offset of each key's
+   * last record.
    *
    * @throws WritError `ledger_unreadable` (not retriable: fail closed) or `ledger_restore_timeout` (retriable).
    */
-  async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<Map<string, RestoredEntry>> {
+  async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<RestoredPartition> {
+    const entries = new Map<string, RestoredEntry>();
+    const lastOffsets = new Map<string, number>();
+    await this.read(partition, nonce, timeoutMs, signal, (key, entry, offset) => {
+      entries.delete(key);
+      if (entry !== null) entries.set(key, entry);
+      lastOffsets.set(key, offset);
+    });
+    return { entries, lastOffsets };
+  }
+
+  /**
+   * The `pending` entries of ledger partition `partition` (up to the marker
+   * `nonce`) written after the last record `committed` holds for their key:
+   * read by a read_uncommitted reader, these are entries of transactions that
+   * were aborted (an owner crashed, or its transaction failed) after the
+   * broker had acknowledged them, so a PATCH may have followed each. The last
+   * one of each key.
+   *
+   * @throws WritError as {@link restore}.
+   */
+  async scanInDoubt(partition: number, nonce: string, timeoutMs: number, committed: ReadonlyMap<string, number>, signal?: AbortSignal): Promise<Map<string, LedgerIntentEntry>> {
+    if (this.isolation !== "read_uncommitted") throw new Error("scanInDoubt needs a read_uncommitted reader");
+    const found = new Map<string, LedgerIntentEntry>();
+    await this.read(partition, nonce, timeoutMs, signal, (key, entry, offset) => {
+      if (entry?.kind === "intent" && entry.status === "pending" && offset > (committed.get(key) ?? -1)) found.set(key, entry);
+    });
+    return found;
+  }
+
+  private async read(partition: number, nonce: string, timeoutMs: number, signal: AbortSignal | undefined, take: Restore["take"]): Promise<void> {
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
     const consumer = this.consumer;
@@ -233,11 +285,11 @@ export class LedgerReader {
       const restore: Restore = {
         nonce,
         from: low,
-        entries: new Map(),
-        resolve: (entries) => {
+        take,
+        resolve: () => {
           clearTimeout(timer);
           signal?.removeEventListener("abort", onAbort);
-          resolve(entries);
+          resolve();
         },
         reject: (err) => {
           clearTimeout(timer);

@@ -25,7 +25,10 @@ export interface OwnerContext {
   config: RouterConfig;
   codec: WireCodec;
   encoder: RecordEncoder;
+  /** Restores ledger partitions (read_committed). */
   reader: LedgerReader;
+  /** Scans them read_uncommitted after each restore, for `pending` entries of aborted transactions. */
+  inDoubtReader: LedgerReader;
   pipeline: IntentPipeline;
   admission: AdmissionDeps;
   topicDirectory: TopicDirectory;
@@ -46,6 +49,8 @@ export interface OwnerContext {
   };
   /** Ablation control (fault suite only): leases are granted to whoever asks and refuse nothing. */
   ablateLeases?: boolean;
+  /** Ablation control (fault suite only): a restore skips the scan for `pending` entries of aborted transactions. */
+  ablateInDoubtScan?: boolean;
   observe?: {
     forwarded?(partition: number): void;
     /** A record's lease expired and was released (its change did not end in time). */

@@ -18,7 +18,7 @@ import type { AdmittedTool } from "../tools.ts";
 import { type Plan, type WriteState } from "./intent-pipeline.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
-import { type OwnerProducer, ownerProducer } from "./transactions.ts";
+import { type OwnerProducer, type OwnerTransaction, ownerProducer } from "./transactions.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { startOffset } from "../kafka/serial-admin.ts";
 import { entityKey } from "../schemas/common.ts";
@@ -74,6 +74,18 @@ class Session {
   readonly tasks = new Set<Promise<void>>();
   readonly producer: OwnerProducer;
   readonly ledger: PartitionLedger;
+  /**
+   * The partition's open transaction, begun by the first `pending` entry sent
+   * into it and ended by the next commit (which adds the results staged since).
+   */
+  openTxn: OwnerTransaction | null = null;
+  /** `pending` entries sent into `openTxn` and not committed yet: work the commit loop must commit soon. */
+  inOpenTxn = 0;
+  /** `pending` entries waiting to be sent into the open transaction, and whether a send of them is queued. */
+  toSend: PendingSend[] = [];
+  sendQueued = false;
+  /** Every Kafka call of the session (sends into the open transaction, commits) runs after the one before. */
+  private chain: Promise<unknown> = Promise.resolve();
 
   constructor(producer: OwnerProducer, ledger: PartitionLedger) {
     this.producer = producer;
@@ -83,18 +95,38 @@ class Session {
   get active(): boolean {
     return !this.abort.signal.aborted;
   }
+
+  /** Runs `call` after every Kafka call of the session before it. */
+  serial<T>(call: () => Promise<T>): Promise<T> {
+    const done = this.chain.then(call);
+    this.chain = done.catch(() => undefined);
+    return done;
+  }
+
+  /** Takes the open transaction (and its entries) for a commit. */
+  takeOpen(): OwnerTransaction | null {
+    const open = this.openTxn;
+    this.openTxn = null;
+    this.inOpenTxn = 0;
+    return open;
+  }
 }
 
-/** What the next transaction carries. */
+/** What the next transaction carries (beside the `pending` entries already sent into it). */
 interface Staged {
   records: OutRecord[];
   /** Slots whose results are in `records`. */
   slots: Slot[];
-  /** Waiters for `pending` entries in `records` (step 3: durable before the write). */
-  pendings: { resolve: () => void; reject: (err: Error) => void }[];
 }
 
-const emptyStaged = (): Staged => ({ records: [], slots: [], pendings: [] });
+const emptyStaged = (): Staged => ({ records: [], slots: [] });
+
+/** A `pending` entry waiting to be sent into the open transaction; its intent's write waits for the broker's acknowledgement. */
+interface PendingSend {
+  record: OutRecord;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
 
 /**
  * The single writer of one intents partition: a thin driver of Kafka
@@ -278,9 +310,17 @@ export class PartitionOwner {
         at: new Date().toISOString(),
       });
       await this.transact(producer, [{ topic: config.topics.ledger, partition: this.partition, key: markerKey(this.partition), value: marker }], null);
-      const entries = await reader.restore(this.partition, nonce, config.restoreTimeoutMs);
-      ledger = new PartitionLedger(this.partition, entries);
-      const heal = await this.healTargets(ledger);
+      const restored = await reader.restore(this.partition, nonce, config.restoreTimeoutMs);
+      // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
+      // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
+      const inDoubt = this.ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await this.ctx.inDoubtReader.scanInDoubt(this.partition, nonce, config.restoreTimeoutMs, restored.lastOffsets);
+      restored.lastOffsets.clear();
+      ledger = new PartitionLedger(this.partition, concat(restored.entries, inDoubt));
+      if (inDoubt.size > 0) {
+        this.log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
+      }
+      const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, this.partition)));
+      const heal = [...again, ...(await this.healTargets(ledger))];
       if (heal.length > 0) await this.transact(producer, heal, null);
       const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, this.partition);
       // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,
@@ -299,7 +339,8 @@ export class PartitionOwner {
       this.log.info(
         {
           entries: ledger.size,
-          healed: heal.length,
+          healed: heal.length - again.length,
+          inDoubt: again.length,
           offset: next.toString(),
           groupOffset: groupOffset.toString(),
           session: session.seq,
@@ -348,17 +389,25 @@ export class PartitionOwner {
    * (TxnOffsetCommit; v1: AddOffsetsToTxn first), commit (EndTxn). See
    * transactions.ts.
    */
-  private async transact(producer: OwnerProducer, records: readonly OutRecord[], nextOffset: bigint | null): Promise<{ sent: number; offsets: number; committed: number }> {
+  private async transact(
+    producer: OwnerProducer,
+    records: readonly OutRecord[],
+    nextOffset: bigint | null,
+    open: OwnerTransaction | null = null,
+  ): Promise<{ sent: number; offsets: number; committed: number }> {
     const { config } = this.ctx;
     const t0 = performance.now();
     const at = () => Math.round((performance.now() - t0) * 10) / 10;
-    const txn = await producer.transaction();
+    // The open transaction, with the `pending` entries already sent into it, if there is one.
+    const txn = open ?? (await producer.transaction());
     try {
       for (const round of sendRounds(records, config.maxMessageBytes)) await txn.send(round);
       const sent = at();
       if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition: this.partition, offset: nextOffset });
       const offsets = at();
-      await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...new Set(records.map((r) => r.topic))] });
+      const topics = new Set(records.map((r) => r.topic));
+      if (open) topics.add(config.topics.ledger);
+      await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...topics] });
       await txn.commit();
       return { sent, offsets, committed: at() };
     } catch (err) {
@@ -386,6 +435,16 @@ export class PartitionOwner {
     this.opened = this.openLoop();
   }
 
+  /**
+   * A failed Kafka call of `session`: fenced, or rewind. Not awaited by the
+   * caller, a task of the session: ending the session waits for its tasks
+   * (the session is aborted before the first await of either path, so the
+   * caller stops at once).
+   */
+  private failed(session: Session, err: unknown): void {
+    (isFencing(err) ? this.fenced(err) : this.rewind(session, err)).catch((e: unknown) => this.log.error({ err: e }, "ending the session failed"));
+  }
+
   private async fenced(err: unknown): Promise<void> {
     if (this.stateValue === "closed" || this.stateValue === "fenced") return;
     this.stateValue = "fenced";
@@ -399,10 +458,11 @@ export class PartitionOwner {
     const session = this.session;
     this.session = null;
     this.ctx.intake.pause(this.partition);
-    const staged = this.staged;
     this.staged = emptyStaged();
     const err = reason instanceof Error ? reason : new Error(String(reason));
-    for (const p of staged.pendings) p.reject(err);
+    const unsent = session?.toSend ?? [];
+    if (session) session.toSend = [];
+    for (const p of unsent) p.reject(err);
     this.inbox = [];
     for (const slot of this.slots.values()) slot.trace?.abandoned(err.message);
     this.slots.clear();
@@ -414,6 +474,11 @@ export class PartitionOwner {
     const bound = sleep(this.ctx.config.sorTimeoutMs * 3).then(() => "timeout" as const);
     const settled = await Promise.race([Promise.allSettled([...session.tasks]).then(() => "done" as const), bound]);
     if (settled === "timeout") this.log.warn("in-flight work did not finish in time; closing the producer anyway");
+    // The open transaction is aborted, not left to the next owner's InitProducerId or the transaction timeout (it
+    // would hold the last stable offset of the partitions it wrote until then). Its `pending` entries are then
+    // found by the next restore's scan (see open()).
+    const open = session.takeOpen();
+    if (open) await Promise.race([open.abort().catch(() => undefined), sleep(this.ctx.config.sorTimeoutMs)]);
     await session.producer.disconnect().catch(() => undefined);
   }
 
@@ -523,16 +588,10 @@ export class PartitionOwner {
     // `pending` was not staged (its encoding met a registry outage): once the failure has surfaced (the write
     // waits for `durable`, so nothing was sent), the next try stages it again. A failed transaction ends the session.
     let pendingFailed = false;
-    // Counted as working (about to produce something to commit) except while it waits for a commit itself.
+    // Counted as working (about to produce something to commit) throughout: `durable` waits for the broker's
+    // acknowledgement of the pending entry, not for a commit, so the commit loop may linger for this intent's result.
     const waitDurable = async () => {
-      if (!durable) return;
-      this.working--;
-      this.nudge();
-      try {
-        await durable;
-      } finally {
-        this.working++;
-      }
+      if (durable) await durable;
     };
     const exec = {
       mayWrite: () => session.active && this.ctx.lease.confirmed(),
@@ -677,7 +736,7 @@ export class PartitionOwner {
   private releaseExpired(session: Session, lease: LedgerLeaseEntry): void {
     const key = entityKey(lease.entity);
     session.ledger.stageLease(key, null);
-    if (this.staged.records.length === 0) this.stagedSince = Date.now();
+    this.markStaged();
     this.staged.records.push(this.ctx.encoder.leaseTombstone(key, this.partition));
     this.log.warn(
       { entity: key.slice(0, 300), agent: lease.agentId, change: lease.change, acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
@@ -691,16 +750,61 @@ export class PartitionOwner {
     await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
   }
 
-  /** Step 3: `pending` goes into the next transaction; resolves once that transaction committed. */
+  /**
+   * Step 3: `pending` is sent into the partition's open transaction; resolves
+   * once the broker acknowledged it (acks=all), not when it commits: the
+   * next commit (within `commitLingerMs`, with the results that followed)
+   * makes it visible. Durable before the write all the same: a crash or a
+   * failed transaction aborts it, and the next restore finds it with a
+   * read_uncommitted scan (see open()); a zombie's send after a new owner's
+   * InitProducerId is refused for its epoch, so its write never starts.
+   */
   private async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
     const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
     if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
-    const durable = new Promise<void>((resolve, reject) => this.staged.pendings.push({ resolve, reject }));
+    const durable = new Promise<void>((resolve, reject) => session.toSend.push({ record, resolve, reject }));
     session.ledger.stage(pending, opts);
-    if (this.staged.records.length === 0) this.stagedSince = Date.now();
-    this.staged.records.push(record);
-    this.nudge();
+    this.markStaged();
+    this.sendPendings(session);
     await durable;
+  }
+
+  /** Sends the `pending` entries waiting into the open transaction (beginning one), behind any Kafka call in flight. */
+  private sendPendings(session: Session): void {
+    if (session.sendQueued) return;
+    session.sendQueued = true;
+    // Tracked: a session ends only after its sends (and, once they are done, aborts the transaction they opened).
+    this.track(
+      session,
+      session.serial(async () => {
+        session.sendQueued = false;
+        const batch = session.toSend;
+        session.toSend = [];
+        if (batch.length === 0) return;
+        if (!session.active || this.session !== session) {
+          for (const p of batch) p.reject(new WritError("producer_fenced", "session ended", { retriable: true }));
+          return;
+        }
+        try {
+          session.openTxn ??= await session.producer.transaction();
+          for (const round of sendRounds(batch.map((p) => p.record), this.ctx.config.maxMessageBytes)) await session.openTxn.send(round);
+          session.inOpenTxn += batch.length;
+        } catch (err) {
+          for (const p of batch) p.reject(err as Error);
+          this.failed(session, err);
+          return;
+        }
+        for (const p of batch) p.resolve();
+        // The commit loop commits the open transaction now that it holds entries.
+        this.nudge();
+      }),
+    );
+  }
+
+  /** Notes when the oldest change waiting for a commit came: the first one after a commit. */
+  private markStaged(): void {
+    const session = this.session;
+    if (this.staged.records.length === 0 && (session?.toSend.length ?? 0) === 0 && (session?.inOpenTxn ?? 0) === 0) this.stagedSince = Date.now();
   }
 
   /** An intent's result goes into the next transaction; its record's next intent may start. */
@@ -712,7 +816,7 @@ export class PartitionOwner {
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
-    if (this.staged.records.length === 0) this.stagedSince = Date.now();
+    this.markStaged();
     this.staged.records.push(...records);
     this.staged.slots.push(slot);
     slot.txn = -1;
@@ -735,7 +839,7 @@ export class PartitionOwner {
     while (session.active) {
       const behind = this.watermark() > this.lastCommittedOffset;
       const offsetDue = behind && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
-      if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue) {
+      if (this.staged.records.length === 0 && session.inOpenTxn === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue) {
         // An offset behind and not due yet (a transaction carried it moments ago): wake when it is. Without
         // this an idle partition's last results would keep their offset uncommitted until new intents came.
         if (behind) this.scheduleOffsetCommit();
@@ -787,14 +891,17 @@ export class PartitionOwner {
     if (advance && !withOffset) this.scheduleOffsetCommit();
     const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
     let phases: { sent: number; offsets: number; committed: number };
+    /** `pending` entries sent into the open transaction before this commit took it. */
+    let pendings = 0;
     try {
       if (progressed) batch.records.push(await this.progressRecord(offset));
-      phases = await this.transact(session.producer, batch.records, withOffset ? offset : null);
+      phases = await session.serial(() => {
+        pendings = session.inOpenTxn;
+        return this.transact(session.producer, batch.records, withOffset ? offset : null, session.takeOpen());
+      });
     } catch (err) {
       span?.failed(err);
-      for (const p of batch.pendings) p.reject(err as Error);
-      if (isFencing(err)) await this.fenced(err);
-      else await this.rewind(session, err);
+      this.failed(session, err);
       return;
     }
     span?.committed();
@@ -810,7 +917,7 @@ export class PartitionOwner {
         commit: now - (x.times.settled ?? now),
       }));
       this.log.debug(
-        { txn, ms: now - began, phases, withOffset, records: batch.records.length, results: batch.slots.length, pendings: batch.pendings.length, timeline },
+        { txn, ms: now - began, phases, withOffset, records: batch.records.length + pendings, results: batch.slots.length, pendings, timeline },
         "transaction committed",
       );
     }
@@ -823,7 +930,6 @@ export class PartitionOwner {
       this.lastOffsetCommitAt = began;
     }
     for (const slot of batch.slots) this.slots.delete(slot.seq);
-    for (const p of batch.pendings) p.resolve();
     if (this.load < config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
     this.pump();
   }
@@ -872,3 +978,7 @@ export function isFencing(err: unknown): boolean {
   return false;
 }
 
+/** The restored entries, then the in-doubt ones (later in the topic than any committed record of their keys). */
+function* concat<K, V>(...maps: ReadonlyMap<K, V>[]): Generator<[K, V]> {
+  for (const m of maps) yield* m;
+}

@@ -47,12 +47,26 @@ export interface RouterOptions {
   agents?: AgentRegistry;
 }
 
+/**
+ * The consumer groups of a router process's two ledger readers, each a group of its own so that it is assigned
+ * every ledger partition: read_committed restores, and the read_uncommitted scan for entries of aborted transactions.
+ * Under `WRIT_GROUP_ID`'s prefix (its ACLs cover them).
+ */
+export function ledgerReaderGroups(config: Pick<RouterConfig, "groupId" | "instanceId">): { restore: string; scan: string } {
+  return { restore: `${config.groupId}.ledger-reader.${config.instanceId}`, scan: `${config.groupId}.ledger-scan.${config.instanceId}` };
+}
+
 /** Test-only switches of the fault suite's ablation controls; not part of the public API (src/index.ts does not export them). */
 export interface RouterInternals {
   ablateLedger?: boolean;
   ablateVersionCheck?: boolean;
   /** Ablation control for the fault suite's lease case, never for production: owners grant every lease and honour none. */
   ablateLeases?: boolean;
+  /**
+   * Ablation control for the fault suite, never for production: a restore skips the read_uncommitted scan, so the
+   * `pending` entries of an aborted transaction (a crashed owner's, whose PATCH may have gone out) are lost.
+   */
+  ablateInDoubtScan?: boolean;
   /** Replaces the end-offset probe of the hang watch (tests). */
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
@@ -130,16 +144,13 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
   const topicDirectory = new TopicDirectory(admin);
-  const reader = new LedgerReader({
-    kafka,
-    admin,
-    topic: config.topics.ledger,
-    partitions: config.intentPartitions,
-    codec,
-    log,
-    groupId: `${config.groupId}.ledger-reader.${config.instanceId}`,
-  });
-  await reader.start();
+  const readerOf = { kafka, admin, topic: config.topics.ledger, partitions: config.intentPartitions, codec, log };
+  const readerGroups = ledgerReaderGroups(config);
+  const reader = new LedgerReader({ ...readerOf, groupId: readerGroups.restore });
+  // The same partitions read_uncommitted, after each restore: `pending` entries of aborted transactions (see open()
+  // in partition-owner.ts). A group of its own, so that its consumer is assigned every partition too.
+  const inDoubtReader = new LedgerReader({ ...readerOf, groupId: readerGroups.scan, isolation: "read_uncommitted" });
+  await Promise.all([reader.start(), inDoubtReader.start()]);
 
   const owners = new Map<number, PartitionOwner>();
   let consumer: Consumer | null = null;
@@ -162,6 +173,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     codec,
     encoder: new RecordEncoder(codec, config),
     reader,
+    inDoubtReader,
     pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true, observe: metrics.pipeline }),
     admission: { config, codec, tools, replyTopics: topicDirectory, now: () => new Date(), agents, partitions },
     topicDirectory,
@@ -179,6 +191,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     observe: metrics.owner,
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
     ...(internals.ablateLeases ? { ablateLeases: true } : {}),
+    ...(internals.ablateInDoubtScan ? { ablateInDoubtScan: true } : {}),
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
       owners.delete(p);
@@ -345,7 +358,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       await Promise.all([...owners.keys()].map(release));
       consumer = null;
       await c.disconnect().catch(() => undefined);
-      await reader.stop().catch(() => undefined);
+      await Promise.all([reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
       await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));

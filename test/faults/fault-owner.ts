@@ -4,10 +4,11 @@
 // - a crash point between the PATCH answer and the results' Kafka commit:
 //   with probability WRIT_FAULT_CRASH_AFTER_PATCH the process SIGKILLs itself
 //   there, the worst moment for exactly-once;
-// - ablation controls (WRIT_FAULT_ABLATE=ledger | if-match | leases), which remove a
-//   guarantee so that the suite can show its check fails without it
-//   (if-match: the write goes out with the version just read, and the delta is
-//   not rebuilt from the params on that record either).
+// - ablation controls (WRIT_FAULT_ABLATE=ledger | if-match | leases | in-doubt-scan),
+//   which remove a guarantee so that the suite can show its check fails without
+//   it (if-match: the write goes out with the version just read, and the delta is
+//   not rebuilt from the params on that record either; in-doubt-scan: a restore
+//   does not look for the pending entries of aborted transactions).
 import { routerConfigFromEnv } from "../../src/config.ts";
 import { hideKafkajsTimeoutWarning } from "../../src/node-warnings.ts";
 import { createLogger } from "../../src/logger.ts";
@@ -23,7 +24,7 @@ process.on("SIGTERM", () => void (stopRouter ?? (async () => undefined))().then(
 const crashProbability = Number(process.env.WRIT_FAULT_CRASH_AFTER_PATCH ?? "0");
 if (!(crashProbability >= 0 && crashProbability <= 1)) throw new Error("WRIT_FAULT_CRASH_AFTER_PATCH must be within 0..1");
 const ablate = new Set((process.env.WRIT_FAULT_ABLATE ?? "").split(",").filter((s) => s !== ""));
-for (const a of ablate) if (a !== "ledger" && a !== "if-match" && a !== "leases") throw new Error(`WRIT_FAULT_ABLATE: unknown ablation ${a}`);
+for (const a of ablate) if (a !== "ledger" && a !== "if-match" && a !== "leases" && a !== "in-doubt-scan") throw new Error(`WRIT_FAULT_ABLATE: unknown ablation ${a}`);
 
 /** The crash point, at the adapter: after the system answered a PATCH applied, before anything reaches Kafka. */
 function crashAfterPatch(inner: SystemOfRecord): SystemOfRecord {
@@ -49,6 +50,6 @@ const router = await startRouter(
     logger: log,
     onFatal: () => process.exit(1),
   },
-  { ablateLedger: ablate.has("ledger"), ablateVersionCheck: ablate.has("if-match"), ablateLeases: ablate.has("leases") },
+  { ablateLedger: ablate.has("ledger"), ablateVersionCheck: ablate.has("if-match"), ablateLeases: ablate.has("leases"), ablateInDoubtScan: ablate.has("in-doubt-scan") },
 );
 stopRouter = () => router.stop();

@@ -64,7 +64,7 @@ import { REDACT_PATHS, type Logger } from "../../src/logger.ts";
 import type { OffsetProbe } from "../../src/owner/hang-watch.ts";
 import { createOffsetProbe } from "../../src/owner/offset-probe.ts";
 import { transactionalIdFor } from "../../src/owner/partition-owner.ts";
-import { startRouter, type Router } from "../../src/owner/router.ts";
+import { ledgerReaderGroups, startRouter, type Router } from "../../src/owner/router.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
@@ -522,14 +522,15 @@ class HangCase {
 
   private async startOwner(plan: Plan, extra: Partial<RouterConfigInput>): Promise<Router> {
     const n = ++this.routerSeq;
-    // The router's ledger reader is a consumer group of its own (`<group>.ledger-reader.<instance>`): its
-    // coordinator, too, is kept off X, so that the kill does not disturb a restore.
+    // The router's ledger readers are consumer groups of their own (`<group>.ledger-reader.<instance>` and
+    // `<group>.ledger-scan.<instance>`): their coordinators, too, are kept off X, so that the kill does not disturb a restore.
     const instanceId = await this.instanceIdAvoiding(`hang-${this.opts.id}-owner-${n}`, plan.victim);
     const config = this.routerConfig(n, instanceId, extra);
     // Both groups' coordinators must serve first: right after a cluster starts, a group coordinator answers
     // COORDINATOR_LOAD_IN_PROGRESS, and the router's ledger reader does not survive that on its first join
     // (LedgerReader.connect pauses a consumer whose run() crashed: "Consumer group was not initialized").
-    const groups = [this.groupId, `${this.groupId}.ledger-reader.${config.instanceId}`];
+    const readers = ledgerReaderGroups({ groupId: this.groupId, instanceId });
+    const groups = [this.groupId, readers.restore, readers.scan];
     await waitFor(() => this.admin.describeGroups(groups).then(() => true), {
       timeoutMs: 60_000,
       intervalMs: 250,
@@ -952,14 +953,15 @@ class HangCase {
     return { txn: place("__transaction_state", transactionalId), group: place("__consumer_offsets", this.groupId) };
   }
 
-  /** `base`, or `base-<n>`, whose ledger-reader group's coordinator is not broker `avoid`. */
+  /** `base`, or `base-<n>`, whose ledger readers' groups' coordinators are not broker `avoid`. */
   private async instanceIdAvoiding(base: string, avoid: number): Promise<string> {
     const { topics } = await this.admin.fetchTopicMetadata({ topics: ["__consumer_offsets"] });
     const partitions = topics[0]?.partitions ?? [];
     for (let n = 0; n < 100; n++) {
       const instanceId = n === 0 ? base : `${base}-${n}`;
-      const p = coordinatorPartition(`${this.groupId}.ledger-reader.${instanceId}`, partitions.length);
-      if (partitions.find((x) => x.partitionId === p)?.leader !== avoid) return instanceId;
+      const readers = ledgerReaderGroups({ groupId: this.groupId, instanceId });
+      const leaders = [readers.restore, readers.scan].map((g) => partitions.find((x) => x.partitionId === coordinatorPartition(g, partitions.length))?.leader);
+      if (!leaders.includes(avoid)) return instanceId;
     }
     return base;
   }

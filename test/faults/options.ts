@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 
-export type Ablation = "ledger" | "if-match" | "leases";
+export type Ablation = "ledger" | "if-match" | "leases" | "in-doubt-scan";
 
 export interface SuiteOptions {
   seed: number;
@@ -24,11 +24,13 @@ export const USAGE = `npm run test:faults -- [options]
   --entities N   records the intents touch (default 60)
   --brokers 1|3  a single broker (default), or three (replication factor 3, min.insync.replicas 2):
                  a partition leader is killed mid-run, and the deterministic hanging-transaction case runs
-  --ablate ledger|if-match|leases
+  --ablate ledger|if-match|leases|in-doubt-scan
                  remove a guarantee: the owner skips its ledger (must report duplicates), sends
-                 no version precondition (must report lost updates), or grants every lease and
+                 no version precondition (must report lost updates), grants every lease and
                  honours none (only the lease case runs; it must report changes left partly
-                 applied); the run then exits 1 as it should
+                 applied), or restores without the read_uncommitted scan for the pending entries
+                 of aborted transactions (a crash between PATCH and commit then loses them: must
+                 report duplicates or misreported outcomes); the run then exits 1 as it should
   --no-lease-case
                  skip the case of three-record changes under leases (run after the main scenario)
   --no-hang-case skip the hanging-transaction case in --brokers 3
@@ -62,7 +64,9 @@ export function parseSuiteOptions(argv: string[]): SuiteOptions {
   const brokers = int("brokers", values.brokers, 1);
   if (brokers !== 1 && brokers !== 3) throw new Error("--brokers must be 1 or 3");
   const ablate = values.ablate ?? null;
-  if (ablate !== null && ablate !== "ledger" && ablate !== "if-match" && ablate !== "leases") throw new Error("--ablate must be ledger, if-match or leases");
+  if (ablate !== null && ablate !== "ledger" && ablate !== "if-match" && ablate !== "leases" && ablate !== "in-doubt-scan") {
+    throw new Error("--ablate must be ledger, if-match, leases or in-doubt-scan");
+  }
   return {
     seed: values.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : int("seed", values.seed, 0),
     runs: int("runs", values.runs, 1),

@@ -6,7 +6,7 @@ import { WireCodec } from "../../src/codec.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
 import type { RouterConfigInput } from "../../src/config.ts";
 import { createLogger } from "../../src/logger.ts";
-import { startRouter, type Router, type RouterOptions } from "../../src/owner/router.ts";
+import { startRouter, type Router, type RouterInternals, type RouterOptions } from "../../src/owner/router.ts";
 import type { WIRE_SCHEMAS, WireSchemaName } from "../../src/schemas/index.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
@@ -25,7 +25,8 @@ export interface Harness {
   records: DemoRecordsServer;
   config: RouterConfigInput & { topics: { intents: string; ledger: string; human: string; dlq: string }; groupId: string };
   routers: Router[];
-  startRouter(extra?: Partial<RouterOptions>): Promise<Router>;
+  /** An owner of this harness's topics; `internals`: the fault suite's seams (ablations, a held commit). */
+  startRouter(extra?: Partial<RouterOptions>, internals?: RouterInternals): Promise<Router>;
   client(agentId: string): Promise<WritClient>;
   /** Reads every value of a topic so far, decoded; waits until `count` are there. */
   readTopic<N extends WireSchemaName>(topic: string, name: N, count: number): Promise<z.output<(typeof WIRE_SCHEMAS)[N]>[]>;
@@ -60,8 +61,8 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
     records,
     config,
     routers: [],
-    async startRouter(extra = {}) {
-      const router = await startRouter({ config, tools: opts.tools, systems: systems(), logger: quietLogger(), ...extra });
+    async startRouter(extra = {}, internals = {}) {
+      const router = await startRouter({ config, tools: opts.tools, systems: systems(), logger: quietLogger(), ...extra }, internals);
       harness.routers.push(router);
       onTestFinished(() => router.stop());
       return router;

@@ -162,14 +162,14 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(report.ok).toBe(true);
     expect(report.created.sort()).toEqual(Object.values(topics).sort());
     const ledger = report.topics.find((t: { role: string }) => t.role === "ledger");
-    expect(ledger).toMatchObject({ partitions: 2, configs: { "cleanup.policy": "compact" } });
+    expect(ledger).toMatchObject({ partitions: 2, configs: { "cleanup.policy": "compact", "min.compaction.lag.ms": "3600000" } });
     const after = await writ(["topics", "check"]);
     expect(after.code).toBe(0);
     expect(after.stdout).toMatch(/topics ok$/m);
     expectQuiet(after.stderr);
   });
 
-  it("writ topics refuses intents and ledger partition counts that differ, and a ledger that is not compacted", async () => {
+  it("writ topics refuses intents and ledger partition counts that differ, and a ledger that is not compacted (and warns on its compaction lag)", async () => {
     const other = { intents: `cli-${id}.x.intents`, ledger: `cli-${id}.x.ledger`, human: topics.human, dlq: topics.dlq };
     extraTopics.push(other.intents, other.ledger);
     await admin.createTopics({
@@ -184,6 +184,8 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(check.code).toBe(1);
     expect(check.stdout).toContain(`${other.intents} has 2 partitions and ${other.ledger} 3: they must be equal`);
     expect(check.stdout).toContain(`${other.ledger} is not compacted (cleanup.policy=delete)`);
+    // Created without writ's min.compaction.lag.ms: a crashed owner's in-doubt entries are not kept long enough.
+    expect(check.stdout).toContain(`${other.ledger} has min.compaction.lag.ms=0; writ creates it with 3600000`);
     const ensure = await writ(["topics", "ensure"], { env: xenv });
     expect(ensure.code).toBe(1);
     expect(ensure.stdout).toMatch(/topics NOT ok/);

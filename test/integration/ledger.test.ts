@@ -173,4 +173,72 @@ describe("the ledger on writ.ledger", () => {
     expect(held.status).toBe("unknown");
     expect(h.records.history("payment", onBad).filter((e) => e.kind === "patch")).toHaveLength(0);
   });
+
+  // Each `pending` entry is sent into the partition's open transaction and its PATCH goes out once the broker has
+  // acknowledged it; the entry commits with the results that follow. A transaction that fails (or an owner that
+  // crashes) leaves it only in an aborted transaction: the next restore finds it with a read_uncommitted scan.
+  // The ablation control skips that scan, and the same run must then write twice.
+  for (const ablate of [false, true]) {
+    const name = ablate
+      ? "in-doubt-scan ablation control: without the scan, the intent of an aborted pending entry is written twice"
+      : "in-doubt-after-abort: a pending entry left in an aborted transaction after its PATCH is reconciled, never written again";
+    it(name, async () => {
+      const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+      // The system of record's own Idempotency-Key dedupe is off: only writ's can stop a second PATCH.
+      h.records.setConfig({ honourIdempotencyKey: false });
+      h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+      let armed = false;
+      let injected = 0;
+      const router = await h.startRouter(
+        {},
+        {
+          ablateInDoubtScan: ablate,
+          // The first transaction to carry a ledger entry once armed (the one the pending entry was sent into) waits
+          // until the PATCH has reached the system of record, then fails before its commit: it is aborted.
+          beforeCommit: async ({ topics }) => {
+            if (!armed || !topics.includes(h.config.topics.ledger)) return;
+            armed = false;
+            await waitFor(() => h.records.patchRequests().length >= 1, { timeoutMs: 20_000, message: "the PATCH never reached the system of record" });
+            injected++;
+            throw new Error("injected: the transaction fails before its commit");
+          },
+        },
+      );
+      await waitFor(() => router.ready(), { timeoutMs: 60_000, message: "the router never became ready" });
+      const agent = await h.client("billing-agent");
+      const { version } = await readVersion(h.records, "payment", "pay_1");
+      armed = true;
+      const runId = `run-${randomUUID()}`;
+      const reply = await agent.submit(refund(runId, version));
+
+      expect(injected).toBe(1);
+      const refunds = (await readVersion(h.records, "payment", "pay_1")).state.refunds;
+      if (ablate) {
+        expect(h.records.patchRequests(reply.intentKey)).toHaveLength(2);
+        expect(refunds).toHaveLength(2);
+      } else {
+        expect(reply).toMatchObject({ status: "applied", duplicate: false });
+        expect(h.records.patchRequests(reply.intentKey)).toHaveLength(1);
+        expect(refunds).toHaveLength(1);
+        // Committed again by the new session: a later owner finds it without the aborted transaction.
+        const entries = await h.readTopic(h.config.topics.ledger, "LedgerEntry", 1);
+        expect(entries.some((e) => e.kind === "intent" && e.intentKey === reply.intentKey && e.status === "pending")).toBe(true);
+        // A later restore does not take the aborted entry up again: its committed result comes after it in the log.
+        await router.stop();
+        const next = await h.startRouter();
+        await waitFor(() => next.ready(), { timeoutMs: 60_000, message: "the second router never became ready" });
+        let text = "";
+        const pendingGauge = await waitFor(
+          async () => {
+            text = await next.metrics();
+            return /^writ_ledger_pending_entries\{[^}]*partition="0"[^}]*\} (\d+)$/m.exec(text)?.[1];
+          },
+          { timeoutMs: 30_000, message: () => text.split("\n").filter((l) => l.includes("pending")).join("\n") },
+        );
+        expect(pendingGauge).toBe("0");
+        expect(await agent.submit(refund(runId, version))).toMatchObject({ status: "applied", duplicate: true, intentKey: reply.intentKey });
+        expect(h.records.patchRequests(reply.intentKey)).toHaveLength(1);
+      }
+    });
+  }
 });
