@@ -16,11 +16,18 @@ export function markerKey(partition: number): string {
   return `__marker__:${partition}`;
 }
 
-/** A ledger partition as a restore read it: its entries in topic order, and the offset of each key's last record. */
+/** A ledger partition as a restore read it: its entries in topic order, and where its committed records end. */
 export interface RestoredPartition {
   entries: Map<string, RestoredEntry>;
-  /** Offset of each key's last record (a tombstone's too), for the scan for entries of aborted transactions. */
-  lastOffsets: Map<string, number>;
+  /** Offset of its last committed record other than a marker (a tombstone's too); -1 with none. */
+  lastCommitted: number;
+}
+
+/** Whether nothing can follow this committed entry of its key: no `pending` entry can come after it. */
+function settledForGood(entry: RestoredEntry | undefined): boolean {
+  if (entry === undefined) return false;
+  // Only a person's decision on an escalation reopens a `done` entry (ledger-state.ts).
+  return entry.kind !== "intent" || (entry.status === "done" && entry.outcome?.status !== "escalated");
 }
 
 interface Restore {
@@ -227,49 +234,61 @@ export class LedgerReader {
 
   /**
    * Reads ledger partition `partition` from its start to the marker `nonce`
-   * and returns its entries in topic order, with the offset of each key's
-   * last record.
+   * and returns its entries in topic order, and where its committed records
+   * end.
    *
    * @throws WritError `ledger_unreadable` (not retriable: fail closed) or `ledger_restore_timeout` (retriable).
    */
   async restore(partition: number, nonce: string, timeoutMs: number, signal?: AbortSignal): Promise<RestoredPartition> {
     const entries = new Map<string, RestoredEntry>();
-    const lastOffsets = new Map<string, number>();
-    await this.read(partition, nonce, timeoutMs, signal, (key, entry, offset) => {
+    let lastCommitted = -1;
+    await this.read(partition, nonce, timeoutMs, null, signal, (key, entry, offset) => {
       entries.delete(key);
       if (entry !== null) entries.set(key, entry);
-      lastOffsets.set(key, offset);
+      lastCommitted = offset;
     });
-    return { entries, lastOffsets };
+    return { entries, lastCommitted };
   }
 
   /**
-   * The `pending` entries of ledger partition `partition` (up to the marker
-   * `nonce`) written after the last record `committed` holds for their key:
-   * read by a read_uncommitted reader, these are entries of transactions that
-   * were aborted (an owner crashed, or its transaction failed) after the
-   * broker had acknowledged them, so a PATCH may have followed each. The last
-   * one of each key.
+   * The `pending` entries of ledger partition `partition` between its last
+   * committed record (`restored.lastCommitted`) and the marker `nonce`, read
+   * by a read_uncommitted reader: entries of a transaction that was aborted
+   * (its owner crashed, its transaction failed, or a new owner fenced it)
+   * after the broker had acknowledged them, so a PATCH may have followed each.
+   * The last one of each key.
+   *
+   * Why after the last committed record is enough: an owner's transactions run
+   * one after another and a failed one ends its session, so an aborted
+   * transaction is its session's last, after everything the session committed.
+   * The next session's open commits what this scan finds before it commits
+   * anything else in the partition (the heal transaction), so an entry of an
+   * aborted transaction before the last committed record was found and
+   * committed again already. Markers do not count: a session may end between
+   * its marker and that commit.
    *
    * @throws WritError as {@link restore}.
    */
-  async scanInDoubt(partition: number, nonce: string, timeoutMs: number, committed: ReadonlyMap<string, number>, signal?: AbortSignal): Promise<Map<string, LedgerIntentEntry>> {
+  async scanInDoubt(partition: number, nonce: string, timeoutMs: number, restored: RestoredPartition, signal?: AbortSignal): Promise<Map<string, LedgerIntentEntry>> {
     if (this.isolation !== "read_uncommitted") throw new Error("scanInDoubt needs a read_uncommitted reader");
     const found = new Map<string, LedgerIntentEntry>();
-    await this.read(partition, nonce, timeoutMs, signal, (key, entry, offset) => {
-      if (entry?.kind === "intent" && entry.status === "pending" && offset > (committed.get(key) ?? -1)) found.set(key, entry);
+    await this.read(partition, nonce, timeoutMs, restored.lastCommitted + 1, signal, (key, entry) => {
+      // A key settled for good gets no `pending` entry after it; one would not be this intent's.
+      if (entry?.kind === "intent" && entry.status === "pending" && !settledForGood(restored.entries.get(key))) found.set(key, entry);
     });
     return found;
   }
 
-  private async read(partition: number, nonce: string, timeoutMs: number, signal: AbortSignal | undefined, take: Restore["take"]): Promise<void> {
+  /** Reads `partition` from `from` (its first offset if null or below it) to the marker `nonce`. */
+  private async read(partition: number, nonce: string, timeoutMs: number, from: number | null, signal: AbortSignal | undefined, take: Restore["take"]): Promise<void> {
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
     const consumer = this.consumer;
     if (!consumer) throw new WritError("ledger_restore_timeout", "ledger reader is not running", { retriable: true, context: { partition } });
     this.restores.get(partition)?.reject(new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true }));
     const offsets = await this.admin.fetchTopicOffsets(this.topic);
-    const low = offsets.find((o) => o.partition === partition)?.low ?? "0";
+    const first = offsets.find((o) => o.partition === partition)?.low ?? "0";
+    const low = from !== null && BigInt(from) > BigInt(first) ? String(from) : first;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.finish(

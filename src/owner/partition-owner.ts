@@ -313,8 +313,7 @@ export class PartitionOwner {
       const restored = await reader.restore(this.partition, nonce, config.restoreTimeoutMs);
       // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
       // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
-      const inDoubt = this.ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await this.ctx.inDoubtReader.scanInDoubt(this.partition, nonce, config.restoreTimeoutMs, restored.lastOffsets);
-      restored.lastOffsets.clear();
+      const inDoubt = this.ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await this.ctx.inDoubtReader.scanInDoubt(this.partition, nonce, config.restoreTimeoutMs, restored);
       ledger = new PartitionLedger(this.partition, concat(restored.entries, inDoubt));
       if (inDoubt.size > 0) {
         this.log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
