@@ -335,7 +335,7 @@ for (const floor of floors) {
   );
 }
 if (floors.length > 0) {
-  say("writ spends one to two transaction slots per intent (its pending entry shares its result's transaction unless its PATCH outlasts the commit linger), shared by the intents a transaction carries;");
+  say("writ spends one to two transaction slots per intent (its pending entry shares its result's transaction unless its PATCH outlasts 250 ms), shared by the intents a transaction carries;");
   say("the shared line is the floor of one transaction per round over all of an owner's partitions, a design writ does not have yet");
 }
 if (memory) {

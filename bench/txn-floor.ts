@@ -7,7 +7,7 @@
 // shape of a writ transaction carrying one result and one `pending` entry.
 // writ needs one to two transaction slots per intent (its `pending` entry,
 // sent before the write, commits with its result unless the write outlasts
-// the commit linger), so its throughput is at most about
+// 250 ms), so its throughput is at most about
 // txn_per_s × the results a transaction carries. The producers are the
 // owner's (src/owner/transactions.ts), in the protocol asked for: v2
 // (transactions v2, KIP-890) or v1 (kafkajs's, with writ's patch). Under v2

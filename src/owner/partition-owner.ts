@@ -25,6 +25,15 @@ import { entityKey } from "../schemas/common.ts";
 import { isLeaseOp } from "../schemas/write-intent.ts";
 import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
 
+/**
+ * How long `pending` entries alone keep the open transaction open, waiting
+ * for the results that follow them (usually their own intent's, a PATCH
+ * later), before a commit takes them on their own: an intent paused by an
+ * outage holds no transaction open longer, and read_committed readers of the
+ * ledger (writ tail ledger, the hang watch) see them at most this late.
+ */
+const OPEN_PENDING_MAX_MS = 250;
+
 /** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
 const STUCK_AFTER_FAILURES = 5;
 
@@ -81,6 +90,8 @@ class Session {
   openTxn: OwnerTransaction | null = null;
   /** `pending` entries sent into `openTxn` and not committed yet: work the commit loop must commit soon. */
   inOpenTxn = 0;
+  /** When the first of them was acknowledged (ms). */
+  openSince = 0;
   /** `pending` entries waiting to be sent into the open transaction, and whether a send of them is queued. */
   toSend: PendingSend[] = [];
   sendQueued = false;
@@ -108,6 +119,7 @@ class Session {
     const open = this.openTxn;
     this.openTxn = null;
     this.inOpenTxn = 0;
+    this.openSince = 0;
     return open;
   }
 }
@@ -787,6 +799,7 @@ export class PartitionOwner {
         try {
           session.openTxn ??= await session.producer.transaction();
           for (const round of sendRounds(batch.map((p) => p.record), this.ctx.config.maxMessageBytes)) await session.openTxn.send(round);
+          if (session.inOpenTxn === 0) session.openSince = Date.now();
           session.inOpenTxn += batch.length;
         } catch (err) {
           for (const p of batch) p.reject(err as Error);
@@ -844,6 +857,15 @@ export class PartitionOwner {
         if (behind) this.scheduleOffsetCommit();
         await new Promise<void>((resolve) => (this.wake = resolve));
         continue;
+      }
+      if (this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue) {
+        // Only `pending` entries in the open transaction: they wait for the results that follow, within a bound.
+        const wait = session.openSince + OPEN_PENDING_MAX_MS - Date.now();
+        if (wait > 0) {
+          await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(wait)]);
+          this.wake = null;
+          continue;
+        }
       }
       // Group commit: while intents of this partition are still reading or writing, and will have something
       // to stage within moments, wait up to commitLingerMs for them, so that one transaction carries many.
