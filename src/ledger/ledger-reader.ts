@@ -4,7 +4,7 @@ import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import type { RestoredEntry } from "./ledger-state.ts";
+import { type RestoredEntry, reopenable } from "./ledger-state.ts";
 
 /** Key of the progress entry (where intake of intents partition p stands) in ledger partition p. */
 export function progressKey(partition: number): string {
@@ -26,8 +26,7 @@ export interface RestoredPartition {
 /** Whether nothing can follow this committed entry of its key: no `pending` entry can come after it. */
 function settledForGood(entry: RestoredEntry | undefined): boolean {
   if (entry === undefined) return false;
-  // Only a person's decision on an escalation reopens a `done` entry (ledger-state.ts).
-  return entry.kind !== "intent" || (entry.status === "done" && entry.outcome?.status !== "escalated");
+  return entry.kind !== "intent" || (entry.status === "done" && !reopenable(entry));
 }
 
 interface Restore {

@@ -24,6 +24,14 @@ export function assertTransition(key: string, from: LedgerStatus | "absent", to:
   }
 }
 
+/**
+ * Whether a person's decision may take a `done` entry up again: only an
+ * escalated one. Every other `done` entry is settled for good.
+ */
+export function reopenable(entry: LedgerIntentEntry | undefined): boolean {
+  return entry?.status === "done" && entry.outcome?.status === "escalated";
+}
+
 /** A change waiting for a transaction: an entry to write, or a tombstone (null). */
 export type LedgerChange = LedgerIntentEntry | null;
 
@@ -145,7 +153,7 @@ export class PartitionLedger implements LedgerView {
    */
   stage(entry: LedgerIntentEntry, opts: { resolution?: boolean } = {}): void {
     const before = this.get(entry.intentKey);
-    const reopening = opts.resolution === true && before?.status === "done" && before.outcome?.status === "escalated";
+    const reopening = opts.resolution === true && reopenable(before);
     if (!reopening) assertTransition(entry.intentKey, before?.status ?? "absent", entry.status);
     this.staged.delete(entry.intentKey);
     this.staged.set(entry.intentKey, entry);
