@@ -27,6 +27,8 @@ export interface EchoOptions {
   keepTopics: boolean;
   /** The local broker's pid, for the CPU it spends (bench/cpu.ts); undefined for a broker elsewhere. */
   brokerPid?: number | undefined;
+  /** Count the local broker's requests during the loop, by API (bench/broker-requests.ts). */
+  countBrokerRequests?: boolean;
 }
 
 const CORRELATION = "correlation-id";
@@ -143,7 +145,7 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
     const id = entityId(opts.plan.entityOf[job.i]!);
     const latency = await request(id, payload(id, job.i));
     return latency === null ? { latencyMs: opts.timeoutMs, answered: false } : { latencyMs: latency, answered: true };
-  }, undefined, { broker: opts.brokerPid, service: service.pid });
+  }, undefined, { broker: opts.brokerPid, service: service.pid }, opts.countBrokerRequests ?? false);
   say(`  echo: ${queue.total} requests in ${result.seconds.toFixed(1)} s`);
   return result;
 }

@@ -31,6 +31,7 @@ import { RouterConfig } from "../src/config.ts";
 import { brokerPid, ensureStack, LOCAL_BROKER } from "../src/testing/local-stack.ts";
 import { REDACT_PATHS } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { perRequest, sumRequests } from "./broker-requests.ts";
 import { cpuSummary, jvmCompileMs } from "./cpu.ts";
 import { runEcho } from "./echo.ts";
 import { runMemory, type MemoryResult } from "./memory.ts";
@@ -128,6 +129,8 @@ interface Line {
   exact: boolean;
   /** CPU ms per request by process, and cores busy on average during the loop (bench/cpu.ts); null figures where unreadable. */
   cpu: { writ: CpuLine; echo: CpuLine | null };
+  /** The local broker's requests per request, by API, during each loop (bench/broker-requests.ts); null where not counted. */
+  broker_requests: { writ: Record<string, number> | null; echo: Record<string, number> | null };
 }
 type CpuLine = ReturnType<typeof cpuSummary>;
 const lines: Line[] = [];
@@ -143,7 +146,7 @@ function loopOptions(concurrency: number, plan: Plan) {
 async function scenario(s: Scenario): Promise<Line> {
   say(`\n[${s.name}] C=${s.concurrency}, records server latency ${s.sorLatencyMs} ms${s.hotEntities ? `, half of the intents on ${s.hotEntities} entities` : ""}`);
   const plan = makePlan(INTENTS, ENTITIES, s.hotEntities, SEED);
-  const common = loopOptions(s.concurrency, plan);
+  const common = { ...loopOptions(s.concurrency, plan), countBrokerRequests: true };
   // The echo runs right before and right after writ, and counts as one run of both halves: on a
   // noisy machine the floor then brackets the writ run instead of standing at one end of it.
   const before = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e1` }) : null;
@@ -156,6 +159,7 @@ async function scenario(s: Scenario): Promise<Line> {
           latencies: [...before.latencies, ...after.latencies],
           failures: before.failures + after.failures,
           cpuMs: Object.fromEntries(Object.keys(before.cpuMs).map((k) => [k, sumOrNull(before.cpuMs[k], after.cpuMs[k])])),
+          brokerRequests: sumRequests(before.brokerRequests, after.brokerRequests),
         }
       : null;
   const q = (xs: number[], p: number) => round(percentile(xs, p), 0);
@@ -173,6 +177,10 @@ async function scenario(s: Scenario): Promise<Line> {
   const echoCpu = echo ? cpuSummary(echo.cpuMs, 2 * requests, echo.seconds) : null;
   const roles = (c: CpuLine) => Object.entries(c.per_request_ms).map(([role, ms]) => `${role} ${ms ?? "?"}`).join(", ");
   say(`  CPU ms per request: writ ${roles(writCpu)} (${writCpu.cores_busy} cores busy)${echoCpu ? `; echo ${roles(echoCpu)} (${echoCpu.cores_busy} cores busy)` : ""}`);
+  const writRequests = perRequest(writ.brokerRequests, requests);
+  const echoRequests = echo ? perRequest(echo.brokerRequests, 2 * requests) : null;
+  const apis = (r: Record<string, number>) => Object.entries(r).map(([api, n]) => `${api} ${n}`).join(", ");
+  if (writRequests) say(`  broker requests per request: writ ${apis(writRequests)}${echoRequests ? `; echo ${apis(echoRequests)}` : ""}`);
   const bound = s.sorLatencyMs > 0 ? Math.min(s.concurrency, ENTITIES) / ((2 * s.sorLatencyMs) / 1000) : null;
   return {
     scenario: s.name,
@@ -189,6 +197,7 @@ async function scenario(s: Scenario): Promise<Line> {
     duplicates_answered: writ.checks.duplicatesAnswered,
     exact: writ.checks.exact && writ.failures === 0 && (echo?.failures ?? 0) === 0,
     cpu: { writ: writCpu, echo: echoCpu },
+    broker_requests: { writ: writRequests, echo: echoRequests },
   };
 }
 
@@ -326,6 +335,26 @@ if (lines.some((l) => l.cpu.writ.cores_busy > 0)) {
     );
   }
   say("cpu ratio = echo's CPU per request ÷ writ's: the throughput ratio the cores allow when both runs keep them busy");
+}
+if (lines.some((l) => l.broker_requests.writ !== null)) {
+  // What the broker is asked per request: a transaction is a Produce per partition's first records, the partition
+  // leader's AddPartitionsToTxn to the coordinator (transactions v2), EndTxn and the coordinator's WriteTxnMarkers.
+  const shown = ["Produce", "Fetch", "AddPartitionsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit", "OffsetCommit"];
+  const heads = ["Produce", "Fetch", "AddPart.", "EndTxn", "Markers", "TxnOffs.", "OffsCom.", "other", "total"];
+  const row = (r: Record<string, number> | null) => {
+    if (r === null) return heads.map(() => fmt(null, 9)).join("");
+    const all = Object.values(r).reduce((a, b) => a + b, 0);
+    const other = all - shown.reduce((a, api) => a + (r[api] ?? 0), 0);
+    const cells = [...shown.map((api) => r[api] ?? 0), other, all].map((x) => Math.round(x * 100) / 100);
+    return cells.map((x) => fmt(x, 9)).join("");
+  };
+  say("");
+  say("Broker requests per request, by API (the broker's own RequestsPerSec counts; AddPart. and Markers are the broker's requests to itself)");
+  say(`${"scenario".padEnd(16)}${heads.map((h) => fmt(h as never, 9)).join("")}`);
+  for (const l of lines) {
+    say(`${`${l.scenario} writ`.padEnd(16)}${row(l.broker_requests.writ)}`);
+    if (l.broker_requests.echo) say(`${`${l.scenario} echo`.padEnd(16)}${row(l.broker_requests.echo)}`);
+  }
 }
 for (const floor of floors) {
   say(

@@ -2,6 +2,7 @@
 // the same keys in the same mix: scenarios, which entity each intent targets,
 // the closed-loop submitters, percentiles, and small Kafka helpers.
 import { Kafka, Partitioners, logLevel } from "kafkajs";
+import { brokerRequestCounts, requestsBetween, type RequestCounts } from "./broker-requests.ts";
 import { startCpuCount, type CpuPids } from "./cpu.ts";
 
 export type ScenarioName = "c64" | "c8" | "c64-sor20" | "hot";
@@ -136,6 +137,8 @@ export interface LoopResult {
   failures: number;
   /** CPU ms each process used during the loop (bench/cpu.ts): "harness" (this process) and the roles given. */
   cpuMs: Record<string, number | null>;
+  /** The requests the local broker handled during the loop, by API (bench/broker-requests.ts); null when not counted. */
+  brokerRequests: RequestCounts | null;
 }
 
 /**
@@ -148,10 +151,13 @@ export async function closedLoop(
   run: (job: Job) => Promise<{ latencyMs: number; answered: boolean }>,
   progress?: (done: number) => void,
   cpuPids: CpuPids = {},
+  countBrokerRequests = false,
 ): Promise<LoopResult> {
   const latencies: number[] = [];
   let failures = 0;
   let done = 0;
+  // Read before the clock starts and after it stops: the probe is a JVM of its own, seconds of CPU.
+  const requestsBefore = countBrokerRequests ? await brokerRequestCounts(cpuPids.broker, say) : null;
   const started = performance.now();
   const cpu = startCpuCount(cpuPids);
   await Promise.all(
@@ -166,7 +172,10 @@ export async function closedLoop(
       }
     }),
   );
-  return { seconds: (performance.now() - started) / 1000, latencies, failures, cpuMs: cpu() };
+  const seconds = (performance.now() - started) / 1000;
+  const cpuMs = cpu();
+  const brokerRequests = requestsBefore === null ? null : requestsBetween(requestsBefore, await brokerRequestCounts(cpuPids.broker, say));
+  return { seconds, latencies, failures, cpuMs, brokerRequests };
 }
 
 /** Nearest-rank percentile of unsorted values; null when there are none. */

@@ -28,6 +28,8 @@ export interface WritOptions {
   keepTopics: boolean;
   /** The local broker's pid, for the CPU it spends (bench/cpu.ts); undefined for a broker elsewhere. */
   brokerPid?: number | undefined;
+  /** Count the local broker's requests during the loop, by API (bench/broker-requests.ts). */
+  countBrokerRequests?: boolean;
 }
 
 /** What the records server says about the run. */
@@ -139,6 +141,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
         },
         (done) => say(`  writ: ${done}/${queue.total}`),
         { broker: opts.brokerPid, owner: owner.pid, records: records.process.pid },
+        opts.countBrokerRequests ?? false,
       ),
     );
     say(`  writ: ${queue.total} submissions in ${result.seconds.toFixed(1)} s`);
