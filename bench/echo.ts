@@ -4,11 +4,13 @@
 //
 // Client: the producer and reply consumer of producers/writ-client.ts
 // (idempotent, maxInFlightRequests 1, Java-compatible partitioner, acks -1;
-// read_committed reply consumer, 1 s max wait). Service: one consumer group
+// read_committed reply consumer, 1 s max wait, its position committed once a
+// second by src/kafka/interval-commit.ts). Service: one consumer group
 // member, 12 partitions consumed concurrently, each batch echoed in one send
 // to the reply topic keyed by the request's correlation id.
 import { randomUUID } from "node:crypto";
 import { Kafka, Partitioners, logLevel, type Consumer, type Producer } from "kafkajs";
+import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit } from "../src/kafka/interval-commit.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import type { Logger } from "../src/logger.ts";
 import { ensureTopics } from "../src/topics.ts";
@@ -93,10 +95,14 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
       resolve();
     });
   });
+  const commits = startIntervalCommit(consumer, replyTopic, REPLY_COMMIT_INTERVAL_MS);
+  stops.push(async () => commits.stop());
   await consumer.run({
-    eachMessage: async ({ message }) => {
+    autoCommit: false,
+    eachMessage: async ({ partition, message }) => {
       const corr = message.key?.toString();
       if (corr !== undefined) waiting.get(corr)?.();
+      commits.handled(partition, message.offset);
     },
   });
   await firstFetch;

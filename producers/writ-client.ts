@@ -1,9 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, Partitioners, logLevel, type Consumer, type Producer } from "kafkajs";
+import { Kafka, Partitioners, logLevel, type Consumer, type KafkaMessage, type Producer } from "kafkajs";
 import { canonicalJson } from "../src/canonical-json.ts";
 import { WireCodec } from "../src/codec.ts";
 import { ClientConfig, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
+import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import { intentKey, undoIntentKey, type KeyedTool } from "../src/keys.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
@@ -278,6 +279,7 @@ class KafkaWritClient implements WritClient {
   private readonly codec: WireCodec;
   private readonly producer: Producer;
   private readonly consumer: Consumer;
+  private commits: IntervalCommit | null = null;
   private readonly probe: OffsetProbe;
   private readonly waiting = new Map<string, (reply: Reply) => void>();
   private readonly listeners = new Set<(reply: Reply) => void>();
@@ -329,17 +331,13 @@ class KafkaWritClient implements WritClient {
         resolve();
       });
     });
+    // Its position is committed once a second, not after every batch (src/kafka/interval-commit.ts).
+    this.commits = startIntervalCommit(this.consumer, this.config.replyTopic, REPLY_COMMIT_INTERVAL_MS, this.log);
     await this.consumer.run({
-      eachMessage: async ({ message }) => {
-        if (isControlRecord(message.headers) || message.value === null) return;
-        const decoded = await this.codec.decode("Reply", message.value);
-        if (!decoded.ok) {
-          this.log.warn({ reason: decoded.message, offset: message.offset }, "unreadable reply skipped");
-          return;
-        }
-        const reply = decoded.value;
-        this.waiting.get(reply.intentId)?.(reply);
-        for (const l of this.listeners) l(reply);
+      autoCommit: false,
+      eachMessage: async ({ partition, message }) => {
+        await this.handleReply(message);
+        this.commits?.handled(partition, message.offset);
       },
     });
     await firstFetch;
@@ -593,7 +591,20 @@ class KafkaWritClient implements WritClient {
     };
   }
 
+  private async handleReply(message: KafkaMessage): Promise<void> {
+    if (isControlRecord(message.headers) || message.value === null) return;
+    const decoded = await this.codec.decode("Reply", message.value);
+    if (!decoded.ok) {
+      this.log.warn({ reason: decoded.message, offset: message.offset }, "unreadable reply skipped");
+      return;
+    }
+    const reply = decoded.value;
+    this.waiting.get(reply.intentId)?.(reply);
+    for (const l of this.listeners) l(reply);
+  }
+
   async close(): Promise<void> {
+    this.commits?.stop();
     await this.consumer.disconnect().catch(() => undefined);
     await this.producer.disconnect().catch(() => undefined);
     await this.probe.close?.().catch(() => undefined);
