@@ -289,6 +289,7 @@ try {
             transactions: floor.transactions,
             cpu_ms_per_txn: floor.cpuMsPerTxn,
             cpu_ms_per_partition_txn: floor.cpuMsPerPartitionTxn,
+            broker_requests_per_txn: floor.brokerRequestsPerTxn,
           }),
         );
       }

@@ -25,8 +25,9 @@ import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
 import type { Logger } from "pino";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
+import { brokerRequestCounts, perRequest, requestsBetween } from "./broker-requests.ts";
 import { startCpuCount } from "./cpu.ts";
-import { percentile, round } from "./workload.ts";
+import { percentile, round, say } from "./workload.ts";
 import { type OwnerProducer, ownerProducer } from "../src/owner/transactions.ts";
 
 export interface TxnFloorResult {
@@ -47,6 +48,8 @@ export interface TxnFloorResult {
   cpuMsPerTxn: { broker: number | null; producers: number };
   /** The same per partition-transaction (equal to cpuMsPerTxn unless shared). */
   cpuMsPerPartitionTxn: { broker: number | null; producers: number };
+  /** The broker's requests per transaction, by API (bench/broker-requests.ts); null when not counted. */
+  brokerRequestsPerTxn: Record<string, number> | null;
 }
 
 export async function runTxnFloor(opts: {
@@ -89,6 +92,7 @@ export async function runTxnFloor(opts: {
     }
     const value = Buffer.alloc(400, 0x78);
     const latencies: number[] = [];
+    const requestsBefore = await brokerRequestCounts(opts.brokerPid, say);
     const started = Date.now();
     const cpu = startCpuCount({ broker: opts.brokerPid });
     const end = started + opts.seconds * 1000;
@@ -114,6 +118,7 @@ export async function runTxnFloor(opts: {
     );
     const seconds = (Date.now() - started) / 1000;
     const used = cpu();
+    const requests = requestsBefore === null ? null : requestsBetween(requestsBefore, await brokerRequestCounts(opts.brokerPid, say));
     const perTxn = (ms: number | null | undefined, per = latencies.length) => (ms === null || ms === undefined ? null : round(ms / per, 2));
     const partitionsPerTxn = shares[0]!.length;
     const partitionTxns = latencies.length * partitionsPerTxn;
@@ -122,6 +127,7 @@ export async function runTxnFloor(opts: {
       spacingMs: opts.protocol === "v2" ? opts.spacingMs : 0,
       cpuMsPerTxn: { broker: perTxn(used.broker), producers: perTxn(used.harness)! },
       cpuMsPerPartitionTxn: { broker: perTxn(used.broker, partitionTxns), producers: perTxn(used.harness, partitionTxns)! },
+      brokerRequestsPerTxn: perRequest(requests, latencies.length),
       producers: shares.length,
       partitionsPerTxn,
       partitionTxnPerSecond: round(partitionTxns / seconds, 0)!,
