@@ -851,15 +851,15 @@ export class PartitionOwner {
     while (session.active) {
       const behind = this.watermark() > this.lastCommittedOffset;
       const offsetDue = behind && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
-      const onlyPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
-      if (onlyPendings && session.inOpenTxn === 0) {
+      const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
+      if (nothingButPendings && session.inOpenTxn === 0) {
         // An offset behind and not due yet (a transaction carried it moments ago): wake when it is. Without
         // this an idle partition's last results would keep their offset uncommitted until new intents came.
         if (behind) this.scheduleOffsetCommit();
         await new Promise<void>((resolve) => (this.wake = resolve));
         continue;
       }
-      if (onlyPendings) {
+      if (nothingButPendings) {
         // Only `pending` entries in the open transaction: they wait for the results that follow, within a bound.
         const wait = session.openSince + OPEN_PENDING_MAX_MS - Date.now();
         if (wait > 0) {
