@@ -24,6 +24,7 @@ import { WritError } from "../errors.ts";
 import { retry, START_PATIENCE } from "../retry.ts";
 import { kafkaConnection, transportWarnings } from "../security/transport.ts";
 import { serialAdmin } from "../kafka/serial-admin.ts";
+import { memberLease, type MemberLease } from "./member-lease.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -154,7 +155,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
 
   const owners = new Map<number, PartitionOwner>();
   let consumer: Consumer | null = null;
-  let lastHeartbeat = 0;
+  let lease: MemberLease = { confirmed: () => false };
   let stopped = false;
   /** Partitions of the intents topic the group assigned this member last. */
   let assignment = new Set<number>();
@@ -186,7 +187,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       resume: (p) => intakeCall("resume", p, () => consumer?.resume([{ topic, partitions: [p] }])),
       seek: (p, offset) => intakeCall("seek", p, () => consumer?.seek({ topic, partition: p, offset })),
     },
-    lease: { confirmed: () => Date.now() - lastHeartbeat < config.sessionTimeoutMs / 2 },
+    // The membership's lease, dated from when the coordinator's last good answer was asked for (member-lease.ts).
+    lease: { confirmed: () => lease.confirmed() },
     health,
     observe: metrics.owner,
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
@@ -231,13 +233,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     maxWaitTimeInMs: 500,
   });
   consumer = c;
-  c.on(c.events.HEARTBEAT, () => {
-    lastHeartbeat = Date.now();
-  });
+  lease = memberLease(c, config.sessionTimeoutMs);
   let memberId: string | null = null;
   c.on(c.events.GROUP_JOIN, (event) => {
     if (stopped) return;
-    lastHeartbeat = Date.now();
     const assigned = new Set(event.payload.memberAssignment[topic] ?? []);
     assignment = assigned;
     // A new member id means this process lost its membership (a pause past the session timeout, a
