@@ -48,6 +48,16 @@ function isJvm(pid: number): boolean {
   }
 }
 
+/**
+ * Starts counting the broker's requests: reads the count now and returns a function that reads it again and gives
+ * the requests handled in between, by API (null when either read fails). Each read is a JVM of its own, seconds of
+ * CPU: call it before a measured clock starts, and the function it returns after the clock stops.
+ */
+export async function startRequestCount(pid: number | undefined, warn: (line: string) => void): Promise<() => Promise<RequestCounts | null>> {
+  const before = await brokerRequestCounts(pid, warn);
+  return async () => (before === null ? null : requestsBetween(before, await brokerRequestCounts(pid, warn)));
+}
+
 /** The requests handled between two counts, by API; null when either is. */
 export function requestsBetween(before: RequestCounts | null, after: RequestCounts | null): RequestCounts | null {
   if (before === null || after === null) return null;

@@ -25,7 +25,7 @@ import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
 import type { Logger } from "pino";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
-import { brokerRequestCounts, perRequest, requestsBetween } from "./broker-requests.ts";
+import { perRequest, startRequestCount } from "./broker-requests.ts";
 import { startCpuCount } from "./cpu.ts";
 import { percentile, round, say } from "./workload.ts";
 import { type OwnerProducer, ownerProducer } from "../src/owner/transactions.ts";
@@ -92,7 +92,7 @@ export async function runTxnFloor(opts: {
     }
     const value = Buffer.alloc(400, 0x78);
     const latencies: number[] = [];
-    const requestsBefore = await brokerRequestCounts(opts.brokerPid, say);
+    const countRequests = await startRequestCount(opts.brokerPid, say);
     const started = Date.now();
     const cpu = startCpuCount({ broker: opts.brokerPid });
     const end = started + opts.seconds * 1000;
@@ -118,7 +118,7 @@ export async function runTxnFloor(opts: {
     );
     const seconds = (Date.now() - started) / 1000;
     const used = cpu();
-    const requests = requestsBefore === null ? null : requestsBetween(requestsBefore, await brokerRequestCounts(opts.brokerPid, say));
+    const requests = await countRequests();
     const perTxn = (ms: number | null | undefined, per = latencies.length) => (ms === null || ms === undefined ? null : round(ms / per, 2));
     const partitionsPerTxn = shares[0]!.length;
     const partitionTxns = latencies.length * partitionsPerTxn;

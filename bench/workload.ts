@@ -2,7 +2,7 @@
 // the same keys in the same mix: scenarios, which entity each intent targets,
 // the closed-loop submitters, percentiles, and small Kafka helpers.
 import { Kafka, Partitioners, logLevel } from "kafkajs";
-import { brokerRequestCounts, requestsBetween, type RequestCounts } from "./broker-requests.ts";
+import { startRequestCount, type RequestCounts } from "./broker-requests.ts";
 import { startCpuCount, type CpuPids } from "./cpu.ts";
 
 export type ScenarioName = "c64" | "c8" | "c64-sor20" | "hot";
@@ -157,7 +157,7 @@ export async function closedLoop(
   let failures = 0;
   let done = 0;
   // Read before the clock starts and after it stops: the probe is a JVM of its own, seconds of CPU.
-  const requestsBefore = countBrokerRequests ? await brokerRequestCounts(cpuPids.broker, say) : null;
+  const requests = countBrokerRequests ? await startRequestCount(cpuPids.broker, say) : null;
   const started = performance.now();
   const cpu = startCpuCount(cpuPids);
   await Promise.all(
@@ -174,7 +174,7 @@ export async function closedLoop(
   );
   const seconds = (performance.now() - started) / 1000;
   const cpuMs = cpu();
-  const brokerRequests = requestsBefore === null ? null : requestsBetween(requestsBefore, await brokerRequestCounts(cpuPids.broker, say));
+  const brokerRequests = requests === null ? null : await requests();
   return { seconds, latencies, failures, cpuMs, brokerRequests };
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { brokerRequestCounts, perRequest, requestsBetween, sumRequests } from "../../../bench/broker-requests.ts";
+import { brokerRequestCounts, perRequest, requestsBetween, startRequestCount, sumRequests } from "../../../bench/broker-requests.ts";
 
 describe("bench broker request counts", () => {
   it("turns two counts into requests per request, largest first, under 0.01 left out", () => {
@@ -27,5 +27,12 @@ describe("bench broker request counts", () => {
     expect(said).toEqual([`broker requests not counted: process ${process.pid} is not a JVM`]);
     expect(await brokerRequestCounts(process.pid, (l) => said.push(l))).toBeNull();
     expect(said).toHaveLength(1);
+  });
+
+  it("a count started where none can be read ends in null, and says nothing for a missing pid", async () => {
+    const said: string[] = [];
+    const stop = await startRequestCount(undefined, (l) => said.push(l));
+    expect(await stop()).toBeNull();
+    expect(said).toEqual([]);
   });
 });
