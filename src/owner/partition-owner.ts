@@ -189,6 +189,11 @@ export class PartitionOwner {
   private stagedSince = 0;
   /** When the consumed offset last went into a transaction; set when a later one must carry it. */
   private lastOffsetCommitAt = 0;
+  /**
+   * When the last transaction committed. A transaction for the offset alone waits until the partition has had
+   * none for offsetCommitIntervalMs: while intents come, the next result's transaction carries the offset.
+   */
+  private lastTxnAt = 0;
   private offsetTimer: NodeJS.Timeout | null = null;
   private readonly healRequests = new Map<string, Set<number>>();
   private wake: (() => void) | null = null;
@@ -850,10 +855,10 @@ export class PartitionOwner {
   private async commitLoop(session: Session): Promise<void> {
     while (session.active) {
       const behind = this.watermark() > this.lastCommittedOffset;
-      const offsetDue = behind && Date.now() - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+      const offsetDue = behind && Date.now() >= this.offsetAloneAt();
       const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
       if (nothingButPendings && session.inOpenTxn === 0) {
-        // An offset behind and not due yet (a transaction carried it moments ago): wake when it is. Without
+        // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake when it is. Without
         // this an idle partition's last results would keep their offset uncommitted until new intents came.
         if (behind) this.scheduleOffsetCommit();
         await new Promise<void>((resolve) => (this.wake = resolve));
@@ -945,6 +950,7 @@ export class PartitionOwner {
     }
     if (this.failuresInARow > 0) this.ctx.health.clear(`partition-${this.partition}`);
     this.failuresInARow = 0;
+    this.lastTxnAt = Date.now();
     session.ledger.committedSending();
     if (progressed) this.lastProgress = offset;
     if (withOffset) {
@@ -968,9 +974,17 @@ export class PartitionOwner {
   }
 
   /** Wakes the commit loop once the offset may go into a transaction again (the rest of the interval since it last did). */
+  /**
+   * When the consumed offset, behind, may go into a transaction of its own: an interval after it last went in
+   * and after the last transaction (which, had the interval passed, would have carried it).
+   */
+  private offsetAloneAt(): number {
+    return Math.max(this.lastOffsetCommitAt, this.lastTxnAt) + this.ctx.config.offsetCommitIntervalMs;
+  }
+
   private scheduleOffsetCommit(): void {
     if (this.offsetTimer) return;
-    const wait = Math.max(1, this.lastOffsetCommitAt + this.ctx.config.offsetCommitIntervalMs - Date.now());
+    const wait = Math.max(1, this.offsetAloneAt() - Date.now());
     // Nudges whichever session's loop waits: a timer left by an ended session must not hold up the next one's.
     this.offsetTimer = setTimeout(() => {
       this.offsetTimer = null;

@@ -13,6 +13,7 @@ import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
+import { refundPayment } from "../../examples/demo-tools.ts";
 import { waitFor } from "./wait-for.ts";
 
 export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:19092").split(",");
@@ -107,6 +108,19 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
     },
   };
   return harness;
+}
+
+/** A refund of pay_1 by the demo's refund_payment tool, as an agent submits it against the version it read. */
+export function refundIntent(runId: string, version: string, amountCents = 700, stepId = `refund-${amountCents}`) {
+  return {
+    tool: refundPayment,
+    entity: { type: "payment", id: "pay_1" },
+    runId,
+    stepId,
+    baseVersion: version,
+    delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "late" as const } }],
+    params: { amountCents, reason: "late" },
+  };
 }
 
 /** The version a record has now, as an agent's read tool would carry it. */

@@ -5,18 +5,8 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { HANG_RUNBOOK } from "../../src/owner/hang-watch.ts";
-import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-
-const refund = (runId: string, version: string, amountCents = 700) => ({
-  tool: refundPayment,
-  entity: { type: "payment", id: "pay_1" },
-  runId,
-  stepId: `refund-${amountCents}`,
-  baseVersion: version,
-  delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents, reason: "late" as const } }],
-  params: { amountCents, reason: "late" },
-});
 
 /** A transaction left open on `topic` partition 0 by a producer that is not writ's: the reply partition's last stable offset stops there. */
 async function holdOpenTransaction(topic: string): Promise<{ txn: Transaction; offset: string }> {
@@ -50,12 +40,12 @@ describe("hanging transactions on reply partitions", () => {
     const { txn, offset } = await holdOpenTransaction(replyTopic);
 
     // No owner runs: nothing answers, and the reply partition cannot show anything past the open transaction.
-    const blocked = await agent.submit(refund(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
+    const blocked = await agent.submit(refundIntent(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
     expect(blocked).toMatchObject({ status: "blocked", topic: replyTopic, partition: 0, offset });
     expect((blocked as { message: string }).message).toMatch(new RegExp(`blocked by an open transaction at offset ${offset}`));
 
     await txn.abort();
-    const unknown = await agent.submit(refund(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
+    const unknown = await agent.submit(refundIntent(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
     expect(unknown.status).toBe("unknown");
   });
 
@@ -77,7 +67,7 @@ describe("hanging transactions on reply partitions", () => {
     const replyTopic = `writ.replies.watched-agent.${h.id}`;
     const { version } = await readVersion(h.records, "payment", "pay_1");
     // The owner's ledger now names the reply topic: it is one of the partitions the owner writes and watches.
-    expect(await agent.submit(refund(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
+    expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
     expect(router.health().ok).toBe(true);
 
     const { txn, offset } = await holdOpenTransaction(replyTopic);

@@ -4,18 +4,10 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { deltaFingerprint, paramsFingerprint } from "../../src/keys.ts";
-import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-const refund = (runId: string, version: string) => ({
-  tool: refundPayment,
-  entity: { type: "payment", id: "pay_1" },
-  runId,
-  stepId: "refund-1",
-  baseVersion: version,
-  delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 700, reason: "late" } }],
-  params: { amountCents: 700, reason: "late" },
-});
+const refund = (runId: string, version: string) => refundIntent(runId, version, 700, "refund-1");
 
 describe("the ledger on writ.ledger", () => {
   it("owner-restart-restores-ledger: a new owner process answers a repeat from the restored ledger, writing nothing", async () => {
