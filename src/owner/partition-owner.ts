@@ -858,8 +858,9 @@ export class PartitionOwner {
       const offsetDue = behind && Date.now() >= this.offsetAloneAt();
       const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
       if (nothingButPendings && session.inOpenTxn === 0) {
-        // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake when it is. Without
-        // this an idle partition's last results would keep their offset uncommitted until new intents came.
+        // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake
+        // when it is. Without this an idle partition's last results would keep their offset uncommitted until new
+        // intents came.
         if (behind) this.scheduleOffsetCommit();
         await new Promise<void>((resolve) => (this.wake = resolve));
         continue;
@@ -973,15 +974,15 @@ export class PartitionOwner {
     return { topic: config.topics.ledger, partition: this.partition, key: progressKey(this.partition), value };
   }
 
-  /** Wakes the commit loop once the offset may go into a transaction again (the rest of the interval since it last did). */
   /**
    * When the consumed offset, behind, may go into a transaction of its own: an interval after it last went in
-   * and after the last transaction (which, had the interval passed, would have carried it).
+   * and an interval after the last transaction (any transaction after the interval carries it).
    */
   private offsetAloneAt(): number {
     return Math.max(this.lastOffsetCommitAt, this.lastTxnAt) + this.ctx.config.offsetCommitIntervalMs;
   }
 
+  /** Wakes the commit loop once the offset may go into a transaction of its own (see offsetAloneAt). */
   private scheduleOffsetCommit(): void {
     if (this.offsetTimer) return;
     const wait = Math.max(1, this.offsetAloneAt() - Date.now());
