@@ -53,6 +53,14 @@ export const RouterConfig = z
      * so that it carries them too. ms. It never waits when nothing is at work.
      */
     commitLingerMs: z.number().int().min(0).max(1000).default(25),
+    /**
+     * How long `pending` entries alone keep a partition's open transaction open, waiting for the results that
+     * follow them (usually their own intents', a PATCH later), before a commit takes them on their own. ms. Above
+     * the system of record's usual PATCH time, an intent's `pending` entry and its result share one transaction;
+     * an intent paused by an outage holds no transaction open longer, and read_committed readers of the ledger
+     * (writ tail ledger, the hang watch) see its entry at most this late.
+     */
+    openPendingMaxMs: z.number().int().min(0).max(60_000).default(250),
     /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
     maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
     /** Fetched intents held per partition before its fetching pauses. */
@@ -107,6 +115,9 @@ export const RouterConfig = z
     checkRegistryFields(c, ctx);
     if (c.maxInFlightPerPartition > c.maxBufferedPerPartition) {
       ctx.addIssue({ code: "custom", path: ["maxInFlightPerPartition"], message: "must not exceed maxBufferedPerPartition" });
+    }
+    if (c.openPendingMaxMs >= c.hangHealAfterMs) {
+      ctx.addIssue({ code: "custom", path: ["openPendingMaxMs"], message: "must be below hangHealAfterMs (an open transaction holds the ledger partition's last stable offset, which the hang watch would take for a hang)" });
     }
     if (c.hangHealAfterMs >= c.transactionTimeoutMs) {
       ctx.addIssue({ code: "custom", path: ["hangHealAfterMs"], message: "must be below transactionTimeoutMs (a hang is reported once it outlives the transaction timeout)" });
@@ -180,6 +191,7 @@ export const ROUTER_ENV = {
   restoreTimeoutMs: "WRIT_RESTORE_TIMEOUT_MS",
   offsetCommitIntervalMs: "WRIT_OFFSET_COMMIT_INTERVAL_MS",
   commitLingerMs: "WRIT_COMMIT_LINGER_MS",
+  openPendingMaxMs: "WRIT_OPEN_PENDING_MAX_MS",
   maxInFlightPerPartition: "WRIT_MAX_IN_FLIGHT_PER_PARTITION",
   maxBufferedPerPartition: "WRIT_MAX_BUFFERED_PER_PARTITION",
   maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
@@ -209,6 +221,7 @@ const NUMERIC = new Set([
   "restoreTimeoutMs",
   "offsetCommitIntervalMs",
   "commitLingerMs",
+  "openPendingMaxMs",
   "maxInFlightPerPartition",
   "maxBufferedPerPartition",
   "maxIntentBytes",

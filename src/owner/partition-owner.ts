@@ -25,15 +25,6 @@ import { entityKey } from "../schemas/common.ts";
 import { isLeaseOp } from "../schemas/write-intent.ts";
 import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
 
-/**
- * How long `pending` entries alone keep the open transaction open, waiting
- * for the results that follow them (usually their own intent's, a PATCH
- * later), before a commit takes them on their own: an intent paused by an
- * outage holds no transaction open longer, and read_committed readers of the
- * ledger (writ tail ledger, the hang watch) see them at most this late.
- */
-const OPEN_PENDING_MAX_MS = 250;
-
 /** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
 const STUCK_AFTER_FAILURES = 5;
 
@@ -867,7 +858,7 @@ export class PartitionOwner {
       }
       if (nothingButPendings) {
         // Only `pending` entries in the open transaction: they wait for the results that follow, within a bound.
-        const wait = session.openSince + OPEN_PENDING_MAX_MS - Date.now();
+        const wait = session.openSince + this.ctx.config.openPendingMaxMs - Date.now();
         if (wait > 0) {
           await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(wait)]);
           this.wake = null;

@@ -38,9 +38,9 @@ export interface Harness {
  * A records server, unique topics and group for this test, and owners and
  * clients that are stopped when the test finishes.
  */
-export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; intentPartitions?: number }): Promise<Harness> {
+export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; intentPartitions?: number; recordsLatencyMs?: number }): Promise<Harness> {
   const id = randomUUID().slice(0, 8);
-  const records = await startDemoRecordsServer({ port: 0 });
+  const records = await startDemoRecordsServer({ port: 0, latencyMs: opts.recordsLatencyMs ?? 0 });
   onTestFinished(() => records.close());
   const config = {
     brokers: brokers(),

@@ -16,4 +16,12 @@ describe("routerConfigFromEnv", () => {
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INTENT_PARTITIONS: "many" })).toThrow(/WRIT_INTENT_PARTITIONS/);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", SCHEMA_REGISTRY_URL: "not a url" })).toThrow(/SCHEMA_REGISTRY_URL/);
   });
+
+  it("bounds how long pending entries alone hold a transaction open by the hang watch's patience", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).openPendingMaxMs).toBe(250);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "1500" }).openPendingMaxMs).toBe(1500);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "10000" })).toThrow(/WRIT_OPEN_PENDING_MAX_MS \(openPendingMaxMs\): must be below hangHealAfterMs/);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "10000", WRIT_HANG_HEAL_AFTER_MS: "20000" }).openPendingMaxMs).toBe(10_000);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "-1" })).toThrow(/WRIT_OPEN_PENDING_MAX_MS/);
+  });
 });

@@ -8,8 +8,8 @@ import { waitFor } from "../helpers/wait-for.ts";
 const INTERVAL_MS = 300;
 const INTENTS = 30;
 
-describe("the group's consumed offset", () => {
-  it("rides in the results' transactions while intents come, and goes in alone only once the partition is quiet", async () => {
+describe("the owner's commit loop", () => {
+  it("the group's offset rides in the results' transactions while intents come, and goes in alone only once the partition is quiet", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
     h.records.seed("payment", "pay_1", { amountCents: 1_000_000, refunds: [] });
     // Every transaction the owner commits, when it reached its commit and which topics it wrote.
@@ -26,7 +26,7 @@ describe("the group's consumed offset", () => {
     }
 
     // At the broker: the quiet partition's offset still goes in, after the last intent.
-    const kafka = new Kafka({ clientId: `offset-commit-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+    const kafka = new Kafka({ clientId: `commit-loop-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
     const admin = kafka.admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
@@ -46,5 +46,35 @@ describe("the group's consumed offset", () => {
     expect(alone.filter((c) => c.after < INTERVAL_MS)).toEqual([]);
     // Every intent's result committed: the flow was transactions that carried results, not offsets.
     expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(INTENTS);
+  });
+  // Each intent's `pending` entry is sent into the partition's open transaction before its PATCH. While results
+  // are expected within WRIT_OPEN_PENDING_MAX_MS, the entry waits for its result's commit; past it, it commits alone.
+  const transactionsPerIntent = async (openPendingMaxMs: number) => {
+    // 300 ms for every request at the records server: the fresh read and the PATCH take 600 ms between them.
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1, recordsLatencyMs: 300 });
+    h.records.seed("payment", "pay_1", { amountCents: 1_000_000, refunds: [] });
+    const written: string[][] = [];
+    await h.startRouter({ config: { ...h.config, openPendingMaxMs, sorTimeoutMs: 5_000 } }, { beforeCommit: async ({ topics }) => void (topics.length > 0 && written.push(topics)) });
+    const agent = await h.client("billing-agent");
+    const refund = async () => {
+      const { version } = await readVersion(h.records, "payment", "pay_1");
+      expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version, 100))).toMatchObject({ status: "applied", duplicate: false });
+    };
+    // The first intent's answer comes after the partition's opening transactions (its heal records): not counted.
+    await refund();
+    written.length = 0;
+    for (let i = 0; i < 3; i++) await refund();
+    // Each intent's PATCH reached the records server once, and its result committed.
+    expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(4);
+    // Every transaction counted wrote the ledger (a `pending` entry, a result or both).
+    expect(written.filter((topics) => !topics.includes(h.config.topics.ledger))).toEqual([]);
+    return written.length / 3;
+  };
+
+  it("a `pending` entry waits for its result's transaction up to WRIT_OPEN_PENDING_MAX_MS, then commits alone", async () => {
+    // Above the read and PATCH time: one transaction per intent (its `pending` entry and its result).
+    expect(await transactionsPerIntent(3_000)).toBe(1);
+    // Below it: the entry commits alone while the PATCH is under way, the result in a transaction of its own.
+    expect(await transactionsPerIntent(100)).toBe(2);
   });
 });
