@@ -2,11 +2,18 @@ import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
+import type { WritClient } from "../../producers/writ-client.ts";
+import { brokers, readVersion, refundIntent, startHarness, type Harness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 const INTERVAL_MS = 300;
 const INTENTS = 30;
+
+/** Submits a refund of pay_1 against the version the records server holds now, and expects it applied. */
+async function refundNow(h: Harness, agent: WritClient): Promise<void> {
+  const { version } = await readVersion(h.records, "payment", "pay_1");
+  expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version, 100))).toMatchObject({ status: "applied", duplicate: false });
+}
 
 describe("the owner's commit loop", () => {
   it("the group's offset rides in the results' transactions while intents come, and goes in alone only once the partition is quiet", async () => {
@@ -19,11 +26,7 @@ describe("the owner's commit loop", () => {
       { beforeCommit: async ({ topics }) => void commits.push({ at: Date.now(), topics }) },
     );
     const agent = await h.client("billing-agent");
-    for (let i = 0; i < INTENTS; i++) {
-      const { version } = await readVersion(h.records, "payment", "pay_1");
-      const reply = await agent.submit(refundIntent(`run-${randomUUID()}`, version, 100));
-      expect(reply).toMatchObject({ status: "applied", duplicate: false });
-    }
+    for (let i = 0; i < INTENTS; i++) await refundNow(h, agent);
 
     // At the broker: the quiet partition's offset still goes in, after the last intent.
     const kafka = new Kafka({ clientId: `commit-loop-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
@@ -47,6 +50,7 @@ describe("the owner's commit loop", () => {
     // Every intent's result committed: the flow was transactions that carried results, not offsets.
     expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(INTENTS);
   });
+
   // Each intent's `pending` entry is sent into the partition's open transaction before its PATCH. While results
   // are expected within WRIT_OPEN_PENDING_MAX_MS, the entry waits for its result's commit; past it, it commits alone.
   const transactionsPerIntent = async (openPendingMaxMs: number) => {
@@ -56,14 +60,10 @@ describe("the owner's commit loop", () => {
     const written: string[][] = [];
     await h.startRouter({ config: { ...h.config, openPendingMaxMs, sorTimeoutMs: 5_000 } }, { beforeCommit: async ({ topics }) => void (topics.length > 0 && written.push(topics)) });
     const agent = await h.client("billing-agent");
-    const refund = async () => {
-      const { version } = await readVersion(h.records, "payment", "pay_1");
-      expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version, 100))).toMatchObject({ status: "applied", duplicate: false });
-    };
     // The first intent's answer comes after the partition's opening transactions (its heal records): not counted.
-    await refund();
+    await refundNow(h, agent);
     written.length = 0;
-    for (let i = 0; i < 3; i++) await refund();
+    for (let i = 0; i < 3; i++) await refundNow(h, agent);
     // Each intent's PATCH reached the records server once, and its result committed.
     expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(4);
     // Every transaction counted wrote the ledger (a `pending` entry, a result or both).
