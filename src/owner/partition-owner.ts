@@ -966,11 +966,12 @@ export class PartitionOwner {
   }
 
   /**
-   * When the consumed offset, behind, may go into a transaction of its own: an interval after it last went in
-   * and an interval after the last transaction (any transaction after the interval carries it).
+   * When the consumed offset, behind, may go into a transaction of its own: an interval after the last
+   * transaction (any transaction after the interval carries it). The last one that carried the offset began no
+   * later than the last one committed, so the offset's own interval has passed by then too.
    */
   private offsetAloneAt(): number {
-    return Math.max(this.lastOffsetCommitAt, this.lastTxnAt) + this.ctx.config.offsetCommitIntervalMs;
+    return this.lastTxnAt + this.ctx.config.offsetCommitIntervalMs;
   }
 
   /** Wakes the commit loop once the offset may go into a transaction of its own (see offsetAloneAt). */
