@@ -23,7 +23,7 @@ export function routerTopics(config: RouterConfig): ITopicConfig[] {
         { name: "delete.retention.ms", value: retentionMs },
         // The log cleaner drops the records of aborted transactions, and an owner that crashed leaves its last
         // `pending` entries in one until the next owner's restore finds and commits them again (see the scan in
-        // partition-owner.ts open()): no record is compacted before it is this old.
+        // partition-restore.ts): no record is compacted before it is this old.
         { name: "min.compaction.lag.ms", value: String(LEDGER_MIN_COMPACTION_LAG_MS) },
       ],
     },

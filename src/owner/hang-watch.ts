@@ -35,7 +35,7 @@ export const HANG_RUNBOOK = "README.md#runbook-a-hanging-transaction";
  * last milliseconds, so after `healAfterMs` the owners that may have left it
  * (the ones that write that partition) add a control record for it to their
  * next transaction, which closes it if it was theirs (see `healTargets` in
- * partition-owner.ts). Past `reportAfterMs` (the transaction timeout) it is a
+ * partition-restore.ts). Past `reportAfterMs` (the transaction timeout) it is a
  * health failure and an error naming the partition, the offset and the
  * runbook: something only `writ doctor` or an operator can close.
  */

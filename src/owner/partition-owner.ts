@@ -1,135 +1,29 @@
-import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { KafkaMessage } from "kafkajs";
-import type { RouterConfig } from "../config.ts";
-import { WritError, isRegistryOutage } from "../errors.ts";
-import { markerKey, progressKey } from "../ledger/ledger-reader.ts";
-import { PartitionLedger } from "../ledger/ledger-state.ts";
+import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
-import { type IntentOutcome, intentOutcome } from "../metrics/outcome.ts";
+import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
+import { intentOutcome } from "../metrics/outcome.ts";
 import type { PartitionFigures } from "../metrics/router-metrics.ts";
-import { IntentTrace, startTransactionSpan } from "../tracing/spans.ts";
+import { IntentTrace } from "../tracing/spans.ts";
 import { type AdmittedIntent, admit } from "./admission.ts";
-import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
-import { Resolver, type ResolvePlan } from "./resolution.ts";
-import type { Resolution } from "../schemas/resolution.ts";
-import type { AdmittedTool } from "../tools.ts";
-import { type Plan, type WriteState } from "./intent-pipeline.ts";
+import { CommitLoop } from "./commit-loop.ts";
+import { type RunHost, runIntent } from "./intent-run.ts";
+import { effects, type Effects } from "./effects.ts";
+import { Resolver } from "./resolution.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
-import { type OutRecord, healRecord, sendRounds } from "./records.ts";
-import { type OwnerProducer, type OwnerTransaction, ownerProducer } from "./transactions.ts";
 import type { OwnerContext } from "./owner-context.ts";
-import { startOffset } from "../kafka/serial-admin.ts";
+import { Session, type Slot } from "./owner-session.ts";
+import { restorePartition } from "./partition-restore.ts";
 import { entityKey } from "../schemas/common.ts";
-import { isLeaseOp } from "../schemas/write-intent.ts";
-import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
+import { type LeaseGate, leaseGate } from "./record-leases.ts";
 
 /** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
 const STUCK_AFTER_FAILURES = 5;
 
-/** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs; docs/architecture.md §5.2). */
-export function transactionalIdFor(config: RouterConfig, partition: number): string {
-  return `${config.groupId}.${config.topics.intents}.${partition}`;
-}
+export { transactionalIdFor } from "./partition-restore.ts";
 
 export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" | "fenced" | "closed";
-
-/** One fetched intent, from intake until the transaction carrying its result commits. */
-interface Slot {
-  readonly seq: number;
-  readonly offset: bigint;
-  readonly message: KafkaMessage;
-  admitted?: AdmittedIntent;
-  plan?: Plan;
-  /** What its record's lease meant for it when it started. */
-  gate?: LeaseGate;
-  pendingDurable: boolean;
-  /** Unexpected failures so far (not outages). */
-  failures: number;
-  /** Consecutive outage pauses. */
-  outages: number;
-  /** Number of the transaction that carries its result; unset until the result is staged. */
-  txn?: number;
-  /**
-   * Its result, once decided, until it is staged. Staging encodes it (the registry) and may fail; a retry stages
-   * this again and never runs the intent again: the write it carries may already be at the system of record.
-   */
-  result?: Effects;
-  /** A person's decision on an escalation, instead of an intent (see resolution.ts). */
-  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; plan?: ResolvePlan };
-  /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
-  times: { accepted: number; started?: number; durable?: number; settled?: number };
-  /** Its `writ.process` span, and what its staged result came to (for metrics, at commit). */
-  trace?: IntentTrace;
-  outcome?: IntentOutcome | null;
-}
-
-/** Everything of one ownership of the partition: from a fence-and-restore until a failure, a fence or the release. */
-class Session {
-  private static opened = 0;
-  /** Numbers the sessions of this process, for the `x-writ-owner` header and logs. */
-  readonly seq = ++Session.opened;
-  readonly abort = new AbortController();
-  readonly tasks = new Set<Promise<void>>();
-  readonly producer: OwnerProducer;
-  readonly ledger: PartitionLedger;
-  /**
-   * The partition's open transaction, begun by the first `pending` entry sent
-   * into it and ended by the next commit (which adds the results staged since).
-   */
-  openTxn: OwnerTransaction | null = null;
-  /** `pending` entries sent into `openTxn` and not committed yet: work the commit loop must commit soon. */
-  inOpenTxn = 0;
-  /** When the first of them was acknowledged (ms). */
-  openSince = 0;
-  /** `pending` entries waiting to be sent into the open transaction, and whether a send of them is queued. */
-  toSend: PendingSend[] = [];
-  sendQueued = false;
-  /** Every Kafka call of the session (sends into the open transaction, commits) runs after the one before. */
-  private chain: Promise<unknown> = Promise.resolve();
-
-  constructor(producer: OwnerProducer, ledger: PartitionLedger) {
-    this.producer = producer;
-    this.ledger = ledger;
-  }
-
-  get active(): boolean {
-    return !this.abort.signal.aborted;
-  }
-
-  /** Runs `call` after every Kafka call of the session before it. */
-  serial<T>(call: () => Promise<T>): Promise<T> {
-    const done = this.chain.then(call);
-    this.chain = done.catch(() => undefined);
-    return done;
-  }
-
-  /** Takes the open transaction (and its entries) for a commit. */
-  takeOpen(): OwnerTransaction | null {
-    const open = this.openTxn;
-    this.openTxn = null;
-    this.inOpenTxn = 0;
-    this.openSince = 0;
-    return open;
-  }
-}
-
-/** What the next transaction carries (beside the `pending` entries already sent into it). */
-interface Staged {
-  records: OutRecord[];
-  /** Slots whose results are in `records`. */
-  slots: Slot[];
-}
-
-const emptyStaged = (): Staged => ({ records: [], slots: [] });
-
-/** A `pending` entry waiting to be sent into the open transaction; its intent's write waits for the broker's acknowledgement. */
-interface PendingSend {
-  record: OutRecord;
-  resolve: () => void;
-  reject: (err: Error) => void;
-}
 
 /**
  * The single writer of one intents partition: a thin driver of Kafka
@@ -139,7 +33,7 @@ interface PendingSend {
  *   previous owner and aborts its open transaction), a marker in ledger
  *   partition p, the ledger restored from the topic up to that marker, then a
  *   heal transaction touching every partition this transactional id may have
- *   left a transaction open on (see {@link healTargets}); then intake resumes
+ *   left a transaction open on (partition-restore.ts); then intake resumes
  *   at the committed offset.
  * - **Run.** Intents run concurrently across records and one at a time per
  *   record (and per intent key), at most `maxInFlightPerPartition` at once.
@@ -162,32 +56,17 @@ export class PartitionOwner {
   private readonly slots = new Map<number, Slot>();
   private inbox: KafkaMessage[] = [];
   private scheduler: KeyScheduler<Slot>;
-  private staged: Staged = emptyStaged();
   private seq = 0;
-  private txnSeq = 0;
   /** Next offset intake accepts; lower offsets are re-deliveries. */
   private expectedNext = -1n;
-  /** The consumed offset last committed for the group (it lags `lastProgress`: it goes into a transaction at most every offsetCommitIntervalMs). */
-  private lastCommittedOffset = -1n;
-  /** The offset the ledger's progress entry holds as of the last committed transaction: every intent before it has its result committed. */
-  private lastProgress = -1n;
   private admitting = false;
   private failuresInARow = 0;
-  private sweepDue = false;
   /** Slots running and not waiting for a commit: they will stage something soon. */
   private working = 0;
-  /** When the oldest change now staged was staged. */
-  private stagedSince = 0;
-  /** When the consumed offset last went into a transaction; set when a later one must carry it. */
-  private lastOffsetCommitAt = 0;
-  /**
-   * When the last transaction committed. A transaction for the offset alone waits until the partition has had
-   * none for offsetCommitIntervalMs: while intents come, the next result's transaction carries the offset.
-   */
-  private lastTxnAt = 0;
-  private offsetTimer: NodeJS.Timeout | null = null;
-  private readonly healRequests = new Map<string, Set<number>>();
-  private wake: (() => void) | null = null;
+  /** What the next transaction carries, and when it commits (commit-loop.ts). */
+  private readonly commits: CommitLoop;
+  /** What an intent's run uses of this owner (intent-run.ts). */
+  private readonly runHost: RunHost;
   private opened: Promise<void> | null = null;
 
   constructor(partition: number, ctx: OwnerContext) {
@@ -195,6 +74,27 @@ export class PartitionOwner {
     this.ctx = ctx;
     this.log = ctx.log.child({ component: "partition-owner", topic: ctx.config.topics.intents, partition });
     this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition);
+    this.commits = new CommitLoop(ctx, {
+      partition,
+      log: this.log,
+      working: () => this.working,
+      watermark: () => this.watermark(),
+      current: (session) => this.session === session,
+      failed: (session, err) => this.failed(session, err),
+      track: (session, task) => this.track(session, task),
+      committed: (slots) => this.committed(slots),
+      releaseExpired: (session, lease) => this.releaseExpired(session, lease),
+    });
+    this.runHost = {
+      ctx,
+      log: this.log,
+      partition,
+      resolver: this.resolver,
+      stagePending: (session, pending, opts) => this.commits.stagePending(session, pending, opts),
+      settle: (session, slot, result) => this.settle(session, slot, result),
+      pause: (session, tries) => this.pause(session, tries),
+      leaseGate: (session, a) => this.leaseGate(session, a),
+    };
   }
 
   get state(): OwnerState {
@@ -215,7 +115,7 @@ export class PartitionOwner {
       pending: ledger.pendingCount,
       oldestPendingSince: ledger.oldestPendingSince(),
       leases: ledger.leaseCount,
-      committedOffset: this.lastProgress,
+      committedOffset: this.commits.lastProgress,
     };
   }
 
@@ -246,17 +146,13 @@ export class PartitionOwner {
   /** Ledger entries past retention get tombstones in the next transaction. */
   requestSweep(): void {
     if (this.stateValue !== "running") return;
-    this.sweepDue = true;
-    this.nudge();
+    this.commits.requestSweep();
   }
 
   /** The next transaction writes a control record to these partitions (see `heal.ts`). */
   requestHeal(topic: string, partitions: readonly number[]): void {
     if (this.stateValue !== "running") return;
-    const set = this.healRequests.get(topic) ?? new Set();
-    for (const p of partitions) set.add(p);
-    this.healRequests.set(topic, set);
-    this.nudge();
+    this.commits.requestHeal(topic, partitions);
   }
 
   async close(): Promise<void> {
@@ -292,52 +188,14 @@ export class PartitionOwner {
   }
 
   private async open(): Promise<void> {
-    const { kafka, config, reader, admin, encoder } = this.ctx;
     const started = Date.now();
-    const producer = await ownerProducer(kafka, {
-      transactionalId: transactionalIdFor(config, this.partition),
-      transactionTimeoutMs: config.transactionTimeoutMs,
-      protocol: config.transactionProtocol,
-      spacingMs: config.transactionSpacingMs,
-    });
-    let ledger: PartitionLedger;
+    const released = () => (this.stateValue as OwnerState) === "closed";
+    const { producer, ledger, next, groupOffset, healed, inDoubt } = await restorePartition(this.ctx, this.partition, this.log, released);
     try {
-      // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
-      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
-      await producer.connect();
-      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
-      const nonce = randomUUID();
-      // InitProducerId fences the previous owner and aborts its open transaction; the marker is written
-      // with the new epoch, and its commit marker also closes a transaction of this id left hanging on
-      // ledger partition p (see healTargets).
-      const marker = await this.ctx.codec.encode(config.topics.ledger, "LedgerEntry", {
-        kind: "marker",
-        partition: this.partition,
-        nonce,
-        owner: config.instanceId,
-        at: new Date().toISOString(),
-      });
-      await this.transact(producer, [{ topic: config.topics.ledger, partition: this.partition, key: markerKey(this.partition), value: marker }], null);
-      const restored = await reader.restore(this.partition, nonce, config.restoreTimeoutMs);
-      // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
-      // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
-      const inDoubt = this.ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await this.ctx.inDoubtReader.scanInDoubt(this.partition, nonce, config.restoreTimeoutMs, restored);
-      ledger = new PartitionLedger(this.partition, concat(restored.entries, inDoubt));
-      if (inDoubt.size > 0) {
-        this.log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
-      }
-      const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, this.partition)));
-      const heal = [...again, ...(await this.healTargets(ledger))];
-      if (heal.length > 0) await this.transact(producer, heal, null);
-      const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, this.partition);
-      // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,
-      // written by an older version without progress entries, stands alone).
-      const next = ledger.progress !== null && ledger.progress > groupOffset ? ledger.progress : groupOffset;
-      if ((this.stateValue as OwnerState) === "closed") throw new WritError("producer_fenced", "released while opening", { retriable: true });
+      if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
       this.session = new Session(producer, ledger);
       this.expectedNext = next;
-      this.lastCommittedOffset = groupOffset;
-      this.lastProgress = next;
+      this.commits.opened(groupOffset, next);
       this.stateValue = "running";
       this.ctx.health.clear(`ledger-${this.partition}`);
       this.ctx.intake.seek(this.partition, next.toString());
@@ -346,8 +204,8 @@ export class PartitionOwner {
       this.log.info(
         {
           entries: ledger.size,
-          healed: heal.length - again.length,
-          inDoubt: again.length,
+          healed,
+          inDoubt,
           offset: next.toString(),
           groupOffset: groupOffset.toString(),
           session: session.seq,
@@ -357,71 +215,14 @@ export class PartitionOwner {
         "partition restored; owning it",
       );
       this.ctx.observe?.opened?.(this.partition, Date.now() - started);
-      this.track(session, this.commitLoop(session));
+      this.track(session, this.commits.run(session));
     } catch (err) {
       await producer.disconnect().catch(() => undefined);
       throw err;
     }
   }
 
-  /**
-   * Every partition this partition's transactional id may have left a
-   * transaction open on, beside the ledger partition the marker already
-   * touched: each reply topic its ledger names, `writ.human` and `writ.dlq`.
-   *
-   * Why this heals: a partition's last stable offset stays at the first offset
-   * of the earliest transaction still open on it, and on the partition leader
-   * a transaction is completed only by a control marker for the same producer
-   * id (Kafka's ProducerStateManager, KIP-98). The coordinator writes markers
-   * only to partitions added to the transaction being ended, and it skips a
-   * partition whose leader it cannot find ("likely deleted already"), which
-   * after a broker crash can leave a committed transaction without its marker
-   * forever. A transaction of the same transactional id (same producer id,
-   * epoch bumped by InitProducerId) that writes to that partition and commits
-   * gets a marker there, and that marker completes the producer's open
-   * transaction on it, from the old first offset: the last stable offset moves.
-   */
-  private async healTargets(ledger: PartitionLedger): Promise<OutRecord[]> {
-    const { topics } = this.ctx.config;
-    const counts = await this.ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq]);
-    const out: OutRecord[] = [];
-    for (const [topic, count] of counts) for (let p = 0; p < count; p++) out.push(healRecord(topic, p));
-    return out;
-  }
 
-  /**
-   * One transaction of records (and, if given, the consumed offset). Resolves
-   * with when each phase ended, in ms from its start (for the debug timeline):
-   * sends (Produce; under transactions v1 AddPartitionsToTxn first), offsets
-   * (TxnOffsetCommit; v1: AddOffsetsToTxn first), commit (EndTxn). See
-   * transactions.ts.
-   */
-  private async transact(
-    producer: OwnerProducer,
-    records: readonly OutRecord[],
-    nextOffset: bigint | null,
-    open: OwnerTransaction | null = null,
-  ): Promise<{ sent: number; offsets: number; committed: number }> {
-    const { config } = this.ctx;
-    const t0 = performance.now();
-    const at = () => Math.round((performance.now() - t0) * 10) / 10;
-    // The open transaction, with the `pending` entries already sent into it, if there is one.
-    const txn = open ?? (await producer.transaction());
-    try {
-      for (const round of sendRounds(records, config.maxMessageBytes)) await txn.send(round);
-      const sent = at();
-      if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition: this.partition, offset: nextOffset });
-      const offsets = at();
-      const topics = new Set(records.map((r) => r.topic));
-      if (open) topics.add(config.topics.ledger);
-      await this.ctx.hooks?.beforeCommit?.({ partition: this.partition, topics: [...topics] });
-      await txn.commit();
-      return { sent, offsets, committed: at() };
-    } catch (err) {
-      await txn.abort().catch(() => undefined);
-      throw err;
-    }
-  }
 
   /** A failed transaction: drop everything uncommitted and open the partition again (restoring from the topic). */
   private async rewind(session: Session, err: unknown): Promise<void> {
@@ -465,7 +266,6 @@ export class PartitionOwner {
     const session = this.session;
     this.session = null;
     this.ctx.intake.pause(this.partition);
-    this.staged = emptyStaged();
     const err = reason instanceof Error ? reason : new Error(String(reason));
     const unsent = session?.toSend ?? [];
     if (session) session.toSend = [];
@@ -474,8 +274,7 @@ export class PartitionOwner {
     for (const slot of this.slots.values()) slot.trace?.abandoned(err.message);
     this.slots.clear();
     this.scheduler = new KeyScheduler(this.ctx.config.maxInFlightPerPartition);
-    this.healRequests.clear();
-    this.wake?.();
+    this.commits.reset();
     if (!session) return;
     session.abort.abort(err);
     const bound = sleep(this.ctx.config.sorTimeoutMs * 3).then(() => "timeout" as const);
@@ -483,7 +282,7 @@ export class PartitionOwner {
     if (settled === "timeout") this.log.warn("in-flight work did not finish in time; closing the producer anyway");
     // The open transaction is aborted, not left to the next owner's InitProducerId or the transaction timeout (it
     // would hold the last stable offset of the partitions it wrote until then). Its `pending` entries are then
-    // found by the next restore's scan (see open()).
+    // found by the next restore's scan (partition-restore.ts).
     const open = session.takeOpen();
     if (open) await Promise.race([open.abort().catch(() => undefined), sleep(this.ctx.config.sorTimeoutMs)]);
     await session.producer.disconnect().catch(() => undefined);
@@ -576,158 +375,11 @@ export class PartitionOwner {
       this.working++;
       this.track(
         session,
-        this.run(session, slot).finally(() => {
+        runIntent(this.runHost, session, slot).finally(() => {
           this.working--;
-          this.nudge();
+          this.commits.nudge();
         }),
       );
-    }
-  }
-
-  // ---------------------------------------------------------------------------
-  // One intent
-
-  private async run(session: Session, slot: Slot): Promise<void> {
-    if (slot.resolution) return this.runResolution(session, slot, slot.resolution);
-    const a = slot.admitted!;
-    const { pipeline, config } = this.ctx;
-    let durable: Promise<void> | null = null;
-    // `pending` was not staged (its encoding met a registry outage): once the failure has surfaced (the write
-    // waits for `durable`, so nothing was sent), the next try stages it again. A failed transaction ends the session.
-    let pendingFailed = false;
-    // Counted as working (about to produce something to commit) throughout: `durable` waits for the broker's
-    // acknowledgement of the pending entry, not for a commit, so the commit loop may linger for this intent's result.
-    const waitDurable = async () => {
-      if (durable) await durable;
-    };
-    const exec = {
-      mayWrite: () => session.active && this.ctx.lease.confirmed(),
-      durable: waitDurable,
-      // Who writes: the instance, and which of its sessions (a fenced session must never write again).
-      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}`, ...slot.trace?.headers },
-    };
-    while (session.active) {
-      try {
-        if (slot.result) return await this.settle(session, slot, slot.result);
-        // A record's lease, looked at once as the intent starts: the record's intents run one at a time.
-        slot.gate ??= this.leaseGate(session, a);
-        slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
-        const plan = slot.plan;
-        const refusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !this.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
-        let step;
-        if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
-        else if (plan.kind === "settled") step = plan;
-        else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
-        else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
-        else {
-          if (!slot.pendingDurable) {
-            // Step 3 runs beside the read: only the PATCH waits for `pending` to be durable.
-            const staging = this.stagePending(session, plan.pending).then(() => void (slot.times.durable = Date.now()));
-            staging.catch(() => void (pendingFailed = true));
-            durable = staging;
-            slot.pendingDurable = true;
-          }
-          step = await pipeline.execute(a, plan.pending, plan.state, exec);
-          // Settling waits for the pending entry too: its transaction must not fail after the result is staged.
-          await waitDurable();
-        }
-        if (!session.active) return;
-        if (step.kind === "settled") {
-          slot.result = step.effects;
-          await this.settle(session, slot, step.effects);
-          return;
-        }
-        slot.outages++;
-        if (slot.outages === 1) this.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason }, "system of record unavailable; pausing this intent");
-        this.ctx.health.outage(a.tool.system.name, step.reason);
-        await this.pause(session, slot.outages);
-      } catch (err) {
-        if (!session.active) return;
-        if (pendingFailed) {
-          pendingFailed = false;
-          durable = null;
-          slot.pendingDurable = false;
-        }
-        // A registry outage (also one a retry gave up on) is an outage: pause, never count it as a failure.
-        if (isRegistryOutage(err)) {
-          slot.outages++;
-          await this.pause(session, slot.outages);
-          continue;
-        }
-        slot.failures++;
-        this.log.error({ err, intentKey: a.intent.intentKey, entity: a.entityKey, tool: a.tool.name, attempt: slot.failures }, "intent processing failed");
-        if (slot.failures < config.maxProcessingAttempts) {
-          await this.pause(session, slot.failures);
-          continue;
-        }
-        const plan = slot.plan?.kind === "write" ? slot.plan : null;
-        const step = this.ctx.pipeline.failed(a, plan && slot.pendingDurable ? plan.pending : null, plan?.state ?? null, err);
-        const source = { topic: config.topics.intents, partition: this.partition, offset: slot.message.offset };
-        if (step.kind === "settled") {
-          step.effects.deadLetters.push(deadLetterOf(slot.message, source, "processing_failed", (err as Error)?.message ?? String(err), new Date().toISOString()));
-          await this.settle(session, slot, step.effects).catch((e: unknown) => this.log.error({ err: e }, "could not settle a failed intent"));
-        }
-        return;
-      }
-    }
-  }
-
-  /** A person's decision on an escalation: planned against the ledger, and written like an intent (pending first). */
-  private async runResolution(session: Session, slot: Slot, res: NonNullable<Slot["resolution"]>): Promise<void> {
-    const { config } = this.ctx;
-    let durable: Promise<void> | null = null;
-    // As for an intent: a pending entry that was not staged is staged again once its failure has surfaced.
-    let pendingFailed = false;
-    const exec = {
-      mayWrite: () => session.active && this.ctx.lease.confirmed(),
-      durable: async () => {
-        if (durable) await durable;
-      },
-      headers: { "x-writ-owner": `${config.instanceId} p${this.partition} s${session.seq}` },
-    };
-    while (session.active) {
-      try {
-        if (slot.result) return await this.settle(session, slot, slot.result);
-        res.plan ??= this.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
-        const plan = res.plan;
-        if (plan.kind === "settled") return await this.settle(session, slot, plan.effects);
-        if (!durable) {
-          const staging = this.stagePending(session, plan.pending, { resolution: true });
-          staging.catch(() => void (pendingFailed = true));
-          durable = staging;
-        }
-        const step = await this.resolver.apply(res.resolution, res.tool, res.replyTo, plan, exec);
-        await durable;
-        if (!session.active) return;
-        if (step.kind === "settled") {
-          this.log.info({ escalationId: res.resolution.escalationId, decision: res.resolution.decision, note: step.note }, "escalation resolution carried out");
-          slot.result = step.effects;
-          return await this.settle(session, slot, step.effects);
-        }
-        slot.outages++;
-        await this.pause(session, slot.outages);
-      } catch (err) {
-        if (!session.active) return;
-        if (pendingFailed) {
-          pendingFailed = false;
-          durable = null;
-        }
-        if (isRegistryOutage(err)) {
-          slot.outages++;
-          await this.pause(session, slot.outages);
-          continue;
-        }
-        slot.failures++;
-        this.log.error({ err, escalationId: res.resolution.escalationId }, "resolution failed");
-        if (slot.failures >= config.maxProcessingAttempts) {
-          const at = new Date().toISOString();
-          const reply = rejectedReply(res.resolution.resolutionId, res.resolution.intent.intentKey, "processing_failed", `the resolution failed: ${(err as Error).message}`.slice(0, 2000), at);
-          // The escalation stays open: put the entry back if this resolution had reopened it.
-          const back = res.plan?.kind === "apply" ? { ledger: { ...res.plan.entry, updatedAt: at } } : {};
-          return await this.settle(session, slot, effects({ ...back, replies: [{ topic: res.replyTo, value: reply }] }));
-        }
-        await this.pause(session, slot.failures);
-      }
     }
   }
 
@@ -743,76 +395,17 @@ export class PartitionOwner {
   private releaseExpired(session: Session, lease: LedgerLeaseEntry): void {
     const key = entityKey(lease.entity);
     session.ledger.stageLease(key, null);
-    this.markStaged();
-    this.staged.records.push(this.ctx.encoder.leaseTombstone(key, this.partition));
+    this.commits.stage(session, [this.ctx.encoder.leaseTombstone(key, this.partition)]);
     this.log.warn(
       { entity: key.slice(0, 300), agent: lease.agentId, change: lease.change, acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
       "lease expired and released: its change did not finish in time (a stalled or crashed agent?)",
     );
     this.ctx.observe?.leaseExpired?.(this.partition, lease.entity.type);
-    this.nudge();
+    this.commits.nudge();
   }
 
   private async pause(session: Session, tries: number): Promise<void> {
     await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
-  }
-
-  /**
-   * Step 3: `pending` is sent into the partition's open transaction; resolves
-   * once the broker acknowledged it (acks=all), not when it commits: the
-   * next commit (within `commitLingerMs`, with the results that followed)
-   * makes it visible. Durable before the write all the same: a crash or a
-   * failed transaction aborts it, and the next restore finds it with a
-   * read_uncommitted scan (see open()); a zombie's send after a new owner's
-   * InitProducerId is refused for its epoch, so its write never starts.
-   */
-  private async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
-    const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
-    if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
-    const durable = new Promise<void>((resolve, reject) => session.toSend.push({ record, resolve, reject }));
-    session.ledger.stage(pending, opts);
-    this.markStaged();
-    this.sendPendings(session);
-    await durable;
-  }
-
-  /** Sends the `pending` entries waiting into the open transaction (beginning one), behind any Kafka call in flight. */
-  private sendPendings(session: Session): void {
-    if (session.sendQueued) return;
-    session.sendQueued = true;
-    // Tracked: a session ends only after its sends (and, once they are done, aborts the transaction they opened).
-    this.track(
-      session,
-      session.serial(async () => {
-        session.sendQueued = false;
-        const batch = session.toSend;
-        session.toSend = [];
-        if (batch.length === 0) return;
-        if (!session.active || this.session !== session) {
-          for (const p of batch) p.reject(new WritError("producer_fenced", "session ended", { retriable: true }));
-          return;
-        }
-        try {
-          session.openTxn ??= await session.producer.transaction();
-          for (const round of sendRounds(batch.map((p) => p.record), this.ctx.config.maxMessageBytes)) await session.openTxn.send(round);
-          if (session.inOpenTxn === 0) session.openSince = Date.now();
-          session.inOpenTxn += batch.length;
-        } catch (err) {
-          for (const p of batch) p.reject(err as Error);
-          this.failed(session, err);
-          return;
-        }
-        for (const p of batch) p.resolve();
-        // The commit loop commits the open transaction now that it holds entries.
-        this.nudge();
-      }),
-    );
-  }
-
-  /** Notes when the oldest change waiting for a commit came: the first one after a commit. */
-  private markStaged(): void {
-    const session = this.session;
-    if (this.staged.records.length === 0 && (session?.toSend.length ?? 0) === 0 && (session?.inOpenTxn ?? 0) === 0) this.stagedSince = Date.now();
   }
 
   /** An intent's result goes into the next transaction; its record's next intent may start. */
@@ -824,166 +417,20 @@ export class PartitionOwner {
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
-    this.markStaged();
-    this.staged.records.push(...records);
-    this.staged.slots.push(slot);
-    slot.txn = -1;
+    this.commits.stage(session, records, slot);
     slot.times.settled = Date.now();
     this.scheduler.done(slot);
     this.startReady(session);
-    this.nudge();
+    this.commits.nudge();
   }
 
-  // ---------------------------------------------------------------------------
-  // Transactions
-
-  private nudge(): void {
-    const wake = this.wake;
-    this.wake = null;
-    wake?.();
-  }
-
-  private async commitLoop(session: Session): Promise<void> {
-    while (session.active) {
-      const behind = this.watermark() > this.lastCommittedOffset;
-      const offsetDue = behind && Date.now() >= this.offsetAloneAt();
-      const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
-      if (nothingButPendings && session.inOpenTxn === 0) {
-        // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake
-        // when it is. Without this an idle partition's last results would keep their offset uncommitted until new
-        // intents came.
-        if (behind) this.scheduleOffsetCommit();
-        await new Promise<void>((resolve) => (this.wake = resolve));
-        continue;
-      }
-      if (nothingButPendings) {
-        // Only `pending` entries in the open transaction: they wait for the results that follow, within a bound.
-        const wait = session.openSince + this.ctx.config.openPendingMaxMs - Date.now();
-        if (wait > 0) {
-          await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(wait)]);
-          this.wake = null;
-          continue;
-        }
-      }
-      // Group commit: while intents of this partition are still reading or writing, and will have something
-      // to stage within moments, wait up to commitLingerMs for them, so that one transaction carries many.
-      // With nothing at work (everything staged or waiting for this commit) there is nothing to wait for.
-      const linger = this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince);
-      if (this.working > 0 && linger > 0) {
-        await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(linger)]);
-        this.wake = null;
-        if (this.working > 0 && this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince) > 0) continue;
-      }
-      await this.commitOnce(session);
-    }
-  }
-
-  private async commitOnce(session: Session): Promise<void> {
-    const { config, encoder } = this.ctx;
-    if (this.sweepDue) {
-      this.sweepDue = false;
-      const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
-      const expired = session.ledger.expired(cutoff, 1000);
-      for (const key of expired) {
-        session.ledger.tombstone(key);
-        this.staged.records.push(encoder.tombstone(key, this.partition));
-      }
-      if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
-      for (const lease of session.ledger.expiredLeases(Date.now(), 1000)) this.releaseExpired(session, lease);
-    }
-    const batch = this.staged;
-    this.staged = emptyStaged();
-    const txn = ++this.txnSeq;
-    for (const slot of batch.slots) slot.txn = txn;
-    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
-    this.healRequests.clear();
-    session.ledger.takeStaged();
-    const offset = this.watermark();
-    const began = Date.now();
-    // Where intake stands goes into every transaction that moves it, as the ledger's progress entry: one small
-    // record in a partition the transaction mostly writes anyway, no extra round trip. A new owner resumes there.
-    const progressed = offset > this.lastProgress;
-    // The group's offset (for tools that read group lag, and for a ledger without progress) goes in at most every
-    // offsetCommitIntervalMs: AddOffsetsToTxn and TxnOffsetCommit are two more round trips. It lags, never leads.
-    const advance = offset > this.lastCommittedOffset;
-    const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
-    if (advance && !withOffset) this.scheduleOffsetCommit();
-    const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
-    let phases: { sent: number; offsets: number; committed: number };
-    /** `pending` entries sent into the open transaction before this commit took it. */
-    let pendings = 0;
-    try {
-      if (progressed) batch.records.push(await this.progressRecord(offset));
-      phases = await session.serial(() => {
-        pendings = session.inOpenTxn;
-        return this.transact(session.producer, batch.records, withOffset ? offset : null, session.takeOpen());
-      });
-    } catch (err) {
-      span?.failed(err);
-      this.failed(session, err);
-      return;
-    }
-    span?.committed();
-    for (const slot of batch.slots) slot.trace?.committed(span);
-    this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
-    if (!session.active) return;
-    if (this.log.isLevelEnabled("debug")) {
-      const now = Date.now();
-      const timeline = batch.slots.map((x) => ({
-        queued: (x.times.started ?? x.times.settled ?? now) - x.times.accepted,
-        pending: x.times.durable !== undefined && x.times.started !== undefined ? x.times.durable - x.times.started : null,
-        work: (x.times.settled ?? now) - (x.times.durable ?? x.times.started ?? x.times.accepted),
-        commit: now - (x.times.settled ?? now),
-      }));
-      this.log.debug(
-        { txn, ms: now - began, phases, withOffset, records: batch.records.length + pendings, results: batch.slots.length, pendings, timeline },
-        "transaction committed",
-      );
-    }
+  /** A transaction carrying these slots' results committed: the partition is moving; intake may go on. */
+  private committed(slots: readonly Slot[]): void {
     if (this.failuresInARow > 0) this.ctx.health.clear(`partition-${this.partition}`);
     this.failuresInARow = 0;
-    this.lastTxnAt = Date.now();
-    session.ledger.committedSending();
-    if (progressed) this.lastProgress = offset;
-    if (withOffset) {
-      this.lastCommittedOffset = offset;
-      this.lastOffsetCommitAt = began;
-    }
-    for (const slot of batch.slots) this.slots.delete(slot.seq);
-    if (this.load < config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
+    for (const slot of slots) this.slots.delete(slot.seq);
+    if (this.load < this.ctx.config.maxBufferedPerPartition / 2) this.ctx.intake.resume(this.partition);
     this.pump();
-  }
-
-  private async progressRecord(offset: bigint): Promise<OutRecord> {
-    const { config, codec } = this.ctx;
-    const value = await codec.encode(config.topics.ledger, "LedgerEntry", {
-      kind: "progress",
-      partition: this.partition,
-      offset: offset.toString(),
-      at: new Date().toISOString(),
-    });
-    return { topic: config.topics.ledger, partition: this.partition, key: progressKey(this.partition), value };
-  }
-
-  /**
-   * When the consumed offset, behind, may go into a transaction of its own: an interval after the last
-   * transaction (any transaction after the interval carries it). The last one that carried the offset began no
-   * later than the last one committed, so the offset's own interval has passed by then too.
-   */
-  private offsetAloneAt(): number {
-    return this.lastTxnAt + this.ctx.config.offsetCommitIntervalMs;
-  }
-
-  /** Wakes the commit loop once the offset may go into a transaction of its own (see offsetAloneAt). */
-  private scheduleOffsetCommit(): void {
-    if (this.offsetTimer) return;
-    const wait = Math.max(1, this.offsetAloneAt() - Date.now());
-    // Nudges whichever session's loop waits: a timer left by an ended session must not hold up the next one's.
-    this.offsetTimer = setTimeout(() => {
-      this.offsetTimer = null;
-      this.nudge();
-    }, wait);
-    this.offsetTimer.unref();
   }
 
   /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */
@@ -1005,9 +452,4 @@ export function isFencing(err: unknown): boolean {
     current = (current as { cause?: unknown; originalError?: unknown }).cause ?? (current as { originalError?: unknown }).originalError;
   }
   return false;
-}
-
-/** The restored entries, then the in-doubt ones (later in the topic than any committed record of their keys). */
-function* concat<K, V>(...maps: ReadonlyMap<K, V>[]): Generator<[K, V]> {
-  for (const m of maps) yield* m;
 }

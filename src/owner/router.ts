@@ -148,8 +148,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const readerOf = { kafka, admin, topic: config.topics.ledger, partitions: config.intentPartitions, codec, log };
   const readerGroups = ledgerReaderGroups(config);
   const reader = new LedgerReader({ ...readerOf, groupId: readerGroups.restore });
-  // The same partitions read_uncommitted, after each restore: `pending` entries of aborted transactions (see open()
-  // in partition-owner.ts). A group of its own, so that its consumer is assigned every partition too.
+  // The same partitions read_uncommitted, after each restore: `pending` entries of aborted transactions (see
+  // restorePartition in partition-restore.ts). A group of its own, so that its consumer is assigned every partition too.
   const inDoubtReader = new LedgerReader({ ...readerOf, groupId: readerGroups.scan, isolation: "read_uncommitted" });
   await Promise.all([reader.start(), inDoubtReader.start()]);
 

@@ -7,7 +7,7 @@
  * `heal`: a record with the key `__writ_heal__` and a null value that an owner
  * writes to a partition in one of its transactions, so that the transaction's
  * commit marker also closes a transaction its transactional id left open there
- * (see `healTargets` in `src/owner/partition-owner.ts`). On the compacted
+ * (see `healTargets` in `src/owner/partition-restore.ts`). On the compacted
  * ledger it is a tombstone of a key no entry has.
  */
 export const CONTROL_HEADER = "writ-control";

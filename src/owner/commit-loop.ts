@@ -1,0 +1,363 @@
+// The commit loop of a partition owner (docs/architecture.md §3.3, §3.9,
+// §4.3): what the partition's next transaction carries, the `pending` entries
+// sent into its open transaction, when it commits (group commit, the offset's
+// interval), and the transaction itself.
+import { setTimeout as sleep } from "node:timers/promises";
+import { WritError } from "../errors.ts";
+import { progressKey } from "../ledger/ledger-reader.ts";
+import type { Logger } from "../logger.ts";
+import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
+import { startTransactionSpan } from "../tracing/spans.ts";
+import type { OwnerContext } from "./owner-context.ts";
+import type { Session, Slot } from "./owner-session.ts";
+import { type OutRecord, healRecord, sendRounds } from "./records.ts";
+import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
+
+/** What the next transaction carries (beside the `pending` entries already sent into it). */
+interface Staged {
+  records: OutRecord[];
+  /** Slots whose results are in `records`. */
+  slots: Slot[];
+}
+
+const emptyStaged = (): Staged => ({ records: [], slots: [] });
+
+/** What the commit loop needs of its partition owner. */
+export interface CommitHost {
+  readonly partition: number;
+  readonly log: Logger;
+  /** Slots running and not waiting for a commit: they will stage something soon. */
+  working(): number;
+  /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */
+  watermark(): bigint;
+  /** Whether `session` is the owner's current one. */
+  current(session: Session): boolean;
+  /** A failed Kafka call of `session`: fenced, or rewind. */
+  failed(session: Session, err: unknown): void;
+  /** Runs `task` as one of `session`'s (ending the session waits for it). */
+  track(session: Session, task: Promise<void>): void;
+  /** A transaction carrying these slots' results committed. */
+  committed(slots: readonly Slot[]): void;
+  /** The sweep found a lease past its expiry: the owner releases it (staging its tombstone here). */
+  releaseExpired(session: Session, lease: LedgerLeaseEntry): void;
+}
+
+/**
+ * One per partition owner, across its sessions. The owner stages results
+ * ({@link stage}) and `pending` entries ({@link stagePending}); {@link run}
+ * commits them for a session until it ends.
+ */
+export class CommitLoop {
+  private readonly ctx: OwnerContext;
+  private readonly host: CommitHost;
+  private readonly partition: number;
+  private readonly log: Logger;
+  private staged: Staged = emptyStaged();
+  private txnSeq = 0;
+  /** The consumed offset last committed for the group (it lags `lastProgress`: it goes into a transaction at most every offsetCommitIntervalMs). */
+  private lastCommittedOffset = -1n;
+  /** The offset the ledger's progress entry holds as of the last committed transaction: every intent before it has its result committed. */
+  private lastProgressValue = -1n;
+  private sweepDue = false;
+  /** When the oldest change now staged was staged. */
+  private stagedSince = 0;
+  /** When the consumed offset last went into a transaction; set when a later one must carry it. */
+  private lastOffsetCommitAt = 0;
+  /**
+   * When the last transaction committed. A transaction for the offset alone waits until the partition has had
+   * none for offsetCommitIntervalMs: while intents come, the next result's transaction carries the offset.
+   */
+  private lastTxnAt = 0;
+  private offsetTimer: NodeJS.Timeout | null = null;
+  private readonly healRequests = new Map<string, Set<number>>();
+  private wake: (() => void) | null = null;
+
+  constructor(ctx: OwnerContext, host: CommitHost) {
+    this.ctx = ctx;
+    this.host = host;
+    this.partition = host.partition;
+    this.log = host.log;
+  }
+
+  /** Where intake stands as of the last committed transaction (the ledger's progress entry). */
+  get lastProgress(): bigint {
+    return this.lastProgressValue;
+  }
+
+  /** A session opened: the group's committed offset and the progress it restored from. */
+  opened(groupOffset: bigint, progress: bigint): void {
+    this.lastCommittedOffset = groupOffset;
+    this.lastProgressValue = progress;
+  }
+
+  /** A session ended: everything staged and not committed is dropped. */
+  reset(): void {
+    this.staged = emptyStaged();
+    this.healRequests.clear();
+    this.wake?.();
+  }
+
+  /** Ledger entries past retention get tombstones in the next transaction. */
+  requestSweep(): void {
+    this.sweepDue = true;
+    this.nudge();
+  }
+
+  /** The next transaction writes a control record to these partitions (see `heal.ts`). */
+  requestHeal(topic: string, partitions: readonly number[]): void {
+    const set = this.healRequests.get(topic) ?? new Set();
+    for (const p of partitions) set.add(p);
+    this.healRequests.set(topic, set);
+    this.nudge();
+  }
+
+  /** Records for the next transaction: an intent's result (with its slot), or others (a lease's tombstone). */
+  stage(session: Session, records: readonly OutRecord[], slot?: Slot): void {
+    this.markStaged(session);
+    this.staged.records.push(...records);
+    if (slot) {
+      this.staged.slots.push(slot);
+      slot.txn = -1;
+    }
+  }
+
+  /**
+   * Step 3: `pending` is sent into the partition's open transaction; resolves
+   * once the broker acknowledged it (acks=all), not when it commits: the
+   * next commit (within `commitLingerMs`, with the results that followed)
+   * makes it visible. Durable before the write all the same: a crash or a
+   * failed transaction aborts it, and the next restore finds it with a
+   * read_uncommitted scan (partition-restore.ts); a zombie's send after a new owner's
+   * InitProducerId is refused for its epoch, so its write never starts.
+   */
+  async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
+    const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
+    if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
+    const durable = new Promise<void>((resolve, reject) => session.toSend.push({ record, resolve, reject }));
+    session.ledger.stage(pending, opts);
+    this.markStaged(session);
+    this.sendPendings(session);
+    await durable;
+  }
+
+  /** Sends the `pending` entries waiting into the open transaction (beginning one), behind any Kafka call in flight. */
+  private sendPendings(session: Session): void {
+    if (session.sendQueued) return;
+    session.sendQueued = true;
+    // Tracked: a session ends only after its sends (and, once they are done, aborts the transaction they opened).
+    this.host.track(
+      session,
+      session.serial(async () => {
+        session.sendQueued = false;
+        const batch = session.toSend;
+        session.toSend = [];
+        if (batch.length === 0) return;
+        if (!session.active || !this.host.current(session)) {
+          for (const p of batch) p.reject(new WritError("producer_fenced", "session ended", { retriable: true }));
+          return;
+        }
+        try {
+          session.openTxn ??= await session.producer.transaction();
+          for (const round of sendRounds(batch.map((p) => p.record), this.ctx.config.maxMessageBytes)) await session.openTxn.send(round);
+          if (session.inOpenTxn === 0) session.openSince = Date.now();
+          session.inOpenTxn += batch.length;
+        } catch (err) {
+          for (const p of batch) p.reject(err as Error);
+          this.host.failed(session, err);
+          return;
+        }
+        for (const p of batch) p.resolve();
+        // The commit loop commits the open transaction now that it holds entries.
+        this.nudge();
+      }),
+    );
+  }
+
+  /** Notes when the oldest change waiting for a commit came: the first one after a commit. */
+  private markStaged(session: Session): void {
+    if (this.staged.records.length === 0 && session.toSend.length === 0 && session.inOpenTxn === 0) this.stagedSince = Date.now();
+  }
+
+  /** Something was staged, or a wait ended: the loop looks again. */
+  nudge(): void {
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  /** Commits `session`'s staged work until the session ends (a task of the session). */
+  async run(session: Session): Promise<void> {
+    while (session.active) {
+      const behind = this.host.watermark() > this.lastCommittedOffset;
+      const offsetDue = behind && Date.now() >= this.offsetAloneAt();
+      const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
+      if (nothingButPendings && session.inOpenTxn === 0) {
+        // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake
+        // when it is. Without this an idle partition's last results would keep their offset uncommitted until new
+        // intents came.
+        if (behind) this.scheduleOffsetCommit();
+        await new Promise<void>((resolve) => (this.wake = resolve));
+        continue;
+      }
+      if (nothingButPendings) {
+        // Only `pending` entries in the open transaction: they wait for the results that follow, within a bound.
+        const wait = session.openSince + this.ctx.config.openPendingMaxMs - Date.now();
+        if (wait > 0) {
+          await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(wait)]);
+          this.wake = null;
+          continue;
+        }
+      }
+      // Group commit: while intents of this partition are still reading or writing, and will have something
+      // to stage within moments, wait up to commitLingerMs for them, so that one transaction carries many.
+      // With nothing at work (everything staged or waiting for this commit) there is nothing to wait for.
+      const linger = this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince);
+      if (this.host.working() > 0 && linger > 0) {
+        await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(linger)]);
+        this.wake = null;
+        if (this.host.working() > 0 && this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince) > 0) continue;
+      }
+      await this.commitOnce(session);
+    }
+  }
+
+  private async commitOnce(session: Session): Promise<void> {
+    const { config, encoder } = this.ctx;
+    if (this.sweepDue) {
+      this.sweepDue = false;
+      const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
+      const expired = session.ledger.expired(cutoff, 1000);
+      for (const key of expired) {
+        session.ledger.tombstone(key);
+        this.staged.records.push(encoder.tombstone(key, this.partition));
+      }
+      if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
+      for (const lease of session.ledger.expiredLeases(Date.now(), 1000)) this.host.releaseExpired(session, lease);
+    }
+    const batch = this.staged;
+    this.staged = emptyStaged();
+    const txn = ++this.txnSeq;
+    for (const slot of batch.slots) slot.txn = txn;
+    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
+    this.healRequests.clear();
+    session.ledger.takeStaged();
+    const offset = this.host.watermark();
+    const began = Date.now();
+    // Where intake stands goes into every transaction that moves it, as the ledger's progress entry: one small
+    // record in a partition the transaction mostly writes anyway, no extra round trip. A new owner resumes there.
+    const progressed = offset > this.lastProgressValue;
+    // The group's offset (for tools that read group lag, and for a ledger without progress) goes in at most every
+    // offsetCommitIntervalMs: AddOffsetsToTxn and TxnOffsetCommit are two more round trips. It lags, never leads.
+    const advance = offset > this.lastCommittedOffset;
+    const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+    if (advance && !withOffset) this.scheduleOffsetCommit();
+    const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
+    let phases: { sent: number; offsets: number; committed: number };
+    /** `pending` entries sent into the open transaction before this commit took it. */
+    let pendings = 0;
+    try {
+      if (progressed) batch.records.push(await this.progressRecord(offset));
+      phases = await session.serial(() => {
+        pendings = session.inOpenTxn;
+        return transact(this.ctx, this.partition, session.producer, batch.records, withOffset ? offset : null, session.takeOpen());
+      });
+    } catch (err) {
+      span?.failed(err);
+      this.host.failed(session, err);
+      return;
+    }
+    span?.committed();
+    for (const slot of batch.slots) slot.trace?.committed(span);
+    this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
+    if (!session.active) return;
+    if (this.log.isLevelEnabled("debug")) {
+      const now = Date.now();
+      const timeline = batch.slots.map((x) => ({
+        queued: (x.times.started ?? x.times.settled ?? now) - x.times.accepted,
+        pending: x.times.durable !== undefined && x.times.started !== undefined ? x.times.durable - x.times.started : null,
+        work: (x.times.settled ?? now) - (x.times.durable ?? x.times.started ?? x.times.accepted),
+        commit: now - (x.times.settled ?? now),
+      }));
+      this.log.debug(
+        { txn, ms: now - began, phases, withOffset, records: batch.records.length + pendings, results: batch.slots.length, pendings, timeline },
+        "transaction committed",
+      );
+    }
+    this.lastTxnAt = Date.now();
+    session.ledger.committedSending();
+    if (progressed) this.lastProgressValue = offset;
+    if (withOffset) {
+      this.lastCommittedOffset = offset;
+      this.lastOffsetCommitAt = began;
+    }
+    this.host.committed(batch.slots);
+  }
+
+  private async progressRecord(offset: bigint): Promise<OutRecord> {
+    const { config, codec } = this.ctx;
+    const value = await codec.encode(config.topics.ledger, "LedgerEntry", {
+      kind: "progress",
+      partition: this.partition,
+      offset: offset.toString(),
+      at: new Date().toISOString(),
+    });
+    return { topic: config.topics.ledger, partition: this.partition, key: progressKey(this.partition), value };
+  }
+
+  /**
+   * When the consumed offset, behind, may go into a transaction of its own: an interval after the last
+   * transaction (any transaction after the interval carries it). The last one that carried the offset began no
+   * later than the last one committed, so the offset's own interval has passed by then too.
+   */
+  private offsetAloneAt(): number {
+    return this.lastTxnAt + this.ctx.config.offsetCommitIntervalMs;
+  }
+
+  /** Wakes the commit loop once the offset may go into a transaction of its own (see offsetAloneAt). */
+  private scheduleOffsetCommit(): void {
+    if (this.offsetTimer) return;
+    const wait = Math.max(1, this.offsetAloneAt() - Date.now());
+    // Nudges whichever session's loop waits: a timer left by an ended session must not hold up the next one's.
+    this.offsetTimer = setTimeout(() => {
+      this.offsetTimer = null;
+      this.nudge();
+    }, wait);
+    this.offsetTimer.unref();
+  }
+}
+
+/**
+ * One transaction of records (and, if given, the consumed offset). Resolves
+ * with when each phase ended, in ms from its start (for the debug timeline):
+ * sends (Produce; under transactions v1 AddPartitionsToTxn first), offsets
+ * (TxnOffsetCommit; v1: AddOffsetsToTxn first), commit (EndTxn). See
+ * transactions.ts.
+ */
+export async function transact(
+ctx: Pick<OwnerContext, "config" | "hooks">,
+partition: number,
+producer: OwnerProducer,
+  records: readonly OutRecord[],
+  nextOffset: bigint | null,
+  open: OwnerTransaction | null = null,
+): Promise<{ sent: number; offsets: number; committed: number }> {
+  const { config } = ctx;
+  const t0 = performance.now();
+  const at = () => Math.round((performance.now() - t0) * 10) / 10;
+  // The open transaction, with the `pending` entries already sent into it, if there is one.
+  const txn = open ?? (await producer.transaction());
+  try {
+    for (const round of sendRounds(records, config.maxMessageBytes)) await txn.send(round);
+    const sent = at();
+    if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition, offset: nextOffset });
+    const offsets = at();
+    const topics = new Set(records.map((r) => r.topic));
+    if (open) topics.add(config.topics.ledger);
+    await ctx.hooks?.beforeCommit?.({ partition, topics: [...topics] });
+    await txn.commit();
+    return { sent, offsets, committed: at() };
+  } catch (err) {
+    await txn.abort().catch(() => undefined);
+    throw err;
+  }
+}

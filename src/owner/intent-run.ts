@@ -1,0 +1,195 @@
+// One intent's run in its partition owner (docs/architecture.md §3): classify
+// against the ledger, `pending` durable before the write, the pipeline's read
+// and PATCH, outages paused, unexpected failures tried again and then settled
+// without a write; and a person's decision on an escalation, run the same way.
+import { isRegistryOutage } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { isLeaseOp } from "../schemas/write-intent.ts";
+import type { AdmittedIntent } from "./admission.ts";
+import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
+import type { OwnerContext } from "./owner-context.ts";
+import type { Session, Slot } from "./owner-session.ts";
+import { type LeaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
+import type { Resolver } from "./resolution.ts";
+
+/** What an intent's run needs of its partition owner. */
+export interface RunHost {
+  readonly ctx: OwnerContext;
+  readonly log: Logger;
+  readonly partition: number;
+  readonly resolver: Resolver;
+  /** Step 3: the `pending` entry into the partition's open transaction; resolves once the broker acknowledged it. */
+  stagePending(session: Session, pending: LedgerIntentEntry, opts?: { resolution?: boolean }): Promise<void>;
+  /** The intent's result goes into the next transaction. */
+  settle(session: Session, slot: Slot, result: Effects): Promise<void>;
+  /** The outage backoff after `tries` (ends early when the session does). */
+  pause(session: Session, tries: number): Promise<void>;
+  /** The lease gate of an intent (an expired lease it finds is released). */
+  leaseGate(session: Session, a: AdmittedIntent): LeaseGate;
+}
+
+export async function runIntent(host: RunHost, session: Session, slot: Slot): Promise<void> {
+  if (slot.resolution) return runResolution(host, session, slot, slot.resolution);
+  const a = slot.admitted!;
+  const { pipeline, config } = host.ctx;
+  // Counted as working (about to produce something to commit) throughout: `durable` waits for the broker's
+  // acknowledgement of the pending entry, not for a commit, so the commit loop may linger for this intent's result.
+  const pending = new PendingEntry(host, session);
+  const exec = {
+    mayWrite: () => session.active && host.ctx.lease.confirmed(),
+    durable: pending.wait,
+    // Who writes: the instance, and which of its sessions (a fenced session must never write again).
+    headers: { "x-writ-owner": `${config.instanceId} p${host.partition} s${session.seq}`, ...slot.trace?.headers },
+  };
+  while (session.active) {
+    try {
+      if (slot.result) return await host.settle(session, slot, slot.result);
+      // A record's lease, looked at once as the intent starts: the record's intents run one at a time.
+      slot.gate ??= host.leaseGate(session, a);
+      slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
+      const plan = slot.plan;
+      const refusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !host.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
+      let step;
+      if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
+      else if (plan.kind === "settled") step = plan;
+      else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
+      else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
+      else {
+        if (!slot.pendingDurable) {
+          // Step 3 runs beside the read: only the PATCH waits for `pending` to be durable.
+          pending.stage(plan.pending, {}, () => void (slot.times.durable = Date.now()));
+          slot.pendingDurable = true;
+        }
+        step = await pipeline.execute(a, plan.pending, plan.state, exec);
+        // Settling waits for the pending entry too: its transaction must not fail after the result is staged.
+        await pending.wait();
+      }
+      if (!session.active) return;
+      if (step.kind === "settled") {
+        slot.result = step.effects;
+        await host.settle(session, slot, step.effects);
+        return;
+      }
+      if (slot.outages === 0) host.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason }, "system of record unavailable; pausing this intent");
+      host.ctx.health.outage(a.tool.system.name, step.reason);
+      await outagePause(host, session, slot);
+    } catch (err) {
+      if (!session.active) return;
+      if (pending.unstageIfFailed()) slot.pendingDurable = false;
+      // A registry outage (also one a retry gave up on) is an outage: pause, never count it as a failure.
+      if (isRegistryOutage(err)) {
+        await outagePause(host, session, slot);
+        continue;
+      }
+      slot.failures++;
+      host.log.error({ err, intentKey: a.intent.intentKey, entity: a.entityKey, tool: a.tool.name, attempt: slot.failures }, "intent processing failed");
+      if (slot.failures < config.maxProcessingAttempts) {
+        await host.pause(session, slot.failures);
+        continue;
+      }
+      const plan = slot.plan?.kind === "write" ? slot.plan : null;
+      const step = host.ctx.pipeline.failed(a, plan && slot.pendingDurable ? plan.pending : null, plan?.state ?? null, err);
+      const source = { topic: config.topics.intents, partition: host.partition, offset: slot.message.offset };
+      if (step.kind === "settled") {
+        step.effects.deadLetters.push(deadLetterOf(slot.message, source, "processing_failed", (err as Error)?.message ?? String(err), new Date().toISOString()));
+        await host.settle(session, slot, step.effects).catch((e: unknown) => host.log.error({ err: e }, "could not settle a failed intent"));
+      }
+      return;
+    }
+  }
+}
+
+/** A person's decision on an escalation: planned against the ledger, and written like an intent (pending first). */
+async function runResolution(host: RunHost, session: Session, slot: Slot, res: NonNullable<Slot["resolution"]>): Promise<void> {
+  const { config } = host.ctx;
+  // As for an intent: a pending entry that was not staged is staged again once its failure has surfaced.
+  const pending = new PendingEntry(host, session);
+  const exec = {
+    mayWrite: () => session.active && host.ctx.lease.confirmed(),
+    durable: pending.wait,
+    headers: { "x-writ-owner": `${config.instanceId} p${host.partition} s${session.seq}` },
+  };
+  while (session.active) {
+    try {
+      if (slot.result) return await host.settle(session, slot, slot.result);
+      res.plan ??= host.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
+      const plan = res.plan;
+      if (plan.kind === "settled") return await host.settle(session, slot, plan.effects);
+      if (!pending.staged) pending.stage(plan.pending, { resolution: true });
+      const step = await host.resolver.apply(res.resolution, res.tool, res.replyTo, plan, exec);
+      await pending.wait();
+      if (!session.active) return;
+      if (step.kind === "settled") {
+        host.log.info({ escalationId: res.resolution.escalationId, decision: res.resolution.decision, note: step.note }, "escalation resolution carried out");
+        slot.result = step.effects;
+        return await host.settle(session, slot, step.effects);
+      }
+      await outagePause(host, session, slot);
+    } catch (err) {
+      if (!session.active) return;
+      pending.unstageIfFailed();
+      if (isRegistryOutage(err)) {
+        await outagePause(host, session, slot);
+        continue;
+      }
+      slot.failures++;
+      host.log.error({ err, escalationId: res.resolution.escalationId }, "resolution failed");
+      if (slot.failures >= config.maxProcessingAttempts) {
+        const at = new Date().toISOString();
+        const reply = rejectedReply(res.resolution.resolutionId, res.resolution.intent.intentKey, "processing_failed", `the resolution failed: ${(err as Error).message}`.slice(0, 2000), at);
+        // The escalation stays open: put the entry back if this resolution had reopened it.
+        const back = res.plan?.kind === "apply" ? { ledger: { ...res.plan.entry, updatedAt: at } } : {};
+        return await host.settle(session, slot, effects({ ...back, replies: [{ topic: res.replyTo, value: reply }] }));
+      }
+      await host.pause(session, slot.failures);
+    }
+  }
+}
+
+/** One more outage pause of the slot's: the backoff grows with the outages in a row. */
+async function outagePause(host: RunHost, session: Session, slot: Slot): Promise<void> {
+  slot.outages++;
+  await host.pause(session, slot.outages);
+}
+
+/**
+ * The `pending` entry of one run (step 3). Its staging may fail (its encoding met a registry outage): once the
+ * failure has surfaced (the write waits for the entry, so nothing was sent), the next try stages it again. A
+ * failed transaction ends the session instead.
+ */
+class PendingEntry {
+  private readonly host: RunHost;
+  private readonly session: Session;
+  private durable: Promise<void> | null = null;
+  private failed = false;
+
+  constructor(host: RunHost, session: Session) {
+    this.host = host;
+    this.session = session;
+  }
+
+  get staged(): boolean {
+    return this.durable !== null;
+  }
+
+  /** Sends the entry into the partition's open transaction; `onDurable` runs once the broker acknowledged it. */
+  stage(entry: LedgerIntentEntry, opts: { resolution?: boolean }, onDurable?: () => void): void {
+    const staging = this.host.stagePending(this.session, entry, opts).then(() => onDurable?.());
+    staging.catch(() => void (this.failed = true));
+    this.durable = staging;
+  }
+
+  /** Resolves once the entry staged is durable (at once when none is). */
+  readonly wait = async (): Promise<void> => {
+    if (this.durable) await this.durable;
+  };
+
+  /** After a failed try: whether the staging had failed (the entry is then staged again by the next try). */
+  unstageIfFailed(): boolean {
+    if (!this.failed) return false;
+    this.failed = false;
+    this.durable = null;
+    return true;
+  }
+}

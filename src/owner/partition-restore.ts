@@ -1,0 +1,122 @@
+// Opening an intents partition (docs/architecture.md §5.1): fence the previous
+// owner, restore the ledger partition up to this owner's marker, take up the
+// `pending` entries of aborted transactions, heal what this transactional id
+// may have left open, and find where intake resumes.
+import { randomUUID } from "node:crypto";
+import type { RouterConfig } from "../config.ts";
+import { WritError } from "../errors.ts";
+import { startOffset } from "../kafka/serial-admin.ts";
+import { markerKey } from "../ledger/ledger-reader.ts";
+import { PartitionLedger } from "../ledger/ledger-state.ts";
+import type { Logger } from "../logger.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { transact } from "./commit-loop.ts";
+import type { OwnerContext } from "./owner-context.ts";
+import { type OutRecord, healRecord } from "./records.ts";
+import { type OwnerProducer, ownerProducer } from "./transactions.ts";
+
+/** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs; docs/architecture.md §5.2). */
+export function transactionalIdFor(config: RouterConfig, partition: number): string {
+  return `${config.groupId}.${config.topics.intents}.${partition}`;
+}
+
+/** A partition restored: its producer (connected, holding the fence), its ledger and where intake resumes. */
+export interface RestoredPartition {
+  producer: OwnerProducer;
+  ledger: PartitionLedger;
+  /** The offset intake resumes at: the ledger's progress entry, or the group's offset when that is further. */
+  next: bigint;
+  /** The group's committed offset. */
+  groupOffset: bigint;
+  /** Partitions the heal transaction touched (beside the in-doubt entries it committed again). */
+  healed: number;
+  /** `pending` entries of aborted transactions, taken up as in doubt. */
+  inDoubt: number;
+}
+
+/**
+ * A new transactional producer (its InitProducerId fences the previous owner
+ * and aborts its open transaction), a marker in ledger partition p, the
+ * ledger restored from the topic up to that marker, the in-doubt scan, then a
+ * heal transaction touching every partition this transactional id may have
+ * left a transaction open on (see {@link healTargets}). `released` is asked
+ * before the fence: a partition released meanwhile must not fence its new
+ * owner. The producer is disconnected if anything fails.
+ */
+export async function restorePartition(ctx: OwnerContext, partition: number, log: Logger, released: () => boolean): Promise<RestoredPartition> {
+  const { kafka, config, reader, admin, encoder } = ctx;
+  const producer = await ownerProducer(kafka, {
+    transactionalId: transactionalIdFor(config, partition),
+    transactionTimeoutMs: config.transactionTimeoutMs,
+    protocol: config.transactionProtocol,
+    spacingMs: config.transactionSpacingMs,
+  });
+  try {
+    // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
+    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    await producer.connect();
+    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    const nonce = randomUUID();
+    // InitProducerId fences the previous owner and aborts its open transaction; the marker is written
+    // with the new epoch, and its commit marker also closes a transaction of this id left hanging on
+    // ledger partition p (see healTargets).
+    const marker = await ctx.codec.encode(config.topics.ledger, "LedgerEntry", {
+      kind: "marker",
+      partition,
+      nonce,
+      owner: config.instanceId,
+      at: new Date().toISOString(),
+    });
+    await transact(ctx, partition, producer, [{ topic: config.topics.ledger, partition, key: markerKey(partition), value: marker }], null);
+    const restored = await reader.restore(partition, nonce, config.restoreTimeoutMs);
+    // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
+    // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
+    const inDoubt = ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await ctx.inDoubtReader.scanInDoubt(partition, nonce, config.restoreTimeoutMs, restored);
+    const ledger = new PartitionLedger(partition, concat(restored.entries, inDoubt));
+    if (inDoubt.size > 0) {
+      log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
+    }
+    const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, partition)));
+    const targets = await healTargets(ctx, ledger);
+    const heal = [...again, ...targets];
+    if (heal.length > 0) await transact(ctx, partition, producer, heal, null);
+    const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, partition);
+    // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,
+    // written by an older version without progress entries, stands alone).
+    const next = ledger.progress !== null && ledger.progress > groupOffset ? ledger.progress : groupOffset;
+    return { producer, ledger, next, groupOffset, healed: targets.length, inDoubt: again.length };
+  } catch (err) {
+    await producer.disconnect().catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * Every partition this partition's transactional id may have left a
+ * transaction open on, beside the ledger partition the marker already
+ * touched: each reply topic its ledger names, `writ.human` and `writ.dlq`.
+ *
+ * Why this heals: a partition's last stable offset stays at the first offset
+ * of the earliest transaction still open on it, and on the partition leader
+ * a transaction is completed only by a control marker for the same producer
+ * id (Kafka's ProducerStateManager, KIP-98). The coordinator writes markers
+ * only to partitions added to the transaction being ended, and it skips a
+ * partition whose leader it cannot find ("likely deleted already"), which
+ * after a broker crash can leave a committed transaction without its marker
+ * forever. A transaction of the same transactional id (same producer id,
+ * epoch bumped by InitProducerId) that writes to that partition and commits
+ * gets a marker there, and that marker completes the producer's open
+ * transaction on it, from the old first offset: the last stable offset moves.
+ */
+async function healTargets(ctx: OwnerContext, ledger: PartitionLedger): Promise<OutRecord[]> {
+  const { topics } = ctx.config;
+  const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq]);
+  const out: OutRecord[] = [];
+  for (const [topic, count] of counts) for (let p = 0; p < count; p++) out.push(healRecord(topic, p));
+  return out;
+}
+
+/** The restored entries, then the in-doubt ones (later in the topic than any committed record of their keys). */
+function* concat<K, V>(...maps: ReadonlyMap<K, V>[]): Generator<[K, V]> {
+  for (const m of maps) yield* m;
+}
