@@ -79,6 +79,11 @@ export const RouterConfig = z
     outageBackoffMaxMs: z.number().int().positive().default(10_000),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
+    /**
+     * Failed transactions of a partition in a row (each reopens it from its committed state) after which the
+     * partition is reported as not moving: a problem on `/healthz` and an error log, cleared by its next commit.
+     */
+    stuckAfterFailures: z.number().int().min(1).max(1000).default(5),
     /** Tries of an intent whose processing fails unexpectedly (a bug, a throwing reconcile function) before it is settled without a write. */
     maxProcessingAttempts: z.number().int().min(1).max(100).default(5),
     /** Consumer session timeout. ms. */
@@ -202,6 +207,7 @@ export const ROUTER_ENV = {
   outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
   unknownRounds: "WRIT_UNKNOWN_ROUNDS",
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
+  stuckAfterFailures: "WRIT_STUCK_AFTER_FAILURES",
   sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
   transactionProtocol: "WRIT_TRANSACTION_PROTOCOL",
   transactionSpacingMs: "WRIT_TRANSACTION_SPACING_MS",
@@ -232,6 +238,7 @@ const NUMERIC = new Set([
   "outageBackoffMaxMs",
   "unknownRounds",
   "maxProcessingAttempts",
+  "stuckAfterFailures",
   "sessionTimeoutMs",
   "transactionSpacingMs",
   "transactionTimeoutMs",

@@ -18,9 +18,6 @@ import { restorePartition } from "./partition-restore.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, leaseGate } from "./record-leases.ts";
 
-/** Failed transactions in a row after which a partition is reported as a health problem (it is not moving). */
-const STUCK_AFTER_FAILURES = 5;
-
 export { transactionalIdFor } from "./partition-restore.ts";
 
 export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" | "fenced" | "closed";
@@ -229,7 +226,7 @@ export class PartitionOwner {
     if (this.session !== session || this.stateValue !== "running") return;
     this.stateValue = "rewinding";
     this.failuresInARow++;
-    if (this.failuresInARow >= STUCK_AFTER_FAILURES) {
+    if (this.failuresInARow >= this.ctx.config.stuckAfterFailures) {
       // The same committed state failing again and again: the partition is not moving. Say so where a person looks.
       this.ctx.health.problem(`partition-${this.partition}`, `transactions failed ${this.failuresInARow} times in a row: ${(err as Error)?.message ?? String(err)}`);
       this.log.error({ err, attempt: this.failuresInARow }, "transaction failed again; the partition is not moving");

@@ -77,4 +77,36 @@ describe("the owner's commit loop", () => {
     // Below it: the entry commits alone while the PATCH is under way, the result in a transaction of its own.
     expect(await transactionsPerIntent(100)).toBe(2);
   });
+
+  it("a partition whose transactions keep failing is reported as not moving after WRIT_STUCK_AFTER_FAILURES, and its next commit clears it", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 1_000_000, refunds: [] });
+    const replyTopic = `writ.replies.billing-agent.${h.id}`;
+    /** Whether the partition was reported as not moving when each failing commit came: four fail. */
+    const reported: boolean[] = [];
+    const stuck = () => router.health().problems.some((p) => p.key === "partition-0");
+    const router = await h.startRouter(
+      { config: { ...h.config, stuckAfterFailures: 3, outageBackoffInitialMs: 50, outageBackoffMaxMs: 200 } },
+      {
+        // The transactions carrying the intent's result fail (a partition's opening ones, which write the human
+        // and dead-letter topics' heal records, do not): each failure reopens the partition from its committed state.
+        beforeCommit: async ({ topics }) => {
+          if (reported.length === 4 || !topics.includes(replyTopic) || topics.includes(h.config.topics.human)) return;
+          reported.push(stuck());
+          throw new Error("test: this transaction fails");
+        },
+      },
+    );
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version, 100))).toMatchObject({ status: "applied" });
+    // Reported at the third failure in a row (so the fourth met it), not before.
+    expect(reported).toEqual([false, false, false, true]);
+    // The fifth try committed: the partition moves again.
+    await waitFor(() => !stuck(), { timeoutMs: 10_000, message: "the problem stayed after a commit" });
+    // Every retry after the first failure found the PATCH at the records server (the ledger's `pending` entry,
+    // reconciled): one PATCH request, however many results failed to commit.
+    expect(h.records.patchRequests()).toHaveLength(1);
+    expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(1);
+  });
 });

@@ -24,4 +24,11 @@ describe("routerConfigFromEnv", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "10000", WRIT_HANG_HEAL_AFTER_MS: "20000" }).openPendingMaxMs).toBe(10_000);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "-1" })).toThrow(/WRIT_OPEN_PENDING_MAX_MS/);
   });
+
+  it("takes the failed transactions in a row after which a partition is reported as not moving", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).stuckAfterFailures).toBe(5);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "2" }).stuckAfterFailures).toBe(2);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "0" })).toThrow(/WRIT_STUCK_AFTER_FAILURES \(stuckAfterFailures\)/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "1.5" })).toThrow(/WRIT_STUCK_AFTER_FAILURES/);
+  });
 });
