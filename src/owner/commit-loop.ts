@@ -353,7 +353,7 @@ producer: OwnerProducer,
     const offsets = at();
     const topics = new Set(records.map((r) => r.topic));
     if (open) topics.add(config.topics.ledger);
-    await ctx.hooks?.beforeCommit?.({ partition, topics: [...topics] });
+    await ctx.hooks?.beforeCommit?.({ partition, topics: [...topics], offset: nextOffset !== null });
     await txn.commit();
     return { sent, offsets, committed: at() };
   } catch (err) {

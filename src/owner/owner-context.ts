@@ -44,8 +44,11 @@ export interface OwnerContext {
   onFenced(partition: number): void;
   /** Test seams of the fault suite (see RouterInternals); never set in production. */
   hooks?: {
-    /** Runs after a transaction's records and offsets were sent and before its commit: holds the commit. */
-    beforeCommit?(info: { partition: number; topics: string[] }): Promise<void>;
+    /**
+     * Runs after a transaction's records and offsets were sent and before its commit: holds the commit. `topics`:
+     * the topics it wrote; `offset`: whether it carries the group's consumed offset.
+     */
+    beforeCommit?(info: { partition: number; topics: string[]; offset: boolean }): Promise<void>;
   };
   /** Ablation control (fault suite only): leases are granted to whoever asks and refuse nothing. */
   ablateLeases?: boolean;

@@ -71,7 +71,7 @@ export interface RouterInternals {
   /** Replaces the end-offset probe of the hang watch (tests). */
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
-  beforeCommit?: (info: { partition: number; topics: string[] }) => Promise<void>;
+  beforeCommit?: (info: { partition: number; topics: string[]; offset: boolean }) => Promise<void>;
 }
 
 export interface Router {
