@@ -41,6 +41,8 @@ import { runWrit } from "./writ-run.ts";
 
 /** The owner's default spacing of its v2 transactions (WRIT_TRANSACTION_SPACING_MS), which the transaction floor uses too. */
 const OWNER_SPACING_MS = RouterConfig.shape.transactionSpacingMs.parse(undefined);
+/** The block of partitions per transaction of the txn-floor line between one per partition and all of them (docs/architecture.md §5.5). */
+const FLOOR_BLOCK = 4;
 
 /** How a floor line names its producer's protocol: v2 with its spacing. */
 function floorProtocol(protocol: "v1" | "v2", spacingMs: number): string {
@@ -269,11 +271,18 @@ try {
     if (name === "txn-floor") {
       // The owner's producer in both protocols, v2 first (the one the owner picks on a Kafka 4 cluster), one per
       // partition as the owner has them, with the owner's default spacing; then v2 without it (the control); then
-      // one v2 producer whose transactions cover every partition.
-      for (const [protocol, shared, spacingMs] of [["v2", false, OWNER_SPACING_MS], ["v2", false, 0], ["v1", false, 0], ["v2", true, OWNER_SPACING_MS]] as const) {
-        const who = shared ? `1 transactional producer over all ${PARTITIONS} partitions` : `${PARTITIONS} transactional producers`;
+      // v2 producers whose transactions cover a block of partitions each: 4 (three producers for writ's 12), and all.
+      const runs: ReadonlyArray<readonly ["v1" | "v2", number, number]> = [
+        ["v2", 1, OWNER_SPACING_MS],
+        ["v2", 1, 0],
+        ["v1", 1, 0],
+        ...[...new Set([Math.min(FLOOR_BLOCK, PARTITIONS), PARTITIONS])].filter((b) => b > 1).map((b) => ["v2", b, OWNER_SPACING_MS] as const),
+      ];
+      for (const [protocol, block, spacingMs] of runs) {
+        const producers = Math.ceil(PARTITIONS / block);
+        const who = block === 1 ? `${PARTITIONS} transactional producers` : block === PARTITIONS ? `1 transactional producer over all ${PARTITIONS} partitions` : `${producers} transactional producers over blocks of ${block} partitions`;
         say(`\n[txn-floor] ${who} (${floorProtocol(protocol, spacingMs)}), back-to-back transactions for 15 s, nothing else running`);
-        const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, spacingMs, shared, logger, keepTopics: args["keep-topics"] });
+        const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, spacingMs, block, logger, keepTopics: args["keep-topics"] });
         floors.push(floor);
         console.log(
           JSON.stringify({
@@ -366,7 +375,7 @@ for (const floor of floors) {
 }
 if (floors.length > 0) {
   say("writ spends one to two transaction slots per intent (its pending entry shares its result's transaction unless its PATCH outlasts 250 ms), shared by the intents a transaction carries;");
-  say("the shared line is the floor of one transaction per round over all of an owner's partitions, a design writ does not have yet");
+  say("the lines over blocks are the floor of one transaction per round over a block of an owner's partitions (docs/architecture.md §5.5), a design writ does not have yet");
 }
 if (memory) {
   say(

@@ -16,11 +16,13 @@
 // to back, the partition leader holds the first Produce of many transactions
 // for its add backoff while the coordinator still writes the last markers.
 //
-// `shared`: one producer instead, each transaction carrying that same shape
-// for every partition at once: the floor of an owner that would commit one
-// transaction per round over all its partitions (fenced by the group's
-// generation, KIP-447, instead of one transactional id per partition). Its
-// figures per partition-transaction say what that design would save.
+// `block`: one producer per block of that many partitions instead, each
+// transaction carrying that same shape for every partition of its block at
+// once: the floor of an owner that would commit one transaction per round over
+// a block of its partitions, fenced by one transactional id per block
+// (docs/architecture.md §5.5); a block of all partitions is one producer over
+// all of them. Its figures per partition-transaction say what that design
+// would save.
 import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
 import type { Logger } from "pino";
@@ -35,7 +37,7 @@ export interface TxnFloorResult {
   /** ms between a producer's transactions (v2), 0 for none. */
   spacingMs: number;
   producers: number;
-  /** Partitions each transaction writes (1, or all of them when shared). */
+  /** Partitions each transaction writes (1, or a block's). */
   partitionsPerTxn: number;
   /** Transactions × partitions per transaction, per second: the slots an owner's partitions get. */
   partitionTxnPerSecond: number;
@@ -46,7 +48,7 @@ export interface TxnFloorResult {
   p99Ms: number;
   /** CPU ms per transaction: the broker's (when local) and the producers' process's (bench/cpu.ts). */
   cpuMsPerTxn: { broker: number | null; producers: number };
-  /** The same per partition-transaction (equal to cpuMsPerTxn unless shared). */
+  /** The same per partition-transaction (equal to cpuMsPerTxn for blocks of 1). */
   cpuMsPerPartitionTxn: { broker: number | null; producers: number };
   /** The broker's requests per transaction, by API (bench/broker-requests.ts); null when not counted. */
   brokerRequestsPerTxn: Record<string, number> | null;
@@ -61,8 +63,8 @@ export async function runTxnFloor(opts: {
   protocol: "v1" | "v2";
   /** Under v2: the owner's spacing of a producer's transactions (src/kafka/txn-v2.ts). */
   spacingMs: number;
-  /** One producer whose every transaction covers all partitions, instead of one producer per partition. */
-  shared?: boolean;
+  /** Partitions per producer, each of its transactions covering all of them (1, the default: one producer per partition, as the owner has them). */
+  block?: number;
   logger: Logger;
   keepTopics: boolean;
 }): Promise<TxnFloorResult> {
@@ -84,9 +86,10 @@ export async function runTxnFloor(opts: {
     });
     const all = Array.from({ length: opts.partitions }, (_, p) => p);
     // Which partitions each producer's transactions write.
-    const shares = opts.shared ? [all] : all.map((p) => [p]);
+    const block = Math.max(1, Math.min(opts.block ?? 1, opts.partitions));
+    const shares = Array.from({ length: Math.ceil(opts.partitions / block) }, (_, b) => all.slice(b * block, (b + 1) * block));
     for (const [i] of shares.entries()) {
-      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.${opts.shared ? "shared" : i}`, transactionTimeoutMs: 60_000, protocol: opts.protocol, spacingMs: opts.spacingMs });
+      const producer = await ownerProducer(kafka, { transactionalId: `writ.bench.txn-floor.${id}.${opts.protocol}.b${block}.${i}`, transactionTimeoutMs: 60_000, protocol: opts.protocol, spacingMs: opts.spacingMs });
       producers.push(producer);
       await producer.connect();
     }
