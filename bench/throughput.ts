@@ -272,15 +272,15 @@ try {
       // The owner's producer in both protocols, v2 first (the one the owner picks on a Kafka 4 cluster), one per
       // partition as the owner has them, with the owner's default spacing; then v2 without it (the control); then
       // v2 producers whose transactions cover a block of partitions each: 4 (three producers for writ's 12), and all.
-      const runs: ReadonlyArray<readonly ["v1" | "v2", number, number]> = [
+      const runs = [
         ["v2", 1, OWNER_SPACING_MS],
         ["v2", 1, 0],
         ["v1", 1, 0],
-        ...[...new Set([Math.min(FLOOR_BLOCK, PARTITIONS), PARTITIONS])].filter((b) => b > 1).map((b) => ["v2", b, OWNER_SPACING_MS] as const),
-      ];
+        ["v2", FLOOR_BLOCK, OWNER_SPACING_MS],
+        ["v2", PARTITIONS, OWNER_SPACING_MS],
+      ] as const;
       for (const [protocol, block, spacingMs] of runs) {
-        const producers = Math.ceil(PARTITIONS / block);
-        const who = block === 1 ? `${PARTITIONS} transactional producers` : block === PARTITIONS ? `1 transactional producer over all ${PARTITIONS} partitions` : `${producers} transactional producers over blocks of ${block} partitions`;
+        const who = `${Math.ceil(PARTITIONS / block)} transactional producers × ${block} partitions per transaction`;
         say(`\n[txn-floor] ${who} (${floorProtocol(protocol, spacingMs)}), back-to-back transactions for 15 s, nothing else running`);
         const floor = await runTxnFloor({ brokers, brokerPid: localBrokerPid, partitions: PARTITIONS, seconds: 15, protocol, spacingMs, block, logger, keepTopics: args["keep-topics"] });
         floors.push(floor);
