@@ -4,6 +4,9 @@ import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
+
+/** The fields a log line about one intent's write carries. */
+type LogBindings = Readonly<Record<string, string>>;
 import { entityKey, JsonPatch, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
@@ -213,7 +216,9 @@ export class IntentPipeline {
     if (a.intent.undo) return this.executeUndo(a, pending, state, ctx);
     if (a.tool.create) return this.executeCreate(a, pending, state, ctx);
     const { intent, tool } = a;
-    const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name });
+    // What a log line of this intent's write names (bindings, not a child logger: pino serialises a child's
+    // bindings when it is made, a cost each intent would pay for a line only an unknown outcome writes).
+    const about = { intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name };
     for (;;) {
       const fresh = await this.reconcileThenRead(a, pending, state, ctx);
       if ("kind" in fresh) return fresh;
@@ -239,7 +244,7 @@ export class IntentPipeline {
         });
         if (refused) return this.rejectedDone(a, pending, refused.reason, refused.message);
       }
-      const sent = await this.send(a, pending, state, ctx, log, "patch", () =>
+      const sent = await this.send(a, pending, state, ctx, about, "patch", () =>
         tool.system.patch(intent.entity, intent.delta, { ifMatch, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
       );
       if (sent) return sent;
@@ -257,7 +262,7 @@ export class IntentPipeline {
     pending: LedgerIntentEntry,
     state: WriteState,
     ctx: ExecContext,
-    log: Logger,
+    about: LogBindings,
     via: "patch" | "create",
     request: () => Promise<PatchOutcome>,
   ): Promise<Step | null> {
@@ -291,7 +296,7 @@ export class IntentPipeline {
         // Provably never reached the system: nothing to reconcile; try again after a pause.
         return { kind: "retry-later", reason: outcome.message, notSent: true };
       case "unknown":
-        this.unknownOutcome(log, state, outcome.message);
+        this.unknownOutcome(about, state, outcome.message);
         return null;
     }
   }
@@ -307,7 +312,7 @@ export class IntentPipeline {
   private async executeCreate(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step> {
     const { intent, tool } = a;
     const create = tool.create!;
-    const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name });
+    const about = { intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name };
     // Admission checked that the delta is exactly the add of the params' body at "".
     const body = (intent.delta[0] as { value: Record<string, unknown> }).value;
     const record = create.intentKeyField === undefined ? body : { ...body, [create.intentKeyField]: intent.intentKey };
@@ -316,7 +321,7 @@ export class IntentPipeline {
         const settled = await this.reconcileFirst(a, pending, state, ctx);
         if (settled) return settled;
       }
-      const sent = await this.send(a, pending, state, ctx, log, "create", () =>
+      const sent = await this.send(a, pending, state, ctx, about, "create", () =>
         tool.system.upsertByExternalId!(intent.entity, record, { ifNoneMatch: "*", idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
       );
       if (sent) return sent;
@@ -337,7 +342,7 @@ export class IntentPipeline {
       // Only an inherited pending undo gets here: it may have written, and its target's entry is gone.
       return this.escalate(a, pending, "outcome_unknown", null, "This undo was left pending and the undone write's ledger entry has expired since: whether the undo was applied cannot be established. A person will check the record. Do not retry.");
     }
-    const log = this.deps.log.child({ intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name, undoOf: target.intentKey });
+    const about = { intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name, undoOf: target.intentKey };
     for (;;) {
       const fresh = await this.reconcileThenRead(a, pending, state, ctx);
       if ("kind" in fresh) return fresh;
@@ -348,7 +353,7 @@ export class IntentPipeline {
       }
       const change = this.undoChange(a, target, current);
       if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error);
-      const sent = await this.send(a, pending, state, ctx, log, "patch", () =>
+      const sent = await this.send(a, pending, state, ctx, about, "patch", () =>
         tool.system.patch(intent.entity, change.delta, { ifMatch: target.version, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
       );
       if (sent) return sent;
@@ -412,8 +417,8 @@ export class IntentPipeline {
     return null;
   }
 
-  private unknownOutcome(log: Logger, state: WriteState, detail: string): void {
-    log.warn({ detail, round: state.unknownRounds + 1 }, "write outcome unknown; reconciling");
+  private unknownOutcome(about: LogBindings, state: WriteState, detail: string): void {
+    this.deps.log.warn({ ...about, detail, round: state.unknownRounds + 1 }, "write outcome unknown; reconciling");
     state.unknownRounds++;
     state.mayHaveWritten = true;
     state.needsReconcile = true;
