@@ -5,13 +5,17 @@
 // broker's back-to-back transactions with nothing else to do, one producer per
 // partition as writ's owner has, in transactions v2 and v1, then one producer
 // over all partitions); the memory line needs `--scenario memory` (or `all`).
-// Untimed warm-up rounds (`--warmup` intents, C=64) come first, until the broker's JIT settles.
+// Untimed warm-up rounds (`--warmup` intents, C=64) come first, until the broker's JIT settles. Then each
+// scenario's processes (the owner, records server and echo service, which start afresh per run) serve
+// `--process-warmup` untimed submissions of the scenario's shape before the clock starts, until their own JIT
+// has settled, as a long-running owner's has.
 // It asserts nothing of the scenarios: `exact` says whether the records server
 // saw every intent applied exactly once (a warm-up that was not exact fails
 // the run, since no line would say so).
 //
 //   npm run bench [-- --scenario c64|c8|c64-sor20|hot|txn-floor|memory|throughput|all] [--intents 3000] [--entities 200]
 //                 [--memory-entries 1000000] [--keep-topics] [--seed 1] [--warmup 3000] [--warmup-rounds 8]
+//                 [--process-warmup 3000]
 //
 // writ_rps / echo_rps: answered submissions (new intents and the 10 %
 // resubmits) per second of wall time, closed loop; the echo runs once right
@@ -61,11 +65,12 @@ const { values: args } = parseArgs({
     seed: { type: "string", default: "1" },
     warmup: { type: "string", default: "3000" },
     "warmup-rounds": { type: "string", default: "8" },
+    "process-warmup": { type: "string", default: "3000" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (args.help) {
-  say("npm run bench -- [--scenario c64|c8|c64-sor20|hot|txn-floor|memory|throughput|all] [--intents N] [--entities E] [--memory-entries M] [--keep-topics] [--seed S] [--warmup N] [--warmup-rounds R]");
+  say("npm run bench -- [--scenario c64|c8|c64-sor20|hot|txn-floor|memory|throughput|all] [--intents N] [--entities E] [--memory-entries M] [--keep-topics] [--seed S] [--warmup N] [--warmup-rounds R] [--process-warmup N]");
   process.exit(0);
 }
 const positive = (name: string, raw: string, least = 1): number => {
@@ -82,6 +87,7 @@ const MEMORY_ENTRIES = positive("memory-entries", args["memory-entries"]);
 const SEED = positive("seed", args.seed);
 const WARMUP = positive("warmup", args.warmup, 0);
 const WARMUP_ROUNDS = positive("warmup-rounds", args["warmup-rounds"]);
+const PROCESS_WARMUP = positive("process-warmup", args["process-warmup"], 0);
 /**
  * The broker is warm once its JIT compile time in a round (jstat's, the compilations' wall time, which counts a
  * compiler thread waiting for a core too) is at most this share of its CPU time; without jstat,
@@ -148,7 +154,9 @@ function loopOptions(concurrency: number, plan: Plan) {
 async function scenario(s: Scenario): Promise<Line> {
   say(`\n[${s.name}] C=${s.concurrency}, records server latency ${s.sorLatencyMs} ms${s.hotEntities ? `, half of the intents on ${s.hotEntities} entities` : ""}`);
   const plan = makePlan(INTENTS, ENTITIES, s.hotEntities, SEED);
-  const common = { ...loopOptions(s.concurrency, plan), countBrokerRequests: true };
+  // Each process's warm-up: the scenario's concurrency and key mix, on entities of its own (another seed).
+  const processWarmup = PROCESS_WARMUP > 0 ? makePlan(PROCESS_WARMUP, ENTITIES, s.hotEntities, SEED + 1) : null;
+  const common = { ...loopOptions(s.concurrency, plan), countBrokerRequests: true, processWarmup };
   // The echo runs right before and right after writ, and counts as one run of both halves: on a
   // noisy machine the floor then brackets the writ run instead of standing at one end of it.
   const before = s.echo ? await runEcho({ ...common, tag: `${run}.${s.name}.e1` }) : null;

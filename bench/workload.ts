@@ -33,6 +33,14 @@ export function entityId(index: number): string {
   return `pay_${index}`;
 }
 
+/**
+ * The id of entity `index` of a process warm-up (`--process-warmup`): apart from the timed plan's entities, so
+ * that the records server's checks of the timed run never see a warm-up's writes.
+ */
+export function warmupEntityId(index: number): string {
+  return `wpay_${index}`;
+}
+
 /** The Kafka key of an entity, as writ's client builds it (`<type>:<id>`). */
 export function entityKeyOf(id: string): string {
   return `payment:${id}`;

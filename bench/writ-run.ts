@@ -12,7 +12,7 @@ import { Agent, request } from "undici";
 import type { Logger } from "../src/logger.ts";
 import type { DemoRecordsStats, HistoryEntry, PatchRequestRow } from "../src/testing/demo-records-server.ts";
 import { callChild, startChild, startService, stopChild } from "./child.ts";
-import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, type LoopResult, type Plan } from "./workload.ts";
+import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, warmupEntityId, type LoopResult, type Plan } from "./workload.ts";
 
 export interface WritOptions {
   brokers: string[];
@@ -30,6 +30,12 @@ export interface WritOptions {
   brokerPid?: number | undefined;
   /** Count the local broker's requests during the loop, by API (bench/broker-requests.ts). */
   countBrokerRequests?: boolean;
+  /**
+   * Untimed intents (over warmupEntityId's entities) through the same owner and records server before the clock
+   * starts, at the same concurrency, so that the timed loop measures processes whose JIT has settled, as a
+   * long-running owner's has; null: the timed loop starts right after the first intent of each partition.
+   */
+  processWarmup?: Plan | null;
 }
 
 /** What the records server says about the run. */
@@ -92,7 +98,8 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   records.process.once("exit", recordsGone);
   try {
     const seedState = { customer: "bench", amountCents: 1_000_000_000, currency: "EUR", refunds: [] };
-    const ids = [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds];
+    const warmupIds = opts.processWarmup ? Array.from({ length: opts.processWarmup.entities }, (_, e) => warmupEntityId(e)) : [];
+    const ids = [...Array.from({ length: plan.entities }, (_, e) => entityId(e)), ...warmIds, ...warmupIds];
     await callChild(records.process, "seedMany", ["payment", ids.map((id) => ({ id, state: seedState }))]);
     // The owner runs in a process of its own, as in production (bench/child.ts): its event loop is not the submitters'.
     // BENCH_OWNER_EXTRA (JSON) overrides owner settings for an experiment, e.g. '{"offsetCommitIntervalMs":1000}';
@@ -110,6 +117,20 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     const warm = await orDied(writ.submitAll(warmIds.map((id) => refund(id, `warm-${id}`, `warm-${id}`, SEEDED_VERSION)), { timeoutMs: 120_000 }));
     const notApplied = warm.filter((r) => r.status !== "applied");
     if (notApplied.length > 0) throw new Error(`writ warm-up: ${notApplied.length} intents answered ${notApplied[0]!.status}`);
+    if (opts.processWarmup) {
+      const wp = opts.processWarmup;
+      const warmVersion = new Map<number, string>();
+      const warmed = await orDied(
+        closedLoop(opts.concurrency, new JobQueue(wp), async (job) => {
+          const e = wp.entityOf[job.i]!;
+          const reply = await writ.submit(refund(warmupEntityId(e), `w${job.i}`, `${tag}-w${job.i}`, warmVersion.get(e) ?? SEEDED_VERSION), { timeoutMs: opts.timeoutMs });
+          if (reply.status === "applied") warmVersion.set(e, reply.version);
+          return { latencyMs: 0, answered: reply.status === "applied" };
+        }),
+      );
+      if (warmed.failures > 0) throw new Error(`writ process warm-up: ${warmed.failures} intents not answered applied`);
+      say(`  writ: ${wp.intents + wp.resubmits} untimed submissions through the same processes in ${warmed.seconds.toFixed(1)} s`);
+    }
 
     const split: [number, number][] = [];
     const firstReplies: (SubmitResult | undefined)[] = Array.from({ length: plan.intents });
