@@ -15,7 +15,7 @@ import { kafkaLogCreator } from "../src/kafka-log.ts";
 import type { Logger } from "../src/logger.ts";
 import { ensureTopics } from "../src/topics.ts";
 import { startChild, stopChild } from "./child.ts";
-import { closedLoop, deleteTopics, entityId, entityKeyOf, JobQueue, onePerPartition, say, warmupEntityId, type LoopResult, type Plan } from "./workload.ts";
+import { closedLoop, deleteTopics, entityId, entityKeyOf, JobQueue, onePerPartition, say, warmUpProcesses, type LoopResult, type Plan } from "./workload.ts";
 
 export interface EchoOptions {
   brokers: string[];
@@ -149,13 +149,7 @@ async function echo(opts: EchoOptions, requestTopic: string, replyTopic: string,
   const warm = await Promise.all(onePerPartition("warm_", partitions).map((id, k) => request(id, payload(id, -k - 1))));
   if (warm.some((w) => w === null)) throw new Error("echo warm-up: a request got no reply");
   if (opts.processWarmup) {
-    const wp = opts.processWarmup;
-    const warmed = await closedLoop(opts.concurrency, new JobQueue(wp), async (job) => {
-      const id = warmupEntityId(wp.entityOf[job.i]!);
-      return { latencyMs: 0, answered: (await request(id, payload(id, -job.i - partitions - 1))) !== null };
-    });
-    if (warmed.failures > 0) throw new Error(`echo process warm-up: ${warmed.failures} requests got no reply`);
-    say(`  echo: ${wp.intents + wp.resubmits} untimed requests through the same processes in ${warmed.seconds.toFixed(1)} s`);
+    await warmUpProcesses("echo", opts.concurrency, opts.processWarmup, async (id, job) => (await request(id, payload(id, -job.i - partitions - 1))) !== null);
   }
   const queue = new JobQueue(opts.plan);
   const result = await closedLoop(opts.concurrency, queue, async (job) => {

@@ -186,6 +186,17 @@ export async function closedLoop(
   return { seconds, latencies, failures, cpuMs, brokerRequests };
 }
 
+/**
+ * A process warm-up (`--process-warmup`): `plan`'s jobs through `submit`, `concurrency` at a time, untimed, on
+ * warmupEntityId's entities; `submit` says whether the request was answered, and the warm-up throws unless every
+ * one was.
+ */
+export async function warmUpProcesses(label: string, concurrency: number, plan: Plan, submit: (id: string, job: Job) => Promise<boolean>): Promise<void> {
+  const warmed = await closedLoop(concurrency, new JobQueue(plan), async (job) => ({ latencyMs: 0, answered: await submit(warmupEntityId(plan.entityOf[job.i]!), job) }));
+  if (warmed.failures > 0) throw new Error(`${label} process warm-up: ${warmed.failures} requests not answered`);
+  say(`  ${label}: ${plan.intents + plan.resubmits} untimed requests through the same processes in ${warmed.seconds.toFixed(1)} s`);
+}
+
 /** Nearest-rank percentile of unsorted values; null when there are none. */
 export function percentile(values: readonly number[], p: number): number | null {
   if (values.length === 0) return null;

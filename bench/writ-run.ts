@@ -12,7 +12,7 @@ import { Agent, request } from "undici";
 import type { Logger } from "../src/logger.ts";
 import type { DemoRecordsStats, HistoryEntry, PatchRequestRow } from "../src/testing/demo-records-server.ts";
 import { callChild, startChild, startService, stopChild } from "./child.ts";
-import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, warmupEntityId, type LoopResult, type Plan } from "./workload.ts";
+import { closedLoop, deleteTopics, entityId, JobQueue, onePerPartition, say, warmupEntityId, warmUpProcesses, type LoopResult, type Plan } from "./workload.ts";
 
 export interface WritOptions {
   brokers: string[];
@@ -118,18 +118,15 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     const notApplied = warm.filter((r) => r.status !== "applied");
     if (notApplied.length > 0) throw new Error(`writ warm-up: ${notApplied.length} intents answered ${notApplied[0]!.status}`);
     if (opts.processWarmup) {
-      const wp = opts.processWarmup;
-      const warmVersion = new Map<number, string>();
-      const warmed = await orDied(
-        closedLoop(opts.concurrency, new JobQueue(wp), async (job) => {
-          const e = wp.entityOf[job.i]!;
-          const reply = await writ.submit(refund(warmupEntityId(e), `w${job.i}`, `${tag}-w${job.i}`, warmVersion.get(e) ?? SEEDED_VERSION), { timeoutMs: opts.timeoutMs });
-          if (reply.status === "applied") warmVersion.set(e, reply.version);
-          return { latencyMs: 0, answered: reply.status === "applied" };
+      // As the timed loop: each refund against the last version a reply named for its record.
+      const warmVersion = new Map<string, string>();
+      await orDied(
+        warmUpProcesses("writ", opts.concurrency, opts.processWarmup, async (id, job) => {
+          const reply = await writ.submit(refund(id, `w${job.i}`, `${tag}-w${job.i}`, warmVersion.get(id) ?? SEEDED_VERSION), { timeoutMs: opts.timeoutMs });
+          if (reply.status === "applied") warmVersion.set(id, reply.version);
+          return reply.status === "applied";
         }),
       );
-      if (warmed.failures > 0) throw new Error(`writ process warm-up: ${warmed.failures} intents not answered applied`);
-      say(`  writ: ${wp.intents + wp.resubmits} untimed submissions through the same processes in ${warmed.seconds.toFixed(1)} s`);
     }
 
     const split: [number, number][] = [];

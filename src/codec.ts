@@ -95,10 +95,9 @@ export class WireCodec {
         context: { topic },
       });
     }
-    if (!this.registry) return Buffer.from(JSON.stringify(checked.data));
-    const id = await this.schemaId(opts.subject ?? `${topic}-value`, name);
-    if (id === null) return Buffer.from(JSON.stringify(checked.data));
-    return frame(id, JSON.stringify(checked.data));
+    const json = JSON.stringify(checked.data);
+    const id = this.registry ? await this.schemaId(opts.subject ?? `${topic}-value`, name) : null;
+    return id === null ? Buffer.from(json) : frame(id, json);
   }
 
   /**

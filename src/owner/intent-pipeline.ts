@@ -4,9 +4,6 @@ import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
-
-/** The fields a log line about one intent's write carries. */
-type LogBindings = Readonly<Record<string, string>>;
 import { entityKey, JsonPatch, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
@@ -16,6 +13,9 @@ import type { AdmittedIntent } from "./admission.ts";
 import { classifyAttempt } from "./classify.ts";
 import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
+
+/** The fields a log line about one intent's write carries. */
+type LogBindings = Readonly<Record<string, string>>;
 
 /** Where one intent's write stands, carried across its tries (an outage pauses it; it resumes here). */
 export interface WriteState {
