@@ -70,7 +70,7 @@ export interface KjsCluster {
   findTopicPartitionMetadata(topic: string): { partitionId: number; leader: number | null }[];
 }
 
-export const Encoder = require("kafkajs/src/protocol/encoder.js") as new () => KjsEncoder;
+export const Encoder = require("kafkajs/src/protocol/encoder.js") as new (initialSize?: number) => KjsEncoder;
 export const Decoder = require("kafkajs/src/protocol/decoder.js") as new (buffer: Buffer) => KjsDecoder;
 
 // ---------------------------------------------------------------------------
@@ -182,6 +182,8 @@ export function flexibleRequest<T extends Throttled>(
   apiVersion: number,
   writeBody: (e: KjsEncoder) => void,
   readBody: (d: KjsDecoder) => T,
+  /** Bytes the body will take, about: kafkajs's encoder starts at 512 and doubles, copying, as it fills. */
+  sizeHint = 0,
 ): KjsProtocolRequest<T> {
   return {
     request: {
@@ -189,7 +191,7 @@ export function flexibleRequest<T extends Throttled>(
       apiVersion,
       apiName,
       encode: async () => {
-        const e = new Encoder();
+        const e = new Encoder(sizeHint + 64);
         writeNoTaggedFields(e); // request header v2
         writeBody(e);
         return e;

@@ -55,13 +55,10 @@ import {
   writeCompactArray,
   writeNoTaggedFields,
 } from "./protocol.ts";
+import { encodeRecordBatch } from "./record-batch.ts";
 import { askCoordinator, forgetsCoordinator, patchTransactionalRequests, transactionCoordinators } from "./txn-requests.ts";
 
 const require = createRequire(import.meta.url);
-const { RecordBatch } = require("kafkajs/src/protocol/recordBatch/v0/index.js") as {
-  RecordBatch: (opts: Record<string, unknown>) => Promise<{ buffer: Buffer }>;
-};
-const Record = require("kafkajs/src/protocol/recordBatch/record/v0/index.js") as (opts: Record<string, unknown>) => unknown;
 const { createErrorFromCode } = require("kafkajs/src/protocol/error.js") as { createErrorFromCode: (code: number) => Error & { type: string; retriable: boolean } };
 
 const API = { Produce: 0, ApiVersions: 18, InitProducerId: 22, EndTxn: 26, TxnOffsetCommit: 28 } as const;
@@ -168,6 +165,8 @@ function produceRequest(transactionalId: string, timeoutMs: number, batches: rea
       skipTaggedFields(d);
       return throttled(throttleTimeMs, { topics });
     },
+    // The batches, and for each topic and partition its name, index and lengths.
+    transactionalId.length * 3 + batches.reduce((n, t) => n + t.topic.length * 3 + 16 + t.partitions.reduce((m, p) => m + p.batch.length + 16, 0), 0),
   );
 }
 
@@ -429,7 +428,7 @@ export class TransactionalProducerV2 {
       b.records.push(r);
     }
     const encoded = new Map<string, Buffer>();
-    for (const [k, b] of batches) encoded.set(k, await this.encodeBatch(b));
+    for (const [k, b] of batches) encoded.set(k, this.encodeBatch(b));
     let pending = [...batches.keys()];
     for (let attempt = 1; pending.length > 0; attempt++) {
       const failed = await this.produceOnce(pending.map((k) => batches.get(k)!), encoded);
@@ -542,22 +541,14 @@ export class TransactionalProducerV2 {
     this.sequences.set(k, next > INT32_MAX ? next - INT32_MAX - 1 : next);
   }
 
-  private async encodeBatch(b: PartitionBatch): Promise<Buffer> {
-    const now = Date.now();
-    const records = b.records.map((r, i) =>
-      Record({ key: r.key, value: r.value, headers: r.headers ?? {}, offsetDelta: i, timestampDelta: 0 }),
-    );
-    const batch = await RecordBatch({
-      records,
-      firstTimestamp: now,
-      maxTimestamp: now,
+  private encodeBatch(b: PartitionBatch): Buffer {
+    return encodeRecordBatch(b.records, {
       producerId: this.producerId,
       producerEpoch: this.producerEpoch,
       firstSequence: this.sequences.get(`${b.topic}\0${b.partition}`) ?? 0,
+      timestamp: Date.now(),
       transactional: true,
-      lastOffsetDelta: records.length - 1,
     });
-    return batch.buffer;
   }
 
   /** One Produce per partition leader, in parallel. Returns the batches that failed, with whether another try may succeed. */

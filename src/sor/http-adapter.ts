@@ -12,6 +12,8 @@ import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileR
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** RFC 9110 §5.5 field value: visible ASCII, space, tab and obs-text; no CR, LF, NUL or other control. */
 const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/** Spaces and tabs at either end of a header value, which are not sent (RFC 9110 §5.5). */
+const OUTER_BLANKS = /^[\t ]+|[\t ]+$/g;
 /** A strong or weak entity tag (RFC 9110 §8.8.3). */
 const ENTITY_TAG = /^(?:W\/)?"[\x21\x23-\x7e\x80-\xff]*"$/;
 /** What may stand between the quotes of an entity tag. */
@@ -109,8 +111,11 @@ export const HttpSystemOfRecordOptions = z
   .object({
     /** Name tools refer to in their declaration. */
     name: z.string().min(1),
-    /** e.g. `https://crm.example.com/api/v2`. */
-    baseUrl: z.url({ protocol: /^https?$/ }),
+    /** e.g. `https://crm.example.com/api/v2`: an origin and a path; credentials go in `headers`. */
+    baseUrl: z.url({ protocol: /^https?$/ }).refine((u) => {
+      const parsed = new URL(u);
+      return parsed.search === "" && parsed.hash === "" && parsed.username === "" && parsed.password === "";
+    }, "must be an origin and a path, without a query, a fragment or credentials (send credentials in `headers`)"),
     /** Where a record is read. Default `/records/{type}/{id}`. */
     recordPath: PathTemplate.default("/records/{type}/{id}"),
     /** Where a write is sent, e.g. `/records/{id}/patch`. Default: `recordPath`. */
@@ -288,14 +293,23 @@ interface Answer {
   headers: { get(name: string): string | null };
 }
 
+/** Header names lower-cased, each once, values as sent: name, value, name, value… (what undici takes). */
+type HeaderList = string[];
+
 interface SendInit {
   method: string;
-  headers: Headers;
+  headers: HeaderList;
   body?: string;
   signal: AbortSignal;
 }
 
-type Send = (url: string, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string> }>;
+/** A request's target: the origin of the configured baseUrl, and the path (base path included) under it. */
+interface Target {
+  origin: string;
+  path: string;
+}
+
+type Send = (target: Target, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string> }>;
 
 interface Transport {
   send: Send;
@@ -322,19 +336,21 @@ function undiciTransport(tls: TlsConfig | undefined): Transport {
   let closing: Promise<void> | undefined;
   const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent(connect === undefined ? {} : { connect }) })));
   return {
-    async send(url, init) {
+    async send(target, init) {
       let client: Awaited<ReturnType<typeof load>>;
       try {
         client = await load();
       } catch (err) {
         throw new LocalFailure(`the undici package could not be loaded: ${describe(err)}`, true, err);
       }
-      const res = await client.undici.request(url, {
+      // The agent's own request: origin and path as they are, where undici's top-level `request` parses a URL per call.
+      const res = await client.agent.request({
+        origin: target.origin,
+        path: target.path,
         method: init.method as "GET",
-        headers: [...init.headers].flat(),
+        headers: init.headers,
         ...(init.body === undefined ? {} : { body: init.body }),
         signal: init.signal,
-        dispatcher: client.agent,
       });
       const status = res.statusCode;
       const answer: Answer = {
@@ -406,10 +422,10 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 }
 
 interface Request {
-  url: string;
+  target: Target;
   method: string;
   /** Builds the request headers, and lists the configured values; may call the user's headers function. Throws LocalFailure. */
-  headers: () => Promise<{ headers: Headers; secrets: string[] }>;
+  headers: () => Promise<{ headers: HeaderList; secrets: string[] }>;
   body?: string;
 }
 
@@ -419,24 +435,33 @@ interface Request {
  * cause) tells a request that never left from one that got no answer.
  */
 async function exchange(send: Send, request: Request, timeoutMs: number): Promise<Exchange> {
-  const signal = AbortSignal.timeout(timeoutMs);
-  let headers: Headers;
-  let secrets: string[];
+  // A timer cleared when the exchange ends, not AbortSignal.timeout: that one's timer cannot be cleared, so every
+  // request's signal fired its timeout (a DOMException with its stack, an abort event) long after the answer came.
+  const deadline = new AbortController();
+  const { signal } = deadline;
+  const timer = setTimeout(() => deadline.abort(new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError")), timeoutMs);
+  timer.unref();
   try {
-    ({ headers, secrets } = await untilAborted(request.headers(), signal));
-  } catch (err) {
-    if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
-    return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
-  }
-  try {
-    const sent = await send(request.url, { method: request.method, headers, ...(request.body === undefined ? {} : { body: request.body }), signal });
-    return { kind: "answered", res: sent.answer, body: await sent.text(), secrets };
-  } catch (err) {
-    if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
-    if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
-    const code = errorCode(err);
-    if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
-    return { kind: "no_answer", message: describe(err), cause: err };
+    let headers: HeaderList;
+    let secrets: string[];
+    try {
+      ({ headers, secrets } = await untilAborted(request.headers(), signal));
+    } catch (err) {
+      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+      return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
+    }
+    try {
+      const sent = await send(request.target, { method: request.method, headers, ...(request.body === undefined ? {} : { body: request.body }), signal });
+      return { kind: "answered", res: sent.answer, body: await sent.text(), secrets };
+    } catch (err) {
+      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+      if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
+      const code = errorCode(err);
+      if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
+      return { kind: "no_answer", message: describe(err), cause: err };
+    }
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -570,7 +595,10 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   }
   const config = parsed.data;
   const { name } = config;
-  const base = config.baseUrl.replace(/\/+$/, "");
+  // Requests go to the origin with the base path kept (undici's dispatcher takes them apart; no URL parsed per call).
+  const baseUrl = new URL(config.baseUrl);
+  const origin = baseUrl.origin;
+  const basePath = baseUrl.pathname.replace(/\/+$/, "");
   const statePointer = compilePointer(config.state.pointer) ?? [];
   const versionPointer = config.version.from === "body" ? (compilePointer(config.version.pointer) ?? []) : null;
   const conflictStatuses = new Set(config.conflictStatuses);
@@ -600,12 +628,19 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   }
   const transport = undiciTransport(config.tls);
 
-  const url = (template: string, values: Record<string, string>): string =>
-    base + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? ""));
+  const url = (template: string, values: Record<string, string>): Target => ({
+    origin,
+    path: basePath + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? "")),
+  });
 
   let closed = false;
-  /** The configured headers, fresh from the function if there is one, then the caller's, then writ's own. */
-  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}) => async (): Promise<{ headers: Headers; secrets: string[] }> => {
+  /**
+   * The configured headers, fresh from the function if there is one, then the
+   * caller's, then writ's own; a later name replaces an earlier one whatever
+   * its case, and a value is sent without spaces or tabs at either end (what
+   * WHATWG Headers did here, without its per-request object).
+   */
+  const headers = (extra: Record<string, string>, passed: Readonly<Record<string, string>> = {}) => async (): Promise<{ headers: HeaderList; secrets: string[] }> => {
     if (closed) throw new LocalFailure("the system of record is closed", true);
     let configured: unknown = config.headers;
     if (typeof config.headers === "function") {
@@ -620,16 +655,15 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
         throw new LocalFailure(`the headers function's answer is unusable: ${what} ${problem.message}`, true);
       }
     }
-    const h = new Headers();
-    try {
-      for (const [k, v] of Object.entries(configured as Record<string, string>)) h.set(k, v);
-      for (const [k, v] of Object.entries(passed)) h.set(k, v);
-      for (const [k, v] of Object.entries(extra)) h.set(k, v);
-    } catch {
-      // Headers' own TypeError quotes the value.
-      throw new LocalFailure("a request header is not a valid HTTP header value", true);
+    // The static headers were checked at start and a function's answer just above; the caller's and writ's own here.
+    if (headersProblem(passed) !== null || headersProblem(extra) !== null) throw new LocalFailure("a request header is not a valid HTTP header value", true);
+    const h = new Map<string, string>();
+    for (const set of [configured as Record<string, string>, passed, extra]) {
+      for (const name in set) if (Object.hasOwn(set, name)) h.set(name.toLowerCase(), (set[name] as string).replace(OUTER_BLANKS, ""));
     }
-    return { headers: h, secrets: secretsOf(configured as Record<string, string>) };
+    const list: HeaderList = [];
+    for (const [name, value] of h) list.push(name, value);
+    return { headers: list, secrets: secretsOf(configured as Record<string, string>) };
   };
   const context = (entity: EntityRef, extra: Record<string, unknown> = {}) => ({ entity: entityKey(entity), sor: name, ...extra });
 
@@ -694,7 +728,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
     const target = url(config.recordPath, { type: entity.type, id: entity.id });
-    const ex = await exchange(transport.send, { url: target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
     if (ex.kind === "not_sent" && ex.permanent) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
@@ -765,7 +799,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   /** One write request: the body as JSON, writ's headers (type, Accept, the precondition, Idempotency-Key) over the caller's. */
   function sendWrite(
-    target: string,
+    target: Target,
     method: string,
     contentType: string,
     precondition: Record<string, string>,
@@ -773,7 +807,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     opts: { idempotencyKey: string; timeoutMs: number; headers?: Readonly<Record<string, string>> | undefined },
   ): Promise<Exchange> {
     const own = { "content-type": contentType, accept: "application/json", ...precondition, "idempotency-key": opts.idempotencyKey };
-    return exchange(transport.send, { url: target, method, headers: headers(own, opts.headers), body: JSON.stringify(body) }, opts.timeoutMs);
+    return exchange(transport.send, { target, method, headers: headers(own, opts.headers), body: JSON.stringify(body) }, opts.timeoutMs);
   }
 
   /** A write's 2xx: applied, with the record the answer carries, else (no body, no version) with a read of it. */
@@ -829,7 +863,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     if (config.idempotencyLookupPath === undefined) return "unknown";
     const target = url(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const ex = await exchange(transport.send, { url: target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
     if (ex.kind === "not_sent" && ex.permanent) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });

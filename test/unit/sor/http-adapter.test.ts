@@ -325,6 +325,29 @@ describe("http adapter: patch", () => {
     });
   });
 
+  it("keeps the base path, sends each header once under its last setting, without outer blanks", async () => {
+    const paths: string[] = [];
+    const endpoint = await stub((req, res) => {
+      paths.push(`${req.method} ${req.url}`);
+      res.writeHead(200, { etag: '"7"', "content-type": "application/json" }).end('{"ok":true}');
+    });
+    const sor = adapterFor(`${endpoint.url}/api/v2/`, { headers: { "X-Tenant": "  acme\t", Authorization: "Bearer t" } });
+    await sor.read({ type: "ticket", id: "a b/c" }, { ...quick, headers: { "x-tenant": "beta", traceparent: "00-1-2-01" } });
+    await sor.patch(T1, addTag("a"), { ifMatch: '"6"', idempotencyKey: "k-9", timeoutMs: 5000, headers: { "IF-MATCH": "caller's" } });
+    expect(paths).toEqual(["GET /api/v2/records/ticket/a%20b%2Fc", "PATCH /api/v2/records/ticket/T-1"]);
+    expect(endpoint.seen[0]).toMatchObject({ "x-tenant": "beta", authorization: "Bearer t", traceparent: "00-1-2-01", accept: "application/json" });
+    expect(endpoint.seen[1]).toMatchObject({ "x-tenant": "acme", "if-match": '"6"' });
+    // A caller's header that is no header value is refused before anything is sent.
+    await expect(sor.read(T1, { ...quick, headers: { "x-bad": "a\r\nb" } })).rejects.toMatchObject({ code: "sor_protocol", retriable: false });
+    expect(paths).toHaveLength(2);
+  });
+
+  it("refuses a baseUrl with a query, a fragment or credentials, naming the field", () => {
+    for (const baseUrl of ["http://x/api?tenant=1", "http://x/api#top", "http://user:pw@x/api"]) {
+      expect(() => createHttpSystemOfRecord({ name: "crm", baseUrl })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "baseUrl" } }));
+    }
+  });
+
   it("a 204 is applied with the state and version of a follow-up read; 5xx is unknown; 429 unavailable; 428 rejected", async () => {
     const statuses = [204, 503, 429, 428];
     const endpoint = await stub((req, res) => {
