@@ -628,7 +628,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   }
   const transport = undiciTransport(config.tls);
 
-  const url = (template: string, values: Record<string, string>): Target => ({
+  /** Where a request for `template` with `values` goes: the configured origin, and the base path then the template, values URI-encoded. */
+  const targetOf = (template: string, values: Record<string, string>): Target => ({
     origin,
     path: basePath + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? "")),
   });
@@ -727,7 +728,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const target = url(config.recordPath, { type: entity.type, id: entity.id });
+    const target = targetOf(config.recordPath, { type: entity.type, id: entity.id });
     const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
     if (ex.kind === "not_sent" && ex.permanent) {
@@ -773,7 +774,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       return { kind: "rejected", status: 0, message: `the version ${JSON.stringify(opts.ifMatch.slice(0, 64))} cannot be sent as ${config.ifMatch.header}` };
     }
     const body = config.patchBody.kind === "json-patch" ? ops : { ...config.patchBody.extra, [config.patchBody.field]: ops };
-    const target = url(patchTemplate, { type: entity.type, id: entity.id });
+    const target = targetOf(patchTemplate, { type: entity.type, id: entity.id });
     const ex = await sendWrite(target, config.method, config.patchBody.contentType, { [config.ifMatch.header]: condition }, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
@@ -846,7 +847,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       record = { ...state, [c.externalIdField]: entity.id };
     }
     const body = c.body.kind === "record" ? record : { ...c.body.extra, [c.body.field]: record };
-    const target = url(createTemplate, { type: entity.type, id: entity.id });
+    const target = targetOf(createTemplate, { type: entity.type, id: entity.id });
     const ex = await sendWrite(target, c.method, c.body.contentType, c.ifNoneMatch ? { "if-none-match": opts.ifNoneMatch } : {}, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
@@ -861,7 +862,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
     if (config.idempotencyLookupPath === undefined) return "unknown";
-    const target = url(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
+    const target = targetOf(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
     const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
