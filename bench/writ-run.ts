@@ -72,7 +72,9 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
   const topics = { intents: `writ.bench.${tag}.intents`, ledger: `writ.bench.${tag}.ledger`, human: `writ.bench.${tag}.human`, dlq: `writ.bench.${tag}.dlq` };
   const replyTopic = `writ.replies.bench.${tag}`;
   // The records server (the system of record) runs in a process of its own, as the owner does (bench/records-process.ts).
-  const service = await startService("records-process.ts", { BENCH_RECORDS: JSON.stringify({ latencyMs: opts.sorLatencyMs }) }, `bench-records-${tag}.log`);
+  const service = await startService("records-process.ts", { BENCH_RECORDS: JSON.stringify({ latencyMs: opts.sorLatencyMs }) }, `bench-records-${tag}.log`, {
+    execArgv: nodeArgs("BENCH_RECORDS_NODE_ARGS"),
+  });
   const records: Records = { process: service.child, url: (service.started as { url: string }).url };
   const warmIds = onePerPartition("warm_", partitions);
   const refund = (id: string, step: string, ref: string, baseVersion: string): IntentInput => ({
@@ -106,8 +108,7 @@ export async function runWrit(opts: WritOptions): Promise<WritResult> {
     // the owner validates them as any configuration.
     const ownerConfig = { brokers, schemaRegistryUrl: registryUrl, groupId: `writ.bench.${tag}`, intentPartitions: partitions, topics, ...JSON.parse(process.env.BENCH_OWNER_EXTRA ?? "{}") };
     const ownerLog = `bench-owner-${tag}.log`;
-    // BENCH_OWNER_NODE_ARGS: node options for the owner process, e.g. "--cpu-prof --cpu-prof-dir=.writ/prof" for a profile.
-    const execArgv = (process.env.BENCH_OWNER_NODE_ARGS ?? "").split(" ").filter((a) => a !== "");
+    const execArgv = nodeArgs("BENCH_OWNER_NODE_ARGS");
     owner = await startChild("owner-process.ts", { BENCH_OWNER_CONFIG: JSON.stringify(ownerConfig), RECORDS_URL: records.url, WRIT_INSTANCE_ID: `bench-${tag}` }, ownerLog, { execArgv });
     owner.once("exit", (code) => fatal(new Error(`the owner process exited (${code}); see .writ/${ownerLog}`)));
     const writ = await createWritClient({ brokers, agentId: "bench", replyTopic, intentsTopic: topics.intents, schemaRegistryUrl: registryUrl, logger });
@@ -276,4 +277,12 @@ async function check(
     duplicatesAnswered === resubmits.length &&
     resubmits.length === plan.resubmits;
   return { patchesPerIntentMax, appliedOnce, presentOnce, duplicatesAnswered, patchesAfterCommit, badReplies, brokenChains, exact };
+}
+
+/**
+ * Node options for a child process from the environment: BENCH_OWNER_NODE_ARGS for the owner, BENCH_RECORDS_NODE_ARGS
+ * for the records server, e.g. "--cpu-prof --cpu-prof-dir=.writ/prof" for a profile.
+ */
+function nodeArgs(variable: string): string[] {
+  return (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 }
