@@ -133,9 +133,10 @@ export class CommitLoop {
   async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
     const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
     if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
+    // Before it joins the queue: an entry that starts the next transaction is the oldest change the linger counts from.
+    this.markStaged(session);
     const durable = new Promise<void>((resolve, reject) => session.toSend.push({ record, resolve, reject }));
     session.ledger.stage(pending, opts);
-    this.markStaged(session);
     this.sendPendings(session);
     await durable;
   }

@@ -82,6 +82,44 @@ describe("the owner's commit loop", () => {
     expect(await transactionsPerIntent(100)).toBe(2);
   });
 
+  // Group commit: a transaction waits up to WRIT_COMMIT_LINGER_MS from its oldest change, a `pending` entry too,
+  // for the intents of its partition still at work, so that one transaction carries their results as well.
+  const resultCommitsWith = async (commitLingerMs: number) => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    for (const id of ["pay_1", "pay_2"]) h.records.seed("payment", id, { amountCents: 1_000_000, refunds: [] });
+    const replyTopic = `writ.replies.billing-agent.${h.id}`;
+    /** For each transaction carrying replies: whether pay_2's refund had reached the records server by then. */
+    const resultCommits: boolean[] = [];
+    await h.startRouter(
+      { config: { ...h.config, commitLingerMs } },
+      {
+        beforeCommit: async ({ topics }) => {
+          if (topics.includes(replyTopic)) resultCommits.push(h.records.history("payment", "pay_2").some((e) => e.kind !== "create"));
+        },
+      },
+    );
+    const agent = await h.client("billing-agent");
+    // The partition's opening transactions and the reply topic's creation are not what is looked at.
+    expect(await agent.submit(refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_1")).version, 100))).toMatchObject({ status: "applied" });
+    resultCommits.length = 0;
+    const slow = { ...refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_2")).version, 200), entity: { type: "payment", id: "pay_2" } };
+    const fast = refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_1")).version, 300);
+    // pay_2's refund first: its `pending` entry opens the transaction, and the owner's fresh read of pay_2 takes
+    // 500 ms, half the longest linger; then pay_1's refund, whose read and PATCH take moments.
+    h.records.setFaults([{ kind: "slow-read", delayMs: 500, match: { type: "payment", id: "pay_2" } }]);
+    const answers = await agent.submitAll([slow, fast]);
+    expect(answers).toMatchObject([{ status: "applied" }, { status: "applied" }]);
+    expect(h.records.faults()).toEqual([]);
+    return resultCommits;
+  };
+
+  it("a result waits up to WRIT_COMMIT_LINGER_MS from the oldest change, a `pending` entry too, for intents still at work", async () => {
+    // The longest linger: pay_1's result waits for pay_2's, and one transaction carries both.
+    expect(await resultCommitsWith(1_000)).toEqual([true]);
+    // Ablation control, no linger: pay_1's result commits while pay_2 is still reading, pay_2's after it.
+    expect(await resultCommitsWith(0)).toEqual([false, true]);
+  });
+
   it("a partition whose transactions keep failing is reported as not moving after WRIT_STUCK_AFTER_FAILURES, and its next commit clears it", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
     h.records.seed("payment", "pay_1", { amountCents: 1_000_000, refunds: [] });
