@@ -122,8 +122,15 @@ export class LedgerReader {
         this.starting = null;
       }
     });
-    await consumer.connect();
-    await consumer.subscribe({ topic: this.topic, fromBeginning: true });
+    try {
+      await consumer.connect();
+      // Reads the topic's metadata: while a leader is being elected it fails, retriably (the caller tries again).
+      await consumer.subscribe({ topic: this.topic, fromBeginning: true });
+    } catch (err) {
+      // Not left connected: the next start builds a consumer of its own.
+      await consumer.disconnect().catch(() => undefined);
+      throw err;
+    }
     await consumer.run({
       autoCommit: false,
       eachBatchAutoResolve: false,

@@ -151,7 +151,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   // The same partitions read_uncommitted, after each restore: `pending` entries of aborted transactions (see
   // restorePartition in partition-restore.ts). A group of its own, so that its consumer is assigned every partition too.
   const inDoubtReader = new LedgerReader({ ...readerOf, groupId: readerGroups.scan, isolation: "read_uncommitted" });
-  await Promise.all([reader.start(), inDoubtReader.start()]);
+  // Patient too: each reader's consumer subscribes, which reads the ledger's metadata.
+  await retry(() => Promise.all([reader.start(), inDoubtReader.start()]), START_PATIENCE);
 
   const owners = new Map<number, PartitionOwner>();
   let consumer: Consumer | null = null;
