@@ -25,6 +25,9 @@ export {
   type ConnectionSecurity,
   type KafkaSecurityInput,
 } from "./security/transport.ts";
+// The owners' agent registry (also loaded from WRIT_AGENT_REGISTRY), and the signer type agents give createWritClient.
+export { AgentRegistry, type RegisteredAgent } from "./security/agent-registry.ts";
+export type { IntentSigner } from "./security/signing.ts";
 export { WritError, ERROR_CODES, REJECT_REASONS, isRetriable, type ErrorCode, type RejectReason } from "./errors.ts";
 export type { SystemOfRecord, PatchOutcome, PatchOptions, CreateOptions, ReadOptions, ReconcileResult } from "./sor/adapter.ts";
 export { createHttpSystemOfRecord, type HttpSystemOfRecordOptions } from "./sor/http-adapter.ts";

@@ -10,6 +10,7 @@ import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 const USAGE = `usage: writ escalations list [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
                                 [--operator <id>] [--reply-topic <topic>] [--signing-key <pem file> --key-id <id>]
+                                [--timeout <ms>]
 
 list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
           escalation id and age, oldest first. Reads committed records from the beginning of the topic to
@@ -21,7 +22,8 @@ resolve   a person's decision on one escalation, carried out by the record's own
           --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
           its reply topic; the ledger keeps it. Prints the owner's answer as JSON.
           The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
-          with an agent registry, and sign with its key (--signing-key, --key-id).
+          with an agent registry, and sign with its key (--signing-key, --key-id). --timeout: how long
+          to wait for the owner's answer (default 30000 ms).
 
   --json              one JSON object per escalation per line (the Escalation, plus topic, partition, offset)
   --brokers <list>    Kafka brokers host:port[,…] (default $KAFKA_BROKERS)

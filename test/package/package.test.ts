@@ -130,9 +130,9 @@ describe("the packed tarball, installed in another project", () => {
     const help = await run("npx", ["--no-install", "writ", "help"], { cwd: app, env });
     expect(help.code, help.stderr).toBe(0);
     expect(help.stdout).toMatch(/^usage: writ <command>/);
-    const node = await run("node", ["-e", "import('writ').then((m) => console.log(process.versions.node, typeof m.createWritClient, typeof m.startRouter, typeof m.declareWriteTool))"], { cwd: app, env });
+    const node = await run("node", ["-e", "import('writ').then((m) => console.log(process.versions.node, typeof m.createWritClient, typeof m.startRouter, typeof m.declareWriteTool, typeof m.AgentRegistry?.from))"], { cwd: app, env });
     expect(node.code, node.stderr).toBe(0);
-    expect(node.stdout.trim()).toMatch(/^\d+\.\d+\.\d+ function function function$/);
+    expect(node.stdout.trim()).toMatch(/^\d+\.\d+\.\d+ function function function function$/);
     expect(Number(node.stdout.split(".")[0])).toBeGreaterThanOrEqual(20);
   }, 60_000);
 });
