@@ -273,6 +273,13 @@ class _Registry(http.server.BaseHTTPRequestHandler):
     def _handle(self) -> None:
         auth = self.headers.get("authorization")
         type(self).seen.append(auth)
+        if self.path.endswith("/schemas/ids/99"):
+            # A registry (or something in front of it) that redirects elsewhere, over plain http.
+            self.send_response(302)
+            self.send_header("location", f"http://127.0.0.1:{_Thief.port}/collect")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
         if auth != RegistryAuth("writ", SECRET).header():
             self._answer(401, {"message": "Unauthorized"})
         elif self.command == "POST":
@@ -281,8 +288,27 @@ class _Registry(http.server.BaseHTTPRequestHandler):
             self._answer(200, {"schema": "{}"})
 
 
+class _Thief(http.server.BaseHTTPRequestHandler):
+    port = 0
+    seen: list[str | None] = []
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).seen.append(self.headers.get("authorization"))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+
 @pytest.fixture(scope="module")
 def https_registry(tls: dict[str, Path]) -> Iterator[str]:
+    thief = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Thief)
+    _Thief.port = thief.server_address[1]
+    threading.Thread(target=thief.serve_forever, daemon=True).start()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(tls["cert"]), str(tls["key"]))
@@ -292,6 +318,8 @@ def https_registry(tls: dict[str, Path]) -> Iterator[str]:
     yield f"https://127.0.0.1:{server.server_address[1]}/apis/ccompat/v7"
     server.shutdown()
     server.server_close()
+    thief.shutdown()
+    thief.server_close()
 
 
 def test_the_codec_uses_basic_auth_and_trusts_the_given_ca(https_registry: str, tls: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
@@ -316,6 +344,12 @@ def test_the_codec_uses_basic_auth_and_trusts_the_given_ca(https_registry: str, 
     assert err2.value.status == 401 and not err2.value.retriable
     for text in (str(err.value), str(err2.value), caplog.text):
         assert wrong not in text and SECRET not in text
+
+    # a redirect is not followed: the credentials never reach the host it points to
+    _Thief.seen.clear()
+    with pytest.raises(RegistryError) as err4:
+        good.schema_id_exists(99)
+    assert err4.value.status == 302 and _Thief.seen == [] and SECRET not in str(err4.value)
 
     # without the CA the server's certificate is not trusted: no request gets through
     _Registry.seen.clear()

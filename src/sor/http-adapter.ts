@@ -519,33 +519,44 @@ function numberText(body: string, tokens: readonly string[], value: number): str
   return Number.isFinite(value) && !Number.isInteger(value) ? String(value) : null;
 }
 
+/** Longest message taken from an answer: a problem's `detail` or `title`, else this much of the body (after redaction). */
+const MAX_PROBLEM_DETAIL = 1000;
+const MAX_BODY_SNIPPET = 200;
+
 /**
  * `detail` or `title` of an RFC 9457 problem, else the start of the body,
  * else the status line; with every configured header value the server may
- * have echoed (a 401 quoting the token) replaced.
+ * have echoed (a 401 quoting the token) replaced before the text is cut to
+ * length, so a cut cannot leave part of a secret behind.
  */
 function problemMessage(ex: { res: Answer; body: string; secrets: readonly string[] }): string {
   const { res, body } = ex;
+  const longest = ex.secrets[0]?.length ?? 0;
+  const redacted = (text: string, max: number): string => {
+    // Only the part that can show, plus room for a secret that starts inside it and runs past the cut.
+    let out = text.slice(0, max + longest);
+    for (const secret of ex.secrets) out = out.split(secret).join("[redacted]");
+    return out.slice(0, max);
+  };
   const parsed = parseJson(body);
-  let message: string | undefined;
   if (parsed.ok && typeof parsed.value === "object" && parsed.value !== null) {
     const { detail, title } = parsed.value as { detail?: unknown; title?: unknown };
-    if (typeof detail === "string" && detail !== "") message = detail;
-    else if (typeof title === "string" && title !== "") message = title;
+    if (typeof detail === "string" && detail !== "") return redacted(detail, MAX_PROBLEM_DETAIL);
+    if (typeof title === "string" && title !== "") return redacted(title, MAX_PROBLEM_DETAIL);
   }
-  if (message === undefined) {
-    const snippet = body.trim().slice(0, 200);
-    message = snippet !== "" ? `${res.status}: ${snippet}` : `${res.status} ${res.statusText}`.trim();
-  }
-  for (const secret of ex.secrets) message = message.split(secret).join("[redacted]");
-  return message;
+  const snippet = redacted(body.trim(), MAX_BODY_SNIPPET);
+  return snippet !== "" ? `${res.status}: ${snippet}` : `${res.status} ${res.statusText}`.trim();
 }
+
+/** Header names whose values are credentials, however short: hidden from messages from 4 characters, where other values are from 8. */
+const CREDENTIAL_HEADER = /authorization|cookie|key|token|secret|pass|auth|session|signature|credential/i;
 
 /** Configured header values worth keeping out of messages: each value and its last word (the token after `Bearer`). */
 function secretsOf(configured: Record<string, string>): string[] {
   const out = new Set<string>();
-  for (const value of Object.values(configured)) {
-    for (const s of [value.trim(), value.trim().split(/\s+/).pop() ?? ""]) if (s.length >= 8) out.add(s);
+  for (const [name, value] of Object.entries(configured)) {
+    const min = CREDENTIAL_HEADER.test(name) ? 4 : 8;
+    for (const s of [value.trim(), value.trim().split(/\s+/).pop() ?? ""]) if (s.length >= min) out.add(s);
   }
   // Longest first, so a value is replaced before the token inside it.
   return [...out].sort((a, b) => b.length - a.length);

@@ -71,6 +71,17 @@ def encode_json(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
+#: The largest registry answer read (schemas and ids are far smaller); a larger one is an error, not buffered.
+_MAX_REGISTRY_ANSWER = 8 * 1024 * 1024
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx stays an answer (an HTTPError with its status), never a second request with the credentials."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
 class WireCodec:
     """Frames values for a topic (with a registry) or writes plain JSON; decodes both."""
 
@@ -92,6 +103,9 @@ class WireCodec:
             raise ValueError("framing values needs a schema registry")
         self._auth = auth
         self._ssl_context: ssl.SSLContext | None = tls.ssl_context() if tls is not None else None
+        # No redirects: urllib's handler would carry the authorization header to wherever a 3xx points
+        # (another host, or http); the TypeScript client's registry library follows none either.
+        self._opener = urllib.request.build_opener(_RefuseRedirects, urllib.request.HTTPSHandler(context=self._ssl_context))
         #: Whether encode() frames; default: with a registry. Decoding reads both whenever a registry is known.
         self._frame = self.registry_url != "" if frame is None else frame
         self._ids: dict[str, int] = {}
@@ -185,12 +199,14 @@ class WireCodec:
             headers["authorization"] = self._auth.header()
         req = urllib.request.Request(url, data=payload, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_context) as res:
-                status, raw = res.status, res.read()
+            with self._opener.open(req, timeout=self.timeout) as res:
+                status, raw = res.status, res.read(_MAX_REGISTRY_ANSWER + 1)
         except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
+            status, raw = err.code, err.read(_MAX_REGISTRY_ANSWER + 1)
         except (urllib.error.URLError, OSError) as err:
             raise RegistryError(f"could not reach the schema registry ({method} {url}): {err}", retriable=True) from err
+        if len(raw) > _MAX_REGISTRY_ANSWER:
+            raise RegistryError(f"the schema registry's answer to {method} {url} is over {_MAX_REGISTRY_ANSWER} bytes", retriable=False, status=status)
         try:
             return status, json.loads(raw.decode("utf-8")) if raw else None
         except (UnicodeDecodeError, json.JSONDecodeError):

@@ -295,6 +295,26 @@ describe("http adapter shapes: no header value in an error", () => {
     }
   });
 
+  it("a token the answer quotes across the message's cut, and a short key: neither shows, not even in part", async () => {
+    const long = `sk-live-${"0123456789abcdef".repeat(4)}`;
+    const short = "k9Z2x7";
+    const api = await startStub((req, res) => {
+      // Plain JSON, not a problem: the message is the start of the body, cut at 200 characters, with the token across the cut.
+      const error = `key ${String(req.headers["x-api-key"])} ${"x".repeat(170)} ${String(req.headers.authorization)}`;
+      json(res, 401, { error });
+    });
+    const system = sor(api.url, { headers: { authorization: `Bearer ${long}`, "x-api-key": short } });
+    const readErr = await caught(system.read(C1, quick));
+    expect(readErr).toMatchObject({ code: "sor_protocol" });
+    const outcome = await system.patch(C1, addTag("a"), write('"1"'));
+    expect(outcome).toMatchObject({ kind: "rejected", status: 401 });
+    for (const text of [shown(readErr), shown(outcome)]) {
+      expect(text).toContain("key [redacted] xxx");
+      expect(text).not.toContain(short);
+      expect(text).not.toContain(long.slice(0, 12));
+    }
+  });
+
   it("config errors name the field, never a header value or a key", () => {
     const attempts: unknown[] = [
       { name: "crm", baseUrl: "http://x", headers: { authorization: `Bearer ${SECRET}\n` } },
