@@ -213,6 +213,12 @@ export const HttpSystemOfRecordOptions = z
     /** Ceiling in ms on read() and lookups, and the deadline of the read after a body-less 2xx. Default 5000. */
     readTimeoutMs: z.number().int().positive().default(5000),
     /**
+     * The largest answer body read, in bytes (default 8 MiB): a larger one is cut off as it arrives and never
+     * buffered whole. A read or lookup answered with one is `sor_protocol` (an answer writ cannot use); a
+     * write answered with one is an unknown outcome, settled by reconcile, as the write may have happened.
+     */
+    maxResponseBytes: z.number().int().min(1024).max(1024 * 1024 * 1024).default(8 * 1024 * 1024),
+    /**
      * TLS of an `https` baseUrl: `ca` replaces the default trust store (PEM),
      * `cert` and `key` are a client certificate (mutual TLS), and
      * `rejectUnauthorized: false` turns verification off. Without it, the
@@ -280,8 +286,8 @@ type Exchange =
   | { kind: "answered"; res: Answer; body: string; secrets: readonly string[] }
   /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
   | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
-  /** Maybe sent, no (complete) answer: timeout, socket hang up, reset. */
-  | { kind: "no_answer"; message: string; cause: unknown };
+  /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes, cut off. */
+  | { kind: "no_answer"; message: string; cause: unknown; tooLarge?: true };
 
 type Answered = Extract<Exchange, { kind: "answered" }>;
 
@@ -329,12 +335,12 @@ const pemText = (v: string | Uint8Array): string | Buffer => (typeof v === "stri
  * for answers writ reads whole anyway. `request` follows no redirects and
  * neither decompresses nor asks for compression. Loaded on first use.
  */
-function undiciTransport(tls: TlsConfig | undefined): Transport {
+function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number): Transport {
   const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
   type Undici = typeof import("undici");
   let loaded: Promise<{ undici: Undici; agent: InstanceType<Undici["Agent"]> }> | undefined;
   let closing: Promise<void> | undefined;
-  const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent(connect === undefined ? {} : { connect }) })));
+  const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent({ maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }) }) })));
   return {
     async send(target, init) {
       let client: Awaited<ReturnType<typeof load>>;
@@ -434,7 +440,7 @@ interface Request {
  * body too; the error's code (undici's, or the socket's, on the error or its
  * cause) tells a request that never left from one that got no answer.
  */
-async function exchange(send: Send, request: Request, timeoutMs: number): Promise<Exchange> {
+async function exchange(send: Send, request: Request, timeoutMs: number, maxResponseBytes: number): Promise<Exchange> {
   // A timer cleared when the exchange ends, not AbortSignal.timeout: that one's timer cannot be cleared, so every
   // request's signal fired its timeout (a DOMException with its stack, an abort event) long after the answer came.
   const deadline = new AbortController();
@@ -457,6 +463,9 @@ async function exchange(send: Send, request: Request, timeoutMs: number): Promis
       if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
       if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
       const code = errorCode(err);
+      if (code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
+        return { kind: "no_answer", message: `the answer's body is over ${maxResponseBytes} bytes (maxResponseBytes); cut off`, cause: err, tooLarge: true };
+      }
       if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
       return { kind: "no_answer", message: describe(err), cause: err };
     }
@@ -637,7 +646,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       throw invalid("tls", `the CA, certificate or key could not be loaded (${errorCode(err) ?? "invalid"})`);
     }
   }
-  const transport = undiciTransport(config.tls);
+  const transport = undiciTransport(config.tls, config.maxResponseBytes);
+  const call = (request: Request, timeoutMs: number) => exchange(transport.send, request, timeoutMs, config.maxResponseBytes);
 
   /** Where a request for `template` with `values` goes: the configured origin, and the base path then the template, values URI-encoded. */
   const targetOf = (template: string, values: Record<string, string>): Target => ({
@@ -740,9 +750,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
     const target = targetOf(config.recordPath, { type: entity.type, id: entity.id });
-    const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
-    if (ex.kind === "not_sent" && ex.permanent) {
+    if ((ex.kind === "not_sent" && ex.permanent) || (ex.kind === "no_answer" && ex.tooLarge)) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
     }
     if (ex.kind !== "answered") {
@@ -819,7 +829,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     opts: { idempotencyKey: string; timeoutMs: number; headers?: Readonly<Record<string, string>> | undefined },
   ): Promise<Exchange> {
     const own = { "content-type": contentType, accept: "application/json", ...precondition, "idempotency-key": opts.idempotencyKey };
-    return exchange(transport.send, { target, method, headers: headers(own, opts.headers), body: JSON.stringify(body) }, opts.timeoutMs);
+    return call({ target, method, headers: headers(own, opts.headers), body: JSON.stringify(body) }, opts.timeoutMs);
   }
 
   /** A write's 2xx: applied, with the record the answer carries, else (no body, no version) with a read of it. */
@@ -875,9 +885,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     if (config.idempotencyLookupPath === undefined) return "unknown";
     const target = targetOf(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const ex = await exchange(transport.send, { target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
+    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
-    if (ex.kind === "not_sent" && ex.permanent) {
+    if ((ex.kind === "not_sent" && ex.permanent) || (ex.kind === "no_answer" && ex.tooLarge)) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
     }
     if (ex.kind !== "answered") {

@@ -272,6 +272,23 @@ describe("http adapter shapes: headers from a function", () => {
   });
 });
 
+describe("http adapter shapes: an answer over maxResponseBytes", () => {
+  it("is cut off, never buffered whole: a read is sor_protocol, a write an unknown outcome for reconcile", async () => {
+    // 4 MiB of JSON where 1 KiB is allowed.
+    const api = await startStub((_req, res) => json(res, 200, { pad: "x".repeat(4 * 1024 * 1024) }, { etag: '"1"' }));
+    const system = sor(api.url, { maxResponseBytes: 1024 });
+    const readErr = await caught(system.read(C1, quick));
+    expect(readErr).toMatchObject({ code: "sor_protocol", retriable: false, message: /over 1024 bytes \(maxResponseBytes\)/ });
+    expect(await system.patch(C1, addTag("a"), write('"1"'))).toMatchObject({ kind: "unknown", message: /over 1024 bytes/ });
+    // The same answers under the default bound are read whole.
+    expect(await sor(api.url).read(C1, quick)).toMatchObject({ version: '"1"' });
+  });
+
+  it("is a bound checked at start", () => {
+    expect(() => createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", maxResponseBytes: 10 } as HttpSystemOfRecordOptions)).toThrow(/maxResponseBytes/);
+  });
+});
+
 describe("http adapter shapes: no header value in an error", () => {
   const SECRET = "sk-live-9f8e7d6c5b4a";
 
