@@ -43,7 +43,8 @@ export function age(fromIso: string, now = Date.now()): string {
 }
 
 function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  // A fold, not Math.max(...rows): spreading a large backlog's rows overflows the call stack.
+  const widths = rows[0]!.map((_, i) => rows.reduce((w, r) => Math.max(w, r[i]!.length), 0));
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n");
 }
 

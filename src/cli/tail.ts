@@ -51,9 +51,18 @@ export interface DecodedRecord {
   error?: string;
 }
 
+/**
+ * A record's timestamp (ms since the epoch, as the producer set it: any int64) as ISO 8601, or the
+ * number as given where no Date can hold it (beyond ±8.64e15 ms), which would make toISOString throw.
+ */
+export function isoTimestamp(ms: string): string {
+  const n = Number(ms);
+  return Number.isFinite(n) && Math.abs(n) <= 8.64e15 ? new Date(n).toISOString() : ms;
+}
+
 /** Decodes a record of `schema`; never throws for bad bytes (an unreachable registry does). */
 export async function decodeRecord(codec: WireCodec, schema: WireSchemaName, r: TopicRecord): Promise<DecodedRecord> {
-  const base = { topic: r.topic, partition: r.partition, offset: r.offset, timestamp: new Date(Number(r.timestamp)).toISOString(), key: r.key?.toString("utf8") ?? null };
+  const base = { topic: r.topic, partition: r.partition, offset: r.offset, timestamp: isoTimestamp(r.timestamp), key: r.key?.toString("utf8") ?? null };
   if (r.value === null) return { ...base, tombstone: true };
   if (!codec.framed && r.value.length > 5 && r.value[0] === 0) {
     return { ...base, error: `framed in the Confluent wire format (schema id ${r.value.readInt32BE(1)}): give --registry <url> (or set SCHEMA_REGISTRY_URL) to decode it` };

@@ -105,7 +105,13 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
           // before its start: fetched from the earliest offset before the seek below took effect
           if (BigInt(message.offset) < (starts.get(`${topic}-${partition}`) ?? 0n)) return;
           if (isControlRecord(message.headers)) return;
-          await opts.onRecord({ topic, partition, offset: message.offset, timestamp: message.timestamp, key: message.key, value: message.value, headers: message.headers });
+          try {
+            await opts.onRecord({ topic, partition, offset: message.offset, timestamp: message.timestamp, key: message.key, value: message.value, headers: message.headers });
+          } catch (err) {
+            // One record must not stop the partition: a throw here would make kafkajs restart the consumer,
+            // which reads from the start again (no committed offsets) and meets the same record for good.
+            log.error({ err, topic, partition, offset: message.offset }, "record skipped: reading it failed");
+          }
         },
       });
       // run() resolves once the group is joined; seeks apply to the next fetch of each partition.

@@ -25,6 +25,7 @@ import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger, type Logger } from "../logger.ts";
+import { listen } from "../listen.ts";
 import { Version } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
@@ -321,10 +322,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   });
   const host = opts.host ?? "127.0.0.1";
   try {
-    await new Promise<void>((resolve, reject) => {
-      http.once("error", reject);
-      http.listen(opts.port ?? 0, host, () => resolve());
-    });
+    // Event streams are capped at 32 apart from this; each page load opens a few more connections.
+    await listen(http, { port: opts.port ?? 0, host, maxConnections: 256, log, what: "console" });
   } catch (err) {
     clearInterval(pump);
     clearInterval(heartbeat);

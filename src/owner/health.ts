@@ -1,4 +1,5 @@
 import { createServer, type Server } from "node:http";
+import { listen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
 
 /**
@@ -73,10 +74,7 @@ export class HealthBoard {
       res.writeHead(status, { "content-type": "application/json" });
       res.end(JSON.stringify(body));
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(opts.port, opts.host, () => resolve());
-    });
+    await listen(server, { port: opts.port, host: opts.host, maxConnections: 64, log: opts.log, what: "health endpoints" });
     const addr = server.address();
     opts.log.info({ address: typeof addr === "object" && addr ? `${addr.address}:${addr.port}` : addr }, "health endpoints serving");
     return server;

@@ -18,6 +18,7 @@ import {
   sendProblem,
   sendRecord,
 } from "./demo-records-http.ts";
+import { listen } from "../listen.ts";
 import { DemoRecordsStore, formatEtag } from "./demo-records-store.ts";
 import type { DemoRecordsStats, HistoryEntry, PatchRequestOutcome, PatchRequestRow, PutRequestOutcome, PutRequestRow, StoredRecord } from "./demo-records-store.ts";
 
@@ -457,13 +458,8 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     });
   });
   try {
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(options.port, options.host, () => {
-        server.off("error", reject);
-        resolve();
-      });
-    });
+    const log = { error: (obj: { err?: unknown }, msg: string) => void process.stderr.write(`${msg}: ${String(obj.err)}\n`) };
+    await listen(server, { port: options.port, host: options.host, maxConnections: 4096, log, what: "records server" });
   } catch (err) {
     store.close();
     throw err;

@@ -251,6 +251,8 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     const producer = new Kafka({ clientId: `writ-cli-test-${id}-raw`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).producer();
     await producer.connect();
     await producer.send({ topic: topics.intents, messages: [{ key: "ticket:T-cli", value: "not an intent" }] });
+    // A timestamp no Date can hold: Kafka's defaults accept any past one (log.message.timestamp.before.max.ms).
+    await producer.send({ topic: topics.intents, messages: [{ key: "ticket:T-cli", value: "from long ago", timestamp: "-9000000000000000" }] });
     await producer.disconnect();
   }, 180_000);
 
@@ -281,6 +283,13 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
       return r.stdout.includes(" undecodable ") ? r : undefined;
     });
     expect(dlq.stdout).toMatch(new RegExp(`undecodable from ${topics.intents.replace(/\./g, "\\.")}\\[\\d\\]@\\d+ key=ticket:T-cli 13 bytes`));
+
+    // any record's timestamp is shown, as the number it is where no date can hold it; the read goes on past it
+    const raw = await writ(["tail", "dlq", "--topic", topics.intents, "--from-beginning", "--json"]);
+    expect(raw.code, raw.stderr).toBe(0);
+    const rawLines = jsonLines(raw.stdout);
+    expect(rawLines.filter((r) => r.timestamp === "-9000000000000000")).toHaveLength(1);
+    expect(rawLines.filter((r) => /^\d{4}-\d\d-\d\dT/.test(r.timestamp)).length).toBeGreaterThan(1);
 
     // the last N offsets only (transaction markers count): fewer lines than from the beginning
     const last = await writ(["tail", "replies", "--topic", replyTopic, "-n", "2", "--json"]);
