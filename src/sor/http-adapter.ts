@@ -2,6 +2,7 @@ import { X509Certificate } from "node:crypto";
 import { STATUS_CODES } from "node:http";
 import { createSecureContext } from "node:tls";
 import { z } from "zod";
+import { CANONICAL_MAX_DEPTH, jsonDepth } from "../canonical-json.ts";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import { tlsConnectOptions } from "../security/transport.ts";
@@ -480,12 +481,20 @@ function isJsonMedia(res: Answer): boolean {
   return type === "application/json" || (type.endsWith("+json") && type !== "application/problem+json");
 }
 
-function parseJson(body: string): { ok: true; value: unknown } | { ok: false } {
+/**
+ * The body as JSON, refused past CANONICAL_MAX_DEPTH levels (counted without recursion): writ carries
+ * a state on (replies, the ledger, canonical fingerprints) only within that depth, and what runs on it
+ * later may recurse (the version's reparse below, JSON.stringify, JSON Patch).
+ */
+function parseJson(body: string): { ok: true; value: unknown } | { ok: false; reason: string } {
+  let value: unknown;
   try {
-    return { ok: true, value: JSON.parse(body) };
+    value = JSON.parse(body);
   } catch {
-    return { ok: false };
+    return { ok: false, reason: "the body is not JSON" };
   }
+  if (jsonDepth(value, CANONICAL_MAX_DEPTH) > CANONICAL_MAX_DEPTH) return { ok: false, reason: `the body is nested deeper than ${CANONICAL_MAX_DEPTH} levels` };
+  return { ok: true, value };
 }
 
 type Found = { found: true; value: unknown } | { found: false };
@@ -714,7 +723,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
    */
   function recordFrom(res: Answer, body: string): Versioned | { error: string } {
     let version: string;
-    let parsed: { ok: true; value: unknown } | { ok: false } | undefined;
+    let parsed: ReturnType<typeof parseJson> | undefined;
     if (versionPointer === null) {
       const etag = res.headers.get("etag");
       if (etag === null || etag === "") return { error: "the answer has no ETag header" };
@@ -723,7 +732,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       version = etag;
     } else {
       parsed = parseJson(body);
-      if (!parsed.ok) return { error: "the body is not JSON" };
+      if (!parsed.ok) return { error: parsed.reason };
       const at = resolvePointer(parsed.value, versionPointer);
       const where = config.version.from === "body" ? config.version.pointer : "";
       if (!at.found || at.value === null) return { error: `the body has no version at ${where}` };
@@ -741,7 +750,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       if (problem !== null) return { error: problem };
     }
     parsed ??= parseJson(body);
-    if (!parsed.ok) return { error: "the body is not JSON" };
+    if (!parsed.ok) return { error: parsed.reason };
     const state = resolvePointer(parsed.value, statePointer);
     if (!state.found) return { error: `the body has nothing at ${config.state.pointer}` };
     return { state: state.value, version };

@@ -159,6 +159,19 @@ describe("http adapter shapes: where state and version are", () => {
     await expect(sor(api.url, { state: { pointer: "/data" } }).read(C1, quick)).rejects.toMatchObject({ code: "sor_protocol", message: /not JSON/ });
   });
 
+  it("a body nested past 256 levels is sor_protocol with a reason, for a read and for a write's answer", async () => {
+    // 3,000 levels and a fractional body version: its exact digits come from a reparse that would recurse.
+    const deep = `{"version":1.5,"x":${"[".repeat(3000)}${"]".repeat(3000)}}`;
+    const api = await startStub((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(deep));
+    const system = sor(api.url, { version: { from: "body", pointer: "/version" } });
+    await expect(system.read(C1, quick)).rejects.toMatchObject({ code: "sor_protocol", retriable: false, message: /nested deeper than 256 levels/ });
+    // The write's 2xx answer cannot be read, nor can the re-read: an unknown outcome, for reconcile.
+    expect(await system.patch(C1, addTag("a"), write("1.5"))).toMatchObject({ kind: "unknown", message: /nested deeper than 256 levels.*re-read failed/ });
+    // 256 levels are carried.
+    const fine = await startStub((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(`{"version":1.5,"x":${"[".repeat(255)}${"]".repeat(255)}}`));
+    expect(await sor(fine.url, { version: { from: "body", pointer: "/version" } }).read(C1, quick)).toMatchObject({ version: "1.5" });
+  });
+
   it("an ETag over 256 characters is sor_protocol", async () => {
     const api = await startStub((_req, res) => json(res, 200, {}, { etag: `"${"e".repeat(300)}"` }));
     await expect(sor(api.url).read(C1, quick)).rejects.toMatchObject({ code: "sor_protocol", message: /302 characters long/ });
