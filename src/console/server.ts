@@ -274,7 +274,9 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     try {
       raw = await readBody(req, MAX_BODY);
     } catch (err) {
-      return reply(res, 413, { error: (err as Error).message });
+      // The rest of an oversized body is drained, not read into memory; the connection closes after the answer.
+      if (err instanceof BodyTooLarge) return reply(res, 413, { error: err.message }, { connection: "close" });
+      return reply(res, 400, { error: "bad request: the body could not be read" }, { connection: "close" });
     }
     let body: z.infer<typeof ResolveBody>;
     try {
@@ -357,19 +359,33 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   };
 }
 
+class BodyTooLarge extends Error {}
+
+/**
+ * The request body, at most `max` bytes. Past that (or a Content-Length past it) it rejects with
+ * BodyTooLarge and lets the rest drain unbuffered: destroying the request here would take the
+ * socket, and with it the 413 that says why.
+ */
 function readBody(req: IncomingMessage, max: number): Promise<string> {
   return new Promise((resolve, reject) => {
+    const tooLarge = () => new BodyTooLarge(`request body over ${max} bytes`);
+    if (Number(req.headers["content-length"] ?? 0) > max) {
+      req.resume();
+      return reject(tooLarge());
+    }
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on("data", (c: Buffer) => {
+    const onData = (c: Buffer) => {
       size += c.length;
       if (size > max) {
-        reject(new Error(`request body over ${max} bytes`));
-        req.destroy();
+        req.off("data", onData);
+        req.resume();
+        reject(tooLarge());
         return;
       }
       chunks.push(c);
-    });
+    };
+    req.on("data", onData);
     req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
     req.on("error", reject);
   });

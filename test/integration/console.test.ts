@@ -284,6 +284,20 @@ describe("writ console, in headless Chromium", () => {
       body: JSON.stringify({ decision: "apply" }),
     });
     expect(again.status).toBe(409);
+    // an oversized decision is answered 413 with its reason, whether its length was declared or streamed
+    const resolveUrl = `${url}/api/escalations/${encodeURIComponent(escalation.escalationId)}/resolve`;
+    const operatorHeaders = { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: url };
+    const big = JSON.stringify({ decision: "apply", message: "m".repeat(64 * 1024) });
+    const declared = await fetch(resolveUrl, { method: "POST", headers: operatorHeaders, body: big });
+    expect([declared.status, await declared.json()]).toEqual([413, { error: "request body over 16384 bytes" }]);
+    const chunks = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let i = 0; i < 8; i++) c.enqueue(new TextEncoder().encode(big.slice(i * 8192, (i + 1) * 8192)));
+        c.close();
+      },
+    });
+    const streamed = await fetch(resolveUrl, { method: "POST", headers: operatorHeaders, body: chunks, duplex: "half" } as RequestInit);
+    expect([streamed.status, await streamed.json()]).toEqual([413, { error: "request body over 16384 bytes" }]);
     // dave's escalation is still open, with its buttons
     await expect(page.locator(`#escalations article[data-entity="ticket:${daveTicket}"] button[data-action]`).count()).resolves.toBe(3);
 
