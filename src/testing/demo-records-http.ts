@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { CANONICAL_MAX_DEPTH, jsonDepth } from "../canonical-json.ts";
 import { formatEtag } from "./demo-records-store.ts";
 import type { StoredRecord } from "./demo-records-store.ts";
 
@@ -49,14 +50,21 @@ export async function readBody(req: IncomingMessage): Promise<string> {
   return Buffer.concat(chunks).toString("utf8");
 }
 
-export async function readJson(req: IncomingMessage): Promise<unknown> {
-  const text = await readBody(req);
-  if (text.trim() === "") return {};
+/** A request body as JSON: 400 when it is not JSON, 422 past 256 levels (what is stored is served and stringified again). */
+export function parseJsonBody(text: string): unknown {
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     throw new HttpProblem(400, "malformed-json", "the body is not JSON");
   }
+  if (jsonDepth(value, CANONICAL_MAX_DEPTH) > CANONICAL_MAX_DEPTH) throw new HttpProblem(422, "too-deep", `the body is nested deeper than ${CANONICAL_MAX_DEPTH} levels`);
+  return value;
+}
+
+export async function readJson(req: IncomingMessage): Promise<unknown> {
+  const text = await readBody(req);
+  return text.trim() === "" ? {} : parseJsonBody(text);
 }
 
 export function sendJson(

@@ -12,6 +12,7 @@ import {
   header,
   ifMatchSatisfied,
   mediaType,
+  parseJsonBody,
   readBody,
   readJson,
   sendJson,
@@ -237,7 +238,7 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     }
     let ops: unknown;
     try {
-      ops = JSON.parse(await readBody(req));
+      ops = parseJsonBody(await readBody(req));
     } catch (err) {
       log("bad_request", err instanceof HttpProblem ? err.status : 400);
       throw err instanceof HttpProblem ? err : new HttpProblem(400, "malformed-json", "the body is not JSON");
@@ -324,7 +325,7 @@ export async function startDemoRecordsServer(opts: DemoRecordsServerOptions = {}
     }
     let state: unknown;
     try {
-      state = JSON.parse(await readBody(req));
+      state = parseJsonBody(await readBody(req));
     } catch (err) {
       log("bad_request", err instanceof HttpProblem ? err.status : 400);
       throw err instanceof HttpProblem ? err : new HttpProblem(400, "malformed-json", "the body is not JSON");

@@ -136,6 +136,23 @@ describe("demo records server: conditional PATCH", () => {
     expect(server.stats().patchRequests).toBe(6);
   });
 
+  it("a body nested past 256 levels is a 422 problem naming the depth, for PUT and PATCH; nothing is stored", async () => {
+    const server = await startServer();
+    server.seed("ticket", "T-1", { status: "open" });
+    const deep = `${"[".repeat(3000)}${"]".repeat(3000)}`;
+    const send = (method: string, path: string, type: string, body: string, headers: Record<string, string> = {}) =>
+      fetch(`${server.url}${path}`, { method, headers: { "content-type": type, ...headers }, body });
+    for (const res of [
+      await send("PUT", "/records/ticket/T-2", "application/json", `{"x":${deep}}`),
+      await send("PATCH", "/records/ticket/T-1", JSON_PATCH, `[{"op":"add","path":"/x","value":${deep}}]`, { "if-match": '"v1"' }),
+    ]) {
+      expect(res.status).toBe(422);
+      expect(await res.json()).toMatchObject({ detail: "the body is nested deeper than 256 levels" });
+    }
+    expect((await fetch(`${server.url}/records/ticket/T-2`)).status).toBe(404);
+    expect(server.history("ticket", "T-1")).toHaveLength(1);
+  });
+
   it("accepts application/json as a JSON Patch media type, and a PATCH of an absent record is 404", async () => {
     const server = await startServer();
     server.seed("ticket", "T-1", { n: 1 });
