@@ -14,7 +14,7 @@ import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
-import { recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
+import { DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE_MS, recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
 import type { WritToolSpec } from "./adapters/tool-bridge.ts";
 import { createWritClient, type WritClient } from "./writ-client.ts";
 
@@ -38,6 +38,9 @@ const McpMainConfig = z
     port: z.coerce.number().int().min(0).max(65535).default(39100),
     /** --http only, required there: the bearer token every request must carry. Never logged (the logger redacts `token`). */
     token: z.string().min(16, "at least 16 characters").optional(),
+    /** --http only: open sessions at most (past it an initialize is refused 503), and how long an idle one lives. */
+    maxSessions: z.coerce.number().int().positive().default(DEFAULT_MAX_MCP_SESSIONS),
+    sessionIdleMs: z.coerce.number().int().positive().default(DEFAULT_MCP_SESSION_IDLE_MS),
   })
   .strict();
 
@@ -52,6 +55,8 @@ const ENV = {
   runId: "WRIT_RUN_ID",
   port: "WRIT_MCP_PORT",
   token: "WRIT_MCP_TOKEN",
+  maxSessions: "WRIT_MCP_MAX_SESSIONS",
+  sessionIdleMs: "WRIT_MCP_SESSION_IDLE_MS",
 } as const;
 
 interface SpecsModule {
@@ -122,7 +127,7 @@ try {
     if (config.token === undefined) {
       throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
     }
-    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token });
+    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs });
     close = http.close;
     log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);

@@ -9,7 +9,7 @@
 //   3. the server's configured run id (stdio: `--run-id` / `WRIT_RUN_ID`), else
 //      one random id per server process (a stdio server serves one client).
 // The model never supplies it.
-import { randomUUID, timingSafeEqual } from "node:crypto";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -19,6 +19,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
 import { createLogger, type Logger } from "../../src/logger.ts";
+import { listen } from "../../src/listen.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
@@ -46,13 +47,15 @@ export interface WritMcpServerOptions {
   timeoutMs?: number;
   /** Server name in the MCP handshake. Default `writ`. */
   name?: string;
+  /** Records a session's version book keeps (least recently used dropped, then read again). Default 10 000. */
+  maxVersions?: number;
   logger?: Logger;
 }
 
 /** One session's server: the run id falls back to `fallbackRunId` where the transport has no session id (stdio). */
 export function createWritMcpServer(options: WritMcpServerOptions, session: { fallbackRunId?: string } = {}): McpServer {
   const server = new McpServer({ name: options.name ?? "writ", version: "0.1.0" }, { capabilities: { tools: {} } });
-  const versions = new VersionBook();
+  const versions = new VersionBook(options.maxVersions === undefined ? {} : { maxEntries: options.maxVersions });
   const bases = options.bases ?? processBases;
   const readable = [...new Set(options.readableTypes ?? options.tools.map((s) => s.tool.recordType))];
 
@@ -176,6 +179,23 @@ export interface WritMcpHttpOptions extends WritMcpServerOptions {
   token?: string;
   /** Endpoint path. Default `/mcp`. */
   path?: string;
+  /** Open sessions at most; past it an initialize is refused 503. Default 256. */
+  maxSessions?: number;
+  /** A session with no request for this long is closed (its client must initialize again). Default 30 min. */
+  sessionIdleMs?: number;
+}
+
+/** Default of {@link WritMcpHttpOptions.maxSessions}. */
+export const DEFAULT_MAX_MCP_SESSIONS = 256;
+/** Default of {@link WritMcpHttpOptions.sessionIdleMs}. */
+export const DEFAULT_MCP_SESSION_IDLE_MS = 30 * 60_000;
+
+/** One open session: `busy` counts its requests still open (a GET event stream included). */
+interface OpenSession {
+  transport: StreamableHTTPServerTransport;
+  server: McpServer;
+  lastSeen: number;
+  busy: number;
 }
 
 /** A running streamable HTTP server. */
@@ -200,9 +220,33 @@ export interface WritMcpHttp {
 export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promise<WritMcpHttp> {
   const log = (options.logger ?? createLogger({ name: "writ-mcp" })).child({ component: "mcp-http" });
   const path = options.path ?? "/mcp";
-  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; server: McpServer }>();
-  const token = options.token === undefined ? null : Buffer.from(options.token, "utf8");
+  const maxSessions = positiveInt("maxSessions", options.maxSessions ?? DEFAULT_MAX_MCP_SESSIONS);
+  const idleMs = positiveInt("sessionIdleMs", options.sessionIdleMs ?? DEFAULT_MCP_SESSION_IDLE_MS);
+  // Checked here, not at the first initialize, where it would be a 500.
+  if (options.maxVersions !== undefined) positiveInt("maxVersions", options.maxVersions);
+  const sessions = new Map<string, OpenSession>();
+  // Sessions being initialized count against the cap too, so concurrent initializes cannot overshoot it.
+  let opening = 0;
+  const token = options.token === undefined ? null : sha256(options.token);
   let port = 0;
+
+  const track = (open: OpenSession, res: ServerResponse): void => {
+    open.lastSeen = Date.now();
+    if (res.closed) return;
+    open.busy++;
+    res.once("close", () => {
+      open.busy--;
+      open.lastSeen = Date.now();
+    });
+  };
+  // A session in the middle of a request is in use, however long ago it began.
+  const expired = (open: OpenSession, now: number): boolean => open.busy === 0 && now - open.lastSeen >= idleMs;
+  const expire = (id: string, open: OpenSession): void => {
+    sessions.delete(id);
+    log.debug({ session: id }, "MCP session closed after being idle");
+    // Closes the transport (and any stream of it); its onclose finds the session already gone.
+    open.server.close().catch((err: unknown) => log.warn({ err, session: id }, "closing an idle MCP session failed"));
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const allowedHosts = [`127.0.0.1:${port}`, `localhost:${port}`];
@@ -218,28 +262,50 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     const sessionId = req.headers["mcp-session-id"];
     if (typeof sessionId === "string") {
       const open = sessions.get(sessionId);
-      if (!open) return refuse(res, 404, "session not found");
-      return open.transport.handleRequest(req, res);
+      if (open && expired(open, Date.now())) expire(sessionId, open);
+      // 404 tells an MCP client to initialize a new session (transports spec, "Session Management").
+      else if (open) {
+        track(open, res);
+        return open.transport.handleRequest(req, res);
+      }
+      return refuse(res, 404, "session not found");
     }
     if (req.method !== "POST") return refuse(res, 400, "no session: POST an initialize request first");
-    const server = createWritMcpServer(options);
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      onsessioninitialized: (id) => {
-        sessions.set(id, { transport, server });
-        log.debug({ session: id }, "MCP session opened");
-      },
-      onsessionclosed: (id) => {
-        sessions.delete(id);
-      },
-    });
-    transport.onclose = () => {
-      if (transport.sessionId) sessions.delete(transport.sessionId);
-    };
-    await server.connect(transport);
-    await transport.handleRequest(req, res);
-    // Not an initialize request: the transport answered 400 and no session exists.
-    if (!transport.sessionId) await server.close();
+    // At the cap a new session is refused rather than an idle one evicted: an evicted client would
+    // initialize again under a new session id, which is its run id, and its retries would no longer
+    // be answered as repeats. Idle sessions make room as they expire.
+    if (sessions.size + opening >= maxSessions) {
+      res.setHeader("retry-after", String(Math.ceil(Math.min(idleMs, 60_000) / 1000)));
+      return refuse(res, 503, "too many MCP sessions", { reason: "session_limit", maxSessions });
+    }
+    let reserved = true;
+    opening++;
+    try {
+      const server = createWritMcpServer(options);
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => {
+          reserved = false;
+          opening--;
+          const open: OpenSession = { transport, server, lastSeen: Date.now(), busy: 0 };
+          sessions.set(id, open);
+          track(open, res);
+          log.debug({ session: id }, "MCP session opened");
+        },
+        onsessionclosed: (id) => {
+          sessions.delete(id);
+        },
+      });
+      transport.onclose = () => {
+        if (transport.sessionId) sessions.delete(transport.sessionId);
+      };
+      await server.connect(transport);
+      await transport.handleRequest(req, res);
+      // Not an initialize request: the transport answered 400 and no session exists.
+      if (!transport.sessionId) await server.close();
+    } finally {
+      if (reserved) opening--;
+    }
   };
 
   const http = createServer((req, res) => {
@@ -249,16 +315,19 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
       else res.end();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    http.once("error", reject);
-    http.listen(options.port ?? 0, "127.0.0.1", () => resolve());
-  });
+  await listen(http, { port: options.port ?? 0, host: "127.0.0.1", maxConnections: 256, log, what: "MCP server" });
   port = (http.address() as AddressInfo).port;
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [id, open] of sessions) if (expired(open, now)) expire(id, open);
+  }, Math.min(60_000, Math.max(10, Math.ceil(idleMs / 2))));
+  sweep.unref();
 
   return {
     url: `http://127.0.0.1:${port}${path}`,
     sessions: () => sessions.size,
     async close() {
+      clearInterval(sweep);
       await Promise.all([...sessions.values()].map(({ server }) => server.close().catch(() => undefined)));
       sessions.clear();
       http.closeAllConnections();
@@ -267,13 +336,21 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   };
 }
 
+const sha256 = (s: string): Buffer => createHash("sha256").update(s, "utf8").digest();
+
+/** Digests of both sides, so the comparison takes the same time whatever the given token's length (as src/console/auth.ts). */
 function bearerMatches(header: string | undefined, token: Buffer): boolean {
   const m = /^Bearer (.+)$/.exec(header ?? "");
   if (!m) return false;
-  const given = Buffer.from(m[1]!, "utf8");
-  return given.length === token.length && timingSafeEqual(given, token);
+  return timingSafeEqual(sha256(m[1]!), token);
 }
 
-function refuse(res: ServerResponse, status: number, message: string): void {
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+function positiveInt(field: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new WritError("config_invalid", `${field} must be a positive integer (it is ${value})`, { retriable: false, context: { field } });
+  return value;
+}
+
+function refuse(res: ServerResponse, status: number, message: string, data?: Record<string, unknown>): void {
+  const error = { code: -32000, message, ...(data ? { data } : {}) };
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error, id: null }));
 }

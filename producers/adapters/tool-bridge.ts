@@ -1,3 +1,4 @@
+import { WritError } from "../../src/errors.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../../src/schemas/common.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { SubmitResult, WritClient } from "../writ-client.ts";
@@ -17,19 +18,42 @@ export interface WritToolSpec<P extends Record<string, unknown> = Record<string,
   description?: string;
 }
 
+/** Entities a {@link VersionBook} keeps by default. */
+export const DEFAULT_VERSION_BOOK_SIZE = 10_000;
+
 /**
  * Versions the harness has read, per entity: read tools put them here and
  * write tools take `baseVersion` from here, so the model never invents one.
+ * The state is kept with the version: deltas are computed against it. At most
+ * `maxEntries` entities, least recently used dropped first, so a long-lived
+ * session cannot grow it without bound; a dropped entity is read again.
  */
 export class VersionBook {
   private readonly seen = new Map<string, Versioned>();
+  private readonly maxEntries: number;
+
+  constructor(options: { maxEntries?: number } = {}) {
+    const max = options.maxEntries ?? DEFAULT_VERSION_BOOK_SIZE;
+    if (!Number.isSafeInteger(max) || max < 1) throw new WritError("config_invalid", `VersionBook maxEntries must be a positive integer (it is ${max})`, { retriable: false, context: { field: "maxEntries" } });
+    this.maxEntries = max;
+  }
 
   remember(entity: EntityRef, record: Versioned): void {
-    this.seen.set(`${entity.type}:${entity.id}`, record);
+    const key = `${entity.type}:${entity.id}`;
+    // Map order is insertion order: re-inserting makes the key the most recent.
+    this.seen.delete(key);
+    this.seen.set(key, record);
+    if (this.seen.size > this.maxEntries) this.seen.delete(this.seen.keys().next().value!);
   }
 
   get(entity: EntityRef): Versioned | undefined {
-    return this.seen.get(`${entity.type}:${entity.id}`);
+    const key = `${entity.type}:${entity.id}`;
+    const record = this.seen.get(key);
+    if (record !== undefined) {
+      this.seen.delete(key);
+      this.seen.set(key, record);
+    }
+    return record;
   }
 }
 
