@@ -43,6 +43,33 @@ export const DEFAULT_MAX_DEPTH = 64;
  * Confluent wire format; without one, plain JSON. The decoder accepts both,
  * and zod validates after every decode.
  */
+const MAX_KNOWN_SCHEMA_IDS = 4096;
+const MAX_UNKNOWN_SCHEMA_IDS = 1024;
+const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;
+
+/** A Map of at most `max` entries: setting a new key past it drops the oldest set. */
+class BoundedMap<K, V> {
+  private readonly map = new Map<K, V>();
+  private readonly max: number;
+  constructor(max: number) {
+    this.max = max;
+  }
+  get(key: K): V | undefined {
+    return this.map.get(key);
+  }
+  set(key: K, value: V): void {
+    this.map.delete(key);
+    this.map.set(key, value);
+    if (this.map.size > this.max) this.map.delete(this.map.keys().next().value as K);
+  }
+  delete(key: K): void {
+    this.map.delete(key);
+  }
+  get size(): number {
+    return this.map.size;
+  }
+}
+
 export class WireCodec {
   private readonly registry: SchemaRegistry | null;
   private readonly registryUrl: string;
@@ -50,7 +77,14 @@ export class WireCodec {
   private readonly ids = new Map<string, Promise<number | null>>();
   private readonly onSchemaRefused: ((subject: string, message: string | null) => void) | undefined;
   private readonly refused = new Set<string>();
-  private readonly knownIds = new Map<number, { subjects: Set<string> | null; at: number }>();
+  /**
+   * Schema ids seen in framed values: the subjects of ids the registry knows (ids are immutable, so
+   * for good), and when an unknown one was last asked. Any producer can frame a value with any
+   * int32, so both are bounded, oldest dropped first: a flood of fresh ids costs registry lookups,
+   * never memory.
+   */
+  private readonly knownIds = new BoundedMap<number, Set<string>>(MAX_KNOWN_SCHEMA_IDS);
+  private readonly unknownIds = new BoundedMap<number, number>(MAX_UNKNOWN_SCHEMA_IDS);
   private readonly lookups = new Map<number, Promise<Set<string> | null>>();
   /** Basic auth and TLS of every registry request: the client library's (getSchema) and writ's own (register, subject lookups). */
   private readonly transport: RegistryTransport;
@@ -216,9 +250,11 @@ export class WireCodec {
   /** The subjects a schema id is registered under, or null for an id the registry does not know. */
   private schemaSubjects(id: number): Promise<Set<string> | null> {
     if (!this.registry) return Promise.resolve(null);
-    const cached = this.knownIds.get(id);
-    // A known id is known for good (ids are immutable); an unknown one is asked again after a while.
-    if (cached && (cached.subjects !== null || Date.now() - cached.at < 30_000)) return Promise.resolve(cached.subjects);
+    const known = this.knownIds.get(id);
+    if (known) return Promise.resolve(known);
+    // An unknown one is asked again after a while: a schema may be registered under it since.
+    const askedAt = this.unknownIds.get(id);
+    if (askedAt !== undefined && Date.now() - askedAt < UNKNOWN_SCHEMA_ID_TTL_MS) return Promise.resolve(null);
     let lookup = this.lookups.get(id);
     if (!lookup) {
       lookup = (async () => {
@@ -237,7 +273,7 @@ export class WireCodec {
         return new Set(body.map((v) => String(v.subject)));
       })();
       lookup.then(
-        (subjects) => this.knownIds.set(id, { subjects, at: Date.now() }),
+        (subjects) => (subjects === null ? this.unknownIds.set(id, Date.now()) : (this.unknownIds.delete(id), this.knownIds.set(id, subjects))),
         () => undefined,
       );
       void lookup.finally(() => this.lookups.delete(id)).catch(() => undefined);

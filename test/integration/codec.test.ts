@@ -116,6 +116,34 @@ describe("WireCodec against the real schema registry", () => {
     expect(await codec.decode("WriteIntent", unknownId)).toMatchObject({ ok: false, reason: "undecodable" });
   });
 
+  it("remembers at most 1,024 unknown schema ids: a flood of fresh ids costs lookups, not memory", async () => {
+    const registry = new URL(registryUrl() ?? "");
+    const proxy = await startRecordingProxy(registry.origin);
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}` });
+    const body = Buffer.from(JSON.stringify(intent()));
+    // Ids no registry has handed out (they count up from 1); 3,000 of them, as a hostile producer would frame values.
+    const ids = Array.from({ length: 3000 }, (_, i) => 0x7f000000 + i);
+    const framed = (id: number) => {
+      const header = Buffer.alloc(5); // magic byte 0, then the id
+      header.writeInt32BE(id, 1);
+      return Buffer.concat([header, body]);
+    };
+    const decodeAll = async (some: number[]) => {
+      for (let i = 0; i < some.length; i += 100) {
+        const results = await Promise.all(some.slice(i, i + 100).map((id) => codec.decode("WriteIntent", framed(id))));
+        expect(results.every((r) => !r.ok && r.reason === "undecodable")).toBe(true);
+      }
+    };
+    const lookups = () => proxy.seen.filter((r) => /\/schemas\/ids\/\d+\/versions$/.test(r.path)).length;
+    await decodeAll(ids);
+    expect(lookups()).toBe(3000);
+    // The latest 1,024 are remembered (asked again only after 30 s); the oldest were let go and are asked again.
+    await decodeAll(ids.slice(-1000));
+    expect(lookups()).toBe(3000);
+    await decodeAll(ids.slice(0, 500));
+    expect(lookups()).toBe(3500);
+  }, 120_000);
+
   it("refuses to produce a value that is not valid", async () => {
     const codec = new WireCodec({});
     await expect(codec.encode("t", "WriteIntent", { ...intent(), intentKey: "short" })).rejects.toMatchObject({ code: "codec_failed", retriable: false });
