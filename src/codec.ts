@@ -3,6 +3,7 @@ import type { z } from "zod";
 import { jsonDepth } from "./canonical-json.ts";
 import { WritError } from "./errors.ts";
 import { jsonSchemaOf } from "./json-schema.ts";
+import { LruMap } from "./lru-map.ts";
 import { retry } from "./retry.ts";
 import { registryTransport, type RegistryAuth, type RegistryTls, type RegistryTransport } from "./security/transport.ts";
 import { WIRE_SCHEMAS, type WireSchemaName } from "./schemas/index.ts";
@@ -37,39 +38,16 @@ export const REFUSED_RETRY_MS = 60_000;
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
 export const DEFAULT_MAX_DEPTH = 64;
 
+const MAX_KNOWN_SCHEMA_IDS = 4096;
+const MAX_UNKNOWN_SCHEMA_IDS = 1024;
+const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;
+
 /**
  * Encodes and decodes writ's JSON values. With a registry, values are
  * registered (subject `<topic>-value`, JSON Schema) and framed in the
  * Confluent wire format; without one, plain JSON. The decoder accepts both,
  * and zod validates after every decode.
  */
-const MAX_KNOWN_SCHEMA_IDS = 4096;
-const MAX_UNKNOWN_SCHEMA_IDS = 1024;
-const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;
-
-/** A Map of at most `max` entries: setting a new key past it drops the oldest set. */
-class BoundedMap<K, V> {
-  private readonly map = new Map<K, V>();
-  private readonly max: number;
-  constructor(max: number) {
-    this.max = max;
-  }
-  get(key: K): V | undefined {
-    return this.map.get(key);
-  }
-  set(key: K, value: V): void {
-    this.map.delete(key);
-    this.map.set(key, value);
-    if (this.map.size > this.max) this.map.delete(this.map.keys().next().value as K);
-  }
-  delete(key: K): void {
-    this.map.delete(key);
-  }
-  get size(): number {
-    return this.map.size;
-  }
-}
-
 export class WireCodec {
   private readonly registry: SchemaRegistry | null;
   private readonly registryUrl: string;
@@ -80,11 +58,11 @@ export class WireCodec {
   /**
    * Schema ids seen in framed values: the subjects of ids the registry knows (ids are immutable, so
    * for good), and when an unknown one was last asked. Any producer can frame a value with any
-   * int32, so both are bounded, oldest dropped first: a flood of fresh ids costs registry lookups,
-   * never memory.
+   * int32, so both are bounded, the least recently used dropped first: a flood of fresh ids costs
+   * registry lookups, never memory.
    */
-  private readonly knownIds = new BoundedMap<number, Set<string>>(MAX_KNOWN_SCHEMA_IDS);
-  private readonly unknownIds = new BoundedMap<number, number>(MAX_UNKNOWN_SCHEMA_IDS);
+  private readonly knownIds = new LruMap<number, Set<string>>(MAX_KNOWN_SCHEMA_IDS);
+  private readonly unknownIds = new LruMap<number, number>(MAX_UNKNOWN_SCHEMA_IDS);
   private readonly lookups = new Map<number, Promise<Set<string> | null>>();
   /** Basic auth and TLS of every registry request: the client library's (getSchema) and writ's own (register, subject lookups). */
   private readonly transport: RegistryTransport;

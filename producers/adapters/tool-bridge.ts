@@ -1,4 +1,5 @@
 import { WritError } from "../../src/errors.ts";
+import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../../src/schemas/common.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { SubmitResult, WritClient } from "../writ-client.ts";
@@ -29,31 +30,20 @@ export const DEFAULT_VERSION_BOOK_SIZE = 10_000;
  * session cannot grow it without bound; a dropped entity is read again.
  */
 export class VersionBook {
-  private readonly seen = new Map<string, Versioned>();
-  private readonly maxEntries: number;
+  private readonly seen: LruMap<string, Versioned>;
 
   constructor(options: { maxEntries?: number } = {}) {
     const max = options.maxEntries ?? DEFAULT_VERSION_BOOK_SIZE;
     if (!Number.isSafeInteger(max) || max < 1) throw new WritError("config_invalid", `VersionBook maxEntries must be a positive integer (it is ${max})`, { retriable: false, context: { field: "maxEntries" } });
-    this.maxEntries = max;
+    this.seen = new LruMap(max);
   }
 
   remember(entity: EntityRef, record: Versioned): void {
-    const key = `${entity.type}:${entity.id}`;
-    // Map order is insertion order: re-inserting makes the key the most recent.
-    this.seen.delete(key);
-    this.seen.set(key, record);
-    if (this.seen.size > this.maxEntries) this.seen.delete(this.seen.keys().next().value!);
+    this.seen.set(`${entity.type}:${entity.id}`, record);
   }
 
   get(entity: EntityRef): Versioned | undefined {
-    const key = `${entity.type}:${entity.id}`;
-    const record = this.seen.get(key);
-    if (record !== undefined) {
-      this.seen.delete(key);
-      this.seen.set(key, record);
-    }
-    return record;
+    return this.seen.get(`${entity.type}:${entity.id}`);
   }
 }
 
