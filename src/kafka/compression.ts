@@ -41,9 +41,10 @@
  * 4 MiB), a zstd window of at most 128 MiB (libzstd's default windowLogMax,
  * also applied to fzstd). Corrupt input becomes a {@link KafkaCompressionError}
  * with reason `corrupt`. Both are non-retriable, since decoding the same bytes
- * again cannot succeed: kafkajs neither retries the fetch nor restarts its
- * consumer (its CRASH event says `restart: false`); what to do about the batch
- * is the caller's decision.
+ * again cannot succeed: kafkajs would neither retry the fetch nor restart its
+ * consumer (its CRASH event would say `restart: false`), so the batch reader
+ * {@link registerCompressionCodecs} installs puts a stand-in record in the
+ * batch's place (src/kafka/unreadable-batches.ts).
  */
 import { Buffer, constants as bufferConstants } from "node:buffer";
 import { createRequire } from "node:module";
@@ -53,6 +54,7 @@ import zlib from "node:zlib";
 // Node's ESM loader cannot see `CompressionCodecs` or the error classes as
 // named exports: take them from the default export (the module.exports object).
 import kafkajs from "kafkajs";
+import { installUnreadableBatchGuard } from "./unreadable-batches.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -677,7 +679,10 @@ let installed: { key: string; factories: Map<number, CodecFactory>; result: Regi
  * Registers snappy, lz4 and zstd (and, unless `gzip: false`, a bounded gzip)
  * into kafkajs's process-wide `CompressionCodecs`, so every kafkajs client in
  * this process (owner, producers, test tools) can read batches that foreign
- * producers compressed with any of Kafka's codecs, and write them.
+ * producers compressed with any of Kafka's codecs, and write them. It also
+ * installs writ's reader of Fetch answers' record batches
+ * ({@link installUnreadableBatchGuard}): a batch that cannot be read (over the
+ * limit, corrupt) becomes one stand-in record, not a consumer that stops.
  *
  * Call it once at start-up, before the first fetch. It is idempotent: calling
  * it again with the same options changes nothing; with other options the last
@@ -687,6 +692,7 @@ let installed: { key: string; factories: Map<number, CodecFactory>; result: Regi
 export function registerCompressionCodecs(opts: CompressionCodecOptions = {}): RegisteredCompressionCodecs {
   const maxDecompressedBytes = normalizeLimit(opts.maxDecompressedBytes);
   const gzip = opts.gzip ?? true;
+  installUnreadableBatchGuard();
   const key = JSON.stringify({ maxDecompressedBytes, gzip });
   if (installed !== undefined && installed.key === key) {
     // same options: put back any entry someone replaced since, keep the rest as they are

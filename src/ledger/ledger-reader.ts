@@ -2,6 +2,7 @@ import type { Admin, Consumer, Kafka } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { type RestoredEntry, reopenable } from "./ledger-state.ts";
@@ -185,6 +186,12 @@ export class LedgerReader {
     headers: Record<string, unknown> | undefined,
   ): Promise<void> {
     if (isControlRecord(headers)) return;
+    const unreadable = value === null ? unreadableBatchOf(headers) : null;
+    if (unreadable) {
+      // Only owners write the ledger: a batch of it that cannot be read is a fault to see, not a tombstone.
+      this.log.error({ partition, offset, unreadable }, "a ledger batch could not be read; its entries are skipped");
+      return;
+    }
     const key = rawKey?.toString("utf8") ?? "";
     if (value === null) {
       restore.take(key, null, Number(offset));

@@ -4,6 +4,7 @@ import type { RouterConfig } from "../config.ts";
 import { canonicalJson } from "../canonical-json.ts";
 import { type DeadLetterReason, type RejectReason, WritError } from "../errors.ts";
 import { partitionFor } from "../kafka/partition.ts";
+import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { deltaFingerprint, intentKey, leaseIntentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
 import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
@@ -93,6 +94,16 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       replies: parts.reply ? [{ topic: parts.reply.topic, value: rejectedReply(parts.reply.intentId, parts.reply.intentKey, parts.reply.reason, detail, at, parts.reply.details) }] : [],
     }),
   });
+  const unreadable = value === null || value === undefined ? unreadableBatchOf(message.headers) : null;
+  if (unreadable) {
+    // Stands for a batch that could not be read (src/kafka/unreadable-batches.ts): its records have no key or
+    // value to answer, only offsets to account for. Its bytes stay on the topic until its retention.
+    return answered(
+      "undecodable",
+      { dead: "undecodable" },
+      `the record batch of offsets ${unreadable.firstOffset}-${unreadable.lastOffset} could not be read (${unreadable.reason}); it is skipped, and stays on ${source.topic} until the topic's retention`,
+    );
+  }
   if (value && value.length > deps.config.maxIntentBytes) {
     return answered("too_large", { dead: "too_large" }, `intent is ${value.length} bytes; the limit is ${deps.config.maxIntentBytes}`);
   }

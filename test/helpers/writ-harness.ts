@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, logLevel } from "kafkajs";
+import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../../src/codec.ts";
@@ -32,6 +32,8 @@ export interface Harness {
   /** Reads every value of a topic so far, decoded; waits until `count` are there. */
   readTopic<N extends WireSchemaName>(topic: string, name: N, count: number): Promise<z.output<(typeof WIRE_SCHEMAS)[N]>[]>;
   produceRaw(key: string, value: Buffer): Promise<void>;
+  /** Records in one batch, compressed with `compression` (kafkajs's CompressionTypes). */
+  produceBatch(records: { key: string; value: Buffer }[], compression: number): Promise<void>;
 }
 
 /**
@@ -101,9 +103,12 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
       return seen as z.output<(typeof WIRE_SCHEMAS)[typeof name]>[];
     },
     async produceRaw(key, value) {
+      await harness.produceBatch([{ key, value }], CompressionTypes.None);
+    },
+    async produceBatch(records, compression) {
       const producer = kafka.producer();
       await producer.connect();
-      await producer.send({ topic: config.topics.intents, messages: [{ key, value }] });
+      await producer.send({ topic: config.topics.intents, compression, messages: records });
       await producer.disconnect();
     },
   };

@@ -26,6 +26,7 @@ import {
   zstdCompressionAvailable,
   type KafkaCodec,
 } from '../../src/kafka/compression.ts';
+import { unreadableBatchOf } from '../../src/kafka/unreadable-batches.ts';
 import { waitFor } from '../helpers/wait-for.ts';
 
 const brokers = (inject('kafkaBrokers') || process.env['KAFKA_BROKERS'] || '')
@@ -96,6 +97,7 @@ interface Seen {
   partition: number;
   key: string | null;
   value: string | null;
+  headers: KafkaMessage['headers'];
 }
 
 /** A kafkajs consumer group on `topic` from the beginning; collects what it sees and how it crashed, if it did. */
@@ -112,7 +114,7 @@ async function collect(topic: string): Promise<{ consumer: Consumer; seen: Seen[
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ partition, message }: { partition: number; message: KafkaMessage }) => {
-      seen.push({ partition, key: message.key?.toString('utf8') ?? null, value: message.value?.toString('utf8') ?? null });
+      seen.push({ partition, key: message.key?.toString('utf8') ?? null, value: message.value?.toString('utf8') ?? null, headers: message.headers });
     },
   });
   return { consumer, seen, crash };
@@ -348,7 +350,7 @@ describe('a foreign producer (Kafka\'s Java console producer) and kafkajs', () =
     expect(read.map((r) => ({ key: r.key?.toString('utf8') ?? null, value: r.value?.toString('utf8') ?? null }))).toEqual(messages);
   });
 
-  it('a batch over the limit crashes the kafkajs consumer once, non-retriably, with a clear error', async () => {
+  it('a batch over the limit is one stand-in record: the consumer moves on to the next batch', async () => {
     const topic = await createTopic(1);
     // ~1.5 MiB of text compresses to a few KiB; the limit below is 1 MiB
     await consoleProduce({
@@ -358,16 +360,44 @@ describe('a foreign producer (Kafka\'s Java console producer) and kafkajs', () =
       compression: 'lz4',
       extraProducerProps: { 'max.request.size': 4 * MiB },
     });
+    await consoleProduce({ brokers, topic, records: [{ key: 'after', value: 'the next batch' }], compression: 'lz4' });
     registerCompressionCodecs({ maxDecompressedBytes: MiB });
     cleanups.push(async () => registerCompressionCodecs());
     const { seen, crash } = await collect(topic);
-    await waitFor(() => crash.error, { timeoutMs: 30_000, message: 'the consumer did not crash' });
-    expect(seen).toEqual([]);
-    expect(crash.restart).toBe(false);
-    let cause: unknown = crash.error;
-    while (!(cause instanceof KafkaCompressionError) && cause instanceof Error && cause.cause !== undefined) cause = cause.cause;
-    expectLimit(cause, 'lz4');
-    expect((cause as Error).message).toMatch(/maxDecompressedBytes=1048576/);
+    await waitFor(() => seen.length >= 2 || crash.error, { timeoutMs: 30_000, message: 'the consumer saw neither record' });
+    expect(crash.error).toBeUndefined();
+    expect(seen.map((s) => ({ key: s.key, value: s.value }))).toEqual([
+      { key: null, value: null },
+      { key: 'after', value: 'the next batch' },
+    ]);
+    const standIn = unreadableBatchOf(seen[0]!.headers);
+    expect(standIn).toMatchObject({ firstOffset: '0', lastOffset: '0' });
+    expect(standIn!.reason).toMatch(/^KafkaCompressionError: lz4: refusing to decompress: .*maxDecompressedBytes=1048576$/);
+  });
+
+  it('ablation: the same codecs without the batch guard crash the kafkajs consumer for good', async () => {
+    const topic = await createTopic(1);
+    await consoleProduce({ brokers, topic, records: [{ key: 'big', value: 'a'.repeat(1.5 * MiB) }], compression: 'lz4', extraProducerProps: { 'max.request.size': 4 * MiB } });
+    // A child process: this one's kafkajs has the guard installed. The codec alone, as registerCompressionCodecs installs it.
+    const child = `
+import kafkajs from 'kafkajs';
+import { createLz4Codec } from ${JSON.stringify(new URL('../../src/kafka/compression.ts', import.meta.url).href)};
+const [brokers, topic] = process.argv.slice(1);
+const codec = createLz4Codec({ maxDecompressedBytes: ${MiB} });
+kafkajs.CompressionCodecs[kafkajs.CompressionTypes.LZ4] = () => codec;
+const kafka = new kafkajs.Kafka({ clientId: 'writ-ablation', brokers: brokers.split(','), logLevel: kafkajs.logLevel.NOTHING });
+const consumer = kafka.consumer({ groupId: 'writ-ablation-' + Date.now(), maxWaitTimeInMs: 500 });
+const report = (r) => { process.stdout.write(JSON.stringify(r) + '\\n'); process.exit(0); };
+setTimeout(() => report({ outcome: 'timeout' }), 40000).unref();
+consumer.on(consumer.events.CRASH, (e) => report({ outcome: 'crash', restart: e.payload.restart, name: e.payload.error.name, message: e.payload.error.message }));
+await consumer.connect();
+await consumer.subscribe({ topic, fromBeginning: true });
+await consumer.run({ eachMessage: async ({ message }) => report({ outcome: 'read', value: String(message.value) }) });
+`;
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', child, brokers.join(','), topic], { cwd: process.cwd(), timeout: 55_000 });
+    const result = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as { outcome: string; restart?: boolean; message?: string };
+    expect(result).toMatchObject({ outcome: 'crash', restart: false });
+    expect(result.message).toMatch(/maxDecompressedBytes=1048576/);
   });
 });
 

@@ -1,5 +1,7 @@
+import { CompressionTypes } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import type { AppliedReply, ConflictReply } from "../../src/schemas/reply.ts";
 import { readVersion, startHarness } from "../helpers/writ-harness.ts";
 
@@ -198,6 +200,34 @@ describe("router core on a real broker", () => {
     expect(Buffer.from(dead[0]!.valueBase64, "base64").toString()).toBe("{not json");
     const rejected = await h.readTopic("writ.replies.billing-agent." + h.id, "Reply", 2);
     expect(rejected.find((r) => r.intentId === "x-1")).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+  });
+
+  it("unreadable-batch: a gzip batch inflating past 64 MiB is one dead letter, and the next intent on that partition is still applied", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    // About 80 KB on the wire; the broker accepts it (it validates a compressed batch as a stream, with no limit on what it inflates to).
+    const bomb = Buffer.alloc(80 * 1024 * 1024);
+    await h.produceBatch(
+      [
+        { key: "payment:pay_1", value: Buffer.from("{before") },
+        { key: "payment:pay_1", value: bomb },
+        { key: "payment:pay_1", value: Buffer.from("{after") },
+      ],
+      CompressionTypes.GZIP,
+    );
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+
+    const reply = await agent.submit(refund(run(), version));
+
+    expect(reply.status).toBe("applied");
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead).toHaveLength(1);
+    expect(dead[0]).toMatchObject({ reason: "undecodable", key: null, originalBytes: 0, source: { offset: "2" } });
+    expect(dead[0]!.message).toMatch(/^the record batch of offsets 0-2 could not be read \(KafkaCompressionError: gzip: refusing to decompress.*maxDecompressedBytes=67108864\)/);
+    expect(dead[0]!.headers[UNREADABLE_BATCH_HEADER]).toMatch(/^0-2 KafkaCompressionError/);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
   });
 
   it("every-intent-gets-a-reply: 60 intents over 12 entities from 3 agents, each answered, refunds counted at the records server", async () => {

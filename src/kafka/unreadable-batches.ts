@@ -1,0 +1,213 @@
+/**
+ * A record batch kafkajs cannot read becomes one stand-in record instead of a
+ * consumer that stops for good.
+ *
+ * kafkajs decodes every record batch of a Fetch answer before it hands any
+ * partition's batch to the consumer. A batch whose records cannot be read
+ * (compressed past `maxDecompressedBytes`: a few KB of gzip on the wire can
+ * inflate to gigabytes; corrupt compressed data; a record count that lies) makes
+ * that decoding throw a non-retriable error, and kafkajs stops the consumer
+ * (its CRASH event says `restart: false`). The broker accepts such batches from
+ * any producer with Write on the topic: it validates a compressed batch as a
+ * stream and holds no limit on what it inflates to (checked on the local Kafka
+ * 4.4 broker: one gzip batch of 81 KB carrying 80 MiB of zeros, acks=-1, is
+ * accepted). Every reader of the topic then meets the batch again after its
+ * restart: an owner of `writ.intents` exits and its successor meets the same
+ * batch, an agent's reply consumer stops answering calls, the console stops.
+ *
+ * So writ decodes a Fetch answer's record batches itself, batch by batch, as
+ * kafkajs's `fetch/v4/decodeMessages` does (Fetch v4 to v11 use it), with one
+ * difference: a complete batch whose records cannot be read is replaced by one
+ * record at the batch's last offset, with no key and no value and the header
+ * {@link UNREADABLE_BATCH_HEADER} saying which offsets it stands for and why.
+ * Readers move past it like past any record; an owner dead-letters it (reason
+ * `undecodable`, the header in the dead letter), so the offsets are accounted
+ * for, and the batch's bytes stay on the topic for as long as its retention
+ * keeps them. The stand-in keeps the batch's producer id and transaction flag,
+ * so kafkajs's read_committed filter drops it with the rest of an aborted
+ * transaction.
+ *
+ * Not replaced: a batch cut short by the Fetch size limit (kafkajs's
+ * `KafkaJSPartialMessageError`; fetched again from its offset), control batches
+ * (the brokers write those), and a codec this host cannot load (`unavailable`,
+ * KafkaJSNotImplemented: a fault of the installation, reported at start by
+ * `registerCompressionCodecs`, not of the record).
+ *
+ * kafkajs loads its Fetch answer decoders lazily, per request, from Node's
+ * module cache; {@link installUnreadableBatchGuard} puts this decoder into that
+ * cache and drops the Fetch answer modules already loaded (they captured the
+ * old one), so the next Fetch of every kafkajs client in the process uses it.
+ * kafkajs 2.2.4 is its last release: these internals no longer change.
+ */
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+
+/** Header of the stand-in record: `<first offset>-<last offset> <reason>`. */
+export const UNREADABLE_BATCH_HEADER = "writ-unreadable-batch";
+
+/** RecordBatch v2 layout (KIP-98): field offsets from the batch's start. */
+const BATCH = {
+  length: 8,
+  magic: 16,
+  attributes: 21,
+  lastOffsetDelta: 23,
+  firstTimestamp: 27,
+  maxTimestamp: 35,
+  producerId: 43,
+  producerEpoch: 51,
+  firstSequence: 53,
+  recordCount: 57,
+  /** FirstOffset (8) and Length (4): the bytes before what Length counts. */
+  logOverhead: 12,
+  /** The smallest batch: the header up to the record count (kafkajs's RECORD_BATCH_OVERHEAD). */
+  overhead: 49,
+} as const;
+const MAGIC_V2 = 2;
+const TRANSACTIONAL = 0x10;
+const CONTROL = 0x20;
+const LOG_APPEND_TIME = 0x08;
+const MAX_REASON_CHARS = 500;
+/**
+ * Most records one batch may hold. kafkajs builds an object of some hundreds of bytes per record of a batch
+ * before the consumer sees any: a few KB of gzip can declare millions of empty records. A batch of writ's
+ * topics holds a few hundred; a foreign producer's rarely 100,000.
+ */
+export const MAX_RECORDS_PER_BATCH = 1_000_000;
+
+/** Why a complete batch at `start` is not read at all: too many records for one batch. */
+function refusedUnread(buf: Buffer, start: number): Error | null {
+  if (start + BATCH.overhead + BATCH.logOverhead > buf.length) return null;
+  // A batch cut short by the Fetch size limit is kafkajs's to fetch again, whatever it declares.
+  if (start + BATCH.logOverhead + buf.readInt32BE(start + BATCH.length) > buf.length) return null;
+  const count = buf.readInt32BE(start + BATCH.recordCount);
+  if (count <= MAX_RECORDS_PER_BATCH) return null;
+  const error = new Error(`the batch declares ${count} records; at most ${MAX_RECORDS_PER_BATCH} are read from one batch`);
+  error.name = "TooManyRecords";
+  return error;
+}
+
+interface KafkajsDecoder {
+  buffer: Buffer;
+  offset: number;
+  readInt32(): number;
+  readBytes(size: number): Buffer;
+  canReadBytes(size: number): boolean;
+}
+type DecoderClass = new (buffer: Buffer) => KafkajsDecoder;
+type RecordBatchDecoder = (decoder: KafkajsDecoder) => Promise<{ records: unknown[] }>;
+type MessageSetDecoder = (decoder: KafkajsDecoder, size: number) => Promise<unknown[]> | unknown[];
+
+/** The record kafkajs's record decoder would give, standing in for the batch at `start` of `buf`. */
+export function unreadableBatchRecord(buf: Buffer, start: number, err: unknown): { record: Record<string, unknown>; end: number } | null {
+  if (start + BATCH.overhead + BATCH.logOverhead > buf.length) return null;
+  const length = buf.readInt32BE(start + BATCH.length);
+  const end = start + BATCH.logOverhead + length;
+  if (length < BATCH.overhead || end > buf.length) return null;
+  if (buf.readInt8(start + BATCH.magic) !== MAGIC_V2) return null;
+  const attributes = buf.readInt16BE(start + BATCH.attributes);
+  if (attributes & CONTROL) return null;
+  const name = (err as { name?: unknown } | null)?.name;
+  if (name === "KafkaJSPartialMessageError" || name === "KafkaJSNotImplemented") return null;
+  if (name === "KafkaCompressionError" && (err as { reason?: unknown }).reason === "unavailable") return null;
+
+  const firstOffset = buf.readBigInt64BE(start);
+  const lastOffsetDelta = buf.readInt32BE(start + BATCH.lastOffsetDelta);
+  const lastOffset = firstOffset + BigInt(Math.max(0, lastOffsetDelta));
+  const firstTimestamp = buf.readBigInt64BE(start + BATCH.firstTimestamp).toString();
+  const maxTimestamp = buf.readBigInt64BE(start + BATCH.maxTimestamp).toString();
+  const logAppendTime = (attributes & LOG_APPEND_TIME) !== 0;
+  const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const batchContext = {
+    firstOffset: firstOffset.toString(),
+    firstTimestamp,
+    partitionLeaderEpoch: buf.readInt32BE(start + BATCH.length + 4),
+    inTransaction: (attributes & TRANSACTIONAL) !== 0,
+    isControlBatch: false,
+    lastOffsetDelta,
+    producerId: buf.readBigInt64BE(start + BATCH.producerId).toString(),
+    producerEpoch: buf.readInt16BE(start + BATCH.producerEpoch),
+    firstSequence: buf.readInt32BE(start + BATCH.firstSequence),
+    maxTimestamp,
+    timestampType: logAppendTime ? 1 : 0,
+    magicByte: MAGIC_V2,
+  };
+  return {
+    end,
+    record: {
+      magicByte: MAGIC_V2,
+      attributes: 0,
+      timestamp: logAppendTime ? maxTimestamp : firstTimestamp,
+      offset: lastOffset.toString(),
+      key: null,
+      value: null,
+      headers: { [UNREADABLE_BATCH_HEADER]: Buffer.from(`${firstOffset}-${lastOffset} ${message.slice(0, MAX_REASON_CHARS)}`, "utf8") },
+      isControlRecord: false,
+      batchContext,
+    },
+  };
+}
+
+/** What the stand-in's header says, or null for a record that is not one. */
+export function unreadableBatchOf(headers: Record<string, unknown> | undefined): { firstOffset: string; lastOffset: string; reason: string } | null {
+  const raw = headers?.[UNREADABLE_BATCH_HEADER];
+  const text = Buffer.isBuffer(raw) ? raw.toString("utf8") : typeof raw === "string" ? raw : null;
+  if (text === null) return null;
+  const match = /^(-?\d{1,20})-(-?\d{1,20}) ([\s\S]*)$/.exec(text.slice(0, MAX_REASON_CHARS + 64));
+  return match ? { firstOffset: match[1]!, lastOffset: match[2]!, reason: match[3]! } : { firstOffset: "?", lastOffset: "?", reason: text.slice(0, MAX_REASON_CHARS) };
+}
+
+const GUARDED = Symbol.for("writ.unreadableBatchGuard");
+
+/**
+ * Puts writ's decoder of Fetch answers' record batches in place of kafkajs's
+ * for every kafkajs client of this process (the `kafkajs` this module
+ * resolves). Idempotent.
+ */
+export function installUnreadableBatchGuard(): void {
+  const kafkajsRequire = createRequire(require.resolve("kafkajs"));
+  const path = kafkajsRequire.resolve("./src/protocol/requests/fetch/v4/decodeMessages.js");
+  const current = kafkajsRequire(path) as { [GUARDED]?: true };
+  if (current[GUARDED]) return;
+  const Decoder = kafkajsRequire("./src/protocol/decoder.js") as DecoderClass;
+  const decodeBatch = kafkajsRequire("./src/protocol/recordBatch/v0/decoder.js") as RecordBatchDecoder;
+  const decodeMessageSet = kafkajsRequire("./src/protocol/messageSet/decoder.js") as MessageSetDecoder;
+
+  const decodeMessages = async (decoder: KafkajsDecoder): Promise<unknown[]> => {
+    const size = decoder.readInt32();
+    if (size <= 0 || !decoder.canReadBytes(size)) return [];
+    const buf = decoder.readBytes(size);
+    const batches = new Decoder(buf);
+    // Magic sits at the same place in every message format; the legacy formats (magic 0 and 1) go to kafkajs.
+    if (buf.length <= BATCH.magic || buf.readInt8(BATCH.magic) !== MAGIC_V2) return decodeMessageSet(batches, size);
+    const records: unknown[] = [];
+    while (batches.canReadBytes(BATCH.overhead)) {
+      const start = batches.offset;
+      try {
+        const tooMany = refusedUnread(buf, start);
+        if (tooMany) throw tooMany;
+        const batch = await decodeBatch(batches);
+        // A loop, not push(...records): spreading a batch of ~120,000 records overflows the stack.
+        for (const record of batch.records) records.push(record);
+      } catch (err) {
+        const standIn = unreadableBatchRecord(buf, start, err);
+        // A batch cut short by the Fetch size limit is fetched again from its offset; anything else stays kafkajs's error.
+        if (standIn === null) {
+          if ((err as { name?: unknown } | null)?.name === "KafkaJSPartialMessageError") break;
+          throw err;
+        }
+        records.push(standIn.record);
+        batches.offset = standIn.end;
+      }
+    }
+    return records;
+  };
+  Object.defineProperty(decodeMessages, GUARDED, { value: true });
+
+  const cached = require.cache[path];
+  if (!cached) throw new Error(`kafkajs's ${path} is not in the module cache; cannot guard its record batches`);
+  cached.exports = decodeMessages;
+  // The Fetch answer modules loaded so far hold kafkajs's decoder: dropped, they load again on the next Fetch.
+  const answers = /[\\/]kafkajs[\\/]src[\\/]protocol[\\/]requests[\\/]fetch[\\/]v\d+[\\/]response\.js$/;
+  for (const key of Object.keys(require.cache)) if (answers.test(key) && key.startsWith(path.slice(0, path.indexOf("src")))) delete require.cache[key];
+}
