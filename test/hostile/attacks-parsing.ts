@@ -37,6 +37,11 @@ export const parsingAttacks: Attack[] = [
     w.book.note(o.role, o.value, undefined, o.label, o.key);
     await w.producer.send({ topic: w.topics.intents, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key: e.key, value: o.value }] });
   }),
+  a("huge value", "gzip batch inflating past 64 MiB (80 MiB of zeros in about 80 KB)", "payment", "dlq:undecodable (one stand-in for the batch)", async (w, e) => {
+    // Dead-lettered as a whole: no key and no value, the batch's offsets and reason in its writ-unreadable-batch header.
+    w.book.note("attack", null, undefined, "gzip batch inflating past 64 MiB (80 MiB of zeros in about 80 KB)", null);
+    await w.producer.send({ topic: w.topics.intents, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key: e.key, value: Buffer.alloc(80 << 20) }] });
+  }),
   // --- parsing -------------------------------------------------------------------------------
   ...(
     [
