@@ -128,11 +128,18 @@ export class WireCodec {
     if (bytes[0] === MAGIC_BYTE) {
       if (bytes.length <= HEADER_BYTES) return { ok: false, reason: "undecodable", message: "truncated wire-format header" };
       const id = bytes.readInt32BE(1);
-      const subjects = await this.schemaSubjects(id);
-      if (subjects === null) return { ok: false, reason: "undecodable", message: `schema id ${id} is not in the registry` };
-      // Any registered id frames a value, a dead letter's schema too: the id must be one of this topic's subject.
-      if (opts.subject !== undefined && !subjects.has(opts.subject)) {
-        return { ok: false, reason: "schema_subject_mismatch", message: `schema id ${id} is not registered under ${opts.subject}` };
+      // A reader without a registry (an agent's client, the console) of what owners with one wrote takes the JSON
+      // after the header, which zod checks below. Owners (a subject to check the id against) cannot skip the check.
+      if (this.registry || opts.subject !== undefined) {
+        const subjects = await this.schemaSubjects(id);
+        if (subjects === null) {
+          const why = this.registry ? "is not in the registry" : "cannot be checked: this process has no schema registry";
+          return { ok: false, reason: "undecodable", message: `schema id ${id} ${why}` };
+        }
+        // Any registered id frames a value, a dead letter's schema too: the id must be one of this topic's subject.
+        if (opts.subject !== undefined && !subjects.has(opts.subject)) {
+          return { ok: false, reason: "schema_subject_mismatch", message: `schema id ${id} is not registered under ${opts.subject}` };
+        }
       }
       framed = true;
       body = bytes.subarray(HEADER_BYTES);
@@ -243,7 +250,9 @@ export class WireCodec {
         } catch (err) {
           throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
         }
-        if (res.status === 404) return null;
+        // Not found; 400 and 422 are answers about the id itself (a registry that refuses a negative one, say),
+        // which would otherwise hold its partition for good as an outage. 401, 403 and 5xx stay outages.
+        if (res.status === 404 || res.status === 400 || res.status === 422) return null;
         const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
         if (!res.ok || !Array.isArray(body)) {
           throw new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });

@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
 import Ajv from "ajv";
 import { describe, expect, it, onTestFinished } from "vitest";
@@ -143,6 +145,35 @@ describe("WireCodec against the real schema registry", () => {
     await decodeAll(ids.slice(0, 500));
     expect(lookups()).toBe(3500);
   }, 120_000);
+
+  it("a reader without a registry reads framed values (zod checks them); an owner without one refuses them", async () => {
+    const value = intent();
+    const bytes = await new WireCodec({ schemaRegistryUrl: registryUrl() }).encode(`writ.codec.${randomUUID().slice(0, 8)}`, "WriteIntent", value);
+    const plain = new WireCodec({});
+    expect(await plain.decode("WriteIntent", bytes)).toEqual({ ok: true, value, framed: true, raw: value });
+    expect(await plain.decode("WriteIntent", bytes, { subject: "writ.intents-value" })).toMatchObject({
+      ok: false,
+      reason: "undecodable",
+      message: `schema id ${bytes.readInt32BE(1)} cannot be checked: this process has no schema registry`,
+    });
+    const invalid = Buffer.concat([bytes.subarray(0, 5), Buffer.from(JSON.stringify({ intentId: 1 }))]);
+    expect(await plain.decode("WriteIntent", invalid)).toMatchObject({ ok: false, reason: "schema_invalid" });
+  });
+
+  it("a registry answering 400 or 422 about an id says the id is unknown, not that the registry is down", async () => {
+    const server = createServer((req, res) => {
+      res.writeHead(req.url?.includes("/ids/-1/") ? 422 : 400, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error_code: 42202, message: "invalid id" }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const codec = new WireCodec({ schemaRegistryUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
+    for (const id of [-1, 7]) {
+      const header = Buffer.alloc(5);
+      header.writeInt32BE(id, 1);
+      expect(await codec.decode("WriteIntent", Buffer.concat([header, Buffer.from(JSON.stringify(intent()))]))).toMatchObject({ ok: false, reason: "undecodable" });
+    }
+  });
 
   it("refuses to produce a value that is not valid", async () => {
     const codec = new WireCodec({});
