@@ -31,7 +31,11 @@ import { buildUndoIntent } from "./writ-client.ts";
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
 export interface ChangeStep {
-  /** Unique within the change: part of the step's intent key. */
+  /**
+   * Unique within the change: part of the step's intent key, as `<change step id>/<name>`. No `/`: change
+   * `a` with step `b/c` and change `a/b` with step `c` would share their steps' intent keys, and the second
+   * change's write would be answered as the first's duplicate.
+   */
   name: string;
   tool: KeyedTool;
   entity: EntityRef;
@@ -108,6 +112,9 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
   const submitOpts = input.timeoutMs !== undefined ? { timeoutMs: input.timeoutMs } : undefined;
   const names = new Set<string>();
   for (const s of input.steps) {
+    if (typeof s.name !== "string" || s.name.length === 0 || s.name.length > 64 || s.name.includes("/")) {
+      throw new Error(`change: step name ${JSON.stringify(String(s.name).slice(0, 80))} must be 1 to 64 characters without "/"`);
+    }
     if (names.has(s.name)) throw new Error(`change: step name ${s.name} is used twice`);
     names.add(s.name);
   }

@@ -83,6 +83,16 @@ describe("a change that spans records, from its client's side", () => {
     expect(new Set(sent.filter((i) => i.lease).map((i) => i.lease!.change)).size).toBe(1);
   });
 
+  it("refuses step names that could make two changes' steps share intent keys, before anything is sent", async () => {
+    const { client, sent } = scripted(() => undefined);
+    const step = input().steps[0]!;
+    // change "a" with step "b/c" and change "a/b" with step "c" would both key their step as run-1 / a/b/c
+    await expect(runChange(client, input({ stepId: "a", steps: [{ ...step, name: "b/c" }] }))).rejects.toThrow(/must be 1 to 64 characters without "\/"/);
+    await expect(runChange(client, input({ steps: [{ ...step, name: "" }] }))).rejects.toThrow(/step name ""/);
+    await expect(runChange(client, input({ steps: [{ ...step, name: "x".repeat(65) }] }))).rejects.toThrow(/must be 1 to 64/);
+    expect(sent).toEqual([]);
+  });
+
   it("a step that is not applied: the applied steps are undone newest first, under the leases, then released", async () => {
     const { client, sent } = scripted((i) => (i.lease?.op === "step" && !i.undo && i.entity.id === "T-2" ? rejected(i, "patch_not_applicable") : undefined));
     const result = await runChange(client, input());
