@@ -157,6 +157,39 @@ export function unreadableBatchOf(headers: Record<string, unknown> | undefined):
   return match ? { firstOffset: match[1]!, lastOffset: match[2]!, reason: match[3]! } : { firstOffset: "?", lastOffset: "?", reason: text.slice(0, MAX_REASON_CHARS) };
 }
 
+type KafkajsRecord = { headers: Record<string, Buffer | Buffer[]> } & Record<string, unknown>;
+type RecordDecoder = (decoder: KafkajsDecoder & { readVarIntArray: (reader: (d: KafkajsDecoder) => unknown) => unknown[] }, context?: unknown) => KafkajsRecord;
+
+/**
+ * kafkajs's record decoder folds a record's headers into an object by spreading the object so far for each
+ * header: quadratic in their number. One record of 169 KB carrying 20,000 headers held the event loop for 100 s
+ * (measured here; 100,000 headers fit under the broker's default message.max.bytes), so one record stops every
+ * partition of its process and then of the next owner. Here kafkajs decodes the record with its header list
+ * handed back empty, and the headers are gathered once into the same shape (a repeated name gives an array of its
+ * values, in order). One difference: kafkajs's fold read inherited members, so a header named `toString` or
+ * `__proto__` came out as an array holding Object.prototype's member and the value; here it is the value, an own
+ * property.
+ */
+function linearHeaders(kafkajsRecord: RecordDecoder): RecordDecoder {
+  return (decoder, context) => {
+    let list: { key: string; value: Buffer }[] = [];
+    const readVarIntArray = decoder.readVarIntArray;
+    decoder.readVarIntArray = (reader) => {
+      list = readVarIntArray.call(decoder, reader) as { key: string; value: Buffer }[];
+      return [];
+    };
+    const record = kafkajsRecord(decoder, context);
+    const headers: Record<string, Buffer | Buffer[]> = {};
+    for (const { key, value } of list) {
+      const seen = Object.prototype.hasOwnProperty.call(headers, key) ? headers[key] : undefined;
+      const next = seen === undefined ? value : Array.isArray(seen) ? (seen.push(value), seen) : [seen, value];
+      Object.defineProperty(headers, key, { value: next, enumerable: true, writable: true, configurable: true });
+    }
+    record.headers = headers;
+    return record;
+  };
+}
+
 const GUARDED = Symbol.for("writ.unreadableBatchGuard");
 
 /**
@@ -170,7 +203,15 @@ export function installUnreadableBatchGuard(): void {
   const current = kafkajsRequire(path) as { [GUARDED]?: true };
   if (current[GUARDED]) return;
   const Decoder = kafkajsRequire("./src/protocol/decoder.js") as DecoderClass;
-  const decodeBatch = kafkajsRequire("./src/protocol/recordBatch/v0/decoder.js") as RecordBatchDecoder;
+  // kafkajs's record decoder with its headers gathered in linear time; the batch decoder, loaded afresh, uses it.
+  const recordPath = kafkajsRequire.resolve("./src/protocol/recordBatch/record/v0/decoder.js");
+  const batchPath = kafkajsRequire.resolve("./src/protocol/recordBatch/v0/decoder.js");
+  const kafkajsRecord = kafkajsRequire(recordPath) as RecordDecoder;
+  const cachedRecord = require.cache[recordPath];
+  if (!cachedRecord) throw new Error(`kafkajs's ${recordPath} is not in the module cache; cannot guard its records`);
+  cachedRecord.exports = linearHeaders(kafkajsRecord);
+  delete require.cache[batchPath];
+  const decodeBatch = kafkajsRequire(batchPath) as RecordBatchDecoder;
   const decodeMessageSet = kafkajsRequire("./src/protocol/messageSet/decoder.js") as MessageSetDecoder;
 
   const decodeMessages = async (decoder: KafkajsDecoder): Promise<unknown[]> => {

@@ -42,6 +42,12 @@ export const parsingAttacks: Attack[] = [
     w.book.note("attack", null, undefined, "gzip batch inflating past 64 MiB (80 MiB of zeros in about 80 KB)", null);
     await w.producer.send({ topic: w.topics.intents, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key: e.key, value: Buffer.alloc(80 << 20) }] });
   }),
+  a("huge value", "60,000 distinct headers on one record (about 500 KB)", "payment", "dlq:undecodable", async (w, e) => {
+    // kafkajs's own record decoder folds headers in quadratic time: this record would hold its event loop for about 15 minutes (20,000 headers: 100 s).
+    const headers = Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`h${i}`, "v"]));
+    const o = bad("60,000 distinct headers on one record (about 500 KB)", e, Buffer.from("headers, not an intent"), { headers });
+    await one(w, o);
+  }),
   // --- parsing -------------------------------------------------------------------------------
   ...(
     [
