@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { WritError } from "./errors.ts";
+import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
 
 const brokers = z
@@ -38,8 +39,12 @@ export const RouterConfig = z
     replyTopicPrefix: z.string().min(1).default("writ.replies."),
     /** Confluent-API schema registry (unset means plain JSON values), its basic auth and TLS. */
     ...registryFields,
-    /** Ledger entries older than this are tombstoned. Hours. */
-    ledgerRetentionHours: z.number().positive().default(24),
+    /**
+     * Ledger entries older than this are tombstoned. Hours. At least the ledger's min.compaction.lag.ms (1 h), the
+     * time a partition may go without an owner and keep its in-doubt entries; at most ten years, so that the cutoff
+     * `now - retention` stays a valid date (an Invalid Date would compare below every entry and expire them all).
+     */
+    ledgerRetentionHours: z.number().min(LEDGER_MIN_COMPACTION_LAG_MS / 3_600_000).max(87_600).default(24),
     /** How long a new owner may take to restore a ledger partition. ms. */
     restoreTimeoutMs: z.number().int().positive().default(120_000),
     /**

@@ -206,10 +206,13 @@ export class PartitionLedger implements LedgerView {
   /**
    * Keys of committed entries last changed before `cutoff`, oldest first, at
    * most `limit`; pending entries are skipped (reconcile settles them first).
+   * None for an invalid cutoff: every `updatedAt >= NaN` is false, which would
+   * expire the whole ledger.
    */
   expired(cutoff: Date, limit: number): string[] {
     const out: string[] = [];
     const cut = cutoff.getTime();
+    if (!Number.isFinite(cut)) return out;
     for (const [key, entry] of this.committed) {
       if (Date.parse(entry.updatedAt) >= cut || out.length >= limit) break;
       if (entry.status !== "pending" && !this.staged.has(key) && !this.sending.has(key)) out.push(key);

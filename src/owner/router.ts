@@ -72,6 +72,8 @@ export interface RouterInternals {
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
   beforeCommit?: (info: { partition: number; topics: string[]; offset: boolean }) => Promise<void>;
+  /** A retention window below the config's least hour, so that a test sees the sweep (tests). Hours. */
+  ledgerRetentionHours?: number;
 }
 
 export interface Router {
@@ -99,7 +101,8 @@ export interface Router {
  * const router = await startRouter({ config: routerConfigFromEnv(), tools: [refund], systems: [billing] });
  */
 export async function startRouter(opts: RouterOptions, internals: RouterInternals = {}): Promise<Router> {
-  const config = parseConfig(RouterConfig, opts.config, "router");
+  const parsed = parseConfig(RouterConfig, opts.config, "router");
+  const config = internals.ledgerRetentionHours === undefined ? parsed : { ...parsed, ledgerRetentionHours: internals.ledgerRetentionHours };
   const log = (opts.logger ?? createLogger()).child({ component: "router", instance: config.instanceId });
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).

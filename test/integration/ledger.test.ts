@@ -67,8 +67,8 @@ describe("the ledger on writ.ledger", () => {
   it("retention-tombstones: entries past the retention window are tombstoned on the compacted topic", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    // 1.8 s of retention, so the sweep runs within the test.
-    await h.startRouter({ config: { ...h.config, ledgerRetentionHours: 0.0005 } });
+    // 1.8 s of retention, so the sweep runs within the test (below the config's least hour: a test-only override).
+    await h.startRouter({}, { ledgerRetentionHours: 0.0005 });
     const agent = await h.client("billing-agent");
     const { version } = await readVersion(h.records, "payment", "pay_1");
     const reply = await agent.submit(refund(`run-${randomUUID()}`, version));

@@ -25,6 +25,16 @@ describe("routerConfigFromEnv", () => {
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "-1" })).toThrow(/WRIT_OPEN_PENDING_MAX_MS/);
   });
 
+  it("bounds the ledger retention window by the compaction lag and by dates that exist", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "1" }).ledgerRetentionHours).toBe(1);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "87600" }).ledgerRetentionHours).toBe(87_600);
+    // now - 1e10 h is no date: every entry would compare older than the cutoff and be tombstoned.
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "1e10" })).toThrow(/WRIT_LEDGER_RETENTION_HOURS \(ledgerRetentionHours\)/);
+    // retention.ms "1": tombstones gone before a restore reads them.
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "0.0000001" })).toThrow(/WRIT_LEDGER_RETENTION_HOURS/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "0.5" })).toThrow(/WRIT_LEDGER_RETENTION_HOURS/);
+  });
+
   it("takes the failed transactions in a row after which a partition is reported as not moving", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).stuckAfterFailures).toBe(5);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "2" }).stuckAfterFailures).toBe(2);

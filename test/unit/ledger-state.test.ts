@@ -85,6 +85,13 @@ describe("PartitionLedger", () => {
     expect(ledger.expired(new Date(Date.now() - 60_000), 1)).toEqual(["a"]);
   });
 
+  it("expires nothing for an invalid cutoff (a retention window past the dates, now - 1e10 h), not everything", () => {
+    const old = new Date(Date.now() - 3_600_000).toISOString();
+    const ledger = new PartitionLedger(0, [["a", entry("done", { key: "a", at: old })], ["b", entry("done", { key: "b" })]]);
+    expect(ledger.expired(new Date(Date.now() - 1e10 * 3_600_000), 10)).toEqual([]);
+    expect(ledger.expired(new Date(NaN), 10)).toEqual([]);
+  });
+
   it("counts the reply topics its committed entries name, and forgets one when its last entry goes", () => {
     const ledger = new PartitionLedger(0, [
       ["a", entry("done", { key: "a", replyTo: "writ.replies.x" })],
