@@ -8,7 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { parseConfig } from "../src/config.ts";
+import { parseConfig, timerMs } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
@@ -29,7 +29,7 @@ const McpMainConfig = z
     agentId: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/).default("mcp-agent"),
     replyTopic: z.string().min(1).optional(),
     /** Deadline of one submission. ms. */
-    submitTimeoutMs: z.coerce.number().int().positive().default(30_000),
+    submitTimeoutMs: z.coerce.number().pipe(timerMs(1)).default(30_000),
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */

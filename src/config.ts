@@ -8,6 +8,15 @@ const brokers = z
   .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((b) => b.trim()).filter((b) => b.length > 0))
   .pipe(z.array(z.string().regex(/^[^\s:]+:\d{1,5}$/, "host:port")).min(1, "at least one broker"));
 
+/**
+ * The longest delay Node's timers take (2^31 - 1 ms, about 24.8 days): a longer one fires after 1 ms with a
+ * TimeoutOverflowWarning, so a deadline past it would expire at once and an interval past it would spin.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/** A duration that becomes a timer. ms. */
+export const timerMs = (min: number) => z.number().int().min(min).max(MAX_TIMER_MS, `at most ${MAX_TIMER_MS} (Node's longest timer)`);
+
 const topicName = z.string().regex(/^[a-zA-Z0-9._-]{1,249}$/, "a Kafka topic name");
 
 /** Topic names; these are the defaults of the topic contract in the README. */
@@ -46,7 +55,7 @@ export const RouterConfig = z
      */
     ledgerRetentionHours: z.number().min(LEDGER_MIN_COMPACTION_LAG_MS / 3_600_000).max(87_600).default(24),
     /** How long a new owner may take to restore a ledger partition. ms. */
-    restoreTimeoutMs: z.number().int().positive().default(120_000),
+    restoreTimeoutMs: timerMs(1).default(120_000),
     /**
      * How often the consumed offset goes into an owner's transaction at most. ms. Like Kafka Streams'
      * commit.interval.ms under exactly-once (100): the offset lags, never leads; after a crash the
@@ -77,11 +86,11 @@ export const RouterConfig = z
     /** Largest record writ produces, bytes; keep it under the broker's `message.max.bytes` (default 1,048,588). */
     maxMessageBytes: z.number().int().min(16_384).default(1_000_000),
     /** Deadline of one system-of-record request. ms. */
-    sorTimeoutMs: z.number().int().positive().default(5_000),
+    sorTimeoutMs: timerMs(1).default(5_000),
     /** First pause after a system of record (or the registry) is unreachable. ms. */
-    outageBackoffInitialMs: z.number().int().positive().default(200),
+    outageBackoffInitialMs: timerMs(1).default(200),
     /** Longest pause between tries while a system of record is unreachable. ms. */
-    outageBackoffMaxMs: z.number().int().positive().default(10_000),
+    outageBackoffMaxMs: timerMs(1).default(10_000),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
     /**
@@ -92,7 +101,7 @@ export const RouterConfig = z
     /** Tries of an intent whose processing fails unexpectedly (a bug, a throwing reconcile function) before it is settled without a write. */
     maxProcessingAttempts: z.number().int().min(1).max(100).default(5),
     /** Consumer session timeout. ms. */
-    sessionTimeoutMs: z.number().int().min(6_000).default(30_000),
+    sessionTimeoutMs: timerMs(6_000).default(30_000),
     /**
      * Kafka transaction protocol of the owners' producers. `auto` speaks transactions v2 (KIP-890: Produce adds
      * its partitions, EndTxn bumps the epoch; two requests per transaction instead of three) when the cluster
@@ -107,11 +116,11 @@ export const RouterConfig = z
      */
     transactionSpacingMs: z.number().int().min(0).max(100).default(2),
     /** Transaction timeout. ms. */
-    transactionTimeoutMs: z.number().int().min(1_000).default(60_000),
+    transactionTimeoutMs: timerMs(1_000).default(60_000),
     /** How often the owner checks the last stable offset of the partitions it writes. ms. */
-    lsoCheckIntervalMs: z.number().int().min(100).default(5_000),
+    lsoCheckIntervalMs: timerMs(100).default(5_000),
     /** A partition this process writes whose last stable offset has not moved for this long, behind its high watermark, gets a healing transaction. ms. */
-    hangHealAfterMs: z.number().int().min(100).default(10_000),
+    hangHealAfterMs: timerMs(100).default(10_000),
     /** Port of the health endpoints (`/healthz`, `/readyz`) on 127.0.0.1 unless `healthHost` says otherwise; unset: no server. */
     healthPort: z.number().int().min(0).max(65_535).optional(),
     healthHost: z.string().min(1).default("127.0.0.1"),
@@ -161,7 +170,7 @@ export const ClientConfig = z
     replyTopicPartitions: z.number().int().min(1).default(1),
     replicationFactor: z.number().int().min(1).default(1),
     /** Default deadline of `submit()`. ms. */
-    submitTimeoutMs: z.number().int().positive().default(30_000),
+    submitTimeoutMs: timerMs(1).default(30_000),
   })
   .strict()
   .superRefine(checkRegistryFields);

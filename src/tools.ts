@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { timerMs } from "./config.ts";
 import { WritError } from "./errors.ts";
 import type { KeyScope } from "./keys.ts";
 import type { JsonPatchOp, Versioned } from "./schemas/common.ts";
@@ -236,7 +237,7 @@ const DeclarationShape = z.strictObject({
   versionPolicy: z.enum(["strict", "rebase-commutative"], { error: "missing version policy (strict | rebase-commutative)" }).optional(),
   maxConflictCycles: z.number().int().min(0).max(20).default(2),
   system: z.string().min(1, "missing system-of-record adapter name"),
-  timeoutMs: z.number().int().positive().optional(),
+  timeoutMs: timerMs(1).optional(),
   description: z.string().optional(),
   reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")]).optional(),
   delta: z.custom<(p: never, c: Versioned) => JsonPatchOp[]>((v) => typeof v === "function", "a function (params, current) => delta").optional(),

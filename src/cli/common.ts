@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
+import { MAX_TIMER_MS } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -221,11 +222,18 @@ export function packageVersion(): string {
   }
 }
 
-/** Parses a non-negative integer flag; a usage error otherwise. */
-export function intFlag(name: string, raw: string | undefined, fallback: number, min = 0): number {
+/** Parses an integer flag from `min` to `max`; a usage error otherwise. */
+export function intFlag(name: string, raw: string | undefined, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER): number {
   if (raw === undefined) return fallback;
-  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) < min) throw new UsageError(`--${name} must be an integer >= ${min}, got ${raw}`);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) < min || Number(raw) > max) {
+    throw new UsageError(`--${name} must be an integer from ${min} to ${max}, got ${raw}`);
+  }
   return Number(raw);
+}
+
+/** A flag in ms that becomes a timer: past {@link MAX_TIMER_MS} Node would fire it after 1 ms. */
+export function msFlag(name: string, raw: string | undefined, fallback: number, min = 0): number {
+  return intFlag(name, raw, fallback, min, MAX_TIMER_MS);
 }
 
 /** Parses a JSON flag; a usage error naming the flag otherwise. */

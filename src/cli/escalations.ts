@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
@@ -151,7 +151,7 @@ async function resolve(argv: string[]): Promise<number> {
     const reply = await client.resolve(
       found.e,
       { decision: decisions[0]!, ...(a.message ? { message: a.message } : {}), ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}) },
-      { timeoutMs: intFlag("timeout", a.timeout, 30_000, 1) },
+      { timeoutMs: msFlag("timeout", a.timeout, 30_000, 1) },
     );
     process.stdout.write(`${JSON.stringify(reply)}\n`);
     return reply.status === "applied" || (reply.status === "rejected" && (reply.reason === "escalation_discarded" || reply.reason === "returned_by_operator")) ? 0 : 1;

@@ -6,7 +6,7 @@ import { createWritClient, type IntentInput, type SubmitResult } from "../../pro
 import type { KeyScope, KeyedTool } from "../keys.ts";
 import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { brokersFrom, commandLogger, connectionFor, intFlag, jsonFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-> [options]
@@ -130,7 +130,7 @@ async function main(argv: string[]): Promise<number> {
   const a = parsed.values;
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
-  const timeoutMs = intFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
+  const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
   const signing = a["signing-key"] === undefined ? undefined : { keyFile: a["signing-key"], keyId: a["key-id"]! };
   const file = a.intent === undefined ? {} : readIntentFile(a.intent);

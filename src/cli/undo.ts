@@ -4,7 +4,7 @@
 import { buildUndoIntent } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { send, SEND_OPTIONS } from "./submit.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics } from "./topic-reader.ts";
@@ -60,7 +60,7 @@ async function main(argv: string[]): Promise<number> {
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
-  const timeoutMs = intFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
+  const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
 
   let undone: { intentKey: string; entity: { type: string; id: string }; tool: string };
   if (a.entity !== undefined && a.tool !== undefined) {

@@ -1,6 +1,6 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
 import { readFileSync } from "node:fs";
-import { brokersFrom, commandLogger, connectionFor, intFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "../cli/common.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "../cli/common.ts";
 import { startConsole } from "./server.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
@@ -75,8 +75,7 @@ async function main(argv: string[]): Promise<number> {
     throw new UsageError("--operator, --signing-key and --reply-topic need the operator role: give --operator-token (or WRIT_CONSOLE_OPERATOR_TOKEN)");
   }
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
-  const port = intFlag("port", a.port, 39200);
-  if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
+  const port = intFlag("port", a.port, 39200, 0, 65535);
   const brokers = brokersFrom(a.brokers);
   const connection = connectionFor(registryFrom(a.registry));
   const log = commandLogger("console");
@@ -105,8 +104,8 @@ async function main(argv: string[]): Promise<number> {
     allowedHosts: a["allowed-host"] ?? [],
     backlog: a["from-beginning"] ? "all" : intFlag("backlog", a.backlog, 1000),
     limits: { recent: intFlag("keep", a.keep, 100, 1) },
-    discoverIntervalMs: intFlag("discover-ms", a["discover-ms"], 5000, 100),
-    lagIntervalMs: intFlag("lag-ms", a["lag-ms"], 2000, 100),
+    discoverIntervalMs: msFlag("discover-ms", a["discover-ms"], 5000, 100),
+    lagIntervalMs: msFlag("lag-ms", a["lag-ms"], 2000, 100),
     logger: log,
     onDecision: (d) => {
       process.stderr.write(`writ console: escalation ${d.escalationId}: ${d.decision} by ${d.operator}: ${d.status}${d.reason ? ` ${d.reason}` : ""}\n`);

@@ -3,6 +3,7 @@ import { STATUS_CODES } from "node:http";
 import { createSecureContext } from "node:tls";
 import { z } from "zod";
 import { CANONICAL_MAX_DEPTH, jsonDepth } from "../canonical-json.ts";
+import { timerMs } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import { tlsConnectOptions } from "../security/transport.ts";
@@ -212,7 +213,7 @@ export const HttpSystemOfRecordOptions = z
      */
     headers: HeadersSource.default({}),
     /** Ceiling in ms on read() and lookups, and the deadline of the read after a body-less 2xx. Default 5000. */
-    readTimeoutMs: z.number().int().positive().default(5000),
+    readTimeoutMs: timerMs(1).default(5000),
     /**
      * The largest answer body read, in bytes (default 8 MiB): a larger one is cut off as it arrives and never
      * buffered whole. A read or lookup answered with one is `sor_protocol` (an answer writ cannot use); a

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { routerConfigFromEnv } from "../../src/config.ts";
+import { ClientConfig, parseConfig, routerConfigFromEnv } from "../../src/config.ts";
 
 describe("routerConfigFromEnv", () => {
   it("applies defaults from the schema", () => {
@@ -33,6 +33,23 @@ describe("routerConfigFromEnv", () => {
     // retention.ms "1": tombstones gone before a restore reads them.
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "0.0000001" })).toThrow(/WRIT_LEDGER_RETENTION_HOURS/);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEDGER_RETENTION_HOURS: "0.5" })).toThrow(/WRIT_LEDGER_RETENTION_HOURS/);
+  });
+
+  it("refuses durations past Node's longest timer, which would fire after 1 ms", () => {
+    for (const variable of [
+      "WRIT_SOR_TIMEOUT_MS",
+      "WRIT_RESTORE_TIMEOUT_MS",
+      "WRIT_OUTAGE_BACKOFF_INITIAL_MS",
+      "WRIT_OUTAGE_BACKOFF_MAX_MS",
+      "WRIT_LSO_CHECK_INTERVAL_MS",
+      "WRIT_HANG_HEAL_AFTER_MS",
+      "WRIT_TRANSACTION_TIMEOUT_MS",
+      "WRIT_SESSION_TIMEOUT_MS",
+    ]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", [variable]: "3000000000" }), variable).toThrow(new RegExp(`${variable} \\(\\w+\\): at most 2147483647`));
+    }
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_TIMEOUT_MS: "2147483647" }).sorTimeoutMs).toBe(2_147_483_647);
+    expect(() => parseConfig(ClientConfig, { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", submitTimeoutMs: 3_000_000_000 }, "client")).toThrow(/submitTimeoutMs: at most 2147483647/);
   });
 
   it("takes the failed transactions in a row after which a partition is reported as not moving", () => {
