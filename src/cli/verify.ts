@@ -12,7 +12,7 @@ import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
 import { formatReport, runVerify } from "../verify/verify.ts";
-import { parseOrExit, type Command } from "./common.ts";
+import { msFlag, parseOrExit, type Command } from "./common.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
        npm run verify -- --tools <module> [options]
@@ -79,8 +79,12 @@ async function main(argv: string[]): Promise<number> {
   const scenarios = args.scenario ?? [...SCENARIOS];
   const badScenario = scenarios.find((s) => !(SCENARIOS as readonly string[]).includes(s));
   if (badScenario !== undefined) return fail(`unknown scenario ${badScenario}; one of ${SCENARIOS.join(", ")}`);
-  const sorTimeoutMs = args["sor-timeout-ms"] === undefined ? undefined : Number(args["sor-timeout-ms"]);
-  if (sorTimeoutMs !== undefined && !(Number.isInteger(sorTimeoutMs) && sorTimeoutMs > 0)) return fail("--sor-timeout-ms must be a positive integer (ms)");
+  let sorTimeoutMs: number | undefined;
+  try {
+    sorTimeoutMs = args["sor-timeout-ms"] === undefined ? undefined : msFlag("sor-timeout-ms", args["sor-timeout-ms"], 0, 1);
+  } catch (err) {
+    return fail((err as Error).message);
+  }
 
   const progress = (line: string) => {
     if (!args.json) process.stderr.write(`  ${line}\n`);
