@@ -8,7 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { parseConfig, timerMs } from "../src/config.ts";
+import { envNumber, parseConfig, timerMs } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
@@ -29,18 +29,18 @@ const McpMainConfig = z
     agentId: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/).default("mcp-agent"),
     replyTopic: z.string().min(1).optional(),
     /** Deadline of one submission. ms. */
-    submitTimeoutMs: z.coerce.number().pipe(timerMs(1)).default(30_000),
+    submitTimeoutMs: timerMs(1).default(30_000),
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
     runId: z.string().min(1).optional(),
     /** --http only. */
-    port: z.coerce.number().int().min(0).max(65535).default(39100),
+    port: z.number().int().min(0).max(65535).default(39100),
     /** --http only, required there: the bearer token every request must carry. Never logged (the logger redacts `token`). */
     token: z.string().min(16, "at least 16 characters").optional(),
     /** --http only: open sessions at most (past it an initialize is refused 503), and how long an idle one lives. */
-    maxSessions: z.coerce.number().int().positive().default(DEFAULT_MAX_MCP_SESSIONS),
-    sessionIdleMs: z.coerce.number().int().positive().default(DEFAULT_MCP_SESSION_IDLE_MS),
+    maxSessions: z.number().int().positive().default(DEFAULT_MAX_MCP_SESSIONS),
+    sessionIdleMs: z.number().int().positive().default(DEFAULT_MCP_SESSION_IDLE_MS),
   })
   .strict();
 
@@ -89,8 +89,11 @@ try {
     throw new WritError("config_invalid", "usage: npm run mcp -- --stdio [--run-id ID] | --http [--port N]", { retriable: false, context: { field: "argv" } });
   }
   const input: Record<string, unknown> = {};
-  for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = process.env[name];
-  if (args.port !== undefined) input.port = args.port;
+  // Numbers are decimal only (envNumber): Number() would take "  " as 0 and "0x50" as 80.
+  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs"]);
+  const value = (field: string, raw: string) => (numeric.has(field) ? envNumber(raw) : raw);
+  for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = value(field, process.env[name]);
+  if (args.port !== undefined) input.port = value("port", args.port);
   if (args["run-id"] !== undefined) input.runId = args["run-id"];
   const config = parseConfig(McpMainConfig, input, "MCP server", (path) => {
     const field = String(path[0] ?? "");

@@ -19,6 +19,17 @@ export const timerMs = (min: number) => z.number().int().min(min).max(MAX_TIMER_
 
 const topicName = z.string().regex(/^[a-zA-Z0-9._-]{1,249}$/, "a Kafka topic name");
 
+/** A Kafka client or group id: no control characters, which would garble the logs and brokers' requests that carry it. */
+const kafkaId = z.string().regex(/^[^\x00-\x1f\x7f-\x9f]+$/, "at least one character, no control characters");
+
+/**
+ * A number in an environment variable: decimal only. Number() also takes "   " (0), "0x50" (80) and "0b1";
+ * anything else stays a string, which the schema refuses naming the variable.
+ */
+export function envNumber(raw: string): number | string {
+  return /^-?\d+(\.\d+)?(e[+-]?\d+)?$/i.test(raw) ? Number(raw) : raw;
+}
+
 /** Topic names; these are the defaults of the topic contract in the README. */
 export const TopicsConfig = z
   .object({
@@ -36,16 +47,16 @@ export const RouterConfig = z
     brokers,
     /** SASL and TLS to the brokers (every client the owner builds: consumer, producers, admin, ledger reader, offset probe). */
     kafka: KafkaSecurity.optional(),
-    clientId: z.string().min(1).default("writ-owner"),
+    clientId: kafkaId.default("writ-owner"),
     /** Consumer group of the owners of `writ.intents`. */
-    groupId: z.string().min(1).default("writ.owners"),
+    groupId: kafkaId.default("writ.owners"),
     topics: TopicsConfig.default(TopicsConfig.parse({})),
     /** Partitions of `writ.intents` and `writ.ledger` when writ creates them. Fixed for the topics' life. */
     intentPartitions: z.number().int().min(1).max(10_000).default(12),
     /** Replication factor when writ creates topics: 1 suits a single local broker; 3 (with min.insync.replicas 2) is the production default. */
     replicationFactor: z.number().int().min(1).default(1),
     /** Reply topics must start with this; anything else is rejected. */
-    replyTopicPrefix: z.string().min(1).default("writ.replies."),
+    replyTopicPrefix: z.string().regex(/^[a-zA-Z0-9._-]{1,248}$/, "the start of a Kafka topic name (letters, digits, . _ -)").default("writ.replies."),
     /** Confluent-API schema registry (unset means plain JSON values), its basic auth and TLS. */
     ...registryFields,
     /**
@@ -127,7 +138,10 @@ export const RouterConfig = z
     /** The agent registry file (JSON; see src/security/agent-registry.ts). Unset: no authentication (development only). */
     agentRegistryPath: z.string().min(1).optional(),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
-    instanceId: z.string().min(1).default(() => `owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`),
+    instanceId: z
+      .string()
+      .regex(/^[\x21-\x7e]{1,128}$/, "1 to 128 printable ASCII characters without spaces (it goes into an HTTP header)")
+      .default(() => `owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -164,7 +178,7 @@ export const ClientConfig = z
     /** This agent's reply topic; must start with the router's reply prefix. */
     replyTopic: topicName,
     intentsTopic: topicName.default("writ.intents"),
-    clientId: z.string().min(1).optional(),
+    clientId: kafkaId.optional(),
     ...registryFields,
     /** Partitions of the reply topic when the client creates it. */
     replyTopicPartitions: z.number().int().min(1).default(1),
@@ -267,7 +281,7 @@ export function routerConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Route
   for (const [field, name] of Object.entries(ROUTER_ENV)) {
     const raw = env[name];
     if (raw === undefined || raw === "") continue;
-    const value = NUMERIC.has(field) ? (Number.isNaN(Number(raw)) ? raw : Number(raw)) : raw;
+    const value = NUMERIC.has(field) ? envNumber(raw) : raw;
     if (field.startsWith("topics.")) (input.topics as Record<string, unknown>)[field.slice(7)] = value;
     else input[field] = value;
   }

@@ -52,6 +52,29 @@ describe("routerConfigFromEnv", () => {
     expect(() => parseConfig(ClientConfig, { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", submitTimeoutMs: 3_000_000_000 }, "client")).toThrow(/submitTimeoutMs: at most 2147483647/);
   });
 
+  it("refuses an instance id that would break the x-writ-owner header of every write", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INSTANCE_ID: "owner-a.1" }).instanceId).toBe("owner-a.1");
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).instanceId).toMatch(/^owner-\d+-[a-z0-9]+$/);
+    for (const id of ["owner\r\nx-evil: 1", "owner-€", "owner a", "x".repeat(129)]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INSTANCE_ID: id }), id).toThrow(/WRIT_INSTANCE_ID \(instanceId\)/);
+    }
+  });
+
+  it("reads numbers in decimal only, naming the variable", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_PORT: "8080", WRIT_LEDGER_RETENTION_HOURS: "1.5" })).toMatchObject({ healthPort: 8080, ledgerRetentionHours: 1.5 });
+    // Number("   ") is 0 and Number("0x50") is 80.
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_COMMIT_LINGER_MS: "   " })).toThrow(/WRIT_COMMIT_LINGER_MS \(commitLingerMs\)/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_PORT: "0x50" })).toThrow(/WRIT_HEALTH_PORT \(healthPort\)/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INTENT_PARTITIONS: "0b11" })).toThrow(/WRIT_INTENT_PARTITIONS/);
+  });
+
+  it("refuses a reply topic prefix outside the topic-name characters and ids with control characters", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REPLY_TOPIC_PREFIX: "acme.replies-" }).replyTopicPrefix).toBe("acme.replies-");
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REPLY_TOPIC_PREFIX: "bad topic/" })).toThrow(/WRIT_REPLY_TOPIC_PREFIX \(replyTopicPrefix\)/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_GROUP_ID: "owners\n" })).toThrow(/WRIT_GROUP_ID \(groupId\)/);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_CLIENT_ID: "owner\x1b[2J" })).toThrow(/WRIT_CLIENT_ID \(clientId\)/);
+  });
+
   it("takes the failed transactions in a row after which a partition is reported as not moving", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).stuckAfterFailures).toBe(5);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "2" }).stuckAfterFailures).toBe(2);
