@@ -12,6 +12,7 @@ import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { REDACT_PATHS } from "../logger.ts";
+import { printable } from "../printable.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -139,12 +140,13 @@ export function commandLogger(name: string): Logger {
           lastKafkaError = now;
           if (now - streakStart < PERSISTING_MS || now - lastReported < 60_000) return;
           lastReported = now;
-          process.stderr.write(`writ ${name}: warn: Kafka keeps failing for ${Math.round((now - streakStart) / 1000)} s, still retrying: ${String(msg ?? "")} (LOG_LEVEL=debug shows every attempt)\n`);
+          process.stderr.write(`writ ${name}: warn: Kafka keeps failing for ${Math.round((now - streakStart) / 1000)} s, still retrying: ${printable(String(msg ?? ""))} (LOG_LEVEL=debug shows every attempt)\n`);
           return;
         }
         const errText = err && typeof err === "object" && "message" in err ? `: ${String((err as { message: unknown }).message)}` : "";
         const extra = verbose ? ` ${JSON.stringify(rest)}` : "";
-        process.stderr.write(`writ ${name}: ${label}: ${String(msg ?? "")}${errText}${extra}\n`);
+        // Messages and errors quote records and brokers (keys, ids, zod messages naming a record's fields).
+        process.stderr.write(`writ ${name}: ${label}: ${printable(`${String(msg ?? "")}${errText}${extra}`)}\n`);
       },
     },
   );

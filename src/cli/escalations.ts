@@ -2,6 +2,7 @@
 import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
+import { printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
@@ -42,8 +43,10 @@ export function age(fromIso: string, now = Date.now()): string {
   return `${Math.round(s / 86_400)} d`;
 }
 
-function table(rows: string[][]): string {
+export function table(rows: string[][]): string {
   // A fold, not Math.max(...rows): spreading a large backlog's rows overflows the call stack.
+  // Cells come from the records: escaped before they are measured, so the columns line up and no cell acts on the terminal.
+  rows = rows.map((r) => r.map(printable));
   const widths = rows[0]!.map((_, i) => rows.reduce((w, r) => Math.max(w, r[i]!.length), 0));
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n");
 }

@@ -2,6 +2,7 @@
 // or the Confluent wire format, as WireCodec reads them), skipping control
 // records; follows the topic with --follow.
 import { WireCodec } from "../codec.ts";
+import { printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { readTopics, topicsWithPrefix, type TopicRecord } from "./topic-reader.ts";
@@ -75,8 +76,12 @@ export async function decodeRecord(codec: WireCodec, schema: WireSchemaName, r: 
 const short = (key: unknown) => (typeof key === "string" && key.length > 16 ? `${key.slice(0, 12)}…` : String(key));
 const ent = (e: unknown) => (e && typeof e === "object" ? `${(e as { type?: string }).type}:${(e as { id?: string }).id}` : "?");
 
-/** One readable line per record. */
+/** One readable line per record; every value in it comes from the record, so the line is made printable whole. */
 export function formatRecord(schema: WireSchemaName, d: DecodedRecord): string {
+  return printable(describeRecord(schema, d));
+}
+
+function describeRecord(schema: WireSchemaName, d: DecodedRecord): string {
   const where = `${d.timestamp} ${d.topic}[${d.partition}]@${d.offset}`;
   if (d.tombstone) return `${where} tombstone key=${short(d.key)}`;
   if (d.error !== undefined) return `${where} undecodable (${d.error}) key=${d.key ?? "null"}`;

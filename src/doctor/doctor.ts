@@ -4,6 +4,7 @@
 // stable offset moved. See src/cli/doctor.ts for the command line.
 import { Kafka, logLevel as LogLevel, type KafkaConfig, type logCreator } from "kafkajs";
 import { WritError } from "../errors.ts";
+import { printable } from "../printable.ts";
 import { TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";
 
 /** writ's topic contract: the topics `writ doctor` checks unless told otherwise (plus every reply topic). */
@@ -237,7 +238,8 @@ export function formatDoctorReport(report: DoctorReport): string {
   const aborted = report.findings.filter((f) => f.abort?.ok === true).length;
   if (report.findings.length === 0) lines.push("writ doctor: no hanging transactions");
   else lines.push(`writ doctor: ${report.findings.length} hanging transaction(s)${report.findings.some((f) => f.abort) ? `, ${aborted} aborted` : "; run with --abort to abort them"}`);
-  return lines.join("\n");
+  // Transactional ids and errors are whatever the brokers (and the producers that named them) say.
+  return lines.map(printable).join("\n");
 }
 
 /** 0 when nothing hangs (or everything found was aborted and healed), 1 otherwise. */

@@ -1,5 +1,9 @@
-import { describe, expect, it } from "vitest";
-import { intFlag, msFlag, UsageError } from "../../src/cli/common.ts";
+import { describe, expect, it, vi } from "vitest";
+import { commandLogger, intFlag, msFlag, UsageError } from "../../src/cli/common.ts";
+import { table } from "../../src/cli/escalations.ts";
+import { formatRecord } from "../../src/cli/tail.ts";
+import { formatDoctorReport } from "../../src/doctor/doctor.ts";
+import { printable } from "../../src/printable.ts";
 
 describe("intFlag, msFlag", () => {
   it("takes an integer within its bounds and names the flag otherwise", () => {
@@ -15,5 +19,62 @@ describe("intFlag, msFlag", () => {
     expect(msFlag("timeout-ms", "2147483647", 30_000, 1)).toBe(2_147_483_647);
     expect(() => msFlag("timeout-ms", "3000000000", 30_000, 1)).toThrow(/--timeout-ms must be an integer from 1 to 2147483647, got 3000000000/);
     expect(() => msFlag("discover-ms", "2147483648", 5000, 100)).toThrow(UsageError);
+  });
+});
+
+describe("human-readable output of record-derived text", () => {
+  const ESC = "\x1b";
+  const evil = `T-1${ESC}]52;c;ZWNobyBwd25lZA==\x07${ESC}[2J${ESC}[1;31mFAKE${ESC}[0m\u202e\x9b`;
+  const at = "2026-12-04T00:00:00.000Z";
+  const where = { topic: "writ.dlq", partition: 0, offset: "5", timestamp: at };
+
+  it("printable shows controls and bidi overrides as escapes and leaves other text alone", () => {
+    expect(printable(`a${ESC}[2Jb\r\n\u202e\u2066\x9b\x7f é €`)).toBe("a\\x1b[2Jb\\x0d\\x0a\\u202e\\u2066\\x9b\\x7f é €");
+  });
+
+  it("formatRecord: a dead letter's key and a reply's entity id cannot drive the terminal", () => {
+    const dl = { reason: "key_mismatch", message: "m", source: { topic: "writ.intents", partition: 0, offset: "5" }, key: `a${ESC}[2Jb`, originalBytes: 0, truncated: false, at };
+    const dlLine = formatRecord("DeadLetter", { ...where, key: "x", value: dl });
+    expect(dlLine).not.toContain(ESC);
+    expect(dlLine).toContain("key=a\\x1b[2Jb");
+    const reply = { status: "applied", intentId: "i1", intentKey: "k".repeat(64), duplicate: false, at, entity: { type: "ticket", id: evil }, version: "v1", via: "patch" };
+    const replyLine = formatRecord("Reply", { ...where, key: "x", value: reply });
+    expect(replyLine).not.toMatch(/[\x00-\x1f\x7f-\x9f\u202a-\u202e]/);
+    expect(replyLine).toContain("ticket:T-1\\x1b]52;c;");
+    // An undecodable record's key and the decoder's message (which may quote the record's field names).
+    expect(formatRecord("Reply", { ...where, key: evil, error: `schema_invalid: unrecognized key "${ESC}]0;pwned\x07"` })).not.toContain(ESC);
+  });
+
+  it("the commands' logger escapes its messages and errors", async () => {
+    const written: string[] = [];
+    const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    try {
+      const log = commandLogger("tail");
+      log.warn(`writ.dlq[0]@5 skipped: unrecognized key "${ESC}]0;pwned\x07"`);
+      log.error({ err: new Error(`bad ${evil}`) }, "failed");
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      spy.mockRestore();
+    }
+    expect(written.join("")).toContain("writ tail: warn: writ.dlq[0]@5 skipped");
+    expect(written.join("")).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]/);
+  });
+
+  it("the escalations table and doctor's report escape what records and brokers said", () => {
+    const rendered = table([["ENTITY", "MESSAGE"], [`ticket:${evil}`, `m${ESC}[2J`]]);
+    expect(rendered).not.toContain(ESC);
+    const report = formatDoctorReport({
+      ok: false,
+      brokers: ["a:1"],
+      olderThanMs: 60_000,
+      topics: ["writ.ledger"],
+      missingTopics: [],
+      partitions: 1,
+      findings: [
+        { topic: "writ.ledger", partition: 0, startOffset: "1", producerId: "7", producerEpoch: 0, coordinatorEpoch: 0, transactionalId: `writ.owners-0${ESC}[2J`, transactionState: "Ongoing", lastTimestamp: 0, idleMs: 120_000, hint: "h" },
+      ],
+    });
+    expect(report).not.toContain(ESC);
+    expect(report).toContain("writ.owners-0\\x1b[2J");
   });
 });

@@ -1,0 +1,15 @@
+// Text from Kafka records (entity ids, keys, messages that quote an attacker's field names) and from the
+// brokers (transactional ids, errors) is hostile once it reaches an operator's terminal: ESC and OSC
+// sequences clear the screen, fake lines, set the title or write the clipboard (OSC 52), and bidi
+// overrides reorder what is shown. Human-readable output passes it through here first.
+
+/** C0 and C1 controls (ESC, CSI 0x9b, OSC 0x9d, CR, LF …), DEL, the bidi embeddings/overrides and isolates. */
+const UNPRINTABLE = /[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
+
+/** `s` with every control and bidi override shown as a visible escape (`\x1b`, `\u202e`), never acted on. */
+export function printable(s: string): string {
+  return s.replace(UNPRINTABLE, (c) => {
+    const n = c.charCodeAt(0);
+    return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16)}`;
+  });
+}
