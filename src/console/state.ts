@@ -20,7 +20,7 @@ export interface ConsoleLimits {
   recent: number;
   /** Intents in flight tracked at most (the oldest are dropped, and counted). */
   inFlight: number;
-  /** Escalations kept at most (resolved ones are dropped first). */
+  /** Escalations kept at most (resolved ones are dropped first; then new open ones are not kept, and counted). */
   escalations: number;
   /** Characters of JSON kept per record state, change or params (longer ones are cut, and say so). */
   valueChars: number;
@@ -166,6 +166,8 @@ export interface Counts {
   deadLetters: number;
   escalationsOpen: number;
   escalationsResolved: number;
+  /** Open escalations not kept because the list was full of open ones (`writ escalations list` shows them). */
+  escalationsDropped: number;
   inFlight: number;
   /** Intents dropped from the in-flight list because it was full. */
   inFlightDropped: number;
@@ -213,6 +215,7 @@ export class ConsoleState {
     deadLetters: 0,
     escalationsOpen: 0,
     escalationsResolved: 0,
+    escalationsDropped: 0,
     inFlight: 0,
     inFlightDropped: 0,
     undecodable: 0,
@@ -506,6 +509,11 @@ export class ConsoleState {
     this.changed("escalations", "counts");
   }
 
+  /**
+   * Past the limit the oldest resolved escalation goes. When every one kept is open, the newest (just read) is
+   * not kept, and counted: an open one the operator may be deciding on the page never vanishes under them (its
+   * resolve would 404), and the page says how many more wait.
+   */
   private evictEscalations(): void {
     while (this.escalations.size > this.limits.escalations) {
       let victim: EscalationItem | undefined;
@@ -515,7 +523,10 @@ export class ConsoleState {
           break;
         }
       }
-      victim ??= this.escalations.values().next().value as EscalationItem;
+      if (victim === undefined) {
+        victim = [...this.escalations.values()].at(-1)!;
+        this.counts.escalationsDropped++;
+      }
       this.escalations.delete(victim.escalationId);
       this.escalationOfIntent.delete(victim.intentId);
       this.openRaw.delete(victim.escalationId);

@@ -77,10 +77,27 @@ describe("ConsoleState", () => {
     expect(snap.inFlight).toHaveLength(5);
     expect(snap.counts).toMatchObject({ inFlight: 10, inFlightDropped: 30, applied: 20 });
     expect(snap.replies).toHaveLength(5);
-    expect(snap.escalations.map((e) => e.escalationId)).toEqual(["e-203", "e-204", "e-205"]);
+    // All three kept are open: the later ones are counted, not kept, so none on the page vanishes.
+    expect(snap.escalations.map((e) => e.escalationId)).toEqual(["e-200", "e-201", "e-202"]);
+    expect(snap.counts).toMatchObject({ escalationsOpen: 3, escalationsDropped: 3 });
     const big = s.clip({ text: "x".repeat(500) });
     expect(big.truncated).toBe(true);
     expect(big.json.length).toBeLessThan(120);
+  });
+
+  it("a full list of escalations drops a resolved one first, and never an open one the operator can see", () => {
+    const s = new ConsoleState(topics, { escalations: 3 });
+    for (let i = 0; i < 3; i++) s.escalation(where("writ.human", i), escalation(i));
+    s.reply(where("writ.replies.alice", 0), applied(1, { resolvedBy: "ops" }));
+    s.escalation(where("writ.human", 3), escalation(3));
+    // e-1 was resolved: it made room.
+    expect(s.snapshot().escalations.map((e) => `${e.escalationId}:${e.status}`)).toEqual(["e-0:open", "e-2:open", "e-3:open"]);
+    expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 3, escalationsResolved: 0, escalationsDropped: 0 });
+    // All open: the oldest (maybe being decided on the page) stays resolvable; the new one is counted.
+    s.escalation(where("writ.human", 4), escalation(4));
+    expect(s.openEscalation("e-0")).toBeDefined();
+    expect(s.openEscalation("e-4")).toBeUndefined();
+    expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 3, escalationsDropped: 1 });
   });
 
   it("an escalation closes on the agent's reply carrying resolvedBy, also when that reply is read first; resolution_not_applicable marks it not open", () => {

@@ -94,7 +94,8 @@
       tile("rejected", c.rejected, "rejected"),
       tile("escalated", c.escalated, "escalated"),
       tile("in flight", c.inFlight, "inflight"),
-      tile("open escalations", c.escalationsOpen, c.escalationsOpen > 0 ? "alert" : ""),
+      // Open ones past the page's limit are counted, not kept: the operator must know more wait (writ escalations list).
+      tile("open escalations", c.escalationsDropped > 0 ? `${c.escalationsOpen} (+${c.escalationsDropped} not kept)` : c.escalationsOpen, c.escalationsOpen + c.escalationsDropped > 0 ? "alert" : ""),
       tile("dead letters", c.deadLetters, c.deadLetters > 0 ? "alert" : ""),
       tile("lag", s.lag ? s.lag.total : "–", s.lag && s.lag.total > 0 ? "warn" : ""),
     );
@@ -313,7 +314,9 @@
     const list = view.snap.escalations;
     const shown = list.filter(matches);
     const open = list.filter((e) => e.status === "open").length;
-    $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown.length !== list.length ? ` (${shown.length} shown)` : ""}`;
+    const dropped = view.snap.counts.escalationsDropped;
+    const notKept = dropped > 0 ? `; ${dropped} more open not kept here (list full): writ escalations list` : "";
+    $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown.length !== list.length ? ` (${shown.length} shown)` : ""}${notKept}`;
     const box = $("escalations");
     const keep = new Set(shown.map((e) => e.escalationId));
     for (const [id, card] of view.cards) {
