@@ -24,8 +24,11 @@ export interface TopicRecord {
 export interface ReadTopicsOptions {
   kafka: Kafka;
   topics: string[];
-  /** Where each partition starts: its earliest offset, or `last` offsets before its end. */
-  start: { from: "beginning" } | { from: "end"; last: number };
+  /**
+   * Where each partition starts: its earliest offset, `last` offsets before its end, or at `offset` (where an
+   * earlier read of it stopped; kept within the partition's offsets). A function chooses per partition.
+   */
+  start: ReadStart | ((topic: string, partition: number) => ReadStart);
   /** Keep reading after the ends; stops when `signal` aborts. */
   follow: boolean;
   signal?: AbortSignal;
@@ -33,6 +36,15 @@ export interface ReadTopicsOptions {
   log: Logger;
   /** Without follow: give up waiting for the ends after this long without progress (ms). */
   idleTimeoutMs?: number;
+}
+
+export type ReadStart = { from: "beginning" } | { from: "end"; last: number } | { from: "offset"; offset: bigint };
+
+/** The first offset to read of a partition whose offsets run from `low` to `high` (its read_committed end). */
+function firstOffset(start: ReadStart, low: bigint, high: bigint): bigint {
+  if (start.from === "beginning") return low;
+  if (start.from === "offset") return start.offset < low ? low : start.offset > high ? high : start.offset;
+  return high - BigInt(start.last) > low ? high - BigInt(start.last) : low;
 }
 
 export interface ReadTopicsResult {
@@ -64,7 +76,7 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
       for (const o of offsets) {
         const low = BigInt(o.low);
         const high = BigInt(o.high);
-        const from = opts.start.from === "beginning" ? low : high - BigInt(opts.start.last) > low ? high - BigInt(opts.start.last) : low;
+        const from = firstOffset(typeof opts.start === "function" ? opts.start(topic, o.partition) : opts.start, low, high);
         starts.set(`${topic}-${o.partition}`, from);
         if (from < high) pending.set(`${topic}-${o.partition}`, high);
       }

@@ -8,7 +8,7 @@
 import type { Admin, Kafka } from "kafkajs";
 import type { Logger } from "pino";
 import { decodeRecord } from "../cli/tail.ts";
-import { readTopics, type TopicRecord } from "../cli/topic-reader.ts";
+import { readTopics, type ReadStart, type TopicRecord } from "../cli/topic-reader.ts";
 import type { WireCodec } from "../codec.ts";
 import { TxnAdmin } from "../kafka/txn-admin.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -85,7 +85,10 @@ export function startFeed(opts: FeedOptions): Feed {
     }
   };
 
-  /** Reads `list` until the console stops; a reader that fails gives its topics back to the next discovery. */
+  /**
+   * Reads the contract topics in `list` until the console stops; a reader that fails gives its topics back to
+   * the next discovery.
+   */
   const startReader = (list: string[], start: "backlog" | "beginning"): void => {
     for (const t of list) reading.add(t);
     const from = start === "beginning" || opts.backlog === "all" ? ({ from: "beginning" } as const) : ({ from: "end", last: opts.backlog } as const);
@@ -107,11 +110,53 @@ export function startFeed(opts: FeedOptions): Feed {
     void reader.finally(() => readers.delete(reader));
   };
 
+  /**
+   * The reply topics are read by one reader (one consumer, one group), restarted with the topics there are
+   * whenever they change: reply topics come and go with agents and runs, and a reader per discovery round would
+   * pile up consumers. The restarted reader resumes each partition where the state stopped accepting; a topic
+   * not read before starts at its recent past in the first round, at its beginning when created since.
+   */
+  const replyStart = new Map<string, "backlog" | "beginning">();
+  let replyReader: { topics: string[]; stop: AbortController; done: Promise<void> } | null = null;
+  const startOfReply = (topic: string, partition: number): ReadStart => {
+    const at = state.resumeAt(topic, partition);
+    if (at !== undefined) return { from: "offset", offset: at };
+    return replyStart.get(topic) === "backlog" && opts.backlog !== "all" ? { from: "end", last: opts.backlog } : { from: "beginning" };
+  };
+  const readReplies = async (replies: string[]): Promise<void> => {
+    const current = replyReader;
+    if (current && !current.stop.signal.aborted && current.topics.length === replies.length && current.topics.every((t, i) => t === replies[i])) return;
+    if (current) {
+      current.stop.abort();
+      await current.done;
+    }
+    replyReader = null;
+    if (replies.length === 0 || stop.signal.aborted) return;
+    const own = new AbortController();
+    const signal = AbortSignal.any([stop.signal, own.signal]);
+    const done = (async () => {
+      try {
+        await readTopics({ kafka, topics: replies, start: startOfReply, follow: true, signal, onRecord, log });
+      } catch (err) {
+        if (!signal.aborted) log.warn({ err, topics: replies.length }, "the reply topics' reader stopped; started again at the next discovery");
+      }
+      // Returned or failed without being stopped: the next discovery starts another (own.abort marks this one done).
+      own.abort();
+    })();
+    replyReader = { topics: replies, stop: own, done };
+    readers.add(done);
+    void done.finally(() => readers.delete(done));
+  };
+
   const discover = async (): Promise<void> => {
     const existing = await admin.listTopics();
-    const replies = existing.filter((t) => t.startsWith(opts.replyPrefix) && !contract.includes(t));
-    state.addReplyTopics(replies);
-    const wanted = [...contract.filter((t) => existing.includes(t)), ...replies];
+    const replies = existing.filter((t) => t.startsWith(opts.replyPrefix) && !contract.includes(t)).sort();
+    state.setReplyTopics(replies);
+    for (const t of replies) if (!replyStart.has(t)) replyStart.set(t, firstRound ? "backlog" : "beginning");
+    const listed = new Set(replies);
+    for (const t of replyStart.keys()) if (!listed.has(t)) replyStart.delete(t);
+    await readReplies(replies);
+    const wanted = contract.filter((t) => existing.includes(t));
     const fresh = wanted.filter((t) => !reading.has(t));
     if (fresh.length === 0) return;
     const again = fresh.filter((t) => restartBacklog.has(t));

@@ -285,12 +285,23 @@ export class ConsoleState {
   }
 
   /** A reply topic found on the cluster. */
-  addReplyTopics(topics: string[]): void {
-    const known = new Set(this.topics.replies);
-    const added = topics.filter((t) => !known.has(t));
-    if (added.length === 0) return;
-    this.topics.replies = [...this.topics.replies, ...added].sort();
+  /**
+   * The reply topics on the cluster now. A deleted one is forgotten with its offsets: the list stays bounded by
+   * what exists, and a topic created again under its name (offsets from 0) is not skipped as read already.
+   */
+  setReplyTopics(topics: string[]): void {
+    const listed = new Set(topics);
+    const now = [...listed].sort();
+    const gone = new Set(this.topics.replies.filter((t) => !listed.has(t)));
+    if (gone.size === 0 && now.length === this.topics.replies.length) return;
+    for (const k of this.next.keys()) if (gone.has(k.slice(0, k.lastIndexOf("\u0000")))) this.next.delete(k);
+    this.topics.replies = now;
     this.changed("topics");
+  }
+
+  /** The next offset of a partition not accepted yet (where a restarted reader resumes), if any was. */
+  resumeAt(topic: string, partition: number): bigint | undefined {
+    return this.next.get(`${topic}\u0000${partition}`);
   }
 
   undecodable(): void {
