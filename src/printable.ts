@@ -13,3 +13,15 @@ export function printable(s: string): string {
     return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16)}`;
   });
 }
+
+/** Characters JSON.stringify leaves raw that a terminal may still act on: DEL, the C1 controls, bidi overrides. */
+const JSON_UNSAFE = /[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * `value` as one line of JSON that is also safe on a terminal: JSON.stringify escapes the C0 controls but not
+ * the C1 ones (0x9b is a CSI where it is honoured) nor bidi overrides; they are written as \u escapes, which
+ * parse to the same value.
+ */
+export function jsonLine(value: unknown): string {
+  return JSON.stringify(value).replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}

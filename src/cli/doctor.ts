@@ -8,6 +8,7 @@ import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExi
 import { WritError } from "../errors.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger } from "../logger.ts";
+import { jsonLine } from "../printable.ts";
 import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
 import { parseOrExit, type Command } from "./common.ts";
 
@@ -97,7 +98,7 @@ async function main(argv: string[]): Promise<number> {
       logCreator: kafkaLogCreator(logger),
       logLevel: process.env.LOG_LEVEL ? logLevel.WARN : logLevel.NOTHING,
     });
-    process.stdout.write(args.json ? `${JSON.stringify(report)}\n` : `${formatDoctorReport(report)}\n`);
+    process.stdout.write(args.json ? `${jsonLine(report)}\n` : `${formatDoctorReport(report)}\n`);
     return doctorExitCode(report);
   } catch (err) {
     process.stderr.write(

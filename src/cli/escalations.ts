@@ -2,7 +2,7 @@
 import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
-import { printable } from "../printable.ts";
+import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
@@ -66,7 +66,7 @@ async function list(argv: string[]): Promise<number> {
   }
   const found = await readEscalations(kafka, codec, topic, log);
   if (a.json) {
-    for (const f of found) process.stdout.write(`${JSON.stringify({ ...f.e, topic: f.topic, partition: f.partition, offset: f.offset })}\n`);
+    for (const f of found) process.stdout.write(`${jsonLine({ ...f.e, topic: f.topic, partition: f.partition, offset: f.offset })}\n`);
     return 0;
   }
   if (found.length === 0) {
@@ -156,7 +156,7 @@ async function resolve(argv: string[]): Promise<number> {
       { decision: decisions[0]!, ...(a.message ? { message: a.message } : {}), ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}) },
       { timeoutMs: msFlag("timeout", a.timeout, 30_000, 1) },
     );
-    process.stdout.write(`${JSON.stringify(reply)}\n`);
+    process.stdout.write(`${jsonLine(reply)}\n`);
     return reply.status === "applied" || (reply.status === "rejected" && (reply.reason === "escalation_discarded" || reply.reason === "returned_by_operator")) ? 0 : 1;
   } finally {
     await client.close();

@@ -4,6 +4,7 @@
 import { readFileSync } from "node:fs";
 import { createWritClient, type IntentInput, type SubmitResult } from "../../producers/writ-client.ts";
 import type { KeyScope, KeyedTool } from "../keys.ts";
+import { jsonLine } from "../printable.ts";
 import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
 import { brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
@@ -242,7 +243,7 @@ export async function send(
   } finally {
     await client.close();
   }
-  process.stdout.write(`${JSON.stringify(result)}\n`);
+  process.stdout.write(`${jsonLine(result)}\n`);
   return result.status === "applied" ? 0 : 1;
 }
 

@@ -2,7 +2,7 @@
 // or the Confluent wire format, as WireCodec reads them), skipping control
 // records; follows the topic with --follow.
 import { WireCodec } from "../codec.ts";
-import { printable } from "../printable.ts";
+import { jsonLine, printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
 import { readTopics, topicsWithPrefix, type TopicRecord } from "./topic-reader.ts";
@@ -164,7 +164,7 @@ async function main(argv: string[]): Promise<number> {
       log,
       onRecord: async (r) => {
         const d = await decodeRecord(codec, kind.schema, r);
-        process.stdout.write(`${a.json ? JSON.stringify(d) : formatRecord(kind.schema, d)}\n`);
+        process.stdout.write(`${a.json ? jsonLine(d) : formatRecord(kind.schema, d)}\n`);
       },
     });
     if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);

@@ -3,7 +3,7 @@ import { commandLogger, intFlag, msFlag, UsageError } from "../../src/cli/common
 import { table } from "../../src/cli/escalations.ts";
 import { formatRecord } from "../../src/cli/tail.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
-import { printable } from "../../src/printable.ts";
+import { jsonLine, printable } from "../../src/printable.ts";
 
 describe("intFlag, msFlag", () => {
   it("takes an integer within its bounds and names the flag otherwise", () => {
@@ -58,6 +58,13 @@ describe("human-readable output of record-derived text", () => {
     }
     expect(written.join("")).toContain("writ tail: warn: writ.dlq[0]@5 skipped");
     expect(written.join("")).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]/);
+  });
+
+  it("--json lines escape the C1 controls and bidi overrides JSON.stringify leaves raw, and parse to the same value", () => {
+    const value = { entity: { type: "ticket", id: `T\x9b2J\u202e\x85${ESC}` } };
+    const line = jsonLine(value);
+    expect(line).not.toMatch(/[\x00-\x1f\x7f-\x9f\u202a-\u202e]/);
+    expect(JSON.parse(line)).toEqual(value);
   });
 
   it("the escalations table and doctor's report escape what records and brokers said", () => {
