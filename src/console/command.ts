@@ -1,7 +1,8 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
 import { readFileSync } from "node:fs";
 import { brokersFrom, commandLogger, connectionFor, intFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "../cli/common.ts";
-import { startConsole } from "./server.ts";
+import { printable } from "../printable.ts";
+import { startConsole, type ConsoleOptions } from "./server.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
 
@@ -108,7 +109,7 @@ async function main(argv: string[]): Promise<number> {
     lagIntervalMs: msFlag("lag-ms", a["lag-ms"], 2000, 100),
     logger: log,
     onDecision: (d) => {
-      process.stderr.write(`writ console: escalation ${d.escalationId}: ${d.decision} by ${d.operator}: ${d.status}${d.reason ? ` ${d.reason}` : ""}\n`);
+      process.stderr.write(decisionLine(d));
     },
   });
   try {
@@ -134,3 +135,8 @@ export const consoleCommand: Command = {
   usage: USAGE,
   main: (argv) => runCommand("console", USAGE, () => main(argv)),
 };
+
+/** The operator's decision as the console logs it. The escalation id is the record's (writ.human is read, not trusted). */
+export function decisionLine(d: Parameters<NonNullable<ConsoleOptions["onDecision"]>>[0]): string {
+  return `writ console: ${printable(`escalation ${d.escalationId}: ${d.decision} by ${d.operator}: ${d.status}${d.reason ? ` ${d.reason}` : ""}`)}\n`;
+}

@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { commandLogger, intFlag, msFlag, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { formatRecord } from "../../src/cli/tail.ts";
+import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
 import { jsonLine, printable } from "../../src/printable.ts";
 
@@ -65,6 +66,11 @@ describe("human-readable output of record-derived text", () => {
     const line = jsonLine(value);
     expect(line).not.toMatch(/[\x00-\x1f\x7f-\x9f\u202a-\u202e]/);
     expect(JSON.parse(line)).toEqual(value);
+  });
+
+  it("the console's log of an operator's decision escapes the escalation's id", () => {
+    const line = decisionLine({ escalationId: `e-1${ESC}[2J`, decision: "apply", operator: "ops", status: "applied" });
+    expect(line).toBe("writ console: escalation e-1\\x1b[2J: apply by ops: applied\n");
   });
 
   it("the escalations table and doctor's report escape what records and brokers said", () => {
