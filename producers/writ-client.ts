@@ -35,6 +35,11 @@ export interface UnknownOutcome {
   status: "unknown";
   intentId: string;
   intentKey: string;
+  /**
+   * Why no reply can come, when it is known: `reply_consumer_stopped`, the client's reply
+   * consumer stopped for good while the submit waited (its reply can no longer be read).
+   */
+  reason?: "reply_consumer_stopped";
   message: string;
 }
 
@@ -272,6 +277,14 @@ export async function createWritClient(
   return client;
 }
 
+/** Who waits for the reply to one intent or resolution. */
+interface Waiter {
+  /** The reply arrived. */
+  answer(reply: Reply): void;
+  /** The reply consumer stopped for good: no reply will be read. */
+  stopped(): void;
+}
+
 /** Waiters keyed by intent id; a reply resolves its waiter and goes to every `replies()` listener. */
 class KafkaWritClient implements WritClient {
   private readonly config: ClientConfig;
@@ -281,7 +294,12 @@ class KafkaWritClient implements WritClient {
   private readonly consumer: Consumer;
   private commits: IntervalCommit | null = null;
   private readonly probe: OffsetProbe;
-  private readonly waiting = new Map<string, (reply: Reply) => void>();
+  private readonly waiting = new Map<string, Waiter>();
+  /**
+   * Set once the reply consumer stopped for good (a crash kafkajs does not restart from): every submit then
+   * fails with it at once, before anything is sent, since no reply to it could be read.
+   */
+  private stopped: WritError | null = null;
   private readonly listeners = new Set<(reply: Reply) => void>();
   private readonly replyPartitions: number;
   readonly agentId: string;
@@ -325,11 +343,24 @@ class KafkaWritClient implements WritClient {
     await this.consumer.connect();
     await this.consumer.subscribe({ topic: this.config.replyTopic, fromBeginning: false });
     // Replies sent before the consumer's first fetch resolved its start offsets would be missed: wait for that fetch.
-    const firstFetch = new Promise<void>((resolve) => {
+    let crashedBeforeFetch: (err: unknown) => void = () => undefined;
+    const firstFetch = new Promise<void>((resolve, reject) => {
+      crashedBeforeFetch = reject;
       const off = this.consumer.on(this.consumer.events.FETCH, () => {
         off();
         resolve();
       });
+    });
+    // Awaited below, once run() returns; a crash before then must not count as an unhandled rejection.
+    firstFetch.catch(() => undefined);
+    // kafkajs restarts its consumer after a retriable crash; after any other (`restart: false`) it stays
+    // stopped, and a submit would wait its whole deadline for a reply nobody reads. It is not recreated
+    // here: kafkajs gives up only on an error that retrying does not cure, and a new consumer would start
+    // at the committed position, on the same records, and stop again.
+    this.consumer.on(this.consumer.events.CRASH, (event) => {
+      if (event.payload.restart) return;
+      this.replyConsumerStopped(event.payload.error);
+      crashedBeforeFetch(this.stopped);
     });
     // Its position is committed once a second, not after every batch (src/kafka/interval-commit.ts).
     this.commits = startIntervalCommit(this.consumer, this.config.replyTopic, REPLY_COMMIT_INTERVAL_MS, this.log);
@@ -392,8 +423,26 @@ class KafkaWritClient implements WritClient {
     }
   }
 
+  /**
+   * The reply consumer stopped for good: later submits fail at once with `reply_consumer_stopped`, and every
+   * waiting one is settled now as `unknown` with that reason (its intent may have been written).
+   */
+  private replyConsumerStopped(cause: unknown): void {
+    if (this.stopped) return;
+    this.stopped = new WritError(
+      "reply_consumer_stopped",
+      `the reply consumer of ${this.config.replyTopic} stopped and kafkajs will not restart it: no reply can be read; close this client and create a new one`,
+      { retriable: false, cause, context: { topic: this.config.replyTopic } },
+    );
+    this.log.error({ err: cause, topic: this.config.replyTopic, waiting: this.waiting.size }, "reply consumer stopped for good; failing every submit");
+    for (const waiter of [...this.waiting.values()]) waiter.stopped();
+    this.waiting.clear();
+  }
+
   /** Sends the intents in one request and resolves each reply, or its timeout outcome. */
   private async sendAndWait(intents: WriteIntent[], timeoutMs: number): Promise<SubmitResult[]> {
+    // No reply can be read: nothing is sent (the caller hears why now, not at its deadline).
+    if (this.stopped) throw this.stopped;
     // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
     for (const intent of intents) canonicalJson(intent);
     for (const intent of intents) this.remember(intent);
@@ -413,11 +462,22 @@ class KafkaWritClient implements WritClient {
             });
           }, timeoutMs);
           timers.push(timer);
-          this.waiting.set(intent.intentId, (reply) => {
+          const settle = (result: SubmitResult) => {
             clearTimeout(timer);
             this.waiting.delete(intent.intentId);
-            spans[i]!.answered(reply);
-            resolve(reply);
+            spans[i]!.answered(result);
+            resolve(result);
+          };
+          this.waiting.set(intent.intentId, {
+            answer: settle,
+            stopped: () =>
+              settle({
+                status: "unknown",
+                intentId: intent.intentId,
+                intentKey: intent.intentKey,
+                reason: "reply_consumer_stopped",
+                message: "This client's reply consumer stopped, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.",
+              }),
           });
         }),
     );
@@ -502,6 +562,7 @@ class KafkaWritClient implements WritClient {
       createdAt: new Date().toISOString(),
     };
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
+    if (this.stopped) throw this.stopped;
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     let timer: NodeJS.Timeout | undefined;
     const answer = new Promise<SubmitResult>((resolve) => {
@@ -509,10 +570,15 @@ class KafkaWritClient implements WritClient {
         this.waiting.delete(resolution.resolutionId);
         resolve({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." });
       }, timeoutMs);
-      this.waiting.set(resolution.resolutionId, (reply) => {
+      const settle = (result: SubmitResult) => {
         clearTimeout(timer);
         this.waiting.delete(resolution.resolutionId);
-        resolve(reply);
+        resolve(result);
+      };
+      this.waiting.set(resolution.resolutionId, {
+        answer: settle,
+        stopped: () =>
+          settle({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, reason: "reply_consumer_stopped", message: "This client's reply consumer stopped, so no answer to the resolution can be read; look at writ.human and the record before deciding again." }),
       });
     });
     try {
@@ -599,7 +665,7 @@ class KafkaWritClient implements WritClient {
       return;
     }
     const reply = decoded.value;
-    this.waiting.get(reply.intentId)?.(reply);
+    this.waiting.get(reply.intentId)?.answer(reply);
     for (const l of this.listeners) l(reply);
   }
 

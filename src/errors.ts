@@ -18,6 +18,8 @@ export const ERROR_CODES = [
   "input_too_deep",
   "not_canonical",
   "retries_exhausted",
+  /** The agent client's reply consumer stopped for good (kafkajs will not restart it): no reply can be read, so nothing more is sent. */
+  "reply_consumer_stopped",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

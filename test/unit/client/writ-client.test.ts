@@ -1,0 +1,152 @@
+// The agent client (producers/writ-client.ts) against kafkajs pieces the test
+// drives by hand: the reply consumer's events and messages, and produce
+// requests that complete when the test says. What the owners answer on a real
+// broker is tested in test/integration.
+import type { Message } from "kafkajs";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { z } from "zod";
+import { createWritClient, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
+import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
+import type { Reply } from "../../../src/schemas/reply.ts";
+import { declareWriteTool } from "../../../src/tools.ts";
+import { createLogger } from "../../../src/logger.ts";
+
+/** The kafkajs pieces of the client under test, as the fake Kafka below made them. */
+const fakes = vi.hoisted(() => ({
+  consumer: null as null | FakeConsumerShape,
+  produced: [] as { messages: Message[]; done: (err?: Error) => void }[],
+}));
+interface FakeConsumerShape {
+  emit(event: string, payload: unknown): void;
+  deliver(message: { value: Buffer | null; offset?: string; headers?: Record<string, Buffer> }): Promise<void>;
+}
+
+vi.mock("kafkajs", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("kafkajs")>();
+  const events = { FETCH: "consumer.fetch", CRASH: "consumer.crash" };
+  class FakeConsumer implements FakeConsumerShape {
+    readonly events = events;
+    private readonly handlers = new Map<string, Set<(e: unknown) => void>>();
+    private eachMessage: ((p: unknown) => Promise<void>) | null = null;
+    on(event: string, fn: (e: unknown) => void) {
+      const set = this.handlers.get(event) ?? new Set();
+      set.add(fn);
+      this.handlers.set(event, set);
+      return () => set.delete(fn);
+    }
+    emit(event: string, payload: unknown) {
+      for (const fn of [...(this.handlers.get(event) ?? [])]) fn({ id: 0, type: event, timestamp: Date.now(), payload });
+    }
+    async connect() {}
+    async subscribe() {}
+    async disconnect() {}
+    async commitOffsets() {}
+    async run(opts: { eachMessage: (p: unknown) => Promise<void> }) {
+      this.eachMessage = opts.eachMessage;
+      // The first fetch the client waits for, once run has returned.
+      setImmediate(() => this.emit(events.FETCH, {}));
+    }
+    async deliver(m: { value: Buffer | null; offset?: string; headers?: Record<string, Buffer> }) {
+      await this.eachMessage!({ topic: "writ.replies.agent-1", partition: 0, message: { key: null, value: m.value, offset: m.offset ?? "0", headers: m.headers ?? {}, timestamp: "0", attributes: 0 } });
+    }
+  }
+  class FakeKafka {
+    admin() {
+      return {
+        connect: async () => {},
+        disconnect: async () => {},
+        listTopics: async () => ["writ.replies.agent-1"],
+        fetchTopicMetadata: async () => ({ topics: [{ name: "writ.replies.agent-1", partitions: [{ partitionId: 0, leader: 1 }] }] }),
+        fetchTopicOffsets: async () => [{ partition: 0, offset: "0", high: "0", low: "0" }],
+        setOffsets: async () => {},
+      };
+    }
+    producer() {
+      return {
+        connect: async () => {},
+        disconnect: async () => {},
+        send: ({ messages }: { messages: Message[] }) => new Promise<void>((resolve, reject) => fakes.produced.push({ messages, done: (err) => (err ? reject(err) : resolve()) })),
+      };
+    }
+    consumer() {
+      const c = new FakeConsumer();
+      fakes.consumer = c;
+      return c;
+    }
+  }
+  return { ...actual, Kafka: FakeKafka };
+});
+
+/** A note on a ticket: free text, so a test can make an intent as large or as deep as it needs. */
+const note = declareWriteTool({ name: "add_note", recordType: "ticket", system: "helpdesk", params: z.object({ text: z.string() }), intentFields: ["text"], allowedPaths: ["/notes"], keyScope: "run", versionPolicy: "strict" });
+
+const input = (extra: Partial<IntentInput> = {}): IntentInput => ({
+  tool: note,
+  entity: { type: "ticket", id: "T-1" },
+  runId: "run-1",
+  stepId: "s1",
+  baseVersion: '"v1"',
+  delta: [{ op: "add", path: "/notes", value: "x" }],
+  params: { text: "x" },
+  ...extra,
+});
+
+/** The reply partition's ends never move: a deadline that passes is `unknown`, never `blocked`. */
+const probe = { endOffsets: async (): Promise<EndOffsets[]> => [{ topic: "writ.replies.agent-1", partition: 0, lastStable: "0", highWatermark: "0" }], commitGroupOffsets: async () => {} };
+
+const clients: WritClient[] = [];
+async function client(): Promise<WritClient> {
+  fakes.produced.length = 0;
+  const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }) });
+  clients.push(c);
+  return c;
+}
+
+/** The intent ids of what was produced, in order. */
+const producedIds = () => fakes.produced.flatMap((r) => r.messages.map((m) => (JSON.parse(String(m.value)) as { intentId: string }).intentId));
+
+const applied = (intentId: string, intentKey: string): Reply =>
+  ({ status: "applied", intentId, intentKey, duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: { type: "ticket", id: "T-1" }, state: { notes: "x" }, version: '"v2"', via: "patch" }) as Reply;
+
+const waitFor = async (cond: () => boolean) => {
+  const deadline = Date.now() + 5000;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error("condition not met");
+    await new Promise((r) => setImmediate(r));
+  }
+};
+
+afterEach(async () => {
+  vi.useRealTimers();
+  for (const c of clients.splice(0)) await c.close();
+});
+
+describe("the agent client's reply consumer", () => {
+  it("stopping for good settles every waiting submit at once with reply_consumer_stopped, and later submits fail fast", async () => {
+    const writ = await client();
+    const waiting = writ.submit(input(), { timeoutMs: 3_600_000 });
+    let settled = false;
+    void waiting.finally(() => (settled = true));
+    await waitFor(() => fakes.produced.length === 1);
+    fakes.produced[0]!.done();
+    fakes.consumer!.emit("consumer.crash", { error: new Error("not retriable"), groupId: "g", restart: false });
+    // Settled now, not at its hour-long deadline.
+    await waitFor(() => settled);
+    await expect(waiting).resolves.toMatchObject({ status: "unknown", reason: "reply_consumer_stopped" });
+    await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "reply_consumer_stopped", retriable: false });
+    // Nothing more was sent: no reply to it could be read.
+    expect(fakes.produced).toHaveLength(1);
+  });
+
+  it("a crash that kafkajs restarts from leaves the waiters alone", async () => {
+    const writ = await client();
+    const waiting = writ.submit(input(), { timeoutMs: 3_600_000 });
+    await waitFor(() => fakes.produced.length === 1);
+    fakes.produced[0]!.done();
+    fakes.consumer!.emit("consumer.crash", { error: new Error("passing"), groupId: "g", restart: true });
+    const [id] = producedIds();
+    const sent = JSON.parse(String(fakes.produced[0]!.messages[0]!.value)) as { intentKey: string };
+    await fakes.consumer!.deliver({ value: Buffer.from(JSON.stringify(applied(id!, sent.intentKey))) });
+    await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: id });
+  });
+});
