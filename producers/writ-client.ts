@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { Kafka, Partitioners, logLevel, type Consumer, type KafkaMessage, type Producer } from "kafkajs";
-import { canonicalJson } from "../src/canonical-json.ts";
+import { canonicalJson, jsonDepth } from "../src/canonical-json.ts";
 import { WireCodec } from "../src/codec.ts";
 import { ClientConfig, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
@@ -29,6 +29,17 @@ import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./
 
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
+
+/** The owners' default `maxIntentBytes` (src/config.ts): an encoded intent value larger than this is dead-lettered `too_large`. */
+export const DEFAULT_MAX_INTENT_BYTES = 262_144;
+/** The owners' default `maxJsonDepth` (src/config.ts): an intent nested deeper than this is dead-lettered `too_deep`. */
+export const DEFAULT_MAX_JSON_DEPTH = 32;
+
+/** The owners' admission bounds, as the client checks them before sending: what owners dead-letter gets no reply. */
+interface AdmissionLimits {
+  maxIntentBytes: number;
+  maxJsonDepth: number;
+}
 
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
@@ -166,7 +177,10 @@ export interface WritClient {
    * Rejects, before anything is sent, with a non-retriable WritError
    * `not_canonical` when any value in the intent has no canonical JSON (RFC
    * 8785: a string with a lone surrogate, NaN, ±Infinity), which owners
-   * would refuse.
+   * would refuse; `too_deep` when the intent is nested deeper than
+   * `maxJsonDepth`, and `too_large` when its encoded value is larger than
+   * `maxIntentBytes` (the client's options; owners dead-letter such intents
+   * without a reply, so waiting for one would only end in `unknown`).
    */
   submit(intent: IntentInput | WriteIntent, opts?: SubmitOptions): Promise<SubmitResult>;
   /**
@@ -228,10 +242,18 @@ export async function createWritClient(
     offsetProbe?: OffsetProbe;
     /** Signs every intent (Ed25519, `writ-signature` header): required where owners run with an agent registry. */
     signer?: IntentSigner;
+    /**
+     * The owners' `maxIntentBytes` (default 262 144): a larger encoded intent is refused here, `too_large`,
+     * since owners dead-letter it without a reply. Set it to the owners' value when they run with another.
+     */
+    maxIntentBytes?: number;
+    /** The owners' `maxJsonDepth` (default 32): a deeper intent is refused here, `too_deep`, for the same reason. */
+    maxJsonDepth?: number;
   },
 ): Promise<WritClient> {
-  const { logger, offsetProbe, signer: rawSigner, ...raw } = input;
+  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
+  const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };
   // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
   const signer = rawSigner ? prepareSigner(rawSigner) : undefined;
   const log = (logger ?? createLogger()).child({ component: "writ-client", agent: config.agentId });
@@ -272,9 +294,14 @@ export async function createWritClient(
     await setter.connect();
     await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
   }
-  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, signer);
+  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer);
   await client.start();
   return client;
+}
+
+function positiveInteger(field: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new WritError("config_invalid", `${field} must be a positive integer (it is ${value})`, { retriable: false, context: { field } });
+  return value;
 }
 
 /** Who waits for the reply to one intent or resolution. */
@@ -312,8 +339,11 @@ class KafkaWritClient implements WritClient {
   /** Concurrent submits share produce requests (see SendCoalescer). */
   private readonly sends: SendCoalescer;
 
-  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string, signer?: IntentSigner) {
+  private readonly limits: AdmissionLimits;
+
+  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string, limits: AdmissionLimits, signer?: IntentSigner) {
     this.signer = signer;
+    this.limits = limits;
     this.config = config;
     this.replyPartitions = replyPartitions;
     this.agentId = config.agentId;
@@ -443,6 +473,8 @@ class KafkaWritClient implements WritClient {
   private async sendAndWait(intents: WriteIntent[], timeoutMs: number): Promise<SubmitResult[]> {
     // No reply can be read: nothing is sent (the caller hears why now, not at its deadline).
     if (this.stopped) throw this.stopped;
+    // Owners dead-letter an intent nested too deep without a reply: the caller hears it now, nothing is sent.
+    for (const intent of intents) this.checkDepth(intent, intent.intentKey);
     // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
     for (const intent of intents) canonicalJson(intent);
     for (const intent of intents) this.remember(intent);
@@ -489,6 +521,8 @@ class KafkaWritClient implements WritClient {
           ...(this.signer ? { headers: { [SIGNATURE_HEADER]: signIntent(intent, this.signer) } } : {}),
         })),
       );
+      // As for depth: an intent larger than owners accept is dead-lettered without a reply.
+      for (const [i, m] of messages.entries()) this.checkSize(m.value, intents[i]!.intentKey);
       for (const [i, m] of messages.entries()) spans[i]!.stamp(m);
       await this.sends.send(messages);
     } catch (err) {
@@ -561,6 +595,7 @@ class KafkaWritClient implements WritClient {
       entity: escalation.intent.entity,
       createdAt: new Date().toISOString(),
     };
+    this.checkDepth(resolution, resolution.intent.intentKey);
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     if (this.stopped) throw this.stopped;
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
@@ -583,6 +618,7 @@ class KafkaWritClient implements WritClient {
     });
     try {
       const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
+      this.checkSize(value, resolution.intent.intentKey);
       const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
       if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
       await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }]);
@@ -593,6 +629,26 @@ class KafkaWritClient implements WritClient {
       throw err;
     }
     return answer;
+  }
+
+  /** Refuses, non-retriably, a value nested deeper than owners accept (`too_deep`): they dead-letter it without a reply. */
+  private checkDepth(value: WriteIntent | Resolution, intentKey: string): void {
+    const max = this.limits.maxJsonDepth;
+    if (jsonDepth(value, max) <= max) return;
+    throw new WritError("too_deep", `the intent is nested deeper than ${max} levels, which owners refuse (maxJsonDepth); nothing was sent: make it shallower`, {
+      retriable: false,
+      context: { intentKey, limit: max },
+    });
+  }
+
+  /** Refuses, non-retriably, an encoded value larger than owners accept (`too_large`): they dead-letter it without a reply. */
+  private checkSize(value: Buffer, intentKey: string): void {
+    const max = this.limits.maxIntentBytes;
+    if (value.length <= max) return;
+    throw new WritError("too_large", `the intent is ${value.length} bytes encoded; owners refuse more than ${max} (maxIntentBytes); nothing was sent: make it smaller`, {
+      retriable: false,
+      context: { intentKey, bytes: value.length, limit: max },
+    });
   }
 
   /** The deadline passed: `blocked` when the intent's reply partition is held by an open transaction, else `unknown`. */

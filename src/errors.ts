@@ -20,6 +20,10 @@ export const ERROR_CODES = [
   "retries_exhausted",
   /** The agent client's reply consumer stopped for good (kafkajs will not restart it): no reply can be read, so nothing more is sent. */
   "reply_consumer_stopped",
+  /** An intent (or resolution) whose encoded value is larger than owners accept: they dead-letter it `too_large` without a reply. */
+  "too_large",
+  /** An intent (or resolution) nested deeper than owners accept: they dead-letter it `too_deep` without a reply. */
+  "too_deep",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

@@ -14,7 +14,7 @@ import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type Inte
 import {
   readForTool,
   recallVersions,
-  toModelResult,
+  modelResultOf,
   toReadResult,
   type ModelToolResult,
   type ReadToolResult,
@@ -89,8 +89,7 @@ export function writTool<P extends Record<string, unknown>>(
     },
     execute: async (params, { toolCallId, messages, context: toolContext }) => {
       const { ctx, bases } = await callContext({ toolCallId, messages, context: toolContext });
-      const result = await submitRepeatableToolCall(ctx, spec, params, bases);
-      return { ...toModelResult(result), entity: spec.entity(params) };
+      return { ...(await modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases))), entity: spec.entity(params) };
     },
   });
 }

@@ -18,7 +18,7 @@ import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type Inte
 import {
   readForTool,
   recallVersions,
-  toModelResult,
+  modelResultOf,
   toReadResult,
   type ModelToolResult,
   type ReadToolResult,
@@ -123,8 +123,7 @@ export function writLangChainTool<P extends Record<string, unknown>>(
           });
         }
       }
-      const result = await submitRepeatableToolCall(ctx, spec, params, bases);
-      return asToolOutput({ ...toModelResult(result), entity });
+      return asToolOutput({ ...(await modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases))), entity });
     },
     {
       name: spec.tool.name,

@@ -24,7 +24,7 @@ import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
-import { VersionBook, readForTool, toModelResult, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+import { VersionBook, readForTool, modelResultOf, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
 /** `_meta` key of a tools/call request carrying the harness's run (conversation) id. */
 export const RUN_ID_META_KEY = "writ/runId";
@@ -81,7 +81,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
           read: options.read,
           ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
         };
-        return toolResult(toModelResult(await submitRepeatableToolCall(ctx, spec, args, bases)));
+        return toolResult(await modelResultOf(submitRepeatableToolCall(ctx, spec, args, bases)));
       },
     );
   }

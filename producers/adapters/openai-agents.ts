@@ -12,7 +12,7 @@ import { pinToolCallBase, recordIntentBases, submitRepeatableToolCall, type Inte
 import {
   VersionBook,
   readForTool,
-  toModelResult,
+  modelResultOf,
   toReadResult,
   type ModelToolResult,
   type ReadToolResult,
@@ -114,7 +114,7 @@ export function writAgentTool<P extends Record<string, unknown>, TContext extend
       if (!runContext) throw missingContext(spec.tool.name);
       const params = input as P;
       const { ctx, bases } = callContext(runContext as RunContext<TContext>, options, params, details?.toolCall?.callId);
-      return toModelResult(await submitRepeatableToolCall(ctx, spec, params, bases));
+      return modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases));
     },
   }) as unknown as FunctionTool<TContext, z.ZodObject, ModelToolResult>;
 }

@@ -152,6 +152,31 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
   }
 }
 
+/**
+ * The codes with which the client refuses an intent for good before sending it (src/errors.ts): the same
+ * arguments would be refused the same way, so the model must not call the tool again with them.
+ */
+const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set(["too_large", "too_deep", "not_canonical", "input_too_deep"]);
+
+/**
+ * The model's result of a submit: {@link toModelResult} of its outcome, or, when the client refused the
+ * intent before sending it (`too_large`, `too_deep`, `not_canonical`), a `rejected` result with that reason
+ * that tells the model not to call again unchanged. Any other error is thrown, as before.
+ */
+export async function modelResultOf(submitted: Promise<SubmitResult>): Promise<ModelToolResult> {
+  try {
+    return toModelResult(await submitted);
+  } catch (err) {
+    if (!(err instanceof WritError) || err.retriable || !REFUSED_BEFORE_SENDING.has(err.code)) throw err;
+    return {
+      status: "rejected",
+      reason: err.code === "input_too_deep" ? "too_deep" : err.code,
+      message: err.message,
+      instruction: "The write was refused before it was sent and nothing was written. Calling the tool again with the same arguments fails the same way: change them, or tell the user.",
+    };
+  }
+}
+
 /** Reads a record with its version for a read tool, and remembers the version for the writes that follow. */
 export async function readForTool(ctx: Pick<WritCallContext, "read" | "versions">, entity: EntityRef): Promise<Versioned> {
   const record = await ctx.read(entity);

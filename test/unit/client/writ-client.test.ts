@@ -5,6 +5,7 @@
 import type { Message } from "kafkajs";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
+import { modelResultOf } from "../../../producers/adapters/tool-bridge.ts";
 import { createWritClient, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
 import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
@@ -95,9 +96,9 @@ const input = (extra: Partial<IntentInput> = {}): IntentInput => ({
 const probe = { endOffsets: async (): Promise<EndOffsets[]> => [{ topic: "writ.replies.agent-1", partition: 0, lastStable: "0", highWatermark: "0" }], commitGroupOffsets: async () => {} };
 
 const clients: WritClient[] = [];
-async function client(): Promise<WritClient> {
+async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number } = {}): Promise<WritClient> {
   fakes.produced.length = 0;
-  const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }) });
+  const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }), ...options });
   clients.push(c);
   return c;
 }
@@ -148,5 +149,48 @@ describe("the agent client's reply consumer", () => {
     const sent = JSON.parse(String(fakes.produced[0]!.messages[0]!.value)) as { intentKey: string };
     await fakes.consumer!.deliver({ value: Buffer.from(JSON.stringify(applied(id!, sent.intentKey))) });
     await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: id });
+  });
+});
+
+/** `levels` arrays, one in the other: a JSON value of that depth. */
+const nested = (levels: number): unknown => {
+  let v: unknown = "x";
+  for (let i = 0; i < levels; i++) v = [v];
+  return v;
+};
+
+/** How a submit ended, or `sent` as soon as it produced anything: what owners dead-letter must never be sent. */
+async function refusedOrSent(submitted: Promise<unknown>): Promise<unknown> {
+  let outcome: unknown;
+  let settled = false;
+  submitted.then(
+    (r) => ((outcome = r), (settled = true)),
+    (err: unknown) => ((outcome = err), (settled = true)),
+  );
+  await waitFor(() => settled || fakes.produced.length > 0);
+  return fakes.produced.length > 0 ? "sent" : outcome;
+}
+
+describe("intents that owners dead-letter without a reply", () => {
+  it("an intent nested deeper than maxJsonDepth is refused too_deep before sending; one at the limit is sent", async () => {
+    const writ = await client({ maxJsonDepth: 10 });
+    // The intent is an object (1), its delta an array (2) of op objects (3): a value of depth 7 makes 10.
+    const deep = (levels: number) => input({ delta: [{ op: "add", path: "/notes", value: nested(levels) }] });
+    expect(await refusedOrSent(writ.submit(deep(8), { timeoutMs: 3_600_000 }))).toMatchObject({ code: "too_deep", retriable: false });
+    expect(await refusedOrSent(writ.submit(deep(7), { timeoutMs: 3_600_000 }))).toBe("sent");
+  });
+
+  it("an intent larger than maxIntentBytes encoded is refused too_large before sending", async () => {
+    const writ = await client();
+    const text = "x".repeat(300_000);
+    const big = input({ params: { text }, delta: [{ op: "add", path: "/notes", value: text }] });
+    expect(await refusedOrSent(writ.submit(big, { timeoutMs: 3_600_000 }))).toMatchObject({ code: "too_large", retriable: false, context: { limit: 262_144 } });
+  });
+
+  it("the adapters tell the model the refusal is final, not to call again", async () => {
+    const writ = await client();
+    const text = "x".repeat(300_000);
+    const result = await refusedOrSent(modelResultOf(writ.submit(input({ params: { text } }), { timeoutMs: 3_600_000 })));
+    expect(result).toMatchObject({ status: "rejected", reason: "too_large", instruction: expect.stringContaining("fails the same way") });
   });
 });
