@@ -30,6 +30,14 @@ import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
+/**
+ * Nesting accepted in a reply. An owner may put the record's state in a reply, and a system of record's
+ * state may be nested up to CANONICAL_MAX_DEPTH (256) levels (src/sor/http-adapter.ts), two more with the
+ * reply around it: the codec's default (64) would read an applied write as unreadable, and report it
+ * `unknown`. The codec's depth check is iterative, so this bound costs no stack.
+ */
+const REPLY_MAX_DEPTH = 512;
+
 /** The owners' default `maxIntentBytes` (src/config.ts): an encoded intent value larger than this is dead-lettered `too_large`. */
 export const DEFAULT_MAX_INTENT_BYTES = 262_144;
 /** The owners' default `maxJsonDepth` (src/config.ts): an intent nested deeper than this is dead-lettered `too_deep`. */
@@ -715,7 +723,7 @@ class KafkaWritClient implements WritClient {
 
   private async handleReply(message: KafkaMessage): Promise<void> {
     if (isControlRecord(message.headers) || message.value === null) return;
-    const decoded = await this.codec.decode("Reply", message.value);
+    const decoded = await this.codec.decode("Reply", message.value, { maxDepth: REPLY_MAX_DEPTH });
     if (!decoded.ok) {
       this.log.warn({ reason: decoded.message, offset: message.offset }, "unreadable reply skipped");
       return;

@@ -103,8 +103,8 @@ async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number 
   return c;
 }
 
-/** The intent ids of what was produced, in order. */
-const producedIds = () => fakes.produced.flatMap((r) => r.messages.map((m) => (JSON.parse(String(m.value)) as { intentId: string }).intentId));
+/** The intents produced, in order. */
+const producedIntents = () => fakes.produced.flatMap((r) => r.messages.map((m) => JSON.parse(String(m.value)) as { intentId: string; intentKey: string }));
 
 const applied = (intentId: string, intentKey: string): Reply =>
   ({ status: "applied", intentId, intentKey, duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: { type: "ticket", id: "T-1" }, state: { notes: "x" }, version: '"v2"', via: "patch" }) as Reply;
@@ -122,33 +122,47 @@ afterEach(async () => {
   for (const c of clients.splice(0)) await c.close();
 });
 
+/** Submits `i` with an hour's deadline and completes its produce request: the submit then waits for its reply. */
+async function waitingSubmit(writ: WritClient, i: IntentInput = input()) {
+  const before = fakes.produced.length;
+  const waiting = writ.submit(i, { timeoutMs: 3_600_000 });
+  let settled = false;
+  void waiting.finally(() => (settled = true));
+  await waitFor(() => fakes.produced.length === before + 1);
+  fakes.produced[before]!.done();
+  return { waiting, settled: () => settled, sent: producedIntents()[before]! };
+}
+
+/** The reply consumer reads `reply`. */
+const deliver = (reply: object) => fakes.consumer!.deliver({ value: Buffer.from(JSON.stringify(reply)) });
+
 describe("the agent client's reply consumer", () => {
   it("stopping for good settles every waiting submit at once with reply_consumer_stopped, and later submits fail fast", async () => {
     const writ = await client();
-    const waiting = writ.submit(input(), { timeoutMs: 3_600_000 });
-    let settled = false;
-    void waiting.finally(() => (settled = true));
-    await waitFor(() => fakes.produced.length === 1);
-    fakes.produced[0]!.done();
+    const { waiting, settled } = await waitingSubmit(writ);
     fakes.consumer!.emit("consumer.crash", { error: new Error("not retriable"), groupId: "g", restart: false });
     // Settled now, not at its hour-long deadline.
-    await waitFor(() => settled);
+    await waitFor(settled);
     await expect(waiting).resolves.toMatchObject({ status: "unknown", reason: "reply_consumer_stopped" });
     await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "reply_consumer_stopped", retriable: false });
     // Nothing more was sent: no reply to it could be read.
     expect(fakes.produced).toHaveLength(1);
   });
 
+  it("reads a reply whose record state is nested as deep as a system of record may nest it (256 levels)", async () => {
+    const writ = await client();
+    const { waiting, settled, sent } = await waitingSubmit(writ);
+    await deliver({ ...applied(sent.intentId, sent.intentKey), state: nested(256) });
+    await waitFor(settled);
+    await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: sent.intentId });
+  });
+
   it("a crash that kafkajs restarts from leaves the waiters alone", async () => {
     const writ = await client();
-    const waiting = writ.submit(input(), { timeoutMs: 3_600_000 });
-    await waitFor(() => fakes.produced.length === 1);
-    fakes.produced[0]!.done();
+    const { waiting, sent } = await waitingSubmit(writ);
     fakes.consumer!.emit("consumer.crash", { error: new Error("passing"), groupId: "g", restart: true });
-    const [id] = producedIds();
-    const sent = JSON.parse(String(fakes.produced[0]!.messages[0]!.value)) as { intentKey: string };
-    await fakes.consumer!.deliver({ value: Buffer.from(JSON.stringify(applied(id!, sent.intentKey))) });
-    await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: id });
+    await deliver(applied(sent.intentId, sent.intentKey));
+    await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: sent.intentId });
   });
 });
 
