@@ -1,4 +1,20 @@
 import type { Message } from "kafkajs";
+import { WritError } from "../src/errors.ts";
+
+/**
+ * How a send ended for its caller: `sent`, its request was acknowledged; `unconfirmed`, its deadline
+ * passed while its request was in flight, so its messages may or may not have been written.
+ */
+export type SendOutcome = "sent" | "unconfirmed";
+
+interface Entry {
+  messages: Message[];
+  bytes: number;
+  state: "queued" | "in_flight" | "settled";
+  timer: NodeJS.Timeout | undefined;
+  resolve: (outcome: SendOutcome) => void;
+  reject: (err: unknown) => void;
+}
 
 /**
  * Sends of one producer, coalesced: while a produce request is in flight,
@@ -7,10 +23,12 @@ import type { Message } from "kafkajs";
  * without this, concurrent submits wait in line one request each; with it,
  * they share requests as load grows and a lone submit still goes at once (no
  * linger). Each caller's promise settles with the request that carried its
- * messages.
+ * messages, or at its deadline: a send still queued then is dropped and
+ * rejected with a retriable `not_sent` (nothing of it was produced); one in
+ * flight resolves `unconfirmed`.
  */
 export class SendCoalescer {
-  private readonly queue: { messages: Message[]; bytes: number; resolve: () => void; reject: (err: unknown) => void }[] = [];
+  private readonly queue: Entry[] = [];
   private draining = false;
 
   private readonly produce: (messages: Message[]) => Promise<unknown>;
@@ -21,11 +39,33 @@ export class SendCoalescer {
     this.maxBytes = maxBytes;
   }
 
-  send(messages: Message[]): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.queue.push({ messages, bytes: messages.reduce((n, m) => n + approximateBytes(m), 0), resolve, reject });
+  /** Sends `messages` in the next request; `deadline` (epoch ms) bounds how long the caller waits for it. */
+  send(messages: Message[], deadline = Infinity): Promise<SendOutcome> {
+    return new Promise<SendOutcome>((resolve, reject) => {
+      const entry: Entry = { messages, bytes: messages.reduce((n, m) => n + approximateBytes(m), 0), state: "queued", timer: undefined, resolve, reject };
+      if (Number.isFinite(deadline)) entry.timer = setTimeout(() => this.expire(entry), Math.max(0, deadline - Date.now()));
+      this.queue.push(entry);
       if (!this.draining) void this.drain();
     });
+  }
+
+  /** The entry's deadline passed: dropped if still queued (never sent), `unconfirmed` if its request is in flight. */
+  private expire(entry: Entry): void {
+    if (entry.state === "queued") {
+      this.queue.splice(this.queue.indexOf(entry), 1);
+      this.settle(entry, () =>
+        entry.reject(new WritError("not_sent", "the deadline passed while the send waited behind earlier produce requests; nothing of it was sent: submit again", { retriable: true })),
+      );
+    } else if (entry.state === "in_flight") {
+      this.settle(entry, () => entry.resolve("unconfirmed"));
+    }
+  }
+
+  private settle(entry: Entry, how: () => void): void {
+    if (entry.state === "settled") return;
+    entry.state = "settled";
+    clearTimeout(entry.timer);
+    how();
   }
 
   private async drain(): Promise<void> {
@@ -39,11 +79,12 @@ export class SendCoalescer {
           bytes += next.bytes;
           batch.push(next);
         }
+        for (const e of batch) e.state = "in_flight";
         try {
           await this.produce(batch.flatMap((e) => e.messages));
-          for (const e of batch) e.resolve();
+          for (const e of batch) this.settle(e, () => e.resolve("sent"));
         } catch (err) {
-          for (const e of batch) e.reject(err);
+          for (const e of batch) this.settle(e, () => e.reject(err));
         }
       }
     } finally {

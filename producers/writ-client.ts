@@ -24,7 +24,7 @@ import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
-import { SendCoalescer } from "./send-coalescer.ts";
+import { SendCoalescer, type SendOutcome } from "./send-coalescer.ts";
 import { backoffUntil, runChange, type ChangeInput, type ChangeResult } from "./change.ts";
 
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
@@ -307,6 +307,20 @@ export async function createWritClient(
   return client;
 }
 
+/** `work`'s result, or a retriable `not_sent` when `deadline` passes first (what it prepares was never sent). */
+function notSentPast<T>(deadline: number, work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new WritError("not_sent", "the deadline passed while the intent was being encoded; nothing was sent: submit again", { retriable: true })),
+      Math.max(0, deadline - Date.now()),
+    );
+  });
+  // Work that loses the race is left to finish on its own; its failure is nobody's to hear.
+  work.catch(() => undefined);
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
+}
+
 function positiveInteger(field: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 1) throw new WritError("config_invalid", `${field} must be a positive integer (it is ${value})`, { retriable: false, context: { field } });
   return value;
@@ -444,7 +458,7 @@ class KafkaWritClient implements WritClient {
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const deadline = Date.now() + timeoutMs;
     const intents = list.map((i) => ("intentId" in i ? i : this.buildIntent(i)));
-    const out = await this.sendAndWait(intents, timeoutMs);
+    const out = await this.sendAndWait(intents, deadline);
     if (opts?.onLeased === "answer") return out;
     // A record leased to a change: nothing was written; ask again (a new submission of the same key) until the deadline.
     for (let round = 0; ; round++) {
@@ -453,7 +467,7 @@ class KafkaWritClient implements WritClient {
       if (again.length === 0 || left <= 0) return out;
       await backoffUntil(round, deadline);
       const resent = again.map((i) => ({ ...intents[i]!, intentId: randomUUID(), createdAt: new Date().toISOString() }));
-      const answers = await this.sendAndWait(resent, Math.max(1, deadline - Date.now()));
+      const answers = await this.sendAndWait(resent, Math.max(Date.now() + 1, deadline));
       again.forEach((i, j) => {
         intents[i] = resent[j]!;
         out[i] = answers[j]!;
@@ -477,8 +491,13 @@ class KafkaWritClient implements WritClient {
     this.waiting.clear();
   }
 
-  /** Sends the intents in one request and resolves each reply, or its timeout outcome. */
-  private async sendAndWait(intents: WriteIntent[], timeoutMs: number): Promise<SubmitResult[]> {
+  /**
+   * Sends the intents in one request and resolves each reply, or its outcome at `deadline` (epoch ms), by
+   * then whatever the producer or the offset probe does: rejects with a retriable `not_sent` when the
+   * deadline passed before the intents were produced; resolves `unknown` when it passed with their
+   * request in flight, or before a reply.
+   */
+  private async sendAndWait(intents: WriteIntent[], deadline: number): Promise<SubmitResult[]> {
     // No reply can be read: nothing is sent (the caller hears why now, not at its deadline).
     if (this.stopped) throw this.stopped;
     // Owners dead-letter an intent nested too deep without a reply: the caller hears it now, nothing is sent.
@@ -490,24 +509,20 @@ class KafkaWritClient implements WritClient {
     const spans = intents.map((intent) => startSubmitSpan(intent, this.config.intentsTopic));
     // The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
     const before = this.ends();
-    const timers: NodeJS.Timeout[] = [];
+    // Registered before the send: a reply may be read before the producer's acknowledgement. The first outcome of each intent wins.
+    const settlers: ((result: SubmitResult) => void)[] = [];
     const results = intents.map(
       (intent, i) =>
         new Promise<SubmitResult>((resolve) => {
-          const timer = setTimeout(() => {
-            this.waiting.delete(intent.intentId);
-            void this.timedOut(intent, before).then((result) => {
-              spans[i]!.answered(result);
-              resolve(result);
-            });
-          }, timeoutMs);
-          timers.push(timer);
+          let settled = false;
           const settle = (result: SubmitResult) => {
-            clearTimeout(timer);
+            if (settled) return;
+            settled = true;
             this.waiting.delete(intent.intentId);
             spans[i]!.answered(result);
             resolve(result);
           };
+          settlers.push(settle);
           this.waiting.set(intent.intentId, {
             answer: settle,
             stopped: () =>
@@ -521,26 +536,48 @@ class KafkaWritClient implements WritClient {
           });
         }),
     );
+    let sent: SendOutcome;
     try {
-      const messages = await Promise.all(
-        intents.map(async (intent) => ({
-          key: entityKey(intent.entity),
-          value: await this.codec.encode(this.config.intentsTopic, "WriteIntent", intent),
-          ...(this.signer ? { headers: { [SIGNATURE_HEADER]: signIntent(intent, this.signer) } } : {}),
-        })),
+      // Encoding may wait for the schema registry: bounded by the deadline too (nothing is sent yet).
+      const messages = await notSentPast(
+        deadline,
+        Promise.all(
+          intents.map(async (intent) => ({
+            key: entityKey(intent.entity),
+            value: await this.codec.encode(this.config.intentsTopic, "WriteIntent", intent),
+            ...(this.signer ? { headers: { [SIGNATURE_HEADER]: signIntent(intent, this.signer) } } : {}),
+          })),
+        ),
       );
       // As for depth: an intent larger than owners accept is dead-lettered without a reply.
       for (const [i, m] of messages.entries()) this.checkSize(m.value, intents[i]!.intentKey);
       for (const [i, m] of messages.entries()) spans[i]!.stamp(m);
-      await this.sends.send(messages);
+      sent = await this.sends.send(messages, deadline);
     } catch (err) {
       for (const span of spans) span.failed(err);
-      // Nothing is waited for when the send failed: drop the waiters and their timers.
-      for (const t of timers) clearTimeout(t);
+      // Nothing is waited for when the send failed: drop the waiters.
       for (const intent of intents) this.waiting.delete(intent.intentId);
       throw err;
     }
-    return Promise.all(results);
+    if (sent === "unconfirmed") {
+      const message = "The deadline passed before the intent's produce request was acknowledged. The write may or may not have happened: do not assume it failed; submit the same intent key again to ask.";
+      intents.forEach((intent, i) => settlers[i]!({ status: "unknown", intentId: intent.intentId, intentKey: intent.intentKey, message }));
+      return Promise.all(results);
+    }
+    // The reply partitions' ends are probed again shortly before the deadline, not at it: at the deadline the
+    // outcome is given from what the probes said by then, so a slow probe cannot hold the caller past it.
+    const known: { start: EndOffsets[] | null; late: EndOffsets[] | null } = { start: null, late: null };
+    void before.then((ends) => (known.start = ends));
+    const lead = Math.min(1000, Math.floor((deadline - Date.now()) / 4));
+    const probeTimer = setTimeout(() => void this.ends(true).then((ends) => (known.late = ends)), Math.max(0, deadline - lead - Date.now()));
+    const deadlineTimer = setTimeout(() => {
+      clearTimeout(probeTimer);
+      intents.forEach((intent, i) => settlers[i]!(this.timedOut(intent, known.start, known.late)));
+    }, Math.max(0, deadline - Date.now()));
+    return Promise.all(results).finally(() => {
+      clearTimeout(probeTimer);
+      clearTimeout(deadlineTimer);
+    });
   }
 
   async undo(target: UndoTarget, opts?: { timeoutMs?: number; runId?: string; stepId?: string; toolCallId?: string }): Promise<SubmitResult> {
@@ -607,6 +644,7 @@ class KafkaWritClient implements WritClient {
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     if (this.stopped) throw this.stopped;
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    const deadline = Date.now() + timeoutMs;
     let timer: NodeJS.Timeout | undefined;
     const answer = new Promise<SubmitResult>((resolve) => {
       timer = setTimeout(() => {
@@ -625,11 +663,12 @@ class KafkaWritClient implements WritClient {
       });
     });
     try {
-      const value = await this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) });
+      const value = await notSentPast(deadline, this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) }));
       this.checkSize(value, resolution.intent.intentKey);
       const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
       if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
-      await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }]);
+      // At the deadline a send still queued is dropped (not_sent); one in flight leaves the answer to the timer (unknown).
+      await this.sends.send([{ key: entityKey(resolution.intent.entity), value, headers }], deadline);
     } catch (err) {
       // Nothing was sent: no answer to wait for, and no timer left running until the deadline.
       clearTimeout(timer);
@@ -659,8 +698,11 @@ class KafkaWritClient implements WritClient {
     });
   }
 
-  /** The deadline passed: `blocked` when the intent's reply partition is held by an open transaction, else `unknown`. */
-  private async timedOut(intent: WriteIntent, before: Promise<EndOffsets[] | null>): Promise<SubmitResult> {
+  /**
+   * The deadline passed: `blocked` when the intent's reply partition is held by an open transaction (its
+   * last stable offset the same at the start and near the deadline, below its high watermark), else `unknown`.
+   */
+  private timedOut(intent: WriteIntent, start: EndOffsets[] | null, now: EndOffsets[] | null): SubmitResult {
     const unknown: UnknownOutcome = {
       status: "unknown",
       intentId: intent.intentId,
@@ -669,7 +711,6 @@ class KafkaWritClient implements WritClient {
     };
     // The owner keys its reply by intent id: the same murmur2 partitioner finds its partition.
     const partition = partitionFor(intent.intentId, this.replyPartitions);
-    const [start, now] = await Promise.all([before, this.ends(true)]);
     const was = start?.find((e) => e.partition === partition);
     const is = now?.find((e) => e.partition === partition);
     if (!was || !is || was.lastStable !== is.lastStable || BigInt(is.lastStable) >= BigInt(is.highWatermark)) return unknown;

@@ -24,6 +24,8 @@ export const ERROR_CODES = [
   "too_large",
   /** An intent (or resolution) nested deeper than owners accept: they dead-letter it `too_deep` without a reply. */
   "too_deep",
+  /** A submit's deadline passed before its intents were produced (still queued or being encoded): nothing was sent, so submitting again is safe. */
+  "not_sent",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

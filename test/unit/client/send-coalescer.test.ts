@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Message } from "kafkajs";
 import { SendCoalescer } from "../../../producers/send-coalescer.ts";
 
@@ -46,7 +46,7 @@ describe("SendCoalescer", () => {
     await expect(first).rejects.toThrow("broker said no");
     await waitFor(() => g.requests.length === 2);
     g.requests[1]!.done();
-    await expect(second).resolves.toBeUndefined();
+    await expect(second).resolves.toBe("sent");
   });
 
   it("splits queued submits at maxBytes, never splitting one submit", async () => {
@@ -64,5 +64,28 @@ describe("SendCoalescer", () => {
     }
     await Promise.all(queued);
     expect(g.requests.map((r) => r.messages.length)).toEqual([1, 1, 1, 2]);
+  });
+
+  describe("deadlines", () => {
+    afterEach(() => vi.useRealTimers());
+
+    it("drops a send still queued at its deadline (not_sent, never produced), and answers one in flight unconfirmed", async () => {
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+      const g = gate();
+      const c = new SendCoalescer(g.produce, 1_000_000);
+      const inFlight = c.send([msg("a")], Date.now() + 1000);
+      await waitFor(() => g.requests.length === 1);
+      const queued = c.send([msg("b")], Date.now() + 1000);
+      const rejected = expect(queued).rejects.toMatchObject({ code: "not_sent", retriable: true });
+      await vi.advanceTimersByTimeAsync(1000);
+      await rejected;
+      await expect(inFlight).resolves.toBe("unconfirmed");
+      g.requests[0]!.done();
+      const later = c.send([msg("c")]);
+      await waitFor(() => g.requests.length === 2);
+      expect(g.requests[1]!.messages).toEqual(["c"]);
+      g.requests[1]!.done();
+      await expect(later).resolves.toBe("sent");
+    });
   });
 });

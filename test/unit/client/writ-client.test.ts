@@ -16,6 +16,8 @@ import { createLogger } from "../../../src/logger.ts";
 const fakes = vi.hoisted(() => ({
   consumer: null as null | FakeConsumerShape,
   produced: [] as { messages: Message[]; done: (err?: Error) => void }[],
+  /** The offset probe never answers while set. */
+  probeHangs: false,
 }));
 interface FakeConsumerShape {
   emit(event: string, payload: unknown): void;
@@ -93,7 +95,11 @@ const input = (extra: Partial<IntentInput> = {}): IntentInput => ({
 });
 
 /** The reply partition's ends never move: a deadline that passes is `unknown`, never `blocked`. */
-const probe = { endOffsets: async (): Promise<EndOffsets[]> => [{ topic: "writ.replies.agent-1", partition: 0, lastStable: "0", highWatermark: "0" }], commitGroupOffsets: async () => {} };
+const probe = {
+  endOffsets: (): Promise<EndOffsets[]> =>
+    fakes.probeHangs ? new Promise<never>(() => undefined) : Promise.resolve([{ topic: "writ.replies.agent-1", partition: 0, lastStable: "0", highWatermark: "0" }]),
+  commitGroupOffsets: async () => {},
+};
 
 const clients: WritClient[] = [];
 async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number } = {}): Promise<WritClient> {
@@ -119,6 +125,7 @@ const waitFor = async (cond: () => boolean) => {
 
 afterEach(async () => {
   vi.useRealTimers();
+  fakes.probeHangs = false;
   for (const c of clients.splice(0)) await c.close();
 });
 
@@ -206,5 +213,59 @@ describe("intents that owners dead-letter without a reply", () => {
     const text = "x".repeat(300_000);
     const result = await refusedOrSent(modelResultOf(writ.submit(input({ params: { text } }), { timeoutMs: 3_600_000 })));
     expect(result).toMatchObject({ status: "rejected", reason: "too_large", instruction: expect.stringContaining("fails the same way") });
+  });
+});
+
+describe("a submit's deadline", () => {
+  /** Only the timers the client's deadlines use are faked: the test's own waits, and the consumer's, stay real. */
+  const fakeDeadlines = () => vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+
+  /** `p`, with a flag that says whether it has settled. */
+  const watched = <T>(p: Promise<T>) => {
+    const w = { settled: false, p };
+    p.then(
+      () => (w.settled = true),
+      () => (w.settled = true),
+    );
+    return w;
+  };
+
+  it("holds when the produce request is slower than the deadline: unknown, the write may have happened", async () => {
+    const writ = await client();
+    fakeDeadlines();
+    const submit = watched(writ.submit(input(), { timeoutMs: 10_000 }));
+    await waitFor(() => fakes.produced.length === 1);
+    await vi.advanceTimersByTimeAsync(10_000);
+    await waitFor(() => submit.settled);
+    await expect(submit.p).resolves.toMatchObject({ status: "unknown", message: expect.stringContaining("acknowledged") });
+  });
+
+  it("drops a send still queued behind a slow request at its deadline: a retriable not_sent, and it is never produced", async () => {
+    const writ = await client();
+    fakeDeadlines();
+    void writ.submit(input({ stepId: "first" }), { timeoutMs: 3_600_000 });
+    await waitFor(() => fakes.produced.length === 1);
+    const queued = watched(writ.submit(input({ stepId: "queued" }), { timeoutMs: 10_000 }));
+    await vi.advanceTimersByTimeAsync(10_000);
+    await waitFor(() => queued.settled);
+    await expect(queued.p).rejects.toMatchObject({ code: "not_sent", retriable: true });
+    // The slow request completes; the next one carries only what was submitted after it.
+    fakes.produced[0]!.done();
+    void writ.submit(input({ stepId: "later" }), { timeoutMs: 3_600_000 });
+    await waitFor(() => fakes.produced.length === 2);
+    expect(fakes.produced[1]!.messages).toHaveLength(1);
+    expect(producedIntents()[1]!.intentKey).toBe(writ.buildIntent(input({ stepId: "later" })).intentKey);
+  });
+
+  it("holds when the offset probe never answers: unknown at the deadline", async () => {
+    const writ = await client();
+    fakes.probeHangs = true;
+    fakeDeadlines();
+    const submit = watched(writ.submit(input(), { timeoutMs: 10_000 }));
+    await waitFor(() => fakes.produced.length === 1);
+    fakes.produced[0]!.done();
+    await vi.advanceTimersByTimeAsync(10_000);
+    await waitFor(() => submit.settled);
+    await expect(submit.p).resolves.toMatchObject({ status: "unknown", message: expect.stringContaining("No reply before the deadline") });
   });
 });
