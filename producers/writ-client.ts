@@ -334,7 +334,10 @@ interface Waiter {
   stopped(): void;
 }
 
-/** Waiters keyed by intent id; a reply resolves its waiter and goes to every `replies()` listener. */
+/**
+ * Waiters keyed by intent id (several submissions of one intent id each wait for its reply); a reply
+ * settles all of them and goes to every `replies()` listener.
+ */
 class KafkaWritClient implements WritClient {
   private readonly config: ClientConfig;
   private readonly log: Logger;
@@ -343,7 +346,7 @@ class KafkaWritClient implements WritClient {
   private readonly consumer: Consumer;
   private commits: IntervalCommit | null = null;
   private readonly probe: OffsetProbe;
-  private readonly waiting = new Map<string, Waiter>();
+  private readonly waiting = new Map<string, Set<Waiter>>();
   /**
    * Set once the reply consumer stopped for good (a crash kafkajs does not restart from): every submit then
    * fails with it at once, before anything is sent, since no reply to it could be read.
@@ -487,8 +490,24 @@ class KafkaWritClient implements WritClient {
       { retriable: false, cause, context: { topic: this.config.replyTopic } },
     );
     this.log.error({ err: cause, topic: this.config.replyTopic, waiting: this.waiting.size }, "reply consumer stopped for good; failing every submit");
-    for (const waiter of [...this.waiting.values()]) waiter.stopped();
+    const all = [...this.waiting.values()].flatMap((set) => [...set]);
     this.waiting.clear();
+    for (const waiter of all) waiter.stopped();
+  }
+
+  /**
+   * Waits for the reply to `id` alongside any other waiter for it; returns what removes this waiter, and
+   * only it: a submission that ends never takes another's waiter of the same intent id with it.
+   */
+  private wait(id: string, waiter: Waiter): () => void {
+    let set = this.waiting.get(id);
+    if (!set) this.waiting.set(id, (set = new Set()));
+    set.add(waiter);
+    return () => {
+      const current = this.waiting.get(id);
+      if (!current?.delete(waiter)) return;
+      if (current.size === 0) this.waiting.delete(id);
+    };
   }
 
   /**
@@ -511,6 +530,7 @@ class KafkaWritClient implements WritClient {
     const before = this.ends();
     // Registered before the send: a reply may be read before the producer's acknowledgement. The first outcome of each intent wins.
     const settlers: ((result: SubmitResult) => void)[] = [];
+    const forgets: (() => void)[] = [];
     const results = intents.map(
       (intent, i) =>
         new Promise<SubmitResult>((resolve) => {
@@ -518,12 +538,12 @@ class KafkaWritClient implements WritClient {
           const settle = (result: SubmitResult) => {
             if (settled) return;
             settled = true;
-            this.waiting.delete(intent.intentId);
+            forget();
             spans[i]!.answered(result);
             resolve(result);
           };
           settlers.push(settle);
-          this.waiting.set(intent.intentId, {
+          const forget = this.wait(intent.intentId, {
             answer: settle,
             stopped: () =>
               settle({
@@ -534,6 +554,7 @@ class KafkaWritClient implements WritClient {
                 message: "This client's reply consumer stopped, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.",
               }),
           });
+          forgets.push(forget);
         }),
     );
     let sent: SendOutcome;
@@ -556,7 +577,7 @@ class KafkaWritClient implements WritClient {
     } catch (err) {
       for (const span of spans) span.failed(err);
       // Nothing is waited for when the send failed: drop the waiters.
-      for (const intent of intents) this.waiting.delete(intent.intentId);
+      for (const forget of forgets) forget();
       throw err;
     }
     if (sent === "unconfirmed") {
@@ -646,17 +667,18 @@ class KafkaWritClient implements WritClient {
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const deadline = Date.now() + timeoutMs;
     let timer: NodeJS.Timeout | undefined;
+    let forget: () => void = () => undefined;
     const answer = new Promise<SubmitResult>((resolve) => {
       timer = setTimeout(() => {
-        this.waiting.delete(resolution.resolutionId);
+        forget();
         resolve({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." });
       }, timeoutMs);
       const settle = (result: SubmitResult) => {
         clearTimeout(timer);
-        this.waiting.delete(resolution.resolutionId);
+        forget();
         resolve(result);
       };
-      this.waiting.set(resolution.resolutionId, {
+      forget = this.wait(resolution.resolutionId, {
         answer: settle,
         stopped: () =>
           settle({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, reason: "reply_consumer_stopped", message: "This client's reply consumer stopped, so no answer to the resolution can be read; look at writ.human and the record before deciding again." }),
@@ -672,7 +694,7 @@ class KafkaWritClient implements WritClient {
     } catch (err) {
       // Nothing was sent: no answer to wait for, and no timer left running until the deadline.
       clearTimeout(timer);
-      this.waiting.delete(resolution.resolutionId);
+      forget();
       throw err;
     }
     return answer;
@@ -770,7 +792,7 @@ class KafkaWritClient implements WritClient {
       return;
     }
     const reply = decoded.value;
-    this.waiting.get(reply.intentId)?.answer(reply);
+    for (const waiter of [...(this.waiting.get(reply.intentId) ?? [])]) waiter.answer(reply);
     for (const l of this.listeners) l(reply);
   }
 

@@ -9,6 +9,7 @@ import { modelResultOf } from "../../../producers/adapters/tool-bridge.ts";
 import { createWritClient, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
 import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
+import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { declareWriteTool } from "../../../src/tools.ts";
 import { createLogger } from "../../../src/logger.ts";
 
@@ -130,9 +131,9 @@ afterEach(async () => {
 });
 
 /** Submits `i` with an hour's deadline and completes its produce request: the submit then waits for its reply. */
-async function waitingSubmit(writ: WritClient, i: IntentInput = input()) {
+async function waitingSubmit(writ: WritClient, i: IntentInput | WriteIntent = input(), timeoutMs = 3_600_000) {
   const before = fakes.produced.length;
-  const waiting = writ.submit(i, { timeoutMs: 3_600_000 });
+  const waiting = writ.submit(i, { timeoutMs });
   let settled = false;
   void waiting.finally(() => (settled = true));
   await waitFor(() => fakes.produced.length === before + 1);
@@ -162,6 +163,17 @@ describe("the agent client's reply consumer", () => {
     await deliver({ ...applied(sent.intentId, sent.intentKey), state: nested(256) });
     await waitFor(settled);
     await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: sent.intentId });
+  });
+
+  it("one reply settles every submission of its intent id", async () => {
+    const writ = await client();
+    const intent = writ.buildIntent(input());
+    const first = await waitingSubmit(writ, intent);
+    const second = await waitingSubmit(writ, intent);
+    await deliver(applied(intent.intentId, intent.intentKey));
+    await waitFor(() => first.settled() && second.settled());
+    await expect(first.waiting).resolves.toMatchObject({ status: "applied", intentId: intent.intentId });
+    await expect(second.waiting).resolves.toMatchObject({ status: "applied", intentId: intent.intentId });
   });
 
   it("a crash that kafkajs restarts from leaves the waiters alone", async () => {
@@ -255,6 +267,20 @@ describe("a submit's deadline", () => {
     await waitFor(() => fakes.produced.length === 2);
     expect(fakes.produced[1]!.messages).toHaveLength(1);
     expect(producedIntents()[1]!.intentKey).toBe(writ.buildIntent(input({ stepId: "later" })).intentKey);
+  });
+
+  it("passing for one submission of an intent id leaves another's wait for the reply alone", async () => {
+    const writ = await client();
+    fakeDeadlines();
+    const intent = writ.buildIntent(input());
+    const short = await waitingSubmit(writ, intent, 10_000);
+    const long = await waitingSubmit(writ, intent);
+    await vi.advanceTimersByTimeAsync(10_000);
+    await waitFor(short.settled);
+    await expect(short.waiting).resolves.toMatchObject({ status: "unknown" });
+    await deliver(applied(intent.intentId, intent.intentKey));
+    await waitFor(long.settled);
+    await expect(long.waiting).resolves.toMatchObject({ status: "applied", intentId: intent.intentId });
   });
 
   it("holds when the offset probe never answers: unknown at the deadline", async () => {
