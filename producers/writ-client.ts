@@ -38,6 +38,9 @@ const MAX_REQUEST_BYTES = 512 * 1024;
  */
 const REPLY_MAX_DEPTH = 512;
 
+/** Replies one `replies()` iteration holds unread at the most; past it the oldest are dropped (and counted in a warning). */
+export const MAX_UNREAD_REPLIES = 1024;
+
 /** The owners' default `maxIntentBytes` (src/config.ts): an encoded intent value larger than this is dead-lettered `too_large`. */
 export const DEFAULT_MAX_INTENT_BYTES = 262_144;
 /** The owners' default `maxJsonDepth` (src/config.ts): an intent nested deeper than this is dead-lettered `too_deep`. */
@@ -215,7 +218,11 @@ export interface WritClient {
   change(input: ChangeInput): Promise<ChangeResult>;
   /** The topic this client's replies arrive on (every intent it builds names it). */
   readonly replyTopic: string;
-  /** Every reply read from this agent's reply topic since `start`. */
+  /**
+   * Every reply read from this agent's reply topic while it is iterated: each iteration listens from its
+   * first `next()` until it returns or `signal` aborts. At most {@link MAX_UNREAD_REPLIES} replies wait
+   * unread per iteration; past that the oldest are dropped, and a warning logs how many.
+   */
   replies(opts?: { signal?: AbortSignal }): AsyncIterable<Reply>;
   /**
    * An operator's decision on an escalation from `writ.human`: `apply` it on
@@ -753,19 +760,33 @@ class KafkaWritClient implements WritClient {
   }
 
   replies(opts?: { signal?: AbortSignal }): AsyncIterable<Reply> {
-    const queue: Reply[] = [];
-    let wake: (() => void) | null = null;
-    const listener = (r: Reply) => {
-      queue.push(r);
-      wake?.();
-    };
-    this.listeners.add(listener);
-    const signal = opts?.signal;
-    const onAbort = () => wake?.();
-    signal?.addEventListener("abort", onAbort);
     const listeners = this.listeners;
+    const log = this.log;
+    const signal = opts?.signal;
     return {
+      // Listening starts with the iteration, not with this call: an iterable never iterated holds nothing.
       async *[Symbol.asyncIterator]() {
+        if (signal?.aborted) return;
+        const queue: Reply[] = [];
+        let dropped = 0;
+        let wake: (() => void) | null = null;
+        const listener = (r: Reply) => {
+          queue.push(r);
+          // A reader that stopped reading without returning or aborting costs this bound, never more.
+          if (queue.length > MAX_UNREAD_REPLIES) {
+            queue.shift();
+            if (dropped++ % MAX_UNREAD_REPLIES === 0) log.warn({ dropped, unread: MAX_UNREAD_REPLIES }, "replies() reader is not keeping up; oldest unread replies dropped");
+          }
+          wake?.();
+        };
+        // An abort stops listening at once, even while the reader holds the iterator paused at a reply.
+        const onAbort = () => {
+          listeners.delete(listener);
+          queue.length = 0;
+          wake?.();
+        };
+        listeners.add(listener);
+        signal?.addEventListener("abort", onAbort);
         try {
           while (!signal?.aborted) {
             const next = queue.shift();

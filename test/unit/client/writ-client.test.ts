@@ -6,7 +6,7 @@ import type { Message } from "kafkajs";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { modelResultOf } from "../../../producers/adapters/tool-bridge.ts";
-import { createWritClient, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
+import { createWritClient, MAX_UNREAD_REPLIES, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
 import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
@@ -293,5 +293,42 @@ describe("a submit's deadline", () => {
     await vi.advanceTimersByTimeAsync(10_000);
     await waitFor(() => submit.settled);
     await expect(submit.p).resolves.toMatchObject({ status: "unknown", message: expect.stringContaining("No reply before the deadline") });
+  });
+});
+
+describe("replies()", () => {
+  /** How many `replies()` iterations the client is feeding. */
+  const listening = (writ: WritClient) => (writ as unknown as { listeners: Set<unknown> }).listeners.size;
+  const reply = (n: number) => applied(`id-${n}`, "key");
+
+  it("listens only once iterated: an iterable never iterated holds nothing", async () => {
+    const writ = await client();
+    writ.replies();
+    expect(listening(writ)).toBe(0);
+  });
+
+  it("stops listening at the abort, even while the reader holds it paused at a reply", async () => {
+    const writ = await client();
+    const abort = new AbortController();
+    const it = writ.replies({ signal: abort.signal })[Symbol.asyncIterator]();
+    const first = it.next();
+    await deliver(reply(1));
+    await expect(first).resolves.toMatchObject({ value: { intentId: "id-1" } });
+    abort.abort();
+    expect(listening(writ)).toBe(0);
+  });
+
+  it("holds at most MAX_UNREAD_REPLIES unread, dropping the oldest", async () => {
+    const writ = await client();
+    const it = writ.replies()[Symbol.asyncIterator]();
+    const first = it.next();
+    await deliver(reply(0));
+    await expect(first).resolves.toMatchObject({ value: { intentId: "id-0" } });
+    // The reader holds the iterator at reply 0 while MAX_UNREAD_REPLIES + 5 more arrive.
+    for (let n = 1; n <= MAX_UNREAD_REPLIES + 5; n++) await deliver(reply(n));
+    // Replies 1 to 5 were dropped: the oldest still held is the one after them.
+    await expect(it.next()).resolves.toMatchObject({ value: { intentId: "id-6" } });
+    await it.return!(undefined);
+    expect(listening(writ)).toBe(0);
   });
 });
