@@ -19,6 +19,7 @@ import type { Reply } from "../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
 import type { CreateToolDeclaration } from "../src/tools.ts";
 import { WritError } from "../src/errors.ts";
+import { WIRE_SCHEMAS } from "../src/schemas/index.ts";
 import { retry, START_PATIENCE } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
@@ -328,6 +329,23 @@ function notSentPast<T>(deadline: number, work: Promise<T>): Promise<T> {
   return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Refuses, non-retriably (`changed_by_validation`), a value that validating it with its wire schema would
+ * change. The codec sends the schema's output, which leaves out fields the schema does not know (zod
+ * objects strip them; a record drops an own `__proto__` key), while the signature and the intent key are
+ * computed over the value given: owners would answer `unauthenticated` or `intent_key_mismatch`. A value
+ * the schema refuses is left to the codec, which refuses it `codec_failed`.
+ */
+function unchangedByValidation(name: "WriteIntent" | "Resolution", value: WriteIntent | Resolution, intentKey: string): void {
+  const checked = WIRE_SCHEMAS[name].safeParse(value);
+  if (!checked.success || canonicalJson(checked.data) === canonicalJson(value)) return;
+  throw new WritError(
+    "changed_by_validation",
+    `the ${name} has fields its wire schema does not keep (unknown fields, or an own "__proto__" key); what is sent would not be what is signed and keyed: remove them`,
+    { retriable: false, context: { intentKey } },
+  );
+}
+
 function positiveInteger(field: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 1) throw new WritError("config_invalid", `${field} must be a positive integer (it is ${value})`, { retriable: false, context: { field } });
   return value;
@@ -530,6 +548,8 @@ class KafkaWritClient implements WritClient {
     for (const intent of intents) this.checkDepth(intent, intent.intentKey);
     // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
     for (const intent of intents) canonicalJson(intent);
+    // Owners check the signature and the key against what is sent: refused here when that is not what was given.
+    for (const intent of intents) unchangedByValidation("WriteIntent", intent, intent.intentKey);
     for (const intent of intents) this.remember(intent);
     // One `writ.submit` span per intent, until its reply or its deadline; its trace context travels in the record's headers.
     const spans = intents.map((intent) => startSubmitSpan(intent, this.config.intentsTopic));
@@ -670,6 +690,7 @@ class KafkaWritClient implements WritClient {
     };
     this.checkDepth(resolution, resolution.intent.intentKey);
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
+    unchangedByValidation("Resolution", resolution, resolution.intent.intentKey);
     if (this.stopped) throw this.stopped;
     const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
     const deadline = Date.now() + timeoutMs;

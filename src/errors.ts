@@ -26,6 +26,11 @@ export const ERROR_CODES = [
   "too_deep",
   /** A submit's deadline passed before its intents were produced (still queued or being encoded): nothing was sent, so submitting again is safe. */
   "not_sent",
+  /**
+   * An intent (or resolution) that validating it against its wire schema would change (a field the schema
+   * does not know, an own `__proto__` key): what is sent would not be what is signed and keyed.
+   */
+  "changed_by_validation",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

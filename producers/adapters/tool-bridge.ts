@@ -156,12 +156,13 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
  * The codes with which the client refuses an intent for good before sending it (src/errors.ts): the same
  * arguments would be refused the same way, so the model must not call the tool again with them.
  */
-const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set(["too_large", "too_deep", "not_canonical", "input_too_deep"]);
+const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set(["too_large", "too_deep", "not_canonical", "input_too_deep", "changed_by_validation"]);
 
 /**
  * The model's result of a submit: {@link toModelResult} of its outcome, or, when the client refused the
- * intent before sending it (`too_large`, `too_deep`, `not_canonical`), a `rejected` result with that reason
- * that tells the model not to call again unchanged. Any other error is thrown, as before.
+ * intent before sending it (`too_large`, `too_deep`, `not_canonical`, `changed_by_validation`), a
+ * `rejected` result with that reason that tells the model not to call again unchanged. Any other error
+ * is thrown, as before.
  */
 export async function modelResultOf(submitted: Promise<SubmitResult>): Promise<ModelToolResult> {
   try {

@@ -220,6 +220,16 @@ describe("intents that owners dead-letter without a reply", () => {
     expect(await refusedOrSent(writ.submit(big, { timeoutMs: 3_600_000 }))).toMatchObject({ code: "too_large", retriable: false, context: { limit: 262_144 } });
   });
 
+  it("an intent that validation would change is refused changed_by_validation before sending: what is sent must be what is signed", async () => {
+    const writ = await client();
+    const unknownField = { ...writ.buildIntent(input()), note: "not in the schema" } as WriteIntent;
+    expect(await refusedOrSent(writ.submit(unknownField, { timeoutMs: 3_600_000 }))).toMatchObject({ code: "changed_by_validation", retriable: false });
+    const ownProto = input({ params: JSON.parse('{"text":"x","__proto__":{"admin":true}}') as Record<string, unknown> });
+    expect(await refusedOrSent(writ.submit(ownProto, { timeoutMs: 3_600_000 }))).toMatchObject({ code: "changed_by_validation", retriable: false });
+    // The same intent without them goes.
+    expect(await refusedOrSent(writ.submit(input(), { timeoutMs: 3_600_000 }))).toBe("sent");
+  });
+
   it("the adapters tell the model the refusal is final, not to call again", async () => {
     const writ = await client();
     const text = "x".repeat(300_000);
