@@ -311,7 +311,11 @@ export async function createWritClient(
     await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
   }
   const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer);
-  await client.start();
+  // A start that fails (a reply consumer that stops before its first fetch) leaves no connection behind.
+  await client.start().catch(async (err: unknown) => {
+    await client.close();
+    throw err;
+  });
   return client;
 }
 

@@ -19,8 +19,11 @@ const fakes = vi.hoisted(() => ({
   produced: [] as { messages: Message[]; done: (err?: Error) => void }[],
   /** The offset probe never answers while set. */
   probeHangs: false,
+  /** The reply consumer crashes for good before its first fetch while set. */
+  crashOnRun: false,
 }));
 interface FakeConsumerShape {
+  disconnected: boolean;
   emit(event: string, payload: unknown): void;
   deliver(message: { value: Buffer | null; offset?: string; headers?: Record<string, Buffer> }): Promise<void>;
 }
@@ -43,12 +46,15 @@ vi.mock("kafkajs", async (importOriginal) => {
     }
     async connect() {}
     async subscribe() {}
-    async disconnect() {}
+    disconnected = false;
+    async disconnect() {
+      this.disconnected = true;
+    }
     async commitOffsets() {}
     async run(opts: { eachMessage: (p: unknown) => Promise<void> }) {
       this.eachMessage = opts.eachMessage;
       // The first fetch the client waits for, once run has returned.
-      setImmediate(() => this.emit(events.FETCH, {}));
+      setImmediate(() => (fakes.crashOnRun ? this.emit(events.CRASH, { error: new Error("not retriable"), groupId: "g", restart: false }) : this.emit(events.FETCH, {})));
     }
     async deliver(m: { value: Buffer | null; offset?: string; headers?: Record<string, Buffer> }) {
       await this.eachMessage!({ topic: "writ.replies.agent-1", partition: 0, message: { key: null, value: m.value, offset: m.offset ?? "0", headers: m.headers ?? {}, timestamp: "0", attributes: 0 } });
@@ -127,6 +133,7 @@ const waitFor = async (cond: () => boolean) => {
 afterEach(async () => {
   vi.useRealTimers();
   fakes.probeHangs = false;
+  fakes.crashOnRun = false;
   for (const c of clients.splice(0)) await c.close();
 });
 
@@ -155,6 +162,12 @@ describe("the agent client's reply consumer", () => {
     await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "reply_consumer_stopped", retriable: false });
     // Nothing more was sent: no reply to it could be read.
     expect(fakes.produced).toHaveLength(1);
+  });
+
+  it("stopping for good before the first fetch fails the client's start and disconnects it", async () => {
+    fakes.crashOnRun = true;
+    await expect(client()).rejects.toMatchObject({ code: "reply_consumer_stopped" });
+    expect(fakes.consumer!.disconnected).toBe(true);
   });
 
   it("reads a reply whose record state is nested as deep as a system of record may nest it (256 levels)", async () => {
