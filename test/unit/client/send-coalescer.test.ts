@@ -76,10 +76,14 @@ describe("SendCoalescer", () => {
       const inFlight = c.send([msg("a")], Date.now() + 1000);
       await waitFor(() => g.requests.length === 1);
       const queued = c.send([msg("b")], Date.now() + 1000);
-      const rejected = expect(queued).rejects.toMatchObject({ code: "not_sent", retriable: true });
+      // How each ended, kept as it settles: the check below waits for both, with the bound of waitFor.
+      const ended: { inFlight?: unknown; queued?: unknown } = {};
+      inFlight.then((v) => (ended.inFlight = v), (err: unknown) => (ended.inFlight = err));
+      queued.then((v) => (ended.queued = v), (err: unknown) => (ended.queued = err));
       await vi.advanceTimersByTimeAsync(1000);
-      await rejected;
-      await expect(inFlight).resolves.toBe("unconfirmed");
+      await waitFor(() => "inFlight" in ended && "queued" in ended);
+      expect(ended.queued).toMatchObject({ code: "not_sent", retriable: true });
+      expect(ended.inFlight).toBe("unconfirmed");
       g.requests[0]!.done();
       const later = c.send([msg("c")]);
       await waitFor(() => g.requests.length === 2);
