@@ -30,6 +30,12 @@ const McpMainConfig = z
     replyTopic: z.string().min(1).optional(),
     /** Deadline of one submission. ms. */
     submitTimeoutMs: timerMs(1).default(30_000),
+    /**
+     * The owners' admission bounds, under the owners' variable names, so one environment serves both: the
+     * client refuses what the owners would dead-letter without a reply (defaults: the owners' defaults).
+     */
+    maxIntentBytes: z.number().int().positive().optional(),
+    maxJsonDepth: z.number().int().positive().optional(),
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
@@ -51,6 +57,8 @@ const ENV = {
   agentId: "WRIT_MCP_AGENT_ID",
   replyTopic: "WRIT_MCP_REPLY_TOPIC",
   submitTimeoutMs: "WRIT_SUBMIT_TIMEOUT_MS",
+  maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
+  maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
   specsModule: "WRIT_TOOL_SPECS_MODULE",
   runId: "WRIT_RUN_ID",
   port: "WRIT_MCP_PORT",
@@ -90,7 +98,7 @@ try {
   }
   const input: Record<string, unknown> = {};
   // Numbers are decimal only (envNumber): Number() would take "  " as 0 and "0x50" as 80.
-  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs"]);
+  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "maxIntentBytes", "maxJsonDepth"]);
   const value = (field: string, raw: string) => (numeric.has(field) ? envNumber(raw) : raw);
   for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = value(field, process.env[name]);
   if (args.port !== undefined) input.port = value("port", args.port);
@@ -116,6 +124,8 @@ try {
     replyTopic: config.replyTopic ?? `writ.replies.${config.agentId}`,
     intentsTopic: config.intentsTopic,
     submitTimeoutMs: config.submitTimeoutMs,
+    ...(config.maxIntentBytes !== undefined ? { maxIntentBytes: config.maxIntentBytes } : {}),
+    ...(config.maxJsonDepth !== undefined ? { maxJsonDepth: config.maxJsonDepth } : {}),
     ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
     logger: log,
   });

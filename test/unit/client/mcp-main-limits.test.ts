@@ -1,0 +1,32 @@
+// The MCP server process reads the owners' admission bounds under the owners'
+// variable names (producers/mcp-main.ts). Its configuration is checked before
+// anything connects, so a bad value shows without a broker.
+import { spawn } from "node:child_process";
+import { resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import { waitFor } from "../../helpers/wait-for.ts";
+
+/** Runs the MCP server with `env` until it exits (killed if it has not within waitFor's bound); its stderr. */
+async function mcpMainStderr(env: Record<string, string>): Promise<string> {
+  const child = spawn(process.execPath, [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"], {
+    env: { PATH: process.env.PATH ?? "", KAFKA_BROKERS: "127.0.0.1:9", LOG_LEVEL: "error", ...env },
+    stdio: ["pipe", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  let exited = false;
+  child.on("exit", () => (exited = true));
+  try {
+    await waitFor(() => exited, { timeoutMs: 20_000, message: () => `the MCP server did not exit; stderr: ${stderr}` });
+  } finally {
+    if (!exited) child.kill();
+  }
+  return stderr;
+}
+
+describe("the MCP server's admission bounds", () => {
+  it("reads WRIT_MAX_INTENT_BYTES and WRIT_MAX_JSON_DEPTH, and refuses a bad one naming the variable", async () => {
+    expect(await mcpMainStderr({ WRIT_MAX_JSON_DEPTH: "0" })).toContain("WRIT_MAX_JSON_DEPTH (maxJsonDepth)");
+    expect(await mcpMainStderr({ WRIT_MAX_INTENT_BYTES: "lots" })).toContain("WRIT_MAX_INTENT_BYTES (maxIntentBytes)");
+  });
+});
