@@ -179,11 +179,14 @@ function linearHeaders(kafkajsRecord: RecordDecoder): RecordDecoder {
       return [];
     };
     const record = kafkajsRecord(decoder, context);
+    if (list.length === 0) return record;
     const headers: Record<string, Buffer | Buffer[]> = {};
     for (const { key, value } of list) {
       const seen = Object.prototype.hasOwnProperty.call(headers, key) ? headers[key] : undefined;
       const next = seen === undefined ? value : Array.isArray(seen) ? (seen.push(value), seen) : [seen, value];
-      Object.defineProperty(headers, key, { value: next, enumerable: true, writable: true, configurable: true });
+      // Assigned, the name "__proto__" would set the object's prototype instead of a header.
+      if (key === "__proto__") Object.defineProperty(headers, key, { value: next, enumerable: true, writable: true, configurable: true });
+      else headers[key] = next;
     }
     record.headers = headers;
     return record;
