@@ -66,6 +66,9 @@ __all__ = ["CONTROL_HEADER", "IntentInput", "IntentSigner", "ReplyStream", "Writ
 #: Records carrying this header are not values (e.g. an owner's ``heal`` record): every reader skips them.
 CONTROL_HEADER = "writ-control"
 
+#: How deep a reply may nest: owners put record state (nested up to 256 levels) into replies; other values get the codec's 64.
+REPLY_MAX_DEPTH = 512
+
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _log = logging.getLogger("writ_client")
 
@@ -434,29 +437,37 @@ class WritClient:
                 continue
             if msg is None:
                 continue
-            error = msg.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    _log.warning("reply consumer: %s", error)
-                continue
-            headers: list[Any] = list(msg.headers() or [])
-            if any(h[0] == CONTROL_HEADER for h in headers):
-                continue
-            value = msg.value()
-            if value is None:
-                continue
             try:
-                reply = parse_reply(self.codec.decode(value))
-            except RegistryError as err:
-                # The registry says nothing about the record: read it again once it answers.
-                _log.warning("schema registry unavailable while decoding a reply; retrying: %s", err)
-                consumer.seek(TopicPartition(self.reply_topic, int(msg.partition() or 0), int(msg.offset() or 0)))
-                self._stop.wait(1.0)
-                continue
-            except (DecodeError, ValidationError) as err:
-                _log.warning("unreadable reply skipped (%s-%d@%d): %s", msg.topic(), msg.partition(), msg.offset(), str(err)[:300])
-                continue
-            self._dispatch(reply)
+                self._read_reply(consumer, msg)
+            except Exception:  # noqa: BLE001 - no record may stop the reply thread: its submits would all end unknown
+                _log.exception("reply record skipped (%s-%s@%s): reading it failed", msg.topic(), msg.partition(), msg.offset())
+
+    def _read_reply(self, consumer: Consumer, msg: Any) -> None:
+        """Decodes one record of the reply topic and hands its reply to whoever waits for it."""
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                _log.warning("reply consumer: %s", error)
+            return
+        headers: list[Any] = list(msg.headers() or [])
+        if any(h[0] == CONTROL_HEADER for h in headers):
+            return
+        value = msg.value()
+        if value is None:
+            return
+        try:
+            reply = parse_reply(self.codec.decode(value, max_depth=REPLY_MAX_DEPTH))
+        except RegistryError as err:
+            # The registry says nothing about the record: read it again once it answers.
+            _log.warning("schema registry unavailable while decoding a reply; retrying: %s", err)
+            consumer.seek(TopicPartition(self.reply_topic, int(msg.partition() or 0), int(msg.offset() or 0)))
+            self._stop.wait(1.0)
+            return
+        except (DecodeError, ValidationError) as err:
+            reason = err.reason if isinstance(err, DecodeError) else "schema_invalid"
+            _log.warning("unreadable reply skipped (%s-%d@%d, %s): %s", msg.topic(), msg.partition(), msg.offset(), reason, str(err)[:300])
+            return
+        self._dispatch(reply)
 
     def _dispatch(self, reply: Reply) -> None:
         with self._lock:

@@ -14,7 +14,9 @@ the URL and the status, never the credentials.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import struct
 import threading
 import time
@@ -33,6 +35,8 @@ __all__ = ["DecodeError", "RegistryError", "WireCodec", "encode_json", "schema_t
 
 MAGIC_BYTE = 0
 HEADER_BYTES = 5
+#: How deep a decoded value may nest unless the caller says otherwise (TypeScript's ``DEFAULT_MAX_DEPTH``).
+DEFAULT_MAX_DEPTH = 64
 SchemaName = Literal["WriteIntent", "Reply"]
 
 
@@ -69,6 +73,37 @@ def encode_json(value: Any) -> bytes:
     except UnicodeEncodeError:
         # A lone surrogate cannot be UTF-8: escape every non-ASCII character instead (JSON.parse reads both alike).
         return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+
+
+def _nesting(body: bytes) -> int:
+    """The deepest bracket nesting of ``body`` outside JSON strings: a valid JSON value's depth, without parsing it.
+
+    A quote or a backslash is never part of a multi-byte UTF-8 sequence, so the scan works on the bytes.
+    """
+    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", body))
+    if not brackets:
+        return 0
+    return max(itertools.accumulate(1 if b in b"[{" else -1 for b in brackets))
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deep ``value`` nests (a scalar 0, ``[]`` 1), without recursion; stops at ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if not isinstance(v, (dict, list)):
+            continue
+        d = depth + 1
+        if d > limit:
+            return limit + 1
+        deepest = max(deepest, d)
+        stack.extend((child, d) for child in (v.values() if isinstance(v, dict) else v) if isinstance(child, (dict, list)))
+    return deepest
 
 
 #: The largest registry answer read (schemas and ids are far smaller); a larger one is an error, not buffered.
@@ -123,8 +158,13 @@ class WireCodec:
             return body
         return struct.pack(">Bi", MAGIC_BYTE, self.schema_id(topic, name)) + body
 
-    def decode(self, data: bytes | None) -> Any:
-        """The JSON value in ``data`` (framed or plain). Raises :class:`DecodeError`; :class:`RegistryError` when the registry cannot be asked."""
+    def decode(self, data: bytes | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+        """The JSON value in ``data`` (framed or plain). Raises :class:`DecodeError`; :class:`RegistryError` when the registry cannot be asked.
+
+        A value nested deeper than ``max_depth`` is ``too_deep`` (checked on the bytes before parsing, so no
+        hostile nesting reaches the parser's recursion); bytes that are not JSON, or a number past Python's
+        integer-digit limit, are ``undecodable``.
+        """
         if not data:
             raise DecodeError("undecodable", "empty value")
         body = data
@@ -135,10 +175,17 @@ class WireCodec:
             if not self.schema_id_exists(schema_id):
                 raise DecodeError("undecodable", f"schema id {schema_id} is not in the registry")
             body = data[HEADER_BYTES:]
+        if _nesting(body) > max_depth:
+            raise DecodeError("too_deep", f"JSON nested deeper than {max_depth} levels")
         try:
-            return json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            value = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            # ValueError: JSONDecodeError, or an integer of more digits than int() converts (sys.get_int_max_str_digits()).
             raise DecodeError("undecodable", f"not JSON: {str(err)[:200]}") from err
+        # Before anything walks the value (the byte scan above already bounds any valid JSON).
+        if json_depth(value, max_depth) > max_depth:
+            raise DecodeError("too_deep", f"JSON nested deeper than {max_depth} levels")
+        return value
 
     # -- registry -------------------------------------------------------------------------------
 

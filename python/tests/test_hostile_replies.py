@@ -1,0 +1,139 @@
+"""The client's reply thread and codec against hostile reply records, with a fake consumer: no broker needed."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from writ_client import WireCodec, WritClient
+from writ_client.codec import DecodeError
+
+
+class FakeMsg:
+    def __init__(self, value: bytes | None, offset: int) -> None:
+        self._value = value
+        self._offset = offset
+
+    def error(self) -> None:
+        return None
+
+    def headers(self) -> None:
+        return None
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def topic(self) -> str:
+        return "writ.replies.fake"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class FakeConsumer:
+    """Hands out its records, then blocks in poll until the client stops (no sleeping)."""
+
+    def __init__(self, values: list[bytes | None], stop: threading.Event) -> None:
+        self._msgs = [FakeMsg(v, i) for i, v in enumerate(values)]
+        self._stop = stop
+
+    def poll(self, timeout: float) -> FakeMsg | None:
+        if self._msgs:
+            return self._msgs.pop(0)
+        self._stop.wait(timeout)
+        return None
+
+
+def rejected(intent_id: str, **more: Any) -> bytes:
+    return json.dumps(
+        {"status": "rejected", "intentId": intent_id, "intentKey": "0" * 64, "duplicate": False, "at": "2026-01-01T00:00:00.000Z",
+         "reason": "params_invalid", "message": "m", **more}
+    ).encode()
+
+
+def run_replies(values: list[bytes | None], intent_id: str) -> tuple[Any, threading.Thread]:
+    """Feeds the records to a client's reply loop; the reply the waiter for ``intent_id`` got, and the thread."""
+    client = WritClient(brokers="127.0.0.1:1", agent_id="fake", reply_topic="writ.replies.fake")
+    client._consumer = FakeConsumer(values, client._stop)  # type: ignore[assignment]
+    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    client._waiting[intent_id] = fut
+    thread = threading.Thread(target=client._consume_loop, daemon=True)
+    thread.start()
+    try:
+        reply = fut.result(timeout=30)
+        alive = thread.is_alive()
+    finally:
+        client._stop.set()
+        thread.join(timeout=30)
+    assert alive, "the reply thread died"
+    return reply, thread
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b"[" * 1000 + b"]" * 1000,
+        b"1" * 5000,
+        rejected("other")[:-1] + b',"details":{"n":' + b"9" * 5000 + b"}}",
+        rejected("other", details=None)[:-1] + b',"details":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b"\x00\x00\x00\x00\x01{}",  # framed, no registry
+        b"\xff\xfe",
+    ],
+    ids=["deep-array", "deep-1000", "digits", "digits-in-object", "deep-in-reply", "framed", "not-utf8"],
+)
+def test_a_hostile_reply_record_is_skipped_and_the_next_reply_still_arrives(hostile: bytes) -> None:
+    reply, _ = run_replies([hostile, rejected("X")], "X")
+    assert reply.status == "rejected" and reply.intent_id == "X"
+
+
+def test_a_failure_outside_the_codec_is_skipped_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import writ_client.client as client_module
+
+    real = client_module.parse_reply
+
+    def flaky(value: Any) -> Any:
+        if value.get("intentId") == "boom":
+            raise KeyError("a bug on one record")
+        return real(value)
+
+    monkeypatch.setattr(client_module, "parse_reply", flaky)
+    reply, _ = run_replies([rejected("boom"), rejected("X")], "X")
+    assert reply.intent_id == "X"
+
+
+def test_a_reply_holding_state_nested_256_levels_is_read() -> None:
+    state: Any = 1
+    for _ in range(256):
+        state = {"a": state}
+    applied = {
+        "status": "applied", "intentId": "X", "intentKey": "0" * 64, "duplicate": False, "at": "2026-01-01T00:00:00.000Z",
+        "entity": {"type": "payment", "id": "p1"}, "state": state, "version": '"v2"', "via": "patch",
+    }
+    reply, _ = run_replies([json.dumps(applied).encode()], "X")
+    assert reply.status == "applied"
+
+
+def test_decode_refuses_numbers_past_the_digit_limit_and_deep_nesting_with_a_reason() -> None:
+    codec = WireCodec(None)
+    with pytest.raises(DecodeError) as digits:
+        codec.decode(b"1" * 5000)
+    assert digits.value.reason == "undecodable"
+    with pytest.raises(DecodeError) as deep:
+        codec.decode(b"[" * 1000 + b"]" * 1000)
+    assert deep.value.reason == "too_deep"
+    with pytest.raises(DecodeError) as deep65:
+        codec.decode(b"[" * 65 + b"]" * 65)
+    assert deep65.value.reason == "too_deep"
+    assert codec.decode(b"[" * 64 + b"]" * 64) is not None
+    assert codec.decode(b"[" * 65 + b"]" * 65, max_depth=512) is not None
+    # Brackets inside strings are text, not nesting.
+    assert codec.decode(json.dumps({"s": "[" * 1000, "t": '\\"[' * 100}).encode()) == {"s": "[" * 1000, "t": '\\"[' * 100}
+
