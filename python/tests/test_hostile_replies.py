@@ -137,3 +137,37 @@ def test_decode_refuses_numbers_past_the_digit_limit_and_deep_nesting_with_a_rea
     # Brackets inside strings are text, not nesting.
     assert codec.decode(json.dumps({"s": "[" * 1000, "t": '\\"[' * 100}).encode()) == {"s": "[" * 1000, "t": '\\"[' * 100}
 
+
+def test_schema_id_caches_stay_bounded_under_fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    import writ_client.codec as codec_module
+
+    codec = WireCodec("http://registry.invalid:1")
+    asked: list[int] = []
+
+    def fake_http(method: str, url: str, payload: bytes | None) -> tuple[int, Any]:
+        schema_id = int(url.rsplit("/", 1)[1])
+        asked.append(schema_id)
+        return (200, {"schema": "{}"}) if schema_id % 2 == 0 else (404, {"error_code": 40403})
+
+    monkeypatch.setattr(codec, "_http", fake_http)
+    for schema_id in range(10_000):
+        if schema_id % 2 == 0:
+            assert codec.decode(bytes([0]) + schema_id.to_bytes(4, "big") + b"{}") == {}
+        else:
+            with pytest.raises(DecodeError):
+                codec.decode(bytes([0]) + schema_id.to_bytes(4, "big") + b"{}")
+    assert len(asked) == 10_000
+    # As TypeScript's codec: the 4,096 most recent known ids, the 1,024 most recent unknown ones.
+    assert len(codec._known) == 4096
+    assert len(codec._unknown) == 1024
+    # The most recent ids are still cached: no second question.
+    asked.clear()
+    assert codec.schema_id_exists(9998) is True
+    assert codec.schema_id_exists(9999) is False
+    assert asked == []
+    # An unknown id is asked again once its answer is older than the TTL; a known one never.
+    now = codec_module.time.monotonic()
+    monkeypatch.setattr(codec_module.time, "monotonic", lambda: now + 31)
+    assert codec.schema_id_exists(9999) is False
+    assert codec.schema_id_exists(9998) is True
+    assert asked == [9999]

@@ -23,8 +23,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
     import ssl
@@ -38,6 +39,40 @@ HEADER_BYTES = 5
 #: How deep a decoded value may nest unless the caller says otherwise (TypeScript's ``DEFAULT_MAX_DEPTH``).
 DEFAULT_MAX_DEPTH = 64
 SchemaName = Literal["WriteIntent", "Reply"]
+#: Schema ids a registry confirmed, and ids it did not know (asked again after the TTL): bounded, as
+#: TypeScript's codec bounds them, since ids come from records anyone can write.
+MAX_KNOWN_SCHEMA_IDS = 4096
+MAX_UNKNOWN_SCHEMA_IDS = 1024
+UNKNOWN_SCHEMA_ID_TTL = 30.0
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LruDict(Generic[K, V]):
+    """At most ``max_size`` entries; a new key past the bound drops the least recently used one (``src/lru-map.ts``)."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        if key not in self._data:
+            return None
+        self._data.move_to_end(key)
+        return self._data[key]
+
+    def set(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        if len(self._data) > self.max_size:
+            self._data.popitem(last=False)
+
+    def delete(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
 class RegistryError(RuntimeError):
@@ -144,7 +179,9 @@ class WireCodec:
         #: Whether encode() frames; default: with a registry. Decoding reads both whenever a registry is known.
         self._frame = self.registry_url != "" if frame is None else frame
         self._ids: dict[str, int] = {}
-        self._known: dict[int, tuple[bool, float]] = {}
+        self._known: LruDict[int, bool] = LruDict(MAX_KNOWN_SCHEMA_IDS)
+        #: Unknown ids and when the registry said so.
+        self._unknown: LruDict[int, float] = LruDict(MAX_UNKNOWN_SCHEMA_IDS)
         self._lock = threading.Lock()
 
     @property
@@ -224,10 +261,12 @@ class WireCodec:
         if not self.registry_url:
             return False
         with self._lock:
-            cached = self._known.get(schema_id)
-        # A known id is known for good (ids are immutable); an unknown one is asked again after a while.
-        if cached is not None and (cached[0] or time.monotonic() - cached[1] < 30):
-            return cached[0]
+            # A known id is known for good (ids are immutable); an unknown one is asked again after a while.
+            if self._known.get(schema_id):
+                return True
+            since = self._unknown.get(schema_id)
+            if since is not None and time.monotonic() - since < UNKNOWN_SCHEMA_ID_TTL:
+                return False
         status, _ = self._http("GET", f"{self.registry_url}/schemas/ids/{schema_id}", None)
         if status == 404:
             known = False
@@ -237,7 +276,11 @@ class WireCodec:
             # 401/403: the credentials (schema_registry_auth) are wrong or lack a role; no retry fixes that.
             raise RegistryError(f"looking up schema id {schema_id} answered {status}", retriable=status not in (401, 403), status=status)
         with self._lock:
-            self._known[schema_id] = (known, time.monotonic())
+            if known:
+                self._known.set(schema_id, True)
+                self._unknown.delete(schema_id)
+            else:
+                self._unknown.set(schema_id, time.monotonic())
         return known
 
     def _http(self, method: str, url: str, payload: bytes | None) -> tuple[int, Any]:
