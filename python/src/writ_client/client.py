@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import queue
@@ -573,19 +574,27 @@ class WritClient:
 
     def _prepare(self, intent: WriteIntent) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """The intent's wire object and its record headers; refuses one with no canonical JSON."""
+        # pydantic's JSON mode rewrites a key holding a surrogate code point (lone, or a pair written as two code
+        # points) to U+FFFD, or cannot write it: the Python-mode dump holds the strings as given.
+        python = intent.model_dump(by_alias=True)
         try:
-            wire = intent.to_wire()
+            wire: dict[str, Any] = intent.to_wire()
         except UnicodeEncodeError:
-            # pydantic's JSON mode cannot write an object key with a lone surrogate: find it in the Python-mode dump.
-            wire = intent.model_dump(by_alias=True)
+            wire = python
         try:
+            text = canonical_json(python)
+        except CanonicalJsonError as err:
+            if err.code != "not_json":
+                raise _refusal(intent, python, err) from None
+            # A value only JSON mode writes (a datetime, a UUID…): the wire form is the one to check.
+            text = None
+        try:
+            if text is not None and canonical_json(wire) != text:
+                # JSON mode changed a string: send the values as given (as JavaScript holds them, pairs joined).
+                wire = json.loads(text)
             canonical_json(wire)
         except CanonicalJsonError as err:
-            where = _first_uncanonical(wire) if err.code == "not_canonical" else None
-            raise CanonicalJsonError(
-                err.code,
-                f"intent {intent.intent_id} not sent: {f'{where}: ' if where else ''}{err}; owners refuse such an intent (rejected: {err.code})",
-            ) from None
+            raise _refusal(intent, wire, err) from None
         headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
         return wire, headers
 
@@ -651,6 +660,15 @@ class WritClient:
         or after ``idle_timeout`` seconds without a reply.
         """
         return ReplyStream(self, idle_timeout)
+
+
+def _refusal(intent: WriteIntent, value: Any, err: CanonicalJsonError) -> CanonicalJsonError:
+    """The error :meth:`WritClient.submit_all` raises for an intent with no canonical JSON, naming where."""
+    where = _first_uncanonical(value) if err.code == "not_canonical" else None
+    return CanonicalJsonError(
+        err.code,
+        f"intent {intent.intent_id} not sent: {f'{where}: ' if where else ''}{err}; owners refuse such an intent (rejected: {err.code})",
+    )
 
 
 def _pointer_token(key: str) -> str:
