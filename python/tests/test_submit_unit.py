@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from writ_client import CanonicalJsonError, EntityRef, IntentInput, KeyedTool, WritClient, intent_key
+from writ_client.client import _Ends
 
 TOOL = KeyedTool(name="t", key_scope="run", intent_fields=("a",))
 
@@ -62,3 +64,22 @@ def test_a_surrogate_pair_written_as_two_code_points_in_a_params_key_is_sent_as_
     # The owner recomputes the key from what it parses: the key the client sent.
     parsed = json.loads(client.codec.encode("writ.intents", "WriteIntent", wire))
     assert intent_key(tool=owners_tool, agent_id="a", run_id="r", step_id="s", entity=parsed["entity"], params=parsed["params"]) == intent.intent_key
+
+
+def test_a_batch_past_its_deadline_probes_the_reply_partitions_once_for_all() -> None:
+    client = started_client()
+    probes: list[float] = []
+
+    def slow_blocked_ends() -> dict[int, _Ends]:
+        probes.append(time.monotonic())
+        time.sleep(0.3)  # a broker slow to answer list_offsets, not a synchronisation
+        return {0: _Ends(5, 7)}  # the read_committed end stays behind the high watermark: an open transaction
+
+    client._end_offsets = slow_blocked_ends  # type: ignore[method-assign]
+    started = time.monotonic()
+    results = client.submit_all([intent_input(f"x{i}") for i in range(8)], timeout=0.1)
+    elapsed = time.monotonic() - started
+    assert [r.status for r in results] == ["blocked"] * 8
+    # One probe as the wait begins, one fresh one at the deadline for the whole batch (not one per intent).
+    assert len(probes) == 2
+    assert elapsed < 0.1 + 10.0  # the deadline plus the one bounded probe step

@@ -70,6 +70,9 @@ CONTROL_HEADER = "writ-control"
 #: How deep a reply may nest: owners put record state (nested up to 256 levels) into replies; other values get the codec's 64.
 REPLY_MAX_DEPTH = 512
 
+#: How long the probe of the reply partitions' ends at a submit's deadline may take, for the whole batch.
+_PROBE_TIMEOUT = 10.0
+
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _log = logging.getLogger("writ_client")
 
@@ -548,18 +551,11 @@ class WritClient:
                     for intent in built:
                         self._waiting.pop(intent.intent_id, None)
                 raise
-            results: list[SubmitResult] = []
-            for intent, fut in zip(built, waiters):
-                try:
-                    results.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
-                except concurrent.futures.TimeoutError:
-                    with self._lock:
-                        self._waiting.pop(intent.intent_id, None)
-                    if fut.done():  # answered in between
-                        results.append(fut.result())
-                    else:
-                        results.append(self._timed_out(intent, before))
-            return results
+            # Every reply until the one deadline, then one probe of the reply partitions for all that had none.
+            concurrent.futures.wait(waiters, timeout=max(0.0, deadline - time.monotonic()))
+            late = [intent for intent, fut in zip(built, waiters) if not fut.done()]
+            at_deadline = dict(zip((intent.intent_id for intent in late), self._timed_out(late, before))) if late else {}
+            return [fut.result() if fut.done() else at_deadline[intent.intent_id] for intent, fut in zip(built, waiters)]
         finally:
             with self._lock:
                 for intent in built:
@@ -625,8 +621,21 @@ class WritClient:
         for done in deliveries:
             done.result()  # the producer's message.timeout.ms bounds this
 
-    def _timed_out(self, intent: WriteIntent, before: concurrent.futures.Future[dict[int, _Ends] | None]) -> SubmitResult:
-        """The deadline passed: ``blocked`` when the intent's reply partition is held by an open transaction, else ``unknown``."""
+    def _timed_out(self, intents: list[WriteIntent], before: concurrent.futures.Future[dict[int, _Ends] | None]) -> list[SubmitResult]:
+        """The deadline passed: ``blocked`` for an intent whose reply partition is held by an open transaction, else ``unknown``.
+
+        One fresh probe serves every intent of the batch, and the whole step waits at most :data:`_PROBE_TIMEOUT` seconds.
+        """
+        probe_deadline = time.monotonic() + _PROBE_TIMEOUT
+        fresh = self._ends(fresh=True)
+        try:
+            start = before.result(timeout=max(0.0, probe_deadline - time.monotonic()))
+            now = fresh.result(timeout=max(0.0, probe_deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a probe that failed says nothing: unknown
+            start = now = None
+        return [self._outcome_at_deadline(intent, start, now) for intent in intents]
+
+    def _outcome_at_deadline(self, intent: WriteIntent, start: dict[int, _Ends] | None, now: dict[int, _Ends] | None) -> SubmitResult:
         unknown = UnknownOutcome(
             intent_id=intent.intent_id,
             intent_key=intent.intent_key,
@@ -634,11 +643,6 @@ class WritClient:
         )
         # The owner keys a reply by its intent id, with the same partitioner.
         partition = partition_for(intent.intent_id, self._reply_partitions)
-        try:
-            start = before.result(timeout=10)
-            now = self._ends(fresh=True).result(timeout=10)
-        except Exception:  # noqa: BLE001 - a probe that failed says nothing: unknown
-            return unknown
         was = start.get(partition) if start else None
         is_ = now.get(partition) if now else None
         if was is None or is_ is None or was.last_stable != is_.last_stable or is_.last_stable >= is_.high_watermark:
