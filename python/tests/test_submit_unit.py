@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from writ_client import CanonicalJsonError, EntityRef, IntentInput, KeyedTool, WritClient, intent_key
+from writ_client import CanonicalJsonError, EntityRef, IntentInput, KeyedTool, WritClient, intent_key, parse_reply
 from writ_client.client import _Ends
 
 TOOL = KeyedTool(name="t", key_scope="run", intent_fields=("a",))
@@ -21,8 +22,13 @@ class FakeProducer:
         self.produced: list[tuple[bytes, bytes]] = []
 
     def produce(self, topic: str, *, value: bytes, key: bytes, headers: Any, on_delivery: Any) -> None:
+        if len(key) + len(value) > 1_000_000:  # librdkafka's check against message.max.bytes
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "message too large"))
         self.produced.append((key, value))
-        on_delivery(None, None)
+        on_delivery(self.delivery_error(key), None)
+
+    def delivery_error(self, key: bytes) -> KafkaError | None:
+        return None
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -83,3 +89,72 @@ def test_a_batch_past_its_deadline_probes_the_reply_partitions_once_for_all() ->
     # One probe as the wait begins, one fresh one at the deadline for the whole batch (not one per intent).
     assert len(probes) == 2
     assert elapsed < 0.1 + 10.0  # the deadline plus the one bounded probe step
+
+
+class RefusingProducer(FakeProducer):
+    """Refuses the record of one entity synchronously, as librdkafka refuses a record it cannot queue."""
+
+    def __init__(self, refuse: bytes, reply: Any = None) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.reply = reply
+
+    def produce(self, topic: str, *, value: bytes, key: bytes, headers: Any, on_delivery: Any) -> None:
+        if key == self.refuse:
+            raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, "queue full"))
+        super().produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+        if self.reply is not None:
+            self.reply(json.loads(value))
+
+
+def test_a_record_over_message_max_bytes_is_refused_before_any_intent_is_sent() -> None:
+    producer = FakeProducer()
+    client = started_client(producer)
+    with pytest.raises(KafkaException) as err:
+        client.submit_all([intent_input("small"), intent_input("big", value="x" * 1_100_000)], timeout=5)
+    assert err.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert producer.produced == [] and client._waiting == {}
+
+
+def test_a_send_failing_partway_through_a_batch_gives_each_intent_its_outcome() -> None:
+    client = started_client()
+
+    def answer(intent: dict[str, Any]) -> None:
+        client._dispatch(parse_reply({
+            "status": "rejected", "intentId": intent["intentId"], "intentKey": intent["intentKey"], "duplicate": False,
+            "at": "2026-01-01T00:00:00.000Z", "reason": "params_invalid", "message": "m",
+        }))
+
+    producer = RefusingProducer(b"t:second", reply=answer)
+    client._producer = producer
+    results = client.submit_all([intent_input("first"), intent_input("second"), intent_input("third")], timeout=5)
+    # The first was sent and answered; the others were never handed to the producer.
+    assert [k for k, _ in producer.produced] == [b"t:first"]
+    assert results[0].status == "rejected"
+    assert [r.status for r in results[1:]] == ["unknown", "unknown"]
+    assert all("Not sent" in r.message for r in results[1:])
+    assert client._waiting == {}
+
+
+def test_a_send_failing_on_the_first_intent_raises() -> None:
+    producer = RefusingProducer(b"t:first")
+    client = started_client(producer)
+    with pytest.raises(KafkaException):
+        client.submit_all([intent_input("first"), intent_input("second")], timeout=5)
+    assert producer.produced == [] and client._waiting == {}
+
+
+def test_a_delivery_failing_for_one_intent_of_a_batch_is_unknown_and_the_others_keep_their_replies() -> None:
+    client = started_client()
+
+    class FailingDelivery(RefusingProducer):
+        def delivery_error(self, key: bytes) -> KafkaError | None:
+            return KafkaError(KafkaError._MSG_TIMED_OUT, "timed out") if key == b"t:second" else None
+
+    client._producer = FailingDelivery(b"none", reply=lambda intent: client._dispatch(parse_reply({
+        "status": "rejected", "intentId": intent["intentId"], "intentKey": intent["intentKey"], "duplicate": False,
+        "at": "2026-01-01T00:00:00.000Z", "reason": "params_invalid", "message": "m",
+    })) if intent["entity"]["id"] != "second" else None)
+    results = client.submit_all([intent_input("first"), intent_input("second"), intent_input("third")], timeout=5)
+    assert [r.status for r in results] == ["rejected", "unknown", "rejected"]
+    assert "The send failed" in results[1].message

@@ -73,6 +73,10 @@ REPLY_MAX_DEPTH = 512
 #: How long the probe of the reply partitions' ends at a submit's deadline may take, for the whole batch.
 _PROBE_TIMEOUT = 10.0
 
+#: librdkafka's default ``message.max.bytes``, and a bound on what a record adds to its key, value and headers.
+_MESSAGE_MAX_BYTES = 1_000_000
+_RECORD_OVERHEAD = 128
+
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _log = logging.getLogger("writ_client")
 
@@ -524,15 +528,20 @@ class WritClient:
 
         Raises :class:`~writ_client.canonical.CanonicalJsonError` (``not_canonical``) before anything is
         sent when any value in an intent has no canonical JSON (a lone surrogate, NaN, ±Infinity):
-        owners would refuse it, and no signature can cover it.
+        owners would refuse it, and no signature can cover it; ``KafkaException`` (``MSG_SIZE_TOO_LARGE``)
+        before anything is sent when an intent's record is over the producer's ``message.max.bytes``.
+
+        A send that fails raises when no intent of the batch was sent. When some were, each intent gets its
+        outcome: the reply of those sent, ``unknown`` (its message says why) for those whose send failed or
+        that were never handed to the producer.
         """
         if not self._started or self._closed:
             raise RuntimeError("the client is not started (use start() or a with block)")
         assert self._producer is not None
         wait = self.submit_timeout if timeout is None else timeout
         built = [i if isinstance(i, WriteIntent) else self.build_intent(i) for i in intents]
-        # What goes on the wire, checked (and signed) before anything waits or is sent.
-        outgoing = [self._prepare(intent) for intent in built]
+        # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
+        records = [self._record(intent, *self._prepare(intent)) for intent in built]
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
         deadline = time.monotonic() + wait
@@ -543,14 +552,16 @@ class WritClient:
                 self._waiting[intent.intent_id] = fut
                 waiters.append(fut)
         try:
-            try:
-                self._produce(built, outgoing)
-            except BaseException:
-                # Nothing is waited for when the send failed.
-                with self._lock:
-                    for intent in built:
-                        self._waiting.pop(intent.intent_id, None)
-                raise
+            # Raises when nothing was sent; else the intents whose send failed, with their outcome.
+            failed = self._produce(built, records)
+            with self._lock:
+                for i in failed:
+                    self._waiting.pop(built[i].intent_id, None)
+            for i, outcome in failed.items():
+                try:
+                    waiters[i].set_result(outcome)
+                except concurrent.futures.InvalidStateError:
+                    pass  # its reply came first
             # Every reply until the one deadline, then one probe of the reply partitions for all that had none.
             concurrent.futures.wait(waiters, timeout=max(0.0, deadline - time.monotonic()))
             late = [intent for intent, fut in zip(built, waiters) if not fut.done()]
@@ -594,12 +605,26 @@ class WritClient:
         headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
         return wire, headers
 
-    def _produce(self, intents: list[WriteIntent], outgoing: list[tuple[dict[str, Any], list[tuple[str, str]]]]) -> None:
+    def _record(self, intent: WriteIntent, wire: dict[str, Any], headers: list[tuple[str, str]]) -> tuple[bytes, bytes, list[tuple[str, str]]]:
+        """The record of an intent (key, value, headers); refuses one over the producer's ``message.max.bytes`` before anything is sent."""
+        # The value is the object signed: the owner verifies the signature against what it parses from it.
+        value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
+        key = entity_key(intent.entity).encode("utf-8")
+        limit = int(self._extra.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+        size = len(key) + len(value) + sum(len(k) + len(v.encode("utf-8")) for k, v in headers) + _RECORD_OVERHEAD
+        if size > limit:
+            raise KafkaException(
+                KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"intent {intent.intent_id} not sent (nor any of its batch): its record is about {size} bytes, over message.max.bytes {limit}")
+            )
+        return key, value, headers
+
+    def _produce(self, intents: list[WriteIntent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]]) -> dict[int, UnknownOutcome]:
+        """Produces the records; raises when none was sent, else returns the outcome of each intent whose send failed (by index)."""
         assert self._producer is not None
-        deliveries: list[concurrent.futures.Future[None]] = []
-        for intent, (wire, headers) in zip(intents, outgoing):
-            # The value is the object signed: the owner verifies the signature against what it parses from it.
-            value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
+        deliveries: list[tuple[int, concurrent.futures.Future[None]]] = []
+        failed: dict[int, UnknownOutcome] = {}
+        first_error: BaseException | None = None
+        for i, (key, value, headers) in enumerate(records):
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
             def on_delivery(err: KafkaError | None, _msg: Any, done: concurrent.futures.Future[None] = done) -> None:
@@ -608,18 +633,41 @@ class WritClient:
                 else:
                     done.set_result(None)
 
-            while True:
-                try:
-                    self._producer.produce(
-                        self.intents_topic, value=value, key=entity_key(intent.entity).encode("utf-8"), headers=headers or None, on_delivery=on_delivery
+            try:
+                while True:
+                    try:
+                        self._producer.produce(self.intents_topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        self._producer.poll(0.05)
+            except Exception as err:  # noqa: BLE001 - the intents before it were sent: they get their outcomes
+                if i == 0:
+                    raise
+                first_error = err
+                for j in range(i, len(records)):
+                    failed[j] = UnknownOutcome(
+                        intent_id=intents[j].intent_id,
+                        intent_key=intents[j].intent_key,
+                        message=f"Not sent: the producer refused the batch at this intent ({str(err)[:300]}). Nothing was written for it: submit the same intent key again to send it.",
                     )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            deliveries.append(done)
+                break
+            deliveries.append((i, done))
         self._producer.poll(0)
-        for done in deliveries:
-            done.result()  # the producer's message.timeout.ms bounds this
+        delivered = 0
+        for i, done in deliveries:
+            try:
+                done.result()  # the producer's message.timeout.ms bounds this
+                delivered += 1
+            except Exception as err:  # noqa: BLE001 - one failed send says nothing about the others
+                first_error = first_error or err
+                failed[i] = UnknownOutcome(
+                    intent_id=intents[i].intent_id,
+                    intent_key=intents[i].intent_key,
+                    message=f"The send failed ({str(err)[:300]}). The write may or may not have happened: do not assume it failed; submit the same intent key again to ask.",
+                )
+        if delivered == 0 and first_error is not None:
+            raise first_error
+        return failed
 
     def _timed_out(self, intents: list[WriteIntent], before: concurrent.futures.Future[dict[int, _Ends] | None]) -> list[SubmitResult]:
         """The deadline passed: ``blocked`` for an intent whose reply partition is held by an open transaction, else ``unknown``.
