@@ -30,6 +30,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -77,7 +78,7 @@ _PROBE_TIMEOUT = 10.0
 _MESSAGE_MAX_BYTES = 1_000_000
 _RECORD_OVERHEAD = 128
 
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _log = logging.getLogger("writ_client")
 
 Reply = Any  # AppliedReply | ConflictReply | RejectedReply | EscalatedReply (see models.Reply)
@@ -176,13 +177,17 @@ class WritClient:
         self.brokers = brokers if isinstance(brokers, str) else ",".join(brokers)
         if not self.brokers.strip():
             raise ValueError("brokers: at least one host:port")
-        if not agent_id:
-            raise ValueError("agent_id must not be empty")
+        if not isinstance(agent_id, str) or not 1 <= _utf16_length(agent_id) <= 128:
+            raise ValueError(f"agent_id must be a string of 1 to 128 characters (UTF-16 code units, as owners count), got {agent_id!r:.200}")
         for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic)):
-            if not _TOPIC.match(topic):
-                raise ValueError(f"{name} must be a Kafka topic name, got {topic!r}")
-        if reply_topic_partitions < 1 or replication_factor < 1:
-            raise ValueError("reply_topic_partitions and replication_factor must be at least 1")
+            if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+                raise ValueError(f"{name} must be a Kafka topic name (1–249 of a-z A-Z 0-9 . _ -), got {topic!r:.300}")
+        if client_id is not None and (not isinstance(client_id, str) or not client_id):
+            raise ValueError(f"client_id must be a non-empty string when given, got {client_id!r}")
+        for name, count in (("reply_topic_partitions", reply_topic_partitions), ("replication_factor", replication_factor)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, got {count!r}")
+        submit_timeout = _seconds("submit_timeout", submit_timeout)
         self.agent_id = agent_id
         self.reply_topic = reply_topic
         self.intents_topic = intents_topic
@@ -538,7 +543,7 @@ class WritClient:
         if not self._started or self._closed:
             raise RuntimeError("the client is not started (use start() or a with block)")
         assert self._producer is not None
-        wait = self.submit_timeout if timeout is None else timeout
+        wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
         built = [i if isinstance(i, WriteIntent) else self.build_intent(i) for i in intents]
         # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
         records = [self._record(intent, *self._prepare(intent)) for intent in built]
@@ -712,6 +717,18 @@ class WritClient:
         or after ``idle_timeout`` seconds without a reply.
         """
         return ReplyStream(self, idle_timeout)
+
+
+def _utf16_length(s: str) -> int:
+    """The length JavaScript gives ``s`` (UTF-16 code units), as owners check lengths."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _seconds(name: str, value: Any) -> float:
+    """A timeout setting: a finite number of seconds > 0 (that threading can wait for); ValueError naming the field otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value <= threading.TIMEOUT_MAX:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 def _refusal(intent: WriteIntent, value: Any, err: CanonicalJsonError) -> CanonicalJsonError:

@@ -1,0 +1,65 @@
+"""WritClient's settings are checked when it is constructed, each error naming the field: no broker needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from writ_client import EntityRef, IntentInput, KeyedTool, WritClient
+
+from .test_submit_unit import FakeProducer, started_client
+
+BASE: dict[str, Any] = {"brokers": "127.0.0.1:1", "agent_id": "a", "reply_topic": "writ.replies.a"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("reply_topic", "writ.replies.a\n"),
+        ("intents_topic", "writ.intents\n"),
+        ("reply_topic", ""),
+        ("reply_topic", 5),
+        ("submit_timeout", -5),
+        ("submit_timeout", 0),
+        ("submit_timeout", float("nan")),
+        ("submit_timeout", float("inf")),
+        ("submit_timeout", 1e300),
+        ("submit_timeout", "30"),
+        ("submit_timeout", True),
+        ("reply_topic_partitions", 1.5),
+        ("reply_topic_partitions", 0),
+        ("reply_topic_partitions", "3"),
+        ("replication_factor", 0),
+        ("replication_factor", 2.0),
+        ("agent_id", ""),
+        ("agent_id", "x" * 129),
+        ("agent_id", "\U0001f600" * 65),  # 130 UTF-16 code units
+        ("agent_id", 123),
+        ("client_id", ""),
+        ("client_id", 7),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_field(field: str, value: Any) -> None:
+    with pytest.raises(ValueError) as err:
+        WritClient(**{**BASE, field: value})
+    assert field in str(err.value)
+
+
+def test_good_settings_are_kept() -> None:
+    client = WritClient(**{**BASE, "agent_id": "x" * 128, "submit_timeout": 2, "reply_topic_partitions": 3, "client_id": "c"})
+    assert client.submit_timeout == 2.0 and client.reply_topic_partitions == 3 and client.client_id == "c"
+    assert WritClient(**{**BASE, "agent_id": "\U0001f600" * 64}).agent_id == "\U0001f600" * 64
+
+
+@pytest.mark.parametrize("timeout", [-5, 0, float("nan"), float("inf"), "30"])
+def test_a_bad_per_call_timeout_is_refused_before_anything_is_sent(timeout: Any) -> None:
+    producer = FakeProducer()
+    client = started_client(producer)
+    intent = IntentInput(
+        tool=KeyedTool(name="t", key_scope="run", intent_fields=()), entity=EntityRef(type="t", id="x"), run_id="r", step_id="s",
+        base_version='"v"', delta=[{"op": "add", "path": "/a", "value": 1}], params={},
+    )
+    with pytest.raises(ValueError, match="timeout"):
+        client.submit(intent, timeout=timeout)
+    assert producer.produced == []
