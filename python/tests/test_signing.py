@@ -176,6 +176,15 @@ def test_verification_bounds_a_hostile_header() -> None:
     assert "is not `ed25519" in verify_intent_signature(intent, good.replace("ed25519", "rsa"), keys)[1]
     assert "not registered" in verify_intent_signature(intent, good.replace(k["keyId"], "other"), keys)[1]
     assert "padded base64" in verify_intent_signature(intent, good[:-2], keys)[1]
+    assert verify_intent_signature(intent, good, keys)[0] is True
+    # As TypeScript's verifier: nothing after the padding, a newline neither.
+    assert verify_intent_signature(intent, good + "\n", keys) == (False, "an Ed25519 signature is 64 bytes in padded base64")
+
+
+def test_a_key_id_ending_in_a_newline_is_refused() -> None:
+    for key_id in ("k1\n", "k1\r\n", "\nk1"):
+        with pytest.raises(SigningError, match="key id"):
+            Ed25519Signer.from_seed(bytes(32), key_id=key_id)
 
 
 def _client(**kw: Any) -> WritClient:

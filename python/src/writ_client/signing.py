@@ -46,8 +46,9 @@ __all__ = [
 #: The record header carrying an intent's signature.
 SIGNATURE_HEADER = "writ-signature"
 
-_KEY_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-_SIGNATURE_B64 = re.compile(r"^[A-Za-z0-9+/]{86}==$")
+# Matched with fullmatch: `$` would also match before a trailing newline.
+_KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_SIGNATURE_B64 = re.compile(r"[A-Za-z0-9+/]{86}==")
 
 
 class SigningError(ValueError):
@@ -71,7 +72,7 @@ class IntentSigner(Protocol):
 
 
 def _check_key_id(key_id: Any) -> str:
-    if not isinstance(key_id, str) or _KEY_ID.match(key_id) is None:
+    if not isinstance(key_id, str) or _KEY_ID.fullmatch(key_id) is None:
         raise SigningError("signing key id must be 1–64 of A-Z a-z 0-9 . _ : -")
     return key_id
 
@@ -235,7 +236,7 @@ def verify_intent_signature(intent: Any, header: str | None, keys: Mapping[str, 
     key = keys.get(parts[1])
     if key is None:
         return False, f"key {parts[1][:64]} is not registered for this agent"
-    if _SIGNATURE_B64.match(parts[2]) is None:
+    if _SIGNATURE_B64.fullmatch(parts[2]) is None:
         return False, "an Ed25519 signature is 64 bytes in padded base64"
     try:
         data = signed_bytes(intent)
