@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -36,6 +36,28 @@ __all__ = [
 _POINTER = r"^(/([^~/]|~[01])*)*$"
 
 
+def _utf16_at_most(limit: int) -> AfterValidator:
+    """A string of at most ``limit`` UTF-16 code units: the length owners (zod, JavaScript) check, not code points."""
+
+    def check(v: str) -> str:
+        units = len(v.encode("utf-16-le", "surrogatepass")) // 2
+        if units > limit:
+            raise ValueError(f"at most {limit} UTF-16 code units (as owners count; a character beyond U+FFFF is two), got {units}")
+        return v
+
+    return AfterValidator(check)
+
+
+def _text(limit: int) -> Any:
+    """A non-empty string of at most ``limit`` UTF-16 code units."""
+    return Annotated[str, Field(min_length=1), _utf16_at_most(limit)]
+
+
+_Text128 = _text(128)
+_Text256 = _text(256)
+_Text249 = _text(249)
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
@@ -44,7 +66,7 @@ class EntityRef(_Wire):
     """A business entity; its Kafka key is ``<type>:<id>``."""
 
     type: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
-    id: str = Field(min_length=1, max_length=256)
+    id: _Text256
 
     @property
     def key(self) -> str:
@@ -55,7 +77,7 @@ class Versioned(_Wire):
     """A record as read from its system of record: its state and its ETag (quotes included)."""
 
     state: Any = None
-    version: str = Field(min_length=1, max_length=256)
+    version: _Text256
 
 
 class _Op(BaseModel):
@@ -102,10 +124,10 @@ JsonPatchOp = Annotated[Union[AddOp, RemoveOp, ReplaceOp, MoveOp, CopyOp, TestOp
 class AgentRef(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    id: str = Field(min_length=1, max_length=128)
-    run_id: str = Field(min_length=1, max_length=256)
-    step_id: str = Field(min_length=1, max_length=256)
-    tool_call_id: str | None = Field(default=None, min_length=1, max_length=256)
+    id: _Text128
+    run_id: _Text256
+    step_id: _Text256
+    tool_call_id: _Text256 | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset_call_id(self, handler: Any) -> Any:
@@ -122,15 +144,15 @@ class WriteIntent(_Wire):
     # NaN and ±Infinity stay floats in to_wire() (pydantic would write them as null): the client refuses them before sending.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", ser_json_inf_nan="constants")
 
-    intent_id: str = Field(min_length=1, max_length=128)
+    intent_id: _Text128
     intent_key: str = Field(pattern=r"^[0-9a-f]{64}$")
     entity: EntityRef
-    tool: str = Field(min_length=1, max_length=128)
+    tool: _Text128
     agent: AgentRef
-    base_version: str = Field(min_length=1, max_length=256)
+    base_version: _Text256
     delta: list[JsonPatchOp] = Field(min_length=1, max_length=256)
     params: dict[str, Any]
-    reply_to: str = Field(min_length=1, max_length=249)
+    reply_to: _Text249
     created_at: str
 
     @field_validator("created_at")

@@ -1,0 +1,42 @@
+"""The models' length bounds count UTF-16 code units, as owners (zod) do: no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from writ_client import EntityRef, IntentInput, KeyedTool, WritClient
+from writ_client.models import AgentRef, Versioned
+
+EMOJI = "\U0001f600"  # two UTF-16 code units
+
+
+def test_an_entity_id_is_at_most_256_utf16_code_units() -> None:
+    assert EntityRef(type="t", id=EMOJI * 128).id == EMOJI * 128
+    assert EntityRef(type="t", id="x" * 256).id == "x" * 256
+    with pytest.raises(ValidationError, match="UTF-16"):
+        EntityRef(type="t", id=EMOJI * 129)  # 129 code points, 258 code units: owners refuse it (schema_invalid)
+    with pytest.raises(ValidationError):
+        EntityRef(type="t", id="")
+
+
+def test_agent_fields_and_versions_count_utf16_code_units() -> None:
+    with pytest.raises(ValidationError, match="UTF-16"):
+        AgentRef(id=EMOJI * 65, run_id="r", step_id="s")
+    with pytest.raises(ValidationError, match="UTF-16"):
+        AgentRef(id="a", run_id=EMOJI * 129, step_id="s")
+    with pytest.raises(ValidationError, match="UTF-16"):
+        AgentRef(id="a", run_id="r", step_id="s", tool_call_id=EMOJI * 129)
+    assert AgentRef(id=EMOJI * 64, run_id=EMOJI * 128, step_id="s").id == EMOJI * 64
+    with pytest.raises(ValidationError, match="UTF-16"):
+        Versioned(state=None, version=EMOJI * 129)
+
+
+def test_an_intent_with_a_run_id_owners_would_refuse_is_not_built() -> None:
+    client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    with pytest.raises(ValidationError, match="UTF-16"):
+        client.build_intent(
+            IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id=EMOJI * 200, step_id="s", base_version='"v"',
+                        delta=[{"op": "add", "path": "/a", "value": 1}], params={})
+        )
