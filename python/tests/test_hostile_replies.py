@@ -171,3 +171,31 @@ def test_schema_id_caches_stay_bounded_under_fresh_ids(monkeypatch: pytest.Monke
     assert codec.schema_id_exists(9999) is False
     assert codec.schema_id_exists(9998) is True
     assert asked == [9999]
+
+
+def test_a_replies_stream_nobody_reads_holds_at_most_the_unread_bound() -> None:
+    from writ_client import parse_reply
+
+    client = WritClient(brokers="127.0.0.1:1", agent_id="fake", reply_topic="writ.replies.fake")
+    stream = client.replies(idle_timeout=0.01)
+    for i in range(1024 + 500):
+        client._dispatch(parse_reply(json.loads(rejected(f"i{i}"))))
+    assert stream._queue.qsize() == 1024  # as TypeScript's MAX_UNREAD_REPLIES
+    # The newest are kept, in order.
+    first = next(stream)
+    assert first.intent_id == "i500"
+    assert [r.intent_id for r in stream][-1] == "i1523"
+
+
+def test_a_replies_stream_dropped_without_close_stops_listening() -> None:
+    import gc
+
+    from writ_client import parse_reply
+
+    client = WritClient(brokers="127.0.0.1:1", agent_id="fake", reply_topic="writ.replies.fake")
+    stream = client.replies()
+    assert len(client._listeners) == 1
+    del stream
+    gc.collect()
+    client._dispatch(parse_reply(json.loads(rejected("after"))))
+    assert client._listeners == set()

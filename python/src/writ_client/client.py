@@ -37,6 +37,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,9 @@ CONTROL_HEADER = "writ-control"
 
 #: How deep a reply may nest: owners put record state (nested up to 256 levels) into replies; other values get the codec's 64.
 REPLY_MAX_DEPTH = 512
+
+#: The most replies a replies() stream holds unread (TypeScript's MAX_UNREAD_REPLIES); past it the oldest are dropped.
+MAX_UNREAD_REPLIES = 1024
 
 #: How long the probe of the reply partitions' ends at a submit's deadline may take, for the whole batch.
 _PROBE_TIMEOUT = 10.0
@@ -771,21 +775,51 @@ def _first_uncanonical(value: Any, path: str = "") -> str | None:
 
 
 class ReplyStream(Iterator[Any], AsyncIterator[Any]):
-    """Replies as they arrive; registered when created, so nothing read after creation is missed."""
+    """Replies as they arrive; registered when created, so nothing read after creation is missed.
+
+    Holds at most :data:`MAX_UNREAD_REPLIES` unread (the oldest are dropped, with a warning); one its
+    caller dropped without :meth:`close` stops listening once it is collected.
+    """
 
     def __init__(self, client: WritClient, idle_timeout: float | None) -> None:
         self._client = client
         self._idle_timeout = idle_timeout
         self._queue: queue.Queue[Reply] = queue.Queue()
+        self._dropped = 0
         self._closed = False
         self._last = time.monotonic()
+        # Held weakly by the client: a stream its caller dropped without close() stops listening once collected.
+        offer = weakref.WeakMethod(self._offer)
+        listeners, lock = client._listeners, client._lock
+
+        def listener(reply: Reply) -> None:
+            method = offer()
+            if method is None:
+                with lock:
+                    listeners.discard(listener)
+            else:
+                method(reply)
+
+        self._listener = listener
         with client._lock:
-            client._listeners.add(self._queue.put)
+            listeners.add(listener)
+
+    def _offer(self, reply: Reply) -> None:
+        """Queues a reply (on the reply thread): a reader that stopped reading costs at most MAX_UNREAD_REPLIES, the oldest dropped."""
+        self._queue.put(reply)
+        while self._queue.qsize() > MAX_UNREAD_REPLIES:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if self._dropped % MAX_UNREAD_REPLIES == 0:
+                _log.warning("replies() reader is not keeping up; oldest unread replies dropped (%d so far, %d kept)", self._dropped + 1, MAX_UNREAD_REPLIES)
+            self._dropped += 1
 
     def close(self) -> None:
         self._closed = True
         with self._client._lock:
-            self._client._listeners.discard(self._queue.put)
+            self._client._listeners.discard(self._listener)
 
     def __enter__(self) -> ReplyStream:
         return self
