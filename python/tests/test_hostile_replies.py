@@ -199,3 +199,15 @@ def test_a_replies_stream_dropped_without_close_stops_listening() -> None:
     gc.collect()
     client._dispatch(parse_reply(json.loads(rejected("after"))))
     assert client._listeners == set()
+
+
+def test_the_nesting_scan_is_linear_in_the_bytes() -> None:
+    import time
+
+    # An unterminated string of escaped quotes: a scan that looked for the closing quote from every quote would take minutes.
+    hostile = b'["' + b'\\"' * 100_000
+    started = time.monotonic()
+    with pytest.raises(DecodeError) as err:
+        WireCodec(None).decode(hostile)
+    assert err.value.reason == "undecodable"
+    assert time.monotonic() - started < 10.0  # a generous deadline: linear takes milliseconds

@@ -110,7 +110,9 @@ def encode_json(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+# A string, or an unterminated one to the end: every match ends a scan, so the scan is linear in the bytes
+# (requiring the closing quote would rescan the rest from every escaped quote).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
 
 
