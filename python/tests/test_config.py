@@ -46,6 +46,26 @@ def test_a_bad_setting_is_refused_naming_its_field(field: str, value: Any) -> No
     assert field in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["big", 0, None])
+def test_a_bad_message_max_bytes_is_refused_at_construction(value: Any) -> None:
+    with pytest.raises(ValueError, match="message.max.bytes"):
+        WritClient(**BASE, kafka_config={"message.max.bytes": value})
+
+
+def test_message_max_bytes_bounds_an_intent_s_record() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    producer = FakeProducer()
+    client = started_client(producer, kafka_config={"message.max.bytes": "2000"})
+    intent = IntentInput(
+        tool=KeyedTool(name="t", key_scope="run", intent_fields=()), entity=EntityRef(type="t", id="x"), run_id="r", step_id="s",
+        base_version='"v"', delta=[{"op": "add", "path": "/a", "value": "x" * 3000}], params={},
+    )
+    with pytest.raises(KafkaException) as err:
+        client.submit(intent, timeout=5)
+    assert err.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE and producer.produced == []
+
+
 def test_good_settings_are_kept() -> None:
     client = WritClient(**{**BASE, "agent_id": "x" * 128, "submit_timeout": 2, "reply_topic_partitions": 3, "client_id": "c"})
     assert client.submit_timeout == 2.0 and client.reply_topic_partitions == 3 and client.client_id == "c"

@@ -202,6 +202,12 @@ class WritClient:
         self.submit_timeout = submit_timeout
         self.signer = signer
         self._extra = dict(kafka_config or {})
+        try:
+            self._message_max_bytes = int(self._extra.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+        except (TypeError, ValueError):
+            self._message_max_bytes = 0
+        if self._message_max_bytes < 1:
+            raise ValueError(f"kafka_config['message.max.bytes'] must be a positive integer, got {self._extra.get('message.max.bytes')!r}")
         self.codec = WireCodec(self.schema_registry_url, frame=frame_values, auth=schema_registry_auth, tls=schema_registry_tls)
         self._waiting: dict[str, concurrent.futures.Future[Reply]] = {}
         self._listeners: set[Callable[[Reply], None]] = set()
@@ -619,7 +625,7 @@ class WritClient:
         # The value is the object signed: the owner verifies the signature against what it parses from it.
         value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
         key = entity_key(intent.entity).encode("utf-8")
-        limit = int(self._extra.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+        limit = self._message_max_bytes
         size = len(key) + len(value) + sum(len(k) + len(v.encode("utf-8")) for k, v in headers) + _RECORD_OVERHEAD
         if size > limit:
             raise KafkaException(
