@@ -82,13 +82,10 @@ def test_a_batch_past_its_deadline_probes_the_reply_partitions_once_for_all() ->
         return {0: _Ends(5, 7)}  # the read_committed end stays behind the high watermark: an open transaction
 
     client._end_offsets = slow_blocked_ends  # type: ignore[method-assign]
-    started = time.monotonic()
     results = client.submit_all([intent_input(f"x{i}") for i in range(8)], timeout=0.1)
-    elapsed = time.monotonic() - started
     assert [r.status for r in results] == ["blocked"] * 8
     # One probe as the wait begins, one fresh one at the deadline for the whole batch (not one per intent).
     assert len(probes) == 2
-    assert elapsed < 0.1 + 10.0  # the deadline plus the one bounded probe step
 
 
 class RefusingProducer(FakeProducer):
