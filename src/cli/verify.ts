@@ -122,7 +122,7 @@ async function main(argv: string[]): Promise<number> {
     process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
     // SASL/TLS (KAFKA_SSL*, KAFKA_SASL_*) and the registry's URL, basic auth and TLS, validated before the URL is shown
     const connection = connectionSecurityFromEnv(process.env, registry);
-    progress(`tools ${tools}; Kafka ${brokers}${connection.kafka?.sasl ? ` (SASL ${connection.kafka.sasl.mechanism} as ${connection.kafka.sasl.username})` : ""}; registry ${registry ?? "none (plain JSON)"}; logs ${logFile}`);
+    progress(`tools ${tools}; Kafka ${brokers}${connection.kafka?.sasl ? ` (SASL ${connection.kafka.sasl.mechanism} as ${connection.kafka.sasl.username})` : ""}; registry ${registry === undefined ? "none (plain JSON)" : shownUrl(registry)}; logs ${logFile}`);
     const report = await runVerify({
       tools,
       brokers,
@@ -151,3 +151,13 @@ export const verifyCommand: Command = {
   usage: USAGE,
   main,
 };
+
+/** A URL as progress lines show it: a query or fragment (where a gateway's token may sit) is not printed. */
+export function shownUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    return `${url.origin}${url.pathname}${url.search || url.hash ? " (query not shown)" : ""}`;
+  } catch {
+    return "(not a URL)";
+  }
+}

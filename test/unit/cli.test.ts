@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { commandLogger, intFlag, msFlag, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { formatRecord } from "../../src/cli/tail.ts";
+import { shownUrl } from "../../src/cli/verify.ts";
 import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
 import { jsonLine, printable } from "../../src/printable.ts";
@@ -89,5 +90,14 @@ describe("human-readable output of record-derived text", () => {
     });
     expect(report).not.toContain(ESC);
     expect(report).toContain("writ.owners-0\\x1b[2J");
+  });
+});
+
+describe("writ verify's progress line", () => {
+  it("shows the registry URL without its query or fragment, where a gateway's token may sit", () => {
+    expect(shownUrl("https://registry.example:8081/apis/ccompat/v7?token=s3cret")).toBe("https://registry.example:8081/apis/ccompat/v7 (query not shown)");
+    expect(shownUrl("https://registry.example/#s3cret")).not.toContain("s3cret");
+    expect(shownUrl("http://127.0.0.1:18081/apis/ccompat/v7")).toBe("http://127.0.0.1:18081/apis/ccompat/v7");
+    expect(shownUrl("not a url s3cret")).toBe("(not a URL)");
   });
 });
