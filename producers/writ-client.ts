@@ -53,6 +53,9 @@ interface AdmissionLimits {
   maxJsonDepth: number;
 }
 
+/** Why a waiting submit can get no reply any more. */
+export type NoReplyReason = "reply_consumer_stopped" | "client_closed";
+
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
   status: "unknown";
@@ -60,9 +63,10 @@ export interface UnknownOutcome {
   intentKey: string;
   /**
    * Why no reply can come, when it is known: `reply_consumer_stopped`, the client's reply
-   * consumer stopped for good while the submit waited (its reply can no longer be read).
+   * consumer stopped for good while the submit waited (its reply can no longer be read);
+   * `client_closed`, the client was closed while it waited.
    */
-  reason?: "reply_consumer_stopped";
+  reason?: NoReplyReason;
   message: string;
 }
 
@@ -359,8 +363,8 @@ function positiveInteger(field: string, value: number): number {
 interface Waiter {
   /** The reply arrived. */
   answer(reply: Reply): void;
-  /** The reply consumer stopped for good: no reply will be read. */
-  stopped(): void;
+  /** No reply will be read: the reply consumer stopped for good, or the client was closed. */
+  stopped(reason: NoReplyReason): void;
 }
 
 /**
@@ -519,9 +523,14 @@ class KafkaWritClient implements WritClient {
       { retriable: false, cause, context: { topic: this.config.replyTopic } },
     );
     this.log.error({ err: cause, topic: this.config.replyTopic, waiting: this.waiting.size }, "reply consumer stopped for good; failing every submit");
+    this.endWaiting("reply_consumer_stopped");
+  }
+
+  /** Settles every waiting submit and resolution now: no reply to them will be read. */
+  private endWaiting(reason: NoReplyReason): void {
     const all = [...this.waiting.values()].flatMap((set) => [...set]);
     this.waiting.clear();
-    for (const waiter of all) waiter.stopped();
+    for (const waiter of all) waiter.stopped(reason);
   }
 
   /**
@@ -576,13 +585,13 @@ class KafkaWritClient implements WritClient {
           settlers.push(settle);
           const forget = this.wait(intent.intentId, {
             answer: settle,
-            stopped: () =>
+            stopped: (reason) =>
               settle({
                 status: "unknown",
                 intentId: intent.intentId,
                 intentKey: intent.intentKey,
-                reason: "reply_consumer_stopped",
-                message: "This client's reply consumer stopped, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.",
+                reason,
+                message: `${reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped"}, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.`,
               }),
           });
           forgets.push(forget);
@@ -712,8 +721,14 @@ class KafkaWritClient implements WritClient {
       };
       forget = this.wait(resolution.resolutionId, {
         answer: settle,
-        stopped: () =>
-          settle({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, reason: "reply_consumer_stopped", message: "This client's reply consumer stopped, so no answer to the resolution can be read; look at writ.human and the record before deciding again." }),
+        stopped: (reason) =>
+          settle({
+            status: "unknown",
+            intentId: resolution.resolutionId,
+            intentKey: resolution.intent.intentKey,
+            reason,
+            message: `${reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped"}, so no answer to the resolution can be read; look at writ.human and the record before deciding again.`,
+          }),
       });
     });
     try {
@@ -843,6 +858,9 @@ class KafkaWritClient implements WritClient {
   }
 
   async close(): Promise<void> {
+    // Submits still waiting hear it now, not at their deadlines: nothing will read their replies.
+    this.stopped ??= new WritError("client_closed", "this client was closed; create a new one", { retriable: false });
+    this.endWaiting("client_closed");
     this.commits?.stop();
     await this.consumer.disconnect().catch(() => undefined);
     await this.producer.disconnect().catch(() => undefined);

@@ -20,6 +20,8 @@ export const ERROR_CODES = [
   "retries_exhausted",
   /** The agent client's reply consumer stopped for good (kafkajs will not restart it): no reply can be read, so nothing more is sent. */
   "reply_consumer_stopped",
+  /** The agent client was closed: submits waiting then settle `unknown`, later ones are refused before sending. */
+  "client_closed",
   /** An intent (or resolution) whose encoded value is larger than owners accept: they dead-letter it `too_large` without a reply. */
   "too_large",
   /** An intent (or resolution) nested deeper than owners accept: they dead-letter it `too_deep` without a reply. */

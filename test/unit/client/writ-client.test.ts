@@ -164,6 +164,16 @@ describe("the agent client's reply consumer", () => {
     expect(fakes.produced).toHaveLength(1);
   });
 
+  it("closing the client settles every waiting submit at once with client_closed, and later submits fail fast", async () => {
+    const writ = await client();
+    const { waiting, settled } = await waitingSubmit(writ);
+    await writ.close();
+    await waitFor(settled);
+    await expect(waiting).resolves.toMatchObject({ status: "unknown", reason: "client_closed" });
+    await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "client_closed", retriable: false });
+    expect(fakes.produced).toHaveLength(1);
+  });
+
   it("stopping for good before the first fetch fails the client's start and disconnects it", async () => {
     fakes.crashOnRun = true;
     await expect(client()).rejects.toMatchObject({ code: "reply_consumer_stopped" });
