@@ -175,19 +175,22 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   // Event streams: everything on connect, then what changed, at most every 250 ms.
   const streams = new Set<ServerResponse>();
   const maxStreams = opts.maxStreams ?? 32;
-  const send = (res: ServerResponse, event: string, data: unknown): void => {
+  const frame = (event: string, data: unknown): string => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+  const send = (res: ServerResponse, text: string): void => {
     // A client that does not read (8 MiB buffered) is dropped; its browser reconnects and starts from a snapshot.
     if (res.writableLength > 8 << 20) {
       res.destroy();
       streams.delete(res);
       return;
     }
-    res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    res.write(text);
   };
   const pump = setInterval(() => {
     const changes = state.changes();
     if (changes === null) return;
-    for (const res of streams) send(res, "update", changes);
+    // One serialization per change, whatever the number of streams: a burst of escalations makes the section megabytes.
+    const text = frame("update", changes);
+    for (const res of streams) send(res, text);
   }, 250);
   const heartbeat = setInterval(() => {
     for (const res of streams) res.write(": keep-alive\n\n");
@@ -231,8 +234,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       if (streams.size >= maxStreams) return reply(res, 503, { error: `too many open event streams (${maxStreams})` });
       res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", "x-accel-buffering": "no" });
       res.write("retry: 2000\n\n");
-      send(res, "hello", session(role));
-      send(res, "snapshot", state.snapshot());
+      send(res, frame("hello", session(role)));
+      send(res, frame("snapshot", state.snapshot()));
       streams.add(res);
       req.on("close", () => streams.delete(res));
       return;
