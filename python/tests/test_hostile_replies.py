@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import struct
 import threading
 from typing import Any
 
@@ -218,3 +219,25 @@ def test_the_nesting_scan_is_linear_in_the_bytes() -> None:
     worker.join(timeout=60)
     assert not worker.is_alive(), "the nesting scan did not finish within its 60 s deadline"
     assert isinstance(outcome[0], DecodeError) and outcome[0].reason == "undecodable"
+
+
+def test_a_client_without_a_registry_reads_framed_replies() -> None:
+    # Owners with a registry frame their replies; a client started without one used to drop every reply.
+    reply = {
+        "status": "applied", "intentId": "X", "intentKey": "0" * 64, "duplicate": False, "at": "2026-01-01T00:00:00.000Z",
+        "entity": {"type": "payment", "id": "p1"}, "state": {"refunds": []}, "version": '"v2"', "via": "patch",
+    }
+    framed = b"\x00\x00\x00\x00\x07" + json.dumps(reply).encode()
+    assert WireCodec(None).decode(framed)["status"] == "applied"
+    parsed, _ = run_replies([framed], "X")
+    assert parsed.status == "applied"
+
+
+def test_a_registry_answering_400_or_422_about_an_id_says_it_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Taken for an outage, such an answer held the reply partition, asked again every second, for good.
+    codec = WireCodec("http://registry.invalid")
+    monkeypatch.setattr(codec, "_http", lambda method, url, payload: (422 if "/-1" in url else 400, {"error_code": 42202}))
+    for schema_id in (-1, 7):
+        with pytest.raises(DecodeError) as err:
+            codec.decode(struct.pack(">bi", 0, schema_id) + b"{}")
+        assert err.value.reason == "undecodable"

@@ -211,7 +211,9 @@ class WireCodec:
             if len(data) <= HEADER_BYTES:
                 raise DecodeError("undecodable", "truncated wire-format header")
             (schema_id,) = struct.unpack(">i", data[1:HEADER_BYTES])
-            if not self.schema_id_exists(schema_id):
+            # Without a registry (a client of owners that frame what they write) the JSON after the header is the
+            # value, validated by its model as any other; with one, the id must be the registry's.
+            if self.registry_url and not self.schema_id_exists(schema_id):
                 raise DecodeError("undecodable", f"schema id {schema_id} is not in the registry")
             body = data[HEADER_BYTES:]
         if _nesting(body) > max_depth:
@@ -270,7 +272,9 @@ class WireCodec:
             if since is not None and time.monotonic() - since < UNKNOWN_SCHEMA_ID_TTL:
                 return False
         status, _ = self._http("GET", f"{self.registry_url}/schemas/ids/{schema_id}", None)
-        if status == 404:
+        # Not found; 400 and 422 are answers about the id itself (a registry that refuses a negative one, say),
+        # which would otherwise hold the reply partition as an outage. 401, 403 and 5xx stay errors.
+        if status in (404, 400, 422):
             known = False
         elif 200 <= status < 300:
             known = True
