@@ -284,7 +284,6 @@ export class ConsoleState {
     return Math.max(5000, this.limits.inFlight * 2);
   }
 
-  /** A reply topic found on the cluster. */
   /**
    * The reply topics on the cluster now. A deleted one is forgotten with its offsets: the list stays bounded by
    * what exists, and a topic created again under its name (offsets from 0) is not skipped as read already.
