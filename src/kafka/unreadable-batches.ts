@@ -75,11 +75,20 @@ const MAX_REASON_CHARS = 500;
  */
 export const MAX_RECORDS_PER_BATCH = 1_000_000;
 
+/**
+ * Where the batch at `start` ends, or null when it is not whole in `buf` (cut short by the Fetch size limit:
+ * kafkajs's to fetch again, whatever it declares) or shorter than a batch header.
+ */
+function wholeBatchEnd(buf: Buffer, start: number): number | null {
+  if (start + BATCH.overhead + BATCH.logOverhead > buf.length) return null;
+  const length = buf.readInt32BE(start + BATCH.length);
+  const end = start + BATCH.logOverhead + length;
+  return length < BATCH.overhead || end > buf.length ? null : end;
+}
+
 /** Why a complete batch at `start` is not read at all: too many records for one batch. */
 function refusedUnread(buf: Buffer, start: number): Error | null {
-  if (start + BATCH.overhead + BATCH.logOverhead > buf.length) return null;
-  // A batch cut short by the Fetch size limit is kafkajs's to fetch again, whatever it declares.
-  if (start + BATCH.logOverhead + buf.readInt32BE(start + BATCH.length) > buf.length) return null;
+  if (wholeBatchEnd(buf, start) === null) return null;
   const count = buf.readInt32BE(start + BATCH.recordCount);
   if (count <= MAX_RECORDS_PER_BATCH) return null;
   const error = new Error(`the batch declares ${count} records; at most ${MAX_RECORDS_PER_BATCH} are read from one batch`);
@@ -100,10 +109,8 @@ type MessageSetDecoder = (decoder: KafkajsDecoder, size: number) => Promise<unkn
 
 /** The record kafkajs's record decoder would give, standing in for the batch at `start` of `buf`. */
 export function unreadableBatchRecord(buf: Buffer, start: number, err: unknown): { record: Record<string, unknown>; end: number } | null {
-  if (start + BATCH.overhead + BATCH.logOverhead > buf.length) return null;
-  const length = buf.readInt32BE(start + BATCH.length);
-  const end = start + BATCH.logOverhead + length;
-  if (length < BATCH.overhead || end > buf.length) return null;
+  const end = wholeBatchEnd(buf, start);
+  if (end === null) return null;
   if (buf.readInt8(start + BATCH.magic) !== MAGIC_V2) return null;
   const attributes = buf.readInt16BE(start + BATCH.attributes);
   if (attributes & CONTROL) return null;
