@@ -8,7 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { envNumber, parseConfig, timerMs } from "../src/config.ts";
+import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
@@ -24,18 +24,20 @@ const McpMainConfig = z
     brokers: z.string().min(1, "required, e.g. 127.0.0.1:19092 (npm run kafka:up)"),
     /** No credentials in it: SCHEMA_REGISTRY_USERNAME / SCHEMA_REGISTRY_PASSWORD (with KAFKA_SASL_* and the TLS variables: connectionSecurityFromEnv). */
     schemaRegistryUrl: SchemaRegistryUrl.optional(),
-    intentsTopic: z.string().min(1).default("writ.intents"),
+    intentsTopic: topicName.default("writ.intents"),
     /** Names this agent in intents; also names its reply topic. */
     agentId: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/).default("mcp-agent"),
-    replyTopic: z.string().min(1).optional(),
+    replyTopic: topicName.optional(),
+    /** The owners' reply prefix, under their variable name: the default reply topic is it plus the agent id. */
+    replyTopicPrefix: replyTopicPrefix.default("writ.replies."),
     /** Deadline of one submission. ms. */
     submitTimeoutMs: timerMs(1).default(30_000),
     /**
      * The owners' admission bounds, under the owners' variable names, so one environment serves both: the
      * client refuses what the owners would dead-letter without a reply (defaults: the owners' defaults).
      */
-    maxIntentBytes: z.number().int().positive().optional(),
-    maxJsonDepth: z.number().int().positive().optional(),
+    maxIntentBytes: maxIntentBytes.optional(),
+    maxJsonDepth: maxJsonDepth.optional(),
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
@@ -56,6 +58,7 @@ const ENV = {
   intentsTopic: "WRIT_INTENTS_TOPIC",
   agentId: "WRIT_MCP_AGENT_ID",
   replyTopic: "WRIT_MCP_REPLY_TOPIC",
+  replyTopicPrefix: "WRIT_REPLY_TOPIC_PREFIX",
   submitTimeoutMs: "WRIT_SUBMIT_TIMEOUT_MS",
   maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
   maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
@@ -121,7 +124,7 @@ try {
     ...Object.fromEntries(Object.entries(connection).filter(([, v]) => v !== undefined)),
     brokers: config.brokers,
     agentId: config.agentId,
-    replyTopic: config.replyTopic ?? `writ.replies.${config.agentId}`,
+    replyTopic: config.replyTopic ?? `${config.replyTopicPrefix}${config.agentId}`,
     intentsTopic: config.intentsTopic,
     submitTimeoutMs: config.submitTimeoutMs,
     ...(config.maxIntentBytes !== undefined ? { maxIntentBytes: config.maxIntentBytes } : {}),

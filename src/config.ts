@@ -17,10 +17,20 @@ export const MAX_TIMER_MS = 2_147_483_647;
 /** A duration that becomes a timer. ms. */
 export const timerMs = (min: number) => z.number().int().min(min).max(MAX_TIMER_MS, `at most ${MAX_TIMER_MS} (Node's longest timer)`);
 
-const topicName = z.string().regex(/^[a-zA-Z0-9._-]{1,249}$/, "a Kafka topic name");
+/** A Kafka topic name. */
+export const topicName = z.string().regex(/^[a-zA-Z0-9._-]{1,249}$/, "a Kafka topic name");
+
+/** The start of reply topics' names: a topic name with room for at least one more character. */
+export const replyTopicPrefix = z.string().regex(/^[a-zA-Z0-9._-]{1,248}$/, "the start of a Kafka topic name (letters, digits, . _ -)");
+
+/** Largest intent value owners accept, bytes: a client refuses a larger one before sending. */
+export const maxIntentBytes = z.number().int().min(1024);
+
+/** Deepest JSON nesting owners accept in an intent: a client refuses a deeper one before sending. */
+export const maxJsonDepth = z.number().int().min(4).max(128);
 
 /** A Kafka client or group id: no control characters, which would garble the logs and brokers' requests that carry it. */
-const kafkaId = z.string().regex(/^[^\x00-\x1f\x7f-\x9f]+$/, "at least one character, no control characters");
+export const kafkaId = z.string().regex(/^[^\x00-\x1f\x7f-\x9f]+$/, "at least one character, no control characters");
 
 /**
  * A number in an environment variable: decimal only. Number() also takes "   " (0), "0x50" (80) and "0b1";
@@ -56,7 +66,7 @@ export const RouterConfig = z
     /** Replication factor when writ creates topics: 1 suits a single local broker; 3 (with min.insync.replicas 2) is the production default. */
     replicationFactor: z.number().int().min(1).default(1),
     /** Reply topics must start with this; anything else is rejected. */
-    replyTopicPrefix: z.string().regex(/^[a-zA-Z0-9._-]{1,248}$/, "the start of a Kafka topic name (letters, digits, . _ -)").default("writ.replies."),
+    replyTopicPrefix: replyTopicPrefix.default("writ.replies."),
     /** Confluent-API schema registry (unset means plain JSON values), its basic auth and TLS. */
     ...registryFields,
     /**
@@ -91,9 +101,9 @@ export const RouterConfig = z
     /** Fetched intents held per partition before its fetching pauses. */
     maxBufferedPerPartition: z.number().int().min(1).max(100_000).default(512),
     /** Largest intent value accepted, bytes; larger ones are dead-lettered `too_large`. */
-    maxIntentBytes: z.number().int().min(1024).default(262_144),
+    maxIntentBytes: maxIntentBytes.default(262_144),
     /** Deepest JSON nesting accepted in an intent; deeper ones are dead-lettered `too_deep`. */
-    maxJsonDepth: z.number().int().min(4).max(128).default(32),
+    maxJsonDepth: maxJsonDepth.default(32),
     /** Largest record writ produces, bytes; keep it under the broker's `message.max.bytes` (default 1,048,588). */
     maxMessageBytes: z.number().int().min(16_384).default(1_000_000),
     /** Deadline of one system-of-record request. ms. */

@@ -7,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
-import { MAX_TIMER_MS } from "../config.ts";
+import type { z } from "zod";
+import { MAX_TIMER_MS, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replyTopicPrefix, topicName } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -166,6 +167,53 @@ export function brokersFrom(flag: string | undefined): string[] {
   const bad = brokers.find((b) => !/^[^\s:]+:\d{1,5}$/.test(b));
   if (bad !== undefined) throw new UsageError(`--brokers: ${bad} is not host:port`);
   return brokers;
+}
+
+/** The topics of the contract, by the owners' variables, and their defaults. */
+const CONTRACT_TOPIC_ENV = {
+  WRIT_INTENTS_TOPIC: "writ.intents",
+  WRIT_LEDGER_TOPIC: "writ.ledger",
+  WRIT_HUMAN_TOPIC: "writ.human",
+  WRIT_DLQ_TOPIC: "writ.dlq",
+} as const;
+
+/** A setting from the owners' environment variable, checked as owners check it: a configuration error (exit 2) naming the variable. */
+function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric = false): T {
+  const raw = process.env[variable];
+  if (raw === undefined || raw === "") return fallback;
+  const checked = schema.safeParse(numeric ? envNumber(raw) : raw);
+  if (!checked.success) {
+    throw new WritError("config_invalid", `${variable}: ${checked.error.issues[0]?.message ?? "invalid"}, got "${printable(raw.slice(0, 300))}"`, {
+      retriable: false,
+      context: { field: variable },
+    });
+  }
+  return checked.data;
+}
+
+/** A contract topic's name from its variable (`WRIT_INTENTS_TOPIC`, …) or its default. */
+export function topicFromEnv(variable: keyof typeof CONTRACT_TOPIC_ENV): string {
+  return fromEnv(variable, topicName, CONTRACT_TOPIC_ENV[variable]);
+}
+
+/** The start of reply topics' names: `$WRIT_REPLY_TOPIC_PREFIX` or `writ.replies.`. */
+export function replyPrefixFromEnv(): string {
+  return fromEnv("WRIT_REPLY_TOPIC_PREFIX", replyTopicPrefix, "writ.replies.");
+}
+
+/** The owners' consumer group: `$WRIT_GROUP_ID` or `writ.owners`. */
+export function groupIdFromEnv(): string {
+  return fromEnv("WRIT_GROUP_ID", kafkaId, "writ.owners");
+}
+
+/**
+ * The owners' admission bounds from their variables (`WRIT_MAX_INTENT_BYTES`, `WRIT_MAX_JSON_DEPTH`), for a
+ * client: it refuses before sending what owners would dead-letter without a reply. Only those set.
+ */
+export function admissionLimitsFromEnv(): { maxIntentBytes?: number; maxJsonDepth?: number } {
+  const bytes = fromEnv<number | undefined>("WRIT_MAX_INTENT_BYTES", maxIntentBytes, undefined, true);
+  const depth = fromEnv<number | undefined>("WRIT_MAX_JSON_DEPTH", maxJsonDepth, undefined, true);
+  return { ...(bytes !== undefined ? { maxIntentBytes: bytes } : {}), ...(depth !== undefined ? { maxJsonDepth: depth } : {}) };
 }
 
 /** The schema registry from a flag or `$SCHEMA_REGISTRY_URL`; undefined for plain JSON. */

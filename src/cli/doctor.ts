@@ -10,7 +10,7 @@ import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger } from "../logger.ts";
 import { jsonLine } from "../printable.ts";
 import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
-import { parseOrExit, type Command } from "./common.ts";
+import { parseOrExit, replyPrefixFromEnv, topicFromEnv, type Command } from "./common.ts";
 
 const USAGE = `usage: writ doctor [options]
 
@@ -65,19 +65,19 @@ async function main(argv: string[]): Promise<number> {
   const badTopic = topics.find((t) => !/^[a-zA-Z0-9._-]{1,249}$/.test(t));
   if (badTopic !== undefined) return fail(`--topics: ${badTopic} is not a Kafka topic name`);
 
-  const prefix = args.prefix ?? (process.env.WRIT_REPLY_TOPIC_PREFIX || DEFAULT_REPLY_PREFIX);
+  let prefix: string;
+  let contractTopics: string[];
+  try {
+    prefix = args.prefix ?? replyPrefixFromEnv();
+    contractTopics = [topicFromEnv("WRIT_INTENTS_TOPIC"), topicFromEnv("WRIT_LEDGER_TOPIC"), topicFromEnv("WRIT_HUMAN_TOPIC"), topicFromEnv("WRIT_DLQ_TOPIC")];
+  } catch (err) {
+    return fail((err as Error).message);
+  }
   if (prefix === "") return fail("--prefix must not be empty");
 
   const olderThanRaw = args["older-than-ms"];
   const olderThanMs = olderThanRaw === undefined ? DEFAULT_OLDER_THAN_MS : Number(olderThanRaw);
   if (!/^\d+$/.test(olderThanRaw ?? "0") || !Number.isSafeInteger(olderThanMs)) return fail(`--older-than-ms must be a non-negative integer (ms), got ${olderThanRaw}`);
-
-  const contractTopics = [
-    process.env.WRIT_INTENTS_TOPIC || "writ.intents",
-    process.env.WRIT_LEDGER_TOPIC || "writ.ledger",
-    process.env.WRIT_HUMAN_TOPIC || "writ.human",
-    process.env.WRIT_DLQ_TOPIC || "writ.dlq",
-  ];
 
   // The error that stops a run is reported on its own; kafkajs's logs (each failed connection attempt, …) go to
   // stderr as pino JSON lines only when $LOG_LEVEL asks for them.

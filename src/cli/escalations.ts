@@ -4,7 +4,7 @@ import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { admissionLimitsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
@@ -59,7 +59,7 @@ async function list(argv: string[]): Promise<number> {
   const log = commandLogger("escalations");
   const kafka = kafkaFor(brokers, "writ-cli-escalations", log);
   const codec = new WireCodec(connectionFor(registryFrom(a.registry)));
-  const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
+  const topic = topicFromEnv("WRIT_HUMAN_TOPIC");
   if (!(await topicsWithPrefix(kafka, topic)).includes(topic)) {
     process.stderr.write(`writ escalations: no topic ${topic} on the cluster (writ topics ensure creates it)\n`);
     return 2;
@@ -137,15 +137,16 @@ async function resolve(argv: string[]): Promise<number> {
   const log = commandLogger("escalations");
   const kafka = kafkaFor(brokers, "writ-cli-escalations", log, connection.kafka);
   const codec = new WireCodec(connection);
-  const topic = process.env.WRIT_HUMAN_TOPIC || "writ.human";
+  const topic = topicFromEnv("WRIT_HUMAN_TOPIC");
   const found = (await readEscalations(kafka, codec, topic, log)).find((f) => f.e.escalationId === escalationId);
   if (!found) throw new UsageError(`no escalation ${escalationId} on ${topic}`);
   const operator = a.operator ?? "writ-operator";
   const client = await createWritClient({
     brokers,
     agentId: operator,
-    replyTopic: a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${operator}`,
-    intentsTopic: process.env.WRIT_INTENTS_TOPIC || "writ.intents",
+    replyTopic: a["reply-topic"] ?? `${replyPrefixFromEnv()}${operator}`,
+    intentsTopic: topicFromEnv("WRIT_INTENTS_TOPIC"),
+    ...admissionLimitsFromEnv(),
     ...connection,
     logger: log,
     ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),

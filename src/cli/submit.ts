@@ -7,7 +7,7 @@ import type { KeyScope, KeyedTool } from "../keys.ts";
 import { jsonLine } from "../printable.ts";
 import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { admissionLimitsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-> [options]
@@ -184,7 +184,7 @@ async function main(argv: string[]): Promise<number> {
     if (!(field in input.params)) throw new UsageError(`intent field "${field}" of tool ${tool.name} is missing from --params`);
   }
   const agent = a.agent ?? "writ-cli";
-  const replyTopic = a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${agent}`;
+  const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
   return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
 }
 
@@ -230,7 +230,8 @@ export async function send(
     brokers: opts.brokers,
     agentId,
     replyTopic,
-    intentsTopic: opts.intentsTopic ?? (process.env.WRIT_INTENTS_TOPIC || "writ.intents"),
+    intentsTopic: opts.intentsTopic ?? topicFromEnv("WRIT_INTENTS_TOPIC"),
+    ...admissionLimitsFromEnv(),
     clientId: `writ-cli-${agentId}`,
     // SASL/TLS and the registry's URL, basic auth and TLS, validated (from the environment and --registry)
     ...connectionFor(opts.registry),

@@ -4,15 +4,15 @@
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
-import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { readTopics, topicsWithPrefix, type TopicRecord } from "./topic-reader.ts";
 
 const KINDS = {
-  replies: { schema: "Reply", env: "WRIT_REPLY_TOPIC_PREFIX", fallback: "writ.replies." },
-  human: { schema: "Escalation", env: "WRIT_HUMAN_TOPIC", fallback: "writ.human" },
-  dlq: { schema: "DeadLetter", env: "WRIT_DLQ_TOPIC", fallback: "writ.dlq" },
-  ledger: { schema: "LedgerEntry", env: "WRIT_LEDGER_TOPIC", fallback: "writ.ledger" },
-} as const satisfies Record<string, { schema: WireSchemaName; env: string; fallback: string }>;
+  replies: { schema: "Reply", configured: replyPrefixFromEnv },
+  human: { schema: "Escalation", configured: () => topicFromEnv("WRIT_HUMAN_TOPIC") },
+  dlq: { schema: "DeadLetter", configured: () => topicFromEnv("WRIT_DLQ_TOPIC") },
+  ledger: { schema: "LedgerEntry", configured: () => topicFromEnv("WRIT_LEDGER_TOPIC") },
+} as const satisfies Record<string, { schema: WireSchemaName; configured: () => string }>;
 type Kind = keyof typeof KINDS;
 
 const USAGE = `usage: writ tail replies|human|dlq|ledger [--topic <topic>] [--from-beginning] [--follow] [--json]
@@ -136,7 +136,7 @@ async function main(argv: string[]): Promise<number> {
   const kafka = kafkaFor(brokers, "writ-cli-tail", log);
   const codec = new WireCodec(connectionFor(registryFrom(a.registry)));
 
-  const configured = process.env[kind.env] || kind.fallback;
+  const configured = kind.configured();
   let topics: string[];
   if (a.topic !== undefined) topics = a.topic;
   else if (kindArg === "replies") {

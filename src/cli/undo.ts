@@ -4,7 +4,7 @@
 import { buildUndoIntent } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { send, SEND_OPTIONS } from "./submit.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics } from "./topic-reader.ts";
@@ -68,7 +68,7 @@ async function main(argv: string[]): Promise<number> {
     if (at <= 0 || at === a.entity.length - 1) throw new UsageError(`--entity: ${a.entity} is not type:id (e.g. ticket:T-42)`);
     undone = { intentKey: key, entity: { type: a.entity.slice(0, at), id: a.entity.slice(at + 1) }, tool: a.tool };
   } else {
-    const topic = a["ledger-topic"] ?? (process.env.WRIT_LEDGER_TOPIC || "writ.ledger");
+    const topic = a["ledger-topic"] ?? topicFromEnv("WRIT_LEDGER_TOPIC");
     const entry = await findInLedger(brokers, registry, topic, key);
     if (entry === null) {
       process.stderr.write(`writ undo: intent key ${key} is not in ${topic} (never submitted, or past the ledger's retention); nothing was sent\n`);
@@ -77,7 +77,7 @@ async function main(argv: string[]): Promise<number> {
     undone = { intentKey: key, entity: { type: entry.entity.type, id: entry.entity.id }, tool: entry.tool };
   }
   const agent = a.agent ?? "writ-cli";
-  const replyTopic = a["reply-topic"] ?? `${process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies."}${agent}`;
+  const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
   const intent = buildUndoIntent({ undone, agentId: agent, runId: a["run-id"] ?? "writ-cli-undo", stepId: `undo-${key.slice(0, 16)}`, replyTo: replyTopic });
   const signing = a["signing-key"] === undefined ? undefined : { keyFile: a["signing-key"], keyId: a["key-id"]! };
   return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });

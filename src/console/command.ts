@@ -1,6 +1,6 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
 import { readFileSync } from "node:fs";
-import { brokersFrom, commandLogger, connectionFor, intFlag, msFlag, parseCommandArgs, registryFrom, runCommand, UsageError, type Command } from "../cli/common.ts";
+import { brokersFrom, commandLogger, connectionFor, groupIdFromEnv, intFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "../cli/common.ts";
 import { printable } from "../printable.ts";
 import { startConsole, type ConsoleOptions } from "./server.ts";
 
@@ -80,19 +80,19 @@ async function main(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const connection = connectionFor(registryFrom(a.registry));
   const log = commandLogger("console");
-  const replyPrefix = process.env.WRIT_REPLY_TOPIC_PREFIX || "writ.replies.";
+  const replyPrefix = replyPrefixFromEnv();
   const operatorId = a.operator ?? "writ-operator";
 
   const server = await startConsole({
     brokers,
     connection,
     topics: {
-      intents: process.env.WRIT_INTENTS_TOPIC || "writ.intents",
-      human: process.env.WRIT_HUMAN_TOPIC || "writ.human",
-      dlq: process.env.WRIT_DLQ_TOPIC || "writ.dlq",
+      intents: topicFromEnv("WRIT_INTENTS_TOPIC"),
+      human: topicFromEnv("WRIT_HUMAN_TOPIC"),
+      dlq: topicFromEnv("WRIT_DLQ_TOPIC"),
     },
     replyPrefix,
-    groupId: process.env.WRIT_GROUP_ID || "writ.owners",
+    groupId: groupIdFromEnv(),
     token,
     ...(operatorToken !== undefined ? { operatorToken } : {}),
     operator: {

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { commandLogger, intFlag, msFlag, UsageError } from "../../src/cli/common.ts";
+import { admissionLimitsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { formatRecord } from "../../src/cli/tail.ts";
 import { shownUrl } from "../../src/cli/verify.ts";
@@ -21,6 +21,36 @@ describe("intFlag, msFlag", () => {
     expect(msFlag("timeout-ms", "2147483647", 30_000, 1)).toBe(2_147_483_647);
     expect(() => msFlag("timeout-ms", "3000000000", 30_000, 1)).toThrow(/--timeout-ms must be an integer from 1 to 2147483647, got 3000000000/);
     expect(() => msFlag("discover-ms", "2147483648", 5000, 100)).toThrow(UsageError);
+  });
+});
+
+describe("settings the commands share with owners, from the owners' variables", () => {
+  /** Runs `body` with these variables set (undefined: unset), then restores the environment. */
+  const withEnv = (vars: Record<string, string | undefined>, body: () => void): void => {
+    for (const [name, value] of Object.entries(vars)) vi.stubEnv(name, value);
+    try {
+      body();
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  };
+
+  it("checks them as owners do, naming the variable (a newline in a topic name, a prefix with '/', 0x50 as a number)", () => {
+    withEnv({ WRIT_HUMAN_TOPIC: "writ.human\nforged", WRIT_REPLY_TOPIC_PREFIX: "replies/", WRIT_GROUP_ID: "owners\x1b[2J", WRIT_MAX_INTENT_BYTES: "100" }, () => {
+      expect(() => topicFromEnv("WRIT_HUMAN_TOPIC")).toThrow(/^WRIT_HUMAN_TOPIC: a Kafka topic name, got "writ.human\\x0aforged"$/);
+      expect(() => replyPrefixFromEnv()).toThrow(/^WRIT_REPLY_TOPIC_PREFIX: the start of a Kafka topic name/);
+      expect(() => groupIdFromEnv()).toThrow(/^WRIT_GROUP_ID: .*got "owners\\x1b\[2J"$/);
+      expect(() => admissionLimitsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: /);
+    });
+    withEnv({ WRIT_MAX_JSON_DEPTH: "0x50" }, () => expect(() => admissionLimitsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: .*got "0x50"$/));
+  });
+
+  it("takes the values owners take, and the owners' defaults when unset or empty", () => {
+    withEnv({ WRIT_LEDGER_TOPIC: "", WRIT_DLQ_TOPIC: "acme.dlq", WRIT_REPLY_TOPIC_PREFIX: "acme.replies-", WRIT_MAX_INTENT_BYTES: "524288", WRIT_MAX_JSON_DEPTH: "" }, () => {
+      expect([topicFromEnv("WRIT_LEDGER_TOPIC"), topicFromEnv("WRIT_DLQ_TOPIC"), replyPrefixFromEnv()]).toEqual(["writ.ledger", "acme.dlq", "acme.replies-"]);
+      expect(admissionLimitsFromEnv()).toEqual({ maxIntentBytes: 524_288 });
+    });
+    withEnv({ WRIT_MAX_INTENT_BYTES: undefined, WRIT_MAX_JSON_DEPTH: undefined }, () => expect(admissionLimitsFromEnv()).toEqual({}));
   });
 });
 

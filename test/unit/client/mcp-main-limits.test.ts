@@ -24,9 +24,17 @@ async function mcpMainStderr(env: Record<string, string>): Promise<string> {
   return stderr;
 }
 
-describe("the MCP server's admission bounds", () => {
+describe("the MCP server's configuration, under the owners' variable names where they share a setting", () => {
   it("reads WRIT_MAX_INTENT_BYTES and WRIT_MAX_JSON_DEPTH, and refuses a bad one naming the variable", async () => {
     expect(await mcpMainStderr({ WRIT_MAX_JSON_DEPTH: "0" })).toContain("WRIT_MAX_JSON_DEPTH (maxJsonDepth)");
     expect(await mcpMainStderr({ WRIT_MAX_INTENT_BYTES: "lots" })).toContain("WRIT_MAX_INTENT_BYTES (maxIntentBytes)");
+    // The owners' own bounds: a client bound below what owners may take would refuse what they accept.
+    expect(await mcpMainStderr({ WRIT_MAX_INTENT_BYTES: "100" })).toContain("WRIT_MAX_INTENT_BYTES (maxIntentBytes)");
+  });
+
+  it("checks the topics it names: the owners' reply prefix and its own reply and intents topics", async () => {
+    expect(await mcpMainStderr({ WRIT_REPLY_TOPIC_PREFIX: "replies/" })).toContain("WRIT_REPLY_TOPIC_PREFIX (replyTopicPrefix)");
+    expect(await mcpMainStderr({ WRIT_MCP_REPLY_TOPIC: "a b" })).toContain("WRIT_MCP_REPLY_TOPIC (replyTopic)");
+    expect(await mcpMainStderr({ WRIT_INTENTS_TOPIC: "x\ny" })).toContain("WRIT_INTENTS_TOPIC (intentsTopic)");
   });
 });
