@@ -286,12 +286,15 @@ export class IntentPipeline {
         return this.conflict(a, pending, state, fresh.current, ctx);
       }
       case "not_found":
-        if (via === "create") return this.rejectedDone(a, pending, "sor_rejected", `${a.tool.system.name} has no place to create ${a.intent.entity.type} records (404); nothing was created`);
-        return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
-      case "rejected": {
-        const reason = outcome.status === 409 || outcome.status === 422 ? "patch_not_applicable" : "sor_rejected";
-        return this.rejectedDone(a, pending, reason, outcome.message.slice(0, 2000), { status: outcome.status });
-      }
+      case "rejected":
+        // After a request whose outcome was unknown, a refusal may be about that request's own effect (a 409 "this
+        // Idempotency-Key is in progress", a 422 for a change already made, a 404 for a record it moved): a
+        // refusal of this request says nothing of the earlier one. Reconciled like an unknown outcome.
+        if (state.mayHaveWritten) {
+          this.unknownOutcome(about, state, `refused after an unknown outcome: ${outcome.kind === "rejected" ? `${outcome.status} ${outcome.message}` : "404"}`.slice(0, 2000));
+          return null;
+        }
+        return this.refused(a, pending, via, outcome);
       case "unavailable":
         // Provably never reached the system: nothing to reconcile; try again after a pause.
         return { kind: "retry-later", reason: outcome.message, notSent: true };
@@ -299,6 +302,16 @@ export class IntentPipeline {
         this.unknownOutcome(about, state, outcome.message);
         return null;
     }
+  }
+
+  /** A write the system refused (404, or a 4xx that is no precondition): settled rejected. */
+  private refused(a: AdmittedIntent, pending: LedgerIntentEntry, via: "patch" | "create", outcome: Extract<PatchOutcome, { kind: "not_found" | "rejected" }>): Step {
+    if (outcome.kind === "rejected") {
+      const reason = outcome.status === 409 || outcome.status === 422 ? "patch_not_applicable" : "sor_rejected";
+      return this.rejectedDone(a, pending, reason, outcome.message.slice(0, 2000), { status: outcome.status });
+    }
+    if (via === "create") return this.rejectedDone(a, pending, "sor_rejected", `${a.tool.system.name} has no place to create ${a.intent.entity.type} records (404); nothing was created`);
+    return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
   }
 
   /**
@@ -319,7 +332,7 @@ export class IntentPipeline {
     for (;;) {
       if (state.needsReconcile) {
         const settled = await this.reconcileFirst(a, pending, state, ctx);
-        if (settled) return settled;
+        if ("kind" in settled) return settled;
       }
       const sent = await this.send(a, pending, state, ctx, about, "create", () =>
         tool.system.upsertByExternalId!(intent.entity, record, { ifNoneMatch: "*", idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
@@ -391,30 +404,32 @@ export class IntentPipeline {
   /**
    * Step 4's start for a change to an existing record: reconcile first where
    * a write may have happened (an earlier owner's, or an earlier request of
-   * ours whose outcome was unknown: only a proven "not applied" writes again),
-   * then the fresh read. A Step when either settles the intent (an absent
-   * record is `entity_not_found`).
+   * ours whose outcome was unknown: only a proven "not applied" writes again,
+   * on the record reconcile read), else the fresh read. A Step when either
+   * settles the intent (an absent record is `entity_not_found`).
    */
   private async reconcileThenRead(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned } | Step> {
-    if (state.needsReconcile) {
-      const settled = await this.reconcileFirst(a, pending, state, ctx);
-      if (settled) return settled;
-    }
-    const fresh = await this.readRecord(a, pending, state, ctx);
+    // What reconcile read is the fresh read: a request of ours still in flight may land after its "not applied",
+    // and a second read would take the record with our change in it for the one to write on (a commutative
+    // tool rebases onto any version: the change twice). If-Match on reconcile's version makes that a 412 instead.
+    const fresh = state.needsReconcile ? await this.reconcileFirst(a, pending, state, ctx) : await this.readRecord(a, pending, state, ctx);
     if ("kind" in fresh) return fresh;
     if (fresh.current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
     return { current: fresh.current };
   }
 
-  /** Reconciles before a write (an inherited pending, or an unknown outcome): a Step when that settles it, null to write. */
-  private async reconcileFirst(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<Step | null> {
+  /**
+   * Reconciles before a write (an inherited pending, or an unknown outcome): a Step when that settles it, else
+   * the record as reconcile read it (null: absent), to write on.
+   */
+  private async reconcileFirst(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned | null } | Step> {
     const settled = await this.reconcile(a, ctx, state.undo);
     if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
     if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current);
     if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, "outcome_unknown", settled.current);
     state.needsReconcile = false;
-    return null;
+    return { current: settled.current };
   }
 
   private unknownOutcome(about: LogBindings, state: WriteState, detail: string): void {

@@ -582,13 +582,15 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
   it("escalates sor_protocol on such a read when the intent was inherited (it may have written)", async () => {
     const a = close();
     const ledger = inheritedLedger(a);
-    // reconcile's read is fine and proves "not applied"; the fresh read before the PATCH breaks the protocol
+    // reconcile's read is fine and proves "not applied" (the PATCH goes on that read); the PATCH meets a 412
+    // without the record, and the read after it breaks the protocol
     sor.script.read.push({ kind: "ok" }, { kind: "throw", error: protocolError("no ETag") });
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "precondition_failed", current: null } });
     const { step } = await run(pipelineWith(), a, ledger);
     expect(reply(step)).toMatchObject({ status: "escalated", reason: "sor_protocol" });
     expect(settled(step).escalations).toHaveLength(1);
     expect(settled(step).escalations[0]!.value).toMatchObject({ reason: "sor_protocol", current: null });
-    expect(sor.patchCount(T1)).toBe(0);
+    expect(sor.commitsOf(a.intent.intentKey)).toBe(0);
   });
 });
 
@@ -838,6 +840,46 @@ describe("IntentPipeline with an adapter whose PATCH throws (breaks the PatchOut
     await p.execute(a, plan.pending, plan.state, ctx);
     expect(sor.commitsOf(a.intent.intentKey)).toBe(1);
     expect(sor.current(T1)?.state).toMatchObject({ tags: ["vip"] });
+  });
+
+  it("an append whose earlier request lands just after reconcile's 'not applied' is written once: the PATCH goes on reconcile's read", async () => {
+    const a = tag("vip");
+    const ledger = inheritedLedger(a);
+    // The earlier owner's PATCH is still on its way: the lookup does not find it, then it commits.
+    const lookup = sor.lookupIdempotencyKey.bind(sor);
+    let landed = false;
+    sor.lookupIdempotencyKey = async (entity, key, opts) => {
+      const answer = await lookup(entity, key, opts);
+      if (!landed) {
+        landed = true;
+        sor.change(T1, a.intent.delta, a.intent.intentKey);
+      }
+      return answer;
+    };
+    const { step } = await run(pipelineWith(), a, ledger);
+    // A second read would see the record with the change in it, and a commutative tool rebases onto any version.
+    expect(sor.commitsOf(a.intent.intentKey)).toBe(1);
+    expect(sor.current(T1)?.state).toMatchObject({ tags: ["vip"] });
+    expect(reply(step)).toMatchObject({ status: "applied", via: "reconcile" });
+  });
+
+  it("a refusal after an unknown outcome is reconciled, not taken for the answer (409: this key is in progress)", async () => {
+    const p = pipelineWith();
+    const a = close();
+    const plan = writePlan(p.classify(a, new PartitionLedger(0)));
+    // The first request times out still in flight; the lookup finds nothing; the second meets the system's 409
+    // for a key in use; then the first commits.
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } });
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "rejected", status: 409, message: "a request with this key is in progress" } });
+    const patch = sor.patch.bind(sor);
+    sor.patch = async (entity, ops, opts) => {
+      const outcome = await patch(entity, ops, opts);
+      if (outcome.kind === "rejected") sor.change(T1, a.intent.delta, a.intent.intentKey);
+      return outcome;
+    };
+    const step = await p.execute(a, plan.pending, plan.state, ctx);
+    expect(sor.commitsOf(a.intent.intentKey)).toBe(1);
+    expect(reply(step)).toMatchObject({ status: "applied", via: "reconcile" });
   });
 });
 
