@@ -90,7 +90,13 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     kind: "answered",
     reason,
     effects: effects({
-      deadLetters: parts.dead ? [deadLetterOf(message, source, parts.dead, detail, at)] : [],
+      // With no reply to carry the answer (its reply topic is not there), the record is dead-lettered instead:
+      // an answer that produces nothing would tell no one, and its offset would wait for other traffic.
+      deadLetters: parts.dead
+        ? [deadLetterOf(message, source, parts.dead, detail, at)]
+        : parts.reply
+          ? []
+          : [deadLetterOf(message, source, "reply_topic_missing", `${detail}; no reply was sent: the reply topic does not exist`, at)],
       replies: parts.reply ? [{ topic: parts.reply.topic, value: rejectedReply(parts.reply.intentId, parts.reply.intentKey, parts.reply.reason, detail, at, parts.reply.details) }] : [],
     }),
   });

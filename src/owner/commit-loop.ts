@@ -47,6 +47,9 @@ export interface CommitHost {
  * ({@link stage}) and `pending` entries ({@link stagePending}); {@link run}
  * commits them for a session until it ends.
  */
+/** Ledger entries (and leases) expired per transaction at most: a sweep past retention goes on in the next. */
+const SWEEP_BATCH = 1000;
+
 export class CommitLoop {
   private readonly ctx: OwnerContext;
   private readonly host: CommitHost;
@@ -191,7 +194,8 @@ export class CommitLoop {
     while (session.active) {
       const behind = this.host.watermark() > this.lastCommittedOffset;
       const offsetDue = behind && Date.now() >= this.offsetAloneAt();
-      const nothingButPendings = this.staged.records.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
+      // Staged slots count even without records: their offsets must pass (a result may produce nothing).
+      const nothingButPendings = this.staged.records.length === 0 && this.staged.slots.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
       if (nothingButPendings && session.inOpenTxn === 0) {
         // An offset behind and not due yet (it went in, or a transaction committed, within the interval): wake
         // when it is. Without this an idle partition's last results would keep their offset uncommitted until new
@@ -227,13 +231,17 @@ export class CommitLoop {
     if (this.sweepDue) {
       this.sweepDue = false;
       const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
-      const expired = session.ledger.expired(cutoff, 1000);
+      const expired = session.ledger.expired(cutoff, SWEEP_BATCH);
       for (const key of expired) {
         session.ledger.tombstone(key);
         this.staged.records.push(encoder.tombstone(key, this.partition));
       }
       if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
-      for (const lease of session.ledger.expiredLeases(Date.now(), 1000)) this.host.releaseExpired(session, lease);
+      const leases = session.ledger.expiredLeases(Date.now(), SWEEP_BATCH);
+      for (const lease of leases) this.host.releaseExpired(session, lease);
+      // A full batch leaves more behind: the next transaction goes on, so expiry keeps up with any intake rate
+      // (one batch per sweep interval would cap it at 1,000 entries a minute per partition, and the ledger grow).
+      if (expired.length === SWEEP_BATCH || leases.length === SWEEP_BATCH) this.sweepDue = true;
     }
     const batch = this.staged;
     this.staged = emptyStaged();

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { KafkaMessage } from "kafkajs";
-import { WritError } from "../errors.ts";
+import { isRegistryOutage, WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
@@ -9,12 +9,13 @@ import { IntentTrace } from "../tracing/spans.ts";
 import { type AdmittedIntent, admit } from "./admission.ts";
 import { CommitLoop } from "./commit-loop.ts";
 import { type RunHost, runIntent } from "./intent-run.ts";
-import { effects, type Effects } from "./effects.ts";
+import { deadLetterOf, effects, type Effects } from "./effects.ts";
 import { Resolver } from "./resolution.ts";
 import { KeyScheduler } from "./key-scheduler.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { Session, type Slot } from "./owner-session.ts";
 import { restorePartition } from "./partition-restore.ts";
+import type { OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, leaseGate } from "./record-leases.ts";
 
@@ -406,8 +407,41 @@ export class PartitionOwner {
   }
 
   /** An intent's result goes into the next transaction; its record's next intent may start. */
-  private async settle(session: Session, slot: Slot, result: Effects): Promise<void> {
-    const records = await this.ctx.encoder.encode(result, this.partition);
+  /**
+   * The slot's result into the next transaction. Its encoding may meet a registry outage (each new reply topic
+   * is a subject of its own): paused and tried again like an intent, never given up, for a slot never staged
+   * would hold the partition's committed offset for the rest of the session (every later intent replayed by
+   * the next owner). A result that cannot be encoded for another reason (a bug) becomes the intent's dead
+   * letter; if even that fails, the offset passes with nothing but the error logged (the record stays on the
+   * topic until its retention).
+   */
+  private async settle(session: Session, slot: Slot, outcome: Effects): Promise<void> {
+    let result = outcome;
+    let records: OutRecord[] | undefined;
+    while (records === undefined) {
+      try {
+        records = await this.ctx.encoder.encode(result, this.partition);
+      } catch (err) {
+        if (!session.active) return;
+        if (isRegistryOutage(err)) {
+          slot.outages++;
+          this.log.warn({ err, offset: slot.message.offset }, "cannot encode an intent's result now (registry unreachable?); trying again");
+          await this.pause(session, slot.outages);
+          if (!session.active) return;
+          continue;
+        }
+        const source = { topic: this.ctx.config.topics.intents, partition: this.partition, offset: slot.message.offset };
+        if (result === outcome) {
+          this.log.error({ err, offset: slot.message.offset }, "an intent's result cannot be encoded; the intent is dead-lettered instead");
+          const why = `its result could not be encoded: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000);
+          result = effects({ deadLetters: [deadLetterOf(slot.message, source, "processing_failed", why, new Date().toISOString())] });
+        } else {
+          this.log.error({ err, ...source }, "neither an intent's result nor its dead letter can be encoded; its offset passes without them");
+          result = effects({});
+          records = [];
+        }
+      }
+    }
     if (!session.active) return;
     slot.outcome = intentOutcome(slot.admitted, result);
     slot.trace?.settled(slot.outcome);

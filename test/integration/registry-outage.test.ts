@@ -1,9 +1,10 @@
 import { createServer, connect, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
+import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment } from "../../examples/demo-tools.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 
 /**
  * A TCP relay to the schema registry that can be cut: while cut it takes each
@@ -84,5 +85,46 @@ describe("a registry outage between the write and its result", () => {
     expect(h.records.patchRequests(key)).toHaveLength(1);
     const payment = await readVersion(h.records, "payment", "pay_1");
     expect((payment.state as { refunds: { ref?: string }[] }).refunds.filter((r) => r.ref === "r1")).toHaveLength(1);
+  });
+});
+
+describe("a registry outage while a record is answered at admission", () => {
+  it("its dead letter goes out once the registry is back, and the group's offset passes it (never held for the session)", async () => {
+    const registry = registryUrl();
+    if (!registry) throw new Error("this test needs the schema registry (SCHEMA_REGISTRY_URL)");
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const relay = await startCuttableRelay(registry);
+    await h.startRouter({ config: { ...h.config, schemaRegistryUrl: relay.url } });
+    const agent = await h.client(`agent-adm-${h.id}`);
+    const refund = async (ref: string) => {
+      const base = (await readVersion(h.records, "payment", "pay_1")).version;
+      const delta = [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 100, reason: "late" as const, ref } }];
+      const answer = await agent.submit({ tool: refundPayment, entity: { type: "payment", id: "pay_1" }, runId: `run-${h.id}`, stepId: ref, baseVersion: base, delta, params: { amountCents: 100, reason: "late", ref } });
+      expect(answer).toMatchObject({ status: "applied" });
+    };
+    // The partition is open and has answered (its ledger and reply subjects registered); the harness's
+    // dead-letter topic is this test's own, so its subject is registered at the first dead letter.
+    await refund("before");
+    relay.cut();
+    await h.produceRaw("payment:pay_1", Buffer.from("not JSON"));
+    // More refused connections than one registration's retries (4): the first encoding of the dead letter gave up.
+    await waitFor(() => relay.refused() >= 6, { timeoutMs: 60_000, message: "the owner trying the registry while it is cut" });
+    relay.restore();
+    const [dead] = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead).toMatchObject({ reason: "undecodable", source: { offset: "1" } });
+
+    // An intent after it is answered, and the group's committed offset passes all three.
+    await refund("after");
+    const admin = new Kafka({ clientId: `registry-outage-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await waitFor(
+      async () => {
+        const [group] = await admin.fetchOffsets({ groupId: h.config.groupId, topics: [h.config.topics.intents] });
+        return Number(group?.partitions[0]?.offset) === 3;
+      },
+      { timeoutMs: 30_000, message: "the group's offset never passed the record answered during the outage" },
+    );
   });
 });

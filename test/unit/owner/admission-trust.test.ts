@@ -152,6 +152,14 @@ describe("admission with an agent registry", () => {
     expect(a.replies.map((r) => r.topic)).toEqual(["writ.replies.alice"]);
   });
 
+  it("an answer with no reply topic to go to is dead-lettered: nothing refused goes unsaid", async () => {
+    // alice's registered reply topic does not exist (deleted, or never created): the refusal cannot be replied.
+    const gone: AdmissionDeps = { ...deps({ agents: registry }), replyTopics: { exists: async (t) => t === "writ.replies.bob" } };
+    const v = intent("alice", { replyTo: "writ.replies.bob" });
+    const a = answer(await admit(record(v, { headers: signed(v) }), source(), gone));
+    expect(a).toMatchObject({ reason: "reply_topic_not_registered", replies: [], dead: ["reply_topic_missing"] });
+  });
+
   it("an agent may call only its tools", async () => {
     const v = intent("alice", { tool: "close_ticket" });
     const a = answer(await admit(record(v, { headers: signed(v) }), source(), withRegistry()));

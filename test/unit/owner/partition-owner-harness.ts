@@ -1,0 +1,76 @@
+// A PartitionOwner whose transactional producer records what each transaction sends, for the owner's own
+// logic (what goes into which transaction, where the offset stands). Kafka's side is the integration suite's.
+// A test file mocks partition-restore.ts with `restoredWith(...)` to hand the owner this producer and a ledger.
+import type { KafkaMessage } from "kafkajs";
+import { pino } from "pino";
+import { WireCodec } from "../../../src/codec.ts";
+import { RouterConfig, parseConfig } from "../../../src/config.ts";
+import { PartitionLedger, type RestoredEntry } from "../../../src/ledger/ledger-state.ts";
+import { HealthBoard } from "../../../src/owner/health.ts";
+import { IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
+import type { OwnerContext } from "../../../src/owner/owner-context.ts";
+import { PartitionOwner } from "../../../src/owner/partition-owner.ts";
+import { RecordEncoder } from "../../../src/owner/records.ts";
+
+export interface SentTxn {
+  records: { topic: string; key: string | null; value: Buffer | null }[];
+  offset: string | null;
+  committed: boolean;
+}
+
+/** Every transaction begun, in order. */
+export const txns: SentTxn[] = [];
+
+function recordingProducer() {
+  return {
+    protocol: "v2" as const,
+    async connect() {},
+    async disconnect() {},
+    async transaction() {
+      const t: SentTxn = { records: [], offset: null, committed: false };
+      txns.push(t);
+      return {
+        async send(round: { topic: string; messages: { key: string | null; value: Buffer | null }[] }[]) {
+          for (const tm of round) for (const m of tm.messages) t.records.push({ topic: tm.topic, key: m.key, value: m.value });
+        },
+        async sendOffset(o: { offset: string }) {
+          t.offset = String(o.offset);
+        },
+        async commit() {
+          t.committed = true;
+        },
+        async abort() {},
+      };
+    },
+  };
+}
+
+/** What the mocked restorePartition returns: a fresh partition with these committed ledger entries. */
+export function restoredWith(entries: [string, RestoredEntry][] = []) {
+  return { producer: recordingProducer(), ledger: new PartitionLedger(0, entries), next: 0n, groupOffset: 0n, healed: 0, inDoubt: 0 };
+}
+
+/** An owner of partition 0 with writ's defaults, no linger; `codec` may stand in for the registry's. */
+export function ownerWith(opts: { codec?: WireCodec } = {}): PartitionOwner {
+  const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], commitLingerMs: 0, offsetCommitIntervalMs: 0 }, "router");
+  const codec = opts.codec ?? new WireCodec({});
+  const log = pino({ level: "silent" });
+  const ctx = {
+    config,
+    codec,
+    encoder: new RecordEncoder(codec, config),
+    pipeline: new IntentPipeline({ config, log }),
+    admission: { config, codec, tools: new Map(), replyTopics: { exists: async () => true }, now: () => new Date(), partitions: 1 },
+    intake: { pause: () => undefined, resume: () => undefined, seek: () => undefined },
+    lease: { confirmed: () => true },
+    health: new HealthBoard(),
+    onFenced: () => undefined,
+    log,
+  } as unknown as OwnerContext;
+  return new PartitionOwner(0, ctx);
+}
+
+/** A record of the intents topic at `offset`. */
+export function intentRecord(offset: number, value: string, key = "ticket:T-1"): KafkaMessage {
+  return { offset: String(offset), key: Buffer.from(key), value: Buffer.from(value), headers: {}, timestamp: String(Date.now()), attributes: 0 };
+}
