@@ -312,6 +312,9 @@ export class PartitionOwner {
       session,
       this.admitLoop(session).finally(() => {
         this.admitting = false;
+        // A session that opened while this (ended) session's loop was still inside admit() found intake busy:
+        // its records would wait for the next fetch or commit to pump again.
+        if (this.session !== session && this.session?.active) this.pump();
       }),
     );
   }
