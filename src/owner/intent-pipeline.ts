@@ -353,7 +353,7 @@ export class IntentPipeline {
     const target = state.undo;
     if (!target) {
       // Only an inherited pending undo gets here: it may have written, and its target's entry is gone.
-      return this.escalate(a, pending, "outcome_unknown", null, "This undo was left pending and the undone write's ledger entry has expired since: whether the undo was applied cannot be established. A person will check the record. Do not retry.");
+      return this.escalate(a, pending, state, "outcome_unknown", null, "This undo was left pending and the undone write's ledger entry has expired since: whether the undo was applied cannot be established. A person will check the record. Do not retry.");
     }
     const about = { intentKey: intent.intentKey, entity: a.entityKey, tool: tool.name, undoOf: target.intentKey };
     for (;;) {
@@ -426,8 +426,8 @@ export class IntentPipeline {
     const settled = await this.reconcile(a, ctx, state.undo);
     if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
     if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
-    if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current);
-    if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, "outcome_unknown", settled.current);
+    if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
+    if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     state.needsReconcile = false;
     return { current: settled.current };
   }
@@ -461,7 +461,7 @@ export class IntentPipeline {
    */
   failed(a: AdmittedIntent, pending: LedgerIntentEntry | null, state: WriteState | null, err: unknown): Step {
     const message = `processing failed: ${describe(err)}`.slice(0, 2000);
-    if (pending && state?.mayHaveWritten) return this.escalate(a, pending, "processing_failed", null, message);
+    if (pending && state?.mayHaveWritten) return this.escalate(a, pending, state, "processing_failed", null, message);
     if (pending) return this.rejectedDone(a, pending, "processing_failed", message);
     return this.settledReply(a, this.rejected(a, "processing_failed", message), "processing failed");
   }
@@ -504,7 +504,7 @@ export class IntentPipeline {
       if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
       if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
       // Not provably unapplied: a conflict would invite the agent to write again, maybe a second time.
-      if (settled.result === "unknown") return this.escalate(a, pending, "outcome_unknown", settled.current ?? current);
+      if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current ?? current);
       current = settled.current ?? current;
     }
     if (current === null) {
@@ -516,7 +516,7 @@ export class IntentPipeline {
     const change = this.yourChange(a, state.undo, current);
     if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error, { current });
     const cycle = pending.cycles + 1;
-    if (cycle > a.tool.maxConflictCycles) return this.escalate(a, { ...pending, cycles: cycle }, "conflict_cycles_exhausted", current);
+    if (cycle > a.tool.maxConflictCycles) return this.escalate(a, { ...pending, cycles: cycle }, state, "conflict_cycles_exhausted", current);
     const reply = this.conflictReply(a, cycle, current, change.delta);
     const entry: LedgerIntentEntry = {
       ...pending,
@@ -550,7 +550,7 @@ export class IntentPipeline {
 
   private protocolFailure(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, err: unknown): Step {
     const message = `the system of record broke the protocol: ${describe(err)}`.slice(0, 2000);
-    if (state.mayHaveWritten) return this.escalate(a, pending, "sor_protocol", null, message);
+    if (state.mayHaveWritten) return this.escalate(a, pending, state, "sor_protocol", null, message);
     return this.rejectedDone(a, pending, "sor_protocol", message);
   }
 
@@ -580,7 +580,8 @@ export class IntentPipeline {
     return { kind: "settled", effects: effects({ ledger: entry, replies: [{ topic: a.intent.replyTo, value: reply }] }), note: `rejected: ${reason}` };
   }
 
-  private escalate(a: AdmittedIntent, pending: LedgerIntentEntry, reason: EscalationReason, current: Versioned | null, detail?: string): Step {
+  /** `state` says whether a write of the intent may have happened: the ledger keeps that for an operator's apply (§8). */
+  private escalate(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, reason: EscalationReason, current: Versioned | null, detail?: string): Step {
     const at = this.now().toISOString();
     const escalationId = randomUUID();
     const message =
@@ -599,7 +600,7 @@ export class IntentPipeline {
       message,
       escalationId,
     };
-    const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "escalated", reason, message, escalationId, at }, updatedAt: at };
+    const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "escalated", reason, message, escalationId, at, ...(state.mayHaveWritten ? { mayHaveWritten: true } : {}) }, updatedAt: at };
     return {
       kind: "settled",
       effects: effects({

@@ -2,7 +2,7 @@ import type { RejectReason } from "../errors.ts";
 import { paramsFingerprint, undoFingerprint } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
-import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
+import { escalationMayHaveWritten, type LedgerIntentEntry, type StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
@@ -74,18 +74,21 @@ export class Resolver {
   async apply(r: Resolution, tool: AdmittedTool, replyTo: string, plan: Extract<ResolvePlan, { kind: "apply" }>, ctx: ExecContext): Promise<Step> {
     const { entry } = plan;
     const at = () => this.now().toISOString();
+    // A write of this intent may have happened (before the escalation, or by an earlier apply of it): reconcile
+    // first, and an escalation put back open keeps saying so, whatever its reason.
+    let mayHaveWritten = plan.resumed || escalationMayHaveWritten(entry.outcome);
     const reopen = (reason: RejectReason, message: string, current?: Versioned | null): Step => ({
       kind: "settled",
-      // The escalation stays open: the entry goes back to what it was.
+      // The escalation stays open: the entry goes back to what it was (marked when a write may have happened).
       effects: effects({
-        ledger: { ...entry, updatedAt: at() },
+        ledger: { ...entry, ...(mayHaveWritten && entry.outcome?.status === "escalated" ? { outcome: { ...entry.outcome, mayHaveWritten: true } } : {}), updatedAt: at() },
         replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at(), current ? { current } : undefined) }],
       }),
       note: `resolution not applied: ${reason}`,
     });
     let current: Versioned | null;
     try {
-      if (plan.resumed || (entry.outcome?.status === "escalated" && entry.outcome.reason === "outcome_unknown")) {
+      if (mayHaveWritten) {
         // The escalated write may have happened after all: never write it twice.
         const before = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
         const settled = await tool.reconcile({ intent: r.intent, current: before, system: tool.system, timeoutMs: tool.timeoutMs, headers: ctx.headers });
@@ -128,6 +131,7 @@ export class Resolver {
         return { kind: "retry-later", reason: outcome.message, notSent: true };
       case "unknown": {
         // Settled the same way as any unknown outcome, but by the operator: never replayed blind.
+        mayHaveWritten = true;
         let after: Versioned | null = null;
         try {
           after = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });

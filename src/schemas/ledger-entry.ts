@@ -19,9 +19,26 @@ export const StoredOutcome = z.discriminatedUnion("status", [
   z.looseObject({ status: z.literal("applied"), version: Version, via: z.string(), at: IsoTime }),
   z.looseObject({ status: z.literal("conflict"), cycle: z.number().int().min(1), version: Version, at: IsoTime }),
   z.looseObject({ status: z.literal("rejected"), reason: z.string(), message: z.string(), at: IsoTime }),
-  z.looseObject({ status: z.literal("escalated"), reason: z.string(), message: z.string(), escalationId: z.string(), at: IsoTime }),
+  z.looseObject({
+    status: z.literal("escalated"),
+    reason: z.string(),
+    message: z.string(),
+    escalationId: z.string(),
+    at: IsoTime,
+    /**
+     * A write of this intent may have reached the system of record (an earlier request's outcome unknown, an
+     * inherited pending, an operator's apply whose outcome was lost), whatever the reason. An operator's apply
+     * reconciles first, as for `outcome_unknown`. Absent in entries written before it existed: not known.
+     */
+    mayHaveWritten: z.boolean().optional(),
+  }),
 ]);
 export type StoredOutcome = z.infer<typeof StoredOutcome>;
+
+/** Whether an escalated outcome says the intent's write may have happened: only reconciling can tell, never a second write. */
+export function escalationMayHaveWritten(outcome: StoredOutcome | undefined): boolean {
+  return outcome?.status === "escalated" && (outcome.mayHaveWritten === true || outcome.reason === "outcome_unknown");
+}
 
 /**
  * The ledger's record of one intent key: absent → pending → conflicted ↺ → done.

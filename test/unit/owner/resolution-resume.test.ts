@@ -2,17 +2,21 @@
 // `pending` with the escalation still recorded. The resolution record, read again from the committed offset, was
 // refused ("not open"), and the entry stayed pending for good. Now the apply resumes: it reconciles first, so a
 // write that reached the system of record before the stop is never made twice. Counted at the fake system.
+// Regression too: an escalation whose write may have happened under another reason than `outcome_unknown` (a
+// `sor_protocol` after an unknown outcome; an operator's apply whose answer was lost) was applied without a
+// reconcile, and the change landed twice. The ledger now says so (`mayHaveWritten`), and the apply reconciles first.
+import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { intentKey, paramsFingerprint } from "../../../src/keys.ts";
+import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
-import type { ExecContext } from "../../../src/owner/intent-pipeline.ts";
+import { type ExecContext, IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { admitTools, declareWriteTool } from "../../../src/tools.ts";
-import { FakeSystem, version } from "./fake-system.ts";
+import { FakeSystem, outage, protocolError, version } from "./fake-system.ts";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const T1 = { type: "ticket", id: "T-1" };
@@ -122,5 +126,73 @@ describe("an operator's apply, resumed after its owner stopped mid-way", () => {
     await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
     expect(sor.lookups).toHaveLength(0);
     expect(sor.patches).toHaveLength(1);
+  });
+});
+
+describe("an escalation whose write may have happened, whatever its reason", () => {
+  const resolver = new Resolver({ now: () => NOW });
+  /** Plans and carries out `resolution` against `ledger`: the step. */
+  async function applyOn(resolution: Resolution, tool: ReturnType<typeof setup>["tool"], ledger: PartitionLedger) {
+    const plan = resolver.plan(resolution, tool, resolution.replyTo, ledger);
+    expect(plan).toMatchObject({ kind: "apply" });
+    if (plan.kind !== "apply") throw new Error(plan.note);
+    return resolver.apply(resolution, tool, resolution.replyTo, plan, ctx);
+  }
+
+  it("sor_protocol after an unknown outcome: the operator's apply reconciles first and writes once", async () => {
+    const { sor, tool, key, resolution } = setup("done");
+    const intent = resolution.intent;
+    const a = {
+      intent,
+      tool,
+      entityKey: "ticket:T-1",
+      fingerprint: paramsFingerprint(tool.name, T1, intent.params, tool.freeTextParams),
+      deltaFingerprint: deltaFingerprint(intent.delta, tool.isFreeTextPath),
+      params: intent.params,
+    };
+    const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
+    const plan = pipeline.classify(a, new PartitionLedger(0, []));
+    if (plan.kind !== "write") throw new Error(`planned ${plan.kind}`);
+    // PATCH: answer lost before it committed; reconcile says not applied; the read after it breaks the protocol.
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } });
+    sor.script.read.push({ kind: "ok" }, { kind: "ok" }, { kind: "throw", error: protocolError("401 token expired") });
+    const step = await pipeline.execute(a, plan.pending, plan.state, ctx);
+    expect(step).toMatchObject({ kind: "settled", effects: { ledger: { outcome: { status: "escalated", reason: "sor_protocol", mayHaveWritten: true } } } });
+    if (step.kind !== "settled") return;
+    // The lost request was still in flight: it commits after all.
+    sor.change(T1, intent.delta, key);
+    const escalationId = step.effects.escalations[0]!.value.escalationId;
+    const applied = await applyOn({ ...resolution, escalationId, baseVersion: sor.current(T1)!.version }, tool, new PartitionLedger(0, [[key, step.effects.ledger!]]));
+    expect(applied).toMatchObject({ kind: "settled", effects: { ledger: { status: "done", outcome: { status: "applied", via: "reconcile" } } } });
+    expect(sor.commitsOf(key)).toBe(1);
+    expect((sor.current(T1)!.state as { tags: string[] }).tags).toEqual(["vip"]);
+  });
+
+  it("processing_failed after a write that may have happened is marked too", () => {
+    const { tool, resolution } = setup("done");
+    const intent = resolution.intent;
+    const a = { intent, tool, entityKey: "ticket:T-1", fingerprint: "f", deltaFingerprint: "d", params: intent.params };
+    const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
+    const { entry } = setup("pending");
+    const state = { inherited: true, mayHaveWritten: true, needsReconcile: true, unknownRounds: 0 };
+    expect(pipeline.failed(a, entry, state, new Error("boom"))).toMatchObject({ effects: { ledger: { outcome: { reason: "processing_failed", mayHaveWritten: true } } } });
+    expect(pipeline.failed(a, entry, { ...state, inherited: false, mayHaveWritten: false }, new Error("boom"))).toMatchObject({ effects: { ledger: { outcome: { status: "rejected" } } } });
+  });
+
+  it("an operator's apply whose answer was lost and could not be checked: applied again, it reconciles and writes once", async () => {
+    const { sor, tool, key, resolution, ledger } = setup("done");
+    sor.script.read.push({ kind: "ok" }, { kind: "throw", error: outage("503") });
+    sor.script.patch.push({ kind: "commit-then-unknown" });
+    const first = await applyOn(resolution, tool, ledger);
+    expect(first).toMatchObject({
+      kind: "settled",
+      effects: { ledger: { status: "done", outcome: { status: "escalated", reason: "conflict_cycles_exhausted", mayHaveWritten: true } } },
+    });
+    if (first.kind !== "settled") return;
+    expect(sor.commitsOf(key)).toBe(1);
+    const again = await applyOn({ ...resolution, resolutionId: "res-2", baseVersion: sor.current(T1)!.version }, tool, new PartitionLedger(0, [[key, first.effects.ledger!]]));
+    expect(again).toMatchObject({ kind: "settled", effects: { ledger: { status: "done", outcome: { status: "applied", via: "reconcile" } } } });
+    expect(sor.commitsOf(key)).toBe(1);
+    expect((sor.current(T1)!.state as { tags: string[] }).tags).toEqual(["vip"]);
   });
 });
