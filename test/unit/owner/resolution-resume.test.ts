@@ -153,8 +153,9 @@ describe("an escalation whose write may have happened, whatever its reason", () 
     const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
     const plan = pipeline.classify(a, new PartitionLedger(0, []));
     if (plan.kind !== "write") throw new Error(`planned ${plan.kind}`);
-    // PATCH: answer lost before it committed; reconcile says not applied; the read after it breaks the protocol.
-    sor.script.patch.push({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } });
+    // PATCH: answer lost before it committed; reconcile says not applied; the PATCH on its read meets a 412
+    // without the record, and the read after it breaks the protocol.
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } }, { kind: "answer", outcome: { kind: "precondition_failed", current: null } });
     sor.script.read.push({ kind: "ok" }, { kind: "ok" }, { kind: "throw", error: protocolError("401 token expired") });
     const step = await pipeline.execute(a, plan.pending, plan.state, ctx);
     expect(step).toMatchObject({ kind: "settled", effects: { ledger: { outcome: { status: "escalated", reason: "sor_protocol", mayHaveWritten: true } } } });
