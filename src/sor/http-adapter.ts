@@ -476,6 +476,22 @@ async function exchange(send: Send, request: Request, timeoutMs: number, maxResp
   }
 }
 
+/**
+ * What a 200 to an idempotency-key lookup says. "Applied" settles an intent for good (ledger `done`, no write
+ * again), so only an answer that says so: an empty body, or a JSON object (with a JSON media type) whose
+ * `applied`, if present, is a boolean (`false`: not applied). Anything else (a proxy's HTML sign-in page,
+ * `"applied": "false"`, an array) is unknown, which escalates rather than guess.
+ */
+function lookupAnswer(ex: { res: Answer; body: string }): ReconcileResult {
+  if (ex.body.trim() === "") return "applied";
+  if (!isJsonMedia(ex.res)) return "unknown";
+  const parsed = parseJson(ex.body);
+  if (!parsed.ok || typeof parsed.value !== "object" || parsed.value === null || Array.isArray(parsed.value)) return "unknown";
+  if (!Object.hasOwn(parsed.value, "applied")) return "applied";
+  const applied = (parsed.value as { applied: unknown }).applied;
+  return applied === true ? "applied" : applied === false ? "not_applied" : "unknown";
+}
+
 /** application/json or a `+json` type, but not an RFC 9457 problem. */
 function isJsonMedia(res: Answer): boolean {
   const type = (res.headers.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
@@ -550,11 +566,17 @@ const MAX_BODY_SNIPPET = 200;
  */
 function problemMessage(ex: { res: Answer; body: string; secrets: readonly string[] }): string {
   const { res, body } = ex;
-  const longest = ex.secrets[0]?.length ?? 0;
+  // Each secret as sent and as an answer may echo it: JSON-escaped (PHP's json_encode escapes "/" as "\/"),
+  // percent-encoded. Longest first, so a value is replaced before the token inside it.
+  const forms = [...new Set(ex.secrets.flatMap((secret) => {
+    const json = JSON.stringify(secret).slice(1, -1);
+    return [secret, json, json.replaceAll("/", "\\/"), encodeURIComponent(secret)];
+  }))].sort((a, b) => b.length - a.length);
+  const longest = forms[0]?.length ?? 0;
   const redacted = (text: string, max: number): string => {
     // Only the part that can show, plus room for a secret that starts inside it and runs past the cut.
     let out = text.slice(0, max + longest);
-    for (const secret of ex.secrets) out = out.split(secret).join("[redacted]");
+    for (const secret of forms) out = out.split(secret).join("[redacted]");
     return out.slice(0, max);
   };
   const parsed = parseJson(body);
@@ -702,6 +724,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   /** Why a version cannot be carried or sent back, else null. */
   function unsendable(version: string): string | null {
     if (version.length > MAX_VERSION_LENGTH) return `the version is ${version.length} characters long; writ carries at most ${MAX_VERSION_LENGTH}`;
+    // If-Match: * matches any version: a write sent on it would be unconditional.
+    if (version === "*") return `the version is "*", which ${config.ifMatch.header} takes for any version`;
     if (config.ifMatch.format === "etag" ? !ENTITY_TAG.test(version) && !ETAG_CHARS.test(version) : !RAW_VERSION.test(version)) {
       return config.ifMatch.format === "etag"
         ? `the version ${JSON.stringify(version.slice(0, 64))} cannot be sent as an entity tag (a quote, space, control or non-Latin-1 character); ifMatch.format "raw" sends it as it is`
@@ -712,7 +736,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
 
   /** The If-Match value for a carried version, or null when it cannot be a header value. */
   function ifMatchValue(version: string): string | null {
-    const value = version === "*" || config.ifMatch.format === "raw" || ENTITY_TAG.test(version) ? version : `"${version}"`;
+    if (version === "*") return null;
+    const value = config.ifMatch.format === "raw" || ENTITY_TAG.test(version) ? version : `"${version}"`;
     return value !== "" && HEADER_VALUE.test(value) && !/^\s|\s$/.test(value) ? value : null;
   }
 
@@ -730,6 +755,8 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       if (etag === null || etag === "") return { error: "the answer has no ETag header" };
       if (etag.startsWith("W/")) return { error: `the ETag ${etag.slice(0, 64)} is weak; If-Match needs a strong one` };
       if (etag.length > MAX_VERSION_LENGTH) return { error: `the ETag is ${etag.length} characters long; writ carries at most ${MAX_VERSION_LENGTH}` };
+      // One entity tag: two ETag headers arrive joined ("a", "b"), which If-Match would take as either; "*", any.
+      if (etag === "*" || (!ENTITY_TAG.test(etag) && !ETAG_CHARS.test(etag))) return { error: `the ETag ${JSON.stringify(etag.slice(0, 64))} is not one entity tag` };
       version = etag;
     } else {
       parsed = parseJson(body);
@@ -911,11 +938,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       });
     }
     if (ex.res.status !== 200) return "unknown";
-    const parsed = parseJson(ex.body);
-    const applied = parsed.ok && typeof parsed.value === "object" && parsed.value !== null
-      ? (parsed.value as { applied?: unknown }).applied
-      : undefined;
-    return applied === false ? "not_applied" : "applied";
+    return lookupAnswer(ex);
   }
 
   const { headers: _secret, tls: _tls, ...visible } = config;

@@ -305,6 +305,15 @@ describe("http adapter shapes: an answer over maxResponseBytes", () => {
 describe("http adapter shapes: no header value in an error", () => {
   const SECRET = "sk-live-9f8e7d6c5b4a";
 
+  /** A read and a write the server answers 401: all each shows. */
+  async function refusedShown(system: ReturnType<typeof sor>): Promise<string[]> {
+    const readErr = await caught(system.read(C1, quick));
+    expect(readErr).toMatchObject({ code: "sor_protocol" });
+    const outcome = await system.patch(C1, addTag("a"), write('"1"'));
+    expect(outcome).toMatchObject({ kind: "rejected", status: 401 });
+    return [shown(readErr), shown(outcome)];
+  }
+
   it("a server that echoes the token: messages of read, patch and lookup carry [redacted] instead", async () => {
     const api = await startStub((req, res) => {
       const echoed = `invalid credentials: ${String(req.headers.authorization)} / ${String(req.headers["x-api-key"])}`;
@@ -333,15 +342,25 @@ describe("http adapter shapes: no header value in an error", () => {
       const error = `key ${String(req.headers["x-api-key"])} ${"x".repeat(170)} ${String(req.headers.authorization)}`;
       json(res, 401, { error });
     });
-    const system = sor(api.url, { headers: { authorization: `Bearer ${long}`, "x-api-key": short } });
-    const readErr = await caught(system.read(C1, quick));
-    expect(readErr).toMatchObject({ code: "sor_protocol" });
-    const outcome = await system.patch(C1, addTag("a"), write('"1"'));
-    expect(outcome).toMatchObject({ kind: "rejected", status: 401 });
-    for (const text of [shown(readErr), shown(outcome)]) {
+    for (const text of await refusedShown(sor(api.url, { headers: { authorization: `Bearer ${long}`, "x-api-key": short } }))) {
       expect(text).toContain("key [redacted] xxx");
       expect(text).not.toContain(short);
       expect(text).not.toContain(long.slice(0, 12));
+    }
+  });
+
+  it("a token the answer echoes JSON-escaped (\\/ for /, as PHP's json_encode writes it) or percent-encoded does not show either", async () => {
+    const token = "abc/def+ghi/jkl==";
+    const api = await startStub((req, res) => {
+      const sent = String(req.headers.authorization);
+      // Raw text, so the escapes reach the message as the server wrote them.
+      const body = req.method === "GET" ? `{"error":"bad token ${sent.replaceAll("/", "\\/")}"}` : `{"error":"bad token ${encodeURIComponent(sent)}"}`;
+      res.writeHead(401, { "content-type": "application/json" }).end(body);
+    });
+    for (const text of await refusedShown(sor(api.url, { headers: { authorization: `Bearer ${token}` } }))) {
+      expect(text).toContain("[redacted]");
+      expect(text).not.toContain("def+ghi");
+      expect(text).not.toContain("def%2Bghi");
     }
   });
 

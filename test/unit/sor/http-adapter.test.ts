@@ -262,8 +262,21 @@ describe("http adapter: patch", () => {
 
   it("an absent record is not_found", async () => {
     const server = await startServer();
-    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: "*", idempotencyKey: "k", timeoutMs: 5000 });
+    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k", timeoutMs: 5000 });
     expect(outcome).toEqual({ kind: "not_found" });
+  });
+
+  it("never sends If-Match: * (any version, an unconditional write), and reads no version that would be one or a list", async () => {
+    const etags = ["*", '"a", "b"'];
+    let next = 0;
+    const { url, seen } = await stub((req, res) => {
+      if (req.method === "GET") return void res.writeHead(200, { "content-type": "application/json", etag: etags[next++]! }).end('{"tags":[]}');
+      res.writeHead(200, { "content-type": "application/json", etag: '"v2"' }).end('{"tags":["a"]}');
+    });
+    const sor = adapterFor(url);
+    expect(await sor.patch(T1, addTag("a"), { ifMatch: "*", idempotencyKey: "k", timeoutMs: 5000 })).toMatchObject({ kind: "rejected", status: 0 });
+    expect(seen).toHaveLength(0);
+    for (const etag of etags) await expect(sor.read(T1, quick), etag).rejects.toMatchObject({ code: "sor_protocol", message: expect.stringContaining("not one entity tag") });
   });
 
   it("an invalid patch is rejected with the problem detail, and the record is unchanged", async () => {
@@ -381,6 +394,28 @@ describe("http adapter: lookupIdempotencyKey", () => {
     expect(await sor.lookupIdempotencyKey?.(T1, "k-1", quick)).toBe("applied");
     // Unreachable is not an answer: the owner pauses and asks again rather than treating the outcome as unknown.
     await expect(adapterFor(await closedUrl()).lookupIdempotencyKey!(T1, "k-1", quick)).rejects.toMatchObject({ code: "sor_unavailable", retriable: true });
+  });
+
+  it("a 200 settles an intent as applied only when it says so: a sign-in page or an applied that is no boolean is unknown", async () => {
+    const answers: [string, string, string][] = [
+      ["text/html", "<html>Sign in</html>", "unknown"],
+      ["application/json", '{"status":"failed","applied":"false"}', "unknown"],
+      ["application/json", "[true]", "unknown"],
+      ["application/json", "not json", "unknown"],
+      ["application/json", '{"applied":false}', "not_applied"],
+      ["application/json", '{"applied":true,"version":"\\"v2\\""}', "applied"],
+      ["application/json", '{"key":"k-1"}', "applied"],
+      ["text/plain", "", "applied"],
+    ];
+    let next = 0;
+    const { url } = await stub((_req, res) => {
+      const [type, body] = answers[next++]!;
+      res.writeHead(200, { "content-type": type }).end(body);
+    });
+    const sor = adapterFor(url, { idempotencyLookupPath: "/idempotency-keys/{key}" });
+    const seen: string[] = [];
+    for (let i = 0; i < answers.length; i++) seen.push(await sor.lookupIdempotencyKey!(T1, "k-1", quick));
+    expect(seen).toEqual(answers.map(([, , expected]) => expected));
   });
 
   it("honourIdempotencyKey=false: the same key applies twice, and the lookup still says applied", async () => {
