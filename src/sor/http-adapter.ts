@@ -570,7 +570,8 @@ function problemMessage(ex: { res: Answer; body: string; secrets: readonly strin
   // percent-encoded. Longest first, so a value is replaced before the token inside it.
   const forms = [...new Set(ex.secrets.flatMap((secret) => {
     const json = JSON.stringify(secret).slice(1, -1);
-    return [secret, json, json.replaceAll("/", "\\/"), encodeURIComponent(secret)];
+    const percent = encodeURIComponent(secret);
+    return [secret, json, json.replaceAll("/", "\\/"), percent, percent.replace(/%[0-9A-F]{2}/g, (e) => e.toLowerCase())];
   }))].sort((a, b) => b.length - a.length);
   const longest = forms[0]?.length ?? 0;
   const redacted = (text: string, max: number): string => {
@@ -585,7 +586,8 @@ function problemMessage(ex: { res: Answer; body: string; secrets: readonly strin
     if (typeof detail === "string" && detail !== "") return redacted(detail, MAX_PROBLEM_DETAIL);
     if (typeof title === "string" && title !== "") return redacted(title, MAX_PROBLEM_DETAIL);
   }
-  const snippet = redacted(body.trim(), MAX_BODY_SNIPPET);
+  // A JSON body as JSON.stringify writes it, so escapes the server chose (`\/`, `\u002B`) cannot hide a secret.
+  const snippet = redacted(parsed.ok ? JSON.stringify(parsed.value) : body.trim(), MAX_BODY_SNIPPET);
   return snippet !== "" ? `${res.status}: ${snippet}` : `${res.status} ${res.statusText}`.trim();
 }
 
