@@ -42,14 +42,14 @@ export interface CommitHost {
   releaseExpired(session: Session, lease: LedgerLeaseEntry): void;
 }
 
+/** Ledger entries (and leases) expired per transaction at most: a sweep past retention goes on in the next. */
+const SWEEP_BATCH = 1000;
+
 /**
  * One per partition owner, across its sessions. The owner stages results
  * ({@link stage}) and `pending` entries ({@link stagePending}); {@link run}
  * commits them for a session until it ends.
  */
-/** Ledger entries (and leases) expired per transaction at most: a sweep past retention goes on in the next. */
-const SWEEP_BATCH = 1000;
-
 export class CommitLoop {
   private readonly ctx: OwnerContext;
   private readonly host: CommitHost;

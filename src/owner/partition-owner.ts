@@ -409,9 +409,8 @@ export class PartitionOwner {
     await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
   }
 
-  /** An intent's result goes into the next transaction; its record's next intent may start. */
   /**
-   * The slot's result into the next transaction. Its encoding may meet a registry outage (each new reply topic
+   * The slot's result into the next transaction (its record's next intent may start). Its encoding may meet a registry outage (each new reply topic
    * is a subject of its own): paused and tried again like an intent, never given up, for a slot never staged
    * would hold the partition's committed offset for the rest of the session (every later intent replayed by
    * the next owner). A result that cannot be encoded for another reason (a bug) becomes the intent's dead
