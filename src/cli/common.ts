@@ -8,7 +8,7 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { MAX_TIMER_MS, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replyTopicPrefix, topicName } from "../config.ts";
+import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replyTopicPrefix, topicName } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -169,13 +169,14 @@ export function brokersFrom(flag: string | undefined): string[] {
   return brokers;
 }
 
-/** The topics of the contract, by the owners' variables, and their defaults. */
+/** The topics of the contract, by the owners' variables; their defaults are the owners' (src/config.ts). */
 const CONTRACT_TOPIC_ENV = {
-  WRIT_INTENTS_TOPIC: "writ.intents",
-  WRIT_LEDGER_TOPIC: "writ.ledger",
-  WRIT_HUMAN_TOPIC: "writ.human",
-  WRIT_DLQ_TOPIC: "writ.dlq",
-} as const;
+  WRIT_INTENTS_TOPIC: "intents",
+  WRIT_LEDGER_TOPIC: "ledger",
+  WRIT_HUMAN_TOPIC: "human",
+  WRIT_DLQ_TOPIC: "dlq",
+} as const satisfies Record<string, keyof TopicsConfig>;
+const CONTRACT_TOPIC_DEFAULTS = TopicsConfig.parse({});
 
 /** A setting from the owners' environment variable, checked as owners check it: a configuration error (exit 2) naming the variable. */
 function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric = false): T {
@@ -193,7 +194,7 @@ function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric
 
 /** A contract topic's name from its variable (`WRIT_INTENTS_TOPIC`, …) or its default. */
 export function topicFromEnv(variable: keyof typeof CONTRACT_TOPIC_ENV): string {
-  return fromEnv(variable, topicName, CONTRACT_TOPIC_ENV[variable]);
+  return fromEnv(variable, topicName, CONTRACT_TOPIC_DEFAULTS[CONTRACT_TOPIC_ENV[variable]]);
 }
 
 /** The start of reply topics' names: `$WRIT_REPLY_TOPIC_PREFIX` or `writ.replies.`. */

@@ -4,6 +4,7 @@
 // Exit 0 = nothing hangs (or everything found was aborted and its partition's
 // last stable offset moved), 1 = something hangs, 2 = bad usage or could not run.
 import { logLevel } from "kafkajs";
+import { topicName } from "../config.ts";
 import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExitCode, formatDoctorReport, runDoctor } from "../doctor/doctor.ts";
 import { WritError } from "../errors.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -62,7 +63,7 @@ async function main(argv: string[]): Promise<number> {
   if (badBroker !== undefined) return fail(`--brokers: ${badBroker} is not host:port`);
 
   const topics = splitList(args.topics);
-  const badTopic = topics.find((t) => !/^[a-zA-Z0-9._-]{1,249}$/.test(t));
+  const badTopic = topics.find((t) => !topicName.safeParse(t).success);
   if (badTopic !== undefined) return fail(`--topics: ${badTopic} is not a Kafka topic name`);
 
   let prefix: string;
