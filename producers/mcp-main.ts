@@ -8,7 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
+import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
@@ -38,6 +38,8 @@ const McpMainConfig = z
      */
     maxIntentBytes: maxIntentBytes.optional(),
     maxJsonDepth: maxJsonDepth.optional(),
+    /** Replication factor of the reply topic when the server creates it, under the owners' variable name. */
+    replicationFactor: replicationFactor.optional(),
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
@@ -62,6 +64,7 @@ const ENV = {
   submitTimeoutMs: "WRIT_SUBMIT_TIMEOUT_MS",
   maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
   maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
+  replicationFactor: "WRIT_REPLICATION_FACTOR",
   specsModule: "WRIT_TOOL_SPECS_MODULE",
   runId: "WRIT_RUN_ID",
   port: "WRIT_MCP_PORT",
@@ -101,7 +104,7 @@ try {
   }
   const input: Record<string, unknown> = {};
   // Numbers are decimal only (envNumber): Number() would take "  " as 0 and "0x50" as 80.
-  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "maxIntentBytes", "maxJsonDepth"]);
+  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "maxIntentBytes", "maxJsonDepth", "replicationFactor"]);
   const value = (field: string, raw: string) => (numeric.has(field) ? envNumber(raw) : raw);
   for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = value(field, process.env[name]);
   if (args.port !== undefined) input.port = value("port", args.port);
@@ -129,6 +132,7 @@ try {
     submitTimeoutMs: config.submitTimeoutMs,
     ...(config.maxIntentBytes !== undefined ? { maxIntentBytes: config.maxIntentBytes } : {}),
     ...(config.maxJsonDepth !== undefined ? { maxJsonDepth: config.maxJsonDepth } : {}),
+    ...(config.replicationFactor !== undefined ? { replicationFactor: config.replicationFactor } : {}),
     ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
     logger: log,
   });

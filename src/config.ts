@@ -29,6 +29,9 @@ export const maxIntentBytes = z.number().int().min(1024);
 /** Deepest JSON nesting owners accept in an intent: a client refuses a deeper one before sending. */
 export const maxJsonDepth = z.number().int().min(4).max(128);
 
+/** Replication factor of a topic writ creates: a 16-bit count in Kafka's CreateTopics request. */
+export const replicationFactor = z.number().int().min(1).max(32_767);
+
 /** A Kafka client or group id: no control characters, which would garble the logs and brokers' requests that carry it. */
 export const kafkaId = z.string().regex(/^[^\x00-\x1f\x7f-\x9f]+$/, "at least one character, no control characters");
 
@@ -64,7 +67,7 @@ export const RouterConfig = z
     /** Partitions of `writ.intents` and `writ.ledger` when writ creates them. Fixed for the topics' life. */
     intentPartitions: z.number().int().min(1).max(10_000).default(12),
     /** Replication factor when writ creates topics: 1 suits a single local broker; 3 (with min.insync.replicas 2) is the production default. */
-    replicationFactor: z.number().int().min(1).default(1),
+    replicationFactor: replicationFactor.default(1),
     /** Reply topics must start with this; anything else is rejected. */
     replyTopicPrefix: replyTopicPrefix.default("writ.replies."),
     /** Confluent-API schema registry (unset means plain JSON values), its basic auth and TLS. */
@@ -192,7 +195,8 @@ export const ClientConfig = z
     ...registryFields,
     /** Partitions of the reply topic when the client creates it. */
     replyTopicPartitions: z.number().int().min(1).default(1),
-    replicationFactor: z.number().int().min(1).default(1),
+    /** Replication factor of the reply topic when the client creates it: the owners' `WRIT_REPLICATION_FACTOR`. */
+    replicationFactor: replicationFactor.default(1),
     /** Default deadline of `submit()`. ms. */
     submitTimeoutMs: timerMs(1).default(30_000),
   })

@@ -8,7 +8,7 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replyTopicPrefix, topicName } from "../config.ts";
+import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -208,13 +208,20 @@ export function groupIdFromEnv(): string {
 }
 
 /**
- * The owners' admission bounds from their variables (`WRIT_MAX_INTENT_BYTES`, `WRIT_MAX_JSON_DEPTH`), for a
- * client: it refuses before sending what owners would dead-letter without a reply. Only those set.
+ * What a client takes from the owners' variables: their admission bounds (`WRIT_MAX_INTENT_BYTES`,
+ * `WRIT_MAX_JSON_DEPTH`), so it refuses before sending what owners would dead-letter without a reply, and the
+ * replication factor of topics writ creates (`WRIT_REPLICATION_FACTOR`), for the reply topic it creates: a
+ * reply topic with one replica on a cluster whose `min.insync.replicas` is 2 refuses every reply. Only those set.
  */
-export function admissionLimitsFromEnv(): { maxIntentBytes?: number; maxJsonDepth?: number } {
+export function clientSettingsFromEnv(): { maxIntentBytes?: number; maxJsonDepth?: number; replicationFactor?: number } {
   const bytes = fromEnv<number | undefined>("WRIT_MAX_INTENT_BYTES", maxIntentBytes, undefined, true);
   const depth = fromEnv<number | undefined>("WRIT_MAX_JSON_DEPTH", maxJsonDepth, undefined, true);
-  return { ...(bytes !== undefined ? { maxIntentBytes: bytes } : {}), ...(depth !== undefined ? { maxJsonDepth: depth } : {}) };
+  const rf = fromEnv<number | undefined>("WRIT_REPLICATION_FACTOR", replicationFactor, undefined, true);
+  return {
+    ...(bytes !== undefined ? { maxIntentBytes: bytes } : {}),
+    ...(depth !== undefined ? { maxJsonDepth: depth } : {}),
+    ...(rf !== undefined ? { replicationFactor: rf } : {}),
+  };
 }
 
 /** The schema registry from a flag or `$SCHEMA_REGISTRY_URL`; undefined for plain JSON. */

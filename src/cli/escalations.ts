@@ -4,7 +4,7 @@ import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import { admissionLimitsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
@@ -146,7 +146,7 @@ async function resolve(argv: string[]): Promise<number> {
     agentId: operator,
     replyTopic: a["reply-topic"] ?? `${replyPrefixFromEnv()}${operator}`,
     intentsTopic: topicFromEnv("WRIT_INTENTS_TOPIC"),
-    ...admissionLimitsFromEnv(),
+    ...clientSettingsFromEnv(),
     ...connection,
     logger: log,
     ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),

@@ -7,7 +7,7 @@ import type { KeyScope, KeyedTool } from "../keys.ts";
 import { jsonLine } from "../printable.ts";
 import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { admissionLimitsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-> [options]
@@ -231,7 +231,7 @@ export async function send(
     agentId,
     replyTopic,
     intentsTopic: opts.intentsTopic ?? topicFromEnv("WRIT_INTENTS_TOPIC"),
-    ...admissionLimitsFromEnv(),
+    ...clientSettingsFromEnv(),
     clientId: `writ-cli-${agentId}`,
     // SASL/TLS and the registry's URL, basic auth and TLS, validated (from the environment and --registry)
     ...connectionFor(opts.registry),

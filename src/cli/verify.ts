@@ -12,7 +12,7 @@ import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
 import { formatReport, runVerify } from "../verify/verify.ts";
-import { msFlag, parseOrExit, type Command } from "./common.ts";
+import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
        npm run verify -- --tools <module> [options]
@@ -122,12 +122,15 @@ async function main(argv: string[]): Promise<number> {
     process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
     // SASL/TLS (KAFKA_SSL*, KAFKA_SASL_*) and the registry's URL, basic auth and TLS, validated before the URL is shown
     const connection = connectionSecurityFromEnv(process.env, registry);
+    // The owners' WRIT_REPLICATION_FACTOR for verify's topics: one replica is refused where min.insync.replicas is 2.
+    const { replicationFactor } = clientSettingsFromEnv();
     progress(`tools ${tools}; Kafka ${brokers}${connection.kafka?.sasl ? ` (SASL ${connection.kafka.sasl.mechanism} as ${connection.kafka.sasl.username})` : ""}; registry ${registry === undefined ? "none (plain JSON)" : shownUrl(registry)}; logs ${logFile}`);
     const report = await runVerify({
       tools,
       brokers,
       ...Object.fromEntries(Object.entries(connection).filter(([, v]) => v !== undefined)),
       env,
+      ...(replicationFactor === undefined ? {} : { replicationFactor }),
       ...(args.tool === undefined ? {} : { only: args.tool }),
       scenarios: scenarios as ScenarioName[],
       ...(sorTimeoutMs === undefined ? {} : { sorTimeoutMs }),

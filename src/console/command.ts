@@ -1,6 +1,6 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
 import { readFileSync } from "node:fs";
-import { brokersFrom, commandLogger, connectionFor, groupIdFromEnv, intFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "../cli/common.ts";
+import { brokersFrom, clientSettingsFromEnv, commandLogger, connectionFor, groupIdFromEnv, intFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "../cli/common.ts";
 import { printable } from "../printable.ts";
 import { startConsole, type ConsoleOptions } from "./server.ts";
 
@@ -97,6 +97,7 @@ async function main(argv: string[]): Promise<number> {
     ...(operatorToken !== undefined ? { operatorToken } : {}),
     operator: {
       id: operatorId,
+      settings: clientSettingsFromEnv(),
       ...(a["reply-topic"] ? { replyTopic: a["reply-topic"] } : {}),
       ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
     },

@@ -31,6 +31,11 @@ export interface VerifyOptions {
   schemaRegistryTls?: RegistryTls;
   /** SASL and TLS to the brokers (the owner, the agents and the topic cleanup use them). */
   kafka?: KafkaSecurity;
+  /**
+   * Replication factor of the topics verify creates (its own contract topics and reply topics). Default 1;
+   * `writ verify` takes `WRIT_REPLICATION_FACTOR`. A cluster whose `min.insync.replicas` is 2 needs at least 2.
+   */
+  replicationFactor?: number;
   /** Given to `systems(env)`. Default `process.env`. HTTP systems must take their base URL from it (see `writ verify` in the README). */
   env?: NodeJS.ProcessEnv;
   /** Only these tools (by name). Default: every tool of the module. */
@@ -175,6 +180,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     ...(opts.schemaRegistryAuth === undefined ? {} : { schemaRegistryAuth: opts.schemaRegistryAuth }),
     ...(opts.schemaRegistryTls === undefined ? {} : { schemaRegistryTls: opts.schemaRegistryTls }),
   };
+  const topicSettings = opts.replicationFactor === undefined ? {} : { replicationFactor: opts.replicationFactor };
   const runId = `wv-${randomBytes(3).toString("hex")}`;
   const mod = await loadModule(opts.tools);
   const unknown = (opts.only ?? []).filter((n) => !mod.tools.some((t) => t.name === n));
@@ -206,6 +212,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
         clientId: "writ-verify",
         instanceId: `writ-verify-${runId}`,
         intentPartitions: 1,
+        ...topicSettings,
         topics,
         sorTimeoutMs,
         sessionTimeoutMs: 10_000,
@@ -215,7 +222,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       logger,
     });
     const client = (agent: string) =>
-      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, logger });
+      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, logger });
     const [agent, agentA, agentB] = await Promise.all([client("agent"), client("agent-a"), client("agent-b")]);
     clients.push(agent!, agentA!, agentB!);
 

@@ -246,6 +246,10 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     const badDelta = await writ(["submit", "--tool", "tag_ticket", "--entity", "ticket:T-cli", "--base-version", v1, "--delta", "{", "--run-id", "r", "--step-id", "s"]);
     expect(badDelta.code).toBe(2);
     expect(badDelta.stderr).toContain("--delta is not JSON");
+    // the reply topic a command creates gets the owners' WRIT_REPLICATION_FACTOR: 2 on this one broker is refused by Kafka
+    const replicated = await writ([...tagArgs("x", v1, "s3"), "--tools", COMPOSE_TOOLS, "--agent", `${agent}-rf2`], { env: env({ WRIT_REPLICATION_FACTOR: "2" }) });
+    expect(replicated.code, replicated.stdout).toBe(2);
+    expect(replicated.stderr).toContain(`writ.replies.${agent}-rf2: INVALID_REPLICATION_FACTOR`);
 
     // a record that is not an intent, for the dead-letter topic
     const producer = new Kafka({ clientId: `writ-cli-test-${id}-raw`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).producer();

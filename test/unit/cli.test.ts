@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { admissionLimitsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
+import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { formatRecord } from "../../src/cli/tail.ts";
 import { shownUrl } from "../../src/cli/verify.ts";
@@ -40,17 +40,19 @@ describe("settings the commands share with owners, from the owners' variables", 
       expect(() => topicFromEnv("WRIT_HUMAN_TOPIC")).toThrow(/^WRIT_HUMAN_TOPIC: a Kafka topic name, got "writ.human\\x0aforged"$/);
       expect(() => replyPrefixFromEnv()).toThrow(/^WRIT_REPLY_TOPIC_PREFIX: the start of a Kafka topic name/);
       expect(() => groupIdFromEnv()).toThrow(/^WRIT_GROUP_ID: .*got "owners\\x1b\[2J"$/);
-      expect(() => admissionLimitsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: /);
+      expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: /);
     });
-    withEnv({ WRIT_MAX_JSON_DEPTH: "0x50" }, () => expect(() => admissionLimitsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: .*got "0x50"$/));
+    withEnv({ WRIT_MAX_JSON_DEPTH: "0x50" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: .*got "0x50"$/));
+    withEnv({ WRIT_REPLICATION_FACTOR: "0" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_REPLICATION_FACTOR: .*got "0"$/));
   });
 
   it("takes the values owners take, and the owners' defaults when unset or empty", () => {
-    withEnv({ WRIT_LEDGER_TOPIC: "", WRIT_DLQ_TOPIC: "acme.dlq", WRIT_REPLY_TOPIC_PREFIX: "acme.replies-", WRIT_MAX_INTENT_BYTES: "524288", WRIT_MAX_JSON_DEPTH: "" }, () => {
+    withEnv({ WRIT_LEDGER_TOPIC: "", WRIT_DLQ_TOPIC: "acme.dlq", WRIT_REPLY_TOPIC_PREFIX: "acme.replies-", WRIT_MAX_INTENT_BYTES: "524288", WRIT_MAX_JSON_DEPTH: "", WRIT_REPLICATION_FACTOR: "3" }, () => {
       expect([topicFromEnv("WRIT_LEDGER_TOPIC"), topicFromEnv("WRIT_DLQ_TOPIC"), replyPrefixFromEnv()]).toEqual(["writ.ledger", "acme.dlq", "acme.replies-"]);
-      expect(admissionLimitsFromEnv()).toEqual({ maxIntentBytes: 524_288 });
+      // the reply topic a command creates gets the owners' replication factor (one replica is refused where min.insync.replicas is 2)
+      expect(clientSettingsFromEnv()).toEqual({ maxIntentBytes: 524_288, replicationFactor: 3 });
     });
-    withEnv({ WRIT_MAX_INTENT_BYTES: undefined, WRIT_MAX_JSON_DEPTH: undefined }, () => expect(admissionLimitsFromEnv()).toEqual({}));
+    withEnv({ WRIT_MAX_INTENT_BYTES: undefined, WRIT_MAX_JSON_DEPTH: undefined, WRIT_REPLICATION_FACTOR: undefined }, () => expect(clientSettingsFromEnv()).toEqual({}));
   });
 });
 
