@@ -10,9 +10,11 @@ COPY package.json package-lock.json tsconfig.json tsconfig.build.json ./
 # not serve. --ignore-scripts: the prepare script builds, which needs the sources copied below (and the `node`
 # devDependency would fetch a second Node); the build runs on the image's node instead.
 RUN npm install --no-audit --no-fund --ignore-scripts
+COPY scripts/build.mjs ./scripts/build.mjs
 COPY src ./src
 COPY producers ./producers
-RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json
+# `npm run build`'s script: tsc, then the console's page (src/console/assets) copied beside its server code.
+RUN node scripts/build.mjs
 
 FROM node:24-slim
 WORKDIR /app

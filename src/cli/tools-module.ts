@@ -39,7 +39,13 @@ export async function loadToolsModule(flag: string | undefined, env: NodeJS.Proc
   try {
     mod = (await import(pathToFileURL(path).href)) as Partial<ToolsModule>;
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
+    const code = (err as { code?: unknown } | null)?.code;
+    const message =
+      code === "ERR_UNKNOWN_FILE_EXTENSION" && /\.[mc]?ts$/.test(path)
+        ? `this Node (${process.version}) does not strip types from a TypeScript module: that needs Node >= 22.18, not run with --no-experimental-strip-types; else give the module as JavaScript`
+        : err instanceof Error
+          ? err.message
+          : String(err);
     throw new WritError("config_invalid", `tools module ${spec} (${source}) failed to load: ${message}`, { retriable: false, cause: err, context: { field: source } });
   }
   if (!Array.isArray(mod.tools) || typeof mod.systems !== "function") {

@@ -5,6 +5,8 @@
 // escalations, doctor and verify. The run's topics and group are its own.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kafka, logLevel, type Admin } from "kafkajs";
@@ -207,6 +209,12 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     const wrongShape = await writ(["owner", "--tools", join(ROOT, "package.json")]);
     expect(wrongShape.code).toBe(2);
     expect(wrongShape.stderr).toMatch(/tools module .*package\.json \(--tools\) (must export|failed to load)/);
+    // a TypeScript module where Node strips no types (this CLI runs with --no-experimental-strip-types): said so
+    const tsModule = join(mkdtempSync(join(tmpdir(), "writ-cli-ts-")), "tools.ts");
+    writeFileSync(tsModule, "export const tools: unknown[] = [];\nexport function systems(): unknown[] {\n  return [];\n}\n");
+    const typescript = await writ(["owner", "--tools", tsModule]);
+    expect(typescript.code).toBe(2);
+    expect(typescript.stderr).toContain("does not strip types from a TypeScript module: that needs Node >= 22.18");
   });
 
   it("writ owner runs the tools module; writ submit prints each reply as JSON with its exit status", async () => {

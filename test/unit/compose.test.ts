@@ -181,9 +181,18 @@ describe("Dockerfile", () => {
   const dockerfile = readFileSync(join(root, "Dockerfile"), "utf8");
   const instructions = dockerfile.split("\n").filter((l) => /^[A-Z]+\s/.test(l));
 
-  it("builds dist with tsconfig.build.json in a build stage and ships it with production dependencies only", () => {
+  it("builds dist with `npm run build`'s script in a build stage and ships it with production dependencies only", () => {
     expect(instructions.filter((l) => l.startsWith("FROM"))).toEqual(["FROM node:24-slim AS build", "FROM node:24-slim"]);
-    expect(dockerfile).toMatch(/RUN node node_modules\/typescript\/bin\/tsc -p tsconfig\.build\.json/);
+    // The script npm run build runs (tsc with tsconfig.build.json, then the console's page copied into dist):
+    // tsc alone leaves dist without src/console/assets, and `writ console` in the image fails at its start.
+    const build = instructions.slice(0, instructions.indexOf("FROM node:24-slim"));
+    expect(JSON.parse(readFileSync(join(root, "package.json"), "utf8")).scripts.build).toBe("node scripts/build.mjs");
+    expect(build).toContain("RUN node scripts/build.mjs");
+    expect(build).toContain("COPY scripts/build.mjs ./scripts/build.mjs");
+    expect(build).toContain("COPY src ./src");
+    const script = readFileSync(join(root, "scripts", "build.mjs"), "utf8");
+    expect(script).toMatch(/tsconfig\.build\.json/);
+    expect(script).toMatch(/cpSync\(join\(root, "src", "console", "assets"\), join\(root, "dist", "src", "console", "assets"\)/);
     expect(instructions).toContain("COPY --from=build /app/dist ./dist");
     expect(dockerfile).toMatch(/npm install --omit=dev/);
     expect(instructions.at(-1)).toBe('CMD ["writ", "owner", "--tools", "/tools/tools.js"]');
