@@ -1,8 +1,9 @@
 import type { AdmittedIntent } from "../owner/admission.ts";
 import type { Effects } from "../owner/effects.ts";
 
-/** One outcome per intent, as `writ_intents_total` counts it. */
-export type IntentOutcomeKind = "applied" | "conflict" | "rejected" | "escalated" | "dead_lettered" | "repeat" | "redelivered";
+/** The outcomes `writ_intents_total` counts, one per intent (its `outcome` label). */
+export const INTENT_OUTCOMES = ["applied", "conflict", "rejected", "escalated", "dead_lettered", "repeat", "redelivered"] as const;
+export type IntentOutcomeKind = (typeof INTENT_OUTCOMES)[number];
 
 /** What one settled intent came to: the labels its metrics and its process span carry. Never a record id. */
 export interface IntentOutcome {

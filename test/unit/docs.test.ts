@@ -6,7 +6,10 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { MAX_TIMER_MS, ROUTER_ENV, RouterConfig } from "../../src/config.ts";
 import { DEAD_LETTER_REASONS, ESCALATION_REASONS, REJECT_REASONS } from "../../src/errors.ts";
+import { INTENT_OUTCOMES } from "../../src/metrics/outcome.ts";
 import { RouterMetrics } from "../../src/metrics/router-metrics.ts";
 import { FORWARDED_HEADER } from "../../src/owner/admission.ts";
 import { FORWARDED_NULL_HEADERS, HEAL_KEY } from "../../src/owner/records.ts";
@@ -76,6 +79,58 @@ describe("docs/operations.md documents every metric", () => {
       if (!metric) return;
       expect(row).toContain(`| ${String(metric.type)} |`);
       for (const label of metric.labelNames ?? []) expect(row, `label ${label} of ${name}`).toContain(`\`${label}\``);
+    });
+  }
+});
+
+describe("README's metrics table has every metric and every outcome", () => {
+  const readme = read(join(root, "README.md"));
+  const operations = read(join(docsDir, "operations.md"));
+  const registered = new RouterMetrics().registry.getMetricsAsArray() as unknown as { name: string; type: unknown; labelNames?: string[] }[];
+  for (const metric of registered) {
+    it(`${metric.name}: a row with its type and labels`, () => {
+      const row = readme.split("\n").find((line) => line.startsWith(`| \`${metric.name}\` |`));
+      expect(row, `no table row for ${metric.name} in README.md's Metrics`).toBeDefined();
+      expect(row).toContain(`| ${String(metric.type)}: `);
+      for (const label of metric.labelNames ?? []) expect(row, `label ${label} of ${metric.name}`).toContain(`\`${label}\``);
+    });
+  }
+  it("writ_intents_total's rows, here and in docs/operations.md, name every outcome", () => {
+    for (const doc of [readme, operations]) {
+      const row = doc.split("\n").find((line) => line.startsWith("| `writ_intents_total` |"))!;
+      expect(INTENT_OUTCOMES.filter((o) => !row.includes(`\`${o}\``))).toEqual([]);
+    }
+  });
+});
+
+describe("README's settings table states every owner variable's bounds", () => {
+  const readme = read(join(root, "README.md"));
+  const configuration = readme.slice(readme.indexOf("\n## Configuration\n"), readme.indexOf("\n## ", readme.indexOf("\n## Configuration\n") + 1));
+  const rows = configuration.split("\n").filter((line) => line.startsWith("| `"));
+  const shape = RouterConfig.shape as Record<string, z.ZodType>;
+  /** The number schema under defaults and optionals. */
+  const numberSchema = (schema: z.ZodType | undefined): z.ZodNumber | null => {
+    let s: unknown = schema;
+    while (s instanceof z.ZodDefault || s instanceof z.ZodOptional) s = s.unwrap();
+    return s instanceof z.ZodNumber ? s : null;
+  };
+  const numeric = Object.entries(ROUTER_ENV).flatMap(([field, variable]) => {
+    const schema = numberSchema(shape[field]);
+    return schema ? [{ variable, min: schema.minValue!, max: schema.maxValue! }] : [];
+  });
+
+  it("finds the numeric variables", () => {
+    expect(numeric.length).toBeGreaterThan(20);
+  });
+  for (const { variable, min, max } of numeric) {
+    // A duration's ceiling (Node's longest timer) is said once above the table; an unbounded count needs no "to".
+    const bounded = max !== MAX_TIMER_MS && max !== Number.MAX_SAFE_INTEGER;
+    if (!bounded && min <= 1) continue;
+    it(`${variable}: ${bounded ? `${min} to ${max}` : `at least ${min}`}`, () => {
+      const row = rows.find((line) => line.split(" | ")[0]!.includes(`\`${variable}\``));
+      expect(row, `no row for ${variable}`).toBeDefined();
+      const said = bounded ? new RegExp(`\\b${min}(?: \\([^)]*\\))? to ${max}\\b`) : new RegExp(`at least ${min}\\b`);
+      expect(row).toMatch(said);
     });
   }
 });
