@@ -11,7 +11,7 @@ import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 const USAGE = `usage: writ escalations list [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
                                 [--operator <id>] [--reply-topic <topic>] [--signing-key <pem file> --key-id <id>]
-                                [--timeout <ms>]
+                                [--timeout-ms <ms>]
 
 list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
           escalation id and age, oldest first. Reads committed records from the beginning of the topic to
@@ -23,8 +23,8 @@ resolve   a person's decision on one escalation, carried out by the record's own
           --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
           its reply topic; the ledger keeps it. Prints the owner's answer as JSON.
           The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
-          with an agent registry, and sign with its key (--signing-key, --key-id). --timeout: how long
-          to wait for the owner's answer (default 30000 ms).
+          with an agent registry, and sign with its key (--signing-key, --key-id). --timeout-ms: how long
+          to wait for the owner's answer (default 30000 ms; --timeout, its earlier name, is still taken).
 
   --json              one JSON object per escalation per line (the Escalation, plus topic, partition, offset)
   --brokers <list>    Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
@@ -118,6 +118,7 @@ async function resolve(argv: string[]): Promise<number> {
       "reply-topic": { type: "string" },
       "signing-key": { type: "string" },
       "key-id": { type: "string" },
+      "timeout-ms": { type: "string" },
       timeout: { type: "string" },
       brokers: { type: "string" },
       registry: { type: "string" },
@@ -132,6 +133,8 @@ async function resolve(argv: string[]): Promise<number> {
   const decisions = (["apply", "discard", "return"] as const).filter((d) => a[d] === true);
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  if (a["timeout-ms"] !== undefined && a.timeout !== undefined) throw new UsageError("give --timeout-ms (or --timeout, its earlier name), not both");
+  const timeoutMs = a.timeout !== undefined ? msFlag("timeout", a.timeout, 30_000, 1) : msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
   const brokers = brokersFrom(a.brokers);
   const connection = connectionFor(registryFrom(a.registry));
   const log = commandLogger("escalations");
@@ -155,7 +158,7 @@ async function resolve(argv: string[]): Promise<number> {
     const reply = await client.resolve(
       found.e,
       { decision: decisions[0]!, ...(a.message ? { message: a.message } : {}), ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}) },
-      { timeoutMs: msFlag("timeout", a.timeout, 30_000, 1) },
+      { timeoutMs },
     );
     process.stdout.write(`${jsonLine(reply)}\n`);
     return reply.status === "applied" || (reply.status === "rejected" && (reply.reason === "escalation_discarded" || reply.reason === "returned_by_operator")) ? 0 : 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The `writ` command (package.json "bin": dist/src/cli/main.js, which plain
-// Node >= 20 runs). From the repository, `node src/cli/main.ts` runs the same
+// Node >= 22 runs). From the repository, `node src/cli/main.ts` runs the same
 // on Node 24. Each command lives in its own module, loaded only when asked
 // for, and resolves with the process's exit status.
 import { hideKafkajsTimeoutWarning } from "../node-warnings.ts";
@@ -70,6 +70,12 @@ async function main(argv: string[]): Promise<number> {
   return (await command.load()).main(rest);
 }
 
+// A reader that stops early (`writ tail … | head`): the rest of the output has nowhere to go, so the command
+// ends quietly, as Unix tools do, instead of with an unhandled EPIPE's stack trace.
+process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+  if (err.code === "EPIPE") process.exit(0);
+  throw err;
+});
 hideKafkajsTimeoutWarning();
 process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 const code = await main(process.argv.slice(2));

@@ -264,9 +264,9 @@ export const kafkajsAttacks: Attack[] = [
 export const allAttacks = (): Attack[] => [...kafkajsAttacks, ...parsingAttacks, ...foreignAttacks];
 
 /** Sends every attack, each followed by a valid signed intent of a legitimate agent on the same record key. */
-export async function runAttacks(w: World, say: (l: string) => void, pool: PoolEntry[], filter: { only?: string | undefined; skip: string[] }): Promise<Attack[]> {
+export async function runAttacks(w: World, say: (l: string) => void, pool: PoolEntry[], filter: { only: string[]; skip: string[] }): Promise<Attack[]> {
   const matches = (at: Attack, s: string) => at.label.includes(s) || at.kind.includes(s);
-  const attacks = allAttacks().filter((at) => (filter.only === undefined || matches(at, filter.only)) && !filter.skip.some((s) => matches(at, s)));
+  const attacks = allAttacks().filter((at) => (filter.only.length === 0 || filter.only.some((s) => matches(at, s))) && !filter.skip.some((s) => matches(at, s)));
   let i = 0;
   for (const at of attacks) {
     const e = w.entity(at.on);

@@ -28,7 +28,7 @@ const { values: args } = parseArgs({
     "stall-s": { type: "string", default: "90" },
     "log-level": { type: "string", default: "error" },
     ablate: { type: "string" },
-    only: { type: "string" },
+    only: { type: "string", multiple: true },
     skip: { type: "string", multiple: true },
   },
   strict: true,
@@ -89,7 +89,7 @@ async function main(): Promise<number> {
 
   say("phase 1: hand-written poison and attack records, each followed by a valid signed intent on the same key");
   const pool: PoolEntry[] = [];
-  const attacks = await runAttacks(w, say, pool, { only: args.only, skip: args.skip ?? [] });
+  const attacks = await runAttacks(w, say, pool, { only: args.only ?? [], skip: args.skip ?? [] });
   const attackInputs = w.book.inputs;
   say(`  ${attacks.length} attacks (${attackInputs} records) and ${w.book.valid.length} valid intents sent in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 

@@ -323,6 +323,23 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     follow.kill("SIGINT");
     expect(await exited).toBe(0);
     expectQuiet(err);
+
+    // a reader that stops early (`writ tail … | head -1`): the command ends quietly, exit 0, no EPIPE trace
+    const many = `cli-${id}-many`;
+    extraTopics.push(many);
+    await admin!.createTopics({ topics: [{ topic: many, numPartitions: 1 }], waitForLeaders: true });
+    const junk = new Kafka({ clientId: `writ-cli-test-${id}-many`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).producer();
+    await junk.connect();
+    await junk.send({ topic: many, messages: Array.from({ length: 5000 }, (_, i) => ({ key: `k${i}`, value: `not a reply ${i}` })) });
+    await junk.disconnect();
+    const head = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "tail", "replies", "--topic", many, "--from-beginning", "--follow"], { cwd: ROOT, env: env() });
+    let headErr = "";
+    head.stderr.on("data", (d: Buffer) => (headErr += d.toString()));
+    const headExited = new Promise<number | null>((r) => head.once("exit", (code) => r(code)));
+    await new Promise<void>((r) => head.stdout.once("data", () => r()));
+    head.stdout.destroy();
+    expect(await headExited, headErr).toBe(0);
+    expect(headErr).not.toMatch(/EPIPE|Unhandled|\n\s+at /);
   }, 120_000);
 
   it("writ escalations list shows each escalation; resolve carries out a decision once", async () => {
@@ -337,7 +354,9 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(json).toHaveLength(1);
     expect(json[0]).toMatchObject({ reason: "conflict_cycles_exhausted", intent: { tool: "tag_ticket", entity: { type: "ticket", id: "T-cli" } }, topic: topics.human });
     expect((await writ(["escalations", "resolve", json[0]!.escalationId])).code).toBe(2);
-    const discard = await writ(["escalations", "resolve", json[0]!.escalationId, "--discard", "--message", "not needed after all", "--operator", `ops-${id}`]);
+    const both = await writ(["escalations", "resolve", json[0]!.escalationId, "--discard", "--timeout-ms", "5000", "--timeout", "5000"]);
+    expect([both.code, both.stderr]).toEqual([2, expect.stringContaining("give --timeout-ms (or --timeout, its earlier name), not both")]);
+    const discard = await writ(["escalations", "resolve", json[0]!.escalationId, "--discard", "--message", "not needed after all", "--operator", `ops-${id}`, "--timeout-ms", "30000"]);
     expect(discard.code, discard.stdout + discard.stderr).toBe(0);
     extraTopics.push(`writ.replies.ops-${id}`);
     expect(JSON.parse(discard.stdout)).toMatchObject({ status: "rejected", reason: "escalation_discarded", message: "not needed after all", resolvedBy: `ops-${id}` });
