@@ -266,8 +266,6 @@ const NOT_SENT_CODES = new Set([
   "ECONNREFUSED",
   "ENOTFOUND",
   "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
   "EADDRNOTAVAIL",
   "UND_ERR_CONNECT_TIMEOUT",
   "ERR_TLS_CERT_ALTNAME_INVALID",
@@ -282,6 +280,12 @@ const NOT_SENT_CODES = new Set([
   "DEPTH_ZERO_SELF_SIGNED_CERT",
   "SELF_SIGNED_CERT_IN_CHAIN",
 ]);
+
+/**
+ * Unreachable host or network: not sent only when the connect itself failed. The same codes come on a kept-alive
+ * connection (an ICMP unreachable after the request went out): then the system may have seen the write.
+ */
+const NOT_SENT_WHEN_CONNECTING = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
 
 type Exchange =
   /** `secrets`: the configured header values sent, to be kept out of messages built from the answer. */
@@ -394,13 +398,25 @@ class LocalFailure extends Error {
 }
 
 function errorCode(err: unknown): string | undefined {
+  return systemError(err)?.code;
+}
+
+/** The first error in the cause chain with a code, and the system call it names (`connect`, `read`, …) if any. */
+function systemError(err: unknown): { code: string; syscall: string | undefined } | undefined {
   let current: unknown = err;
   for (let depth = 0; depth < 8 && typeof current === "object" && current !== null; depth++) {
-    const code = (current as { code?: unknown }).code;
-    if (typeof code === "string") return code;
+    const { code, syscall } = current as { code?: unknown; syscall?: unknown };
+    if (typeof code === "string") return { code, syscall: typeof syscall === "string" ? syscall : undefined };
     current = (current as { cause?: unknown }).cause;
   }
   return undefined;
+}
+
+/** Whether a failed send is known not to have left this machine. */
+function neverSent(err: unknown): boolean {
+  const system = systemError(err);
+  if (system === undefined) return false;
+  return NOT_SENT_CODES.has(system.code) || (NOT_SENT_WHEN_CONNECTING.has(system.code) && system.syscall === "connect");
 }
 
 function describe(err: unknown): string {
@@ -468,7 +484,7 @@ async function exchange(send: Send, request: Request, timeoutMs: number, maxResp
       if (code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
         return { kind: "no_answer", message: `the answer's body is over ${maxResponseBytes} bytes (maxResponseBytes); cut off`, cause: err, tooLarge: true };
       }
-      if (code !== undefined && NOT_SENT_CODES.has(code)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
+      if (neverSent(err)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
       return { kind: "no_answer", message: describe(err), cause: err };
     }
   } finally {
