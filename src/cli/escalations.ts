@@ -75,7 +75,9 @@ async function list(argv: string[]): Promise<number> {
   }
   const rows = [["REASON", "ENTITY", "TOOL", "INTENT KEY", "ESCALATION ID", "AGE", "MESSAGE"]];
   for (const { e } of found) {
-    rows.push([e.reason, `${e.intent.entity.type}:${e.intent.entity.id}`, e.intent.tool, e.intent.intentKey, e.escalationId, age(e.at), e.message.replace(/\s+/g, " ")]);
+    // A write that may already have happened says so first: the operator checks the record before deciding.
+    const written = e.mayHaveWritten === true || e.reason === "outcome_unknown" ? "[may have written] " : "";
+    rows.push([e.reason, `${e.intent.entity.type}:${e.intent.entity.id}`, e.intent.tool, e.intent.intentKey, e.escalationId, age(e.at), `${written}${e.message.replace(/\s+/g, " ")}`]);
   }
   process.stdout.write(`${table(rows)}\n${found.length} escalation${found.length === 1 ? "" : "s"} on ${topic}\n`);
   return 0;

@@ -115,6 +115,8 @@ export interface EscalationItem {
   params: Clipped;
   /** The record as the owner last read it, when it could. */
   current: { version: string; state: Clipped } | null;
+  /** The escalated write may have reached the system of record already (the escalation says so). */
+  mayHaveWritten: boolean;
   status: "open" | "resolved";
   resolution?: ResolutionOutcome;
   /** The last decision sent on it that did not close it (e.g. a resolution_conflict). */
@@ -503,6 +505,7 @@ export class ConsoleState {
       change: this.clip(e.intent.delta),
       params: this.clip(e.intent.params),
       current: e.current ? { version: e.current.version, state: this.clip(e.current.state) } : null,
+      mayHaveWritten: e.mayHaveWritten === true || e.reason === "outcome_unknown",
       status: "open",
       where,
     };

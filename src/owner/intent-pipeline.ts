@@ -606,7 +606,7 @@ export class IntentPipeline {
       effects: effects({
         ledger: entry,
         replies: [{ topic: a.intent.replyTo, value: reply }],
-        escalations: [{ key: a.entityKey, value: { escalationId, reason, message, intent: a.intent, cycles: pending.cycles, current, at } }],
+        escalations: [{ key: a.entityKey, value: { escalationId, reason, message, intent: a.intent, cycles: pending.cycles, current, at, ...(state.mayHaveWritten ? { mayHaveWritten: true } : {}) } }],
       }),
       note: `escalated: ${reason}`,
     };

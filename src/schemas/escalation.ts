@@ -20,5 +20,11 @@ export const Escalation = z
     /** The record as last read, when it could be read. */
     current: Versioned.nullable(),
     at: IsoTime,
+    /**
+     * The escalated write may have reached the system of record (a PATCH whose outcome was unknown came
+     * before the escalation, whatever its reason): check the record before deciding; an owner carrying out
+     * `apply` reconciles first. Absent: no write of this intent left the owner. Optional: older records parse.
+     */
+    mayHaveWritten: z.boolean().optional(),
   });
 export type Escalation = z.infer<typeof Escalation>;

@@ -68,6 +68,15 @@ describe("ConsoleState", () => {
     expect(s.snapshot().counts.inFlight).toBe(1);
   });
 
+  it("an escalation whose write may already have happened says so (marked by the owner, or an unknown outcome)", () => {
+    const s = new ConsoleState(topics);
+    s.escalation(where("writ.human", 0), escalation(1));
+    s.escalation(where("writ.human", 1), { ...escalation(2), reason: "sor_protocol", mayHaveWritten: true });
+    s.escalation(where("writ.human", 2), { ...escalation(3), reason: "outcome_unknown" });
+    const shown = Object.fromEntries(s.snapshot().escalations.map((e) => [e.escalationId, e.mayHaveWritten]));
+    expect(shown).toEqual({ "e-1": false, "e-2": true, "e-3": true });
+  });
+
   it("keeps each list bounded, and cuts long values", () => {
     const s = new ConsoleState(topics, { recent: 5, inFlight: 10, escalations: 3, valueChars: 50 });
     for (let i = 0; i < 40; i++) s.intent(where("writ.intents", i), intent(i));

@@ -253,6 +253,9 @@
       { class: "escalation", dataset: { escalationId: e.escalationId, entity: e.entity } },
       h("header", {}, h("span", { class: "badge status" }), h("span", { class: "badge escalated" }, e.reason), h("b", {}, e.entity), ` ${e.tool} · ${e.agent} · ${e.cycles} conflict cycle${e.cycles === 1 ? "" : "s"} · `, when(e.at)),
       h("p", { class: "msg" }, e.message),
+      e.mayHaveWritten
+        ? h("p", { class: "warning", dataset: { mayHaveWritten: "true" } }, "The write may already have reached the system of record: check the record before deciding. Apply reconciles first and never writes it twice.")
+        : null,
       h(
         "div",
         { class: "cols" },

@@ -12,6 +12,7 @@ import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/key
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type ExecContext, IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
+import { Escalation } from "../../../src/schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
@@ -160,6 +161,9 @@ describe("an escalation whose write may have happened, whatever its reason", () 
     const step = await pipeline.execute(a, plan.pending, plan.state, ctx);
     expect(step).toMatchObject({ kind: "settled", effects: { ledger: { outcome: { status: "escalated", reason: "sor_protocol", mayHaveWritten: true } } } });
     if (step.kind !== "settled") return;
+    // The escalation on writ.human says so too: the operator checks the record before deciding.
+    expect(step.effects.escalations[0]!.value).toMatchObject({ reason: "sor_protocol", mayHaveWritten: true });
+    expect(Escalation.parse(step.effects.escalations[0]!.value).mayHaveWritten).toBe(true);
     // The lost request was still in flight: it commits after all.
     sor.change(T1, intent.delta, key);
     const escalationId = step.effects.escalations[0]!.value.escalationId;
@@ -176,7 +180,9 @@ describe("an escalation whose write may have happened, whatever its reason", () 
     const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
     const { entry } = setup("pending");
     const state = { inherited: true, mayHaveWritten: true, needsReconcile: true, unknownRounds: 0 };
-    expect(pipeline.failed(a, entry, state, new Error("boom"))).toMatchObject({ effects: { ledger: { outcome: { reason: "processing_failed", mayHaveWritten: true } } } });
+    expect(pipeline.failed(a, entry, state, new Error("boom"))).toMatchObject({
+      effects: { ledger: { outcome: { reason: "processing_failed", mayHaveWritten: true } }, escalations: [{ value: { reason: "processing_failed", mayHaveWritten: true } }] },
+    });
     expect(pipeline.failed(a, entry, { ...state, inherited: false, mayHaveWritten: false }, new Error("boom"))).toMatchObject({ effects: { ledger: { outcome: { status: "rejected" } } } });
   });
 
