@@ -172,6 +172,8 @@ export class PartitionOwner {
         if ((this.stateValue as OwnerState) === "closed") return;
         if (isFencing(err)) return this.fenced(err);
         this.failuresInARow++;
+        // A topic deleted while remembered (a reply topic the restore heals) fails every open until forgotten.
+        this.ctx.topicDirectory.forget();
         const closedFail = err instanceof WritError && err.code === "ledger_unreadable";
         if (closedFail) {
           this.stateValue = "failed-closed";
@@ -227,6 +229,9 @@ export class PartitionOwner {
     if (this.session !== session || this.stateValue !== "running") return;
     this.stateValue = "rewinding";
     this.failuresInARow++;
+    // A topic deleted while remembered (an agent's reply topic) fails every transaction that answers there; asked
+    // again, its intents are dead-lettered reply_topic_missing at admission.
+    this.ctx.topicDirectory.forget();
     if (this.failuresInARow >= this.ctx.config.stuckAfterFailures) {
       // The same committed state failing again and again: the partition is not moving. Say so where a person looks.
       this.ctx.health.problem(`partition-${this.partition}`, `transactions failed ${this.failuresInARow} times in a row: ${(err as Error)?.message ?? String(err)}`);

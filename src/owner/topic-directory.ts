@@ -34,6 +34,17 @@ export class TopicDirectory implements ReplyTopicDirectory {
     return this.topics.has(topic);
   }
 
+  /**
+   * Forgets what it has seen, so the next question asks the cluster: after a failed transaction or a failed
+   * open, which may be a topic deleted while remembered (an agent's reply topic). Remembered, it would be
+   * produced to, and healed, again and again until the cache expired, the partition stopped meanwhile.
+   */
+  forget(): void {
+    this.topics = new Set();
+    this.listedAt = 0;
+    this.partitions.clear();
+  }
+
   /** Partition count of each topic that exists; missing topics are left out. */
   async partitionCounts(topics: Iterable<string>): Promise<Map<string, number>> {
     const out = new Map<string, number>();

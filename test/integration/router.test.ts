@@ -1,9 +1,10 @@
-import { CompressionTypes } from "kafkajs";
+import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import type { AppliedReply, ConflictReply } from "../../src/schemas/reply.ts";
-import { readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
 
 const run = () => `run-${Math.random().toString(36).slice(2, 10)}`;
 const refund = (runId: string, version: string, amountCents = 500) => ({
@@ -200,6 +201,39 @@ describe("router core on a real broker", () => {
     expect(Buffer.from(dead[0]!.valueBase64, "base64").toString()).toBe("{not json");
     const rejected = await h.readTopic("writ.replies.billing-agent." + h.id, "Reply", 2);
     expect(rejected.find((r) => r.intentId === "x-1")).toMatchObject({ status: "rejected", reason: "schema_invalid" });
+  });
+
+  it("deleted-reply-topic: an intent naming a reply topic deleted since the owner saw it is dead-lettered, and the partition goes on", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    h.records.seed("payment", "pay_2", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const gone = await h.client("gone-agent");
+    const other = await h.client("other-agent");
+    const onPay2 = async () => ({ ...refund(run(), (await readVersion(h.records, "payment", "pay_2")).version), entity: { type: "payment", id: "pay_2" } });
+    // The owner has seen both reply topics (an applied reply went to each), then gone-agent's is deleted.
+    expect((await gone.submit(refund(run(), (await readVersion(h.records, "payment", "pay_1")).version))).status).toBe("applied");
+    expect((await other.submit(await onPay2())).status).toBe("applied");
+    const admin = new Kafka({ clientId: `writ-test-${h.id}-admin`, brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    try {
+      await admin.deleteTopics({ topics: [gone.replyTopic] });
+      await waitFor(async () => !(await admin.listTopics()).includes(gone.replyTopic), { message: "the reply topic is deleted" });
+    } finally {
+      await admin.disconnect();
+    }
+    // Its next intent names the deleted topic; another agent's intent follows it on the same (only) partition.
+    const lost = gone.submit(refund(run(), (await readVersion(h.records, "payment", "pay_1")).version), { timeoutMs: 5000 });
+    const answered = await other.submit(await onPay2(), { timeoutMs: 60_000 });
+    expect(answered.status).toBe("applied");
+    const unanswered = await lost;
+    expect(unanswered.status).toBe("unknown");
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead.map((d) => d.reason)).toEqual(["reply_topic_missing"]);
+    // Its PATCH went out before the transaction carrying its reply failed: written once, never again.
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(2);
+    expect(h.records.patchRequests(unanswered.intentKey)).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_2")).state.refunds).toHaveLength(2);
   });
 
   it("unreadable-batch: a gzip batch inflating past 64 MiB is one dead letter, and the next intent on that partition is still applied", async () => {

@@ -65,6 +65,7 @@ export function ownerWith(opts: { codec?: WireCodec } = {}): PartitionOwner {
     lease: { confirmed: () => true },
     health: new HealthBoard(),
     onFenced: () => undefined,
+    topicDirectory: { forget: () => undefined },
     log,
   } as unknown as OwnerContext;
   return new PartitionOwner(0, ctx);
