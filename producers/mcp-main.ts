@@ -85,13 +85,13 @@ let client: WritClient | undefined;
 let close: (() => Promise<void>) | undefined;
 
 let stopping = false;
-async function stop(reason: string): Promise<void> {
+async function stop(reason: string, code = 0): Promise<void> {
   if (stopping) return;
   stopping = true;
   log.info({ reason }, "stopping");
   await close?.().catch(() => undefined);
   await client?.close().catch(() => undefined);
-  process.exit(0);
+  process.exit(code);
 }
 
 try {
@@ -135,6 +135,12 @@ try {
     ...(config.replicationFactor !== undefined ? { replicationFactor: config.replicationFactor } : {}),
     ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
     logger: log,
+    // No reply can be read any more, so every tool call would fail: exit (status 1) for the host or a supervisor
+    // to start the server again, rather than serve failures.
+    onStopped: (err) => {
+      log.fatal({ err }, "the writ client's reply consumer stopped for good; exiting");
+      void stop("reply consumer stopped", 1);
+    },
   });
   const options = { client, tools: mod.specs, read: recordsReader(mod.specs, mod.readers(process.env)), logger: log };
   if (args.stdio) {

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { Kafka, Partitioners, logLevel, type Consumer, type KafkaMessage, type Producer } from "kafkajs";
 import { canonicalJson, jsonDepth } from "../src/canonical-json.ts";
 import { WireCodec } from "../src/codec.ts";
-import { ClientConfig, parseConfig, type ClientConfigInput } from "../src/config.ts";
+import { ClientConfig, MAX_TIMER_MS, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
@@ -269,9 +269,14 @@ export async function createWritClient(
     maxIntentBytes?: number;
     /** The owners' `maxJsonDepth` (default 32): a deeper intent is refused here, `too_deep`, for the same reason. */
     maxJsonDepth?: number;
+    /**
+     * Called once if the reply consumer stops for good (a crash kafkajs does not restart from): every submit
+     * fails from then on, so a long-lived process should create a new client, or exit for its supervisor.
+     */
+    onStopped?: (err: WritError) => void;
   },
 ): Promise<WritClient> {
-  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, ...raw } = input;
+  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
   const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };
   // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
@@ -314,7 +319,7 @@ export async function createWritClient(
     await setter.connect();
     await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
   }
-  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer);
+  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer, onStopped);
   // A start that fails (a reply consumer that stops before its first fetch) leaves no connection behind.
   await client.start().catch(async (err: unknown) => {
     await client.close();
@@ -359,6 +364,18 @@ function positiveInteger(field: string, value: number): number {
   return value;
 }
 
+/**
+ * A call's deadline, ms: an integer from 1 to Node's longest timer. Past that Node fires the timer after 1 ms
+ * (and Infinity or NaN likewise), so the call would answer `unknown` at once while its intent is still written.
+ */
+function callTimeoutMs(value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1 || value > MAX_TIMER_MS) {
+    throw new WritError("config_invalid", `timeoutMs must be an integer from 1 to ${MAX_TIMER_MS} ms (it is ${value})`, { retriable: false, context: { field: "timeoutMs" } });
+  }
+  return value;
+}
+
 /** Who waits for the reply to one intent or resolution. */
 interface Waiter {
   /** The reply arrived. */
@@ -399,7 +416,25 @@ class KafkaWritClient implements WritClient {
 
   private readonly limits: AdmissionLimits;
 
-  constructor(config: ClientConfig, kafka: Kafka, log: Logger, probe: OffsetProbe, replyPartitions: number, groupId: string, limits: AdmissionLimits, signer?: IntentSigner) {
+  private readonly kafka: Kafka;
+  private readonly groupId: string;
+
+  private readonly onStopped: ((err: WritError) => void) | undefined;
+
+  constructor(
+    config: ClientConfig,
+    kafka: Kafka,
+    log: Logger,
+    probe: OffsetProbe,
+    replyPartitions: number,
+    groupId: string,
+    limits: AdmissionLimits,
+    signer?: IntentSigner,
+    onStopped?: (err: WritError) => void,
+  ) {
+    this.onStopped = onStopped;
+    this.kafka = kafka;
+    this.groupId = groupId;
     this.signer = signer;
     this.limits = limits;
     this.config = config;
@@ -491,7 +526,7 @@ class KafkaWritClient implements WritClient {
   }
 
   async submitAll(list: (IntentInput | WriteIntent)[], opts?: SubmitOptions): Promise<SubmitResult[]> {
-    const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    const timeoutMs = callTimeoutMs(opts?.timeoutMs, this.config.submitTimeoutMs);
     const deadline = Date.now() + timeoutMs;
     const intents = list.map((i) => ("intentId" in i ? i : this.buildIntent(i)));
     const out = await this.sendAndWait(intents, deadline);
@@ -503,7 +538,15 @@ class KafkaWritClient implements WritClient {
       if (again.length === 0 || left <= 0) return out;
       await backoffUntil(round, deadline);
       const resent = again.map((i) => ({ ...intents[i]!, intentId: randomUUID(), createdAt: new Date().toISOString() }));
-      const answers = await this.sendAndWait(resent, Math.max(Date.now() + 1, deadline));
+      let answers: SubmitResult[];
+      try {
+        answers = await this.sendAndWait(resent, Math.max(Date.now() + 1, deadline));
+      } catch (err) {
+        // The deadline passed before a resend left (nothing of it sent): the answers so far stand, the leased
+        // ones still `leased`. Throwing would lose the replies of intents already applied.
+        if (err instanceof WritError && err.code === "not_sent") return out;
+        throw err;
+      }
       again.forEach((i, j) => {
         intents[i] = resent[j]!;
         out[i] = answers[j]!;
@@ -524,6 +567,11 @@ class KafkaWritClient implements WritClient {
     );
     this.log.error({ err: cause, topic: this.config.replyTopic, waiting: this.waiting.size }, "reply consumer stopped for good; failing every submit");
     this.endWaiting("reply_consumer_stopped");
+    try {
+      this.onStopped?.(this.stopped);
+    } catch (err) {
+      this.log.error({ err }, "the onStopped callback threw");
+    }
   }
 
   /** Settles every waiting submit and resolution now: no reply to them will be read. */
@@ -705,7 +753,7 @@ class KafkaWritClient implements WritClient {
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     unchangedByValidation("Resolution", resolution, resolution.intent.intentKey);
     if (this.stopped) throw this.stopped;
-    const timeoutMs = opts?.timeoutMs ?? this.config.submitTimeoutMs;
+    const timeoutMs = callTimeoutMs(opts?.timeoutMs, this.config.submitTimeoutMs);
     const deadline = Date.now() + timeoutMs;
     let timer: NodeJS.Timeout | undefined;
     let forget: () => void = () => undefined;
@@ -863,7 +911,31 @@ class KafkaWritClient implements WritClient {
     this.endWaiting("client_closed");
     this.commits?.stop();
     await this.consumer.disconnect().catch(() => undefined);
+    await this.deleteGroup();
     await this.producer.disconnect().catch(() => undefined);
     await this.probe.close?.().catch(() => undefined);
   }
+
+  /**
+   * The reply consumer's group goes with the client: one group per client (a fresh id each start), so one left
+   * behind per process (an MCP server per conversation, a CLI call) would stay on the brokers until offset
+   * retention. Best effort, within CLOSE_GROUP_MS: a broker out of reach does not hold up close().
+   */
+  private async deleteGroup(): Promise<void> {
+    const admin = this.kafka.admin();
+    let timer: NodeJS.Timeout | undefined;
+    const deleting = admin.connect().then(() => admin.deleteGroups([this.groupId]));
+    deleting.catch(() => undefined); // it may fail after the deadline won the race
+    try {
+      await Promise.race([deleting, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${CLOSE_GROUP_MS} ms`)), CLOSE_GROUP_MS)))]);
+    } catch (err) {
+      this.log.debug({ err, groupId: this.groupId }, "could not delete the reply consumer's group; offset retention removes it");
+    } finally {
+      clearTimeout(timer);
+      await admin.disconnect().catch(() => undefined);
+    }
+  }
 }
+
+/** How long close() tries to delete the reply consumer's group. ms. */
+const CLOSE_GROUP_MS = 5000;

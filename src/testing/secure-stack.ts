@@ -287,7 +287,7 @@ export function secureStackAcls(opts: { owner?: string; agents?: readonly string
     rules.push(
       { principal: p, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.intents', operations: ['WRITE', 'DESCRIBE'] },
       { principal: p, resourceType: 'TOPIC', patternType: 'PREFIXED', resourceName: `${replies}${agent}`, operations: ['CREATE', 'READ', 'DESCRIBE'] },
-      { principal: p, resourceType: 'GROUP', patternType: 'PREFIXED', resourceName: `writ.client.${agent}.`, operations: ['READ', 'DESCRIBE'] },
+      { principal: p, resourceType: 'GROUP', patternType: 'PREFIXED', resourceName: `writ.client.${agent}.`, operations: ['READ', 'DESCRIBE', 'DELETE'] },
     );
   }
   return rules;

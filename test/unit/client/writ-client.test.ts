@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { modelResultOf } from "../../../producers/adapters/tool-bridge.ts";
 import { createWritClient, MAX_UNREAD_REPLIES, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
+import { rejectedReply } from "../../../src/owner/effects.ts";
 import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
@@ -21,6 +22,8 @@ const fakes = vi.hoisted(() => ({
   probeHangs: false,
   /** The reply consumer crashes for good before its first fetch while set. */
   crashOnRun: false,
+  /** Consumer groups the client deleted. */
+  deletedGroups: [] as string[],
 }));
 interface FakeConsumerShape {
   disconnected: boolean;
@@ -69,6 +72,10 @@ vi.mock("kafkajs", async (importOriginal) => {
         fetchTopicMetadata: async () => ({ topics: [{ name: "writ.replies.agent-1", partitions: [{ partitionId: 0, leader: 1 }] }] }),
         fetchTopicOffsets: async () => [{ partition: 0, offset: "0", high: "0", low: "0" }],
         setOffsets: async () => {},
+        deleteGroups: async (ids: string[]) => {
+          fakes.deletedGroups.push(...ids);
+          return ids.map((groupId) => ({ groupId, errorCode: 0 }));
+        },
       };
     }
     producer() {
@@ -109,7 +116,7 @@ const probe = {
 };
 
 const clients: WritClient[] = [];
-async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number } = {}): Promise<WritClient> {
+async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number; onStopped?: (err: Error) => void } = {}): Promise<WritClient> {
   fakes.produced.length = 0;
   const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }), ...options });
   clients.push(c);
@@ -153,7 +160,8 @@ const deliver = (reply: object) => fakes.consumer!.deliver({ value: Buffer.from(
 
 describe("the agent client's reply consumer", () => {
   it("stopping for good settles every waiting submit at once with reply_consumer_stopped, and later submits fail fast", async () => {
-    const writ = await client();
+    const told: Error[] = [];
+    const writ = await client({ onStopped: (err) => told.push(err) });
     const { waiting, settled } = await waitingSubmit(writ);
     fakes.consumer!.emit("consumer.crash", { error: new Error("not retriable"), groupId: "g", restart: false });
     // Settled now, not at its hour-long deadline.
@@ -162,6 +170,8 @@ describe("the agent client's reply consumer", () => {
     await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "reply_consumer_stopped", retriable: false });
     // Nothing more was sent: no reply to it could be read.
     expect(fakes.produced).toHaveLength(1);
+    // The owner of the client hears it once (the MCP server exits for its supervisor).
+    expect(told).toMatchObject([{ code: "reply_consumer_stopped" }]);
   });
 
   it("closing the client settles every waiting submit at once with client_closed, and later submits fail fast", async () => {
@@ -172,6 +182,13 @@ describe("the agent client's reply consumer", () => {
     await expect(waiting).resolves.toMatchObject({ status: "unknown", reason: "client_closed" });
     await expect(writ.submit(input({ stepId: "s2" }), { timeoutMs: 3_600_000 })).rejects.toMatchObject({ code: "client_closed", retriable: false });
     expect(fakes.produced).toHaveLength(1);
+  });
+
+  it("closing the client deletes its reply consumer's group (one per client: none left behind on the brokers)", async () => {
+    const writ = await client();
+    fakes.deletedGroups.length = 0;
+    await writ.close();
+    expect(fakes.deletedGroups).toEqual([expect.stringMatching(/^writ\.client\.agent-1\.[0-9a-f-]{36}$/)]);
   });
 
   it("stopping for good before the first fetch fails the client's start and disconnects it", async () => {
@@ -314,6 +331,35 @@ describe("a submit's deadline", () => {
     await deliver(applied(intent.intentId, intent.intentKey));
     await waitFor(long.settled);
     await expect(long.waiting).resolves.toMatchObject({ status: "applied", intentId: intent.intentId });
+  });
+
+  it("a timeoutMs no timer can keep (over 2^31-1 ms, Infinity, NaN, 0, a fraction) is refused before anything is sent", async () => {
+    const writ = await client();
+    // Node fires a longer timer after 1 ms: the submit would answer unknown at once while its intent is written.
+    for (const timeoutMs of [Infinity, 2 ** 31, 40 * 24 * 3_600_000, Number.NaN, 0, 1.5]) {
+      await expect(writ.submit(input(), { timeoutMs })).rejects.toMatchObject({ code: "config_invalid", context: { field: "timeoutMs" } });
+    }
+    expect(fakes.produced).toHaveLength(0);
+  });
+
+  it("a leased intent's resend still queued at the deadline: submitAll answers with what it has (leased), not a not_sent that loses the applied one", async () => {
+    const writ = await client();
+    // Real timers: the leased retry's backoff and the resend's deadline both run; the deadline is short.
+    const [a, b] = [writ.buildIntent(input({ stepId: "a" })), writ.buildIntent(input({ stepId: "b" }))];
+    const all = watched(writ.submitAll([a, b], { timeoutMs: 1500 }));
+    await waitFor(() => fakes.produced.length === 1);
+    fakes.produced[0]!.done();
+    // Another submit's produce request, slow: the resend of b queues behind it.
+    void writ.submit(input({ stepId: "slow" }), { timeoutMs: 3_600_000 });
+    await waitFor(() => fakes.produced.length === 2);
+    await deliver(applied(a.intentId, a.intentKey));
+    await deliver(rejectedReply(b.intentId, b.intentKey, "leased", "leased to a change", "2025-01-01T00:00:00.000Z"));
+    await waitFor(() => all.settled);
+    await expect(all.p).resolves.toMatchObject([
+      { status: "applied", intentId: a.intentId },
+      { status: "rejected", reason: "leased", intentId: b.intentId },
+    ]);
+    expect(fakes.produced).toHaveLength(2); // the resend never left
   });
 
   it("holds when the offset probe never answers: unknown at the deadline", async () => {
