@@ -10,7 +10,8 @@ import { DEFAULT_STEP_ID, VersionBook, submitToolCall, type WritCallContext, typ
 // of applying a read-modify-write the approver never saw to a newer record.
 // Repeats stay safe either way: the owner answers the same attempt, or a retry
 // from a fresher read, from its ledger. Only a conflict moves the pin, to the
-// `current` the owner returned, because that is the agent deciding again.
+// `current` the owner returned, because that is the agent deciding again (to
+// a fresh read when the reply came without `current.state`: too large).
 
 /** Where the base each intent was first submitted against is kept (per run, session or process). */
 export interface IntentBases {
@@ -87,7 +88,8 @@ export async function pinToolCallBase<P extends Record<string, unknown>>(
  * saved state or a re-plan with a new tool-call id is sent against the base
  * of the first attempt, so the owner answers it from its ledger
  * (`duplicate: true`) instead of refusing it as a reused key. After a
- * conflict the pin moves to the owner's `current`, so deciding again writes.
+ * conflict the pin moves to the owner's `current` (or to a fresh read when
+ * the reply was truncated), so deciding again writes.
  *
  * @example
  * const reply = await submitRepeatableToolCall(ctx, refundSpec, params, new MemoryIntentBases());
@@ -101,7 +103,19 @@ export async function submitRepeatableToolCall<P extends Record<string, unknown>
   const key = toolCallIntentKey(ctx, spec, params);
   const base = await pinToolCallBase(ctx, spec, params, bases);
   const result = await submitToolCall({ ...ctx, versions: new PinnedVersionBook(ctx.versions, spec.entity(params), base) }, spec, params);
-  if (result.status === "conflict") bases.set(key, result.current);
+  if (result.status === "conflict" && !result.truncated) bases.set(key, result.current);
+  else if (result.status === "conflict") {
+    // A conflict reply too large for the broker carries the new version without the record: pinned, the
+    // next attempt would build its delta from nothing at a matching version and drop what the record holds.
+    // The record is read afresh instead. A read that fails leaves the old pin: the next attempt meets the
+    // same conflict, with nothing written, and reads again.
+    const entity = spec.entity(params);
+    const fresh = await ctx.read(entity).catch(() => undefined);
+    if (fresh) {
+      bases.set(key, fresh);
+      ctx.versions.remember(entity, fresh);
+    }
+  }
   return result;
 }
 

@@ -103,8 +103,10 @@ export async function submitToolCall<P extends Record<string, unknown>>(
 
 /** A reply in the shape a model can act on: what happened and what to do next. */
 export type ModelToolResult =
-  | { status: "applied"; duplicate: boolean; record: unknown; version: string; instruction: string }
-  | { status: "conflict"; cycle: number; current: Versioned; your_change: JsonPatchOp[]; instruction: string }
+  /** `truncated`: the record was left out (the reply would exceed the broker's message size), so `record` is null. */
+  | { status: "applied"; duplicate: boolean; record: unknown; version: string; truncated?: true; instruction: string }
+  /** `truncated`: `current.state` was left out, as for `applied`. */
+  | { status: "conflict"; cycle: number; current: Versioned; your_change: JsonPatchOp[]; truncated?: true; instruction: string }
   | { status: "rejected"; reason: string; message: string; instruction: string }
   | { status: "escalated"; reason: string; instruction: string }
   | { status: "unknown"; instruction: string };
@@ -117,6 +119,8 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
         duplicate: result.duplicate,
         record: result.state,
         version: result.version,
+        // Carried so that a run continued from saved messages does not take this null for the record (recallVersions).
+        ...(result.truncated ? { truncated: true as const } : {}),
         instruction: result.duplicate
           ? "This write had already been applied; nothing was written again. Do not call the tool again for it."
           : "The write was applied. Do not call the tool again for it.",
@@ -127,8 +131,10 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
         cycle: result.cycle,
         current: result.current,
         your_change: result.your_change,
+        ...(result.truncated ? { truncated: true as const } : {}),
         instruction:
-          "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: call the tool again only if the change is still right for the current record.",
+          "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: call the tool again only if the change is still right for the current record." +
+          (result.truncated ? " `current.state` was too large to include: read the record again before deciding." : ""),
       };
     case "rejected":
       return {
@@ -209,7 +215,11 @@ export function toReadResult(entity: EntityRef, record: Versioned): ReadToolResu
  * already in the conversation, oldest first: read results, and write results
  * that carry their `entity` (`applied`: the new version; `conflict`: `current`).
  * A run continued from saved messages in a fresh process then bases its
- * writes on what the model saw, not on a new read.
+ * writes on what the model saw, not on a new read. A result that carries the
+ * version without the record (a repeat, or a reply too large for the broker)
+ * is passed over, as `submitToolCall` does: a version paired with no state
+ * would build the next delta from nothing, and the write would drop what the
+ * record held. An older result, or a read, is used instead.
  */
 export function recallVersions(versions: VersionBook, outputs: Iterable<unknown>): void {
   const latest = new Map<string, { entity: EntityRef; record: Versioned }>();
@@ -220,6 +230,9 @@ export function recallVersions(versions: VersionBook, outputs: Iterable<unknown>
     if (typeof entity?.type !== "string" || typeof entity.id !== "string") continue;
     const current = o.current as Partial<Versioned> | undefined;
     let record: Versioned | undefined;
+    // A null record says it too: outputs saved before `truncated` was carried have nothing else to tell.
+    const stateless = o.truncated === true || (o.status === "applied" && (o.duplicate === true || o.record === null)) || (o.status === "conflict" && current?.state === null);
+    if (stateless) continue;
     if ((o.status === "read" || o.status === "applied") && typeof o.version === "string") record = { state: o.record, version: o.version };
     else if (o.status === "conflict" && typeof current?.version === "string") record = { state: current.state, version: current.version };
     if (record) latest.set(`${entity.type}:${entity.id}`, { entity: { type: entity.type, id: entity.id }, record });
