@@ -40,7 +40,11 @@ export interface ChangeStep {
   tool: KeyedTool;
   entity: EntityRef;
   params: Record<string, unknown>;
-  /** The delta, or a function of the record as it is when the step runs (under the lease). */
+  /**
+   * The delta, or a function of the record as it is when the step runs (under the lease). A record too large
+   * for the owner to send back in a reply cannot be given to a function: that step is refused
+   * `state_unavailable`, nothing written, and the change is compensated.
+   */
   delta: JsonPatchOp[] | ((current: Versioned) => JsonPatchOp[]);
 }
 
@@ -119,7 +123,8 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     names.add(s.name);
   }
   // One lease per record, taken in entity-key order, named by the first step's tool on that record.
-  // `current`: the record as the change last read or wrote it (unknown after a repeat); `lastVersion`: the version it last saw.
+  // `current`: the record as the change last read or wrote it (unknown after a repeat, or a reply too large for the broker);
+  // `lastVersion`: the version it last saw.
   const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number; lastVersion?: string }>();
   for (const s of input.steps) if (!records.has(entityKey(s.entity))) records.set(entityKey(s.entity), { entity: s.entity, tool: s.tool.name });
   const order = [...records.keys()].sort();
@@ -140,7 +145,9 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     const result = await settle(() => lease(key, "acquire"), within, (r) => isUnsettled(r) || isLeased(r));
     if (isApplied(result)) {
       const r = records.get(key)!;
-      r.current = { state: result.state, version: result.version };
+      // A reply too large for the broker carries the version without the record (`truncated`): taken as the
+      // record, its null would be what a step's delta function builds on, and the step would drop the rest.
+      r.current = result.truncated ? undefined : { state: result.state, version: result.version };
       r.grantedAt = Date.now();
       r.lastVersion ??= result.version;
     }
@@ -191,12 +198,22 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     const r = records.get(key)!;
     const lapsed = await renew();
     if (lapsed) return compensate(s.name, lapsed);
-    // After a repeat (a resumed change) the record's state is not known: its acquire again reads it.
-    if (r.current === undefined) {
+    // After a repeat (a resumed change), or a reply too large for the broker, the record's state is not known:
+    // its acquire again reads it.
+    let base = r.current;
+    if (base === undefined) {
       const read = await acquire(key, settleWithinMs);
       if (!isApplied(read)) return compensate(s.name, read);
+      if (read.truncated && typeof s.delta === "function") {
+        // Still too large to come back: the change has no reader of its own, and a delta function built on
+        // nothing would drop what the record holds. The step is not written; the change is compensated.
+        const message = `the state of ${key} is too large to come back in a reply (truncated), so step ${s.name}'s delta function has no record to be built on; nothing was written`;
+        return compensate(s.name, { status: "rejected", intentId: read.intentId, intentKey: read.intentKey, duplicate: false, at: new Date().toISOString(), reason: "state_unavailable", message });
+      }
+      // A fixed delta needs only the version the lease read.
+      base = r.current ?? { state: null, version: read.version };
     }
-    const result = await settle(() => stepIntent(s, r.current!), settleWithinMs);
+    const result = await settle(() => stepIntent(s, base!), settleWithinMs);
     if (!isApplied(result)) return compensate(s.name, result);
     applied.push({ step: s, reply: result });
     r.lastVersion = result.version;

@@ -144,4 +144,21 @@ describe("a change that spans records, from its client's side", () => {
     expect((await runChange(client, input())).status).toBe("applied");
     expect(trace(sent).filter((t) => t === "release T-3")).toHaveLength(2);
   });
+
+  it("a record whose acquire comes back without its state (truncated): a delta function is never built on it; the step is not written and the change is compensated, state_unavailable", async () => {
+    const { client, sent, applied } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? applied(i, { state: null, truncated: true }) : undefined));
+    const built: unknown[] = [];
+    const steps = input().steps.map((s) => (s.name === "T-2" ? { ...s, delta: (current: { state: unknown }) => (built.push(current.state), s.delta as never) } : s));
+    const result = await runChange(client, input({ steps }));
+    expect(result).toMatchObject({ status: "compensated", failed: { step: "T-2", result: { status: "rejected", reason: "state_unavailable" } } });
+    expect(built).toEqual([]);
+    // Read once more before the step; then the applied steps are undone, newest first.
+    expect(trace(sent).slice(3)).toEqual(["step T-3", "step T-1", "acquire T-2", "undo T-1", "undo T-3", "release T-1", "release T-2", "release T-3"]);
+  });
+
+  it("a fixed delta on a record whose acquire came back truncated is written on the version the acquire read", async () => {
+    const { client, sent, applied } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? applied(i, { state: null, truncated: true }) : undefined));
+    expect((await runChange(client, input())).status).toBe("applied");
+    expect(sent.find((i) => i.lease?.op === "step" && i.entity.id === "T-2")).toMatchObject({ baseVersion: '"v1"' });
+  });
 });
