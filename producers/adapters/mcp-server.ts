@@ -24,7 +24,7 @@ import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
-import { VersionBook, readForTool, modelResultOf, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+import { REFUSED_FOR_NOW, VersionBook, readForTool, modelResultOf, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
 /** `_meta` key of a tools/call request carrying the harness's run (conversation) id. */
 export const RUN_ID_META_KEY = "writ/runId";
@@ -63,7 +63,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
     server.registerTool(
       spec.tool.name,
       {
-        description: `${spec.description ?? spec.tool.description ?? spec.tool.name} Writes go through writ: calling again with the same arguments is safe and returns the same outcome.`,
+        description: `${spec.description ?? spec.tool.description ?? spec.tool.name} Writes go through writ: in the same session, calling again with the same arguments is safe and returns the same outcome.`,
         inputSchema: spec.tool.params as z.ZodObject,
         outputSchema: ModelToolResultShape,
         annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
@@ -111,9 +111,13 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
   return server;
 }
 
-/** Every result also as JSON text, for clients that show only `content`. A refusal is flagged `isError`. */
+/**
+ * Every result also as JSON text, for clients that show only `content`. A refusal that holds is flagged
+ * `isError`; one that ends by itself (`leased`: call again later) is not, like a conflict.
+ */
 function toolResult(result: ModelToolResult): CallToolResult {
-  return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError: result.status === "rejected" };
+  const isError = result.status === "rejected" && !REFUSED_FOR_NOW.has(result.reason);
+  return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError };
 }
 
 /** The advertised output: every {@link ModelToolResult} has a status and an instruction; the rest depends on the status. */

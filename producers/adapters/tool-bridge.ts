@@ -111,6 +111,12 @@ export type ModelToolResult =
   | { status: "escalated"; reason: string; instruction: string }
   | { status: "unknown"; instruction: string };
 
+/**
+ * Refusals that end by themselves: a record leased to a change that spans records takes writes again once the
+ * change ends, so the same call later may write. Every other refusal holds for the same arguments.
+ */
+export const REFUSED_FOR_NOW: ReadonlySet<string> = new Set(["leased"]);
+
 export function toModelResult(result: SubmitResult): ModelToolResult {
   switch (result.status) {
     case "applied":
@@ -141,7 +147,9 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
         status: "rejected",
         reason: result.reason,
         message: result.message,
-        instruction: "The write was refused and nothing was written. Do not retry it unchanged.",
+        instruction: REFUSED_FOR_NOW.has(result.reason)
+          ? "The write was refused for now and nothing was written: the record is held by another change (the message says until when at the latest). Call the tool again later with the same arguments."
+          : "The write was refused and nothing was written. Do not retry it unchanged.",
       };
     case "escalated":
       return {
@@ -153,7 +161,9 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
       return {
         status: "unknown",
         instruction:
-          "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids; calling the same tool with the same arguments again is safe and asks for the outcome.",
+          // Safe only in the same run: the run id is part of the intent key, and a new run (over MCP HTTP, a new
+          // session that carries no `_meta["writ/runId"]`) makes the same call a new intent that could write twice.
+          "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids. In this same run (this conversation or session), calling the same tool with the same arguments again is safe and asks for the outcome; from a new session it may count as a new write, so read the record first.",
       };
   }
 }

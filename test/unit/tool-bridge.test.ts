@@ -1,9 +1,12 @@
 // The framework adapters' shared parts (producers/adapters/tool-bridge.ts, intent-bases.ts) against a
 // scripted client: which version and state the next write is built on, and what the model is told.
 // The adapters on a real broker: test/integration/adapters.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { MemoryIntentBases, submitRepeatableToolCall } from "../../producers/adapters/intent-bases.ts";
+import { createWritMcpServer } from "../../producers/adapters/mcp-server.ts";
 import { VersionBook, recallVersions, submitToolCall, toModelResult, type WritCallContext } from "../../producers/adapters/tool-bridge.ts";
 import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
@@ -11,6 +14,7 @@ import type { Versioned } from "../../src/schemas/common.ts";
 const T42 = { type: "ticket", id: "T-42" };
 const at = "2025-01-01T00:00:00.000Z";
 const applied = (extra: Record<string, unknown>): SubmitResult => ({ status: "applied", intentId: "i", intentKey: "k", duplicate: false, at, entity: T42, state: null, version: '"v0"', via: "patch", ...extra }) as SubmitResult;
+const leased: SubmitResult = { status: "rejected", intentId: "i", intentKey: "k", duplicate: false, at, reason: "leased", message: "ticket:T-42 is leased to a change that spans records until 2025-01-01T00:01:00Z at the latest; nothing was written. Submit again once it ends." };
 
 /** A client whose owner is a script: `answer` gives the n-th submission's reply; every submission is kept. */
 function scripted(answer: (i: IntentInput, n: number) => SubmitResult) {
@@ -77,5 +81,39 @@ describe("submitRepeatableToolCall after a conflict", () => {
       ['"v1"', [{ op: "replace", path: "/tags", value: ["billing", "chargeback-risk"] }]],
       ['"v3"', [{ op: "replace", path: "/tags", value: ["billing", "vip", "chargeback-risk"] }]],
     ]);
+  });
+});
+
+describe("what the model is told", () => {
+  it("a leased refusal: call again later with the same arguments (it ends by itself); other refusals hold", () => {
+    const told = toModelResult(leased);
+    expect(told).toMatchObject({ status: "rejected", reason: "leased", instruction: expect.stringContaining("Call the tool again later with the same arguments") });
+    expect(told.instruction).not.toMatch(/do not retry/i);
+    expect(toModelResult({ ...leased, reason: "patch_not_applicable", message: "no" }).instruction).toMatch(/Do not retry it unchanged/);
+  });
+
+  it("over MCP, a leased refusal is not flagged isError (it is no failure of the call); a refusal that holds is", async () => {
+    let answer = leased;
+    const { client } = scripted(() => answer);
+    const server = createWritMcpServer({ client, tools: [tagTicketSpec], read: async () => ({ state: { tags: [] }, version: '"v1"' }) }, { fallbackRunId: "run-1" });
+    const [a, b] = InMemoryTransport.createLinkedPair();
+    await server.connect(a);
+    const mcp = new Client({ name: "test", version: "1" });
+    await mcp.connect(b);
+    try {
+      const first = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" } });
+      expect(first).toMatchObject({ isError: false, structuredContent: { status: "rejected", reason: "leased" } });
+      answer = { ...leased, reason: "patch_not_applicable", message: "no" };
+      const second = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" } });
+      expect(second).toMatchObject({ isError: true, structuredContent: { reason: "patch_not_applicable" } });
+    } finally {
+      await mcp.close();
+    }
+  });
+
+  it("an unknown outcome: calling again with the same arguments is safe only in the same run (a new MCP session is a new run)", () => {
+    const { instruction } = toModelResult({ status: "unknown", intentId: "i", intentKey: "k", message: "no reply" } as SubmitResult);
+    expect(instruction).toMatch(/In this same run \(this conversation or session\), calling the same tool with the same arguments again is safe/);
+    expect(instruction).toMatch(/new session/);
   });
 });
