@@ -1,5 +1,5 @@
 import type { RejectReason } from "../errors.ts";
-import { paramsFingerprint, undoFingerprint } from "../keys.ts";
+import { deltaFingerprint, paramsFingerprint, undoFingerprint } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
 import { escalationMayHaveWritten, type LedgerIntentEntry, type StoredOutcome } from "../schemas/ledger-entry.ts";
@@ -53,6 +53,19 @@ export class Resolver {
       : paramsFingerprint(tool.name, r.intent.entity, r.intent.params, tool.freeTextParams);
     if (fingerprint !== entry.fingerprint || entry.tool !== tool.name) {
       return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one");
+    }
+    // Its delta and base too: the intent is copied from a writ.human record, which any producer can forge under a
+    // real escalation id, and an apply of an appending change writes that delta. It must be an attempt the ledger
+    // holds for this key (free-text values aside, as the key's attempts record them).
+    let attemptPrint: string;
+    try {
+      // As admission records it: a create's and an undo's attempt is their fingerprint.
+      attemptPrint = tool.create || r.intent.undo ? fingerprint : deltaFingerprint(r.intent.delta, tool.isFreeTextPath);
+    } catch {
+      return toOperator("resolution_not_applicable", "the resolution's intent delta has no canonical form: it is not the escalated one");
+    }
+    if (!entry.attempts.some((x) => x.baseVersion === r.intent.baseVersion && x.deltaFingerprint === attemptPrint)) {
+      return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one: its delta or base version is none the ledger holds for this intent key (a forged escalation record?)");
     }
     if (r.decision === "apply") {
       // A create or an undo is not a delta an operator can rebase onto the record as it is now.

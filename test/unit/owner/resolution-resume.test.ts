@@ -62,7 +62,7 @@ function setup(entryStatus: "pending" | "done") {
     entity: T1,
     tool: "add_tag",
     fingerprint: paramsFingerprint("add_tag", T1, params, tool.freeTextParams),
-    attempts: [],
+    attempts: [{ baseVersion: intent.baseVersion, deltaFingerprint: deltaFingerprint(intent.delta, tool.isFreeTextPath) }],
     cycles: 2,
     replyTo: intent.replyTo,
     updatedAt: NOW.toISOString(),
@@ -127,6 +127,25 @@ describe("an operator's apply, resumed after its owner stopped mid-way", () => {
     await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
     expect(sor.lookups).toHaveLength(0);
     expect(sor.patches).toHaveLength(1);
+  });
+});
+
+describe("a resolution whose intent came from a forged escalation record", () => {
+  it("is refused when its delta or base is none the ledger holds for the key: the forged delta is never written", async () => {
+    const { sor, tool, resolution, ledger } = setup("done");
+    const resolver = new Resolver({ now: () => NOW });
+    // Same escalation id, tool, entity and params (all readable on writ.human): only the delta is the forger's.
+    // The tool appends, so an apply would write the intent's own delta.
+    const forged = { ...resolution, intent: { ...resolution.intent, delta: [{ op: "add" as const, path: "/tags/-", value: "ATTACKER" }] } };
+    expect(resolver.plan(forged, tool, forged.replyTo, ledger)).toMatchObject({
+      kind: "settled",
+      effects: { replies: [{ value: { status: "rejected", reason: "resolution_not_applicable", message: expect.stringContaining("forged") } }] },
+    });
+    const otherBase = { ...resolution, intent: { ...resolution.intent, baseVersion: version(7) } };
+    expect(resolver.plan(otherBase, tool, otherBase.replyTo, ledger)).toMatchObject({ kind: "settled" });
+    // The escalated intent itself is carried out.
+    expect(resolver.plan(resolution, tool, resolution.replyTo, ledger)).toMatchObject({ kind: "apply" });
+    expect(sor.patches).toHaveLength(0);
   });
 });
 
