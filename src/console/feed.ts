@@ -77,7 +77,8 @@ export function startFeed(opts: FeedOptions): Feed {
       case "Resolution":
         return state.resolution(where, d.value as Resolution);
       case "Escalation":
-        return state.escalation(where, d.value as Escalation);
+        // The Kafka key too: an owner keys an escalation by its intent's entity; the state drops one keyed otherwise.
+        return state.escalation(where, d.value as Escalation, d.key);
       case "DeadLetter":
         return state.deadLetter(where, d.value as DeadLetter);
       case "Reply":

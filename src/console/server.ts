@@ -11,7 +11,8 @@
 //                                       `update` (the sections that changed)
 //   GET  /api/session                   {role, operator, topics, limits}   (Authorization: Bearer)
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
-//   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403)
+//   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403);
+//                                       404 or 409 with a `reason` when the page may not decide it (state.resolvable)
 import { readFileSync, existsSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -31,7 +32,7 @@ import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
 import { allowedHostsFor, ConsoleAuth, refusedOrigin, type Role } from "./auth.ts";
 import { startFeed, type Feed } from "./feed.ts";
-import { ConsoleState, type ConsoleLimits } from "./state.ts";
+import { ConsoleState, type ConsoleLimits, type NotResolvable } from "./state.ts";
 
 export interface ConsoleOptions {
   brokers: string[];
@@ -133,7 +134,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const replyPrefix = opts.replyPrefix ?? "writ.replies.";
   const groupId = opts.groupId ?? "writ.owners";
   const operatorId = opts.operator?.id ?? "writ-operator";
-  const state = new ConsoleState({ ...opts.topics, replyPrefix }, opts.limits);
+  const maxIntentBytes = opts.operator?.settings?.maxIntentBytes;
+  const state = new ConsoleState({ ...opts.topics, replyPrefix }, { ...(maxIntentBytes !== undefined ? { intentChars: maxIntentBytes } : {}), ...opts.limits });
   const connection: ConnectionSecurity = { ...opts.connection, ...(opts.schemaRegistryUrl ? { schemaRegistryUrl: opts.schemaRegistryUrl } : {}) };
   registerCompressionCodecs();
   const kafka = new Kafka({
@@ -180,7 +182,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   // Event streams: everything on connect, then what changed, at most every 250 ms.
   const streams = new Set<ServerResponse>();
   const maxStreams = opts.maxStreams ?? 32;
-  const frame = (event: string, data: unknown): string => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+  const frame = (event: string, data: unknown): string | null => sseFrame(event, data, log);
   const send = (res: ServerResponse, text: string): void => {
     // A client that does not read (8 MiB buffered) is dropped; its browser reconnects and starts from a snapshot.
     if (res.writableLength > 8 << 20) {
@@ -195,7 +197,9 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     if (changes === null) return;
     // One serialization per change, whatever the number of streams: a burst of escalations makes the section megabytes.
     const text = frame("update", changes);
-    for (const res of streams) send(res, text);
+    // Skipped: the open pages would miss those sections, so they are closed; they reconnect and start from a snapshot.
+    if (text === null) for (const res of streams) res.end();
+    else for (const res of streams) send(res, text);
   }, 250);
   const heartbeat = setInterval(() => {
     for (const res of streams) res.write(": keep-alive\n\n");
@@ -237,10 +241,12 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       const role = auth.role(ConsoleAuth.tokenOf(req, url, true));
       if (role === null) return unauthorized(res, false);
       if (streams.size >= maxStreams) return reply(res, 503, { error: `too many open event streams (${maxStreams})` });
+      const snapshot = frame("snapshot", state.snapshot());
+      if (snapshot === null) return reply(res, 503, { error: "the console's state could not be sent; try again" }, { "retry-after": "2" });
       res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", "x-accel-buffering": "no" });
       res.write("retry: 2000\n\n");
-      send(res, frame("hello", session(role)));
-      send(res, frame("snapshot", state.snapshot()));
+      send(res, frame("hello", session(role))!);
+      send(res, snapshot);
       streams.add(res);
       req.on("close", () => streams.delete(res));
       return;
@@ -294,11 +300,19 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     } catch {
       return reply(res, 400, { error: "bad request: not JSON" });
     }
-    const escalation = state.openEscalation(escalationId);
-    if (!escalation) {
-      const known = state.escalationItem(escalationId);
-      return known ? reply(res, 409, { error: "this escalation is not open any more", escalation: known }) : reply(res, 404, { error: "no such escalation (or not read by this console)" });
+    const found = state.resolvable(escalationId);
+    if ("refused" in found) {
+      // 409 only for what the page cannot decide; a close some reply reported is no reason (the owner answers).
+      const why: Record<NotResolvable, string> = {
+        escalation_unknown: "no such escalation (or not read by this console)",
+        escalation_not_open: "this escalation is not open any more (the owner answered a decision from this console)",
+        escalation_contested: "two different records claim this escalation id: decide from the ledger (writ escalations list, writ escalations resolve)",
+        escalation_too_large: "this escalation's intent is too large to resolve from the page: use writ escalations resolve",
+      };
+      if (found.refused === "escalation_unknown") return reply(res, 404, { error: why.escalation_unknown, reason: found.refused });
+      return reply(res, 409, { error: why[found.refused], reason: found.refused, escalation: found.item ?? null });
     }
+    const escalation = found.escalation;
     if (body.decision === "apply" && body.baseVersion === undefined && !escalation.current) {
       return reply(res, 400, { error: "the escalation shows no record version: give the base version to apply on" });
     }
@@ -365,6 +379,20 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       return closing;
     },
   };
+}
+
+/**
+ * A server-sent event, or null when it cannot be made (logged). The state is bounded, but what it holds came
+ * from hostile records: a frame that fails to serialize (RangeError: Invalid string length) must cost that
+ * frame, never the process (the pump runs on a timer: an exception there exits).
+ */
+export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error">): string | null {
+  try {
+    return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+  } catch (err) {
+    log.error({ err, event }, "console: a frame could not be made; skipped");
+    return null;
+  }
 }
 
 class BodyTooLarge extends Error {}

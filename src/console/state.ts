@@ -2,6 +2,15 @@
 // reads from writ's topics go in here, decoded; the server sends snapshots of
 // it (whole on connect, then the sections that changed). No Kafka, no HTTP:
 // a plain object, so its rules can be tested without a broker.
+//
+// Every record read here is hostile: any producer can write writ.human,
+// writ.dlq and the reply topics. So every string taken from one is cut to a
+// bound as it comes in (a record's megabyte message would otherwise be kept,
+// and sent to every page), and nothing read from a reply or a second record
+// decides what the operator may do: the owner's ledger does.
+import { createHash } from "node:crypto";
+import { canonicalJson } from "../canonical-json.ts";
+import { entityKey } from "../schemas/common.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { Reply } from "../schemas/reply.ts";
@@ -24,9 +33,22 @@ export interface ConsoleLimits {
   escalations: number;
   /** Characters of JSON kept per record state, change or params (longer ones are cut, and say so). */
   valueChars: number;
+  /** Characters kept of a message or reason read from a record (longer ones are cut, and say so). */
+  textChars: number;
+  /**
+   * Characters of JSON kept of an open escalation's intent, for resolving it (the owners' maxIntentBytes: a
+   * larger intent was never admitted, and its resolution would be refused as too large anyway).
+   */
+  intentChars: number;
 }
 
-export const DEFAULT_LIMITS: ConsoleLimits = { recent: 100, inFlight: 2000, escalations: 500, valueChars: 4000 };
+export const DEFAULT_LIMITS: ConsoleLimits = { recent: 100, inFlight: 2000, escalations: 500, valueChars: 4000, textChars: 2000, intentChars: 262_144 };
+
+/**
+ * Characters kept of an id, name, entity, version or key read from a record. One cut keeps a digest of the
+ * whole, so two long ids sharing a beginning stay two.
+ */
+export const NAME_CHARS = 200;
 
 /** JSON text, cut at `valueChars`. */
 export interface Clipped {
@@ -91,6 +113,12 @@ export interface ConflictItem {
 export interface ResolutionOutcome {
   /** applied, discarded, returned: the escalation is closed; not_open: an owner said it is not open (any more). */
   outcome: "applied" | "discarded" | "returned" | "not_open";
+  /**
+   * console: the owner's answer to a decision this console sent (final: the page refuses another). reply: read
+   * on a reply topic, which any producer can write: reported only, the operator may still decide (the owner
+   * answers resolution_not_applicable when it really is closed).
+   */
+  from: "console" | "reply";
   by: string | null;
   at: string;
   message?: string;
@@ -121,6 +149,12 @@ export interface EscalationItem {
   resolution?: ResolutionOutcome;
   /** The last decision sent on it that did not close it (e.g. a resolution_conflict). */
   lastAttempt?: { decision: string; by: string | null; at: string; status: string; reason?: string; message?: string };
+  /**
+   * Another record on writ.human claims this escalation id with a different intent, reason or message (where
+   * it was read): one of them is forged, and the page refuses to resolve it (the ledger decides: `writ
+   * escalations list`, `writ escalations resolve`).
+   */
+  contested?: { where: RecordRef };
   where: RecordRef;
 }
 
@@ -175,6 +209,10 @@ export interface Counts {
   inFlightDropped: number;
   /** Records that did not decode (they are in writ.dlq when they were intents). */
   undecodable: number;
+  /** writ.human records not kept: their Kafka key is not their intent's entity key (an owner writes it so; forged). */
+  escalationsMiskeyed: number;
+  /** Strings read from records that were cut to the console's bounds. */
+  cut: number;
 }
 
 export interface ConsoleTopics {
@@ -200,7 +238,8 @@ export interface ConsoleSnapshot {
 
 export type Section = Exclude<keyof ConsoleSnapshot, "at">;
 
-const entityText = (e: { type: string; id: string } | undefined | null): string | null => (e ? `${e.type}:${e.id}` : null);
+/** Why the page may not resolve an escalation (the answer's `reason`, with 404 for unknown, 409 otherwise). */
+export type NotResolvable = "escalation_unknown" | "escalation_not_open" | "escalation_contested" | "escalation_too_large";
 
 /** The console's memory. Every list is bounded; the maps that correlate records are too. */
 export class ConsoleState {
@@ -221,6 +260,8 @@ export class ConsoleState {
     inFlight: 0,
     inFlightDropped: 0,
     undecodable: 0,
+    escalationsMiskeyed: 0,
+    cut: 0,
   };
   /** Next offset to accept per topic-partition: a record read twice (a reader restarted) counts once. */
   private readonly next = new Map<string, bigint>();
@@ -239,8 +280,13 @@ export class ConsoleState {
   private conflicts: ConflictItem[] = [];
   private deadLetters: DeadLetterItem[] = [];
   private readonly escalations = new Map<string, EscalationItem>();
-  /** The escalations as read, for resolving; only open ones are kept. */
-  private readonly openRaw = new Map<string, Escalation>();
+  /**
+   * What resolving an escalation needs of its record (escalation id, intent, record version), as JSON: only
+   * that, and only while the page may resolve it.
+   */
+  private readonly openRaw = new Map<string, string>();
+  /** Escalation id → digest of the first record's intent, reason and message (a second record that differs contests it). */
+  private readonly fingerprints = new Map<string, string>();
   private lag: LagView | null = null;
   /** The owners' committed offset per intents partition: an intent below it has its result committed (settled). */
   private readonly committed = new Map<number, bigint>();
@@ -265,15 +311,54 @@ export class ConsoleState {
     return true;
   }
 
+  /**
+   * Compact JSON first, cut when too long; indented only when the compact form fits. Indenting first would
+   * cost the indented length, and a deeply nested value indents to a hundred times its size (a megabyte of
+   * arrays 118 deep: 121 M characters, 0.4 s a value). Values come decoded at most 128 deep (decodeRecord),
+   * so indenting one that fits is bounded; the compact form is shown when the indented one would not fit.
+   */
   clip(value: unknown): Clipped {
+    const max = this.limits.valueChars;
     let json: string;
     try {
-      json = JSON.stringify(value, null, 2) ?? "null";
+      json = JSON.stringify(value) ?? "null";
     } catch {
       json = String(value);
     }
-    if (json.length <= this.limits.valueChars) return { json, truncated: false };
-    return { json: `${json.slice(0, this.limits.valueChars)}\n… (${json.length - this.limits.valueChars} more characters)`, truncated: true };
+    if (json.length > max) {
+      this.counts.cut++;
+      return { json: `${json.slice(0, max)}\n… (${json.length - max} more characters)`, truncated: true };
+    }
+    let indented: string | undefined;
+    try {
+      indented = JSON.stringify(value, null, 2);
+    } catch {
+      indented = undefined;
+    }
+    return { json: indented !== undefined && indented.length <= max ? indented : json, truncated: false };
+  }
+
+  /** A message or reason from a record, at most `textChars` characters; a cut one says how many went. */
+  text(s: string): string {
+    const max = this.limits.textChars;
+    if (s.length <= max) return s;
+    this.counts.cut++;
+    return `${s.slice(0, max)}… (${s.length - max} more characters)`;
+  }
+
+  private textOf(s: unknown): string | undefined {
+    return typeof s === "string" ? this.text(s) : undefined;
+  }
+
+  /** An id, name, entity, version or key from a record, at most about NAME_CHARS characters (a cut one keeps a digest of the whole). */
+  name(s: string): string {
+    if (s.length <= NAME_CHARS) return s;
+    this.counts.cut++;
+    return `${s.slice(0, NAME_CHARS - 40)}… (${s.length} characters, sha256 ${createHash("sha256").update(s).digest("hex").slice(0, 16)})`;
+  }
+
+  private entityText(e: { type: string; id: string } | undefined | null): string | null {
+    return e ? this.name(`${e.type}:${e.id}`) : null;
   }
 
   private remember<K, V>(map: Map<K, V>, key: K, value: V, cap: number): void {
@@ -313,19 +398,21 @@ export class ConsoleState {
   intent(where: RecordRef, intent: WriteIntent): void {
     if (!this.accept(where)) return;
     this.counts.intents++;
-    const entity = entityText(intent.entity)!;
-    this.remember(this.intentMeta, intent.intentId, { agent: intent.agent.id, tool: intent.tool, entity, baseVersion: intent.baseVersion }, this.correlationCap);
-    if (!this.answered.has(intent.intentId)) {
+    const entity = this.entityText(intent.entity)!;
+    const intentId = this.name(intent.intentId);
+    const [agent, tool, baseVersion] = [this.name(intent.agent.id), this.name(intent.tool), this.name(intent.baseVersion)];
+    this.remember(this.intentMeta, intentId, { agent, tool, entity, baseVersion }, this.correlationCap);
+    if (!this.answered.has(intentId)) {
       this.track({
         kind: "intent",
-        intentId: intent.intentId,
-        intentKey: intent.intentKey,
+        intentId,
+        intentKey: this.name(intent.intentKey),
         entity,
-        tool: intent.tool,
-        agent: intent.agent.id,
-        runId: intent.agent.runId,
-        baseVersion: intent.baseVersion,
-        createdAt: intent.createdAt,
+        tool,
+        agent,
+        runId: this.name(intent.agent.runId),
+        baseVersion,
+        createdAt: this.name(intent.createdAt),
         where,
       });
     }
@@ -335,21 +422,23 @@ export class ConsoleState {
   resolution(where: RecordRef, r: Resolution): void {
     if (!this.accept(where)) return;
     this.counts.resolutions++;
-    const entity = entityText(r.entity)!;
-    this.remember(this.resolutions, r.resolutionId, { escalationId: r.escalationId, decision: r.decision, by: r.operator.id }, this.correlationCap);
-    this.remember(this.intentMeta, r.resolutionId, { agent: r.operator.id, tool: r.intent.tool, entity, baseVersion: r.baseVersion ?? "" }, this.correlationCap);
-    if (!this.answered.has(r.resolutionId)) {
+    const entity = this.entityText(r.entity)!;
+    const resolutionId = this.name(r.resolutionId);
+    const [by, tool, baseVersion] = [this.name(r.operator.id), this.name(r.intent.tool), r.baseVersion === undefined ? null : this.name(r.baseVersion)];
+    this.remember(this.resolutions, resolutionId, { escalationId: this.name(r.escalationId), decision: r.decision, by }, this.correlationCap);
+    this.remember(this.intentMeta, resolutionId, { agent: by, tool, entity, baseVersion: baseVersion ?? "" }, this.correlationCap);
+    if (!this.answered.has(resolutionId)) {
       this.track({
         kind: "resolution",
-        intentId: r.resolutionId,
-        intentKey: r.intent.intentKey,
+        intentId: resolutionId,
+        intentKey: this.name(r.intent.intentKey),
         entity,
-        tool: r.intent.tool,
-        agent: r.operator.id,
+        tool,
+        agent: by,
         runId: null,
-        baseVersion: r.baseVersion ?? null,
+        baseVersion,
         decision: r.decision,
-        createdAt: r.createdAt,
+        createdAt: this.name(r.createdAt),
         where,
       });
     }
@@ -374,45 +463,46 @@ export class ConsoleState {
 
   reply(where: RecordRef, reply: Reply): void {
     if (!this.accept(where)) return;
-    this.remember(this.answered, reply.intentId, true, this.correlationCap);
-    if (this.inFlight.delete(reply.intentId)) {
+    const intentId = this.name(reply.intentId);
+    this.remember(this.answered, intentId, true, this.correlationCap);
+    if (this.inFlight.delete(intentId)) {
       this.dirty.add("inFlight");
     }
-    const meta = this.intentMeta.get(reply.intentId);
-    const fromTopic = where.topic.startsWith(this.topics.replyPrefix) ? where.topic.slice(this.topics.replyPrefix.length) : null;
+    const meta = this.intentMeta.get(intentId);
+    const fromTopic = where.topic.startsWith(this.topics.replyPrefix) ? this.name(where.topic.slice(this.topics.replyPrefix.length)) : null;
     const r = reply as Reply & Record<string, unknown>;
-    const entity = reply.status === "rejected" ? null : entityText(reply.entity);
+    const entity = reply.status === "rejected" ? null : this.entityText(reply.entity);
     const item: ReplyItem = {
-      intentId: reply.intentId,
-      intentKey: reply.intentKey,
+      intentId,
+      intentKey: this.name(reply.intentKey),
       status: reply.status,
       duplicate: reply.duplicate,
-      at: reply.at,
+      at: this.name(reply.at),
       entity: entity ?? meta?.entity ?? null,
       tool: meta?.tool ?? null,
       agent: meta?.agent ?? fromTopic,
       agentFromTopic: meta === undefined && fromTopic !== null,
       where,
     };
-    if (typeof r.resolvedBy === "string") item.resolvedBy = r.resolvedBy;
+    if (typeof r.resolvedBy === "string") item.resolvedBy = this.name(r.resolvedBy);
     switch (reply.status) {
       case "applied":
-        item.version = reply.version;
-        item.via = reply.via;
+        item.version = this.name(reply.version);
+        item.via = this.name(reply.via);
         break;
       case "conflict":
         item.cycle = reply.cycle;
-        item.message = reply.message;
-        item.version = reply.current.version;
+        item.message = this.text(reply.message);
+        item.version = this.name(reply.current.version);
         break;
       case "rejected":
-        item.reason = reply.reason;
-        item.message = reply.message;
+        item.reason = this.text(reply.reason);
+        item.message = this.text(reply.message);
         break;
       case "escalated":
-        item.reason = reply.reason;
-        item.message = reply.message;
-        item.escalationId = reply.escalationId;
+        item.reason = this.text(reply.reason);
+        item.message = this.text(reply.message);
+        item.escalationId = this.name(reply.escalationId);
         break;
     }
     this.counts[reply.status]++;
@@ -421,101 +511,152 @@ export class ConsoleState {
     const sections: Section[] = ["replies", "counts"];
     if (reply.status === "conflict") {
       const conflict: ConflictItem = {
-        intentId: reply.intentId,
-        intentKey: reply.intentKey,
-        at: reply.at,
-        entity: entityText(reply.entity)!,
+        intentId,
+        intentKey: item.intentKey,
+        at: item.at,
+        entity: entity!,
         tool: item.tool,
         agent: item.agent,
         cycle: reply.cycle,
-        message: reply.message,
+        message: item.message!,
         baseVersion: meta?.baseVersion ?? null,
-        current: { version: reply.current.version, state: this.clip(reply.current.state) },
+        current: { version: item.version!, state: this.clip(reply.current.state) },
         yourChange: this.clip(reply.your_change),
         where,
       };
       this.conflicts = [conflict, ...this.conflicts].slice(0, this.limits.recent);
       sections.push("conflicts");
     }
-    if (this.noteOutcome(reply)) sections.push("escalations");
+    if (this.noteOutcome(intentId, item)) sections.push("escalations");
     this.changed(...sections);
   }
 
-  /** A reply that closes or answers an escalation: the agent's (escalated intent id) or the operator's (resolution id). */
-  private noteOutcome(reply: Reply): boolean {
-    const r = reply as Reply & { resolvedBy?: unknown };
-    const by = typeof r.resolvedBy === "string" ? r.resolvedBy : null;
-    const closing = closingOutcome(reply, by);
-    const resolution = this.resolutions.get(reply.intentId);
+  /**
+   * A reply that closes or answers an escalation: the agent's (escalated intent id) or the operator's (resolution
+   * id). Any producer can write a reply topic, and a resolution on the intents topic: what one says is shown as
+   * reported (`from: "reply"`), and leaves the escalation resolvable from the page.
+   */
+  private noteOutcome(intentId: string, reply: ReplyItem): boolean {
+    const closing = closingOutcome(reply, reply.resolvedBy ?? null, "reply");
+    const resolution = this.resolutions.get(intentId);
     if (resolution) {
       const item = this.escalations.get(resolution.escalationId);
       if (closing) return item ? this.close(item, closing) : false;
       if (!item) return false;
       if (reply.status === "rejected" && reply.reason === "resolution_not_applicable" && item.status === "open") {
-        return this.close(item, { outcome: "not_open", by: resolution.by, at: reply.at, message: reply.message });
+        return this.close(item, { outcome: "not_open", from: "reply", by: resolution.by, at: reply.at, ...(reply.message !== undefined ? { message: reply.message } : {}) });
       }
-      const detail = reply as { reason?: unknown; message?: unknown };
       item.lastAttempt = {
         decision: resolution.decision,
         by: resolution.by,
         at: reply.at,
         status: reply.status,
-        ...(typeof detail.reason === "string" ? { reason: detail.reason } : {}),
-        ...(typeof detail.message === "string" ? { message: detail.message } : {}),
+        ...(reply.reason !== undefined ? { reason: reply.reason } : {}),
+        ...(reply.message !== undefined ? { message: reply.message } : {}),
       };
       return true;
     }
     if (!closing) return false;
-    const escalationId = this.escalationOfIntent.get(reply.intentId);
+    const escalationId = this.escalationOfIntent.get(intentId);
     const item = escalationId === undefined ? undefined : this.escalations.get(escalationId);
     if (item) return this.close(item, closing);
-    this.remember(this.earlyOutcomes, reply.intentId, closing, this.correlationCap);
+    this.remember(this.earlyOutcomes, intentId, closing, this.correlationCap);
     return false;
   }
 
+  /**
+   * The owner's answer to this console's own decision is final (the page refuses another decision); a reply
+   * read on a topic is only reported: it never replaces the console's answer, and a later one replaces it only
+   * when it said not_open. The record a resolution needs is dropped only on a final answer.
+   */
   private close(item: EscalationItem, outcome: ResolutionOutcome): boolean {
-    if (item.status === "resolved" && item.resolution?.outcome !== "not_open") return false;
+    const had = item.resolution;
+    if (had?.from === "console" && (outcome.from === "reply" || had.outcome !== "not_open")) return false;
+    if (had?.from === "reply" && outcome.from === "reply" && had.outcome !== "not_open") return false;
     if (item.status === "open") {
       this.counts.escalationsOpen--;
       this.counts.escalationsResolved++;
     }
     item.status = "resolved";
     item.resolution = outcome;
-    this.openRaw.delete(item.escalationId);
+    if (outcome.from === "console") this.openRaw.delete(item.escalationId);
     this.dirty.add("counts");
     return true;
   }
 
-  escalation(where: RecordRef, e: Escalation): void {
+  /**
+   * Digest of what a second record for the same escalation id must repeat: the intent, the reason, the message.
+   * Canonical JSON (key order does not count) for an intent an owner could have admitted; for a larger one, its
+   * compact JSON (canonicalizing a megabyte costs a tenth of a second; it can be no owner's, and any difference
+   * contests, which only refuses the page a decision).
+   */
+  private fingerprint(e: Escalation, intentJson: string): string {
+    let text: string | undefined;
+    if (intentJson.length <= this.limits.intentChars) {
+      try {
+        text = canonicalJson({ intent: e.intent, reason: e.reason, message: e.message });
+      } catch {
+        text = undefined;
+      }
+    }
+    text ??= `${intentJson}\u0000${JSON.stringify([e.reason, e.message])}`;
+    return createHash("sha256").update(text).digest("hex");
+  }
+
+  /**
+   * An escalation read on writ.human. Kept only when keyed as an owner keys it (its intent's entity key). The
+   * first record for an id is shown; a later one with another intent, reason or message contests it (one of
+   * them is forged; which, only the ledger says).
+   */
+  escalation(where: RecordRef, e: Escalation, key: string | null): void {
     if (!this.accept(where)) return;
-    if (this.escalations.has(e.escalationId)) return;
+    if (key !== entityKey(e.intent.entity)) {
+      this.counts.escalationsMiskeyed++;
+      this.changed("counts");
+      return;
+    }
+    const escalationId = this.name(e.escalationId);
+    const intentJson = JSON.stringify(e.intent);
+    const kept = this.escalations.get(escalationId);
+    if (kept) {
+      if (kept.contested || this.fingerprints.get(escalationId) === this.fingerprint(e, intentJson)) return;
+      kept.contested = { where };
+      this.openRaw.delete(escalationId);
+      this.changed("escalations");
+      return;
+    }
+    const intentId = this.name(e.intent.intentId);
     const item: EscalationItem = {
-      escalationId: e.escalationId,
-      reason: e.reason,
-      message: e.message,
-      at: e.at,
-      entity: entityText(e.intent.entity)!,
-      tool: e.intent.tool,
-      agent: e.intent.agent.id,
-      runId: e.intent.agent.runId,
-      intentId: e.intent.intentId,
-      intentKey: e.intent.intentKey,
+      escalationId,
+      reason: this.text(e.reason),
+      message: this.text(e.message),
+      at: this.name(e.at),
+      entity: this.entityText(e.intent.entity)!,
+      tool: this.name(e.intent.tool),
+      agent: this.name(e.intent.agent.id),
+      runId: this.name(e.intent.agent.runId),
+      intentId,
+      intentKey: this.name(e.intent.intentKey),
       cycles: e.cycles,
-      baseVersion: e.intent.baseVersion,
+      baseVersion: this.name(e.intent.baseVersion),
       change: this.clip(e.intent.delta),
       params: this.clip(e.intent.params),
-      current: e.current ? { version: e.current.version, state: this.clip(e.current.state) } : null,
+      current: e.current ? { version: this.name(e.current.version), state: this.clip(e.current.state) } : null,
       mayHaveWritten: e.mayHaveWritten === true || e.reason === "outcome_unknown",
       status: "open",
       where,
     };
-    this.escalations.set(e.escalationId, item);
-    this.escalationOfIntent.set(e.intent.intentId, e.escalationId);
-    this.openRaw.set(e.escalationId, e);
+    this.escalations.set(escalationId, item);
+    this.fingerprints.set(escalationId, this.fingerprint(e, intentJson));
+    this.escalationOfIntent.set(intentId, escalationId);
+    // Of the record, only what a resolution carries, and only when it fits what an owner admits.
+    if (intentJson.length <= this.limits.intentChars) {
+      this.openRaw.set(escalationId, `{"escalationId":${JSON.stringify(e.escalationId)},"intent":${intentJson},"version":${JSON.stringify(e.current?.version ?? null)}}`);
+    }
     this.counts.escalationsOpen++;
-    const early = this.earlyOutcomes.get(e.intent.intentId);
+    const early = this.earlyOutcomes.get(intentId);
     if (early) {
-      this.earlyOutcomes.delete(e.intent.intentId);
+      this.earlyOutcomes.delete(intentId);
       this.close(item, early);
     }
     this.evictEscalations();
@@ -529,13 +670,9 @@ export class ConsoleState {
    */
   private evictEscalations(): void {
     while (this.escalations.size > this.limits.escalations) {
-      let victim: EscalationItem | undefined;
-      for (const item of this.escalations.values()) {
-        if (item.status === "resolved") {
-          victim = item;
-          break;
-        }
-      }
+      // Closed by this console's own decision first; then ones a reply reported closed (maybe forged).
+      const resolved = [...this.escalations.values()].filter((item) => item.status === "resolved");
+      let victim = resolved.find((item) => item.resolution?.from === "console") ?? resolved[0];
       if (victim === undefined) {
         victim = [...this.escalations.values()].at(-1)!;
         this.counts.escalationsDropped++;
@@ -543,6 +680,7 @@ export class ConsoleState {
       this.escalations.delete(victim.escalationId);
       this.escalationOfIntent.delete(victim.intentId);
       this.openRaw.delete(victim.escalationId);
+      this.fingerprints.delete(victim.escalationId);
       if (victim.status === "open") this.counts.escalationsOpen--;
       else this.counts.escalationsResolved--;
     }
@@ -551,14 +689,14 @@ export class ConsoleState {
   deadLetter(where: RecordRef, d: DeadLetter): void {
     if (!this.accept(where)) return;
     const item: DeadLetterItem = {
-      reason: d.reason,
-      message: d.message,
-      at: d.at,
-      key: d.key,
-      source: { topic: d.source.topic, partition: d.source.partition, offset: d.source.offset },
+      reason: this.text(d.reason),
+      message: this.text(d.message),
+      at: this.name(d.at),
+      key: d.key === null ? null : this.name(d.key),
+      source: { topic: this.name(d.source.topic), partition: d.source.partition, offset: this.name(d.source.offset) },
       originalBytes: d.originalBytes,
       truncated: d.truncated,
-      sha256: d.sha256,
+      sha256: this.name(d.sha256),
       where,
     };
     this.counts.deadLetters++;
@@ -591,9 +729,23 @@ export class ConsoleState {
     this.changed(...sections);
   }
 
-  /** An open escalation as read from writ.human (what a resolution needs); undefined when unknown or closed. */
-  openEscalation(escalationId: string): Escalation | undefined {
-    return this.openRaw.get(escalationId);
+  /**
+   * The escalation as far as a resolution needs it (id, intent, record version, from the record read on
+   * writ.human), or why the page may not resolve it: unknown; closed by this console's own decision (a close a
+   * reply reported leaves it resolvable: the owner answers resolution_not_applicable if it is closed);
+   * contested by another record; or its intent too large to have been admitted.
+   */
+  resolvable(escalationId: string): { escalation: Escalation } | { refused: NotResolvable; item?: EscalationItem } {
+    const item = this.escalations.get(escalationId);
+    if (!item) return { refused: "escalation_unknown" };
+    if (item.contested) return { refused: "escalation_contested", item };
+    if (item.resolution?.from === "console") return { refused: "escalation_not_open", item };
+    const raw = this.openRaw.get(escalationId);
+    if (raw === undefined) return { refused: "escalation_too_large", item };
+    const { escalationId: id, intent, version } = JSON.parse(raw) as { escalationId: string; intent: WriteIntent; version: string | null };
+    return {
+      escalation: { escalationId: id, reason: item.reason, message: item.message, intent, cycles: item.cycles, current: version === null ? null : { state: null, version }, at: item.at },
+    };
   }
 
   escalationItem(escalationId: string): EscalationItem | undefined {
@@ -604,11 +756,17 @@ export class ConsoleState {
   resolutionAnswered(escalationId: string, decision: string, by: string, answer: { status: string; reason?: string; message?: string; at?: string; version?: string }): void {
     const item = this.escalations.get(escalationId);
     if (!item) return;
-    const at = answer.at ?? new Date().toISOString();
-    const closing = closingOutcome(answer as Reply, by);
+    const a = {
+      status: this.name(answer.status),
+      at: this.name(answer.at ?? new Date().toISOString()),
+      ...(answer.reason !== undefined ? { reason: this.text(answer.reason) } : {}),
+      ...(answer.message ? { message: this.text(answer.message) } : {}),
+      ...(answer.version !== undefined ? { version: this.name(answer.version) } : {}),
+    };
+    const closing = closingOutcome(a, by, "console");
     if (closing) this.close(item, closing);
-    else if (answer.status === "rejected" && answer.reason === "resolution_not_applicable") this.close(item, { outcome: "not_open", by, at, ...(answer.message ? { message: answer.message } : {}) });
-    else item.lastAttempt = { decision, by, at, status: answer.status, ...(answer.reason ? { reason: answer.reason } : {}), ...(answer.message ? { message: answer.message } : {}) };
+    else if (a.status === "rejected" && a.reason === "resolution_not_applicable") this.close(item, { outcome: "not_open", from: "console", by, at: a.at, ...(a.message ? { message: a.message } : {}) });
+    else item.lastAttempt = { decision, by, at: a.at, status: a.status, ...(a.reason ? { reason: a.reason } : {}), ...(a.message ? { message: a.message } : {}) };
     this.changed("escalations", "counts");
   }
 
@@ -667,11 +825,11 @@ export class ConsoleState {
 }
 
 /** The outcome of a reply that closes an escalation (carries `resolvedBy`), else null. */
-function closingOutcome(reply: { status: string; reason?: string; message?: string; at?: string; version?: string }, by: string | null): ResolutionOutcome | null {
+function closingOutcome(reply: { status: string; reason?: string; message?: string; at?: string; version?: string }, by: string | null, from: ResolutionOutcome["from"]): ResolutionOutcome | null {
   const at = reply.at ?? new Date().toISOString();
   if (by === null) return null;
-  if (reply.status === "applied") return { outcome: "applied", by, at, ...(reply.version ? { version: reply.version } : {}) };
-  if (reply.status === "rejected" && reply.reason === "escalation_discarded") return { outcome: "discarded", by, at, ...(reply.message ? { message: reply.message } : {}) };
-  if (reply.status === "rejected" && reply.reason === "returned_by_operator") return { outcome: "returned", by, at, ...(reply.message ? { message: reply.message } : {}) };
+  if (reply.status === "applied") return { outcome: "applied", from, by, at, ...(reply.version ? { version: reply.version } : {}) };
+  if (reply.status === "rejected" && reply.reason === "escalation_discarded") return { outcome: "discarded", from, by, at, ...(reply.message ? { message: reply.message } : {}) };
+  if (reply.status === "rejected" && reply.reason === "returned_by_operator") return { outcome: "returned", from, by, at, ...(reply.message ? { message: reply.message } : {}) };
   return null;
 }

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Kafka, logLevel } from "kafkajs";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
@@ -215,7 +216,8 @@ describe("writ console, in headless Chromium", () => {
     const daveTicket = `T-${h.id}-dave`;
     const escalated = await escalate(h, carol, carolTicket);
     await escalate(h, dave, daveTicket);
-    const escalation = (await h.readTopic(h.config.topics.human, "Escalation", 2)).find((e) => e.intent.intentKey === escalated.intentKey) as Escalation;
+    const humanRecords = await h.readTopic(h.config.topics.human, "Escalation", 2);
+    const escalation = humanRecords.find((e) => e.intent.intentKey === escalated.intentKey) as Escalation;
     expect(escalation.current?.version).toBeTruthy();
     const esc = page.locator(`#escalations article[data-escalation-id="${escalation.escalationId}"]`);
     await esc.waitFor();
@@ -314,6 +316,31 @@ describe("writ console, in headless Chromium", () => {
       await page.screenshot({ path: join(ROOT, "docs", "console.png"), fullPage: true });
       await expect(shotReply).resolves.toMatchObject({ status: "applied" });
     }
+    // --- hostile records (any producer may write a reply topic or writ.human) ---
+    const daveEscalation = humanRecords.find((e) => e.intent.agent.id === `${p}-dave`) as Escalation;
+    const daveCard = page.locator(`#escalations article[data-escalation-id="${daveEscalation.escalationId}"]`);
+    const resolveDave = () =>
+      fetch(`${url}/api/escalations/${encodeURIComponent(daveEscalation.escalationId)}/resolve`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: url }, body: JSON.stringify({ decision: "discard" }) });
+    const forger = new Kafka({ brokers: brokers(), clientId: "console-test-forger", logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    // a forged close on dave's reply topic: only reported; the buttons stay (the owner decides)
+    const { intentId, intentKey, entity } = daveEscalation.intent;
+    const forgedClose = { status: "applied", intentId, intentKey, duplicate: false, at: new Date().toISOString(), entity, state: null, version: '"forged"', via: "patch", resolvedBy: "mallory" };
+    await forger.send({ topic: daveEscalation.intent.replyTo, messages: [{ key: intentId, value: JSON.stringify(forgedClose) }] });
+    await waitFor(async () => /^Reported resolved by mallory \(applied; from a reply; the owner decides\)/.test((await daveCard.locator(".outcome").textContent()) ?? ""), { message: "dave's card shows the reported close" });
+    await expect(daveCard.locator(".decide").isVisible()).resolves.toBe(true);
+    await expect(daveCard.locator(".warning.contested").isVisible()).resolves.toBe(false);
+    // a second record for dave's escalation id with another change: contested, no buttons, refused with its reason
+    const forgedEscalation = { ...daveEscalation, message: "safe to apply", intent: { ...daveEscalation.intent, delta: [{ op: "add", path: "/tags/-", value: "ATTACKER" }] } };
+    await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(daveEscalation.intent.entity), value: JSON.stringify(forgedEscalation) }] });
+    await daveCard.locator(".warning.contested").waitFor({ state: "visible" });
+    await expect(daveCard.locator(".decide").isHidden()).resolves.toBe(true);
+    await expect(daveCard.locator(".your-change pre").first().textContent()).resolves.not.toContain("ATTACKER");
+    await expect(daveCard.locator(".msg").textContent()).resolves.toBe(daveEscalation.message);
+    const contested = await resolveDave();
+    expect([contested.status, ((await contested.json()) as { reason?: string }).reason]).toEqual([409, "escalation_contested"]);
+
     expect(errors).toEqual([]);
     expect(readerErrors).toEqual([]);
     const log = logged.join("");

@@ -2,7 +2,9 @@
 // read twice, replies read before their intents or escalations, and the
 // owners' committed offset settling intents that get no reply.
 import { describe, expect, it } from "vitest";
+import { sseFrame } from "../../src/console/server.ts";
 import { ConsoleState } from "../../src/console/state.ts";
+import { entityKey } from "../../src/schemas/common.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../src/schemas/write-intent.ts";
@@ -28,6 +30,8 @@ function intent(n: number, agent = "alice"): WriteIntent {
 const where = (topic: string, offset: number, partition = 0) => ({ topic, partition, offset: String(offset) });
 const applied = (n: number, extra: Record<string, unknown> = {}): Reply =>
   ({ status: "applied", intentId: `i-${n}`, intentKey: key(n), duplicate: false, at, entity: { type: "ticket", id: `T-${n}` }, state: null, version: '"v2"', via: "patch", ...extra }) as Reply;
+/** An escalation read on writ.human, keyed as an owner keys it (its intent's entity). */
+const human = (s: ConsoleState, offset: number, e: Escalation) => s.escalation(where("writ.human", offset), e, entityKey(e.intent.entity));
 const escalation = (n: number): Escalation => ({
   escalationId: `e-${n}`,
   reason: "conflict_cycles_exhausted",
@@ -70,9 +74,9 @@ describe("ConsoleState", () => {
 
   it("an escalation whose write may already have happened says so (marked by the owner, or an unknown outcome)", () => {
     const s = new ConsoleState(topics);
-    s.escalation(where("writ.human", 0), escalation(1));
-    s.escalation(where("writ.human", 1), { ...escalation(2), reason: "sor_protocol", mayHaveWritten: true });
-    s.escalation(where("writ.human", 2), { ...escalation(3), reason: "outcome_unknown" });
+    human(s, 0, escalation(1));
+    human(s, 1, { ...escalation(2), reason: "sor_protocol", mayHaveWritten: true });
+    human(s, 2, { ...escalation(3), reason: "outcome_unknown" });
     const shown = Object.fromEntries(s.snapshot().escalations.map((e) => [e.escalationId, e.mayHaveWritten]));
     expect(shown).toEqual({ "e-1": false, "e-2": true, "e-3": true });
   });
@@ -81,7 +85,7 @@ describe("ConsoleState", () => {
     const s = new ConsoleState(topics, { recent: 5, inFlight: 10, escalations: 3, valueChars: 50 });
     for (let i = 0; i < 40; i++) s.intent(where("writ.intents", i), intent(i));
     for (let i = 0; i < 20; i++) s.reply(where("writ.replies.alice", i), applied(100 + i));
-    for (let i = 0; i < 6; i++) s.escalation(where("writ.human", i), escalation(200 + i));
+    for (let i = 0; i < 6; i++) human(s, i, escalation(200 + i));
     const snap = s.snapshot();
     expect(snap.inFlight).toHaveLength(5);
     expect(snap.counts).toMatchObject({ inFlight: 10, inFlightDropped: 30, applied: 20 });
@@ -96,37 +100,133 @@ describe("ConsoleState", () => {
 
   it("a full list of escalations drops a resolved one first, and never an open one the operator can see", () => {
     const s = new ConsoleState(topics, { escalations: 3 });
-    for (let i = 0; i < 3; i++) s.escalation(where("writ.human", i), escalation(i));
+    for (let i = 0; i < 3; i++) human(s, i, escalation(i));
     s.reply(where("writ.replies.alice", 0), applied(1, { resolvedBy: "ops" }));
-    s.escalation(where("writ.human", 3), escalation(3));
+    human(s, 3, escalation(3));
     // e-1 was resolved: it made room.
     expect(s.snapshot().escalations.map((e) => `${e.escalationId}:${e.status}`)).toEqual(["e-0:open", "e-2:open", "e-3:open"]);
     expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 3, escalationsResolved: 0, escalationsDropped: 0 });
     // All open: the oldest (maybe being decided on the page) stays resolvable; the new one is counted.
-    s.escalation(where("writ.human", 4), escalation(4));
-    expect(s.openEscalation("e-0")).toBeDefined();
-    expect(s.openEscalation("e-4")).toBeUndefined();
+    human(s, 4, escalation(4));
+    expect(s.resolvable("e-0")).toHaveProperty("escalation");
+    expect(s.resolvable("e-4")).toEqual({ refused: "escalation_unknown" });
     expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 3, escalationsDropped: 1 });
   });
 
-  it("an escalation closes on the agent's reply carrying resolvedBy, also when that reply is read first; resolution_not_applicable marks it not open", () => {
+  it("a close read on a reply topic (before or after its escalation) is only reported: the page may still decide; the owner's answer to the console's own decision is final", () => {
     const s = new ConsoleState(topics);
-    s.escalation(where("writ.human", 0), escalation(1));
-    expect(s.openEscalation("e-1")?.intent.intentId).toBe("i-1");
-    s.reply(where("writ.replies.alice", 0), applied(1, { resolvedBy: "ops" }));
-    expect(s.snapshot().escalations[0]).toMatchObject({ status: "resolved", resolution: { outcome: "applied", by: "ops" } });
-    expect(s.openEscalation("e-1")).toBeUndefined();
+    human(s, 0, escalation(1));
+    expect(s.resolvable("e-1")).toMatchObject({ escalation: { escalationId: "e-1", intent: { intentId: "i-1" }, current: { version: '"v4"' } } });
+    // Any producer can write a reply topic: a reply with resolvedBy says who closed it, and leaves it resolvable.
+    s.reply(where("writ.replies.alice", 0), applied(1, { resolvedBy: "mallory" }));
+    expect(s.snapshot().escalations[0]).toMatchObject({ status: "resolved", resolution: { outcome: "applied", from: "reply", by: "mallory" } });
+    expect(s.resolvable("e-1")).toMatchObject({ escalation: { intent: { intentId: "i-1" } } });
 
+    // read before its escalation, likewise
     s.reply(where("writ.replies.alice", 1), { status: "rejected", intentId: "i-2", intentKey: key(2), duplicate: false, at, reason: "returned_by_operator", message: "look again", resolvedBy: "ops" } as Reply);
-    s.escalation(where("writ.human", 1), escalation(2));
-    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-2")).toMatchObject({ status: "resolved", resolution: { outcome: "returned", message: "look again" } });
+    human(s, 1, escalation(2));
+    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-2")).toMatchObject({ status: "resolved", resolution: { outcome: "returned", from: "reply", message: "look again" } });
+    expect(s.resolvable("e-2")).toHaveProperty("escalation");
+    // the owner's answer to a decision sent from the console replaces the reported close, and is final
+    s.resolutionAnswered("e-2", "discard", "ops", { status: "rejected", reason: "resolution_not_applicable", message: "not open" });
+    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-2")).toMatchObject({ resolution: { outcome: "not_open", from: "console" } });
+    expect(s.resolvable("e-2")).toMatchObject({ refused: "escalation_not_open" });
+    // and a later reply does not reopen it to the page
+    s.reply(where("writ.replies.alice", 2), { status: "rejected", intentId: "i-2", intentKey: key(2), duplicate: false, at, reason: "escalation_discarded", message: "x", resolvedBy: "mallory" } as Reply);
+    expect(s.resolvable("e-2")).toMatchObject({ refused: "escalation_not_open" });
 
-    s.escalation(where("writ.human", 2), escalation(3));
+    human(s, 2, escalation(3));
     s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", message: "changed" });
     expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "open", lastAttempt: { reason: "resolution_conflict" } });
-    s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_not_applicable", message: "not open" });
-    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "resolved", resolution: { outcome: "not_open" } });
+    expect(s.resolvable("e-3")).toHaveProperty("escalation");
+    s.resolutionAnswered("e-3", "apply", "ops", { status: "applied", version: '"v5"' });
+    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "resolved", resolution: { outcome: "applied", from: "console", by: "ops" } });
+    expect(s.resolvable("e-3")).toMatchObject({ refused: "escalation_not_open" });
     expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 0, escalationsResolved: 3 });
+  });
+
+  it("a second record with the same escalation id and another intent or message contests it: shown, refused to the page; the same record again does not", () => {
+    const s = new ConsoleState(topics);
+    human(s, 0, escalation(1));
+    human(s, 1, escalation(1)); // the same claim again (read twice): nothing changes
+    expect(s.escalationItem("e-1")?.contested).toBeUndefined();
+    expect(s.resolvable("e-1")).toHaveProperty("escalation");
+    const forged = { ...escalation(1), message: "harmless, safe to apply", intent: { ...intent(1), delta: [{ op: "add" as const, path: "/tags/-", value: "ATTACKER" }] } };
+    human(s, 2, forged);
+    // the first record stays shown, marked contested; the page may not resolve it
+    expect(s.snapshot().escalations[0]).toMatchObject({ escalationId: "e-1", message: "m", contested: { where: where("writ.human", 2) } });
+    expect(s.snapshot().escalations[0]!.change.json).not.toContain("ATTACKER");
+    expect(s.resolvable("e-1")).toMatchObject({ refused: "escalation_contested" });
+    // a reason alone differing contests too
+    human(s, 3, escalation(2));
+    human(s, 4, { ...escalation(2), reason: "outcome_unknown" });
+    expect(s.resolvable("e-2")).toMatchObject({ refused: "escalation_contested" });
+  });
+
+  it("a writ.human record not keyed by its intent's entity (as an owner keys it) is not kept, and counted", () => {
+    const s = new ConsoleState(topics);
+    s.escalation(where("writ.human", 0), escalation(1), "ticket:T-other");
+    s.escalation(where("writ.human", 1), escalation(1), null);
+    expect(s.snapshot().escalations).toEqual([]);
+    expect(s.snapshot().counts).toMatchObject({ escalationsOpen: 0, escalationsMiskeyed: 2 });
+    // the genuine record is then kept, uncontested
+    human(s, 2, escalation(1));
+    expect(s.resolvable("e-1")).toHaveProperty("escalation");
+  });
+
+  it("cuts every string a record brings to a bound, says how much was cut; keeps of an escalation only what resolving needs, within the owners' intent size", () => {
+    const s = new ConsoleState(topics, { textChars: 100, intentChars: 4096 });
+    const mega = "A".repeat(1_000_000);
+    const long = (n: number) => `${n}-${"x".repeat(300)}`;
+    human(s, 0, { ...escalation(1), message: mega, reason: mega, at: mega, intent: { ...intent(1), tool: mega, agent: { id: mega, runId: mega, stepId: "s" } } });
+    s.reply(where("writ.replies.alice", 0), { status: "rejected", intentId: mega, intentKey: mega, duplicate: false, at: mega, reason: mega, message: mega } as Reply);
+    s.reply(where("writ.replies.alice", 1), applied(7, { resolvedBy: mega, version: mega, via: mega }));
+    s.deadLetter(where("writ.dlq", 0), { reason: mega, message: mega, source: { topic: mega, partition: 0, offset: "4" }, key: mega, valueBase64: "", originalBytes: 3, sha256: mega, truncated: false, headers: {}, at: mega });
+    // two long ids sharing their beginning stay two
+    human(s, 1, { ...escalation(2), escalationId: long(1) });
+    human(s, 2, { ...escalation(3), escalationId: long(2) });
+    const snap = s.snapshot();
+    const json = JSON.stringify(snap);
+    expect(json.length).toBeLessThan(20_000);
+    expect(snap.escalations[0]!.message).toBe(`${"A".repeat(100)}… (999900 more characters)`);
+    expect(snap.replies[1]!.message).toMatch(/… \(999900 more characters\)$/);
+    expect(snap.deadLetters[0]!.message).toMatch(/… \(999900 more characters\)$/);
+    expect(snap.escalations).toHaveLength(3);
+    expect(new Set(snap.escalations.map((e) => e.escalationId)).size).toBe(3);
+    expect(snap.counts.cut).toBeGreaterThan(10);
+    // what a resolution carries is the whole record's (the id and intent as written, the version)
+    const r = s.resolvable(snap.escalations[1]!.escalationId);
+    expect(r).toMatchObject({ escalation: { escalationId: long(1), intent: { intentId: "i-2" }, current: { state: null, version: '"v4"' } } });
+    // an intent larger than an owner admits is not kept: the page says to use the CLI
+    human(s, 3, { ...escalation(4), intent: { ...intent(4), params: { big: "y".repeat(5000) } } });
+    expect(s.resolvable("e-4")).toMatchObject({ refused: "escalation_too_large" });
+  });
+
+  it("clip() cuts the compact JSON, and indents only a value whose compact form fits (deep nesting would indent to 100x its size)", () => {
+    const s = new ConsoleState(topics, { valueChars: 4000 });
+    let deep: unknown = 0;
+    for (let i = 0; i < 118; i++) deep = [deep];
+    const value = { a: Array.from({ length: 4000 }, () => deep) };
+    const c = s.clip(value);
+    expect(c.truncated).toBe(true);
+    // the compact text, cut: no indentation in it
+    expect(c.json.startsWith(`{"a":[[[[`)).toBe(true);
+    expect(c.json).toMatch(new RegExp(`\\n… \\(${JSON.stringify(value).length - 4000} more characters\\)$`));
+    // a small value is indented as before
+    expect(s.clip({ a: [1] })).toEqual({ json: '{\n  "a": [\n    1\n  ]\n}', truncated: false });
+    // one that fits compact but not indented is shown whole, compact
+    let nested: unknown = "x";
+    for (let i = 0; i < 100; i++) nested = [nested];
+    expect(s.clip(nested)).toEqual({ json: JSON.stringify(nested), truncated: false });
+  });
+
+  it("a frame that cannot be serialized is logged and skipped (it threw in the pump's timer: the process exited)", () => {
+    const logged: unknown[] = [];
+    const log = { error: (...a: unknown[]) => void logged.push(a) };
+    const tooLong = { toJSON: () => { throw new RangeError("Invalid string length"); } };
+    expect(sseFrame("update", { escalations: [tooLong] }, log as never)).toBeNull();
+    expect(logged).toHaveLength(1);
+    expect(sseFrame("update", { a: 1 }, log as never)).toBe('event: update\ndata: {"a":1}\n\n');
   });
 
   it("changes() hands out only the sections that changed, once", () => {

@@ -99,6 +99,7 @@
       tile("dead letters", c.deadLetters, c.deadLetters > 0 ? "alert" : ""),
       tile("lag", s.lag ? s.lag.total : "–", s.lag && s.lag.total > 0 ? "warn" : ""),
     );
+    escalationsHeading();
     $("n-inflight").textContent = c.inFlightDropped > 0 ? `${c.inFlight} (+${c.inFlightDropped} dropped)` : String(c.inFlight);
   }
 
@@ -253,6 +254,8 @@
       { class: "escalation", dataset: { escalationId: e.escalationId, entity: e.entity } },
       h("header", {}, h("span", { class: "badge status" }), h("span", { class: "badge escalated" }, e.reason), h("b", {}, e.entity), ` ${e.tool} · ${e.agent} · ${e.cycles} conflict cycle${e.cycles === 1 ? "" : "s"} · `, when(e.at)),
       h("p", { class: "msg" }, e.message),
+      // shown when another record claims this id (it can come after the card is made)
+      h("p", { class: "warning contested", dataset: { contested: "true" } }, "Two different records claim this escalation id: one is forged. Decide from the ledger (writ escalations list, writ escalations resolve), not from this page."),
       e.mayHaveWritten
         ? h("p", { class: "warning", dataset: { mayHaveWritten: "true" } }, "The write may already have reached the system of record: check the record before deciding. Apply reconciles first and never writes it twice.")
         : null,
@@ -276,8 +279,18 @@
     return card;
   }
 
+  /**
+   * Whether the page offers the decisions: open, or closed only as a reply reported it (any producer can write a
+   * reply topic: the owner decides, and answers resolution_not_applicable when it is closed). Never when contested.
+   */
+  const decidable = (e) => !e.contested && (e.status === "open" || (e.resolution && e.resolution.from === "reply"));
+
   function outcomeText(e) {
     const r = e.resolution;
+    if (r && r.from === "reply") {
+      const what = { applied: "applied", discarded: "discarded", returned: "returned to the agent" }[r.outcome] ?? "not open";
+      return `Reported resolved by ${r.by ?? "?"} (${what}; from a reply; the owner decides).`;
+    }
     if (e.status === "open") return e.lastAttempt ? `Still open. Last decision (${e.lastAttempt.decision} by ${e.lastAttempt.by ?? "?"}): ${e.lastAttempt.status}${e.lastAttempt.reason ? ` ${e.lastAttempt.reason}` : ""}${e.lastAttempt.message ? `: ${e.lastAttempt.message}` : ""}` : "";
     if (!r) return "Resolved.";
     const by = r.by ? ` by ${r.by}` : "";
@@ -313,13 +326,23 @@
     ];
   }
 
-  function renderEscalations() {
+  /** The escalations' heading: from the list and the counts (either may change alone). */
+  function escalationsHeading() {
     const list = view.snap.escalations;
-    const shown = list.filter(matches);
+    if (!list) return;
+    const shown = list.filter(matches).length;
     const open = list.filter((e) => e.status === "open").length;
     const dropped = view.snap.counts.escalationsDropped;
     const notKept = dropped > 0 ? `; ${dropped} more open not kept here (list full): writ escalations list` : "";
-    $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown.length !== list.length ? ` (${shown.length} shown)` : ""}${notKept}`;
+    const miskeyed = view.snap.counts.escalationsMiskeyed;
+    const ignored = miskeyed > 0 ? `; ${miskeyed} record${miskeyed === 1 ? "" : "s"} on ${view.snap.topics.human} ignored (not keyed by their record)` : "";
+    $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown !== list.length ? ` (${shown} shown)` : ""}${notKept}${ignored}`;
+  }
+
+  function renderEscalations() {
+    const list = view.snap.escalations;
+    const shown = list.filter(matches);
+    escalationsHeading();
     const box = $("escalations");
     const keep = new Set(shown.map((e) => e.escalationId));
     for (const [id, card] of view.cards) {
@@ -337,13 +360,15 @@
         view.cards.set(e.escalationId, card);
       }
       card.dataset.status = e.status;
-      card.querySelector(".badge.status").textContent = e.status;
+      card.dataset.contested = e.contested ? "true" : "false";
+      card.querySelector(".warning.contested").hidden = !e.contested;
+      card.querySelector(".badge.status").textContent = e.resolution && e.resolution.from === "reply" ? "reported resolved" : e.status;
       card.querySelector(".badge.status").className = `badge status ${e.status}`;
       card.querySelector(".outcome").textContent = outcomeText(e);
       const form = card.querySelector(".decide");
       const d = view.decisions.get(e.escalationId);
       if (form) {
-        form.hidden = e.status !== "open";
+        form.hidden = !decidable(e);
         for (const b of form.querySelectorAll("button")) b.disabled = Boolean(d && d.pending);
       }
       card.querySelector(".answer").replaceChildren(...answerView(d));
