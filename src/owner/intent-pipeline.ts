@@ -17,6 +17,9 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
 /** The fields a log line about one intent's write carries. */
 type LogBindings = Readonly<Record<string, string>>;
 
+/** Refusals that say the key is in use by a request still running (Stripe's 409 for an Idempotency-Key in progress; 425). */
+const IN_PROGRESS_STATUSES = new Set([409, 425]);
+
 /** Where one intent's write stands, carried across its tries (an outage pauses it; it resumes here). */
 export interface WriteState {
   /** An earlier owner left this key pending: it may have written. */
@@ -27,6 +30,11 @@ export interface WriteState {
   needsReconcile: boolean;
   /** PATCHes whose outcome was unknown. */
   unknownRounds: number;
+  /**
+   * The refusal the last PATCH met while a write of this intent may have happened: reconciled before it is taken
+   * for the answer (it may be about the earlier request's effect).
+   */
+  refusal?: { via: "patch" | "create"; outcome: Extract<PatchOutcome, { kind: "not_found" | "rejected" }> };
   /**
    * An undo's target, from the ledger: the undone intent's key, params and
    * the version its write produced. Absent for an undo only when an earlier
@@ -292,6 +300,7 @@ export class IntentPipeline {
         // refusal of this request says nothing of the earlier one. Reconciled like an unknown outcome.
         if (state.mayHaveWritten) {
           this.unknownOutcome(about, state, `refused after an unknown outcome: ${outcome.kind === "rejected" ? `${outcome.status} ${outcome.message}` : "404"}`.slice(0, 2000));
+          state.refusal = { via, outcome };
           return null;
         }
         return this.refused(a, pending, via, outcome);
@@ -427,6 +436,13 @@ export class IntentPipeline {
     if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
     if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
+    // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
+    // effect (a change already made), that effect would be there now. It stands as the answer, unless it says the
+    // key is in use (409, 425: the earlier request still running), which only more rounds can settle.
+    const refusal = state.refusal;
+    if (refusal && !(refusal.outcome.kind === "rejected" && IN_PROGRESS_STATUSES.has(refusal.outcome.status))) {
+      return this.refused(a, pending, refusal.via, refusal.outcome);
+    }
     if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     state.needsReconcile = false;
     return { current: settled.current };
@@ -434,6 +450,7 @@ export class IntentPipeline {
 
   private unknownOutcome(about: LogBindings, state: WriteState, detail: string): void {
     this.deps.log.warn({ ...about, detail, round: state.unknownRounds + 1 }, "write outcome unknown; reconciling");
+    state.refusal = undefined;
     state.unknownRounds++;
     state.mayHaveWritten = true;
     state.needsReconcile = true;

@@ -883,6 +883,29 @@ describe("IntentPipeline with an adapter whose PATCH throws (breaks the PatchOut
   });
 });
 
+describe("a refusal after an unknown outcome, confirmed by the reconcile after it", () => {
+  it("an inherited pending whose retry is refused (422) and then found not applied: rejected, the refusal is the answer", async () => {
+    const p = pipelineWith();
+    const a = close();
+    // An earlier owner left the key pending (it was killed after sending); its request was refused by the system.
+    const plan = writePlan(p.classify(a, inheritedLedger(a)));
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "rejected", status: 422, message: "notes are closed on this ticket" } });
+    const step = await p.execute(a, plan.pending, plan.state, ctx);
+    expect(reply(step)).toMatchObject({ status: "rejected", reason: "patch_not_applicable" });
+    expect(sor.patches).toHaveLength(1);
+    expect(sor.commitsOf(a.intent.intentKey)).toBe(0);
+  });
+
+  it("a 409 (the key in use) is not taken for the answer: more rounds, then escalated outcome_unknown", async () => {
+    const p = pipelineWith();
+    const a = close();
+    const plan = writePlan(p.classify(a, inheritedLedger(a)));
+    for (let i = 0; i < 5; i++) sor.script.patch.push({ kind: "answer", outcome: { kind: "rejected", status: 409, message: "a request with this key is in progress" } });
+    const step = await p.execute(a, plan.pending, plan.state, ctx);
+    expect(reply(step)).toMatchObject({ status: "escalated", reason: "outcome_unknown" });
+  });
+});
+
 describe("IntentPipeline ablations (fault-suite controls)", () => {
   it("without ablation, a resubmitted append is answered from the ledger: one effect", async () => {
     const p = pipelineWith();
