@@ -4,7 +4,7 @@
 // (Java 17+ and Maven on the PATH; see the README).
 //
 // The demo records server keeps its data in `node:sqlite`, so it needs
-// Node >= 22.13; the rest of writ runs on Node >= 20.
+// Node >= 22.13; the rest of writ runs on Node >= 22 (package.json engines).
 export {
   startDemoRecordsServer,
   formatEtag,
