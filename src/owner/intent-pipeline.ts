@@ -32,7 +32,8 @@ export interface WriteState {
   unknownRounds: number;
   /**
    * The refusal the last PATCH met while a write of this intent may have happened: reconciled before it is taken
-   * for the answer (it may be about the earlier request's effect).
+   * for the answer (it may be about the earlier request's effect). Not kept when it says the key is in use (409,
+   * 425: the earlier request still running): only more rounds settle that.
    */
   refusal?: { via: "patch" | "create"; outcome: Extract<PatchOutcome, { kind: "not_found" | "rejected" }> };
   /**
@@ -300,7 +301,7 @@ export class IntentPipeline {
         // refusal of this request says nothing of the earlier one. Reconciled like an unknown outcome.
         if (state.mayHaveWritten) {
           this.unknownOutcome(about, state, `refused after an unknown outcome: ${outcome.kind === "rejected" ? `${outcome.status} ${outcome.message}` : "404"}`.slice(0, 2000));
-          state.refusal = { via, outcome };
+          if (!(outcome.kind === "rejected" && IN_PROGRESS_STATUSES.has(outcome.status))) state.refusal = { via, outcome };
           return null;
         }
         return this.refused(a, pending, via, outcome);
@@ -437,12 +438,8 @@ export class IntentPipeline {
     if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
-    // effect (a change already made), that effect would be there now. It stands as the answer, unless it says the
-    // key is in use (409, 425: the earlier request still running), which only more rounds can settle.
-    const refusal = state.refusal;
-    if (refusal && !(refusal.outcome.kind === "rejected" && IN_PROGRESS_STATUSES.has(refusal.outcome.status))) {
-      return this.refused(a, pending, refusal.via, refusal.outcome);
-    }
+    // effect (a change already made), that effect would be there now. It stands as the answer.
+    if (state.refusal) return this.refused(a, pending, state.refusal.via, state.refusal.outcome);
     if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     state.needsReconcile = false;
     return { current: settled.current };
@@ -617,13 +614,14 @@ export class IntentPipeline {
       message,
       escalationId,
     };
-    const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "escalated", reason, message, escalationId, at, ...(state.mayHaveWritten ? { mayHaveWritten: true } : {}) }, updatedAt: at };
+    const marked = state.mayHaveWritten ? { mayHaveWritten: true } : {};
+    const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "escalated", reason, message, escalationId, at, ...marked }, updatedAt: at };
     return {
       kind: "settled",
       effects: effects({
         ledger: entry,
         replies: [{ topic: a.intent.replyTo, value: reply }],
-        escalations: [{ key: a.entityKey, value: { escalationId, reason, message, intent: a.intent, cycles: pending.cycles, current, at, ...(state.mayHaveWritten ? { mayHaveWritten: true } : {}) } }],
+        escalations: [{ key: a.entityKey, value: { escalationId, reason, message, intent: a.intent, cycles: pending.cycles, current, at, ...marked } }],
       }),
       note: `escalated: ${reason}`,
     };

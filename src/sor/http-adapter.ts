@@ -412,10 +412,8 @@ function systemError(err: unknown): { code: string; syscall: string | undefined 
   return undefined;
 }
 
-/** Whether a failed send is known not to have left this machine. */
-function neverSent(err: unknown): boolean {
-  const system = systemError(err);
-  if (system === undefined) return false;
+/** Whether a failed send, by its system error, is known not to have left this machine. */
+function neverSent(system: { code: string; syscall: string | undefined }): boolean {
   return NOT_SENT_CODES.has(system.code) || (NOT_SENT_WHEN_CONNECTING.has(system.code) && system.syscall === "connect");
 }
 
@@ -480,11 +478,11 @@ async function exchange(send: Send, request: Request, timeoutMs: number, maxResp
     } catch (err) {
       if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
       if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
-      const code = errorCode(err);
-      if (code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
+      const system = systemError(err);
+      if (system?.code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
         return { kind: "no_answer", message: `the answer's body is over ${maxResponseBytes} bytes (maxResponseBytes); cut off`, cause: err, tooLarge: true };
       }
-      if (neverSent(err)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
+      if (system !== undefined && neverSent(system)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
       return { kind: "no_answer", message: describe(err), cause: err };
     }
   } finally {
