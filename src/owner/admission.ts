@@ -189,9 +189,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   let deltaPrint: string;
   try {
     expected = intentKey({ tool, agentId: intent.agent.id, runId: intent.agent.runId, stepId: intent.agent.stepId, entity: intent.entity, params: intent.params });
-    fingerprint = paramsFingerprint(tool.name, intent.entity, intent.params, tool.freeTextParams);
-    // A create's delta is its params' body (checked above), free text and all: the params' fingerprint stands for it.
-    deltaPrint = tool.create ? fingerprint : deltaFingerprint(intent.delta, tool.isFreeTextPath);
+    ({ fingerprint, deltaFingerprint: deltaPrint } = intentFingerprints(tool, intent));
   } catch (err) {
     const reason = err instanceof WritError && err.code === "not_canonical" ? "not_canonical" : "params_invalid";
     return reject(reason, (err as Error).message.slice(0, 2000));
@@ -253,6 +251,24 @@ function createRefusal(
 }
 
 /**
+ * An intent's params fingerprint, and the one its attempts are recorded under in the ledger: its delta's, but for
+ * a create (its delta is its params' body, free text and all) and an undo (no delta of its own), whose params
+ * fingerprint stands for it. Admission and a resolution's check against the ledger must agree on both.
+ * Throws `not_canonical` for a value with no canonical form.
+ */
+export function intentFingerprints(
+  tool: Pick<AdmittedTool, "name" | "create" | "freeTextParams" | "isFreeTextPath">,
+  intent: Pick<WriteIntent, "entity" | "params" | "delta" | "undo">,
+): { fingerprint: string; deltaFingerprint: string } {
+  if (intent.undo) {
+    const fingerprint = undoFingerprint(tool.name, intent.entity, intent.undo.intentKey);
+    return { fingerprint, deltaFingerprint: fingerprint };
+  }
+  const fingerprint = paramsFingerprint(tool.name, intent.entity, intent.params, tool.freeTextParams);
+  return { fingerprint, deltaFingerprint: tool.create ? fingerprint : deltaFingerprint(intent.delta, tool.isFreeTextPath) };
+}
+
+/**
  * An undo (`intent.undo` set) names the intent it compensates: its key must
  * be `undoIntentKey(undone key)`, its base version `"ledger"` and its params
  * empty, and its tool must declare an undo. Whether the undone intent was
@@ -264,8 +280,7 @@ function admitUndo(intent: WriteIntent, tool: AdmittedTool, key: string, reject:
   if (intent.baseVersion !== LEDGER_VERSION) return reject("params_invalid", `an undo's baseVersion is "${LEDGER_VERSION}": the owner takes the version the undone write produced from its ledger`);
   if (Object.keys(intent.params).length > 0) return reject("params_invalid", "an undo carries no params: the owner takes the undone intent's from its ledger");
   if (intent.intentKey !== undoIntentKey(undone)) return reject("intent_key_mismatch", "an undo's intent key is undoIntentKey(<the undone intent's key>) (see keys.ts)");
-  const fingerprint = undoFingerprint(tool.name, intent.entity, undone);
-  return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
+  return { kind: "admitted", admitted: { intent, tool, entityKey: key, ...intentFingerprints(tool, intent), params: {} } };
 }
 
 /**

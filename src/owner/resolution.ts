@@ -1,11 +1,11 @@
 import type { RejectReason } from "../errors.ts";
-import { deltaFingerprint, paramsFingerprint, undoFingerprint } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
 import { escalationMayHaveWritten, type LedgerIntentEntry, type StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
+import { intentFingerprints } from "./admission.ts";
 import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { type ExecContext, isOutage, type Step } from "./intent-pipeline.ts";
@@ -48,23 +48,19 @@ export class Resolver {
     const resumed = entry?.status === "pending" && ofThisEscalation;
     if (!entry || !(open || resumed)) return toOperator("resolution_not_applicable", `escalation ${r.escalationId.slice(0, 128)} of intent ${r.intent.intentKey.slice(0, 64)} is not open (already resolved, or not this intent's)`);
     // The operator decides on the intent the ledger escalated, not on another one sent alongside.
-    const fingerprint = r.intent.undo
-      ? undoFingerprint(tool.name, r.intent.entity, r.intent.undo.intentKey)
-      : paramsFingerprint(tool.name, r.intent.entity, r.intent.params, tool.freeTextParams);
-    if (fingerprint !== entry.fingerprint || entry.tool !== tool.name) {
+    let prints: { fingerprint: string; deltaFingerprint: string };
+    try {
+      prints = intentFingerprints(tool, r.intent);
+    } catch {
+      return toOperator("resolution_not_applicable", "the resolution's intent has no canonical form: it is not the escalated one");
+    }
+    if (prints.fingerprint !== entry.fingerprint || entry.tool !== tool.name) {
       return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one");
     }
     // Its delta and base too: the intent is copied from a writ.human record, which any producer can forge under a
     // real escalation id, and an apply of an appending change writes that delta. It must be an attempt the ledger
     // holds for this key (free-text values aside, as the key's attempts record them).
-    let attemptPrint: string;
-    try {
-      // As admission records it: a create's and an undo's attempt is their fingerprint.
-      attemptPrint = tool.create || r.intent.undo ? fingerprint : deltaFingerprint(r.intent.delta, tool.isFreeTextPath);
-    } catch {
-      return toOperator("resolution_not_applicable", "the resolution's intent delta has no canonical form: it is not the escalated one");
-    }
-    if (!entry.attempts.some((x) => x.baseVersion === r.intent.baseVersion && x.deltaFingerprint === attemptPrint)) {
+    if (!entry.attempts.some((x) => x.baseVersion === r.intent.baseVersion && x.deltaFingerprint === prints.deltaFingerprint)) {
       return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated one: its delta or base version is none the ledger holds for this intent key (a forged escalation record?)");
     }
     if (r.decision === "apply") {

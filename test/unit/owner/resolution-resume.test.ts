@@ -147,6 +147,16 @@ describe("a resolution whose intent came from a forged escalation record", () =>
     expect(resolver.plan(resolution, tool, resolution.replyTo, ledger)).toMatchObject({ kind: "apply" });
     expect(sor.patches).toHaveLength(0);
   });
+
+  it("is refused, not thrown, when its params have no canonical form (a throw would count as a processing failure)", () => {
+    const { tool, resolution, ledger } = setup("done");
+    const resolver = new Resolver({ now: () => NOW });
+    const odd = { ...resolution, intent: { ...resolution.intent, params: { ...resolution.intent.params, amount: Number.NaN } } };
+    expect(resolver.plan(odd, tool, odd.replyTo, ledger)).toMatchObject({
+      kind: "settled",
+      effects: { replies: [{ value: { status: "rejected", reason: "resolution_not_applicable", message: expect.stringContaining("canonical") } }] },
+    });
+  });
 });
 
 describe("an escalation whose write may have happened, whatever its reason", () => {
