@@ -19,6 +19,7 @@ import type { Reply } from "../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEDGER_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
 import type { CreateToolDeclaration } from "../src/tools.ts";
 import { WritError } from "../src/errors.ts";
+import { withDeadline } from "../src/deadline.ts";
 import { WIRE_SCHEMAS } from "../src/schemas/index.ts";
 import { retry, START_PATIENCE } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
@@ -55,6 +56,9 @@ interface AdmissionLimits {
 
 /** Why a waiting submit can get no reply any more. */
 export type NoReplyReason = "reply_consumer_stopped" | "client_closed";
+
+/** The start of what a caller is told when no answer can be read any more. */
+const noReplyBecause = (reason: NoReplyReason): string => (reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped");
 
 /** What `submit` resolves to when no reply came before the deadline. */
 export interface UnknownOutcome {
@@ -330,16 +334,9 @@ export async function createWritClient(
 
 /** `work`'s result, or a retriable `not_sent` when `deadline` passes first (what it prepares was never sent). */
 function notSentPast<T>(deadline: number, work: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new WritError("not_sent", "the deadline passed while the intent was being encoded; nothing was sent: submit again", { retriable: true })),
-      Math.max(0, deadline - Date.now()),
-    );
+  return withDeadline(work, deadline - Date.now(), () => {
+    throw new WritError("not_sent", "the deadline passed while the intent was being encoded; nothing was sent: submit again", { retriable: true });
   });
-  // Work that loses the race is left to finish on its own; its failure is nobody's to hear.
-  work.catch(() => undefined);
-  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -639,7 +636,7 @@ class KafkaWritClient implements WritClient {
                 intentId: intent.intentId,
                 intentKey: intent.intentKey,
                 reason,
-                message: `${reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped"}, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.`,
+                message: `${noReplyBecause(reason)}, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask.`,
               }),
           });
           forgets.push(forget);
@@ -775,7 +772,7 @@ class KafkaWritClient implements WritClient {
             intentId: resolution.resolutionId,
             intentKey: resolution.intent.intentKey,
             reason,
-            message: `${reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped"}, so no answer to the resolution can be read; look at writ.human and the record before deciding again.`,
+            message: `${noReplyBecause(reason)}, so no answer to the resolution can be read; look at writ.human and the record before deciding again.`,
           }),
       });
     });
@@ -923,15 +920,14 @@ class KafkaWritClient implements WritClient {
    */
   private async deleteGroup(): Promise<void> {
     const admin = this.kafka.admin();
-    let timer: NodeJS.Timeout | undefined;
     const deleting = admin.connect().then(() => admin.deleteGroups([this.groupId]));
-    deleting.catch(() => undefined); // it may fail after the deadline won the race
     try {
-      await Promise.race([deleting, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${CLOSE_GROUP_MS} ms`)), CLOSE_GROUP_MS)))]);
+      await withDeadline(deleting, CLOSE_GROUP_MS, () => {
+        throw new Error(`no answer within ${CLOSE_GROUP_MS} ms`);
+      });
     } catch (err) {
       this.log.debug({ err, groupId: this.groupId }, "could not delete the reply consumer's group; offset retention removes it");
     } finally {
-      clearTimeout(timer);
       await admin.disconnect().catch(() => undefined);
     }
   }

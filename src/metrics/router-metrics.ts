@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { withDeadline } from "../deadline.ts";
 import type { AdmittedIntent } from "../owner/admission.ts";
 import type { SorMethod } from "../tracing/spans.ts";
 import type { IntentOutcome } from "./outcome.ts";
@@ -236,15 +237,6 @@ export class RouterMetrics {
   private async highWatermarks(partitions: readonly number[]): Promise<ReadonlyMap<number, bigint>> {
     const ask = this.source?.highWatermarks;
     if (!ask || partitions.length === 0) return new Map();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<ReadonlyMap<number, bigint>>((resolve) => {
-      timer = setTimeout(() => resolve(new Map()), 2000);
-      timer.unref();
-    });
-    try {
-      return await Promise.race([ask.call(this.source, partitions).catch(() => new Map<number, bigint>()), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+    return withDeadline(ask.call(this.source, partitions).catch(() => new Map<number, bigint>()), 2000, () => new Map<number, bigint>());
   }
 }

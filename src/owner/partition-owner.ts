@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { KafkaMessage } from "kafkajs";
 import { isRegistryOutage, WritError } from "../errors.ts";
+import { withDeadline } from "../deadline.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
@@ -280,14 +281,13 @@ export class PartitionOwner {
     this.commits.reset();
     if (!session) return;
     session.abort.abort(err);
-    const bound = sleep(this.ctx.config.sorTimeoutMs * 3).then(() => "timeout" as const);
-    const settled = await Promise.race([Promise.allSettled([...session.tasks]).then(() => "done" as const), bound]);
+    const settled = await withDeadline(Promise.allSettled([...session.tasks]).then(() => "done" as const), this.ctx.config.sorTimeoutMs * 3, () => "timeout" as const);
     if (settled === "timeout") this.log.warn("in-flight work did not finish in time; closing the producer anyway");
     // The open transaction is aborted, not left to the next owner's InitProducerId or the transaction timeout (it
     // would hold the last stable offset of the partitions it wrote until then). Its `pending` entries are then
     // found by the next restore's scan (partition-restore.ts).
     const open = session.takeOpen();
-    if (open) await Promise.race([open.abort().catch(() => undefined), sleep(this.ctx.config.sorTimeoutMs)]);
+    if (open) await withDeadline(open.abort().catch(() => undefined), this.ctx.config.sorTimeoutMs, () => undefined);
     await session.producer.disconnect().catch(() => undefined);
   }
 
