@@ -128,6 +128,7 @@ try {
     brokers: config.brokers,
     agentId: config.agentId,
     replyTopic: config.replyTopic ?? `${config.replyTopicPrefix}${config.agentId}`,
+    replyTopicPrefix: config.replyTopicPrefix,
     intentsTopic: config.intentsTopic,
     submitTimeoutMs: config.submitTimeoutMs,
     ...(config.maxIntentBytes !== undefined ? { maxIntentBytes: config.maxIntentBytes } : {}),

@@ -188,8 +188,13 @@ export const ClientConfig = z
     /** SASL and TLS to the brokers. */
     kafka: KafkaSecurity.optional(),
     agentId: z.string().min(1),
-    /** This agent's reply topic; must start with the router's reply prefix. */
+    /** This agent's reply topic; must start with `replyTopicPrefix`. */
     replyTopic: topicName,
+    /**
+     * The owners' `WRIT_REPLY_TOPIC_PREFIX`: owners answer only on topics that start with it and dead-letter every
+     * other intent `reply_topic_not_allowed`, with no reply, so a client on another topic would only ever time out.
+     */
+    replyTopicPrefix: replyTopicPrefix.default("writ.replies."),
     intentsTopic: topicName.default("writ.intents"),
     clientId: kafkaId.optional(),
     ...registryFields,
@@ -201,7 +206,16 @@ export const ClientConfig = z
     submitTimeoutMs: timerMs(1).default(30_000),
   })
   .strict()
-  .superRefine(checkRegistryFields);
+  .superRefine((c, ctx) => {
+    checkRegistryFields(c, ctx);
+    if (!c.replyTopic.startsWith(c.replyTopicPrefix) || c.replyTopic.length === c.replyTopicPrefix.length) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["replyTopic"],
+        message: `${c.replyTopic} does not start with the owners' reply prefix ${c.replyTopicPrefix} (replyTopicPrefix, their WRIT_REPLY_TOPIC_PREFIX): they would dead-letter every intent reply_topic_not_allowed, unanswered`,
+      });
+    }
+  });
 export type ClientConfig = z.infer<typeof ClientConfig>;
 export type ClientConfigInput = z.input<typeof ClientConfig>;
 

@@ -211,9 +211,10 @@ export function groupIdFromEnv(): string {
  * What a client takes from the owners' variables: their admission bounds (`WRIT_MAX_INTENT_BYTES`,
  * `WRIT_MAX_JSON_DEPTH`), so it refuses before sending what owners would dead-letter without a reply, and the
  * replication factor of topics writ creates (`WRIT_REPLICATION_FACTOR`), for the reply topic it creates: a
- * reply topic with one replica on a cluster whose `min.insync.replicas` is 2 refuses every reply. Only those set.
+ * reply topic with one replica on a cluster whose `min.insync.replicas` is 2 refuses every reply (only those set);
+ * and their reply prefix (`WRIT_REPLY_TOPIC_PREFIX`), which the client's reply topic must start with.
  */
-export function clientSettingsFromEnv(): { maxIntentBytes?: number; maxJsonDepth?: number; replicationFactor?: number } {
+export function clientSettingsFromEnv(): { maxIntentBytes?: number; maxJsonDepth?: number; replicationFactor?: number; replyTopicPrefix: string } {
   const bytes = fromEnv<number | undefined>("WRIT_MAX_INTENT_BYTES", maxIntentBytes, undefined, true);
   const depth = fromEnv<number | undefined>("WRIT_MAX_JSON_DEPTH", maxJsonDepth, undefined, true);
   const rf = fromEnv<number | undefined>("WRIT_REPLICATION_FACTOR", replicationFactor, undefined, true);
@@ -221,6 +222,7 @@ export function clientSettingsFromEnv(): { maxIntentBytes?: number; maxJsonDepth
     ...(bytes !== undefined ? { maxIntentBytes: bytes } : {}),
     ...(depth !== undefined ? { maxJsonDepth: depth } : {}),
     ...(rf !== undefined ? { replicationFactor: rf } : {}),
+    replyTopicPrefix: replyPrefixFromEnv(),
   };
 }
 

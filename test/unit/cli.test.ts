@@ -50,9 +50,12 @@ describe("settings the commands share with owners, from the owners' variables", 
     withEnv({ WRIT_LEDGER_TOPIC: "", WRIT_DLQ_TOPIC: "acme.dlq", WRIT_REPLY_TOPIC_PREFIX: "acme.replies-", WRIT_MAX_INTENT_BYTES: "524288", WRIT_MAX_JSON_DEPTH: "", WRIT_REPLICATION_FACTOR: "3" }, () => {
       expect([topicFromEnv("WRIT_LEDGER_TOPIC"), topicFromEnv("WRIT_DLQ_TOPIC"), replyPrefixFromEnv()]).toEqual(["writ.ledger", "acme.dlq", "acme.replies-"]);
       // the reply topic a command creates gets the owners' replication factor (one replica is refused where min.insync.replicas is 2)
-      expect(clientSettingsFromEnv()).toEqual({ maxIntentBytes: 524_288, replicationFactor: 3 });
+      // and the owners' reply prefix, which the client checks its reply topic against
+      expect(clientSettingsFromEnv()).toEqual({ maxIntentBytes: 524_288, replicationFactor: 3, replyTopicPrefix: "acme.replies-" });
     });
-    withEnv({ WRIT_MAX_INTENT_BYTES: undefined, WRIT_MAX_JSON_DEPTH: undefined, WRIT_REPLICATION_FACTOR: undefined }, () => expect(clientSettingsFromEnv()).toEqual({}));
+    withEnv({ WRIT_MAX_INTENT_BYTES: undefined, WRIT_MAX_JSON_DEPTH: undefined, WRIT_REPLICATION_FACTOR: undefined, WRIT_REPLY_TOPIC_PREFIX: undefined }, () =>
+      expect(clientSettingsFromEnv()).toEqual({ replyTopicPrefix: "writ.replies." }),
+    );
   });
 });
 

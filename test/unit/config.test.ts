@@ -52,6 +52,14 @@ describe("routerConfigFromEnv", () => {
     expect(() => parseConfig(ClientConfig, { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", submitTimeoutMs: 3_000_000_000 }, "client")).toThrow(/submitTimeoutMs: at most 2147483647/);
   });
 
+  it("a client's reply topic must start with the owners' reply prefix: they answer nowhere else (it would only time out)", () => {
+    const client = (input: Record<string, unknown>) => () => parseConfig(ClientConfig, { brokers: "a:1", agentId: "a", ...input }, "client");
+    expect(client({ replyTopic: "billing-replies" })).toThrow(/replyTopic: billing-replies does not start with the owners' reply prefix writ\.replies\./);
+    expect(client({ replyTopic: "writ.replies." })).toThrow(/replyTopic: /);
+    expect(client({ replyTopic: "acme.replies-a", replyTopicPrefix: "acme.replies-" })).not.toThrow();
+    expect(client({ replyTopic: "writ.replies.a" })).not.toThrow();
+  });
+
   it("refuses an instance id that would break the x-writ-owner header of every write", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INSTANCE_ID: "owner-a.1" }).instanceId).toBe("owner-a.1");
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).instanceId).toMatch(/^owner-\d+-[a-z0-9]+$/);
