@@ -43,3 +43,19 @@ export function memberLease(consumer: Pick<Consumer, "on" | "events">, sessionTi
   });
   return { confirmed: () => now() - since < sessionTimeoutMs / 2 };
 }
+
+/**
+ * Runs `act` once `delayMs` have passed and the membership is confirmed, looking again every `delayMs` until
+ * then; gives up as soon as `wanted()` is false. For a partition taken up again after its owner was fenced: a
+ * member the group has dropped without knowing it yet (its heartbeats unanswered) still lists the partition as
+ * its own, and a new owner's InitProducerId would fence the owner the group chose, which would take it up again
+ * in turn, back and forth for as long as the member stays cut off.
+ */
+export function whenConfirmed(lease: MemberLease, delayMs: number, wanted: () => boolean, act: () => void): void {
+  const look = () => {
+    if (!wanted()) return;
+    if (lease.confirmed()) act();
+    else setTimeout(look, delayMs).unref();
+  };
+  setTimeout(look, delayMs).unref();
+}

@@ -24,7 +24,7 @@ import { WritError } from "../errors.ts";
 import { retry, START_PATIENCE } from "../retry.ts";
 import { kafkaConnection, transportWarnings } from "../security/transport.ts";
 import { serialAdmin } from "../kafka/serial-admin.ts";
-import { memberLease, type MemberLease } from "./member-lease.ts";
+import { memberLease, type MemberLease, whenConfirmed } from "./member-lease.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -203,15 +203,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       owners.delete(p);
       // Fenced while the group still assigns the partition here: either a rebalance this member has not seen
       // yet (its next heartbeat rejoins and the partition goes), or an owner elsewhere that was leaving
-      // fenced it on its way out. After a pause, a partition still assigned here gets a new owner.
-      const takeUpAgain = setTimeout(() => {
-        if (stopped || owners.has(p) || !assignment.has(p)) return;
+      // fenced it on its way out. After a pause, a partition still assigned here gets a new owner, once the
+      // coordinator has answered this member lately (whenConfirmed says why).
+      whenConfirmed({ confirmed: () => lease.confirmed() }, Math.floor(config.sessionTimeoutMs / 2), () => !stopped && !owners.has(p) && assignment.has(p), () => {
         log.warn({ partition: p }, "partition still assigned here after being fenced; taking it up again");
         const owner = new PartitionOwner(p, ctx);
         owners.set(p, owner);
         owner.start();
-      }, Math.floor(config.sessionTimeoutMs / 2));
-      takeUpAgain.unref();
+      });
     },
     log,
   };

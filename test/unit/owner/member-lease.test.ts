@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import type { Consumer } from "kafkajs";
-import { describe, expect, it } from "vitest";
-import { memberLease } from "../../../src/owner/member-lease.ts";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { memberLease, whenConfirmed } from "../../../src/owner/member-lease.ts";
 
 const events = { REQUEST: "consumer.network.request", HEARTBEAT: "consumer.heartbeat", GROUP_JOIN: "consumer.group_join" } as const;
 
@@ -58,5 +58,35 @@ describe("member lease", () => {
     answered("Heartbeat", now + 10);
     now += 20;
     expect(lease.confirmed()).toBe(true);
+  });
+});
+
+describe("taking a fenced partition up again (whenConfirmed)", () => {
+  afterEach(() => void vi.useRealTimers());
+
+  it("waits while the coordinator has not answered this member lately: its InitProducerId would fence the group's owner", async () => {
+    vi.useFakeTimers();
+    let confirmed = false;
+    let wanted = true;
+    const act = vi.fn();
+    whenConfirmed({ confirmed: () => confirmed }, 5_000, () => wanted, act);
+    await vi.advanceTimersByTimeAsync(5_000 * 4);
+    expect(act).not.toHaveBeenCalled();
+    confirmed = true;
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(act).toHaveBeenCalledTimes(1);
+    await vi.advanceTimersByTimeAsync(5_000 * 4);
+    expect(act).toHaveBeenCalledTimes(1);
+
+    // Not wanted any more (the member rejoined and the partition went elsewhere, or it stopped): it gives up.
+    const later = vi.fn();
+    confirmed = false;
+    whenConfirmed({ confirmed: () => confirmed }, 5_000, () => wanted, later);
+    await vi.advanceTimersByTimeAsync(5_000);
+    wanted = false;
+    confirmed = true;
+    await vi.advanceTimersByTimeAsync(5_000 * 4);
+    expect(later).not.toHaveBeenCalled();
+    expect(vi.getTimerCount()).toBe(0);
   });
 });
