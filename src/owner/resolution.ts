@@ -134,8 +134,12 @@ export class Resolver {
     switch (outcome.kind) {
       case "applied":
         return this.applied(r, entry, replyTo, { state: outcome.state, version: outcome.version }, "patch");
-      case "precondition_failed":
-        return reopen("resolution_conflict", "the record changed while the decision was being applied; decide again", outcome.current);
+      case "precondition_failed": {
+        // The operator decides again on the record as it is: the answer's, else a read (best effort: without it,
+        // the refusal still stands).
+        const now = outcome.current ?? (await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers }).catch(() => null));
+        return reopen("resolution_conflict", "the record changed while the decision was being applied; decide again", now);
+      }
       case "unavailable":
         return { kind: "retry-later", reason: outcome.message, notSent: true };
       case "unknown": {

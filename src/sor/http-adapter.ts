@@ -175,6 +175,15 @@ export const HttpSystemOfRecordOptions = z
       .max(8)
       .default([412]),
     /**
+     * What a conflict's answer (a `conflictStatuses` or `existsStatuses` status) is taken for. `read`
+     * (default): nothing; the current record comes from a read. `record`: the record itself, read from the
+     * answer as from a read's (the state at `state.pointer`, the version from the ETag or the body), else a
+     * read. Only for an API that answers a conflict with the record: an error document with an ETag (a
+     * `{"error": …}` body, the state pointer "") would be taken for the record, and the agent would build
+     * its next change on it.
+     */
+    conflictAnswer: z.enum(["read", "record"]).default("read"),
+    /**
      * How a record is created under its external id (`upsertByExternalId`, for tools that declare
      * `create`). Default: `PUT` of the record to `recordPath` (`{id}` is the external id) with
      * `If-None-Match: *` (RFC 9110 §13.1.2), and 412 when a record with that id exists. A system's own
@@ -763,6 +772,12 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
    * If-Match compares strongly (RFC 9110 §13.1.1), so it could never match
    * and every write would be a 412.
    */
+  /** The record a conflict's answer carries, where `conflictAnswer` says it carries one (else an error: read it). */
+  function conflictRecord(res: Answer, body: string): Versioned | { error: string } {
+    if (config.conflictAnswer !== "record") return { error: "a conflict's answer is not taken for the record (conflictAnswer: read)" };
+    return isJsonMedia(res) ? recordFrom(res, body) : { error: "no record" };
+  }
+
   function recordFrom(res: Answer, body: string): Versioned | { error: string } {
     let version: string;
     let parsed: ReturnType<typeof parseJson> | undefined;
@@ -856,7 +871,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const status = res.status;
     if (res.ok) return written(ex, entity, opts);
     if (conflictStatuses.has(status)) {
-      const record = isJsonMedia(res) ? recordFrom(res, answer) : { error: "no record" };
+      const record = conflictRecord(res, answer);
       let current: Versioned | null = "error" in record ? null : record;
       if (status !== 412) {
         // A 409 may mean a stale version or something else (a failed `test` op): only a changed version makes it a conflict.
@@ -928,7 +943,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const { res, body: answer } = ex;
     if (res.ok) return written(ex, entity, opts);
     if (existsStatuses.has(res.status)) {
-      const current = isJsonMedia(res) ? recordFrom(res, answer) : { error: "no record" };
+      const current = conflictRecord(res, answer);
       return { kind: "precondition_failed", current: "error" in current ? null : current };
     }
     return refused(ex);

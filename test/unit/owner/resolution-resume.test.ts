@@ -128,6 +128,20 @@ describe("an operator's apply, resumed after its owner stopped mid-way", () => {
     expect(sor.lookups).toHaveLength(0);
     expect(sor.patches).toHaveLength(1);
   });
+
+  it("a conflict whose answer carries no record reopens the escalation with the record as read now", async () => {
+    const { sor, tool, resolution, ledger } = setup("done");
+    const resolver = new Resolver({ now: () => NOW });
+    const plan = resolver.plan(resolution, tool, resolution.intent.replyTo, ledger);
+    if (plan.kind !== "apply") throw new Error(plan.kind);
+    // Someone else wrote meanwhile; the adapter (conflictAnswer "read", its default) carries no record.
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "precondition_failed", current: null }, changeFirst: [{ op: "add", path: "/tags/-", value: "other" }] });
+    const step = await resolver.apply(resolution, tool, resolution.intent.replyTo, plan, ctx);
+    expect(step).toMatchObject({
+      kind: "settled",
+      effects: { replies: [{ value: { status: "rejected", reason: "resolution_conflict", details: { current: { state: { tags: ["other"] }, version: version(2) } } } }] },
+    });
+  });
 });
 
 describe("a resolution whose intent came from a forged escalation record", () => {

@@ -188,7 +188,7 @@ describe("http adapter shapes: conflictStatuses", () => {
 
   it("a listed 409 that carries the current record is precondition_failed with it", async () => {
     const api = await startStub((_req, res) => json(res, 409, { data: { n: 2 }, meta: { version: 9 } }));
-    expect(await sor(api.url, { ...bodyVersion, conflictStatuses: [409] }).patch(C1, addTag("a"), write("7"))).toEqual({
+    expect(await sor(api.url, { ...bodyVersion, conflictStatuses: [409], conflictAnswer: "record" }).patch(C1, addTag("a"), write("7"))).toEqual({
       kind: "precondition_failed",
       current: { state: { n: 2 }, version: "9" },
     });
@@ -485,6 +485,7 @@ describe("http adapter shapes: a helpdesk with ETags that takes writes as POST /
       method: "POST",
       patchBody: { kind: "json-patch", contentType: "application/json" },
       state: { pointer: "/record" },
+      conflictAnswer: "record",
     });
     return { api, records, system };
   }

@@ -176,7 +176,7 @@ describe("http adapter: create by external id", () => {
 
   it("PUT with If-None-Match: * to the record: created once; a second create is precondition_failed carrying the record", async () => {
     const server = await startServer({ honourIdempotencyKey: false });
-    const sor = adapterFor(server.url);
+    const sor = adapterFor(server.url, { conflictAnswer: "record" });
     expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toEqual({ kind: "applied", state: { name: "Acme" }, version: '"v1"' });
     expect(await sor.upsertByExternalId(ACME, { name: "Other" }, { ...create, idempotencyKey: "c-2" })).toEqual({
       kind: "precondition_failed",
@@ -213,6 +213,7 @@ describe("http adapter: create by external id", () => {
     onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
     const sor = adapterFor(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api`, {
       create: { path: "/{type}s/upsert/{id}", method: "POST", ifNoneMatch: false, existsStatuses: [409], body: { kind: "wrapped", field: "record", extra: { mode: "create" } }, externalIdField: "externalId" },
+      conflictAnswer: "record",
     });
     expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toEqual({ kind: "applied", state: { name: "Acme", externalId: "ext-42" }, version: '"7"' });
     expect(await sor.upsertByExternalId(ACME, { name: "Acme" }, create)).toMatchObject({ kind: "precondition_failed", current: { version: '"7"' } });
@@ -238,13 +239,31 @@ describe("http adapter: patch", () => {
     expect(server.stats().writesByKey["k-1"]).toBe(1);
   });
 
-  it("stale If-Match: precondition_failed with the current record, nothing written", async () => {
+  it("stale If-Match: precondition_failed, nothing written; the answer is the current record only where conflictAnswer says so", async () => {
     const server = await startServer();
     server.seed("ticket", "T-1", { tags: [] });
     server.seed("ticket", "T-1", { tags: ["outside"] });
-    const outcome = await adapterFor(server.url).patch(T1, addTag("a"), { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 });
-    expect(outcome).toEqual({ kind: "precondition_failed", current: { state: { tags: ["outside"] }, version: '"v2"' } });
+    const stale = { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 };
+    expect(await adapterFor(server.url, { conflictAnswer: "record" }).patch(T1, addTag("a"), stale)).toEqual({
+      kind: "precondition_failed",
+      current: { state: { tags: ["outside"] }, version: '"v2"' },
+    });
+    // By default the owner reads the record afresh (IntentPipeline.readAfterConflict).
+    expect(await adapterFor(server.url).patch(T1, addTag("a"), stale)).toEqual({ kind: "precondition_failed", current: null });
     expect(server.stats().writesByKey["k-1"]).toBeUndefined();
+  });
+
+  it("a 412 whose body is an error document with an ETag is never taken for the record by default", async () => {
+    // The whole body is the state (state pointer ""): {"error": ...} would be a record the agent builds its next change on.
+    const api = await stub((_req, res) => res.writeHead(412, { etag: '"v9"', "content-type": "application/json" }).end(JSON.stringify({ error: "precondition failed" })));
+    const stale = { ifMatch: '"v1"', idempotencyKey: "k-1", timeoutMs: 5000 };
+    expect(await adapterFor(api.url).patch(T1, addTag("a"), stale)).toEqual({ kind: "precondition_failed", current: null });
+    expect(await adapterFor(api.url).upsertByExternalId(T1, { tags: [] }, { ifNoneMatch: "*", idempotencyKey: "c", timeoutMs: 5000 })).toEqual({ kind: "precondition_failed", current: null });
+    // What the option is for, and what it costs on such an API.
+    expect(await adapterFor(api.url, { conflictAnswer: "record" }).patch(T1, addTag("a"), stale)).toEqual({
+      kind: "precondition_failed",
+      current: { state: { error: "precondition failed" }, version: '"v9"' },
+    });
   });
 
   it("412-storm: two conflicts, then the write lands once", async () => {
@@ -255,7 +274,7 @@ describe("http adapter: patch", () => {
     const opts = { ifMatch: '"v1"', idempotencyKey: "storm", timeoutMs: 5000 };
     const outcomes = [await sor.patch(T1, addTag("a"), opts), await sor.patch(T1, addTag("a"), opts), await sor.patch(T1, addTag("a"), opts)];
     expect(outcomes.map((o) => o.kind)).toEqual(["precondition_failed", "precondition_failed", "applied"]);
-    expect(outcomes[0]).toMatchObject({ current: { version: '"v1"' } });
+    expect(outcomes[0]).toMatchObject({ current: null });
     expect(server.stats().patchRequestsByKey.storm).toBe(3);
     expect(server.stats().writesByKey.storm).toBe(1);
   });
