@@ -115,6 +115,12 @@ export const RouterConfig = z
     outageBackoffInitialMs: timerMs(1).default(200),
     /** Longest pause between tries while a system of record is unreachable. ms. */
     outageBackoffMaxMs: timerMs(1).default(10_000),
+    /**
+     * Longest wait a system of record's Retry-After (on a 429, 503 or other outage answer) imposes on the intent
+     * that met it: its pause is the longer of the backoff and the Retry-After, this at most. ms. 0: Retry-After is
+     * ignored. A cap, since the header is the other side's to set (an hour, a date next year).
+     */
+    sorRetryAfterMaxMs: z.number().int().min(0).max(3_600_000).default(60_000),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
     /**
@@ -261,6 +267,7 @@ export const ROUTER_ENV = {
   sorTimeoutMs: "WRIT_SOR_TIMEOUT_MS",
   outageBackoffInitialMs: "WRIT_OUTAGE_BACKOFF_INITIAL_MS",
   outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
+  sorRetryAfterMaxMs: "WRIT_SOR_RETRY_AFTER_MAX_MS",
   unknownRounds: "WRIT_UNKNOWN_ROUNDS",
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   stuckAfterFailures: "WRIT_STUCK_AFTER_FAILURES",
@@ -292,6 +299,7 @@ const NUMERIC = new Set([
   "sorTimeoutMs",
   "outageBackoffInitialMs",
   "outageBackoffMaxMs",
+  "sorRetryAfterMaxMs",
   "unknownRounds",
   "maxProcessingAttempts",
   "stuckAfterFailures",

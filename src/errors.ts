@@ -116,6 +116,8 @@ export interface WritErrorContext {
   intentKey?: string;
   tool?: string;
   field?: string;
+  /** `sor_unavailable`: the wait the system's Retry-After asked for (ms); the owner's pause is at least this long. */
+  retryAfterMs?: number;
   [extra: string]: unknown;
 }
 

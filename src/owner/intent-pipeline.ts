@@ -60,8 +60,12 @@ export type Plan =
   /** Record `pending` durably (step 3), then write. */
   | { kind: "write"; pending: LedgerIntentEntry; state: WriteState };
 
-/** The result of working on an intent: settled, or to be tried again after a pause (the system was unreachable). */
-export type Step = { kind: "settled"; effects: Effects; note: string } | { kind: "retry-later"; reason: string; notSent: boolean };
+/**
+ * The result of working on an intent: settled, or to be tried again after a pause (the system was unreachable).
+ * `retryAfterMs`: the system's Retry-After, which the pause waits out (up to `sorRetryAfterMaxMs`).
+ */
+export type Step = { kind: "settled"; effects: Effects; note: string } | RetryLater;
+export type RetryLater = { kind: "retry-later"; reason: string; notSent: boolean; retryAfterMs?: number };
 
 export interface ExecContext {
   /** False when this owner cannot be sure it still owns the partition: no PATCH may leave then. */
@@ -76,7 +80,8 @@ export interface ExecContext {
 }
 
 export interface PipelineDeps {
-  config: Pick<RouterConfig, "unknownRounds">;
+  /** `sorRetryAfterMaxMs` unset: Retry-After is honoured (the owner's pause caps it). */
+  config: Pick<RouterConfig, "unknownRounds"> & Partial<Pick<RouterConfig, "sorRetryAfterMaxMs">>;
   log: Logger;
   now?: () => Date;
   /**
@@ -95,7 +100,7 @@ export interface PipelineDeps {
   observe?: { conflict(a: AdmittedIntent, cause: "precondition_failed" | "version_mismatch"): void };
 }
 
-type Reconciled = { kind: "outage"; reason: string } | { kind: "answer"; result: ReconcileResult; current: Versioned | null };
+type Reconciled = { kind: "outage"; step: RetryLater } | { kind: "answer"; result: ReconcileResult; current: Versioned | null };
 
 /**
  * Steps 2–5 of the owner's pipeline for one admitted intent (see
@@ -206,7 +211,7 @@ export class IntentPipeline {
     try {
       current = await a.tool.system.read(a.intent.entity, { timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
     } catch (err) {
-      if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
+      if (isOutage(err)) return outageStep(err);
       current = null;
     }
     const now = current ?? { state: null, version: plan.stored.version };
@@ -307,10 +312,14 @@ export class IntentPipeline {
         return this.refused(a, pending, via, outcome);
       case "unavailable":
         // Provably never reached the system: nothing to reconcile; try again after a pause.
-        return { kind: "retry-later", reason: outcome.message, notSent: true };
-      case "unknown":
+        return { kind: "retry-later", reason: outcome.message, notSent: true, ...waitAsked(outcome) };
+      case "unknown": {
         this.unknownOutcome(about, state, outcome.message);
+        // A 5xx that asked for a wait (Retry-After): the reconcile it needs waits too, the next try's first step.
+        const wait = waitAsked(outcome);
+        if (wait.retryAfterMs !== undefined && this.deps.config.sorRetryAfterMaxMs !== 0) return { kind: "retry-later", reason: outcome.message, notSent: false, ...wait };
         return null;
+      }
     }
   }
 
@@ -434,7 +443,7 @@ export class IntentPipeline {
    */
   private async reconcileFirst(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned | null } | Step> {
     const settled = await this.reconcile(a, ctx, state.undo);
-    if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
+    if (settled.kind === "outage") return settled.step;
     if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
@@ -463,7 +472,7 @@ export class IntentPipeline {
     try {
       return { current: await a.tool.system.read(a.intent.entity, { timeoutMs: a.tool.timeoutMs, headers: ctx.headers }) };
     } catch (err) {
-      if (isOutage(err)) return { kind: "retry-later", reason: describe(err), notSent: true };
+      if (isOutage(err)) return outageStep(err);
       return this.protocolFailure(a, pending, state, err);
     }
   }
@@ -487,7 +496,7 @@ export class IntentPipeline {
       const result = a.intent.undo ? await this.reconcileUndo(a, current, undo, ctx) : await a.tool.reconcile({ intent: a.intent, current, system: a.tool.system, timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
       return { kind: "answer", result, current };
     } catch (err) {
-      if (isOutage(err)) return { kind: "outage", reason: describe(err) };
+      if (isOutage(err)) return { kind: "outage", step: outageStep(err) };
       this.deps.log.warn({ err, intentKey: a.intent.intentKey }, "reconcile failed; the outcome stays unknown");
       return { kind: "answer", result: "unknown", current };
     }
@@ -515,7 +524,7 @@ export class IntentPipeline {
       // a request of ours whose outcome was unknown (a request still in flight can commit after reconcile
       // said "not applied").
       const settled = await this.reconcile(a, ctx, state.undo);
-      if (settled.kind === "outage") return { kind: "retry-later", reason: settled.reason, notSent: true };
+      if (settled.kind === "outage") return settled.step;
       if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
       // Not provably unapplied: a conflict would invite the agent to write again, maybe a second time.
       if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current ?? current);
@@ -663,8 +672,19 @@ export class IntentPipeline {
 }
 
 /** An error that says the system of record could not be reached: pause and try again, never settle on it. */
-export function isOutage(err: unknown): boolean {
+export function isOutage(err: unknown): err is WritError {
   return err instanceof WritError && err.code === "sor_unavailable" && err.retriable;
+}
+
+/** The pause an outage error asks for: with the wait its answer's Retry-After gave, if any. */
+export function outageStep(err: WritError): RetryLater {
+  return { kind: "retry-later", reason: err.message, notSent: true, ...waitAsked(err.context) };
+}
+
+/** `{ retryAfterMs }` of an outcome or error context that carries a usable one (another adapter's too), else nothing. */
+export function waitAsked(from: { retryAfterMs?: unknown }): { retryAfterMs?: number } {
+  const ms = from.retryAfterMs;
+  return typeof ms === "number" && Number.isFinite(ms) && ms >= 0 ? { retryAfterMs: ms } : {};
 }
 
 function describe(err: unknown): string {

@@ -23,8 +23,11 @@ export interface RunHost {
   stagePending(session: Session, pending: LedgerIntentEntry, opts?: { resolution?: boolean }): Promise<void>;
   /** The intent's result goes into the next transaction. */
   settle(session: Session, slot: Slot, result: Effects): Promise<void>;
-  /** The outage backoff after `tries` (ends early when the session does). */
-  pause(session: Session, tries: number): Promise<void>;
+  /**
+   * The outage backoff after `tries`, at least `retryAfterMs` (the system's Retry-After) up to
+   * `sorRetryAfterMaxMs`; ends early when the session does.
+   */
+  pause(session: Session, tries: number, retryAfterMs?: number): Promise<void>;
   /** The lease gate of an intent (an expired lease it finds is released). */
   leaseGate(session: Session, a: AdmittedIntent): LeaseGate;
 }
@@ -71,9 +74,9 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
         await host.settle(session, slot, step.effects);
         return;
       }
-      if (slot.outages === 0) host.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason }, "system of record unavailable; pausing this intent");
+      if (slot.outages === 0) host.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason, retryAfterMs: step.retryAfterMs }, "system of record unavailable; pausing this intent");
       host.ctx.health.outage(a.tool.system.name, step.reason);
-      await outagePause(host, session, slot);
+      await outagePause(host, session, slot, step.retryAfterMs);
     } catch (err) {
       if (!session.active) return;
       if (pending.unstageIfFailed()) slot.pendingDurable = false;
@@ -125,7 +128,7 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
         slot.result = step.effects;
         return await host.settle(session, slot, step.effects);
       }
-      await outagePause(host, session, slot);
+      await outagePause(host, session, slot, step.retryAfterMs);
     } catch (err) {
       if (!session.active) return;
       pending.unstageIfFailed();
@@ -147,10 +150,10 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
   }
 }
 
-/** One more outage pause of the slot's: the backoff grows with the outages in a row. */
-async function outagePause(host: RunHost, session: Session, slot: Slot): Promise<void> {
+/** One more outage pause of the slot's: the backoff grows with the outages in a row; a Retry-After may lengthen it. */
+async function outagePause(host: RunHost, session: Session, slot: Slot, retryAfterMs?: number): Promise<void> {
   slot.outages++;
-  await host.pause(session, slot.outages);
+  await host.pause(session, slot.outages, retryAfterMs);
 }
 
 /**

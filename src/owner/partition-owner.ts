@@ -91,7 +91,7 @@ export class PartitionOwner {
       resolver: this.resolver,
       stagePending: (session, pending, opts) => this.commits.stagePending(session, pending, opts),
       settle: (session, slot, result) => this.settle(session, slot, result),
-      pause: (session, tries) => this.pause(session, tries),
+      pause: (session, tries, retryAfterMs) => this.pause(session, tries, retryAfterMs),
       leaseGate: (session, a) => this.leaseGate(session, a),
     };
   }
@@ -410,8 +410,14 @@ export class PartitionOwner {
     this.commits.nudge();
   }
 
-  private async pause(session: Session, tries: number): Promise<void> {
-    await sleep(this.backoffMs(tries - 1), undefined, { signal: session.abort.signal }).catch(() => undefined);
+  /**
+   * An outage pause of one intent (its keys stay held; other records run on). A system that said how long to
+   * stay away (Retry-After) is not asked again sooner, up to `sorRetryAfterMaxMs`: some extend a rate limit's
+   * penalty for a client that comes back early.
+   */
+  private async pause(session: Session, tries: number, retryAfterMs = 0): Promise<void> {
+    const ms = Math.max(this.backoffMs(tries - 1), Math.min(retryAfterMs, this.ctx.config.sorRetryAfterMaxMs));
+    await sleep(ms, undefined, { signal: session.abort.signal }).catch(() => undefined);
   }
 
   /**

@@ -8,7 +8,7 @@ import { type AdmittedTool, isCommutative } from "../tools.ts";
 import { intentFingerprints } from "./admission.ts";
 import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
-import { type ExecContext, isOutage, type Step } from "./intent-pipeline.ts";
+import { type ExecContext, isOutage, outageStep, type Step, waitAsked } from "./intent-pipeline.ts";
 
 /** What the ledger says about a resolution: nothing to do (answered), close the case without a write, or write. */
 export type ResolvePlan =
@@ -106,7 +106,7 @@ export class Resolver {
       }
       current = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
     } catch (err) {
-      if (isOutage(err)) return { kind: "retry-later", reason: (err as Error).message, notSent: true };
+      if (isOutage(err)) return outageStep(err);
       return reopen("sor_protocol", `the system of record broke the protocol: ${(err as Error).message}`.slice(0, 2000));
     }
     if (current === null) return reopen("entity_not_found", `${r.intent.entity.type}:${r.intent.entity.id} does not exist`);
@@ -141,7 +141,7 @@ export class Resolver {
         return reopen("resolution_conflict", "the record changed while the decision was being applied; decide again", now);
       }
       case "unavailable":
-        return { kind: "retry-later", reason: outcome.message, notSent: true };
+        return { kind: "retry-later", reason: outcome.message, notSent: true, ...waitAsked(outcome) };
       case "unknown": {
         // Settled the same way as any unknown outcome, but by the operator: never replayed blind.
         mayHaveWritten = true;

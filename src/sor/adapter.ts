@@ -8,10 +8,13 @@ export type PatchOutcome =
   | { kind: "not_found" }
   /** The system refused the change itself (4xx other than 412): retrying cannot help. */
   | { kind: "rejected"; status: number; message: string }
-  /** Known not to have reached the system (connection refused, DNS): safe to try again. */
-  | { kind: "unavailable"; message: string }
-  /** Sent, and no answer that settles it (timeout, connection dropped, 5xx): reconcile. */
-  | { kind: "unknown"; message: string };
+  /**
+   * Known not to have reached the system (connection refused, DNS, 408, 429): safe to try again.
+   * `retryAfterMs`: the wait the answer's Retry-After asked for, if it gave one.
+   */
+  | { kind: "unavailable"; message: string; retryAfterMs?: number }
+  /** Sent, and no answer that settles it (timeout, connection dropped, 5xx): reconcile; `retryAfterMs` as above. */
+  | { kind: "unknown"; message: string; retryAfterMs?: number };
 
 export type ReconcileResult = "applied" | "not_applied" | "unknown";
 
@@ -64,7 +67,8 @@ export interface SystemOfRecord {
   /**
    * Reads the record and its version; null when it does not exist. Throws a
    * WritError: `sor_unavailable` (retriable) when the system cannot be reached
-   * or answers 5xx/408/429 or times out: the owner pauses and tries again;
+   * or answers 5xx/408/429 or times out: the owner pauses and tries again
+   * (at least `context.retryAfterMs`, the answer's Retry-After, when it is set);
    * `sor_protocol` (not retriable) for an answer that breaks the contract
    * (401/403, no or weak ETag, not JSON): the intent is answered with the reason.
    */

@@ -9,6 +9,7 @@ import { entityKey } from "../schemas/common.ts";
 import { tlsConnectOptions } from "../security/transport.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
 import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
+import { parseRetryAfter } from "./retry-after.ts";
 
 /** RFC 9110 §5.1 `token`: a header name. */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -515,6 +516,17 @@ function lookupAnswer(ex: { res: Answer; body: string }): ReconcileResult {
   return applied === true ? "applied" : applied === false ? "not_applied" : "unknown";
 }
 
+/** Statuses that say the system cannot take the request now (RFC 9110 §15.5.9, §15.6; RFC 6585 §4): an outage. */
+function isOutageStatus(status: number): boolean {
+  return status >= 500 || status === 408 || status === 429;
+}
+
+/** `{ retryAfterMs }` when the answer's Retry-After gives a usable wait, else nothing (only the number goes on, never the header's text). */
+function retryAfter(ex: { res: Answer }): { retryAfterMs?: number } {
+  const ms = parseRetryAfter(ex.res.headers.get("retry-after"), Date.now());
+  return ms === undefined ? {} : { retryAfterMs: ms };
+}
+
 /** application/json or a `+json` type, but not an RFC 9457 problem. */
 function isJsonMedia(res: Answer): boolean {
   const type = (res.headers.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
@@ -641,9 +653,11 @@ function secretsOf(configured: Record<string, string>): string[] {
  * else null); 404/410 → `not_found`; 408/429, refused/unresolvable
  * connections and a headers function that failed → `unavailable` (not sent,
  * safe to retry); other 4xx → `rejected`; 5xx, 3xx, timeouts and dropped
- * connections → `unknown` (reconcile). An `ifMatch` that cannot be a header
- * value (only a version `read` did not give) is `rejected` with status 0,
- * nothing sent. After `close()`, requests are refused without being sent.
+ * connections → `unknown` (reconcile). A 408, 429 or 5xx carries its
+ * Retry-After as `retryAfterMs` (a read's `sor_unavailable` in its context).
+ * An `ifMatch` that cannot be a header value (only a version `read` did not
+ * give) is `rejected` with status 0, nothing sent. After `close()`,
+ * requests are refused without being sent.
  *
  * @example
  * const crm = createHttpSystemOfRecord({
@@ -745,6 +759,12 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     return { headers: list, secrets: secretsOf(configured as Record<string, string>) };
   };
   const context = (entity: EntityRef, extra: Record<string, unknown> = {}) => ({ entity: entityKey(entity), sor: name, ...extra });
+  /** A read's or lookup's 5xx/408/429: `sor_unavailable`, with the wait its Retry-After asked for. */
+  const outageAnswer = (where: string, ex: Answered, entity: EntityRef) =>
+    new WritError("sor_unavailable", `${where}: ${ex.res.status} ${problemMessage(ex)}`, {
+      retriable: true,
+      context: context(entity, { status: ex.res.status, ...retryAfter(ex) }),
+    });
 
   /** Why a version cannot be carried or sent back, else null. */
   function unsendable(version: string): string | null {
@@ -835,12 +855,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       }
       return record;
     }
-    if (res.status >= 500 || res.status === 408 || res.status === 429) {
-      throw new WritError("sor_unavailable", `${where}: ${res.status} ${problemMessage(ex)}`, {
-        retriable: true,
-        context: context(entity, { status: res.status }),
-      });
-    }
+    if (isOutageStatus(res.status)) throw outageAnswer(where, ex, entity);
     throw new WritError("sor_protocol", `${where}: ${problemMessage(ex)}`, {
       retriable: false,
       context: context(entity, { status: res.status }),
@@ -915,9 +930,10 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   function refused(ex: Answered): PatchOutcome {
     const status = ex.res.status;
     if (status === 404 || status === 410) return { kind: "not_found" };
-    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(ex)}` };
+    if (status === 408 || status === 429) return { kind: "unavailable", message: `${status}: ${problemMessage(ex)}`, ...retryAfter(ex) };
     if (status >= 400 && status < 500) return { kind: "rejected", status, message: problemMessage(ex) };
-    return { kind: "unknown", message: `${status}: ${problemMessage(ex)}` };
+    // A 5xx may still have written: unknown, but a Retry-After it carries is kept (reconcile waits for it too).
+    return { kind: "unknown", message: `${status}: ${problemMessage(ex)}`, ...(status >= 500 ? retryAfter(ex) : {}) };
   }
 
   /**
@@ -962,12 +978,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
     }
     if (ex.res.status === 404) return "not_applied";
-    if (ex.res.status >= 500 || ex.res.status === 408 || ex.res.status === 429) {
-      throw new WritError("sor_unavailable", `${where}: ${ex.res.status} ${problemMessage(ex)}`, {
-        retriable: true,
-        context: context(entity, { status: ex.res.status }),
-      });
-    }
+    if (isOutageStatus(ex.res.status)) throw outageAnswer(where, ex, entity);
     if (ex.res.status !== 200) return "unknown";
     return lookupAnswer(ex);
   }

@@ -89,4 +89,13 @@ describe("routerConfigFromEnv", () => {
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "0" })).toThrow(/WRIT_STUCK_AFTER_FAILURES \(stuckAfterFailures\)/);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "1.5" })).toThrow(/WRIT_STUCK_AFTER_FAILURES/);
   });
+
+  it("caps the wait a system of record's Retry-After imposes: 60 s by default, 0 (ignored) to an hour", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).sorRetryAfterMaxMs).toBe(60_000);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "0" }).sorRetryAfterMaxMs).toBe(0);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "3600000" }).sorRetryAfterMaxMs).toBe(3_600_000);
+    for (const bad of ["-1", "3600001", "1.5", "1m"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: bad }), bad).toThrow(/WRIT_SOR_RETRY_AFTER_MAX_MS \(sorRetryAfterMaxMs\)/);
+    }
+  });
 });

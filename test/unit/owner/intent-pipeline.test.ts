@@ -564,6 +564,45 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
     expect(sor.patchCount(T1)).toBe(0);
   });
 
+  it("a Retry-After reaches the pause: on a read outage, an unavailable PATCH and a reconcile's outage", async () => {
+    const p = pipelineWith();
+    const a = close();
+    const plan = writePlan(p.classify(a, new PartitionLedger(0)));
+    const limited = new WritError("sor_unavailable", "429 slow down", { retriable: true, context: { status: 429, retryAfterMs: 2000 } });
+    sor.script.read.push({ kind: "throw", error: limited });
+    expect(await p.execute(a, plan.pending, plan.state, ctx)).toEqual({ kind: "retry-later", reason: "429 slow down", notSent: true, retryAfterMs: 2000 });
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "unavailable", message: "429: slow down", retryAfterMs: 3000 } });
+    expect(await p.execute(a, plan.pending, plan.state, ctx)).toEqual({ kind: "retry-later", reason: "429: slow down", notSent: true, retryAfterMs: 3000 });
+    sor.script.patch.push({ kind: "commit-then-unknown" });
+    sor.script.lookup.push({ kind: "throw", error: limited });
+    expect(await p.execute(a, plan.pending, plan.state, ctx)).toMatchObject({ kind: "retry-later", retryAfterMs: 2000 });
+    expect(sor.patchCount(T1)).toBe(2);
+  });
+
+  it("a 5xx with Retry-After on a PATCH: unknown, and its reconcile waits for the pause (at once with sorRetryAfterMaxMs 0)", async () => {
+    const answer = { kind: "answer" as const, outcome: { kind: "unknown" as const, message: "503: busy", retryAfterMs: 5000 } };
+    const p = pipelineWith();
+    const a = close();
+    const plan = writePlan(p.classify(a, new PartitionLedger(0)));
+    sor.script.patch.push(answer);
+    expect(await p.execute(a, plan.pending, plan.state, ctx)).toEqual({ kind: "retry-later", reason: "503: busy", notSent: false, retryAfterMs: 5000 });
+    expect(plan.state).toMatchObject({ mayHaveWritten: true, needsReconcile: true, unknownRounds: 1 });
+    expect(sor.lookups).toHaveLength(0);
+    // The next try reconciles first ("not applied": nothing committed) and writes again.
+    expect(reply(checked(await p.execute(a, plan.pending, plan.state, ctx)))).toMatchObject({ status: "applied", via: "patch" });
+    expect(sor.lookups).toHaveLength(1);
+    expect(sor.commitsOf(a.intent.intentKey)).toBe(1);
+
+    // Retry-After ignored: reconciled at once, as for any unknown outcome.
+    const ignoring = pipelineWith({ config: { unknownRounds: 3, sorRetryAfterMaxMs: 0 } });
+    const b = close({ intentId: "intent-b", stepId: "step-b", base: version(2) });
+    const planB = writePlan(ignoring.classify(b, new PartitionLedger(0)));
+    sor.script.patch.push(answer);
+    const step = checked(await ignoring.execute(b, planB.pending, planB.state, ctx));
+    expect(reply(step)).toMatchObject({ status: "applied" });
+    expect(sor.lookups).toHaveLength(2);
+  });
+
   it("treats a sor_unavailable error marked not retriable as a protocol break, not an outage", async () => {
     sor.script.read.push({ kind: "throw", error: new WritError("sor_unavailable", "odd", { retriable: false }) });
     const { step } = await run(pipelineWith(), close(), new PartitionLedger(0));

@@ -4,13 +4,15 @@
 import type { KafkaMessage } from "kafkajs";
 import { pino } from "pino";
 import { WireCodec } from "../../../src/codec.ts";
-import { RouterConfig, parseConfig } from "../../../src/config.ts";
+import { RouterConfig, type RouterConfigInput, parseConfig } from "../../../src/config.ts";
 import { PartitionLedger, type RestoredEntry } from "../../../src/ledger/ledger-state.ts";
+import type { Logger } from "../../../src/logger.ts";
 import { HealthBoard } from "../../../src/owner/health.ts";
 import { IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import type { OwnerContext } from "../../../src/owner/owner-context.ts";
 import { PartitionOwner } from "../../../src/owner/partition-owner.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
+import type { AdmittedTool } from "../../../src/tools.ts";
 
 export interface SentTxn {
   records: { topic: string; key: string | null; value: Buffer | null }[];
@@ -50,17 +52,20 @@ export function restoredWith(entries: [string, RestoredEntry][] = []) {
   return { producer: recordingProducer(), ledger: new PartitionLedger(0, entries), next: 0n, groupOffset: 0n, healed: 0, inDoubt: 0 };
 }
 
-/** An owner of partition 0 with writ's defaults, no linger; `codec` may stand in for the registry's. */
-export function ownerWith(opts: { codec?: WireCodec } = {}): PartitionOwner {
-  const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], commitLingerMs: 0, offsetCommitIntervalMs: 0 }, "router");
+/**
+ * An owner of partition 0 with writ's defaults, no linger; `codec` may stand in for the registry's, `config`
+ * overrides settings, `tools` are the ones admission knows (none by default), `log` takes its log lines.
+ */
+export function ownerWith(opts: { codec?: WireCodec; config?: Partial<RouterConfigInput>; tools?: ReadonlyMap<string, AdmittedTool>; log?: Logger } = {}): PartitionOwner {
+  const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], commitLingerMs: 0, offsetCommitIntervalMs: 0, ...opts.config }, "router");
   const codec = opts.codec ?? new WireCodec({});
-  const log = pino({ level: "silent" });
+  const log = opts.log ?? pino({ level: "silent" });
   const ctx = {
     config,
     codec,
     encoder: new RecordEncoder(codec, config),
     pipeline: new IntentPipeline({ config, log }),
-    admission: { config, codec, tools: new Map(), replyTopics: { exists: async () => true }, now: () => new Date(), partitions: 1 },
+    admission: { config, codec, tools: opts.tools ?? new Map(), replyTopics: { exists: async () => true }, now: () => new Date(), partitions: 1 },
     intake: { pause: () => undefined, resume: () => undefined, seek: () => undefined },
     lease: { confirmed: () => true },
     health: new HealthBoard(),

@@ -447,3 +447,56 @@ describe("http adapter: lookupIdempotencyKey", () => {
     expect(await sor.lookupIdempotencyKey?.(T1, "twice", quick)).toBe("applied");
   });
 });
+
+describe("http adapter: Retry-After", () => {
+  const opts = { ifMatch: '"7"', idempotencyKey: "k", timeoutMs: 5000 };
+  /** An endpoint answering every request `status` with these headers (a problem body). */
+  const answering = (status: number, headers: Record<string, string>) =>
+    stub((_req, res) => res.writeHead(status, { "content-type": "application/problem+json", ...headers }).end('{"title":"slow down"}'));
+
+  it("a read's 429 with Retry-After: 2 is a retriable sor_unavailable carrying retryAfterMs 2000", async () => {
+    const { url } = await answering(429, { "retry-after": "2" });
+    await expect(adapterFor(url).read(T1, quick)).rejects.toMatchObject({ code: "sor_unavailable", retriable: true, context: { status: 429, retryAfterMs: 2000 } });
+  });
+
+  it("a write's 429 or 408 is unavailable with the wait; a 503's is kept on its unknown outcome", async () => {
+    for (const status of [429, 408]) {
+      const { url } = await answering(status, { "retry-after": "2" });
+      expect(await adapterFor(url).patch(T1, addTag("a"), opts)).toMatchObject({ kind: "unavailable", retryAfterMs: 2000 });
+    }
+    const { url } = await answering(503, { "retry-after": new Date(Date.now() + 30_000).toUTCString() });
+    const outcome = await adapterFor(url).patch(T1, addTag("a"), opts);
+    expect(outcome.kind).toBe("unknown");
+    // An HTTP-date is whole seconds from now: between 29 and 30 s once it arrives.
+    expect(outcome.kind === "unknown" ? outcome.retryAfterMs : undefined).toBeGreaterThan(28_000);
+    expect(outcome.kind === "unknown" ? outcome.retryAfterMs : undefined).toBeLessThanOrEqual(30_000);
+    const created = await adapterFor(url).upsertByExternalId({ type: "account", id: "x" }, {}, { ifNoneMatch: "*", idempotencyKey: "c", timeoutMs: 5000 });
+    expect(created).toMatchObject({ kind: "unknown", retryAfterMs: expect.any(Number) });
+  });
+
+  it("an idempotency-key lookup's 503 carries the wait on its sor_unavailable", async () => {
+    const { url } = await answering(503, { "retry-after": "5" });
+    await expect(adapterFor(url).lookupIdempotencyKey!(T1, "k-1", quick)).rejects.toMatchObject({ code: "sor_unavailable", context: { retryAfterMs: 5000 } });
+  });
+
+  it("a Retry-After that is no wait (garbage, negative, oversize) is left out; on a refusal or a success it means nothing", async () => {
+    for (const value of ["soon", "-1", "9".repeat(65)]) {
+      const { url } = await answering(429, { "retry-after": value });
+      const outcome = await adapterFor(url).patch(T1, addTag("a"), opts);
+      expect(outcome).toMatchObject({ kind: "unavailable" });
+      expect(outcome).not.toHaveProperty("retryAfterMs");
+      const err = await adapterFor(url).read(T1, quick).catch((e: unknown) => e as WritError);
+      expect(err).toMatchObject({ code: "sor_unavailable" });
+      expect((err as WritError).context).not.toHaveProperty("retryAfterMs");
+    }
+    const refused = await answering(400, { "retry-after": "2" });
+    expect(await adapterFor(refused.url).patch(T1, addTag("a"), opts)).toEqual({ kind: "rejected", status: 400, message: "slow down" });
+  });
+
+  it("the header's text goes into no message, only the wait", async () => {
+    const { url } = await answering(503, { "retry-after": "Sun, 06 Nov 2033 08:49:37 GMT" });
+    const err = (await adapterFor(url).read(T1, quick).catch((e: unknown) => e)) as WritError;
+    expect(err.context.retryAfterMs).toBeGreaterThan(0);
+    expect(JSON.stringify(err)).not.toMatch(/2033|Nov/);
+  });
+});
