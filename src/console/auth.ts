@@ -4,7 +4,7 @@
 // timingSafeEqual, both roles always checked) and never logged. Requests must
 // name an allowed Host, and an Origin, when sent, of the same (DNS
 // rebinding), as producers/adapters/mcp-server.ts checks them.
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { WritError } from "../errors.ts";
 
@@ -52,11 +52,58 @@ export class ConsoleAuth {
     return isOperator ? "operator" : isReader ? "reader" : null;
   }
 
-  /** The token of a request: `Authorization: Bearer`, else (where `query` is allowed) `?token=`. */
-  static tokenOf(req: IncomingMessage, url: URL, allowQuery: boolean): string | null {
+  /** The token of a request: `Authorization: Bearer` only. A token in a URL would reach access logs, history and Referer. */
+  static tokenOf(req: IncomingMessage): string | null {
     const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? "");
-    if (m) return m[1]!;
-    return allowQuery ? url.searchParams.get("token") : null;
+    return m ? m[1]! : null;
+  }
+}
+
+/**
+ * Tickets for the event stream. `EventSource` sends no header, so the page asks for a ticket with its token
+ * (`POST /api/stream-ticket`, `Authorization: Bearer`) and opens `/events?ticket=…`: what lands in a proxy's
+ * access log is a random string that worked once, within seconds, and never again. A ticket carries the role of
+ * the token that asked for it. Kept by their sha256 (a lookup's timing says nothing of a live ticket), at most
+ * `max` outstanding: past it, with the expired swept, a request is refused (the caller answers 429) rather than
+ * another page's ticket evicted.
+ */
+export class StreamTickets {
+  private readonly live = new Map<string, { role: Role; expires: number }>();
+  private readonly ttlMs: number;
+  private readonly max: number;
+  private readonly now: () => number;
+
+  constructor(opts: { ttlMs?: number; max?: number; now?: () => number } = {}) {
+    this.ttlMs = opts.ttlMs ?? 30_000;
+    this.max = opts.max ?? 1000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  get lifetimeMs(): number {
+    return this.ttlMs;
+  }
+
+  /** A new ticket for `role`, or null when `max` are outstanding. */
+  issue(role: Role): string | null {
+    if (this.live.size >= this.max) this.sweep();
+    if (this.live.size >= this.max) return null;
+    const ticket = randomBytes(32).toString("base64url");
+    this.live.set(digest(ticket).toString("hex"), { role, expires: this.now() + this.ttlMs });
+    return ticket;
+  }
+
+  /** The role a ticket gives, once: an unknown, used or expired ticket gives null. */
+  redeem(ticket: string | null): Role | null {
+    if (ticket === null || ticket.length === 0 || ticket.length > 128) return null;
+    const key = digest(ticket).toString("hex");
+    const found = this.live.get(key);
+    this.live.delete(key);
+    return found !== undefined && found.expires > this.now() ? found.role : null;
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [key, t] of this.live) if (t.expires <= now) this.live.delete(key);
   }
 }
 

@@ -14,8 +14,9 @@ or return to the agent with a message; the record's owner carries the decision o
 it on its reply topic (as writ escalations resolve). Reads committed records only, skips control records,
 decodes plain JSON and the Confluent wire format.
 
-Open http://<host>:<port>/?token=<token>: the page keeps the token for its tab and removes it from the
-address. A read-only token sees everything and cannot resolve (403); the operator token can.
+Open http://<host>:<port>/#token=<token> (a fragment: no browser sends it, so it reaches no log): the page keeps
+the token for its tab and removes it from the address. A read-only token sees everything and cannot resolve
+(403); the operator token can.
 
   --token <token>           the read-only token, at least 16 characters (default $WRIT_CONSOLE_TOKEN;
                             required). Prefer the variables: a flag's value is visible in the process list.
@@ -120,7 +121,7 @@ async function main(argv: string[]): Promise<number> {
     throw err;
   }
   process.stderr.write(
-    `writ console: listening on ${server.url}/ (${operatorToken === undefined ? "read-only" : `operator role as ${operatorId}`}); open ${server.url}/?token=<your token>\n`,
+    `writ console: listening on ${server.url}/ (${operatorToken === undefined ? "read-only" : `operator role as ${operatorId}`}); open ${server.url}/#token=<your token>\n`,
   );
 
   await new Promise<void>((resolve) => {

@@ -4,11 +4,13 @@
 // escalations through the writ client (createWritClient(...).resolve), as
 // `writ escalations resolve` does.
 //
-// Endpoints (every one checks Host and Origin; all but the static assets need a token):
-//   GET  /?token=…                      the page (401 without a valid token)
-//   GET  /assets/{console.js,console.css,locked.js}   static, no data in them
-//   GET  /events?token=…                server-sent events: `hello` (role), `snapshot` (everything),
-//                                       `update` (the sections that changed)
+// Endpoints (every one checks Host and Origin; all but the page and its assets need a token, and no token ever
+// travels in a URL: the link people open is /#token=…, whose fragment no browser sends):
+//   GET  /                              the page (static, no data in it; it takes the token from its fragment)
+//   GET  /assets/{console.js,console.css}   static, no data in them
+//   POST /api/stream-ticket             {ticket, expiresInMs}: a one-use ticket for /events, 30 s (Authorization: Bearer)
+//   GET  /events?ticket=…               server-sent events: `hello` (role), `snapshot` (everything),
+//                                       `update` (the sections that changed); 401 `ticket_invalid`
 //   GET  /api/session                   {role, operator, topics, limits}   (Authorization: Bearer)
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
 //   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403);
@@ -30,7 +32,7 @@ import { listen } from "../listen.ts";
 import { Version } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
-import { allowedHostsFor, ConsoleAuth, refusedOrigin, type Role } from "./auth.ts";
+import { allowedHostsFor, ConsoleAuth, refusedOrigin, StreamTickets, type Role } from "./auth.ts";
 import { startFeed, type Feed } from "./feed.ts";
 import { ConsoleState, type ConsoleLimits, type NotResolvable } from "./state.ts";
 
@@ -69,6 +71,8 @@ export interface ConsoleOptions {
   resolveTimeoutMs?: number;
   /** Most open event streams at once (default 32). */
   maxStreams?: number;
+  /** How long a stream ticket may wait for its `/events` request (default 30 s). */
+  streamTicketTtlMs?: number;
   logger?: Logger;
   /** Called after each decision sent from the page, with the owner's answer (an audit line; never the token). */
   onDecision?: (d: { escalationId: string; decision: string; operator: string; status: string; reason?: string }) => void;
@@ -87,7 +91,6 @@ export interface ConsoleServer {
 const ASSETS: Record<string, { file: string; type: string }> = {
   "/assets/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
   "/assets/console.css": { file: "console.css", type: "text/css; charset=utf-8" },
-  "/assets/locked.js": { file: "locked.js", type: "text/javascript; charset=utf-8" },
 };
 
 /**
@@ -129,7 +132,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const log = (opts.logger ?? createLogger({ name: "writ-console" })).child({ component: "console" });
   const assetsDir = consoleAssetsDir();
   const files = new Map<string, Buffer>();
-  for (const name of ["index.html", "locked.html", ...Object.values(ASSETS).map((a) => a.file)]) files.set(name, readFileSync(join(assetsDir, name)));
+  for (const name of ["index.html", ...Object.values(ASSETS).map((a) => a.file)]) files.set(name, readFileSync(join(assetsDir, name)));
+  const tickets = new StreamTickets(opts.streamTicketTtlMs === undefined ? {} : { ttlMs: opts.streamTicketTtlMs });
 
   const replyPrefix = opts.replyPrefix ?? "writ.replies.";
   const groupId = opts.groupId ?? "writ.owners";
@@ -156,6 +160,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       brokers: opts.brokers,
       agentId: operatorId,
       replyTopic: opts.operator?.replyTopic ?? `${replyPrefix}${operatorId}`,
+      // The reply topics the console follows are the owners' (`writ console` takes WRIT_REPLY_TOPIC_PREFIX).
+      replyTopicPrefix: replyPrefix,
       intentsTopic: opts.topics.intents,
       ...connection,
       logger: log,
@@ -211,10 +217,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const reply = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void => {
     res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...headers }).end(JSON.stringify(body));
   };
-  const unauthorized = (res: ServerResponse, html: boolean): void => {
-    const headers = { "www-authenticate": 'Bearer realm="writ-console"' };
-    if (html) res.writeHead(401, { ...SECURITY_HEADERS, ...headers, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" }).end(files.get("locked.html"));
-    else reply(res, 401, { error: "unauthorized: this console needs its token" }, headers);
+  const unauthorized = (res: ServerResponse): void => {
+    reply(res, 401, { error: "unauthorized: this console needs its token", reason: "token_invalid" }, { "www-authenticate": 'Bearer realm="writ-console"' });
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -232,14 +236,22 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     }
     if (path === "/" || path === "/index.html") {
       if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
-      if (auth.role(ConsoleAuth.tokenOf(req, url, true)) === null) return unauthorized(res, true);
+      // The page holds no data: it takes its token from the address's fragment (or this tab's storage).
       res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/html; charset=utf-8", "cache-control": "no-store" }).end(files.get("index.html"));
       return;
     }
+    if (path === "/api/stream-ticket") {
+      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
+      const role = auth.role(ConsoleAuth.tokenOf(req));
+      if (role === null) return unauthorized(res);
+      const ticket = tickets.issue(role);
+      if (ticket === null) return reply(res, 429, { error: "too many stream tickets outstanding; try again shortly", reason: "too_many_tickets" }, { "retry-after": String(Math.ceil(tickets.lifetimeMs / 1000)) });
+      return reply(res, 200, { ticket, expiresInMs: tickets.lifetimeMs });
+    }
     if (path === "/events") {
       if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
-      const role = auth.role(ConsoleAuth.tokenOf(req, url, true));
-      if (role === null) return unauthorized(res, false);
+      const role = tickets.redeem(url.searchParams.get("ticket"));
+      if (role === null) return reply(res, 401, { error: "unauthorized: the event stream needs a fresh ticket from POST /api/stream-ticket (each works once)", reason: "ticket_invalid" });
       if (streams.size >= maxStreams) return reply(res, 503, { error: `too many open event streams (${maxStreams})` });
       const snapshot = frame("snapshot", state.snapshot());
       if (snapshot === null) return reply(res, 503, { error: "the console's state could not be sent; try again" }, { "retry-after": "2" });
@@ -253,15 +265,15 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     }
     if (path === "/api/session" || path === "/api/state") {
       if (method !== "GET") return reply(res, 405, { error: "method not allowed" }, { allow: "GET" });
-      const role = auth.role(ConsoleAuth.tokenOf(req, url, false));
-      if (role === null) return unauthorized(res, false);
+      const role = auth.role(ConsoleAuth.tokenOf(req));
+      if (role === null) return unauthorized(res);
       return reply(res, 200, path === "/api/session" ? session(role) : state.snapshot());
     }
     const m = /^\/api\/escalations\/([^/]{1,400})\/resolve$/.exec(path);
     if (m) {
       if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
-      const role = auth.role(ConsoleAuth.tokenOf(req, url, false));
-      if (role === null) return unauthorized(res, false);
+      const role = auth.role(ConsoleAuth.tokenOf(req));
+      if (role === null) return unauthorized(res);
       if (role !== "operator" || operator === null) return reply(res, 403, { error: "resolving escalations needs the operator token" });
       let escalationId: string;
       try {

@@ -128,26 +128,50 @@ describe("writ console, in headless Chromium", () => {
     const url = consoleServer.url;
     const context = await launchChromium();
 
-    // --- refused without a token (the page, the stream, the API) or with a wrong one ---
+    // --- refused without a token (the stream, the API) or with a wrong one; the page itself holds no data ---
     const { page: anon } = await openPage(context);
-    const locked = await anon.goto(`${url}/`);
-    expect(locked!.status()).toBe(401);
-    await expect(anon.textContent("body")).resolves.toMatch(/needs its token/);
-    expect((await anon.goto(`${url}/?token=not-the-right-token-at-all`))!.status()).toBe(401);
+    expect((await anon.goto(`${url}/`))!.status()).toBe(200);
+    await waitFor(async () => /needs its token/.test((await anon.textContent("#notice")) ?? ""), { message: "the no-token notice" });
+    const { page: wrong } = await openPage(context);
+    await wrong.goto(`${url}/#token=not-the-right-token-at-all`);
+    await waitFor(async () => /refused this token/.test((await wrong.textContent("#notice")) ?? ""), { message: "the refused-token notice" });
+    await expect(wrong.evaluate(() => sessionStorage.getItem("writ-console-token"))).resolves.toBeNull();
     expect((await fetch(`${url}/events`)).status).toBe(401);
     expect((await fetch(`${url}/api/state`, { headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
-    // the query parameter opens the page and the stream only; the API wants the header
+    // A token in a URL is taken nowhere: not by the API, not by the event stream (it would reach access logs).
     expect((await fetch(`${url}/api/state?token=${readToken}`)).status).toBe(401);
+    expect((await fetch(`${url}/events?token=${readToken}`)).status).toBe(401);
     expect((await fetch(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}` } })).status).toBe(200);
+    // The stream opens with a one-use ticket asked for with the token (Authorization header only).
+    expect((await fetch(`${url}/api/stream-ticket`, { method: "POST" })).status).toBe(401);
+    expect((await fetch(`${url}/api/stream-ticket`, { method: "POST", headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
+    const ticketed = (await (await fetch(`${url}/api/stream-ticket`, { method: "POST", headers: { authorization: `Bearer ${readToken}` } })).json()) as { ticket: string; expiresInMs: number };
+    expect(ticketed.ticket).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(ticketed.expiresInMs).toBe(30_000);
+    const stream = new AbortController();
+    const first = await fetch(`${url}/events?ticket=${ticketed.ticket}`, { signal: stream.signal });
+    expect(first.status).toBe(200);
+    const reader0 = first.body!.getReader();
+    let hello = "";
+    while (!/event: hello\ndata: .*\n/.test(hello)) hello += new TextDecoder().decode((await reader0.read()).value);
+    expect(hello).toContain('"role":"reader"');
+    stream.abort();
+    const reused = await fetch(`${url}/events?ticket=${ticketed.ticket}`);
+    expect(reused.status).toBe(401);
+    await expect(reused.json()).resolves.toMatchObject({ reason: "ticket_invalid" });
     // Host and Origin are checked before anything else (DNS rebinding)
     expect((await raw(`${url}/?token=${operatorToken}`, { headers: { host: `evil.example:${consoleServer.port}` } })).status).toBe(403);
     expect((await raw(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}`, origin: "http://evil.example" } })).status).toBe(403);
 
-    // --- the operator's page: the token leaves the address, the stream is live ---
+    // --- the operator's page: the token leaves the address, the stream is live, no request carries it in its URL ---
     const { page, errors } = await openPage(context);
-    expect((await page.goto(`${url}/?token=${operatorToken}`))!.status()).toBe(200);
+    const requested: string[] = [];
+    page.on("request", (r) => void requested.push(r.url()));
+    expect((await page.goto(`${url}/#token=${operatorToken}`))!.status()).toBe(200);
     await page.waitForSelector('#conn[data-state="live"]');
     expect(page.url()).toBe(`${url}/`);
+    expect(requested.some((u) => u.includes("/events?ticket="))).toBe(true);
+    expect(requested.filter((u) => u.includes(operatorToken) || u.includes(encodeURIComponent(operatorToken)))).toEqual([]);
     await expect(page.textContent("#role")).resolves.toBe(`operator: ${opsId}`);
     await expect(page.evaluate(() => sessionStorage.getItem("writ-console-token"))).resolves.toBe(operatorToken);
     // a reload (the address has no token now) opens it again from the tab's sessionStorage
@@ -242,7 +266,7 @@ describe("writ console, in headless Chromium", () => {
 
     // --- a read-only page: sees the escalation, has no buttons; the API answers 403 ---
     const { page: reader, errors: readerErrors } = await openPage(context);
-    await reader.goto(`${url}/?token=${readToken}`);
+    await reader.goto(`${url}/#token=${readToken}`);
     await reader.waitForSelector('#conn[data-state="live"]');
     await expect(reader.textContent("#role")).resolves.toBe("read-only");
     const readerEsc = reader.locator(`#escalations article[data-escalation-id="${escalation.escalationId}"]`);
@@ -390,11 +414,13 @@ describe("writ console, in headless Chromium", () => {
     });
     const base = await waitFor(() => /listening on (http:\/\/127\.0\.0\.1:\d+)\//.exec(stderr)?.[1], { timeoutMs: 30_000, message: () => `no "listening" line: ${stderr}` });
     expect(stderr).toMatch(/read-only/);
-    const page = await fetch(`${base}/?token=${token}`);
+    expect(stderr).toContain(`open ${base}/#token=<your token>`);
+    const page = await fetch(`${base}/`);
     expect(page.status).toBe(200);
     expect(await page.text()).toMatch(/<title>writ console<\/title>/);
     expect((await fetch(`${base}/assets/console.js`)).status).toBe(200);
-    expect((await fetch(`${base}/`)).status).toBe(401);
+    expect((await fetch(`${base}/api/state`)).status).toBe(401);
+    expect((await fetch(`${base}/api/state`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
     expect(stderr).not.toContain(token);

@@ -1,18 +1,25 @@
 // writ console: the page. Plain JavaScript, no framework, no build step.
-// The token arrives once in the address (?token=…), is kept in this tab's
-// sessionStorage and removed from the address; fetches send it as
-// `Authorization: Bearer`, the event stream as ?token= (EventSource cannot
-// send headers). Everything shown is built with textContent, never as HTML.
+// The token arrives once in the address's fragment (/#token=…, which no
+// browser sends to a server, so it reaches no access log), is kept in this
+// tab's sessionStorage and removed from the address. Fetches send it as
+// `Authorization: Bearer`; the event stream (EventSource sends no header) is
+// opened with a one-use ticket the page asks for with it before each connect.
+// Everything shown is built with textContent, never as HTML.
 "use strict";
 (() => {
   const KEY = "writ-console-token";
+  const fragment = new URLSearchParams(location.hash.slice(1));
   const params = new URLSearchParams(location.search);
-  let token = params.get("token");
+  // An old link (?token=…) still opens the page, but its token went to the server's and any proxy's logs.
+  const fromQuery = params.get("token");
+  let token = fragment.get("token") || fromQuery;
   if (token) {
     sessionStorage.setItem(KEY, token);
+    fragment.delete("token");
     params.delete("token");
     const rest = params.toString();
-    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+    const hash = fragment.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + (hash ? `#${hash}` : ""));
   } else {
     token = sessionStorage.getItem(KEY);
   }
@@ -469,16 +476,44 @@
 
   // ---- the event stream ----
   let source = null;
-  function connect() {
+  /** A one-use ticket for the event stream, asked for with the token; null (and said why) when there is none. */
+  async function streamTicket() {
+    let res;
+    try {
+      res = await fetch("/api/stream-ticket", { method: "POST", headers: { authorization: `Bearer ${token}` } });
+    } catch {
+      return { retry: true };
+    }
+    if (res.status === 401) {
+      sessionStorage.removeItem(KEY);
+      token = null;
+      setConn("closed", "refused");
+      showNotice("The console refused this token: open it with the link you were given (…/#token=…).");
+      return { retry: false };
+    }
+    if (!res.ok) return { retry: true };
+    const body = await res.json().catch(() => null);
+    return body && typeof body.ticket === "string" ? { ticket: body.ticket } : { retry: true };
+  }
+
+  async function connect() {
     if (!token) {
       setConn("closed", "no token");
-      showNotice("This console needs its token: open it with the link you were given (?token=…).");
+      showNotice("This console needs its token: open it with the link you were given (…/#token=…).");
       return;
     }
-    source = new EventSource(`/events?token=${encodeURIComponent(token)}`);
+    const got = await streamTicket();
+    if (!got.ticket) {
+      if (got.retry) {
+        setConn("closed", "disconnected");
+        setTimeout(connect, 3000);
+      }
+      return;
+    }
+    source = new EventSource(`/events?ticket=${encodeURIComponent(got.ticket)}`);
     source.addEventListener("open", () => {
       setConn("live", "live");
-      showNotice("");
+      showNotice(fromQuery ? "This console was opened with its token in the address's query (?token=…), which servers and proxies log: use …/#token=… links." : "");
     });
     source.addEventListener("hello", (ev) => {
       const before = view.session && view.session.role;
@@ -495,26 +530,14 @@
       Object.assign(view.snap, u);
       for (const k of Object.keys(u)) if (renderers[k]) renderers[k]();
     });
-    source.addEventListener("error", async () => {
-      if (source.readyState !== EventSource.CLOSED) {
-        setConn("reconnecting", "reconnecting…");
-        return;
-      }
-      // closed for good (the browser does not retry a refusal): say why, then try again later
+    source.addEventListener("error", () => {
+      // A ticket works once: the browser's own reconnect would be refused, so each reconnect asks for a new one
+      // (and a refused token is found out there). Reconnecting starts again from a snapshot.
+      source.close();
       source = null;
-      setConn("closed", "disconnected");
-      try {
-        const res = await fetch("/api/session", { headers: { authorization: `Bearer ${token}` } });
-        if (res.status === 401) {
-          sessionStorage.removeItem(KEY);
-          showNotice("The console refused this token.");
-          return;
-        }
-      } catch {
-        // the server is away: try again below
-      }
-      setTimeout(connect, 3000);
+      setConn("reconnecting", "reconnecting…");
+      setTimeout(connect, 2000);
     });
   }
-  connect();
+  void connect();
 })();
