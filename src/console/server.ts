@@ -133,7 +133,11 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const assetsDir = consoleAssetsDir();
   const files = new Map<string, Buffer>();
   for (const name of ["index.html", ...Object.values(ASSETS).map((a) => a.file)]) files.set(name, readFileSync(join(assetsDir, name)));
-  const tickets = new StreamTickets(opts.streamTicketTtlMs === undefined ? {} : { ttlMs: opts.streamTicketTtlMs });
+  const ttl = opts.streamTicketTtlMs;
+  if (ttl !== undefined && !(Number.isInteger(ttl) && ttl >= 1 && ttl <= 600_000)) {
+    throw new WritError("config_invalid", `streamTicketTtlMs must be a whole number of ms from 1 to 600000 (it is ${ttl})`, { retriable: false, context: { field: "streamTicketTtlMs" } });
+  }
+  const tickets = new StreamTickets(ttl === undefined ? {} : { ttlMs: ttl });
 
   const replyPrefix = opts.replyPrefix ?? "writ.replies.";
   const groupId = opts.groupId ?? "writ.owners";
