@@ -76,7 +76,8 @@ export class StreamTickets {
   constructor(opts: { ttlMs?: number; max?: number; now?: () => number } = {}) {
     this.ttlMs = opts.ttlMs ?? 30_000;
     this.max = opts.max ?? 1000;
-    this.now = opts.now ?? Date.now;
+    // monotonic: a step of the wall clock neither stretches nor cuts a ticket's 30 s
+    this.now = opts.now ?? (() => performance.now());
   }
 
   get lifetimeMs(): number {

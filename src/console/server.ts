@@ -73,6 +73,8 @@ export interface ConsoleOptions {
   maxStreams?: number;
   /** How long a stream ticket may wait for its `/events` request (default 30 s). */
   streamTicketTtlMs?: number;
+  /** The clock stream tickets expire by, in ms (default a monotonic one); a test turns it instead of waiting. */
+  now?: () => number;
   logger?: Logger;
   /** Called after each decision sent from the page, with the owner's answer (an audit line; never the token). */
   onDecision?: (d: { escalationId: string; decision: string; operator: string; status: string; reason?: string }) => void;
@@ -137,7 +139,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   if (ttl !== undefined && !(Number.isInteger(ttl) && ttl >= 1 && ttl <= 600_000)) {
     throw new WritError("config_invalid", `streamTicketTtlMs must be a whole number of ms from 1 to 600000 (it is ${ttl})`, { retriable: false, context: { field: "streamTicketTtlMs" } });
   }
-  const tickets = new StreamTickets(ttl === undefined ? {} : { ttlMs: ttl });
+  const tickets = new StreamTickets({ ...(ttl === undefined ? {} : { ttlMs: ttl }), ...(opts.now ? { now: opts.now } : {}) });
 
   const replyPrefix = opts.replyPrefix ?? "writ.replies.";
   const groupId = opts.groupId ?? "writ.owners";

@@ -136,29 +136,7 @@ describe("writ console, in headless Chromium", () => {
     await wrong.goto(`${url}/#token=not-the-right-token-at-all`);
     await waitFor(async () => /refused this token/.test((await wrong.textContent("#notice")) ?? ""), { message: "the refused-token notice" });
     await expect(wrong.evaluate(() => sessionStorage.getItem("writ-console-token"))).resolves.toBeNull();
-    expect((await fetch(`${url}/events`)).status).toBe(401);
-    expect((await fetch(`${url}/api/state`, { headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
-    // A token in a URL is taken nowhere: not by the API, not by the event stream (it would reach access logs).
-    expect((await fetch(`${url}/api/state?token=${readToken}`)).status).toBe(401);
-    expect((await fetch(`${url}/events?token=${readToken}`)).status).toBe(401);
-    expect((await fetch(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}` } })).status).toBe(200);
-    // The stream opens with a one-use ticket asked for with the token (Authorization header only).
-    expect((await fetch(`${url}/api/stream-ticket`, { method: "POST" })).status).toBe(401);
-    expect((await fetch(`${url}/api/stream-ticket`, { method: "POST", headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
-    const ticketed = (await (await fetch(`${url}/api/stream-ticket`, { method: "POST", headers: { authorization: `Bearer ${readToken}` } })).json()) as { ticket: string; expiresInMs: number };
-    expect(ticketed.ticket).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    expect(ticketed.expiresInMs).toBe(30_000);
-    const stream = new AbortController();
-    const first = await fetch(`${url}/events?ticket=${ticketed.ticket}`, { signal: stream.signal });
-    expect(first.status).toBe(200);
-    const reader0 = first.body!.getReader();
-    let hello = "";
-    while (!/event: hello\ndata: .*\n/.test(hello)) hello += new TextDecoder().decode((await reader0.read()).value);
-    expect(hello).toContain('"role":"reader"');
-    stream.abort();
-    const reused = await fetch(`${url}/events?ticket=${ticketed.ticket}`);
-    expect(reused.status).toBe(401);
-    await expect(reused.json()).resolves.toMatchObject({ reason: "ticket_invalid" });
+    // (the stream's tickets and the endpoints' refusals without a token: the next test)
     // Host and Origin are checked before anything else (DNS rebinding)
     expect((await raw(`${url}/?token=${operatorToken}`, { headers: { host: `evil.example:${consoleServer.port}` } })).status).toBe(403);
     expect((await raw(`${url}/api/state`, { headers: { authorization: `Bearer ${readToken}`, origin: "http://evil.example" } })).status).toBe(403);
@@ -179,6 +157,15 @@ describe("writ console, in headless Chromium", () => {
     await page.waitForURL(`${url}/`);
     await page.waitForSelector('#conn[data-state="live"]');
     await expect(page.textContent("#role")).resolves.toBe(`operator: ${opsId}`);
+    // an old ?token= link still opens the page, which takes the token out of the address and says such links are logged
+    const { page: legacy, errors: legacyErrors } = await openPage(context);
+    await legacy.goto(`${url}/?token=${readToken}`);
+    await legacy.waitForSelector('#conn[data-state="live"]');
+    expect(legacy.url()).toBe(`${url}/`);
+    await expect(legacy.textContent("#role")).resolves.toBe("read-only");
+    await expect(legacy.textContent("#notice")).resolves.toMatch(/query \(\?token=…\), which servers and proxies log/);
+    await legacy.close();
+    expect(legacyErrors).toEqual([]);
 
     // --- two agents on one ticket: a conflict appears, current beside your_change ---
     const alice = await h.client(`${p}-alice`);
@@ -373,6 +360,122 @@ describe("writ console, in headless Chromium", () => {
     expect(log).not.toContain(operatorToken);
     console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 240_000);
+
+  it("the page is served to anyone, its data only with the token; the stream opens on a one-use, 30 s ticket with its token's role; no token in a URL is taken", async () => {
+    const id = randomUUID().slice(0, 8);
+    const readToken = `read-${randomUUID()}`;
+    const logged: string[] = [];
+    const logger = pino({ level: "debug" }, { write: (line: string) => void logged.push(line) });
+    // The tickets' clock is the test's: an expiry is a turn of it, not a wait.
+    let now = 1_000_000;
+    const options = {
+      brokers: brokers(),
+      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
+      topics: { intents: `cons-tickets-${id}.intents`, human: `cons-tickets-${id}.human`, dlq: `cons-tickets-${id}.dlq` },
+      replyPrefix: `writ.replies.cons-tickets-${id}-`,
+      token: readToken,
+      now: () => now,
+      logger,
+    };
+    const server = await startConsole(options);
+    onTestFinished(() => server.close());
+    const url = server.url;
+    const bearer = { authorization: `Bearer ${readToken}` };
+    const askTicket = (headers: Record<string, string> = bearer) => fetch(`${url}/api/stream-ticket`, { method: "POST", headers });
+    const newTicket = async () => ((await (await askTicket()).json()) as { ticket: string; expiresInMs: number }).ticket;
+    /** The stream's `hello` (its role), then the stream closed. */
+    const hello = async (ticket: string): Promise<unknown> => {
+      const stream = new AbortController();
+      const res = await fetch(`${url}/events?ticket=${ticket}`, { signal: stream.signal });
+      expect(res.status).toBe(200);
+      const body = res.body!.getReader();
+      let text = "";
+      let m: RegExpExecArray | null = null;
+      while ((m = /event: hello\ndata: (.*)\n/.exec(text)) === null) text += new TextDecoder().decode((await body.read()).value);
+      stream.abort();
+      return JSON.parse(m[1]!);
+    };
+    /** The status and reason of /events with `ticket` (a stream it opened is closed at once). */
+    const refusedTicket = async (ticket: string) => {
+      const stream = new AbortController();
+      const res = await fetch(`${url}/events?ticket=${ticket}`, { signal: stream.signal });
+      if (res.status !== 401) {
+        stream.abort();
+        return [res.status];
+      }
+      return [res.status, ((await res.json()) as { reason?: string }).reason];
+    };
+
+    // The page and its files hold no data: served without a token. Everything else needs one, as a header.
+    const page = await fetch(`${url}/`);
+    expect([page.status, page.headers.get("referrer-policy")]).toEqual([200, "no-referrer"]);
+    await expect(page.text()).resolves.toMatch(/<title>writ console<\/title>/);
+    for (const path of ["/api/session", "/api/state", "/events"]) expect([path, (await fetch(`${url}${path}`)).status]).toEqual([path, 401]);
+    expect((await fetch(`${url}/api/state`, { headers: { authorization: "Bearer wrong-token-0123456789" } })).status).toBe(401);
+    expect((await fetch(`${url}/api/session`, { headers: bearer })).status).toBe(200);
+    // A token in a URL is taken nowhere (it would reach access logs, history and Referer).
+    for (const path of ["/api/session", "/api/state", "/events"]) expect([path, (await fetch(`${url}${path}?token=${readToken}`)).status]).toEqual([path, 401]);
+
+    // A ticket is asked for with the token as Authorization only, by POST.
+    const noToken = await askTicket({});
+    expect([noToken.status, ((await noToken.json()) as { reason?: string }).reason]).toEqual([401, "token_invalid"]);
+    expect((await askTicket({ authorization: "Bearer wrong-token-0123456789" })).status).toBe(401);
+    expect((await fetch(`${url}/api/stream-ticket?token=${readToken}`, { method: "POST" })).status).toBe(401);
+    expect((await fetch(`${url}/api/stream-ticket`, { headers: bearer })).status).toBe(405);
+    const issued = (await (await askTicket()).json()) as { ticket: string; expiresInMs: number };
+    expect(issued.ticket).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(issued.expiresInMs).toBe(30_000);
+    // It opens one stream, with the role of the token that asked (reader: a ticket grants no more than its token) ...
+    await expect(hello(issued.ticket)).resolves.toMatchObject({ role: "reader", operator: null });
+    // ... and never another.
+    await expect(refusedTicket(issued.ticket)).resolves.toEqual([401, "ticket_invalid"]);
+    await expect(refusedTicket("not-a-ticket")).resolves.toEqual([401, "ticket_invalid"]);
+    // Within its 30 s it works; at 30 s it is refused.
+    const late = await newTicket();
+    const inTime = await newTicket();
+    now += 29_999;
+    await expect(hello(inTime)).resolves.toMatchObject({ role: "reader" });
+    now += 1;
+    await expect(refusedTicket(late)).resolves.toEqual([401, "ticket_invalid"]);
+
+    // At most 1,000 outstanding: then 429 (no other page's ticket is evicted), until the expired make room.
+    const outstanding: string[] = [];
+    for (let i = 0; i < 1000; i++) outstanding.push(await newTicket());
+    const over = await askTicket();
+    expect([over.status, over.headers.get("retry-after"), ((await over.json()) as { reason?: string }).reason]).toEqual([429, "30", "too_many_tickets"]);
+    await expect(hello(outstanding[0]!)).resolves.toMatchObject({ role: "reader" });
+    await expect(newTicket()).resolves.toMatch(/^[A-Za-z0-9_-]{43}$/);
+    now += 30_000;
+    for (let i = 0; i < 5; i++) expect((await askTicket()).status).toBe(200);
+    await expect(refusedTicket(outstanding[1]!)).resolves.toEqual([401, "ticket_invalid"]);
+
+    // A page whose stream drops (here: the console restarts under it) comes back on a ticket of its own; the
+    // browser's own retry would reuse the spent one.
+    const context = await launchChromium();
+    const { page: tab, errors } = await openPage(context);
+    const requested: string[] = [];
+    tab.on("request", (r) => void requested.push(r.url()));
+    await tab.goto(`${url}/#token=${readToken}`);
+    await tab.waitForSelector('#conn[data-state="live"]');
+    await server.close();
+    await tab.waitForSelector('#conn:not([data-state="live"])');
+    const restarted = await startConsole({ ...options, port: server.port });
+    onTestFinished(() => restarted.close());
+    await tab.waitForSelector('#conn[data-state="live"]', { timeout: 20_000 });
+    await expect(tab.textContent("#role")).resolves.toBe("read-only");
+    const streams = requested.filter((u) => u.includes("/events?ticket="));
+    expect(streams.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(streams).size).toBe(streams.length);
+    expect(requested.filter((u) => u.includes(readToken))).toEqual([]);
+    expect(tab.url()).toBe(`${url}/`);
+    // (the console's refused connections while it was down are console errors; no script failed)
+    expect(errors.filter((e) => e.startsWith("pageerror"))).toEqual([]);
+
+    // Neither the token nor a ticket is logged.
+    const log = logged.join("");
+    expect(log).not.toContain(readToken);
+    for (const t of [issued.ticket, late, inTime, outstanding[0]!, ...streams.map((u) => new URL(u).searchParams.get("ticket")!)]) expect(log).not.toContain(t);
+  }, 90_000);
 
   it("writ console: --help, a token is required (and at least 16 characters, never echoed); the built CLI serves the page", async () => {
     const env = { ...process.env, KAFKA_BROKERS: brokers().join(","), WRIT_CONSOLE_TOKEN: "", WRIT_CONSOLE_OPERATOR_TOKEN: "" };
