@@ -9,6 +9,7 @@ import { deltaFingerprint, intentKey, leaseIntentKey, paramsFingerprint, undoFin
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
 import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
+import { isHealRecord } from "../schemas/control.ts";
 import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
@@ -34,7 +35,9 @@ export type Admission =
   | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string }
   | { kind: "answered"; effects: Effects; reason: string }
   /** Correctly keyed, on another partition than its key's (another client's partitioner): its owner partition gets it. */
-  | { kind: "forward"; partition: number };
+  | { kind: "forward"; partition: number }
+  /** A heal record (src/schemas/control.ts) an owner's transaction left here: no intent, nothing to answer; its offset passes. */
+  | { kind: "control" };
 
 /** Which reply topics exist; the owner never creates one because an intent names it. */
 export interface ReplyTopicDirectory {
@@ -100,6 +103,8 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       replies: parts.reply ? [{ topic: parts.reply.topic, value: rejectedReply(parts.reply.intentId, parts.reply.intentKey, parts.reply.reason, detail, at, parts.reply.details) }] : [],
     }),
   });
+  // Owners write heal records to intents partitions they forward to (§6.1): skipped, never dead-lettered.
+  if (isHealRecord(message)) return { kind: "control" };
   const unreadable = value === null || value === undefined ? unreadableBatchOf(message.headers) : null;
   if (unreadable) {
     // Stands for a batch that could not be read (src/kafka/unreadable-batches.ts): its records have no key or

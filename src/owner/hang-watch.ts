@@ -30,7 +30,7 @@ export const HANG_RUNBOOK = "README.md#runbook-a-hanging-transaction";
 /**
  * Watches the last stable offset of every partition this process's owners
  * write (their ledger partitions, the reply topics their ledgers name,
- * `writ.human`, `writ.dlq`). A last stable offset that stays put behind the
+ * `writ.human`, `writ.dlq`, and the intents topic, where they forward). A last stable offset that stays put behind the
  * high watermark means a transaction is open there; writ's own transactions
  * last milliseconds, so after `healAfterMs` the owners that may have left it
  * (the ones that write that partition) add a control record for it to their

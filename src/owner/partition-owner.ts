@@ -346,6 +346,13 @@ export class PartitionOwner {
       outages = 0;
       this.inbox.shift();
       this.slots.set(slot.seq, slot);
+      if (admission.kind === "control") {
+        // A heal record: nothing to answer and no intent to count; only its offset, with the next commit.
+        slot.times.settled = Date.now();
+        this.commits.stage(session, [], slot);
+        this.commits.nudge();
+        continue;
+      }
       slot.trace = IntentTrace.start(message, source, admission.kind === "admitted" ? admission.admitted : undefined, slot.times.accepted);
       if (admission.kind === "answered") {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");

@@ -77,7 +77,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
       log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
     }
     const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, partition)));
-    const targets = await healTargets(ctx, ledger);
+    const targets = await healTargets(ctx, ledger, partition);
     const heal = [...again, ...targets];
     if (heal.length > 0) await transact(ctx, partition, producer, heal, null);
     const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, partition);
@@ -94,7 +94,9 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
 /**
  * Every partition this partition's transactional id may have left a
  * transaction open on, beside the ledger partition the marker already
- * touched: each reply topic its ledger names, `writ.human` and `writ.dlq`.
+ * touched: each reply topic its ledger names, `writ.human`, `writ.dlq`, and
+ * every other intents partition (a forward goes there; its owner skips the
+ * heal record, see `isHealRecord`).
  *
  * Why this heals: a partition's last stable offset stays at the first offset
  * of the earliest transaction still open on it, and on the partition leader
@@ -108,11 +110,14 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
  * gets a marker there, and that marker completes the producer's open
  * transaction on it, from the old first offset: the last stable offset moves.
  */
-async function healTargets(ctx: OwnerContext, ledger: PartitionLedger): Promise<OutRecord[]> {
+async function healTargets(ctx: OwnerContext, ledger: PartitionLedger, partition: number): Promise<OutRecord[]> {
   const { topics } = ctx.config;
-  const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq]);
+  const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq, topics.intents]);
   const out: OutRecord[] = [];
-  for (const [topic, count] of counts) for (let p = 0; p < count; p++) out.push(healRecord(topic, p));
+  for (const [topic, count] of counts) {
+    // Intents partitions are written by forwards (§3.1), never to the owner's own: its own needs no heal.
+    for (let p = 0; p < count; p++) if (topic !== topics.intents || p !== partition) out.push(healRecord(topic, p));
+  }
   return out;
 }
 

@@ -2,7 +2,9 @@ import type { Message, TopicMessages } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
-import { CONTROL_HEADER } from "../schemas/control.ts";
+import { CONTROL_HEADER, HEAL_KEY } from "../schemas/control.ts";
+
+export { HEAL_KEY };
 import { FORWARDED_HEADER } from "./admission.ts";
 import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
 
@@ -124,8 +126,6 @@ export class RecordEncoder {
   }
 }
 
-/** Key of heal records: the ledger is compacted, and a compacted topic refuses a record without a key. */
-export const HEAL_KEY = "__writ_heal__";
 
 /** A control record (see `src/schemas/control.ts`) for one partition: clients skip it. */
 export function healRecord(topic: string, partition: number): OutRecord {

@@ -331,12 +331,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       add(config.topics.dlq, o);
     }
     try {
+      // Every owner may forward to any intents partition but its own (§3.1).
+      for (const o of running) add(config.topics.intents, o);
       const counts = await topicDirectory.partitionCounts(writers.keys());
       const tps: TopicPartition[] = running.map((o) => ({ topic: config.topics.ledger, partition: o.partition }));
       for (const [t, n] of counts) for (let p = 0; p < n; p++) tps.push({ topic: t, partition: p });
       await watch.check(tps, (tp) => {
         if (tp.topic === config.topics.ledger) owners.get(tp.partition)?.requestHeal(tp.topic, [tp.partition]);
-        else for (const o of writers.get(tp.topic) ?? []) o.requestHeal(tp.topic, [tp.partition]);
+        else for (const o of writers.get(tp.topic) ?? []) if (tp.topic !== config.topics.intents || o.partition !== tp.partition) o.requestHeal(tp.topic, [tp.partition]);
       });
     } catch (err) {
       log.debug({ err }, "last-stable-offset check failed; next round retries");

@@ -17,3 +17,20 @@ export type ControlKind = "heal";
 export function isControlRecord(headers: Record<string, unknown> | undefined): boolean {
   return headers !== undefined && headers[CONTROL_HEADER] !== undefined;
 }
+
+/** Key of heal records: the ledger is compacted, and a compacted topic refuses a record without a key. */
+export const HEAL_KEY = "__writ_heal__";
+
+/**
+ * True for a heal record exactly: key {@link HEAL_KEY}, a null value, and
+ * {@link CONTROL_HEADER} `heal` (one header, not a list). On the intents
+ * topic only this shape is skipped: it carries nothing to answer or lose;
+ * any record with a value is an intent to admit, whatever its headers say.
+ */
+export function isHealRecord(message: { key?: Buffer | string | null; value?: Buffer | string | null; headers?: Record<string, unknown> }): boolean {
+  if (message.value !== null && message.value !== undefined) return false;
+  const key = message.key;
+  if (key === null || key === undefined || key.length !== HEAL_KEY.length || key.toString() !== HEAL_KEY) return false;
+  const header = message.headers?.[CONTROL_HEADER];
+  return (typeof header === "string" || Buffer.isBuffer(header)) && header.length === 4 && header.toString() === "heal";
+}

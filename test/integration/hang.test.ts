@@ -5,10 +5,11 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { HANG_RUNBOOK } from "../../src/owner/hang-watch.ts";
+import { CONTROL_HEADER, HEAL_KEY } from "../../src/schemas/control.ts";
 import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-/** A transaction left open on `topic` partition 0 by a producer that is not writ's: the reply partition's last stable offset stops there. */
+/** A transaction left open on `topic` partition 0 by a producer that is not writ's: the partition's last stable offset stops there. */
 async function holdOpenTransaction(topic: string): Promise<{ txn: Transaction; offset: string }> {
   const kafka = new Kafka({ clientId: `hold-${randomUUID()}`, brokers: brokers(), logLevel: logLevel.NOTHING });
   // The topic was just created; a producer's first metadata answer may not have its leader yet.
@@ -83,5 +84,76 @@ describe("hanging transactions on reply partitions", () => {
 
     await txn.abort();
     await waitFor(() => router.health().ok, { timeoutMs: 30_000, message: () => JSON.stringify(router.health()) });
+  });
+
+  it("intents-heal: owners heal the intents partitions they forward to (on open and when the watch finds one stuck), and skip the heal records they find there", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const l of chunk.toString("utf8").split("\n")) if (l !== "") lines.push(JSON.parse(l) as Record<string, unknown>);
+        done();
+      },
+    });
+    // Every record of the intents topic, uncommitted ones too: a heal record written behind a held transaction is seen.
+    const intents = h.config.topics.intents;
+    const seen: { partition: number; offset: bigint; heal: boolean }[] = [];
+    const kafka = new Kafka({ clientId: `intents-reader-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await admin.createTopics({ topics: [{ topic: intents, numPartitions: 2 }], waitForLeaders: true });
+    const reader = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: true, maxWaitTimeInMs: 200 });
+    await reader.connect();
+    onTestFinished(() => reader.disconnect());
+    await reader.subscribe({ topic: intents, fromBeginning: true });
+    await reader.run({
+      eachMessage: async ({ partition, message }) =>
+        void seen.push({ partition, offset: BigInt(message.offset), heal: message.key?.toString() === HEAL_KEY && message.value === null && message.headers?.[CONTROL_HEADER]?.toString() === "heal" }),
+    });
+    const heals = (partition: number, after = -1n) => seen.filter((r) => r.heal && r.partition === partition && r.offset > after).length;
+    // The owners' committed offsets are past every heal record seen so far: each was taken and passed.
+    const passedHeals = () =>
+      waitFor(async () => {
+        const committed = (await admin.fetchOffsets({ groupId: h.config.groupId, topics: [intents] }))[0]!.partitions;
+        return seen.filter((r) => r.heal).every((r) => BigInt(committed.find((c) => c.partition === r.partition)?.offset ?? "-1") > r.offset);
+      }, { timeoutMs: 30_000, message: () => "the owners' committed offsets do not pass the heal records" });
+
+    const router = await h.startRouter({
+      config: { ...h.config, transactionTimeoutMs: 6000, hangHealAfterMs: 1000, lsoCheckIntervalMs: 250 },
+      logger: pino({ level: "warn" }, sink),
+    });
+    await waitFor(() => router.ready() && router.ownedPartitions().length === 2, { timeoutMs: 30_000 });
+    // On open each owner's heal transaction touches the other intents partition (a forward of its own may be open there).
+    await waitFor(() => heals(0) >= 1 && heals(1) >= 1, { timeoutMs: 30_000, message: () => JSON.stringify(seen.map((r) => ({ ...r, offset: String(r.offset) }))) });
+
+    // The owners skip them: intents after them are answered, and none of them is counted or dead-lettered.
+    const agent = await h.client("intents-heal-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
+    await passedHeals();
+    const metrics = await router.metrics();
+    expect(metrics).toMatch(/writ_intents_total\{[^}]*outcome="applied"[^}]*\} 1\b/);
+    expect(metrics).not.toMatch(/outcome="(rejected|dead_lettered)"/);
+    expect(metrics).not.toMatch(/^writ_dead_letters_total\{/m);
+
+    // A transaction held open on intents partition 0 (not writ's: no owner can close it) is watched like any
+    // partition the owners write: the owner of partition 1 adds heal records there, and past the transaction
+    // timeout it is a health problem naming the partition and the runbook.
+    const { txn, offset } = await holdOpenTransaction(intents);
+    const held = BigInt(offset);
+    const problem = await waitFor(() => router.health().problems.find((p) => p.key === `hang:${intents}:0`), { timeoutMs: 30_000, message: () => JSON.stringify(router.health()) });
+    expect(problem.message).toContain(`hanging transaction on ${intents}-0 at offset ${offset}`);
+    expect(problem.message).toContain(HANG_RUNBOOK);
+    expect(lines.find((l) => l.msg === "last stable offset stuck; healing" && l.topic === intents && l.partition === 0)).toBeDefined();
+    await waitFor(() => heals(0, held) >= 1, { timeoutMs: 30_000, message: () => `no heal record on ${intents}-0 after offset ${offset}` });
+
+    await txn.abort();
+    await waitFor(() => router.health().ok, { timeoutMs: 30_000, message: () => JSON.stringify(router.health()) });
+    // Past the aborted transaction the heal records are committed, and the owner of partition 0 takes and passes them too.
+    await passedHeals();
+    expect(await router.metrics()).not.toMatch(/outcome="(rejected|dead_lettered)"/);
+    expect(await router.metrics()).not.toMatch(/^writ_dead_letters_total\{/m);
   });
 });

@@ -7,6 +7,7 @@ import { WireCodec } from "../../../src/codec.ts";
 import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
 import { type Admission, type AdmissionDeps, admit } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
+import { CONTROL_HEADER, HEAL_KEY } from "../../../src/schemas/control.ts";
 import { DeadLetter } from "../../../src/schemas/dead-letter.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
 import { admitTools, declareWriteTool } from "../../../src/tools.ts";
@@ -151,6 +152,31 @@ describe("admit (step 1: the gate)", () => {
     expectDeadLetter(await admit(message(junk), SOURCE, deps), "undecodable", junk);
     expectDeadLetter(await admit(message(Buffer.alloc(0)), SOURCE, deps), "undecodable", Buffer.alloc(0));
     expectDeadLetter(await admit(message(null), SOURCE, deps), "undecodable", null);
+  });
+
+  it("skips a heal record (key __writ_heal__, null value, writ-control: heal) and nothing else shaped near it", async () => {
+    const heal = (key: string, value: Buffer | null, headers: IHeaders): KafkaMessage =>
+      ({ key: Buffer.from(key), value, timestamp: "0", attributes: 0, offset: SOURCE.offset, headers }) as KafkaMessage;
+    // What an owner's healRecord() writes, as a consumer hands it out (Buffer header values).
+    expect(await admit(heal(HEAL_KEY, null, { [CONTROL_HEADER]: Buffer.from("heal") }), SOURCE, deps)).toEqual({ kind: "control" });
+    expect(await admit(heal(HEAL_KEY, null, { [CONTROL_HEADER]: "heal" }), SOURCE, deps)).toEqual({ kind: "control" });
+    // A value is an intent to admit (or refuse), whatever its headers claim: nothing an agent sent is skipped unanswered.
+    const withValue = await admit(message(bytesOf(intentJson()), { [CONTROL_HEADER]: Buffer.from("heal") }), SOURCE, deps);
+    expect(withValue.kind).toBe("admitted");
+    const junk = Buffer.from("x");
+    expect((await admit(heal(HEAL_KEY, junk, { [CONTROL_HEADER]: Buffer.from("heal") }), SOURCE, deps)).kind).toBe("answered");
+    // Null values that are not exactly a heal record stay dead letters.
+    for (const m of [
+      heal(HEAL_KEY, null, {}),
+      heal(HEAL_KEY, null, { [CONTROL_HEADER]: Buffer.from("other") }),
+      heal(HEAL_KEY, null, { [CONTROL_HEADER]: [Buffer.from("heal"), Buffer.from("heal")] }),
+      heal("ticket:T-1", null, { [CONTROL_HEADER]: Buffer.from("heal") }),
+      heal(`${HEAL_KEY}x`, null, { [CONTROL_HEADER]: Buffer.from("heal") }),
+    ]) {
+      const a = await admit(m, SOURCE, deps);
+      expect(a.kind).toBe("answered");
+      expect(a).toMatchObject({ reason: "undecodable" });
+    }
   });
 
   it("dead-letters a wire-framed value (magic byte 0) as undecodable when there is no registry", async () => {
