@@ -214,6 +214,14 @@ export class LedgerReader {
     decoded: Awaited<ReturnType<WireCodec["decode"]>>,
   ): void {
     if (this.restores.get(partition) !== restore) return;
+    if (!decoded.ok && this.isolation === "read_uncommitted") {
+      // The in-doubt scan reads past the last committed record; the committed restore before it read every
+      // committed record up to the marker, so one this scan cannot read was aborted (a foreign transactional
+      // producer's, say): never part of the ledger, and no `pending` entry of writ's. Failing closed on it
+      // would stop the partition for good over a record no read_committed reader ever sees.
+      this.log.warn({ partition, offset, key: key.slice(0, 200), reason: decoded.message }, "an aborted record on the ledger cannot be read; skipped by the in-doubt scan");
+      return;
+    }
     if (!decoded.ok) {
       const err = new WritError(
         "ledger_unreadable",

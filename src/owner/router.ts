@@ -322,7 +322,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   watcher.unref();
   const watchOnce = async () => {
     const running = [...owners.values()].filter((o) => o.state === "running");
-    if (running.length === 0) return;
+    // A ledger partition is watched from its assignment on: a transaction hanging there keeps its owner from
+    // ever opening (the restore reads committed, up to its marker), and only the watch names the cause.
+    const assigned = [...owners.values()].filter((o) => o.state !== "closed" && o.state !== "fenced");
+    if (assigned.length === 0) return;
     const writers = new Map<string, PartitionOwner[]>();
     const add = (t: string, o: PartitionOwner) => writers.set(t, [...(writers.get(t) ?? []), o]);
     for (const o of running) {
@@ -334,7 +337,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       // Every owner may forward to any intents partition but its own (§3.1).
       for (const o of running) add(config.topics.intents, o);
       const counts = await topicDirectory.partitionCounts(writers.keys());
-      const tps: TopicPartition[] = running.map((o) => ({ topic: config.topics.ledger, partition: o.partition }));
+      const tps: TopicPartition[] = assigned.map((o) => ({ topic: config.topics.ledger, partition: o.partition }));
       for (const [t, n] of counts) for (let p = 0; p < n; p++) tps.push({ topic: t, partition: p });
       await watch.check(tps, (tp) => {
         if (tp.topic === config.topics.ledger) owners.get(tp.partition)?.requestHeal(tp.topic, [tp.partition]);

@@ -4,8 +4,10 @@ import { Kafka, logLevel, type Transaction } from "kafkajs";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { RouterConfig, parseConfig } from "../../src/config.ts";
 import { HANG_RUNBOOK } from "../../src/owner/hang-watch.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../../src/schemas/control.ts";
+import { ensureTopics, routerTopics } from "../../src/topics.ts";
 import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
@@ -155,5 +157,33 @@ describe("hanging transactions on reply partitions", () => {
     await passedHeals();
     expect(await router.metrics()).not.toMatch(/outcome="(rejected|dead_lettered)"/);
     expect(await router.metrics()).not.toMatch(/^writ_dead_letters_total\{/m);
+  });
+
+  it("ledger-hang-before-open: a transaction hanging on a ledger partition keeps its owner from opening; the watch names it past the transaction timeout, and once it is aborted the owner opens (its in-doubt scan skipping the aborted record)", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const config = { ...h.config, transactionTimeoutMs: 4000, hangHealAfterMs: 1000, lsoCheckIntervalMs: 250 };
+    const admin = new Kafka({ clientId: `ledger-hang-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    // The router's own topics, as it would create them, and a transaction (not writ's) held open on ledger partition 0
+    // before any owner opened it: the restore reads committed up to its marker, which lies past the open transaction.
+    await ensureTopics(admin, routerTopics(parseConfig(RouterConfig, config, "router")));
+    const { txn, offset } = await holdOpenTransaction(h.config.topics.ledger);
+    const router = await h.startRouter({ config });
+    const problem = await waitFor(() => router.health().problems.find((p) => p.key === `hang:${h.config.topics.ledger}:0`), {
+      timeoutMs: 30_000,
+      message: () => JSON.stringify(router.health()),
+    });
+    expect(problem.message).toContain(`hanging transaction on ${h.config.topics.ledger}-0 at offset ${offset}`);
+    expect(problem.message).toContain(HANG_RUNBOOK);
+    expect(router.ownedPartitions()).toEqual([]);
+
+    // What `writ doctor --abort` does for a producer writ cannot heal; then the partition opens and works.
+    await txn.abort();
+    await waitFor(() => router.health().ok && router.ownedPartitions().length === 1, { timeoutMs: 60_000, message: () => JSON.stringify(router.health()) });
+    const agent = await h.client("ledger-hang-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
   });
 });
