@@ -9,6 +9,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
+import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
@@ -195,6 +196,27 @@ function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric
 /** A contract topic's name from its variable (`WRIT_INTENTS_TOPIC`, …) or its default. */
 export function topicFromEnv(variable: keyof typeof CONTRACT_TOPIC_ENV): string {
   return fromEnv(variable, topicName, CONTRACT_TOPIC_DEFAULTS[CONTRACT_TOPIC_ENV[variable]]);
+}
+
+/** The four contract topics' names from their variables, or their defaults. */
+export function contractTopicsFromEnv(): { intents: string; ledger: string; human: string; dlq: string } {
+  return {
+    intents: topicFromEnv("WRIT_INTENTS_TOPIC"),
+    ledger: topicFromEnv("WRIT_LEDGER_TOPIC"),
+    human: topicFromEnv("WRIT_HUMAN_TOPIC"),
+    dlq: topicFromEnv("WRIT_DLQ_TOPIC"),
+  };
+}
+
+/**
+ * The owners' Kafka principals, for the ACL check: `--owner-principal` (repeatable, comma-separated), else
+ * `$WRIT_OWNER_PRINCIPALS`, else `User:writ-owner`. A bare name is a SASL user (`User:<name>`).
+ */
+export function ownerPrincipalsFrom(flag: readonly string[] | undefined): string[] {
+  if (flag !== undefined && flag.length > 0) return ownerPrincipals(flag, "--owner-principal");
+  const env = process.env.WRIT_OWNER_PRINCIPALS;
+  if (env !== undefined && env !== "") return ownerPrincipals([env], "WRIT_OWNER_PRINCIPALS");
+  return [DEFAULT_OWNER_PRINCIPAL];
 }
 
 /** The start of reply topics' names: `$WRIT_REPLY_TOPIC_PREFIX` or `writ.replies.`. */

@@ -2,7 +2,8 @@
 // --abort, aborts them. Usage: `writ doctor --help`. stdout: one line per
 // finding and a summary (or, with --json, one JSON line); errors on stderr.
 // Exit 0 = nothing hangs (or everything found was aborted and its partition's
-// last stable offset moved), 1 = something hangs, 2 = bad usage or could not run.
+// last stable offset moved), 1 = something hangs, 2 = bad usage or could not run. It also says who may write
+// writ's trusted topics (src/doctor/acls.ts): a warning, with a reason code, that leaves the exit status alone.
 import { logLevel } from "kafkajs";
 import { topicName } from "../config.ts";
 import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExitCode, formatDoctorReport, runDoctor } from "../doctor/doctor.ts";
@@ -11,7 +12,8 @@ import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger } from "../logger.ts";
 import { jsonLine } from "../printable.ts";
 import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
-import { parseOrExit, replyPrefixFromEnv, topicFromEnv, type Command } from "./common.ts";
+import { DEFAULT_OWNER_PRINCIPAL } from "../doctor/acls.ts";
+import { contractTopicsFromEnv, ownerPrincipalsFrom, parseOrExit, replyPrefixFromEnv, type Command } from "./common.ts";
 
 const USAGE = `usage: writ doctor [options]
 
@@ -20,23 +22,35 @@ an open transaction that no transaction coordinator will ever finish (e.g. its m
 the partition had no leader), so read_committed consumers of that partition stop. The rule is that of
 kafka-transactions.sh find-hanging.
 
+It also checks who may write writ's trusted topics (the ledger, writ.human, writ.dlq and the reply topics),
+from the cluster's ACLs (DescribeAcls): a warning when the cluster has no authorizer (any client can forge
+ledger entries, escalations and replies) or when a principal other than the owners may write one of them.
+
   --brokers <list>       Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
   --topics <a,b>         check exactly these topics (default: ${CONTRACT_TOPICS.join(", ")}, or their
                          $WRIT_*_TOPIC names, that exist, and every topic starting with the reply prefix)
   --prefix <prefix>      reply topic prefix (default $WRIT_REPLY_TOPIC_PREFIX or ${DEFAULT_REPLY_PREFIX})
   --older-than-ms <n>    only transactions whose last write is older than this (default ${DEFAULT_OLDER_THAN_MS});
                          keep it above the producers' transaction timeout
+  --owner-principal <p>  the owners' Kafka principal(s), User:<name> or a bare SASL user name (repeatable or
+                         comma-separated; default $WRIT_OWNER_PRINCIPALS or ${DEFAULT_OWNER_PRINCIPAL}); any other
+                         principal allowed to write a trusted topic is a warning
   --abort                abort each hanging transaction (WriteTxnMarkers, as kafka-transactions.sh abort),
                          then check that the partition's LSO moved past it
   --json                 print one JSON report instead of text
   -h, --help             this text
 
-Exit status: 0 nothing hangs (or all were aborted), 1 something hangs, 2 bad usage or Kafka unreachable.`;
+The JSON report's "acls" carries the ACL check: "status" (ok, warning, unknown) and "reason" (owners_only,
+foreign_writers, no_authorizer, acls_not_visible, acl_check_failed), the writers of each topic.
+
+Exit status: 0 nothing hangs (or all were aborted), 1 something hangs, 2 bad usage or Kafka unreachable.
+The ACL check's warnings do not change it: read "acls.reason" from --json.`;
 
 const OPTIONS = {
   brokers: { type: "string" },
   topics: { type: "string", multiple: true },
   prefix: { type: "string" },
+  "owner-principal": { type: "string", multiple: true },
   "older-than-ms": { type: "string" },
   abort: { type: "boolean", default: false },
   json: { type: "boolean", default: false },
@@ -67,10 +81,12 @@ async function main(argv: string[]): Promise<number> {
   if (badTopic !== undefined) return fail(`--topics: ${badTopic} is not a Kafka topic name`);
 
   let prefix: string;
-  let contractTopics: string[];
+  let topicNames: { intents: string; ledger: string; human: string; dlq: string };
+  let owners: string[];
   try {
     prefix = args.prefix ?? replyPrefixFromEnv();
-    contractTopics = [topicFromEnv("WRIT_INTENTS_TOPIC"), topicFromEnv("WRIT_LEDGER_TOPIC"), topicFromEnv("WRIT_HUMAN_TOPIC"), topicFromEnv("WRIT_DLQ_TOPIC")];
+    topicNames = contractTopicsFromEnv();
+    owners = ownerPrincipalsFrom(args["owner-principal"]);
   } catch (err) {
     return fail((err as Error).message);
   }
@@ -92,7 +108,9 @@ async function main(argv: string[]): Promise<number> {
       brokers,
       ...connection,
       ...(topics.length > 0 ? { topics } : {}),
-      contractTopics,
+      contractTopics: [topicNames.intents, topicNames.ledger, topicNames.human, topicNames.dlq],
+      topicNames,
+      ownerPrincipals: owners,
       replyPrefix: prefix,
       olderThanMs,
       abort: args.abort,

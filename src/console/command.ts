@@ -1,6 +1,22 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
 import { readFileSync } from "node:fs";
-import { brokersFrom, clientSettingsFromEnv, commandLogger, connectionFor, groupIdFromEnv, intFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "../cli/common.ts";
+import {
+  brokersFrom,
+  clientSettingsFromEnv,
+  commandLogger,
+  connectionFor,
+  contractTopicsFromEnv,
+  groupIdFromEnv,
+  intFlag,
+  msFlag,
+  ownerPrincipalsFrom,
+  parseCommandArgs,
+  registryFrom,
+  replyPrefixFromEnv,
+  runCommand,
+  UsageError,
+  type Command,
+} from "../cli/common.ts";
 import { printable } from "../printable.ts";
 import { startConsole, type ConsoleOptions } from "./server.ts";
 
@@ -43,6 +59,11 @@ the token for its tab and removes it from the address. A read-only token sees ev
 Topics and group as the owners': $WRIT_INTENTS_TOPIC (writ.intents), $WRIT_HUMAN_TOPIC (writ.human),
 $WRIT_DLQ_TOPIC (writ.dlq), reply topics $WRIT_REPLY_TOPIC_PREFIX* (writ.replies.*), $WRIT_GROUP_ID (writ.owners).
 
+At the start it checks, as writ doctor does, who may write $WRIT_LEDGER_TOPIC (writ.ledger), writ.human,
+writ.dlq and the reply topics: when the cluster has no authorizer, or a principal other than the owners'
+($WRIT_OWNER_PRINCIPALS, default User:writ-owner) may write one, it logs a warning and the page shows a
+banner (records on those topics may be forged).
+
 Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start.`;
 
 async function main(argv: string[]): Promise<number> {
@@ -83,15 +104,14 @@ async function main(argv: string[]): Promise<number> {
   const log = commandLogger("console");
   const replyPrefix = replyPrefixFromEnv();
   const operatorId = a.operator ?? "writ-operator";
+  const { ledger, ...topics } = contractTopicsFromEnv();
 
   const server = await startConsole({
     brokers,
     connection,
-    topics: {
-      intents: topicFromEnv("WRIT_INTENTS_TOPIC"),
-      human: topicFromEnv("WRIT_HUMAN_TOPIC"),
-      dlq: topicFromEnv("WRIT_DLQ_TOPIC"),
-    },
+    topics,
+    ledgerTopic: ledger,
+    ownerPrincipals: ownerPrincipalsFrom(undefined),
     replyPrefix,
     groupId: groupIdFromEnv(),
     token,

@@ -11,7 +11,7 @@
 //   POST /api/stream-ticket             {ticket, expiresInMs}: a one-use ticket for /events, 30 s (Authorization: Bearer)
 //   GET  /events?ticket=…               server-sent events: `hello` (role), `snapshot` (everything),
 //                                       `update` (the sections that changed); 401 `ticket_invalid`
-//   GET  /api/session                   {role, operator, topics, limits}   (Authorization: Bearer)
+//   GET  /api/session                   {role, operator, topics, limits, trust}   (Authorization: Bearer)
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
 //   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403);
 //                                       404 or 409 with a `reason` when the page may not decide it (state.resolvable)
@@ -25,6 +25,7 @@ import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
+import { checkTopicAcls, aclCheckFailure, DEFAULT_OWNER_PRINCIPAL, type AclCheck } from "../doctor/acls.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { createLogger, type Logger } from "../logger.ts";
@@ -46,6 +47,15 @@ export interface ConsoleOptions {
   replyPrefix?: string;
   /** The owners' consumer group, for the lag (default `writ.owners`). */
   groupId?: string;
+  /** The ledger topic, for the ACL check (default `writ.ledger`). */
+  ledgerTopic?: string;
+  /**
+   * The owners' Kafka principals (default `User:writ-owner`): at the start the console checks, as `writ doctor`
+   * does, that no other principal may write writ.ledger, writ.human, writ.dlq or a reply topic, and warns (in its
+   * log, in `/api/session`'s and the state's `trust`, and as a banner on the page) when one may or when the cluster
+   * has no authorizer.
+   */
+  ownerPrincipals?: readonly string[];
   /** The read-only token (at least 16 characters). */
   token: string;
   /** The operator token: resolving needs it. Without it the console is read-only. */
@@ -85,7 +95,7 @@ export interface ConsoleServer {
   readonly url: string;
   readonly port: number;
   readonly state: ConsoleState;
-  /** Resolves once the feed's first topic discovery ran. */
+  /** Resolves once the feed's first topic discovery and the ACL check ran. */
   readonly ready: Promise<void>;
   close(): Promise<void>;
 }
@@ -189,6 +199,14 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     discoverIntervalMs: opts.discoverIntervalMs ?? 5000,
     lagIntervalMs: opts.lagIntervalMs ?? 2000,
     log,
+  });
+
+  // Who may write the trusted topics: once, at the start; the page shows a banner unless only the owners may.
+  const trusted = checkTrust(kafka, { ...opts.topics, ledger: opts.ledgerTopic ?? "writ.ledger", replyPrefix }, opts.ownerPrincipals ?? [DEFAULT_OWNER_PRINCIPAL]).then((check) => {
+    state.setTrust(check);
+    const fields = { reason: check.reason, owners: check.owners, ...(check.error ? { error: check.error } : {}) };
+    if (check.status === "ok") log.info(fields, `ACL check: ${check.message}`);
+    else log.warn(fields, `ACL check: ${check.message}`);
   });
 
   // Event streams: everything on connect, then what changed, at most every 250 ms.
@@ -298,6 +316,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     topics: { ...opts.topics, replyPrefix },
     group: groupId,
     limits: state.limits,
+    trust: state.trust,
   });
 
   const resolveEscalation = async (req: IncomingMessage, res: ServerResponse, escalationId: string, client: WritClient): Promise<void> => {
@@ -382,7 +401,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     url: `http://${shownHost}:${port}`,
     port,
     state,
-    ready: feed.started,
+    ready: Promise.all([feed.started, trusted]).then(() => undefined),
     close() {
       closing ??= (async () => {
         clearInterval(pump);
@@ -397,6 +416,19 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       return closing;
     },
   };
+}
+
+/** The ACL check (src/doctor/acls.ts) with an admin client of its own; never rejects. */
+async function checkTrust(kafka: Kafka, topics: Parameters<typeof checkTopicAcls>[1], owners: readonly string[]): Promise<AclCheck> {
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    return await checkTopicAcls(admin, topics, owners);
+  } catch (err) {
+    return aclCheckFailure(err, topics, owners);
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
 }
 
 /**

@@ -16,6 +16,7 @@ import type { Escalation } from "../schemas/escalation.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
+import type { AclCheck } from "../doctor/acls.ts";
 
 /** Where a record was read. */
 export interface RecordRef {
@@ -234,6 +235,11 @@ export interface ConsoleSnapshot {
   escalations: EscalationItem[];
   deadLetters: DeadLetterItem[];
   lag: LagView | null;
+  /**
+   * Who may write the trusted topics (writ.ledger, writ.human, writ.dlq, the reply topics), checked at the
+   * console's start as `writ doctor` does (src/doctor/acls.ts); null until then.
+   */
+  trust: AclCheck | null;
 }
 
 export type Section = Exclude<keyof ConsoleSnapshot, "at">;
@@ -288,6 +294,7 @@ export class ConsoleState {
   /** Escalation id → digest of the first record's intent, reason and message (a second record that differs contests it). */
   private readonly fingerprints = new Map<string, string>();
   private lag: LagView | null = null;
+  private trustCheck: AclCheck | null = null;
   /** The owners' committed offset per intents partition: an intent below it has its result committed (settled). */
   private readonly committed = new Map<number, bigint>();
   private readonly dirty = new Set<Section>();
@@ -770,6 +777,17 @@ export class ConsoleState {
     this.changed("escalations", "counts");
   }
 
+  /** The ACL check's answer (src/doctor/acls.ts). */
+  setTrust(check: AclCheck): void {
+    this.trustCheck = check;
+    this.changed("trust");
+  }
+
+  /** The ACL check's answer, null before it came. */
+  get trust(): AclCheck | null {
+    return this.trustCheck;
+  }
+
   /** Everything, for a new stream (it does not consume the changes the open streams are still to get). */
   snapshot(): ConsoleSnapshot {
     return {
@@ -782,6 +800,7 @@ export class ConsoleState {
       escalations: this.section("escalations"),
       deadLetters: this.section("deadLetters"),
       lag: this.section("lag"),
+      trust: this.section("trust"),
     };
   }
 
@@ -818,6 +837,8 @@ export class ConsoleState {
         return this.deadLetters as ConsoleSnapshot[S];
       case "lag":
         return this.lag as ConsoleSnapshot[S];
+      case "trust":
+        return this.trustCheck as ConsoleSnapshot[S];
       default:
         throw new Error(`unknown section ${String(s)}`);
     }

@@ -6,6 +6,7 @@ import { Kafka, logLevel as LogLevel, type KafkaConfig, type logCreator } from "
 import { WritError } from "../errors.ts";
 import { printable } from "../printable.ts";
 import { TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";
+import { checkTopicAcls, DEFAULT_OWNER_PRINCIPAL, formatAclCheck, type AclCheck, type WritTopicNames } from "./acls.ts";
 
 /** writ's topic contract: the topics `writ doctor` checks unless told otherwise (plus every reply topic). */
 export const CONTRACT_TOPICS = ["writ.intents", "writ.ledger", "writ.human", "writ.dlq"] as const;
@@ -19,6 +20,10 @@ export interface DoctorOptions {
   topics?: string[];
   contractTopics?: readonly string[];
   replyPrefix?: string;
+  /** The contract topics by role, for the ACL check (default writ.intents, writ.ledger, writ.human, writ.dlq). */
+  topicNames?: Omit<WritTopicNames, "replyPrefix">;
+  /** The owners' principals: any other that may write a trusted topic is a warning (default `User:writ-owner`). */
+  ownerPrincipals?: readonly string[];
   /** Only open transactions whose last write is older than this count (ms). */
   olderThanMs?: number;
   /** Abort every hanging transaction found, then check that each partition's last stable offset moved past it. */
@@ -69,6 +74,8 @@ export interface DoctorReport {
   missingTopics: string[];
   partitions: number;
   findings: DoctorFinding[];
+  /** Who may write writ's trusted topics (a warning does not change `ok`, which is about hanging transactions). */
+  acls: AclCheck;
 }
 
 function runbookHint(t: HangingTransaction, brokers: readonly string[], olderThanMs: number): string {
@@ -130,6 +137,10 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   };
   try {
     await kafka("connecting to Kafka", () => admin.connect());
+    // Who may write the trusted topics; a failure is the check's answer (no authorizer, ACLs not visible), not the run's.
+    const [intents, ledger, human, dlq] = CONTRACT_TOPICS;
+    const names = { intents, ledger, human, dlq, ...opts.topicNames, replyPrefix };
+    const acls = await checkTopicAcls(admin, names, opts.ownerPrincipals ?? [DEFAULT_OWNER_PRINCIPAL]);
     const existing = new Set(await kafka("listing topics", () => admin.listTopics()));
     let topics: string[];
     let missingTopics: string[];
@@ -146,7 +157,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
       missingTopics = contract.filter((t) => !existing.has(t));
     }
 
-    const report: DoctorReport = { ok: true, brokers: opts.brokers, olderThanMs, topics, missingTopics, partitions: 0, findings: [] };
+    const report: DoctorReport = { ok: true, brokers: opts.brokers, olderThanMs, topics, missingTopics, partitions: 0, findings: [], acls };
     if (topics.length === 0) return report;
     const metadata = await kafka("reading topic metadata", () => admin.fetchTopicMetadata({ topics }));
     report.partitions = metadata.topics.reduce((sum, t) => sum + t.partitions.length, 0);
@@ -216,7 +227,7 @@ async function abortOne(txn: TxnAdmin, t: HangingTransaction, settleTimeoutMs: n
   };
 }
 
-/** The human-readable report: one line per finding (and one per abort), then a summary. */
+/** The human-readable report: one line per finding (and one per abort), a summary, then who may write the trusted topics. */
 export function formatDoctorReport(report: DoctorReport): string {
   const lines: string[] = [];
   const scope = report.topics.length === 0 ? "no writ topics found" : `${report.partitions} partition(s) of ${report.topics.join(", ")}`;
@@ -238,11 +249,12 @@ export function formatDoctorReport(report: DoctorReport): string {
   const aborted = report.findings.filter((f) => f.abort?.ok === true).length;
   if (report.findings.length === 0) lines.push("writ doctor: no hanging transactions");
   else lines.push(`writ doctor: ${report.findings.length} hanging transaction(s)${report.findings.some((f) => f.abort) ? `, ${aborted} aborted` : "; run with --abort to abort them"}`);
+  lines.push(...formatAclCheck(report.acls));
   // Transactional ids and errors are whatever the brokers (and the producers that named them) say.
   return lines.map(printable).join("\n");
 }
 
-/** 0 when nothing hangs (or everything found was aborted and healed), 1 otherwise. */
+/** 0 when nothing hangs (or everything found was aborted and healed), 1 otherwise. The ACL check's warnings do not count. */
 export function doctorExitCode(report: DoctorReport): 0 | 1 {
   return report.ok ? 0 : 1;
 }

@@ -457,6 +457,9 @@ describe("writ console, in headless Chromium", () => {
     tab.on("request", (r) => void requested.push(r.url()));
     await tab.goto(`${url}/#token=${readToken}`);
     await tab.waitForSelector('#conn[data-state="live"]');
+    // The shared broker has no authorizer: the ACL check of the console's start puts up a banner.
+    await tab.waitForSelector('#trust[data-reason="no_authorizer"]:not([hidden])');
+    await expect(tab.textContent("#trust")).resolves.toMatch(/^Writers are not restricted: this Kafka cluster has no authorizer\.The cluster has no authorizer .*may be forged.*reason: no_authorizer$/);
     await server.close();
     await tab.waitForSelector('#conn:not([data-state="live"])');
     const restarted = await startConsole({ ...options, port: server.port });

@@ -122,9 +122,26 @@ describe("human-readable output of record-derived text", () => {
       findings: [
         { topic: "writ.ledger", partition: 0, startOffset: "1", producerId: "7", producerEpoch: 0, coordinatorEpoch: 0, transactionalId: `writ.owners-0${ESC}[2J`, transactionState: "Ongoing", lastTimestamp: 0, idleMs: 120_000, hint: "h" },
       ],
+      // principals are whatever the cluster's ACLs name
+      acls: {
+        status: "warning",
+        reason: "foreign_writers",
+        message: `User:x${ESC}[2J may write writ.human`,
+        owners: ["User:writ-owner"],
+        topics: [
+          {
+            topic: "writ.human",
+            role: "human",
+            trusted: true,
+            writers: [{ principal: `User:x${ESC}[2J`, host: "*", patternType: "literal", resourceName: "writ.human", owner: false }],
+            foreign: [`User:x${ESC}[2J`],
+          },
+        ],
+      },
     });
     expect(report).not.toContain(ESC);
     expect(report).toContain("writ.owners-0\\x1b[2J");
+    expect(report).toContain("ACL writ.human: Write allowed to User:x\\x1b[2J (literal writ.human) NOT AN OWNER");
   });
 });
 

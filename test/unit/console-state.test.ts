@@ -43,6 +43,18 @@ const escalation = (n: number): Escalation => ({
 });
 
 describe("ConsoleState", () => {
+  it("holds the ACL check's answer (null before it), in the snapshot and as a changed section", () => {
+    const s = new ConsoleState(topics);
+    expect(s.trust).toBeNull();
+    expect(s.snapshot().trust).toBeNull();
+    s.changes();
+    const check = { status: "warning", reason: "no_authorizer", message: "the cluster has no authorizer", owners: ["User:writ-owner"], topics: [] } as const;
+    s.setTrust({ ...check, owners: [...check.owners], topics: [] });
+    expect(s.trust).toMatchObject(check);
+    expect(s.changes()).toMatchObject({ trust: check });
+    expect(s.snapshot().trust).toMatchObject(check);
+  });
+
   it("an intent is in flight until its reply (read before or after it); a record read twice counts once", () => {
     const s = new ConsoleState(topics);
     s.intent(where("writ.intents", 0), intent(1));

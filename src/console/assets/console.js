@@ -110,6 +110,33 @@
     $("n-inflight").textContent = c.inFlightDropped > 0 ? `${c.inFlight} (+${c.inFlightDropped} dropped)` : String(c.inFlight);
   }
 
+  /**
+   * The ACL check of the console's start: a banner unless only the owners may write the ledger, writ.human,
+   * writ.dlq and the reply topics (then what those topics hold may be forged by any client, or by the named ones).
+   */
+  function renderTrust() {
+    const t = view.snap && view.snap.trust;
+    const b = $("trust");
+    const show = Boolean(t) && t.status !== "ok";
+    b.hidden = !show;
+    if (!show) {
+      b.replaceChildren();
+      return;
+    }
+    b.dataset.status = t.status;
+    b.dataset.reason = t.reason;
+    const title =
+      t.reason === "no_authorizer"
+        ? "Writers are not restricted: this Kafka cluster has no authorizer."
+        : t.reason === "foreign_writers"
+          ? `Principals other than the owners may write trusted topics: ${[...new Set(t.topics.flatMap((x) => x.foreign))].join(", ")}.`
+          : "Who may write the trusted topics was not checked.";
+    const forged =
+      t.status === "warning" ? " Escalations, replies and dead letters shown here may be forged; the page marks the ones it can tell apart (reported, contested)." : "";
+    const message = `${t.message.charAt(0).toUpperCase()}${t.message.slice(1)}.${forged}`;
+    b.replaceChildren(h("strong", {}, title), message, " ", h("code", { class: "mono" }, `reason: ${t.reason}`));
+  }
+
   function renderTopics() {
     const t = view.snap && view.snap.topics;
     if (!t) return;
@@ -424,6 +451,7 @@
 
   // ---- rendering ----
   const renderers = {
+    trust: renderTrust,
     topics: renderTopics,
     counts: renderCounts,
     inFlight: renderInFlight,
