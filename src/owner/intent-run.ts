@@ -128,6 +128,9 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
         slot.result = step.effects;
         return await host.settle(session, slot, step.effects);
       }
+      // A request that may have reached the system (an unknown outcome that asked for a wait): the next try
+      // reconciles before anything, as a resumed apply does, and never writes blind.
+      if (!step.notSent && !plan.resumed) res.plan = { ...plan, resumed: true };
       await outagePause(host, session, slot, step.retryAfterMs);
     } catch (err) {
       if (!session.active) return;

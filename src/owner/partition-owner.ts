@@ -48,7 +48,7 @@ export type OwnerState = "opening" | "running" | "rewinding" | "failed-closed" |
 export class PartitionOwner {
   readonly partition: number;
   private readonly ctx: OwnerContext;
-  private readonly resolver = new Resolver();
+  private readonly resolver: Resolver;
   private readonly log: Logger;
   private stateValue: OwnerState = "opening";
   private session: Session | null = null;
@@ -73,6 +73,7 @@ export class PartitionOwner {
     this.ctx = ctx;
     this.log = ctx.log.child({ component: "partition-owner", topic: ctx.config.topics.intents, partition });
     this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition);
+    this.resolver = new Resolver({ retryAfterMaxMs: ctx.config.sorRetryAfterMaxMs });
     this.commits = new CommitLoop(ctx, {
       partition,
       log: this.log,

@@ -28,9 +28,12 @@ export type ResolvePlan =
  */
 export class Resolver {
   private readonly now: () => Date;
+  private readonly retryAfterMaxMs: number | undefined;
 
-  constructor(opts: { now?: () => Date } = {}) {
+  /** `retryAfterMaxMs`: the owner's `sorRetryAfterMaxMs` (0: a system's Retry-After is ignored; unset: honoured). */
+  constructor(opts: { now?: () => Date; retryAfterMaxMs?: number } = {}) {
     this.now = opts.now ?? (() => new Date());
+    this.retryAfterMaxMs = opts.retryAfterMaxMs;
   }
 
   plan(r: Resolution, tool: AdmittedTool, replyTo: string, ledger: LedgerView): ResolvePlan {
@@ -145,6 +148,10 @@ export class Resolver {
       case "unknown": {
         // Settled the same way as any unknown outcome, but by the operator: never replayed blind.
         mayHaveWritten = true;
+        // A 5xx that asked for a wait (Retry-After): the reconcile waits too, as an intent's does. The next try
+        // reconciles first (the caller marks the plan resumed: a write may have happened).
+        const wait = waitAsked(outcome);
+        if (wait.retryAfterMs !== undefined && this.retryAfterMaxMs !== 0) return { kind: "retry-later", reason: outcome.message, notSent: false, ...wait };
         let after: Versioned | null = null;
         try {
           after = await tool.system.read(r.intent.entity, { timeoutMs: tool.timeoutMs, headers: ctx.headers });
