@@ -57,10 +57,11 @@ export class HangWatch {
 
   /**
    * One round: probes `partitions`, and calls `heal` for each partition
-   * stuck past `healAfterMs` (again every `healAfterMs` while it stays stuck).
-   * Returns the partitions stuck now.
+   * stuck past `healAfterMs` (again every `healAfterMs` while it stays stuck);
+   * `heal` returns false when no owner could take the request (none running
+   * writes that partition here). Returns the partitions stuck now.
    */
-  async check(partitions: readonly TopicPartition[], heal: (tp: TopicPartition) => void): Promise<EndOffsets[]> {
+  async check(partitions: readonly TopicPartition[], heal: (tp: TopicPartition) => boolean): Promise<EndOffsets[]> {
     const now = Date.now();
     const ends = await this.probe.endOffsets(partitions);
     const seen = new Set<string>();
@@ -85,8 +86,10 @@ export class HangWatch {
         stuck.push(end);
         if (now - w.healedAt >= this.healAfterMs) {
           w.healedAt = now;
-          this.log.warn({ topic: end.topic, partition: end.partition, offset: end.lastStable, stuckMs: age }, "last stable offset stuck; healing");
-          heal(end);
+          const at = { topic: end.topic, partition: end.partition, offset: end.lastStable, stuckMs: age };
+          // A ledger partition whose owner cannot open (a transaction hangs there) has no running owner to heal it.
+          if (heal(end)) this.log.warn(at, "last stable offset stuck; healing");
+          else this.log.warn(at, "last stable offset stuck; no running owner here writes it, nothing to heal it with (reported past the transaction timeout)");
         }
       }
       if (age >= this.reportAfterMs && !w.reported) {

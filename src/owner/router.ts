@@ -340,8 +340,12 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       const tps: TopicPartition[] = assigned.map((o) => ({ topic: config.topics.ledger, partition: o.partition }));
       for (const [t, n] of counts) for (let p = 0; p < n; p++) tps.push({ topic: t, partition: p });
       await watch.check(tps, (tp) => {
-        if (tp.topic === config.topics.ledger) owners.get(tp.partition)?.requestHeal(tp.topic, [tp.partition]);
-        else for (const o of writers.get(tp.topic) ?? []) if (tp.topic !== config.topics.intents || o.partition !== tp.partition) o.requestHeal(tp.topic, [tp.partition]);
+        const healers =
+          tp.topic === config.topics.ledger
+            ? running.filter((o) => o.partition === tp.partition)
+            : (writers.get(tp.topic) ?? []).filter((o) => tp.topic !== config.topics.intents || o.partition !== tp.partition);
+        for (const o of healers) o.requestHeal(tp.topic, [tp.partition]);
+        return healers.length > 0;
       });
     } catch (err) {
       log.debug({ err }, "last-stable-offset check failed; next round retries");

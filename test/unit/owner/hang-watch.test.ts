@@ -31,7 +31,7 @@ let health: HealthBoard;
 let watch: HangWatch;
 let healed: string[];
 
-const heal = (tp: TopicPartition) => healed.push(`${tp.topic}-${tp.partition}`);
+const heal = (tp: TopicPartition) => healed.push(`${tp.topic}-${tp.partition}`) > 0;
 const at = async (ms: number, partitions: TopicPartition[] = [LEDGER_3]) => {
   vi.setSystemTime(T0 + ms);
   return watch.check(partitions, heal);
@@ -84,6 +84,22 @@ describe("HangWatch", () => {
     expect(healed).toHaveLength(2);
     await at(3 * HEAL_AFTER);
     expect(healed).toEqual(["writ.ledger-3", "writ.ledger-3", "writ.ledger-3"]);
+  });
+
+  it("says so when no running owner could take the heal (a ledger partition whose owner cannot open), and still reports it", async () => {
+    const lines: { msg: string }[] = [];
+    const log = pino({ level: "warn" }, { write: (l: string) => void lines.push(JSON.parse(l) as { msg: string }) });
+    watch = new HangWatch({ probe, health, log, healAfterMs: HEAL_AFTER, reportAfterMs: REPORT_AFTER });
+    probe.set(LEDGER_3, 42, 50);
+    const none = () => false;
+    await watch.check([LEDGER_3], none);
+    vi.setSystemTime(T0 + HEAL_AFTER);
+    await watch.check([LEDGER_3], none);
+    expect(lines.map((l) => l.msg)).toEqual(["last stable offset stuck; no running owner here writes it, nothing to heal it with (reported past the transaction timeout)"]);
+    vi.setSystemTime(T0 + REPORT_AFTER);
+    await watch.check([LEDGER_3], none);
+    expect(health.health().problems.map((p) => p.key)).toEqual(["hang:writ.ledger:3"]);
+    expect(lines.some((l) => l.msg === "last stable offset stuck; healing")).toBe(false);
   });
 
   it("reports a partition stuck past reportAfterMs once, naming topic-partition, offset and the runbook", async () => {
