@@ -3,10 +3,11 @@ import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../schemas/control.ts";
-
-export { HEAL_KEY };
 import { FORWARDED_HEADER } from "./admission.ts";
 import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
+
+/** Key of heal records (defined with the other control-record names in src/schemas/control.ts). */
+export { HEAL_KEY };
 
 /** One record an owner's transaction produces. */
 export interface OutRecord {
@@ -125,7 +126,6 @@ export class RecordEncoder {
     return { topic: this.config.topics.ledger, partition, key: intentKey, value: null };
   }
 }
-
 
 /** A control record (see `src/schemas/control.ts`) for one partition: clients skip it. */
 export function healRecord(topic: string, partition: number): OutRecord {
