@@ -5,6 +5,7 @@ import { WritError } from "./errors.ts";
 import { jsonSchemaOf } from "./json-schema.ts";
 import { LruMap } from "./lru-map.ts";
 import { retry } from "./retry.ts";
+import { TokenBucket, type BucketClock } from "./token-bucket.ts";
 import { registryTransport, type RegistryAuth, type RegistryTls, type RegistryTransport } from "./security/transport.ts";
 import { WIRE_SCHEMAS, type WireSchemaName } from "./schemas/index.ts";
 
@@ -41,6 +42,18 @@ export const DEFAULT_MAX_DEPTH = 64;
 const MAX_KNOWN_SCHEMA_IDS = 4096;
 const MAX_UNKNOWN_SCHEMA_IDS = 1024;
 const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;
+/**
+ * Registry lookups of schema ids a process has not seen, a second, unless the caller says otherwise
+ * (owners: WRIT_REGISTRY_LOOKUPS_PER_S). Any producer can frame values with fresh int32s; without a bound,
+ * each partition's owner would send the registry one request per such record, as fast as it answers.
+ */
+export const DEFAULT_REGISTRY_LOOKUPS_PER_S = 100;
+
+/** One registry lookup of a schema id: what it found, and how long it waited for the lookup budget (ms). */
+export interface SchemaIdLookup {
+  outcome: "known" | "unknown" | "failed";
+  waitedMs: number;
+}
 
 /**
  * Encodes and decodes writ's JSON values. With a registry, values are
@@ -66,6 +79,13 @@ export class WireCodec {
   private readonly lookups = new Map<number, Promise<Set<string> | null>>();
   /** Basic auth and TLS of every registry request: the client library's (getSchema) and writ's own (register, subject lookups). */
   private readonly transport: RegistryTransport;
+  /**
+   * Lookups of ids not in either cache wait for a token: a flood of fresh ids reaches the registry at this
+   * rate whatever the number of partitions, and slows the records that carry them, never the ones framed
+   * with an id already known (those are answered from the cache and take no token).
+   */
+  private readonly lookupBudget: TokenBucket;
+  private readonly onLookup: ((lookup: SchemaIdLookup) => void) | undefined;
 
   /**
    * `onSchemaRefused`: the registry refused to register a schema (409, an
@@ -74,14 +94,22 @@ export class WireCodec {
    * writ reader accepts, so no partition stops on a registry's configuration;
    * registration is tried again after {@link REFUSED_RETRY_MS}, and the
    * callback hears `null` once it succeeds.
+   *
+   * `registryLookupsPerSecond` (default {@link DEFAULT_REGISTRY_LOOKUPS_PER_S}, as many saved up): the
+   * budget of lookups of schema ids not seen yet; `onLookup` hears each one. `lookupClock` is for tests.
    */
   constructor(opts: {
     schemaRegistryUrl?: string | undefined;
     schemaRegistryAuth?: RegistryAuth | undefined;
     schemaRegistryTls?: RegistryTls | undefined;
     onSchemaRefused?: (subject: string, message: string | null) => void;
+    registryLookupsPerSecond?: number | undefined;
+    onLookup?: (lookup: SchemaIdLookup) => void;
+    lookupClock?: BucketClock;
   }) {
     this.onSchemaRefused = opts.onSchemaRefused;
+    this.onLookup = opts.onLookup;
+    this.lookupBudget = new TokenBucket({ perSecond: opts.registryLookupsPerSecond ?? DEFAULT_REGISTRY_LOOKUPS_PER_S, ...(opts.lookupClock ? { clock: opts.lookupClock } : {}) });
     this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
     this.transport = registryTransport({ auth: opts.schemaRegistryAuth, tls: opts.schemaRegistryTls });
     const { auth, agent } = this.transport;
@@ -243,21 +271,15 @@ export class WireCodec {
     let lookup = this.lookups.get(id);
     if (!lookup) {
       lookup = (async () => {
-        let res: Response;
+        const waitedMs = await this.lookupBudget.take();
         try {
-          // GET /schemas/ids/{id}/versions: the subject-version pairs an id is registered under (Confluent API).
-          res = await this.transport.fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { headers: this.transport.headers, signal: AbortSignal.timeout(10_000) });
+          const subjects = await this.askSubjects(id);
+          this.onLookup?.({ outcome: subjects === null ? "unknown" : "known", waitedMs });
+          return subjects;
         } catch (err) {
-          throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
+          this.onLookup?.({ outcome: "failed", waitedMs });
+          throw err;
         }
-        // Not found; 400 and 422 are answers about the id itself (a registry that refuses a negative one, say),
-        // which would otherwise hold its partition for good as an outage. 401, 403 and 5xx stay outages.
-        if (res.status === 404 || res.status === 400 || res.status === 422) return null;
-        const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
-        if (!res.ok || !Array.isArray(body)) {
-          throw new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
-        }
-        return new Set(body.map((v) => String(v.subject)));
       })();
       lookup.then(
         (subjects) => (subjects === null ? this.unknownIds.set(id, Date.now()) : (this.unknownIds.delete(id), this.knownIds.set(id, subjects))),
@@ -269,5 +291,21 @@ export class WireCodec {
     return lookup;
   }
 
-
+  /** GET /schemas/ids/{id}/versions: the subject-version pairs an id is registered under (Confluent API); null: not registered. */
+  private async askSubjects(id: number): Promise<Set<string> | null> {
+    let res: Response;
+    try {
+      res = await this.transport.fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { headers: this.transport.headers, signal: AbortSignal.timeout(10_000) });
+    } catch (err) {
+      throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
+    }
+    // Not found; 400 and 422 are answers about the id itself (a registry that refuses a negative one, say),
+    // which would otherwise hold its partition for good as an outage. 401, 403 and 5xx stay outages.
+    if (res.status === 404 || res.status === 400 || res.status === 422) return null;
+    const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
+    if (!res.ok || !Array.isArray(body)) {
+      throw new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
+    }
+    return new Set(body.map((v) => String(v.subject)));
+  }
 }

@@ -121,6 +121,12 @@ export const RouterConfig = z
      * ignored. A cap, since the header is the other side's to set (an hour, a date next year).
      */
     sorRetryAfterMaxMs: z.number().int().min(0).max(3_600_000).default(60_000),
+    /**
+     * Schema registry lookups of schema ids this process has not seen, a second (as many saved up). Values framed
+     * with an id already known take none; a flood of fresh ids (any producer can frame with any int32) reaches the
+     * registry at this rate, and the records carrying them wait their turn.
+     */
+    registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(100),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
     /**
@@ -268,6 +274,7 @@ export const ROUTER_ENV = {
   outageBackoffInitialMs: "WRIT_OUTAGE_BACKOFF_INITIAL_MS",
   outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
   sorRetryAfterMaxMs: "WRIT_SOR_RETRY_AFTER_MAX_MS",
+  registryLookupsPerSecond: "WRIT_REGISTRY_LOOKUPS_PER_S",
   unknownRounds: "WRIT_UNKNOWN_ROUNDS",
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   stuckAfterFailures: "WRIT_STUCK_AFTER_FAILURES",
@@ -300,6 +307,7 @@ const NUMERIC = new Set([
   "outageBackoffInitialMs",
   "outageBackoffMaxMs",
   "sorRetryAfterMaxMs",
+  "registryLookupsPerSecond",
   "unknownRounds",
   "maxProcessingAttempts",
   "stuckAfterFailures",

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { SchemaIdLookup } from "../codec.ts";
 import { withDeadline } from "../deadline.ts";
 import type { AdmittedIntent } from "../owner/admission.ts";
 import type { SorMethod } from "../tracing/spans.ts";
@@ -102,6 +103,17 @@ export class RouterMetrics {
     labelNames: ["record_type"] as const,
     registers: [this.registry],
   });
+  private readonly registryLookups = new Counter({
+    name: "writ_registry_id_lookups_total",
+    help: "Schema registry lookups of schema ids this process had not seen (framed values carry any int32 a producer chose), by outcome: known, unknown (not registered: the record is dead-lettered) or failed (the registry did not answer; asked again after a pause).",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+  private readonly registryLookupWait = new Counter({
+    name: "writ_registry_id_lookup_wait_seconds_total",
+    help: "Time lookups of unseen schema ids waited for the lookup budget (WRIT_REGISTRY_LOOKUPS_PER_S): rising, someone is framing values with many ids the registry may not know.",
+    registers: [this.registry],
+  });
   private readonly txnDuration = new Histogram({
     name: "writ_transaction_duration_seconds",
     help: "Duration of the owner transactions that carry results (sends, offsets, commit), by intents partition.",
@@ -182,6 +194,12 @@ export class RouterMetrics {
       // Not a number: nothing to learn from it.
     }
   }
+
+  /** The codec's hook: one lookup of a schema id not seen before. */
+  readonly registryLookup = (lookup: SchemaIdLookup): void => {
+    this.registryLookups.inc({ outcome: lookup.outcome });
+    if (lookup.waitedMs > 0) this.registryLookupWait.inc(lookup.waitedMs / 1000);
+  };
 
   /** Observes system-of-record calls (see `observeSystem`). */
   readonly sorCall: SorCallObserver = (system: string, method: SorMethod, outcome: string, seconds: number) => {

@@ -120,10 +120,32 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   });
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
   const health = new HealthBoard();
+  // A lookup that waited for the budget: someone frames values with ids this process has not seen, faster than
+  // WRIT_REGISTRY_LOOKUPS_PER_S. Said at most once a minute, with how many waited since it was last said.
+  const lookupWaits = {
+    waited: 0,
+    saidAt: Number.NEGATIVE_INFINITY,
+    note(ms: number): void {
+      this.waited += 1;
+      const now = Date.now();
+      if (now - this.saidAt < 60_000) return;
+      log.warn(
+        { lookupsWaited: this.waited, waitedMs: ms, registryLookupsPerSecond: config.registryLookupsPerSecond },
+        "schema id lookups are waiting for their budget (WRIT_REGISTRY_LOOKUPS_PER_S): values framed with ids this owner has not seen arrive faster than it; the records carrying them wait their turn (writ_registry_id_lookups_total says how many were unknown)",
+      );
+      this.saidAt = now;
+      this.waited = 0;
+    },
+  };
   const codec = new WireCodec({
     schemaRegistryUrl: config.schemaRegistryUrl,
     schemaRegistryAuth: config.schemaRegistryAuth,
     schemaRegistryTls: config.schemaRegistryTls,
+    registryLookupsPerSecond: config.registryLookupsPerSecond,
+    onLookup: (lookup) => {
+      metrics.registryLookup(lookup);
+      if (lookup.waitedMs > 0) lookupWaits.note(lookup.waitedMs);
+    },
     // A refused schema must not stop a partition: its values go out as plain JSON, and a person is told.
     onSchemaRefused: (subject, message) => {
       if (message === null) {

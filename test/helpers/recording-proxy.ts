@@ -10,6 +10,8 @@ export interface ProxiedRequest {
   path: string;
   headers: IncomingHttpHeaders;
   status: number;
+  /** When the request reached the proxy (performance.now(), ms). */
+  at: number;
 }
 
 export interface RecordingProxy {
@@ -22,16 +24,17 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
   const to = new URL(target);
   const seen: ProxiedRequest[] = [];
   const server = createServer((req, res) => {
+    const at = performance.now();
     const upstream = request(
       { host: to.hostname, port: to.port, method: req.method, path: req.url, headers: { ...req.headers, host: to.host } },
       (answer) => {
-        seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: answer.statusCode ?? 0 });
+        seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: answer.statusCode ?? 0, at });
         res.writeHead(answer.statusCode ?? 502, answer.headers);
         answer.pipe(res);
       },
     );
     upstream.on("error", () => {
-      seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: 0 });
+      seen.push({ method: req.method ?? "", path: req.url ?? "", headers: req.headers, status: 0, at });
       res.destroy();
     });
     req.pipe(upstream);

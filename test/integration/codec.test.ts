@@ -7,6 +7,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { WireCodec } from "../../src/codec.ts";
 import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { startRecordingProxy } from "../helpers/recording-proxy.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { registryUrl } from "../helpers/writ-harness.ts";
 
 const intent = (): WriteIntent => ({
@@ -121,7 +122,8 @@ describe("WireCodec against the real schema registry", () => {
   it("remembers at most 1,024 unknown schema ids: a flood of fresh ids costs lookups, not memory", async () => {
     const registry = new URL(registryUrl() ?? "");
     const proxy = await startRecordingProxy(registry.origin);
-    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}` });
+    // A budget no lookup here waits for: this is about the caches (the budget is the next test's).
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, registryLookupsPerSecond: 1_000_000 });
     const body = Buffer.from(JSON.stringify(intent()));
     // Ids no registry has handed out (they count up from 1); 3,000 of them, as a hostile producer would frame values.
     const ids = Array.from({ length: 3000 }, (_, i) => 0x7f000000 + i);
@@ -145,6 +147,39 @@ describe("WireCodec against the real schema registry", () => {
     await decodeAll(ids.slice(0, 500));
     expect(lookups()).toBe(3500);
   }, 120_000);
+
+  it("looks up unseen ids within its budget, each waiting its turn; ids already seen take no token", async () => {
+    const registry = new URL(registryUrl() ?? "");
+    const proxy = await startRecordingProxy(registry.origin);
+    let now = 0;
+    const sleeps: { ms: number; release: () => void }[] = [];
+    const clock = { now: () => now, sleep: (ms: number) => new Promise<void>((release) => sleeps.push({ ms, release })) };
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, registryLookupsPerSecond: 2, lookupClock: clock });
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const subject = `${topic}-value`;
+    const good = await codec.encode(topic, "WriteIntent", intent());
+    const header = Buffer.alloc(5);
+    const unknown = (id: number) => (header.writeInt32BE(id, 1), Buffer.concat([header, Buffer.from(JSON.stringify(intent()))]));
+    const lookups = () => proxy.seen.filter((r) => /\/schemas\/ids\/\d+\/versions$/.test(r.path)).length;
+
+    // Two tokens saved up: the good id's lookup and an unknown one's.
+    expect((await codec.decode("WriteIntent", good, { subject })).ok).toBe(true);
+    expect(await codec.decode("WriteIntent", unknown(0x7d000001), { subject })).toMatchObject({ ok: false, reason: "undecodable" });
+    expect(lookups()).toBe(2);
+    // The third fresh id waits half a second (2 a second) before it asks.
+    const third = codec.decode("WriteIntent", unknown(0x7d000002), { subject });
+    await waitFor(() => sleeps.length === 1, { message: "the third lookup waits for a token" });
+    expect(sleeps[0]!.ms).toBe(500);
+    // Meanwhile ids already seen are answered from the caches, known or unknown, without a token or a request.
+    expect((await codec.decode("WriteIntent", good, { subject })).ok).toBe(true);
+    expect(await codec.decode("WriteIntent", unknown(0x7d000001), { subject })).toMatchObject({ ok: false, reason: "undecodable" });
+    expect(lookups()).toBe(2);
+    expect(sleeps).toHaveLength(1);
+    now += 500;
+    sleeps[0]!.release();
+    expect(await third).toMatchObject({ ok: false, reason: "undecodable", message: "schema id 2097152002 is not in the registry" });
+    expect(lookups()).toBe(3);
+  });
 
   it("a reader without a registry reads framed values (zod checks them); an owner without one refuses them", async () => {
     const value = intent();

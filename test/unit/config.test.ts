@@ -90,6 +90,14 @@ describe("routerConfigFromEnv", () => {
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STUCK_AFTER_FAILURES: "1.5" })).toThrow(/WRIT_STUCK_AFTER_FAILURES/);
   });
 
+  it("bounds registry lookups of unseen schema ids: 100 a second by default, 1 to 10,000", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).registryLookupsPerSecond).toBe(100);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REGISTRY_LOOKUPS_PER_S: "500" }).registryLookupsPerSecond).toBe(500);
+    for (const bad of ["0", "-1", "10001", "2.5", "fast"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REGISTRY_LOOKUPS_PER_S: bad }), bad).toThrow(/WRIT_REGISTRY_LOOKUPS_PER_S \(registryLookupsPerSecond\)/);
+    }
+  });
+
   it("caps the wait a system of record's Retry-After imposes: 60 s by default, 0 (ignored) to an hour", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).sorRetryAfterMaxMs).toBe(60_000);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "0" }).sorRetryAfterMaxMs).toBe(0);
