@@ -5,7 +5,9 @@
 // The run id (the intent key's run scope) of a tool call is, in this order:
 //   1. `_meta["writ/runId"]` on the tools/call request: a harness that knows its
 //      conversation id sets it, and a retry after a reconnect is then still a repeat;
-//   2. the MCP session id (streamable HTTP): one session is one run;
+//   2. the MCP session id (streamable HTTP): one session is one run, and a session outlives the server's
+//      memory of it (idle expiry, a restart): its ids are signed, so a request carrying one is served in
+//      that session re-opened (mcp-session-ids.ts);
 //   3. the server's configured run id (stdio: `--run-id` / `WRIT_RUN_ID`), else
 //      one random id per server process (a stdio server serves one client).
 // The model never supplies it.
@@ -15,14 +17,16 @@ import type { AddressInfo } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { LATEST_PROTOCOL_VERSION, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
 import { createLogger, type Logger } from "../../src/logger.ts";
 import { listen } from "../../src/listen.ts";
+import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
+import { sessionIds } from "./mcp-session-ids.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import { REFUSED_FOR_NOW, VersionBook, readForTool, modelResultOf, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
@@ -178,14 +182,20 @@ export interface WritMcpHttpOptions extends WritMcpServerOptions {
   /**
    * Bearer token every request must carry (`Authorization: Bearer <token>`);
    * compared in constant time, never logged. Unset: no authentication (the
-   * server binds 127.0.0.1 only).
+   * server binds 127.0.0.1 only). Session ids are signed with a key derived
+   * from it, so a server restarted with the same token serves the sessions
+   * issued before (same run); without one the key is the process's own.
    */
   token?: string;
   /** Endpoint path. Default `/mcp`. */
   path?: string;
   /** Open sessions at most; past it an initialize is refused 503. Default 256. */
   maxSessions?: number;
-  /** A session with no request for this long is closed (its client must initialize again). Default 30 min. */
+  /**
+   * A session with no request for this long is let go from memory. Default 30 min. Its id stays good: a later
+   * request carrying it re-opens the session (same id, same run), as after a restart of a server with the same
+   * `token`; only a session its client ended (DELETE) answers 404.
+   */
   sessionIdleMs?: number;
 }
 
@@ -193,6 +203,9 @@ export interface WritMcpHttpOptions extends WritMcpServerOptions {
 export const DEFAULT_MAX_MCP_SESSIONS = 256;
 /** Default of {@link WritMcpHttpOptions.sessionIdleMs}. */
 export const DEFAULT_MCP_SESSION_IDLE_MS = 30 * 60_000;
+
+/** Session ids a client ended (DELETE) that this process remembers, to answer them 404 rather than re-open them. */
+const MAX_ENDED_SESSIONS = 4096;
 
 /** One open session: `busy` counts its requests still open (a GET event stream included). */
 interface OpenSession {
@@ -232,6 +245,9 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   // Sessions being initialized count against the cap too, so concurrent initializes cannot overshoot it.
   let opening = 0;
   const token = options.token === undefined ? null : sha256(options.token);
+  const ids = sessionIds(options.token);
+  const ended = new LruMap<string, true>(MAX_ENDED_SESSIONS);
+  const reopening = new Map<string, Promise<OpenSession | null>>();
   let port = 0;
 
   const track = (open: OpenSession, res: ServerResponse): void => {
@@ -252,6 +268,67 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     open.server.close().catch((err: unknown) => log.warn({ err, session: id }, "closing an idle MCP session failed"));
   };
 
+  const refuseAtCap = (res: ServerResponse): void => {
+    res.setHeader("retry-after", String(Math.ceil(Math.min(idleMs, 60_000) / 1000)));
+    refuse(res, 503, "too many MCP sessions", { reason: "session_limit", maxSessions });
+  };
+
+  /**
+   * Opens session `id` again on a new server and transport: the SDK's transport takes requests of a session
+   * only after an initialize of its own, so it is given one here (with the protocol version the client's
+   * request names), and its `initialized` notification; the session's id is `id`, so its run is the same.
+   * Null when the SDK's transport is not shaped as this expects (a version whose internals changed): the
+   * client then gets the 404 it would have got before, and starts a new session.
+   */
+  const reopen = async (id: string, version: string | string[] | undefined): Promise<OpenSession | null> => {
+    opening++;
+    const server = createWritMcpServer(options);
+    try {
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => id,
+        onsessionclosed: (closed) => {
+          sessions.delete(closed);
+          ended.set(closed, true);
+        },
+      });
+      transport.onclose = () => {
+        if (sessions.get(id)?.transport === transport) sessions.delete(id);
+      };
+      await server.connect(transport);
+      const web = (transport as unknown as { _webStandardTransport?: { handleRequest?: (r: Request) => Promise<Response> } })._webStandardTransport;
+      if (typeof web?.handleRequest !== "function") {
+        log.warn({ session: id }, "cannot re-open an MCP session with this version of @modelcontextprotocol/sdk; its client must start a new one (a new run)");
+        await server.close();
+        return null;
+      }
+      const protocolVersion = typeof version === "string" ? version : LATEST_PROTOCOL_VERSION;
+      const post = (body: unknown, headers: Record<string, string> = {}) =>
+        web.handleRequest!(
+          new Request(`http://127.0.0.1:${port}${path}`, {
+            method: "POST",
+            headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+            body: JSON.stringify(body),
+          }),
+        ).then(async (r) => ({ status: r.status, text: await r.text() }));
+      const init = await post({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion, capabilities: {}, clientInfo: { name: "writ-reopened-session", version: "1" } } });
+      const initialized = await post({ jsonrpc: "2.0", method: "notifications/initialized" }, { "mcp-session-id": id, "mcp-protocol-version": protocolVersion });
+      if (init.status !== 200 || initialized.status !== 202 || transport.sessionId !== id) {
+        log.warn({ session: id, initialize: init.status, initialized: initialized.status }, "re-opening an MCP session failed; its client must start a new one (a new run)");
+        await server.close();
+        return null;
+      }
+      const open: OpenSession = { transport, server, lastSeen: Date.now(), busy: 0 };
+      sessions.set(id, open);
+      log.info({ session: id }, "MCP session re-opened (let go while idle, or issued before a restart): same session, same run");
+      return open;
+    } catch (err) {
+      await server.close().catch(() => undefined);
+      throw err;
+    } finally {
+      opening--;
+    }
+  };
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const allowedHosts = [`127.0.0.1:${port}`, `localhost:${port}`];
     if (!allowedHosts.includes(req.headers.host ?? "")) return refuse(res, 403, "host not allowed");
@@ -265,29 +342,39 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
 
     const sessionId = req.headers["mcp-session-id"];
     if (typeof sessionId === "string") {
-      const open = sessions.get(sessionId);
-      if (open && expired(open, Date.now())) expire(sessionId, open);
-      // 404 tells an MCP client to initialize a new session (transports spec, "Session Management").
-      else if (open) {
-        track(open, res);
-        return open.transport.handleRequest(req, res);
+      let open = sessions.get(sessionId);
+      if (open && expired(open, Date.now())) {
+        expire(sessionId, open);
+        open = undefined;
       }
-      return refuse(res, 404, "session not found");
+      if (!open) {
+        // 404 tells an MCP client to initialize a new session (transports spec, "Session Management"): only
+        // for an id this server never issued, or one its client ended. Any other was let go from memory (idle,
+        // or a restart) and is re-opened, so that its run goes on.
+        if (!ids.issued(sessionId) || ended.get(sessionId)) return refuse(res, 404, "session not found");
+        if (sessions.size + opening >= maxSessions) return refuseAtCap(res);
+        // One re-opening per id, however many of its requests arrive at once.
+        let reopened = reopening.get(sessionId);
+        if (!reopened) {
+          reopened = reopen(sessionId, req.headers["mcp-protocol-version"]).finally(() => reopening.delete(sessionId));
+          reopening.set(sessionId, reopened);
+        }
+        open = (await reopened) ?? undefined;
+        if (!open) return refuse(res, 404, "session not found");
+      }
+      track(open, res);
+      return open.transport.handleRequest(req, res);
     }
     if (req.method !== "POST") return refuse(res, 400, "no session: POST an initialize request first");
-    // At the cap a new session is refused rather than an idle one evicted: an evicted client would
-    // initialize again under a new session id, which is its run id, and its retries would no longer
-    // be answered as repeats. Idle sessions make room as they expire.
-    if (sessions.size + opening >= maxSessions) {
-      res.setHeader("retry-after", String(Math.ceil(Math.min(idleMs, 60_000) / 1000)));
-      return refuse(res, 503, "too many MCP sessions", { reason: "session_limit", maxSessions });
-    }
+    // At the cap a new session is refused rather than an idle one evicted: idle sessions make room as they
+    // expire (and come back when their clients return).
+    if (sessions.size + opening >= maxSessions) return refuseAtCap(res);
     let reserved = true;
     opening++;
     try {
       const server = createWritMcpServer(options);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
+        sessionIdGenerator: () => ids.issue(),
         onsessioninitialized: (id) => {
           reserved = false;
           opening--;
@@ -298,6 +385,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
         },
         onsessionclosed: (id) => {
           sessions.delete(id);
+          ended.set(id, true);
         },
       });
       transport.onclose = () => {

@@ -1,7 +1,8 @@
 // The MCP streamable HTTP server without a broker (no tools, so no client is used): the session cap,
 // idle expiry, and the bearer token compared as digests whatever its length.
 import * as crypto from "node:crypto";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { Agent, fetch } from "undici";
+import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { startWritMcpHttpServer, type WritMcpHttp, type WritMcpHttpOptions } from "../../producers/adapters/mcp-server.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
@@ -56,6 +57,21 @@ async function ping(mcp: WritMcpHttp, session: string): Promise<number> {
   return res.status;
 }
 
+/** A ping in `session`: the status, and the session id the answer carries (the SDK's transport echoes it). */
+async function pingWithSession(mcp: WritMcpHttp, session: string, headers: Record<string, string> = {}): Promise<{ status: number; session: string | null }> {
+  // A connection of its own: after a restart on the same port, a kept-alive one to the old server would be dead.
+  const dispatcher = new Agent({ pipelining: 0 });
+  onTestFinished(() => dispatcher.close());
+  const res = await fetch(mcp.url, {
+    dispatcher,
+    method: "POST",
+    headers: { ...HEADERS, ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-03-26" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }),
+  });
+  await res.text();
+  return { status: res.status, session: res.headers.get("mcp-session-id") };
+}
+
 describe("MCP HTTP sessions", () => {
   it("session-cap: past maxSessions an initialize is refused 503 (session_limit) and opens nothing; a closed session frees its slot", async () => {
     const mcp = await start({ maxSessions: 2 });
@@ -87,16 +103,66 @@ describe("MCP HTTP sessions", () => {
     expect(mcp.sessions()).toBe(3);
   });
 
-  it("session-idle-expiry: a session with no request for sessionIdleMs is closed and then answers 404", async () => {
+  it("session-idle-expiry: a session with no request for sessionIdleMs is let go, and its next request re-opens it under the same id", async () => {
     const mcp = await start({ sessionIdleMs: 200 });
     const a = await initialize(mcp);
     expect(a.status).toBe(200);
     expect(mcp.sessions()).toBe(1);
 
     await waitFor(() => mcp.sessions() === 0, { timeoutMs: 5_000, intervalMs: 20, message: () => `${mcp.sessions()} sessions open` });
-    expect(await ping(mcp, a.session!)).toBe(404);
+    // Its id is its run: served again, in that session, not a new one (a 404 would make its client start a new run).
+    const again = await pingWithSession(mcp, a.session!);
+    expect(again).toEqual({ status: 200, session: a.session });
+    expect(mcp.sessions()).toBe(1);
     // a new one can be opened
     expect((await initialize(mcp)).status).toBe(200);
+  });
+
+  it("session-ids: only ids this server issued are re-opened; a session its client ended (DELETE) answers 404", async () => {
+    const mcp = await start();
+    const a = await initialize(mcp);
+    const [nonce, tag] = a.session!.split(".") as [string, string];
+    const flipped = `${nonce}.${tag[0] === "A" ? "B" : "A"}${tag.slice(1)}`;
+    for (const forged of [crypto.randomUUID(), flipped, `${nonce}.`, "x".repeat(45), `${a.session}x`]) {
+      expect(await ping(mcp, forged), forged).toBe(404);
+    }
+    expect(mcp.sessions()).toBe(1);
+    const del = await fetch(mcp.url, { method: "DELETE", headers: { "mcp-session-id": a.session!, "mcp-protocol-version": "2025-03-26" } });
+    await del.text();
+    expect(del.status).toBe(200);
+    await waitFor(() => mcp.sessions() === 0, { timeoutMs: 5_000, intervalMs: 10 });
+    expect(await ping(mcp, a.session!)).toBe(404);
+    expect(mcp.sessions()).toBe(0);
+  });
+
+  it("session-restart: a server restarted with the same token serves the sessions its predecessor issued; another token, or none, does not", async () => {
+    const token = "t0ken-for-the-restart-test-0123456789";
+    const auth = { authorization: `Bearer ${token}` };
+    const before = await start({ token });
+    const a = await initialize(before, auth);
+    const port = Number(new URL(before.url).port);
+    await before.close();
+
+    const after = await start({ token, port });
+    expect(await pingWithSession(after, a.session!, auth)).toEqual({ status: 200, session: a.session });
+    expect(after.sessions()).toBe(1);
+    // Concurrent requests of a session being re-opened share one re-opening.
+    await after.close();
+    const again = await start({ token, port });
+    const pings = await Promise.all(Array.from({ length: 5 }, () => pingWithSession(again, a.session!, auth)));
+    expect(pings.map((p) => p.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(again.sessions()).toBe(1);
+    await again.close();
+
+    const other = "another-t0ken-0123456789abcdef";
+    const rotated = await start({ token: other, port });
+    expect((await pingWithSession(rotated, a.session!, { authorization: `Bearer ${other}` })).status).toBe(404);
+    await rotated.close();
+    const open = await start({ port });
+    const b = await initialize(open);
+    await open.close();
+    // Without a token the key is the process's own: its sessions outlive idle expiry, not a restart.
+    expect((await pingWithSession(await start({ port }), b.session!)).status).toBe(404);
   });
 
   it("session-idle-expiry: requests keep a session open; it expires only once they stop", async () => {

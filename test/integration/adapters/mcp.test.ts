@@ -100,6 +100,44 @@ describe("MCP server on a real broker", () => {
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
   });
 
+  // A restart of the MCP server (an upgrade, a crash) empties its memory of sessions. A client that got 404 for
+  // its session started a new one, a new run: a retry of a call it never saw answered was a new intent.
+  it("http-restart: a retry in the same session after the MCP server restarted writes nothing; a new session would write again", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const token = `mcp-restart-token-${h.id}-0123456789`;
+    const client = await h.client("mcp-agent");
+    const read = recordsReader(specs, readers({ RECORDS_URL: h.records.url }));
+    const before = await startWritMcpHttpServer({ client, tools: specs, read, token });
+    const port = Number(new URL(before.url).port);
+    const requestInit = { headers: { authorization: `Bearer ${token}` } };
+    const agent = await connect(new StreamableHTTPClientTransport(new URL(before.url), { requestInit }));
+    const first = await call(agent, "refund_payment", refund);
+    await before.close();
+
+    const after = await startWritMcpHttpServer({ client, tools: specs, read, token, port });
+    onTestFinished(() => after.close());
+    // The same client, its session id unchanged: served in that session, so in the same run. (Its first request
+    // may go out on a kept-alive connection to the old server and fail as a network error: a harness retries it.)
+    let retry: Record<string, any> | undefined;
+    for (let attempt = 1; retry === undefined; attempt++) {
+      try {
+        retry = await call(agent, "refund_payment", refund);
+      } catch (err) {
+        if (attempt === 3 || !/fetch failed/.test((err as Error).message)) throw err;
+      }
+    }
+    expect(after.sessions()).toBe(1);
+    expect(first).toMatchObject({ status: "applied", duplicate: false });
+    expect(retry).toMatchObject({ status: "applied", duplicate: true });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+
+    // The control: what a client that had to start a new session would do (no _meta run id): a second refund.
+    const fresh = await connect(new StreamableHTTPClientTransport(new URL(after.url), { requestInit }));
+    expect(await call(fresh, "refund_payment", refund)).toMatchObject({ status: "applied", duplicate: false });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(2);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(2);
+  });
+
   it("race-with-outside-writer: the conflict carries current and your_change; deciding again applies without a lost update", async () => {
     const h = await startDemoHarness({ ticket: { subject: "Charged twice", status: "open", tags: ["billing"] } });
     const mcp = await httpServer(h);
