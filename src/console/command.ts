@@ -52,6 +52,8 @@ the token for its tab and removes it from the address. A read-only token sees ev
   --keep <n>                items kept per list: replies, conflicts, dead letters (default 100)
   --discover-ms <ms>        how often to look for new reply topics (default 5000)
   --lag-ms <ms>             how often to measure the lag (default 2000)
+  --owner-principal <p>     the owners' Kafka principal(s), User:<name> or a bare SASL user name (repeatable or
+                            comma-separated; default $WRIT_OWNER_PRINCIPALS or User:writ-owner), for the ACL check
   --brokers <list>          Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
   --registry <url>          Confluent-API schema registry (default $SCHEMA_REGISTRY_URL)
   -h, --help                this text
@@ -61,8 +63,8 @@ $WRIT_DLQ_TOPIC (writ.dlq), reply topics $WRIT_REPLY_TOPIC_PREFIX* (writ.replies
 
 At the start it checks, as writ doctor does, who may write $WRIT_LEDGER_TOPIC (writ.ledger), writ.human,
 writ.dlq and the reply topics: when the cluster has no authorizer, or a principal other than the owners'
-($WRIT_OWNER_PRINCIPALS, default User:writ-owner) may write one, it logs a warning and the page shows a
-banner (records on those topics may be forged).
+(--owner-principal) may write one, it logs a warning and the page shows a banner (records on those topics
+may be forged); so it does when no ACL lets the owners write one of writ's topics.
 
 Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start.`;
 
@@ -86,6 +88,7 @@ async function main(argv: string[]): Promise<number> {
       "lag-ms": { type: "string" },
       brokers: { type: "string" },
       registry: { type: "string" },
+      "owner-principal": { type: "string", multiple: true },
     },
     USAGE,
   );
@@ -105,13 +108,19 @@ async function main(argv: string[]): Promise<number> {
   const replyPrefix = replyPrefixFromEnv();
   const operatorId = a.operator ?? "writ-operator";
   const { ledger, ...topics } = contractTopicsFromEnv();
+  let ownerPrincipals: string[];
+  try {
+    ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
 
   const server = await startConsole({
     brokers,
     connection,
     topics,
     ledgerTopic: ledger,
-    ownerPrincipals: ownerPrincipalsFrom(undefined),
+    ownerPrincipals,
     replyPrefix,
     groupId: groupIdFromEnv(),
     token,

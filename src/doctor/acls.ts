@@ -31,11 +31,14 @@ export interface WritTopicNames {
  * Why the check says what it says (`reason` in `writ doctor --json` and the console's `trust`):
  * - `owners_only`: only the owner principals may write the trusted topics;
  * - `foreign_writers`: another principal (or `User:*`) may write one of them;
+ * - `owners_cannot_write`: no ACL lets the owners write one of writ's topics (they write the intents topic too,
+ *   forwarding and healing): they fail there unless they are super users, and a topic no ACL names at all is
+ *   anyone's to write on brokers with `allow.everyone.if.no.acl.found=true`;
  * - `no_authorizer`: the cluster has no authorizer (DescribeAcls answers SECURITY_DISABLED): anyone may write anything;
  * - `acls_not_visible`: this client's principal may not describe ACLs (CLUSTER_AUTHORIZATION_FAILED);
  * - `acl_check_failed`: DescribeAcls failed otherwise (the error says how).
  */
-export type AclReason = "owners_only" | "foreign_writers" | "no_authorizer" | "acls_not_visible" | "acl_check_failed";
+export type AclReason = "owners_only" | "foreign_writers" | "owners_cannot_write" | "no_authorizer" | "acls_not_visible" | "acl_check_failed";
 
 /** One ALLOW ACL that lets `principal` write (Write or All) a topic, and the resource pattern it is on. */
 export interface AclWriter {
@@ -58,10 +61,18 @@ export interface AclTopicCheck {
   writers: AclWriter[];
   /** Principals other than the owners that may write it (always empty for the intents topic). */
   foreign: string[];
+  /** An ACL lets an owner write it (all of it, for the reply topics). */
+  ownersMayWrite: boolean;
+  /**
+   * No ACL of any operation or principal names it (for the reply topics: some of them): only super users may
+   * write it, or anyone where the brokers set `allow.everyone.if.no.acl.found=true`, which DescribeConfigs
+   * does not disclose (Kafka reports it, and `super.users`, as sensitive).
+   */
+  noAcl: boolean;
 }
 
 export interface AclCheck {
-  /** `ok`: owners only; `warning`: anyone (no authorizer) or a foreign principal may write a trusted topic; `unknown`: not checked. */
+  /** `ok`: owners only; `warning`: anyone (no authorizer) or a foreign principal may write a trusted topic, or the owners may not write one of writ's topics; `unknown`: not checked. */
   status: "ok" | "warning" | "unknown";
   reason: AclReason;
   /** One sentence for the operator. */
@@ -120,6 +131,12 @@ function coversScope(e: Entry, scope: Scope): boolean {
   return everyTopic(e) || (prefixed(e) && scope.prefix.startsWith(e.resourceName));
 }
 
+/** Every topic of `target` is one the ACL's resource names (any operation, principal or permission). */
+function namesAll(e: Entry, target: Target): boolean {
+  if ("topic" in target) return coversTopic(e, target.topic);
+  return everyTopic(e) || (prefixed(e) && target.prefix.startsWith(e.resourceName));
+}
+
 const ROLE_WHAT: Record<AclTopicCheck["role"], string> = {
   intents: "intents",
   ledger: "ledger entries",
@@ -141,10 +158,10 @@ function trustedList(t: WritTopicNames): string {
  * the broker decides (DENY wins). Super users are not in ACLs and are not listed.
  */
 export function analyzeTopicAcls(resources: readonly DescribeAclResource[], topics: WritTopicNames, owners: readonly string[]): AclCheck {
-  const writes = resources
+  const topicAcls = resources
     .filter((r) => r.resourceType === AclResourceTypes.TOPIC)
-    .flatMap((r) => r.acls.map((a): Entry => ({ resourceType: r.resourceType, resourceName: r.resourceName, resourcePatternType: r.resourcePatternType, ...a })))
-    .filter((e) => e.operation === AclOperationTypes.WRITE || e.operation === AclOperationTypes.ALL);
+    .flatMap((r) => r.acls.map((a): Entry => ({ resourceType: r.resourceType, resourceName: r.resourceName, resourcePatternType: r.resourcePatternType, ...a })));
+  const writes = topicAcls.filter((e) => e.operation === AclOperationTypes.WRITE || e.operation === AclOperationTypes.ALL);
   const allows = writes.filter((e) => e.permissionType === AclPermissionTypes.ALLOW && (literal(e) || prefixed(e)));
   const denies = writes.filter((e) => e.permissionType === AclPermissionTypes.DENY);
   const ownerSet = new Set(owners);
@@ -177,11 +194,31 @@ export function analyzeTopicAcls(resources: readonly DescribeAclResource[], topi
     const list = [...writers.values()].sort((a, b) => Number(b.owner) - Number(a.owner) || a.principal.localeCompare(b.principal) || a.resourceName.localeCompare(b.resourceName));
     const trusted = role !== "intents";
     const foreign = trusted ? [...new Set(list.filter((w) => !w.owner).map((w) => w.principal))] : [];
-    return { topic, role, trusted, writers: list, foreign };
+    // For the reply topics, an owner's grant must reach all of them (a prefix of the reply prefix, or `*`).
+    const ownersMayWrite = list.some((w) => w.owner && (role !== "replies" || w.resourceName === "*" || (w.patternType === "prefixed" && topics.replyPrefix.startsWith(w.resourceName))));
+    const noAcl = !topicAcls.some((e) => namesAll(e, target));
+    return { topic, role, trusted, writers: list, foreign, ownersMayWrite, noAcl };
   });
 
   const flagged = checked.filter((t) => t.foreign.length > 0);
   const ownerText = owners.length === 0 ? "none given" : owners.join(", ");
+  const unwritable = checked.filter((t) => !t.ownersMayWrite);
+  if (flagged.length === 0 && unwritable.length > 0) {
+    const unnamed = unwritable.filter((t) => t.noAcl).map((t) => t.topic);
+    return {
+      status: "warning",
+      reason: "owners_cannot_write",
+      message:
+        `no ACL lets the owners (${ownerText}) write ${unwritable.map((t) => `${t.topic} (${ROLE_WHAT[t.role]})`).join(", ")}: ` +
+        `they fail there unless they are super users (which ACLs do not list)` +
+        (unnamed.length === 0
+          ? ""
+          : `; no ACL names ${unnamed.join(", ")} at all, so on brokers with allow.everyone.if.no.acl.found=true (which they do not disclose) any client may write it`) +
+        `. Add the owners' ACLs of ${ACL_README_SECTION}, or name the owners' principal with --owner-principal / WRIT_OWNER_PRINCIPALS`,
+      owners: [...owners],
+      topics: checked,
+    };
+  }
   if (flagged.length === 0) {
     return {
       status: "ok",
@@ -260,7 +297,8 @@ export function formatAclCheck(check: AclCheck): string[] {
   const lines: string[] = [];
   for (const t of check.topics) {
     const writers = t.writers.map((w) => `${w.principal}${w.host === "*" ? "" : `@${w.host}`} (${w.patternType} ${w.resourceName})${t.trusted && !w.owner ? " NOT AN OWNER" : ""}`);
-    lines.push(`ACL ${t.topic}${t.trusted ? "" : " (agents write it)"}: ${writers.length === 0 ? "no ACL allows Write (super users only)" : `Write allowed to ${writers.join(", ")}`}`);
+    const none = t.noAcl ? "no ACL names it (super users only; anyone if allow.everyone.if.no.acl.found=true)" : "no ACL allows Write (super users only)";
+    lines.push(`ACL ${t.topic}${t.trusted ? "" : " (agents write it)"}: ${writers.length === 0 ? none : `Write allowed to ${writers.join(", ")}`}${t.ownersMayWrite ? "" : " OWNERS MAY NOT WRITE"}`);
   }
   const label = check.status === "ok" ? "ACLS OK" : check.status === "warning" ? "ACL WARNING" : "ACLS NOT CHECKED";
   lines.push(`${label} (${check.reason}): ${check.message}`);

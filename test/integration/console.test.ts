@@ -503,11 +503,14 @@ describe("writ console, in headless Chromium", () => {
     const same = await run(["--token", "same-token-0123456789", "--operator-token", "same-token-0123456789"]);
     expect(same.code).toBe(2);
     expect(same.stderr).toMatch(/must differ/);
+    const badOwner = await run(["--token", "a-token-0123456789", "--owner-principal", "bad name"]);
+    expect(badOwner.code).toBe(2);
+    expect(badOwner.stderr).toMatch(/--owner-principal: not a Kafka principal/);
 
     // The built package's CLI finds the page too (dist/src/console has no HTML: it reads src/console/assets).
     ensureBuilt();
     const token = `built-${randomUUID()}`;
-    const child = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "console", "--port", "0"], {
+    const child = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "console", "--port", "0", "--owner-principal", "ops-owner"], {
       cwd: ROOT,
       env: { ...env, WRIT_CONSOLE_TOKEN: token, WRIT_INTENTS_TOPIC: `cons-built-${randomUUID().slice(0, 8)}.intents` },
       stdio: ["ignore", "ignore", "pipe"],
@@ -527,6 +530,12 @@ describe("writ console, in headless Chromium", () => {
     expect((await fetch(`${base}/assets/console.js`)).status).toBe(200);
     expect((await fetch(`${base}/api/state`)).status).toBe(401);
     expect((await fetch(`${base}/api/state`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    // the ACL check takes its owners from --owner-principal (over $WRIT_OWNER_PRINCIPALS)
+    const trust = await waitFor(
+      async () => ((await (await fetch(`${base}/api/session`, { headers: { authorization: `Bearer ${token}` } })).json()) as { trust: { owners: string[] } | null }).trust ?? undefined,
+      { timeoutMs: 30_000, message: "the console's ACL check" },
+    );
+    expect(trust.owners).toEqual(["User:ops-owner"]);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
     expect(stderr).not.toContain(token);

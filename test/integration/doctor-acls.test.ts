@@ -177,6 +177,18 @@ describe("the ACL check on the secure node (StandardAuthorizer, the README's ACL
     expect(again.report?.acls.reason).toBe("owners_only");
   });
 
+  it("a topic of writ's that no ACL names (owners running with another dead-letter topic): owners_cannot_write, in --json and text", async () => {
+    const dlq = `writ.dlq.unnamed-${randomUUID().slice(0, 8)}`;
+    const json = await doctor(["--json"], { ...env("admin"), WRIT_DLQ_TOPIC: dlq });
+    expect(json.code, json.stderr).toBe(0);
+    expect(json.report?.acls).toMatchObject({ status: "warning", reason: "owners_cannot_write" });
+    expect(json.report?.acls.topics.filter((t) => !t.ownersMayWrite).map((t) => [t.topic, t.noAcl, t.writers])).toEqual([[dlq, true, []]]);
+    expect(json.report?.acls.message).toContain(`no ACL names ${dlq} at all, so on brokers with allow.everyone.if.no.acl.found=true`);
+    const text = await doctor([], { ...env("admin"), WRIT_DLQ_TOPIC: dlq });
+    expect(text.stdout).toContain(`ACL ${dlq}: no ACL names it (super users only; anyone if allow.everyone.if.no.acl.found=true) OWNERS MAY NOT WRITE`);
+    expect(text.stdout).toMatch(/ACL WARNING \(owners_cannot_write\): no ACL lets the owners \(User:writ-owner\) write writ\.dlq\.unnamed-/);
+  });
+
   it("a principal that may not describe ACLs (the owner: no Describe on the cluster) is told so, and the run goes on", async () => {
     const owner = await doctor(["--json"], env("writ-owner"));
     expect(owner.code, owner.stderr).toBe(0);

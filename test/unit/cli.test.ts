@@ -135,6 +135,8 @@ describe("human-readable output of record-derived text", () => {
             trusted: true,
             writers: [{ principal: `User:x${ESC}[2J`, host: "*", patternType: "literal", resourceName: "writ.human", owner: false }],
             foreign: [`User:x${ESC}[2J`],
+            ownersMayWrite: true,
+            noAcl: false,
           },
         ],
       },

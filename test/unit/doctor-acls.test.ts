@@ -108,8 +108,11 @@ describe("the ACL check's rule (analyzeTopicAcls)", () => {
   it("DENY wins over ALLOW for the principal (or User:*) and host it names, where it covers all the ALLOW covers", () => {
     // denied outright
     expect(analyze({ principal: "User:agent-a", name: "writ.human" }, { principal: "User:agent-a", name: "writ.human", deny: true }).reason).toBe("owners_only");
-    // a DENY of All, on a prefix, for everyone
-    expect(analyze({ principal: "User:agent-a", name: "writ.human" }, { principal: "User:*", name: "writ.h", pattern: "PREFIXED", op: "ALL", deny: true }).reason).toBe("owners_only");
+    // a DENY of All, on a prefix, for everyone: agent-a's grant is gone, and so is the owner's
+    const everyone = analyze({ principal: "User:agent-a", name: "writ.human" }, { principal: "User:*", name: "writ.h", pattern: "PREFIXED", op: "ALL", deny: true });
+    expect(foreign(everyone)).toEqual({});
+    expect(everyone.reason).toBe("owners_cannot_write");
+    expect(everyone.message).toMatch(/^no ACL lets the owners \(User:writ-owner\) write writ.human \(escalations\): they fail there unless they are super users/);
     // a DENY for another principal, for one host, or of Read only, takes nothing away
     expect(foreign(analyze({ principal: "User:agent-a", name: "writ.human" }, { principal: "User:agent-b", name: "writ.human", deny: true }))).toEqual({ "writ.human": ["User:agent-a"] });
     expect(foreign(analyze({ principal: "User:agent-a", name: "writ.human" }, { principal: "User:agent-a", name: "writ.human", deny: true, host: "10.0.0.9" }))).toEqual({ "writ.human": ["User:agent-a"] });
@@ -138,7 +141,33 @@ describe("the ACL check's rule (analyzeTopicAcls)", () => {
     const check = analyzeTopicAcls(described({ principal: "User:agent-a", name: "a.rep.x" }, { principal: "User:agent-a", name: "writ.ledger" }), renamed, OWNERS);
     expect(foreign(check)).toEqual({ "a.rep.*": ["User:agent-a"] });
     expect(byTopic(check)["a.ledger"]!.writers).toEqual([]);
-    expect(formatAclCheck(check)).toContain("ACL a.ledger: no ACL allows Write (super users only)");
+    expect(formatAclCheck(check)).toContain("ACL a.ledger: no ACL names it (super users only; anyone if allow.everyone.if.no.acl.found=true) OWNERS MAY NOT WRITE");
+  });
+
+  it("owners_cannot_write: a topic of writ's no ACL lets the owners write (foreign writers still come first)", () => {
+    // the README's ACLs without the owner's Write on writ.dlq (its Describe and Create stay: the topic is named)
+    const noDlqWrite = README.filter((r) => !(r.name === "writ.dlq" && r.op === "WRITE" && r.principal === "User:writ-owner"));
+    const check = analyzeTopicAcls(described(...noDlqWrite), TOPICS, OWNERS);
+    expect(check).toMatchObject({ status: "warning", reason: "owners_cannot_write" });
+    expect(check.topics.filter((t) => !t.ownersMayWrite).map((t) => [t.topic, t.noAcl])).toEqual([["writ.dlq", false]]);
+    expect(check.message).toContain("write writ.dlq (dead letters): they fail there unless they are super users");
+    expect(check.message).not.toContain("allow.everyone.if.no.acl.found");
+    expect(formatAclCheck(check)).toContain("ACL writ.dlq: no ACL allows Write (super users only) OWNERS MAY NOT WRITE");
+    // the intents topic too: owners write it when they forward an intent or heal a partition
+    const noIntentsWrite = README.filter((r) => !(r.name === "writ.intents" && r.op === "WRITE" && r.principal === "User:writ-owner"));
+    expect(analyzeTopicAcls(described(...noIntentsWrite), TOPICS, OWNERS).message).toContain("write writ.intents (intents)");
+    // a topic no ACL names at all: anyone's where allow.everyone.if.no.acl.found=true, which brokers do not disclose
+    const unnamed = analyzeTopicAcls(described(...README), { ...TOPICS, dlq: "writ.dlq.eu" }, OWNERS);
+    expect(unnamed.reason).toBe("owners_cannot_write");
+    expect(unnamed.topics.find((t) => t.topic === "writ.dlq.eu")).toMatchObject({ ownersMayWrite: false, noAcl: true, writers: [] });
+    expect(unnamed.message).toContain("no ACL names writ.dlq.eu at all, so on brokers with allow.everyone.if.no.acl.found=true (which they do not disclose) any client may write it");
+    // reply topics: an owner's grant on some of them is not on all of them
+    const someReplies = README.filter((r) => r.name !== "writ.replies.").concat([{ principal: "User:writ-owner", name: "writ.replies.agent-a" }]);
+    const partial = analyzeTopicAcls(described(...someReplies), TOPICS, OWNERS);
+    expect(partial.topics.find((t) => t.role === "replies")).toMatchObject({ ownersMayWrite: false, noAcl: true });
+    expect(partial.reason).toBe("owners_cannot_write");
+    // a foreign writer is the warning that wins
+    expect(analyzeTopicAcls(described(...noDlqWrite, { principal: "User:agent-a", name: "writ.human" }), TOPICS, OWNERS).reason).toBe("foreign_writers");
   });
 
   it("owner principals: a bare name is a SASL user, lists are comma-separated, a bad one is refused naming the field", () => {

@@ -130,7 +130,9 @@
         ? "Writers are not restricted: this Kafka cluster has no authorizer."
         : t.reason === "foreign_writers"
           ? `Principals other than the owners may write trusted topics: ${[...new Set(t.topics.flatMap((x) => x.foreign))].join(", ")}.`
-          : "Who may write the trusted topics was not checked.";
+          : t.reason === "owners_cannot_write"
+            ? `No ACL lets the owners write: ${t.topics.filter((x) => !x.ownersMayWrite).map((x) => x.topic).join(", ")}.`
+            : "Who may write the trusted topics was not checked.";
     const forged =
       t.status === "warning" ? " Escalations, replies and dead letters shown here may be forged; the page marks the ones it can tell apart (reported, contested)." : "";
     const message = `${t.message.charAt(0).toUpperCase()}${t.message.slice(1)}.${forged}`;
