@@ -15,6 +15,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
   escalations: { summary: "list the escalations on writ.human, or resolve one (a person's decision)", load: async () => (await import("./escalations.ts")).escalationsCommand },
   topics: { summary: "create (ensure) or check the contract topics", load: async () => (await import("./topics.ts")).topicsCommand },
   verify: { summary: "prove a tools module's write tools against a staging system of record", load: async () => (await import("./verify.ts")).verifyCommand },
+  dlq: { summary: "send dead-lettered records back to the intents topic once their cause is fixed (redrive)", load: async () => (await import("./dlq.ts")).dlqCommand },
   doctor: { summary: "find (and --abort) hanging transactions on writ's topics", load: async () => (await import("./doctor.ts")).doctorCommand },
   console: { summary: "the operator console: a live web page of writ's topics; resolve escalations from it", load: async () => (await import("../console/command.ts")).consoleCommand },
 };

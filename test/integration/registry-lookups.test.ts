@@ -4,7 +4,7 @@ import { refundPayment } from "../../examples/demo-tools.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 
 /** A value framed in the Confluent wire format with `id`, whatever the registry says about it. */
 function framed(id: number, json: string): Buffer {
@@ -43,15 +43,7 @@ describe("lookups of schema ids an owner has not seen", () => {
     const body = JSON.stringify({ hello: "registry" });
     // One batch, so that the owner has them all at once: only the budget spaces the lookups.
     await h.produceBatch(ids.map((id) => ({ key: "payment:pay_1", value: framed(id, body) })), CompressionTypes.None);
-    const reply = await agent.submit({
-      tool: refundPayment,
-      entity: { type: "payment", id: "pay_1" },
-      runId: `run-${h.id}`,
-      stepId: "refund-1",
-      baseVersion: (await readVersion(h.records, "payment", "pay_1")).version,
-      delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 900, reason: "late" as const, ref: "r1" } }],
-      params: { amountCents: 900, reason: "late", ref: "r1" },
-    });
+    const reply = await agent.submit(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 900));
     expect(reply.status).toBe("applied");
 
     // Nothing lost: each record is a dead letter that names its id.

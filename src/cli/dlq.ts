@@ -1,0 +1,196 @@
+// `writ dlq redrive`: puts dead-lettered records back on the intents topic once their cause is fixed.
+//
+// A dead letter keeps the original record (key, value whole unless `truncated`, headers as text), so nothing
+// is lost; what was missing is the way back. The redriven record goes through admission again like any other
+// (signature, registry, reply topic, key), and its intent key makes it safe to send more than once: an intent
+// the owner already took is answered from the ledger as a repeat, never written twice.
+import { Partitioners, type IHeaders } from "kafkajs";
+import { WireCodec } from "../codec.ts";
+import { DEAD_LETTER_REASONS } from "../errors.ts";
+import { jsonLine, printable } from "../printable.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { decodeRecord } from "./tail.ts";
+import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
+
+const USAGE = `usage: writ dlq redrive (--reason <reason> | --source <partition>:<offset> | --all)... [--dry-run] [--json]
+                        [--max <n>] [--brokers <list>] [--registry <url>]
+
+redrive   sends dead-lettered records back to the intents topic ($WRIT_INTENTS_TOPIC, writ.intents) once
+          their cause is fixed: the agent's key registered, its reply topic created, a schema registered, an
+          owner bug fixed. Each goes with its original key, value and headers (restored as text), plus a
+          writ-redriven-from header naming the dead letter, and passes admission again like any record: one
+          whose cause remains is dead-lettered again. Sending one twice is safe: its intent key makes a
+          repeat an answer from the ledger, never a second write. Reads writ.dlq ($WRIT_DLQ_TOPIC) from its
+          beginning to the end it had when the command started.
+
+  --reason <reason>           dead letters with this reason (repeatable): ${DEAD_LETTER_REASONS.join(", ")}
+  --source <partition>:<offset>  the dead letter of this intents record (repeatable; writ tail dlq shows it)
+  --all                       every dead letter (with neither --reason nor --source)
+  --dry-run                   list what would be sent, send nothing
+  --max <n>                   send at most n (default 10000); the rest are listed as not sent (over_max)
+  --json                      one JSON object per dead letter: its place, source, reason and what was done
+  --brokers <list>            Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
+  --registry <url>            Confluent-API schema registry to decode framed dead letters (default $SCHEMA_REGISTRY_URL)
+  -h, --help                  this text
+
+A dead letter of a record sent back that was dead-lettered again (the same key and value) is sent once per run,
+with the first. Not sent (said per record): a dead letter whose value was cut to fit the broker's message size
+(truncated: fetch the original from its source offset while the topic retains it), one from another topic
+than the intents topic, and one that does not decode.
+
+Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
+1 some were not sent (the output says why), 2 bad usage or could not run.`;
+
+/** The header a redriven record carries: the dead letter it came from (`<dlq topic>:<partition>:<offset>`). */
+export const REDRIVEN_FROM_HEADER = "writ-redriven-from";
+
+type Outcome = "sent" | "would_send" | "same_record" | "truncated" | "other_topic" | "undecodable" | "over_max";
+
+/** What the output says of one selected dead letter (its value is not kept: sent in batches as they are read). */
+interface Selected {
+  dlq: { topic: string; partition: number; offset: string };
+  letter: Pick<DeadLetter, "reason" | "key" | "source"> | null;
+  outcome: Outcome;
+  detail?: string;
+}
+
+/** Records per produce request. */
+const BATCH = 500;
+
+/** `p:o`, both whole numbers. */
+function sourceArg(raw: string): string {
+  const m = /^(\d{1,9}):(\d{1,19})$/.exec(raw);
+  if (!m) throw new UsageError(`--source must be <partition>:<offset>, got ${printable(raw.slice(0, 80))}`);
+  return `${Number(m[1])}:${BigInt(m[2]!)}`;
+}
+
+async function redrive(argv: string[]): Promise<number> {
+  const parsed = parseCommandArgs(
+    argv,
+    {
+      reason: { type: "string", multiple: true },
+      source: { type: "string", multiple: true },
+      all: { type: "boolean" },
+      "dry-run": { type: "boolean" },
+      max: { type: "string" },
+      json: { type: "boolean" },
+      brokers: { type: "string" },
+      registry: { type: "string" },
+    },
+    USAGE,
+  );
+  if (parsed === undefined) return 0;
+  const a = parsed.values;
+  const reasons = new Set(a.reason ?? []);
+  for (const r of reasons) if (!(DEAD_LETTER_REASONS as readonly string[]).includes(r)) throw new UsageError(`--reason ${printable(r.slice(0, 80))} is not a dead-letter reason (${DEAD_LETTER_REASONS.join(", ")})`);
+  const sources = new Set((a.source ?? []).map(sourceArg));
+  if (a.all && (reasons.size > 0 || sources.size > 0)) throw new UsageError("--all takes every dead letter: give it without --reason and --source");
+  if (!a.all && reasons.size === 0 && sources.size === 0) throw new UsageError("which dead letters? give --reason, --source or --all");
+
+  const max = intFlag("max", a.max, 10_000, 1);
+  const brokers = brokersFrom(a.brokers);
+  const log = commandLogger("dlq");
+  const connection = connectionFor(registryFrom(a.registry));
+  const kafka = kafkaFor(brokers, "writ-cli-dlq", log, connection.kafka);
+  const codec = new WireCodec(connection);
+  const dlqTopic = topicFromEnv("WRIT_DLQ_TOPIC");
+  const intentsTopic = topicFromEnv("WRIT_INTENTS_TOPIC");
+  if (!(await topicsWithPrefix(kafka, dlqTopic)).includes(dlqTopic)) {
+    process.stderr.write(`writ dlq: no topic ${dlqTopic} on the cluster (writ topics ensure creates it)\n`);
+    return 2;
+  }
+
+  const selected: Selected[] = [];
+  // The key's murmur2 partition, as writ's client and the owners compute it; idempotent, so a retry of a batch
+  // adds no copies (a copy would still be answered as a repeat).
+  const producer = a["dry-run"] ? null : kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner });
+  let batch: { key: string | null; value: Buffer; headers: IHeaders }[] = [];
+  let sent = 0;
+  // A record sent back whose cause remained was dead-lettered again: the same key and value, a later dead letter.
+  // Each is sent once per run (the first), so that runs over --all add copies linearly, not doubling each time.
+  const records = new Map<string, string>();
+  const flush = async () => {
+    if (producer === null || batch.length === 0) return;
+    await producer.send({ topic: intentsTopic, acks: -1, messages: batch });
+    batch = [];
+  };
+  await producer?.connect();
+  try {
+    const { unfinished } = await readTopics({
+      kafka,
+      topics: [dlqTopic],
+      start: { from: "beginning" },
+      follow: false,
+      log,
+      onRecord: async (r) => {
+        const d = await decodeRecord(codec, "DeadLetter", r);
+        if (d.tombstone) return;
+        const dlq = { topic: d.topic, partition: d.partition, offset: d.offset };
+        if (d.error !== undefined) {
+          if (a.all) selected.push({ dlq, letter: null, outcome: "undecodable", detail: d.error });
+          return;
+        }
+        const full = d.value as DeadLetter;
+        const letter = { reason: full.reason, key: full.key, source: full.source };
+        const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
+        if (!chosen) return;
+        if (full.source.topic !== intentsTopic) {
+          selected.push({ dlq, letter, outcome: "other_topic", detail: `from ${full.source.topic}, not the intents topic ${intentsTopic}` });
+        } else if (full.truncated) {
+          const where = `${full.source.topic}[${full.source.partition}]@${full.source.offset}`;
+          selected.push({ dlq, letter, outcome: "truncated", detail: `value cut to fit (${full.originalBytes} bytes, sha256 ${full.sha256}): fetch it from ${where}` });
+        } else if (records.has(`${full.key}\u0000${full.sha256}`)) {
+          selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(`${full.key}\u0000${full.sha256}`)}, sent once` });
+        } else if (sent >= max) {
+          selected.push({ dlq, letter, outcome: "over_max", detail: `--max ${max} reached` });
+        } else {
+          sent++;
+          records.set(`${full.key}\u0000${full.sha256}`, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
+          selected.push({ dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" });
+          if (producer === null) return;
+          batch.push({
+            key: full.key,
+            value: Buffer.from(full.valueBase64, "base64"),
+            headers: { ...(full.headers as IHeaders), [REDRIVEN_FROM_HEADER]: `${dlq.topic}:${dlq.partition}:${dlq.offset}` },
+          });
+          if (batch.length >= BATCH) await flush();
+        }
+      },
+    });
+    await flush();
+    if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
+  } finally {
+    await producer?.disconnect();
+  }
+
+  for (const s of selected) {
+    const l = s.letter;
+    const source = l ? `${l.source.topic}[${l.source.partition}]@${l.source.offset}` : "?";
+    if (a.json) {
+      process.stdout.write(`${jsonLine({ dlq: s.dlq, source: l?.source ?? null, reason: l?.reason ?? null, key: l?.key ?? null, outcome: s.outcome, ...(s.detail ? { detail: s.detail } : {}) })}\n`);
+    } else {
+      const what = s.outcome === "sent" ? "sent" : s.outcome === "would_send" ? "would send" : `not sent (${s.outcome}: ${s.detail})`;
+      process.stdout.write(`${printable(`${s.dlq.topic}[${s.dlq.partition}]@${s.dlq.offset} ${l?.reason ?? "?"} source=${source} key=${l?.key ?? "null"}: ${what}`)}\n`);
+    }
+  }
+  const notSent = selected.filter((s) => s.outcome !== "sent" && s.outcome !== "would_send" && s.outcome !== "same_record").length;
+  const done = a["dry-run"] ? `${sent} would be sent` : `${sent} sent to ${intentsTopic}`;
+  process.stderr.write(`writ dlq: ${selected.length} dead letter${selected.length === 1 ? "" : "s"} selected, ${done}, ${notSent} not sent\n`);
+  return notSent > 0 ? 1 : 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === "redrive") return redrive(rest);
+  if (sub === undefined || sub === "--help" || sub === "-h" || sub === "help") {
+    process.stdout.write(`${USAGE}\n`);
+    return sub === undefined ? 2 : 0;
+  }
+  throw new UsageError(`unknown subcommand ${printable(sub.slice(0, 80))}: redrive`);
+}
+
+export const dlqCommand: Command = {
+  usage: USAGE,
+  main: (argv) => runCommand("dlq", USAGE, () => main(argv)),
+};
