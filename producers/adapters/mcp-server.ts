@@ -268,6 +268,11 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     open.server.close().catch((err: unknown) => log.warn({ err, session: id }, "closing an idle MCP session failed"));
   };
 
+  // Its client ended it (DELETE): let go, and answered 404 from now on rather than re-opened.
+  const endSession = (id: string): void => {
+    sessions.delete(id);
+    ended.set(id, true);
+  };
   const refuseAtCap = (res: ServerResponse): void => {
     res.setHeader("retry-after", String(Math.ceil(Math.min(idleMs, 60_000) / 1000)));
     refuse(res, 503, "too many MCP sessions", { reason: "session_limit", maxSessions });
@@ -286,10 +291,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     try {
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => id,
-        onsessionclosed: (closed) => {
-          sessions.delete(closed);
-          ended.set(closed, true);
-        },
+        onsessionclosed: endSession,
       });
       transport.onclose = () => {
         if (sessions.get(id)?.transport === transport) sessions.delete(id);
@@ -383,10 +385,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
           track(open, res);
           log.debug({ session: id }, "MCP session opened");
         },
-        onsessionclosed: (id) => {
-          sessions.delete(id);
-          ended.set(id, true);
-        },
+        onsessionclosed: endSession,
       });
       transport.onclose = () => {
         if (transport.sessionId) sessions.delete(transport.sessionId);

@@ -133,6 +133,7 @@ async function redrive(argv: string[]): Promise<number> {
         }
         const full = d.value as DeadLetter;
         const letter = { reason: full.reason, key: full.key, source: full.source };
+        const identity = `${full.key}\u0000${full.sha256}`;
         const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
         if (!chosen) return;
         if (full.source.topic !== intentsTopic) {
@@ -140,13 +141,13 @@ async function redrive(argv: string[]): Promise<number> {
         } else if (full.truncated) {
           const where = `${full.source.topic}[${full.source.partition}]@${full.source.offset}`;
           selected.push({ dlq, letter, outcome: "truncated", detail: `value cut to fit (${full.originalBytes} bytes, sha256 ${full.sha256}): fetch it from ${where}` });
-        } else if (records.has(`${full.key}\u0000${full.sha256}`)) {
-          selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(`${full.key}\u0000${full.sha256}`)}, sent once` });
+        } else if (records.has(identity)) {
+          selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(identity)}, sent once` });
         } else if (sent >= max) {
           selected.push({ dlq, letter, outcome: "over_max", detail: `--max ${max} reached` });
         } else {
           sent++;
-          records.set(`${full.key}\u0000${full.sha256}`, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
+          records.set(identity, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
           selected.push({ dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" });
           if (producer === null) return;
           batch.push({

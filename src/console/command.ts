@@ -108,12 +108,8 @@ async function main(argv: string[]): Promise<number> {
   const replyPrefix = replyPrefixFromEnv();
   const operatorId = a.operator ?? "writ-operator";
   const { ledger, ...topics } = contractTopicsFromEnv();
-  let ownerPrincipals: string[];
-  try {
-    ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  // A bad one is a config_invalid error naming the flag: runCommand exits 2 with its message.
+  const ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
 
   const server = await startConsole({
     brokers,
