@@ -46,6 +46,8 @@ export {
   CONTROL_HEADER,
   isControlRecord,
 } from "./schemas/index.ts";
+// Sending a dead letter back to the intents topic (what `writ dlq redrive` and the console do), for other tools.
+export { REDRIVEN_FROM_HEADER, notRedrivable, redriveMessage, type DeadLetterRef } from "./dlq-redrive.ts";
 export { createLogger, type Logger } from "./logger.ts";
 // The agent side: the client, and what every framework adapter shares (each adapter is its own subpath, writ/adapters/<name>).
 export {

@@ -4,8 +4,9 @@
 // is lost; what was missing is the way back. The redriven record goes through admission again like any other
 // (signature, registry, reply topic, key), and its intent key makes it safe to send more than once: an intent
 // the owner already took is answered from the ledger as a repeat, never written twice.
-import { Partitioners, type IHeaders } from "kafkajs";
+import type { IHeaders } from "kafkajs";
 import { WireCodec } from "../codec.ts";
+import { notRedrivable, redriveMessage, redriveProducer } from "../dlq-redrive.ts";
 import { DEAD_LETTER_REASONS } from "../errors.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
@@ -41,9 +42,6 @@ than the intents topic, and one that does not decode.
 
 Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
 1 some were not sent (the output says why), 2 bad usage or could not run.`;
-
-/** The header a redriven record carries: the dead letter it came from (`<dlq topic>:<partition>:<offset>`). */
-export const REDRIVEN_FROM_HEADER = "writ-redriven-from";
 
 type Outcome = "sent" | "would_send" | "same_record" | "truncated" | "other_topic" | "undecodable" | "over_max";
 
@@ -102,9 +100,7 @@ async function redrive(argv: string[]): Promise<number> {
   }
 
   const selected: Selected[] = [];
-  // The key's murmur2 partition, as writ's client and the owners compute it; idempotent, so a retry of a batch
-  // adds no copies (a copy would still be answered as a repeat).
-  const producer = a["dry-run"] ? null : kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner });
+  const producer = a["dry-run"] ? null : redriveProducer(kafka);
   let batch: { key: string | null; value: Buffer; headers: IHeaders }[] = [];
   let sent = 0;
   // A record sent back whose cause remained was dead-lettered again: the same key and value, a later dead letter.
@@ -136,11 +132,9 @@ async function redrive(argv: string[]): Promise<number> {
         const identity = `${full.key}\u0000${full.sha256}`;
         const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
         if (!chosen) return;
-        if (full.source.topic !== intentsTopic) {
-          selected.push({ dlq, letter, outcome: "other_topic", detail: `from ${full.source.topic}, not the intents topic ${intentsTopic}` });
-        } else if (full.truncated) {
-          const where = `${full.source.topic}[${full.source.partition}]@${full.source.offset}`;
-          selected.push({ dlq, letter, outcome: "truncated", detail: `value cut to fit (${full.originalBytes} bytes, sha256 ${full.sha256}): fetch it from ${where}` });
+        const refused = notRedrivable(full, intentsTopic);
+        if (refused !== null) {
+          selected.push({ dlq, letter, ...refused });
         } else if (records.has(identity)) {
           selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(identity)}, sent once` });
         } else if (sent >= max) {
@@ -150,11 +144,7 @@ async function redrive(argv: string[]): Promise<number> {
           records.set(identity, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
           selected.push({ dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" });
           if (producer === null) return;
-          batch.push({
-            key: full.key,
-            value: Buffer.from(full.valueBase64, "base64"),
-            headers: { ...(full.headers as IHeaders), [REDRIVEN_FROM_HEADER]: `${dlq.topic}:${dlq.partition}:${dlq.offset}` },
-          });
+          batch.push(redriveMessage(full, dlq));
           if (batch.length >= BATCH) await flush();
         }
       },

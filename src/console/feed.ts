@@ -19,6 +19,7 @@ import { KIND_HEADER, type Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { kafkaConnection, type KafkaSecurity } from "../security/transport.ts";
 import { headerText } from "../tracing/trace-context.ts";
+import { REDRIVEN_FROM_HEADER, redrivenFrom } from "../dlq-redrive.ts";
 import type { ConsoleState, LagPartition } from "./state.ts";
 
 export interface FeedOptions {
@@ -64,6 +65,10 @@ export function startFeed(opts: FeedOptions): Feed {
     else if (r.topic === topics.human) schema = "Escalation";
     else if (r.topic === topics.dlq) schema = "DeadLetter";
     else schema = "Reply";
+    if (r.topic === topics.intents) {
+      const from = redrivenFrom(headerText(r.headers?.[REDRIVEN_FROM_HEADER]), topics.dlq, r.key, r.value);
+      if (from !== null) state.redriven(where, from);
+    }
     const d = await decodeRecord(codec, schema, r);
     if (d.tombstone) return;
     if (d.error !== undefined) {

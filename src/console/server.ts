@@ -15,14 +15,21 @@
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
 //   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403);
 //                                       404 or 409 with a `reason` when the page may not decide it (state.resolvable)
+//   POST /api/dead-letters/<partition>/<offset>/redrive   {} → {sentTo, deadLetter}: sends the dead letter at that
+//                                       offset of writ.dlq back to the intents topic, as `writ dlq redrive` does;
+//                                       operator only (403); 404 or 409 with a `reason` when it may not be sent
 import { readFileSync, existsSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Kafka, logLevel } from "kafkajs";
+import { Kafka, logLevel, type Producer } from "kafkajs";
 import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { decodeRecord } from "../cli/tail.ts";
+import { readTopics } from "../cli/topic-reader.ts";
+import { notRedrivable, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef } from "../dlq-redrive.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import { checkTopicAcls, aclCheckFailure, DEFAULT_OWNER_PRINCIPAL, type AclCheck } from "../doctor/acls.ts";
@@ -88,6 +95,10 @@ export interface ConsoleOptions {
   logger?: Logger;
   /** Called after each decision sent from the page, with the owner's answer (an audit line; never the token). */
   onDecision?: (d: { escalationId: string; decision: string; operator: string; status: string; reason?: string }) => void;
+  /** Called after each dead letter sent back from the page, with where it went (an audit line; never the token). */
+  onRedrive?: (d: { deadLetter: DeadLetterRef; source: DeadLetterRef; reason: string; operator: string; sentTo: DeadLetterRef }) => void;
+  /** How long sending a dead letter back waits to read it from writ.dlq (default 30 s). */
+  redriveReadTimeoutMs?: number;
 }
 
 export interface ConsoleServer {
@@ -136,6 +147,8 @@ const ResolveBody = z
     message: z.string().max(2000).optional(),
   })
   .strict();
+
+const RedriveBody = z.object({}).strict();
 
 const MAX_BODY = 16 * 1024;
 
@@ -307,6 +320,14 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       }
       return resolveEscalation(req, res, escalationId, operator);
     }
+    const dl = /^\/api\/dead-letters\/(\d{1,9})\/(\d{1,19})\/redrive$/.exec(path);
+    if (dl) {
+      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
+      const role = auth.role(ConsoleAuth.tokenOf(req));
+      if (role === null) return unauthorized(res);
+      if (role !== "operator" || operator === null) return reply(res, 403, { error: "sending dead letters back needs the operator token" });
+      return redriveDeadLetter(req, res, Number(dl[1]), BigInt(dl[2]!).toString());
+    }
     return reply(res, 404, { error: "not found" });
   };
 
@@ -319,24 +340,29 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     trust: state.trust,
   });
 
-  const resolveEscalation = async (req: IncomingMessage, res: ServerResponse, escalationId: string, client: WritClient): Promise<void> => {
-    if (!/^application\/json\b/i.test(req.headers["content-type"] ?? "")) return reply(res, 415, { error: "send application/json" });
+  /** The request's JSON body parsed by `schema`, or undefined once the error is answered. */
+  const jsonBody = async <T>(req: IncomingMessage, res: ServerResponse, schema: z.ZodType<T>): Promise<T | undefined> => {
+    if (!/^application\/json\b/i.test(req.headers["content-type"] ?? "")) return void reply(res, 415, { error: "send application/json" });
     let raw: string;
     try {
       raw = await readBody(req, MAX_BODY);
     } catch (err) {
       // The rest of an oversized body is drained, not read into memory; the connection closes after the answer.
-      if (err instanceof BodyTooLarge) return reply(res, 413, { error: err.message }, { connection: "close" });
-      return reply(res, 400, { error: "bad request: the body could not be read" }, { connection: "close" });
+      if (err instanceof BodyTooLarge) return void reply(res, 413, { error: err.message }, { connection: "close" });
+      return void reply(res, 400, { error: "bad request: the body could not be read" }, { connection: "close" });
     }
-    let body: z.infer<typeof ResolveBody>;
     try {
-      const parsed = ResolveBody.safeParse(JSON.parse(raw));
-      if (!parsed.success) return reply(res, 400, { error: `bad request: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}` });
-      body = parsed.data;
+      const parsed = schema.safeParse(JSON.parse(raw));
+      if (!parsed.success) return void reply(res, 400, { error: `bad request: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}` });
+      return parsed.data;
     } catch {
-      return reply(res, 400, { error: "bad request: not JSON" });
+      return void reply(res, 400, { error: "bad request: not JSON" });
     }
+  };
+
+  const resolveEscalation = async (req: IncomingMessage, res: ServerResponse, escalationId: string, client: WritClient): Promise<void> => {
+    const body = await jsonBody(req, res, ResolveBody);
+    if (body === undefined) return;
     const found = state.resolvable(escalationId);
     if ("refused" in found) {
       // 409 only for what the page cannot decide; a close some reply reported is no reason (the owner answers).
@@ -371,6 +397,58 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       return reply(res, 200, { answer, escalation: state.escalationItem(escalationId) ?? null });
     } finally {
       resolving.delete(escalationId);
+    }
+  };
+
+  // Sending dead letters back: one at a time per dead letter; the producer is made at the first.
+  const redriving = new Set<string>();
+  let redriver: Promise<Producer> | null = null;
+  const redriveDeadLetter = async (req: IncomingMessage, res: ServerResponse, partition: number, offset: string): Promise<void> => {
+    if ((await jsonBody(req, res, RedriveBody)) === undefined) return;
+    const item = state.deadLetterAt(partition, offset);
+    if (item === undefined) return reply(res, 404, { error: "no such dead letter among the ones this console keeps", reason: "dead_letter_unknown" });
+    if (item.sentBack !== null) {
+      const to = item.sentBack;
+      return reply(res, 409, { error: `already sent back, to ${to.topic}[${to.partition}]@${to.offset}: a dead letter it made again has an offset of its own`, reason: "dead_letter_sent_back", deadLetter: item });
+    }
+    const refused = notRedrivable(item, opts.topics.intents);
+    if (refused !== null) return reply(res, 409, { error: `cannot be sent back: ${refused.detail}`, reason: refused.outcome, deadLetter: item });
+    const k = `${partition}:${offset}`;
+    if (redriving.has(k)) return reply(res, 409, { error: "this dead letter is already being sent back", reason: "dead_letter_sending" });
+    redriving.add(k);
+    try {
+      const ref: DeadLetterRef = { topic: opts.topics.dlq, partition, offset };
+      const letter = await readDeadLetter(kafka, codec, ref, opts.redriveReadTimeoutMs ?? 30_000, log);
+      if (letter === null) return reply(res, 404, { error: `not found at ${ref.topic}[${partition}]@${offset} any more (retention?)`, reason: "dead_letter_gone" });
+      if ("error" in letter) {
+        if (letter.reason === "read_timeout") return reply(res, 504, { error: letter.error, reason: letter.reason });
+        return reply(res, 409, { error: `it does not read back: ${letter.error}`, reason: letter.reason });
+      }
+      const message = redriveMessage(letter, ref);
+      let sentTo: DeadLetterRef;
+      try {
+        redriver ??= (async () => {
+          const p = redriveProducer(kafka);
+          await p.connect();
+          return p;
+        })().catch((err: unknown) => {
+          redriver = null;
+          throw err;
+        });
+        const [meta] = await (await redriver).send({ topic: opts.topics.intents, acks: -1, messages: [message] });
+        sentTo = { topic: opts.topics.intents, partition: meta!.partition, offset: String(meta!.baseOffset ?? meta!.offset) };
+      } catch (err) {
+        log.error({ err, deadLetter: ref }, "could not send the dead letter back");
+        return reply(res, 502, { error: `could not send it to ${opts.topics.intents}: ${(err as Error).message}` });
+      }
+      // Shown at once; the feed reads the record a moment later and finds it already marked.
+      const from = redrivenFrom(`${ref.topic}:${partition}:${offset}`, ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
+      if (from !== null) state.redriven(sentTo, from);
+      log.info({ deadLetter: ref, source: letter.source, reason: letter.reason, operator: operatorId, sentTo }, "dead letter sent back from the console");
+      opts.onRedrive?.({ deadLetter: ref, source: { ...letter.source }, reason: letter.reason, operator: operatorId, sentTo });
+      return reply(res, 200, { sentTo, header: REDRIVEN_FROM_HEADER, deadLetter: state.deadLetterAt(partition, offset) ?? null });
+    } finally {
+      redriving.delete(k);
     }
   };
 
@@ -412,6 +490,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
         await new Promise<void>((resolve) => http.close(() => resolve()));
         await feed.close();
         await operator?.close();
+        await (await redriver?.catch(() => null))?.disconnect().catch(() => undefined);
       })();
       return closing;
     },
@@ -443,6 +522,41 @@ export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error"
     log.error({ err, event }, "console: a frame could not be made; skipped");
     return null;
   }
+}
+
+/**
+ * The dead letter at `ref`, read back from writ.dlq (read_committed): null when the offset is not there any more,
+ * `{error}` when it does not decode. The console keeps no dead letter's value, which may be a megabyte.
+ */
+async function readDeadLetter(kafka: Kafka, codec: WireCodec, ref: DeadLetterRef, timeoutMs: number, log: Logger): Promise<DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null> {
+  const found = new AbortController();
+  let letter: DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null = null;
+  const at = BigInt(ref.offset);
+  const timer = setTimeout(() => {
+    letter ??= { error: `not read back from ${ref.topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, reason: "read_timeout" };
+    found.abort();
+  }, timeoutMs);
+  try {
+    await readTopics({
+      kafka,
+      topics: [ref.topic],
+      // only the dead letter's partition, from its offset; the others from their ends (nothing to read)
+      start: (_topic, partition) => (partition === ref.partition ? { from: "offset", offset: at } : { from: "end", last: 0 }),
+      follow: false,
+      signal: found.signal,
+      idleTimeoutMs: timeoutMs + 1000,
+      log,
+      onRecord: async (r) => {
+        if (r.partition !== ref.partition || BigInt(r.offset) !== at || found.signal.aborted) return;
+        const d = await decodeRecord(codec, "DeadLetter", r);
+        letter = d.tombstone ? null : d.error !== undefined ? { error: d.error, reason: "undecodable" } : (d.value as DeadLetter);
+        found.abort();
+      },
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+  return letter;
 }
 
 class BodyTooLarge extends Error {}

@@ -17,6 +17,7 @@ import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { AclCheck } from "../doctor/acls.ts";
+import { LruMap } from "../lru-map.ts";
 
 /** Where a record was read. */
 export interface RecordRef {
@@ -169,6 +170,26 @@ export interface DeadLetterItem {
   truncated: boolean;
   sha256: string;
   where: RecordRef;
+  /**
+   * Where on the intents topic it was sent back (by the console or `writ dlq redrive`), or null: the first
+   * record read there whose writ-redriven-from header names this dead letter and whose key and value are its
+   * own (the header alone is any producer's to set).
+   */
+  sentBack: RecordRef | null;
+}
+
+/** What a record sent back from a dead letter says of it (src/dlq-redrive.ts `redrivenFrom`). */
+export interface SentBackFrom {
+  partition: number;
+  offset: string;
+  key: string | null;
+  sha256: string;
+}
+
+interface SentBack {
+  to: RecordRef;
+  key: string | null;
+  sha256: string;
 }
 
 export interface LagPartition {
@@ -285,6 +306,8 @@ export class ConsoleState {
   private replies: ReplyItem[] = [];
   private conflicts: ConflictItem[] = [];
   private deadLetters: DeadLetterItem[] = [];
+  /** Records read that were sent back from a dead letter (`partition:offset` of writ.dlq), for dead letters read after them. */
+  private readonly sentBack = new LruMap<string, SentBack>(4096);
   private readonly escalations = new Map<string, EscalationItem>();
   /**
    * What resolving an escalation needs of its record (escalation id, intent, record version), as JSON: only
@@ -705,10 +728,41 @@ export class ConsoleState {
       truncated: d.truncated,
       sha256: this.name(d.sha256),
       where,
+      sentBack: null,
     };
+    const sent = this.sentBack.get(`${where.partition}:${where.offset}`);
+    if (sent !== undefined && this.sameRecord(item, sent)) item.sentBack = sent.to;
     this.counts.deadLetters++;
     this.deadLetters = [item, ...this.deadLetters].slice(0, this.limits.recent);
     this.changed("deadLetters", "counts");
+  }
+
+  /**
+   * A record of the intents topic (at `to`) that says it was sent back from the dead letter at `from` of
+   * writ.dlq, with its key and the sha256 of its value: the dead letter shows it as sent back when they are
+   * its own. Taken before the record is decoded (a record sent back too early may not decode yet).
+   */
+  redriven(to: RecordRef, from: SentBackFrom): void {
+    const sent: SentBack = { to, key: from.key === null ? null : this.name(from.key), sha256: from.sha256 };
+    const i = this.deadLetters.findIndex((d) => d.where.partition === from.partition && d.where.offset === from.offset);
+    if (i < 0) {
+      const k = `${from.partition}:${from.offset}`;
+      if (this.sentBack.get(k) === undefined) this.sentBack.set(k, sent);
+      return;
+    }
+    const item = this.deadLetters[i]!;
+    if (item.sentBack !== null || !this.sameRecord(item, sent)) return;
+    this.deadLetters[i] = { ...item, sentBack: to };
+    this.changed("deadLetters");
+  }
+
+  private sameRecord(item: DeadLetterItem, sent: SentBack): boolean {
+    return item.key === sent.key && item.sha256 === sent.sha256 && !item.truncated;
+  }
+
+  /** The dead letter at this offset of writ.dlq, among the ones kept. */
+  deadLetterAt(partition: number, offset: string): DeadLetterItem | undefined {
+    return this.deadLetters.find((d) => d.where.partition === partition && d.where.offset === offset);
   }
 
   /**

@@ -98,7 +98,7 @@ function raw(url: string, opts: { method?: string; headers?: Record<string, stri
 }
 
 describe("writ console, in headless Chromium", () => {
-  it("shows conflicts, dead letters, intents in flight, lag and escalations live; resolves one from the page; filters; 401 without a token, 403 and no buttons read-only", async () => {
+  it("shows conflicts, dead letters, intents in flight, lag and escalations live; resolves one from the page; sends a dead letter back; filters; 401 without a token, 403 and no buttons read-only", async () => {
     const started = Date.now();
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
     await h.startRouter();
@@ -352,10 +352,48 @@ describe("writ console, in headless Chromium", () => {
     const contested = await resolveDave();
     expect([contested.status, ((await contested.json()) as { reason?: string }).reason]).toEqual([409, "escalation_contested"]);
 
+    // --- sending the dead letter back: not from the read-only page; from the operator's, first while its cause
+    // remains (dead-lettered again, a row of its own), then once the reply topic exists: answered, at most one PATCH ---
+    await reader.locator('#dead-letters tr[data-reason="reply_topic_missing"]').first().waitFor();
+    await expect(reader.locator("#dead-letters button").count()).resolves.toBe(0);
+    const where = { partition: await dead.getAttribute("data-dlq-partition"), offset: await dead.getAttribute("data-dlq-offset") };
+    const redriveUrl = (w: { partition: string | null; offset: string | null }) => `${url}/api/dead-letters/${w.partition}/${w.offset}/redrive`;
+    const post = (u: string, token: string) => fetch(u, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}`, origin: url }, body: "{}" });
+    expect((await post(redriveUrl(where), readToken)).status).toBe(403);
+    const unknownLetter = await post(redriveUrl({ partition: "0", offset: "999999999" }), operatorToken);
+    expect([unknownLetter.status, ((await unknownLetter.json()) as { reason?: string }).reason]).toEqual([404, "dead_letter_unknown"]);
+    expect(h.records.patchRequests(ghost.intentKey)).toHaveLength(0);
+    const first = page.locator(`#dead-letters tr[data-dlq-partition="${where.partition}"][data-dlq-offset="${where.offset}"]`);
+    await first.locator('button[data-action="redrive"]').click();
+    await waitFor(async () => (await first.getAttribute("data-sent-back")) === "true", { message: "the dead letter shows it was sent back", timeoutMs: 45_000 });
+    await expect(first.locator(".sent-back").textContent()).resolves.toMatch(new RegExp(`^sent back → ${h.config.topics.intents.replace(/\./g, "\\.")}\\[\\d+\\]@\\d+$`));
+    await expect(first.locator("button").count()).resolves.toBe(0);
+    // its cause remained: a new dead letter of the same record, which can be sent back in turn
+    const deadAgain = page.locator('#dead-letters tr[data-reason="reply_topic_missing"][data-sent-back="false"]');
+    await deadAgain.waitFor({ timeout: 45_000 });
+    await expect(deadAgain.textContent()).resolves.toContain(`ticket:${ticket}`);
+    // the read-only page sees it sent back too (from the record on the intents topic, not from the click)
+    await reader.locator(`#dead-letters tr[data-dlq-offset="${where.offset}"][data-dlq-partition="${where.partition}"][data-sent-back="true"]`).waitFor();
+    const twice = await post(redriveUrl(where), operatorToken);
+    expect([twice.status, ((await twice.json()) as { reason?: string }).reason]).toEqual([409, "dead_letter_sent_back"]);
+    const admin = new Kafka({ brokers: brokers(), clientId: "console-test-admin", logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await admin.createTopics({ topics: [{ topic: ghost.replyTo, numPartitions: 1 }], waitForLeaders: true });
+    await deadAgain.locator('button[data-action="redrive"]').click();
+    const ghostReply = page.locator(`#replies tr[data-intent-id="${ghost.intentId}"]`);
+    await ghostReply.waitFor({ timeout: 45_000 });
+    const ghostStatus = await ghostReply.getAttribute("data-status");
+    expect(["applied", "conflict"]).toContain(ghostStatus);
+    // counted at the records server: one PATCH if applied, none on a conflict, never two
+    expect(h.records.patchRequests(ghost.intentKey)).toHaveLength(ghostStatus === "applied" ? 1 : 0);
+    await expect(page.locator('#dead-letters tr[data-reason="reply_topic_missing"]').count()).resolves.toBe(2);
+
     expect(errors).toEqual([]);
     expect(readerErrors).toEqual([]);
     const log = logged.join("");
     expect(log).toContain("escalation decision from the console");
+    expect(log).toContain("dead letter sent back from the console");
     expect(log).not.toContain(readToken);
     expect(log).not.toContain(operatorToken);
     console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { sseFrame } from "../../src/console/server.ts";
 import { ConsoleState } from "../../src/console/state.ts";
+import { notRedrivable, redrivenFrom } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
@@ -252,5 +253,36 @@ describe("ConsoleState", () => {
     s.setLag({ group: "g", topic: "writ.intents", at, total: 0, partitions: [] });
     s.snapshot();
     expect(Object.keys(s.changes()!)).toContain("lag");
+  });
+
+  it("marks a dead letter sent back only by a record with its key and value, read before or after it; never a truncated one", () => {
+    const s = new ConsoleState(topics);
+    const value = Buffer.from('{"an":"intent"}');
+    const letter = (sha256: string, truncated = false) => ({ reason: "reply_topic_missing", message: "m", source: where("writ.intents", 4), key: "ticket:T-1", valueBase64: value.toString("base64"), originalBytes: value.length, sha256, truncated, headers: {}, at });
+    const sha = redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!.sha256;
+    // the header alone (any producer's to set): another value, another key, another dlq topic mark nothing
+    expect(redrivenFrom("other.dlq:0:7", "writ.dlq", null, value)).toBeNull();
+    expect(redrivenFrom("writ.dlq:0:x", "writ.dlq", null, value)).toBeNull();
+    s.deadLetter(where("writ.dlq", 7), letter(sha));
+    s.redriven(where("writ.intents", 50), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), Buffer.from("forged"))!);
+    s.redriven(where("writ.intents", 51), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-2"), value)!);
+    expect(s.deadLetterAt(0, "7")!.sentBack).toBeNull();
+    // the very record: marked, with where it went; a later copy does not move the mark
+    s.snapshot();
+    s.redriven(where("writ.intents", 52), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
+    s.redriven(where("writ.intents", 53), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
+    expect(s.deadLetterAt(0, "7")!.sentBack).toEqual(where("writ.intents", 52));
+    expect(Object.keys(s.changes()!)).toContain("deadLetters");
+    // read before its dead letter (two readers, two topics): kept and applied when the dead letter comes
+    s.redriven(where("writ.intents", 60, 1), redrivenFrom("writ.dlq:1:9", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
+    s.deadLetter(where("writ.dlq", 9, 1), letter(sha));
+    expect(s.deadLetterAt(1, "9")!.sentBack).toEqual(where("writ.intents", 60, 1));
+    // a truncated dead letter's value is not the record's: never marked
+    s.redriven(where("writ.intents", 61), redrivenFrom("writ.dlq:0:11", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
+    s.deadLetter(where("writ.dlq", 11), letter(sha, true));
+    expect(s.deadLetterAt(0, "11")!.sentBack).toBeNull();
+    expect(notRedrivable(s.deadLetterAt(0, "11")!, "writ.intents")?.outcome).toBe("truncated");
+    expect(notRedrivable(s.deadLetterAt(0, "7")!, "writ.intents")).toBeNull();
+    expect(notRedrivable(s.deadLetterAt(0, "7")!, "another.intents")?.outcome).toBe("other_topic");
   });
 });

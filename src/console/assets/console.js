@@ -49,6 +49,8 @@
     filters: { agent: "", tool: "", record: "" },
     /** escalation id → {pending, answer, error} of decisions sent from this page */
     decisions: new Map(),
+    /** dead letter `partition:offset` → {pending, sentTo, error} of send-backs from this page */
+    redrives: new Map(),
     cards: new Map(),
   };
 
@@ -230,16 +232,57 @@
     const rows = shown.map((d) =>
       h(
         "tr",
-        { dataset: { reason: d.reason } },
+        { dataset: { reason: d.reason, dlqPartition: String(d.where.partition), dlqOffset: d.where.offset, sentBack: d.sentBack ? "true" : "false" } },
         h("td", {}, when(d.at)),
         h("td", {}, h("span", { class: "badge rejected" }, d.reason)),
         h("td", { class: "mono" }, `${d.source.topic}[${d.source.partition}]@${d.source.offset}`),
         h("td", { class: "mono" }, d.key ?? "null"),
         h("td", { title: `sha256 ${d.sha256}` }, `${d.originalBytes}${d.truncated ? " (truncated)" : ""}`),
         h("td", { class: "detail" }, d.message),
+        h("td", { class: "redrive" }, ...redriveView(d)),
       ),
     );
-    $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No dead letters."))]));
+    $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No dead letters."))]));
+  }
+
+  /**
+   * A dead letter's last cell: where it was sent back, or (operator) a button that sends it back to the intents
+   * topic, where it passes admission again: one whose cause remains comes back as a new dead letter.
+   */
+  function redriveView(d) {
+    const k = `${d.where.partition}:${d.where.offset}`;
+    const r = view.redrives.get(k);
+    const out = [];
+    if (d.sentBack) out.push(h("span", { class: "ok sent-back" }, `sent back → ${d.sentBack.topic}[${d.sentBack.partition}]@${d.sentBack.offset}`));
+    else if (canDecide() && !d.truncated && view.session && d.source.topic === view.session.topics.intents) {
+      out.push(h("button", { type: "button", dataset: { action: "redrive" }, disabled: Boolean(r && r.pending), title: "Send it back to the intents topic, once its cause is fixed", onclick: () => redrive(d) }, r && r.pending ? "Sending…" : "Send back"));
+    } else if (d.truncated) out.push(h("span", { class: "muted" }, "truncated: fetch it from its source"));
+    if (r && r.error) out.push(h("span", { class: "error redrive-error" }, ` ${r.error}`));
+    return out;
+  }
+
+  async function redrive(d) {
+    const k = `${d.where.partition}:${d.where.offset}`;
+    view.redrives.set(k, { pending: true });
+    renderDeadLetters();
+    let result;
+    try {
+      const res = await fetch(`/api/dead-letters/${d.where.partition}/${d.where.offset}/redrive`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+        body: "{}",
+      });
+      const json = await res.json().catch(() => ({}));
+      result = res.ok ? { sentTo: json.sentTo } : { error: `${res.status}: ${json.error ?? res.statusText}` };
+      if (res.ok && json.deadLetter && view.snap) {
+        // marked at once (the stream brings the same a moment later)
+        view.snap.deadLetters = view.snap.deadLetters.map((x) => (x.where.partition === d.where.partition && x.where.offset === d.where.offset ? json.deadLetter : x));
+      }
+    } catch (err) {
+      result = { error: `could not reach the console: ${err && err.message ? err.message : err}` };
+    }
+    view.redrives.set(k, result);
+    renderDeadLetters();
   }
 
   function renderLag() {
@@ -501,7 +544,10 @@
     // cards were built for another role: build them again
     for (const card of view.cards.values()) card.remove();
     view.cards.clear();
-    if (view.snap) renderEscalations();
+    if (view.snap) {
+      renderEscalations();
+      renderDeadLetters();
+    }
   }
 
   // ---- the event stream ----
