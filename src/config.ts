@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
@@ -126,7 +127,7 @@ export const RouterConfig = z
      * with an id already known take none; a flood of fresh ids (any producer can frame with any int32) reaches the
      * registry at this rate, and the records carrying them wait their turn.
      */
-    registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(100),
+    registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(DEFAULT_REGISTRY_LOOKUPS_PER_S),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
     /**

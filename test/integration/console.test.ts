@@ -372,7 +372,7 @@ describe("writ console, in headless Chromium", () => {
     const deadAgain = page.locator('#dead-letters tr[data-reason="reply_topic_missing"][data-sent-back="false"]');
     await deadAgain.waitFor({ timeout: 45_000 });
     await expect(deadAgain.textContent()).resolves.toContain(`ticket:${ticket}`);
-    // the read-only page sees it sent back too (from the record on the intents topic, not from the click)
+    // the read-only page sees it sent back too (the console's state, not the operator page's own view)
     await reader.locator(`#dead-letters tr[data-dlq-offset="${where.offset}"][data-dlq-partition="${where.partition}"][data-sent-back="true"]`).waitFor();
     const twice = await post(redriveUrl(where), operatorToken);
     expect([twice.status, ((await twice.json()) as { reason?: string }).reason]).toEqual([409, "dead_letter_sent_back"]);
