@@ -186,6 +186,9 @@ export interface SentBackFrom {
   sha256: string;
 }
 
+/** Claims kept per dead letter not read yet (records naming it in writ-redriven-from). */
+const SENT_BACK_CLAIMS = 4;
+
 interface SentBack {
   to: RecordRef;
   key: string | null;
@@ -307,7 +310,7 @@ export class ConsoleState {
   private conflicts: ConflictItem[] = [];
   private deadLetters: DeadLetterItem[] = [];
   /** Records read that were sent back from a dead letter (`partition:offset` of writ.dlq), for dead letters read after them. */
-  private readonly sentBack = new LruMap<string, SentBack>(4096);
+  private readonly sentBack = new LruMap<string, SentBack[]>(4096);
   private readonly escalations = new Map<string, EscalationItem>();
   /**
    * What resolving an escalation needs of its record (escalation id, intent, record version), as JSON: only
@@ -730,8 +733,8 @@ export class ConsoleState {
       where,
       sentBack: null,
     };
-    const sent = this.sentBack.get(`${where.partition}:${where.offset}`);
-    if (sent !== undefined && this.sameRecord(item, sent)) item.sentBack = sent.to;
+    const sent = this.sentBack.get(`${where.partition}:${where.offset}`)?.find((c) => this.sameRecord(item, c));
+    if (sent !== undefined) item.sentBack = sent.to;
     this.counts.deadLetters++;
     this.deadLetters = [item, ...this.deadLetters].slice(0, this.limits.recent);
     this.changed("deadLetters", "counts");
@@ -746,8 +749,11 @@ export class ConsoleState {
     const sent: SentBack = { to, key: from.key === null ? null : this.name(from.key), sha256: from.sha256 };
     const i = this.deadLetters.findIndex((d) => d.where.partition === from.partition && d.where.offset === from.offset);
     if (i < 0) {
+      // Which one is the dead letter's own is known only when it comes: the first few claims are kept (a forged
+      // one read first must not hide the real one).
       const k = `${from.partition}:${from.offset}`;
-      if (this.sentBack.get(k) === undefined) this.sentBack.set(k, sent);
+      const claims = this.sentBack.get(k) ?? [];
+      if (claims.length < SENT_BACK_CLAIMS) this.sentBack.set(k, [...claims, sent]);
       return;
     }
     const item = this.deadLetters[i]!;

@@ -273,7 +273,9 @@ describe("ConsoleState", () => {
     s.redriven(where("writ.intents", 53), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     expect(s.deadLetterAt(0, "7")!.sentBack).toEqual(where("writ.intents", 52));
     expect(Object.keys(s.changes()!)).toContain("deadLetters");
-    // read before its dead letter (two readers, two topics): kept and applied when the dead letter comes
+    // read before its dead letter (two readers, two topics): kept and applied when the dead letter comes, also
+    // when a forged claim came first
+    s.redriven(where("writ.intents", 59, 1), redrivenFrom("writ.dlq:1:9", "writ.dlq", Buffer.from("ticket:T-1"), Buffer.from("forged"))!);
     s.redriven(where("writ.intents", 60, 1), redrivenFrom("writ.dlq:1:9", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     s.deadLetter(where("writ.dlq", 9, 1), letter(sha));
     expect(s.deadLetterAt(1, "9")!.sentBack).toEqual(where("writ.intents", 60, 1));
