@@ -6,6 +6,8 @@
 // it more than once safe: an intent the owner already took is answered from the ledger, never written twice.
 import { Partitioners, type IHeaders, type Kafka, type Producer } from "kafkajs";
 import { sha256Hex } from "./canonical-json.ts";
+import { readRecordsAt } from "./cli/topic-reader.ts";
+import type { Logger } from "./logger.ts";
 import type { DeadLetter } from "./schemas/dead-letter.ts";
 
 /** The header a redriven record carries: the dead letter it came from (`<dlq topic>:<partition>:<offset>`). */
@@ -17,22 +19,65 @@ export interface DeadLetterRef {
   offset: string;
 }
 
-/** Why a dead letter cannot be sent back as it is, or null when it can. */
-export function notRedrivable(letter: { source: DeadLetterRef; truncated: boolean; originalBytes: number; sha256: string }, intentsTopic: string): { outcome: "other_topic" | "truncated"; detail: string } | null {
+/** Why a dead letter cannot be sent back, or null when it can (a truncated one, from its source: `originalsOf`). */
+export function notRedrivable(letter: { source: DeadLetterRef }, intentsTopic: string): { outcome: "other_topic"; detail: string } | null {
   if (letter.source.topic !== intentsTopic) return { outcome: "other_topic", detail: `from ${letter.source.topic}, not the intents topic ${intentsTopic}` };
-  if (letter.truncated) {
-    const where = `${letter.source.topic}[${letter.source.partition}]@${letter.source.offset}`;
-    return { outcome: "truncated", detail: `value cut to fit (${letter.originalBytes} bytes, sha256 ${letter.sha256}): fetch it from ${where}` };
-  }
   return null;
 }
 
-/** The record that sends `letter` (read at `from`) back: its key, value and headers, and where it came from. */
-export function redriveMessage(letter: DeadLetter, from: DeadLetterRef): { key: string | null; value: Buffer; headers: IHeaders } {
+/** The original record of a truncated dead letter, read back from its source. */
+export interface Original {
+  value: Buffer;
+  headers: IHeaders;
+}
+
+export type OriginalRefusal = { outcome: "source_gone" | "source_changed" | "read_timeout"; detail: string };
+
+/**
+ * The originals of truncated dead letters (their value was cut to fit the broker's message size), read from
+ * their source offsets while the intents topic retains them, in one read per call: each is taken only when its
+ * key and the sha256 of its value are the dead letter's, so what is sent back is the very record that was
+ * dead-lettered. Answers by index of `letters`.
+ */
+export async function originalsOf(
+  kafka: Kafka,
+  letters: readonly { source: DeadLetterRef; key: string | null; sha256: string }[],
+  opts: { timeoutMs: number; log: Logger },
+): Promise<(Original | OriginalRefusal)[]> {
+  const byTopic = new Map<string, Map<number, Set<bigint>>>();
+  for (const l of letters) {
+    const partitions = byTopic.get(l.source.topic) ?? new Map<number, Set<bigint>>();
+    byTopic.set(l.source.topic, partitions);
+    const offsets = partitions.get(l.source.partition) ?? new Set<bigint>();
+    partitions.set(l.source.partition, offsets);
+    offsets.add(BigInt(l.source.offset));
+  }
+  const read = new Map<string, Awaited<ReturnType<typeof readRecordsAt>>>();
+  for (const [topic, wanted] of byTopic) read.set(topic, await readRecordsAt(kafka, topic, wanted, opts));
+  return letters.map((l) => {
+    const where = `${l.source.topic}[${l.source.partition}]@${l.source.offset}`;
+    const got = read.get(l.source.topic)!;
+    const r = got.found.get(`${l.source.partition}:${BigInt(l.source.offset)}`);
+    if (r === undefined) {
+      if (got.timedOut) return { outcome: "read_timeout", detail: `${where} not read within ${opts.timeoutMs} ms` };
+      return { outcome: "source_gone", detail: `the value was cut to fit and ${where} is not in the topic any more (retention)` };
+    }
+    const value = r.value ?? Buffer.alloc(0);
+    const key = r.key === null ? null : r.key.toString("utf8").slice(0, 1024);
+    if (key !== l.key || sha256Hex(value) !== l.sha256) return { outcome: "source_changed", detail: `the record at ${where} is not the one dead-lettered (another key or sha256)` };
+    return { value, headers: r.headers ?? {} };
+  });
+}
+
+/**
+ * The record that sends `letter` (read at `from`) back: its key, value and headers (the original's, read from its
+ * source, when the dead letter's value was truncated), and where it came from.
+ */
+export function redriveMessage(letter: DeadLetter, from: DeadLetterRef, original?: Original): { key: string | null; value: Buffer; headers: IHeaders } {
   return {
     key: letter.key,
-    value: Buffer.from(letter.valueBase64, "base64"),
-    headers: { ...(letter.headers as IHeaders), [REDRIVEN_FROM_HEADER]: `${from.topic}:${from.partition}:${from.offset}` },
+    value: original?.value ?? Buffer.from(letter.valueBase64, "base64"),
+    headers: { ...(original?.headers ?? (letter.headers as IHeaders)), [REDRIVEN_FROM_HEADER]: `${from.topic}:${from.partition}:${from.offset}` },
   };
 }
 

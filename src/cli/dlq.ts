@@ -6,7 +6,7 @@
 // the owner already took is answered from the ledger as a repeat, never written twice.
 import type { IHeaders } from "kafkajs";
 import { WireCodec } from "../codec.ts";
-import { notRedrivable, redriveMessage, redriveProducer } from "../dlq-redrive.ts";
+import { notRedrivable, originalsOf, redriveMessage, redriveProducer } from "../dlq-redrive.ts";
 import { DEAD_LETTER_REASONS } from "../errors.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
@@ -36,14 +36,15 @@ redrive   sends dead-lettered records back to the intents topic ($WRIT_INTENTS_T
   -h, --help                  this text
 
 A dead letter of a record sent back that was dead-lettered again (the same key and value) is sent once per run,
-with the first. Not sent (said per record): a dead letter whose value was cut to fit the broker's message size
-(truncated: fetch the original from its source offset while the topic retains it), one from another topic
-than the intents topic, and one that does not decode.
+with the first. A dead letter whose value was cut to fit the broker's message size (truncated) is sent from
+its source: the original record, read at its source offset, when its key and sha256 are the dead letter's.
+Not sent (said per record): a truncated one whose source is gone (source_gone: retention) or is another
+record (source_changed), one from another topic than the intents topic, and one that does not decode.
 
 Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
 1 some were not sent (the output says why), 2 bad usage or could not run.`;
 
-type Outcome = "sent" | "would_send" | "same_record" | "truncated" | "other_topic" | "undecodable" | "over_max";
+type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout";
 
 /** What the output says of one selected dead letter (its value is not kept: sent in batches as they are read). */
 interface Selected {
@@ -106,6 +107,7 @@ async function redrive(argv: string[]): Promise<number> {
   // A record sent back whose cause remained was dead-lettered again: the same key and value, a later dead letter.
   // Each is sent once per run (the first), so that runs over --all add copies linearly, not doubling each time.
   const records = new Map<string, string>();
+  const truncated: { selected: Selected; letter: DeadLetter }[] = [];
   const flush = async () => {
     if (producer === null || batch.length === 0) return;
     await producer.send({ topic: intentsTopic, acks: -1, messages: batch });
@@ -142,13 +144,29 @@ async function redrive(argv: string[]): Promise<number> {
         } else {
           sent++;
           records.set(identity, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
-          selected.push({ dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" });
+          const chosenOne: Selected = { dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" };
+          selected.push(chosenOne);
+          // A value cut to fit is read from its source after this pass, all of them in one read.
+          if (full.truncated) return void truncated.push({ selected: chosenOne, letter: { ...full, valueBase64: "" } });
           if (producer === null) return;
           batch.push(redriveMessage(full, dlq));
           if (batch.length >= BATCH) await flush();
         }
       },
     });
+    await flush();
+    const originals = await originalsOf(kafka, truncated.map((t) => t.letter), { timeoutMs: 60_000, log });
+    for (const [i, t] of truncated.entries()) {
+      const original = originals[i]!;
+      if ("outcome" in original) {
+        Object.assign(t.selected, original);
+        sent--;
+        continue;
+      }
+      if (producer === null) continue;
+      batch.push(redriveMessage(t.letter, t.selected.dlq, original));
+      if (batch.length >= BATCH) await flush();
+    }
     await flush();
     if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
   } finally {

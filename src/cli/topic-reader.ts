@@ -163,6 +163,51 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
   }
 }
 
+/**
+ * The records at these offsets of `topic` (partition → offsets), read_committed: one read from each partition's
+ * first wanted offset that stops once all are found. An offset missing from the answer is not in the topic (below
+ * its log start: retention; or an aborted or control record), unless `timedOut` says the read was cut short.
+ */
+export async function readRecordsAt(kafka: Kafka, topic: string, wanted: ReadonlyMap<number, ReadonlySet<bigint>>, opts: { timeoutMs: number; log: Logger }): Promise<{ found: Map<string, TopicRecord>; timedOut: boolean }> {
+  const found = new Map<string, TopicRecord>();
+  let left = 0;
+  for (const offsets of wanted.values()) left += offsets.size;
+  if (left === 0) return { found, timedOut: false };
+  const done = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    done.abort();
+  }, opts.timeoutMs);
+  try {
+    await readTopics({
+      kafka,
+      topics: [topic],
+      // each wanted partition from its first wanted offset; the others from their ends (nothing to read)
+      start: (_t, partition) => {
+        const offsets = wanted.get(partition);
+        if (offsets === undefined || offsets.size === 0) return { from: "end", last: 0 };
+        let first = -1n;
+        for (const o of offsets) if (first < 0n || o < first) first = o;
+        return { from: "offset", offset: first };
+      },
+      follow: false,
+      signal: done.signal,
+      idleTimeoutMs: opts.timeoutMs + 1000,
+      log: opts.log,
+      onRecord: (r) => {
+        const k = `${r.partition}:${r.offset}`;
+        if (found.has(k) || !wanted.get(r.partition)?.has(BigInt(r.offset))) return;
+        found.set(k, r);
+        if (--left === 0) done.abort();
+      },
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+  return { found, timedOut: timedOut && left > 0 };
+}
+
 /** kafkajs's UNKNOWN_TOPIC_OR_PARTITION, also when wrapped by its retrier. */
 export function isUnknownTopic(err: unknown): boolean {
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause ?? (e as { originalError?: unknown }).originalError) {

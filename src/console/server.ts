@@ -28,7 +28,7 @@ import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { decodeRecord } from "../cli/tail.ts";
 import { readTopics } from "../cli/topic-reader.ts";
-import { notRedrivable, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef } from "../dlq-redrive.ts";
+import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
@@ -424,7 +424,14 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
         if (letter.reason === "read_timeout") return reply(res, 504, { error: letter.error, reason: letter.reason });
         return reply(res, 409, { error: `it does not read back: ${letter.error}`, reason: letter.reason });
       }
-      const message = redriveMessage(letter, ref);
+      // A value cut to fit: the original, from its source offset while the intents topic retains it.
+      let original: Original | undefined;
+      if (letter.truncated) {
+        const [got] = await originalsOf(kafka, [letter], { timeoutMs: opts.redriveReadTimeoutMs ?? 30_000, log });
+        if ("outcome" in got!) return reply(res, got.outcome === "read_timeout" ? 504 : 409, { error: `cannot be sent back: ${got.detail}`, reason: got.outcome, deadLetter: item });
+        original = got;
+      }
+      const message = redriveMessage(letter, ref, original);
       let sentTo: DeadLetterRef;
       try {
         redriver ??= (async () => {

@@ -763,7 +763,8 @@ export class ConsoleState {
   }
 
   private sameRecord(item: DeadLetterItem, sent: SentBack): boolean {
-    return item.key === sent.key && item.sha256 === sent.sha256 && !item.truncated;
+    // a truncated dead letter's sha256 is the whole original's, as a record sent back from its source carries
+    return item.key === sent.key && item.sha256 === sent.sha256;
   }
 
   /** The dead letter at this offset of writ.dlq, among the ones kept. */

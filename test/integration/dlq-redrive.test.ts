@@ -20,18 +20,23 @@ function writ(args: string[], env: Record<string, string>): Promise<{ code: numb
   });
 }
 
+/** The CLI's environment for the harness's broker, registry and topics. */
+function cliEnv(h: Awaited<ReturnType<typeof startHarness>>): Record<string, string> {
+  return {
+    KAFKA_BROKERS: brokers().join(","),
+    ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
+    WRIT_INTENTS_TOPIC: h.config.topics.intents,
+    WRIT_DLQ_TOPIC: h.config.topics.dlq,
+  };
+}
+
 describe("writ dlq redrive", () => {
   it("a dead letter whose cause is fixed (its reply topic created) is written once; redriven again, answered as a repeat; --dry-run sends nothing", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
     await h.startRouter();
     const agent = await h.client(`agent-dlq-${h.id}`);
-    const env = {
-      KAFKA_BROKERS: brokers().join(","),
-      ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
-      WRIT_INTENTS_TOPIC: h.config.topics.intents,
-      WRIT_DLQ_TOPIC: h.config.topics.dlq,
-    };
+    const env = cliEnv(h);
 
     // An intent naming a reply topic that does not exist yet (a client that did not create it): owners create no
     // topic an intent names, so it is dead-lettered reply_topic_missing.
@@ -88,5 +93,37 @@ describe("writ dlq redrive", () => {
     const bad = await writ(["dlq", "redrive", "--reason", "nope"], env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--reason nope is not a dead-letter reason/);
+  }, 120_000);
+
+  it("a truncated dead letter (an intent too large for the owners, sent back once their limit is raised) goes from its source; one naming another record there is refused", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // Owners that take at most 16 KiB, with 16 KiB records: a 20 KB intent is dead-lettered too_large, its value cut to fit.
+    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 16_384 } });
+    const agent = await h.client(`agent-big-${h.id}`);
+    const env = cliEnv(h);
+    const intent = agent.buildIntent(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 800));
+    // an attachment-sized field the schema does not know (owners drop it once admitted)
+    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(20_000) })));
+    const [dead] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
+    expect(dead).toMatchObject({ reason: "too_large", key: "payment:pay_1", truncated: true });
+    expect(dead!.originalBytes).toBeGreaterThan(20_000);
+    expect(Buffer.from(dead!.valueBase64, "base64").length).toBeLessThan(dead!.originalBytes);
+    // A forged dead letter naming the same source offset with another sha256: not the record there.
+    const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify({ ...dead, sha256: "0".repeat(64) }) }] });
+
+    // The cause fixed: owners with the default limits.
+    await strict.stop();
+    await h.startRouter();
+    const sent = await writ(["dlq", "redrive", "--reason", "too_large", "--json"], env);
+    expect(sent.code, sent.stderr).toBe(1);
+    const lines = sent.stdout.trim().split("\n").map((l) => JSON.parse(l) as { outcome: string });
+    expect(lines.map((l) => l.outcome)).toEqual(["sent", "source_changed"]);
+    const [reply] = (await h.readTopic(intent.replyTo, "Reply", 1)) as Reply[];
+    expect(reply).toMatchObject({ status: "applied", duplicate: false, intentKey: intent.intentKey });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
   }, 120_000);
 });

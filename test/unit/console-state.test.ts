@@ -255,7 +255,7 @@ describe("ConsoleState", () => {
     expect(Object.keys(s.changes()!)).toContain("lag");
   });
 
-  it("marks a dead letter sent back only by a record with its key and value, read before or after it; never a truncated one", () => {
+  it("marks a dead letter sent back only by a record with its key and value, read before or after it, truncated or not", () => {
     const s = new ConsoleState(topics);
     const value = Buffer.from('{"an":"intent"}');
     const letter = (sha256: string, truncated = false) => ({ reason: "reply_topic_missing", message: "m", source: where("writ.intents", 4), key: "ticket:T-1", valueBase64: value.toString("base64"), originalBytes: value.length, sha256, truncated, headers: {}, at });
@@ -279,11 +279,11 @@ describe("ConsoleState", () => {
     s.redriven(where("writ.intents", 60, 1), redrivenFrom("writ.dlq:1:9", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     s.deadLetter(where("writ.dlq", 9, 1), letter(sha));
     expect(s.deadLetterAt(1, "9")!.sentBack).toEqual(where("writ.intents", 60, 1));
-    // a truncated dead letter's value is not the record's: never marked
+    // a truncated dead letter's sha256 is the whole original's: the original sent back from its source marks it
     s.redriven(where("writ.intents", 61), redrivenFrom("writ.dlq:0:11", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     s.deadLetter(where("writ.dlq", 11), letter(sha, true));
-    expect(s.deadLetterAt(0, "11")!.sentBack).toBeNull();
-    expect(notRedrivable(s.deadLetterAt(0, "11")!, "writ.intents")?.outcome).toBe("truncated");
+    expect(s.deadLetterAt(0, "11")!.sentBack).toEqual(where("writ.intents", 61));
+    expect(notRedrivable(s.deadLetterAt(0, "11")!, "writ.intents")).toBeNull();
     expect(notRedrivable(s.deadLetterAt(0, "7")!, "writ.intents")).toBeNull();
     expect(notRedrivable(s.deadLetterAt(0, "7")!, "another.intents")?.outcome).toBe("other_topic");
   });

@@ -254,9 +254,10 @@
     const r = view.redrives.get(k);
     const out = [];
     if (d.sentBack) out.push(h("span", { class: "ok sent-back" }, `sent back → ${d.sentBack.topic}[${d.sentBack.partition}]@${d.sentBack.offset}`));
-    else if (canDecide() && !d.truncated && view.session && d.source.topic === view.session.topics.intents) {
-      out.push(h("button", { type: "button", dataset: { action: "redrive" }, disabled: Boolean(r && r.pending), title: "Send it back to the intents topic, once its cause is fixed", onclick: () => redrive(d) }, r && r.pending ? "Sending…" : "Send back"));
-    } else if (d.truncated) out.push(h("span", { class: "muted" }, "truncated: fetch it from its source"));
+    else if (canDecide() && view.session && d.source.topic === view.session.topics.intents) {
+      const title = d.truncated ? "Send the original back to the intents topic (read from its source offset), once its cause is fixed" : "Send it back to the intents topic, once its cause is fixed";
+      out.push(h("button", { type: "button", dataset: { action: "redrive" }, disabled: Boolean(r && r.pending), title, onclick: () => redrive(d) }, r && r.pending ? "Sending…" : "Send back"));
+    }
     if (r && r.error) out.push(h("span", { class: "error redrive-error" }, ` ${r.error}`));
     return out;
   }
