@@ -27,7 +27,7 @@ import { Kafka, logLevel, type Producer } from "kafkajs";
 import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { decodeRecord } from "../cli/tail.ts";
-import { readTopics } from "../cli/topic-reader.ts";
+import { readRecordsAt } from "../cli/topic-reader.ts";
 import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
@@ -536,34 +536,12 @@ export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error"
  * `{error}` when it does not decode. The console keeps no dead letter's value, which may be a megabyte.
  */
 async function readDeadLetter(kafka: Kafka, codec: WireCodec, ref: DeadLetterRef, timeoutMs: number, log: Logger): Promise<DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null> {
-  const found = new AbortController();
-  let letter: DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null = null;
-  const at = BigInt(ref.offset);
-  const timer = setTimeout(() => {
-    letter ??= { error: `not read back from ${ref.topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, reason: "read_timeout" };
-    found.abort();
-  }, timeoutMs);
-  try {
-    await readTopics({
-      kafka,
-      topics: [ref.topic],
-      // only the dead letter's partition, from its offset; the others from their ends (nothing to read)
-      start: (_topic, partition) => (partition === ref.partition ? { from: "offset", offset: at } : { from: "end", last: 0 }),
-      follow: false,
-      signal: found.signal,
-      idleTimeoutMs: timeoutMs + 1000,
-      log,
-      onRecord: async (r) => {
-        if (r.partition !== ref.partition || BigInt(r.offset) !== at || found.signal.aborted) return;
-        const d = await decodeRecord(codec, "DeadLetter", r);
-        letter = d.tombstone ? null : d.error !== undefined ? { error: d.error, reason: "undecodable" } : (d.value as DeadLetter);
-        found.abort();
-      },
-    });
-  } finally {
-    clearTimeout(timer);
-  }
-  return letter;
+  const { found, timedOut } = await readRecordsAt(kafka, ref.topic, new Map([[ref.partition, new Set([BigInt(ref.offset)])]]), { timeoutMs, log });
+  if (timedOut) return { error: `not read back from ${ref.topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, reason: "read_timeout" };
+  const r = found.get(`${ref.partition}:${BigInt(ref.offset)}`);
+  if (r === undefined) return null;
+  const d = await decodeRecord(codec, "DeadLetter", r);
+  return d.tombstone ? null : d.error !== undefined ? { error: d.error, reason: "undecodable" } : (d.value as DeadLetter);
 }
 
 class BodyTooLarge extends Error {}
