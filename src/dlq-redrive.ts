@@ -8,7 +8,7 @@ import { Partitioners, type IHeaders, type Kafka, type Producer } from "kafkajs"
 import { sha256Hex } from "./canonical-json.ts";
 import { readRecordsAt } from "./cli/topic-reader.ts";
 import type { Logger } from "./logger.ts";
-import type { DeadLetter } from "./schemas/dead-letter.ts";
+import { deadLetterKey, type DeadLetter } from "./schemas/dead-letter.ts";
 
 /** The header a redriven record carries: the dead letter it came from (`<dlq topic>:<partition>:<offset>`). */
 export const REDRIVEN_FROM_HEADER = "writ-redriven-from";
@@ -63,8 +63,7 @@ export async function originalsOf(
       return { outcome: "source_gone", detail: `the value was cut to fit and ${where} is not in the topic any more (retention)` };
     }
     const value = r.value ?? Buffer.alloc(0);
-    const key = r.key === null ? null : r.key.toString("utf8").slice(0, 1024);
-    if (key !== l.key || sha256Hex(value) !== l.sha256) return { outcome: "source_changed", detail: `the record at ${where} is not the one dead-lettered (another key or sha256)` };
+    if (deadLetterKey(r.key) !== l.key || sha256Hex(value) !== l.sha256) return { outcome: "source_changed", detail: `the record at ${where} is not the one dead-lettered (another key or sha256)` };
     return { value, headers: r.headers ?? {} };
   });
 }
@@ -103,7 +102,7 @@ export function redrivenFrom(header: string | undefined, dlqTopic: string, key: 
   return {
     partition: Number(partition),
     offset: BigInt(offset).toString(),
-    key: key === null ? null : key.toString("utf8").slice(0, 1024),
+    key: deadLetterKey(key),
     sha256: sha256Hex(value ?? Buffer.alloc(0)),
   };
 }

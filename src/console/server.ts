@@ -449,7 +449,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
         return reply(res, 502, { error: `could not send it to ${opts.topics.intents}: ${(err as Error).message}` });
       }
       // Shown at once; the feed reads the record a moment later and finds it already marked.
-      const from = redrivenFrom(`${ref.topic}:${partition}:${offset}`, ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
+      // the record as the feed will read it: its header, key and value
+      const from = redrivenFrom(message.headers[REDRIVEN_FROM_HEADER] as string, ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
       if (from !== null) state.redriven(sentTo, from);
       log.info({ deadLetter: ref, source: letter.source, reason: letter.reason, operator: operatorId, sentTo }, "dead letter sent back from the console");
       opts.onRedrive?.({ deadLetter: ref, source: { ...letter.source }, reason: letter.reason, operator: operatorId, sentTo });

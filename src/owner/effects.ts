@@ -1,7 +1,7 @@
 import type { KafkaMessage } from "kafkajs";
 import { sha256Hex } from "../canonical-json.ts";
 import type { DeadLetterReason, RejectReason } from "../errors.ts";
-import type { DeadLetter } from "../schemas/dead-letter.ts";
+import { deadLetterKey, type DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
@@ -66,7 +66,7 @@ export function deadLetterOf(message: KafkaMessage, source: SourceRef, reason: D
     headers[k.slice(0, 256)] = text;
   }
   const value = message.value ?? Buffer.alloc(0);
-  const key = message.key === null || message.key === undefined ? null : message.key.toString("utf8").slice(0, 1024);
+  const key = deadLetterKey(message.key);
   return {
     key,
     value: {

@@ -25,3 +25,8 @@ export const DeadLetter = z.looseObject({
   at: IsoTime,
 });
 export type DeadLetter = z.infer<typeof DeadLetter>;
+
+/** The dead letter's `key`: the record's key as UTF-8, its first 1,024 characters (how owners write it; readers compare by it). */
+export function deadLetterKey(key: Buffer | null | undefined): string | null {
+  return key === null || key === undefined ? null : key.toString("utf8").slice(0, 1024);
+}
