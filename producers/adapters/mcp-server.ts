@@ -16,7 +16,11 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import {
+  WebStandardStreamableHTTPServerTransport,
+  type WebStandardStreamableHTTPServerTransportOptions,
+} from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+import { getRequestListener } from "@hono/node-server";
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
@@ -207,9 +211,30 @@ export const DEFAULT_MCP_SESSION_IDLE_MS = 30 * 60_000;
 /** Session ids a client ended (DELETE) that this process remembers, to answer them 404 rather than re-open them. */
 const MAX_ENDED_SESSIONS = 4096;
 
+/**
+ * The SDK's web-standard streamable HTTP transport, served to Node's HTTP
+ * server through `@hono/node-server`'s request listener: what the SDK's own
+ * Node transport does inside, but with the web transport in writ's hands, so
+ * that a session is re-opened through its public `handleRequest` (a Request
+ * in, a Response out) rather than through the Node transport's internals.
+ */
+class NodeMcpTransport {
+  readonly web: WebStandardStreamableHTTPServerTransport;
+  /** Node request in, Node response out; SSE streams are piped as they come. */
+  readonly handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  constructor(options: WebStandardStreamableHTTPServerTransportOptions) {
+    this.web = new WebStandardStreamableHTTPServerTransport(options);
+    // overrideGlobalObjects: false, as the SDK's Node transport: the process's Request and Response stay Node's own.
+    const listener = getRequestListener((request) => this.web.handleRequest(request), { overrideGlobalObjects: false });
+    this.handle = async (req, res) => {
+      await listener(req, res);
+    };
+  }
+}
+
 /** One open session: `busy` counts its requests still open (a GET event stream included). */
 interface OpenSession {
-  transport: StreamableHTTPServerTransport;
+  transport: NodeMcpTransport;
   server: McpServer;
   lastSeen: number;
   busy: number;
@@ -281,40 +306,33 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   /**
    * Opens session `id` again on a new server and transport: the SDK's transport takes requests of a session
    * only after an initialize of its own, so it is given one here (with the protocol version the client's
-   * request names), and its `initialized` notification; the session's id is `id`, so its run is the same.
-   * Null when the SDK's transport is not shaped as this expects (a version whose internals changed): the
-   * client then gets the 404 it would have got before, and starts a new session.
+   * request names), and its `initialized` notification, through the web transport's `handleRequest`; the
+   * session's id is `id`, so its run is the same. Null when the transport does not take them (the client then
+   * gets a 404 and starts a new session).
    */
   const reopen = async (id: string, version: string | string[] | undefined): Promise<OpenSession | null> => {
     opening++;
     const server = createWritMcpServer(options);
     try {
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => id,
-        onsessionclosed: endSession,
-      });
-      transport.onclose = () => {
+      const transport = new NodeMcpTransport({ sessionIdGenerator: () => id, onsessionclosed: endSession });
+      transport.web.onclose = () => {
         if (sessions.get(id)?.transport === transport) sessions.delete(id);
       };
-      await server.connect(transport);
-      const web = (transport as unknown as { _webStandardTransport?: { handleRequest?: (r: Request) => Promise<Response> } })._webStandardTransport;
-      if (typeof web?.handleRequest !== "function") {
-        log.warn({ session: id }, "cannot re-open an MCP session with this version of @modelcontextprotocol/sdk; its client must start a new one (a new run)");
-        await server.close();
-        return null;
-      }
+      await server.connect(transport.web);
       const protocolVersion = typeof version === "string" ? version : LATEST_PROTOCOL_VERSION;
       const post = (body: unknown, headers: Record<string, string> = {}) =>
-        web.handleRequest!(
-          new Request(`http://127.0.0.1:${port}${path}`, {
-            method: "POST",
-            headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
-            body: JSON.stringify(body),
-          }),
-        ).then(async (r) => ({ status: r.status, text: await r.text() }));
+        transport.web
+          .handleRequest(
+            new Request(`http://127.0.0.1:${port}${path}`, {
+              method: "POST",
+              headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+              body: JSON.stringify(body),
+            }),
+          )
+          .then(async (r) => ({ status: r.status, text: await r.text() }));
       const init = await post({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion, capabilities: {}, clientInfo: { name: "writ-reopened-session", version: "1" } } });
       const initialized = await post({ jsonrpc: "2.0", method: "notifications/initialized" }, { "mcp-session-id": id, "mcp-protocol-version": protocolVersion });
-      if (init.status !== 200 || initialized.status !== 202 || transport.sessionId !== id) {
+      if (init.status !== 200 || initialized.status !== 202 || transport.web.sessionId !== id) {
         log.warn({ session: id, initialize: init.status, initialized: initialized.status }, "re-opening an MCP session failed; its client must start a new one (a new run)");
         await server.close();
         return null;
@@ -365,7 +383,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
         if (!open) return refuse(res, 404, "session not found");
       }
       track(open, res);
-      return open.transport.handleRequest(req, res);
+      return open.transport.handle(req, res);
     }
     if (req.method !== "POST") return refuse(res, 400, "no session: POST an initialize request first");
     // At the cap a new session is refused rather than an idle one evicted: idle sessions make room as they
@@ -375,7 +393,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
     opening++;
     try {
       const server = createWritMcpServer(options);
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      const transport: NodeMcpTransport = new NodeMcpTransport({
         sessionIdGenerator: () => ids.issue(),
         onsessioninitialized: (id) => {
           reserved = false;
@@ -387,13 +405,13 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
         },
         onsessionclosed: endSession,
       });
-      transport.onclose = () => {
-        if (transport.sessionId) sessions.delete(transport.sessionId);
+      transport.web.onclose = () => {
+        if (transport.web.sessionId) sessions.delete(transport.web.sessionId);
       };
-      await server.connect(transport);
-      await transport.handleRequest(req, res);
+      await server.connect(transport.web);
+      await transport.handle(req, res);
       // Not an initialize request: the transport answered 400 and no session exists.
-      if (!transport.sessionId) await server.close();
+      if (!transport.web.sessionId) await server.close();
     } finally {
       if (reserved) opening--;
     }
