@@ -17,11 +17,12 @@ import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { startConsole, type ConsoleServer } from "../../src/console/server.ts";
 import { entityKey } from "../../src/schemas/common.ts";
+import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, readVersion, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { brokers, readVersion, refundIntent, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
 
 const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
 /** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
@@ -398,6 +399,77 @@ describe("writ console, in headless Chromium", () => {
     expect(log).not.toContain(operatorToken);
     console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 240_000);
+
+  it("sends back a dead letter whose value was cut to fit, from its source offset; a forged one naming another record there is refused source_changed", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // Owners that take at most 16 KiB, with 16 KiB records: a 20 KB intent is dead-lettered too_large, its value cut to fit.
+    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 16_384 } });
+    const p = `cons-big-${h.id}`;
+    const operatorToken = `oper-${randomUUID()}`;
+    const consoleServer = await startConsole({
+      brokers: brokers(),
+      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
+      topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
+      replyPrefix: `writ.replies.${p}-`,
+      groupId: h.config.groupId,
+      token: `read-${randomUUID()}`,
+      operatorToken,
+      operator: { id: `ops-${h.id}`, replyTopic: `writ.replies.${p}-ops` },
+      discoverIntervalMs: 300,
+      logger: pino({ level: process.env.LOG_LEVEL ?? "warn" }),
+    });
+    onTestFinished(() => consoleServer.close());
+    await consoleServer.ready;
+    const agent = await h.client(`${p}-agent`);
+    const intent = agent.buildIntent(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 800));
+    // an attachment-sized field the schema does not know (owners drop it once admitted)
+    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(20_000) })));
+    const [dead] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
+    expect(dead).toMatchObject({ reason: "too_large", truncated: true });
+    // a forged dead letter naming the same source offset with another sha256: not the record there
+    const forger = new Kafka({ brokers: brokers(), clientId: `console-big-forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify({ ...dead, sha256: "0".repeat(64) }) }] });
+
+    const context = await launchChromium();
+    const { page, errors } = await openPage(context);
+    await page.goto(`${consoleServer.url}/#token=${operatorToken}`);
+    await page.waitForSelector('#conn[data-state="live"]');
+    const rows = page.locator('#dead-letters tr[data-reason="too_large"]');
+    await waitFor(async () => (await rows.count()) === 2, { message: "the dead letter and the forged one" });
+    // one key, one partition of writ.dlq: the real one first, then the forgery, then what a send back makes again
+    const byOffset = async () => {
+      const found: { offset: bigint; sentBack: string | null; text: string }[] = [];
+      for (const row of await rows.all()) found.push({ offset: BigInt((await row.getAttribute("data-dlq-offset"))!), sentBack: await row.getAttribute("data-sent-back"), text: (await row.textContent()) ?? "" });
+      return found.sort((a, b) => (a.offset < b.offset ? -1 : 1));
+    };
+    const [real, forged] = await byOffset();
+    expect(real!.text).toContain("(truncated)");
+    const row = (offset: bigint) => page.locator(`#dead-letters tr[data-reason="too_large"][data-dlq-offset="${offset}"]`);
+    await row(forged!.offset).locator('button[data-action="redrive"]').click();
+    await row(forged!.offset).locator('.redrive-error[data-reason="source_changed"]').waitFor({ timeout: 45_000 });
+    await expect(row(forged!.offset).getAttribute("data-sent-back")).resolves.toBe("false");
+    // the real one goes from its source; the owners still refuse it: dead-lettered again, whole (not the cut value)
+    await row(real!.offset).locator('button[data-action="redrive"]').click();
+    await waitFor(async () => (await row(real!.offset).getAttribute("data-sent-back")) === "true", { message: "the truncated dead letter shows it was sent back", timeoutMs: 45_000 });
+    await waitFor(async () => (await rows.count()) === 3, { message: "dead-lettered again", timeoutMs: 45_000 });
+    const again = (await byOffset())[2]!;
+    expect([again.sentBack, again.text]).toEqual(["false", expect.stringContaining(`${dead!.originalBytes} (truncated)`)]);
+    const [, second] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 3)).filter((d) => d.sha256 === dead!.sha256) as DeadLetter[];
+    expect(second).toMatchObject({ reason: "too_large", originalBytes: dead!.originalBytes, sha256: dead!.sha256 });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(0);
+    // the cause fixed (owners with the default limits): sent back again, answered, written once
+    await strict.stop();
+    await h.startRouter();
+    await row(again.offset).locator('button[data-action="redrive"]').click();
+    const [reply] = (await h.readTopic(intent.replyTo, "Reply", 1)) as Reply[];
+    expect(reply).toMatchObject({ status: "applied", duplicate: false, intentKey: intent.intentKey });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+    // the refused send back of the forgery is the page's one failed request (a favicon.ico 404 was another)
+    expect(errors).toEqual([expect.stringMatching(/status of 409 \(Conflict\)/)]);
+  }, 180_000);
 
   it("the page is served to anyone, its data only with the token; the stream opens on a one-use, 30 s ticket with its token's role; no token in a URL is taken", async () => {
     const id = randomUUID().slice(0, 8);

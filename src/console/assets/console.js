@@ -258,7 +258,7 @@
       const title = d.truncated ? "Send the original back to the intents topic (read from its source offset), once its cause is fixed" : "Send it back to the intents topic, once its cause is fixed";
       out.push(h("button", { type: "button", dataset: { action: "redrive" }, disabled: Boolean(r && r.pending), title, onclick: () => redrive(d) }, r && r.pending ? "Sending…" : "Send back"));
     }
-    if (r && r.error) out.push(h("span", { class: "error redrive-error" }, ` ${r.error}`));
+    if (r && r.error) out.push(h("span", { class: "error redrive-error", dataset: { reason: r.reason || "" } }, ` ${r.error}`));
     return out;
   }
 
@@ -274,7 +274,7 @@
         body: "{}",
       });
       const json = await res.json().catch(() => ({}));
-      result = res.ok ? { sentTo: json.sentTo } : { error: `${res.status}: ${json.error ?? res.statusText}` };
+      result = res.ok ? { sentTo: json.sentTo } : { error: `${res.status}: ${json.error ?? res.statusText}`, reason: json.reason };
       if (res.ok && json.deadLetter && view.snap) {
         // marked at once (the stream brings the same a moment later)
         view.snap.deadLetters = view.snap.deadLetters.map((x) => (x.where.partition === d.where.partition && x.where.offset === d.where.offset ? json.deadLetter : x));
