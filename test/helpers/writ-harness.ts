@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
-import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
+import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
 import type { RouterConfigInput } from "../../src/config.ts";
@@ -13,7 +13,8 @@ import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
-import { refundPayment } from "../../examples/demo-tools.ts";
+import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import type { Reply } from "../../src/schemas/reply.ts";
 import { waitFor } from "./wait-for.ts";
 
 export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:19092").split(",");
@@ -131,4 +132,30 @@ export function refundIntent(runId: string, version: string, amountCents = 700, 
 /** The version a record has now, as an agent's read tool would carry it. */
 export function readVersion(records: DemoRecordsServer, type: string, id: string): Promise<{ state: any; version: string }> {
   return readRecord<any>(records.url, type, id);
+}
+
+/**
+ * Three conflict cycles on ticket `ticket` (seeded open; a writer outside writ touches it after each read, so
+ * each `tag_ticket` of `agent` meets another version): the third is answered `escalated`, which this returns.
+ */
+export async function escalateTicket(h: Harness, agent: WritClient, ticket: string): Promise<Extract<Reply, { status: "escalated" }>> {
+  h.records.seed("ticket", ticket, { status: "open", tags: [] });
+  const runId = `run-${randomUUID()}`;
+  let base = await readVersion(h.records, "ticket", ticket);
+  let last: SubmitResult | undefined;
+  for (let i = 0; i < 3; i++) {
+    h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
+    last = await agent.submit({
+      tool: tagTicket,
+      entity: { type: "ticket", id: ticket },
+      runId,
+      stepId: "tag-1",
+      baseVersion: base.version,
+      delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
+      params: { tag: "needs-human" },
+    });
+    if (last.status === "conflict") base = last.current as typeof base;
+  }
+  if (last?.status !== "escalated" || !("reason" in last) || last.reason !== "conflict_cycles_exhausted") throw new Error(`expected escalated (conflict_cycles_exhausted) after three cycles, got ${JSON.stringify(last)}`);
+  return last;
 }

@@ -22,7 +22,7 @@ import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, readVersion, refundIntent, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 
 const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
 /** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
@@ -51,29 +51,6 @@ async function openPage(context: BrowserContext): Promise<{ page: Page; errors: 
     if (msg.type() === "error" && !/the server responded with a status of (401|403)/.test(msg.text())) errors.push(`console: ${msg.text()}`);
   });
   return { page, errors };
-}
-
-/** Three conflict cycles on a ticket (a writer outside writ touches it after each read): the third escalates. */
-async function escalate(h: Harness, agent: WritClient, ticket: string) {
-  h.records.seed("ticket", ticket, { status: "open", tags: [] });
-  const runId = `run-${randomUUID()}`;
-  let base = await readVersion(h.records, "ticket", ticket);
-  let last;
-  for (let i = 0; i < 3; i++) {
-    h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
-    last = await agent.submit({
-      tool: tagTicket,
-      entity: { type: "ticket", id: ticket },
-      runId,
-      stepId: "tag-1",
-      baseVersion: base.version,
-      delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
-      params: { tag: "needs-human" },
-    });
-    if (last.status === "conflict") base = last.current as typeof base;
-  }
-  expect(last).toMatchObject({ status: "escalated", reason: "conflict_cycles_exhausted" });
-  return last as Extract<Reply, { status: "escalated" }>;
 }
 
 function listen(client: WritClient): Reply[] {
@@ -226,8 +203,8 @@ describe("writ console, in headless Chromium", () => {
     const dave = await h.client(`${p}-dave`);
     const carolTicket = `T-${h.id}-carol`;
     const daveTicket = `T-${h.id}-dave`;
-    const escalated = await escalate(h, carol, carolTicket);
-    await escalate(h, dave, daveTicket);
+    const escalated = await escalateTicket(h, carol, carolTicket);
+    await escalateTicket(h, dave, daveTicket);
     const humanRecords = await h.readTopic(h.config.topics.human, "Escalation", 2);
     const escalation = humanRecords.find((e) => e.intent.intentKey === escalated.intentKey) as Escalation;
     expect(escalation.current?.version).toBeTruthy();

@@ -2,37 +2,20 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
-import { readVersion, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { escalateTicket, readVersion, startHarness, type Harness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-/** Three conflict cycles on T-<id> (a writer outside writ touches it after each read): the third escalates. */
+/** An agent (its replies collected) whose tag_ticket on `ticket` is escalated after three conflict cycles. */
 async function escalate(h: Harness, agentName: string, ticket: string) {
-  h.records.seed("ticket", ticket, { status: "open", tags: [] });
   const agent = await h.client(agentName);
   const seen: Reply[] = [];
   void (async () => {
     for await (const r of agent.replies()) seen.push(r);
   })();
-  const runId = `run-${randomUUID()}`;
-  let base = await readVersion(h.records, "ticket", ticket);
-  let last;
-  for (let i = 0; i < 3; i++) {
-    h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
-    last = await agent.submit({
-      tool: tagTicket,
-      entity: { type: "ticket", id: ticket },
-      runId,
-      stepId: "tag-1",
-      baseVersion: base.version,
-      delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
-      params: { tag: "needs-human" },
-    });
-    if (last.status === "conflict") base = last.current as typeof base;
-  }
-  expect(last).toMatchObject({ status: "escalated", reason: "conflict_cycles_exhausted" });
+  const last = await escalateTicket(h, agent, ticket);
   const escalations = await h.readTopic(h.config.topics.human, "Escalation", 1);
-  const escalation = escalations.find((e) => e.intent.intentKey === last!.intentKey)!;
-  return { agent, seen, escalation, escalatedReply: last! };
+  const escalation = escalations.find((e) => e.intent.intentKey === last.intentKey)!;
+  return { agent, seen, escalation, escalatedReply: last };
 }
 
 describe("resolving escalations", () => {
