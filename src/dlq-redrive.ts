@@ -6,7 +6,7 @@
 // it more than once safe: an intent the owner already took is answered from the ledger, never written twice.
 import { Partitioners, type IHeaders, type Kafka, type Producer } from "kafkajs";
 import { sha256Hex } from "./canonical-json.ts";
-import { readRecordsAt } from "./cli/topic-reader.ts";
+import { atOffset, readRecordsAt } from "./cli/topic-reader.ts";
 import type { Logger } from "./logger.ts";
 import { deadLetterKey, type DeadLetter } from "./schemas/dead-letter.ts";
 
@@ -57,7 +57,7 @@ export async function originalsOf(
   return letters.map((l) => {
     const where = `${l.source.topic}[${l.source.partition}]@${l.source.offset}`;
     const got = read.get(l.source.topic)!;
-    const r = got.found.get(`${l.source.partition}:${BigInt(l.source.offset)}`);
+    const r = got.found.get(atOffset(l.source.partition, l.source.offset));
     if (r === undefined) {
       if (got.timedOut) return { outcome: "read_timeout", detail: `${where} not read within ${opts.timeoutMs} ms` };
       return { outcome: "source_gone", detail: `the value was cut to fit and ${where} is not in the topic any more (retention)` };

@@ -225,10 +225,7 @@ class NodeMcpTransport {
   constructor(options: WebStandardStreamableHTTPServerTransportOptions) {
     this.web = new WebStandardStreamableHTTPServerTransport(options);
     // overrideGlobalObjects: false, as the SDK's Node transport: the process's Request and Response stay Node's own.
-    const listener = getRequestListener((request) => this.web.handleRequest(request), { overrideGlobalObjects: false });
-    this.handle = async (req, res) => {
-      await listener(req, res);
-    };
+    this.handle = getRequestListener((request) => this.web.handleRequest(request), { overrideGlobalObjects: false });
   }
 }
 

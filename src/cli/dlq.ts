@@ -12,7 +12,7 @@ import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
-import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
+import { atOffset, readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
 const USAGE = `usage: writ dlq redrive (--reason <reason> | --source <partition>:<offset> | --all)... [--dry-run] [--json]
                         [--max <n>] [--brokers <list>] [--registry <url>]
@@ -61,7 +61,7 @@ const BATCH = 500;
 function sourceArg(raw: string): string {
   const m = /^(\d{1,9}):(\d{1,19})$/.exec(raw);
   if (!m) throw new UsageError(`--source must be <partition>:<offset>, got ${printable(raw.slice(0, 80))}`);
-  return `${Number(m[1])}:${BigInt(m[2]!)}`;
+  return atOffset(Number(m[1]), m[2]!);
 }
 
 async function redrive(argv: string[]): Promise<number> {

@@ -163,8 +163,13 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
   }
 }
 
+/** The key of a record in {@link readRecordsAt}'s answer: `<partition>:<offset>`. */
+export function atOffset(partition: number, offset: bigint | string): string {
+  return `${partition}:${BigInt(offset)}`;
+}
+
 /**
- * The records at these offsets of `topic` (partition → offsets), read_committed: one read from each partition's
+ * The records at these offsets of `topic` (partition → offsets, answered by {@link atOffset}), read_committed: one read from each partition's
  * first wanted offset that stops once all are found. An offset missing from the answer is not in the topic (below
  * its log start: retention; or an aborted or control record), unless `timedOut` says the read was cut short.
  */
@@ -196,7 +201,7 @@ export async function readRecordsAt(kafka: Kafka, topic: string, wanted: Readonl
       idleTimeoutMs: opts.timeoutMs + 1000,
       log: opts.log,
       onRecord: (r) => {
-        const k = `${r.partition}:${r.offset}`;
+        const k = atOffset(r.partition, r.offset);
         if (found.has(k) || !wanted.get(r.partition)?.has(BigInt(r.offset))) return;
         found.set(k, r);
         if (--left === 0) done.abort();

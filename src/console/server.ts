@@ -27,7 +27,7 @@ import { Kafka, logLevel, type Producer } from "kafkajs";
 import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { decodeRecord } from "../cli/tail.ts";
-import { readRecordsAt } from "../cli/topic-reader.ts";
+import { atOffset, readRecordsAt } from "../cli/topic-reader.ts";
 import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
@@ -539,7 +539,7 @@ export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error"
 async function readDeadLetter(kafka: Kafka, codec: WireCodec, ref: DeadLetterRef, timeoutMs: number, log: Logger): Promise<DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null> {
   const { found, timedOut } = await readRecordsAt(kafka, ref.topic, new Map([[ref.partition, new Set([BigInt(ref.offset)])]]), { timeoutMs, log });
   if (timedOut) return { error: `not read back from ${ref.topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, reason: "read_timeout" };
-  const r = found.get(`${ref.partition}:${BigInt(ref.offset)}`);
+  const r = found.get(atOffset(ref.partition, ref.offset));
   if (r === undefined) return null;
   const d = await decodeRecord(codec, "DeadLetter", r);
   return d.tombstone ? null : d.error !== undefined ? { error: d.error, reason: "undecodable" } : (d.value as DeadLetter);
