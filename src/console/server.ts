@@ -18,12 +18,15 @@
 //   POST /api/dead-letters/<partition>/<offset>/redrive   {} → {sentTo, deadLetter}: sends the dead letter at that
 //                                       offset of writ.dlq back to the intents topic, as `writ dlq redrive` does;
 //                                       operator only (403); 404 or 409 with a `reason` when it may not be sent
+//   POST /api/dead-letters/redrive      {deadLetters: [{partition, offset}, …]} (at most 200) → {sent, notSent,
+//                                       results}: several at once, in one produce request, each with its
+//                                       `outcome` (`sent`, or the reason the one-at-a-time endpoint answers)
 import { readFileSync, existsSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Kafka, logLevel, type Producer } from "kafkajs";
+import { Kafka, logLevel, type IHeaders, type Producer } from "kafkajs";
 import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { decodeRecord } from "../cli/tail.ts";
@@ -31,6 +34,7 @@ import { atOffset, readRecordsAt } from "../cli/topic-reader.ts";
 import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
+import { partitionFor } from "../kafka/partition.ts";
 import { WritError } from "../errors.ts";
 import { checkTopicAcls, aclCheckFailure, DEFAULT_OWNER_PRINCIPAL, type AclCheck } from "../doctor/acls.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
@@ -149,6 +153,59 @@ const ResolveBody = z
   .strict();
 
 const RedriveBody = z.object({}).strict();
+
+/** At most this many dead letters per request (the console keeps 100 by default: `limits.recent`). */
+export const MAX_SEND_BACK = 200;
+
+const RedriveManyBody = z
+  .object({
+    deadLetters: z
+      .array(z.object({ partition: z.number().int().min(0).max(999_999_999), offset: z.string().regex(/^\d{1,19}$/, "a whole number as a string") }).strict())
+      .min(1)
+      .max(MAX_SEND_BACK),
+  })
+  .strict();
+
+/** What sending one dead letter back came to: `sent`, or why not (the same words `writ dlq redrive` uses where it has them). */
+export type SendBackOutcome =
+  | "sent"
+  | "dead_letter_unknown"
+  | "dead_letter_sent_back"
+  | "dead_letter_sending"
+  | "dead_letter_gone"
+  | "other_topic"
+  | "undecodable"
+  | "read_timeout"
+  | "source_gone"
+  | "source_changed"
+  | "same_record"
+  | "send_failed";
+
+export interface SendBackResult {
+  partition: number;
+  offset: string;
+  outcome: SendBackOutcome;
+  /** Why not, in words (absent when sent). */
+  error?: string;
+  /** Where it went on the intents topic (when sent). */
+  sentTo?: DeadLetterRef;
+}
+
+/** The status of `POST /api/dead-letters/<partition>/<offset>/redrive` for each outcome. */
+const SEND_BACK_STATUS: Record<SendBackOutcome, number> = {
+  sent: 200,
+  dead_letter_unknown: 404,
+  dead_letter_gone: 404,
+  dead_letter_sent_back: 409,
+  dead_letter_sending: 409,
+  other_topic: 409,
+  undecodable: 409,
+  source_gone: 409,
+  source_changed: 409,
+  same_record: 409,
+  read_timeout: 504,
+  send_failed: 502,
+};
 
 const MAX_BODY = 16 * 1024;
 
@@ -320,6 +377,13 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       }
       return resolveEscalation(req, res, escalationId, operator);
     }
+    if (path === "/api/dead-letters/redrive") {
+      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
+      const role = auth.role(ConsoleAuth.tokenOf(req));
+      if (role === null) return unauthorized(res);
+      if (role !== "operator" || operator === null) return reply(res, 403, { error: "sending dead letters back needs the operator token" });
+      return redriveDeadLetters(req, res);
+    }
     const dl = /^\/api\/dead-letters\/(\d{1,9})\/(\d{1,19})\/redrive$/.exec(path);
     if (dl) {
       if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
@@ -400,39 +464,70 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     }
   };
 
-  // Sending dead letters back: one at a time per dead letter; the producer is made at the first.
+  // Sending dead letters back, one or many per request: each dead letter at most once at a time; the producer is
+  // made at the first.
   const redriving = new Set<string>();
   let redriver: Promise<Producer> | null = null;
-  const redriveDeadLetter = async (req: IncomingMessage, res: ServerResponse, partition: number, offset: string): Promise<void> => {
-    if ((await jsonBody(req, res, RedriveBody)) === undefined) return;
-    const item = state.deadLetterAt(partition, offset);
-    if (item === undefined) return reply(res, 404, { error: "no such dead letter among the ones this console keeps", reason: "dead_letter_unknown" });
-    if (item.sentBack !== null) {
-      const to = item.sentBack;
-      return reply(res, 409, { error: `already sent back, to ${to.topic}[${to.partition}]@${to.offset}: a dead letter it made again has an offset of its own`, reason: "dead_letter_sent_back", deadLetter: item });
+  const redriveTimeoutMs = opts.redriveReadTimeoutMs ?? 30_000;
+
+  /**
+   * Sends the dead letters at `refs` (offsets of writ.dlq) back to the intents topic, as `writ dlq redrive` does:
+   * each checked against what the console knows of it (kept, not sent back yet, from the intents topic, not being
+   * sent), read back from writ.dlq in one read (a truncated one's original from its source, in one more), a record
+   * named twice (the same key and value) sent once, and all of them in one produce request. Answers by index.
+   */
+  const sendBack = async (refs: readonly { partition: number; offset: string }[]): Promise<SendBackResult[]> => {
+    const results: SendBackResult[] = refs.map((r) => ({ partition: r.partition, offset: r.offset, outcome: "sent" }));
+    const refuse = (i: number, outcome: SendBackOutcome, error: string) => Object.assign(results[i]!, { outcome, error });
+    const taken: number[] = [];
+    for (const [i, r] of refs.entries()) {
+      const k = atOffset(r.partition, r.offset);
+      const item = state.deadLetterAt(r.partition, r.offset);
+      if (item === undefined) refuse(i, "dead_letter_unknown", "no such dead letter among the ones this console keeps");
+      else if (item.sentBack !== null) refuse(i, "dead_letter_sent_back", `already sent back, to ${item.sentBack.topic}[${item.sentBack.partition}]@${item.sentBack.offset}: a dead letter it made again has an offset of its own`);
+      else if (redriving.has(k)) refuse(i, "dead_letter_sending", "this dead letter is already being sent back");
+      else {
+        const refused = notRedrivable(item, opts.topics.intents);
+        if (refused !== null) refuse(i, refused.outcome, `cannot be sent back: ${refused.detail}`);
+        else {
+          redriving.add(k);
+          taken.push(i);
+        }
+      }
     }
-    const refused = notRedrivable(item, opts.topics.intents);
-    if (refused !== null) return reply(res, 409, { error: `cannot be sent back: ${refused.detail}`, reason: refused.outcome, deadLetter: item });
-    const k = `${partition}:${offset}`;
-    if (redriving.has(k)) return reply(res, 409, { error: "this dead letter is already being sent back", reason: "dead_letter_sending" });
-    redriving.add(k);
     try {
-      const ref: DeadLetterRef = { topic: opts.topics.dlq, partition, offset };
-      const letter = await readDeadLetter(kafka, codec, ref, opts.redriveReadTimeoutMs ?? 30_000, log);
-      if (letter === null) return reply(res, 404, { error: `not found at ${ref.topic}[${partition}]@${offset} any more (retention?)`, reason: "dead_letter_gone" });
-      if ("error" in letter) {
-        if (letter.reason === "read_timeout") return reply(res, 504, { error: letter.error, reason: letter.reason });
-        return reply(res, 409, { error: `it does not read back: ${letter.error}`, reason: letter.reason });
+      const letters = await readDeadLetters(kafka, codec, opts.topics.dlq, taken.map((i) => refs[i]!), redriveTimeoutMs, log);
+      // What goes: the dead letter, where it was read, and (a value cut to fit) the original read from its source.
+      const going: { i: number; letter: DeadLetter; ref: DeadLetterRef; original?: Original }[] = [];
+      const records = new Map<string, DeadLetterRef>();
+      for (const [j, i] of taken.entries()) {
+        const ref: DeadLetterRef = { topic: opts.topics.dlq, ...refs[i]! };
+        const read = letters[j]!;
+        if (read === null) refuse(i, "dead_letter_gone", `not found at ${ref.topic}[${ref.partition}]@${ref.offset} any more (retention?)`);
+        else if (!("letter" in read)) refuse(i, read.unread, read.unread === "read_timeout" ? read.error : `it does not read back: ${read.error}`);
+        else {
+          const letter = read.letter;
+          // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once.
+          const identity = `${letter.key}\u0000${letter.sha256}`;
+          const first = records.get(identity);
+          if (first !== undefined) refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
+          else {
+            records.set(identity, ref);
+            going.push({ i, letter, ref });
+          }
+        }
       }
-      // A value cut to fit: the original, from its source offset while the intents topic retains it.
-      let original: Original | undefined;
-      if (letter.truncated) {
-        const [got] = await originalsOf(kafka, [letter], { timeoutMs: opts.redriveReadTimeoutMs ?? 30_000, log });
-        if ("outcome" in got!) return reply(res, got.outcome === "read_timeout" ? 504 : 409, { error: `cannot be sent back: ${got.detail}`, reason: got.outcome, deadLetter: item });
-        original = got;
+      const truncated = going.filter((g) => g.letter.truncated);
+      const originals = await originalsOf(kafka, truncated.map((g) => g.letter), { timeoutMs: redriveTimeoutMs, log });
+      for (const [j, g] of truncated.entries()) {
+        const got = originals[j]!;
+        if ("outcome" in got) refuse(g.i, got.outcome, `cannot be sent back: ${got.detail}`);
+        else g.original = got;
       }
-      const message = redriveMessage(letter, ref, original);
-      let sentTo: DeadLetterRef;
+      const sending = going.filter((g) => results[g.i]!.outcome === "sent");
+      if (sending.length === 0) return results;
+      const messages = sending.map((g) => redriveMessage(g.letter, g.ref, g.original));
+      let sentTo: DeadLetterRef[];
       try {
         redriver ??= (async () => {
           const p = redriveProducer(kafka);
@@ -442,22 +537,44 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
           redriver = null;
           throw err;
         });
-        const [meta] = await (await redriver).send({ topic: opts.topics.intents, acks: -1, messages: [message] });
-        sentTo = { topic: opts.topics.intents, partition: meta!.partition, offset: String(meta!.baseOffset ?? meta!.offset) };
+        sentTo = await sendAll(kafka, await redriver, opts.topics.intents, messages);
       } catch (err) {
-        log.error({ err, deadLetter: ref }, "could not send the dead letter back");
-        return reply(res, 502, { error: `could not send it to ${opts.topics.intents}: ${(err as Error).message}` });
+        log.error({ err, deadLetters: sending.map((g) => g.ref) }, "could not send the dead letters back");
+        for (const g of sending) refuse(g.i, "send_failed", `could not send it to ${opts.topics.intents}: ${(err as Error).message}`);
+        return results;
       }
-      // Shown at once; the feed reads the record a moment later and finds it already marked.
-      // the record as the feed will read it: its header, key and value
-      const from = redrivenFrom(message.headers[REDRIVEN_FROM_HEADER] as string, ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
-      if (from !== null) state.redriven(sentTo, from);
-      log.info({ deadLetter: ref, source: letter.source, reason: letter.reason, operator: operatorId, sentTo }, "dead letter sent back from the console");
-      opts.onRedrive?.({ deadLetter: ref, source: { ...letter.source }, reason: letter.reason, operator: operatorId, sentTo });
-      return reply(res, 200, { sentTo, header: REDRIVEN_FROM_HEADER, deadLetter: state.deadLetterAt(partition, offset) ?? null });
+      for (const [j, g] of sending.entries()) {
+        const message = messages[j]!;
+        results[g.i]!.sentTo = sentTo[j]!;
+        // Shown at once; the feed reads the record a moment later and finds it already marked.
+        // the record as the feed will read it: its header, key and value
+        const from = redrivenFrom(message.headers[REDRIVEN_FROM_HEADER] as string, g.ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
+        if (from !== null) state.redriven(sentTo[j]!, from);
+        log.info({ deadLetter: g.ref, source: g.letter.source, reason: g.letter.reason, operator: operatorId, sentTo: sentTo[j] }, "dead letter sent back from the console");
+        opts.onRedrive?.({ deadLetter: g.ref, source: { ...g.letter.source }, reason: g.letter.reason, operator: operatorId, sentTo: sentTo[j]! });
+      }
+      return results;
     } finally {
-      redriving.delete(k);
+      for (const i of taken) redriving.delete(atOffset(refs[i]!.partition, refs[i]!.offset));
     }
+  };
+
+  /** One dead letter: its answer with the HTTP status of its outcome. */
+  const redriveDeadLetter = async (req: IncomingMessage, res: ServerResponse, partition: number, offset: string): Promise<void> => {
+    if ((await jsonBody(req, res, RedriveBody)) === undefined) return;
+    const [r] = await sendBack([{ partition, offset }]);
+    const deadLetter = state.deadLetterAt(partition, offset) ?? null;
+    if (r!.outcome === "sent") return reply(res, 200, { sentTo: r!.sentTo, header: REDRIVEN_FROM_HEADER, deadLetter });
+    return reply(res, SEND_BACK_STATUS[r!.outcome], { error: r!.error, reason: r!.outcome, ...(deadLetter === null ? {} : { deadLetter }) });
+  };
+
+  /** Several dead letters: 200 with an answer for each, in the order asked. */
+  const redriveDeadLetters = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const body = await jsonBody(req, res, RedriveManyBody);
+    if (body === undefined) return;
+    const results = await sendBack(body.deadLetters.map((d) => ({ partition: d.partition, offset: BigInt(d.offset).toString() })));
+    const sent = results.filter((r) => r.outcome === "sent").length;
+    return reply(res, 200, { sent, notSent: results.length - sent, header: REDRIVEN_FROM_HEADER, results: results.map((r) => ({ ...r, deadLetter: state.deadLetterAt(r.partition, r.offset) ?? null })) });
   };
 
   const http: Server = createServer((req, res) => {
@@ -532,17 +649,67 @@ export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error"
   }
 }
 
+/** A dead letter that could not be read back: not in time, or not decodable. */
+type Unread = { unread: "undecodable" | "read_timeout"; error: string };
+
 /**
- * The dead letter at `ref`, read back from writ.dlq (read_committed): null when the offset is not there any more,
- * `{error}` when it does not decode. The console keeps no dead letter's value, which may be a megabyte.
+ * The dead letters at `refs` of `topic` (writ.dlq), read back in one read (read_committed), by index: null when
+ * the offset is not there any more, `{unread, error}` when it does not decode or was not read in time. The console keeps no
+ * dead letter's value, which may be a megabyte.
  */
-async function readDeadLetter(kafka: Kafka, codec: WireCodec, ref: DeadLetterRef, timeoutMs: number, log: Logger): Promise<DeadLetter | { error: string; reason: "undecodable" | "read_timeout" } | null> {
-  const { found, timedOut } = await readRecordsAt(kafka, ref.topic, new Map([[ref.partition, new Set([BigInt(ref.offset)])]]), { timeoutMs, log });
-  if (timedOut) return { error: `not read back from ${ref.topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, reason: "read_timeout" };
-  const r = found.get(atOffset(ref.partition, ref.offset));
-  if (r === undefined) return null;
-  const d = await decodeRecord(codec, "DeadLetter", r);
-  return d.tombstone ? null : d.error !== undefined ? { error: d.error, reason: "undecodable" } : (d.value as DeadLetter);
+async function readDeadLetters(
+  kafka: Kafka,
+  codec: WireCodec,
+  topic: string,
+  refs: readonly { partition: number; offset: string }[],
+  timeoutMs: number,
+  log: Logger,
+): Promise<({ letter: DeadLetter } | Unread | null)[]> {
+  if (refs.length === 0) return [];
+  const wanted = new Map<number, Set<bigint>>();
+  for (const r of refs) wanted.set(r.partition, (wanted.get(r.partition) ?? new Set()).add(BigInt(r.offset)));
+  const { found, timedOut } = await readRecordsAt(kafka, topic, wanted, { timeoutMs, log });
+  const out: ({ letter: DeadLetter } | Unread | null)[] = [];
+  for (const ref of refs) {
+    const r = found.get(atOffset(ref.partition, ref.offset));
+    if (r === undefined) {
+      out.push(timedOut ? { error: `not read back from ${topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, unread: "read_timeout" } : null);
+      continue;
+    }
+    const d = await decodeRecord(codec, "DeadLetter", r);
+    out.push(d.tombstone ? null : d.error !== undefined ? { error: d.error, unread: "undecodable" } : { letter: d.value as DeadLetter });
+  }
+  return out;
+}
+
+/**
+ * Sends `messages` to `topic` in one produce request and answers where each went, by index. Each goes to its
+ * key's murmur2 partition, computed here (`partitionFor`, as writ's client and the owners compute it) so that the
+ * answer per partition (its base offset) says each record's offset: a partition's records are one batch, in the
+ * order given. A record without a key (it is dead-lettered again) goes round the partitions.
+ */
+async function sendAll(kafka: Kafka, producer: Producer, topic: string, messages: readonly { key: string | null; value: Buffer; headers: IHeaders }[]): Promise<DeadLetterRef[]> {
+  const admin = kafka.admin();
+  let partitions: number;
+  try {
+    await admin.connect();
+    const meta = await admin.fetchTopicMetadata({ topics: [topic] });
+    partitions = meta.topics[0]?.partitions.length ?? 0;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+  if (partitions === 0) throw new Error(`the topic ${topic} has no partitions`);
+  const placed = messages.map((m, i) => ({ ...m, partition: m.key === null ? i % partitions : partitionFor(m.key, partitions) }));
+  const answers = await producer.send({ topic, acks: -1, messages: placed });
+  const base = new Map(answers.map((a) => [a.partition, BigInt(a.baseOffset ?? a.offset ?? "-1")]));
+  const next = new Map<number, number>();
+  return placed.map((m) => {
+    const at = next.get(m.partition) ?? 0;
+    next.set(m.partition, at + 1);
+    const first = base.get(m.partition);
+    if (first === undefined || first < 0n) throw new Error(`the broker answered no offset for ${topic}[${m.partition}]`);
+    return { topic, partition: m.partition, offset: String(first + BigInt(at)) };
+  });
 }
 
 class BodyTooLarge extends Error {}

@@ -15,14 +15,16 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
-import { startConsole, type ConsoleServer } from "../../src/console/server.ts";
+import { atOffset, readRecordsAt } from "../../src/cli/topic-reader.ts";
+import { startConsole, type ConsoleOptions, type ConsoleServer } from "../../src/console/server.ts";
+import { REDRIVEN_FROM_HEADER } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
 
 const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
 /** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
@@ -75,6 +77,26 @@ function raw(url: string, opts: { method?: string; headers?: Record<string, stri
   });
 }
 
+/** A console on the harness's topics and group, following this test's reply topics (`writ.replies.<p>-*`); closed after the test. */
+async function consoleOf(h: Harness, p: string, readToken: string, operatorToken: string, more: Partial<ConsoleOptions> = {}): Promise<ConsoleServer> {
+  const server = await startConsole({
+    brokers: brokers(),
+    ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
+    topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
+    replyPrefix: `writ.replies.${p}-`,
+    groupId: h.config.groupId,
+    token: readToken,
+    operatorToken,
+    operator: { id: `ops-${h.id}`, replyTopic: `writ.replies.${p}-ops` },
+    discoverIntervalMs: 300,
+    logger: pino({ level: process.env.LOG_LEVEL ?? "warn" }),
+    ...more,
+  });
+  onTestFinished(() => server.close());
+  await server.ready;
+  return server;
+}
+
 describe("writ console, in headless Chromium", () => {
   it("shows conflicts, dead letters, intents in flight, lag and escalations live; resolves one from the page; sends a dead letter back; filters; 401 without a token, 403 and no buttons read-only", async () => {
     const started = Date.now();
@@ -87,22 +109,8 @@ describe("writ console, in headless Chromium", () => {
     // Everything the console logs, to show no token is ever in it.
     const logged: string[] = [];
     const logger = pino({ level: "debug" }, { write: (line: string) => void logged.push(line) });
-    const consoleServer: ConsoleServer = await startConsole({
-      brokers: brokers(),
-      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
-      topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
-      // this test's agents only (the shared broker holds every test's reply topics)
-      replyPrefix: `writ.replies.${p}-`,
-      groupId: h.config.groupId,
-      token: readToken,
-      operatorToken,
-      operator: { id: opsId, replyTopic: `writ.replies.${p}-${opsId}` },
-      discoverIntervalMs: 300,
-      lagIntervalMs: 500,
-      logger,
-    });
-    onTestFinished(() => consoleServer.close());
-    await consoleServer.ready;
+    // this test's agents only (the shared broker holds every test's reply topics)
+    const consoleServer = await consoleOf(h, p, readToken, operatorToken, { operator: { id: opsId, replyTopic: `writ.replies.${p}-${opsId}` }, lagIntervalMs: 500, logger });
     const url = consoleServer.url;
     const context = await launchChromium();
 
@@ -384,20 +392,7 @@ describe("writ console, in headless Chromium", () => {
     const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 16_384 } });
     const p = `cons-big-${h.id}`;
     const operatorToken = `oper-${randomUUID()}`;
-    const consoleServer = await startConsole({
-      brokers: brokers(),
-      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
-      topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
-      replyPrefix: `writ.replies.${p}-`,
-      groupId: h.config.groupId,
-      token: `read-${randomUUID()}`,
-      operatorToken,
-      operator: { id: `ops-${h.id}`, replyTopic: `writ.replies.${p}-ops` },
-      discoverIntervalMs: 300,
-      logger: pino({ level: process.env.LOG_LEVEL ?? "warn" }),
-    });
-    onTestFinished(() => consoleServer.close());
-    await consoleServer.ready;
+    const consoleServer = await consoleOf(h, p, `read-${randomUUID()}`, operatorToken);
     const agent = await h.client(`${p}-agent`);
     const intent = agent.buildIntent(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 800));
     // an attachment-sized field the schema does not know (owners drop it once admitted)
@@ -446,6 +441,94 @@ describe("writ console, in headless Chromium", () => {
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
     // the refused send back of the forgery is the page's one failed request (a favicon.ico 404 was another)
     expect(errors).toEqual([expect.stringMatching(/status of 409 \(Conflict\)/)]);
+  }, 180_000);
+
+  it("sends back every dead letter shown, filtered by reason, in one request: a record dead-lettered twice goes once, another reason stays; each answered and written once", async () => {
+    const h = await startHarness({ tools: [tagTicket], intentPartitions: 2 });
+    await h.startRouter();
+    const p = `cons-bulk-${h.id}`;
+    const readToken = `read-${randomUUID()}`;
+    const operatorToken = `oper-${randomUUID()}`;
+    const consoleServer = await consoleOf(h, p, readToken, operatorToken);
+    // Three intents on three tickets, answered on a reply topic that does not exist yet: each dead-lettered
+    // reply_topic_missing; the first produced twice (a producer's retry): two dead letters of one record.
+    const agent = await h.client(`${p}-agent`);
+    const replyTo = `writ.replies.${p}-late`;
+    const runId = `run-${randomUUID()}`;
+    const intents = [];
+    for (const i of [0, 1, 2]) {
+      const ticket = `T-${h.id}-bulk-${i}`;
+      h.records.seed("ticket", ticket, { status: "open", tags: [] });
+      const { version } = await readVersion(h.records, "ticket", ticket);
+      const intent = agent.buildIntent({ tool: tagTicket, entity: { type: "ticket", id: ticket }, runId, stepId: `tag-${i}`, baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [`bulk-${i}`] }], params: { tag: `bulk-${i}` } });
+      intent.replyTo = replyTo;
+      intents.push(intent);
+    }
+    for (const intent of [...intents, intents[0]!]) await h.produceRaw(entityKey(intent.entity), Buffer.from(JSON.stringify(intent)));
+    // and one of another reason, whose cause is not fixed: it must stay where it is
+    await h.produceRaw(entityKey(intents[1]!.entity), Buffer.from("{not json"));
+
+    const context = await launchChromium();
+    const { page, errors } = await openPage(context);
+    await page.goto(`${consoleServer.url}/#token=${operatorToken}`);
+    await page.waitForSelector('#conn[data-state="live"]');
+    const all = page.locator("#dead-letters tr[data-reason]");
+    const missing = page.locator('#dead-letters tr[data-reason="reply_topic_missing"]');
+    await waitFor(async () => (await all.count()) === 5, { message: "four dead letters of a missing reply topic and one of another reason", timeoutMs: 45_000 });
+    const other = page.locator('#dead-letters tr[data-reason]:not([data-reason="reply_topic_missing"])');
+    const otherWhere = { partition: await other.getAttribute("data-dlq-partition"), offset: await other.getAttribute("data-dlq-offset") };
+    const button = page.locator('#dlq-send-shown[data-action="redrive-shown"]');
+    await expect(button.getAttribute("data-count")).resolves.toBe("5");
+    // the cause fixed for one reason; the page shows that reason only, and sends what it shows
+    const admin = new Kafka({ brokers: brokers(), clientId: `console-bulk-admin-${h.id}`, logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await admin.createTopics({ topics: [{ topic: replyTo, numPartitions: 1 }], waitForLeaders: true });
+    await page.selectOption("#dlq-reason", "reply_topic_missing");
+    await waitFor(async () => (await all.count()) === 4, { message: "the reason filter" });
+    await expect(page.textContent("#n-dlq")).resolves.toBe("4 of 5");
+    await expect(button.textContent()).resolves.toBe("Send back 4 shown");
+    await button.click();
+    const bulk = page.locator('#dlq-bulk[data-sent="3"]');
+    await bulk.waitFor({ timeout: 45_000 });
+    await expect(bulk.getAttribute("data-not-sent")).resolves.toBe("1");
+    await expect(bulk.textContent()).resolves.toBe("3 sent back, 1 not (same_record 1)");
+    await waitFor(async () => (await page.locator('#dead-letters tr[data-reason="reply_topic_missing"][data-sent-back="true"]').count()) === 3, { message: "three shown sent back", timeoutMs: 45_000 });
+    const twin = missing.filter({ has: page.locator('.redrive-error[data-reason="same_record"]') });
+    await expect(twin.getAttribute("data-sent-back")).resolves.toBe("false");
+    // answered once each, counted at the records server: one PATCH per intent
+    const replies = (await h.readTopic(replyTo, "Reply", 3)) as Reply[];
+    expect(replies.map((r) => [r.intentKey, r.status, r.duplicate]).sort()).toEqual(intents.map((i) => [i.intentKey, "applied", false]).sort());
+    for (const intent of intents) expect(h.records.patchRequests(intent.intentKey)).toHaveLength(1);
+
+    // through the API: not with the read-only token; bounded; the twin named twice in one request goes once, and
+    // the owner answers it from its ledger (duplicate, no PATCH)
+    const post = (token: string, body: unknown) =>
+      fetch(`${consoleServer.url}/api/dead-letters/redrive`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}`, origin: consoleServer.url }, body: JSON.stringify(body) });
+    const twinWhere = { partition: Number(await twin.getAttribute("data-dlq-partition")), offset: (await twin.getAttribute("data-dlq-offset"))! };
+    expect((await post(readToken, { deadLetters: [twinWhere] })).status).toBe(403);
+    expect((await post(operatorToken, { deadLetters: Array.from({ length: 201 }, (_, i) => ({ partition: 0, offset: String(i) })) })).status).toBe(400);
+    expect((await post(operatorToken, { deadLetters: [] })).status).toBe(400);
+    const again = await post(operatorToken, { deadLetters: [twinWhere, twinWhere, { partition: Number(otherWhere.partition), offset: otherWhere.offset }] });
+    const answer = (await again.json()) as { sent: number; notSent: number; results: { outcome: string; sentTo?: { topic: string; partition: number; offset: string } }[] };
+    expect([again.status, answer.sent, answer.notSent, answer.results.map((r) => r.outcome)]).toEqual([200, 2, 1, ["sent", "dead_letter_sending", "sent"]]);
+    // where the answer says each went is that record: its header names the dead letter it came from
+    const sentTo = [answer.results[0]!.sentTo!, answer.results[2]!.sentTo!];
+    const wanted = new Map<number, Set<bigint>>();
+    for (const t of sentTo) wanted.set(t.partition, (wanted.get(t.partition) ?? new Set()).add(BigInt(t.offset)));
+    const reader = new Kafka({ brokers: brokers(), clientId: `console-bulk-reader-${h.id}`, logLevel: logLevel.NOTHING });
+    const { found } = await readRecordsAt(reader, h.config.topics.intents, wanted, { timeoutMs: 30_000, log: pino({ level: "silent" }) });
+    expect(sentTo.map((t) => [t.topic, found.get(atOffset(t.partition, t.offset))?.headers?.[REDRIVEN_FROM_HEADER]?.toString()])).toEqual([
+      [h.config.topics.intents, `${h.config.topics.dlq}:${twinWhere.partition}:${twinWhere.offset}`],
+      [h.config.topics.intents, `${h.config.topics.dlq}:${otherWhere.partition}:${otherWhere.offset}`],
+    ]);
+    const [, , , repeat] = (await h.readTopic(replyTo, "Reply", 4)) as Reply[];
+    expect(repeat).toMatchObject({ intentKey: intents[0]!.intentKey, status: "applied", duplicate: true });
+    for (const intent of intents) expect(h.records.patchRequests(intent.intentKey)).toHaveLength(1);
+    // the other reason's dead letter, sent back by the API only: dead-lettered again (its cause remains)
+    await page.selectOption("#dlq-reason", "");
+    await waitFor(async () => (await all.count()) === 6, { message: "the other dead letter, dead-lettered again", timeoutMs: 45_000 });
+    expect(errors).toEqual([]);
   }, 180_000);
 
   it("the page is served to anyone, its data only with the token; the stream opens on a one-use, 30 s ticket with its token's role; no token in a URL is taken", async () => {

@@ -51,6 +51,9 @@
     decisions: new Map(),
     /** dead letter `partition:offset` → {pending, sentTo, error} of send-backs from this page */
     redrives: new Map(),
+    /** the dead letters' reason filter ("" any), and whether a bulk send back is on its way */
+    dlqReason: "",
+    bulkPending: false,
     cards: new Map(),
   };
 
@@ -223,12 +226,29 @@
     $("conflicts").replaceChildren(...(cards.length ? cards : [h("p", { class: "empty" }, "No conflicts.")]));
   }
 
+  /** The dead letters the table shows: the record filter (on the key; they name no agent or tool) and the reason. */
+  function shownDeadLetters() {
+    const f = view.filters.record.toLowerCase();
+    const reason = view.dlqReason;
+    return view.snap.deadLetters.filter((d) => (!f || (d.key ?? "").toLowerCase().includes(f)) && (!reason || d.reason === reason));
+  }
+
+  /** Whether this page may send `d` back: the operator's, not sent back yet, from the intents topic, not on its way. */
+  function sendable(d) {
+    const r = view.redrives.get(`${d.where.partition}:${d.where.offset}`);
+    return Boolean(canDecide() && view.session && !d.sentBack && d.source.topic === view.session.topics.intents && !(r && r.pending));
+  }
+
   function renderDeadLetters() {
     const list = view.snap.deadLetters;
-    // dead letters name no agent or tool: only the record filter (on the key) applies
-    const f = view.filters.record.toLowerCase();
-    const shown = list.filter((d) => !f || (d.key ?? "").toLowerCase().includes(f));
-    note(list, shown.length, "n-dlq");
+    // the reasons present (and the one chosen, while none of it is kept any more)
+    const select = $("dlq-reason");
+    const reasons = [...new Set([...list.map((d) => d.reason), ...(view.dlqReason ? [view.dlqReason] : [])])].sort();
+    const have = [...select.options].slice(1).map((o) => o.value);
+    if (have.join("\n") !== reasons.join("\n")) select.replaceChildren(h("option", { value: "" }, "any reason"), ...reasons.map((r) => h("option", { value: r }, r)));
+    select.value = view.dlqReason;
+    const shown = shownDeadLetters();
+    $("n-dlq").textContent = shown.length !== list.length ? `${shown.length} of ${list.length}` : String(list.length);
     const rows = shown.map((d) =>
       h(
         "tr",
@@ -243,6 +263,14 @@
       ),
     );
     $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No dead letters."))]));
+    // the operator's bulk send back: every shown dead letter this page may send
+    const button = $("dlq-send-shown");
+    const n = shown.filter(sendable).length;
+    button.hidden = !canDecide() || (n === 0 && !view.bulkPending);
+    button.disabled = n === 0 || view.bulkPending;
+    button.dataset.count = String(n);
+    button.textContent = view.bulkPending ? "Sending…" : `Send back ${n} shown`;
+    button.title = "Send every dead letter shown (not sent back yet) back to the intents topic, once their cause is fixed; a record shown twice goes once";
   }
 
   /**
@@ -262,6 +290,62 @@
     return out;
   }
 
+  /** A dead letter the console answered for: shown at once (the stream brings the same a moment later). */
+  function replaceDeadLetter(item) {
+    if (!item || !view.snap) return;
+    view.snap.deadLetters = view.snap.deadLetters.map((x) => (x.where.partition === item.where.partition && x.where.offset === item.where.offset ? item : x));
+  }
+
+  /** Sends every shown dead letter this page may send, at most 200 per request; says how many went and why others did not. */
+  async function redriveShown() {
+    const chosen = shownDeadLetters().filter(sendable);
+    if (chosen.length === 0 || view.bulkPending) return;
+    view.bulkPending = true;
+    for (const d of chosen) view.redrives.set(`${d.where.partition}:${d.where.offset}`, { pending: true });
+    $("dlq-bulk").textContent = "";
+    renderDeadLetters();
+    let sent = 0;
+    const notSent = new Map();
+    for (let at = 0; at < chosen.length; at += 200) {
+      const part = chosen.slice(at, at + 200);
+      try {
+        const res = await fetch("/api/dead-letters/redrive", {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+          body: JSON.stringify({ deadLetters: part.map((d) => ({ partition: d.where.partition, offset: d.where.offset })) }),
+        });
+        const json = await res.json().catch(() => ({}));
+        if (!res.ok || !Array.isArray(json.results)) throw new Error(`${res.status}: ${json.error ?? res.statusText}`);
+        for (const r of json.results) {
+          const k = `${r.partition}:${r.offset}`;
+          if (r.outcome === "sent") {
+            sent++;
+            view.redrives.set(k, { sentTo: r.sentTo });
+          } else {
+            notSent.set(r.outcome, (notSent.get(r.outcome) ?? 0) + 1);
+            view.redrives.set(k, { error: r.error ?? r.outcome, reason: r.outcome });
+          }
+          replaceDeadLetter(r.deadLetter);
+        }
+      } catch (err) {
+        for (const d of part) view.redrives.set(`${d.where.partition}:${d.where.offset}`, { error: `could not send it back: ${err && err.message ? err.message : err}`, reason: "request_failed" });
+        notSent.set("request_failed", (notSent.get("request_failed") ?? 0) + part.length);
+      }
+    }
+    view.bulkPending = false;
+    const not = [...notSent.values()].reduce((a, b) => a + b, 0);
+    const bulk = $("dlq-bulk");
+    bulk.dataset.sent = String(sent);
+    bulk.dataset.notSent = String(not);
+    bulk.textContent = `${sent} sent back${not ? `, ${not} not (${[...notSent].map(([why, n]) => `${why} ${n}`).join(", ")})` : ""}`;
+    renderDeadLetters();
+  }
+  $("dlq-send-shown").addEventListener("click", () => void redriveShown());
+  $("dlq-reason").addEventListener("change", (ev) => {
+    view.dlqReason = ev.target.value;
+    renderDeadLetters();
+  });
+
   async function redrive(d) {
     const k = `${d.where.partition}:${d.where.offset}`;
     view.redrives.set(k, { pending: true });
@@ -275,10 +359,7 @@
       });
       const json = await res.json().catch(() => ({}));
       result = res.ok ? { sentTo: json.sentTo } : { error: `${res.status}: ${json.error ?? res.statusText}`, reason: json.reason };
-      if (res.ok && json.deadLetter && view.snap) {
-        // marked at once (the stream brings the same a moment later)
-        view.snap.deadLetters = view.snap.deadLetters.map((x) => (x.where.partition === d.where.partition && x.where.offset === d.where.offset ? json.deadLetter : x));
-      }
+      if (res.ok) replaceDeadLetter(json.deadLetter);
     } catch (err) {
       result = { error: `could not reach the console: ${err && err.message ? err.message : err}` };
     }
