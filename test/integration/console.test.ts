@@ -525,6 +525,10 @@ describe("writ console, in headless Chromium", () => {
     const [, , , repeat] = (await h.readTopic(replyTo, "Reply", 4)) as Reply[];
     expect(repeat).toMatchObject({ intentKey: intents[0]!.intentKey, status: "applied", duplicate: true });
     for (const intent of intents) expect(h.records.patchRequests(intent.intentKey)).toHaveLength(1);
+    // the page marks the twin sent back too, and drops its refusal
+    const twinRow = page.locator(`#dead-letters tr[data-dlq-partition="${twinWhere.partition}"][data-dlq-offset="${twinWhere.offset}"]`);
+    await waitFor(async () => (await twinRow.getAttribute("data-sent-back")) === "true", { message: "the twin shows sent back", timeoutMs: 45_000 });
+    await expect(twinRow.locator(".redrive-error").count()).resolves.toBe(0);
     // the other reason's dead letter, sent back by the API only: dead-lettered again (its cause remains)
     await page.selectOption("#dlq-reason", "");
     await waitFor(async () => (await all.count()) === 6, { message: "the other dead letter, dead-lettered again", timeoutMs: 45_000 });

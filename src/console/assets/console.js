@@ -286,7 +286,8 @@
       const title = d.truncated ? "Send the original back to the intents topic (read from its source offset), once its cause is fixed" : "Send it back to the intents topic, once its cause is fixed";
       out.push(h("button", { type: "button", dataset: { action: "redrive" }, disabled: Boolean(r && r.pending), title, onclick: () => redrive(d) }, r && r.pending ? "Sending…" : "Send back"));
     }
-    if (r && r.error) out.push(h("span", { class: "error redrive-error", dataset: { reason: r.reason || "" } }, ` ${r.error}`));
+    // a refusal no longer holds once the dead letter shows sent back (from another page, the CLI or the API)
+    if (r && r.error && !d.sentBack) out.push(h("span", { class: "error redrive-error", dataset: { reason: r.reason || "" } }, ` ${r.error}`));
     return out;
   }
 
