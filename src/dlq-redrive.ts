@@ -6,7 +6,7 @@
 // it more than once safe: an intent the owner already took is answered from the ledger, never written twice.
 import { Partitioners, type IHeaders, type Kafka, type Producer } from "kafkajs";
 import { sha256Hex } from "./canonical-json.ts";
-import { atOffset, readRecordsAt } from "./cli/topic-reader.ts";
+import { atOffset, offsetsWanted, readRecordsAt } from "./cli/topic-reader.ts";
 import type { Logger } from "./logger.ts";
 import { deadLetterKey, type DeadLetter } from "./schemas/dead-letter.ts";
 
@@ -44,16 +44,11 @@ export async function originalsOf(
   letters: readonly { source: DeadLetterRef; key: string | null; sha256: string }[],
   opts: { timeoutMs: number; log: Logger },
 ): Promise<(Original | OriginalRefusal)[]> {
-  const byTopic = new Map<string, Map<number, Set<bigint>>>();
-  for (const l of letters) {
-    const partitions = byTopic.get(l.source.topic) ?? new Map<number, Set<bigint>>();
-    byTopic.set(l.source.topic, partitions);
-    const offsets = partitions.get(l.source.partition) ?? new Set<bigint>();
-    partitions.set(l.source.partition, offsets);
-    offsets.add(BigInt(l.source.offset));
-  }
   const read = new Map<string, Awaited<ReturnType<typeof readRecordsAt>>>();
-  for (const [topic, wanted] of byTopic) read.set(topic, await readRecordsAt(kafka, topic, wanted, opts));
+  for (const topic of new Set(letters.map((l) => l.source.topic))) {
+    const wanted = offsetsWanted(letters.filter((l) => l.source.topic === topic).map((l) => l.source));
+    read.set(topic, await readRecordsAt(kafka, topic, wanted, opts));
+  }
   return letters.map((l) => {
     const where = `${l.source.topic}[${l.source.partition}]@${l.source.offset}`;
     const got = read.get(l.source.topic)!;

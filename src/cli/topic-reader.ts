@@ -168,8 +168,15 @@ export function atOffset(partition: number, offset: bigint | string): string {
   return `${partition}:${BigInt(offset)}`;
 }
 
+/** What {@link readRecordsAt} wants, from places in one topic: partition → offsets. */
+export function offsetsWanted(places: Iterable<{ partition: number; offset: bigint | string }>): Map<number, Set<bigint>> {
+  const wanted = new Map<number, Set<bigint>>();
+  for (const p of places) wanted.set(p.partition, (wanted.get(p.partition) ?? new Set()).add(BigInt(p.offset)));
+  return wanted;
+}
+
 /**
- * The records at these offsets of `topic` (partition → offsets, answered by {@link atOffset}), read_committed: one read from each partition's
+ * The records at these offsets of `topic` (partition → offsets, `offsetsWanted`, answered by {@link atOffset}), read_committed: one read from each partition's
  * first wanted offset that stops once all are found. An offset missing from the answer is not in the topic (below
  * its log start: retention; or an aborted or control record), unless `timedOut` says the read was cut short.
  */

@@ -30,7 +30,7 @@ import { Kafka, logLevel, type IHeaders, type Producer } from "kafkajs";
 import { z } from "zod";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { decodeRecord } from "../cli/tail.ts";
-import { atOffset, readRecordsAt } from "../cli/topic-reader.ts";
+import { atOffset, offsetsWanted, readRecordsAt } from "../cli/topic-reader.ts";
 import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { WireCodec } from "../codec.ts";
@@ -315,6 +315,22 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     reply(res, 401, { error: "unauthorized: this console needs its token", reason: "token_invalid" }, { "www-authenticate": 'Bearer realm="writ-console"' });
   };
 
+  /**
+   * The operator's client when the request may act as the operator (a POST with the operator token); null once
+   * its refusal is answered (405, 401, or 403 naming `what`).
+   */
+  const asOperator = (req: IncomingMessage, res: ServerResponse, method: string, what: string): WritClient | null => {
+    if (method !== "POST") {
+      reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
+      return null;
+    }
+    const role = auth.role(ConsoleAuth.tokenOf(req));
+    if (role === null) unauthorized(res);
+    else if (role !== "operator" || operator === null) reply(res, 403, { error: `${what} needs the operator token` });
+    else return operator;
+    return null;
+  };
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const refused = refusedOrigin(req, allowed);
     if (refused !== null) return reply(res, 403, { error: refused });
@@ -365,31 +381,23 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     }
     const m = /^\/api\/escalations\/([^/]{1,400})\/resolve$/.exec(path);
     if (m) {
-      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
-      const role = auth.role(ConsoleAuth.tokenOf(req));
-      if (role === null) return unauthorized(res);
-      if (role !== "operator" || operator === null) return reply(res, 403, { error: "resolving escalations needs the operator token" });
+      const client = asOperator(req, res, method, "resolving escalations");
+      if (client === null) return;
       let escalationId: string;
       try {
         escalationId = decodeURIComponent(m[1]!);
       } catch {
         return reply(res, 400, { error: "bad escalation id" });
       }
-      return resolveEscalation(req, res, escalationId, operator);
+      return resolveEscalation(req, res, escalationId, client);
     }
     if (path === "/api/dead-letters/redrive") {
-      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
-      const role = auth.role(ConsoleAuth.tokenOf(req));
-      if (role === null) return unauthorized(res);
-      if (role !== "operator" || operator === null) return reply(res, 403, { error: "sending dead letters back needs the operator token" });
+      if (asOperator(req, res, method, "sending dead letters back") === null) return;
       return redriveDeadLetters(req, res);
     }
     const dl = /^\/api\/dead-letters\/(\d{1,9})\/(\d{1,19})\/redrive$/.exec(path);
     if (dl) {
-      if (method !== "POST") return reply(res, 405, { error: "method not allowed" }, { allow: "POST" });
-      const role = auth.role(ConsoleAuth.tokenOf(req));
-      if (role === null) return unauthorized(res);
-      if (role !== "operator" || operator === null) return reply(res, 403, { error: "sending dead letters back needs the operator token" });
+      if (asOperator(req, res, method, "sending dead letters back") === null) return;
       return redriveDeadLetter(req, res, Number(dl[1]), BigInt(dl[2]!).toString());
     }
     return reply(res, 404, { error: "not found" });
@@ -666,9 +674,7 @@ async function readDeadLetters(
   log: Logger,
 ): Promise<({ letter: DeadLetter } | Unread | null)[]> {
   if (refs.length === 0) return [];
-  const wanted = new Map<number, Set<bigint>>();
-  for (const r of refs) wanted.set(r.partition, (wanted.get(r.partition) ?? new Set()).add(BigInt(r.offset)));
-  const { found, timedOut } = await readRecordsAt(kafka, topic, wanted, { timeoutMs, log });
+  const { found, timedOut } = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
   const out: ({ letter: DeadLetter } | Unread | null)[] = [];
   for (const ref of refs) {
     const r = found.get(atOffset(ref.partition, ref.offset));

@@ -15,7 +15,7 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
-import { atOffset, readRecordsAt } from "../../src/cli/topic-reader.ts";
+import { atOffset, offsetsWanted, readRecordsAt } from "../../src/cli/topic-reader.ts";
 import { startConsole, type ConsoleOptions, type ConsoleServer } from "../../src/console/server.ts";
 import { REDRIVEN_FROM_HEADER } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
@@ -514,10 +514,8 @@ describe("writ console, in headless Chromium", () => {
     expect([again.status, answer.sent, answer.notSent, answer.results.map((r) => r.outcome)]).toEqual([200, 2, 1, ["sent", "dead_letter_sending", "sent"]]);
     // where the answer says each went is that record: its header names the dead letter it came from
     const sentTo = [answer.results[0]!.sentTo!, answer.results[2]!.sentTo!];
-    const wanted = new Map<number, Set<bigint>>();
-    for (const t of sentTo) wanted.set(t.partition, (wanted.get(t.partition) ?? new Set()).add(BigInt(t.offset)));
     const reader = new Kafka({ brokers: brokers(), clientId: `console-bulk-reader-${h.id}`, logLevel: logLevel.NOTHING });
-    const { found } = await readRecordsAt(reader, h.config.topics.intents, wanted, { timeoutMs: 30_000, log: pino({ level: "silent" }) });
+    const { found } = await readRecordsAt(reader, h.config.topics.intents, offsetsWanted(sentTo), { timeoutMs: 30_000, log: pino({ level: "silent" }) });
     expect(sentTo.map((t) => [t.topic, found.get(atOffset(t.partition, t.offset))?.headers?.[REDRIVEN_FROM_HEADER]?.toString()])).toEqual([
       [h.config.topics.intents, `${h.config.topics.dlq}:${twinWhere.partition}:${twinWhere.offset}`],
       [h.config.topics.intents, `${h.config.topics.dlq}:${otherWhere.partition}:${otherWhere.offset}`],

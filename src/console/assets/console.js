@@ -226,6 +226,9 @@
     $("conflicts").replaceChildren(...(cards.length ? cards : [h("p", { class: "empty" }, "No conflicts.")]));
   }
 
+  /** A dead letter's key in `view.redrives`: its place in writ.dlq (`where`, or a send-back answer's). */
+  const letterKey = (at) => `${at.partition}:${at.offset}`;
+
   /** The dead letters the table shows: the record filter (on the key; they name no agent or tool) and the reason. */
   function shownDeadLetters() {
     const f = view.filters.record.toLowerCase();
@@ -235,7 +238,7 @@
 
   /** Whether this page may send `d` back: the operator's, not sent back yet, from the intents topic, not on its way. */
   function sendable(d) {
-    const r = view.redrives.get(`${d.where.partition}:${d.where.offset}`);
+    const r = view.redrives.get(letterKey(d.where));
     return Boolean(canDecide() && view.session && !d.sentBack && d.source.topic === view.session.topics.intents && !(r && r.pending));
   }
 
@@ -278,7 +281,7 @@
    * topic, where it passes admission again: one whose cause remains comes back as a new dead letter.
    */
   function redriveView(d) {
-    const k = `${d.where.partition}:${d.where.offset}`;
+    const k = letterKey(d.where);
     const r = view.redrives.get(k);
     const out = [];
     if (d.sentBack) out.push(h("span", { class: "ok sent-back" }, `sent back → ${d.sentBack.topic}[${d.sentBack.partition}]@${d.sentBack.offset}`));
@@ -302,7 +305,7 @@
     const chosen = shownDeadLetters().filter(sendable);
     if (chosen.length === 0 || view.bulkPending) return;
     view.bulkPending = true;
-    for (const d of chosen) view.redrives.set(`${d.where.partition}:${d.where.offset}`, { pending: true });
+    for (const d of chosen) view.redrives.set(letterKey(d.where), { pending: true });
     $("dlq-bulk").textContent = "";
     renderDeadLetters();
     let sent = 0;
@@ -318,7 +321,7 @@
         const json = await res.json().catch(() => ({}));
         if (!res.ok || !Array.isArray(json.results)) throw new Error(`${res.status}: ${json.error ?? res.statusText}`);
         for (const r of json.results) {
-          const k = `${r.partition}:${r.offset}`;
+          const k = letterKey(r);
           if (r.outcome === "sent") {
             sent++;
             view.redrives.set(k, { sentTo: r.sentTo });
@@ -329,7 +332,7 @@
           replaceDeadLetter(r.deadLetter);
         }
       } catch (err) {
-        for (const d of part) view.redrives.set(`${d.where.partition}:${d.where.offset}`, { error: `could not send it back: ${err && err.message ? err.message : err}`, reason: "request_failed" });
+        for (const d of part) view.redrives.set(letterKey(d.where), { error: `could not send it back: ${err && err.message ? err.message : err}`, reason: "request_failed" });
         notSent.set("request_failed", (notSent.get("request_failed") ?? 0) + part.length);
       }
     }
@@ -348,7 +351,7 @@
   });
 
   async function redrive(d) {
-    const k = `${d.where.partition}:${d.where.offset}`;
+    const k = letterKey(d.where);
     view.redrives.set(k, { pending: true });
     renderDeadLetters();
     let result;
