@@ -31,7 +31,7 @@ export interface Original {
   headers: IHeaders;
 }
 
-export type OriginalRefusal = { outcome: "source_gone" | "source_changed" | "read_timeout"; detail: string };
+export type OriginalRefusal = { outcome: "source_gone" | "source_changed" | "read_timeout" | "read_failed"; detail: string };
 
 /**
  * The originals of truncated dead letters (their value was cut to fit the broker's message size), read from
@@ -44,14 +44,21 @@ export async function originalsOf(
   letters: readonly { source: DeadLetterRef; key: string | null; sha256: string }[],
   opts: { timeoutMs: number; log: Logger },
 ): Promise<(Original | OriginalRefusal)[]> {
-  const read = new Map<string, Awaited<ReturnType<typeof readRecordsAt>>>();
+  const read = new Map<string, Awaited<ReturnType<typeof readRecordsAt>> | { failed: string }>();
   for (const topic of new Set(letters.map((l) => l.source.topic))) {
     const wanted = offsetsWanted(letters.filter((l) => l.source.topic === topic).map((l) => l.source));
-    read.set(topic, await readRecordsAt(kafka, topic, wanted, opts));
+    try {
+      read.set(topic, await readRecordsAt(kafka, topic, wanted, opts));
+    } catch (err) {
+      // the brokers unreachable, the read refused (an ACL): each of these letters says so, none is lost
+      opts.log.warn({ err, topic }, "could not read the originals of truncated dead letters");
+      read.set(topic, { failed: err instanceof Error ? err.message : String(err) });
+    }
   }
   return letters.map((l) => {
     const where = `${l.source.topic}[${l.source.partition}]@${l.source.offset}`;
     const got = read.get(l.source.topic)!;
+    if ("failed" in got) return { outcome: "read_failed", detail: `${where} could not be read: ${got.failed}` };
     const r = got.found.get(atOffset(l.source.partition, l.source.offset));
     if (r === undefined) {
       if (got.timedOut) return { outcome: "read_timeout", detail: `${where} not read within ${opts.timeoutMs} ms` };

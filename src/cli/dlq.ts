@@ -39,12 +39,13 @@ A dead letter of a record sent back that was dead-lettered again (the same key a
 with the first. A dead letter whose value was cut to fit the broker's message size (truncated) is sent from
 its source: the original record, read at its source offset, when its key and sha256 are the dead letter's.
 Not sent (said per record): a truncated one whose source is gone (source_gone: retention) or is another
-record (source_changed), one from another topic than the intents topic, and one that does not decode.
+record (source_changed) or cannot be read (read_timeout, read_failed: the brokers unreachable, a refused
+read), one from another topic than the intents topic, and one that does not decode.
 
 Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
 1 some were not sent (the output says why), 2 bad usage or could not run.`;
 
-type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout";
+type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout" | "read_failed";
 
 /** What the output says of one selected dead letter (its value is not kept: sent in batches as they are read). */
 interface Selected {

@@ -82,6 +82,8 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
       }
     }
     if (readable.length === 0 || (!opts.follow && pending.size === 0)) return { unfinished: [] };
+    // stopped while the offsets were asked (the brokers slow to reach): no consumer joins a group for nothing
+    if (opts.signal?.aborted) return { unfinished: [...pending.keys()] };
 
     const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: 500, allowAutoTopicCreation: false });
     let finish: () => void = () => undefined;
@@ -187,12 +189,17 @@ export async function readRecordsAt(kafka: Kafka, topic: string, wanted: Readonl
   if (left === 0) return { found, timedOut: false };
   const done = new AbortController();
   let timedOut = false;
+  // The deadline holds while the brokers are still being reached too (kafkajs retries a connection for tens of
+  // seconds): the answer comes by then, and a read still connecting stops at the signal when it gets there.
+  let expired: () => void = () => undefined;
+  const deadline = new Promise<void>((resolve) => (expired = resolve));
   const timer = setTimeout(() => {
     timedOut = true;
     done.abort();
+    expired();
   }, opts.timeoutMs);
   try {
-    await readTopics({
+    const reading = readTopics({
       kafka,
       topics: [topic],
       // each wanted partition from its first wanted offset; the others from their ends (nothing to read)
@@ -214,10 +221,16 @@ export async function readRecordsAt(kafka: Kafka, topic: string, wanted: Readonl
         if (--left === 0) done.abort();
       },
     });
+    // past the deadline a failure of the read is nobody's answer any more
+    reading.catch((err: unknown) => {
+      if (timedOut) opts.log.debug({ err, topic }, "a read past its deadline failed");
+    });
+    await Promise.race([reading, deadline]);
   } finally {
     clearTimeout(timer);
   }
-  return { found, timedOut: timedOut && left > 0 };
+  // a copy: a read cut short by the deadline may still be handing records over
+  return { found: new Map(found), timedOut: timedOut && left > 0 };
 }
 
 /** kafkajs's UNKNOWN_TOPIC_OR_PARTITION, also when wrapped by its retrier. */

@@ -176,6 +176,7 @@ export type SendBackOutcome =
   | "other_topic"
   | "undecodable"
   | "read_timeout"
+  | "read_failed"
   | "source_gone"
   | "source_changed"
   | "same_record"
@@ -204,6 +205,7 @@ const SEND_BACK_STATUS: Record<SendBackOutcome, number> = {
   source_changed: 409,
   same_record: 409,
   read_timeout: 504,
+  read_failed: 502,
   send_failed: 502,
 };
 
@@ -512,7 +514,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
         const ref: DeadLetterRef = { topic: opts.topics.dlq, ...refs[i]! };
         const read = letters[j]!;
         if (read === null) refuse(i, "dead_letter_gone", `not found at ${ref.topic}[${ref.partition}]@${ref.offset} any more (retention?)`);
-        else if (!("letter" in read)) refuse(i, read.unread, read.unread === "read_timeout" ? read.error : `it does not read back: ${read.error}`);
+        else if (!("letter" in read)) refuse(i, read.unread, read.unread === "undecodable" ? `it does not read back: ${read.error}` : read.error);
         else {
           const letter = read.letter;
           // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once.
@@ -657,15 +659,15 @@ export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error"
   }
 }
 
-/** A dead letter that could not be read back: not in time, or not decodable. */
-type Unread = { unread: "undecodable" | "read_timeout"; error: string };
+/** A dead letter that could not be read back: not decodable, not in time, or not at all (the read failed). */
+type Unread = { unread: "undecodable" | "read_timeout" | "read_failed"; error: string };
 
 /**
  * The dead letters at `refs` of `topic` (writ.dlq), read back in one read (read_committed), by index: null when
  * the offset is not there any more, `{unread, error}` when it does not decode or was not read in time. The console keeps no
  * dead letter's value, which may be a megabyte.
  */
-async function readDeadLetters(
+export async function readDeadLetters(
   kafka: Kafka,
   codec: WireCodec,
   topic: string,
@@ -674,7 +676,16 @@ async function readDeadLetters(
   log: Logger,
 ): Promise<({ letter: DeadLetter } | Unread | null)[]> {
   if (refs.length === 0) return [];
-  const { found, timedOut } = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
+  let read: Awaited<ReturnType<typeof readRecordsAt>>;
+  try {
+    read = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
+  } catch (err) {
+    // the brokers unreachable, the read refused (an ACL): an answer per dead letter, not a 500
+    log.warn({ err, topic }, "could not read dead letters back");
+    const error = `could not read it back from ${topic}: ${err instanceof Error ? err.message : String(err)}`;
+    return refs.map(() => ({ unread: "read_failed", error }));
+  }
+  const { found, timedOut } = read;
   const out: ({ letter: DeadLetter } | Unread | null)[] = [];
   for (const ref of refs) {
     const r = found.get(atOffset(ref.partition, ref.offset));
