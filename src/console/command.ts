@@ -28,7 +28,7 @@ and the owners' lag per intents partition, with filters by agent, tool and recor
 role, escalations are resolved from the page: apply on the record's version (or another base), discard,
 or return to the agent with a message; the record's owner carries the decision out and the agent gets
 it on its reply topic (as writ escalations resolve), and dead letters are sent back to the intents topic
-once their cause is fixed, one or every one shown (as writ dlq redrive --source, --reason). Reads committed
+once their cause is fixed, one, the ones ticked or every one shown (as writ dlq redrive --source, --reason). Reads committed
 records only, skips control records, decodes plain JSON and the Confluent wire format.
 
 Open http://<host>:<port>/#token=<token> (a fragment: no browser sends it, so it reaches no log): the page keeps

@@ -54,6 +54,8 @@
     /** the dead letters' reason filter ("" any), and whether a bulk send back is on its way */
     dlqReason: "",
     bulkPending: false,
+    /** dead letters the operator ticked (`partition:offset`): the bulk button sends these when any is shown */
+    dlqPicked: new Set(),
     cards: new Map(),
   };
 
@@ -256,6 +258,7 @@
       h(
         "tr",
         { dataset: { reason: d.reason, dlqPartition: String(d.where.partition), dlqOffset: d.where.offset, sentBack: d.sentBack ? "true" : "false" } },
+        h("td", { class: "pick" }, pickView(d)),
         h("td", {}, when(d.at)),
         h("td", {}, h("span", { class: "badge rejected" }, d.reason)),
         h("td", { class: "mono" }, `${d.source.topic}[${d.source.partition}]@${d.source.offset}`),
@@ -265,15 +268,47 @@
         h("td", { class: "redrive" }, ...redriveView(d)),
       ),
     );
-    $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No dead letters."))]));
-    // the operator's bulk send back: every shown dead letter this page may send
+    $("dead-letters").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No dead letters."))]));
+    // the operator's bulk send back: the ticked ones shown, or with none ticked every shown one this page may send
     const button = $("dlq-send-shown");
-    const n = shown.filter(sendable).length;
+    const { chosen, scope } = bulkChoice();
+    const n = chosen.length;
     button.hidden = !canDecide() || (n === 0 && !view.bulkPending);
     button.disabled = n === 0 || view.bulkPending;
     button.dataset.count = String(n);
-    button.textContent = view.bulkPending ? "Sending…" : `Send back ${n} shown`;
-    button.title = "Send every dead letter shown (not sent back yet) back to the intents topic, once their cause is fixed; a record shown twice goes once";
+    button.dataset.scope = scope;
+    button.textContent = view.bulkPending ? "Sending…" : `Send back ${n} ${scope}`;
+    button.title =
+      scope === "selected"
+        ? "Send the ticked dead letters shown back to the intents topic, once their cause is fixed; a record ticked twice goes once"
+        : "Send every dead letter shown (not sent back yet) back to the intents topic, once their cause is fixed; a record shown twice goes once";
+  }
+
+  /**
+   * What the bulk button sends: the ticked dead letters the table shows and this page may send ("selected"), or,
+   * with none of them ticked, every shown one it may send ("shown"). A ticked one the filters hide is not sent.
+   */
+  function bulkChoice() {
+    const sendableShown = shownDeadLetters().filter(sendable);
+    const picked = sendableShown.filter((d) => view.dlqPicked.has(letterKey(d.where)));
+    return picked.length > 0 ? { chosen: picked, scope: "selected" } : { chosen: sendableShown, scope: "shown" };
+  }
+
+  /** A dead letter's first cell: (operator) a box that ticks it for the bulk button, while it may be sent. */
+  function pickView(d) {
+    if (!sendable(d)) return null;
+    const k = letterKey(d.where);
+    return h("input", {
+      type: "checkbox",
+      dataset: { action: "pick" },
+      "aria-label": `select the dead letter at partition ${d.where.partition}, offset ${d.where.offset}`,
+      checked: view.dlqPicked.has(k),
+      onchange: (ev) => {
+        if (ev.target.checked) view.dlqPicked.add(k);
+        else view.dlqPicked.delete(k);
+        renderDeadLetters();
+      },
+    });
   }
 
   /**
@@ -300,12 +335,18 @@
     view.snap.deadLetters = view.snap.deadLetters.map((x) => (x.where.partition === item.where.partition && x.where.offset === item.where.offset ? item : x));
   }
 
-  /** Sends every shown dead letter this page may send, at most 200 per request; says how many went and why others did not. */
+  /**
+   * Sends the ticked dead letters shown, or every shown one this page may send (`bulkChoice`), at most 200 per
+   * request; says how many went and why others did not. What it sends is no longer ticked.
+   */
   async function redriveShown() {
-    const chosen = shownDeadLetters().filter(sendable);
+    const { chosen } = bulkChoice();
     if (chosen.length === 0 || view.bulkPending) return;
     view.bulkPending = true;
-    for (const d of chosen) view.redrives.set(letterKey(d.where), { pending: true });
+    for (const d of chosen) {
+      view.redrives.set(letterKey(d.where), { pending: true });
+      view.dlqPicked.delete(letterKey(d.where));
+    }
     $("dlq-bulk").textContent = "";
     renderDeadLetters();
     let sent = 0;
