@@ -4,7 +4,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { readRecordsAt, offsetsWanted } from "../../src/cli/topic-reader.ts";
 import { WireCodec } from "../../src/codec.ts";
-import { readDeadLetters } from "../../src/console/server.ts";
+import { readDeadLetters } from "../../src/console/send-back.ts";
 import { originalsOf } from "../../src/dlq-redrive.ts";
 import { createLogger } from "../../src/logger.ts";
 import { freePort } from "../../src/testing/free-port.ts";

@@ -1,0 +1,259 @@
+// Sending dead letters back from the console, one or many per request: what `writ dlq redrive` does (the same
+// code, src/dlq-redrive.ts), checked against what the console keeps of each dead letter, with an answer per dead
+// letter in bounded time (its reason, never a 500).
+import type { IHeaders, Kafka, Producer } from "kafkajs";
+import { decodeRecord } from "../cli/tail.ts";
+import { atOffset, offsetsWanted, readRecordsAt } from "../cli/topic-reader.ts";
+import type { WireCodec } from "../codec.ts";
+import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
+import { partitionFor } from "../kafka/partition.ts";
+import type { Logger } from "../logger.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import type { ConsoleState } from "./state.ts";
+
+/** At most this many dead letters per request (the console keeps 100 by default: `limits.recent`). */
+export const MAX_SEND_BACK = 200;
+
+/** What sending one dead letter back came to: `sent`, or why not (the same words `writ dlq redrive` uses where it has them). */
+export type SendBackOutcome =
+  | "sent"
+  | "dead_letter_unknown"
+  | "dead_letter_sent_back"
+  | "dead_letter_sending"
+  | "dead_letter_gone"
+  | "other_topic"
+  | "undecodable"
+  | "read_timeout"
+  | "read_failed"
+  | "source_gone"
+  | "source_changed"
+  | "same_record"
+  | "send_failed";
+
+export interface SendBackResult {
+  partition: number;
+  offset: string;
+  outcome: SendBackOutcome;
+  /** Why not, in words (absent when sent). */
+  error?: string;
+  /** Where it went on the intents topic (when sent). */
+  sentTo?: DeadLetterRef;
+}
+
+/** The status of `POST /api/dead-letters/<partition>/<offset>/redrive` for each outcome. */
+export const SEND_BACK_STATUS: Record<SendBackOutcome, number> = {
+  sent: 200,
+  dead_letter_unknown: 404,
+  dead_letter_gone: 404,
+  dead_letter_sent_back: 409,
+  dead_letter_sending: 409,
+  other_topic: 409,
+  undecodable: 409,
+  source_gone: 409,
+  source_changed: 409,
+  same_record: 409,
+  read_timeout: 504,
+  read_failed: 502,
+  send_failed: 502,
+};
+
+/** What a dead letter sent back from the console is reported as (`startConsole({onRedrive})`): an audit line. */
+export interface RedriveReport {
+  deadLetter: DeadLetterRef;
+  source: DeadLetterRef;
+  reason: string;
+  operator: string;
+  sentTo: DeadLetterRef;
+}
+
+export interface DeadLetterSenderOptions {
+  kafka: Kafka;
+  codec: WireCodec;
+  state: ConsoleState;
+  topics: { intents: string; dlq: string };
+  /** How long reading a dead letter back (and a truncated one's original) may take, connecting included. */
+  readTimeoutMs: number;
+  operatorId: string;
+  log: Logger;
+  onRedrive?: (d: RedriveReport) => void;
+}
+
+/** Sends dead letters back: each dead letter at most once at a time; the producer is made at the first send. */
+export class DeadLetterSender {
+  private readonly redriving = new Set<string>();
+  private redriver: Promise<Producer> | null = null;
+
+  private readonly o: DeadLetterSenderOptions;
+
+  constructor(options: DeadLetterSenderOptions) {
+    this.o = options;
+  }
+
+  /**
+   * Sends the dead letters at `refs` (offsets of writ.dlq) back to the intents topic, as `writ dlq redrive` does:
+   * each checked against what the console knows of it (kept, not sent back yet, from the intents topic, not being
+   * sent), read back from writ.dlq in one read (a truncated one's original from its source, in one more), a record
+   * named twice (the same key and value) sent once, and all of them in one produce request. Answers by index.
+   */
+  async sendBack(refs: readonly { partition: number; offset: string }[]): Promise<SendBackResult[]> {
+    const results: SendBackResult[] = refs.map((r) => ({ partition: r.partition, offset: r.offset, outcome: "sent" }));
+    const refuse = (i: number, outcome: SendBackOutcome, error: string) => Object.assign(results[i]!, { outcome, error });
+    const taken: number[] = [];
+    for (const [i, r] of refs.entries()) {
+      const k = atOffset(r.partition, r.offset);
+      const item = this.o.state.deadLetterAt(r.partition, r.offset);
+      if (item === undefined) refuse(i, "dead_letter_unknown", "no such dead letter among the ones this console keeps");
+      else if (item.sentBack !== null) refuse(i, "dead_letter_sent_back", `already sent back, to ${item.sentBack.topic}[${item.sentBack.partition}]@${item.sentBack.offset}: a dead letter it made again has an offset of its own`);
+      else if (this.redriving.has(k)) refuse(i, "dead_letter_sending", "this dead letter is already being sent back");
+      else {
+        const refused = notRedrivable(item, this.o.topics.intents);
+        if (refused !== null) refuse(i, refused.outcome, `cannot be sent back: ${refused.detail}`);
+        else {
+          this.redriving.add(k);
+          taken.push(i);
+        }
+      }
+    }
+    try {
+      const letters = await readDeadLetters(this.o.kafka, this.o.codec, this.o.topics.dlq, taken.map((i) => refs[i]!), this.o.readTimeoutMs, this.o.log);
+      // What goes: the dead letter, where it was read, and (a value cut to fit) the original read from its source.
+      const going: { i: number; letter: DeadLetter; ref: DeadLetterRef; original?: Original }[] = [];
+      const records = new Map<string, DeadLetterRef>();
+      for (const [j, i] of taken.entries()) {
+        const ref: DeadLetterRef = { topic: this.o.topics.dlq, ...refs[i]! };
+        const read = letters[j]!;
+        if (read === null) refuse(i, "dead_letter_gone", `not found at ${ref.topic}[${ref.partition}]@${ref.offset} any more (retention?)`);
+        else if (!("letter" in read)) refuse(i, read.unread, read.unread === "undecodable" ? `it does not read back: ${read.error}` : read.error);
+        else {
+          const letter = read.letter;
+          // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once.
+          const identity = `${letter.key}\u0000${letter.sha256}`;
+          const first = records.get(identity);
+          if (first !== undefined) refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
+          else {
+            records.set(identity, ref);
+            going.push({ i, letter, ref });
+          }
+        }
+      }
+      const truncated = going.filter((g) => g.letter.truncated);
+      const originals = await originalsOf(this.o.kafka, truncated.map((g) => g.letter), { timeoutMs: this.o.readTimeoutMs, log: this.o.log });
+      for (const [j, g] of truncated.entries()) {
+        const got = originals[j]!;
+        if ("outcome" in got) refuse(g.i, got.outcome, `cannot be sent back: ${got.detail}`);
+        else g.original = got;
+      }
+      const sending = going.filter((g) => results[g.i]!.outcome === "sent");
+      if (sending.length === 0) return results;
+      const messages = sending.map((g) => redriveMessage(g.letter, g.ref, g.original));
+      let sentTo: DeadLetterRef[];
+      try {
+        sentTo = await sendAll(this.o.kafka, await this.producer(), this.o.topics.intents, messages);
+      } catch (err) {
+        this.o.log.error({ err, deadLetters: sending.map((g) => g.ref) }, "could not send the dead letters back");
+        for (const g of sending) refuse(g.i, "send_failed", `could not send it to ${this.o.topics.intents}: ${(err as Error).message}`);
+        return results;
+      }
+      for (const [j, g] of sending.entries()) {
+        const message = messages[j]!;
+        results[g.i]!.sentTo = sentTo[j]!;
+        // Shown at once; the feed reads the record a moment later and finds it already marked.
+        // the record as the feed will read it: its header, key and value
+        const from = redrivenFrom(message.headers[REDRIVEN_FROM_HEADER] as string, g.ref.topic, message.key === null ? null : Buffer.from(message.key), message.value);
+        if (from !== null) this.o.state.redriven(sentTo[j]!, from);
+        this.o.log.info({ deadLetter: g.ref, source: g.letter.source, reason: g.letter.reason, operator: this.o.operatorId, sentTo: sentTo[j] }, "dead letter sent back from the console");
+        this.o.onRedrive?.({ deadLetter: g.ref, source: { ...g.letter.source }, reason: g.letter.reason, operator: this.o.operatorId, sentTo: sentTo[j]! });
+      }
+      return results;
+    } finally {
+      for (const i of taken) this.redriving.delete(atOffset(refs[i]!.partition, refs[i]!.offset));
+    }
+  }
+
+  /** The idempotent producer sends go through, connected at the first; a failed connect is tried again next time. */
+  private producer(): Promise<Producer> {
+    this.redriver ??= (async () => {
+      const p = redriveProducer(this.o.kafka);
+      await p.connect();
+      return p;
+    })().catch((err: unknown) => {
+      this.redriver = null;
+      throw err;
+    });
+    return this.redriver;
+  }
+
+  async close(): Promise<void> {
+    await (await this.redriver?.catch(() => null))?.disconnect().catch(() => undefined);
+  }
+}
+
+/** A dead letter that could not be read back: not decodable, not in time, or not at all (the read failed). */
+type Unread = { unread: "undecodable" | "read_timeout" | "read_failed"; error: string };
+
+/**
+ * The dead letters at `refs` of `topic` (writ.dlq), read back in one read (read_committed), by index: null when
+ * the offset is not there any more, `{unread, error}` when it does not decode or was not read in time. The console keeps no
+ * dead letter's value, which may be a megabyte.
+ */
+export async function readDeadLetters(
+  kafka: Kafka,
+  codec: WireCodec,
+  topic: string,
+  refs: readonly { partition: number; offset: string }[],
+  timeoutMs: number,
+  log: Logger,
+): Promise<({ letter: DeadLetter } | Unread | null)[]> {
+  if (refs.length === 0) return [];
+  let read: Awaited<ReturnType<typeof readRecordsAt>>;
+  try {
+    read = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
+  } catch (err) {
+    // the brokers unreachable, the read refused (an ACL): an answer per dead letter, not a 500
+    log.warn({ err, topic }, "could not read dead letters back");
+    const error = `could not read it back from ${topic}: ${err instanceof Error ? err.message : String(err)}`;
+    return refs.map(() => ({ unread: "read_failed", error }));
+  }
+  const { found, timedOut } = read;
+  const out: ({ letter: DeadLetter } | Unread | null)[] = [];
+  for (const ref of refs) {
+    const r = found.get(atOffset(ref.partition, ref.offset));
+    if (r === undefined) {
+      out.push(timedOut ? { error: `not read back from ${topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, unread: "read_timeout" } : null);
+      continue;
+    }
+    const d = await decodeRecord(codec, "DeadLetter", r);
+    out.push(d.tombstone ? null : d.error !== undefined ? { error: d.error, unread: "undecodable" } : { letter: d.value as DeadLetter });
+  }
+  return out;
+}
+
+/**
+ * Sends `messages` to `topic` in one produce request and answers where each went, by index. Each goes to its
+ * key's murmur2 partition, computed here (`partitionFor`, as writ's client and the owners compute it) so that the
+ * answer per partition (its base offset) says each record's offset: a partition's records are one batch, in the
+ * order given. A record without a key (it is dead-lettered again) goes round the partitions.
+ */
+async function sendAll(kafka: Kafka, producer: Producer, topic: string, messages: readonly { key: string | null; value: Buffer; headers: IHeaders }[]): Promise<DeadLetterRef[]> {
+  const admin = kafka.admin();
+  let partitions: number;
+  try {
+    await admin.connect();
+    const meta = await admin.fetchTopicMetadata({ topics: [topic] });
+    partitions = meta.topics[0]?.partitions.length ?? 0;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+  if (partitions === 0) throw new Error(`the topic ${topic} has no partitions`);
+  const placed = messages.map((m, i) => ({ ...m, partition: m.key === null ? i % partitions : partitionFor(m.key, partitions) }));
+  const answers = await producer.send({ topic, acks: -1, messages: placed });
+  const base = new Map(answers.map((a) => [a.partition, BigInt(a.baseOffset ?? a.offset ?? "-1")]));
+  const next = new Map<number, number>();
+  return placed.map((m) => {
+    const at = next.get(m.partition) ?? 0;
+    next.set(m.partition, at + 1);
+    const first = base.get(m.partition);
+    if (first === undefined || first < 0n) throw new Error(`the broker answered no offset for ${topic}[${m.partition}]`);
+    return { topic, partition: m.partition, offset: String(first + BigInt(at)) };
+  });
+}
