@@ -1,9 +1,26 @@
 import { context } from "@opentelemetry/api";
 import { isOutage } from "../owner/intent-pipeline.ts";
 import type { EntityRef } from "../schemas/common.ts";
-import type { SystemOfRecord } from "../sor/adapter.ts";
+import type { PatchOutcome, ReconcileResult, SystemOfRecord } from "../sor/adapter.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type SorMethod, startSorSpan } from "../tracing/spans.ts";
+
+/**
+ * Every outcome `writ_sor_request_duration_seconds` may carry, by method (any call may also be `unavailable` or
+ * `error`): what alert rules may match on (test/unit/alert-rules.test.ts). The compile-time checks below fail when
+ * a PATCH outcome or a reconcile result is added without its label value.
+ */
+export const SOR_CALL_OUTCOMES = {
+  read: ["ok", "not_found", "unavailable", "error"],
+  patch: ["applied", "precondition_failed", "not_found", "rejected", "unavailable", "unknown", "error"],
+  upsert: ["applied", "precondition_failed", "not_found", "rejected", "unavailable", "unknown", "error"],
+  lookup: ["applied", "not_applied", "unknown", "unavailable", "error"],
+} as const satisfies Record<SorMethod, readonly string[]>;
+type Covers<All extends string, Listed extends string> = [Exclude<All, Listed>] extends [never] ? true : never;
+const patchCovered: Covers<PatchOutcome["kind"], (typeof SOR_CALL_OUTCOMES.patch)[number]> = true;
+const lookupCovered: Covers<ReconcileResult, (typeof SOR_CALL_OUTCOMES.lookup)[number]> = true;
+void patchCovered;
+void lookupCovered;
 
 /** Receives the duration of one system-of-record call: system name, method, what it came to, seconds. */
 export type SorCallObserver = (system: string, method: SorMethod, outcome: string, seconds: number) => void;

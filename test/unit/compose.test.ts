@@ -4,8 +4,9 @@
 // local stack's version, replication factor 3 / min ISR 2, a healthcheck and a
 // restart policy on every long-running service, owners that run `writ owner`
 // with a mounted tools module once the one-shot `writ topics ensure` has
-// succeeded, and the demo only in the `demo` profile. The Dockerfile builds
-// dist and ships no examples.
+// succeeded, the demo only in the `demo` profile, and in the `monitoring`
+// profile a Prometheus that loads writ's alerting rules and scrapes every owner
+// service's health server. The Dockerfile builds dist and ships no examples.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Ajv } from "ajv";
@@ -117,14 +118,49 @@ function composeProblems(text: string): string[] {
     const mine = env(s);
     const theirs = env(topicsService);
     for (const k of new Set([...Object.keys(mine), ...Object.keys(theirs)])) {
+      // the health server is each owner process's own (the one-shot serves none)
+      if (k.startsWith("WRIT_HEALTH_")) continue;
       if ((k.startsWith("WRIT_") || k === "KAFKA_BROKERS") && mine[k] !== theirs[k]) problems.push(`${name}: ${k}=${mine[k]}, ${topicsName} has ${theirs[k]}`);
     }
   }
+  problems.push(...monitoringProblems(services, owners));
   // The demo (its records server, its tools from examples/) only in the demo profile; the image has no examples/ or .ts.
   for (const [name, s] of services) {
     const demo = (s.command ?? []).some((c) => c.includes("demo-records-server")) || (s.volumes ?? []).some((v) => (typeof v === "string" ? v : (v.source ?? "")).includes("examples"));
     if (demo && !(s.profiles ?? []).includes("demo")) problems.push(`${name}: runs the demo outside the demo profile`);
     if ((s.command ?? []).some((c) => /(^|\/)examples\/|\.ts$/.test(c))) problems.push(`${name}: command ${JSON.stringify(s.command)} needs files the image does not have`);
+  }
+  return problems;
+}
+
+/**
+ * The monitoring profile: a Prometheus that loads writ's alerting rules from the repository's deploy/prometheus
+ * and scrapes every owner service (its replicas by DNS) on the port its health server listens on, reachable from
+ * another container. Only in its profile.
+ */
+function monitoringProblems(services: [string, Service][], owners: [string, Service][]): string[] {
+  const problems: string[] = [];
+  const prometheus = services.filter(([, s]) => s.image?.startsWith("prom/prometheus:"));
+  if (prometheus.length !== 1) return [`${prometheus.length} prom/prometheus services, not 1`];
+  const [name, p] = prometheus[0]!;
+  if (JSON.stringify(p.profiles) !== JSON.stringify(["monitoring"])) problems.push(`${name}: profiles ${JSON.stringify(p.profiles)}, want ["monitoring"]`);
+  const mount = (p.volumes ?? []).find((v) => typeof v === "string" && v.split(":")[1] === "/etc/prometheus");
+  if (typeof mount !== "string" || !existsSync(join(root, mount.split(":")[0]!, "prometheus.yml"))) {
+    problems.push(`${name}: no prometheus.yml of the repository mounted at /etc/prometheus`);
+    return problems;
+  }
+  const dir = join(root, mount.split(":")[0]!);
+  const config = parseDocument(readFileSync(join(dir, "prometheus.yml"), "utf8")).toJS() as {
+    rule_files?: string[];
+    scrape_configs?: { job_name: string; dns_sd_configs?: { names: string[]; type?: string; port: number }[] }[];
+  };
+  if (!(config.rule_files ?? []).includes("writ-alerts.yml") || !existsSync(join(dir, "writ-alerts.yml"))) problems.push(`${name}: does not load writ-alerts.yml`);
+  const scraped = new Map((config.scrape_configs ?? []).flatMap((c) => (c.dns_sd_configs ?? []).flatMap((d) => d.names.map((n) => [n, d.port] as const))));
+  for (const [owner, s] of owners) {
+    const e = env(s);
+    if (e["WRIT_HEALTH_HOST"] !== "0.0.0.0") problems.push(`${owner}: WRIT_HEALTH_HOST=${e["WRIT_HEALTH_HOST"]}: its /metrics is not reachable from ${name}`);
+    if (!scraped.has(owner)) problems.push(`${name}: does not scrape ${owner}`);
+    else if (String(scraped.get(owner)) !== e["WRIT_HEALTH_PORT"]) problems.push(`${name}: scrapes ${owner} on port ${scraped.get(owner)}, its WRIT_HEALTH_PORT is ${e["WRIT_HEALTH_PORT"]}`);
   }
   return problems;
 }
@@ -146,6 +182,7 @@ describe("docker-compose.yml", () => {
     expect(file.services["records"]?.profiles).toEqual(["demo"]);
     expect(file.services["records"]?.command).toEqual(["node", "dist/src/testing/demo-records-server-main.js"]);
     expect(existsSync(join(root, "examples", "compose", "tools.js"))).toBe(true);
+    expect(file.services["prometheus"]?.profiles).toEqual(["monitoring"]);
   });
 
   // The checks themselves: each breakage of the real file must be reported.
@@ -159,13 +196,17 @@ describe("docker-compose.yml", () => {
     ["a restarting one-shot", (t) => t.replace("    command: [\"writ\", \"topics\", \"ensure\"]\n    restart: \"no\"", "    command: [\"writ\", \"topics\", \"ensure\"]\n    restart: unless-stopped"), /topics: a one-shot service .* with restart: unless-stopped/],
     ["owners that do not wait for the topics", (t) => t.replace("  owner:\n    <<: *owner\n    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n    depends_on:\n      topics: { condition: service_completed_successfully }", "  owner:\n    <<: *owner\n    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n    depends_on:\n      topics: { condition: service_started }"), /owner: does not wait for topics/],
     ["owners without a tools module", (t) => t.replace("    volumes:\n      - ${WRIT_TOOLS_DIR:-./tools}:/tools:ro\n", ""), /owner: no volume mounted at \/tools/],
-    ["owners and topics that disagree on the partition count", (t) => t.replace("    environment:\n      <<: *writ-env\n      RECORDS_URL", "    environment:\n      <<: *writ-env\n      WRIT_INTENT_PARTITIONS: 6\n      RECORDS_URL"), /demo-owner: WRIT_INTENT_PARTITIONS=6, topics has 12/],
+    ["owners and topics that disagree on the partition count", (t) => t.replace("      WRIT_HEALTH_PORT: 9464\n      RECORDS_URL", "      WRIT_HEALTH_PORT: 9464\n      WRIT_INTENT_PARTITIONS: 6\n      RECORDS_URL"), /demo-owner: WRIT_INTENT_PARTITIONS=6, topics has 12/],
     ["the demo outside its profile", (t) => t.replace("  demo-owner:\n    <<: *owner\n    profiles: [demo]\n", "  demo-owner:\n    <<: *owner\n"), /demo-owner: runs the demo outside the demo profile/],
     ["a command from the sources", (t) => t.replace("dist/src/testing/demo-records-server-main.js", "src/testing/demo-records-server-main.ts"), /records: command .* needs files the image does not have/],
     ["another Kafka version", (t) => t.replace(`apache/kafka:${KAFKA_VERSION}`, "apache/kafka:4.1.0"), /image apache\/kafka:4\.1\.0, not apache\/kafka:/],
     ["two brokers", (t) => t.replace(/\n  kafka-3:\n(?: {4}[^\n]*\n| {6}[^\n]*\n)+/, "\n"), /2 Kafka brokers/],
     ["min ISR 1", (t) => t.replace("KAFKA_MIN_INSYNC_REPLICAS: 2", "KAFKA_MIN_INSYNC_REPLICAS: 1"), /KAFKA_MIN_INSYNC_REPLICAS=1, want 2/],
     ["broken YAML", (t) => t.replace("services:\n", "services:\n  - [\n"), /YAML/],
+    ["an owner whose health server Prometheus scrapes on another port", (t) => t.replace("      WRIT_HEALTH_PORT: 9464\n      RECORDS_URL", "      WRIT_HEALTH_PORT: 9465\n      RECORDS_URL"), /prometheus: scrapes demo-owner on port 9464, its WRIT_HEALTH_PORT is 9465/],
+    ["an owner's health server on its loopback only", (t) => t.replace("      WRIT_HEALTH_HOST: 0.0.0.0\n      WRIT_HEALTH_PORT: 9464\n\n", "      WRIT_HEALTH_PORT: 9464\n\n"), /owner: WRIT_HEALTH_HOST=undefined: its \/metrics is not reachable from prometheus/],
+    ["Prometheus outside its profile", (t) => t.replace("    profiles: [monitoring]\n", ""), /prometheus: profiles undefined, want \["monitoring"\]/],
+    ["Prometheus without the rules mounted", (t) => t.replace("      - ./deploy/prometheus:/etc/prometheus:ro\n", "      - ./deploy:/etc/prometheus:ro\n"), /prometheus: no prometheus.yml of the repository mounted/],
   ];
   for (const [what, breakIt, expected] of breakages) {
     it(`reports ${what}`, () => {
