@@ -89,15 +89,15 @@ afterAll(async () => {
 }, 60_000);
 
 describe("the packed tarball, installed in another project", () => {
-  it("npm pack ships dist, schemas, deploy (the alert rules), README.md, LICENSE and package.json, nothing else", async () => {
+  it("npm pack ships dist, schemas, deploy (the alert rules and the dashboard), README.md, LICENSE and package.json, nothing else", async () => {
     // dist is fresh (ensureBuilt); `npm pack` alone would build it again through the prepare script
     const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", dir], { cwd: ROOT, env: userEnv() });
     expect(packed.code, packed.stderr).toBe(0);
     const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
     tarball = join(dir, info!.filename);
     const paths = info!.files.map((f) => f.path);
-    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/prometheus\/[a-z-]+\.yml$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
-    for (const p of ["deploy/prometheus/writ-alerts.yml", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE"]) expect(paths).toContain(p);
+    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
+    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE"]) expect(paths).toContain(p);
     expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
   });
 

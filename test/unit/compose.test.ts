@@ -6,7 +6,8 @@
 // with a mounted tools module once the one-shot `writ topics ensure` has
 // succeeded, the demo only in the `demo` profile, and in the `monitoring`
 // profile a Prometheus that loads writ's alerting rules and scrapes every owner
-// service's health server. The Dockerfile builds dist and ships no examples.
+// service's health server, and a Grafana provisioned with that Prometheus and
+// writ's dashboard. The Dockerfile builds dist and ships no examples.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Ajv } from "ajv";
@@ -162,6 +163,29 @@ function monitoringProblems(services: [string, Service][], owners: [string, Serv
     if (!scraped.has(owner)) problems.push(`${name}: does not scrape ${owner}`);
     else if (String(scraped.get(owner)) !== e["WRIT_HEALTH_PORT"]) problems.push(`${name}: scrapes ${owner} on port ${scraped.get(owner)}, its WRIT_HEALTH_PORT is ${e["WRIT_HEALTH_PORT"]}`);
   }
+  problems.push(...grafanaProblems(services, name));
+  return problems;
+}
+
+/** Grafana in the monitoring profile: provisioned with that Prometheus as its data source and writ's dashboards. */
+function grafanaProblems(services: [string, Service][], prometheus: string): string[] {
+  const grafana = services.filter(([, s]) => s.image?.startsWith("grafana/grafana:"));
+  if (grafana.length !== 1) return [`${grafana.length} grafana/grafana services, not 1`];
+  const [name, g] = grafana[0]!;
+  const problems: string[] = [];
+  if (JSON.stringify(g.profiles) !== JSON.stringify(["monitoring"])) problems.push(`${name}: profiles ${JSON.stringify(g.profiles)}, want ["monitoring"]`);
+  const mounts = new Map((g.volumes ?? []).filter((v): v is string => typeof v === "string").map((v) => [v.split(":")[1]!, join(root, v.split(":")[0]!)] as const));
+  const provisioning = mounts.get("/etc/grafana/provisioning");
+  if (provisioning === undefined || !existsSync(join(provisioning, "datasources"))) return [...problems, `${name}: no provisioning of the repository mounted at /etc/grafana/provisioning`];
+  const yaml = (path: string) => parseDocument(readFileSync(path, "utf8")).toJS() as Record<string, unknown>;
+  const sources = (yaml(join(provisioning, "datasources", "prometheus.yml")).datasources ?? []) as { type?: string; url?: string }[];
+  if (!sources.some((d) => d.type === "prometheus" && d.url === `http://${prometheus}:9090`)) problems.push(`${name}: no data source at http://${prometheus}:9090`);
+  const providers = (yaml(join(provisioning, "dashboards", "writ.yml")).providers ?? []) as { options?: { path?: string } }[];
+  for (const p of providers) {
+    const dir = mounts.get(p.options?.path ?? "");
+    if (dir === undefined || !existsSync(join(dir, "writ-owners.json"))) problems.push(`${name}: its dashboards path ${p.options?.path} does not hold writ-owners.json`);
+  }
+  if (providers.length === 0) problems.push(`${name}: provisions no dashboards`);
   return problems;
 }
 
@@ -183,6 +207,7 @@ describe("docker-compose.yml", () => {
     expect(file.services["records"]?.command).toEqual(["node", "dist/src/testing/demo-records-server-main.js"]);
     expect(existsSync(join(root, "examples", "compose", "tools.js"))).toBe(true);
     expect(file.services["prometheus"]?.profiles).toEqual(["monitoring"]);
+    expect(file.services["grafana"]?.profiles).toEqual(["monitoring"]);
   });
 
   // The checks themselves: each breakage of the real file must be reported.
@@ -206,6 +231,8 @@ describe("docker-compose.yml", () => {
     ["an owner whose health server Prometheus scrapes on another port", (t) => t.replace("      WRIT_HEALTH_PORT: 9464\n      RECORDS_URL", "      WRIT_HEALTH_PORT: 9465\n      RECORDS_URL"), /prometheus: scrapes demo-owner on port 9464, its WRIT_HEALTH_PORT is 9465/],
     ["an owner's health server on its loopback only", (t) => t.replace("      WRIT_HEALTH_HOST: 0.0.0.0\n      WRIT_HEALTH_PORT: 9464\n\n", "      WRIT_HEALTH_PORT: 9464\n\n"), /owner: WRIT_HEALTH_HOST=undefined: its \/metrics is not reachable from prometheus/],
     ["Prometheus outside its profile", (t) => t.replace("    profiles: [monitoring]\n", ""), /prometheus: profiles undefined, want \["monitoring"\]/],
+    ["Grafana's dashboards mounted elsewhere than its provider reads", (t) => t.replace("./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro", "./deploy/grafana/dashboards:/var/lib/grafana/writ:ro"), /grafana: its dashboards path \/var\/lib\/grafana\/dashboards does not hold writ-owners.json/],
+    ["Grafana outside its profile", (t) => t.replace("    image: grafana/grafana:12.1.0\n    profiles: [monitoring]\n", "    image: grafana/grafana:12.1.0\n"), /grafana: profiles undefined, want \["monitoring"\]/],
     ["Prometheus without the rules mounted", (t) => t.replace("      - ./deploy/prometheus:/etc/prometheus:ro\n", "      - ./deploy:/etc/prometheus:ro\n"), /prometheus: no prometheus.yml of the repository mounted/],
   ];
   for (const [what, breakIt, expected] of breakages) {
