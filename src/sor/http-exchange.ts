@@ -1,0 +1,249 @@
+// One HTTP exchange of the adapter: the transport (undici, TLS), the request under its deadline, and what a failure
+// says about the write: known not sent (safe to try again), or maybe sent (reconcile).
+import { STATUS_CODES } from "node:http";
+import { tlsConnectOptions } from "../security/transport.ts";
+import { parseRetryAfter } from "./retry-after.ts";
+import type { HttpSystemOfRecordConfig } from "./http-options.ts";
+
+/**
+ * Failures before the request left this machine (no TCP connection, no DNS
+ * answer, a server certificate this side refused): the system cannot have seen the write.
+ */
+export const NOT_SENT_CODES = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "CERT_SIGNATURE_FAILURE",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+]);
+
+/**
+ * Unreachable host or network: not sent only when the connect itself failed. The same codes come on a kept-alive
+ * connection (an ICMP unreachable after the request went out): then the system may have seen the write.
+ */
+export const NOT_SENT_WHEN_CONNECTING = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
+
+export type Exchange =
+  /** `secrets`: the configured header values sent, to be kept out of messages built from the answer. */
+  | { kind: "answered"; res: Answer; body: string; secrets: readonly string[] }
+  /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
+  | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
+  /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes, cut off. */
+  | { kind: "no_answer"; message: string; cause: unknown; tooLarge?: true };
+
+export type Answered = Extract<Exchange, { kind: "answered" }>;
+
+/** What writ reads of an HTTP answer's head. */
+export interface Answer {
+  status: number;
+  statusText: string;
+  ok: boolean;
+  headers: { get(name: string): string | null };
+}
+
+/** Header names lower-cased, each once, values as sent: name, value, name, value… (what undici takes). */
+export type HeaderList = string[];
+
+export interface SendInit {
+  method: string;
+  headers: HeaderList;
+  body?: string;
+  signal: AbortSignal;
+}
+
+/** A request's target: the origin of the configured baseUrl, and the path (base path included) under it. */
+export interface Target {
+  origin: string;
+  path: string;
+}
+
+export type Send = (target: Target, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string> }>;
+
+export interface Transport {
+  send: Send;
+  close(): Promise<void>;
+}
+
+export type TlsConfig = NonNullable<HttpSystemOfRecordConfig["tls"]>;
+
+/** `ca`, `cert` and `key` as node:tls takes them: strings, or Buffers. */
+export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v === "string" ? v : Buffer.from(v));
+
+/**
+ * Requests through undici's `request` on an Agent of this system's own (its
+ * keep-alive pool; with `tls`, its `connect` options). Not `fetch`: the
+ * owner's CPU profile under load had undici's fetch (WHATWG streams, Request
+ * and Response objects, abort plumbing) at a fifth of the owner's busy time,
+ * for answers writ reads whole anyway. `request` follows no redirects and
+ * neither decompresses nor asks for compression. Loaded on first use.
+ */
+export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number): Transport {
+  const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
+  type Undici = typeof import("undici");
+  let loaded: Promise<{ undici: Undici; agent: InstanceType<Undici["Agent"]> }> | undefined;
+  let closing: Promise<void> | undefined;
+  const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent({ maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }) }) })));
+  return {
+    async send(target, init) {
+      let client: Awaited<ReturnType<typeof load>>;
+      try {
+        client = await load();
+      } catch (err) {
+        throw new LocalFailure(`the undici package could not be loaded: ${describe(err)}`, true, err);
+      }
+      // The agent's own request: origin and path as they are, where undici's top-level `request` parses a URL per call.
+      const res = await client.agent.request({
+        origin: target.origin,
+        path: target.path,
+        method: init.method as "GET",
+        headers: init.headers,
+        ...(init.body === undefined ? {} : { body: init.body }),
+        signal: init.signal,
+      });
+      const status = res.statusCode;
+      const answer: Answer = {
+        status,
+        statusText: STATUS_CODES[status] ?? "",
+        ok: status >= 200 && status <= 299,
+        headers: {
+          get(name) {
+            const v = res.headers[name.toLowerCase()];
+            return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+          },
+        },
+      };
+      return { answer, text: () => res.body.text() };
+    },
+    close() {
+      closing ??= (async () => {
+        const client = await loaded?.catch(() => undefined);
+        await client?.agent.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** A request that never left: the headers function failed or answered nonsense, or undici could not be loaded. */
+export class LocalFailure extends Error {
+  readonly permanent: boolean;
+  constructor(message: string, permanent: boolean, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.permanent = permanent;
+  }
+}
+
+export function errorCode(err: unknown): string | undefined {
+  return systemError(err)?.code;
+}
+
+/** The first error in the cause chain with a code, and the system call it names (`connect`, `read`, …) if any. */
+export function systemError(err: unknown): { code: string; syscall: string | undefined } | undefined {
+  let current: unknown = err;
+  for (let depth = 0; depth < 8 && typeof current === "object" && current !== null; depth++) {
+    const { code, syscall } = current as { code?: unknown; syscall?: unknown };
+    if (typeof code === "string") return { code, syscall: typeof syscall === "string" ? syscall : undefined };
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** Whether a failed send, by its system error, is known not to have left this machine. */
+export function neverSent(system: { code: string; syscall: string | undefined }): boolean {
+  return NOT_SENT_CODES.has(system.code) || (NOT_SENT_WHEN_CONNECTING.has(system.code) && system.syscall === "connect");
+}
+
+export function describe(err: unknown): string {
+  const code = errorCode(err);
+  const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
+  const message = err instanceof Error ? `${err.message}${cause}` : String(err);
+  return code === undefined ? message : `${code} (${message})`;
+}
+
+/** `promise`, or a rejection when `signal` aborts first. */
+export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+export interface Request {
+  target: Target;
+  method: string;
+  /** Builds the request headers, and lists the configured values; may call the user's headers function. Throws LocalFailure. */
+  headers: () => Promise<{ headers: HeaderList; secrets: string[] }>;
+  body?: string;
+}
+
+/**
+ * One request with a deadline covering the headers function and the answer's
+ * body too; the error's code (undici's, or the socket's, on the error or its
+ * cause) tells a request that never left from one that got no answer.
+ */
+export async function exchange(send: Send, request: Request, timeoutMs: number, maxResponseBytes: number): Promise<Exchange> {
+  // A timer cleared when the exchange ends, not AbortSignal.timeout: that one's timer cannot be cleared, so every
+  // request's signal fired its timeout (a DOMException with its stack, an abort event) long after the answer came.
+  const deadline = new AbortController();
+  const { signal } = deadline;
+  const timer = setTimeout(() => deadline.abort(new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError")), timeoutMs);
+  timer.unref();
+  try {
+    let headers: HeaderList;
+    let secrets: string[];
+    try {
+      ({ headers, secrets } = await untilAborted(request.headers(), signal));
+    } catch (err) {
+      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+      return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
+    }
+    try {
+      const sent = await send(request.target, { method: request.method, headers, ...(request.body === undefined ? {} : { body: request.body }), signal });
+      return { kind: "answered", res: sent.answer, body: await sent.text(), secrets };
+    } catch (err) {
+      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+      if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
+      const system = systemError(err);
+      if (system?.code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
+        return { kind: "no_answer", message: `the answer's body is over ${maxResponseBytes} bytes (maxResponseBytes); cut off`, cause: err, tooLarge: true };
+      }
+      if (system !== undefined && neverSent(system)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
+      return { kind: "no_answer", message: describe(err), cause: err };
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Statuses that say the system cannot take the request now (RFC 9110 §15.5.9, §15.6; RFC 6585 §4): an outage. */
+export function isOutageStatus(status: number): boolean {
+  return status >= 500 || status === 408 || status === 429;
+}
+
+/** `{ retryAfterMs }` when the answer's Retry-After gives a usable wait, else nothing (only the number goes on, never the header's text). */
+export function retryAfter(ex: { res: Answer }): { retryAfterMs?: number } {
+  const ms = parseRetryAfter(ex.res.headers.get("retry-after"), Date.now());
+  return ms === undefined ? {} : { retryAfterMs: ms };
+}
