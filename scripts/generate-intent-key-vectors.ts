@@ -27,7 +27,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { canonicalJson } from "../src/canonical-json.ts";
-import { intentKey, paramsFingerprint, type KeyScope } from "../src/keys.ts";
+import { intentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../src/keys.ts";
 import { partitionFor } from "../src/kafka/partition.ts";
 import { entityKey, type EntityRef } from "../src/schemas/common.ts";
 
@@ -224,6 +224,13 @@ export function build(): unknown {
       },
     };
   });
+  // Undos: the key of an undo is built from the undone key only (wire contract §5.7).
+  const undone = [...new Set(vectors.flatMap((v) => (v.expected.intentKey === undefined ? [] : [v.expected.intentKey])))].slice(0, 4);
+  const undo = [...undone, "0".repeat(64), "f".repeat(64)].map((key) => {
+    const canonical = canonicalJson({ v: 2, undo: key });
+    if (sha256(canonical) !== undoIntentKey(key)) throw new Error("undoIntentKey() no longer hashes {v, undo}: update this script (and bump the version) before regenerating");
+    return { undoneKey: key, expected: { canonical, intentKey: undoIntentKey(key) } };
+  });
   const seen = new Set<string>();
   const vectorKeys = vectors.flatMap((v) => (v.expected.entityKey === undefined ? [] : [v.expected.entityKey]));
   const partitionKeys = [...vectorKeys, ...EXTRA_PARTITION_KEYS].filter((k) => !seen.has(k) && seen.add(k));
@@ -238,6 +245,10 @@ export function build(): unknown {
       keys: partitionKeys.map((key) => ({ key, murmur2: murmur2(Buffer.from(key, "utf8")), partition: partitionFor(key, PARTITIONS) })),
     },
     vectors,
+    undo: {
+      about: "The intent key of an undo (wire contract §5.7): sha256 (lower-case hex) of the canonical JSON of {\"undo\": <the undone intent's key>, \"v\": 2}: the same for every submission of one undo, by any agent, run or retry.",
+      vectors: undo,
+    },
   };
 }
 

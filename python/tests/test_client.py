@@ -21,7 +21,9 @@ from writ_client import (
     RejectedReply,
     UnknownOutcome,
     WritClient,
+    create_input,
     partition_for,
+    undo_intent_key,
 )
 from writ_client.devstack import RecordsAdmin, Stack
 
@@ -29,6 +31,7 @@ from .conftest import make_client, owner_metric, reply_topic
 
 REFUND = KeyedTool(name="refund_payment", key_scope="run", intent_fields=("amountCents", "reason"), free_text_params=("note",), record_type="payment")
 TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
+OPEN = KeyedTool(name="open_ticket", key_scope="run", intent_fields=("orderRef",), free_text_params=("subject",), record_type="ticket")
 
 
 def seed_payment(records: RecordsAdmin, pid: str) -> dict[str, Any]:
@@ -261,3 +264,63 @@ def test_the_owner_never_had_to_forward_an_intent(owner: Any) -> None:
     # Owners ask the cluster again about a reply topic they have not seen (on every intent): a client's first intent,
     # sent right after it created its reply topic, is answered there, never only dead-lettered.
     assert '"reason":"reply_topic_missing"' not in log
+
+
+def test_an_undo_compensates_an_applied_write_once_whoever_submits_it(client: WritClient, plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_u_{uid}"
+    seeded = seed_payment(records, pid)
+    write = client.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(write, AppliedReply) and write.tool == "refund_payment", write
+    undone = client.undo(write, timeout=30)
+    assert isinstance(undone, AppliedReply), undone
+    assert (undone.duplicate, undone.undo_of, undone.intent_key) == (False, write.intent_key, undo_intent_key(write.intent_key))
+    # The tool's declared compensating change, on the version the write produced: a reversal naming the refund.
+    assert records.read("payment", pid)["state"]["reversals"] == [{"reverses": write.intent_key, "amountCents": 5000, "reason": "damaged"}]
+    # Again: by another agent naming the write, and by this one by its key alone. One undo, answered from the ledger.
+    again = plain_client.undo({"intentKey": write.intent_key, "entity": {"type": "payment", "id": pid}, "tool": "refund_payment"}, timeout=30)
+    by_key = client.undo(write.intent_key, run_id="another-run", timeout=30)
+    assert isinstance(again, AppliedReply) and isinstance(by_key, AppliedReply), (again, by_key)
+    assert (again.duplicate, by_key.duplicate, again.intent_key, by_key.intent_key) == (True, True, undone.intent_key, undone.intent_key)
+    # Counted at the records server (its own Idempotency-Key dedupe off): one compensating PATCH, one reversal.
+    assert records.patch_requests(undone.intent_key) == 1
+    assert len(records.read("payment", pid)["state"]["reversals"]) == 1
+
+
+def test_an_undo_of_a_write_that_was_not_applied_is_rejected_and_writes_nothing(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    tid = f"T-u-{uid}"
+    read = records.seed("ticket", tid, {"subject": "Late", "status": "open", "tags": []})
+    now = records.seed("ticket", tid, {"subject": "Late", "status": "open", "tags": ["vip"]})
+    stale = IntentInput(tool=TAG, entity=EntityRef(type="ticket", id=tid), run_id="run-1", step_id="s1", base_version=read["version"],
+                        delta=[{"op": "replace", "path": "/tags", "value": ["late"]}], params={"tag": "late"})
+    conflict = client.submit(stale, timeout=30)
+    assert isinstance(conflict, ConflictReply), conflict
+    with pytest.raises(ValueError, match="cannot undo a ConflictReply"):
+        client.undo(conflict)  # type: ignore[arg-type]
+    # By its key (this client submitted it): the owner refuses it, nothing to undo.
+    refused = client.undo(conflict.intent_key, timeout=30)
+    assert isinstance(refused, RejectedReply) and refused.reason == "undo_target_not_applied", refused
+    assert records.read("ticket", tid)["version"] == now["version"]
+    assert records.patch_requests(undo_intent_key(conflict.intent_key)) == 0
+    with pytest.raises(ValueError, match="was not submitted by this client"):
+        client.undo("0" * 64)
+
+
+def test_a_create_makes_the_record_once_per_external_id(client: WritClient, plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    ref = f"ORD-{uid}"
+    body = {"subject": "Damaged on arrival", "status": "open", "tags": [], "orderRef": ref}
+
+    def opening(run: str) -> IntentInput:
+        return create_input(OPEN, external_id=ref, body=body, params={"orderRef": ref, "subject": "Damaged on arrival"}, run_id=run, step_id="open-1")
+
+    first = client.submit(opening("run-1"), timeout=30)
+    assert isinstance(first, AppliedReply), first
+    assert (first.via, first.duplicate, first.entity.key) == ("create", False, f"ticket:{ref}")
+    # The same create again (a retry): answered from the ledger. Another agent's create of the same id: a conflict carrying the record.
+    again = client.submit(opening("run-1"), timeout=30)
+    other = plain_client.submit(opening("run-2"), timeout=30)
+    assert isinstance(again, AppliedReply) and again.duplicate, again
+    assert isinstance(other, ConflictReply) and other.current.state == body, other
+    assert records.read("ticket", ref)["state"] == body
+    assert records.put_requests(first.intent_key) == 1
+    with pytest.raises(ValueError, match="has no record_type"):
+        create_input(KeyedTool(name="open_ticket", key_scope="run", intent_fields=("orderRef",)), external_id=ref, body=body, params={"orderRef": ref}, run_id="r", step_id="s")

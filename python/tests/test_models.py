@@ -40,3 +40,31 @@ def test_an_intent_with_a_run_id_owners_would_refuse_is_not_built() -> None:
             IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id=EMOJI * 200, step_id="s", base_version='"v"',
                         delta=[{"op": "add", "path": "/a", "value": 1}], params={})
         )
+
+
+def test_an_undo_goes_on_the_wire_as_owners_take_it_and_other_intents_carry_no_undo() -> None:
+    """An undo: the undone key under ``undo``, no delta, base version ``ledger``; the schema of the wire contract."""
+    import json
+
+    from writ_client import AppliedReply, undo_intent_key
+
+    client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
+    done = "ab" * 32
+    reply = AppliedReply.model_validate(
+        {"status": "applied", "intentId": "i", "intentKey": done, "duplicate": False, "at": "2026-01-01T00:00:00.000Z",
+         "entity": {"type": "payment", "id": "pay_1"}, "version": '"v2"', "via": "patch", "tool": "refund_payment"}
+    )
+    undo = client.build_undo(reply).to_wire()
+    assert (undo["intentKey"], undo["undo"], undo["delta"], undo["params"], undo["baseVersion"], undo["tool"]) == (
+        undo_intent_key(done), {"intentKey": done}, [], {}, "ledger", "refund_payment"
+    )
+    assert undo["entity"] == {"type": "payment", "id": "pay_1"} and undo["agent"]["stepId"] == f"undo-{done[:16]}"
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    plain = client.build_intent(IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id="r", step_id="s", base_version='"v"',
+                                            delta=[{"op": "add", "path": "/a", "value": 1}], params={})).to_wire()
+    assert "undo" not in plain and "undo" not in json.loads(json.dumps(plain))
+    # Only an undo has no delta; a reply that names no tool cannot be undone without one.
+    with pytest.raises(ValidationError, match="only an undo has none"):
+        client.build_intent(IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id="r", step_id="s", base_version='"v"', delta=[], params={}))
+    with pytest.raises(ValueError, match="does not name its tool"):
+        client.build_undo(reply.model_copy(update={"tool": None}))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex
+from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex, undo_intent_key
 from writ_client.canonical import CanonicalJsonError
 from writ_client.keys import KEY_VERSION
 
@@ -51,6 +51,19 @@ def test_vector(v: dict[str, Any]) -> None:
     assert params_fingerprint(tool.name, v["entity"], params, tool.free_text_params) == expected["paramsFingerprint"]
     assert entity_key(v["entity"]) == expected["entityKey"]
     assert partition_for(expected["entityKey"], VECTORS["partitioner"]["partitions"]) == expected["partition"]
+
+
+@pytest.mark.parametrize("u", VECTORS["undo"]["vectors"], ids=[u["undoneKey"][:16] for u in VECTORS["undo"]["vectors"]])
+def test_undo_vector(u: dict[str, Any]) -> None:
+    """An undo's key, from the undone key only (wire contract §5.7): the canonical text byte for byte, then its hash."""
+    assert canonical_json({"v": KEY_VERSION, "undo": u["undoneKey"]}).encode("utf-8") == u["expected"]["canonical"].encode("utf-8")
+    assert sha256_hex(u["expected"]["canonical"]) == u["expected"]["intentKey"]
+    assert undo_intent_key(u["undoneKey"]) == u["expected"]["intentKey"]
+
+
+def test_an_undo_key_needs_an_intent_key() -> None:
+    with pytest.raises(ValueError, match="64 lower-case hex"):
+        undo_intent_key("A" * 64)
 
 
 @pytest.mark.parametrize("k", VECTORS["partitioner"]["keys"], ids=[k["key"][:40] for k in VECTORS["partitioner"]["keys"]])

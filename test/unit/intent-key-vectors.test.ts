@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
-import { intentKey, paramsFingerprint, type KeyScope } from "../../src/keys.ts";
+import { intentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../../src/keys.ts";
 import { partitionFor } from "../../src/kafka/partition.ts";
 import { entityKey, type EntityRef } from "../../src/schemas/common.ts";
 import { VECTORS_FILE, render } from "../../scripts/generate-intent-key-vectors.ts";
@@ -31,6 +31,7 @@ interface VectorsFile {
   keyVersion: number;
   partitioner: { partitions: number; keys: { key: string; murmur2: number; partition: number }[] };
   vectors: Vector[];
+  undo: { vectors: { undoneKey: string; expected: { canonical: string; intentKey: string } }[] };
 }
 
 const text = readFileSync(VECTORS_FILE, "utf8");
@@ -106,6 +107,15 @@ describe("intent key golden vectors", () => {
     expect(byName.get("number: -0.0 is 0")).toBe(byName.get("number: 0"));
     expect(byName.get("number: 1e-400 underflows to 0")).toBe(byName.get("number: 0"));
     expect(byName.get("string: e + combining acute (U+0065 U+0301), no normalization: another key")).not.toBe(byName.get("string: precomposed é (U+00E9)"));
+  });
+
+  it("gives an undo's key from the undone key only, its canonical text exactly what is hashed", () => {
+    expect(file.undo.vectors.length).toBeGreaterThanOrEqual(4);
+    for (const u of file.undo.vectors) {
+      expect(undoIntentKey(u.undoneKey)).toBe(u.expected.intentKey);
+      expect(sha256(u.expected.canonical)).toBe(u.expected.intentKey);
+      expect(u.expected.canonical).toBe(`{"undo":"${u.undoneKey}","v":2}`);
+    }
   });
 
   it("partitions keys as kafkajs's DefaultPartitioner (Java's murmur2) does", () => {

@@ -5,10 +5,12 @@ implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
 """
 
 from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
-from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient
+from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient, create_input
 from .codec import DecodeError, RegistryError, WireCodec
-from .keys import KEY_VERSION, KeyedTool, entity_key, intent_key, intent_key_material, params_fingerprint
+from .keys import KEY_VERSION, KeyedTool, entity_key, intent_key, intent_key_material, params_fingerprint, undo_intent_key
 from .models import (
+    ABSENT_VERSION,
+    LEDGER_VERSION,
     AppliedReply,
     BlockedOutcome,
     ConflictReply,
@@ -18,6 +20,7 @@ from .models import (
     RejectedReply,
     Reply,
     SubmitResult,
+    UndoRef,
     UnknownOutcome,
     Versioned,
     WriteIntent,
@@ -30,8 +33,10 @@ from .signing import SIGNATURE_HEADER, Ed25519Signer, IntentSigner, SigningError
 __version__ = "0.1.0"
 
 __all__ = [
+    "ABSENT_VERSION",
     "CONTROL_HEADER",
     "KEY_VERSION",
+    "LEDGER_VERSION",
     "SIGNATURE_HEADER",
     "AppliedReply",
     "BlockedOutcome",
@@ -56,12 +61,14 @@ __all__ = [
     "SecurityConfigError",
     "SigningError",
     "SubmitResult",
+    "UndoRef",
     "UnknownOutcome",
     "Versioned",
     "WireCodec",
     "WritClient",
     "WriteIntent",
     "canonical_json",
+    "create_input",
     "entity_key",
     "intent_key",
     "intent_key_material",
@@ -73,5 +80,6 @@ __all__ = [
     "sha256_hex",
     "sign_intent",
     "signed_bytes",
+    "undo_intent_key",
     "verify_intent_signature",
 ]

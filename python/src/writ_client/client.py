@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +49,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .canonical import CanonicalJsonError, canonical_json
 from .codec import DecodeError, RegistryError, WireCodec
-from .keys import KeyedTool, entity_key, intent_key
+from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
 from .models import (
+    ABSENT_VERSION,
+    LEDGER_VERSION,
     AgentRef,
+    AppliedReply,
     BlockedOutcome,
     EntityRef,
     JsonPatchOp,
     SubmitResult,
+    UndoRef,
     UnknownOutcome,
     WriteIntent,
     iso_now,
@@ -64,7 +69,7 @@ from .partitioner import partition_for
 from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, transport_warnings
 from .signing import SIGNATURE_HEADER, IntentSigner, SigningError, sign_intent
 
-__all__ = ["CONTROL_HEADER", "IntentInput", "IntentSigner", "ReplyStream", "WritClient"]
+__all__ = ["CONTROL_HEADER", "IntentInput", "IntentSigner", "ReplyStream", "WritClient", "create_input"]
 
 #: Records carrying this header are not values (e.g. an owner's ``heal`` record): every reader skips them.
 CONTROL_HEADER = "writ-control"
@@ -103,6 +108,45 @@ class IntentInput(BaseModel):
     base_version: str
     delta: list[JsonPatchOp]
     params: dict[str, Any]
+
+
+def create_input(
+    tool: KeyedTool,
+    *,
+    external_id: str,
+    body: Any,
+    params: Mapping[str, Any],
+    run_id: str,
+    step_id: str,
+    tool_call_id: str | None = None,
+    record_type: str | None = None,
+) -> IntentInput:
+    """The :class:`IntentInput` of a create (TypeScript's ``createIntentInput``): the record ``{record_type,
+    external_id}``, base version ``"absent"`` and the delta ``[{"op": "add", "path": "", "value": body}]``.
+
+    ``external_id`` and ``body`` must be what the owner's declaration makes of ``params`` (its
+    ``create.externalId`` and ``create.body``): the owner rebuilds both and rejects a create that differs. The
+    record type is ``record_type``, else the tool's. One create per external id: the owner creates it with
+    ``If-None-Match: *``, a repeat is answered from the ledger, another agent's create of the same id is a
+    conflict carrying the record.
+    """
+    kind = record_type or tool.record_type
+    if not kind:
+        raise ValueError(f"create_input: tool {tool.name} has no record_type; pass record_type=")
+    return IntentInput(
+        tool=tool,
+        entity=EntityRef(type=kind, id=external_id),
+        run_id=run_id,
+        step_id=step_id,
+        tool_call_id=tool_call_id,
+        base_version=ABSENT_VERSION,
+        delta=[{"op": "add", "path": "", "value": body}],
+        params=dict(params),
+    )
+
+
+#: How many submitted intents a client remembers (key → record and tool) for :meth:`WritClient.undo` by key alone.
+_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True)
@@ -210,6 +254,7 @@ class WritClient:
             raise ValueError(f"kafka_config['message.max.bytes'] must be a positive integer, got {self._extra.get('message.max.bytes')!r}")
         self.codec = WireCodec(self.schema_registry_url, frame=frame_values, auth=schema_registry_auth, tls=schema_registry_tls)
         self._waiting: dict[str, concurrent.futures.Future[Reply]] = {}
+        self._submitted: OrderedDict[str, tuple[EntityRef, str]] = OrderedDict()
         self._listeners: set[Callable[[Reply], None]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -557,6 +602,9 @@ class WritClient:
         built = [i if isinstance(i, WriteIntent) else self.build_intent(i) for i in intents]
         # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
         records = [self._record(intent, *self._prepare(intent)) for intent in built]
+        with self._lock:
+            for intent in built:
+                self._remember(intent)
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
         deadline = time.monotonic() + wait
@@ -593,6 +641,100 @@ class WritClient:
 
     async def asubmit_all(self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None) -> list[SubmitResult]:
         return await asyncio.to_thread(self.submit_all, intents, timeout=timeout)
+
+    def build_undo(
+        self, target: str | AppliedReply | Mapping[str, Any], *, run_id: str = "undo", step_id: str | None = None, tool_call_id: str | None = None
+    ) -> WriteIntent:
+        """The undo of an applied write, without sending it: intent key ``undo_intent_key(<its key>)`` (the same for
+        every submission, by any agent), the write's record and tool, base version ``"ledger"``, no delta, no params.
+
+        ``target``: the write's applied reply (owners name its tool on it), its intent key when this client
+        submitted it (the last 10,000 are remembered), or ``{"intentKey", "entity", "tool"}``.
+        """
+        key, entity, tool = self._undone(target)
+        return WriteIntent(
+            intent_id=str(uuid.uuid4()),
+            intent_key=undo_intent_key(key),
+            entity=entity,
+            tool=tool,
+            agent=AgentRef(id=self.agent_id, run_id=run_id, step_id=step_id or f"undo-{key[:16]}", tool_call_id=tool_call_id),
+            base_version=LEDGER_VERSION,
+            delta=[],
+            params={},
+            reply_to=self.reply_topic,
+            created_at=iso_now(),
+            undo=UndoRef(intent_key=key),
+        )
+
+    def undo(
+        self,
+        target: str | AppliedReply | Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        run_id: str = "undo",
+        step_id: str | None = None,
+        tool_call_id: str | None = None,
+    ) -> SubmitResult:
+        """Submits the undo of an applied write, once (TypeScript's ``client.undo``): the tool's declared
+        compensating change, applied by the record's owner only on the version the write produced.
+
+        Returns like :meth:`submit`: ``applied`` (its ``undo_of`` names the write); ``conflict`` with the current
+        record when it changed since the write (nothing undone); ``rejected`` with ``undo_target_unknown``,
+        ``undo_target_not_applied``, ``undo_target_mismatch``, ``undo_not_declared`` or ``undo_failed``.
+        Submitting it again (any agent, any run) is a repeat, answered from the ledger. ``run_id`` and
+        ``step_id`` are carried for correlation only; they are not part of the undo's key.
+        """
+        return self.submit(self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id), timeout=timeout)
+
+    async def aundo(
+        self,
+        target: str | AppliedReply | Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        run_id: str = "undo",
+        step_id: str | None = None,
+        tool_call_id: str | None = None,
+    ) -> SubmitResult:
+        """:meth:`undo` for asyncio code (runs in a worker thread)."""
+        return await asyncio.to_thread(self.undo, target, timeout=timeout, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id)
+
+    def _undone(self, target: str | AppliedReply | Mapping[str, Any]) -> tuple[str, EntityRef, str]:
+        """The undone write's key, record and tool, from what the caller gave and what this client remembers."""
+
+        def unknown(why: str) -> ValueError:
+            return ValueError(f"undo: {why}; pass the write's applied reply, or {{'intentKey', 'entity', 'tool'}} (writ undo <key> looks a key up in the ledger)")
+
+        if isinstance(target, str):
+            with self._lock:
+                known = self._submitted.get(target)
+            if known is None:
+                raise unknown(f"intent key {target[:64]} was not submitted by this client")
+            return target, known[0], known[1]
+        if isinstance(target, AppliedReply):
+            key, entity, tool = target.intent_key, target.entity, target.tool
+        elif isinstance(target, Mapping):
+            key = target.get("intentKey", target.get("intent_key"))
+            entity, tool = target.get("entity"), target.get("tool")
+        else:
+            raise unknown(f"cannot undo a {type(target).__name__} (a {getattr(target, 'status', '?')} result has nothing to undo)")
+        if not isinstance(key, str):
+            raise unknown("no intent key given")
+        with self._lock:
+            known = self._submitted.get(key)
+        if isinstance(tool, KeyedTool):
+            tool = tool.name
+        record = EntityRef.model_validate(entity) if entity is not None else (known[0] if known else None)
+        name = tool if isinstance(tool, str) else (known[1] if known else None)
+        if record is None or name is None:
+            raise unknown(f"the reply of {key[:64]} does not name its {'tool' if record is not None else 'record'}")
+        return key, EntityRef(type=record.type, id=record.id), name
+
+    def _remember(self, intent: WriteIntent) -> None:
+        """Notes a submitted intent's record and tool by its key (the caller holds the lock)."""
+        self._submitted.pop(intent.intent_key, None)
+        self._submitted[intent.intent_key] = (intent.entity, intent.tool)
+        while len(self._submitted) > _REMEMBERED:
+            self._submitted.popitem(last=False)
 
     def _prepare(self, intent: WriteIntent) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """The intent's wire object and its record headers; refuses one with no canonical JSON."""

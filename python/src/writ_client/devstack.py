@@ -353,9 +353,13 @@ class RecordsAdmin:
         return {"state": body, "version": headers.get("etag")}
 
     def stats(self) -> dict[str, Any]:
-        """``records``, ``writes``, ``patchRequests``, ``patchRequestsByKey``, ``writesByKey``."""
+        """``records``, ``writes``, ``patchRequests``, ``patchRequestsByKey``, ``writesByKey``, ``putRequests``, ``putRequestsByKey``."""
         return self._request("GET", "/_admin/stats")[1]
 
     def patch_requests(self, intent_key: str) -> int:
         """PATCH requests that reached the server with this Idempotency-Key (the intent key)."""
         return int(self.stats().get("patchRequestsByKey", {}).get(intent_key, 0))
+
+    def put_requests(self, intent_key: str) -> int:
+        """PUT requests (creates) that reached the server with this Idempotency-Key (the intent key)."""
+        return int(self.stats().get("putRequestsByKey", {}).get(intent_key, 0))

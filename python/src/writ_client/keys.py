@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -9,12 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .canonical import canonical_json, sha256_hex
 
-__all__ = ["KEY_VERSION", "KeyScope", "KeyedTool", "MissingIntentField", "entity_key", "intent_key", "intent_key_material", "params_fingerprint"]
+__all__ = ["KEY_VERSION", "KeyScope", "KeyedTool", "MissingIntentField", "entity_key", "intent_key", "intent_key_material", "params_fingerprint", "undo_intent_key"]
 
 #: ``v`` of the hashed object. A new version is a wire-contract change.
 KEY_VERSION = 2
 
 KeyScope = Literal["run", "global"]
+
+_INTENT_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 class KeyedTool(BaseModel):
@@ -75,6 +78,17 @@ def intent_key(*, tool: KeyedTool, agent_id: str, run_id: str, step_id: str, ent
     owners recompute it and refuse an intent whose key differs.
     """
     return sha256_hex(canonical_json(intent_key_material(tool=tool, agent_id=agent_id, run_id=run_id, step_id=step_id, entity=entity, params=params)))
+
+
+def undo_intent_key(undone_key: str) -> str:
+    """The intent key of the undo of the intent keyed ``undone_key``: sha256 (hex) of ``{"undo": <key>, "v": 2}``.
+
+    Built from the undone key only (not agent, run or step), so every submission of one undo, by any agent, run or
+    retry, is one intent. Byte-identical to TypeScript's ``undoIntentKey()`` (wire contract §5.7).
+    """
+    if not isinstance(undone_key, str) or not _INTENT_KEY.fullmatch(undone_key):
+        raise ValueError(f"an intent key is 64 lower-case hex characters, got {undone_key!r:.80}")
+    return sha256_hex(canonical_json({"v": KEY_VERSION, "undo": undone_key}))
 
 
 def params_fingerprint(tool: str, entity: Any, params: Mapping[str, Any], free_text_params: Sequence[str]) -> str:

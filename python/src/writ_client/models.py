@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -138,6 +138,19 @@ class AgentRef(_Wire):
         return data
 
 
+#: The base version of a create (the record must not exist) and of an undo (the owner takes it from its ledger).
+ABSENT_VERSION = "absent"
+LEDGER_VERSION = "ledger"
+
+
+class UndoRef(_Wire):
+    """On an undo: the intent whose applied change it compensates."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    intent_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class WriteIntent(_Wire):
     """What an agent's write tool publishes on ``writ.intents`` (key: the entity key)."""
 
@@ -150,10 +163,31 @@ class WriteIntent(_Wire):
     tool: _Text128
     agent: AgentRef
     base_version: _Text256
-    delta: list[JsonPatchOp] = Field(min_length=1, max_length=256)
+    #: At least one operation, except on an undo (the owner derives the compensating change): none.
+    delta: list[JsonPatchOp] = Field(max_length=256)
     params: dict[str, Any]
     reply_to: _Text249
     created_at: str
+    #: Only on an undo (:meth:`WritClient.undo`).
+    undo: UndoRef | None = None
+
+    @model_validator(mode="after")
+    def _delta_unless_undo(self) -> WriteIntent:
+        if (len(self.delta) == 0) != (self.undo is not None):
+            raise ValueError("the delta must have at least one operation (only an undo has none)")
+        return self
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """As pydantic's, without ``undo`` when it is not set (owners take no ``null`` there). Not a wrap
+        serializer: that would turn the UnicodeEncodeError of a lone surrogate, which :meth:`WritClient.submit`
+        handles, into a serialization error."""
+        if self.undo is None:
+            exclude = kwargs.get("exclude")
+            if exclude is None:
+                kwargs["exclude"] = {"undo"}
+            elif isinstance(exclude, (set, frozenset)):
+                kwargs["exclude"] = {*exclude, "undo"}
+        return super().model_dump(**kwargs)
 
     @field_validator("created_at")
     @classmethod
@@ -185,9 +219,13 @@ class AppliedReply(_ReplyBase):
     #: The record after the write (None on a repeat, or when ``truncated``).
     state: Any = None
     version: str
-    #: ``patch`` or ``reconcile``.
+    #: ``patch``, ``create`` or ``reconcile``.
     via: str
     truncated: bool | None = None
+    #: The write tool, so that the write can be undone from its reply (:meth:`WritClient.undo`).
+    tool: str | None = None
+    #: On the reply to an undo: the key of the intent it compensated.
+    undo_of: str | None = None
 
 
 class ConflictReply(_ReplyBase):
