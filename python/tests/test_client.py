@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -277,7 +278,7 @@ def test_an_undo_compensates_an_applied_write_once_whoever_submits_it(client: Wr
     # The tool's declared compensating change, on the version the write produced: a reversal naming the refund.
     assert records.read("payment", pid)["state"]["reversals"] == [{"reverses": write.intent_key, "amountCents": 5000, "reason": "damaged"}]
     # Again: by another agent naming the write, and by this one by its key alone. One undo, answered from the ledger.
-    again = plain_client.undo({"intentKey": write.intent_key, "entity": {"type": "payment", "id": pid}, "tool": "refund_payment"}, timeout=30)
+    again = asyncio.run(plain_client.aundo({"intentKey": write.intent_key, "entity": {"type": "payment", "id": pid}, "tool": "refund_payment"}, timeout=30))
     by_key = client.undo(write.intent_key, run_id="another-run", timeout=30)
     assert isinstance(again, AppliedReply) and isinstance(by_key, AppliedReply), (again, by_key)
     assert (again.duplicate, by_key.duplicate, again.intent_key, by_key.intent_key) == (True, True, undone.intent_key, undone.intent_key)

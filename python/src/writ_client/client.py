@@ -41,11 +41,12 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import Unpack
 
 from .canonical import CanonicalJsonError, canonical_json
 from .codec import DecodeError, RegistryError, WireCodec
@@ -143,6 +144,15 @@ def create_input(
         delta=[{"op": "add", "path": "", "value": body}],
         params=dict(params),
     )
+
+
+class _UndoOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`WritClient.undo`."""
+
+    timeout: float | None
+    run_id: str
+    step_id: str | None
+    tool_call_id: str | None
 
 
 #: How many submitted intents a client remembers (key → record and tool) for :meth:`WritClient.undo` by key alone.
@@ -686,17 +696,9 @@ class WritClient:
         """
         return self.submit(self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id), timeout=timeout)
 
-    async def aundo(
-        self,
-        target: str | AppliedReply | Mapping[str, Any],
-        *,
-        timeout: float | None = None,
-        run_id: str = "undo",
-        step_id: str | None = None,
-        tool_call_id: str | None = None,
-    ) -> SubmitResult:
-        """:meth:`undo` for asyncio code (runs in a worker thread)."""
-        return await asyncio.to_thread(self.undo, target, timeout=timeout, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id)
+    async def aundo(self, target: str | AppliedReply | Mapping[str, Any], **options: Unpack[_UndoOptions]) -> SubmitResult:
+        """:meth:`undo` for asyncio code (runs in a worker thread); the same keyword arguments."""
+        return await asyncio.to_thread(self.undo, target, **options)
 
     def _undone(self, target: str | AppliedReply | Mapping[str, Any]) -> tuple[str, EntityRef, str]:
         """The undone write's key, record and tool, from what the caller gave and what this client remembers."""
