@@ -27,7 +27,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { canonicalJson } from "../src/canonical-json.ts";
-import { intentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../src/keys.ts";
+import { changeId, intentKey, leaseIntentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../src/keys.ts";
 import { partitionFor } from "../src/kafka/partition.ts";
 import { entityKey, type EntityRef } from "../src/schemas/common.ts";
 
@@ -231,6 +231,24 @@ export function build(): unknown {
     if (sha256(canonical) !== undoIntentKey(key)) throw new Error("undoIntentKey() no longer hashes {v, undo}: update this script (and bump the version) before regenerating");
     return { undoneKey: key, expected: { canonical, intentKey: undoIntentKey(key) } };
   });
+  // Changes that span records: the change's id from agent, run and step; a lease intent's key from the change, the op and the record (§5.8).
+  const changes = [
+    { agentId: "billing-agent", runId: "conv-7f3a", stepId: "resolve-T-44", entities: [{ type: "ticket", id: "T-44" }, pay] },
+    { agentId: "agent-é", runId: "run-漢字-😀", stepId: "étape/1", entities: [{ type: "ticket", id: "T-é漢字😀" }] },
+    { agentId: "billing-agent", runId: "conv-7f3a", stepId: "resolve-T-45", entities: [{ type: "account", id: "c-81" }] },
+  ].map((c) => {
+    const canonical = canonicalJson({ v: 2, change: { agent: c.agentId, run: c.runId, step: c.stepId } });
+    const change = changeId(c);
+    if (sha256(canonical) !== change) throw new Error("changeId() no longer hashes {v, change}: update this script (and bump the version) before regenerating");
+    const leases = c.entities.flatMap((entity) =>
+      (["acquire", "release"] as const).map((op) => {
+        const text = canonicalJson({ v: 2, lease: change, op, target: entityKey(entity) });
+        if (sha256(text) !== leaseIntentKey(change, op, entity)) throw new Error("leaseIntentKey() no longer hashes {v, lease, op, target}: update this script first");
+        return { op, entity, expected: { canonical: text, intentKey: leaseIntentKey(change, op, entity) } };
+      }),
+    );
+    return { agentId: c.agentId, runId: c.runId, stepId: c.stepId, expected: { canonical, changeId: change }, leases };
+  });
   const seen = new Set<string>();
   const vectorKeys = vectors.flatMap((v) => (v.expected.entityKey === undefined ? [] : [v.expected.entityKey]));
   const partitionKeys = [...vectorKeys, ...EXTRA_PARTITION_KEYS].filter((k) => !seen.has(k) && seen.add(k));
@@ -248,6 +266,10 @@ export function build(): unknown {
     undo: {
       about: "The intent key of an undo (wire contract §5.7): sha256 (lower-case hex) of the canonical JSON of {\"undo\": <the undone intent's key>, \"v\": 2}: the same for every submission of one undo, by any agent, run or retry.",
       vectors: undo,
+    },
+    change: {
+      about: "Changes that span records (wire contract §5.8): a change's id is sha256 (lower-case hex) of the canonical JSON of {\"change\": {\"agent\", \"run\", \"step\"}, \"v\": 2}; a lease intent's key of {\"lease\": <change id>, \"op\": \"acquire\" | \"release\", \"target\": <entity key>, \"v\": 2}.",
+      vectors: changes,
     },
   };
 }

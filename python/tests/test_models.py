@@ -64,7 +64,7 @@ def test_an_undo_goes_on_the_wire_as_owners_take_it_and_other_intents_carry_no_u
                                             delta=[{"op": "add", "path": "/a", "value": 1}], params={})).to_wire()
     assert "undo" not in plain and "undo" not in json.loads(json.dumps(plain))
     # Only an undo has no delta; a reply that names no tool cannot be undone without one.
-    with pytest.raises(ValidationError, match="only an undo has none"):
+    with pytest.raises(ValidationError, match="only an undo, a lease acquire or a lease release has none"):
         client.build_intent(IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id="r", step_id="s", base_version='"v"', delta=[], params={}))
     with pytest.raises(ValueError, match="does not name its tool"):
         client.build_undo(reply.model_copy(update={"tool": None}))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex, undo_intent_key
+from writ_client.keys import change_id, lease_intent_key
 from writ_client.canonical import CanonicalJsonError
 from writ_client.keys import KEY_VERSION
 
@@ -59,6 +60,16 @@ def test_undo_vector(u: dict[str, Any]) -> None:
     assert canonical_json({"v": KEY_VERSION, "undo": u["undoneKey"]}).encode("utf-8") == u["expected"]["canonical"].encode("utf-8")
     assert sha256_hex(u["expected"]["canonical"]) == u["expected"]["intentKey"]
     assert undo_intent_key(u["undoneKey"]) == u["expected"]["intentKey"]
+
+
+@pytest.mark.parametrize("c", VECTORS["change"]["vectors"], ids=[c["stepId"] for c in VECTORS["change"]["vectors"]])
+def test_change_vector(c: dict[str, Any]) -> None:
+    """A change's id and its lease intents' keys (wire contract §5.8), byte for byte."""
+    assert canonical_json({"v": KEY_VERSION, "change": {"agent": c["agentId"], "run": c["runId"], "step": c["stepId"]}}).encode("utf-8") == c["expected"]["canonical"].encode("utf-8")
+    assert change_id(agent_id=c["agentId"], run_id=c["runId"], step_id=c["stepId"]) == c["expected"]["changeId"]
+    for lease in c["leases"]:
+        assert sha256_hex(lease["expected"]["canonical"]) == lease["expected"]["intentKey"]
+        assert lease_intent_key(c["expected"]["changeId"], lease["op"], lease["entity"]) == lease["expected"]["intentKey"]
 
 
 def test_an_undo_key_needs_an_intent_key() -> None:

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
-import { intentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../../src/keys.ts";
+import { changeId, intentKey, leaseIntentKey, paramsFingerprint, undoIntentKey, type KeyScope } from "../../src/keys.ts";
 import { partitionFor } from "../../src/kafka/partition.ts";
 import { entityKey, type EntityRef } from "../../src/schemas/common.ts";
 import { VECTORS_FILE, render } from "../../scripts/generate-intent-key-vectors.ts";
@@ -32,6 +32,15 @@ interface VectorsFile {
   partitioner: { partitions: number; keys: { key: string; murmur2: number; partition: number }[] };
   vectors: Vector[];
   undo: { vectors: { undoneKey: string; expected: { canonical: string; intentKey: string } }[] };
+  change: {
+    vectors: {
+      agentId: string;
+      runId: string;
+      stepId: string;
+      expected: { canonical: string; changeId: string };
+      leases: { op: "acquire" | "release"; entity: EntityRef; expected: { canonical: string; intentKey: string } }[];
+    }[];
+  };
 }
 
 const text = readFileSync(VECTORS_FILE, "utf8");
@@ -116,6 +125,21 @@ describe("intent key golden vectors", () => {
       expect(sha256(u.expected.canonical)).toBe(u.expected.intentKey);
       expect(u.expected.canonical).toBe(`{"undo":"${u.undoneKey}","v":2}`);
     }
+  });
+
+  it("gives a change's id and its lease intents' keys, the canonical texts exactly what is hashed", () => {
+    expect(file.change.vectors.length).toBeGreaterThanOrEqual(3);
+    for (const c of file.change.vectors) {
+      expect(changeId(c)).toBe(c.expected.changeId);
+      expect(sha256(c.expected.canonical)).toBe(c.expected.changeId);
+      for (const l of c.leases) {
+        expect(leaseIntentKey(c.expected.changeId, l.op, l.entity)).toBe(l.expected.intentKey);
+        expect(sha256(l.expected.canonical)).toBe(l.expected.intentKey);
+      }
+    }
+    // the wire contract's own example (docs/wire-contract.md §5.8)
+    expect(file.change.vectors[0]!.expected.changeId).toBe("ccb58e317fe9561fa0f1fdfbf454deb0f70fceeb6815dfcea23a4eae8ee495a8");
+    expect(file.change.vectors[0]!.leases[0]!.expected.intentKey).toBe("6d8d5c457ca54107f363889b5150acfcbdbf3468595bbe590702006d8f25db27");
   });
 
   it("partitions keys as kafkajs's DefaultPartitioner (Java's murmur2) does", () => {

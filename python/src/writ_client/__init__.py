@@ -6,8 +6,9 @@ implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
 
 from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
 from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient, create_input
+from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
-from .keys import KEY_VERSION, KeyedTool, entity_key, intent_key, intent_key_material, params_fingerprint, undo_intent_key
+from .keys import KEY_VERSION, KeyedTool, change_id, entity_key, intent_key, intent_key_material, lease_intent_key, params_fingerprint, undo_intent_key
 from .models import (
     ABSENT_VERSION,
     LEDGER_VERSION,
@@ -41,6 +42,13 @@ __all__ = [
     "AppliedReply",
     "BlockedOutcome",
     "CanonicalJsonError",
+    "ChangeApplied",
+    "ChangeCompensated",
+    "ChangeIncomplete",
+    "ChangeInput",
+    "ChangeNotStarted",
+    "ChangeResult",
+    "ChangeStep",
     "ConflictReply",
     "ConnectionSecurity",
     "DecodeError",
@@ -68,11 +76,13 @@ __all__ = [
     "WritClient",
     "WriteIntent",
     "canonical_json",
+    "change_id",
     "create_input",
     "entity_key",
     "intent_key",
     "intent_key_material",
     "js_number",
+    "lease_intent_key",
     "murmur2",
     "params_fingerprint",
     "parse_reply",

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import json
 import logging
 import math
 import os
 import queue
+import random
 import re
 import threading
 import time
@@ -41,7 +43,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -57,6 +59,7 @@ from .models import (
     AgentRef,
     AppliedReply,
     BlockedOutcome,
+    RejectedReply,
     EntityRef,
     JsonPatchOp,
     SubmitResult,
@@ -69,6 +72,9 @@ from .models import (
 from .partitioner import partition_for
 from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, transport_warnings
 from .signing import SIGNATURE_HEADER, IntentSigner, SigningError, sign_intent
+
+if TYPE_CHECKING:
+    from .change import ChangeInput, ChangeResult
 
 __all__ = ["CONTROL_HEADER", "IntentInput", "IntentSigner", "ReplyStream", "WritClient", "create_input"]
 
@@ -144,6 +150,13 @@ def create_input(
         delta=[{"op": "add", "path": "", "value": body}],
         params=dict(params),
     )
+
+
+def backoff_until(round_: int, deadline: float) -> float:
+    """Seconds to wait before asking again (a write answered ``leased``; a change's intents): 100 ms doubling to
+    2 s, ±20 %, never past ``deadline`` (monotonic). As TypeScript's ``backoffUntil``."""
+    base = min(2.0, 0.1 * (2**round_))
+    return max(0.0, min(deadline - time.monotonic(), base * random.uniform(0.8, 1.2)))
 
 
 class _UndoOptions(TypedDict, total=False):
@@ -585,15 +598,28 @@ class WritClient:
             created_at=iso_now(),
         )
 
-    def submit(self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None) -> SubmitResult:
+    def submit(
+        self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None, on_leased: Literal["wait", "answer"] = "wait"
+    ) -> SubmitResult:
         """Publishes the intent and returns its reply, or ``unknown``/``blocked`` at the deadline.
 
         Never replays on its own: the write may have happened. Submitting the
-        same intent key again asks the owner again, and is always safe.
+        same intent key again asks the owner again, and is always safe. A record
+        leased to a change that spans records answers other writes
+        ``rejected: leased`` with nothing written: ``on_leased="wait"`` (the
+        default, as TypeScript's ``onLeased``) submits it again, with a new intent
+        id and the same key, backing off, until the deadline; ``"answer"``
+        returns that reply.
         """
-        return self.submit_all([intent], timeout=timeout)[0]
+        return self.submit_all([intent], timeout=timeout, on_leased=on_leased)[0]
 
-    def submit_all(self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None) -> list[SubmitResult]:
+    def submit_all(
+        self,
+        intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
+        on_leased: Literal["wait", "answer"] = "wait",
+    ) -> list[SubmitResult]:
         """Publishes many intents at once and returns each reply (or ``unknown``/``blocked``), in order.
 
         Raises :class:`~writ_client.canonical.CanonicalJsonError` (``not_canonical``) before anything is
@@ -603,13 +629,39 @@ class WritClient:
 
         A send that fails raises when no intent of the batch was sent. When some were, each intent gets its
         outcome: the reply of those sent, ``unknown`` (its message says why) for those whose send failed or
-        that were never handed to the producer.
+        that were never handed to the producer. ``on_leased``: as in :meth:`submit`.
         """
         if not self._started or self._closed:
             raise RuntimeError("the client is not started (use start() or a with block)")
-        assert self._producer is not None
+        if on_leased not in ("wait", "answer"):
+            raise ValueError(f'on_leased must be "wait" or "answer", got {on_leased!r:.40}')
         wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
+        deadline = time.monotonic() + wait
         built = [i if isinstance(i, WriteIntent) else self.build_intent(i) for i in intents]
+        out = self._send_and_wait(built, deadline)
+        if on_leased == "answer":
+            return out
+        # A record leased to a change: nothing was written; ask again (a new submission of the same key) until the deadline.
+        for round_ in itertools.count():
+            again = [i for i, r in enumerate(out) if isinstance(r, RejectedReply) and r.reason == "leased" and built[i].lease is None]
+            if not again or time.monotonic() >= deadline:
+                return out
+            time.sleep(backoff_until(round_, deadline))
+            if time.monotonic() >= deadline:
+                return out
+            resent = [built[i].model_copy(update={"intent_id": str(uuid.uuid4()), "created_at": iso_now()}) for i in again]
+            try:
+                answers = self._send_and_wait(resent, deadline)
+            except KafkaException:
+                # Nothing of the resend was sent: the answers so far stand, the leased ones still `leased`.
+                return out
+            for j, i in enumerate(again):
+                built[i], out[i] = resent[j], answers[j]
+        raise AssertionError("unreachable")
+
+    def _send_and_wait(self, built: list[WriteIntent], deadline: float) -> list[SubmitResult]:
+        """Sends the intents and waits for their replies until ``deadline`` (monotonic), then probes for the rest."""
+        assert self._producer is not None
         # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
         records = [self._record(intent, *self._prepare(intent)) for intent in built]
         with self._lock:
@@ -617,7 +669,6 @@ class WritClient:
                 self._remember(intent)
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
-        deadline = time.monotonic() + wait
         waiters: list[concurrent.futures.Future[Reply]] = []
         with self._lock:
             for intent in built:
@@ -645,12 +696,27 @@ class WritClient:
                 for intent in built:
                     self._waiting.pop(intent.intent_id, None)
 
-    async def asubmit(self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None) -> SubmitResult:
+    async def asubmit(
+        self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None, on_leased: Literal["wait", "answer"] = "wait"
+    ) -> SubmitResult:
         """:meth:`submit` for asyncio code (runs in a worker thread)."""
-        return await asyncio.to_thread(self.submit, intent, timeout=timeout)
+        return await asyncio.to_thread(self.submit, intent, timeout=timeout, on_leased=on_leased)
 
-    async def asubmit_all(self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None) -> list[SubmitResult]:
-        return await asyncio.to_thread(self.submit_all, intents, timeout=timeout)
+    async def asubmit_all(
+        self, intents: Sequence[IntentInput | WriteIntent | Mapping[str, Any]], *, timeout: float | None = None, on_leased: Literal["wait", "answer"] = "wait"
+    ) -> list[SubmitResult]:
+        return await asyncio.to_thread(self.submit_all, intents, timeout=timeout, on_leased=on_leased)
+
+    def change(self, change: ChangeInput | Mapping[str, Any]) -> ChangeResult:
+        """Runs a change that spans records as a saga under leases held by the records' owners (TypeScript's
+        ``client.change``; :func:`writ_client.change.run_change`): every step applied, or none left."""
+        from .change import run_change
+
+        return run_change(self, change)
+
+    async def achange(self, change: ChangeInput | Mapping[str, Any]) -> ChangeResult:
+        """:meth:`change` for asyncio code (runs in a worker thread)."""
+        return await asyncio.to_thread(self.change, change)
 
     def build_undo(
         self, target: str | AppliedReply | Mapping[str, Any], *, run_id: str = "undo", step_id: str | None = None, tool_call_id: str | None = None

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .canonical import canonical_json, sha256_hex
 
-__all__ = ["KEY_VERSION", "KeyScope", "KeyedTool", "MissingIntentField", "entity_key", "intent_key", "intent_key_material", "params_fingerprint", "undo_intent_key"]
+__all__ = ["KEY_VERSION", "KeyScope", "KeyedTool", "MissingIntentField", "entity_key", "intent_key", "intent_key_material", "change_id", "lease_intent_key", "params_fingerprint", "undo_intent_key"]
 
 #: ``v`` of the hashed object. A new version is a wire-contract change.
 KEY_VERSION = 2
@@ -89,6 +89,25 @@ def undo_intent_key(undone_key: str) -> str:
     if not isinstance(undone_key, str) or not _INTENT_KEY.fullmatch(undone_key):
         raise ValueError(f"an intent key is 64 lower-case hex characters, got {undone_key!r:.80}")
     return sha256_hex(canonical_json({"v": KEY_VERSION, "undo": undone_key}))
+
+
+def change_id(*, agent_id: str, run_id: str, step_id: str) -> str:
+    """The id of a change that spans records: sha256 (hex) of ``{"change": {"agent", "run", "step"}, "v": 2}``.
+
+    Stable across retries and resume, like an intent key. Byte-identical to TypeScript's ``changeId()`` (wire
+    contract §5.8).
+    """
+    return sha256_hex(canonical_json({"v": KEY_VERSION, "change": {"agent": agent_id, "run": run_id, "step": step_id}}))
+
+
+def lease_intent_key(change: str, op: Literal["acquire", "release"], entity: Any) -> str:
+    """The intent key of a lease intent: sha256 (hex) of ``{"lease": <change id>, "op", "target": <entity key>, "v": 2}``.
+
+    One key per change, operation and record. Byte-identical to TypeScript's ``leaseIntentKey()`` (wire contract §5.8).
+    """
+    if op not in ("acquire", "release"):
+        raise ValueError(f'a lease intent\'s op is "acquire" or "release", got {op!r:.40}')
+    return sha256_hex(canonical_json({"v": KEY_VERSION, "lease": change, "op": op, "target": entity_key(entity)}))
 
 
 def params_fingerprint(tool: str, entity: Any, params: Mapping[str, Any], free_text_params: Sequence[str]) -> str:

@@ -138,9 +138,45 @@ class AgentRef(_Wire):
         return data
 
 
-#: The base version of a create (the record must not exist) and of an undo (the owner takes it from its ledger).
+#: The base version of a create (the record must not exist), of an undo (the owner takes it from its ledger) and of
+#: a lease intent (it writes nothing).
 ABSENT_VERSION = "absent"
 LEDGER_VERSION = "ledger"
+LEASE_VERSION = "lease"
+
+#: How long a lease lasts when its acquire names no ``ttl_ms``, and the longest an agent may ask for (ms).
+DEFAULT_LEASE_TTL_MS = 60_000
+MAX_LEASE_TTL_MS = 600_000
+
+
+class IntentLease(_Wire):
+    """On the intents of a change that spans records (wire contract §5.8): ``acquire`` takes the record's lease for
+    the change, ``release`` gives it back, ``step`` marks a write (or an undo) made under it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    change: str = Field(pattern=r"^[0-9a-f]{64}$")
+    op: Literal["acquire", "release", "step"]
+    ttl_ms: int | None = Field(default=None, ge=1000, le=MAX_LEASE_TTL_MS)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_ttl(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in ("ttlMs", "ttl_ms"):
+            if name in data and data[name] is None:
+                del data[name]
+        return data
+
+
+def _without_unset(model: BaseModel, fields: tuple[str, ...], dump: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``dump(**kwargs)`` with the optional ``fields`` that are None left out (unless the caller excludes otherwise)."""
+    unset = {f for f in fields if getattr(model, f) is None}
+    exclude = kwargs.get("exclude")
+    if unset and exclude is None:
+        kwargs["exclude"] = unset
+    elif unset and isinstance(exclude, (set, frozenset)):
+        kwargs["exclude"] = {*exclude, *unset}
+    return dump(**kwargs)
 
 
 class UndoRef(_Wire):
@@ -170,24 +206,21 @@ class WriteIntent(_Wire):
     created_at: str
     #: Only on an undo (:meth:`WritClient.undo`).
     undo: UndoRef | None = None
+    #: Only on the intents of a change that spans records (:meth:`WritClient.change`).
+    lease: IntentLease | None = None
 
     @model_validator(mode="after")
-    def _delta_unless_undo(self) -> WriteIntent:
-        if (len(self.delta) == 0) != (self.undo is not None):
-            raise ValueError("the delta must have at least one operation (only an undo has none)")
+    def _delta_unless_undo_or_lease(self) -> WriteIntent:
+        lease_op = self.lease is not None and self.lease.op != "step"
+        if (len(self.delta) == 0) != (self.undo is not None or lease_op):
+            raise ValueError("the delta must have at least one operation (only an undo, a lease acquire or a lease release has none)")
         return self
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        """As pydantic's, without ``undo`` when it is not set (owners take no ``null`` there). Not a wrap
-        serializer: that would turn the UnicodeEncodeError of a lone surrogate, which :meth:`WritClient.submit`
-        handles, into a serialization error."""
-        if self.undo is None:
-            exclude = kwargs.get("exclude")
-            if exclude is None:
-                kwargs["exclude"] = {"undo"}
-            elif isinstance(exclude, (set, frozenset)):
-                kwargs["exclude"] = {*exclude, "undo"}
-        return super().model_dump(**kwargs)
+        """As pydantic's, without ``undo`` and ``lease`` when they are not set (owners take no ``null`` there). Not a
+        wrap serializer: that would turn the UnicodeEncodeError of a lone surrogate, which
+        :meth:`WritClient.submit` handles, into a serialization error."""
+        return _without_unset(self, ("undo", "lease"), super().model_dump, kwargs)
 
     @field_validator("created_at")
     @classmethod
@@ -226,6 +259,8 @@ class AppliedReply(_ReplyBase):
     tool: str | None = None
     #: On the reply to an undo: the key of the intent it compensated.
     undo_of: str | None = None
+    #: On the reply to a lease intent (``via == "lease"``): ``{"change", "expiresAt"}``, or ``{"change", "released": True}``.
+    lease: dict[str, Any] | None = None
 
 
 class ConflictReply(_ReplyBase):

@@ -1,0 +1,345 @@
+"""Changes that span records (TypeScript's ``client.change``, ``producers/change.ts``; docs/architecture.md §10).
+
+A saga whose coordinator is the agent's own client, with leases held by the
+records' owners so that no other write lands on a record between the change's
+steps:
+
+1. Each record's lease is taken through its owner, in entity-key order (two
+   changes over the same records never wait on each other in a cycle).
+2. Each step is an intent of its own (key from the change's run and step plus
+   the step's name), built on the record as its lease acquire read it and
+   marked as a step of the change: its owner refuses it unless the change holds
+   the record's lease.
+3. A step that is not applied triggers the declared undos of the steps already
+   applied, newest first, under the same leases.
+4. The leases are released; a lease the change does not release (its agent
+   stalled or crashed) expires, and its owner counts it.
+
+Every intent of a change has a key derived from the change, so calling
+:meth:`WritClient.change` again with the same run and step resumes it after a
+crash: the leases are the change's own again, and applied steps are answered
+from the ledger. The wire form is the TypeScript client's, byte for byte
+(``lease_intent_key``, ``change_id``; wire contract §5.8).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from .keys import KeyedTool, change_id, entity_key, lease_intent_key
+from .models import (
+    DEFAULT_LEASE_TTL_MS,
+    LEASE_VERSION,
+    MAX_LEASE_TTL_MS,
+    AgentRef,
+    AppliedReply,
+    EntityRef,
+    IntentLease,
+    RejectedReply,
+    SubmitResult,
+    Versioned,
+    WriteIntent,
+    iso_now,
+)
+
+if TYPE_CHECKING:
+    from .client import WritClient
+
+__all__ = ["ChangeApplied", "ChangeCompensated", "ChangeIncomplete", "ChangeInput", "ChangeNotStarted", "ChangeResult", "ChangeStep", "build_lease_intent", "run_change"]
+
+#: A step's delta: JSON Patch operations, or a function of the record as the change's lease read it.
+Delta = Union[Sequence[Mapping[str, Any]], Callable[[Versioned], Sequence[Mapping[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class ChangeStep:
+    """One step: a write to one record, built on that record as the change's lease found it.
+
+    ``name`` is unique within the change and part of the step's intent key (``<change step id>/<name>``): 1 to 64
+    characters without ``/``. ``delta`` is the JSON Patch, or a function of the record as it is when the step runs
+    (under the lease); a record too large for its owner to send back in a reply cannot be given to a function: that
+    step is refused ``state_unavailable``, nothing written, and the change is compensated.
+    """
+
+    name: str
+    tool: KeyedTool
+    entity: EntityRef | Mapping[str, Any]
+    params: Mapping[str, Any]
+    delta: Delta
+
+
+@dataclass(frozen=True)
+class ChangeInput:
+    """A change: its run and step (with the agent, the change's id), its steps, and its clocks in seconds."""
+
+    run_id: str
+    step_id: str
+    steps: Sequence[ChangeStep]
+    #: Lease lifetime from each grant or renewal (renewed past half of it). It must outlast an owner's failover.
+    lease_ttl: float = DEFAULT_LEASE_TTL_MS / 1000
+    #: How long to wait for a record another change holds before giving up with nothing written.
+    wait_for_lease: float = 30.0
+    #: Deadline of each submission (default the client's).
+    timeout: float | None = None
+    #: How long one intent of the change is asked again while its outcome is unknown.
+    settle_within: float = 120.0
+
+
+@dataclass(frozen=True)
+class ChangeApplied:
+    """Every step applied; ``steps`` holds their replies in step order."""
+
+    change: str
+    steps: list[AppliedReply]
+    status: Literal["applied"] = "applied"
+
+
+@dataclass(frozen=True)
+class ChangeCompensated:
+    """A step was not applied (``failed_step``, its ``result``); every step applied before it was undone."""
+
+    change: str
+    failed_step: str
+    result: SubmitResult
+    undone: list[AppliedReply]
+    status: Literal["compensated"] = "compensated"
+
+
+@dataclass(frozen=True)
+class ChangeNotStarted:
+    """A record stayed leased to another change for ``wait_for_lease``, or could not be leased; nothing was written."""
+
+    change: str
+    entity: EntityRef
+    result: SubmitResult
+    status: Literal["not_started"] = "not_started"
+
+
+@dataclass(frozen=True)
+class ChangeIncomplete:
+    """Not settled: an intent's outcome stayed unknown, a step was escalated, or an undo was not applied. The steps
+    in ``applied`` may stand. Calling :meth:`WritClient.change` again with the same input resumes it."""
+
+    change: str
+    message: str
+    applied: list[str]
+    result: SubmitResult
+    status: Literal["incomplete"] = "incomplete"
+
+
+ChangeResult = Union[ChangeApplied, ChangeCompensated, ChangeNotStarted, ChangeIncomplete]
+
+
+def _applied(r: SubmitResult) -> bool:
+    return isinstance(r, AppliedReply)
+
+
+def _unsettled(r: SubmitResult) -> bool:
+    return r.status in ("unknown", "blocked")
+
+
+def _leased(r: SubmitResult) -> bool:
+    return isinstance(r, RejectedReply) and r.reason == "leased"
+
+
+def build_lease_intent(
+    *,
+    change: str,
+    op: Literal["acquire", "release"],
+    entity: EntityRef,
+    tool: str,
+    agent_id: str,
+    run_id: str,
+    step_id: str,
+    reply_to: str,
+    ttl_ms: int | None = None,
+) -> WriteIntent:
+    """The WriteIntent that takes (``acquire``) or gives back (``release``) a record's lease for a change."""
+    return WriteIntent(
+        intent_id=str(uuid.uuid4()),
+        intent_key=lease_intent_key(change, op, entity),
+        entity=entity,
+        tool=tool,
+        agent=AgentRef(id=agent_id, run_id=run_id, step_id=step_id),
+        base_version=LEASE_VERSION,
+        delta=[],
+        params={},
+        reply_to=reply_to,
+        created_at=iso_now(),
+        lease=IntentLease(change=change, op=op, ttl_ms=ttl_ms if op == "acquire" else None),
+    )
+
+
+@dataclass
+class _Record:
+    entity: EntityRef
+    tool: str
+    #: The record as the change last read or wrote it (None after a repeat, or a reply too large for the broker).
+    current: Versioned | None = None
+    granted_at: float | None = None
+    last_version: str | None = None
+
+
+def _rejected(like: SubmitResult, reason: str, message: str) -> RejectedReply:
+    return RejectedReply(intent_id=like.intent_id, intent_key=like.intent_key, duplicate=False, at=iso_now(), status="rejected", reason=reason, message=message)
+
+
+def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]) -> ChangeResult:
+    """Runs a change for ``client`` (see :meth:`WritClient.change`)."""
+    from .client import backoff_until
+
+    c = change_input if isinstance(change_input, ChangeInput) else ChangeInput(**dict(change_input))
+    steps = [s if isinstance(s, ChangeStep) else ChangeStep(**dict(s)) for s in c.steps]
+    names: set[str] = set()
+    for s in steps:
+        if not isinstance(s.name, str) or not 1 <= len(s.name) <= 64 or "/" in s.name:
+            raise ValueError(f"change: step name {str(s.name)[:80]!r} must be 1 to 64 characters without '/'")
+        if s.name in names:
+            raise ValueError(f"change: step name {s.name} is used twice")
+        names.add(s.name)
+    ttl_ms = round(c.lease_ttl * 1000)
+    if not 1000 <= ttl_ms <= MAX_LEASE_TTL_MS:
+        raise ValueError(f"change: lease_ttl must be 1 to {MAX_LEASE_TTL_MS // 1000} seconds, got {c.lease_ttl!r}")
+    change = change_id(agent_id=client.agent_id, run_id=c.run_id, step_id=c.step_id)
+    entities = {entity_key(s.entity): EntityRef.model_validate(s.entity) for s in steps}
+    # One lease per record, taken in entity-key order, named by the first step's tool on that record.
+    records: dict[str, _Record] = {}
+    for s in steps:
+        key = entity_key(s.entity)
+        if key not in records:
+            records[key] = _Record(entity=entities[key], tool=s.tool.name)
+    order = sorted(records)
+
+    def lease(key: str, op: Literal["acquire", "release"]) -> WriteIntent:
+        r = records[key]
+        return build_lease_intent(
+            change=change, op=op, entity=r.entity, tool=r.tool, agent_id=client.agent_id, run_id=c.run_id, step_id=f"{c.step_id}/{op}", reply_to=client.reply_topic, ttl_ms=ttl_ms
+        )
+
+    def settle(build: Callable[[], WriteIntent], within: float, again: Callable[[SubmitResult], bool] = _unsettled) -> SubmitResult:
+        """Submits (a fresh id each time) until the result is settled or ``within`` seconds passed."""
+        deadline = time.monotonic() + within
+        round_ = 0
+        while True:
+            result = client.submit(build(), timeout=c.timeout, on_leased="answer")
+            if not again(result) or time.monotonic() >= deadline:
+                return result
+            time.sleep(backoff_until(round_, deadline))
+            round_ += 1
+
+    def acquire(key: str, within: float) -> SubmitResult:
+        result = settle(lambda: lease(key, "acquire"), within, lambda r: _unsettled(r) or _leased(r))
+        if isinstance(result, AppliedReply):
+            r = records[key]
+            # A reply too large for the broker carries the version without the record (`truncated`): taken as the
+            # record, its None would be what a step's delta function builds on, and the step would drop the rest.
+            r.current = None if result.truncated else Versioned(state=result.state, version=result.version)
+            r.granted_at = time.monotonic()
+            if r.last_version is None:
+                r.last_version = result.version
+        return result
+
+    def renew() -> SubmitResult | None:
+        """Renews every lease past half its life (its acquire again, which also reads the record). A record whose
+        version moved past the last one the change saw there was written while the lease had lapsed: stop."""
+        for key in order:
+            r = records[key]
+            if r.granted_at is None or time.monotonic() - r.granted_at <= c.lease_ttl / 2:
+                continue
+            seen = r.last_version
+            renewed = acquire(key, c.settle_within)
+            if not isinstance(renewed, AppliedReply):
+                return renewed
+            if seen is not None and renewed.version != seen:
+                return _rejected(renewed, "lease_not_held", f"the lease of {key} lapsed and the record was written meanwhile ({seen} → {renewed.version}); the change no longer holds it as it left it")
+        return None
+
+    def release_all() -> None:
+        # Each asked again while its outcome is unknown: a lease left behind expires, and reads as a stalled agent.
+        for key in order:
+            if records[key].granted_at is not None:
+                try:
+                    settle(lambda key=key: lease(key, "release"), 30.0)
+                except Exception:  # noqa: BLE001 - a lease not released expires; the change's outcome stands
+                    pass
+
+    for key in order:
+        got = acquire(key, c.wait_for_lease)
+        if not _applied(got):
+            release_all()
+            if _unsettled(got):
+                return ChangeIncomplete(change=change, message=f"no answer to the lease acquire of {key}", applied=[], result=got)
+            return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
+
+    applied: list[tuple[ChangeStep, AppliedReply]] = []
+
+    def step_intent(s: ChangeStep, current: Versioned) -> WriteIntent:
+        delta = s.delta(current) if callable(s.delta) else s.delta
+        intent = client.build_intent(
+            {"tool": s.tool, "entity": s.entity, "run_id": c.run_id, "step_id": f"{c.step_id}/{s.name}", "base_version": current.version, "delta": list(delta), "params": dict(s.params)}
+        )
+        return intent.model_copy(update={"lease": IntentLease(change=change, op="step")})
+
+    def standing(undone: list[AppliedReply]) -> list[str]:
+        gone = {u.undo_of for u in undone}
+        return [s.name for s, reply in applied if reply.intent_key not in gone]
+
+    def compensate(failed_step: str, result: SubmitResult) -> ChangeResult:
+        if _unsettled(result) or result.status == "escalated":
+            # The step may have been applied (an unknown outcome; an escalation a person may still apply): undoing
+            # around it would guess. Resuming the change asks again; an escalation is settled on writ.human first.
+            why = f"was escalated ({result.reason}): a person settles it on writ.human" if result.status == "escalated" else "has no known outcome"
+            return ChangeIncomplete(change=change, message=f"step {failed_step} {why}; call change() again to resume", applied=[s.name for s, _ in applied], result=result)
+        undone: list[AppliedReply] = []
+        for s, reply in reversed(applied):
+            lapsed = renew()
+            if lapsed is not None:
+                why = lapsed.message if isinstance(lapsed, RejectedReply) else f"a lease could not be renewed ({lapsed.status})"
+                left = standing(undone)
+                return ChangeIncomplete(change=change, message=f"compensating: {why}; steps {', '.join(left)} stand", applied=left, result=lapsed)
+
+            def undo(s: ChangeStep = s, reply: AppliedReply = reply) -> WriteIntent:
+                intent = client.build_undo(
+                    {"intentKey": reply.intent_key, "entity": entities[entity_key(s.entity)], "tool": s.tool.name}, run_id=c.run_id, step_id=f"{c.step_id}/{s.name}/undo"
+                )
+                return intent.model_copy(update={"lease": IntentLease(change=change, op="step")})
+
+            got = settle(undo, c.settle_within)
+            if not isinstance(got, AppliedReply):
+                left = standing(undone)
+                return ChangeIncomplete(change=change, message=f"the undo of step {s.name} was not applied ({got.status}); steps {', '.join(left)} stand", applied=left, result=got)
+            undone.append(got)
+        release_all()
+        return ChangeCompensated(change=change, failed_step=failed_step, result=result, undone=undone)
+
+    for s in steps:
+        key = entity_key(s.entity)
+        r = records[key]
+        lapsed = renew()
+        if lapsed is not None:
+            return compensate(s.name, lapsed)
+        # After a repeat (a resumed change), or a reply too large for the broker, the record's state is not known:
+        # its acquire again reads it.
+        base = r.current
+        if base is None:
+            read = acquire(key, c.settle_within)
+            if not isinstance(read, AppliedReply):
+                return compensate(s.name, read)
+            if read.truncated and callable(s.delta):
+                # Still too large to come back: a delta function built on nothing would drop what the record holds.
+                message = f"the state of {key} is too large to come back in a reply (truncated), so step {s.name}'s delta function has no record to be built on; nothing was written"
+                return compensate(s.name, _rejected(read, "state_unavailable", message))
+            # A fixed delta needs only the version the lease read.
+            base = r.current or Versioned(state=None, version=read.version)
+        result = settle(lambda s=s, base=base: step_intent(s, base), c.settle_within)
+        if not isinstance(result, AppliedReply):
+            return compensate(s.name, result)
+        applied.append((s, result))
+        r.last_version = result.version
+        r.current = None if result.state is None or result.duplicate else Versioned(state=result.state, version=result.version)
+    release_all()
+    return ChangeApplied(change=change, steps=[reply for _, reply in applied])

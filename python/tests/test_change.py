@@ -1,0 +1,111 @@
+"""Changes that span records from Python, against the TypeScript owner (demo tools): the saga under leases, counted
+at the records server (its own Idempotency-Key dedupe off)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from writ_client import (
+    AppliedReply,
+    ChangeApplied,
+    ChangeCompensated,
+    ChangeInput,
+    ChangeStep,
+    KeyedTool,
+    RejectedReply,
+    WritClient,
+    change_id,
+)
+from writ_client.change import build_lease_intent
+from writ_client.devstack import RecordsAdmin
+from writ_client.models import EntityRef
+
+from .test_client import REFUND, TAG, seed_payment
+
+NOTE = KeyedTool(name="note_account", key_scope="run", intent_fields=("ref",), record_type="account")
+
+
+def three_records(records: RecordsAdmin, uid: str) -> tuple[str, str, str]:
+    pid, tid, aid = f"pay_c_{uid}", f"T-c-{uid}", f"acct-{uid}"
+    seed_payment(records, pid)
+    records.seed("ticket", tid, {"subject": "Parcel damaged", "status": "open", "tags": ["billing"]})
+    records.seed("account", aid, {"name": "Customer", "notes": []})
+    return pid, tid, aid
+
+
+def steps(pid: str, tid: str, aid: str, *, note_text: str = "Refunded 25.00 EUR") -> list[ChangeStep]:
+    refund = {"amountCents": 2500, "reason": "damaged"}
+    return [
+        ChangeStep("refund", REFUND, {"type": "payment", "id": pid}, refund, [{"op": "add", "path": "/refunds/-", "value": refund}]),
+        # built on the record as the change's lease read it
+        ChangeStep("tag", TAG, {"type": "ticket", "id": tid}, {"tag": "refunded"}, lambda current: [{"op": "replace", "path": "/tags", "value": [*current.state["tags"], "refunded"]}]),
+        ChangeStep("note", NOTE, {"type": "account", "id": aid}, {"ref": f"resolve-{aid}", "text": note_text}, [{"op": "add", "path": "/notes/-", "value": {"ref": f"resolve-{aid}", "text": note_text}}]),
+    ]
+
+
+def test_a_change_over_three_records_is_applied_whole_and_resumes_from_the_ledger(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid, tid, aid = three_records(records, uid)
+    change = ChangeInput(run_id=f"run-{uid}", step_id="resolve", steps=steps(pid, tid, aid))
+    result = client.change(change)
+    assert isinstance(result, ChangeApplied), result
+    assert result.change == change_id(agent_id=client.agent_id, run_id=f"run-{uid}", step_id="resolve")
+    assert [r.duplicate for r in result.steps] == [False, False, False]
+    assert records.read("payment", pid)["state"]["refunds"] == [{"amountCents": 2500, "reason": "damaged"}]
+    assert records.read("ticket", tid)["state"]["tags"] == ["billing", "refunded"]
+    assert [n["ref"] for n in records.read("account", aid)["state"]["notes"]] == [f"resolve-{aid}"]
+    # Called again with the same input (a harness resuming after a crash): the same change, its steps repeats.
+    again = client.change(change)
+    assert isinstance(again, ChangeApplied) and [r.duplicate for r in again.steps] == [True, True, True], again
+    assert [r.intent_key for r in again.steps] == [r.intent_key for r in result.steps]
+    assert [records.patch_requests(r.intent_key) for r in result.steps] == [1, 1, 1]
+
+
+def test_a_step_that_is_refused_undoes_the_steps_before_it(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid, tid, aid = three_records(records, uid)
+    # The note's text is over the tool's 500 characters: the owner refuses the third step (params_invalid).
+    result = client.change(ChangeInput(run_id=f"run-{uid}", step_id="resolve", steps=steps(pid, tid, aid, note_text="x" * 501)))
+    assert isinstance(result, ChangeCompensated), result
+    assert result.failed_step == "note" and isinstance(result.result, RejectedReply) and result.result.reason == "params_invalid"
+    assert len(result.undone) == 2 and all(isinstance(u, AppliedReply) and u.undo_of for u in result.undone)
+    # Nothing of the change is left: the refund reversed (the tool's undo), the tag taken off, no note.
+    payment = records.read("payment", pid)["state"]
+    assert len(payment["refunds"]) == 1 and [r["amountCents"] for r in payment["reversals"]] == [2500]
+    assert records.read("ticket", tid)["state"]["tags"] == ["billing"]
+    assert records.read("account", aid)["state"]["notes"] == []
+    assert [records.patch_requests(u.intent_key) for u in result.undone] == [1, 1]
+
+
+def test_another_agents_write_to_a_leased_record_waits_for_the_release(client: WritClient, plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    tid = f"T-l-{uid}"
+    seeded = records.seed("ticket", tid, {"subject": "Leased", "status": "open", "tags": []})
+    entity = EntityRef(type="ticket", id=tid)
+    change = change_id(agent_id=client.agent_id, run_id=f"run-{uid}", step_id="hold")
+
+    def lease(op: Any) -> Any:
+        return build_lease_intent(change=change, op=op, entity=entity, tool="tag_ticket", agent_id=client.agent_id, run_id=f"run-{uid}", step_id=f"hold/{op}", reply_to=client.reply_topic, ttl_ms=60_000)
+
+    held = client.submit(lease("acquire"), timeout=30)
+    assert isinstance(held, AppliedReply) and held.via == "lease" and held.lease and held.lease["change"] == change, held
+    write = {"tool": TAG, "entity": entity, "run_id": "run-other", "step_id": "s1", "base_version": seeded["version"], "delta": [{"op": "replace", "path": "/tags", "value": ["late"]}], "params": {"tag": "late"}}
+    refused = plain_client.submit(write, timeout=30, on_leased="answer")
+    assert isinstance(refused, RejectedReply) and refused.reason == "leased", refused
+    assert records.read("ticket", tid)["state"]["tags"] == []
+    # Waiting (the default): refused while the lease holds, submitted again until it is released, then applied.
+    seen_leased = threading.Event()
+    stream = plain_client.replies(idle_timeout=60)
+    outcome: list[Any] = []
+    waiter = threading.Thread(target=lambda: outcome.append(plain_client.submit(write, timeout=60)))
+    waiter.start()
+    for reply in stream:
+        if reply.intent_key == refused.intent_key and reply.intent_id != refused.intent_id and isinstance(reply, RejectedReply) and reply.reason == "leased":
+            seen_leased.set()
+            break
+    stream.close()
+    assert seen_leased.is_set()
+    released = client.submit(lease("release"), timeout=30)
+    assert isinstance(released, AppliedReply) and released.lease and released.lease.get("released") is True, released
+    waiter.join(timeout=90)
+    assert outcome and isinstance(outcome[0], AppliedReply) and outcome[0].duplicate is False, outcome
+    assert records.read("ticket", tid)["state"]["tags"] == ["late"]
+    assert records.patch_requests(refused.intent_key) == 1
