@@ -205,13 +205,12 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
     if not 1000 <= ttl_ms <= MAX_LEASE_TTL_MS:
         raise ValueError(f"change: lease_ttl must be 1 to {MAX_LEASE_TTL_MS // 1000} seconds, got {c.lease_ttl!r}")
     change = change_id(agent_id=client.agent_id, run_id=c.run_id, step_id=c.step_id)
-    entities = {entity_key(s.entity): EntityRef.model_validate(s.entity) for s in steps}
     # One lease per record, taken in entity-key order, named by the first step's tool on that record.
     records: dict[str, _Record] = {}
     for s in steps:
         key = entity_key(s.entity)
         if key not in records:
-            records[key] = _Record(entity=entities[key], tool=s.tool.name)
+            records[key] = _Record(entity=EntityRef.model_validate(s.entity), tool=s.tool.name)
     order = sorted(records)
 
     def lease(key: str, op: Literal["acquire", "release"]) -> WriteIntent:
@@ -304,7 +303,7 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
 
             def undo(s: ChangeStep = s, reply: AppliedReply = reply) -> WriteIntent:
                 intent = client.build_undo(
-                    {"intentKey": reply.intent_key, "entity": entities[entity_key(s.entity)], "tool": s.tool.name}, run_id=c.run_id, step_id=f"{c.step_id}/{s.name}/undo"
+                    {"intentKey": reply.intent_key, "entity": records[entity_key(s.entity)].entity, "tool": s.tool.name}, run_id=c.run_id, step_id=f"{c.step_id}/{s.name}/undo"
                 )
                 return intent.model_copy(update={"lease": IntentLease(change=change, op="step")})
 
