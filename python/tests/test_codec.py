@@ -30,7 +30,7 @@ const decode = async (b64) => {
 };
 console.log(JSON.stringify({
   tsId: encoded.readInt32BE(1),
-  schemas: { WriteIntent: JSON.stringify(jsonSchemaOf("WriteIntent")), Reply: JSON.stringify(jsonSchemaOf("Reply")) },
+  schemas: Object.fromEntries(["WriteIntent", "Reply", "Resolution", "Escalation"].map((n) => [n, JSON.stringify(jsonSchemaOf(n))])),
   framed: await decode(framed),
   plain: await decode(plain),
 }));
@@ -40,7 +40,7 @@ TOOL = KeyedTool(name="refund_payment", key_scope="run", intent_fields=("amountC
 
 
 def test_packaged_schemas_are_the_repository_ones() -> None:
-    for name in ("WriteIntent", "Reply"):
+    for name in ("WriteIntent", "Reply", "Resolution", "Escalation"):
         packaged = json.loads((REPO / "python" / "src" / "writ_client" / "schemas" / f"{name}.json").read_text("utf-8"))
         assert packaged == json.loads((REPO / "schemas" / f"{name}.json").read_text("utf-8")), f"python/src/writ_client/schemas/{name}.json drifted from schemas/{name}.json: copy it"
 
@@ -69,8 +69,8 @@ def test_typescript_decodes_python_values_and_registers_the_same_schema(stack: S
     )
     assert out.returncode == 0, out.stderr[-3000:]
     ts = json.loads(out.stdout.strip().split("\n")[-1])  # not splitlines(): the JSON holds a raw U+2028
-    assert schema_text("WriteIntent") == ts["schemas"]["WriteIntent"]
-    assert schema_text("Reply") == ts["schemas"]["Reply"]
+    for name in ("WriteIntent", "Reply", "Resolution", "Escalation"):
+        assert schema_text(name) == ts["schemas"][name], name
     # One schema version for the subject, whichever client registered first.
     assert int.from_bytes(framed[1:5], "big", signed=True) == ts["tsId"]
     assert ts["framed"]["ok"] and ts["framed"]["framed"], ts["framed"]

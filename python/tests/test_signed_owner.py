@@ -19,11 +19,14 @@ from writ_client.devstack import ChildProcess, RecordsAdmin, Stack, start_owner
 
 from .conftest import REPO, RUN, _delete_topics, reply_topic, topics_of
 from .test_client import refund_input, seed_payment
+from .test_escalations import escalate
 
 AGENT = "py-signed-agent"
 SIGNER = Ed25519Signer.generate(key_id="py-2026-11")
 # A second key for the same agent, listed in the registry as a PEM (the first one is there as raw base64).
 ROTATED = Ed25519Signer.generate(key_id="py-2027-02")
+OPERATOR = "py-signed-ops"
+OPERATOR_SIGNER = Ed25519Signer.generate(key_id="ops-2026-12")
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +40,18 @@ def agent_reply_topic() -> str:
 
 
 @pytest.fixture(scope="module")
+def operator_reply_topic() -> str:
+    return reply_topic(OPERATOR)
+
+
+@pytest.fixture(scope="module")
 def signed_owner(
-    stack: Stack, records_server: ChildProcess, signed_topics: dict[str, str], agent_reply_topic: str, tmp_path_factory: pytest.TempPathFactory
+    stack: Stack,
+    records_server: ChildProcess,
+    signed_topics: dict[str, str],
+    agent_reply_topic: str,
+    operator_reply_topic: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ChildProcess]:
     registry = tmp_path_factory.mktemp("agents") / "agents.json"
     registry.write_text(
@@ -50,9 +63,11 @@ def signed_owner(
                             {"id": SIGNER.key_id, "publicKey": SIGNER.public_key_base64()},
                             {"id": ROTATED.key_id, "publicKey": ROTATED.public_key_pem()},
                         ],
-                        "tools": ["refund_payment"],
+                        "tools": ["refund_payment", "tag_ticket"],
                         "replyTopic": agent_reply_topic,
-                    }
+                    },
+                    # An operator: allowed to resolve escalations, nothing else.
+                    OPERATOR: {"keys": [{"id": OPERATOR_SIGNER.key_id, "publicKey": OPERATOR_SIGNER.public_key_base64()}], "tools": ["writ.resolve"], "replyTopic": operator_reply_topic},
                 }
             }
         )
@@ -68,13 +83,13 @@ def signed_owner(
     )
     yield child
     child.stop()
-    _delete_topics(stack, [*signed_topics.values(), agent_reply_topic])
+    _delete_topics(stack, [*signed_topics.values(), agent_reply_topic, operator_reply_topic])
 
 
-def _client(stack: Stack, topics: dict[str, str], topic: str, **kw: Any) -> WritClient:
+def _client(stack: Stack, topics: dict[str, str], topic: str, *, agent: str = AGENT, **kw: Any) -> WritClient:
     return WritClient(
         brokers=stack.brokers,
-        agent_id=AGENT,
+        agent_id=agent,
         reply_topic=topic,
         intents_topic=topics["intents"],
         schema_registry_url=stack.registry_url or None,
@@ -129,6 +144,25 @@ def test_an_intent_not_signed_by_the_agent_is_refused_unauthenticated(
     assert reply.reason == "unauthenticated", reply
     assert records.read("payment", pid)["state"]["refunds"] == []
     assert records.patch_requests(reply.intent_key) == 0
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+def test_an_operators_resolution_is_carried_out_only_when_signed_by_the_operator(
+    signed: bool, stack: Stack, signed_topics: dict[str, str], operator_reply_topic: str, signed_client: WritClient, records: RecordsAdmin, uid: str
+) -> None:
+    tid = f"T-sig-{signed}-{uid}"
+    escalated, _ = escalate(signed_client, records, tid)
+    with _client(stack, signed_topics, operator_reply_topic, agent=OPERATOR, signer=OPERATOR_SIGNER if signed else None) as ops:
+        [found] = [r.escalation for r in ops.read_escalations(topic=signed_topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
+        answer = ops.resolve(found, "apply", timeout=30)
+    assert isinstance(answer, (AppliedReply, RejectedReply)), answer
+    if signed:
+        assert isinstance(answer, AppliedReply) and answer.resolved_by == OPERATOR, answer
+        assert records.patch_requests(escalated.intent_key) == 1
+    else:
+        assert isinstance(answer, RejectedReply) and answer.reason == "unauthenticated", answer
+        assert records.patch_requests(escalated.intent_key) == 0
+        assert records.read("ticket", tid)["state"]["tags"] == []
 
 
 def test_the_owner_dead_lettered_the_refusals(signed_owner: ChildProcess) -> None:

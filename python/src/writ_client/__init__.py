@@ -8,6 +8,7 @@ from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
 from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient, create_input
 from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
+from .escalations import KIND_HEADER, EscalationRecord, build_resolution, resolution_subject
 from .keys import KEY_VERSION, KeyedTool, change_id, entity_key, intent_key, intent_key_material, lease_intent_key, params_fingerprint, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -16,6 +17,7 @@ from .models import (
     BlockedOutcome,
     ConflictReply,
     EntityRef,
+    Escalation,
     EscalatedReply,
     JsonPatchOp,
     RejectedReply,
@@ -37,6 +39,7 @@ __all__ = [
     "ABSENT_VERSION",
     "CONTROL_HEADER",
     "KEY_VERSION",
+    "KIND_HEADER",
     "LEDGER_VERSION",
     "SIGNATURE_HEADER",
     "AppliedReply",
@@ -54,7 +57,9 @@ __all__ = [
     "DecodeError",
     "Ed25519Signer",
     "EntityRef",
+    "Escalation",
     "EscalatedReply",
+    "EscalationRecord",
     "IntentInput",
     "IntentSigner",
     "JsonPatchOp",
@@ -75,6 +80,7 @@ __all__ = [
     "WireCodec",
     "WritClient",
     "WriteIntent",
+    "build_resolution",
     "canonical_json",
     "change_id",
     "create_input",
@@ -87,6 +93,7 @@ __all__ = [
     "params_fingerprint",
     "parse_reply",
     "partition_for",
+    "resolution_subject",
     "sha256_hex",
     "sign_intent",
     "signed_bytes",

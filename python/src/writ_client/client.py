@@ -43,7 +43,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -52,6 +52,7 @@ from typing_extensions import Unpack
 
 from .canonical import CanonicalJsonError, canonical_json
 from .codec import DecodeError, RegistryError, WireCodec
+from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, read_escalations, resolution_subject
 from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -61,6 +62,7 @@ from .models import (
     BlockedOutcome,
     RejectedReply,
     EntityRef,
+    Escalation,
     JsonPatchOp,
     SubmitResult,
     UndoRef,
@@ -98,6 +100,24 @@ _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _log = logging.getLogger("writ_client")
 
 Reply = Any  # AppliedReply | ConflictReply | RejectedReply | EscalatedReply (see models.Reply)
+
+
+class _Sent(Protocol):
+    """What was sent and is waited for: its answer carries ``intent_id``."""
+
+    @property
+    def intent_id(self) -> str: ...
+
+    @property
+    def intent_key(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class _ResolutionSent:
+    #: The resolution's id: the owner answers the operator under it.
+    intent_id: str
+    #: The escalated intent's key.
+    intent_key: str
 
 
 class IntentInput(BaseModel):
@@ -166,6 +186,15 @@ class _UndoOptions(TypedDict, total=False):
     run_id: str
     step_id: str | None
     tool_call_id: str | None
+
+
+class _ResolveOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`WritClient.resolve`."""
+
+    base_version: str | None
+    delta: Sequence[JsonPatchOp | Mapping[str, Any]] | None
+    message: str | None
+    timeout: float | None
 
 
 #: How many submitted intents a client remembers (key → record and tool) for :meth:`WritClient.undo` by key alone.
@@ -667,6 +696,12 @@ class WritClient:
         with self._lock:
             for intent in built:
                 self._remember(intent)
+        return self._exchange(built, records, deadline)
+
+    def _exchange(
+        self, built: Sequence[_Sent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]], deadline: float, *, unknown_message: str | None = None
+    ) -> list[SubmitResult]:
+        """Produces the records and waits for the answers (keyed by each one's ``intent_id``) until ``deadline``."""
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
         waiters: list[concurrent.futures.Future[Reply]] = []
@@ -689,7 +724,7 @@ class WritClient:
             # Every reply until the one deadline, then one probe of the reply partitions for all that had none.
             concurrent.futures.wait(waiters, timeout=max(0.0, deadline - time.monotonic()))
             late = [intent for intent, fut in zip(built, waiters) if not fut.done()]
-            at_deadline = dict(zip((intent.intent_id for intent in late), self._timed_out(late, before))) if late else {}
+            at_deadline = dict(zip((intent.intent_id for intent in late), self._timed_out(late, before, unknown_message))) if late else {}
             return [fut.result() if fut.done() else at_deadline[intent.intent_id] for intent, fut in zip(built, waiters)]
         finally:
             with self._lock:
@@ -766,6 +801,60 @@ class WritClient:
         """:meth:`undo` for asyncio code (runs in a worker thread); the same keyword arguments."""
         return await asyncio.to_thread(self.undo, target, **options)
 
+    def resolve(
+        self,
+        escalation: Escalation | Mapping[str, Any],
+        decision: Decision,
+        *,
+        base_version: str | None = None,
+        delta: Sequence[JsonPatchOp | Mapping[str, Any]] | None = None,
+        message: str | None = None,
+        timeout: float | None = None,
+    ) -> SubmitResult:
+        """An operator's decision on an escalation from ``writ.human`` (TypeScript's ``client.resolve``), carried out
+        by the record's owner: ``apply`` writes the escalated intent on the record as it is at ``base_version``
+        (default: the version the escalation showed), ``discard`` writes nothing, ``return`` hands it back to the
+        agent with ``message``. This client's agent id is the operator's (with an agent registry it must be
+        allowed ``writ.resolve``, and sign with its key).
+
+        Returns the owner's answer to this client: ``applied`` (``resolved_by``: this operator); ``rejected`` with
+        ``escalation_discarded`` or ``returned_by_operator`` (carried out), ``resolution_conflict`` (the record
+        changed since that version: nothing written, the escalation stays open) or ``resolution_not_applicable``
+        (not open, or not this intent's); ``unknown`` / ``blocked`` at the deadline. The agent gets the outcome on
+        its own reply topic. ``escalation``: an :class:`Escalation` (:meth:`read_escalations`) or its JSON object.
+        """
+        if not self._started or self._closed:
+            raise RuntimeError("the client is not started (use start() or a with block)")
+        wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
+        deadline = time.monotonic() + wait
+        wire = build_resolution(escalation, decision, operator=self.agent_id, reply_to=self.reply_topic, base_version=base_version, delta=delta, message=message)
+        what = f"resolution {wire['resolutionId']}"
+        try:
+            canonical_json(wire)
+        except CanonicalJsonError as err:
+            raise _refusal(what, wire, err) from None
+        headers = [(KIND_HEADER, "resolution")]
+        if self.signer is not None:
+            headers.append((SIGNATURE_HEADER, sign_intent(wire, self.signer)))
+        value = self.codec.encode(self.intents_topic, "Resolution", wire, subject=resolution_subject(self.intents_topic))
+        record = self._sized(what, entity_key(wire["entity"]).encode("utf-8"), value, headers)
+        sent = _ResolutionSent(intent_id=wire["resolutionId"], intent_key=wire["intent"]["intentKey"])
+        unknown = "No answer to the resolution before the deadline; look at writ.human and the record before deciding again."
+        return self._exchange([sent], [record], deadline, unknown_message=unknown)[0]
+
+    async def aresolve(self, escalation: Escalation | Mapping[str, Any], decision: Decision, **options: Unpack[_ResolveOptions]) -> SubmitResult:
+        """:meth:`resolve` for asyncio code (runs in a worker thread); the same keyword arguments."""
+        return await asyncio.to_thread(self.resolve, escalation, decision, **options)
+
+    def read_escalations(self, *, topic: str = "writ.human", timeout: float = 30.0) -> list[EscalationRecord]:
+        """Every escalation on ``topic`` (``writ.human``; ``WRIT_HUMAN_TOPIC`` where owners set it), oldest first:
+        committed records from the beginning to the end each partition had when reached (``writ escalations
+        list``). An escalation stays on the topic after it is resolved: the owner's answer to :meth:`resolve` says
+        whether it is still open. Records that do not decode or validate are skipped with a warning."""
+        if not _TOPIC.fullmatch(topic):
+            raise ValueError(f"topic must be a Kafka topic name, got {topic!r:.60}")
+        return read_escalations(self._conf(), self.codec, topic, timeout=_seconds("timeout", timeout))
+
     def _undone(self, target: str | AppliedReply | Mapping[str, Any]) -> tuple[str, EntityRef, str]:
         """The undone write's key, record and tool, from what the caller gave and what this client remembers."""
 
@@ -817,7 +906,7 @@ class WritClient:
             text = canonical_json(python)
         except CanonicalJsonError as err:
             if err.code != "not_json":
-                raise _refusal(intent, python, err) from None
+                raise _refusal(f"intent {intent.intent_id}", python, err) from None
             # A value only JSON mode writes (a datetime, a UUID…): the wire form is the one to check.
             text = None
         try:
@@ -826,7 +915,7 @@ class WritClient:
                 wire = json.loads(text)
             canonical_json(wire)
         except CanonicalJsonError as err:
-            raise _refusal(intent, wire, err) from None
+            raise _refusal(f"intent {intent.intent_id}", wire, err) from None
         headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
         return wire, headers
 
@@ -834,16 +923,17 @@ class WritClient:
         """The record of an intent (key, value, headers); refuses one over the producer's ``message.max.bytes`` before anything is sent."""
         # The value is the object signed: the owner verifies the signature against what it parses from it.
         value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
-        key = entity_key(intent.entity).encode("utf-8")
+        return self._sized(f"intent {intent.intent_id}", entity_key(intent.entity).encode("utf-8"), value, headers)
+
+    def _sized(self, what: str, key: bytes, value: bytes, headers: list[tuple[str, str]]) -> tuple[bytes, bytes, list[tuple[str, str]]]:
+        """The record; refuses one over the producer's ``message.max.bytes`` before anything is sent."""
         limit = self._message_max_bytes
         size = len(key) + len(value) + sum(len(k) + len(v.encode("utf-8")) for k, v in headers) + _RECORD_OVERHEAD
         if size > limit:
-            raise KafkaException(
-                KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"intent {intent.intent_id} not sent (nor any of its batch): its record is about {size} bytes, over message.max.bytes {limit}")
-            )
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"{what} not sent (nor any of its batch): its record is about {size} bytes, over message.max.bytes {limit}"))
         return key, value, headers
 
-    def _produce(self, intents: list[WriteIntent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]]) -> dict[int, UnknownOutcome]:
+    def _produce(self, intents: Sequence[_Sent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]]) -> dict[int, UnknownOutcome]:
         """Produces the records; raises when none was sent, else returns the outcome of each intent whose send failed (by index)."""
         assert self._producer is not None
         deliveries: list[tuple[int, concurrent.futures.Future[None]]] = []
@@ -894,7 +984,9 @@ class WritClient:
             raise first_error
         return failed
 
-    def _timed_out(self, intents: list[WriteIntent], before: concurrent.futures.Future[dict[int, _Ends] | None]) -> list[SubmitResult]:
+    def _timed_out(
+        self, intents: Sequence[_Sent], before: concurrent.futures.Future[dict[int, _Ends] | None], unknown_message: str | None = None
+    ) -> list[SubmitResult]:
         """The deadline passed: ``blocked`` for an intent whose reply partition is held by an open transaction, else ``unknown``.
 
         One fresh probe serves every intent of the batch, and the whole step waits at most :data:`_PROBE_TIMEOUT` seconds.
@@ -906,13 +998,14 @@ class WritClient:
             now = fresh.result(timeout=max(0.0, probe_deadline - time.monotonic()))
         except Exception:  # noqa: BLE001 - a probe that failed says nothing: unknown
             start = now = None
-        return [self._outcome_at_deadline(intent, start, now) for intent in intents]
+        return [self._outcome_at_deadline(intent, start, now, unknown_message) for intent in intents]
 
-    def _outcome_at_deadline(self, intent: WriteIntent, start: dict[int, _Ends] | None, now: dict[int, _Ends] | None) -> SubmitResult:
+    def _outcome_at_deadline(self, intent: _Sent, start: dict[int, _Ends] | None, now: dict[int, _Ends] | None, unknown_message: str | None = None) -> SubmitResult:
         unknown = UnknownOutcome(
             intent_id=intent.intent_id,
             intent_key=intent.intent_key,
-            message="No reply before the deadline. The write may or may not have happened: do not assume it failed; submit the same intent key again to ask.",
+            message=unknown_message
+            or "No reply before the deadline. The write may or may not have happened: do not assume it failed; submit the same intent key again to ask.",
         )
         # The owner keys a reply by its intent id, with the same partitioner.
         partition = partition_for(intent.intent_id, self._reply_partitions)
@@ -951,12 +1044,12 @@ def _seconds(name: str, value: Any) -> float:
     return float(value)
 
 
-def _refusal(intent: WriteIntent, value: Any, err: CanonicalJsonError) -> CanonicalJsonError:
-    """The error :meth:`WritClient.submit_all` raises for an intent with no canonical JSON, naming where."""
+def _refusal(what: str, value: Any, err: CanonicalJsonError) -> CanonicalJsonError:
+    """The error raised for an intent (or resolution) with no canonical JSON, naming where; ``what``: ``intent <id>``."""
     where = _first_uncanonical(value) if err.code == "not_canonical" else None
     return CanonicalJsonError(
         err.code,
-        f"intent {intent.intent_id} not sent: {f'{where}: ' if where else ''}{err}; owners refuse such an intent (rejected: {err.code})",
+        f"{what} not sent: {f'{where}: ' if where else ''}{err}; owners refuse it (rejected: {err.code})",
     )
 
 

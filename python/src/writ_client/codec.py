@@ -38,7 +38,7 @@ MAGIC_BYTE = 0
 HEADER_BYTES = 5
 #: How deep a decoded value may nest unless the caller says otherwise (TypeScript's ``DEFAULT_MAX_DEPTH``).
 DEFAULT_MAX_DEPTH = 64
-SchemaName = Literal["WriteIntent", "Reply"]
+SchemaName = Literal["WriteIntent", "Reply", "Resolution", "Escalation"]
 #: Schema ids a registry confirmed, and ids it did not know (asked again after the TTL): bounded, as
 #: TypeScript's codec bounds them, since ids come from records anyone can write.
 MAX_KNOWN_SCHEMA_IDS = 4096
@@ -191,11 +191,15 @@ class WireCodec:
         """True when :meth:`encode` writes the Confluent wire format."""
         return self._frame
 
-    def encode(self, topic: str, name: SchemaName, value: Any) -> bytes:
+    def encode(self, topic: str, name: SchemaName, value: Any, *, subject: str | None = None) -> bytes:
+        """``value`` as JSON, framed with the id of ``name``'s schema under ``subject`` (default ``<topic>-value``) when framing.
+
+        A resolution shares the intents topic with intents: it is registered under ``<intents topic>-Resolution``.
+        """
         body = encode_json(value)
         if not self.framed:
             return body
-        return struct.pack(">Bi", MAGIC_BYTE, self.schema_id(topic, name)) + body
+        return struct.pack(">Bi", MAGIC_BYTE, self.schema_id(topic, name, subject=subject)) + body
 
     def decode(self, data: bytes | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         """The JSON value in ``data`` (framed or plain). Raises :class:`DecodeError`; :class:`RegistryError` when the registry cannot be asked.
@@ -230,9 +234,9 @@ class WireCodec:
 
     # -- registry -------------------------------------------------------------------------------
 
-    def schema_id(self, topic: str, name: SchemaName) -> int:
-        """The id of ``name``'s schema under subject ``<topic>-value``, registered on first use."""
-        subject = f"{topic}-value"
+    def schema_id(self, topic: str, name: SchemaName, *, subject: str | None = None) -> int:
+        """The id of ``name``'s schema under ``subject`` (default ``<topic>-value``), registered on first use."""
+        subject = subject if subject is not None else f"{topic}-value"
         with self._lock:
             cached = self._ids.get(subject)
         if cached is not None:

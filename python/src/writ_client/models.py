@@ -261,6 +261,8 @@ class AppliedReply(_ReplyBase):
     undo_of: str | None = None
     #: On the reply to a lease intent (``via == "lease"``): ``{"change", "expiresAt"}``, or ``{"change", "released": True}``.
     lease: dict[str, Any] | None = None
+    #: When an operator's ``apply`` of an escalation wrote it (:meth:`WritClient.resolve`): the operator's id.
+    resolved_by: str | None = None
 
 
 class ConflictReply(_ReplyBase):
@@ -287,6 +289,52 @@ class EscalatedReply(_ReplyBase):
     reason: str
     message: str
     escalation_id: str
+
+
+class Escalation(_Wire):
+    """A case for a human, as an owner writes it on ``writ.human`` (key: the entity key).
+
+    ``intent`` is the escalated intent as the record carries it (the JSON object, camelCase), kept as read:
+    a resolution sends it back unchanged, and the owner checks it against its ledger.
+    """
+
+    escalation_id: _Text128
+    #: Machine-readable: ``conflict_cycles_exhausted``, ``outcome_unknown``, ``system_rejected`` …
+    reason: str
+    message: str
+    intent: dict[str, Any]
+    #: Conflict cycles seen for this intent key.
+    cycles: int = Field(ge=0)
+    #: The record as last read, when it could be read.
+    current: Versioned | None
+    at: str
+    #: The write may have reached the system of record: check the record before deciding (an ``apply`` reconciles first).
+    may_have_written: bool | None = None
+
+    @field_validator("intent")
+    @classmethod
+    def _intent(cls, v: dict[str, Any]) -> dict[str, Any]:
+        key, entity, tool = v.get("intentKey"), v.get("entity"), v.get("tool")
+        if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise ValueError("the escalated intent has no intentKey of 64 hex digits")
+        EntityRef.model_validate(entity)
+        if not isinstance(tool, str) or not 0 < len(tool) <= 128:
+            raise ValueError("the escalated intent names no tool")
+        return v
+
+    @property
+    def intent_key(self) -> str:
+        """The escalated intent's key."""
+        return str(self.intent["intentKey"])
+
+    @property
+    def entity(self) -> EntityRef:
+        """The escalated intent's record."""
+        return EntityRef.model_validate(self.intent["entity"])
+
+    @property
+    def tool(self) -> str:
+        return str(self.intent["tool"])
 
 
 #: The owner's answer on the agent's reply topic.

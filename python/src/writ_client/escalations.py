@@ -1,0 +1,167 @@
+"""Escalations from Python: read the cases on ``writ.human``, and send an operator's decision on one.
+
+The decision is a ``Resolution`` (``schemas/Resolution.json``), as TypeScript's ``client.resolve`` and
+``writ escalations resolve`` send it: on the intents topic with the header ``writ-kind: resolution``, keyed by
+the escalated intent's entity key, framed under the subject ``<intents topic>-Resolution`` when framing, signed
+by the operator like an intent. The record's owner carries it out (wire contract §5.5, architecture §8) and
+answers the operator under the resolution's id; the agent hears the outcome on its own reply topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pydantic import TypeAdapter, ValidationError
+
+from .codec import DecodeError, WireCodec
+from .models import Escalation, JsonPatchOp, iso_now
+
+__all__ = ["KIND_HEADER", "Decision", "EscalationRecord", "build_resolution", "read_escalations", "resolution_subject"]
+
+#: The header that tells owners a record of the intents topic is a resolution, not an intent.
+KIND_HEADER = "writ-kind"
+
+Decision = Literal["apply", "discard", "return"]
+_DECISIONS = ("apply", "discard", "return")
+#: What the schema allows (``schemas/Resolution.json``): the message in UTF-16 code units, as JavaScript counts them.
+_MAX_MESSAGE = 2000
+_MAX_VERSION = 256
+_MAX_DELTA_OPS = 256
+_DELTA = TypeAdapter(list[JsonPatchOp])
+_log = logging.getLogger("writ_client")
+
+
+def resolution_subject(intents_topic: str) -> str:
+    """The registry subject of a resolution's schema: it shares the intents topic with intents (TypeScript's ``resolutionSubject``)."""
+    return f"{intents_topic}-Resolution"
+
+
+def _utf16_length(s: str) -> int:
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def build_resolution(
+    escalation: Escalation | Mapping[str, Any],
+    decision: Decision,
+    *,
+    operator: str,
+    reply_to: str,
+    base_version: str | None = None,
+    delta: Sequence[JsonPatchOp | Mapping[str, Any]] | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The resolution's JSON object as it goes on the wire (what the operator's signature covers).
+
+    ``apply`` writes the escalated intent on the record as it is at ``base_version`` (default: the version the
+    escalation showed; a record changed since is ``resolution_conflict``, nothing written), with ``delta`` when
+    given (else the owner rebuilds the tool's change from the intent's params); ``discard`` writes nothing;
+    ``return`` hands it back to the agent. ``message`` goes to the agent.
+    """
+    e = escalation if isinstance(escalation, Escalation) else Escalation.model_validate(escalation)
+    if decision not in _DECISIONS:
+        raise ValueError(f'decision must be "apply", "discard" or "return", got {decision!r:.40}')
+    version = base_version if base_version is not None else (e.current.version if e.current is not None else None)
+    if base_version is not None and not (isinstance(base_version, str) and 0 < len(base_version) <= _MAX_VERSION):
+        raise ValueError(f"base_version must be an ETag of 1 to {_MAX_VERSION} characters")
+    if message is not None and not (isinstance(message, str) and _utf16_length(message) <= _MAX_MESSAGE):
+        raise ValueError(f"message must be a string of at most {_MAX_MESSAGE} characters")
+    ops: list[dict[str, Any]] | None = None
+    if delta is not None:
+        if len(delta) > _MAX_DELTA_OPS:
+            raise ValueError(f"delta has {len(delta)} operations, over the {_MAX_DELTA_OPS} owners take")
+        ops = _DELTA.dump_python(_DELTA.validate_python(list(delta)), by_alias=True)
+    resolution: dict[str, Any] = {
+        "kind": "resolution",
+        "resolutionId": str(uuid.uuid4()),
+        "escalationId": e.escalation_id,
+        # As writ.human carries it: the owner checks it against the entry it escalated.
+        "intent": e.intent,
+        "decision": decision,
+    }
+    if decision == "apply" and version is not None:
+        resolution["baseVersion"] = version
+    if ops is not None:
+        resolution["delta"] = ops
+    if message:
+        resolution["message"] = message
+    resolution.update({"operator": {"id": operator}, "replyTo": reply_to, "entity": e.intent["entity"], "createdAt": iso_now()})
+    return resolution
+
+
+@dataclass(frozen=True)
+class EscalationRecord:
+    """An escalation and where it was read."""
+
+    escalation: Escalation
+    topic: str
+    partition: int
+    offset: int
+
+
+def read_escalations(conf: Mapping[str, Any], codec: WireCodec, topic: str, *, timeout: float = 30.0, max_depth: int = 512) -> list[EscalationRecord]:
+    """Every escalation on ``topic``, oldest first, read (committed records only) from the beginning to the end
+    each partition had when reached; records that do not decode or validate are skipped with a warning.
+
+    ``conf`` is the client's connection settings. Raises ``TimeoutError`` when the topic's end is not reached in
+    ``timeout`` seconds (with what was read in the message), ``KafkaException`` when the topic does not exist,
+    ``RegistryError`` when a framed record's schema id cannot be checked with the registry.
+    """
+    from .client import CONTROL_HEADER
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"writ.client.escalations.{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    deadline = time.monotonic() + timeout
+    found: list[EscalationRecord] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None:
+            err = described.error if described is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+            raise KafkaException(err)
+        pending = set(described.partitions)
+        # OFFSET_BEGINNING: -2. Each partition reports EOF once it reaches its read_committed end.
+        consumer.assign([TopicPartition(topic, p, -2) for p in sorted(pending)])
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end in {timeout:g} s ({len(found)} escalations read)")
+            msg = consumer.poll(min(left, 1.0))
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                if err.fatal() or not err.retriable():
+                    raise KafkaException(err)
+                continue
+            partition, offset, data = msg.partition() or 0, msg.offset() or 0, msg.value()
+            if data is None or any(h[0] == CONTROL_HEADER for h in msg.headers() or []):
+                continue
+            try:
+                value = codec.decode(data, max_depth=max_depth)
+                found.append(EscalationRecord(Escalation.model_validate(value), topic, partition, offset))
+            except (DecodeError, ValidationError) as bad:
+                # A record that is not an escalation is reported and passed over; a registry that cannot be asked
+                # (RegistryError) stops the read instead: skipping would hide a real escalation.
+                _log.warning("%s-%d@%d skipped: %s", topic, partition, offset, str(bad)[:300])
+    finally:
+        consumer.close()
+    found.sort(key=lambda r: (r.escalation.at, r.partition, r.offset))
+    return found

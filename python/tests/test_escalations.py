@@ -1,0 +1,184 @@
+"""Escalations from Python, against the TypeScript owner (demo tools): read from ``writ.human``, resolved by an
+operator's client, the effects counted at the records server (its own Idempotency-Key dedupe off)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from writ_client import AppliedReply, ConflictReply, EscalatedReply, Escalation, IntentInput, RejectedReply, WritClient, build_resolution
+from writ_client.devstack import RecordsAdmin, Stack
+
+from .conftest import make_client
+from .test_client import TAG
+
+
+@pytest.fixture(scope="module")
+def operator(stack: Stack, topics: dict[str, str], owner: Any) -> Iterator[WritClient]:
+    c = make_client(stack, topics, "py-ops")
+    yield c
+    c.close()
+
+
+def tag_input(tid: str, run: str, base: dict[str, Any]) -> IntentInput:
+    return IntentInput(
+        tool=TAG,
+        entity={"type": "ticket", "id": tid},
+        run_id=run,
+        step_id="tag-1",
+        base_version=base["version"],
+        delta=[{"op": "replace", "path": "/tags", "value": [*base["state"]["tags"], "needs-human"]}],
+        params={"tag": "needs-human"},
+    )
+
+
+def escalate(agent: WritClient, records: RecordsAdmin, tid: str) -> tuple[EscalatedReply, IntentInput]:
+    """The agent's tag on ``tid`` conflicts three times (the record touched before each try): escalated."""
+    records.seed("ticket", tid, {"status": "open", "tags": []})
+    base, run = records.read("ticket", tid), f"run-{uuid.uuid4().hex[:8]}"
+    last: Any = None
+    for i in range(3):
+        records.seed("ticket", tid, {"status": f"touched-{i}", "tags": []})
+        last = agent.submit(tag_input(tid, run, base), timeout=30)
+        if isinstance(last, ConflictReply):
+            base = {"state": last.current.state, "version": last.current.version}
+    assert isinstance(last, EscalatedReply) and last.reason == "conflict_cycles_exhausted", last
+    return last, tag_input(tid, run, base)
+
+
+def escalation_of(operator: WritClient, topics: dict[str, str], escalated: EscalatedReply) -> Escalation:
+    found = [r for r in operator.read_escalations(topic=topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
+    assert len(found) == 1, found
+    e = found[0].escalation
+    assert e.intent_key == escalated.intent_key and e.reason == "conflict_cycles_exhausted" and e.current is not None
+    return e
+
+
+def replies_to(agent: WritClient, intent_id: str, status: str) -> tuple[list[Any], threading.Thread]:
+    """Collects, in a thread, the agent's first reply with ``intent_id`` and ``status`` (registered before anything is sent)."""
+    stream = agent.replies(idle_timeout=60)
+    seen: list[Any] = []
+
+    def read() -> None:
+        with stream:
+            for r in stream:
+                if r.intent_id == intent_id and r.status == status:
+                    seen.append(r)
+                    return
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return seen, t
+
+
+def test_apply_writes_the_escalated_intent_once_on_the_version_the_operator_decided_on(
+    client: WritClient, operator: WritClient, records: RecordsAdmin, topics: dict[str, str], uid: str
+) -> None:
+    tid = f"T-e-{uid}"
+    escalated, intent = escalate(client, records, tid)
+    e = escalation_of(operator, topics, escalated)
+    # The record changed after the escalation showed it: an apply on the version it showed is a conflict, nothing written.
+    records.seed("ticket", tid, {"status": "touched-after", "tags": []})
+    stale = operator.resolve(e, "apply", timeout=30)
+    assert isinstance(stale, RejectedReply) and stale.reason == "resolution_conflict", stale
+    assert records.patch_requests(e.intent_key) == 0
+    # On the version the operator has now looked at: applied once, and the agent hears it under its intent's id.
+    seen, reader = replies_to(client, escalated.intent_id, "applied")
+    now = records.read("ticket", tid)
+    done = operator.resolve(e, "apply", base_version=now["version"], timeout=30)
+    assert isinstance(done, AppliedReply) and done.resolved_by == "py-ops", done
+    assert records.read("ticket", tid)["state"]["tags"] == ["needs-human"]
+    assert records.patch_requests(e.intent_key) == 1
+    reader.join(timeout=60)
+    assert seen and seen[0].resolved_by == "py-ops", seen
+    # The ledger holds the decision: the agent asking again is answered from it; a second apply is refused.
+    again = client.submit(intent, timeout=30)
+    assert isinstance(again, AppliedReply) and again.duplicate is True, again
+    twice = operator.resolve(e, "apply", base_version=now["version"], timeout=30)
+    assert isinstance(twice, RejectedReply) and twice.reason == "resolution_not_applicable", twice
+    assert records.patch_requests(e.intent_key) == 1
+
+
+def test_discard_and_return_write_nothing_and_tell_the_agent(client: WritClient, operator: WritClient, records: RecordsAdmin, topics: dict[str, str], uid: str) -> None:
+    for decision, reason in (("discard", "escalation_discarded"), ("return", "returned_by_operator")):
+        tid = f"T-{decision}-{uid}"
+        escalated, _ = escalate(client, records, tid)
+        e = escalation_of(operator, topics, escalated)
+        seen, reader = replies_to(client, escalated.intent_id, "rejected")
+        if decision == "discard":
+            answer = operator.resolve(e.model_dump(by_alias=True), "discard", message="customer withdrew the request", timeout=30)
+        else:
+            answer = asyncio.run(operator.aresolve(e, "return", message="customer withdrew the request", timeout=30))
+        assert isinstance(answer, RejectedReply) and answer.reason == reason and answer.message == "customer withdrew the request", answer
+        reader.join(timeout=60)
+        assert seen and seen[0].reason == reason, seen
+        assert records.patch_requests(e.intent_key) == 0
+        assert records.read("ticket", tid)["state"]["tags"] == []
+    closed = operator.resolve(e, "apply", timeout=30)
+    assert isinstance(closed, RejectedReply) and closed.reason == "resolution_not_applicable", closed
+
+
+def test_a_resolution_is_checked_before_it_is_sent(operator: WritClient) -> None:
+    e = Escalation.model_validate(
+        {
+            "escalationId": "esc-1",
+            "reason": "conflict_cycles_exhausted",
+            "message": "m",
+            "intent": {"intentKey": "a" * 64, "entity": {"type": "ticket", "id": "T-1"}, "tool": "tag_ticket"},
+            "cycles": 3,
+            "current": {"state": {}, "version": '"v3"'},
+            "at": "2026-12-05T00:00:00.000Z",
+        }
+    )
+    wire = build_resolution(e, "apply", operator="ops", reply_to="writ.replies.ops")
+    assert wire["baseVersion"] == '"v3"' and wire["entity"] == {"type": "ticket", "id": "T-1"} and wire["operator"] == {"id": "ops"}
+    assert "baseVersion" not in build_resolution(e, "discard", operator="ops", reply_to="r")
+    with pytest.raises(ValueError, match="decision"):
+        build_resolution(e, "approve", operator="ops", reply_to="r")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="message"):
+        build_resolution(e, "return", operator="ops", reply_to="r", message="x" * 2001)
+    with pytest.raises(ValueError, match="intentKey"):
+        Escalation.model_validate({**e.model_dump(by_alias=True), "intent": {"intentKey": "nope", "entity": {"type": "ticket", "id": "T-1"}, "tool": "t"}})
+    from writ_client import CanonicalJsonError
+
+    with pytest.raises(CanonicalJsonError, match="not sent"):
+        operator.resolve(e, "return", message="half a pair \ud83d", timeout=5)
+
+
+def test_reading_escalations_skips_what_does_not_decode(stack: Stack, operator: WritClient) -> None:
+    topic = f"writ.human.py-read-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": stack.brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
+    try:
+        valid = {
+            "escalationId": "esc-ok",
+            "reason": "outcome_unknown",
+            "message": "m",
+            "intent": {"intentKey": "b" * 64, "entity": {"type": "ticket", "id": "T-2"}, "tool": "tag_ticket"},
+            "cycles": 0,
+            "current": None,
+            "at": "2026-12-05T00:00:01.000Z",
+            "mayHaveWritten": True,
+        }
+        p = Producer({"bootstrap.servers": stack.brokers})
+        for partition, value, headers in (
+            (0, b"{not json", None),
+            (0, b"[" * 100_000, None),
+            (1, json.dumps({**valid, "cycles": -1}).encode(), None),
+            (1, json.dumps({"heal": True}).encode(), [("writ-control", b"heal")]),
+            (1, json.dumps(valid).encode(), None),
+        ):
+            p.produce(topic, value=value, key=b"ticket:T-2", partition=partition, headers=headers)
+        assert p.flush(30) == 0
+        read = operator.read_escalations(topic=topic, timeout=60)
+        assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [("esc-ok", 1, 2, True)]
+    finally:
+        admin.delete_topics([topic])
