@@ -1,0 +1,248 @@
+// What the console shows, as the page receives it: the snapshot's sections and their items, the bounds the
+// console keeps to, and why an escalation may not be resolved from the page. The state that fills them is
+// state.ts (which re-exports this module).
+import type { AclCheck } from "../doctor/acls.ts";
+import type { Reply } from "../schemas/reply.ts";
+
+/** Where a record was read. */
+export interface RecordRef {
+  topic: string;
+  partition: number;
+  offset: string;
+}
+
+export interface ConsoleLimits {
+  /** Items kept per recent list (replies, conflicts, dead letters) and shown of the intents in flight. */
+  recent: number;
+  /** Intents in flight tracked at most (the oldest are dropped, and counted). */
+  inFlight: number;
+  /** Escalations kept at most (resolved ones are dropped first; then new open ones are not kept, and counted). */
+  escalations: number;
+  /** Characters of JSON kept per record state, change or params (longer ones are cut, and say so). */
+  valueChars: number;
+  /** Characters kept of a message or reason read from a record (longer ones are cut, and say so). */
+  textChars: number;
+  /**
+   * Characters of JSON kept of an open escalation's intent, for resolving it (the owners' maxIntentBytes: a
+   * larger intent was never admitted, and its resolution would be refused as too large anyway).
+   */
+  intentChars: number;
+}
+
+export const DEFAULT_LIMITS: ConsoleLimits = { recent: 100, inFlight: 2000, escalations: 500, valueChars: 4000, textChars: 2000, intentChars: 262_144 };
+
+/**
+ * Characters kept of an id, name, entity, version or key read from a record. One cut keeps a digest of the
+ * whole, so two long ids sharing a beginning stay two.
+ */
+export const NAME_CHARS = 200;
+
+/** JSON text, cut at `valueChars`. */
+export interface Clipped {
+  json: string;
+  truncated: boolean;
+}
+
+export interface InFlightItem {
+  kind: "intent" | "resolution";
+  /** The intent id (a resolution: its resolution id, which its answer is keyed by). */
+  intentId: string;
+  intentKey: string;
+  entity: string;
+  tool: string;
+  /** The agent (a resolution: the operator). */
+  agent: string;
+  runId: string | null;
+  baseVersion: string | null;
+  /** A resolution's decision. */
+  decision?: string;
+  createdAt: string;
+  where: RecordRef;
+}
+
+export interface ReplyItem {
+  intentId: string;
+  intentKey: string;
+  status: Reply["status"];
+  duplicate: boolean;
+  at: string;
+  entity: string | null;
+  tool: string | null;
+  agent: string | null;
+  /** True when the agent is the reply topic's suffix, not read from the intent. */
+  agentFromTopic: boolean;
+  version?: string;
+  via?: string;
+  cycle?: number;
+  reason?: string;
+  message?: string;
+  escalationId?: string;
+  resolvedBy?: string;
+  where: RecordRef;
+}
+
+export interface ConflictItem {
+  intentId: string;
+  intentKey: string;
+  at: string;
+  entity: string;
+  tool: string | null;
+  agent: string | null;
+  cycle: number;
+  message: string;
+  /** The version the agent wrote from (from its intent, when the console saw it). */
+  baseVersion: string | null;
+  current: { version: string; state: Clipped };
+  yourChange: Clipped;
+  where: RecordRef;
+}
+
+export interface ResolutionOutcome {
+  /** applied, discarded, returned: the escalation is closed; not_open: an owner said it is not open (any more). */
+  outcome: "applied" | "discarded" | "returned" | "not_open";
+  /**
+   * console: the owner's answer to a decision this console sent (final: the page refuses another). reply: read
+   * on a reply topic, which any producer can write: reported only, the operator may still decide (the owner
+   * answers resolution_not_applicable when it really is closed).
+   */
+  from: "console" | "reply";
+  by: string | null;
+  at: string;
+  message?: string;
+  version?: string;
+}
+
+export interface EscalationItem {
+  escalationId: string;
+  reason: string;
+  message: string;
+  at: string;
+  entity: string;
+  tool: string;
+  agent: string;
+  runId: string;
+  intentId: string;
+  intentKey: string;
+  cycles: number;
+  /** The version the agent's intent was made from. */
+  baseVersion: string;
+  change: Clipped;
+  params: Clipped;
+  /** The record as the owner last read it, when it could. */
+  current: { version: string; state: Clipped } | null;
+  /** The escalated write may have reached the system of record already (the escalation says so). */
+  mayHaveWritten: boolean;
+  status: "open" | "resolved";
+  resolution?: ResolutionOutcome;
+  /** The last decision sent on it that did not close it (e.g. a resolution_conflict). */
+  lastAttempt?: { decision: string; by: string | null; at: string; status: string; reason?: string; message?: string };
+  /**
+   * Another record on writ.human claims this escalation id with a different intent, reason or message (where
+   * it was read): one of them is forged, and the page refuses to resolve it (the ledger decides: `writ
+   * escalations list`, `writ escalations resolve`).
+   */
+  contested?: { where: RecordRef };
+  where: RecordRef;
+}
+
+export interface DeadLetterItem {
+  reason: string;
+  message: string;
+  at: string;
+  key: string | null;
+  source: RecordRef;
+  originalBytes: number;
+  truncated: boolean;
+  sha256: string;
+  where: RecordRef;
+  /**
+   * Where on the intents topic it was sent back (by the console or `writ dlq redrive`), or null: the first
+   * record read there whose writ-redriven-from header names this dead letter and whose key and value are its
+   * own (the header alone is any producer's to set).
+   */
+  sentBack: RecordRef | null;
+}
+
+/** What a record sent back from a dead letter says of it (src/dlq-redrive.ts `redrivenFrom`). */
+export interface SentBackFrom {
+  partition: number;
+  offset: string;
+  key: string | null;
+  sha256: string;
+}
+
+export interface LagPartition {
+  partition: number;
+  /** The owners' committed offset; null when the group has none for the partition. */
+  committed: string | null;
+  /** High watermark. */
+  end: string;
+  lastStable: string;
+  logStart: string;
+  /** end minus committed (minus the log start without a committed offset). */
+  lag: number;
+}
+
+export interface LagView {
+  group: string;
+  topic: string;
+  at: string;
+  partitions: LagPartition[];
+  total: number;
+  error?: string;
+}
+
+export interface Counts {
+  applied: number;
+  conflict: number;
+  rejected: number;
+  escalated: number;
+  duplicate: number;
+  intents: number;
+  resolutions: number;
+  deadLetters: number;
+  escalationsOpen: number;
+  escalationsResolved: number;
+  /** Open escalations not kept because the list was full of open ones (`writ escalations list` shows them). */
+  escalationsDropped: number;
+  inFlight: number;
+  /** Intents dropped from the in-flight list because it was full. */
+  inFlightDropped: number;
+  /** Records that did not decode (they are in writ.dlq when they were intents). */
+  undecodable: number;
+  /** writ.human records not kept: their Kafka key is not their intent's entity key (an owner writes it so; forged). */
+  escalationsMiskeyed: number;
+  /** Strings read from records that were cut to the console's bounds. */
+  cut: number;
+}
+
+export interface ConsoleTopics {
+  intents: string;
+  human: string;
+  dlq: string;
+  replyPrefix: string;
+  /** The reply topics found so far. */
+  replies: string[];
+}
+
+export interface ConsoleSnapshot {
+  at: string;
+  topics: ConsoleTopics;
+  counts: Counts;
+  inFlight: InFlightItem[];
+  replies: ReplyItem[];
+  conflicts: ConflictItem[];
+  escalations: EscalationItem[];
+  deadLetters: DeadLetterItem[];
+  lag: LagView | null;
+  /**
+   * Who may write the trusted topics (writ.ledger, writ.human, writ.dlq, the reply topics), checked at the
+   * console's start as `writ doctor` does (src/doctor/acls.ts); null until then.
+   */
+  trust: AclCheck | null;
+}
+
+export type Section = Exclude<keyof ConsoleSnapshot, "at">;
+
+/** Why the page may not resolve an escalation (the answer's `reason`, with 404 for unknown, 409 otherwise). */
+export type NotResolvable = "escalation_unknown" | "escalation_not_open" | "escalation_contested" | "escalation_too_large";
