@@ -3,8 +3,8 @@
 // plus ListOffsets with both isolation levels (kafkajs's admin only returns the
 // read_committed end). Built on kafkajs's own Cluster, Broker, connection pool,
 // Encoder and Decoder: connections, SASL, TLS, metadata and FindCoordinator are
-// kafkajs's; this module adds the request encoders and response decoders (the
-// flexible-version encoding and the kafkajs internals' types are in protocol.ts).
+// kafkajs's; the four requests' encoders and decoders are in admin-requests.ts (the
+// flexible-version encoding and the kafkajs internals' types in protocol.ts).
 import { createRequire } from "node:module";
 import { logLevel as LogLevel, type KafkaConfig, type RetryOptions, type logCreator } from "kafkajs";
 import { WritError, type WritErrorContext } from "../errors.ts";
@@ -14,22 +14,13 @@ import {
   Encoder,
   type KjsBroker,
   type KjsCluster,
-  type KjsDecoder,
-  type KjsEncoder,
   type KjsProtocolRequest,
-  type Throttled,
   chooseVersion,
-  flexibleRequest,
   isRetriableKafkaError,
   kafkaErrorName,
-  readCompactArray,
-  readCompactString,
   send,
-  skipTaggedFields,
-  throttled,
-  writeCompactArray,
-  writeNoTaggedFields,
 } from "./protocol.ts";
+import { API, describeProducersRequest, describeTransactionsRequest, groupPartitionsByTopic, listTransactionsRequest, writeTxnMarkersRequest } from "./admin-requests.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -207,194 +198,6 @@ function asWritError(err: unknown, api: string, context: WritErrorContext = {}):
   });
 }
 
-const API = { ListOffsets: 2, Metadata: 3, WriteTxnMarkers: 27, DescribeProducers: 61, DescribeTransactions: 65, ListTransactions: 66 } as const;
-
-// DescribeProducers v0 (flexible): Topics [Name PartitionIndexes[int32]]
-interface DescribeProducersResponse extends Throttled {
-  topics: {
-    name: string;
-    partitions: { partitionIndex: number; errorCode: number; errorMessage: string | null; activeProducers: ProducerState[] }[];
-  }[];
-}
-
-function describeProducersRequest(version: number, tps: readonly TopicPartition[]): KjsProtocolRequest<DescribeProducersResponse> {
-  const byTopic = groupPartitionsByTopic(tps);
-  return flexibleRequest(
-    API.DescribeProducers,
-    "DescribeProducers",
-    version,
-    (e) => {
-      writeCompactArray(e, [...byTopic], ([topic, partitions]) => {
-        e.writeUVarIntString(topic);
-        writeCompactArray(e, partitions, (p) => e.writeInt32(p));
-        writeNoTaggedFields(e);
-      });
-      writeNoTaggedFields(e);
-    },
-    (d) => {
-      const throttleTimeMs = d.readInt32();
-      const topics = readCompactArray(d, () => {
-        const name = readCompactString(d);
-        const partitions = readCompactArray(d, () => {
-          const partitionIndex = d.readInt32();
-          const errorCode = d.readInt16();
-          const errorMessage = d.readUVarIntString();
-          const activeProducers = readCompactArray(d, () => {
-            const producer: ProducerState = {
-              producerId: d.readInt64(),
-              producerEpoch: d.readInt32(),
-              lastSequence: d.readInt32(),
-              lastTimestamp: Number(d.readInt64()),
-              coordinatorEpoch: d.readInt32(),
-              currentTxnStartOffset: d.readInt64(),
-            };
-            skipTaggedFields(d);
-            return producer;
-          });
-          skipTaggedFields(d);
-          return { partitionIndex, errorCode, errorMessage, activeProducers };
-        });
-        skipTaggedFields(d);
-        return { name, partitions };
-      });
-      skipTaggedFields(d);
-      return throttled(throttleTimeMs, { topics });
-    },
-  );
-}
-
-// ListTransactions v0 (flexible): StateFilters[string] ProducerIdFilters[int64]
-interface ListTransactionsResponse extends Throttled {
-  errorCode: number;
-  unknownStateFilters: string[];
-  transactionStates: TransactionListing[];
-}
-
-function listTransactionsRequest(
-  version: number,
-  stateFilters: readonly string[],
-  producerIdFilters: readonly bigint[],
-): KjsProtocolRequest<ListTransactionsResponse> {
-  return flexibleRequest(
-    API.ListTransactions,
-    "ListTransactions",
-    version,
-    (e) => {
-      writeCompactArray(e, stateFilters, (s) => e.writeUVarIntString(s));
-      writeCompactArray(e, producerIdFilters, (p) => e.writeInt64(p));
-      writeNoTaggedFields(e);
-    },
-    (d) => {
-      const throttleTimeMs = d.readInt32();
-      const errorCode = d.readInt16();
-      const unknownStateFilters = readCompactArray(d, () => readCompactString(d));
-      const transactionStates = readCompactArray(d, () => {
-        const listing: TransactionListing = {
-          transactionalId: readCompactString(d),
-          producerId: d.readInt64(),
-          transactionState: readCompactString(d),
-        };
-        skipTaggedFields(d);
-        return listing;
-      });
-      skipTaggedFields(d);
-      return throttled(throttleTimeMs, { errorCode, unknownStateFilters, transactionStates });
-    },
-  );
-}
-
-// DescribeTransactions v0 (flexible): TransactionalIds[string]
-interface DescribeTransactionsResponse extends Throttled {
-  transactionStates: (TransactionDescription & { errorCode: number })[];
-}
-
-function describeTransactionsRequest(version: number, transactionalIds: readonly string[]): KjsProtocolRequest<DescribeTransactionsResponse> {
-  return flexibleRequest(
-    API.DescribeTransactions,
-    "DescribeTransactions",
-    version,
-    (e) => {
-      writeCompactArray(e, transactionalIds, (id) => e.writeUVarIntString(id));
-      writeNoTaggedFields(e);
-    },
-    (d) => {
-      const throttleTimeMs = d.readInt32();
-      const transactionStates = readCompactArray(d, () => {
-        const errorCode = d.readInt16();
-        const transactionalId = readCompactString(d);
-        const state = readCompactString(d);
-        const transactionTimeoutMs = d.readInt32();
-        const transactionStartTimeMs = Number(d.readInt64());
-        const producerId = d.readInt64();
-        const producerEpoch = d.readInt16();
-        const topicPartitions: TopicPartition[] = [];
-        readCompactArray(d, () => {
-          const topic = readCompactString(d);
-          for (const partition of readCompactArray(d, () => d.readInt32())) topicPartitions.push({ topic, partition });
-          skipTaggedFields(d);
-        });
-        skipTaggedFields(d);
-        return { errorCode, transactionalId, state, transactionTimeoutMs, transactionStartTimeMs, producerId, producerEpoch, topicPartitions };
-      });
-      skipTaggedFields(d);
-      return throttled(throttleTimeMs, { transactionStates });
-    },
-  );
-}
-
-// WriteTxnMarkers v1 (flexible) / v2 (+ TransactionVersion int8 per marker, KIP-1228):
-// Markers [ProducerId ProducerEpoch TransactionResult Topics[Name PartitionIndexes[int32]] CoordinatorEpoch]
-interface WriteTxnMarkersResponse extends Throttled {
-  markers: { producerId: bigint; topics: { name: string; partitions: { partitionIndex: number; errorCode: number }[] }[] }[];
-}
-
-function writeTxnMarkersRequest(
-  version: number,
-  marker: { producerId: bigint; producerEpoch: number; committed: boolean; topic: string; partition: number; coordinatorEpoch: number },
-): KjsProtocolRequest<WriteTxnMarkersResponse> {
-  return flexibleRequest(
-    API.WriteTxnMarkers,
-    "WriteTxnMarkers",
-    version,
-    (e) => {
-      writeCompactArray(e, [marker], (m) => {
-        e.writeInt64(m.producerId);
-        e.writeInt16(m.producerEpoch);
-        e.writeBoolean(m.committed);
-        writeCompactArray(e, [m.topic], (topic) => {
-          e.writeUVarIntString(topic);
-          writeCompactArray(e, [m.partition], (p) => e.writeInt32(p));
-          writeNoTaggedFields(e);
-        });
-        e.writeInt32(m.coordinatorEpoch);
-        // 0 = a legacy (TV0/TV1) marker: what Kafka's own Admin.abortTransaction sends, since it leaves the field at its default
-        if (version >= 2) e.writeInt8(0);
-        writeNoTaggedFields(e);
-      });
-      writeNoTaggedFields(e);
-    },
-    (d) => {
-      const markers = readCompactArray(d, () => {
-        const producerId = d.readInt64();
-        const topics = readCompactArray(d, () => {
-          const name = readCompactString(d);
-          const partitions = readCompactArray(d, () => {
-            const result = { partitionIndex: d.readInt32(), errorCode: d.readInt16() };
-            skipTaggedFields(d);
-            return result;
-          });
-          skipTaggedFields(d);
-          return { name, partitions };
-        });
-        skipTaggedFields(d);
-        return { producerId, topics };
-      });
-      skipTaggedFields(d);
-      return throttled(0, { markers });
-    },
-  );
-}
-
 // ---------------------------------------------------------------------------
 // Helpers
 
@@ -415,23 +218,12 @@ function uniquePartitions(tps: readonly TopicPartition[]): TopicPartition[] {
   return [...seen.values()];
 }
 
-function groupPartitionsByTopic(tps: readonly TopicPartition[]): Map<string, number[]> {
-  const byTopic = new Map<string, number[]>();
-  for (const { topic, partition } of tps) {
-    const list = byTopic.get(topic) ?? [];
-    list.push(partition);
-    byTopic.set(topic, list);
-  }
-  return byTopic;
-}
-
 function chunk<T>(items: readonly T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
   return out;
 }
 
-/** The highest of `mine` that the broker serves (its ApiVersions range), or a non-retriable error. */
 /** A kafkajs request whose response is decoded but not parsed: per-partition error codes stay visible. */
 function unparsed<T>(protocolRequest: KjsProtocolRequest<unknown>): KjsProtocolRequest<T> {
   return {
