@@ -96,8 +96,8 @@ describe("the packed tarball, installed in another project", () => {
     const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
     tarball = join(dir, info!.filename);
     const paths = info!.files.map((f) => f.path);
-    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
-    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE"]) expect(paths).toContain(p);
+    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+(\.test)?\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
+    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/prometheus/writ-alerts.test.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE"]) expect(paths).toContain(p);
     expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
   });
 
