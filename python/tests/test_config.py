@@ -18,6 +18,7 @@ BASE: dict[str, Any] = {"brokers": "127.0.0.1:1", "agent_id": "a", "reply_topic"
     [
         ("reply_topic", "writ.replies.a\n"),
         ("intents_topic", "writ.intents\n"),
+        ("human_topic", "writ human"),
         ("reply_topic", ""),
         ("reply_topic", 5),
         ("submit_timeout", -5),
@@ -83,3 +84,15 @@ def test_a_bad_per_call_timeout_is_refused_before_anything_is_sent(timeout: Any)
     with pytest.raises(ValueError, match="timeout"):
         client.submit(intent, timeout=timeout)
     assert producer.produced == []
+
+
+def test_from_env_takes_the_topics_owners_are_given_and_an_argument_wins() -> None:
+    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_INTENTS_TOPIC": "acme.intents", "WRIT_HUMAN_TOPIC": "acme.human"}
+    c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env)
+    assert (c.intents_topic, c.human_topic) == ("acme.intents", "acme.human")
+    c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, human_topic="ops.human")
+    assert (c.intents_topic, c.human_topic) == ("acme.intents", "ops.human")
+    c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_HUMAN_TOPIC": " "})
+    assert (c.intents_topic, c.human_topic) == ("writ.intents", "writ.human")
+    with pytest.raises(ValueError, match="human_topic"):
+        WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_HUMAN_TOPIC": "acme human"})

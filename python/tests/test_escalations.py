@@ -55,7 +55,7 @@ def escalate(agent: WritClient, records: RecordsAdmin, tid: str) -> tuple[Escala
 
 
 def escalation_of(operator: WritClient, topics: dict[str, str], escalated: EscalatedReply) -> Escalation:
-    found = [r for r in operator.read_escalations(topic=topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
+    found = [r for r in operator.read_escalations() if r.escalation.escalation_id == escalated.escalation_id]
     assert len(found) == 1, found
     e = found[0].escalation
     assert e.intent_key == escalated.intent_key and e.reason == "conflict_cycles_exhausted" and e.current is not None

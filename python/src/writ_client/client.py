@@ -228,6 +228,7 @@ class WritClient:
         agent_id: str,
         reply_topic: str,
         intents_topic: str = "writ.intents",
+        human_topic: str = "writ.human",
         schema_registry_url: str | None = None,
         client_id: str | None = None,
         reply_topic_partitions: int = 1,
@@ -247,6 +248,7 @@ class WritClient:
             agent_id: this agent; part of every ``run``-scoped intent key.
             reply_topic: this agent's reply topic; must start with the owners' reply prefix (``writ.replies.``).
             intents_topic: the owners' intents topic.
+            human_topic: the owners' escalations topic, which :meth:`read_escalations` reads.
             schema_registry_url: a Confluent-API registry (e.g. Apicurio's ``/apis/ccompat/v7``): framed
                 values; without it plain JSON (framed replies then cannot be read).
             reply_topic_partitions, replication_factor: for the reply topic when the client creates it.
@@ -261,8 +263,8 @@ class WritClient:
                 or ``(username, password)``); never in the URL.
             schema_registry_tls: TLS to an https registry: a CA to trust, a client certificate.
 
-        :meth:`from_env` takes the brokers, the registry and all of the security settings from the
-        environment variables writ's TypeScript side reads.
+        :meth:`from_env` takes the brokers, the registry, the topics and all of the security settings from
+        the environment variables writ's TypeScript side reads.
         """
         if signer is not None:
             if not isinstance(signer, IntentSigner):
@@ -279,7 +281,7 @@ class WritClient:
             raise ValueError("brokers: at least one host:port")
         if not isinstance(agent_id, str) or not 1 <= _utf16_length(agent_id) <= 128:
             raise ValueError(f"agent_id must be a string of 1 to 128 characters (UTF-16 code units, as owners count), got {agent_id!r:.200}")
-        for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic)):
+        for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic), ("human_topic", human_topic)):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 raise ValueError(f"{name} must be a Kafka topic name (1–249 of a-z A-Z 0-9 . _ -), got {topic!r:.300}")
         if client_id is not None and (not isinstance(client_id, str) or not client_id):
@@ -291,6 +293,7 @@ class WritClient:
         self.agent_id = agent_id
         self.reply_topic = reply_topic
         self.intents_topic = intents_topic
+        self.human_topic = human_topic
         self.schema_registry_url = schema_registry_url or None
         self.client_id = client_id or f"writ-client-{agent_id}"
         self.reply_topic_partitions = reply_topic_partitions
@@ -331,8 +334,9 @@ class WritClient:
         of :meth:`ConnectionSecurity.from_env <writ_client.security.ConnectionSecurity.from_env>`
         (``KAFKA_SSL_CA_FILE``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
         ``KAFKA_SASL_PASSWORD`` or ``KAFKA_SASL_PASSWORD_FILE``, ``SCHEMA_REGISTRY_USERNAME``,
-        ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…); a setting
-        given as an argument wins over its variable. Other arguments go to the constructor.
+        ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…), and the topics' names where
+        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``); a setting given as an
+        argument wins over its variable. Other arguments go to the constructor.
         """
         env = os.environ if env is None else env
         if "brokers" not in kwargs:
@@ -342,6 +346,9 @@ class WritClient:
             kwargs["brokers"] = brokers
         if "schema_registry_url" not in kwargs:
             kwargs["schema_registry_url"] = (env.get("SCHEMA_REGISTRY_URL") or "").strip() or None
+        for arg, variable in (("intents_topic", "WRIT_INTENTS_TOPIC"), ("human_topic", "WRIT_HUMAN_TOPIC")):
+            if arg not in kwargs and (env.get(variable) or "").strip():
+                kwargs[arg] = env[variable].strip()
         security = ConnectionSecurity.from_env(env)
         kwargs.setdefault("kafka_security", security.kafka)
         kwargs.setdefault("schema_registry_auth", security.schema_registry_auth)
@@ -846,12 +853,13 @@ class WritClient:
         """:meth:`resolve` for asyncio code (runs in a worker thread); the same keyword arguments."""
         return await asyncio.to_thread(self.resolve, escalation, decision, **options)
 
-    def read_escalations(self, *, topic: str = "writ.human", timeout: float = 30.0) -> list[EscalationRecord]:
-        """Every escalation on ``topic`` (``writ.human``; ``WRIT_HUMAN_TOPIC`` where owners set it), oldest first:
+    def read_escalations(self, *, topic: str | None = None, timeout: float = 30.0) -> list[EscalationRecord]:
+        """Every escalation on ``topic`` (default: the client's ``human_topic``, ``writ.human``), oldest first:
         committed records from the beginning to the end each partition had when reached (``writ escalations
         list``). An escalation stays on the topic after it is resolved: the owner's answer to :meth:`resolve` says
         whether it is still open. Records that do not decode or validate are skipped with a warning."""
-        if not _TOPIC.fullmatch(topic):
+        topic = self.human_topic if topic is None else topic
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
             raise ValueError(f"topic must be a Kafka topic name, got {topic!r:.60}")
         return read_escalations(self._conf(), self.codec, topic, timeout=_seconds("timeout", timeout))
 
