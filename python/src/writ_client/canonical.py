@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CANONICAL_MAX_DEPTH", "CanonicalJsonError", "canonical_json", "js_number", "json_depth", "sha256_hex", "utf16_sort_key"]
+__all__ = ["CANONICAL_MAX_DEPTH", "CanonicalJsonError", "canonical_json", "js_number", "json_depth", "sha256_hex", "utf16_length", "utf16_sort_key"]
 
 #: Deepest nesting accepted (a scalar is 0, ``[]`` is 1), as in TypeScript.
 CANONICAL_MAX_DEPTH = 256
@@ -139,6 +139,11 @@ def _quote(s: str, what: str = "a string") -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+def utf16_length(s: str) -> int:
+    """The length JavaScript gives ``s`` (UTF-16 code units, a character beyond U+FFFF two), as owners check lengths."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def utf16_sort_key(key: str) -> bytes:

@@ -50,7 +50,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import Unpack
 
-from .canonical import CanonicalJsonError, canonical_json
+from .canonical import CanonicalJsonError, canonical_json, utf16_length
 from .codec import DecodeError, RegistryError, WireCodec
 from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, read_escalations, resolution_subject
 from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
@@ -279,7 +279,7 @@ class WritClient:
         self.brokers = brokers if isinstance(brokers, str) else ",".join(brokers)
         if not self.brokers.strip():
             raise ValueError("brokers: at least one host:port")
-        if not isinstance(agent_id, str) or not 1 <= _utf16_length(agent_id) <= 128:
+        if not isinstance(agent_id, str) or not 1 <= utf16_length(agent_id) <= 128:
             raise ValueError(f"agent_id must be a string of 1 to 128 characters (UTF-16 code units, as owners count), got {agent_id!r:.200}")
         for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic), ("human_topic", human_topic)):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
@@ -1038,11 +1038,6 @@ class WritClient:
         or after ``idle_timeout`` seconds without a reply.
         """
         return ReplyStream(self, idle_timeout)
-
-
-def _utf16_length(s: str) -> int:
-    """The length JavaScript gives ``s`` (UTF-16 code units), as owners check lengths."""
-    return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _seconds(name: str, value: Any) -> float:

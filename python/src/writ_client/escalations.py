@@ -19,6 +19,7 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
+from .canonical import utf16_length
 from .codec import DecodeError, WireCodec
 from .models import Escalation, JsonPatchOp, iso_now
 
@@ -40,10 +41,6 @@ _log = logging.getLogger("writ_client")
 def resolution_subject(intents_topic: str) -> str:
     """The registry subject of a resolution's schema: it shares the intents topic with intents (TypeScript's ``resolutionSubject``)."""
     return f"{intents_topic}-Resolution"
-
-
-def _utf16_length(s: str) -> int:
-    return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def build_resolution(
@@ -69,7 +66,7 @@ def build_resolution(
     version = base_version if base_version is not None else (e.current.version if e.current is not None else None)
     if base_version is not None and not (isinstance(base_version, str) and 0 < len(base_version) <= _MAX_VERSION):
         raise ValueError(f"base_version must be an ETag of 1 to {_MAX_VERSION} characters")
-    if message is not None and not (isinstance(message, str) and _utf16_length(message) <= _MAX_MESSAGE):
+    if message is not None and not (isinstance(message, str) and utf16_length(message) <= _MAX_MESSAGE):
         raise ValueError(f"message must be a string of at most {_MAX_MESSAGE} characters")
     ops: list[dict[str, Any]] | None = None
     if delta is not None:

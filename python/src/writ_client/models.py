@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer, model_validator
 from pydantic.alias_generators import to_camel
 
+from .canonical import utf16_length
+
 __all__ = [
     "AgentRef",
     "AppliedReply",
@@ -40,7 +42,7 @@ def _utf16_at_most(limit: int) -> AfterValidator:
     """A string of at most ``limit`` UTF-16 code units: the length owners (zod, JavaScript) check, not code points."""
 
     def check(v: str) -> str:
-        units = len(v.encode("utf-16-le", "surrogatepass")) // 2
+        units = utf16_length(v)
         if units > limit:
             raise ValueError(f"at most {limit} UTF-16 code units (as owners count; a character beyond U+FFFF is two), got {units}")
         return v
