@@ -4,11 +4,13 @@ import { createWritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
+import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
+import { latestLedgerEntries } from "./ledger-lookup.ts";
 import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
 
-const USAGE = `usage: writ escalations list [--json] [--brokers <list>] [--registry <url>]
+const USAGE = `usage: writ escalations list [--open [--ledger-topic <topic>]] [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
                                 [--operator <id>] [--reply-topic <topic>] [--signing-key <pem file> --key-id <id>]
                                 [--timeout-ms <ms>]
@@ -16,7 +18,10 @@ const USAGE = `usage: writ escalations list [--json] [--brokers <list>] [--regis
 list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
           escalation id and age, oldest first. Reads committed records from the beginning of the topic to
           the end it had when the command started; control records are skipped, records that do not decode
-          are reported on stderr.
+          are reported on stderr. A case stays on the topic once decided: --open shows only the ones a
+          decision can still be given on, by the owners' ledger ($WRIT_LEDGER_TOPIC, or --ledger-topic; read
+          from its start to its end, so slower on a large ledger): the intent's entry escalated under that
+          escalation id. --json then adds "open": true.
 resolve   a person's decision on one escalation, carried out by the record's owner: --apply writes the
           escalated intent on the record as it is at --base-version (default: the version the escalation
           showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
@@ -52,7 +57,11 @@ export function table(rows: string[][]): string {
 }
 
 async function list(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(argv, { json: { type: "boolean" }, brokers: { type: "string" }, registry: { type: "string" } }, USAGE);
+  const parsed = parseCommandArgs(
+    argv,
+    { json: { type: "boolean" }, open: { type: "boolean" }, "ledger-topic": { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } },
+    USAGE,
+  );
   if (parsed === undefined) return 0;
   const a = parsed.values;
   const brokers = brokersFrom(a.brokers);
@@ -64,13 +73,23 @@ async function list(argv: string[]): Promise<number> {
     process.stderr.write(`writ escalations: no topic ${topic} on the cluster (writ topics ensure creates it)\n`);
     return 2;
   }
-  const found = await readEscalations(kafka, codec, topic, log);
+  if (a["ledger-topic"] !== undefined && !a.open) throw new UsageError("--ledger-topic goes with --open");
+  let found = await readEscalations(kafka, codec, topic, log);
+  if (a.open) {
+    const ledgerTopic = a["ledger-topic"] ?? topicFromEnv("WRIT_LEDGER_TOPIC");
+    const { entries, unfinished } = await latestLedgerEntries(kafka, codec, ledgerTopic, new Set(found.map((f) => f.e.intent.intentKey)), log);
+    if (unfinished.length > 0) {
+      process.stderr.write(`writ escalations: could not read ${ledgerTopic} to its end (${unfinished.join(", ")}): which cases are open is not known\n`);
+      return 2;
+    }
+    found = found.filter((f) => isOpen(f.e, entries.get(f.e.intent.intentKey) ?? null));
+  }
   if (a.json) {
-    for (const f of found) process.stdout.write(`${jsonLine({ ...f.e, topic: f.topic, partition: f.partition, offset: f.offset })}\n`);
+    for (const f of found) process.stdout.write(`${jsonLine({ ...f.e, topic: f.topic, partition: f.partition, offset: f.offset, ...(a.open ? { open: true } : {}) })}\n`);
     return 0;
   }
   if (found.length === 0) {
-    process.stdout.write(`no escalations on ${topic}\n`);
+    process.stdout.write(`no ${a.open ? "open " : ""}escalations on ${topic}\n`);
     return 0;
   }
   const rows = [["REASON", "ENTITY", "TOOL", "INTENT KEY", "ESCALATION ID", "AGE", "MESSAGE"]];
@@ -79,8 +98,17 @@ async function list(argv: string[]): Promise<number> {
     const written = e.mayHaveWritten === true || e.reason === "outcome_unknown" ? "[may have written] " : "";
     rows.push([e.reason, `${e.intent.entity.type}:${e.intent.entity.id}`, e.intent.tool, e.intent.intentKey, e.escalationId, age(e.at), `${written}${e.message.replace(/\s+/g, " ")}`]);
   }
-  process.stdout.write(`${table(rows)}\n${found.length} escalation${found.length === 1 ? "" : "s"} on ${topic}\n`);
+  process.stdout.write(`${table(rows)}\n${found.length} ${a.open ? "open " : ""}escalation${found.length === 1 ? "" : "s"} on ${topic}\n`);
   return 0;
+}
+
+/**
+ * Whether an owner would still take a decision on `e`: the intent's latest ledger entry is done with an escalated
+ * outcome of this escalation id (architecture §8). Decided, re-submitted and escalated again, settled, or past the
+ * ledger's retention: not open.
+ */
+export function isOpen(e: Escalation, entry: LedgerIntentEntry | null): boolean {
+  return entry !== null && entry.status === "done" && entry.outcome?.status === "escalated" && entry.outcome.escalationId === e.escalationId;
 }
 
 /** Every escalation on `topic`, oldest first, read to the end the topic had when asked. */

@@ -6,8 +6,7 @@ import { WireCodec } from "../codec.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { send, SEND_OPTIONS } from "./submit.ts";
-import { decodeRecord } from "./tail.ts";
-import { readTopics } from "./topic-reader.ts";
+import { latestLedgerEntries } from "./ledger-lookup.ts";
 
 const USAGE = `usage: writ undo <intentKey> [--entity <type:id> --tool <name>] [options]
 
@@ -83,32 +82,12 @@ async function main(argv: string[]): Promise<number> {
   return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
 }
 
-/**
- * The intent's latest entry in the ledger topic (compacted, keyed by intent
- * key), read from the beginning to the end the topic has now; null when it
- * is not there or its last record is a tombstone.
- */
+/** The intent's latest entry in the ledger topic; null when it is not there or its last record is a tombstone. */
 async function findInLedger(brokers: string[], registry: string | undefined, topic: string, key: string): Promise<LedgerIntentEntry | null> {
   const log = commandLogger("undo");
-  const kafka = kafkaFor(brokers, "writ-cli-undo", log);
-  const codec = new WireCodec(connectionFor(registry));
-  let found: LedgerIntentEntry | null = null;
-  const { unfinished } = await readTopics({
-    kafka,
-    topics: [topic],
-    start: { from: "beginning" },
-    follow: false,
-    log,
-    onRecord: async (r) => {
-      if (r.key?.toString("utf8") !== key) return;
-      const d = await decodeRecord(codec, "LedgerEntry", r);
-      if (d.tombstone) found = null;
-      else if (d.error !== undefined) log.warn(`the ledger entry of ${key.slice(0, 12)}… at ${d.partition}@${d.offset} cannot be read: ${d.error}`);
-      else if ((d.value as { kind?: unknown }).kind === "intent") found = d.value as LedgerIntentEntry;
-    },
-  });
+  const { entries, unfinished } = await latestLedgerEntries(kafkaFor(brokers, "writ-cli-undo", log), new WireCodec(connectionFor(registry)), topic, new Set([key]), log);
   if (unfinished.length > 0) throw new Error(`could not read ${topic} to its end (${unfinished.join(", ")}); give --entity and --tool instead`);
-  return found;
+  return entries.get(key) ?? null;
 }
 
 export const undoCommand: Command = {

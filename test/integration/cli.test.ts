@@ -342,7 +342,7 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(headErr).not.toMatch(/EPIPE|Unhandled|\n\s+at /);
   }, 120_000);
 
-  it("writ escalations list shows each escalation; resolve carries out a decision once", async () => {
+  it("writ escalations list shows each escalation (--open: those still open, by the ledger); resolve carries out a decision once", async () => {
     const list = await writ(["escalations", "list"]);
     expectQuiet(list.stderr);
     expect(list.code).toBe(0);
@@ -353,6 +353,11 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     const json = jsonLines((await writ(["escalations", "list", "--json"])).stdout);
     expect(json).toHaveLength(1);
     expect(json[0]).toMatchObject({ reason: "conflict_cycles_exhausted", intent: { tool: "tag_ticket", entity: { type: "ticket", id: "T-cli" } }, topic: topics.human });
+    // Open by the owners' ledger: the intent's entry is escalated under this escalation id.
+    const open = await writ(["escalations", "list", "--open"]);
+    expect([open.code, open.stdout]).toEqual([0, expect.stringMatching(/1 open escalation on cli-.*\.human/)]);
+    expect(jsonLines((await writ(["escalations", "list", "--open", "--json"])).stdout)).toEqual([{ ...json[0], open: true }]);
+    expect((await writ(["escalations", "list", "--ledger-topic", topics.ledger])).code).toBe(2);
     expect((await writ(["escalations", "resolve", json[0]!.escalationId])).code).toBe(2);
     const both = await writ(["escalations", "resolve", json[0]!.escalationId, "--discard", "--timeout-ms", "5000", "--timeout", "5000"]);
     expect([both.code, both.stderr]).toEqual([2, expect.stringContaining("give --timeout-ms (or --timeout, its earlier name), not both")]);
@@ -364,6 +369,10 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     const again = await writ(["escalations", "resolve", json[0]!.escalationId, "--apply", "--operator", `ops-${id}`]);
     expect(again.code).toBe(1);
     expect(JSON.parse(again.stdout)).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
+    // Decided: still on writ.human, no longer open.
+    expect(jsonLines((await writ(["escalations", "list", "--json"])).stdout)).toHaveLength(1);
+    const none = await writ(["escalations", "list", "--open", "--ledger-topic", topics.ledger]);
+    expect([none.code, none.stdout]).toEqual([0, expect.stringMatching(/^no open escalations on cli-.*\.human\n$/)]);
   });
 
   it("writ undo undoes an applied write once, its record and tool read from the ledger", async () => {
