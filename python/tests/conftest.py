@@ -115,6 +115,7 @@ def make_client(stack: Stack, topics: dict[str, str], agent: str, *, framed: boo
         reply_topic=reply_topic(agent),
         intents_topic=topics["intents"],
         human_topic=topics["human"],
+        ledger_topic=topics["ledger"],
         # Replies from an owner with a registry are framed: the plain client still decodes them, it only produces plain JSON.
         schema_registry_url=stack.registry_url or None,
         frame_values=framed and bool(stack.registry_url),

@@ -87,12 +87,14 @@ def test_a_bad_per_call_timeout_is_refused_before_anything_is_sent(timeout: Any)
 
 
 def test_from_env_takes_the_topics_owners_are_given_and_an_argument_wins() -> None:
-    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_INTENTS_TOPIC": "acme.intents", "WRIT_HUMAN_TOPIC": "acme.human"}
+    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_INTENTS_TOPIC": "acme.intents", "WRIT_HUMAN_TOPIC": "acme.human", "WRIT_LEDGER_TOPIC": "acme.ledger"}
     c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env)
-    assert (c.intents_topic, c.human_topic) == ("acme.intents", "acme.human")
-    c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, human_topic="ops.human")
-    assert (c.intents_topic, c.human_topic) == ("acme.intents", "ops.human")
+    assert (c.intents_topic, c.human_topic, c.ledger_topic) == ("acme.intents", "acme.human", "acme.ledger")
+    c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, human_topic="ops.human", ledger_topic="ops.ledger")
+    assert (c.intents_topic, c.human_topic, c.ledger_topic) == ("acme.intents", "ops.human", "ops.ledger")
     c = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_HUMAN_TOPIC": " "})
-    assert (c.intents_topic, c.human_topic) == ("writ.intents", "writ.human")
+    assert (c.intents_topic, c.human_topic, c.ledger_topic) == ("writ.intents", "writ.human", "writ.ledger")
     with pytest.raises(ValueError, match="human_topic"):
         WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_HUMAN_TOPIC": "acme human"})
+    with pytest.raises(ValueError, match="ledger_topic"):
+        WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_LEDGER_TOPIC": "acme ledger"})

@@ -14,8 +14,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from writ_client import AppliedReply, ConflictReply, EscalatedReply, Escalation, IntentInput, RejectedReply, WritClient, build_resolution
+from writ_client import AppliedReply, ConflictReply, EscalatedReply, Escalation, IntentInput, RejectedReply, WritClient, build_resolution, is_open
 from writ_client.devstack import RecordsAdmin, Stack
+from writ_client.escalations import latest_ledger_entries
 
 from .conftest import make_client
 from .test_client import TAG
@@ -180,5 +181,62 @@ def test_reading_escalations_skips_what_does_not_decode(stack: Stack, operator: 
         assert p.flush(30) == 0
         read = operator.read_escalations(topic=topic, timeout=60)
         assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [("esc-ok", 1, 2, True)]
+    finally:
+        admin.delete_topics([topic])
+
+
+def test_open_only_keeps_the_cases_an_owner_still_takes_a_decision_on(client: WritClient, operator: WritClient, records: RecordsAdmin, topics: dict[str, str], uid: str) -> None:
+    decided, waiting = (escalate(client, records, f"T-open-{n}-{uid}")[0] for n in ("a", "b"))
+    ours = {decided.escalation_id, waiting.escalation_id}
+    e = escalation_of(operator, topics, decided)
+    answer = operator.resolve(e, "discard", message="not needed", timeout=30)
+    assert isinstance(answer, RejectedReply) and answer.reason == "escalation_discarded", answer
+    # Both stay on writ.human; the ledger tells the decided one from the one still waiting.
+    every = {r.escalation.escalation_id for r in operator.read_escalations(timeout=60)} & ours
+    assert every == ours
+    still = [r for r in asyncio.run(operator.aread_escalations(open_only=True, timeout=60)) if r.escalation.escalation_id in ours]
+    assert [r.escalation.escalation_id for r in still] == [waiting.escalation_id], still
+    # Once decided, it is no longer open either.
+    w = still[0].escalation
+    done = operator.resolve(w, "apply", base_version=records.read("ticket", w.entity.id)["version"], timeout=30)
+    assert isinstance(done, AppliedReply), done
+    assert not [r for r in operator.read_escalations(open_only=True, timeout=60) if r.escalation.escalation_id in ours]
+
+
+def test_the_ledger_lookup_takes_each_keys_latest_entry_and_passes_over_what_does_not_decode(stack: Stack, operator: WritClient) -> None:
+    topic = f"writ.ledger.py-read-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": stack.brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
+    ka, kb, kc, kd = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+
+    def entry(status: str, outcome: dict[str, Any] | None = None) -> bytes:
+        return json.dumps({"kind": "intent", "intentKey": "x", "status": status, **({"outcome": outcome} if outcome else {})}).encode()
+
+    escalated = {"status": "escalated", "escalationId": "esc-1", "at": "2026-12-06T00:00:00.000Z"}
+    try:
+        p = Producer({"bootstrap.servers": stack.brokers})
+        for partition, key, value, headers in (
+            (0, ka, entry("pending"), None),
+            (0, ka, entry("done", escalated), None),
+            (0, kb, entry("done", escalated), None),
+            (0, kb, None, None),  # a tombstone: the key's entry is gone
+            (1, kc, entry("done", escalated), None),
+            (1, kc, b"[" * 100_000, None),  # does not decode: passed over, the entry before stands
+            (1, kc, json.dumps({"kind": "intent", "status": "lost"}).encode(), None),  # not an entry: passed over
+            (1, kc, None, [("writ-control", b"heal")]),  # a control record: not a tombstone
+            (1, "e" * 64, entry("pending"), None),  # not asked for
+        ):
+            p.produce(topic, value=value, key=key.encode(), partition=partition, headers=headers)
+        assert p.flush(30) == 0
+        found = latest_ledger_entries(operator._conf(), operator.codec, topic, {ka, kb, kc, kd}, timeout=60)
+        assert set(found) == {ka, kb, kc, kd}
+        assert found[ka] is not None and found[ka].status == "done" and found[ka].outcome is not None and found[ka].outcome.escalation_id == "esc-1"
+        assert found[kb] is None and found[kd] is None
+        assert found[kc] is not None and found[kc].status == "done"
+        e = Escalation.model_validate(
+            {"escalationId": "esc-1", "reason": "conflict_cycles_exhausted", "message": "m", "cycles": 2, "current": None, "at": "2026-12-06T00:00:00.000Z",
+             "intent": {"intentKey": ka, "entity": {"type": "ticket", "id": "T-1"}, "tool": "tag_ticket"}}
+        )
+        assert is_open(e, found[ka]) and not is_open(e, found[kb]) and not is_open(e.model_copy(update={"escalation_id": "esc-2"}), found[ka])
     finally:
         admin.delete_topics([topic])

@@ -8,7 +8,7 @@ from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
 from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient, create_input
 from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
-from .escalations import KIND_HEADER, EscalationRecord, build_resolution, resolution_subject
+from .escalations import KIND_HEADER, EscalationRecord, LedgerIntentEntry, build_resolution, is_open, resolution_subject
 from .keys import KEY_VERSION, KeyedTool, change_id, entity_key, intent_key, intent_key_material, lease_intent_key, params_fingerprint, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -65,6 +65,7 @@ __all__ = [
     "JsonPatchOp",
     "KafkaSecurity",
     "KeyedTool",
+    "LedgerIntentEntry",
     "RegistryAuth",
     "RegistryError",
     "RegistryTls",
@@ -87,6 +88,7 @@ __all__ = [
     "entity_key",
     "intent_key",
     "intent_key_material",
+    "is_open",
     "js_number",
     "lease_intent_key",
     "murmur2",

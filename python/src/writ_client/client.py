@@ -229,6 +229,7 @@ class WritClient:
         reply_topic: str,
         intents_topic: str = "writ.intents",
         human_topic: str = "writ.human",
+        ledger_topic: str = "writ.ledger",
         schema_registry_url: str | None = None,
         client_id: str | None = None,
         reply_topic_partitions: int = 1,
@@ -249,6 +250,8 @@ class WritClient:
             reply_topic: this agent's reply topic; must start with the owners' reply prefix (``writ.replies.``).
             intents_topic: the owners' intents topic.
             human_topic: the owners' escalations topic, which :meth:`read_escalations` reads.
+            ledger_topic: the owners' ledger, which ``read_escalations(open_only=True)`` reads (an operator's
+                client only; it needs read access to the ledger).
             schema_registry_url: a Confluent-API registry (e.g. Apicurio's ``/apis/ccompat/v7``): framed
                 values; without it plain JSON (framed replies then cannot be read).
             reply_topic_partitions, replication_factor: for the reply topic when the client creates it.
@@ -281,7 +284,7 @@ class WritClient:
             raise ValueError("brokers: at least one host:port")
         if not isinstance(agent_id, str) or not 1 <= utf16_length(agent_id) <= 128:
             raise ValueError(f"agent_id must be a string of 1 to 128 characters (UTF-16 code units, as owners count), got {agent_id!r:.200}")
-        for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic), ("human_topic", human_topic)):
+        for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic), ("human_topic", human_topic), ("ledger_topic", ledger_topic)):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 raise ValueError(f"{name} must be a Kafka topic name (1–249 of a-z A-Z 0-9 . _ -), got {topic!r:.300}")
         if client_id is not None and (not isinstance(client_id, str) or not client_id):
@@ -294,6 +297,7 @@ class WritClient:
         self.reply_topic = reply_topic
         self.intents_topic = intents_topic
         self.human_topic = human_topic
+        self.ledger_topic = ledger_topic
         self.schema_registry_url = schema_registry_url or None
         self.client_id = client_id or f"writ-client-{agent_id}"
         self.reply_topic_partitions = reply_topic_partitions
@@ -335,7 +339,7 @@ class WritClient:
         (``KAFKA_SSL_CA_FILE``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
         ``KAFKA_SASL_PASSWORD`` or ``KAFKA_SASL_PASSWORD_FILE``, ``SCHEMA_REGISTRY_USERNAME``,
         ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…), and the topics' names where
-        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``); a setting given as an
+        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``); a setting given as an
         argument wins over its variable. Other arguments go to the constructor.
         """
         env = os.environ if env is None else env
@@ -346,7 +350,7 @@ class WritClient:
             kwargs["brokers"] = brokers
         if "schema_registry_url" not in kwargs:
             kwargs["schema_registry_url"] = (env.get("SCHEMA_REGISTRY_URL") or "").strip() or None
-        for arg, variable in (("intents_topic", "WRIT_INTENTS_TOPIC"), ("human_topic", "WRIT_HUMAN_TOPIC")):
+        for arg, variable in (("intents_topic", "WRIT_INTENTS_TOPIC"), ("human_topic", "WRIT_HUMAN_TOPIC"), ("ledger_topic", "WRIT_LEDGER_TOPIC")):
             if arg not in kwargs and (env.get(variable) or "").strip():
                 kwargs[arg] = env[variable].strip()
         security = ConnectionSecurity.from_env(env)
@@ -853,15 +857,23 @@ class WritClient:
         """:meth:`resolve` for asyncio code (runs in a worker thread); the same keyword arguments."""
         return await asyncio.to_thread(self.resolve, escalation, decision, **options)
 
-    def read_escalations(self, *, topic: str | None = None, timeout: float = 30.0) -> list[EscalationRecord]:
+    def read_escalations(self, *, topic: str | None = None, open_only: bool = False, timeout: float = 30.0) -> list[EscalationRecord]:
         """Every escalation on ``topic`` (default: the client's ``human_topic``, ``writ.human``), oldest first:
         committed records from the beginning to the end each partition had when reached (``writ escalations
-        list``). An escalation stays on the topic after it is resolved: the owner's answer to :meth:`resolve` says
-        whether it is still open. Records that do not decode or validate are skipped with a warning."""
+        list``). An escalation stays on the topic after it is decided; ``open_only`` keeps only the cases an owner
+        would still take a decision on, by the owners' ledger (the client's ``ledger_topic``, read to its end:
+        ``writ escalations list --open``). Records that do not decode or validate are skipped with a warning.
+        ``TimeoutError`` when a topic is not read to its end within ``timeout`` seconds."""
         topic = self.human_topic if topic is None else topic
         if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
             raise ValueError(f"topic must be a Kafka topic name, got {topic!r:.60}")
-        return read_escalations(self._conf(), self.codec, topic, timeout=_seconds("timeout", timeout))
+        if not isinstance(open_only, bool):
+            raise ValueError(f"open_only must be True or False, got {open_only!r:.60}")
+        return read_escalations(self._conf(), self.codec, topic, timeout=_seconds("timeout", timeout), open_only=open_only, ledger_topic=self.ledger_topic)
+
+    async def aread_escalations(self, *, topic: str | None = None, open_only: bool = False, timeout: float = 30.0) -> list[EscalationRecord]:
+        """:meth:`read_escalations` for asyncio code (runs in a worker thread)."""
+        return await asyncio.to_thread(self.read_escalations, topic=topic, open_only=open_only, timeout=timeout)
 
     def _undone(self, target: str | AppliedReply | Mapping[str, Any]) -> tuple[str, EntityRef, str]:
         """The undone write's key, record and tool, from what the caller gave and what this client remembers."""

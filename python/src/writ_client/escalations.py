@@ -12,18 +12,29 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .canonical import utf16_length
 from .codec import DecodeError, WireCodec
 from .models import Escalation, JsonPatchOp, iso_now
 
-__all__ = ["KIND_HEADER", "Decision", "EscalationRecord", "build_resolution", "read_escalations", "resolution_subject"]
+__all__ = [
+    "KIND_HEADER",
+    "Decision",
+    "EscalationRecord",
+    "LedgerIntentEntry",
+    "LedgerOutcome",
+    "build_resolution",
+    "is_open",
+    "latest_ledger_entries",
+    "read_escalations",
+    "resolution_subject",
+]
 
 #: The header that tells owners a record of the intents topic is a resolution, not an intent.
 KIND_HEADER = "writ-kind"
@@ -101,20 +112,128 @@ class EscalationRecord:
     offset: int
 
 
-def read_escalations(conf: Mapping[str, Any], codec: WireCodec, topic: str, *, timeout: float = 30.0, max_depth: int = 512) -> list[EscalationRecord]:
+def read_escalations(
+    conf: Mapping[str, Any],
+    codec: WireCodec,
+    topic: str,
+    *,
+    timeout: float = 30.0,
+    max_depth: int = 512,
+    open_only: bool = False,
+    ledger_topic: str = "writ.ledger",
+) -> list[EscalationRecord]:
     """Every escalation on ``topic``, oldest first, read (committed records only) from the beginning to the end
     each partition had when reached; records that do not decode or validate are skipped with a warning.
 
-    ``conf`` is the client's connection settings. Raises ``TimeoutError`` when the topic's end is not reached in
-    ``timeout`` seconds (with what was read in the message), ``KafkaException`` when the topic does not exist,
-    ``RegistryError`` when a framed record's schema id cannot be checked with the registry.
+    ``open_only``: only the cases an owner would still take a decision on (``writ escalations list --open``),
+    by the owners' ledger on ``ledger_topic``, read from its start to its end (which needs read access to it): the
+    escalated intent's latest entry is done with an escalated outcome of that escalation id. A decided case, one
+    re-submitted and escalated again, or one past the ledger's retention is not open.
+
+    ``conf`` is the client's connection settings. Raises ``TimeoutError`` when a topic's end is not reached in
+    ``timeout`` seconds (with what was read in the message: which cases are open is then not known, never
+    guessed), ``KafkaException`` when a topic does not exist, ``RegistryError`` when a framed record's schema id
+    cannot be checked with the registry.
     """
+    deadline = time.monotonic() + timeout
+    found: list[EscalationRecord] = []
+
+    def take(partition: int, offset: int, key: bytes | None, data: bytes | None) -> None:
+        if data is None:
+            return
+        try:
+            value = codec.decode(data, max_depth=max_depth)
+            found.append(EscalationRecord(Escalation.model_validate(value), topic, partition, offset))
+        except (DecodeError, ValidationError) as bad:
+            # A record that is not an escalation is reported and passed over; a registry that cannot be asked
+            # (RegistryError) stops the read instead: skipping would hide a real escalation.
+            _log.warning("%s-%d@%d skipped: %s", topic, partition, offset, str(bad)[:300])
+
+    _read_to_end(conf, topic, deadline, timeout, take, what="escalations")
+    if open_only:
+        latest = latest_ledger_entries(conf, codec, ledger_topic, {r.escalation.intent_key for r in found}, timeout=max(0.0, deadline - time.monotonic()), max_depth=max_depth)
+        found = [r for r in found if is_open(r.escalation, latest.get(r.escalation.intent_key))]
+    found.sort(key=lambda r: (r.escalation.at, r.partition, r.offset))
+    return found
+
+
+class LedgerOutcome(BaseModel):
+    """What an intent's ledger entry says its outcome was: the fields a reader outside the owner needs."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    status: str = Field(max_length=64)
+    escalation_id: str | None = Field(default=None, alias="escalationId", max_length=256)
+
+
+class LedgerIntentEntry(BaseModel):
+    """An intent's entry on the owners' ledger (``schemas/LedgerEntry.json``, ``kind: "intent"``), as far as a
+    reader outside the owner needs it: ``pending`` before the system of record is called, ``done`` with an
+    outcome after. The other fields are the owner's and are not kept."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    kind: Literal["intent"]
+    status: Literal["pending", "conflicted", "done"]
+    outcome: LedgerOutcome | None = None
+
+
+def is_open(escalation: Escalation, entry: LedgerIntentEntry | None) -> bool:
+    """Whether an owner would still take a decision on ``escalation`` (TypeScript's ``isOpen``, architecture §8): the
+    intent's latest ledger entry is done with an escalated outcome of this escalation id."""
+    return (
+        entry is not None
+        and entry.status == "done"
+        and entry.outcome is not None
+        and entry.outcome.status == "escalated"
+        and entry.outcome.escalation_id == escalation.escalation_id
+    )
+
+
+def latest_ledger_entries(
+    conf: Mapping[str, Any], codec: WireCodec, topic: str, keys: set[str], *, timeout: float = 30.0, max_depth: int = 512
+) -> dict[str, LedgerIntentEntry | None]:
+    """Each intent key's latest entry on the ledger ``topic`` (compacted, keyed by intent key), read from its start
+    to the end it has now: ``None`` when the key is not there or its last record is a tombstone. Only records of
+    ``keys`` are decoded; one that does not decode is reported and passed over. The whole topic is read: slow on a
+    large ledger. Raises ``TimeoutError`` when its end is not reached in ``timeout`` seconds."""
+    latest: dict[str, LedgerIntentEntry | None] = dict.fromkeys(keys)
+    if not keys:
+        return latest
+    wanted = {k.encode("utf-8"): k for k in keys}
+
+    def take(partition: int, offset: int, key: bytes | None, data: bytes | None) -> None:
+        name = wanted.get(key) if key is not None else None
+        if name is None:
+            return
+        if data is None:
+            latest[name] = None
+            return
+        try:
+            value = codec.decode(data, max_depth=max_depth)
+        except DecodeError as bad:
+            _log.warning("the ledger entry of %s… at %s-%d@%d cannot be read: %s", name[:12], topic, partition, offset, str(bad)[:300])
+            return
+        if not isinstance(value, dict) or value.get("kind") != "intent":
+            return
+        try:
+            latest[name] = LedgerIntentEntry.model_validate(value)
+        except ValidationError as bad:
+            _log.warning("the ledger entry of %s… at %s-%d@%d cannot be read: %s", name[:12], topic, partition, offset, str(bad)[:300])
+
+    _read_to_end(conf, topic, time.monotonic() + timeout, timeout, take, what="ledger entries")
+    return latest
+
+
+def _read_to_end(
+    conf: Mapping[str, Any], topic: str, deadline: float, timeout: float, take: Callable[[int, int, bytes | None, bytes | None], None], *, what: str
+) -> None:
+    """Reads ``topic``'s committed records from the beginning to the end each partition has when reached, in a
+    consumer of its own (no group offsets committed), and gives each record but control records to ``take``."""
     from .client import CONTROL_HEADER
 
     consumer = Consumer(
         {
             **conf,
-            "group.id": f"writ.client.escalations.{uuid.uuid4()}",
+            "group.id": f"writ.client.reader.{uuid.uuid4()}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
@@ -122,8 +241,7 @@ def read_escalations(conf: Mapping[str, Any], codec: WireCodec, topic: str, *, t
             "fetch.wait.max.ms": 100,
         }
     )
-    deadline = time.monotonic() + timeout
-    found: list[EscalationRecord] = []
+    count = 0
     try:
         metadata = consumer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
         described = metadata.topics.get(topic)
@@ -136,7 +254,7 @@ def read_escalations(conf: Mapping[str, Any], codec: WireCodec, topic: str, *, t
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end in {timeout:g} s ({len(found)} escalations read)")
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end in {timeout:g} s ({count} records read for {what})")
             msg = consumer.poll(min(left, 1.0))
             if msg is None:
                 continue
@@ -148,17 +266,9 @@ def read_escalations(conf: Mapping[str, Any], codec: WireCodec, topic: str, *, t
                 if err.fatal() or not err.retriable():
                     raise KafkaException(err)
                 continue
-            partition, offset, data = msg.partition() or 0, msg.offset() or 0, msg.value()
-            if data is None or any(h[0] == CONTROL_HEADER for h in msg.headers() or []):
+            if any(h[0] == CONTROL_HEADER for h in msg.headers() or []):
                 continue
-            try:
-                value = codec.decode(data, max_depth=max_depth)
-                found.append(EscalationRecord(Escalation.model_validate(value), topic, partition, offset))
-            except (DecodeError, ValidationError) as bad:
-                # A record that is not an escalation is reported and passed over; a registry that cannot be asked
-                # (RegistryError) stops the read instead: skipping would hide a real escalation.
-                _log.warning("%s-%d@%d skipped: %s", topic, partition, offset, str(bad)[:300])
+            count += 1
+            take(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
     finally:
         consumer.close()
-    found.sort(key=lambda r: (r.escalation.at, r.partition, r.offset))
-    return found
