@@ -39,9 +39,8 @@ Example::
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, Union
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -51,9 +50,8 @@ try:
 except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.pydantic_ai needs Pydantic AI: pip install 'writ-client[pydantic-ai]'") from err
 
-from .client import IntentInput, WritClient
-from .keys import KeyedTool, entity_key
-from .models import AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
+from .models import EntityRef
+from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
 
 __all__ = [
     "DEFAULT_STEP_ID",
@@ -66,57 +64,7 @@ __all__ = [
     "writ_tool",
 ]
 
-#: The step id used when the harness gives none: one write per run, tool, target and intent fields.
-DEFAULT_STEP_ID = "once-per-run"
-
 P = TypeVar("P", bound=BaseModel)
-Reader = Callable[[EntityRef], Union[Versioned, Mapping[str, Any], Awaitable[Union[Versioned, Mapping[str, Any]]]]]
-
-
-@dataclass
-class WritToolSpec(Generic[P]):
-    """How a tool call becomes a write intent: the declaration, the params model, the record, the delta."""
-
-    tool: KeyedTool
-    #: The model-facing params (a pydantic model); the owner validates the ones it declares and ignores the rest.
-    params: type[P]
-    #: The record a call targets, from the model's params.
-    entity: Callable[[P], EntityRef]
-    #: The RFC 6902 delta for these params against ``current`` (the version the harness carries).
-    delta: Callable[[P, Versioned], list[JsonPatchOp] | list[dict[str, Any]]]
-    #: Shown to the model; defaults to the declaration's.
-    description: str | None = None
-
-
-@dataclass
-class WritDeps:
-    """What writ needs from the harness for a run: pass it as ``deps`` (or as ``deps.writ``).
-
-    ``versions`` (entity key → record) and ``bases`` (intent key → the base a
-    call was first sent against) are plain JSON: keep them with the run's
-    saved state if you resume in another process. Empty is fine too: the
-    pinned base travels in the approval request's metadata, and the owner's
-    ledger answers a repeat whatever base it carries.
-    """
-
-    client: WritClient
-    #: Reads a record with its version when the run has not read it yet.
-    read: Reader | None = None
-    #: The run (conversation) id; default: Pydantic AI's ``conversation_id``, which a run continued from saved messages inherits.
-    run_id: str | None = None
-    #: A step id, only when the same intent may legitimately happen twice in one run.
-    step_id: str | None = None
-    #: Deadline of one submission, seconds; past it the tool answers ``unknown``. Default: the client's.
-    timeout: float | None = None
-    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    bases: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def remember(self, entity: EntityRef, record: Versioned) -> None:
-        self.versions[entity.key] = {"state": record.state, "version": record.version}
-
-    def known(self, entity: EntityRef) -> Versioned | None:
-        rec = self.versions.get(entity.key)
-        return Versioned.model_validate(rec) if rec else None
 
 
 def _deps_of(ctx: RunContext[Any]) -> WritDeps:
@@ -129,75 +77,6 @@ def _deps_of(ctx: RunContext[Any]) -> WritDeps:
     raise TypeError("writ tools need WritDeps: run the agent with deps=WritDeps(client=..., read=...) or deps with a .writ attribute")
 
 
-async def _read(reader: Reader | None, entity: EntityRef) -> Versioned:
-    if reader is None:
-        raise TypeError("writ tools need a way to read records: WritDeps(read=...) or writ_tool(..., read=...)")
-    got = reader(entity)
-    if inspect.isawaitable(got):
-        got = await got
-    return got if isinstance(got, Versioned) else Versioned.model_validate(got)
-
-
-def to_model_result(result: SubmitResult) -> dict[str, Any]:
-    """A reply in the shape a model can act on (TypeScript's ``toModelResult``): what happened and what to do next."""
-    if isinstance(result, AppliedReply):
-        return {
-            "status": "applied",
-            "duplicate": result.duplicate,
-            "record": result.state,
-            "version": result.version,
-            "instruction": "This write had already been applied; nothing was written again. Do not call the tool again for it."
-            if result.duplicate
-            else "The write was applied. Do not call the tool again for it.",
-        }
-    if isinstance(result, ConflictReply):
-        return {
-            "status": "conflict",
-            "cycle": result.cycle,
-            "current": result.current.model_dump(mode="json", by_alias=True),
-            "your_change": [op.model_dump(mode="json", by_alias=True) for op in result.your_change],
-            "instruction": "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: "
-            "call the tool again only if the change is still right for the current record.",
-        }
-    if isinstance(result, RejectedReply):
-        return {"status": "rejected", "reason": result.reason, "message": result.message, "instruction": "The write was refused and nothing was written. Do not retry it unchanged."}
-    if isinstance(result, EscalatedReply):
-        return {"status": "escalated", "reason": result.reason, "instruction": "A person will handle this write. Tell the user it is with a human; do not retry."}
-    # unknown, and blocked (which is unknown with a visible reason)
-    return {
-        "status": "unknown",
-        "instruction": "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids; "
-        "calling the same tool with the same arguments again is safe and asks for the outcome.",
-    }
-
-
-def recall_versions(deps: WritDeps, outputs: Iterable[Any]) -> None:
-    """Fills ``deps.versions``, for records it does not know yet, from tool results already in the conversation (oldest first).
-
-    Read results and write results that carry their ``entity`` (``applied``:
-    the new version; ``conflict``: ``current``). A run continued from saved
-    messages in a fresh process then bases its writes on what the model saw.
-    """
-    latest: dict[str, tuple[EntityRef, Versioned]] = {}
-    for out in outputs:
-        if not isinstance(out, Mapping):
-            continue
-        ent = out.get("entity")
-        if not isinstance(ent, Mapping) or not isinstance(ent.get("type"), str) or not isinstance(ent.get("id"), str):
-            continue
-        record: Versioned | None = None
-        if out.get("status") in ("read", "applied") and isinstance(out.get("version"), str) and not out.get("duplicate"):
-            record = Versioned(state=out.get("record"), version=out["version"])
-        elif out.get("status") == "conflict" and isinstance(out.get("current"), Mapping) and isinstance(out["current"].get("version"), str):
-            record = Versioned(state=out["current"].get("state"), version=out["current"]["version"])
-        if record is not None:
-            entity = EntityRef(type=ent["type"], id=ent["id"])
-            latest[entity.key] = (entity, record)
-    for entity, record in latest.values():
-        if deps.known(entity) is None:
-            deps.remember(entity, record)
-
-
 def _tool_outputs(ctx: RunContext[Any]) -> list[Any]:
     out: list[Any] = []
     for message in ctx.messages or []:
@@ -205,12 +84,6 @@ def _tool_outputs(ctx: RunContext[Any]) -> list[Any]:
             if isinstance(part, ToolReturnPart):
                 out.append(part.content)
     return out
-
-
-def _params_dict(spec: WritToolSpec[Any], params: BaseModel) -> dict[str, Any]:
-    # What goes on the wire and into the key: JSON values; a None the model left out is absent, as in TypeScript (except an intent field).
-    dumped = params.model_dump(mode="json", by_alias=True)
-    return {k: v for k, v in dumped.items() if v is not None or k in spec.tool.intent_fields}
 
 
 def writ_tool(
@@ -231,23 +104,12 @@ def writ_tool(
     """
     tool_name = name or spec.tool.name
 
-    async def pin(ctx: RunContext[Any], deps: WritDeps, key: str, entity: EntityRef) -> Versioned:
-        pinned = deps.bases.get(key)
-        if pinned:
-            return Versioned.model_validate(pinned)
-        base = deps.known(entity)
-        if base is None:
-            base = await _read(read or deps.read, entity)
-            deps.remember(entity, base)
-        deps.bases[key] = {"state": base.state, "version": base.version}
-        return base
-
     async def call(ctx: RunContext[Any], params: BaseModel) -> dict[str, Any]:
         deps = _deps_of(ctx)
         run_id = deps.run_id or getattr(ctx, "conversation_id", None)
         if not run_id:
             raise TypeError("writ tools need a run id: WritDeps(run_id=conversation_id)")
-        args = _params_dict(spec, params)
+        args = params_dict(spec, params)
         entity = spec.entity(params)  # type: ignore[arg-type]
         step = (step_id(ctx, params) if step_id else None) or deps.step_id or DEFAULT_STEP_ID  # type: ignore[arg-type]
         key = deps.client.intent_key(tool=spec.tool, run_id=run_id, step_id=step, entity=entity, params=args)
@@ -263,35 +125,12 @@ def writ_tool(
             if inspect.isawaitable(needed):
                 needed = await needed
             if needed:
-                base = await pin(ctx, deps, key, entity)
+                base = await pin_base(deps, key, entity, read)
                 raise ApprovalRequired(
                     metadata={"writ": {"intentKey": key, "entity": entity.model_dump(), "base": {"state": base.state, "version": base.version}}}
                 )
 
-        base = await pin(ctx, deps, key, entity)
-        delta = spec.delta(params, base)  # type: ignore[arg-type]
-        result = await deps.client.asubmit(
-            IntentInput(
-                tool=spec.tool,
-                entity=entity,
-                run_id=run_id,
-                step_id=step,
-                tool_call_id=ctx.tool_call_id,
-                base_version=base.version,
-                delta=delta,  # type: ignore[arg-type]
-                params=args,
-            ),
-            timeout=deps.timeout,
-        )
-        # A repeat (or a truncated reply) carries the version without the record: remembering it would pair a version with no state.
-        if isinstance(result, AppliedReply) and not result.duplicate and not result.truncated:
-            deps.remember(entity, Versioned(state=result.state, version=result.version))
-        if isinstance(result, ConflictReply):
-            # The agent decides again from `current`: that is the new base of this intent.
-            deps.bases[key] = {"state": result.current.state, "version": result.current.version}
-            if not result.truncated:
-                deps.remember(entity, result.current)
-        return {**to_model_result(result), "entity": entity.model_dump()}
+        return await submit_tool_call(deps, spec, params, run_id=run_id, step_id=step, key=key, entity=entity, tool_call_id=ctx.tool_call_id, read=read)
 
     call.__annotations__ = {"ctx": RunContext[Any], "params": spec.params, "return": dict[str, Any]}
     call.__name__ = tool_name
@@ -314,15 +153,9 @@ def writ_read_tool(record_types: Sequence[str], *, read: Reader | None = None, n
             return {"status": "rejected", "reason": "unknown_record_type", "message": f"readable record types: {', '.join(allowed)}", "instruction": "Read one of those."}
         deps = _deps_of(ctx)
         entity = EntityRef(type=type, id=id)
-        record = await _read(read or deps.read, entity)
+        record = await read_with(read or deps.read, entity)
         deps.remember(entity, record)
-        return {
-            "status": "read",
-            "entity": entity.model_dump(),
-            "record": record.state,
-            "version": record.version,
-            "instruction": "This is the record as it is now. Your writes to it are checked against this version.",
-        }
+        return read_result(entity, record)
 
     read_record.__annotations__ = {"ctx": RunContext[Any], "type": str, "id": str, "return": dict[str, Any]}
     read_record.__name__ = name

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..keys import KeyedTool
 from ..models import EntityRef, Versioned
-from ..pydantic_ai import WritToolSpec
+from ..tools import WritToolSpec
 
 __all__ = ["REFUND_PAYMENT", "TAG_TICKET", "RefundParams", "TagParams", "refund_spec", "tag_spec"]
 

@@ -1,0 +1,234 @@
+"""What every agent-framework adapter shares (TypeScript's ``producers/adapters/tool-bridge.ts`` and
+``intent-bases.ts``): how a tool call becomes a write intent, the base version it is sent against, and the
+shape of the answer the model reads. No framework is imported here; :mod:`writ_client.pydantic_ai` and
+:mod:`writ_client.langgraph` build on it.
+
+- The **key** is built from the agent id, the run id (the conversation or thread), a step id
+  (:data:`DEFAULT_STEP_ID` unless the harness gives one), the tool, the record and the intent fields; never the
+  tool-call id. A retry, a resume or a re-plan under a new tool-call id is the same intent, answered from the
+  owner's ledger (``duplicate: true``).
+- The **base version** is the one the run has read (a read tool, an earlier write's answer, a conflict's
+  ``current``), never one the model wrote; a call that needs approval pins it before it asks, so every resume is
+  the same attempt against the version the approver saw.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, Union
+
+from pydantic import BaseModel
+
+from .client import IntentInput, WritClient
+from .keys import KeyedTool
+from .models import AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
+
+__all__ = [
+    "DEFAULT_STEP_ID",
+    "Reader",
+    "WritDeps",
+    "WritToolSpec",
+    "params_dict",
+    "pin_base",
+    "read_result",
+    "read_with",
+    "recall_versions",
+    "submit_tool_call",
+    "to_model_result",
+]
+
+#: The step id used when the harness gives none: one write per run, tool, target and intent fields.
+DEFAULT_STEP_ID = "once-per-run"
+
+P = TypeVar("P", bound=BaseModel)
+Reader = Callable[[EntityRef], Union[Versioned, Mapping[str, Any], Awaitable[Union[Versioned, Mapping[str, Any]]]]]
+
+
+@dataclass
+class WritToolSpec(Generic[P]):
+    """How a tool call becomes a write intent: the declaration, the params model, the record, the delta."""
+
+    tool: KeyedTool
+    #: The model-facing params (a pydantic model); the owner validates the ones it declares and ignores the rest.
+    params: type[P]
+    #: The record a call targets, from the model's params.
+    entity: Callable[[P], EntityRef]
+    #: The RFC 6902 delta for these params against ``current`` (the version the harness carries).
+    delta: Callable[[P, Versioned], list[JsonPatchOp] | list[dict[str, Any]]]
+    #: Shown to the model; defaults to the declaration's.
+    description: str | None = None
+
+
+@dataclass
+class WritDeps:
+    """What writ needs from the harness for a run (Pydantic AI: its ``deps``, or ``deps.writ``; LangGraph: the tools'
+    context, or a function of the call that returns one).
+
+    ``versions`` (entity key → record) and ``bases`` (intent key → the base a
+    call was first sent against) are plain JSON: keep them with the run's
+    saved state if you resume in another process. Empty is fine too: the
+    adapters find the versions the run has read in its own history, and the
+    owner's ledger answers a repeat whatever base it carries.
+    """
+
+    client: WritClient
+    #: Reads a record with its version when the run has not read it yet.
+    read: Reader | None = None
+    #: The run (conversation) id; default: the framework's (Pydantic AI's ``conversation_id``, LangGraph's ``thread_id``).
+    run_id: str | None = None
+    #: A step id, only when the same intent may legitimately happen twice in one run.
+    step_id: str | None = None
+    #: Deadline of one submission, seconds; past it the tool answers ``unknown``. Default: the client's.
+    timeout: float | None = None
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def remember(self, entity: EntityRef, record: Versioned) -> None:
+        self.versions[entity.key] = {"state": record.state, "version": record.version}
+
+    def known(self, entity: EntityRef) -> Versioned | None:
+        rec = self.versions.get(entity.key)
+        return Versioned.model_validate(rec) if rec else None
+
+
+async def read_with(reader: Reader | None, entity: EntityRef) -> Versioned:
+    """The record with its version, from the harness's reader (sync or async)."""
+    if reader is None:
+        raise TypeError("writ tools need a way to read records: WritDeps(read=...) or the tool's read=")
+    got = reader(entity)
+    if inspect.isawaitable(got):
+        got = await got
+    return got if isinstance(got, Versioned) else Versioned.model_validate(got)
+
+
+def read_result(entity: EntityRef, record: Versioned) -> dict[str, Any]:
+    """What a read tool answers: the record, its version, and that writes are checked against it."""
+    return {
+        "status": "read",
+        "entity": entity.model_dump(),
+        "record": record.state,
+        "version": record.version,
+        "instruction": "This is the record as it is now. Your writes to it are checked against this version.",
+    }
+
+
+def to_model_result(result: SubmitResult) -> dict[str, Any]:
+    """A reply in the shape a model can act on (TypeScript's ``toModelResult``): what happened and what to do next."""
+    if isinstance(result, AppliedReply):
+        return {
+            "status": "applied",
+            "duplicate": result.duplicate,
+            "record": result.state,
+            "version": result.version,
+            "instruction": "This write had already been applied; nothing was written again. Do not call the tool again for it."
+            if result.duplicate
+            else "The write was applied. Do not call the tool again for it.",
+        }
+    if isinstance(result, ConflictReply):
+        return {
+            "status": "conflict",
+            "cycle": result.cycle,
+            "current": result.current.model_dump(mode="json", by_alias=True),
+            "your_change": [op.model_dump(mode="json", by_alias=True) for op in result.your_change],
+            "instruction": "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: "
+            "call the tool again only if the change is still right for the current record.",
+        }
+    if isinstance(result, RejectedReply):
+        return {"status": "rejected", "reason": result.reason, "message": result.message, "instruction": "The write was refused and nothing was written. Do not retry it unchanged."}
+    if isinstance(result, EscalatedReply):
+        return {"status": "escalated", "reason": result.reason, "instruction": "A person will handle this write. Tell the user it is with a human; do not retry."}
+    # unknown, and blocked (which is unknown with a visible reason)
+    return {
+        "status": "unknown",
+        "instruction": "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids; "
+        "calling the same tool with the same arguments again is safe and asks for the outcome.",
+    }
+
+
+def recall_versions(deps: WritDeps, outputs: Iterable[Any]) -> None:
+    """Fills ``deps.versions``, for records it does not know yet, from tool results already in the conversation (oldest first).
+
+    Read results and write results that carry their ``entity`` (``applied``:
+    the new version; ``conflict``: ``current``). A run continued from saved
+    messages in a fresh process then bases its writes on what the model saw.
+    """
+    latest: dict[str, tuple[EntityRef, Versioned]] = {}
+    for out in outputs:
+        if not isinstance(out, Mapping):
+            continue
+        ent = out.get("entity")
+        if not isinstance(ent, Mapping) or not isinstance(ent.get("type"), str) or not isinstance(ent.get("id"), str):
+            continue
+        record: Versioned | None = None
+        if out.get("status") in ("read", "applied") and isinstance(out.get("version"), str) and not out.get("duplicate"):
+            record = Versioned(state=out.get("record"), version=out["version"])
+        elif out.get("status") == "conflict" and isinstance(out.get("current"), Mapping) and isinstance(out["current"].get("version"), str):
+            record = Versioned(state=out["current"].get("state"), version=out["current"]["version"])
+        if record is not None:
+            entity = EntityRef(type=ent["type"], id=ent["id"])
+            latest[entity.key] = (entity, record)
+    for entity, record in latest.values():
+        if deps.known(entity) is None:
+            deps.remember(entity, record)
+
+
+def params_dict(spec: WritToolSpec[Any], params: BaseModel) -> dict[str, Any]:
+    """The params as they go on the wire and into the key: JSON values; a None the model left out is absent, as in
+    TypeScript (except an intent field)."""
+    dumped = params.model_dump(mode="json", by_alias=True)
+    return {k: v for k, v in dumped.items() if v is not None or k in spec.tool.intent_fields}
+
+
+async def pin_base(deps: WritDeps, key: str, entity: EntityRef, read: Reader | None) -> Versioned:
+    """The base intent ``key`` is sent against: the one pinned for it, else the version the run knows, else a read
+    (remembered); pinned from then on, so a resume or a replay sends the same attempt."""
+    pinned = deps.bases.get(key)
+    if pinned:
+        return Versioned.model_validate(pinned)
+    base = deps.known(entity)
+    if base is None:
+        base = await read_with(read or deps.read, entity)
+        deps.remember(entity, base)
+    deps.bases[key] = {"state": base.state, "version": base.version}
+    return base
+
+
+async def submit_tool_call(
+    deps: WritDeps,
+    spec: WritToolSpec[Any],
+    params: BaseModel,
+    *,
+    run_id: str,
+    step_id: str,
+    key: str,
+    entity: EntityRef,
+    tool_call_id: str | None,
+    read: Reader | None,
+) -> dict[str, Any]:
+    """Submits the call against its pinned base and returns :func:`to_model_result`'s shape plus the ``entity``;
+    the run's versions and the intent's base follow the answer (an applied write's new version; a conflict's
+    ``current``, which the agent decides again from)."""
+    base = await pin_base(deps, key, entity, read)
+    result = await deps.client.asubmit(
+        IntentInput(
+            tool=spec.tool,
+            entity=entity,
+            run_id=run_id,
+            step_id=step_id,
+            tool_call_id=tool_call_id,
+            base_version=base.version,
+            delta=spec.delta(params, base),  # type: ignore[arg-type]
+            params=params_dict(spec, params),
+        ),
+        timeout=deps.timeout,
+    )
+    # A repeat (or a truncated reply) carries the version without the record: remembering it would pair a version with no state.
+    if isinstance(result, AppliedReply) and not result.duplicate and not result.truncated:
+        deps.remember(entity, Versioned(state=result.state, version=result.version))
+    if isinstance(result, ConflictReply):
+        deps.bases[key] = {"state": result.current.state, "version": result.current.version}
+        if not result.truncated:
+            deps.remember(entity, result.current)
+    return {**to_model_result(result), "entity": entity.model_dump()}

@@ -1,0 +1,155 @@
+"""The LangGraph adapter in a real LangGraph tool loop (``ToolNode``, a checkpointer), against the TypeScript owner,
+counted at the records server (its own Idempotency-Key dedupe off): approval by interrupt, resume in a fresh harness,
+a replay and a re-plan under a new tool-call id from older checkpoints, written once; a conflict the model decides
+again; a denial that writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+from writ_client import WritClient
+from writ_client.devstack import RecordsAdmin
+from writ_client.examples.demo_specs import refund_spec, tag_spec
+from writ_client.langgraph import approval_request, writ_langchain_read_tool, writ_langchain_tool
+from writ_client.tools import WritDeps
+
+Script = Callable[[list[Any]], AIMessage]
+
+
+def call(name: str, args: dict[str, Any]) -> AIMessage:
+    # A model's tool call: a fresh id each time, as a model re-planning gives one.
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}])
+
+
+def build(tools: list[Any], script: Script, saver: InMemorySaver) -> Any:
+    """The usual tool loop: the model node (scripted: it acts on the messages so far), a ToolNode, a checkpointer."""
+    g = StateGraph(MessagesState)
+    g.add_node("agent", lambda state: {"messages": [script(state["messages"])]})
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    g.add_edge("tools", "agent")
+    return g.compile(checkpointer=saver)
+
+
+def outputs(messages: list[Any], tool: str) -> list[dict[str, Any]]:
+    return [m.artifact for m in messages if isinstance(m, ToolMessage) and m.name == tool]
+
+
+def refund_script(pid: str) -> Script:
+    def script(messages: list[Any]) -> AIMessage:
+        last = messages[-1]
+        if not isinstance(last, ToolMessage):
+            return call("get_payment", {"id": pid})
+        if last.name == "get_payment":
+            return call("refund_payment", {"paymentId": pid, "amountCents": 5000, "reason": "damaged"})
+        return AIMessage(f"refund: {json.loads(last.content)['status']}")
+
+    return script
+
+
+def test_approval_resume_replay_and_replan_write_one_refund(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_lg_{uid}"
+    records.seed("payment", pid, {"customer": "c-77", "amountCents": 12000, "currency": "EUR", "refunds": []})
+    saver = InMemorySaver()
+    thread = {"configurable": {"thread_id": f"conv-{uid}"}}
+
+    def harness(read: bool) -> Any:
+        """A fresh harness over the same checkpoints (as a new process would be); without a reader it can base its
+        writes only on what the thread has read."""
+        deps = WritDeps(client=client, read=(lambda e: records.read(e.type, e.id)) if read else None, timeout=30)
+        return build([writ_langchain_read_tool("payment", deps), writ_langchain_tool(refund_spec, deps, approval=True)], refund_script(pid), saver)
+
+    async def flow() -> dict[str, Any]:
+        first = await harness(read=True).ainvoke({"messages": [HumanMessage(f"Refund 50 EUR of {pid}, it arrived broken")]}, thread)
+        asked = [approval_request(i.value) for i in first["__interrupt__"]]
+        at_interrupt = harness(read=False).get_state(thread).config
+        # Before the refund call was planned: the model's turn after the read runs again, with a new tool-call id.
+        before_plan = next(s.config for s in harness(read=False).get_state_history(thread) if s.next == ("agent",) and outputs(s.values["messages"], "get_payment"))
+        resumed = await harness(read=False).ainvoke(Command(resume={"approved": True}), thread)
+        replayed = await harness(read=False).ainvoke(Command(resume={"approved": True}), at_interrupt)
+        replanned = await harness(read=False).ainvoke(None, before_plan)
+        replanned_asked = [approval_request(i.value) for i in replanned["__interrupt__"]]
+        # The fork is the thread's latest checkpoint now; a bare True approves too.
+        replanned_done = await harness(read=False).ainvoke(Command(resume=True), thread)
+        return {"asked": asked, "resumed": resumed, "replayed": replayed, "replanned_asked": replanned_asked, "replanned": replanned_done}
+
+    out = asyncio.run(flow())
+    assert [a and (a["tool"], a["entity"], a["params"]["amountCents"]) for a in out["asked"]] == [("refund_payment", {"type": "payment", "id": pid}, 5000)]
+    assert out["replanned_asked"][0] and out["replanned_asked"][0]["toolCallId"] != out["asked"][0]["toolCallId"]
+    results = [outputs(out[k]["messages"], "refund_payment")[-1] for k in ("resumed", "replayed", "replanned")]
+    assert [(r["status"], r["duplicate"], r["version"]) for r in results] == [("applied", False, '"v2"'), ("applied", True, '"v2"'), ("applied", True, '"v2"')], results
+    assert out["resumed"]["messages"][-1].content == "refund: applied"
+    # Measured at the records server: one refund, one PATCH for the intent key.
+    assert records.read("payment", pid)["state"]["refunds"] == [{"amountCents": 5000, "reason": "damaged"}]
+    key = client.intent_key(tool=refund_spec.tool, run_id=f"conv-{uid}", step_id="once-per-run", entity={"type": "payment", "id": pid}, params={"paymentId": pid, "amountCents": 5000, "reason": "damaged"})
+    assert records.patch_requests(key) == 1
+
+
+def test_a_denial_writes_nothing_and_tells_the_model(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_lgd_{uid}"
+    records.seed("payment", pid, {"customer": "c-78", "amountCents": 9000, "currency": "EUR", "refunds": []})
+    deps = WritDeps(client=client, read=lambda e: records.read(e.type, e.id), timeout=30)
+    graph = build([writ_langchain_read_tool("payment", deps), writ_langchain_tool(refund_spec, deps, approval=lambda p: p.amountCents > 1000)], refund_script(pid), InMemorySaver())
+    thread = {"configurable": {"thread_id": f"conv-d-{uid}"}}
+
+    # Synchronously this time: LangGraph runs the tool in a worker thread.
+    asked = graph.invoke({"messages": [HumanMessage("refund")]}, thread)["__interrupt__"]
+    assert approval_request(asked[0].value) is not None
+    done = graph.invoke(Command(resume={"approved": False, "reason": "over the limit"}), thread)
+    [denied] = outputs(done["messages"], "refund_payment")
+    assert (denied["status"], denied["reason"], denied["entity"]["id"]) == ("denied", "over the limit", pid), denied
+    assert done["messages"][-1].content == "refund: denied"
+    assert records.read("payment", pid) == {"state": {"customer": "c-78", "amountCents": 9000, "currency": "EUR", "refunds": []}, "version": '"v1"'}
+    key = client.intent_key(tool=refund_spec.tool, run_id=f"conv-d-{uid}", step_id="once-per-run", entity={"type": "payment", "id": pid}, params={"paymentId": pid, "amountCents": 5000, "reason": "damaged"})
+    assert records.patch_requests(key) == 0
+
+
+def test_a_conflict_goes_back_to_the_model_which_decides_again(client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    tid = f"T-lg-{uid}"
+    records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing"]})
+
+    def script(messages: list[Any]) -> AIMessage:
+        last = messages[-1]
+        if not isinstance(last, ToolMessage):
+            return call("get_ticket", {"id": tid})
+        if last.name == "get_ticket":
+            # Someone else tags the ticket after the agent read it.
+            records.seed("ticket", tid, {"subject": "Charged twice", "status": "open", "tags": ["billing", "chargeback-risk"]})
+        if last.artifact["status"] in ("read", "conflict"):
+            return call("tag_ticket", {"ticketId": tid, "tag": "vip"})
+        return AIMessage(f"tag: {last.artifact['status']}")
+
+    deps = WritDeps(client=client, read=lambda e: records.read(e.type, e.id), timeout=30)
+    graph = build([writ_langchain_read_tool("ticket", deps), writ_langchain_tool(tag_spec, deps)], script, InMemorySaver())
+    done = asyncio.run(graph.ainvoke({"messages": [HumanMessage("Tag it vip")]}, {"configurable": {"thread_id": f"conv-t-{uid}"}}))
+    tags = outputs(done["messages"], "tag_ticket")
+    assert [t["status"] for t in tags] == ["conflict", "applied"], tags
+    assert tags[0]["current"]["version"] == '"v2"' and tags[0]["your_change"] == [{"op": "replace", "path": "/tags", "value": ["billing", "vip"]}]
+    assert tags[1]["version"] == '"v3"' and tags[1]["duplicate"] is False
+    assert done["messages"][-1].content == "tag: applied"
+    assert records.read("ticket", tid)["state"]["tags"] == ["billing", "chargeback-risk", "vip"]
+
+
+def test_without_a_thread_or_a_run_id_the_tool_refuses_rather_than_invent_one(client: WritClient) -> None:
+    deps = WritDeps(client=client, read=lambda e: {"state": {"refunds": []}, "version": '"v1"'})
+    node = ToolNode([writ_langchain_tool(refund_spec, deps)])
+    graph_free = StateGraph(MessagesState)
+    graph_free.add_node("tools", node)
+    graph_free.add_edge(START, "tools")
+    graph = graph_free.compile()
+    with pytest.raises(ValueError, match="no run id"):
+        graph.invoke({"messages": [call("refund_payment", {"paymentId": "pay_x", "amountCents": 100, "reason": "late"})]})
+    with pytest.raises(ValueError, match="record_type"):
+        writ_langchain_read_tool("", deps)
