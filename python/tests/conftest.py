@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +146,21 @@ def plain_client(stack: Stack, topics: dict[str, str], owner: ChildProcess) -> I
 @pytest.fixture
 def uid() -> str:
     return uuid.uuid4().hex[:8]
+
+
+def run_example_against(stack: Stack, records_server: ChildProcess, topics: dict[str, str], module: str) -> list[str]:
+    """Runs an example module (``python -m``) against the session's stack, owner and records server; asserts it
+    exits 0 with ``{"refunds_created":1}`` as its last line, and returns its lines."""
+    env = {
+        **os.environ,
+        "KAFKA_BROKERS": stack.brokers,
+        "SCHEMA_REGISTRY_URL": stack.registry_url,
+        "RECORDS_URL": records_server.info["url"],
+        "WRIT_INTENTS_TOPIC": topics["intents"],
+    }
+    env.pop("WRIT_EXAMPLE_START", None)
+    out = subprocess.run([sys.executable, "-m", module], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == '{"refunds_created":1}', out.stdout
+    return lines

@@ -19,10 +19,12 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
 from writ_client import WritClient
-from writ_client.devstack import RecordsAdmin
+from writ_client.devstack import ChildProcess, RecordsAdmin, Stack
 from writ_client.examples.demo_specs import refund_spec, tag_spec
 from writ_client.langgraph import approval_request, writ_langchain_read_tool, writ_langchain_tool
 from writ_client.tools import WritDeps
+
+from .conftest import run_example_against
 
 Script = Callable[[list[Any]], AIMessage]
 
@@ -153,3 +155,9 @@ def test_without_a_thread_or_a_run_id_the_tool_refuses_rather_than_invent_one(cl
         graph.invoke({"messages": [call("refund_payment", {"paymentId": "pay_x", "amountCents": 100, "reason": "late"})]})
     with pytest.raises(ValueError, match="record_type"):
         writ_langchain_read_tool("", deps)
+
+
+def test_the_example_prints_one_refund_against_the_session_stack(stack: Stack, owner: ChildProcess, records_server: ChildProcess, topics: dict[str, str]) -> None:
+    lines = run_example_against(stack, records_server, topics, "writ_client.examples.langgraph_refund")
+    assert any("interrupted for approval" in line for line in lines), lines
+    assert any("duplicate: the ledger's stored reply" in line for line in lines), lines

@@ -19,7 +19,7 @@ from writ_client.examples.demo_specs import refund_spec
 from writ_client.examples.refund import scripted_model
 from writ_client.pydantic_ai import WritDeps, approval_results, recall_versions, to_model_result, writ_read_tool, writ_tool
 
-from .conftest import REPO
+from .conftest import REPO, run_example_against
 
 
 def refund_returns(messages: list[Any]) -> list[dict[str, Any]]:
@@ -77,19 +77,8 @@ def test_approval_then_two_resumes_from_the_older_saved_history_write_one_refund
 
 
 def test_the_example_prints_one_refund_against_the_session_stack(stack: Stack, owner: ChildProcess, records_server: ChildProcess, topics: dict[str, str]) -> None:
-    env = {
-        **os.environ,
-        "KAFKA_BROKERS": stack.brokers,
-        "SCHEMA_REGISTRY_URL": stack.registry_url,
-        "RECORDS_URL": records_server.info["url"],
-        "WRIT_INTENTS_TOPIC": topics["intents"],
-    }
-    env.pop("WRIT_EXAMPLE_START", None)
-    out = subprocess.run([sys.executable, "-m", "writ_client.examples.refund"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()
-    assert lines[-1] == '{"refunds_created":1}', out.stdout
-    assert any("duplicate: the ledger's stored reply" in line for line in lines), out.stdout
+    lines = run_example_against(stack, records_server, topics, "writ_client.examples.refund")
+    assert any("duplicate: the ledger's stored reply" in line for line in lines), lines
 
 
 def test_the_example_starts_what_it_needs(stack: Stack) -> None:

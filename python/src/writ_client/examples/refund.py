@@ -26,12 +26,8 @@ The last line is one JSON object, measured at the records server:
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sys
-import uuid
-from collections.abc import Callable
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, ModelMessagesTypeAdapter
@@ -39,14 +35,12 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ..client import WritClient
-from ..devstack import ChildProcess, RecordsAdmin, ensure_stack, find_repo, start_owner, start_records_server, stop_stack
-from ..models import EntityRef, Versioned
+from ..devstack import RecordsAdmin
 from ..pydantic_ai import WritDeps, approval_results, writ_read_tool, writ_tool
+from ._run import Say, count_refunds, run_example
 from .demo_specs import refund_spec
 
 __all__ = ["main", "refund_flow", "scripted_model"]
-
-Say = Callable[[str], None]
 
 
 def scripted_model(payment_id: str, amount_cents: int = 5000) -> FunctionModel:
@@ -119,60 +113,11 @@ async def refund_flow(client: WritClient, records: RecordsAdmin, payment_id: str
             if part.tool_name == "refund_payment":
                 outputs.append(part.content)
         say(f"    model: {turn.output}")
-    payment = records.read("payment", payment_id)
-    refunds = len(payment["state"].get("refunds", []))
-    say(f"records server: {payment_id} has {refunds} refund(s) at {payment['version']}")
-    return {"refunds_created": refunds, "outputs": outputs, "requests": requests}
+    return {"refunds_created": count_refunds(records, payment_id, say), "outputs": outputs, "requests": requests}
 
 
 def main() -> int:
-    say: Say = lambda line: print(line, flush=True)  # noqa: E731
-    run = uuid.uuid4().hex[:8]
-    records_url = os.environ.get("RECORDS_URL", "").strip()
-    start = os.environ.get("WRIT_EXAMPLE_START") == "1" or not records_url
-    children: list[ChildProcess] = []
-    started_stack = None
-    try:
-        if start:
-            repo = find_repo()
-            stack = ensure_stack(repo)
-            if stack.started:
-                started_stack = repo
-            rec = start_records_server(repo)
-            children.append(rec)
-            records_url = rec.info["url"]
-            topics = {k: f"writ.{k}.ex-py-refund-{run}" for k in ("intents", "ledger", "human", "dlq")}
-            children.append(start_owner(repo, stack, records_url=records_url, topics=topics, group_id=f"writ.owners.ex-py-refund-{run}", intent_partitions=1))
-            brokers, registry, intents = stack.brokers, stack.registry_url, topics["intents"]
-            say(f"writ + Pydantic AI (run {run}): started a records server and one owner on {intents}")
-        else:
-            brokers = os.environ.get("KAFKA_BROKERS", "").strip()
-            if not brokers:
-                raise SystemExit("KAFKA_BROKERS is required with RECORDS_URL (or set WRIT_EXAMPLE_START=1)")
-            registry = os.environ.get("SCHEMA_REGISTRY_URL", "").strip()
-            intents = os.environ.get("WRIT_INTENTS_TOPIC", "writ.intents")
-            say(f"writ + Pydantic AI (run {run}): using the running owner on {intents}")
-        say(f"  Kafka {brokers}; registry {registry or 'none (plain JSON)'}; records server {records_url}")
-        records = RecordsAdmin(records_url)
-        payment_id = f"pay_py_{run}"
-        records.seed("payment", payment_id, {"customer": "c-77", "amountCents": 12000, "currency": "EUR", "refunds": []})
-        with WritClient(
-            brokers=brokers, agent_id="billing-agent", reply_topic=f"writ.replies.billing-agent.py-{run}", intents_topic=intents, schema_registry_url=registry or None
-        ) as client:
-            result = asyncio.run(refund_flow(client, records, payment_id, say))
-    except Exception as err:  # noqa: BLE001 - the example's failure report
-        print(f"example failed: {err!r}", file=sys.stderr)
-        for child in children:
-            print(f"--- {child.name} log (tail) ---\n{child.log_tail()}", file=sys.stderr)
-        return 1
-    finally:
-        for child in reversed(children):
-            child.stop()
-        if started_stack is not None:
-            say("  stopping the local broker and registry this example started")
-            stop_stack(started_stack)
-    print(json.dumps({"refunds_created": result["refunds_created"]}, separators=(",", ":")))
-    return 0
+    return run_example("Pydantic AI", "refund", refund_flow)
 
 
 if __name__ == "__main__":
