@@ -287,6 +287,22 @@ def test_an_undo_compensates_an_applied_write_once_whoever_submits_it(client: Wr
     assert len(records.read("payment", pid)["state"]["reversals"]) == 1
 
 
+def test_an_operator_undoes_a_write_by_its_key_alone_from_the_ledger(client: WritClient, plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:
+    pid = f"pay_ul_{uid}"
+    seeded = seed_payment(records, pid)
+    write = client.submit(refund_input(pid, seeded["version"]), timeout=30)
+    assert isinstance(write, AppliedReply), write
+    # Another client (an operator's, as `writ undo <key>`) knows only the key: the ledger names the record and tool.
+    with pytest.raises(ValueError, match="was not submitted by this client"):
+        plain_client.build_undo(write.intent_key)
+    undone = plain_client.undo(write.intent_key, from_ledger=True, timeout=30)
+    assert isinstance(undone, AppliedReply) and (undone.undo_of, undone.entity.key, undone.duplicate) == (write.intent_key, f"payment:{pid}", False), undone
+    assert records.read("payment", pid)["state"]["reversals"] == [{"reverses": write.intent_key, "amountCents": 5000, "reason": "damaged"}]
+    assert records.patch_requests(undone.intent_key) == 1
+    with pytest.raises(ValueError, match="is not in"):
+        plain_client.undo("0" * 64, from_ledger=True)
+
+
 def test_an_undo_of_a_write_that_was_not_applied_is_rejected_and_writes_nothing(client: WritClient, records: RecordsAdmin, uid: str) -> None:
     tid = f"T-u-{uid}"
     read = records.seed("ticket", tid, {"subject": "Late", "status": "open", "tags": []})

@@ -52,7 +52,7 @@ from typing_extensions import Unpack
 
 from .canonical import CanonicalJsonError, canonical_json, utf16_length
 from .codec import DecodeError, RegistryError, WireCodec
-from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, read_escalations, resolution_subject
+from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, latest_ledger_entries, read_escalations, resolution_subject
 from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -186,6 +186,7 @@ class _UndoOptions(TypedDict, total=False):
     run_id: str
     step_id: str | None
     tool_call_id: str | None
+    from_ledger: bool
 
 
 class _ResolveOptions(TypedDict, total=False):
@@ -765,15 +766,24 @@ class WritClient:
         return await asyncio.to_thread(self.change, change)
 
     def build_undo(
-        self, target: str | AppliedReply | Mapping[str, Any], *, run_id: str = "undo", step_id: str | None = None, tool_call_id: str | None = None
+        self,
+        target: str | AppliedReply | Mapping[str, Any],
+        *,
+        run_id: str = "undo",
+        step_id: str | None = None,
+        tool_call_id: str | None = None,
+        from_ledger: bool = False,
     ) -> WriteIntent:
         """The undo of an applied write, without sending it: intent key ``undo_intent_key(<its key>)`` (the same for
         every submission, by any agent), the write's record and tool, base version ``"ledger"``, no delta, no params.
 
         ``target``: the write's applied reply (owners name its tool on it), its intent key when this client
-        submitted it (the last 10,000 are remembered), or ``{"intentKey", "entity", "tool"}``.
+        submitted it (the last 10,000 are remembered), or ``{"intentKey", "entity", "tool"}``. ``from_ledger``:
+        an intent key this client does not remember is looked up in the owners' ledger (the client's
+        ``ledger_topic``, read from its start to its end: slow on a large ledger, and it needs read access to
+        it), as ``writ undo <key>`` does.
         """
-        key, entity, tool = self._undone(target)
+        key, entity, tool = self._undone(target, from_ledger=from_ledger)
         return WriteIntent(
             intent_id=str(uuid.uuid4()),
             intent_key=undo_intent_key(key),
@@ -796,6 +806,7 @@ class WritClient:
         run_id: str = "undo",
         step_id: str | None = None,
         tool_call_id: str | None = None,
+        from_ledger: bool = False,
     ) -> SubmitResult:
         """Submits the undo of an applied write, once (TypeScript's ``client.undo``): the tool's declared
         compensating change, applied by the record's owner only on the version the write produced.
@@ -804,9 +815,10 @@ class WritClient:
         record when it changed since the write (nothing undone); ``rejected`` with ``undo_target_unknown``,
         ``undo_target_not_applied``, ``undo_target_mismatch``, ``undo_not_declared`` or ``undo_failed``.
         Submitting it again (any agent, any run) is a repeat, answered from the ledger. ``run_id`` and
-        ``step_id`` are carried for correlation only; they are not part of the undo's key.
+        ``step_id`` are carried for correlation only; they are not part of the undo's key. ``target`` and
+        ``from_ledger`` as for :meth:`build_undo`.
         """
-        return self.submit(self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id), timeout=timeout)
+        return self.submit(self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id, from_ledger=from_ledger), timeout=timeout)
 
     async def aundo(self, target: str | AppliedReply | Mapping[str, Any], **options: Unpack[_UndoOptions]) -> SubmitResult:
         """:meth:`undo` for asyncio code (runs in a worker thread); the same keyword arguments."""
@@ -875,18 +887,24 @@ class WritClient:
         """:meth:`read_escalations` for asyncio code (runs in a worker thread)."""
         return await asyncio.to_thread(self.read_escalations, topic=topic, open_only=open_only, timeout=timeout)
 
-    def _undone(self, target: str | AppliedReply | Mapping[str, Any]) -> tuple[str, EntityRef, str]:
-        """The undone write's key, record and tool, from what the caller gave and what this client remembers."""
+    def _undone(self, target: str | AppliedReply | Mapping[str, Any], *, from_ledger: bool = False) -> tuple[str, EntityRef, str]:
+        """The undone write's key, record and tool, from what the caller gave, what this client remembers and,
+        with ``from_ledger``, the owners' ledger."""
 
         def unknown(why: str) -> ValueError:
-            return ValueError(f"undo: {why}; pass the write's applied reply, or {{'intentKey', 'entity', 'tool'}} (writ undo <key> looks a key up in the ledger)")
+            return ValueError(f"undo: {why}; pass the write's applied reply, or {{'intentKey', 'entity', 'tool'}}, or from_ledger=True to look the key up in the ledger")
 
         if isinstance(target, str):
             with self._lock:
                 known = self._submitted.get(target)
-            if known is None:
+            if known is not None:
+                return target, known[0], known[1]
+            if not from_ledger:
                 raise unknown(f"intent key {target[:64]} was not submitted by this client")
-            return target, known[0], known[1]
+            entry = latest_ledger_entries(self._conf(), self.codec, self.ledger_topic, {target}, timeout=self.submit_timeout).get(target)
+            if entry is None or entry.entity is None or entry.tool is None:
+                raise unknown(f"intent key {target[:64]} is not in {self.ledger_topic}" + (" with its record and tool" if entry is not None else ""))
+            return target, EntityRef(type=entry.entity.type, id=entry.entity.id), entry.tool
         if isinstance(target, AppliedReply):
             key, entity, tool = target.intent_key, target.entity, target.tool
         elif isinstance(target, Mapping):

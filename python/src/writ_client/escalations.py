@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .canonical import utf16_length
 from .codec import DecodeError, WireCodec
-from .models import Escalation, JsonPatchOp, iso_now
+from .models import EntityRef, Escalation, JsonPatchOp, iso_now
 
 __all__ = [
     "KIND_HEADER",
@@ -174,6 +174,9 @@ class LedgerIntentEntry(BaseModel):
     kind: Literal["intent"]
     status: Literal["pending", "conflicted", "done"]
     outcome: LedgerOutcome | None = None
+    #: The intent's record and tool (what an undo of it names).
+    entity: EntityRef | None = None
+    tool: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 def is_open(escalation: Escalation, entry: LedgerIntentEntry | None) -> bool:
