@@ -21,7 +21,7 @@ fi
 if [ ! -x node_modules/.bin/node ]; then
   npm install --no-audit --no-fund
 fi
-"$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE '^(writ-client|confluent-kafka|cryptography|pydantic|pydantic-ai-slim|langgraph|langchain-core|pytest) ' || true
+"$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE '^(writ-client|confluent-kafka|cryptography|pydantic|pydantic-ai-slim|langgraph|langchain-core|openai-agents|pytest) ' || true
 
 cd python
 exec ../"$VENV"/bin/python -m pytest -q -p no:cacheprovider "$@"
