@@ -12,7 +12,7 @@ import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
-import { atOffset, readTopics, topicsWithPrefix } from "./topic-reader.ts";
+import { atOffset, readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
 
 const USAGE = `usage: writ dlq redrive (--reason <reason> | --source <partition>:<offset> | --all)... [--dry-run] [--json]
                         [--max <n>] [--brokers <list>] [--registry <url>]
@@ -116,44 +116,37 @@ async function redrive(argv: string[]): Promise<number> {
   };
   await producer?.connect();
   try {
-    const { unfinished } = await readTopics({
-      kafka,
-      topics: [dlqTopic],
-      start: { from: "beginning" },
-      follow: false,
-      log,
-      onRecord: async (r) => {
-        const d = await decodeRecord(codec, "DeadLetter", r);
-        if (d.tombstone) return;
-        const dlq = { topic: d.topic, partition: d.partition, offset: d.offset };
-        if (d.error !== undefined) {
-          if (a.all) selected.push({ dlq, letter: null, outcome: "undecodable", detail: d.error });
-          return;
-        }
-        const full = d.value as DeadLetter;
-        const letter = { reason: full.reason, key: full.key, source: full.source };
-        const identity = `${full.key}\u0000${full.sha256}`;
-        const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
-        if (!chosen) return;
-        const refused = notRedrivable(full, intentsTopic);
-        if (refused !== null) {
-          selected.push({ dlq, letter, ...refused });
-        } else if (records.has(identity)) {
-          selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(identity)}, sent once` });
-        } else if (sent >= max) {
-          selected.push({ dlq, letter, outcome: "over_max", detail: `--max ${max} reached` });
-        } else {
-          sent++;
-          records.set(identity, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
-          const chosenOne: Selected = { dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" };
-          selected.push(chosenOne);
-          // A value cut to fit is read from its source after this pass, all of them in one read.
-          if (full.truncated) return void truncated.push({ selected: chosenOne, letter: { ...full, valueBase64: "" } });
-          if (producer === null) return;
-          batch.push(redriveMessage(full, dlq));
-          if (batch.length >= BATCH) await flush();
-        }
-      },
+    const { unfinished } = await readWholeTopic(kafka, dlqTopic, log, async (r) => {
+      const d = await decodeRecord(codec, "DeadLetter", r);
+      if (d.tombstone) return;
+      const dlq = { topic: d.topic, partition: d.partition, offset: d.offset };
+      if (d.error !== undefined) {
+        if (a.all) selected.push({ dlq, letter: null, outcome: "undecodable", detail: d.error });
+        return;
+      }
+      const full = d.value as DeadLetter;
+      const letter = { reason: full.reason, key: full.key, source: full.source };
+      const identity = `${full.key}\u0000${full.sha256}`;
+      const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
+      if (!chosen) return;
+      const refused = notRedrivable(full, intentsTopic);
+      if (refused !== null) {
+        selected.push({ dlq, letter, ...refused });
+      } else if (records.has(identity)) {
+        selected.push({ dlq, letter, outcome: "same_record", detail: `the same key and value as ${records.get(identity)}, sent once` });
+      } else if (sent >= max) {
+        selected.push({ dlq, letter, outcome: "over_max", detail: `--max ${max} reached` });
+      } else {
+        sent++;
+        records.set(identity, `${dlq.topic}[${dlq.partition}]@${dlq.offset}`);
+        const chosenOne: Selected = { dlq, letter, outcome: a["dry-run"] ? "would_send" : "sent" };
+        selected.push(chosenOne);
+        // A value cut to fit is read from its source after this pass, all of them in one read.
+        if (full.truncated) return void truncated.push({ selected: chosenOne, letter: { ...full, valueBase64: "" } });
+        if (producer === null) return;
+        batch.push(redriveMessage(full, dlq));
+        if (batch.length >= BATCH) await flush();
+      }
     });
     await flush();
     const originals = await originalsOf(kafka, truncated.map((t) => t.letter), { timeoutMs: 60_000, log });

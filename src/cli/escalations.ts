@@ -8,7 +8,7 @@ import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
-import { readTopics, topicsWithPrefix } from "./topic-reader.ts";
+import { readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
 
 const USAGE = `usage: writ escalations list [--open [--ledger-topic <topic>]] [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
@@ -114,21 +114,14 @@ export function isOpen(e: Escalation, entry: LedgerIntentEntry | null): boolean 
 /** Every escalation on `topic`, oldest first, read to the end the topic had when asked. */
 async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCodec, topic: string, log: ReturnType<typeof commandLogger>) {
   const found: { e: Escalation; topic: string; partition: number; offset: string }[] = [];
-  const { unfinished } = await readTopics({
-    kafka,
-    topics: [topic],
-    start: { from: "beginning" },
-    follow: false,
-    log,
-    onRecord: async (r) => {
-      const d = await decodeRecord(codec, "Escalation", r);
-      if (d.tombstone) return;
-      if (d.error !== undefined) {
-        log.warn({ offset: d.offset }, `${topic}[${d.partition}]@${d.offset} skipped: ${d.error}`);
-        return;
-      }
-      found.push({ e: d.value as Escalation, topic: d.topic, partition: d.partition, offset: d.offset });
-    },
+  const { unfinished } = await readWholeTopic(kafka, topic, log, async (r) => {
+    const d = await decodeRecord(codec, "Escalation", r);
+    if (d.tombstone) return;
+    if (d.error !== undefined) {
+      log.warn({ offset: d.offset }, `${topic}[${d.partition}]@${d.offset} skipped: ${d.error}`);
+      return;
+    }
+    found.push({ e: d.value as Escalation, topic: d.topic, partition: d.partition, offset: d.offset });
   });
   if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
   found.sort((x, y) => Date.parse(x.e.at) - Date.parse(y.e.at));

@@ -6,7 +6,7 @@ import type { WireCodec } from "../codec.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { decodeRecord } from "./tail.ts";
-import { readTopics } from "./topic-reader.ts";
+import { readWholeTopic } from "./topic-reader.ts";
 
 /**
  * Each key's latest intent entry, by key: null when the key is not in `topic` or its last record is a tombstone.
@@ -22,20 +22,13 @@ export async function latestLedgerEntries(
 ): Promise<{ entries: Map<string, LedgerIntentEntry | null>; unfinished: string[] }> {
   const found = new Map<string, LedgerIntentEntry | null>([...keys].map((k) => [k, null]));
   if (keys.size === 0) return { entries: found, unfinished: [] };
-  const { unfinished } = await readTopics({
-    kafka,
-    topics: [topic],
-    start: { from: "beginning" },
-    follow: false,
-    log,
-    onRecord: async (r) => {
-      const key = r.key?.toString("utf8");
-      if (key === undefined || !keys.has(key)) return;
-      const d = await decodeRecord(codec, "LedgerEntry", r);
-      if (d.tombstone) found.set(key, null);
-      else if (d.error !== undefined) log.warn(`the ledger entry of ${key.slice(0, 12)}… at ${d.partition}@${d.offset} cannot be read: ${d.error}`);
-      else if ((d.value as { kind?: unknown }).kind === "intent") found.set(key, d.value as LedgerIntentEntry);
-    },
+  const { unfinished } = await readWholeTopic(kafka, topic, log, async (r) => {
+    const key = r.key?.toString("utf8");
+    if (key === undefined || !keys.has(key)) return;
+    const d = await decodeRecord(codec, "LedgerEntry", r);
+    if (d.tombstone) found.set(key, null);
+    else if (d.error !== undefined) log.warn(`the ledger entry of ${key.slice(0, 12)}… at ${d.partition}@${d.offset} cannot be read: ${d.error}`);
+    else if ((d.value as { kind?: unknown }).kind === "intent") found.set(key, d.value as LedgerIntentEntry);
   });
   return { entries: found, unfinished };
 }

@@ -52,6 +52,11 @@ export interface ReadTopicsResult {
   unfinished: string[];
 }
 
+/** `topic` from its beginning to the end it has now (committed records), each record to `onRecord`. */
+export function readWholeTopic(kafka: Kafka, topic: string, log: Logger, onRecord: ReadTopicsOptions["onRecord"]): Promise<ReadTopicsResult> {
+  return readTopics({ kafka, topics: [topic], start: { from: "beginning" }, follow: false, log, onRecord });
+}
+
 export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsResult> {
   const { kafka, topics, log } = opts;
   const groupId = `writ.cli.${randomUUID()}`;
