@@ -18,7 +18,8 @@ Example::
 
     deps = WritDeps(client=writ, read=read_record)
     tools = [writ_langchain_read_tool("payment", deps), writ_langchain_tool(refund_spec, deps, approval=True)]
-    graph = build_tool_loop(model.bind_tools(tools), ToolNode(tools)).compile(checkpointer=MemorySaver())
+    # build_tool_loop: your StateGraph, the model's node and a ToolNode (as examples/langgraph_refund.py builds one)
+    graph = build_tool_loop(model.bind_tools(tools), ToolNode(tools)).compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": conversation_id}}
     await graph.ainvoke({"messages": [("user", "Refund pay_1001")]}, config)   # stops at the interrupt
     await graph.ainvoke(Command(resume={"approved": True}), config)
