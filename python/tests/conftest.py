@@ -100,14 +100,16 @@ def _delete_topics(stack: Stack, names: list[str]) -> None:
         pass
 
 
-def owner_metric(owner: ChildProcess, name: str) -> float:
-    """The sum of a counter over its labels, from the owner's ``/metrics`` (0 when it has no sample yet)."""
+def owner_metric(owner: ChildProcess, name: str, **labels: str) -> float:
+    """The sum of a counter over its series (those with ``labels``, when given), from the owner's ``/metrics`` (0 when it
+    has no sample yet)."""
     import re
     import urllib.request
 
     with urllib.request.urlopen(f"{owner.info['health']}/metrics", timeout=10) as res:
         text = res.read().decode("utf-8")
-    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, flags=re.M))
+    series = re.findall(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, flags=re.M)
+    return sum(float(v) for found, v in series if all(f'{k}="{want}"' in found for k, want in labels.items()))
 
 
 def make_client(stack: Stack, topics: dict[str, str], agent: str, *, framed: bool = True, **kw: Any) -> WritClient:

@@ -18,6 +18,7 @@ from writ_client import (
     ConflictReply,
     EntityRef,
     IntentInput,
+    IntentRefused,
     KeyedTool,
     RejectedReply,
     UnknownOutcome,
@@ -237,6 +238,60 @@ def test_a_value_with_no_canonical_form_is_refused_before_anything_is_sent(plain
     # the next intent goes through as usual, and was the only one sent
     reply = plain_client.submit(refund_input(pid, seeded["version"]), timeout=30)
     assert isinstance(reply, AppliedReply) and reply.duplicate is False, reply
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def wait_for_dead_letters(owner: Any, reason: str, above: float) -> float:
+    deadline = time.monotonic() + 30
+    while (count := owner_metric(owner, "writ_dead_letters_total", reason=reason)) <= above:
+        assert time.monotonic() < deadline, f"no {reason} dead letter within 30 s"
+        time.sleep(0.1)
+    return count
+
+
+def test_an_intent_over_the_owners_admission_bounds_is_refused_before_anything_is_sent(
+    stack: Stack, topics: dict[str, str], owner: Any, records: RecordsAdmin, uid: str
+) -> None:
+    """Owners dead-letter an intent nested deeper than WRIT_MAX_JSON_DEPTH (32) or larger than WRIT_MAX_INTENT_BYTES
+    (262,144 encoded) without a reply: sent, it could only come back unknown, every time it is asked again. The
+    client refuses it first, as the TypeScript client does, at the owners' own bounds."""
+    pid = f"pay_{uid}"
+    seeded = seed_payment(records, pid)
+
+    def deep(levels: int, run: str) -> IntentInput:
+        # The intent object is depth 1, its delta 2, the op 3: the value adds `levels`.
+        intent = refund_input(pid, seeded["version"], run=run)
+        return intent.model_copy(update={"delta": [{"op": "add", "path": "/refunds/-", "value": nested(levels)}]})
+
+    big = refund_input(pid, seeded["version"], run=f"big-{uid}", note="x" * 300_000)
+    client = make_client(stack, topics, f"bounds-{uid}")
+    loose = make_client(stack, topics, f"loose-{uid}", max_json_depth=64, max_intent_bytes=900_000)
+    try:
+        for intent, code in ((deep(30, f"deep-{uid}"), "too_deep"), (big, "too_large")):
+            with pytest.raises(IntentRefused) as err:
+                client.submit(intent, timeout=5)
+            assert err.value.code == code
+        assert client._waiting == {}
+        # At the bound the owner answers (whatever it decides: the refund's shape is not a nested list).
+        at_bound = client.submit(deep(29, f"edge-{uid}"), timeout=30)
+        assert not isinstance(at_bound, UnknownOutcome), at_bound
+        # Control: a client told the owners take more sends them, and each is dead-lettered without an answer.
+        for intent, reason in ((deep(30, f"deep-{uid}"), "too_deep"), (big, "too_large")):
+            before = owner_metric(owner, "writ_dead_letters_total", reason=reason)
+            assert isinstance(loose.submit(intent, timeout=4), UnknownOutcome)
+            wait_for_dead_letters(owner, reason, before)
+        # Neither reached the system of record.
+        for intent in (deep(30, f"deep-{uid}"), big):
+            assert records.patch_requests(loose.build_intent(intent).intent_key) == 0
+    finally:
+        client.close()
+        loose.close()
 
 
 def test_replies_is_an_async_iterator_too(plain_client: WritClient, records: RecordsAdmin, uid: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from writ_client import CanonicalJsonError, EntityRef, IntentInput, KeyedTool, WritClient, intent_key, parse_reply
+from writ_client import CanonicalJsonError, EntityRef, IntentInput, IntentRefused, KeyedTool, WritClient, intent_key, parse_reply
 from writ_client.client import _Ends
 
 TOOL = KeyedTool(name="t", key_scope="run", intent_fields=("a",))
@@ -106,7 +106,8 @@ class RefusingProducer(FakeProducer):
 
 def test_a_record_over_message_max_bytes_is_refused_before_any_intent_is_sent() -> None:
     producer = FakeProducer()
-    client = started_client(producer)
+    # Owners told to take more than the producer's message.max.bytes: that is the bound that refuses it.
+    client = started_client(producer, max_intent_bytes=2_000_000)
     with pytest.raises(KafkaException) as err:
         client.submit_all([intent_input("small"), intent_input("big", value="x" * 1_100_000)], timeout=5)
     assert err.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
@@ -155,3 +156,44 @@ def test_a_delivery_failing_for_one_intent_of_a_batch_is_unknown_and_the_others_
     results = client.submit_all([intent_input("first"), intent_input("second"), intent_input("third")], timeout=5)
     assert [r.status for r in results] == ["rejected", "unknown", "rejected"]
     assert "The send failed" in results[1].message
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_the_owners_admission_bounds_are_checked_before_any_intent_is_sent() -> None:
+    producer = FakeProducer()
+    client = started_client(producer)
+    # The intent object is depth 1, its delta 2, an op 3: a value of 29 levels is at the owners' 32.
+    for big, code in ((intent_input("deep", value=nested(30)), "too_deep"), (intent_input("big", value="x" * 300_000), "too_large")):
+        with pytest.raises(IntentRefused) as err:
+            client.submit_all([intent_input("small"), big], timeout=5)
+        assert err.value.code == code
+    assert producer.produced == [] and client._waiting == {}
+    client.submit_all([intent_input("edge", value=nested(29))], timeout=0.2)
+    assert len(producer.produced) == 1
+    # Owners configured for more: the client is told so.
+    roomy = started_client(producer, max_json_depth=40, max_intent_bytes=400_000)
+    roomy.submit_all([intent_input("deep", value=nested(30)), intent_input("big", value="x" * 300_000)], timeout=0.2)
+    assert len(producer.produced) == 3
+
+
+def test_the_admission_bounds_come_from_the_owners_variables() -> None:
+    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_MAX_INTENT_BYTES": "524288", "WRIT_MAX_JSON_DEPTH": "48"}
+    client = WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env)
+    assert (client.max_intent_bytes, client.max_json_depth) == (524288, 48)
+    for bad in ("0", "64k", "-1"):
+        with pytest.raises(ValueError, match="WRIT_MAX_JSON_DEPTH"):
+            WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_MAX_JSON_DEPTH": bad})
+    with pytest.raises(ValueError, match="max_intent_bytes"):
+        WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a", max_intent_bytes=0)
+
+
+def test_an_undo_by_a_key_that_is_not_one_is_refused_before_the_ledger_is_read() -> None:
+    client = started_client()
+    with pytest.raises(ValueError, match="64 lower-case hex"):
+        client.build_undo("not-a-key", from_ledger=True, timeout=0.5)

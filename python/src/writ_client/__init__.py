@@ -5,7 +5,7 @@ implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
 """
 
 from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
-from .client import CONTROL_HEADER, IntentInput, ReplyStream, WritClient, create_input
+from .client import CONTROL_HEADER, IntentInput, IntentRefused, ReplyStream, WritClient, create_input
 from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
 from .escalations import KIND_HEADER, EscalationRecord, LedgerIntentEntry, build_resolution, is_open, resolution_subject
@@ -61,6 +61,7 @@ __all__ = [
     "EscalatedReply",
     "EscalationRecord",
     "IntentInput",
+    "IntentRefused",
     "IntentSigner",
     "JsonPatchOp",
     "KafkaSecurity",

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import Unpack
 
 from .canonical import CanonicalJsonError, canonical_json, utf16_length
-from .codec import DecodeError, RegistryError, WireCodec
+from .codec import DecodeError, RegistryError, WireCodec, json_depth
 from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, latest_ledger_entries, read_escalations, resolution_subject
 from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
 from .models import (
@@ -96,7 +96,26 @@ _PROBE_TIMEOUT = 10.0
 _MESSAGE_MAX_BYTES = 1_000_000
 _RECORD_OVERHEAD = 128
 
+#: The owners' defaults for ``WRIT_MAX_INTENT_BYTES`` and ``WRIT_MAX_JSON_DEPTH`` (docs/wire-contract.md): an intent
+#: larger or deeper is dead-lettered ``too_large`` / ``too_deep`` without a reply, so the client refuses it first.
+DEFAULT_MAX_INTENT_BYTES = 262_144
+DEFAULT_MAX_JSON_DEPTH = 32
+
+
+class IntentRefused(ValueError):
+    """An intent (or resolution) refused before anything was sent, for good: the same value is refused the same way.
+
+    ``code``: ``too_large`` (its encoded value is over the owners' ``WRIT_MAX_INTENT_BYTES``) or ``too_deep``
+    (nested deeper than their ``WRIT_MAX_JSON_DEPTH``). Owners dead-letter such a value without a reply, so sent it
+    would only come back ``unknown``, every time (TypeScript's ``WritError`` of the same code).
+    """
+
+    def __init__(self, code: Literal["too_large", "too_deep"], message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_INTENT_KEY = re.compile(r"[0-9a-f]{64}")
 _log = logging.getLogger("writ_client")
 
 Reply = Any  # AppliedReply | ConflictReply | RejectedReply | EscalatedReply (see models.Reply)
@@ -242,6 +261,8 @@ class WritClient:
         kafka_security: KafkaSecurity | None = None,
         schema_registry_auth: RegistryAuth | tuple[str, str] | None = None,
         schema_registry_tls: RegistryTls | None = None,
+        max_intent_bytes: int = DEFAULT_MAX_INTENT_BYTES,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     ) -> None:
         """Configures the client; :meth:`start` (or ``with``) connects.
 
@@ -266,6 +287,9 @@ class WritClient:
             schema_registry_auth: basic auth to the registry (:class:`~writ_client.security.RegistryAuth`
                 or ``(username, password)``); never in the URL.
             schema_registry_tls: TLS to an https registry: a CA to trust, a client certificate.
+            max_intent_bytes, max_json_depth: the owners' ``WRIT_MAX_INTENT_BYTES`` (262,144) and
+                ``WRIT_MAX_JSON_DEPTH`` (32), when they run with other values: an intent over either is refused here
+                (:class:`IntentRefused`), since owners dead-letter it without a reply.
 
         :meth:`from_env` takes the brokers, the registry, the topics and all of the security settings from
         the environment variables writ's TypeScript side reads.
@@ -290,7 +314,12 @@ class WritClient:
                 raise ValueError(f"{name} must be a Kafka topic name (1–249 of a-z A-Z 0-9 . _ -), got {topic!r:.300}")
         if client_id is not None and (not isinstance(client_id, str) or not client_id):
             raise ValueError(f"client_id must be a non-empty string when given, got {client_id!r}")
-        for name, count in (("reply_topic_partitions", reply_topic_partitions), ("replication_factor", replication_factor)):
+        for name, count in (
+            ("reply_topic_partitions", reply_topic_partitions),
+            ("replication_factor", replication_factor),
+            ("max_intent_bytes", max_intent_bytes),
+            ("max_json_depth", max_json_depth),
+        ):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, got {count!r}")
         submit_timeout = _seconds("submit_timeout", submit_timeout)
@@ -305,6 +334,8 @@ class WritClient:
         self.replication_factor = replication_factor
         self.submit_timeout = submit_timeout
         self.signer = signer
+        self.max_intent_bytes = max_intent_bytes
+        self.max_json_depth = max_json_depth
         self._extra = dict(kafka_config or {})
         try:
             self._message_max_bytes = int(self._extra.get("message.max.bytes", _MESSAGE_MAX_BYTES))
@@ -339,9 +370,11 @@ class WritClient:
         of :meth:`ConnectionSecurity.from_env <writ_client.security.ConnectionSecurity.from_env>`
         (``KAFKA_SSL_CA_FILE``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
         ``KAFKA_SASL_PASSWORD`` or ``KAFKA_SASL_PASSWORD_FILE``, ``SCHEMA_REGISTRY_USERNAME``,
-        ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…), and the topics' names where
-        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``); a setting given as an
-        argument wins over its variable. Other arguments go to the constructor.
+        ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…), the topics' names where
+        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``), and
+        the owners' admission bounds where they are not the defaults (``WRIT_MAX_INTENT_BYTES``,
+        ``WRIT_MAX_JSON_DEPTH``); a setting given as an argument wins over its variable. Other arguments go to the
+        constructor.
         """
         env = os.environ if env is None else env
         if "brokers" not in kwargs:
@@ -354,6 +387,12 @@ class WritClient:
         for arg, variable in (("intents_topic", "WRIT_INTENTS_TOPIC"), ("human_topic", "WRIT_HUMAN_TOPIC"), ("ledger_topic", "WRIT_LEDGER_TOPIC")):
             if arg not in kwargs and (env.get(variable) or "").strip():
                 kwargs[arg] = env[variable].strip()
+        for arg, variable in (("max_intent_bytes", "WRIT_MAX_INTENT_BYTES"), ("max_json_depth", "WRIT_MAX_JSON_DEPTH")):
+            text = (env.get(variable) or "").strip()
+            if arg not in kwargs and text:
+                if not re.fullmatch(r"[1-9][0-9]{0,9}", text):
+                    raise ValueError(f"{variable} must be a positive integer, got {text!r:.40}")
+                kwargs[arg] = int(text)
         security = ConnectionSecurity.from_env(env)
         kwargs.setdefault("kafka_security", security.kafka)
         kwargs.setdefault("schema_registry_auth", security.schema_registry_auth)
@@ -665,8 +704,10 @@ class WritClient:
 
         Raises :class:`~writ_client.canonical.CanonicalJsonError` (``not_canonical``) before anything is
         sent when any value in an intent has no canonical JSON (a lone surrogate, NaN, ±Infinity):
-        owners would refuse it, and no signature can cover it; ``KafkaException`` (``MSG_SIZE_TOO_LARGE``)
-        before anything is sent when an intent's record is over the producer's ``message.max.bytes``.
+        owners would refuse it, and no signature can cover it; :class:`IntentRefused` (``too_large``,
+        ``too_deep``) before anything is sent when an intent is over the owners' admission bounds, which they
+        dead-letter without a reply; ``KafkaException`` (``MSG_SIZE_TOO_LARGE``) before anything is sent when an
+        intent's record is over the producer's ``message.max.bytes``.
 
         A send that fails raises when no intent of the batch was sent. When some were, each intent gets its
         outcome: the reply of those sent, ``unknown`` (its message says why) for those whose send failed or
@@ -773,6 +814,7 @@ class WritClient:
         step_id: str | None = None,
         tool_call_id: str | None = None,
         from_ledger: bool = False,
+        timeout: float | None = None,
     ) -> WriteIntent:
         """The undo of an applied write, without sending it: intent key ``undo_intent_key(<its key>)`` (the same for
         every submission, by any agent), the write's record and tool, base version ``"ledger"``, no delta, no params.
@@ -781,9 +823,11 @@ class WritClient:
         submitted it (the last 10,000 are remembered), or ``{"intentKey", "entity", "tool"}``. ``from_ledger``:
         an intent key this client does not remember is looked up in the owners' ledger (the client's
         ``ledger_topic``, read from its start to its end: slow on a large ledger, and it needs read access to
-        it), as ``writ undo <key>`` does.
+        it), as ``writ undo <key>`` does; ``timeout`` (seconds, default the client's ``submit_timeout``) bounds
+        that read (``TimeoutError`` past it).
         """
-        key, entity, tool = self._undone(target, from_ledger=from_ledger)
+        lookup = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
+        key, entity, tool = self._undone(target, from_ledger=from_ledger, timeout=lookup)
         return WriteIntent(
             intent_id=str(uuid.uuid4()),
             intent_key=undo_intent_key(key),
@@ -816,9 +860,11 @@ class WritClient:
         ``undo_target_not_applied``, ``undo_target_mismatch``, ``undo_not_declared`` or ``undo_failed``.
         Submitting it again (any agent, any run) is a repeat, answered from the ledger. ``run_id`` and
         ``step_id`` are carried for correlation only; they are not part of the undo's key. ``target`` and
-        ``from_ledger`` as for :meth:`build_undo`.
+        ``from_ledger`` as for :meth:`build_undo`; ``timeout`` bounds the ledger read, when there is one, and the
+        submission, each.
         """
-        return self.submit(self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id, from_ledger=from_ledger), timeout=timeout)
+        undo = self.build_undo(target, run_id=run_id, step_id=step_id, tool_call_id=tool_call_id, from_ledger=from_ledger, timeout=timeout)
+        return self.submit(undo, timeout=timeout)
 
     async def aundo(self, target: str | AppliedReply | Mapping[str, Any], **options: Unpack[_UndoOptions]) -> SubmitResult:
         """:meth:`undo` for asyncio code (runs in a worker thread); the same keyword arguments."""
@@ -856,10 +902,12 @@ class WritClient:
             canonical_json(wire)
         except CanonicalJsonError as err:
             raise _refusal(what, wire, err) from None
+        self._check_depth(what, wire)
         headers = [(KIND_HEADER, "resolution")]
         if self.signer is not None:
             headers.append((SIGNATURE_HEADER, sign_intent(wire, self.signer)))
         value = self.codec.encode(self.intents_topic, "Resolution", wire, subject=resolution_subject(self.intents_topic))
+        self._check_size(what, value)
         record = self._sized(what, entity_key(wire["entity"]).encode("utf-8"), value, headers)
         sent = _ResolutionSent(intent_id=wire["resolutionId"], intent_key=wire["intent"]["intentKey"])
         unknown = "No answer to the resolution before the deadline; look at writ.human and the record before deciding again."
@@ -887,7 +935,7 @@ class WritClient:
         """:meth:`read_escalations` for asyncio code (runs in a worker thread)."""
         return await asyncio.to_thread(self.read_escalations, topic=topic, open_only=open_only, timeout=timeout)
 
-    def _undone(self, target: str | AppliedReply | Mapping[str, Any], *, from_ledger: bool = False) -> tuple[str, EntityRef, str]:
+    def _undone(self, target: str | AppliedReply | Mapping[str, Any], *, from_ledger: bool = False, timeout: float) -> tuple[str, EntityRef, str]:
         """The undone write's key, record and tool, from what the caller gave, what this client remembers and,
         with ``from_ledger``, the owners' ledger."""
 
@@ -901,7 +949,10 @@ class WritClient:
                 return target, known[0], known[1]
             if not from_ledger:
                 raise unknown(f"intent key {target[:64]} was not submitted by this client")
-            entry = latest_ledger_entries(self._conf(), self.codec, self.ledger_topic, {target}, timeout=self.submit_timeout).get(target)
+            if not _INTENT_KEY.fullmatch(target):
+                # Checked before the whole ledger is read for it (as `writ undo` does).
+                raise ValueError(f"undo: an intent key is 64 lower-case hex characters, got {target!r:.80}")
+            entry = latest_ledger_entries(self._conf(), self.codec, self.ledger_topic, {target}, timeout=timeout).get(target)
             if entry is None or entry.entity is None or entry.tool is None:
                 raise unknown(f"intent key {target[:64]} is not in {self.ledger_topic}" + (" with its record and tool" if entry is not None else ""))
             return target, EntityRef(type=entry.entity.type, id=entry.entity.id), entry.tool
@@ -954,13 +1005,27 @@ class WritClient:
             canonical_json(wire)
         except CanonicalJsonError as err:
             raise _refusal(f"intent {intent.intent_id}", wire, err) from None
+        self._check_depth(f"intent {intent.intent_id}", wire)
         headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
         return wire, headers
+
+    def _check_depth(self, what: str, wire: Mapping[str, Any]) -> None:
+        """Refuses a value nested deeper than owners accept (``too_deep``): they dead-letter it without a reply."""
+        limit = self.max_json_depth
+        if json_depth(wire, limit) > limit:
+            raise IntentRefused("too_deep", f"{what} not sent: it is nested deeper than {limit} levels, which owners refuse (WRIT_MAX_JSON_DEPTH); make it shallower")
+
+    def _check_size(self, what: str, value: bytes) -> None:
+        """Refuses an encoded value larger than owners accept (``too_large``): they dead-letter it without a reply."""
+        limit = self.max_intent_bytes
+        if len(value) > limit:
+            raise IntentRefused("too_large", f"{what} not sent: it is {len(value)} bytes encoded; owners refuse more than {limit} (WRIT_MAX_INTENT_BYTES); make it smaller")
 
     def _record(self, intent: WriteIntent, wire: dict[str, Any], headers: list[tuple[str, str]]) -> tuple[bytes, bytes, list[tuple[str, str]]]:
         """The record of an intent (key, value, headers); refuses one over the producer's ``message.max.bytes`` before anything is sent."""
         # The value is the object signed: the owner verifies the signature against what it parses from it.
         value = self.codec.encode(self.intents_topic, "WriteIntent", wire)
+        self._check_size(f"intent {intent.intent_id}", value)
         return self._sized(f"intent {intent.intent_id}", entity_key(intent.entity).encode("utf-8"), value, headers)
 
     def _sized(self, what: str, key: bytes, value: bytes, headers: list[tuple[str, str]]) -> tuple[bytes, bytes, list[tuple[str, str]]]:
