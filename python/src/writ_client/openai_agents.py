@@ -78,7 +78,8 @@ def _parse(spec: WritToolSpec[P], raw: Any, tool: str) -> P:
     try:
         return spec.params.model_validate_json(raw) if isinstance(raw, (str, bytes)) else spec.params.model_validate(raw)
     except ValidationError as err:
-        # The model's arguments: not a write, and nothing was sent; the model reads why.
+        # The model's arguments (the strict schema lets few through): nothing was sent. The SDK ends the run with this
+        # error, as the JS adapter's errorFunction: null does; a resume after fixing the cause calls the tool again.
         raise ValueError(f"tool {tool}: the arguments do not match its parameters: {err}") from None
 
 

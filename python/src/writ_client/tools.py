@@ -19,14 +19,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, Union
 
+from confluent_kafka import KafkaError, KafkaException
 from pydantic import BaseModel
 
-from .client import IntentInput, WritClient
+from .canonical import CanonicalJsonError
+from .client import IntentInput, IntentRefused, WritClient
 from .keys import KeyedTool
 from .models import AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
 
 __all__ = [
     "DEFAULT_STEP_ID",
+    "REFUSED_FOR_NOW",
     "Reader",
     "WritDeps",
     "WritToolSpec",
@@ -35,12 +38,18 @@ __all__ = [
     "read_result",
     "read_with",
     "recall_versions",
+    "refused_before_sending",
     "submit_tool_call",
     "to_model_result",
 ]
 
 #: The step id used when the harness gives none: one write per run, tool, target and intent fields.
 DEFAULT_STEP_ID = "once-per-run"
+
+#: Refusals that end by themselves (TypeScript's ``REFUSED_FOR_NOW``): a record leased to a change that spans records
+#: takes writes again once the change ends, so the same call later may write. Every other refusal holds for the same
+#: arguments.
+REFUSED_FOR_NOW = frozenset({"leased"})
 
 P = TypeVar("P", bound=BaseModel)
 Reader = Callable[[EntityRef], Union[Versioned, Mapping[str, Any], Awaitable[Union[Versioned, Mapping[str, Any]]]]]
@@ -117,33 +126,74 @@ def read_result(entity: EntityRef, record: Versioned) -> dict[str, Any]:
 def to_model_result(result: SubmitResult) -> dict[str, Any]:
     """A reply in the shape a model can act on (TypeScript's ``toModelResult``): what happened and what to do next."""
     if isinstance(result, AppliedReply):
-        return {
-            "status": "applied",
-            "duplicate": result.duplicate,
-            "record": result.state,
-            "version": result.version,
-            "instruction": "This write had already been applied; nothing was written again. Do not call the tool again for it."
+        applied: dict[str, Any] = {"status": "applied", "duplicate": result.duplicate, "record": result.state, "version": result.version}
+        if result.truncated:
+            # Carried so that a run continued from saved messages does not take this null for the record (recall_versions).
+            applied["truncated"] = True
+        applied["instruction"] = (
+            "This write had already been applied; nothing was written again. Do not call the tool again for it."
             if result.duplicate
-            else "The write was applied. Do not call the tool again for it.",
-        }
+            else "The write was applied. Do not call the tool again for it."
+        )
+        return applied
     if isinstance(result, ConflictReply):
-        return {
+        conflict: dict[str, Any] = {
             "status": "conflict",
             "cycle": result.cycle,
             "current": result.current.model_dump(mode="json", by_alias=True),
             "your_change": [op.model_dump(mode="json", by_alias=True) for op in result.your_change],
-            "instruction": "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: "
-            "call the tool again only if the change is still right for the current record.",
         }
+        if result.truncated:
+            conflict["truncated"] = True
+        conflict["instruction"] = (
+            "The record changed since it was read; your change was NOT applied. Look at `current` and decide again: "
+            "call the tool again only if the change is still right for the current record."
+            + (" `current.state` was too large to include: read the record again before deciding." if result.truncated else "")
+        )
+        return conflict
     if isinstance(result, RejectedReply):
-        return {"status": "rejected", "reason": result.reason, "message": result.message, "instruction": "The write was refused and nothing was written. Do not retry it unchanged."}
+        return {
+            "status": "rejected",
+            "reason": result.reason,
+            "message": result.message,
+            "instruction": "The write was refused for now and nothing was written: the record is held by another change (the message says "
+            "until when at the latest). Call the tool again later with the same arguments."
+            if result.reason in REFUSED_FOR_NOW
+            else "The write was refused and nothing was written. Do not retry it unchanged.",
+        }
     if isinstance(result, EscalatedReply):
         return {"status": "escalated", "reason": result.reason, "instruction": "A person will handle this write. Tell the user it is with a human; do not retry."}
-    # unknown, and blocked (which is unknown with a visible reason)
+    # unknown, and blocked (which is unknown with a visible reason). Safe only in the same run: the run id is part of
+    # the intent key, and a new run makes the same call a new intent that could write twice.
     return {
         "status": "unknown",
-        "instruction": "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids; "
-        "calling the same tool with the same arguments again is safe and asks for the outcome.",
+        "instruction": "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids. "
+        "In this same run (this conversation or thread), calling the same tool with the same arguments again is safe and asks for "
+        "the outcome; from a new run it may count as a new write, so read the record first.",
+    }
+
+
+def refused_before_sending(err: BaseException) -> dict[str, Any] | None:
+    """The model's result for an error with which the client refused an intent for good before sending it (TypeScript's
+    ``modelResultOf``): ``rejected`` with ``too_large``, ``too_deep`` or ``not_canonical``, telling the model to change
+    the arguments, since the same ones fail the same way. ``None`` for any other error, which the caller raises: an
+    error that leaves the outcome open (Kafka unreachable) must end the run, not read as a refusal."""
+    reason: str | None = None
+    if isinstance(err, IntentRefused):
+        reason = err.code
+    elif isinstance(err, CanonicalJsonError) and err.code in ("not_canonical", "input_too_deep"):
+        reason = "too_deep" if err.code == "input_too_deep" else err.code
+    elif isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError) and err.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        # The client's own check against the producer's message.max.bytes, made before anything is sent.
+        reason = "too_large"
+    if reason is None:
+        return None
+    return {
+        "status": "rejected",
+        "reason": reason,
+        "message": str(err.args[0].str() if isinstance(err, KafkaException) else err)[:2000],
+        "instruction": "The write was refused before it was sent and nothing was written. Calling the tool again with the same "
+        "arguments fails the same way: change them, or tell the user.",
     }
 
 
@@ -162,10 +212,21 @@ def recall_versions(deps: WritDeps, outputs: Iterable[Any]) -> None:
         if not isinstance(ent, Mapping) or not isinstance(ent.get("type"), str) or not isinstance(ent.get("id"), str):
             continue
         record: Versioned | None = None
-        if out.get("status") in ("read", "applied") and isinstance(out.get("version"), str) and not out.get("duplicate"):
+        current = out.get("current")
+        # A version without its record (a repeat, a reply too large to carry it) would pair the version with no state:
+        # a write based on it would build its delta from nothing. A null record says it too, for outputs saved before
+        # `truncated` was carried (TypeScript's recallVersions).
+        stateless = (
+            out.get("truncated") is True
+            or (out.get("status") == "applied" and (out.get("duplicate") is True or out.get("record") is None))
+            or (out.get("status") == "conflict" and isinstance(current, Mapping) and current.get("state") is None)
+        )
+        if stateless:
+            continue
+        if out.get("status") in ("read", "applied") and isinstance(out.get("version"), str):
             record = Versioned(state=out.get("record"), version=out["version"])
-        elif out.get("status") == "conflict" and isinstance(out.get("current"), Mapping) and isinstance(out["current"].get("version"), str):
-            record = Versioned(state=out["current"].get("state"), version=out["current"]["version"])
+        elif out.get("status") == "conflict" and isinstance(current, Mapping) and isinstance(current.get("version"), str):
+            record = Versioned(state=current.get("state"), version=current["version"])
         if record is not None:
             entity = EntityRef(type=ent["type"], id=ent["id"])
             latest[entity.key] = (entity, record)
@@ -209,26 +270,44 @@ async def submit_tool_call(
 ) -> dict[str, Any]:
     """Submits the call against its pinned base and returns :func:`to_model_result`'s shape plus the ``entity``;
     the run's versions and the intent's base follow the answer (an applied write's new version; a conflict's
-    ``current``, which the agent decides again from)."""
+    ``current``, which the agent decides again from, or a fresh read when the reply left the record out). An
+    intent the client refuses before sending it is a ``rejected`` result (:func:`refused_before_sending`)."""
     base = await pin_base(deps, key, entity, read)
-    result = await deps.client.asubmit(
-        IntentInput(
-            tool=spec.tool,
-            entity=entity,
-            run_id=run_id,
-            step_id=step_id,
-            tool_call_id=tool_call_id,
-            base_version=base.version,
-            delta=spec.delta(params, base),  # type: ignore[arg-type]
-            params=params_dict(spec, params),
-        ),
-        timeout=deps.timeout,
-    )
+    try:
+        result = await deps.client.asubmit(
+            IntentInput(
+                tool=spec.tool,
+                entity=entity,
+                run_id=run_id,
+                step_id=step_id,
+                tool_call_id=tool_call_id,
+                base_version=base.version,
+                delta=spec.delta(params, base),  # type: ignore[arg-type]
+                params=params_dict(spec, params),
+            ),
+            timeout=deps.timeout,
+        )
+    except Exception as err:
+        refused = refused_before_sending(err)
+        if refused is None:
+            raise
+        return {**refused, "entity": entity.model_dump()}
     # A repeat (or a truncated reply) carries the version without the record: remembering it would pair a version with no state.
     if isinstance(result, AppliedReply) and not result.duplicate and not result.truncated:
         deps.remember(entity, Versioned(state=result.state, version=result.version))
-    if isinstance(result, ConflictReply):
+    if isinstance(result, ConflictReply) and not result.truncated:
         deps.bases[key] = {"state": result.current.state, "version": result.current.version}
-        if not result.truncated:
-            deps.remember(entity, result.current)
+        deps.remember(entity, result.current)
+    elif isinstance(result, ConflictReply):
+        # The conflict's record was too large for the reply: pinned, its version with no state would let the next
+        # attempt build its delta from nothing at a matching version and drop what the record holds. The record is
+        # read afresh instead; a read that fails leaves the old pin: the next attempt meets the same conflict, with
+        # nothing written, and reads again.
+        try:
+            fresh = await read_with(read or deps.read, entity)
+        except Exception:  # noqa: BLE001 - see above: the old pin is the safe state
+            fresh = None
+        if fresh is not None:
+            deps.bases[key] = {"state": fresh.state, "version": fresh.version}
+            deps.remember(entity, fresh)
     return {**to_model_result(result), "entity": entity.model_dump()}

@@ -1,0 +1,165 @@
+"""writ_client.tools, what every framework adapter shares, against a scripted client: the model results, the versions
+recalled from a run's history, the base after a conflict, and the refusals made before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from pydantic import BaseModel
+
+from writ_client import AppliedReply, CanonicalJsonError, ConflictReply, EntityRef, IntentRefused, KeyedTool, RejectedReply, UnknownOutcome, Versioned
+from writ_client.tools import WritDeps, WritToolSpec, recall_versions, submit_tool_call, to_model_result
+
+TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
+TICKET = EntityRef(type="ticket", id="T1")
+
+
+class TagParams(BaseModel):
+    ticketId: str  # noqa: N815 - the model's name
+    tag: str
+
+
+def tag_delta(params: TagParams, base: Versioned) -> list[dict[str, Any]]:
+    # Built from the base's state: a base without its state would replace the tags with the new one alone.
+    tags = list((base.state or {}).get("tags", []))
+    return [{"op": "replace", "path": "/tags", "value": [*tags, params.tag]}]
+
+
+SPEC = WritToolSpec(tool=TAG, params=TagParams, entity=lambda p: EntityRef(type="ticket", id=p.ticketId), delta=tag_delta)
+
+
+class ScriptedClient:
+    """Answers each submit with the next scripted reply (or raises it), and keeps what was submitted."""
+
+    def __init__(self, answers: list[Callable[[Any], Any]]) -> None:
+        self.answers = answers
+        self.submitted: list[Any] = []
+
+    async def asubmit(self, intent: Any, *, timeout: float | None = None) -> Any:
+        self.submitted.append(intent)
+        return self.answers.pop(0)(intent)
+
+
+def reply(status: str, **fields: Any) -> Callable[[Any], Any]:
+    def answer(intent: Any) -> Any:
+        base = {"intentId": "i", "intentKey": "k" * 64, "duplicate": False, "at": "2026-12-06T00:00:00.000Z", "entity": TICKET.model_dump()}
+        model = {"applied": AppliedReply, "conflict": ConflictReply, "rejected": RejectedReply}[status]
+        return model.model_validate({**base, "status": status, **fields})
+
+    return answer
+
+
+def raises(err: BaseException) -> Callable[[Any], Any]:
+    def answer(intent: Any) -> Any:
+        raise err
+
+    return answer
+
+
+def call(deps: WritDeps, read: Callable[[EntityRef], Versioned] | None = None) -> dict[str, Any]:
+    params = TagParams(ticketId="T1", tag="vip")
+    return asyncio.run(
+        submit_tool_call(deps, SPEC, params, run_id="run-1", step_id="once-per-run", key="k" * 64, entity=TICKET, tool_call_id="call_1", read=read)
+    )
+
+
+def test_after_a_conflict_whose_record_was_left_out_the_next_attempt_is_based_on_a_fresh_read() -> None:
+    """A conflict reply too large for the broker carries the version without the record. Pinned as it came, the
+    next attempt would build its delta from nothing at a matching version and drop the tags the record holds."""
+    record = {"tags": ["a", "b"]}
+    reads: list[EntityRef] = []
+
+    def read(entity: EntityRef) -> Versioned:
+        reads.append(entity)
+        return Versioned(state=record, version='"v2"')
+
+    client = ScriptedClient([
+        reply("conflict", cycle=1, message="m", current={"state": None, "version": '"v2"'}, your_change=[], truncated=True),
+        reply("applied", state={"tags": ["a", "b", "vip"]}, version='"v3"', via="patch"),
+    ])
+    deps = WritDeps(client=client, versions={"ticket:T1": {"state": {"tags": ["a"]}, "version": '"v1"'}})  # type: ignore[arg-type]
+    first = call(deps, read)
+    assert first["status"] == "conflict" and first["truncated"] is True
+    assert "read the record again" in first["instruction"]
+    assert reads == [TICKET]
+    call(deps, read)
+    again = client.submitted[1]
+    assert again.base_version == '"v2"'
+    assert again.delta[0].value == ["a", "b", "vip"]
+
+
+def test_a_failed_fresh_read_after_a_truncated_conflict_keeps_the_old_pin() -> None:
+    def read(entity: EntityRef) -> Versioned:
+        raise OSError("records server down")
+
+    client = ScriptedClient([reply("conflict", cycle=1, message="m", current={"state": None, "version": '"v2"'}, your_change=[], truncated=True)])
+    deps = WritDeps(client=client, versions={"ticket:T1": {"state": {"tags": ["a"]}, "version": '"v1"'}})  # type: ignore[arg-type]
+    call(deps, read)
+    # The next attempt meets the same conflict (nothing written against a state it does not have) and reads again.
+    assert deps.bases["k" * 64] == {"state": {"tags": ["a"]}, "version": '"v1"'}
+
+
+def test_recalled_versions_skip_results_that_carry_a_version_without_its_record() -> None:
+    deps = WritDeps(client=None)  # type: ignore[arg-type]
+    ticket = TICKET.model_dump()
+    recall_versions(
+        deps,
+        [
+            {"status": "read", "entity": ticket, "record": {"tags": []}, "version": '"v1"'},
+            {"status": "applied", "duplicate": False, "entity": ticket, "record": None, "version": '"v2"', "truncated": True},
+            {"status": "conflict", "entity": ticket, "current": {"state": None, "version": '"v3"'}, "truncated": True},
+            # saved before `truncated` was carried: the null says it too
+            {"status": "applied", "duplicate": False, "entity": ticket, "record": None, "version": '"v4"'},
+        ],
+    )
+    assert deps.versions == {"ticket:T1": {"state": {"tags": []}, "version": '"v1"'}}
+
+
+def test_model_results_say_what_the_typescript_adapters_say() -> None:
+    leased = reply("rejected", reason="leased", message="held by change c1 until 2026-12-06T00:01:00Z")(None)
+    assert "Call the tool again later with the same arguments" in to_model_result(leased)["instruction"]
+    other = reply("rejected", reason="params_invalid", message="m")(None)
+    assert to_model_result(other)["instruction"] == "The write was refused and nothing was written. Do not retry it unchanged."
+    truncated = reply("applied", state=None, version='"v9"', via="patch", truncated=True)(None)
+    assert to_model_result(truncated)["truncated"] is True
+    assert "truncated" not in to_model_result(reply("applied", state={}, version='"v9"', via="patch")(None))
+    unknown = to_model_result(UnknownOutcome(intent_id="i", intent_key="k", message="m"))["instruction"]
+    assert "In this same run" in unknown and "from a new run it may count as a new write" in unknown
+
+
+@pytest.mark.parametrize(
+    ("err", "reason"),
+    [
+        (IntentRefused("too_large", "intent i not sent: it is 300000 bytes encoded"), "too_large"),
+        (IntentRefused("too_deep", "intent i not sent: nested deeper than 32 levels"), "too_deep"),
+        (CanonicalJsonError("not_canonical", "NaN has no canonical JSON"), "not_canonical"),
+        (CanonicalJsonError("input_too_deep", "value nested deeper than 256 levels"), "too_deep"),
+        (KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "intent i not sent: over message.max.bytes")), "too_large"),
+    ],
+)
+def test_an_intent_refused_before_sending_is_a_rejected_result_for_the_model(err: BaseException, reason: str) -> None:
+    """TypeScript's modelResultOf: the same arguments fail the same way, so the model is told to change them,
+    where an exception would end the run and every resume would meet it again."""
+    deps = WritDeps(client=ScriptedClient([raises(err)]), versions={"ticket:T1": {"state": {"tags": []}, "version": '"v1"'}})  # type: ignore[arg-type]
+    result = call(deps)
+    assert result["status"] == "rejected" and result["reason"] == reason
+    assert "change them" in result["instruction"] and result["entity"] == TICKET.model_dump()
+    assert result["message"]
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        KafkaException(KafkaError(KafkaError._TRANSPORT, "brokers unreachable")),
+        CanonicalJsonError("not_json", "a set is not a JSON value"),
+        TimeoutError("no reply topic leaders"),
+    ],
+)
+def test_errors_that_leave_the_outcome_open_still_end_the_run(err: BaseException) -> None:
+    deps = WritDeps(client=ScriptedClient([raises(err)]), versions={"ticket:T1": {"state": {"tags": []}, "version": '"v1"'}})  # type: ignore[arg-type]
+    with pytest.raises(type(err)):
+        call(deps)
