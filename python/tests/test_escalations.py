@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -173,6 +174,10 @@ def test_reading_escalations_skips_what_does_not_decode(stack: Stack, operator: 
         for partition, value, headers in (
             (0, b"{not json", None),
             (0, b"[" * 100_000, None),
+            # not a time the owners' schema accepts: TypeScript skips it too
+            (0, json.dumps({**valid, "escalationId": "esc-bad-at", "at": "yesterday"}).encode(), None),
+            # earlier than esc-ok, though later as text: listed by time, as `writ escalations list` does
+            (0, json.dumps({**valid, "escalationId": "esc-early", "at": "2026-12-05T01:00:00.5+02:00"}).encode(), None),
             (1, json.dumps({**valid, "cycles": -1}).encode(), None),
             (1, json.dumps({"heal": True}).encode(), [("writ-control", b"heal")]),
             (1, json.dumps(valid).encode(), None),
@@ -180,7 +185,42 @@ def test_reading_escalations_skips_what_does_not_decode(stack: Stack, operator: 
             p.produce(topic, value=value, key=b"ticket:T-2", partition=partition, headers=headers)
         assert p.flush(30) == 0
         read = operator.read_escalations(topic=topic, timeout=60)
-        assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [("esc-ok", 1, 2, True)]
+        assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [("esc-early", 0, 3, True), ("esc-ok", 1, 2, True)]
+    finally:
+        admin.delete_topics([topic])
+
+
+def test_a_read_whose_position_falls_below_the_log_start_goes_on_from_the_earliest_record(stack: Stack) -> None:
+    """Retention or DeleteRecords can move a partition's log start past where a read of it has got to. The read
+    goes on from the earliest record still there; librdkafka's default reset, the end, would report the read
+    complete with every record after the new start missed."""
+    from confluent_kafka import TopicPartition
+
+    from writ_client.escalations import _read_to_end
+
+    topic = f"writ.py-reset-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": stack.brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result()
+    try:
+        p = Producer({"bootstrap.servers": stack.brokers, "linger.ms": 5})
+        for i in range(3000):
+            p.produce(topic, value=b"x" * 1000, key=str(i).encode(), partition=0)
+            if i % 500 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+        offsets: list[int] = []
+
+        def take(partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+            if not offsets:
+                # While the consumer has fetched only the first few records (a small fetch queue).
+                for done in admin.delete_records([TopicPartition(topic, 0, 2000)]).values():
+                    done.result()
+            offsets.append(offset)
+
+        small = {"bootstrap.servers": stack.brokers, "queued.max.messages.kbytes": 64, "max.partition.fetch.bytes": 16384}
+        _read_to_end(small, topic, time.monotonic() + 60, 60, take, what="records")
+        assert offsets[0] == 0
+        assert sorted(o for o in offsets if o >= 2000) == list(range(2000, 3000))
     finally:
         admin.delete_topics([topic])
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .canonical import utf16_length
 from .codec import DecodeError, WireCodec
-from .models import EntityRef, Escalation, JsonPatchOp, iso_now
+from .models import EntityRef, Escalation, JsonPatchOp, iso_now, iso_time_micros
 
 __all__ = [
     "KIND_HEADER",
@@ -47,6 +47,10 @@ _MAX_VERSION = 256
 _MAX_DELTA_OPS = 256
 _DELTA = TypeAdapter(list[JsonPatchOp])
 _log = logging.getLogger("writ_client")
+
+#: The nesting a record read here may have, as the CLI's reads of a topic allow (``writ tail``, ``writ escalations``,
+#: the ledger lookup of ``writ undo``): deeper records are skipped with a warning, the same ones on both sides.
+CLI_MAX_DEPTH = 128
 
 
 def resolution_subject(intents_topic: str) -> str:
@@ -118,7 +122,7 @@ def read_escalations(
     topic: str,
     *,
     timeout: float = 30.0,
-    max_depth: int = 512,
+    max_depth: int = CLI_MAX_DEPTH,
     open_only: bool = False,
     ledger_topic: str = "writ.ledger",
 ) -> list[EscalationRecord]:
@@ -153,7 +157,9 @@ def read_escalations(
     if open_only:
         latest = latest_ledger_entries(conf, codec, ledger_topic, {r.escalation.intent_key for r in found}, timeout=max(0.0, deadline - time.monotonic()), max_depth=max_depth)
         found = [r for r in found if is_open(r.escalation, latest.get(r.escalation.intent_key))]
-    found.sort(key=lambda r: (r.escalation.at, r.partition, r.offset))
+    # By the time each case was escalated (TypeScript sorts by Date.parse): `at` strings with different offsets
+    # or fraction lengths do not sort as text.
+    found.sort(key=lambda r: (iso_time_micros(r.escalation.at), r.partition, r.offset))
     return found
 
 
@@ -192,7 +198,7 @@ def is_open(escalation: Escalation, entry: LedgerIntentEntry | None) -> bool:
 
 
 def latest_ledger_entries(
-    conf: Mapping[str, Any], codec: WireCodec, topic: str, keys: set[str], *, timeout: float = 30.0, max_depth: int = 512
+    conf: Mapping[str, Any], codec: WireCodec, topic: str, keys: set[str], *, timeout: float = 30.0, max_depth: int = CLI_MAX_DEPTH
 ) -> dict[str, LedgerIntentEntry | None]:
     """Each intent key's latest entry on the ledger ``topic`` (compacted, keyed by intent key), read from its start
     to the end it has now: ``None`` when the key is not there or its last record is a tombstone. Only records of
@@ -240,6 +246,9 @@ def _read_to_end(
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
+            # A read position that falls below the log start meanwhile (retention, DeleteRecords) restarts at the
+            # earliest record still there; librdkafka's default, the end, would report the read complete.
+            "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 100,
         }

@@ -32,6 +32,7 @@ __all__ = [
     "Versioned",
     "WriteIntent",
     "iso_now",
+    "iso_time_micros",
     "parse_reply",
 ]
 
@@ -56,6 +57,48 @@ def _text(limit: int) -> Any:
 
 
 _Text128 = _text(128)
+
+#: An ISO 8601 time as the owners' schemas accept it (zod's ``z.iso.datetime({ offset: true })``): a valid calendar
+#: date, seconds, any fraction, ``Z`` or an offset of ±HH:MM.
+_ISO_TIME = re.compile(
+    r"(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29"
+    r"|\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))"
+    r"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)",
+    re.ASCII,
+)
+
+
+def iso_time_micros(value: str) -> int:
+    """Microseconds since the epoch of an ISO time the owners accept (what JavaScript's ``Date.parse`` orders by;
+    the fraction past microseconds is dropped). ``ValueError`` for any other string."""
+    if not isinstance(value, str) or not _ISO_TIME.fullmatch(value):
+        raise ValueError(f"not an ISO 8601 time with seconds and Z or an offset: {value!r:.80}")
+    year, month, day = int(value[0:4]), int(value[5:7]), int(value[8:10])
+    # Days from 1970-01-01 in the proleptic Gregorian calendar, year 0 included (as Date.parse reads it).
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    seconds = days * 86400 + int(value[11:13]) * 3600 + int(value[14:16]) * 60 + int(value[17:19])
+    rest = value[19:]
+    micros = 0
+    if rest.startswith("."):
+        digits = len(rest) - len(rest.lstrip(".0123456789")) - 1
+        micros = int((rest[1 : 1 + digits] + "000000")[:6])
+        rest = rest[1 + digits :]
+    if rest != "Z":
+        sign = 1 if rest[0] == "+" else -1
+        seconds -= sign * (int(rest[1:3]) * 3600 + int(rest[4:6]) * 60)
+    return seconds * 1_000_000 + micros
+
+
+def _iso_time(v: str) -> str:
+    iso_time_micros(v)
+    return v
+
+
+_IsoTime = Annotated[str, AfterValidator(_iso_time)]
 _Text256 = _text(256)
 _Text249 = _text(249)
 
@@ -309,7 +352,8 @@ class Escalation(_Wire):
     cycles: int = Field(ge=0)
     #: The record as last read, when it could be read.
     current: Versioned | None
-    at: str
+    #: When the owner escalated it (ISO 8601, as the owners' schema requires).
+    at: _IsoTime
     #: The write may have reached the system of record: check the record before deciding (an ``apply`` reconciles first).
     may_have_written: bool | None = None
 
