@@ -15,6 +15,8 @@ export const ERROR_CODES = [
   "sor_protocol",
   "ledger_restore_timeout",
   "ledger_unreadable",
+  /** A ledger partition another consumer group (or the owners of another intents topic) still writes: not opened. */
+  "ledger_foreign_writer",
   "input_too_deep",
   "not_canonical",
   "retries_exhausted",

@@ -79,6 +79,9 @@ export class PartitionLedger implements LedgerView {
    */
   readonly progress: bigint | null = null;
 
+  /** Who wrote that progress entry (its owners' group and intents topic), when it says (docs/architecture.md §5.2). */
+  readonly progressWriter: { group: string; intentsTopic: string | undefined } | null = null;
+
   /** `restored` in topic order, as the restore read it. */
   constructor(partition: number, restored: Iterable<[string, RestoredEntry]> = []) {
     this.partition = partition;
@@ -86,7 +89,11 @@ export class PartitionLedger implements LedgerView {
     for (const [key, entry] of restored) {
       if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
       // Another partition's progress (never written by an owner) says nothing about this one.
-      else if (entry.kind === "progress") this.progress = entry.partition === partition ? BigInt(entry.offset) : this.progress;
+      else if (entry.kind === "progress") {
+        if (entry.partition !== partition) continue;
+        this.progress = BigInt(entry.offset);
+        this.progressWriter = entry.group === undefined ? null : { group: entry.group, intentsTopic: entry.intentsTopic };
+      }
       else this.applyCommitted(key, entry);
     }
   }

@@ -309,6 +309,8 @@ export class CommitLoop {
       partition: this.partition,
       offset: offset.toString(),
       at: new Date().toISOString(),
+      group: config.groupId,
+      intentsTopic: config.topics.intents,
     });
     return { topic: config.topics.ledger, partition: this.partition, key: progressKey(this.partition), value };
   }

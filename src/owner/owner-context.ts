@@ -54,6 +54,8 @@ export interface OwnerContext {
   ablateLeases?: boolean;
   /** Ablation control (fault suite only): a restore skips the scan for `pending` entries of aborted transactions. */
   ablateInDoubtScan?: boolean;
+  /** Ablation control (tests only): a restore takes a ledger partition whatever other group still writes it. */
+  ablateSingleWriter?: boolean;
   observe?: {
     forwarded?(partition: number): void;
     /** A record's lease expired and was released (its change did not end in time). */

@@ -176,11 +176,12 @@ export class PartitionOwner {
         this.failuresInARow++;
         // A topic deleted while remembered (a reply topic the restore heals) fails every open until forgotten.
         this.ctx.topicDirectory.forget();
-        const closedFail = err instanceof WritError && err.code === "ledger_unreadable";
+        const closedFail = err instanceof WritError && (err.code === "ledger_unreadable" || err.code === "ledger_foreign_writer");
         if (closedFail) {
           this.stateValue = "failed-closed";
           this.ctx.health.problem(`ledger-${this.partition}`, (err as Error).message);
-          this.log.error({ err }, "ledger partition unreadable: not processing this partition (fail closed); see the runbook");
+          if (err.code === "ledger_foreign_writer") this.log.error({ err }, "another group writes this ledger partition: not processing this partition (fail closed)");
+          else this.log.error({ err }, "ledger partition unreadable: not processing this partition (fail closed); see the runbook");
         } else {
           this.log.warn({ err, attempt: this.failuresInARow }, "opening the partition failed; trying again");
         }

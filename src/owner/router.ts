@@ -14,6 +14,7 @@ import { HealthBoard } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { PartitionOwner } from "./partition-owner.ts";
+import { otherOwnerGroups, otherOwnersMessage, ownerAssigner } from "./single-writer.ts";
 import { RecordEncoder } from "./records.ts";
 import { TopicDirectory } from "./topic-directory.ts";
 import { createOffsetProbe } from "./offset-probe.ts";
@@ -68,6 +69,12 @@ export interface RouterInternals {
    * `pending` entries of an aborted transaction (a crashed owner's, whose PATCH may have gone out) are lost.
    */
   ablateInDoubtScan?: boolean;
+  /** Ablation control for tests, never for production: a restore skips the check for another group writing the ledger partition. */
+  ablateSingleWriter?: boolean;
+  /** Test seam: skips only the start's check for other groups of owners (as when they cannot be described), not the ledger's. */
+  ablateOwnerGroupsCheck?: boolean;
+  /** How often the owner looks for other groups of owners on its intents topic, ms (tests; 60 s otherwise). */
+  ownerGroupsCheckMs?: number;
   /** Replaces the end-offset probe of the hang watch (tests). */
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
@@ -167,6 +174,18 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     return contractPartitions(admin, config);
   }, START_PATIENCE);
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
+  // Another group of owners on this intents topic is not fenced by this one's transactional ids (docs/architecture.md
+  // §5.2): its records would have two writers. A new group refuses to start beside a running one.
+  if (!internals.ablateSingleWriter && !internals.ablateOwnerGroupsCheck) {
+    const others = await otherOwnerGroups(admin, config).catch((err: unknown) => {
+      log.warn({ err }, "could not list the consumer groups to check for other owners of this intents topic (the owners need DESCRIBE on them); the ledger's check stays");
+      return [];
+    });
+    if (others.length > 0) {
+      await admin.disconnect().catch(() => undefined);
+      throw new WritError("config_invalid", otherOwnersMessage(config, others), { retriable: false, context: { field: "groupId", otherGroups: others.map((o) => o.group) } });
+    }
+  }
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
   const topicDirectory = new TopicDirectory(admin);
@@ -220,6 +239,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     ...(internals.beforeCommit ? { hooks: { beforeCommit: internals.beforeCommit } } : {}),
     ...(internals.ablateLeases ? { ablateLeases: true } : {}),
     ...(internals.ablateInDoubtScan ? { ablateInDoubtScan: true } : {}),
+    ...(internals.ablateSingleWriter ? { ablateSingleWriter: true } : {}),
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
       owners.delete(p);
@@ -252,6 +272,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     sessionTimeout: config.sessionTimeoutMs,
     heartbeatInterval: Math.floor(config.sessionTimeoutMs / 10),
     allowAutoTopicCreation: false,
+    // kafkajs's round robin, whose membership also says "a writ owner of these topics" (otherOwnerGroups reads it).
+    partitionAssigners: [ownerAssigner(config.topics)],
     maxBytesPerPartition: 1_048_576,
     // A fetch returns as soon as intents arrive; this bounds only an idle long poll, which
     // holds up a clean leave (shutdown) and this member's rejoin in a rebalance.
@@ -374,6 +396,42 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     }
   };
 
+  // Owners of another group that started on this intents topic later (or where this one could not see them): said
+  // where a person looks, while they run. The newer group's owners refuse to start, or refuse the ledger partitions.
+  let othersSaid = "";
+  // An admin of its own: describing many groups must not queue ahead of the partition owners' opens.
+  const groupsAdmin = kafka.admin();
+  let groupsAdminConnected = false;
+  let lookingForOthers = false;
+  const lookForOthers = async () => {
+    if (!groupsAdminConnected) {
+      await groupsAdmin.connect();
+      groupsAdminConnected = true;
+    }
+    const others = await otherOwnerGroups(groupsAdmin, config);
+    const said = others.map((o) => o.group).sort().join(",");
+    if (said === othersSaid) return;
+    othersSaid = said;
+    if (others.length === 0) {
+      health.clear("other-owner-groups");
+      log.info("no other group of owners consumes this intents topic any more");
+      return;
+    }
+    const message = otherOwnersMessage(config, others);
+    health.problem("other-owner-groups", message);
+    log.error({ otherGroups: others }, message);
+  };
+  const othersWatch = setInterval(() => {
+    if (lookingForOthers || stopped) return;
+    lookingForOthers = true;
+    lookForOthers()
+      .catch((err: unknown) => log.debug({ err }, "listing the consumer groups for other owners failed; next round retries"))
+      .finally(() => {
+        lookingForOthers = false;
+      });
+  }, internals.ownerGroupsCheckMs ?? 60_000);
+  othersWatch.unref();
+
   let server: Server | null = null;
   if (config.healthPort !== undefined) server = await health.serve({ host: config.healthHost, port: config.healthPort, log, metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }) });
 
@@ -388,12 +446,14 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       stopped = true;
       clearInterval(sweeper);
       clearInterval(watcher);
+      clearInterval(othersWatch);
       await Promise.all([...owners.keys()].map(release));
       consumer = null;
       await c.disconnect().catch(() => undefined);
       await Promise.all([reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
       await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
+      await groupsAdmin.disconnect().catch(() => undefined);
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("router stopped");
     },

@@ -100,6 +100,13 @@ export const LedgerProgress = z.looseObject({
   partition: z.number().int().min(0),
   offset: z.string().regex(/^(0|[1-9][0-9]{0,18})$/),
   at: IsoTime,
+  /**
+   * The owners' consumer group and intents topic that wrote it: an owner of another group (or intents topic) that
+   * finds it while that group still consumes the topic refuses the partition, which would otherwise have two
+   * writers (docs/architecture.md §5.2). Absent from entries of versions before it.
+   */
+  group: z.string().min(1).max(255).optional(),
+  intentsTopic: z.string().min(1).max(249).optional(),
 });
 export type LedgerProgress = z.infer<typeof LedgerProgress>;
 

@@ -76,7 +76,8 @@ async function main(): Promise<number> {
     const ab = `${w.groupId}.ablate`;
     say(`  ABLATION: a second owner without an agent registry on group ${ab}; the measure must catch its effects`);
     const topics = { ...w.topics, ledger: `${w.topics.ledger}.ablate`, human: `${w.topics.human}.ablate`, dlq: `${w.topics.dlq}.ablate` };
-    routers.push(await startRouter({ config: { ...config, groupId: ab, topics, clientId: `${config.clientId}-ablate` }, tools, systems: systems({ RECORDS_URL: w.records.url }), logger }));
+    // Another group on the same intents topic on purpose: past the check that refuses one beside a running group.
+    routers.push(await startRouter({ config: { ...config, groupId: ab, topics, clientId: `${config.clientId}-ablate` }, tools, systems: systems({ RECORDS_URL: w.records.url }), logger }, { ablateSingleWriter: true }));
   }
   const ready = await pollUntil(async () => routers.every((r) => r.ready() && r.ownedPartitions().length === PARTITIONS), (ok) => ok, 120_000);
   if (!ready.ok) throw new Error("the owner did not take up its 6 partitions within 120 s");
