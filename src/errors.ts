@@ -68,6 +68,8 @@ export const REJECT_REASONS = [
   "processing_failed",
   "resolution_not_applicable",
   "resolution_conflict",
+  /** An `apply` of an escalation whose tool cannot rebuild its change on the current record (no delta function, not an append) and the resolution carries no `delta`. */
+  "resolution_delta_required",
   "escalation_discarded",
   "returned_by_operator",
   /** A create whose entity id is not the external id its params give. */

@@ -1,13 +1,15 @@
 // What the `writ` commands share: argument parsing with usage errors (exit 2),
 // the quiet logger of the short-lived commands, Kafka clients that log
 // kafkajs at debug, and the package version.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
+import { DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH } from "../../producers/writ-client.ts";
+import { jsonDepth } from "../canonical-json.ts";
 import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
 import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
 import { WritError } from "../errors.ts";
@@ -15,6 +17,7 @@ import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
+import { JsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -325,4 +328,48 @@ export function jsonFlag(name: string, raw: string): unknown {
   } catch (err) {
     throw new UsageError(`--${name} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+/** `value` as a JSON Patch (RFC 6902): a usage error naming `where` (the flag) and the first problem otherwise. */
+export function jsonPatchOf(where: string, value: unknown): JsonPatchOp[] {
+  const patch = JsonPatch.safeParse(value);
+  if (patch.success) return patch.data;
+  const issue = patch.error.issues[0];
+  const at = issue !== undefined && issue.path.length > 0 ? ` at ${issue.path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("")}` : "";
+  throw new UsageError(`${where} is not a JSON Patch (RFC 6902), an array of operations such as [{"op":"replace","path":"/tags","value":["vip"]}]: ${issue?.message ?? "invalid"}${at}`);
+}
+
+/**
+ * A JSON Patch given on the command line (`--<name> '<json>'`) or in a file (`--<name>-file <path|->`), within the
+ * owners' admission bounds (`WRIT_MAX_INTENT_BYTES`, `WRIT_MAX_JSON_DEPTH`, as {@link clientSettingsFromEnv} reads
+ * them): what they would dead-letter is a usage error naming the flag, before anything is read whole or sent.
+ * `nestedIn`: the levels of the value the patch goes in (a Resolution's `delta` is one level in).
+ */
+export function jsonPatchFlag(name: string, text: string | undefined, file: string | undefined, nestedIn = 1): JsonPatchOp[] | undefined {
+  if (text !== undefined && file !== undefined) throw new UsageError(`give --${name} or --${name}-file, not both`);
+  if (text === undefined && file === undefined) return undefined;
+  const settings = clientSettingsFromEnv();
+  const maxBytes = settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES;
+  const maxDepth = (settings.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH) - nestedIn;
+  const flag = text !== undefined ? `--${name}` : `--${name}-file ${file}`;
+  let raw = text;
+  if (raw === undefined) {
+    try {
+      // A regular file is measured before it is read; stdin (-) is read, then measured.
+      if (file !== "-" && statSync(file!).size > maxBytes) throw new UsageError(`${flag}: larger than ${maxBytes} bytes, which owners refuse (WRIT_MAX_INTENT_BYTES)`);
+      raw = readFileSync(file === "-" ? 0 : file!, "utf8");
+    } catch (err) {
+      if (err instanceof UsageError) throw err;
+      throw new UsageError(`${flag}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  }
+  if (Buffer.byteLength(raw) > maxBytes) throw new UsageError(`${flag}: larger than ${maxBytes} bytes, which owners refuse (WRIT_MAX_INTENT_BYTES)`);
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch (err) {
+    throw new UsageError(`${flag} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (jsonDepth(value, maxDepth) > maxDepth) throw new UsageError(`${flag}: nested deeper than ${maxDepth} levels, which owners refuse inside the record it is sent in (WRIT_MAX_JSON_DEPTH)`);
+  return jsonPatchOf(flag, value);
 }

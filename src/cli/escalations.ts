@@ -5,15 +5,15 @@ import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonPatchFlag, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
 import { readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
 
 const USAGE = `usage: writ escalations list [--open [--ledger-topic <topic>]] [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
-                                [--operator <id>] [--reply-topic <topic>] [--signing-key <pem file> --key-id <id>]
-                                [--timeout-ms <ms>]
+                                [--delta <json patch> | --delta-file <file|->] [--operator <id>] [--reply-topic <topic>]
+                                [--signing-key <pem file> --key-id <id>] [--timeout-ms <ms>]
 
 list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
           escalation id and age, oldest first. Reads committed records from the beginning of the topic to
@@ -27,6 +27,12 @@ resolve   a person's decision on one escalation, carried out by the record's own
           showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
           --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
           its reply topic; the ledger keeps it. Prints the owner's answer as JSON.
+          The change --apply writes is the tool's delta function's on the record as it is now (or the
+          intent's own delta when it only appends). A tool without a delta function cannot rebuild it:
+          give the change with --delta '<json patch>' (RFC 6902, an array of operations, e.g.
+          '[{"op":"replace","path":"/tags","value":["vip"]}]') or --delta-file <file|-> (- for stdin);
+          without it the owner refuses, resolution_delta_required. For a tool with a delta function a
+          --delta must be the one it derives.
           The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
           with an agent registry, and sign with its key (--signing-key, --key-id). --timeout-ms: how long
           to wait for the owner's answer (default 30000 ms; --timeout, its earlier name, is still taken).
@@ -137,6 +143,8 @@ async function resolve(argv: string[]): Promise<number> {
       return: { type: "boolean" },
       message: { type: "string" },
       "base-version": { type: "string" },
+      delta: { type: "string" },
+      "delta-file": { type: "string" },
       operator: { type: "string" },
       "reply-topic": { type: "string" },
       "signing-key": { type: "string" },
@@ -156,6 +164,9 @@ async function resolve(argv: string[]): Promise<number> {
   const decisions = (["apply", "discard", "return"] as const).filter((d) => a[d] === true);
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  if (!a.apply && (a.delta !== undefined || a["delta-file"] !== undefined)) throw new UsageError(`--${a.delta !== undefined ? "delta" : "delta-file"} goes with --apply`);
+  // Inside a Resolution the delta is one level down: its depth bound is the owners' less one.
+  const delta = jsonPatchFlag("delta", a.delta, a["delta-file"]);
   if (a["timeout-ms"] !== undefined && a.timeout !== undefined) throw new UsageError("give --timeout-ms (or --timeout, its earlier name), not both");
   const timeoutMs = a.timeout !== undefined ? msFlag("timeout", a.timeout, 30_000, 1) : msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
   const brokers = brokersFrom(a.brokers);
@@ -180,7 +191,12 @@ async function resolve(argv: string[]): Promise<number> {
   try {
     const reply = await client.resolve(
       found.e,
-      { decision: decisions[0]!, ...(a.message ? { message: a.message } : {}), ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}) },
+      {
+        decision: decisions[0]!,
+        ...(a.message ? { message: a.message } : {}),
+        ...(a["base-version"] ? { baseVersion: a["base-version"] } : {}),
+        ...(delta !== undefined ? { delta } : {}),
+      },
       { timeoutMs },
     );
     process.stdout.write(`${jsonLine(reply)}\n`);

@@ -5,9 +5,8 @@ import { readFileSync } from "node:fs";
 import { createWritClient, type IntentInput, type SubmitResult } from "../../producers/writ-client.ts";
 import type { KeyScope, KeyedTool } from "../keys.ts";
 import { jsonLine } from "../printable.ts";
-import { JsonPatch } from "../schemas/common.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-> [options]
@@ -165,8 +164,7 @@ async function main(argv: string[]): Promise<number> {
     ] as const
   ).filter(([k]) => f[k] === undefined);
   if (missing.length > 0) throw new UsageError(`missing ${missing.map(([, flag]) => flag).join(", ")} (or the same fields in --intent)`);
-  const delta = JsonPatch.safeParse(f.delta);
-  if (!delta.success) throw new UsageError(`--delta is not a JSON Patch (RFC 6902): ${delta.error.issues[0]?.message ?? "invalid"}`);
+  const delta = jsonPatchOf("--delta", f.delta);
   if (f.params === null || typeof f.params !== "object" || Array.isArray(f.params)) throw new UsageError("--params must be a JSON object");
 
   const tool = await keyedTool(f.tool!, a);
@@ -176,7 +174,7 @@ async function main(argv: string[]): Promise<number> {
     runId: f.runId!,
     stepId: f.stepId!,
     baseVersion: f.baseVersion!,
-    delta: delta.data,
+    delta,
     params: f.params as Record<string, unknown>,
     ...(f.toolCallId !== undefined ? { toolCallId: f.toolCallId } : {}),
   };

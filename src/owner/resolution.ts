@@ -117,7 +117,13 @@ export class Resolver {
       return reopen("resolution_conflict", `the record changed since you decided (you saw ${r.baseVersion}, it is now ${current.version}); decide again`, current);
     }
     const delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(r.intent.params, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
-    if (delta === null) return reopen("params_invalid", "this tool cannot rebuild its change on the current record: send the delta to apply");
+    if (delta === null) {
+      return reopen(
+        "resolution_delta_required",
+        `tool ${r.intent.tool} has no delta function to rebuild its change on the current record: send the change to apply as the resolution's delta (writ escalations resolve --apply --delta '<json patch>', or the clients' resolve(…, delta))`,
+        current,
+      );
+    }
     if (tool.deriveDelta && r.delta) {
       const refused = deltaRefusal(tool, r.intent.params, current, r.delta, {
         notCanonical: "the delta the intent's params give on the current record cannot be compared: ",

@@ -42,7 +42,7 @@ export const Resolution = z.looseObject({
   decision: z.enum(["apply", "discard", "return"]),
   /** `apply`: the version the operator decided on. */
   baseVersion: Version.optional(),
-  /** `apply`: the change to write on `baseVersion`, where the tool cannot rebuild it. */
+  /** `apply`: the change to write on `baseVersion`, where the tool cannot rebuild it (without it, such an apply is refused `resolution_delta_required`). */
   delta: JsonPatch.optional(),
   message: z.string().max(2000).optional(),
   operator: z.looseObject({ id: z.string().min(1).max(128) }),

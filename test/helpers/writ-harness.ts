@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
@@ -15,6 +16,7 @@ import type { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
+import { ROOT } from "./build.ts";
 import { waitFor } from "./wait-for.ts";
 
 export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:19092").split(",");
@@ -116,6 +118,28 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
   return harness;
 }
 
+/** `writ <args>` from the sources (`node src/cli/main.ts`), with `env` and nothing from the caller's WRIT_* or LOG_LEVEL. */
+export function writ(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(WRIT_|LOG_LEVEL$)/.test(k)));
+  return new Promise((resolve) => {
+    execFile(process.execPath, ["src/cli/main.ts", ...args], { cwd: ROOT, env: { ...base, ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
+      resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr });
+    });
+  });
+}
+
+/** The CLI's environment for the harness's broker, registry and topics. */
+export function cliEnv(h: Harness): Record<string, string> {
+  return {
+    KAFKA_BROKERS: brokers().join(","),
+    ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
+    WRIT_INTENTS_TOPIC: h.config.topics.intents,
+    WRIT_LEDGER_TOPIC: h.config.topics.ledger,
+    WRIT_HUMAN_TOPIC: h.config.topics.human,
+    WRIT_DLQ_TOPIC: h.config.topics.dlq,
+  };
+}
+
 /** A refund of pay_1 by the demo's refund_payment tool, as an agent submits it against the version it read. */
 export function refundIntent(runId: string, version: string, amountCents = 700, stepId = `refund-${amountCents}`) {
   return {
@@ -137,8 +161,9 @@ export function readVersion(records: DemoRecordsServer, type: string, id: string
 /**
  * Three conflict cycles on ticket `ticket` (seeded open; a writer outside writ touches it after each read, so
  * each `tag_ticket` of `agent` meets another version): the third is answered `escalated`, which this returns.
+ * `tool`: tag_ticket, or a tool of the same params and paths (strict, two conflict cycles).
  */
-export async function escalateTicket(h: Harness, agent: WritClient, ticket: string): Promise<Extract<Reply, { status: "escalated" }>> {
+export async function escalateTicket(h: Harness, agent: WritClient, ticket: string, tool: WriteToolDeclaration<any> = tagTicket): Promise<Extract<Reply, { status: "escalated" }>> {
   h.records.seed("ticket", ticket, { status: "open", tags: [] });
   const runId = `run-${randomUUID()}`;
   let base = await readVersion(h.records, "ticket", ticket);
@@ -146,7 +171,7 @@ export async function escalateTicket(h: Harness, agent: WritClient, ticket: stri
   for (let i = 0; i < 3; i++) {
     h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
     last = await agent.submit({
-      tool: tagTicket,
+      tool,
       entity: { type: "ticket", id: ticket },
       runId,
       stepId: "tag-1",

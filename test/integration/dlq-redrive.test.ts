@@ -1,34 +1,13 @@
 // `writ dlq redrive` against a real broker and owner: a record dead-lettered for a cause an operator can fix (its
 // reply topic did not exist yet) goes back to the intents topic once it is fixed, is written once, and a second
 // redrive of it is answered as a repeat. Writes are counted at the records server.
-import { execFile } from "node:child_process";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment } from "../../examples/demo-tools.ts";
 import { WireCodec } from "../../src/codec.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
-import { ROOT } from "../helpers/build.ts";
-import { brokers, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
-
-function writ(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(WRIT_|LOG_LEVEL$)/.test(k)));
-  return new Promise((resolve) => {
-    execFile(process.execPath, ["src/cli/main.ts", ...args], { cwd: ROOT, env: { ...base, ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr });
-    });
-  });
-}
-
-/** The CLI's environment for the harness's broker, registry and topics. */
-function cliEnv(h: Awaited<ReturnType<typeof startHarness>>): Record<string, string> {
-  return {
-    KAFKA_BROKERS: brokers().join(","),
-    ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
-    WRIT_INTENTS_TOPIC: h.config.topics.intents,
-    WRIT_DLQ_TOPIC: h.config.topics.dlq,
-  };
-}
+import { brokers, cliEnv, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
 
 describe("writ dlq redrive", () => {
   it("a dead letter whose cause is fixed (its reply topic created) is written once; redriven again, answered as a repeat; --dry-run sends nothing", async () => {

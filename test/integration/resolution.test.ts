@@ -1,18 +1,38 @@
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
-import { escalateTicket, readVersion, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { declareWriteTool, type WriteToolDeclaration } from "../../src/tools.ts";
+import { cliEnv, escalateTicket, readVersion, startHarness, writ, type Harness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-/** An agent (its replies collected) whose tag_ticket on `ticket` is escalated after three conflict cycles. */
-async function escalate(h: Harness, agentName: string, ticket: string) {
+/** tag_ticket without a delta function: the owner cannot rebuild its change on another version of the ticket. */
+const tagTicketNoDelta = declareWriteTool({
+  name: "tag_ticket_no_delta",
+  recordType: "ticket",
+  description: "Set a helpdesk ticket's tags (the agent's delta, no delta function).",
+  params: z.object({ tag: z.string().min(1).max(64) }),
+  intentFields: ["tag"],
+  allowedPaths: ["/tags"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  maxConflictCycles: 2,
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
+/** An agent (its replies collected) whose tag_ticket (or `tool`) on `ticket` is escalated after three conflict cycles. */
+async function escalate(h: Harness, agentName: string, ticket: string, tool: WriteToolDeclaration<any> = tagTicket) {
   const agent = await h.client(agentName);
   const seen: Reply[] = [];
   void (async () => {
     for await (const r of agent.replies()) seen.push(r);
   })();
-  const last = await escalateTicket(h, agent, ticket);
+  const last = await escalateTicket(h, agent, ticket, tool);
   const escalations = await h.readTopic(h.config.topics.human, "Escalation", 1);
   const escalation = escalations.find((e) => e.intent.intentKey === last.intentKey)!;
   return { agent, seen, escalation, escalatedReply: last };
@@ -63,5 +83,42 @@ describe("resolving escalations", () => {
     const twice = await ops.resolve(escalation, { decision: "apply" });
     expect(twice).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
     expect(h.records.history("ticket", "T-71").filter((e) => e.kind === "patch")).toHaveLength(0);
+  });
+
+  it("writ escalations resolve --apply on a tool without a delta function: refused resolution_delta_required without --delta; with --delta, written once", async () => {
+    const h = await startHarness({ tools: [tagTicketNoDelta], intentPartitions: 2 });
+    await h.startRouter();
+    const { seen, escalation, escalatedReply } = await escalate(h, "agent-c", "T-72", tagTicketNoDelta);
+    const env = cliEnv(h);
+    const operator = ["--operator", `ops-cli-${h.id}`, "--timeout-ms", "30000"];
+    const patches = () => h.records.patchRequests(escalatedReply.intentKey);
+
+    // Without a change to write: refused, saying how to give one; nothing written, still open.
+    const bare = await writ(["escalations", "resolve", escalation.escalationId, "--apply", ...operator], env);
+    expect(bare.code, bare.stderr).toBe(1);
+    const refused = JSON.parse(bare.stdout);
+    expect(refused).toMatchObject({ status: "rejected", reason: "resolution_delta_required" });
+    expect(refused.message).toContain("--delta");
+    expect(patches()).toHaveLength(0);
+
+    // A --delta / --delta-file that is not a JSON Patch array: a usage error naming the option, nothing sent.
+    const notArray = await writ(["escalations", "resolve", escalation.escalationId, "--apply", "--delta", '{"op":"replace","path":"/tags","value":[]}', ...operator], env);
+    expect([notArray.code, notArray.stderr]).toEqual([2, expect.stringContaining("--delta is not a JSON Patch (RFC 6902), an array of operations")]);
+    const file = join(mkdtempSync(join(tmpdir(), "writ-delta-")), "delta.json");
+    writeFileSync(file, JSON.stringify([{ op: "frobnicate", path: "/tags" }]));
+    const badOp = await writ(["escalations", "resolve", escalation.escalationId, "--apply", "--delta-file", file, ...operator], env);
+    expect([badOp.code, badOp.stderr]).toEqual([2, expect.stringContaining(`--delta-file ${file} is not a JSON Patch`)]);
+    const notApply = await writ(["escalations", "resolve", escalation.escalationId, "--discard", "--delta", "[]", ...operator], env);
+    expect([notApply.code, notApply.stderr]).toEqual([2, expect.stringContaining("--delta goes with --apply")]);
+    expect(patches()).toHaveLength(0);
+
+    // With the change: applied once, on the record as it is now; the agent is told.
+    const delta = [{ op: "replace", path: "/tags", value: ["needs-human"] }];
+    const applied = await writ(["escalations", "resolve", escalation.escalationId, "--apply", "--delta", JSON.stringify(delta), ...operator], env);
+    expect(applied.code, applied.stdout + applied.stderr).toBe(0);
+    expect(JSON.parse(applied.stdout)).toMatchObject({ status: "applied", resolvedBy: `ops-cli-${h.id}` });
+    expect(patches()).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", "T-72")).state.tags).toEqual(["needs-human"]);
+    await waitFor(() => seen.find((r) => r.intentId === escalatedReply.intentId && r.status === "applied"));
   });
 });
