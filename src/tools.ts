@@ -215,32 +215,57 @@ export function declareWriteTool<P extends Record<string, unknown>>(decl: WriteT
   return Object.freeze({ ...decl });
 }
 
-const fn = (what: string) => z.custom<(...args: never[]) => unknown>((v) => typeof v === "function", what);
+/** A declared value in an error message: short JSON, or what it is. */
+function shown(v: unknown): string {
+  if (typeof v === "function") return "a function";
+  if (v === undefined) return "nothing";
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(v);
+  } catch {
+    text = undefined;
+  }
+  if (text === undefined) return typeof v;
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+/** The error of a field that takes `accepted`: what it takes, and what it got ("missing" when nothing). */
+const expected = (accepted: string, missing = "missing") => ({
+  error: (issue: { input?: unknown }) => (issue.input === undefined ? `${missing}: expected ${accepted}` : `expected ${accepted}, got ${shown(issue.input)}`),
+});
+
+const fn = (what: string) => z.custom<(...args: never[]) => unknown>((v) => typeof v === "function", expected(what));
+
+const PATCH_OPS = ["add", "remove", "replace", "move", "copy", "test"] as const;
+const listed = (values: readonly string[]) => values.map((v) => JSON.stringify(v)).join(", ");
 
 const DeclarationShape = z.strictObject({
   name: z.string().regex(/^[a-zA-Z][a-zA-Z0-9_.-]{0,127}$/, "letters, digits, _ . -"),
   recordType: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type"),
-  params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", "a zod schema"),
+  params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", expected("a zod schema")),
   intentFields: z.array(z.string()).min(1, "at least one intent field"),
   allowedPaths: z
     .array(
-      z.union([
-        z.string().startsWith("/"),
-        z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(["add", "remove", "replace", "move", "copy", "test"])).min(1) }),
-      ]),
+      z.union(
+        [
+          z.string().startsWith("/"),
+          z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(PATCH_OPS, expected(`one of ${listed(PATCH_OPS)}`))).min(1) }),
+        ],
+        expected(`a path pattern such as "/tags/-", or {path, ops} with ops among ${listed(PATCH_OPS)}`),
+      ),
     )
     .min(1, "at least one allowed path")
     .optional(),
   freeTextPaths: z.array(z.string().startsWith("/")).optional(),
   freeTextParams: z.array(z.string()).optional(),
-  keyScope: z.enum(["run", "global"], { error: "missing key scope (run | global)" }),
-  versionPolicy: z.enum(["strict", "rebase-commutative"], { error: "missing version policy (strict | rebase-commutative)" }).optional(),
+  keyScope: z.enum(["run", "global"], expected('"run" or "global"', "missing key scope")),
+  versionPolicy: z.enum(["strict", "rebase-commutative"], expected('"strict" or "rebase-commutative"')).optional(),
   maxConflictCycles: z.number().int().min(0).max(20).default(2),
   system: z.string().min(1, "missing system-of-record adapter name"),
   timeoutMs: timerMs(1).optional(),
   description: z.string().optional(),
-  reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")]).optional(),
-  delta: z.custom<(p: never, c: Versioned) => JsonPatchOp[]>((v) => typeof v === "function", "a function (params, current) => delta").optional(),
+  reconcile: z.union([z.literal("idempotency-key"), z.custom<ReconcileFn>((v) => typeof v === "function")], expected('"idempotency-key" or a function')).optional(),
+  delta: z.custom<(p: never, c: Versioned) => JsonPatchOp[]>((v) => typeof v === "function", expected("a function (params, current) => delta")).optional(),
   create: z
     .strictObject({
       externalId: fn("a function (params) => the external id"),
@@ -250,6 +275,42 @@ const DeclarationShape = z.strictObject({
     .optional(),
   undo: fn("a function (params, applied, { intentKey }) => the compensating delta").optional(),
 });
+
+/** The declared fields, for "did you mean" on an unknown one. */
+const DECLARATION_FIELDS = Object.keys(DeclarationShape.shape);
+
+/** The field `key` most likely stands for: one at most two edits away (a typo), else undefined. */
+function nearestField(key: string): string | undefined {
+  let best: { field: string; d: number } | undefined;
+  for (const field of DECLARATION_FIELDS) {
+    const d = editDistance(key.toLowerCase(), field.toLowerCase());
+    if (d <= 2 && (best === undefined || d < best.d)) best = { field, d };
+  }
+  return best?.field;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/** One problem per zod issue of a declaration: the field, then what is wrong with it. */
+function shapeProblems(label: string, issues: readonly z.core.$ZodIssue[]): string[] {
+  return issues.flatMap((issue) => {
+    if (issue.code === "unrecognized_keys") {
+      return issue.keys.map((key) => {
+        const near = nearestField(key);
+        return `${label}: ${key}: not a field of a tool declaration${near ? ` (did you mean ${near}?)` : ""}`;
+      });
+    }
+    return [`${label}: ${issue.path.map(String).join(".") || "declaration"}: ${issue.message}`];
+  });
+}
 
 function compilePatterns(patterns: readonly AllowedPath[]): (path: string) => Set<PatchOpName> {
   const compiled = patterns.map((entry) => {
@@ -288,17 +349,17 @@ export function admitTools(
   const admitted = new Map<string, AdmittedTool>();
   const byName = new Map(systems.map((s) => [s.name, s]));
   for (const decl of declarations) {
-    const label = `tool ${JSON.stringify((decl as { name?: unknown }).name ?? "(unnamed)")}`;
+    const label = `tool ${JSON.stringify((decl as { name?: unknown } | null | undefined)?.name ?? "(unnamed)")}`;
     const shape = DeclarationShape.safeParse(decl);
     if (!shape.success) {
-      for (const issue of shape.error.issues) problems.push(`${label}: ${issue.path.join(".") || "declaration"}: ${issue.message}`);
+      problems.push(...shapeProblems(label, shape.error.issues));
       continue;
     }
     const d = shape.data;
     if (admitted.has(d.name)) problems.push(`${label}: declared twice`);
     const system = byName.get(d.system);
     if (!system) {
-      problems.push(`${label}: system "${d.system}" is not configured (have: ${[...byName.keys()].join(", ") || "none"})`);
+      problems.push(`${label}: system: "${d.system}" is not configured (have: ${[...byName.keys()].map((n) => `"${n}"`).join(", ") || "none"})`);
       continue;
     }
     const create = decl.create as CreateDeclaration<Record<string, unknown>> | undefined;
@@ -309,7 +370,7 @@ export function admitTools(
       if (typeof system.upsertByExternalId !== "function") problems.push(`${label}: create needs system "${system.name}" to create by external id (upsertByExternalId), and it cannot`);
     } else {
       if (d.allowedPaths === undefined) problems.push(`${label}: allowedPaths: at least one allowed path`);
-      if (d.versionPolicy === undefined) problems.push(`${label}: versionPolicy: missing version policy (strict | rebase-commutative)`);
+      if (d.versionPolicy === undefined) problems.push(`${label}: versionPolicy: missing version policy: expected "strict" or "rebase-commutative"`);
     }
     let reconcile: ReconcileFn | undefined;
     if (typeof decl.reconcile === "function") reconcile = decl.reconcile;
@@ -329,7 +390,7 @@ export function admitTools(
         problems.push(`${label}: reconcile "idempotency-key" needs system "${system.name}" to look up idempotency keys, and it cannot`);
       }
     } else if (decl.reconcile !== undefined) {
-      problems.push(`${label}: reconcile must be "idempotency-key" or a function`);
+      problems.push(`${label}: reconcile: expected "idempotency-key" or a function, got ${shown(decl.reconcile)}`);
     } else {
       problems.push(
         `${label}: missing reconcile: system "${system.name}" keeps no idempotency keys, so an unknown outcome needs a reconcile function` +

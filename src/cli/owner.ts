@@ -6,8 +6,9 @@ import { routerConfigFromEnv } from "../config.ts";
 import { WritError } from "../errors.ts";
 import { createLogger } from "../logger.ts";
 import { startRouter } from "../owner/router.ts";
+import { printable } from "../printable.ts";
 import { parseCommandArgs, UsageError, type Command } from "./common.ts";
-import { loadToolsModule } from "./tools-module.ts";
+import { loadToolsModule, systemsOf } from "./tools-module.ts";
 
 const USAGE = `usage: writ owner --tools <module> [--brokers <list>] [--registry <url>]
 
@@ -29,7 +30,9 @@ SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD(_FILE), SCHEMA_REGISTRY_CA_FI
 Logs: JSON lines on stderr (level $LOG_LEVEL, default info).
 
 Exit status: 0 stopped by a signal, 1 the owner could not start or gave up (a supervisor restarts it),
-2 bad usage or configuration (a missing tools module, an invalid WRIT_* variable).`;
+2 bad usage or configuration (a missing tools module, an invalid WRIT_* variable, a tool declaration the
+owners do not admit, systems(env) that throws or does not return an array of systems of record); these
+print one line on stderr naming what to fix, and a restart does not help.`;
 
 async function main(argv: string[]): Promise<number> {
   let args;
@@ -50,9 +53,11 @@ async function main(argv: string[]): Promise<number> {
 
   let config;
   let tools;
+  let systems;
   try {
     tools = await loadToolsModule(args.values.tools, env);
     config = routerConfigFromEnv(env);
+    systems = systemsOf(tools, env);
   } catch (err) {
     // One plain line: the message names the flag or variable to fix.
     process.stderr.write(`writ owner: ${err instanceof Error ? err.message : String(err)}\n`);
@@ -65,7 +70,7 @@ async function main(argv: string[]): Promise<number> {
     router = await startRouter({
       config,
       tools: tools.module.tools,
-      systems: tools.module.systems(env),
+      systems,
       logger: log,
       onFatal: (err) => {
         log.fatal({ err }, "owner cannot continue; exiting so a supervisor restarts it");
@@ -74,9 +79,15 @@ async function main(argv: string[]): Promise<number> {
       },
     });
   } catch (err) {
-    const configProblem = err instanceof WritError && err.code === "config_invalid";
     log.fatal({ err }, err instanceof WritError ? err.message : "owner failed to start");
-    return configProblem ? 2 : 1;
+    // A tool declaration the owners do not admit (an unknown field or system, a missing key scope, a bad
+    // reconcile) is configuration like an invalid variable: one plain line naming each tool and field, exit 2.
+    if (err instanceof WritError && (err.code === "config_invalid" || err.code === "tool_not_admitted")) {
+      const problems = err.code === "tool_not_admitted" ? (err.context?.problems as string[] | undefined) : undefined;
+      process.stderr.write(`writ owner: ${printable(problems?.join("; ") ?? err.message)}\n`);
+      return 2;
+    }
+    return 1;
   }
   log.info({ tools: tools.module.tools.map((t) => t.name), module: tools.path, group: config.groupId, topic: config.topics.intents }, "owner started");
 

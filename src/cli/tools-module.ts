@@ -53,3 +53,35 @@ export async function loadToolsModule(flag: string | undefined, env: NodeJS.Proc
   }
   return { module: mod as ToolsModule, path, source };
 }
+
+/** What a value is, for an error message: `null`, `an array`, `a promise`, `a function`, `a string`, … */
+function kindOf(v: unknown): string {
+  if (v === null) return "null";
+  if (v === undefined) return "undefined";
+  if (Array.isArray(v)) return "an array";
+  if (typeof (v as { then?: unknown }).then === "function") return "a promise (systems(env) must return the array itself)";
+  return typeof v === "object" ? "an object" : `a ${typeof v}`;
+}
+
+/**
+ * The systems of record of a loaded tools module: `systems(env)`, which must return an array of them (each with
+ * a name, read and patch). One that throws, returns anything else, or holds anything else is a configuration
+ * error naming the module and what it returned, so the owner exits 2 rather than crash at its start.
+ */
+export function systemsOf(loaded: { module: ToolsModule; path: string; source: ToolsSource }, env: NodeJS.ProcessEnv): SystemOfRecord[] {
+  const where = `tools module ${loaded.path} (${loaded.source})`;
+  let systems: unknown;
+  try {
+    systems = loaded.module.systems(env);
+  } catch (err) {
+    throw new WritError("config_invalid", `${where}: systems(env) threw: ${err instanceof Error ? err.message : String(err)}`, { retriable: false, cause: err, context: { field: loaded.source } });
+  }
+  if (!Array.isArray(systems)) throw configError(`${where}: systems(env) must return an array of systems of record, got ${kindOf(systems)}`, loaded.source);
+  systems.forEach((s: unknown, i) => {
+    const sor = s as Partial<SystemOfRecord> | null;
+    if (sor === null || typeof sor !== "object" || typeof sor.name !== "string" || typeof sor.read !== "function" || typeof sor.patch !== "function") {
+      throw configError(`${where}: systems(env)[${i}] is not a system of record (an object with name, read and patch, e.g. createHttpSystemOfRecord(…)), got ${kindOf(s)}`, loaded.source);
+    }
+  });
+  return systems as SystemOfRecord[];
+}

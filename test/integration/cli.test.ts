@@ -217,6 +217,50 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(typescript.stderr).toContain("does not strip types from a TypeScript module: that needs Node >= 22.18");
   });
 
+  it("writ owner: a tool declaration the owners do not admit, or systems(env) that throws or returns no array, is a configuration error: exit 2, one plain line naming the tool and the field", async () => {
+    // Each module changes the demo's tag_ticket (examples/compose/tools.js) or its systems(env); a supervisor must not restart these.
+    const dir = mkdtempSync(join(tmpdir(), "writ-cli-decl-"));
+    const demo = JSON.stringify(pathToFileURL(COMPOSE_TOOLS).href);
+    const cases: [string, string, string][] = [
+      [
+        "reconcile",
+        `import { tagTicket, systems } from ${demo};\nexport { systems };\nexport const tools = [{ ...tagTicket, name: "tag_note", reconcile: "idempotency_key" }];\n`,
+        'writ owner: tool "tag_note": reconcile: expected "idempotency-key" or a function, got "idempotency_key"',
+      ],
+      [
+        "typo",
+        `import { tagTicket, systems } from ${demo};\nexport { systems };\nconst { versionPolicy, ...rest } = tagTicket;\nexport const tools = [{ ...rest, versonPolicy: versionPolicy }];\n`,
+        'writ owner: tool "tag_ticket": versonPolicy: not a field of a tool declaration (did you mean versionPolicy?)',
+      ],
+      [
+        "key-scope",
+        `import { tagTicket, systems } from ${demo};\nexport { systems };\nconst { keyScope, ...rest } = tagTicket;\nexport const tools = [rest];\n`,
+        'writ owner: tool "tag_ticket": keyScope: missing key scope: expected "run" or "global"',
+      ],
+      [
+        "system",
+        `import { tagTicket, systems } from ${demo};\nexport { systems };\nexport const tools = [{ ...tagTicket, system: "crm" }];\n`,
+        'writ owner: tool "tag_ticket": system: "crm" is not configured (have: "billing", "helpdesk")',
+      ],
+      ["throws", `import { tools } from ${demo};\nexport { tools };\nexport function systems() { throw new Error("CRM_URL is not set"); }\n`, "systems(env) threw: CRM_URL is not set"],
+      [
+        "not-array",
+        `import { tools } from ${demo};\nexport { tools };\nexport function systems() { return { billing: {} }; }\n`,
+        "systems(env) must return an array of systems of record, got an object",
+      ],
+    ];
+    for (const [name, source, line] of cases) {
+      const module = join(dir, `${name}.mjs`);
+      writeFileSync(module, source);
+      const run = await writ(["owner", "--tools", module]);
+      // The structured log (JSON lines) aside, one plain line.
+      const plain = lines(run.stderr).filter((l) => !l.startsWith("{"));
+      expect([name, run.code, plain.length], run.stderr).toEqual([name, 2, 1]);
+      expect(plain[0], name).toContain(line);
+      expect(plain[0], name).toMatch(/^writ owner: /);
+    }
+  });
+
   it("writ owner runs the tools module; writ submit prints each reply as JSON with its exit status", async () => {
     const v1 = await seed("ticket", "T-cli", { subject: "cli", status: "open", tags: [] });
     owner = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "owner", "--tools", COMPOSE_TOOLS], { cwd: ROOT, env: env(), stdio: ["ignore", "ignore", "pipe"] });

@@ -55,7 +55,7 @@ describe("admitTools", () => {
 
   it("refuses an unknown system and an intent field that is not a param", () => {
     expect(() => admitTools([declareWriteTool({ ...base, system: "crm" })], [system("helpdesk", true)], { sorTimeoutMs: 1 })).toThrow(
-      /system "crm" is not configured/,
+      /tool "tag_ticket": system: "crm" is not configured/,
     );
     expect(() =>
       admitTools([declareWriteTool({ ...base, intentFields: ["nope" as "tag"] })], [system("helpdesk", true)], { sorTimeoutMs: 1 }),
