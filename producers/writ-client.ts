@@ -7,7 +7,7 @@ import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
 import { kafkaLogCreator } from "../src/kafka-log.ts";
 import { intentKey } from "../src/keys.ts";
-import { createLogger, type Logger } from "../src/logger.ts";
+import { componentLogger, createLogger, type Logger } from "../src/logger.ts";
 import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
 import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
@@ -104,7 +104,7 @@ export async function createWritClient(
   const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };
   // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
   const signer = rawSigner ? prepareSigner(rawSigner) : undefined;
-  const log = (logger ?? createLogger()).child({ component: "writ-client", agent: config.agentId });
+  const log = componentLogger(logger ?? createLogger(), "writ-client", { agent: config.agentId });
   registerCompressionCodecs();
   const kafka = new Kafka({
     clientId: config.clientId ?? `writ-client-${config.agentId}`,

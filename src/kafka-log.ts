@@ -1,12 +1,12 @@
 import { logLevel, type logCreator } from "kafkajs";
-import type { Logger } from "./logger.ts";
+import { componentLogger, type Logger } from "./logger.ts";
 
 /** Routes kafkajs's own logs into pino, as structured fields. */
 export function kafkaLogCreator(root: Logger): logCreator {
   return () =>
     ({ namespace, level, log }) => {
       const { message, ...extra } = log;
-      const child = root.child({ component: "kafkajs", namespace });
+      const child = componentLogger(root, "kafkajs", { namespace });
       // kafkajs logs every retriable broker answer (coordinator loading, concurrent transactions) as an error
       // before it retries; those are not ours to alarm on.
       if (namespace === "Connection" && message.startsWith("Response ")) child.debug(extra, message);

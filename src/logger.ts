@@ -52,3 +52,36 @@ export function createLogger(opts: { level?: string; name?: string } = {}): Logg
     pino.destination(2),
   );
 }
+
+/** On a logger made by {@link componentLogger}: the logger it was made from and its bindings, `component` aside. */
+const MADE_FROM = Symbol("writ.componentLogger");
+type Made = Logger & { [MADE_FROM]?: { base: Logger; bindings: Record<string, unknown> } };
+
+/**
+ * A child logger for `component`, with `bindings`, whose lines carry one `component`: this one, the most
+ * specific. pino appends a child's bindings to its parent's, so `parent.child({ component })` under a logger
+ * that has a component (the router's, under which partition owners, the hang watch and kafkajs log) writes the
+ * key twice, which strict JSON parsers refuse. A component logger made here remembers what it was made from;
+ * a component made under it, or under a plain child of it, is made from that again, with every binding in
+ * between but the earlier `component`. (A `component` that a logger of the caller's binds itself stays.)
+ */
+export function componentLogger(parent: Logger, component: string, bindings: Record<string, unknown> = {}): Logger {
+  let owner: Made | null = parent as Made;
+  while (owner !== null && !Object.hasOwn(owner, MADE_FROM)) owner = Object.getPrototypeOf(owner) as Made | null;
+  let base = parent;
+  let carried: Record<string, unknown> = {};
+  if (owner !== null) {
+    const made = owner[MADE_FROM]!;
+    base = made.base;
+    carried = { ...made.bindings };
+    if (owner !== parent) {
+      // A plain child in between (parent.child({...})): its own bindings come along.
+      const theirs = owner.bindings();
+      for (const [k, v] of Object.entries(parent.bindings())) if (k !== "component" && JSON.stringify(theirs[k]) !== JSON.stringify(v)) carried[k] = v;
+    }
+  }
+  const all = { ...carried, ...bindings };
+  const log = base.child({ ...all, component }) as Made;
+  Object.defineProperty(log, MADE_FROM, { value: { base, bindings: all }, enumerable: false });
+  return log;
+}

@@ -24,7 +24,7 @@ import { getRequestListener } from "@hono/node-server";
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
-import { createLogger, type Logger } from "../../src/logger.ts";
+import { componentLogger, createLogger, type Logger } from "../../src/logger.ts";
 import { listen } from "../../src/listen.ts";
 import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
@@ -257,7 +257,7 @@ export interface WritMcpHttp {
  * // an MCP client connects to mcp.url
  */
 export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promise<WritMcpHttp> {
-  const log = (options.logger ?? createLogger({ name: "writ-mcp" })).child({ component: "mcp-http" });
+  const log = componentLogger(options.logger ?? createLogger({ name: "writ-mcp" }), "mcp-http");
   const path = options.path ?? "/mcp";
   const maxSessions = positiveInt("maxSessions", options.maxSessions ?? DEFAULT_MAX_MCP_SESSIONS);
   const idleMs = positiveInt("sessionIdleMs", options.sessionIdleMs ?? DEFAULT_MCP_SESSION_IDLE_MS);

@@ -36,7 +36,7 @@ import { WritError } from "../errors.ts";
 import { checkTopicAcls, aclCheckFailure, DEFAULT_OWNER_PRINCIPAL, type AclCheck } from "../doctor/acls.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
-import { createLogger, type Logger } from "../logger.ts";
+import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import { listen } from "../listen.ts";
 import { Version } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
@@ -167,7 +167,7 @@ const MAX_BODY = 16 * 1024;
 
 export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer> {
   const auth = new ConsoleAuth(opts.token, opts.operatorToken);
-  const log = (opts.logger ?? createLogger({ name: "writ-console" })).child({ component: "console" });
+  const log = componentLogger(opts.logger ?? createLogger({ name: "writ-console" }), "console");
   const assetsDir = consoleAssetsDir();
   const files = new Map<string, Buffer>();
   for (const name of ["index.html", ...Object.values(ASSETS).map((a) => a.file)]) files.set(name, readFileSync(join(assetsDir, name)));

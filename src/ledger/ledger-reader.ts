@@ -1,7 +1,7 @@
 import type { Admin, Consumer, Kafka } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
+import { componentLogger, type Logger } from "../logger.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
@@ -88,7 +88,7 @@ export class LedgerReader {
     this.topic = opts.topic;
     this.partitions = opts.partitions;
     this.codec = opts.codec;
-    this.log = opts.log.child({ component: "ledger-reader", topic: opts.topic, isolation: this.isolation });
+    this.log = componentLogger(opts.log, "ledger-reader", { topic: opts.topic, isolation: this.isolation });
     this.groupId = opts.groupId;
   }
 

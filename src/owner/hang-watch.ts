@@ -1,5 +1,5 @@
 import type { TopicPartition } from "../kafka/txn-admin.ts";
-import type { Logger } from "../logger.ts";
+import { componentLogger, type Logger } from "../logger.ts";
 import type { HealthBoard } from "./health.ts";
 
 export type { TopicPartition };
@@ -50,7 +50,7 @@ export class HangWatch {
   constructor(opts: { probe: OffsetProbe; health: HealthBoard; log: Logger; healAfterMs: number; reportAfterMs: number }) {
     this.probe = opts.probe;
     this.health = opts.health;
-    this.log = opts.log.child({ component: "hang-watch" });
+    this.log = componentLogger(opts.log, "hang-watch");
     this.healAfterMs = opts.healAfterMs;
     this.reportAfterMs = opts.reportAfterMs;
   }

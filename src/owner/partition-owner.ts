@@ -2,7 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { KafkaMessage } from "kafkajs";
 import { isRegistryOutage, WritError } from "../errors.ts";
 import { withDeadline } from "../deadline.ts";
-import type { Logger } from "../logger.ts";
+import { componentLogger, type Logger } from "../logger.ts";
 import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
 import type { PartitionFigures } from "../metrics/router-metrics.ts";
@@ -71,7 +71,7 @@ export class PartitionOwner {
   constructor(partition: number, ctx: OwnerContext) {
     this.partition = partition;
     this.ctx = ctx;
-    this.log = ctx.log.child({ component: "partition-owner", topic: ctx.config.topics.intents, partition });
+    this.log = componentLogger(ctx.log, "partition-owner", { topic: ctx.config.topics.intents, partition });
     this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition);
     this.resolver = new Resolver({ retryAfterMaxMs: ctx.config.sorRetryAfterMaxMs });
     this.commits = new CommitLoop(ctx, {

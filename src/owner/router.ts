@@ -5,7 +5,7 @@ import { RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts"
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
-import { createLogger, type Logger } from "../logger.ts";
+import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import { admitTools, type WriteToolDeclaration } from "../tools.ts";
 import { ensureTopics, routerTopics, warnOnSingleReplicaTopics } from "../topics.ts";
@@ -97,6 +97,14 @@ export interface Router {
 }
 
 /**
+ * The router's logger (`component: "router"`, its instance id), under which its partition owners, ledger
+ * readers, hang watch and kafkajs log, each line with its own component only.
+ */
+export function routerLogger(logger: Logger | undefined, instanceId: string): Logger {
+  return componentLogger(logger ?? createLogger(), "router", { instance: instanceId });
+}
+
+/**
  * Starts an owner process: admits the tools (refusing to start otherwise),
  * creates the contract topics, and joins the owners' group on
  * `writ.intents`. Fetching is decoupled from processing: each partition's
@@ -110,7 +118,7 @@ export interface Router {
 export async function startRouter(opts: RouterOptions, internals: RouterInternals = {}): Promise<Router> {
   const parsed = parseConfig(RouterConfig, opts.config, "router");
   const config = internals.ledgerRetentionHours === undefined ? parsed : { ...parsed, ledgerRetentionHours: internals.ledgerRetentionHours };
-  const log = (opts.logger ?? createLogger()).child({ component: "router", instance: config.instanceId });
+  const log = routerLogger(opts.logger, config.instanceId);
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
   const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);
