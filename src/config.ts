@@ -1,11 +1,14 @@
 import { z } from "zod";
 import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
+import { printable } from "./printable.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
 
 const brokers = z
-  .union([z.string(), z.array(z.string())])
+  .union([z.string(), z.array(z.string())], {
+    error: (issue) => (issue.input === undefined ? "not set: give the brokers as host:port[,…]" : "host:port[,…]: a comma-separated string or an array of strings"),
+  })
   .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((b) => b.trim()).filter((b) => b.length > 0))
   .pipe(z.array(z.string().regex(/^[^\s:]+:\d{1,5}$/, "host:port")).min(1, "at least one broker"));
 
@@ -232,6 +235,58 @@ export const ClientConfig = z
 export type ClientConfig = z.infer<typeof ClientConfig>;
 export type ClientConfigInput = z.input<typeof ClientConfig>;
 
+/** Fields whose values a message never repeats: passwords, tokens, keys, credentials. */
+const SECRET_FIELD = /pass|token|secret|key|auth|sasl|credential/i;
+
+/** `, got "5s"` for a value a message may repeat (short, printable), else nothing. */
+function got(issue: z.core.$ZodIssue): string {
+  if (!("input" in issue) || issue.path.some((p) => SECRET_FIELD.test(String(p)))) return "";
+  const input = issue.input;
+  if (typeof input === "string") return `, got "${printable(input.length > 40 ? `${input.slice(0, 40)}…` : input)}"`;
+  if (typeof input === "number" || typeof input === "boolean" || input === null) return `, got ${String(input)}`;
+  return `, got ${Array.isArray(input) ? "an array" : typeof input}`;
+}
+
+/** What a numeric field takes, by its name's unit: `sorTimeoutMs` → "a whole number of milliseconds". */
+function numberWanted(path: readonly PropertyKey[]): string {
+  const field = String(path.at(-1) ?? "");
+  if (/Hours$/.test(field)) return "a number of hours";
+  if (/Ms$/.test(field)) return "a whole number of milliseconds";
+  if (/Bytes$/.test(field)) return "a whole number of bytes";
+  if (/Port$/.test(field)) return "a port number (a whole number)";
+  return "a whole number";
+}
+
+/**
+ * A zod issue as a person fixing a setting reads it: what the field takes and, where that is safe, the value it
+ * got (`a whole number of milliseconds, got "5s"`; never a secret's). Messages the schemas word themselves stand.
+ */
+export function readableIssue(issue: z.core.$ZodIssue): string {
+  // Only zod's own wording is replaced; a schema's message ("host:port", "a Kafka topic name") says it already.
+  if (!/^(Invalid input|Invalid option|Too small|Too big)/.test(issue.message)) return issue.message;
+  const set = "input" in issue && issue.input !== undefined;
+  switch (issue.code) {
+    case "invalid_type":
+      if (!set) return "not set";
+      if (issue.expected === "number" || issue.expected === "int") return `${numberWanted(issue.path)}${got(issue)}`;
+      if (issue.expected === "boolean") return `true or false${got(issue)}`;
+      if (issue.expected === "string") return `text${got(issue)}`;
+      return issue.message;
+    case "invalid_union":
+      return !set ? "not set" : issue.message;
+    case "invalid_value":
+      return `one of ${issue.values.map((v) => String(v)).join(", ")}${got(issue)}`;
+    case "too_small":
+      if (issue.origin === "number" || issue.origin === "int") return `${issue.inclusive ? "at least" : "more than"} ${String(issue.minimum)}${got(issue)}`;
+      return issue.message;
+    case "too_big":
+      if (issue.origin === "number" || issue.origin === "int") return `${issue.inclusive ? "at most" : "less than"} ${String(issue.maximum)}${got(issue)}`;
+      return issue.message;
+    default:
+      return issue.message;
+  }
+}
+
 /** Parses config with `schema`, throwing one error that names every bad field. */
 export function parseConfig<S extends z.ZodType>(
   schema: S,
@@ -239,9 +294,9 @@ export function parseConfig<S extends z.ZodType>(
   what: string,
   fieldName: (path: PropertyKey[]) => string = (p) => p.map(String).join("."),
 ): z.infer<S> {
-  const result = schema.safeParse(input);
+  const result = schema.safeParse(input, { reportInput: true });
   if (result.success) return result.data;
-  const problems = result.error.issues.map((i) => `${fieldName(i.path) || "(root)"}: ${i.message}`);
+  const problems = result.error.issues.map((i) => `${fieldName(i.path) || "(root)"}: ${readableIssue(i)}`);
   throw new WritError("config_invalid", `invalid ${what} configuration: ${problems.join("; ")}`, {
     retriable: false,
     context: { field: fieldName(result.error.issues[0]?.path ?? []) },

@@ -55,6 +55,8 @@ async function main(argv: string[]): Promise<number> {
   let tools;
   let systems;
   try {
+    // As every command that talks to Kafka says it (brokersFrom); the checks of the value are the config's.
+    if ((env.KAFKA_BROKERS ?? "").trim() === "") throw new UsageError("no Kafka: give --brokers host:port[,…] (or set KAFKA_BROKERS)");
     tools = await loadToolsModule(args.values.tools, env);
     config = routerConfigFromEnv(env);
     systems = systemsOf(tools, env);

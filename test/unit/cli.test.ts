@@ -155,3 +155,28 @@ describe("writ verify's progress line", () => {
     expect(shownUrl("not a url s3cret")).toBe("(not a URL)");
   });
 });
+
+describe("writ owner without Kafka", () => {
+  it("says KAFKA_BROKERS is not set and how to give it, as the other commands do (exit 2)", async () => {
+    const { ownerCommand } = await import("../../src/cli/owner.ts");
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    vi.stubEnv("KAFKA_BROKERS", undefined);
+    vi.stubEnv("WRIT_TOOLS_MODULE", undefined);
+    try {
+      expect(await ownerCommand.main(["--tools", "./tools.js"])).toBe(2);
+      expect(written.join("")).toBe("writ owner: no Kafka: give --brokers host:port[,…] (or set KAFKA_BROKERS)\n");
+      written.length = 0;
+      vi.stubEnv("KAFKA_BROKERS", "  ");
+      expect(await ownerCommand.main(["--tools", "./tools.js"])).toBe(2);
+      expect(written.join("")).toContain("no Kafka: give --brokers");
+      // given: the next thing missing is said instead
+      written.length = 0;
+      expect(await ownerCommand.main(["--brokers", "127.0.0.1:9", "--tools", "/nonexistent/tools.js"])).toBe(2);
+      expect(written.join("")).toContain("tools module /nonexistent/tools.js (--tools) not found");
+    } finally {
+      stderr.mockRestore();
+      vi.unstubAllEnvs();
+    }
+  });
+});

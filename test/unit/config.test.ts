@@ -106,4 +106,57 @@ describe("routerConfigFromEnv", () => {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: bad }), bad).toThrow(/WRIT_SOR_RETRY_AFTER_MAX_MS \(sorRetryAfterMaxMs\)/);
     }
   });
+
+  it("says what a setting takes, and what it got, instead of zod's bare wording", () => {
+    const message = (env: Record<string, string>) => {
+      try {
+        routerConfigFromEnv({ KAFKA_BROKERS: "a:1", ...env });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      throw new Error("no error");
+    };
+    expect(() => routerConfigFromEnv({})).toThrow("KAFKA_BROKERS (brokers): not set: give the brokers as host:port[,…]");
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "" })).toThrow("KAFKA_BROKERS (brokers): not set");
+    expect(message({ WRIT_SOR_TIMEOUT_MS: "5s" })).toBe('invalid router configuration: WRIT_SOR_TIMEOUT_MS (sorTimeoutMs): a whole number of milliseconds, got "5s"');
+    expect(message({ WRIT_SOR_TIMEOUT_MS: "5.5" })).toContain("WRIT_SOR_TIMEOUT_MS (sorTimeoutMs): a whole number of milliseconds, got 5.5");
+    expect(message({ WRIT_SOR_TIMEOUT_MS: "0" })).toContain("WRIT_SOR_TIMEOUT_MS (sorTimeoutMs): at least 1, got 0");
+    expect(message({ WRIT_LEDGER_RETENTION_HOURS: "a day" })).toContain('WRIT_LEDGER_RETENTION_HOURS (ledgerRetentionHours): a number of hours, got "a day"');
+    expect(message({ WRIT_MAX_INTENT_BYTES: "1MB" })).toContain('WRIT_MAX_INTENT_BYTES (maxIntentBytes): a whole number of bytes, got "1MB"');
+    expect(message({ WRIT_HEALTH_PORT: "http" })).toContain('WRIT_HEALTH_PORT (healthPort): a port number (a whole number), got "http"');
+    expect(message({ WRIT_UNKNOWN_ROUNDS: "three" })).toContain('WRIT_UNKNOWN_ROUNDS (unknownRounds): a whole number, got "three"');
+    expect(message({ WRIT_TRANSACTION_PROTOCOL: "v3" })).toContain('WRIT_TRANSACTION_PROTOCOL (transactionProtocol): one of auto, v1, v2, got "v3"');
+    // a long value is cut; zod's own wording is gone from every message
+    expect(message({ WRIT_SOR_TIMEOUT_MS: "x".repeat(500) })).toMatch(/got "x{40}…"$/);
+    for (const env of [{}, { WRIT_SOR_TIMEOUT_MS: "5s" }, { WRIT_TRANSACTION_PROTOCOL: "v3" }, { WRIT_INTENT_PARTITIONS: "-1" }, { WRIT_HEALTH_PORT: "70000" }]) {
+      expect(() => routerConfigFromEnv({ ...env, ...(Object.keys(env).length > 0 ? { KAFKA_BROKERS: "a:1" } : {}) })).toThrow(/^(?!.*(Invalid input|Invalid option|Too small|Too big|received string))/);
+    }
+    // the same for the client's options
+    expect(() => parseConfig(ClientConfig, { agentId: "a", replyTopic: "writ.replies.a" }, "client")).toThrow("brokers: not set");
+    expect(() => parseConfig(ClientConfig, { brokers: "a:1", replyTopic: "writ.replies.a" }, "client")).toThrow("agentId: not set");
+    expect(() => parseConfig(ClientConfig, { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", submitTimeoutMs: "30s" }, "client")).toThrow('submitTimeoutMs: a whole number of milliseconds, got "30s"');
+  });
+
+  it("never repeats a secret's value in a message", () => {
+    const secret = "s3cr3t-passw0rd-value";
+    const messages: string[] = [];
+    for (const input of [
+      { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", kafka: { sasl: { mechanism: "plain", username: "u", password: 12345 } } },
+      { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", kafka: { sasl: { mechanism: secret, username: "u", password: secret } } },
+      { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", schemaRegistryUrl: "http://r", schemaRegistryAuth: { username: "u", password: 7 } },
+      { brokers: "a:1", agentId: "a", replyTopic: "writ.replies.a", kafka: { ssl: { key: 42, cert: 43 } } },
+    ]) {
+      try {
+        parseConfig(ClientConfig, input, "client");
+      } catch (err) {
+        messages.push((err as Error).message);
+      }
+    }
+    expect(messages).toHaveLength(4);
+    for (const m of messages) {
+      expect(m).not.toContain(secret);
+      expect(m).not.toMatch(/got (12345|7|42)\b/);
+    }
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", KAFKA_SASL_MECHANISM: secret, KAFKA_SASL_USERNAME: "u", KAFKA_SASL_PASSWORD: secret })).toThrow(/^(?!.*s3cr3t).*KAFKA_SASL_MECHANISM/);
+  });
 });
