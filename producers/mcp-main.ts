@@ -16,6 +16,7 @@ import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/tr
 import type { RecordReader } from "../src/sor/record-reader.ts";
 import { DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE_MS, recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
 import type { WritToolSpec } from "./adapters/tool-bridge.ts";
+import { MCP_ENV } from "./mcp-env.ts";
 import { createWritClient, type WritClient } from "./writ-client.ts";
 
 /** The MCP server process. Every default lives here. */
@@ -54,24 +55,7 @@ const McpMainConfig = z
   })
   .strict();
 
-const ENV = {
-  brokers: "KAFKA_BROKERS",
-  schemaRegistryUrl: "SCHEMA_REGISTRY_URL",
-  intentsTopic: "WRIT_INTENTS_TOPIC",
-  agentId: "WRIT_MCP_AGENT_ID",
-  replyTopic: "WRIT_MCP_REPLY_TOPIC",
-  replyTopicPrefix: "WRIT_REPLY_TOPIC_PREFIX",
-  submitTimeoutMs: "WRIT_SUBMIT_TIMEOUT_MS",
-  maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
-  maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
-  replicationFactor: "WRIT_REPLICATION_FACTOR",
-  specsModule: "WRIT_TOOL_SPECS_MODULE",
-  runId: "WRIT_RUN_ID",
-  port: "WRIT_MCP_PORT",
-  token: "WRIT_MCP_TOKEN",
-  maxSessions: "WRIT_MCP_MAX_SESSIONS",
-  sessionIdleMs: "WRIT_MCP_SESSION_IDLE_MS",
-} as const;
+const ENV = MCP_ENV;
 
 interface SpecsModule {
   specs: WritToolSpec<any>[];

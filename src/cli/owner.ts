@@ -4,6 +4,7 @@
 // connects. consumers/owner-main.ts (`npm run owner`) runs the same code.
 import { routerConfigFromEnv } from "../config.ts";
 import { WritError } from "../errors.ts";
+import { unknownWritVariables } from "../known-variables.ts";
 import { createLogger } from "../logger.ts";
 import { startRouter } from "../owner/router.ts";
 import { printable } from "../printable.ts";
@@ -66,6 +67,9 @@ async function main(argv: string[]): Promise<number> {
     if (process.env.LOG_LEVEL === "debug" && err instanceof Error) process.stderr.write(`${err.stack}\n`);
     return 2;
   }
+
+  // A misspelt setting (…_HEALTH_PROT) would otherwise be ignored without a word; others' own WRIT_ variables are fine.
+  for (const unknown of unknownWritVariables(env)) log.warn({ variable: unknown.variable, suggestion: unknown.suggestion }, unknown.message);
 
   let router;
   try {

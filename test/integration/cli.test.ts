@@ -263,9 +263,12 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
 
   it("writ owner runs the tools module; writ submit prints each reply as JSON with its exit status", async () => {
     const v1 = await seed("ticket", "T-cli", { subject: "cli", status: "open", tags: [] });
-    owner = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "owner", "--tools", COMPOSE_TOOLS], { cwd: ROOT, env: env(), stdio: ["ignore", "ignore", "pipe"] });
+    // a misspelt setting among known ones: one warning, with the name it is close to
+    owner = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "owner", "--tools", COMPOSE_TOOLS], { cwd: ROOT, env: env({ WRIT_HEALTH_PROT: "9464" }), stdio: ["ignore", "ignore", "pipe"] });
     owner.stderr!.on("data", (d: Buffer) => (ownerStderr += d.toString()));
     await waitFor(() => ownerStderr.includes('"msg":"owner started"'), { timeoutMs: 60_000, message: () => `owner did not start:\n${ownerStderr}` });
+    expect(ownerStderr.match(/unknown setting [A-Z_]+/g)).toEqual(["unknown setting WRIT_HEALTH_PROT"]);
+    expect(ownerStderr).toContain('"msg":"unknown setting WRIT_HEALTH_PROT (did you mean WRIT_HEALTH_PORT?)"');
 
     // applied: tool scope and intent fields from the tools module
     const applied = await writ([...tagArgs("vip", v1, "s1"), "--tools", COMPOSE_TOOLS]);
