@@ -3,8 +3,9 @@
 // or could not run.
 import { readFileSync } from "node:fs";
 import { createWritClient, type IntentInput, type SubmitResult } from "../../producers/writ-client.ts";
+import { didYouMean } from "../closest.ts";
 import type { KeyScope, KeyedTool } from "../keys.ts";
-import { jsonLine } from "../printable.ts";
+import { jsonLine, printable } from "../printable.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
 import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
@@ -78,6 +79,9 @@ const OPTIONS = {
   ...SEND_OPTIONS,
 } as const;
 
+/** The fields an `--intent` file may give (a whole WriteIntent, with its intentId, is checked by its schema). */
+const INTENT_FIELDS = ["tool", "entity", "baseVersion", "delta", "params", "runId", "stepId", "toolCallId"] as const;
+
 type Fields = {
   tool?: string;
   entity?: { type: string; id: string };
@@ -143,6 +147,14 @@ async function main(argv: string[]): Promise<number> {
     return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
   }
 
+  // A misspelt field (baseVerison) would otherwise be dropped, and the intent refused for the field it was meant to be.
+  const unknown = Object.keys(file).filter((k) => !(INTENT_FIELDS as readonly string[]).includes(k));
+  if (unknown.length > 0) {
+    const named = unknown.slice(0, 5).map((k) => `${printable(k.slice(0, 64))}${didYouMean(k, INTENT_FIELDS)}`);
+    throw new UsageError(
+      `--intent: unknown field${unknown.length > 1 ? "s" : ""} ${named.join(", ")}${unknown.length > 5 ? `, and ${unknown.length - 5} more` : ""}; an intent gives ${INTENT_FIELDS.join(", ")} (or is a whole WriteIntent, with its intentId)`,
+    );
+  }
   const f: Fields = {
     tool: str(a.tool ?? file.tool, "tool"),
     ...(a.entity !== undefined ? { entity: entityOf(a.entity, "--entity") } : file.entity !== undefined ? { entity: entityOf(file.entity, "--intent entity") } : {}),

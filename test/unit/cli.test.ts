@@ -180,3 +180,32 @@ describe("writ owner without Kafka", () => {
     }
   });
 });
+
+describe("writ submit --intent", () => {
+  it("refuses fields it does not know, naming them and the field each is close to, before anything connects (exit 2)", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { submitCommand } = await import("../../src/cli/submit.ts");
+    const dir = mkdtempSync(join(tmpdir(), "writ-submit-"));
+    const intent = { tool: "tag_ticket", entity: "ticket:T-1", delta: [{ op: "add", path: "/tags/-", value: "vip" }], params: { tag: "vip" }, runId: "r", stepId: "s" };
+    const run = async (fields: Record<string, unknown>): Promise<{ code: number; stderr: string }> => {
+      const file = join(dir, `${Object.keys(fields).join("-")}.json`);
+      writeFileSync(file, JSON.stringify({ ...intent, ...fields }));
+      const written: string[] = [];
+      const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+      try {
+        const code = await submitCommand.main(["--intent", file, "--brokers", "127.0.0.1:9", "--key-scope", "run", "--intent-fields", "tag"]);
+        return { code, stderr: written.join("") };
+      } finally {
+        stderr.mockRestore();
+      }
+    };
+    const typo = await run({ baseVerison: '"v1"' });
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain("writ submit: --intent: unknown field baseVerison (did you mean baseVersion?); an intent gives tool, entity, baseVersion, delta, params, runId, stepId, toolCallId");
+    expect(typo.stderr).not.toContain("missing --base-version");
+    const two = await run({ baseVersion: '"v1"', run_id: "r", colour: "red" });
+    expect(two.stderr).toContain("unknown fields run_id (did you mean runId?), colour;");
+  });
+});
