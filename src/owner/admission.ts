@@ -172,7 +172,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (isLeaseOp(intent.lease)) return admitLease(intent, tool, key, reject);
   if (intent.undo !== undefined) return admitUndo(intent, tool, key, reject);
   const params = tool.declaration.params.safeParse(intent.params);
-  if (!params.success) return reject("params_invalid", params.error.message.slice(0, 2000), params.error.issues.slice(0, 10));
+  if (!params.success) return reject("params_invalid", paramsProblem(tool.name, params.error.issues), params.error.issues.slice(0, 10));
   if (tool.create) {
     const refusal = createRefusal(intent, tool.create, params.data as Record<string, unknown>);
     if (refusal) return reject(refusal.reason, refusal.message);
@@ -221,6 +221,21 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
  * params give, and its delta exactly one `add` of the params' body at `""`
  * (the tool's functions run here on the validated params; a throw is a refusal).
  */
+/** Longest `params_invalid` message: the model reads it; the issues themselves are in the reply's `details`. */
+export const PARAMS_PROBLEM_MAX_CHARS = 500;
+
+/**
+ * The params' problems as one line the model can act on, `tag: Invalid input: expected string, received number;
+ * amountCents: Too small: expected number to be >0` (at most five issues, {@link PARAMS_PROBLEM_MAX_CHARS}), not
+ * zod's pretty-printed JSON of them.
+ */
+export function paramsProblem(tool: string, issues: readonly { path: readonly PropertyKey[]; message: string }[]): string {
+  const shown = issues.slice(0, 5).map((i) => `${i.path.length === 0 ? "params" : i.path.map(String).join(".")}: ${i.message.replace(/\s+/g, " ")}`);
+  const more = issues.length > shown.length ? `; and ${issues.length - shown.length} more` : "";
+  const text = `params do not fit tool ${tool}: ${shown.join("; ")}${more}`;
+  return text.length <= PARAMS_PROBLEM_MAX_CHARS ? text : `${text.slice(0, PARAMS_PROBLEM_MAX_CHARS - 1)}…`;
+}
+
 function createRefusal(
   intent: WriteIntent,
   create: NonNullable<AdmittedTool["create"]>,

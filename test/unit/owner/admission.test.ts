@@ -5,7 +5,7 @@ import { z } from "zod";
 import { sha256Hex } from "../../../src/canonical-json.ts";
 import { WireCodec } from "../../../src/codec.ts";
 import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
-import { type Admission, type AdmissionDeps, admit } from "../../../src/owner/admission.ts";
+import { type Admission, type AdmissionDeps, admit, paramsProblem } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../../../src/schemas/control.ts";
 import { DeadLetter } from "../../../src/schemas/dead-letter.ts";
@@ -283,6 +283,22 @@ describe("admit (step 1: the gate)", () => {
       expect(reply).toMatchObject({ reason: "params_invalid" });
       expect(Array.isArray(reply.details)).toBe(true);
       expect((reply.details as { path: unknown[] }[])[0]!.path).toEqual(["tag"]);
+      // the model reads the message: one line, each issue by its path, not zod's pretty-printed JSON
+      expect(reply.message).toBe("params do not fit tool tag_ticket: tag: Invalid input: expected string, received number");
+    });
+
+    it("params invalid: the message stays one bounded line however many issues there are", async () => {
+      const { reply } = await rejected({ params: { tag: 5, ...Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`extra${i}`, "x".repeat(100)])) } });
+      expect(reply.message).toMatch(/^params do not fit tool tag_ticket: tag: /);
+      expect(reply.message).not.toMatch(/[\n[{]/);
+      expect(reply.message.length).toBeLessThanOrEqual(500);
+      const many = paramsProblem("t", Array.from({ length: 12 }, (_, i) => ({ path: ["items", i, "sku"], message: `Invalid input: expected string, received number ${"y".repeat(80)}` })));
+      expect(many).toMatch(/^params do not fit tool t: items\.0\.sku: Invalid input/);
+      expect(many.length).toBe(500);
+      expect(many.endsWith("…")).toBe(true);
+      expect(paramsProblem("t", [{ path: [], message: "Invalid input: expected object, received array" }, { path: ["a"], message: "x" }, ...Array.from({ length: 5 }, () => ({ path: ["b"], message: "y" }))])).toBe(
+        "params do not fit tool t: params: Invalid input: expected object, received array; a: x; b: y; b: y; b: y; and 2 more",
+      );
     });
 
     it("patch path not allowed, naming the paths (a move's `from` included)", async () => {
