@@ -2,6 +2,21 @@ import { createServer, type Server } from "node:http";
 import { listen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
 
+/** How long `/healthz` keeps listing an outage after it was last reported. ms. */
+export const OUTAGE_LISTED_MS = 60_000;
+
+/**
+ * An outage on `/healthz`: the system, the last reason, since when it has been out and when it was last seen out
+ * (ISO times), and when it answered again, once it has (the entry stays until a minute after `lastSeenAt`).
+ */
+export interface OutageReport {
+  system: string;
+  reason: string;
+  since: string;
+  lastSeenAt: string;
+  answeredAt?: string;
+}
+
 /**
  * What an owner process reports about itself: problems that need a person
  * (an unreadable ledger partition, a hanging transaction, a consumer that
@@ -10,8 +25,16 @@ import type { Logger } from "../logger.ts";
  */
 export class HealthBoard {
   private readonly problems = new Map<string, { message: string; since: number }>();
-  private readonly outages = new Map<string, { reason: string; at: number }>();
+  /** By system: since when it has been out, when it was last reported out, and when it answered again (if it has). */
+  private readonly outages = new Map<string, { reason: string; since: number; lastSeen: number; answeredAt?: number }>();
   private readiness: () => { ready: boolean; detail: unknown } = () => ({ ready: false, detail: "starting" });
+
+  /** Where an outage's start (warn) and its end (info) are said, once each. */
+  private readonly log: Logger | undefined;
+
+  constructor(log?: Logger) {
+    this.log = log;
+  }
 
   problem(key: string, message: string): void {
     if (!this.problems.has(key)) this.problems.set(key, { message, since: Date.now() });
@@ -21,9 +44,32 @@ export class HealthBoard {
     this.problems.delete(key);
   }
 
-  /** A system that was unreachable just now; forgotten once it has not been reported for a minute. */
+  /**
+   * A system that was unreachable just now; listed until it has not been reported for a minute
+   * ({@link OUTAGE_LISTED_MS}), also after it answers again. The first report of an outage is logged (warn).
+   */
   outage(system: string, reason: string): void {
-    this.outages.set(system, { reason, at: Date.now() });
+    const now = Date.now();
+    const known = this.outages.get(system);
+    if (known !== undefined && known.answeredAt === undefined) {
+      known.reason = reason;
+      known.lastSeen = now;
+      return;
+    }
+    this.outages.set(system, { reason, since: now, lastSeen: now });
+    this.log?.warn({ system, reason }, "system of record unavailable; intents for it pause until it answers");
+  }
+
+  /** A call `system` answered (any answer but an outage): ends its outage, if it has one, said once (info). */
+  answered(system: string): void {
+    const known = this.outages.get(system);
+    if (known === undefined || known.answeredAt !== undefined) return;
+    const now = Date.now();
+    known.answeredAt = now;
+    this.log?.info(
+      { system, since: new Date(known.since).toISOString(), outageMs: now - known.since },
+      `system of record answers again after an outage; /healthz lists the outage for ${OUTAGE_LISTED_MS / 1000} s after it was last seen`,
+    );
   }
 
   setReadiness(fn: () => { ready: boolean; detail: unknown }): void {
@@ -31,13 +77,20 @@ export class HealthBoard {
   }
 
   /** Healthy: nothing that needs a person. Outages are reported but do not fail health: they heal by themselves. */
-  health(): { ok: boolean; problems: { key: string; message: string; sinceMs: number }[]; outages: { system: string; reason: string }[] } {
+  health(): { ok: boolean; problems: { key: string; message: string; sinceMs: number }[]; outages: OutageReport[] } {
     const now = Date.now();
-    for (const [k, o] of this.outages) if (now - o.at > 60_000) this.outages.delete(k);
+    for (const [k, o] of this.outages) if (now - o.lastSeen > OUTAGE_LISTED_MS) this.outages.delete(k);
+    const iso = (ms: number) => new Date(ms).toISOString();
     return {
       ok: this.problems.size === 0,
       problems: [...this.problems].map(([key, p]) => ({ key, message: p.message, sinceMs: now - p.since })),
-      outages: [...this.outages].map(([system, o]) => ({ system, reason: o.reason })),
+      outages: [...this.outages].map(([system, o]) => ({
+        system,
+        reason: o.reason,
+        since: iso(o.since),
+        lastSeenAt: iso(o.lastSeen),
+        ...(o.answeredAt === undefined ? {} : { answeredAt: iso(o.answeredAt) }),
+      })),
     };
   }
 

@@ -122,7 +122,12 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
   const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);
-  const tools = observeTools(admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs, requireDelta: agents !== undefined }), metrics.sorCall);
+  const health = new HealthBoard(log);
+  // Every call a system answers (anything but an outage or a throw) ends its outage on /healthz, said once.
+  const tools = observeTools(admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs, requireDelta: agents !== undefined }), (system, method, outcome, seconds) => {
+    metrics.sorCall(system, method, outcome, seconds);
+    if (outcome !== "unavailable" && outcome !== "error") health.answered(system);
+  });
   registerCompressionCodecs();
   const kafka = new Kafka({
     clientId: config.clientId,
@@ -134,7 +139,6 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
   });
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
-  const health = new HealthBoard();
   // A lookup that waited for the budget: someone frames values with ids this process has not seen, faster than
   // WRIT_REGISTRY_LOOKUPS_PER_S. Said at most once a minute, with how many waited since it was last said.
   const lookupWaits = {
