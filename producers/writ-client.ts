@@ -23,6 +23,7 @@ import { WIRE_SCHEMAS } from "../src/schemas/index.ts";
 import { retry, START_PATIENCE } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
+import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
 import { SendCoalescer, type SendOutcome } from "./send-coalescer.ts";
@@ -99,6 +100,8 @@ export async function createWritClient(
     onStopped?: (err: WritError) => void;
   },
 ): Promise<WritClient> {
+  // kafkajs's harmless negative timer would print a TimeoutNegativeWarning in every program that uses a client.
+  hideKafkajsTimeoutWarning();
   const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
   const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };

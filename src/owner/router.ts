@@ -26,6 +26,7 @@ import { retry, START_PATIENCE } from "../retry.ts";
 import { kafkaConnection, transportWarnings } from "../security/transport.ts";
 import { serialAdmin } from "../kafka/serial-admin.ts";
 import { memberLease, type MemberLease, whenConfirmed } from "./member-lease.ts";
+import { hideKafkajsTimeoutWarning } from "../node-warnings.ts";
 
 export interface RouterOptions {
   config: RouterConfigInput | RouterConfig;
@@ -116,6 +117,7 @@ export function routerLogger(logger: Logger | undefined, instanceId: string): Lo
  * const router = await startRouter({ config: routerConfigFromEnv(), tools: [refund], systems: [billing] });
  */
 export async function startRouter(opts: RouterOptions, internals: RouterInternals = {}): Promise<Router> {
+  hideKafkajsTimeoutWarning();
   const parsed = parseConfig(RouterConfig, opts.config, "router");
   const config = internals.ledgerRetentionHours === undefined ? parsed : { ...parsed, ledgerRetentionHours: internals.ledgerRetentionHours };
   const log = routerLogger(opts.logger, config.instanceId);
