@@ -160,6 +160,39 @@ describe("docs/wire-contract.md names every status, reason and header", () => {
   }
 });
 
+describe("README's TypeScript snippets import as a package user does", () => {
+  const readme = read(join(root, "README.md"));
+  const exportsMap = (JSON.parse(read(join(root, "package.json"))) as { exports: Record<string, { default: string }> }).exports;
+  const snippets = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  const imports = snippets.flatMap((code) =>
+    [...code.matchAll(/import\s*\{([^}]*)\}\s*from\s*"([^"]+)"/g)].map((m) => ({
+      from: m[2]!,
+      names: m[1]!
+        .split(",")
+        .map((n) => n.trim().replace(/^type\s+/, "").split(/\s+as\s+/)[0]!)
+        .filter((n) => n !== ""),
+    })),
+  );
+
+  it("finds the snippets' imports of writ", () => {
+    expect(imports.filter((i) => i.from === "writ" || i.from.startsWith("writ/")).length).toBeGreaterThanOrEqual(4);
+  });
+
+  it("none imports from the repository's files (./src, ./producers): a package user has none", () => {
+    expect(imports.filter((i) => i.from.startsWith(".")).map((i) => i.from)).toEqual([]);
+  });
+
+  for (const { from, names } of imports.filter((i) => i.from === "writ" || i.from.startsWith("writ/"))) {
+    it(`${from} exports ${names.join(", ")}`, async () => {
+      // the package's export of that subpath, as its source: "./dist/producers/adapters/ai-sdk.js" → producers/adapters/ai-sdk.ts
+      const target = exportsMap[from === "writ" ? "." : `./${from.slice("writ/".length)}`]?.default;
+      expect(target, `package.json exports no ${from}`).toBeDefined();
+      const module = (await import(join(root, target!.replace(/^\.\/dist\//, "").replace(/\.js$/, ".ts")))) as Record<string, unknown>;
+      expect(names.filter((n) => !(n in module))).toEqual([]);
+    });
+  }
+});
+
 describe("docs/*.md links and § references resolve", () => {
   for (const doc of docs) {
     const name = relative(docsDir, doc);
