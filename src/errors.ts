@@ -88,6 +88,13 @@ export const REJECT_REASONS = [
   "leased",
   /** A step of a change whose lease on the record is not held (never acquired, released, or expired): nothing was written. */
   "lease_not_held",
+  /**
+   * An intent created longer ago than the ledger keeps intents (a lease intent: than a lease lasts): past that its
+   * repeat could not be recognized, so it is not acted on. Signed bytes replayed later meet this.
+   */
+  "stale",
+  /** An intent created more than five minutes after the owner's clock: the agent's clock is wrong. */
+  "clock_skew",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 

@@ -10,7 +10,7 @@ import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.
 import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
 import { isHealRecord } from "../schemas/control.ts";
-import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
+import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, MAX_LEASE_TTL_MS, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
 import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
@@ -45,7 +45,7 @@ export interface ReplyTopicDirectory {
 }
 
 export interface AdmissionDeps {
-  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix"> & { topics: Pick<RouterConfig["topics"], "intents"> };
+  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix" | "ledgerRetentionHours"> & { topics: Pick<RouterConfig["topics"], "intents"> };
   codec: WireCodec;
   tools: ReadonlyMap<string, AdmittedTool>;
   replyTopics: ReplyTopicDirectory;
@@ -169,6 +169,8 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
+  const unfresh = freshnessRefusal(intent, deps);
+  if (unfresh) return reject(unfresh.reason, unfresh.message);
   if (isLeaseOp(intent.lease)) return admitLease(intent, tool, key, reject);
   if (intent.undo !== undefined) return admitUndo(intent, tool, key, reject);
   const params = tool.declaration.params.safeParse(intent.params);
@@ -320,6 +322,36 @@ function admitLease(intent: WriteIntent, tool: AdmittedTool, key: string, reject
   }
   const fingerprint = paramsFingerprint(tool.name, intent.entity, { lease: lease.change, op: lease.op }, []);
   return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
+}
+
+/** How far ahead of the owner's clock an intent's `createdAt` may be. ms. */
+export const MAX_CLOCK_SKEW_MS = 300_000;
+
+/**
+ * The oldest intent an owner acts on, by its `createdAt` (signed with the rest of it): one a little younger than the
+ * ledger's retention, since past the retention a repeat of it could not be recognized and would write again (a
+ * replay of signed bytes, or a copy left on a topic); a lease intent, a lease's longest life. ms.
+ */
+export function maxIntentAgeMs(intent: Pick<WriteIntent, "lease">, ledgerRetentionHours: number): number {
+  if (isLeaseOp(intent.lease)) return MAX_LEASE_TTL_MS + MAX_CLOCK_SKEW_MS;
+  const retention = ledgerRetentionHours * 3_600_000;
+  return retention - retention / 24;
+}
+
+/** Why an intent is too old, or dated ahead of the owner's clock, to act on; null when it is neither. */
+function freshnessRefusal(intent: WriteIntent, deps: AdmissionDeps): { reason: "stale" | "clock_skew"; message: string } | null {
+  const created = Date.parse(intent.createdAt);
+  const now = deps.now().getTime();
+  if (created - now > MAX_CLOCK_SKEW_MS) {
+    return { reason: "clock_skew", message: `the intent was created at ${intent.createdAt}, more than ${MAX_CLOCK_SKEW_MS / 60_000} minutes after the owner's clock (${new Date(now).toISOString()}): check the agent's clock` };
+  }
+  const limit = maxIntentAgeMs(intent, deps.config.ledgerRetentionHours);
+  if (now - created <= limit) return null;
+  const what = isLeaseOp(intent.lease) ? "a lease lasts at most" : "the owners' ledger keeps an intent (WRIT_LEDGER_RETENTION_HOURS) less a margin:";
+  return {
+    reason: "stale",
+    message: `the intent was created at ${intent.createdAt}, longer ago than ${what} ${Math.round(limit / 60_000)} minutes; past that a repeat of it could not be recognized, so it is not acted on. Submit it again (a new submission) if the write still holds`,
+  };
 }
 
 /**

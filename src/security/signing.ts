@@ -52,7 +52,14 @@ export function signIntent(intent: unknown, signer: IntentSigner): string {
 /** An Ed25519 public key from PEM (SPKI) text or the 32 raw bytes in base64. */
 export function publicKeyFrom(text: string): KeyObject {
   const trimmed = text.trim();
-  if (trimmed.startsWith("-----BEGIN")) return createPublicKey(trimmed);
+  if (trimmed.startsWith("-----BEGIN")) {
+    const key = createPublicKey(trimmed);
+    // Another type's key would verify other signatures (a weak RSA key's 64-byte ones), or make verify throw.
+    if (key.asymmetricKeyType !== "ed25519") {
+      throw new WritError("config_invalid", `an agent's public key must be Ed25519, not ${key.asymmetricKeyType ?? "an unknown type"}`, { retriable: false });
+    }
+    return key;
+  }
   const raw = Buffer.from(trimmed, "base64");
   if (raw.length !== 32) throw new WritError("config_invalid", "an Ed25519 public key is PEM or 32 raw bytes in base64", { retriable: false });
   // SPKI DER prefix for Ed25519 (RFC 8410): SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING }.
@@ -104,5 +111,11 @@ function parseSignatureHeader(header: string | undefined, keys: ReadonlyMap<stri
 }
 
 function verifyParsed(bytes: Buffer, { keyId, key, sig }: ParsedSignature): SignatureCheck {
-  return verify(null, bytes, key, sig) ? { ok: true, keyId } : { ok: false, reason: "the signature does not match the intent" };
+  // A throw here would read as the registry being unreachable and hold the partition's intake on this record.
+  if (key.asymmetricKeyType !== "ed25519") return { ok: false, reason: `key ${keyId.slice(0, 64)} is not an Ed25519 key` };
+  try {
+    return verify(null, bytes, key, sig) ? { ok: true, keyId } : { ok: false, reason: "the signature does not match the intent" };
+  } catch (err) {
+    return { ok: false, reason: `the signature could not be checked: ${(err as Error).message}`.slice(0, 500) };
+  }
 }

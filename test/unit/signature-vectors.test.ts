@@ -125,6 +125,21 @@ describe("intent signature golden vectors", () => {
     expect(prepareSigner({ keyId: k.keyId, privateKey: k.privateKeyPem }).privateKey.asymmetricKeyType).toBe("ed25519");
   });
 
+  it("a registry key that is not Ed25519 is refused when loaded, and one that slipped in refuses every signature without throwing", () => {
+    const rsa = generateKeyPairSync("rsa", { modulusLength: 512 });
+    const x25519 = generateKeyPairSync("x25519");
+    for (const { publicKey } of [rsa, x25519]) {
+      expect(() => publicKeyFrom(publicKey.export({ type: "spki", format: "pem" }).toString())).toThrow(/must be Ed25519/);
+    }
+    // A 64-byte RSA-512 signature has the header's shape: with the key accepted, it verified.
+    const intent = { intentId: "i-1" };
+    const sig = sign("sha256", Buffer.from(canonicalJson(intent), "utf8"), rsa.privateKey).toString("base64");
+    expect(sig).toMatch(/^[A-Za-z0-9+/]{86}==$/);
+    expect(verifyIntentSignature(intent, `ed25519 k1 ${sig}`, new Map([["k1", rsa.publicKey]]))).toMatchObject({ ok: false });
+    // An X25519 key made verify throw, which held the partition's intake on the record.
+    expect(verifyIntentSignature(intent, `ed25519 k1 ${sig}`, new Map([["k1", x25519.publicKey]]))).toMatchObject({ ok: false });
+  });
+
   it("is the file scripts/generate-signature-vectors.ts writes", () => {
     expect(text).toBe(render());
   });

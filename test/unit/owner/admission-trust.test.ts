@@ -41,7 +41,7 @@ const registry = AgentRegistry.from({
 
 function deps(opts: { agents?: AgentRegistry; partitions?: number } = {}): AdmissionDeps {
   return {
-    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", topics: { intents: "writ.intents" } },
+    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", ledgerRetentionHours: 24, topics: { intents: "writ.intents" } },
     codec: new WireCodec({}),
     tools,
     replyTopics: { exists: async (t) => ["writ.replies.alice", "writ.replies.bob", "writ.replies.anyone"].includes(t) },

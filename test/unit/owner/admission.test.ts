@@ -4,12 +4,13 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { sha256Hex } from "../../../src/canonical-json.ts";
 import { WireCodec } from "../../../src/codec.ts";
-import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
+import { deltaFingerprint, intentKey, leaseIntentKey, paramsFingerprint } from "../../../src/keys.ts";
 import { type Admission, type AdmissionDeps, admit, paramsProblem } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../../../src/schemas/control.ts";
 import { DeadLetter } from "../../../src/schemas/dead-letter.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
+import { LEASE_VERSION } from "../../../src/schemas/write-intent.ts";
 import { admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem } from "./fake-system.ts";
 
@@ -50,7 +51,7 @@ let deps: AdmissionDeps;
 beforeEach(() => {
   directory = new Directory();
   deps = {
-    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: PREFIX, topics: { intents: "writ.intents" } },
+    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: PREFIX, ledgerRetentionHours: 24, topics: { intents: "writ.intents" } },
     codec: new WireCodec({}),
     tools,
     replyTopics: directory,
@@ -215,6 +216,42 @@ describe("admit (step 1: the gate)", () => {
   it("dead-letters an intent whose reply topic does not exist as reply_topic_missing, without a reply", async () => {
     const bytes = bytesOf(intentJson({ replyTo: "writ.replies.gone" }));
     expectDeadLetter(await admit(message(bytes), SOURCE, deps), "reply_topic_missing", bytes, 0);
+  });
+
+  it("refuses an intent older than the ledger keeps intents (stale), a lease intent older than a lease lasts, and one dated ahead of the clock (clock_skew)", async () => {
+    const at = (ms: number) => new Date(NOW.getTime() + ms).toISOString();
+    const refused = async (overrides: Record<string, unknown>) => {
+      const e = answered(await admit(message(bytesOf(intentJson(overrides))), SOURCE, deps));
+      expect(e.deadLetters).toEqual([]);
+      return e.replies.map((r) => (r.value as Extract<Reply, { status: "rejected" }>).reason);
+    };
+    const admitted = async (overrides: Record<string, unknown>) => (await admit(message(bytesOf(intentJson(overrides))), SOURCE, deps)).kind;
+    const HOUR = 3_600_000;
+    // 24 h of retention: an intent is acted on up to 23 h after it was created, never later (a replay of its bytes).
+    expect(await admitted({ createdAt: at(-23 * HOUR + 1000) })).toBe("admitted");
+    expect(await refused({ createdAt: at(-23 * HOUR - 1000) })).toEqual(["stale"]);
+    expect(await refused({ createdAt: "2020-01-01T00:00:00Z" })).toEqual(["stale"]);
+    deps = { ...deps, config: { ...deps.config, ledgerRetentionHours: 240 } };
+    expect(await admitted({ createdAt: at(-23 * HOUR - 1000) })).toBe("admitted");
+    expect(await admitted({ createdAt: at(4 * 60_000) })).toBe("admitted");
+    expect(await refused({ createdAt: at(6 * 60_000) })).toEqual(["clock_skew"]);
+  });
+
+  it("refuses a lease intent created longer ago than a lease lasts: a released lease cannot be taken again by replaying its acquire", async () => {
+    const acquire = (createdAt: string) =>
+      intentJson({
+        intentKey: leaseIntentKey("c".repeat(64), "acquire", ENTITY),
+        baseVersion: LEASE_VERSION,
+        delta: [],
+        params: {},
+        lease: { change: "c".repeat(64), op: "acquire" },
+        createdAt,
+      });
+    const at = (ms: number) => new Date(NOW.getTime() + ms).toISOString();
+    const fresh = await admit(message(bytesOf(acquire(at(-14 * 60_000)))), SOURCE, deps);
+    expect(fresh.kind, JSON.stringify(fresh)).toBe("admitted");
+    const e = answered(await admit(message(bytesOf(acquire(at(-16 * 60_000)))), SOURCE, deps));
+    expect(e.replies.map((r) => (r.value as Extract<Reply, { status: "rejected" }>).reason)).toEqual(["stale"]);
   });
 
   describe("dead-letters an intent with no canonical form (RFC 8785) as not_canonical, and answers it", () => {

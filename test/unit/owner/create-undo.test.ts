@@ -95,7 +95,7 @@ beforeEach(() => {
   crm = new FakeSystem("crm", { idempotencyKeys: false, idempotencyLookup: false });
   tools = admitTools([openCase, openLead, tagTicket, setStatus], [helpdesk, crm], { sorTimeoutMs: 1_000 });
   deps = {
-    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", topics: { intents: "writ.intents" } },
+    config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", ledgerRetentionHours: 24, topics: { intents: "writ.intents" } },
     codec: new WireCodec({}),
     tools,
     replyTopics: { exists: async (t) => t === REPLY_TO },
