@@ -1,4 +1,5 @@
 import { intentKey } from "../../src/keys.ts";
+import { LruMap } from "../../src/lru-map.ts";
 import { entityKey, type EntityRef, type Versioned } from "../../src/schemas/common.ts";
 import type { SubmitResult } from "../writ-client.ts";
 import { DEFAULT_STEP_ID, VersionBook, submitToolCall, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
@@ -20,16 +21,18 @@ export interface IntentBases {
 }
 
 /**
- * Bases in memory, oldest dropped first past `maxEntries` (default 10 000).
+ * Bases in memory, the least recently used dropped first past `maxEntries`
+ * (default 10 000): reading a pin (a retry, a repeat, an approval asked for
+ * again) counts as a use, so the pins dropped are those nobody asked for
+ * longest, not merely the oldest ones set.
  * Enough for retries inside one process; a harness that resumes in another
  * process keeps them with its run state instead (see the OpenAI Agents adapter).
  */
 export class MemoryIntentBases implements IntentBases {
-  readonly #bases = new Map<string, Versioned>();
-  readonly #maxEntries: number;
+  readonly #bases: LruMap<string, Versioned>;
 
   constructor(maxEntries = 10_000) {
-    this.#maxEntries = maxEntries;
+    this.#bases = new LruMap(maxEntries);
   }
 
   get(key: string): Versioned | undefined {
@@ -37,9 +40,7 @@ export class MemoryIntentBases implements IntentBases {
   }
 
   set(key: string, base: Versioned): void {
-    this.#bases.delete(key);
     this.#bases.set(key, base);
-    if (this.#bases.size > this.#maxEntries) this.#bases.delete(this.#bases.keys().next().value!);
   }
 }
 

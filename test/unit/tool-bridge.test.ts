@@ -8,26 +8,14 @@ import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { MemoryIntentBases, submitRepeatableToolCall } from "../../producers/adapters/intent-bases.ts";
 import { createWritMcpServer } from "../../producers/adapters/mcp-server.ts";
 import { VersionBook, recallVersions, submitToolCall, toModelResult, type WritCallContext } from "../../producers/adapters/tool-bridge.ts";
-import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
+import type { SubmitResult } from "../../producers/writ-client.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
+import { scripted } from "../helpers/scripted-client.ts";
 
 const T42 = { type: "ticket", id: "T-42" };
 const at = "2025-01-01T00:00:00.000Z";
 const applied = (extra: Record<string, unknown>): SubmitResult => ({ status: "applied", intentId: "i", intentKey: "k", duplicate: false, at, entity: T42, state: null, version: '"v0"', via: "patch", ...extra }) as SubmitResult;
 const leased: SubmitResult = { status: "rejected", intentId: "i", intentKey: "k", duplicate: false, at, reason: "leased", message: "ticket:T-42 is leased to a change that spans records until 2025-01-01T00:01:00Z at the latest; nothing was written. Submit again once it ends." };
-
-/** A client whose owner is a script: `answer` gives the n-th submission's reply; every submission is kept. */
-function scripted(answer: (i: IntentInput, n: number) => SubmitResult) {
-  const sent: IntentInput[] = [];
-  const client = {
-    agentId: "support-bob",
-    submit: async (i: IntentInput) => {
-      sent.push(i);
-      return answer(i, sent.length);
-    },
-  } as unknown as WritClient;
-  return { client, sent };
-}
 
 describe("recallVersions: a run continued from saved tool results", () => {
   it("passes over results that carry a version without the record (a repeat, a truncated reply): the next delta is built on a record, never on null", async () => {
@@ -81,6 +69,20 @@ describe("submitRepeatableToolCall after a conflict", () => {
       ['"v1"', [{ op: "replace", path: "/tags", value: ["billing", "chargeback-risk"] }]],
       ['"v3"', [{ op: "replace", path: "/tags", value: ["billing", "vip", "chargeback-risk"] }]],
     ]);
+  });
+});
+
+describe("MemoryIntentBases", () => {
+  it("drops the least recently used pin: one read again (a retry, an approval coming back) outlives pins set after it", () => {
+    const bases = new MemoryIntentBases(2);
+    const v = (version: string): Versioned => ({ state: {}, version });
+    bases.set("approval", v('"v1"'));
+    bases.set("b", v('"v2"'));
+    expect(bases.get("approval")).toEqual(v('"v1"'));
+    bases.set("c", v('"v3"'));
+    expect(bases.get("approval")).toEqual(v('"v1"'));
+    expect(bases.get("b")).toBeUndefined();
+    expect(bases.get("c")).toEqual(v('"v3"'));
   });
 });
 
