@@ -28,8 +28,17 @@ import {
  * intent-bases.ts); default: in memory, per tool. A harness that continues
  * runs in another process stores them with the messages
  * (`recordIntentBases(saved.bases)`).
+ *
+ * `recallFromMessages` (default true): fill `versions` from the read and write
+ * results in the messages of the step, for the records it has not seen
+ * ({@link recallVersions}). Only for a message history the server stores
+ * itself: a write is based on those results (its base version, and the state
+ * its delta is built from), so a history the browser sends (`useChat` posts
+ * the whole conversation) could carry a forged read result. Set it to false
+ * there, and keep `versions` on the server per conversation (a VersionBook that
+ * outlives the request), or let each write read the record.
  */
-export type WritRunContext = Omit<WritCallContext, "toolCallId"> & { bases?: IntentBases };
+export type WritRunContext = Omit<WritCallContext, "toolCallId"> & { bases?: IntentBases; recallFromMessages?: boolean };
 
 /** One AI SDK tool call, as a context factory sees it. */
 export interface AiSdkToolCall {
@@ -55,6 +64,9 @@ export type WritToolOutput = ModelToolResult & { entity: EntityRef };
  * `DEFAULT_STEP_ID` (one write per run, tool and intent), and the base version
  * from the harness's {@link VersionBook}, filled by read tools and, for a run
  * continued from saved messages, from the read results in those messages.
+ * Those messages are trusted: recall them only from a history the server
+ * stores itself. With a history the client sends (`useChat`), pass
+ * `recallFromMessages: false` and a server-side book (see {@link WritRunContext}).
  *
  * @example
  * const versions = new VersionBook();
@@ -72,8 +84,8 @@ export function writTool<P extends Record<string, unknown>>(
   const memoryBases = new MemoryIntentBases();
   const callContext = async (call: AiSdkToolCall) => {
     const run = typeof context === "function" ? await context(call) : context;
-    recallVersions(run.versions, toolOutputs(call.messages));
-    const { bases = memoryBases, ...rest } = run;
+    if (run.recallFromMessages !== false) recallVersions(run.versions, toolOutputs(call.messages));
+    const { bases = memoryBases, recallFromMessages: _recall, ...rest } = run;
     return { ctx: { ...rest, toolCallId: call.toolCallId }, bases };
   };
   return tool<P, WritToolOutput, any>({
