@@ -55,7 +55,11 @@ export interface WritMcpServerOptions {
   timeoutMs?: number;
   /** Server name in the MCP handshake. Default `writ`. */
   name?: string;
-  /** Records a session's version book keeps (least recently used dropped, then read again). Default 10 000. */
+  /**
+   * Records a run's version book keeps (least recently used dropped, then read again). Default 10 000. The
+   * books are kept per run in this process ({@link MAX_MCP_RUN_VERSION_BOOKS} runs at most), and created by the
+   * first server of the process that serves the run.
+   */
   maxVersions?: number;
   logger?: Logger;
 }
@@ -63,9 +67,24 @@ export interface WritMcpServerOptions {
 /** One session's server: the run id falls back to `fallbackRunId` where the transport has no session id (stdio). */
 export function createWritMcpServer(options: WritMcpServerOptions, session: { fallbackRunId?: string } = {}): McpServer {
   const server = new McpServer({ name: options.name ?? "writ", version: "0.1.0" }, { capabilities: { tools: {} } });
-  const versions = new VersionBook(options.maxVersions === undefined ? {} : { maxEntries: options.maxVersions });
+  const bookOptions = options.maxVersions === undefined ? {} : { maxEntries: options.maxVersions };
+  // Only for a read with no run id at all (no `_meta`, no session, no fallback): no write could use it.
+  const unscoped = new VersionBook(bookOptions);
   const bases = options.bases ?? processBases;
   const readable = [...new Set(options.readableTypes ?? options.tools.map((s) => s.tool.recordType))];
+  const runIdOf = (extra: { _meta?: Record<string, unknown>; sessionId?: string }): string | undefined =>
+    metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
+  /**
+   * The versions of a call's run, kept per run in the process: a session re-opened after idling (a new
+   * server), or another session naming the same `_meta["writ/runId"]`, finds what the model read in it. A
+   * call whose `_meta` names another run than its session also finds what was read in the session.
+   */
+  const versionsOf = (runId: string | undefined, sessionId: string | undefined): VersionBook => {
+    if (runId === undefined) return unscoped;
+    const book = runVersionBook(options.client.agentId, runId, bookOptions);
+    const sessionBook = sessionId === undefined || sessionId === runId ? undefined : runVersionBooks.get(runBookKey(options.client.agentId, sessionId));
+    return sessionBook ? new FallbackVersionBook(book, sessionBook) : book;
+  };
 
   for (const spec of options.tools) {
     server.registerTool(
@@ -77,7 +96,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
         annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
       },
       async (args: Record<string, unknown>, extra) => {
-        const runId = metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
+        const runId = runIdOf(extra);
         if (!runId) throw new WritError("config_invalid", "no run id for this call: set _meta[\"writ/runId\"]", { retriable: false, context: { tool: spec.tool.name } });
         const stepId = metaString(extra._meta, STEP_ID_META_KEY);
         const ctx: WritCallContext = {
@@ -85,7 +104,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
           runId,
           ...(stepId ? { stepId } : {}),
           toolCallId: String(extra.requestId),
-          versions,
+          versions: versionsOf(runId, extra.sessionId),
           read: options.read,
           ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
         };
@@ -109,9 +128,9 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
         }),
         annotations: { readOnlyHint: true, openWorldHint: true },
       },
-      async ({ type, id }) => {
+      async ({ type, id }, extra) => {
         const entity = { type, id };
-        const result = toReadResult(entity, await readForTool({ read: options.read, versions }, entity));
+        const result = toReadResult(entity, await readForTool({ read: options.read, versions: versionsOf(runIdOf(extra), extra.sessionId) }, entity));
         return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: { ...result } };
       },
     );
@@ -135,6 +154,41 @@ const ModelToolResultShape = z.looseObject({
 });
 
 const processBases = new MemoryIntentBases();
+
+/** Runs whose version books a process keeps; past it the least recently used run's is dropped (its next write reads afresh). */
+export const MAX_MCP_RUN_VERSION_BOOKS = 1024;
+
+/** Version books per agent and run, for every server of the process (as `processBases` keeps the pins). */
+const runVersionBooks = new LruMap<string, VersionBook>(MAX_MCP_RUN_VERSION_BOOKS);
+
+const runBookKey = (agentId: string, runId: string): string => JSON.stringify([agentId, runId]);
+
+function runVersionBook(agentId: string, runId: string, options: { maxEntries?: number }): VersionBook {
+  const key = runBookKey(agentId, runId);
+  let book = runVersionBooks.get(key);
+  if (!book) runVersionBooks.set(key, (book = new VersionBook(options)));
+  return book;
+}
+
+/** The run's book, then, for what it has not seen, the session's: what the model read in the session without `_meta`. */
+class FallbackVersionBook extends VersionBook {
+  readonly #run: VersionBook;
+  readonly #session: VersionBook;
+
+  constructor(run: VersionBook, session: VersionBook) {
+    super({ maxEntries: 1 });
+    this.#run = run;
+    this.#session = session;
+  }
+
+  override get(entity: EntityRef): Versioned | undefined {
+    return this.#run.get(entity) ?? this.#session.get(entity);
+  }
+
+  override remember(entity: EntityRef, record: Versioned): void {
+    this.#run.remember(entity, record);
+  }
+}
 
 function metaString(meta: Record<string, unknown> | undefined, key: string): string | undefined {
   const value = meta?.[key];
@@ -294,6 +348,8 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   const endSession = (id: string): void => {
     sessions.delete(id);
     ended.set(id, true);
+    // Its run is over (a request carrying its id answers 404): what it read goes too.
+    runVersionBooks.delete(runBookKey(options.client.agentId, id));
   };
   const refuseAtCap = (res: ServerResponse): void => {
     res.setHeader("retry-after", String(Math.ceil(Math.min(idleMs, 60_000) / 1000)));
