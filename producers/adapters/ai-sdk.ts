@@ -14,7 +14,7 @@ import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type Inte
 import {
   readForTool,
   recallVersions,
-  modelResultOf,
+  modelResultOrUnknown,
   toReadResult,
   type ModelToolResult,
   type ReadToolResult,
@@ -101,7 +101,7 @@ export function writTool<P extends Record<string, unknown>>(
     },
     execute: async (params, { toolCallId, messages, context: toolContext }) => {
       const { ctx, bases } = await callContext({ toolCallId, messages, context: toolContext });
-      return { ...(await modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases))), entity: spec.entity(params) };
+      return { ...(await modelResultOrUnknown(submitRepeatableToolCall(ctx, spec, params, bases))), entity: spec.entity(params) };
     },
   });
 }

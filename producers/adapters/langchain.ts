@@ -18,7 +18,7 @@ import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type Inte
 import {
   readForTool,
   recallVersions,
-  modelResultOf,
+  modelResultOrUnknown,
   toReadResult,
   type ModelToolResult,
   type ReadToolResult,
@@ -123,7 +123,7 @@ export function writLangChainTool<P extends Record<string, unknown>>(
           });
         }
       }
-      return asToolOutput({ ...(await modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases))), entity });
+      return asToolOutput({ ...(await modelResultOrUnknown(submitRepeatableToolCall(ctx, spec, params, bases))), entity });
     },
     {
       name: spec.tool.name,

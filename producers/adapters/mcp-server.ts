@@ -32,7 +32,7 @@ import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
 import { sessionIds } from "./mcp-session-ids.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
-import { REFUSED_FOR_NOW, VersionBook, readForTool, modelResultOf, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+import { REFUSED_FOR_NOW, VersionBook, readForTool, modelResultOrUnknown, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
 /** `_meta` key of a tools/call request carrying the harness's run (conversation) id. */
 export const RUN_ID_META_KEY = "writ/runId";
@@ -85,6 +85,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
     const sessionBook = sessionId === undefined || sessionId === runId ? undefined : runVersionBooks.get(runBookKey(options.client.agentId, sessionId));
     return sessionBook ? new FallbackVersionBook(book, sessionBook) : book;
   };
+  const log = options.logger ? componentLogger(options.logger, "mcp") : undefined;
 
   for (const spec of options.tools) {
     server.registerTool(
@@ -108,7 +109,9 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
           read: options.read,
           ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
         };
-        return toolResult(await modelResultOf(submitRepeatableToolCall(ctx, spec, args, bases)));
+        // An error that leaves the outcome open is answered `unknown` (call again, same arguments), not `isError` with its text.
+        const onOpenOutcome = (err: unknown, reason: string) => log?.warn({ err, reason, tool: spec.tool.name, runId }, "write's outcome open after an error; answered unknown");
+        return toolResult(await modelResultOrUnknown(submitRepeatableToolCall(ctx, spec, args, bases), { onOpenOutcome }));
       },
     );
   }

@@ -114,6 +114,10 @@ export function writAgentTool<P extends Record<string, unknown>, TContext extend
       if (!runContext) throw missingContext(spec.tool.name);
       const params = input as P;
       const { ctx, bases } = callContext(runContext as RunContext<TContext>, options, params, details?.toolCall?.callId);
+      // modelResultOf, not modelResultOrUnknown: with `errorFunction: null` an error that leaves the outcome
+      // open (Kafka, the system of record) ends the run rather than reaching the model, and the harness's
+      // resume from the saved RunState submits the same intent key again (run id and pins in the context),
+      // which asks for the outcome. The other adapters' frameworks hand errors to the model as text instead.
       return modelResultOf(submitRepeatableToolCall(ctx, spec, params, bases));
     },
   }) as unknown as FunctionTool<TContext, z.ZodObject, ModelToolResult>;

@@ -109,7 +109,8 @@ export type ModelToolResult =
   | { status: "conflict"; cycle: number; current: Versioned; your_change: JsonPatchOp[]; truncated?: true; instruction: string }
   | { status: "rejected"; reason: string; message: string; instruction: string }
   | { status: "escalated"; reason: string; instruction: string }
-  | { status: "unknown"; instruction: string };
+  /** `reason`: set when the submit failed with an error that leaves the outcome open ({@link outcomeOpenReason}). */
+  | { status: "unknown"; reason?: string; instruction: string };
 
 /**
  * Refusals that end by themselves: a record leased to a change that spans records takes writes again once the
@@ -158,15 +159,14 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
         instruction: "A person will handle this write. Tell the user it is with a human; do not retry.",
       };
     default:
-      return {
-        status: "unknown",
-        instruction:
-          // Safe only in the same run: the run id is part of the intent key, and a new run (over MCP HTTP, a new
-          // session that carries no `_meta["writ/runId"]`) makes the same call a new intent that could write twice.
-          "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids. In this same run (this conversation or session), calling the same tool with the same arguments again is safe and asks for the outcome; from a new session it may count as a new write, so read the record first.",
-      };
+      return { status: "unknown", instruction: UNKNOWN_INSTRUCTION };
   }
 }
+
+// Safe only in the same run: the run id is part of the intent key, and a new run (over MCP HTTP, a new
+// session that carries no `_meta["writ/runId"]`) makes the same call a new intent that could write twice.
+const UNKNOWN_INSTRUCTION =
+  "No answer yet: the write may or may not have happened. Do not assume it failed and do not retry with new ids. In this same run (this conversation or session), calling the same tool with the same arguments again is safe and asks for the outcome; from a new session it may count as a new write, so read the record first.";
 
 /**
  * The codes with which the client refuses an intent for good before sending it (src/errors.ts): the same
@@ -191,6 +191,55 @@ export async function modelResultOf(submitted: Promise<SubmitResult>): Promise<M
       message: err.message,
       instruction: "The write was refused before it was sent and nothing was written. Calling the tool again with the same arguments fails the same way: change them, or tell the user.",
     };
+  }
+}
+
+/**
+ * WritError codes that leave a write's outcome open whether or not the error is retriable: the client was
+ * closed or its reply consumer stopped (an intent sent before may have been written, and a new client asks
+ * again), the deadline passed before sending (`not_sent`), Kafka failed (`kafka_failed`) or a retry gave up
+ * (`retries_exhausted`). Every retriable WritError (`registry_unavailable`, `sor_unavailable`, …) does too.
+ */
+const OUTCOME_OPEN_CODES: ReadonlySet<string> = new Set(["client_closed", "reply_consumer_stopped", "not_sent", "kafka_failed", "retries_exhausted"]);
+
+/**
+ * Why an error thrown by a submit leaves its outcome open, or undefined when it does not. Open: a kafkajs
+ * error (a produce that failed after request timeouts may have been written by the idempotent producer),
+ * a retriable WritError, and the codes of {@link OUTCOME_OPEN_CODES}. The reason is the WritError's code,
+ * or `kafka_error`. Not open: refusals before sending (`too_large`, …: {@link modelResultOf} answers
+ * them `rejected`), configuration and codec errors, and programming errors (a TypeError): those throw.
+ */
+export function outcomeOpenReason(err: unknown): string | undefined {
+  if (err instanceof WritError) {
+    if (REFUSED_BEFORE_SENDING.has(err.code)) return undefined;
+    return err.retriable || OUTCOME_OPEN_CODES.has(err.code) ? err.code : undefined;
+  }
+  // By name, not instanceof: a second copy of kafkajs in node_modules has classes of its own.
+  if (err instanceof Error && err.name.startsWith("KafkaJS")) return "kafka_error";
+  return undefined;
+}
+
+/**
+ * {@link modelResultOf} for the frameworks that hand a tool's error to the model as text (LangChain's
+ * ToolNode: "Error: … Please fix your mistakes."; MCP: `isError` with the message; the AI SDK: a
+ * `tool-error`): an error that leaves the outcome open ({@link outcomeOpenReason}) is the `unknown`
+ * result, with the error's short reason, instead of a failure the model would answer with a changed call
+ * (a new intent key, a possible second write). The `unknown` instruction tells it that the same call in
+ * the same run is safe and asks for the outcome. Any other error is thrown, as by `modelResultOf`.
+ * (OpenAI Agents JS ends the run on a tool's error instead, and its resume submits the same key again: that
+ * adapter uses `modelResultOf`.) `onOpenOutcome` hears the error the model is not shown, e.g. to log it.
+ */
+export async function modelResultOrUnknown(
+  submitted: Promise<SubmitResult>,
+  opts: { onOpenOutcome?: (err: unknown, reason: string) => void } = {},
+): Promise<ModelToolResult> {
+  try {
+    return await modelResultOf(submitted);
+  } catch (err) {
+    const reason = outcomeOpenReason(err);
+    if (reason === undefined) throw err;
+    opts.onOpenOutcome?.(err, reason);
+    return { status: "unknown", reason, instruction: UNKNOWN_INSTRUCTION };
   }
 }
 

@@ -1,14 +1,22 @@
-// The framework adapters (producers/adapters/) against a scripted client, no broker: which versions an
-// MCP run keeps across sessions, and what the AI SDK adapter recalls from the messages it is given.
+// The framework adapters (producers/adapters/) against a scripted client, no broker: what the model is
+// told when the submit fails with an error that leaves the outcome open, which versions an MCP run keeps
+// across sessions, and what the AI SDK adapter recalls from the messages it is given.
 // The adapters on a real broker: test/integration/adapters.
+import { AIMessage, type ToolMessage } from "@langchain/core/messages";
+import { ToolNode } from "@langchain/langgraph/prebuilt";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { generateText, type ModelMessage } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
+import { KafkaJSNumberOfRetriesExceeded, KafkaJSRequestTimeoutError } from "kafkajs";
 import { afterEach, describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { writReadTool, writTool } from "../../producers/adapters/ai-sdk.ts";
-import { RUN_ID_META_KEY, startWritMcpHttpServer, type WritMcpHttp } from "../../producers/adapters/mcp-server.ts";
-import { VersionBook } from "../../producers/adapters/tool-bridge.ts";
+import { writLangChainTool } from "../../producers/adapters/langchain.ts";
+import { RUN_ID_META_KEY, createWritMcpServer, startWritMcpHttpServer, type WritMcpHttp } from "../../producers/adapters/mcp-server.ts";
+import { VersionBook, outcomeOpenReason, toModelResult } from "../../producers/adapters/tool-bridge.ts";
 import type { SubmitResult } from "../../producers/writ-client.ts";
+import { WritError } from "../../src/errors.ts";
 import { createLogger } from "../../src/logger.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
 import { scripted } from "../helpers/scripted-client.ts";
@@ -16,6 +24,12 @@ import { scripted } from "../helpers/scripted-client.ts";
 const T42 = { type: "ticket", id: "T-42" };
 const at = "2025-01-01T00:00:00.000Z";
 const applied = (version: string): SubmitResult => ({ status: "applied", intentId: "i", intentKey: "k", duplicate: false, at, entity: T42, state: { tags: ["x"] }, version, via: "patch" }) as SubmitResult;
+const unknownInstruction = toModelResult({ status: "unknown", intentId: "i", intentKey: "k", message: "no reply" } as SubmitResult).instruction;
+
+/** What kafkajs's producer throws after its retries of request timeouts: the idempotent produce may have been written. */
+const produceTimedOut = () =>
+  new KafkaJSNumberOfRetriesExceeded(new KafkaJSRequestTimeoutError("Request Produce(key: 0, version: 7) timed out"), { retryCount: 5, retryTime: 3000 });
+const read = async (): Promise<Versioned> => ({ state: { tags: [] }, version: '"v1"' });
 const args = { ticketId: "T-42", tag: "vip" };
 
 const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined }, outputTokens: { total: 1, text: 1, reasoning: undefined } };
@@ -30,6 +44,80 @@ function model(calls: { tool: string; input: unknown }[]) {
     },
   });
 }
+
+async function langChainCall(thrown: () => Error): Promise<ToolMessage> {
+  const { client } = scripted(() => {
+    throw thrown();
+  });
+  const tool = writLangChainTool(tagTicketSpec, { client, runId: "run-lc", versions: new VersionBook(), read });
+  const out = await new ToolNode([tool]).invoke({ messages: [new AIMessage({ content: "", tool_calls: [{ id: "c1", name: "tag_ticket", args, type: "tool_call" }] })] });
+  return out.messages[0] as ToolMessage;
+}
+
+async function mcpCall(thrown: () => Error) {
+  const { client } = scripted(() => {
+    throw thrown();
+  });
+  const server = createWritMcpServer({ client, tools: [tagTicketSpec], read, logger: createLogger({ level: "silent" }) }, { fallbackRunId: "run-mcp-errors" });
+  const [a, b] = InMemoryTransport.createLinkedPair();
+  await server.connect(a);
+  const mcp = new Client({ name: "test", version: "1" });
+  await mcp.connect(b);
+  try {
+    return await mcp.callTool({ name: "tag_ticket", arguments: args });
+  } finally {
+    await mcp.close();
+  }
+}
+
+async function aiSdkCall(thrown: () => Error) {
+  const { client } = scripted(() => {
+    throw thrown();
+  });
+  const run = { client, runId: "run-ai", versions: new VersionBook(), read };
+  const res = await generateText({ model: model([{ tool: "tag_ticket", input: args }]), tools: { tag_ticket: writTool(tagTicketSpec, run) }, prompt: "tag T-42 vip" });
+  return res.steps[0]!.content;
+}
+
+describe("an error that leaves the write's outcome open reaches the model as unknown, not as a failure to fix", () => {
+  it("which errors leave it open: kafkajs errors, retriable WritErrors, a closed client, a send past its deadline; not a refusal before sending, a configuration or a programming error", () => {
+    expect(outcomeOpenReason(produceTimedOut())).toBe("kafka_error");
+    expect(outcomeOpenReason(new WritError("not_sent", "deadline", { retriable: true }))).toBe("not_sent");
+    expect(outcomeOpenReason(new WritError("client_closed", "closed", { retriable: false }))).toBe("client_closed");
+    expect(outcomeOpenReason(new WritError("reply_consumer_stopped", "stopped", { retriable: false }))).toBe("reply_consumer_stopped");
+    expect(outcomeOpenReason(new WritError("registry_unavailable", "down", { retriable: true }))).toBe("registry_unavailable");
+    expect(outcomeOpenReason(new WritError("sor_unavailable", "down", { retriable: true }))).toBe("sor_unavailable");
+    expect(outcomeOpenReason(new WritError("too_large", "big", { retriable: false }))).toBeUndefined();
+    expect(outcomeOpenReason(new WritError("config_invalid", "bad", { retriable: false }))).toBeUndefined();
+    expect(outcomeOpenReason(new WritError("codec_failed", "bad", { retriable: false }))).toBeUndefined();
+    expect(outcomeOpenReason(new TypeError("x is not a function"))).toBeUndefined();
+  });
+
+  it("LangGraph's ToolNode: the tool answers unknown (same call, same run is safe) instead of 'Please fix your mistakes'", async () => {
+    const msg = await langChainCall(produceTimedOut);
+    expect(msg.content).not.toMatch(/Please fix your mistakes/);
+    expect(JSON.parse(msg.content as string)).toEqual({ status: "unknown", reason: "kafka_error", instruction: unknownInstruction, entity: T42 });
+    expect(msg.artifact).toMatchObject({ status: "unknown", reason: "kafka_error" });
+    expect(JSON.parse((await langChainCall(() => new WritError("client_closed", "closed", { retriable: false }))).content as string)).toMatchObject({ status: "unknown", reason: "client_closed" });
+    // A refusal before sending stays `rejected`; a programming error stays an error.
+    expect(JSON.parse((await langChainCall(() => new WritError("too_large", "too big", { retriable: false }))).content as string)).toMatchObject({ status: "rejected", reason: "too_large" });
+    expect((await langChainCall(() => new TypeError("x is not a function"))).content).toMatch(/Error: x is not a function\n Please fix your mistakes/);
+  });
+
+  it("MCP: structuredContent unknown, not isError with the error's text", async () => {
+    const r = await mcpCall(produceTimedOut);
+    expect(r).toMatchObject({ isError: false, structuredContent: { status: "unknown", reason: "kafka_error", instruction: unknownInstruction } });
+    expect(await mcpCall(() => new WritError("not_sent", "deadline", { retriable: true }))).toMatchObject({ isError: false, structuredContent: { status: "unknown", reason: "not_sent" } });
+    expect(await mcpCall(() => new TypeError("x is not a function"))).toMatchObject({ isError: true, content: [{ text: expect.stringContaining("x is not a function") }] });
+  });
+
+  it("AI SDK: a tool-result unknown, not a tool-error", async () => {
+    const content = await aiSdkCall(produceTimedOut);
+    expect(content.find((p) => p.type === "tool-error")).toBeUndefined();
+    expect(content.find((p) => p.type === "tool-result")).toMatchObject({ output: { status: "unknown", reason: "kafka_error", instruction: unknownInstruction, entity: T42 } });
+    expect((await aiSdkCall(() => new TypeError("x is not a function"))).find((p) => p.type === "tool-error")).toBeDefined();
+  });
+});
 
 describe("MCP over HTTP: a run's versions outlive its session's server", () => {
   const servers: WritMcpHttp[] = [];
