@@ -73,4 +73,4 @@ export {
   type ModelToolResult,
   type ReadToolResult,
 } from "../producers/adapters/tool-bridge.ts";
-export { MemoryIntentBases, recordIntentBases, type IntentBases } from "../producers/adapters/intent-bases.ts";
+export { MemoryIntentBases, recordIntentBases, type IntentBases, type IntentPin } from "../producers/adapters/intent-bases.ts";

@@ -30,7 +30,8 @@ export interface WritAgentContext {
   runId: string;
   /**
    * Kept by the adapter, not by you: the versions this run has read (by entity
-   * key) and the base each intent was first submitted against (by intent key).
+   * key) and the base each intent was first submitted against (by intent key,
+   * with the bases its latest tool calls were sent against: an `IntentPin`).
    */
   writ?: WritRunRecords;
 }
@@ -99,7 +100,7 @@ export function writAgentTool<P extends Record<string, unknown>, TContext extend
       : async (runContext: RunContext<TContext>, params: P, callId?: string): Promise<boolean> => {
           const needed = policy === true ? true : await policy(runContext, params, callId);
           if (needed) {
-            const { ctx, bases } = callContext(runContext, options, params);
+            const { ctx, bases } = callContext(runContext, options, params, callId);
             await pinToolCallBase(ctx, spec, params, bases);
           }
           return needed;
