@@ -4,6 +4,7 @@ recalled from a run's history, the base after a conflict, and the refusals made 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pydantic import BaseModel
 
 from writ_client import AppliedReply, CanonicalJsonError, ConflictReply, EntityRef, IntentRefused, KeyedTool, RejectedReply, UnknownOutcome, Versioned
-from writ_client.tools import WritDeps, WritToolSpec, recall_versions, submit_tool_call, to_model_result
+from writ_client.tools import REMEMBERED_CALLS, WritDeps, WritToolSpec, pin_base, pin_call_base, recall_versions, submit_tool_call, to_model_result
 
 TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
 TICKET = EntityRef(type="ticket", id="T1")
@@ -60,10 +61,10 @@ def raises(err: BaseException) -> Callable[[Any], Any]:
     return answer
 
 
-def call(deps: WritDeps, read: Callable[[EntityRef], Versioned] | None = None) -> dict[str, Any]:
+def call(deps: WritDeps, read: Callable[[EntityRef], Versioned] | None = None, tool_call_id: str | None = "call_1") -> dict[str, Any]:
     params = TagParams(ticketId="T1", tag="vip")
     return asyncio.run(
-        submit_tool_call(deps, SPEC, params, run_id="run-1", step_id="once-per-run", key="k" * 64, entity=TICKET, tool_call_id="call_1", read=read)
+        submit_tool_call(deps, SPEC, params, run_id="run-1", step_id="once-per-run", key="k" * 64, entity=TICKET, tool_call_id=tool_call_id, read=read)
     )
 
 
@@ -86,7 +87,7 @@ def test_after_a_conflict_whose_record_was_left_out_the_next_attempt_is_based_on
     assert first["status"] == "conflict" and first["truncated"] is True
     assert "read the record again" in first["instruction"]
     assert reads == [TICKET]
-    call(deps, read)
+    call(deps, read, "call_2")  # the model deciding again
     again = client.submitted[1]
     assert again.base_version == '"v2"'
     assert again.delta[0].value == ["a", "b", "vip"]
@@ -100,7 +101,80 @@ def test_a_failed_fresh_read_after_a_truncated_conflict_keeps_the_old_pin() -> N
     deps = WritDeps(client=client, versions={"ticket:T1": {"state": {"tags": ["a"]}, "version": '"v1"'}})  # type: ignore[arg-type]
     call(deps, read)
     # The next attempt meets the same conflict (nothing written against a state it does not have) and reads again.
-    assert deps.bases["k" * 64] == {"state": {"tags": ["a"]}, "version": '"v1"'}
+    assert deps.bases["k" * 64] == {"state": {"tags": ["a"]}, "version": '"v1"', "calls": ["call_1"]}
+
+
+V1 = {"state": {"tags": ["billing"]}, "version": '"v1"'}
+V2 = {"state": {"tags": ["billing", "legal-hold"]}, "version": '"v2"'}
+
+
+class OwnerAtV2(ScriptedClient):
+    """The record is at v2: an intent based on v1 meets a conflict (``current``: v2), one based on v2 is applied."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    async def asubmit(self, intent: Any, *, timeout: float | None = None) -> Any:
+        self.submitted.append(intent)
+        if intent.base_version == V1["version"]:
+            return reply("conflict", cycle=1, message="changed", current=V2, your_change=[])(intent)
+        return reply("applied", state={"tags": ["billing", "legal-hold", "vip"]}, version='"v3"', via="patch")(intent)
+
+    def bases(self) -> list[tuple[str | None, str]]:
+        return [(i.tool_call_id, i.base_version) for i in self.submitted]
+
+
+def test_a_replayed_call_keeps_its_base_after_its_conflict_was_lost_and_a_new_call_gets_the_moved_pin() -> None:
+    """Approved at v1; the record changes to v2; the approved call meets a conflict whose result is lost (a crash, a
+    client that re-sends), and the run goes on again from the same saved state: the same tool-call id again. Sent
+    against the moved pin it would apply, on v2, a change nobody decided on v2; against its own base the ledger
+    answers the same conflict. A new tool-call id, the model deciding again after reading the conflict, gets v2."""
+    owner = OwnerAtV2()
+    deps = WritDeps(client=owner, versions={"ticket:T1": V1})  # type: ignore[arg-type]
+    asyncio.run(pin_base(deps, "k" * 64, TICKET, None, "call_1"))  # asked for approval
+    assert call(deps, tool_call_id="call_1")["status"] == "conflict"  # lost
+    # The run's saved state is plain JSON (a RunState's context, a harness's store): kept across the crash.
+    deps = WritDeps(client=owner, versions=json.loads(json.dumps(deps.versions)), bases=json.loads(json.dumps(deps.bases)))  # type: ignore[arg-type]
+    assert call(deps, tool_call_id="call_1")["status"] == "conflict"
+    assert call(deps, tool_call_id="call_2")["status"] == "applied"
+    assert owner.bases() == [("call_1", '"v1"'), ("call_1", '"v1"'), ("call_2", '"v2"')]
+    assert owner.submitted[2].delta[0].value == ["billing", "legal-hold", "vip"]
+
+
+def test_the_base_an_approval_carries_pins_its_call_however_the_pin_has_moved() -> None:
+    """Pydantic AI's approval metadata: every resume from the same approved state passes the base the approver saw."""
+    owner = OwnerAtV2()
+    deps = WritDeps(client=owner)  # type: ignore[arg-type]  # a fresh process: nothing pinned yet
+    for _ in range(2):
+        pin_call_base(deps, "k" * 64, "call_1", V1)
+        call(deps, tool_call_id="call_1")
+    # Another call approved at v1, resumed after the pin moved to v2, keeps v1; a new call gets v2.
+    pin_call_base(deps, "k" * 64, "call_0", V1)
+    call(deps, tool_call_id="call_0")
+    call(deps, tool_call_id="call_2")
+    assert owner.bases() == [("call_1", '"v1"'), ("call_1", '"v1"'), ("call_0", '"v1"'), ("call_2", '"v2"')]
+
+
+def test_a_pin_stored_before_is_the_pin_of_every_call_and_calls_without_an_id_follow_the_pin() -> None:
+    owner = OwnerAtV2()
+    deps = WritDeps(client=owner, bases={"k" * 64: dict(V1)})  # type: ignore[arg-type]
+    call(deps, tool_call_id="call_1")
+    call(deps, tool_call_id="call_1")
+    call(deps, tool_call_id=None)
+    deps.bases["k" * 64] = dict(V1)
+    call(deps, tool_call_id=None)
+    call(deps, tool_call_id=None)
+    assert owner.bases() == [("call_1", '"v1"'), ("call_1", '"v1"'), (None, '"v2"'), (None, '"v1"'), (None, '"v2"')]
+
+
+def test_a_pin_remembers_the_latest_calls_only() -> None:
+    deps = WritDeps(client=OwnerAtV2(), versions={"ticket:T1": V1})  # type: ignore[arg-type]
+    for n in range(REMEMBERED_CALLS + 1):
+        call(deps, tool_call_id=f"call_{n}")
+    pin = deps.bases["k" * 64]
+    assert pin["version"] == '"v2"'
+    remembered = [c for e in pin.get("earlier", []) for c in e["calls"]] + pin.get("calls", [])
+    assert len(remembered) == REMEMBERED_CALLS and "call_0" not in remembered
 
 
 def test_recalled_versions_skip_results_that_carry_a_version_without_its_record() -> None:

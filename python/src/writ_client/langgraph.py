@@ -143,7 +143,7 @@ def writ_langchain_tool(
         if needed:
             # This function runs again from its start on resume: before the interrupt only the pin (a read at
             # most) happens, so the approved write, and any replay of it, goes against the version there when asked.
-            await pin_base(deps, key, entity, read)
+            await pin_base(deps, key, entity, read, runtime.tool_call_id)
             request = {"type": APPROVAL_REQUEST_TYPE, "tool": tool_name, "entity": entity.model_dump(), "params": args}
             if runtime.tool_call_id:
                 request["toolCallId"] = runtime.tool_call_id

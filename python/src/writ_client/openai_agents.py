@@ -123,7 +123,7 @@ def writ_agent_tool(
         if needed:
             # Before the run stops: the version the approver sees is the one every resume writes against.
             deps, _, _, key, entity = call_key(ctx.context, params)
-            await pin_base(deps, key, entity, read)
+            await pin_base(deps, key, entity, read, call_id)
         return bool(needed)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:

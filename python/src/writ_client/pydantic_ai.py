@@ -51,7 +51,7 @@ except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.pydantic_ai needs Pydantic AI: pip install 'writ-client[pydantic-ai]'") from err
 
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
+from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, pin_call_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
 
 __all__ = [
     "DEFAULT_STEP_ID",
@@ -117,15 +117,16 @@ def writ_tool(
 
         if ctx.tool_call_approved:
             meta = ctx.tool_call_metadata.get("writ") if isinstance(ctx.tool_call_metadata, Mapping) else None
-            # The base pinned when approval was asked for (unless the approver changed the arguments: another key).
+            # The base pinned for this call when approval was asked for (unless the approver changed the arguments:
+            # another key), kept by the call however the pin has moved since.
             if isinstance(meta, Mapping) and meta.get("intentKey") == key and isinstance(meta.get("base"), Mapping):
-                deps.bases.setdefault(key, dict(meta["base"]))
+                pin_call_base(deps, key, ctx.tool_call_id, meta["base"])
         else:
             needed = requires_approval(ctx, params) if callable(requires_approval) else requires_approval  # type: ignore[arg-type]
             if inspect.isawaitable(needed):
                 needed = await needed
             if needed:
-                base = await pin_base(deps, key, entity, read)
+                base = await pin_base(deps, key, entity, read, ctx.tool_call_id)
                 raise ApprovalRequired(
                     metadata={"writ": {"intentKey": key, "entity": entity.model_dump(), "base": {"state": base.state, "version": base.version}}}
                 )

@@ -9,7 +9,10 @@ shape of the answer the model reads. No framework is imported here; :mod:`writ_c
   owner's ledger (``duplicate: true``).
 - The **base version** is the one the run has read (a read tool, an earlier write's answer, a conflict's
   ``current``), never one the model wrote; a call that needs approval pins it before it asks, so every resume is
-  the same attempt against the version the approver saw.
+  the same attempt against the version the approver saw. A conflict moves the pin for the calls made after it (a
+  new tool-call id: the agent deciding again); a call keeps the base it was first pinned at, by its tool-call id, so
+  a replay of the conflicting call itself (continued again from the same saved messages or checkpoint) meets the
+  same conflict, answered from the ledger, instead of writing a change its approver saw on the older version.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "WritToolSpec",
     "params_dict",
     "pin_base",
+    "pin_call_base",
     "read_result",
     "read_with",
     "recall_versions",
@@ -76,8 +80,9 @@ class WritDeps:
     context, or a function of the call that returns one).
 
     ``versions`` (entity key → record) and ``bases`` (intent key → the base a
-    call was first sent against) are plain JSON: keep them with the run's
-    saved state if you resume in another process. Empty is fine too: the
+    call was first sent against, with the bases its latest tool calls were
+    sent against: see :func:`pin_base`) are plain JSON: keep them with the
+    run's saved state if you resume in another process. Empty is fine too: the
     adapters find the versions the run has read in its own history, and the
     owner's ledger answers a repeat whatever base it carries.
     """
@@ -242,18 +247,97 @@ def params_dict(spec: WritToolSpec[Any], params: BaseModel) -> dict[str, Any]:
     return {k: v for k, v in dumped.items() if v is not None or k in spec.tool.intent_fields}
 
 
-async def pin_base(deps: WritDeps, key: str, entity: EntityRef, read: Reader | None) -> Versioned:
-    """The base intent ``key`` is sent against: the one pinned for it, else the version the run knows, else a read
-    (remembered); pinned from then on, so a resume or a replay sends the same attempt."""
+#: How many tool-call ids (the latest) an intent's pin remembers the bases of.
+REMEMBERED_CALLS = 8
+
+
+async def pin_base(deps: WritDeps, key: str, entity: EntityRef, read: Reader | None, tool_call_id: str | None = None) -> Versioned:
+    """The base intent ``key`` is sent against by the call ``tool_call_id``: the one that call was pinned at, else the
+    one pinned for the key, else the version the run knows, else a read (remembered); pinned from then on, so a resume
+    or a replay of the call sends the same attempt.
+
+    ``deps.bases[key]`` (plain JSON, TypeScript's ``IntentPin``): ``state`` and ``version``, the base a call under a
+    new tool-call id gets; ``calls``, the ids pinned at it; ``earlier``, ``[{"base", "calls"}]`` for the calls pinned
+    at bases a conflict moved the pin from; the latest :data:`REMEMBERED_CALLS` ids in all. A bare
+    ``{"state", "version"}`` (as stored before) remembers no call. Without a tool-call id a call gets the pin as it is.
+    """
     pinned = deps.bases.get(key)
     if pinned:
-        return Versioned.model_validate(pinned)
+        if tool_call_id:
+            remembered = _remembered_base(pinned, tool_call_id)
+            if remembered is not None:
+                return Versioned.model_validate(remembered)
+            deps.bases[key] = _with_call(pinned, tool_call_id)
+        return Versioned.model_validate(_bare(pinned))
     base = deps.known(entity)
     if base is None:
         base = await read_with(read or deps.read, entity)
         deps.remember(entity, base)
-    deps.bases[key] = {"state": base.state, "version": base.version}
+    pin: dict[str, Any] = {"state": base.state, "version": base.version}
+    deps.bases[key] = _with_call(pin, tool_call_id) if tool_call_id else pin
     return base
+
+
+def pin_call_base(deps: WritDeps, key: str, tool_call_id: str | None, base: Mapping[str, Any]) -> None:
+    """Pins ``base`` for the call ``tool_call_id`` unless the call is pinned already: the base carried with an approval
+    (Pydantic AI's request metadata), which a harness in another process, or after the pin moved, has not kept."""
+    pinned = deps.bases.get(key)
+    bare = {"state": base.get("state"), "version": base.get("version")}
+    if not pinned:
+        deps.bases[key] = _with_call(bare, tool_call_id) if tool_call_id else bare
+    elif tool_call_id and _remembered_base(pinned, tool_call_id) is None:
+        if pinned.get("version") == bare["version"]:
+            deps.bases[key] = _with_call(pinned, tool_call_id)
+        else:
+            deps.bases[key] = _latest_calls({**pinned, "earlier": [*pinned.get("earlier", []), {"base": bare, "calls": [tool_call_id]}]})
+
+
+def _bare(pin: Mapping[str, Any]) -> dict[str, Any]:
+    return {"state": pin.get("state"), "version": pin.get("version")}
+
+
+def _remembered_base(pin: Mapping[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+    if tool_call_id in pin.get("calls", ()):
+        return _bare(pin)
+    for earlier in pin.get("earlier", ()):
+        if tool_call_id in earlier.get("calls", ()):
+            return dict(earlier["base"])
+    return None
+
+
+def _with_call(pin: Mapping[str, Any], tool_call_id: str) -> dict[str, Any]:
+    return _latest_calls({**pin, "calls": [*pin.get("calls", []), tool_call_id]})
+
+
+def _moved_pin(pin: Mapping[str, Any], to: Versioned) -> dict[str, Any]:
+    """The pin moved to ``to`` (the agent deciding again): the calls pinned at its base keep that base."""
+    earlier = [*pin.get("earlier", [])]
+    if pin.get("calls"):
+        earlier.append({"base": _bare(pin), "calls": list(pin["calls"])})
+    moved: dict[str, Any] = {"state": to.state, "version": to.version}
+    if earlier:
+        moved["earlier"] = earlier
+    return moved
+
+
+def _latest_calls(pin: dict[str, Any]) -> dict[str, Any]:
+    """The pin without the oldest calls past :data:`REMEMBERED_CALLS` (the earliest bases' first)."""
+    excess = len(pin.get("calls", [])) + sum(len(e.get("calls", [])) for e in pin.get("earlier", [])) - REMEMBERED_CALLS
+    if excess <= 0:
+        return pin
+    earlier = []
+    for e in pin.get("earlier", []):
+        dropped = min(excess, len(e["calls"]))
+        excess -= dropped
+        if dropped < len(e["calls"]):
+            earlier.append({"base": e["base"], "calls": e["calls"][dropped:]})
+    calls = pin.get("calls", [])[excess:]
+    trimmed = _bare(pin)
+    if calls:
+        trimmed["calls"] = calls
+    if earlier:
+        trimmed["earlier"] = earlier
+    return trimmed
 
 
 async def submit_tool_call(
@@ -272,7 +356,7 @@ async def submit_tool_call(
     the run's versions and the intent's base follow the answer (an applied write's new version; a conflict's
     ``current``, which the agent decides again from, or a fresh read when the reply left the record out). An
     intent the client refuses before sending it is a ``rejected`` result (:func:`refused_before_sending`)."""
-    base = await pin_base(deps, key, entity, read)
+    base = await pin_base(deps, key, entity, read, tool_call_id)
     try:
         result = await deps.client.asubmit(
             IntentInput(
@@ -295,19 +379,29 @@ async def submit_tool_call(
     # A repeat (or a truncated reply) carries the version without the record: remembering it would pair a version with no state.
     if isinstance(result, AppliedReply) and not result.duplicate and not result.truncated:
         deps.remember(entity, Versioned(state=result.state, version=result.version))
-    if isinstance(result, ConflictReply) and not result.truncated:
-        deps.bases[key] = {"state": result.current.state, "version": result.current.version}
-        deps.remember(entity, result.current)
-    elif isinstance(result, ConflictReply):
-        # The conflict's record was too large for the reply: pinned, its version with no state would let the next
-        # attempt build its delta from nothing at a matching version and drop what the record holds. The record is
-        # read afresh instead; a read that fails leaves the old pin: the next attempt meets the same conflict, with
-        # nothing written, and reads again.
-        try:
-            fresh = await read_with(read or deps.read, entity)
-        except Exception:  # noqa: BLE001 - see above: the old pin is the safe state
-            fresh = None
-        if fresh is not None:
-            deps.bases[key] = {"state": fresh.state, "version": fresh.version}
-            deps.remember(entity, fresh)
+    if isinstance(result, ConflictReply):
+        sent = {"state": base.state, "version": base.version}
+        pinned = deps.bases.get(key) or (_with_call(sent, tool_call_id) if tool_call_id else sent)
+        # Only a call sent against the pin moves it. One sent against a base the pin has moved from (a replay of a call
+        # that met its conflict before) meets the ledger's old answer, which the pin has moved past already.
+        if pinned.get("version") == base.version:
+            await _move_pin(deps, key, pinned, result, entity, read)
     return {**to_model_result(result), "entity": entity.model_dump()}
+
+
+async def _move_pin(deps: WritDeps, key: str, pinned: Mapping[str, Any], result: ConflictReply, entity: EntityRef, read: Reader | None) -> None:
+    """After a conflict: calls under new tool-call ids (the agent deciding again) are sent against its ``current``."""
+    if not result.truncated:
+        deps.bases[key] = _moved_pin(pinned, result.current)
+        deps.remember(entity, result.current)
+        return
+    # The conflict's record was too large for the reply: pinned, its version with no state would let the next
+    # attempt build its delta from nothing at a matching version and drop what the record holds. The record is
+    # read afresh instead; a read that fails leaves the old pin: the next attempt meets the same conflict, with
+    # nothing written, and reads again.
+    try:
+        fresh = await read_with(read or deps.read, entity)
+    except Exception:  # noqa: BLE001 - see above: the old pin is the safe state
+        return
+    deps.bases[key] = _moved_pin(pinned, fresh)
+    deps.remember(entity, fresh)
