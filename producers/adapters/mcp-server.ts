@@ -104,7 +104,9 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
           client: options.client,
           runId,
           ...(stepId ? { stepId } : {}),
-          toolCallId: String(extra.requestId),
+          // JSON-RPC ids restart in each session: scoped by it, so that a pin's remembered calls (intent-bases.ts) of
+          // one session never match a new call of another session of the same run.
+          toolCallId: `${extra.sessionId === undefined ? "" : `${extra.sessionId.slice(0, 200)}:`}${String(extra.requestId).slice(0, 50)}`,
           versions: versionsOf(runId, extra.sessionId),
           read: options.read,
           ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
