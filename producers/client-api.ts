@@ -150,6 +150,13 @@ export interface WritClient {
    * the write may have happened. Submitting the same intent key again asks
    * the owner again, and is always safe.
    *
+   * A `rejected` reply the owner gives before it has authenticated the record
+   * (`unauthenticated`, `schema_invalid`, `schema_subject_mismatch`,
+   * `undecodable`, `too_deep`, `key_missing`, `key_mismatch`, `not_canonical`)
+   * may answer a forged record naming this intent id: it does not settle the
+   * submit at once. Any other answer to the intent id before the deadline wins;
+   * at the deadline the submit resolves with that rejection, not `unknown`.
+   *
    * Rejects, before anything is sent, with a non-retriable WritError
    * `not_canonical` when any value in the intent has no canonical JSON (RFC
    * 8785: a string with a lone surrogate, NaN, ±Infinity), which owners

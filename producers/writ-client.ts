@@ -46,6 +46,26 @@ export * from "./client-api.ts";
 /** The start of what a caller is told when no answer can be read any more. */
 const noReplyBecause = (reason: NoReplyReason): string => (reason === "client_closed" ? "This client was closed" : "This client's reply consumer stopped");
 
+/**
+ * What owners answer before they have authenticated the record (src/owner/admission.ts: a failed decode,
+ * the key checks, no canonical form, a failed signature check). The record need not be this client's: any
+ * producer that can read writ.intents can send one naming this agent and an intent id in flight, and the
+ * owner answers it on this agent's reply topic. So such a rejection does not settle a submit at once: the
+ * submit waits on for another answer to its intent id until its deadline, and returns this one only then.
+ */
+const PROVISIONAL_REASONS: ReadonlySet<string> = new Set([
+  "undecodable",
+  "schema_invalid",
+  "schema_subject_mismatch",
+  "too_deep",
+  "key_missing",
+  "key_mismatch",
+  "not_canonical",
+  "unauthenticated",
+]);
+
+const isProvisional = (reply: Reply): reply is Extract<Reply, { status: "rejected" }> => reply.status === "rejected" && PROVISIONAL_REASONS.has(reply.reason);
+
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
@@ -435,9 +455,10 @@ class KafkaWritClient implements WritClient {
     const spans = intents.map((intent) => startSubmitSpan(intent, this.config.intentsTopic));
     // The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
     const before = this.ends();
-    // Registered before the send: a reply may be read before the producer's acknowledgement. The first outcome of each intent wins.
+    // Registered before the send: a reply may be read before the producer's acknowledgement. The first outcome of each intent wins (a provisional rejection aside: held to the deadline).
     const settlers: ((result: SubmitResult) => void)[] = [];
     const forgets: (() => void)[] = [];
+    const held: (Extract<Reply, { status: "rejected" }> | undefined)[] = [];
     const results = intents.map(
       (intent, i) =>
         new Promise<SubmitResult>((resolve) => {
@@ -451,7 +472,8 @@ class KafkaWritClient implements WritClient {
           };
           settlers.push(settle);
           const forget = this.wait(intent.intentId, {
-            answer: settle,
+            // A rejection given before the owner authenticated the record is held until the deadline; any other answer wins.
+            answer: (reply) => (isProvisional(reply) ? (held[i] ??= reply) : settle(reply)),
             stopped: (reason) =>
               settle({
                 status: "unknown",
@@ -500,7 +522,19 @@ class KafkaWritClient implements WritClient {
     const probeTimer = setTimeout(() => void this.ends(true).then((ends) => (known.late = ends)), Math.max(0, deadline - lead - Date.now()));
     const deadlineTimer = setTimeout(() => {
       clearTimeout(probeTimer);
-      intents.forEach((intent, i) => settlers[i]!(this.timedOut(intent, known.start, known.late)));
+      intents.forEach((intent, i) => {
+        const provisional = held[i];
+        settlers[i]!(
+          provisional
+            ? {
+                ...provisional,
+                message:
+                  `${provisional.message} (answered before the owner had authenticated the record, and nothing else answered this intent id before the deadline: ` +
+                  "it may answer a record that was not this client's, sent by another producer naming this intent id)",
+              }
+            : this.timedOut(intent, known.start, known.late),
+        );
+      });
     }, Math.max(0, deadline - Date.now()));
     return Promise.all(results).finally(() => {
       clearTimeout(probeTimer);

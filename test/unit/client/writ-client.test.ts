@@ -375,6 +375,63 @@ describe("a submit's deadline", () => {
   });
 });
 
+describe("a rejection given before the owner authenticated the record", () => {
+  /** Only the client's deadline timers are faked, as in "a submit's deadline". */
+  const fakeDeadlines = () => vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+  const at = "2025-01-01T00:00:00.000Z";
+
+  it("does not settle the submit: a later applied for the same intent id wins (a forged record naming this intent cannot fail it)", async () => {
+    const writ = await client();
+    const { waiting, settled, sent } = await waitingSubmit(writ);
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "not signed by agent agent-1: no signature", at));
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "key_mismatch", "the record key is not the intent's entity", at));
+    expect(settled()).toBe(false);
+    await deliver(applied(sent.intentId, sent.intentKey));
+    await waitFor(settled);
+    await expect(waiting).resolves.toMatchObject({ status: "applied", intentId: sent.intentId });
+  });
+
+  it("is what the submit returns at its deadline when nothing else answered, saying it may not answer this client's record", async () => {
+    const writ = await client();
+    fakeDeadlines();
+    const { waiting, settled, sent } = await waitingSubmit(writ, input(), 10_000);
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "not signed by agent agent-1: no signature", at));
+    await vi.advanceTimersByTimeAsync(9_000);
+    expect(settled()).toBe(false);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await waitFor(settled);
+    const result = await waiting;
+    expect(result).toMatchObject({ status: "rejected", reason: "unauthenticated", intentId: sent.intentId });
+    expect((result as { message: string }).message).toMatch(/not this client's/);
+  });
+
+  it("any other rejection (params_invalid) still settles the submit at once", async () => {
+    const writ = await client();
+    const { waiting, settled, sent } = await waitingSubmit(writ);
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "params_invalid", "params of add_note: text is required", at));
+    await waitFor(settled);
+    await expect(waiting).resolves.toMatchObject({ status: "rejected", reason: "params_invalid" });
+  });
+
+  it("still goes to replies() listeners at once", async () => {
+    const writ = await client();
+    const { sent } = await waitingSubmit(writ);
+    const seen: Reply[] = [];
+    const ac = new AbortController();
+    const reading = (async () => {
+      for await (const r of writ.replies({ signal: ac.signal })) {
+        seen.push(r);
+        ac.abort();
+      }
+    })();
+    await new Promise((r) => setImmediate(r));
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "not signed", at));
+    await waitFor(() => seen.length === 1);
+    await reading;
+    expect(seen[0]).toMatchObject({ status: "rejected", reason: "unauthenticated" });
+  });
+});
+
 describe("replies()", () => {
   /** How many `replies()` iterations the client is feeding. */
   const listening = (writ: WritClient) => (writ as unknown as { listeners: Set<unknown> }).listeners.size;
