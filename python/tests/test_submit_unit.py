@@ -197,3 +197,47 @@ def test_an_undo_by_a_key_that_is_not_one_is_refused_before_the_ledger_is_read()
     client = started_client()
     with pytest.raises(ValueError, match="64 lower-case hex"):
         client.build_undo("not-a-key", from_ledger=True, timeout=0.5)
+
+
+def rejected(intent: dict[str, Any], reason: str) -> Any:
+    return parse_reply({
+        "status": "rejected", "intentId": intent["intentId"], "intentKey": intent["intentKey"], "duplicate": False,
+        "at": "2026-01-01T00:00:00.000Z", "reason": reason, "message": "m",
+    })
+
+
+def test_a_rejection_given_before_signature_checks_gives_way_to_the_intents_own_answer() -> None:
+    client = started_client()
+
+    def answer(intent: dict[str, Any]) -> None:
+        # A forged, unsigned record naming this intent id is answered first; then the signed intent is applied.
+        client._dispatch(rejected(intent, "unauthenticated"))
+        client._dispatch(parse_reply({
+            "status": "applied", "intentId": intent["intentId"], "intentKey": intent["intentKey"], "duplicate": False,
+            "at": "2026-01-01T00:00:00.000Z", "entity": {"type": "t", "id": intent["entity"]["id"]}, "version": '"v2"', "via": "patch",
+        }))
+
+    client._producer = RefusingProducer(b"none", reply=answer)
+    result = client.submit(intent_input(), timeout=5)
+    assert result.status == "applied"
+    assert client._waiting == {} and client._provisional == {}
+
+
+def test_a_lone_provisional_rejection_is_the_result_at_the_deadline() -> None:
+    client = started_client()
+    client._producer = RefusingProducer(b"none", reply=lambda intent: client._dispatch(rejected(intent, "key_mismatch")))
+    began = time.monotonic()
+    result = client.submit(intent_input(), timeout=0.3)
+    assert time.monotonic() - began >= 0.3  # it waited for another answer
+    assert result.status == "rejected" and result.reason == "key_mismatch"
+    assert "not this client's" in result.message
+    assert client._waiting == {} and client._provisional == {}
+
+
+def test_an_ordinary_rejection_still_settles_a_submit_at_once() -> None:
+    client = started_client()
+    client._producer = RefusingProducer(b"none", reply=lambda intent: client._dispatch(rejected(intent, "params_invalid")))
+    began = time.monotonic()
+    result = client.submit(intent_input(), timeout=5)
+    assert time.monotonic() - began < 2
+    assert result.status == "rejected" and result.reason == "params_invalid" and result.message == "m"

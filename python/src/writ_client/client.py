@@ -14,6 +14,9 @@ Wire behaviour matches the TypeScript client (``producers/writ-client.ts``):
 * at a submit's deadline the result is ``unknown``, or ``blocked`` when the
   reply partition's last stable offset stayed put for the whole wait behind
   its high watermark (an open transaction hides later replies);
+* a rejection owners give before a record's signature is verified
+  (``PROVISIONAL_REJECTIONS``) may answer a forged record naming this client's
+  intent id: it ends a submit only at the deadline, if no other answer came;
 * with a signer, every intent carries the ``writ-signature`` header (Ed25519
   over its canonical JSON), which owners with an agent registry require;
 * an intent holding a value with no canonical JSON (a lone surrogate, NaN,
@@ -91,6 +94,14 @@ MAX_UNREAD_REPLIES = 1024
 
 #: How long the probe of the reply partitions' ends at a submit's deadline may take, for the whole batch.
 _PROBE_TIMEOUT = 10.0
+
+#: Rejections an owner with an agent registry answers before the record's signature is verified (or when it fails):
+#: anyone who can produce to ``writ.intents`` can have one sent to this agent's reply topic for an intent id it knows.
+#: Such a rejection does not end a submit at once: an answer from the signed intent itself wins until the deadline,
+#: and only then is the rejection returned. The same set as the TypeScript client's.
+PROVISIONAL_REJECTIONS: frozenset[str] = frozenset(
+    {"unauthenticated", "schema_invalid", "schema_subject_mismatch", "undecodable", "key_missing", "key_mismatch", "not_canonical"}
+)
 
 #: librdkafka's default ``message.max.bytes``, and a bound on what a record adds to its key, value and headers.
 _MESSAGE_MAX_BYTES = 1_000_000
@@ -345,6 +356,8 @@ class WritClient:
             raise ValueError(f"kafka_config['message.max.bytes'] must be a positive integer, got {self._extra.get('message.max.bytes')!r}")
         self.codec = WireCodec(self.schema_registry_url, frame=frame_values, auth=schema_registry_auth, tls=schema_registry_tls)
         self._waiting: dict[str, concurrent.futures.Future[Reply]] = {}
+        # The first provisional rejection (PROVISIONAL_REJECTIONS) of a waiting intent, returned at its deadline if nothing else came.
+        self._provisional: dict[str, RejectedReply] = {}
         self._submitted: OrderedDict[str, tuple[EntityRef, str]] = OrderedDict()
         self._listeners: set[Callable[[Reply], None]] = set()
         self._lock = threading.Lock()
@@ -644,6 +657,10 @@ class WritClient:
         with self._lock:
             waiter = self._waiting.get(reply.intent_id)
             listeners = list(self._listeners)
+            if waiter is not None and isinstance(reply, RejectedReply) and reply.reason in PROVISIONAL_REJECTIONS:
+                # Possibly an answer to a forged record naming this intent id: keep waiting for another answer.
+                self._provisional.setdefault(reply.intent_id, reply)
+                waiter = None
         if waiter is not None and not waiter.done():
             try:
                 waiter.set_result(reply)
@@ -777,12 +794,20 @@ class WritClient:
             # Every reply until the one deadline, then one probe of the reply partitions for all that had none.
             concurrent.futures.wait(waiters, timeout=max(0.0, deadline - time.monotonic()))
             late = [intent for intent, fut in zip(built, waiters) if not fut.done()]
-            at_deadline = dict(zip((intent.intent_id for intent in late), self._timed_out(late, before, unknown_message))) if late else {}
+            with self._lock:
+                provisional = {i.intent_id: self._provisional[i.intent_id] for i in late if i.intent_id in self._provisional}
+            late = [intent for intent in late if intent.intent_id not in provisional]
+            at_deadline: dict[str, SubmitResult] = {
+                intent_id: r.model_copy(update={"message": f"{r.message} (No other answer came before the deadline; this rejection may come from a record that was not this client's, naming its intent id.)"})
+                for intent_id, r in provisional.items()
+            }
+            at_deadline |= dict(zip((intent.intent_id for intent in late), self._timed_out(late, before, unknown_message))) if late else {}
             return [fut.result() if fut.done() else at_deadline[intent.intent_id] for intent, fut in zip(built, waiters)]
         finally:
             with self._lock:
                 for intent in built:
                     self._waiting.pop(intent.intent_id, None)
+                    self._provisional.pop(intent.intent_id, None)
 
     async def asubmit(
         self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None, on_leased: Literal["wait", "answer"] = "wait"
