@@ -99,7 +99,8 @@ def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
         assert records.patch_requests(reply.intent_key) == 1
         # unsigned, with the same credentials: the owner refuses it
         with WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env) as unsigned:
-            refused = unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=60)
+            # Refused before the signature holds: the answer ends the submit only at its deadline.
+            refused = unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=15)
         assert isinstance(refused, RejectedReply) and refused.reason == "unauthenticated", refused
     secrets = [secure.password(u) for u in secure.password_files] + [_registry_password(secure)]
     out, err = capfd.readouterr()

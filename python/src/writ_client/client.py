@@ -100,7 +100,7 @@ _PROBE_TIMEOUT = 10.0
 #: Such a rejection does not end a submit at once: an answer from the signed intent itself wins until the deadline,
 #: and only then is the rejection returned. The same set as the TypeScript client's.
 PROVISIONAL_REJECTIONS: frozenset[str] = frozenset(
-    {"unauthenticated", "schema_invalid", "schema_subject_mismatch", "undecodable", "key_missing", "key_mismatch", "not_canonical"}
+    {"unauthenticated", "schema_invalid", "schema_subject_mismatch", "undecodable", "key_missing", "key_mismatch", "not_canonical", "too_deep"}
 )
 
 #: librdkafka's default ``message.max.bytes``, and a bound on what a record adds to its key, value and headers.
