@@ -237,7 +237,6 @@ def test_a_lone_provisional_rejection_is_the_result_at_the_deadline() -> None:
 def test_an_ordinary_rejection_still_settles_a_submit_at_once() -> None:
     client = started_client()
     client._producer = RefusingProducer(b"none", reply=lambda intent: client._dispatch(rejected(intent, "params_invalid")))
-    began = time.monotonic()
     result = client.submit(intent_input(), timeout=5)
-    assert time.monotonic() - began < 2
+    # Its own message: one held to the deadline would say it may not be this client's.
     assert result.status == "rejected" and result.reason == "params_invalid" and result.message == "m"

@@ -29,12 +29,8 @@ export async function groupConsumes(admin: Admin, group: string, topic: string):
   if (found === undefined) throw new WritError("kafka_failed", `describing consumer group ${group} came back without it`, { retriable: true, context: { group } });
   for (const member of found.members) {
     if (found.protocolType !== "consumer") return true;
-    try {
-      const { topics } = AssignerProtocol.MemberMetadata.decode(member.memberMetadata) ?? { topics: [] as string[] };
-      if (topics.includes(topic)) return true;
-    } catch {
-      return true;
-    }
+    const subscription = subscriptionOf(member.memberMetadata);
+    if (subscription === null || subscription.topics.includes(topic)) return true;
   }
   return false;
 }
@@ -113,10 +109,20 @@ export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, 
   return found;
 }
 
+/** A consumer group member's subscription (its topics and user data; none for empty metadata), or null when its metadata does not decode. */
+function subscriptionOf(metadata: Buffer): { topics: string[]; userData: Buffer | undefined } | null {
+  try {
+    const decoded = AssignerProtocol.MemberMetadata.decode(metadata);
+    return decoded === null ? { topics: [], userData: undefined } : { topics: decoded.topics, userData: decoded.userData };
+  } catch {
+    return null;
+  }
+}
+
 /** The owner's mark in a member's metadata, if it carries one; bounded: the metadata is another client's bytes. */
 function ownerMark(metadata: Buffer): { intents: string; ledger: string | undefined } | null {
+  const userData = subscriptionOf(metadata)?.userData;
   try {
-    const { userData } = AssignerProtocol.MemberMetadata.decode(metadata) ?? {};
     if (!Buffer.isBuffer(userData) || userData.length === 0 || userData.length > 4096) return null;
     const parsed: unknown = JSON.parse(userData.toString("utf8"));
     if (typeof parsed !== "object" || parsed === null || (parsed as Record<string, unknown>)[OWNER_MARK] !== 1) return null;
