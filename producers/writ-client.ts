@@ -66,6 +66,14 @@ const PROVISIONAL_REASONS: ReadonlySet<string> = new Set([
 
 const isProvisional = (reply: Reply): reply is Extract<Reply, { status: "rejected" }> => reply.status === "rejected" && PROVISIONAL_REASONS.has(reply.reason);
 
+/** A held provisional rejection, returned at the deadline because nothing else answered: its message says it may not answer this client's record. */
+const heldAtDeadline = (provisional: Extract<Reply, { status: "rejected" }>, what: "intent" | "resolution"): Extract<Reply, { status: "rejected" }> => ({
+  ...provisional,
+  message:
+    `${provisional.message} (answered before the owner had authenticated the record, and nothing else answered this ${what} id before the deadline: ` +
+    `it may answer a record that was not this client's, sent by another producer naming this ${what} id)`,
+});
+
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
@@ -524,16 +532,7 @@ class KafkaWritClient implements WritClient {
       clearTimeout(probeTimer);
       intents.forEach((intent, i) => {
         const provisional = held[i];
-        settlers[i]!(
-          provisional
-            ? {
-                ...provisional,
-                message:
-                  `${provisional.message} (answered before the owner had authenticated the record, and nothing else answered this intent id before the deadline: ` +
-                  "it may answer a record that was not this client's, sent by another producer naming this intent id)",
-              }
-            : this.timedOut(intent, known.start, known.late),
-        );
+        settlers[i]!(provisional ? heldAtDeadline(provisional, "intent") : this.timedOut(intent, known.start, known.late));
       });
     }, Math.max(0, deadline - Date.now()));
     return Promise.all(results).finally(() => {
@@ -610,10 +609,16 @@ class KafkaWritClient implements WritClient {
     const deadline = Date.now() + timeoutMs;
     let timer: NodeJS.Timeout | undefined;
     let forget: () => void = () => undefined;
+    // As for an intent: a rejection given before the owner authenticated the record may answer a forged one naming this resolution id, so it is held until the deadline.
+    let held: Extract<Reply, { status: "rejected" }> | undefined;
     const answer = new Promise<SubmitResult>((resolve) => {
       timer = setTimeout(() => {
         forget();
-        resolve({ status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." });
+        resolve(
+          held
+            ? heldAtDeadline(held, "resolution")
+            : { status: "unknown", intentId: resolution.resolutionId, intentKey: resolution.intent.intentKey, message: "No answer to the resolution before the deadline; look at writ.human and the record before deciding again." },
+        );
       }, timeoutMs);
       const settle = (result: SubmitResult) => {
         clearTimeout(timer);
@@ -621,7 +626,7 @@ class KafkaWritClient implements WritClient {
         resolve(result);
       };
       forget = this.wait(resolution.resolutionId, {
-        answer: settle,
+        answer: (reply) => (isProvisional(reply) ? (held ??= reply) : settle(reply)),
         stopped: (reason) =>
           settle({
             status: "unknown",

@@ -432,6 +432,49 @@ describe("a rejection given before the owner authenticated the record", () => {
   });
 });
 
+describe("a resolution's answer given before the owner authenticated the record", () => {
+  const at = "2025-01-01T00:00:00.000Z";
+
+  /** An escalation of an intent this client sent, and a resolution of it waiting for its answer (its produce request completed). */
+  async function waitingResolution(writ: WritClient, timeoutMs: number) {
+    const { sent } = await waitingSubmit(writ);
+    const intent = JSON.parse(String(fakes.produced.at(-1)!.messages[0]!.value)) as WriteIntent;
+    const escalation = { escalationId: `esc-${sent.intentKey.slice(0, 8)}`, reason: "conflict_cycles_exhausted", message: "two conflict cycles", intent, cycles: 2, current: null, at };
+    const before = fakes.produced.length;
+    const waiting = writ.resolve(escalation as never, { decision: "discard" }, { timeoutMs });
+    let settled = false;
+    void waiting.finally(() => (settled = true));
+    await waitFor(() => fakes.produced.length === before + 1);
+    fakes.produced[before]!.done();
+    const { resolutionId } = JSON.parse(String(fakes.produced[before]!.messages[0]!.value)) as { resolutionId: string };
+    return { waiting, settled: () => settled, resolutionId, intentKey: sent.intentKey };
+  }
+
+  it("does not settle it: the owner's own answer for the resolution id wins (a forged record naming it cannot end it)", async () => {
+    const writ = await client();
+    const { waiting, settled, resolutionId, intentKey } = await waitingResolution(writ, 3_600_000);
+    await deliver(rejectedReply(resolutionId, intentKey, "unauthenticated", "not signed by agent agent-1: no signature", at));
+    expect(settled()).toBe(false);
+    await deliver(rejectedReply(resolutionId, intentKey, "escalation_discarded", "discarded by agent-1", at));
+    await waitFor(settled);
+    await expect(waiting).resolves.toMatchObject({ status: "rejected", reason: "escalation_discarded" });
+  });
+
+  it("is what it returns at its deadline when nothing else answered, saying it may not answer this client's record", async () => {
+    const writ = await client();
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const { waiting, settled, resolutionId, intentKey } = await waitingResolution(writ, 10_000);
+    await deliver(rejectedReply(resolutionId, intentKey, "unauthenticated", "not signed by agent agent-1: no signature", at));
+    await vi.advanceTimersByTimeAsync(9_000);
+    expect(settled()).toBe(false);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await waitFor(settled);
+    const result = await waiting;
+    expect(result).toMatchObject({ status: "rejected", reason: "unauthenticated", intentId: resolutionId });
+    expect((result as { message: string }).message).toMatch(/resolution id before the deadline: it may answer a record that was not this client's/);
+  });
+});
+
 describe("replies()", () => {
   /** How many `replies()` iterations the client is feeding. */
   const listening = (writ: WritClient) => (writ as unknown as { listeners: Set<unknown> }).listeners.size;
