@@ -17,7 +17,7 @@ import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
-import { JsonPatch, type JsonPatchOp } from "../schemas/common.ts";
+import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -332,11 +332,9 @@ export function jsonFlag(name: string, raw: string): unknown {
 
 /** `value` as a JSON Patch (RFC 6902): a usage error naming `where` (the flag) and the first problem otherwise. */
 export function jsonPatchOf(where: string, value: unknown): JsonPatchOp[] {
-  const patch = JsonPatch.safeParse(value);
-  if (patch.success) return patch.data;
-  const issue = patch.error.issues[0];
-  const at = issue !== undefined && issue.path.length > 0 ? ` at ${issue.path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("")}` : "";
-  throw new UsageError(`${where} is not a JSON Patch (RFC 6902), an array of operations such as [{"op":"replace","path":"/tags","value":["vip"]}]: ${issue?.message ?? "invalid"}${at}`);
+  const parsed = parseJsonPatch(value);
+  if (parsed.ok) return parsed.patch;
+  throw new UsageError(`${where} is not a JSON Patch (RFC 6902), an array of operations such as ${JSON_PATCH_EXAMPLE}: ${parsed.problem}`);
 }
 
 /**

@@ -25,7 +25,8 @@ const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] 
 The operator console: a web page following writ's topics live (server-sent events): intents in flight,
 replies by status, conflicts (current beside your_change), escalations (open and resolved), dead letters,
 and the owners' lag per intents partition, with filters by agent, tool and record. With the operator
-role, escalations are resolved from the page: apply on the record's version (or another base), discard,
+role, escalations are resolved from the page: apply on the record's version (or another base), with
+the change to write as a JSON Patch for a tool without a delta function (as --delta), discard,
 or return to the agent with a message; the record's owner carries the decision out and the agent gets
 it on its reply topic (as writ escalations resolve), and dead letters are sent back to the intents topic
 once their cause is fixed, one, the ones ticked or every one shown (as writ dlq redrive --source, --reason). Reads committed

@@ -13,8 +13,9 @@
 //                                       `update` (the sections that changed); 401 `ticket_invalid`
 //   GET  /api/session                   {role, operator, topics, limits, trust}   (Authorization: Bearer)
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
-//   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?} → {answer}; operator only (403);
-//                                       404 or 409 with a `reason` when the page may not decide it (state.resolvable)
+//   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?, delta?} → {answer}; operator only (403);
+//                                       404 or 409 with a `reason` when the page may not decide it (state.resolvable);
+//                                       400 with a `reason` for a `delta` (apply's JSON Patch) refused (./delta.ts)
 //   POST /api/dead-letters/<partition>/<offset>/redrive   {} → {sentTo, deadLetter}: sends the dead letter at that
 //                                       offset of writ.dlq back to the intents topic, as `writ dlq redrive` does;
 //                                       operator only (403); 404, 409, 502 or 504 with a `reason` when it is not sent
@@ -38,11 +39,12 @@ import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import { listen } from "../listen.ts";
-import { Version } from "../schemas/common.ts";
+import { Version, type JsonPatchOp } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
 import { allowedHostsFor, ConsoleAuth, refusedOrigin, StreamTickets, type Role } from "./auth.ts";
 import { startFeed, type Feed } from "./feed.ts";
+import { checkDelta, deltaBounds } from "./delta.ts";
 import { DeadLetterSender, MAX_SEND_BACK, SEND_BACK_STATUS, type RedriveReport } from "./send-back.ts";
 import { ConsoleState, type ConsoleLimits, type NotResolvable } from "./state.ts";
 
@@ -147,6 +149,8 @@ const ResolveBody = z
     decision: z.enum(["apply", "discard", "return"]),
     baseVersion: Version.optional(),
     message: z.string().max(2000).optional(),
+    /** `apply`: the change to write (JSON Patch), checked by checkDelta for its own reasons. */
+    delta: z.unknown().optional(),
   })
   .strict();
 
@@ -181,6 +185,10 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const groupId = opts.groupId ?? "writ.owners";
   const operatorId = opts.operator?.id ?? "writ-operator";
   const maxIntentBytes = opts.operator?.settings?.maxIntentBytes;
+  // The change an operator may give with Apply: bounded as owners admit it (and by the console); the resolve
+  // endpoint's body may hold it besides the rest.
+  const deltaLimits = deltaBounds(opts.operator?.settings);
+  const maxResolveBody = MAX_BODY + deltaLimits.maxBytes;
   const state = new ConsoleState({ ...opts.topics, replyPrefix }, { ...(maxIntentBytes !== undefined ? { intentChars: maxIntentBytes } : {}), ...opts.limits });
   const connection: ConnectionSecurity = { ...opts.connection, ...(opts.schemaRegistryUrl ? { schemaRegistryUrl: opts.schemaRegistryUrl } : {}) };
   registerCompressionCodecs();
@@ -365,18 +373,20 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     topics: { ...opts.topics, replyPrefix },
     group: groupId,
     limits: state.limits,
+    // what the page checks a delta given with Apply against (the endpoint checks it again)
+    delta: deltaLimits,
     trust: state.trust,
   });
 
   /** The request's JSON body parsed by `schema`, or undefined once the error is answered. */
-  const jsonBody = async <T>(req: IncomingMessage, res: ServerResponse, schema: z.ZodType<T>): Promise<T | undefined> => {
+  const jsonBody = async <T>(req: IncomingMessage, res: ServerResponse, schema: z.ZodType<T>, maxBytes = MAX_BODY): Promise<T | undefined> => {
     if (!/^application\/json\b/i.test(req.headers["content-type"] ?? "")) return void reply(res, 415, { error: "send application/json" });
     let raw: string;
     try {
-      raw = await readBody(req, MAX_BODY);
+      raw = await readBody(req, maxBytes);
     } catch (err) {
       // The rest of an oversized body is drained, not read into memory; the connection closes after the answer.
-      if (err instanceof BodyTooLarge) return void reply(res, 413, { error: err.message }, { connection: "close" });
+      if (err instanceof BodyTooLarge) return void reply(res, 413, { error: err.message, reason: "body_too_large" }, { connection: "close" });
       return void reply(res, 400, { error: "bad request: the body could not be read" }, { connection: "close" });
     }
     try {
@@ -389,8 +399,14 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   };
 
   const resolveEscalation = async (req: IncomingMessage, res: ServerResponse, escalationId: string, client: WritClient): Promise<void> => {
-    const body = await jsonBody(req, res, ResolveBody);
+    const body = await jsonBody(req, res, ResolveBody, maxResolveBody);
     if (body === undefined) return;
+    let delta: JsonPatchOp[] | undefined;
+    if (body.delta !== undefined) {
+      const checked = checkDelta(body.delta, body.decision, deltaLimits);
+      if (!checked.ok) return reply(res, 400, { error: checked.error, reason: checked.reason });
+      delta = checked.delta;
+    }
     const found = state.resolvable(escalationId);
     if ("refused" in found) {
       // 409 only for what the page cannot decide; a close some reply reported is no reason (the owner answers).
@@ -410,7 +426,12 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     if (resolving.has(escalationId)) return reply(res, 409, { error: "a decision on this escalation is already on its way" });
     resolving.add(escalationId);
     try {
-      const decision = { decision: body.decision, ...(body.baseVersion !== undefined ? { baseVersion: body.baseVersion } : {}), ...(body.message ? { message: body.message } : {}) };
+      const decision = {
+        decision: body.decision,
+        ...(body.baseVersion !== undefined ? { baseVersion: body.baseVersion } : {}),
+        ...(body.message ? { message: body.message } : {}),
+        ...(delta !== undefined ? { delta } : {}),
+      };
       let answer: SubmitResult;
       try {
         answer = await client.resolve(escalation, decision, { timeoutMs: opts.resolveTimeoutMs ?? 30_000 });
@@ -420,7 +441,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       }
       const a = answer as SubmitResult & { reason?: string; message?: string; at?: string; version?: string };
       state.resolutionAnswered(escalationId, body.decision, operatorId, a);
-      log.info({ escalationId, decision: body.decision, operator: operatorId, status: a.status, reason: a.reason }, "escalation decision from the console");
+      log.info({ escalationId, decision: body.decision, operator: operatorId, withDelta: delta !== undefined, status: a.status, reason: a.reason }, "escalation decision from the console");
       opts.onDecision?.({ escalationId, decision: body.decision, operator: operatorId, status: a.status, ...(a.reason ? { reason: a.reason } : {}) });
       return reply(res, 200, { answer, escalation: state.escalationItem(escalationId) ?? null });
     } finally {

@@ -22,6 +22,21 @@ export type JsonPatchOp = z.infer<typeof JsonPatchOp>;
 
 export const JsonPatch = z.array(JsonPatchOp).min(1).max(256);
 
+/** What a JSON Patch looks like, for messages that refuse one. */
+export const JSON_PATCH_EXAMPLE = '[{"op":"replace","path":"/tags","value":["vip"]}]';
+
+/**
+ * `value` parsed as a {@link JsonPatch}, or its first problem and where it is (`… at [0].op`): the check the CLI's
+ * `--delta` flags and the console's resolve endpoint share.
+ */
+export function parseJsonPatch(value: unknown): { ok: true; patch: JsonPatchOp[] } | { ok: false; problem: string } {
+  const patch = JsonPatch.safeParse(value);
+  if (patch.success) return { ok: true, patch: patch.data };
+  const issue = patch.error.issues[0];
+  const at = issue !== undefined && issue.path.length > 0 ? ` at ${issue.path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("")}` : "";
+  return { ok: false, problem: `${issue?.message ?? "invalid"}${at}` };
+}
+
 /** An opaque HTTP entity tag as the system of record sent it, quotes included (RFC 9110 §8.8.3). */
 export const Version = z.string().min(1).max(256);
 

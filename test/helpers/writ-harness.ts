@@ -11,8 +11,8 @@ import { startRouter, type Router, type RouterInternals, type RouterOptions } fr
 import type { WIRE_SCHEMAS, WireSchemaName } from "../../src/schemas/index.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
-import type { WriteToolDeclaration } from "../../src/tools.ts";
-import type { z } from "zod";
+import { declareWriteTool, type WriteToolDeclaration } from "../../src/tools.ts";
+import { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
@@ -21,6 +21,21 @@ import { waitFor } from "./wait-for.ts";
 
 export const brokers = (): string[] => (process.env.KAFKA_BROKERS ?? "127.0.0.1:19092").split(",");
 export const registryUrl = (): string | undefined => process.env.SCHEMA_REGISTRY_URL || undefined;
+
+/** tag_ticket without a delta function: the owner cannot rebuild its change on another version of the ticket. */
+export const tagTicketNoDelta = declareWriteTool({
+  name: "tag_ticket_no_delta",
+  recordType: "ticket",
+  description: "Set a helpdesk ticket's tags (the agent's delta, no delta function).",
+  params: z.object({ tag: z.string().min(1).max(64) }),
+  intentFields: ["tag"],
+  allowedPaths: ["/tags"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  maxConflictCycles: 2,
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
 
 const quietLogger = () => createLogger({ level: process.env.LOG_LEVEL ?? "warn", name: "writ-test" });
 

@@ -24,7 +24,7 @@ import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta, type Harness } from "../helpers/writ-harness.ts";
 
 const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
 /** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
@@ -283,20 +283,22 @@ describe("writ console, in headless Chromium", () => {
       body: JSON.stringify({ decision: "apply" }),
     });
     expect(again.status).toBe(409);
-    // an oversized decision is answered 413 with its reason, whether its length was declared or streamed
+    // an oversized decision is answered 413 with its reason, whether its length was declared or streamed (a
+    // decision may carry a delta: 16 KiB and the 64 KiB a delta may take)
     const resolveUrl = `${url}/api/escalations/${encodeURIComponent(escalation.escalationId)}/resolve`;
     const operatorHeaders = { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: url };
-    const big = JSON.stringify({ decision: "apply", message: "m".repeat(64 * 1024) });
+    const big = JSON.stringify({ decision: "apply", message: "m".repeat(128 * 1024) });
+    const tooLarge = { error: "request body over 81920 bytes", reason: "body_too_large" };
     const declared = await fetch(resolveUrl, { method: "POST", headers: operatorHeaders, body: big });
-    expect([declared.status, await declared.json()]).toEqual([413, { error: "request body over 16384 bytes" }]);
+    expect([declared.status, await declared.json()]).toEqual([413, tooLarge]);
     const chunks = new ReadableStream<Uint8Array>({
       start(c) {
-        for (let i = 0; i < 8; i++) c.enqueue(new TextEncoder().encode(big.slice(i * 8192, (i + 1) * 8192)));
+        for (let i = 0; i < 17; i++) c.enqueue(new TextEncoder().encode(big.slice(i * 8192, (i + 1) * 8192)));
         c.close();
       },
     });
     const streamed = await fetch(resolveUrl, { method: "POST", headers: operatorHeaders, body: chunks, duplex: "half" } as RequestInit);
-    expect([streamed.status, await streamed.json()]).toEqual([413, { error: "request body over 16384 bytes" }]);
+    expect([streamed.status, await streamed.json()]).toEqual([413, tooLarge]);
     // dave's escalation is still open, with its buttons
     await expect(page.locator(`#escalations article[data-entity="ticket:${daveTicket}"] button[data-action]`).count()).resolves.toBe(3);
 
@@ -384,6 +386,118 @@ describe("writ console, in headless Chromium", () => {
     expect(log).not.toContain(operatorToken);
     console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 240_000);
+
+  it("applies an escalation of a tool without a delta function with the change given on the page: without it the owner answers resolution_delta_required and the page points at the field; a malformed change is refused in the page (nothing sent) and by the endpoint with its reason; the edited change written once", async () => {
+    const h = await startHarness({ tools: [tagTicketNoDelta], intentPartitions: 2 });
+    await h.startRouter();
+    const p = `cons-${h.id}`;
+    const opsId = `ops-${h.id}`;
+    const readToken = `read-${randomUUID()}`;
+    const operatorToken = `oper-${randomUUID()}`;
+    const decisions: { status: string; reason?: string }[] = [];
+    const consoleServer = await consoleOf(h, p, readToken, operatorToken, { operator: { id: opsId, replyTopic: `writ.replies.${p}-${opsId}` }, onDecision: (d) => void decisions.push(d) });
+    const url = consoleServer.url;
+    const context = await launchChromium();
+    const { page, errors } = await openPage(context);
+    const sent: string[] = [];
+    page.on("request", (r) => {
+      if (r.url().includes("/resolve")) sent.push(r.postData() ?? "");
+    });
+    await page.goto(`${url}/#token=${operatorToken}`);
+    await page.waitForSelector('#conn[data-state="live"]');
+
+    // --- an escalation of tag_ticket_no_delta: the owner cannot rebuild its change on the record now ---
+    const erin = await h.client(`${p}-erin`);
+    const erinSeen = listen(erin);
+    const ticket = `T-${h.id}-nodelta`;
+    const escalated = await escalateTicket(h, erin, ticket, tagTicketNoDelta);
+    const escalation = (await h.readTopic(h.config.topics.human, "Escalation", 1)).find((e) => e.intent.intentKey === escalated.intentKey) as Escalation;
+    const esc = page.locator(`#escalations article[data-escalation-id="${escalation.escalationId}"]`);
+    await esc.waitFor();
+    await expect(esc.locator('input[name="baseVersion"]').inputValue()).resolves.toBe(escalation.current!.version);
+    // the change field: prefilled with the agent's own change, not sent unless ticked
+    const deltaText = esc.locator('textarea[name="delta"]');
+    const useDelta = esc.locator('input[name="useDelta"]');
+    expect(JSON.parse(await deltaText.inputValue())).toEqual(escalation.intent.delta);
+    await expect(useDelta.isChecked()).resolves.toBe(false);
+    const patches = () => h.records.patchRequests(escalated.intentKey);
+
+    // --- control: Apply without a change: refused resolution_delta_required, nothing written, the field pointed at ---
+    await esc.locator('button[data-action="apply"]').click();
+    await esc.locator('.answer [data-answer-reason="resolution_delta_required"]').waitFor({ timeout: 45_000 });
+    expect(JSON.parse(sent[0]!)).toEqual({ decision: "apply", baseVersion: escalation.current!.version });
+    await expect(esc.locator(".answer > span").allTextContents()).resolves.toEqual([
+      expect.stringMatching(/^Owner's answer: resolution_delta_required: tool tag_ticket_no_delta has no delta function/),
+      " Nothing was written. Give the change to write in “Change to write with Apply” below and Apply again.",
+    ]);
+    await expect(esc.locator(".delta-required").isVisible()).resolves.toBe(true);
+    await expect(esc.locator("details.delta").getAttribute("open")).resolves.not.toBeNull();
+    await expect(useDelta.isChecked()).resolves.toBe(true);
+    await expect(deltaText.evaluate((el) => el.ownerDocument.activeElement === el)).resolves.toBe(true);
+    expect(patches()).toHaveLength(0);
+    await expect(esc.getAttribute("data-status")).resolves.toBe("open");
+    expect(decisions).toEqual([expect.objectContaining({ status: "rejected", reason: "resolution_delta_required" })]);
+
+    // --- a malformed change: refused in the page, its error inline, nothing sent ---
+    for (const [typed, said] of [
+      ['[{"op": "replace", "path": "/tags", ', /^The change is not JSON: /],
+      ['{"op": "replace", "path": "/tags", "value": []}', /^The change is not a JSON Patch \(RFC 6902\): it must be an array of operations/],
+      ['[{"op": "frobnicate", "path": "/tags"}]', /^The change is not a JSON Patch \(RFC 6902\): \[0\]\.op must be one of add, remove, replace, move, copy, test/],
+      ['[{"op": "replace", "path": "tags", "value": []}]', /^The change is not a JSON Patch \(RFC 6902\): \[0\]\.path must be a JSON Pointer/],
+    ] as const) {
+      await deltaText.fill(typed);
+      await expect(esc.locator(".delta-error").isHidden()).resolves.toBe(true);
+      await esc.locator('button[data-action="apply"]').click();
+      await esc.locator(".delta-error").waitFor({ state: "visible" });
+      await expect(esc.locator(".delta-error").textContent()).resolves.toMatch(said);
+      await expect(deltaText.getAttribute("aria-invalid")).resolves.toBe("true");
+    }
+    expect(sent).toHaveLength(1);
+    // posted to the endpoint directly: refused with its reason, nothing sent to the owner
+    const resolveUrl = `${url}/api/escalations/${encodeURIComponent(escalation.escalationId)}/resolve`;
+    const post = async (body: unknown) => {
+      const res = await fetch(resolveUrl, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: url }, body: JSON.stringify(body) });
+      return { status: res.status, ...((await res.json()) as { reason?: string; error?: string }) };
+    };
+    const base = escalation.current!.version;
+    await expect(post({ decision: "apply", baseVersion: base, delta: [{ op: "frobnicate", path: "/tags" }] })).resolves.toMatchObject({
+      status: 400,
+      reason: "delta_invalid",
+      error: expect.stringMatching(/^the delta is not a JSON Patch \(RFC 6902\), an array of operations such as .*: Invalid discriminator value.* at \[0\]\.op$/),
+    });
+    await expect(post({ decision: "apply", baseVersion: base, delta: { op: "replace", path: "/tags", value: [] } })).resolves.toMatchObject({ status: 400, reason: "delta_invalid" });
+    await expect(post({ decision: "apply", baseVersion: base, delta: [] })).resolves.toMatchObject({ status: 400, reason: "delta_invalid" });
+    let deep: unknown = "x";
+    for (let i = 0; i < 40; i++) deep = [deep];
+    await expect(post({ decision: "apply", baseVersion: base, delta: [{ op: "replace", path: "/tags", value: deep }] })).resolves.toMatchObject({ status: 400, reason: "delta_too_deep" });
+    await expect(post({ decision: "apply", baseVersion: base, delta: [{ op: "replace", path: "/tags", value: ["x".repeat(70_000)] }] })).resolves.toMatchObject({ status: 400, reason: "delta_too_large" });
+    await expect(post({ decision: "discard", delta: [{ op: "replace", path: "/tags", value: [] }] })).resolves.toMatchObject({ status: 400, reason: "delta_not_for_apply" });
+    expect(decisions).toHaveLength(1);
+    expect(patches()).toHaveLength(0);
+
+    // --- the change edited against the record shown: applied once, exactly that change ---
+    const before = await readVersion(h.records, "ticket", ticket);
+    const edited = [{ op: "replace", path: "/tags", value: ["needs-human", "edited-by-ops"] }];
+    await deltaText.fill(JSON.stringify(edited, null, 2));
+    await esc.locator('button[data-action="apply"]').click();
+    const applied = esc.locator('.answer [data-answer-status="applied"]');
+    await applied.waitFor({ timeout: 45_000 });
+    await expect(esc.locator(".answer > span").allTextContents()).resolves.toEqual([expect.stringMatching(/^Owner's answer: applied at "v\d+" \(via patch\)$/)]);
+    expect(sent).toHaveLength(2);
+    expect(JSON.parse(sent[1]!)).toEqual({ decision: "apply", baseVersion: base, delta: edited });
+    await expect(esc.locator(".delta-error").isHidden()).resolves.toBe(true);
+    await waitFor(async () => (await esc.getAttribute("data-status")) === "resolved", { message: "the card shows the escalation resolved" });
+    await expect(esc.locator(".outcome").textContent()).resolves.toMatch(new RegExp(`Resolved: applied by ${opsId}`));
+    const toAgent = await waitFor(() => erinSeen.find((r) => r.intentId === escalated.intentId && r.status === "applied"), { message: "erin's reply to the resolution" });
+    expect(toAgent).toMatchObject({ status: "applied", resolvedBy: opsId });
+    // at the records server: one PATCH, on the version shown, of exactly the edited change
+    expect(patches()).toHaveLength(1);
+    const written = h.records.history("ticket", ticket).filter((e) => e.kind === "patch");
+    expect(written).toHaveLength(1);
+    expect(written[0]!.ops).toEqual(edited);
+    expect((await readVersion(h.records, "ticket", ticket)).state).toEqual({ ...(before.state as object), tags: ["needs-human", "edited-by-ops"] });
+    expect(errors).toEqual([]);
+  }, 180_000);
 
   it("sends back a dead letter whose value was cut to fit, from its source offset; a forged one naming another record there is refused source_changed", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });

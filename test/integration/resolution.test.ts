@@ -3,27 +3,11 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
-import { declareWriteTool, type WriteToolDeclaration } from "../../src/tools.ts";
-import { cliEnv, escalateTicket, readVersion, startHarness, writ, type Harness } from "../helpers/writ-harness.ts";
+import type { WriteToolDeclaration } from "../../src/tools.ts";
+import { cliEnv, escalateTicket, readVersion, startHarness, tagTicketNoDelta, writ, type Harness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-
-/** tag_ticket without a delta function: the owner cannot rebuild its change on another version of the ticket. */
-const tagTicketNoDelta = declareWriteTool({
-  name: "tag_ticket_no_delta",
-  recordType: "ticket",
-  description: "Set a helpdesk ticket's tags (the agent's delta, no delta function).",
-  params: z.object({ tag: z.string().min(1).max(64) }),
-  intentFields: ["tag"],
-  allowedPaths: ["/tags"],
-  keyScope: "run",
-  versionPolicy: "strict",
-  maxConflictCycles: 2,
-  system: "helpdesk",
-  reconcile: "idempotency-key",
-});
 
 /** An agent (its replies collected) whose tag_ticket (or `tool`) on `ticket` is escalated after three conflict cycles. */
 async function escalate(h: Harness, agentName: string, ticket: string, tool: WriteToolDeclaration<any> = tagTicket) {

@@ -443,7 +443,8 @@
   function escalationCard(e) {
     const base = h("input", { name: "baseVersion", class: "mono", value: e.current ? e.current.version : "", placeholder: "the version to apply on", "aria-label": "base version" });
     const message = h("input", { name: "message", placeholder: "a message to the agent (optional)", maxlength: 2000, "aria-label": "message to the agent" });
-    const button = (action, label, cls) => h("button", { type: "button", class: cls, dataset: { action }, onclick: () => decide(e.escalationId, action, base, message) }, label);
+    const delta = deltaField(e);
+    const button = (action, label, cls) => h("button", { type: "button", class: cls, dataset: { action }, onclick: () => decide(e.escalationId, action, base, message, delta) }, label);
     const form = canDecide()
       ? h(
           "div",
@@ -453,6 +454,7 @@
           button("apply", "Apply", "primary"),
           button("discard", "Discard", "danger"),
           button("return", "Return to agent", ""),
+          delta.box,
         )
       : null;
     const card = h(
@@ -483,6 +485,117 @@
       h("p", { class: "ids muted" }, `escalation ${e.escalationId} · intent ${e.intentId} · key ${short(e.intentKey)}`),
     );
     return card;
+  }
+
+  /**
+   * The change to write with Apply, for a tool declared without a delta function (the owner cannot rebuild its
+   * change on the record now and answers resolution_delta_required): a JSON Patch, prefilled with the agent's own
+   * change (when the page has it whole) to edit against the record shown. Sent only while "send" is ticked
+   * (editing ticks it): for a tool with a delta function a given delta must be the one it derives.
+   */
+  function deltaField(e) {
+    const text = h("textarea", {
+      name: "delta",
+      class: "mono",
+      rows: 10,
+      spellcheck: "false",
+      autocomplete: "off",
+      placeholder: '[{"op": "replace", "path": "/tags", "value": ["vip"]}]',
+      "aria-label": "change to write with Apply (JSON Patch)",
+    });
+    text.value = e.change && !e.change.truncated ? e.change.json : "";
+    const use = h("input", { type: "checkbox", name: "useDelta", "aria-label": "send this change with Apply" });
+    const problem = h("p", { class: "error delta-error", role: "alert", hidden: true });
+    const required = h("p", { class: "warning delta-required", hidden: true }, "The record's owner cannot rebuild this tool's change on the record as it is now (the tool has no delta function): write the change here, against the record shown, and Apply again.");
+    const box = h(
+      "details",
+      { class: "delta" },
+      h("summary", {}, "Change to write with Apply (JSON Patch)"),
+      h(
+        "p",
+        { class: "hint" },
+        "For a tool without a delta function, whose change the owner cannot rebuild (it answers resolution_delta_required). Prefilled with the agent's change",
+        e.change && e.change.truncated ? " (too long to show whole here: write it, or use writ escalations resolve --delta-file)" : "",
+        "; edit it against the record now. Leave it unsent for a tool with a delta function: a given change must be the one the tool derives.",
+      ),
+      required,
+      h("label", {}, use, " send this change with Apply"),
+      text,
+      problem,
+    );
+    text.addEventListener("input", () => {
+      use.checked = true;
+      showDeltaProblem(field, "");
+    });
+    use.addEventListener("change", () => showDeltaProblem(field, ""));
+    const field = { box, text, use, problem, required };
+    return field;
+  }
+
+  function showDeltaProblem(field, text) {
+    field.problem.textContent = text;
+    field.problem.hidden = !text;
+    if (text) field.text.setAttribute("aria-invalid", "true");
+    else field.text.removeAttribute("aria-invalid");
+  }
+
+  const POINTER = /^(\/([^~/]|~[01])*)*$/;
+  const OP_FIELDS = { add: ["path", "value"], remove: ["path"], replace: ["path", "value"], move: ["from", "path"], copy: ["from", "path"], test: ["path", "value"] };
+
+  /** Levels of nesting of a JSON value (a scalar 0, [] 1), counted no further than `limit` + 1. */
+  function depthOf(value, limit) {
+    let max = 0;
+    const stack = [[value, 0]];
+    while (stack.length) {
+      const [v, d0] = stack.pop();
+      if (v === null || typeof v !== "object") continue;
+      const d = d0 + 1;
+      if (d > limit) return limit + 1;
+      if (d > max) max = d;
+      for (const c of Array.isArray(v) ? v : Object.values(v)) if (c !== null && typeof c === "object") stack.push([c, d]);
+    }
+    return max;
+  }
+
+  /**
+   * The delta typed, as the console's endpoint takes it (src/console/delta.ts: its size and depth bounds, then an
+   * array of 1 to 256 RFC 6902 operations, as src/schemas/common.ts's JsonPatch): {delta} or {error}.
+   */
+  function parseDelta(raw) {
+    const limits = (view.session && view.session.delta) || { maxBytes: 65536, maxDepth: 31 };
+    if (!raw.trim()) return { error: "The change is empty: give a JSON Patch, an array of operations such as [{\"op\": \"replace\", \"path\": \"/tags\", \"value\": [\"vip\"]}]." };
+    let value;
+    try {
+      value = JSON.parse(raw);
+    } catch (err) {
+      return { error: `The change is not JSON: ${err && err.message ? err.message : err}` };
+    }
+    const bytes = new TextEncoder().encode(JSON.stringify(value)).length;
+    if (bytes > limits.maxBytes) return { error: `The change is ${bytes} bytes as JSON; the console sends at most ${limits.maxBytes} (larger: writ escalations resolve --delta-file).` };
+    if (depthOf(value, limits.maxDepth) > limits.maxDepth) return { error: `The change is nested deeper than ${limits.maxDepth} levels, which owners refuse.` };
+    const not = (what) => ({ error: `The change is not a JSON Patch (RFC 6902): ${what}.` });
+    if (!Array.isArray(value)) return not("it must be an array of operations, such as [{\"op\": \"replace\", \"path\": \"/tags\", \"value\": [\"vip\"]}]");
+    if (value.length === 0 || value.length > 256) return not(`it must hold 1 to 256 operations (it holds ${value.length})`);
+    for (let i = 0; i < value.length; i++) {
+      const op = value[i];
+      if (op === null || typeof op !== "object" || Array.isArray(op)) return not(`[${i}] is not an object`);
+      const fields = Object.hasOwn(OP_FIELDS, op.op) ? OP_FIELDS[op.op] : null;
+      if (!fields) return not(`[${i}].op must be one of ${Object.keys(OP_FIELDS).join(", ")}`);
+      for (const f of fields) if (!Object.hasOwn(op, f)) return not(`[${i}] (${op.op}) needs "${f}"`);
+      for (const k of Object.keys(op)) if (k !== "op" && !fields.includes(k)) return not(`[${i}] (${op.op}) takes no "${k}"`);
+      for (const f of ["path", "from"]) {
+        if (fields.includes(f) && (typeof op[f] !== "string" || !POINTER.test(op[f]))) return not(`[${i}].${f} must be a JSON Pointer (RFC 6901), such as "/tags" or "" for the whole record`);
+      }
+    }
+    return { delta: value };
+  }
+
+  /** After the owner answered resolution_delta_required: the field, open and focused, says why. */
+  function pointAtDelta(field) {
+    field.box.open = true;
+    field.required.hidden = false;
+    field.use.checked = true;
+    field.text.focus();
   }
 
   /**
@@ -518,6 +631,7 @@
     if (d.error) return [h("span", { class: "error" }, d.error)];
     const a = d.answer;
     const closed = a.status === "applied" || (a.status === "rejected" && (a.reason === "escalation_discarded" || a.reason === "returned_by_operator"));
+    const needsDelta = a.status === "rejected" && a.reason === "resolution_delta_required";
     const line =
       a.status === "applied"
         ? `applied at ${a.version} (via ${a.via})`
@@ -528,8 +642,9 @@
             : `${a.status}${a.message ? `: ${a.message}` : ""}`;
     return [
       h("span", { class: closed ? "ok" : "error", dataset: { answerStatus: a.status, answerReason: a.reason ?? "" } }, `Owner's answer: ${line}`),
+      needsDelta ? h("span", { class: "delta-required-answer" }, " Nothing was written. Give the change to write in “Change to write with Apply” below and Apply again.") : null,
       h("details", {}, h("summary", {}, "answer as JSON"), h("pre", { class: "json" }, JSON.stringify(a, null, 2))),
-    ];
+    ].filter(Boolean);
   }
 
   /** The escalations' heading: from the list and the counts (either may change alone). */
@@ -586,7 +701,7 @@
     if (shown.length === 0) box.replaceChildren(h("p", { class: "empty" }, list.length ? "No escalation matches the filters." : "No escalations."));
   }
 
-  async function decide(escalationId, decision, baseInput, messageInput) {
+  async function decide(escalationId, decision, baseInput, messageInput, deltaField) {
     const body = { decision };
     const message = messageInput.value.trim();
     if (message) body.message = message;
@@ -598,7 +713,19 @@
         return;
       }
       body.baseVersion = base;
+      if (deltaField.use.checked) {
+        // checked here as the server checks it: a change that is not a JSON Patch is not sent
+        const parsed = parseDelta(deltaField.text.value);
+        if (parsed.error) {
+          deltaField.box.open = true;
+          showDeltaProblem(deltaField, parsed.error);
+          deltaField.text.focus();
+          return;
+        }
+        body.delta = parsed.delta;
+      }
     }
+    showDeltaProblem(deltaField, "");
     view.decisions.set(escalationId, { pending: true, decision });
     renderEscalations();
     let result;
@@ -619,6 +746,7 @@
     }
     view.decisions.set(escalationId, result);
     renderEscalations();
+    if (result.answer && result.answer.status === "rejected" && result.answer.reason === "resolution_delta_required") pointAtDelta(deltaField);
   }
 
   // ---- rendering ----
