@@ -32,9 +32,11 @@ export function deltaBounds(settings: { maxIntentBytes?: number; maxJsonDepth?: 
 /** `value` (a request's `delta`, for `decision`) as a JSON Patch, or why not: a reason and a message that says what to change. */
 export function checkDelta(value: unknown, decision: string, bounds: DeltaBounds): { ok: true; delta: JsonPatchOp[] } | { ok: false; reason: DeltaRefusal; error: string } {
   if (decision !== "apply") return { ok: false, reason: "delta_not_for_apply", error: `a delta goes with apply only (the decision is ${decision})` };
+  // Depth first: the walk is bounded, where JSON.stringify of a value nested tens of thousands deep (an 80 KiB body
+  // can hold one) overflows the stack.
+  if (jsonDepth(value, bounds.maxDepth) > bounds.maxDepth) return { ok: false, reason: "delta_too_deep", error: `the delta is nested deeper than ${bounds.maxDepth} levels, which owners refuse inside a resolution (WRIT_MAX_JSON_DEPTH)` };
   const bytes = Buffer.byteLength(JSON.stringify(value) ?? "");
   if (bytes > bounds.maxBytes) return { ok: false, reason: "delta_too_large", error: `the delta is ${bytes} bytes as JSON; at most ${bounds.maxBytes} may be sent from the console (larger: writ escalations resolve --delta-file)` };
-  if (jsonDepth(value, bounds.maxDepth) > bounds.maxDepth) return { ok: false, reason: "delta_too_deep", error: `the delta is nested deeper than ${bounds.maxDepth} levels, which owners refuse inside a resolution (WRIT_MAX_JSON_DEPTH)` };
   const parsed = parseJsonPatch(value);
   if (!parsed.ok) return { ok: false, reason: "delta_invalid", error: `the delta is not a JSON Patch (RFC 6902), an array of operations such as ${JSON_PATCH_EXAMPLE}: ${parsed.problem}` };
   return { ok: true, delta: parsed.patch };

@@ -28,4 +28,10 @@ describe("the console's check of a delta given with Apply", () => {
     }
     expect(checkDelta([{ op: "frobnicate", path: "/tags" }], "apply", bounds)).toMatchObject({ error: expect.stringMatching(/ at \[0\]\.op$/) });
   });
+
+  it("refuses a delta nested as deep as the endpoint's body bound allows as too deep, without overflowing the stack measuring it", () => {
+    // 40,000 levels fit in the endpoint's 80 KiB; JSON.stringify of them throws RangeError.
+    const deep: unknown = JSON.parse("[".repeat(40_000) + "]".repeat(40_000));
+    expect(checkDelta(deep, "apply", bounds)).toMatchObject({ ok: false, reason: "delta_too_deep" });
+  });
 });
