@@ -16,4 +16,5 @@ export const MCP_ENV = {
   token: "WRIT_MCP_TOKEN",
   maxSessions: "WRIT_MCP_MAX_SESSIONS",
   sessionIdleMs: "WRIT_MCP_SESSION_IDLE_MS",
+  headersTimeoutMs: "WRIT_MCP_HEADERS_TIMEOUT_MS",
 } as const;

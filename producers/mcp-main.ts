@@ -10,6 +10,7 @@ import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
+import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
@@ -52,6 +53,8 @@ const McpMainConfig = z
     /** --http only: open sessions at most (past it an initialize is refused 503), and how long an idle one lives. */
     maxSessions: z.number().int().positive().default(DEFAULT_MAX_MCP_SESSIONS),
     sessionIdleMs: z.number().int().positive().default(DEFAULT_MCP_SESSION_IDLE_MS),
+    /** --http only: how long a connection may take to send a request's headers before it is closed. ms. */
+    headersTimeoutMs: z.number().int().min(1).max(3_600_000).default(DEFAULT_HEADERS_TIMEOUT_MS),
   })
   .strict();
 
@@ -88,7 +91,7 @@ try {
   }
   const input: Record<string, unknown> = {};
   // Numbers are decimal only (envNumber): Number() would take "  " as 0 and "0x50" as 80.
-  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "maxIntentBytes", "maxJsonDepth", "replicationFactor"]);
+  const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "headersTimeoutMs", "maxIntentBytes", "maxJsonDepth", "replicationFactor"]);
   const value = (field: string, raw: string) => (numeric.has(field) ? envNumber(raw) : raw);
   for (const [field, name] of Object.entries(ENV)) if (process.env[name]) input[field] = value(field, process.env[name]);
   if (args.port !== undefined) input.port = value("port", args.port);
@@ -138,7 +141,7 @@ try {
     if (config.token === undefined) {
       throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
     }
-    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs });
+    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs, headersTimeoutMs: config.headersTimeoutMs });
     close = http.close;
     log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);

@@ -164,6 +164,14 @@ export const RouterConfig = z
     /** Port of the health endpoints (`/healthz`, `/readyz`) on 127.0.0.1 unless `healthHost` says otherwise; unset: no server. */
     healthPort: z.number().int().min(0).max(65_535).optional(),
     healthHost: z.string().min(1).default("127.0.0.1"),
+    /**
+     * How long a connection to the health endpoints may take to send its request's headers (from its opening or
+     * its previous response) before it is closed: sockets that send nothing or dribble cannot hold the 64 slots
+     * Prometheus and the probes need. ms. The whole request gets 30 s (or this, if longer), an idle keep-alive connection 5 s.
+     */
+    healthHeadersTimeoutMs: z.number().int().min(1).max(600_000).default(10_000),
+    /** Open connections to the health endpoints from one address at most (of 64). Unset: no cap of its own. */
+    healthMaxConnectionsPerAddress: z.number().int().min(1).max(64).optional(),
     /** The agent registry file (JSON; see src/security/agent-registry.ts). Unset: no authentication (development only). */
     agentRegistryPath: z.string().min(1).optional(),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
@@ -342,6 +350,8 @@ export const ROUTER_ENV = {
   hangHealAfterMs: "WRIT_HANG_HEAL_AFTER_MS",
   healthPort: "WRIT_HEALTH_PORT",
   healthHost: "WRIT_HEALTH_HOST",
+  healthHeadersTimeoutMs: "WRIT_HEALTH_HEADERS_TIMEOUT_MS",
+  healthMaxConnectionsPerAddress: "WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS",
   agentRegistryPath: "WRIT_AGENT_REGISTRY",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
@@ -373,6 +383,8 @@ const NUMERIC = new Set([
   "lsoCheckIntervalMs",
   "hangHealAfterMs",
   "healthPort",
+  "healthHeadersTimeoutMs",
+  "healthMaxConnectionsPerAddress",
 ]);
 
 /** Router config from environment variables; errors name the variable. */

@@ -25,7 +25,7 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from "@modelcontextproto
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
 import { componentLogger, createLogger, type Logger } from "../../src/logger.ts";
-import { listen } from "../../src/listen.ts";
+import { connectionLimits, listen } from "../../src/listen.ts";
 import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
@@ -260,7 +260,21 @@ export interface WritMcpHttpOptions extends WritMcpServerOptions {
    * `token`; only a session its client ended (DELETE) answers 404.
    */
   sessionIdleMs?: number;
+  /**
+   * How long a connection may take to send a request's headers, from its opening or its previous response
+   * (default 10 s); past it the server closes it, so sockets that send nothing or dribble cannot hold the
+   * connection slots ({@link mcpMaxConnections}). A whole request (body included) gets 30 s, or this if longer;
+   * an idle keep-alive connection 5 s. A session's event stream is not bounded by these (the SDK sends it a
+   * comment every 15 s).
+   */
+  headersTimeoutMs?: number;
 }
+
+/**
+ * Open connections to the MCP server at most: one per session (each holds at most one GET event stream: the
+ * SDK answers a second 409) and 256 more for requests, so streams alone never take every slot.
+ */
+export const mcpMaxConnections = (maxSessions: number): number => maxSessions + 256;
 
 /** Default of {@link WritMcpHttpOptions.maxSessions}. */
 export const DEFAULT_MAX_MCP_SESSIONS = 256;
@@ -322,6 +336,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   const idleMs = positiveInt("sessionIdleMs", options.sessionIdleMs ?? DEFAULT_MCP_SESSION_IDLE_MS);
   // Checked here, not at the first initialize, where it would be a 500.
   if (options.maxVersions !== undefined) positiveInt("maxVersions", options.maxVersions);
+  const limits = connectionLimits({ maxConnections: mcpMaxConnections(maxSessions), ...(options.headersTimeoutMs === undefined ? {} : { headersTimeoutMs: options.headersTimeoutMs }) });
   const sessions = new Map<string, OpenSession>();
   // Sessions being initialized count against the cap too, so concurrent initializes cannot overshoot it.
   let opening = 0;
@@ -482,7 +497,8 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
       else res.end();
     });
   });
-  await listen(http, { port: options.port ?? 0, host: "127.0.0.1", maxConnections: 256, log, what: "MCP server" });
+  // Every client comes from 127.0.0.1: a cap per address would be the cap.
+  await listen(http, { ...limits, port: options.port ?? 0, host: "127.0.0.1", log, what: "MCP server" });
   port = (http.address() as AddressInfo).port;
   const sweep = setInterval(() => {
     const now = Date.now();

@@ -18,7 +18,8 @@ import {
   type Command,
 } from "../cli/common.ts";
 import { printable } from "../printable.ts";
-import { startConsole, type ConsoleOptions } from "./server.ts";
+import { DEFAULT_HEADERS_TIMEOUT_MS } from "../listen.ts";
+import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
 
@@ -54,6 +55,12 @@ or send back (403); the operator token can.
   --keep <n>                items kept per list: replies, conflicts, dead letters (default 100)
   --discover-ms <ms>        how often to look for new reply topics (default 5000)
   --lag-ms <ms>             how often to measure the lag (default 2000)
+  --headers-timeout-ms <ms> close a connection whose request headers take longer than this, from its opening
+                            or its previous response (default 10000); a request with its body gets 30 s (or
+                            this, if longer), an idle keep-alive connection 5 s; event streams are not cut
+  --max-connections-per-address <n>
+                            open connections from one address at most, of 256 (default: no cap of its own;
+                            behind a proxy every page comes from the proxy's address)
   --owner-principal <p>     the owners' Kafka principal(s), User:<name> or a bare SASL user name (repeatable or
                             comma-separated; default $WRIT_OWNER_PRINCIPALS or User:writ-owner), for the ACL check
   --brokers <list>          Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
@@ -88,6 +95,8 @@ async function main(argv: string[]): Promise<number> {
       keep: { type: "string" },
       "discover-ms": { type: "string" },
       "lag-ms": { type: "string" },
+      "headers-timeout-ms": { type: "string" },
+      "max-connections-per-address": { type: "string" },
       brokers: { type: "string" },
       registry: { type: "string" },
       "owner-principal": { type: "string", multiple: true },
@@ -136,6 +145,8 @@ async function main(argv: string[]): Promise<number> {
     limits: { recent: intFlag("keep", a.keep, 100, 1) },
     discoverIntervalMs: msFlag("discover-ms", a["discover-ms"], 5000, 100),
     lagIntervalMs: msFlag("lag-ms", a["lag-ms"], 2000, 100),
+    headersTimeoutMs: intFlag("headers-timeout-ms", a["headers-timeout-ms"], DEFAULT_HEADERS_TIMEOUT_MS, 1, 3_600_000),
+    ...(a["max-connections-per-address"] === undefined ? {} : { maxConnectionsPerAddress: intFlag("max-connections-per-address", a["max-connections-per-address"], CONSOLE_MAX_CONNECTIONS, 1, CONSOLE_MAX_CONNECTIONS) }),
     logger: log,
     onDecision: (d) => {
       process.stderr.write(decisionLine(d));

@@ -38,7 +38,7 @@ import { checkTopicAcls, aclCheckFailure, DEFAULT_OWNER_PRINCIPAL, type AclCheck
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
-import { listen } from "../listen.ts";
+import { connectionLimits, listen } from "../listen.ts";
 import { Version, type JsonPatchOp } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
@@ -90,8 +90,17 @@ export interface ConsoleOptions {
   lagIntervalMs?: number;
   /** How long a resolution waits for the owner's answer (default 30 s). */
   resolveTimeoutMs?: number;
-  /** Most open event streams at once (default 32). */
+  /** Most open event streams at once (default 32; at most a quarter of {@link CONSOLE_MAX_CONNECTIONS}). */
   maxStreams?: number;
+  /**
+   * How long a connection may take to send a request's headers, from its opening or its previous response
+   * (default 10 s); past it the console closes it, so sockets that send nothing or dribble cannot hold the
+   * {@link CONSOLE_MAX_CONNECTIONS} slots. A whole request (body included) gets 30 s, or this if longer; an
+   * idle keep-alive connection 5 s. Event streams are not bounded by these: they get a comment every 15 s.
+   */
+  headersTimeoutMs?: number;
+  /** Open connections from one address at most (default: no cap of its own); behind a proxy, every page comes from its address. */
+  maxConnectionsPerAddress?: number;
   /** How long a stream ticket may wait for its `/events` request (default 30 s). */
   streamTicketTtlMs?: number;
   /** The clock stream tickets expire by, in ms (default a monotonic one); a test turns it instead of waiting. */
@@ -169,6 +178,9 @@ const RedriveManyBody = z
 
 const MAX_BODY = 16 * 1024;
 
+/** Open connections to the console at most; event streams take {@link ConsoleOptions.maxStreams} of them at most. */
+export const CONSOLE_MAX_CONNECTIONS = 256;
+
 export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer> {
   const auth = new ConsoleAuth(opts.token, opts.operatorToken);
   const log = componentLogger(opts.logger ?? createLogger({ name: "writ-console" }), "console");
@@ -179,6 +191,16 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   if (ttl !== undefined && !(Number.isInteger(ttl) && ttl >= 1 && ttl <= 600_000)) {
     throw new WritError("config_invalid", `streamTicketTtlMs must be a whole number of ms from 1 to 600000 (it is ${ttl})`, { retriable: false, context: { field: "streamTicketTtlMs" } });
   }
+  const maxStreams = opts.maxStreams ?? 32;
+  if (!(Number.isInteger(maxStreams) && maxStreams >= 1 && maxStreams <= CONSOLE_MAX_CONNECTIONS / 4)) {
+    throw new WritError("config_invalid", `maxStreams must be a whole number from 1 to ${CONSOLE_MAX_CONNECTIONS / 4} (it is ${maxStreams})`, { retriable: false, context: { field: "maxStreams" } });
+  }
+  // Checked before anything connects; listen() applies them.
+  const limits = connectionLimits({
+    maxConnections: CONSOLE_MAX_CONNECTIONS,
+    ...(opts.headersTimeoutMs === undefined ? {} : { headersTimeoutMs: opts.headersTimeoutMs }),
+    ...(opts.maxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress: opts.maxConnectionsPerAddress }),
+  });
   const tickets = new StreamTickets({ ...(ttl === undefined ? {} : { ttlMs: ttl }), ...(opts.now ? { now: opts.now } : {}) });
 
   const replyPrefix = opts.replyPrefix ?? "writ.replies.";
@@ -245,7 +267,6 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
 
   // Event streams: everything on connect, then what changed, at most every 250 ms.
   const streams = new Set<ServerResponse>();
-  const maxStreams = opts.maxStreams ?? 32;
   const frame = (event: string, data: unknown): string | null => sseFrame(event, data, log);
   const send = (res: ServerResponse, text: string): void => {
     // A client that does not read (8 MiB buffered) is dropped; its browser reconnects and starts from a snapshot.
@@ -487,8 +508,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   });
   const host = opts.host ?? "127.0.0.1";
   try {
-    // Event streams are capped at 32 apart from this; each page load opens a few more connections.
-    await listen(http, { port: opts.port ?? 0, host, maxConnections: 256, log, what: "console" });
+    // Event streams are capped at maxStreams apart from this (a quarter at most); each page load opens a few more connections.
+    await listen(http, { ...limits, port: opts.port ?? 0, host, log, what: "console" });
   } catch (err) {
     clearInterval(pump);
     clearInterval(heartbeat);

@@ -2,6 +2,9 @@ import { createServer, type Server } from "node:http";
 import { listen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
 
+/** Open connections to the health endpoints at most. */
+export const HEALTH_MAX_CONNECTIONS = 64;
+
 /** How long `/healthz` keeps listing an outage after it was last reported. ms. */
 export const OUTAGE_LISTED_MS = 60_000;
 
@@ -101,9 +104,18 @@ export class HealthBoard {
   /**
    * Serves `/healthz` (200 healthy, 503 with the problems), `/readyz` (200 once
    * every assigned partition is restored) and, given `metrics`, `/metrics`
-   * (Prometheus text format).
+   * (Prometheus text format). At most {@link HEALTH_MAX_CONNECTIONS} connections, each closed when its request's
+   * headers take longer than `headersTimeoutMs` (default 10 s), its whole request longer than 30 s, or it idles
+   * 5 s after a response; `maxConnectionsPerAddress` caps one address's share (default: no cap of its own).
    */
-  async serve(opts: { host: string; port: number; log: Logger; metrics?: () => Promise<{ contentType: string; body: string }> }): Promise<Server> {
+  async serve(opts: {
+    host: string;
+    port: number;
+    log: Logger;
+    metrics?: () => Promise<{ contentType: string; body: string }>;
+    headersTimeoutMs?: number;
+    maxConnectionsPerAddress?: number;
+  }): Promise<Server> {
     const server = createServer((req, res) => {
       const path = (req.url ?? "/").split("?")[0];
       if (path === "/metrics" && opts.metrics) {
@@ -127,7 +139,15 @@ export class HealthBoard {
       res.writeHead(status, { "content-type": "application/json" });
       res.end(JSON.stringify(body));
     });
-    await listen(server, { port: opts.port, host: opts.host, maxConnections: 64, log: opts.log, what: "health endpoints" });
+    await listen(server, {
+      port: opts.port,
+      host: opts.host,
+      maxConnections: HEALTH_MAX_CONNECTIONS,
+      ...(opts.headersTimeoutMs === undefined ? {} : { headersTimeoutMs: opts.headersTimeoutMs }),
+      ...(opts.maxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress: opts.maxConnectionsPerAddress }),
+      log: opts.log,
+      what: "health endpoints",
+    });
     const addr = server.address();
     opts.log.info({ address: typeof addr === "object" && addr ? `${addr.address}:${addr.port}` : addr }, "health endpoints serving");
     return server;

@@ -447,7 +447,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   othersWatch.unref();
 
   let server: Server | null = null;
-  if (config.healthPort !== undefined) server = await health.serve({ host: config.healthHost, port: config.healthPort, log, metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }) });
+  if (config.healthPort !== undefined) {
+    server = await health.serve({
+      host: config.healthHost,
+      port: config.healthPort,
+      headersTimeoutMs: config.healthHeadersTimeoutMs,
+      ...(config.healthMaxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress: config.healthMaxConnectionsPerAddress }),
+      log,
+      metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
+    });
+  }
 
   return {
     config,

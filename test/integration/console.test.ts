@@ -10,19 +10,21 @@ import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
+import { Agent, fetch as undiciFetch } from "undici";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { atOffset, offsetsWanted, readRecordsAt } from "../../src/cli/topic-reader.ts";
-import { startConsole, type ConsoleOptions, type ConsoleServer } from "../../src/console/server.ts";
+import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions, type ConsoleServer } from "../../src/console/server.ts";
 import { REDRIVEN_FROM_HEADER } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
+import { openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta, type Harness } from "../helpers/writ-harness.ts";
 
@@ -780,6 +782,54 @@ describe("writ console, in headless Chromium", () => {
     for (const t of [issued.ticket, late, inTime, outstanding[0]!, ...streams.map((u) => new URL(u).searchParams.get("ticket")!)]) expect(log).not.toContain(t);
   }, 90_000);
 
+  it("connection limits: silent sockets on every free slot are closed after the headers timeout, then the API answers; the event stream stays open; bad limits are refused naming the field", async () => {
+    const id = randomUUID().slice(0, 8);
+    const readToken = `read-${randomUUID()}`;
+    const options: ConsoleOptions = {
+      brokers: brokers(),
+      ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
+      topics: { intents: `cons-limits-${id}.intents`, human: `cons-limits-${id}.human`, dlq: `cons-limits-${id}.dlq` },
+      replyPrefix: `writ.replies.cons-limits-${id}-`,
+      token: readToken,
+      headersTimeoutMs: 1_500,
+      logger: pino({ level: "silent" }),
+    };
+    await expect(startConsole({ ...options, headersTimeoutMs: 0 })).rejects.toMatchObject({ code: "config_invalid", context: { field: "headersTimeoutMs" } });
+    await expect(startConsole({ ...options, maxConnectionsPerAddress: CONSOLE_MAX_CONNECTIONS + 1 })).rejects.toThrow(/maxConnectionsPerAddress must be a whole number from 1 to 256/);
+    await expect(startConsole({ ...options, maxStreams: 65 })).rejects.toThrow(/maxStreams must be a whole number from 1 to 64/);
+    const server = await startConsole(options);
+    onTestFinished(() => server.close());
+    const bearer = { authorization: `Bearer ${readToken}` };
+    // Each on a connection of its own, closed after: a pooled keep-alive one would hold a slot, or skip the queue.
+    const once = async <T>(go: (dispatcher: Agent) => Promise<T>): Promise<T> => {
+      const dispatcher = new Agent({ pipelining: 0 });
+      try {
+        return await go(dispatcher);
+      } finally {
+        await dispatcher.close();
+      }
+    };
+    const session = (): Promise<number | null> =>
+      once((dispatcher) => undiciFetch(`${server.url}/api/session`, { dispatcher, headers: bearer, signal: AbortSignal.timeout(2_000) }).then((r) => r.status)).catch(() => null);
+    const { ticket } = await once(async (dispatcher) => (await (await undiciFetch(`${server.url}/api/stream-ticket`, { dispatcher, method: "POST", headers: bearer })).json()) as { ticket: string });
+    const stream = await openSocket(server.port);
+    onTestFinished(() => void stream.destroy());
+    stream.write(`GET /events?ticket=${ticket} HTTP/1.1\r\nHost: 127.0.0.1:${server.port}\r\n\r\n`);
+    await waitFor(() => stream.got.includes("event: snapshot"), { timeoutMs: 10_000, intervalMs: 20 });
+
+    // Every other slot taken by a socket that sends nothing (opened well within the 1.5 s they have): refused.
+    const idle = await silentSockets(server.port, CONSOLE_MAX_CONNECTIONS - 1);
+    onTestFinished(() => idle.forEach((s) => s.destroy()));
+    const full = await whileAllOpen(idle, session);
+    if (full.allOpen) expect(full.value).toBeNull();
+    // Node closes them (408) once the headers timeout passes; the API answers again, the stream is still open.
+    await waitFor(async () => (await session()) === 200, { timeoutMs: 15_000, intervalMs: 20, message: "the API never answered again" });
+    await waitFor(() => idle.every((s) => s.isClosed()), { timeoutMs: 5_000, intervalMs: 20 });
+    expect(idle[0]!.got).toMatch(/^HTTP\/1\.1 408 /);
+    expect(stream.isClosed()).toBe(false);
+    expect(stream.got).toMatch(/^HTTP\/1\.1 200 [^]*text\/event-stream/);
+  }, 60_000);
+
   it("writ console: --help, a token is required (and at least 16 characters, never echoed); the built CLI serves the page", async () => {
     const env = { ...process.env, KAFKA_BROKERS: brokers().join(","), WRIT_CONSOLE_TOKEN: "", WRIT_CONSOLE_OPERATOR_TOKEN: "" };
     const run = (args: string[], extra: Record<string, string> = {}) =>
@@ -806,6 +856,10 @@ describe("writ console, in headless Chromium", () => {
     const badOwner = await run(["--token", "a-token-0123456789", "--owner-principal", "bad name"]);
     expect(badOwner.code).toBe(2);
     expect(badOwner.stderr).toMatch(/--owner-principal: not a Kafka principal/);
+    const badTimeout = await run(["--token", "a-token-0123456789", "--headers-timeout-ms", "0"]);
+    expect([badTimeout.code, badTimeout.stderr]).toEqual([2, expect.stringMatching(/--headers-timeout-ms must be an integer from 1 to 3600000, got 0/)]);
+    const badCap = await run(["--token", "a-token-0123456789", "--max-connections-per-address", "257"]);
+    expect([badCap.code, badCap.stderr]).toEqual([2, expect.stringMatching(/--max-connections-per-address must be an integer from 1 to 256, got 257/)]);
 
     // The built package's CLI finds the page too (dist/src/console has no HTML: it reads src/console/assets).
     ensureBuilt();

@@ -98,6 +98,18 @@ describe("routerConfigFromEnv", () => {
     }
   });
 
+  it("bounds the health endpoints' connections: a 10 s headers timeout by default, a cap per address when set", () => {
+    const defaults = routerConfigFromEnv({ KAFKA_BROKERS: "a:1" });
+    expect([defaults.healthHeadersTimeoutMs, defaults.healthMaxConnectionsPerAddress]).toEqual([10_000, undefined]);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_HEADERS_TIMEOUT_MS: "2000", WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS: "16" })).toMatchObject({ healthHeadersTimeoutMs: 2000, healthMaxConnectionsPerAddress: 16 });
+    for (const bad of ["0", "600001", "1.5", "10s"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_HEADERS_TIMEOUT_MS: bad }), bad).toThrow(/WRIT_HEALTH_HEADERS_TIMEOUT_MS \(healthHeadersTimeoutMs\)/);
+    }
+    for (const bad of ["0", "65", "many"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS: bad }), bad).toThrow(/WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS \(healthMaxConnectionsPerAddress\)/);
+    }
+  });
+
   it("caps the wait a system of record's Retry-After imposes: 60 s by default, 0 (ignored) to an hour", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).sorRetryAfterMaxMs).toBe(60_000);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "0" }).sorRetryAfterMaxMs).toBe(0);

@@ -3,9 +3,10 @@
 import * as crypto from "node:crypto";
 import { Agent, fetch } from "undici";
 import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
-import { startWritMcpHttpServer, type WritMcpHttp, type WritMcpHttpOptions } from "../../producers/adapters/mcp-server.ts";
+import { mcpMaxConnections, startWritMcpHttpServer, type WritMcpHttp, type WritMcpHttpOptions } from "../../producers/adapters/mcp-server.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
+import { openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 // A spy that still compares: shows the token check reaches timingSafeEqual for any length.
@@ -181,6 +182,52 @@ describe("MCP HTTP sessions", () => {
     await expect(start({ maxSessions: 0 })).rejects.toThrow(/maxSessions/);
     await expect(start({ sessionIdleMs: -1 })).rejects.toThrow(/sessionIdleMs/);
     await expect(start({ maxVersions: 0 })).rejects.toThrow(/maxVersions/);
+    await expect(start({ headersTimeoutMs: 0 })).rejects.toThrow(/headersTimeoutMs must be a whole number from 1/);
+  });
+});
+
+describe("MCP HTTP connection limits (src/listen.ts)", () => {
+  it("silent sockets holding every slot are closed after headersTimeoutMs, then a client gets in; its event stream outlives the timeouts", async () => {
+    const mcp = await start({ maxSessions: 1, headersTimeoutMs: 1_500 });
+    const port = Number(new URL(mcp.url).port);
+    // maxSessions + 256 slots, every one taken by a socket that sends nothing (opened well within the 1.5 s they have).
+    const idle = await silentSockets(port, mcpMaxConnections(1));
+    const tryInitialize = async () => {
+      const dispatcher = new Agent({ pipelining: 0 });
+      try {
+        const res = await fetch(mcp.url, {
+          dispatcher,
+          method: "POST",
+          headers: HEADERS,
+          body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-03-26", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
+          signal: AbortSignal.timeout(2000),
+        });
+        await res.text();
+        return res.status === 200 ? res.headers.get("mcp-session-id") : null;
+      } catch {
+        return null;
+      } finally {
+        await dispatcher.close();
+      }
+    };
+    const full = await whileAllOpen(idle, tryInitialize);
+    if (full.allOpen) expect(full.value).toBeNull();
+    const session = await waitFor(tryInitialize, { timeoutMs: 10_000, intervalMs: 20, message: "no initialize got in" });
+    // Closed by the server (408), every one: the client's close events may trail the first.
+    await waitFor(() => idle.every((s) => s.isClosed()), { timeoutMs: 5_000, intervalMs: 20 });
+    expect(idle[0]!.got).toMatch(/^HTTP\/1\.1 408 /);
+
+    const stream = await openSocket(port);
+    onTestFinished(() => void stream.destroy());
+    stream.write(`GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: text/event-stream\r\nmcp-session-id: ${session}\r\nmcp-protocol-version: 2025-03-26\r\n\r\n`);
+    await waitFor(() => /^HTTP\/1\.1 200 [^]*text\/event-stream/i.test(stream.got), { timeoutMs: 5_000, intervalMs: 20 });
+    // A whole headers timeout (and more) passes, as a silent socket's close shows; the stream is still open and serves.
+    const witness = await openSocket(port);
+    await waitFor(() => witness.isClosed(), { timeoutMs: 5_000, intervalMs: 20 });
+    const second = await openSocket(port);
+    await waitFor(() => second.isClosed(), { timeoutMs: 5_000, intervalMs: 20 });
+    expect(stream.isClosed()).toBe(false);
+    expect(await ping(mcp, session)).toBe(200);
   });
 });
 

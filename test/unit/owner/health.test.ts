@@ -1,6 +1,9 @@
+import type { AddressInfo } from "node:net";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { HealthBoard, OUTAGE_LISTED_MS } from "../../../src/owner/health.ts";
+import { HEALTH_MAX_CONNECTIONS, HealthBoard, OUTAGE_LISTED_MS } from "../../../src/owner/health.ts";
+import { openSocket, silentSockets, type TrackedSocket } from "../../helpers/sockets.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
 
 const T0 = new Date("2025-06-01T12:00:00.000Z").getTime();
 let lines: { level: number; msg: string; system?: string }[];
@@ -49,5 +52,43 @@ describe("HealthBoard outages", () => {
     board.outage("billing", "reset");
     expect(lines).toHaveLength(3);
     expect(board.health().outages).toEqual([{ system: "billing", reason: "reset", since: iso(2_000), lastSeenAt: iso(2_000) }]);
+  });
+});
+
+describe("HealthBoard.serve connection limits (src/listen.ts)", () => {
+  it("64 silent sockets are closed after the headers timeout, then /healthz answers; one address's share is capped when asked", async () => {
+    vi.useRealTimers();
+    const server = await board.serve({ host: "127.0.0.1", port: 0, log: pino({ level: "silent" }), headersTimeoutMs: 5_000, maxConnectionsPerAddress: HEALTH_MAX_CONNECTIONS - 1 });
+    const sockets: TrackedSocket[] = [];
+    try {
+      expect([server.maxConnections, server.headersTimeout, server.requestTimeout, server.keepAliveTimeout]).toEqual([HEALTH_MAX_CONNECTIONS, 5_000, 30_000, 5_000]);
+      const port = (server.address() as AddressInfo).port;
+      const healthz = async () => {
+        try {
+          return (await fetch(`http://127.0.0.1:${port}/healthz`, { headers: { connection: "close" }, signal: AbortSignal.timeout(2000) })).status;
+        } catch {
+          return null;
+        }
+      };
+      // One address takes all it may (well within the 5 s the silent sockets have): the last slot is still another's (127.0.0.2 stands for Prometheus).
+      sockets.push(...(await silentSockets(port, HEALTH_MAX_CONNECTIONS - 1)));
+      const refused = await openSocket(port);
+      sockets.push(refused);
+      await waitFor(() => refused.isClosed(), { timeoutMs: 2_000, intervalMs: 20 });
+      expect(refused.got).toBe("");
+      const scraper = await openSocket(port, "127.0.0.2");
+      sockets.push(scraper);
+      scraper.write("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+      await waitFor(() => scraper.isClosed(), { timeoutMs: 2_000, intervalMs: 20 });
+      expect(scraper.got).toMatch(/^HTTP\/1\.1 200 /);
+      // After the headers timeout the silent ones are gone and the address may connect again.
+      expect(await waitFor(async () => (await healthz()) === 200, { timeoutMs: 10_000, intervalMs: 20 })).toBe(true);
+      await waitFor(() => sockets.slice(0, HEALTH_MAX_CONNECTIONS - 1).every((s) => s.isClosed()), { timeoutMs: 5_000, intervalMs: 20 });
+      expect(sockets[0]!.got).toMatch(/^HTTP\/1\.1 408 /);
+    } finally {
+      for (const s of sockets) s.destroy();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
