@@ -65,8 +65,15 @@ export const RouterConfig = z
     /** SASL and TLS to the brokers (every client the owner builds: consumer, producers, admin, ledger reader, offset probe). */
     kafka: KafkaSecurity.optional(),
     clientId: kafkaId.default("writ-owner"),
-    /** Consumer group of the owners of `writ.intents`. */
-    groupId: kafkaId.default("writ.owners"),
+    /**
+     * Consumer group of the owners of `writ.intents`. Not under `writ.client.` (agent clients' reply consumers) nor
+     * with `.ledger-reader.` or `.ledger-scan.` in it (owners' ledger readers): the check for other groups of owners
+     * (src/owner/single-writer.ts) takes such groups for what their names say.
+     */
+    groupId: kafkaId
+      .refine((g) => !g.startsWith("writ.client."), "must not start with writ.client. (agent clients' reply consumer groups)")
+      .refine((g) => !/\.ledger-(reader|scan)\./.test(g), "must not contain .ledger-reader. or .ledger-scan. (owners' ledger reader groups)")
+      .default("writ.owners"),
     topics: TopicsConfig.default(TopicsConfig.parse({})),
     /** Partitions of `writ.intents` and `writ.ledger` when writ creates them. Fixed for the topics' life. */
     intentPartitions: z.number().int().min(1).max(10_000).default(12),

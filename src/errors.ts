@@ -15,7 +15,10 @@ export const ERROR_CODES = [
   "sor_protocol",
   "ledger_restore_timeout",
   "ledger_unreadable",
-  /** A ledger partition another consumer group (or the owners of another intents topic) still writes: not opened. */
+  /**
+   * A ledger partition another consumer group (or the owners of another intents topic) still writes, or would write
+   * too (another group of owners consumes this intents topic, or may: it is rebalancing): not opened, tried again.
+   */
   "ledger_foreign_writer",
   "input_too_deep",
   "not_canonical",

@@ -8,6 +8,7 @@ import type { AdmissionDeps, AdmittedIntent } from "./admission.ts";
 import type { HealthBoard } from "./health.ts";
 import type { IntentPipeline } from "./intent-pipeline.ts";
 import type { RecordEncoder } from "./records.ts";
+import type { OwnerGroupsLook } from "./single-writer.ts";
 import type { TopicDirectory } from "./topic-directory.ts";
 
 /** The fetch side, as a partition owner steers it: pause, resume and rewind its partition. */
@@ -54,8 +55,20 @@ export interface OwnerContext {
   ablateLeases?: boolean;
   /** Ablation control (fault suite only): a restore skips the scan for `pending` entries of aborted transactions. */
   ablateInDoubtScan?: boolean;
-  /** Ablation control (tests only): a restore takes a ledger partition whatever other group still writes it. */
+  /** Ablation control (tests only): a restore takes a ledger partition whatever other group still writes it, or consumes its intents topic. */
   ablateSingleWriter?: boolean;
+  /** Ablation control (tests only): a restore skips the take-up check (other groups of owners on the intents topic), not the ledger's. */
+  ablateTakeUp?: boolean;
+  /**
+   * Other groups of owners of this intents topic, for the take-up check of a restore (single-writer.ts, checkTakeUp):
+   * memoized briefly and per join, so that the partitions one rebalance assigns share one look.
+   */
+  ownerGroups(): Promise<OwnerGroupsLook>;
+  /**
+   * Whether this process holds its partitions (the watch found another group of owners on its intents topic): its
+   * owners admit and start no new intent; those in flight finish. Unset: never.
+   */
+  holding?(): boolean;
   observe?: {
     forwarded?(partition: number): void;
     /** A record's lease expired and was released (its change did not end in time). */

@@ -155,6 +155,28 @@ export class PartitionOwner {
     this.commits.requestHeal(topic, partitions);
   }
 
+  /**
+   * Takes the partition up again after a hold (router.ts): the session ends (intents admitted and not started are
+   * dropped, their offsets not committed) and the partition is opened again from the topics, with its checks: the
+   * other group may have written the ledger meanwhile. Not counted as a failure.
+   */
+  reopen(): void {
+    const session = this.session;
+    if (!session || this.stateValue !== "running") return;
+    this.stateValue = "rewinding";
+    this.log.info("taking the partition up again after holding it");
+    this.endSession(new Error("reopened after a hold"))
+      .then(() => {
+        if (this.stateValue === "rewinding") this.opened = this.openLoop();
+      })
+      .catch((err: unknown) => this.log.error({ err }, "ending the session failed"));
+  }
+
+  /** Whether the process holds its partitions (another group of owners): no new intent is admitted or started. */
+  private holding(): boolean {
+    return this.ctx.holding?.() === true;
+  }
+
   async close(): Promise<void> {
     if (this.stateValue === "closed") return;
     this.stateValue = "closed";
@@ -180,7 +202,7 @@ export class PartitionOwner {
         if (closedFail) {
           this.stateValue = "failed-closed";
           this.ctx.health.problem(`ledger-${this.partition}`, (err as Error).message);
-          if (err.code === "ledger_foreign_writer") this.log.error({ err }, "another group writes this ledger partition: not processing this partition (fail closed)");
+          if (err.code === "ledger_foreign_writer") this.log.error({ err }, "another group of owners writes, or would write, this ledger partition: not processing this partition (fail closed; tried again in 30 s)");
           else this.log.error({ err }, "ledger partition unreadable: not processing this partition (fail closed); see the runbook");
         } else {
           this.log.warn({ err, attempt: this.failuresInARow }, "opening the partition failed; trying again");
@@ -329,7 +351,8 @@ export class PartitionOwner {
   private async admitLoop(session: Session): Promise<void> {
     const { config } = this.ctx;
     let outages = 0;
-    while (session.active && this.inbox.length > 0) {
+    // Held (another group of owners found): no new intent is admitted; what is fetched waits in the inbox, below the offset committed.
+    while (session.active && this.inbox.length > 0 && !this.holding()) {
       const message = this.inbox[0]!;
       const slot: Slot = { seq: ++this.seq, offset: BigInt(message.offset), message, pendingDurable: false, failures: 0, outages: 0, times: { accepted: Date.now() } };
       const source = { topic: config.topics.intents, partition: this.partition, offset: message.offset };
@@ -384,7 +407,7 @@ export class PartitionOwner {
   }
 
   private startReady(session: Session): void {
-    if (!session.active) return;
+    if (!session.active || this.holding()) return;
     for (const slot of this.scheduler.take()) {
       slot.times.started = Date.now();
       this.working++;

@@ -13,7 +13,7 @@ import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { transact } from "./commit-loop.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { type OutRecord, healRecord } from "./records.ts";
-import { checkSingleWriter } from "./single-writer.ts";
+import { checkSingleWriter, checkTakeUp } from "./single-writer.ts";
 import { type OwnerProducer, ownerProducer } from "./transactions.ts";
 
 /** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs; docs/architecture.md §5.2). */
@@ -74,8 +74,12 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
     const inDoubt = ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await ctx.inDoubtReader.scanInDoubt(partition, nonce, config.restoreTimeoutMs, restored);
     const ledger = new PartitionLedger(partition, concat(restored.entries, inDoubt));
-    // Before anything else is written for it: another group's owner may be the partition's writer.
-    if (!ctx.ablateSingleWriter) await checkSingleWriter(ctx.admin, config, ledger, log);
+    // Before anything else is written for it: another group's owner may be the partition's writer (its progress
+    // entry says so), or may take it up too (a group started beside this one while the ledger has no entry yet).
+    if (!ctx.ablateSingleWriter) {
+      await checkSingleWriter(ctx.admin, config, ledger, log);
+      if (!ctx.ablateTakeUp) await checkTakeUp(() => ctx.ownerGroups(), config, partition);
+    }
     if (inDoubt.size > 0) {
       log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
     }

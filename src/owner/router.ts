@@ -14,7 +14,7 @@ import { HealthBoard } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { PartitionOwner } from "./partition-owner.ts";
-import { otherOwnerGroups, otherOwnersMessage, ownerAssigner } from "./single-writer.ts";
+import { holdingMessage, otherOwnerGroups, otherOwnersMessage, ownerAssigner, type OwnerGroupsLook } from "./single-writer.ts";
 import { RecordEncoder } from "./records.ts";
 import { TopicDirectory } from "./topic-directory.ts";
 import { createOffsetProbe } from "./offset-probe.ts";
@@ -70,8 +70,17 @@ export interface RouterInternals {
    * `pending` entries of an aborted transaction (a crashed owner's, whose PATCH may have gone out) are lost.
    */
   ablateInDoubtScan?: boolean;
-  /** Ablation control for tests, never for production: a restore skips the check for another group writing the ledger partition. */
+  /**
+   * Ablation control for tests, never for production: no check for another group of owners at the start, none when
+   * a partition is restored (the ledger's progress entry, the take-up check), and the watch only reports other
+   * groups of owners, never holds.
+   */
   ablateSingleWriter?: boolean;
+  /**
+   * Ablation control for tests, never for production: a restore skips only the take-up check (other groups of owners
+   * on the intents topic), not the ledger's, and the watch only reports other groups of owners, never holds.
+   */
+  ablateTakeUp?: boolean;
   /** Test seam: skips only the start's check for other groups of owners (as when they cannot be described), not the ledger's. */
   ablateOwnerGroupsCheck?: boolean;
   /** How often the owner looks for other groups of owners on its intents topic, ms (tests; 60 s otherwise). */
@@ -190,11 +199,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
   // Another group of owners on this intents topic is not fenced by this one's transactional ids (docs/architecture.md
   // §5.2): its records would have two writers. A new group refuses to start beside a running one.
+  // A group that kept rebalancing while described does not stop the start: the take-up check (after this owner's
+  // join) refuses the partitions while it cannot be told.
   if (!internals.ablateSingleWriter && !internals.ablateOwnerGroupsCheck) {
-    const others = await otherOwnerGroups(admin, config).catch((err: unknown) => {
-      log.warn({ err }, "could not list the consumer groups to check for other owners of this intents topic (the owners need DESCRIBE on them); the ledger's check stays");
-      return [];
-    });
+    const others = await otherOwnerGroups(admin, config).then(
+      (look) => look.owners,
+      (err: unknown) => {
+        log.warn({ err }, "could not list the consumer groups to check for other owners of this intents topic (the owners need DESCRIBE on them); the ledger's and the take-up checks stay");
+        return [];
+      },
+    );
     if (others.length > 0) {
       await admin.disconnect().catch(() => undefined);
       throw new WritError("config_invalid", otherOwnersMessage(config, others), { retriable: false, context: { field: "groupId", otherGroups: others.map((o) => o.group) } });
@@ -218,6 +232,23 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   let stopped = false;
   /** Partitions of the intents topic the group assigned this member last. */
   let assignment = new Set<number>();
+  /** Joins of this member so far: a take-up look from before its latest join is not used (single-writer.ts, checkTakeUp). */
+  let joins = 0;
+  let takeUpLook: { join: number; at: number; result: Promise<OwnerGroupsLook> } | null = null;
+  /** Other groups of owners of this intents topic for a restore's take-up check: one look per join, for up to 5 s. */
+  const ownerGroups = (): Promise<OwnerGroupsLook> => {
+    const now = Date.now();
+    if (takeUpLook !== null && takeUpLook.join === joins && now - takeUpLook.at < 5_000) return takeUpLook.result;
+    const result = otherOwnerGroups(admin, config);
+    const look = { join: joins, at: now, result };
+    takeUpLook = look;
+    result.catch(() => {
+      if (takeUpLook === look) takeUpLook = null;
+    });
+    return result;
+  };
+  /** Set while the watch finds another group of owners on this intents topic (see lookForOthers): every owner holds. */
+  let holding = false;
   const topic = config.topics.intents;
   const intakeCall = (what: string, partition: number, call: () => void): void => {
     try {
@@ -243,7 +274,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     // is not running are dropped by its owner, and a running owner drops the offsets it has already taken.
     intake: {
       pause: (p) => intakeCall("pause", p, () => consumer?.pause([{ topic, partitions: [p] }])),
-      resume: (p) => intakeCall("resume", p, () => consumer?.resume([{ topic, partitions: [p] }])),
+      // Held: stays paused (lookForOthers reopens the partitions when the hold ends).
+      resume: (p) => {
+        if (!holding) intakeCall("resume", p, () => consumer?.resume([{ topic, partitions: [p] }]));
+      },
       seek: (p, offset) => intakeCall("seek", p, () => consumer?.seek({ topic, partition: p, offset })),
     },
     // The membership's lease, dated from when the coordinator's last good answer was asked for (member-lease.ts).
@@ -254,6 +288,9 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     ...(internals.ablateLeases ? { ablateLeases: true } : {}),
     ...(internals.ablateInDoubtScan ? { ablateInDoubtScan: true } : {}),
     ...(internals.ablateSingleWriter ? { ablateSingleWriter: true } : {}),
+    ...(internals.ablateTakeUp ? { ablateTakeUp: true } : {}),
+    ownerGroups,
+    holding: () => holding,
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
       owners.delete(p);
@@ -304,6 +341,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     // restart of the consumer): another owner may have fenced ours meanwhile, so none of the old owners
     // may write again, even for a partition assigned back. They are replaced by fresh ones (fence, restore).
     const lapsed = memberId !== null && memberId !== event.payload.memberId;
+    joins++;
     memberId = event.payload.memberId;
     for (const p of [...owners.keys()]) if (lapsed || !assigned.has(p)) void release(p);
     for (const p of assigned) {
@@ -410,30 +448,47 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     }
   };
 
-  // Owners of another group that started on this intents topic later (or where this one could not see them): said
-  // where a person looks, while they run. The newer group's owners refuse to start, or refuse the ledger partitions.
+  // Owners of another group on this intents topic (started beside this one, where neither could see the other, or
+  // where this one could not see them): said where a person looks, and this owner holds its partitions while they
+  // run. Both groups hold when both see each other: the safe outcome for a misconfiguration (stop one of the groups).
   let othersSaid = "";
   // An admin of its own: describing many groups must not queue ahead of the partition owners' opens.
   const groupsAdmin = kafka.admin();
   let groupsAdminConnected = false;
   let lookingForOthers = false;
+  const enforce = !internals.ablateSingleWriter && !internals.ablateTakeUp;
   const lookForOthers = async () => {
     if (!groupsAdminConnected) {
       await groupsAdmin.connect();
       groupsAdminConnected = true;
     }
-    const others = await otherOwnerGroups(groupsAdmin, config);
+    const { owners: others, undetermined } = await otherOwnerGroups(groupsAdmin, config);
+    // A group that kept rebalancing while described neither starts a hold nor ends one; the next round tells.
+    if (others.length === 0 && undetermined.length > 0) {
+      log.debug({ undetermined }, "consumer groups kept rebalancing while described; whether they are owners of this intents topic is told next round");
+      return;
+    }
     const said = others.map((o) => o.group).sort().join(",");
     if (said === othersSaid) return;
     othersSaid = said;
     if (others.length === 0) {
       health.clear("other-owner-groups");
-      log.info("no other group of owners consumes this intents topic any more");
+      if (!holding) return log.info("no other group of owners consumes this intents topic any more");
+      holding = false;
+      // Opened again from the topics, with their checks (a fresh take-up look): the other group may have written the ledger.
+      takeUpLook = null;
+      log.info({ partitions: [...owners.keys()].sort((a, b) => a - b) }, "no other group of owners consumes this intents topic any more; taking this owner's partitions up again");
+      for (const o of owners.values()) o.reopen();
       return;
     }
-    const message = otherOwnersMessage(config, others);
+    const message = enforce ? holdingMessage(config, others) : otherOwnersMessage(config, others);
+    health.clear("other-owner-groups");
     health.problem("other-owner-groups", message);
-    log.error({ otherGroups: others }, message);
+    if (enforce && !holding) {
+      holding = true;
+      for (const p of owners.keys()) ctx.intake.pause(p);
+    }
+    log.error({ otherGroups: others, holding }, message);
   };
   const othersWatch = setInterval(() => {
     if (lookingForOthers || stopped) return;

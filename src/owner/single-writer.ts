@@ -2,17 +2,24 @@
 // transactional id, `<group>.<intents topic>.<p>`: owners of another group, or of another intents topic on the
 // same ledger, are not fenced by it, and both would write the same records. The ledger's progress entry names the
 // group and intents topic that wrote it; an owner that finds another one there while that group still consumes its
-// intents topic does not take the partition.
+// intents topic does not take the partition (checkSingleWriter). Owners also mark their group membership
+// (ownerAssigner) and look for other groups of owners on their intents topic (otherOwnerGroups): at the start, when
+// a partition is taken up (checkTakeUp, for a ledger with no progress entry yet), and every minute (router.ts: the
+// owner holds its partitions while another group runs).
 import { AssignerProtocol, PartitionAssigners, type Admin, type PartitionAssigner } from "kafkajs";
 import type { RouterConfig } from "../config.ts";
 import { WritError } from "../errors.ts";
 import type { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
+import { setTimeout as sleep } from "node:timers/promises";
 
 /**
  * Whether consumer group `group` has a member now whose subscription includes `topic`. A member whose
- * subscription cannot be read (another protocol) counts as one: not proven gone. Throws a retriable
- * {@link WritError} when the group cannot be described (no DESCRIBE on it, the coordinator unreachable).
+ * subscription cannot be read counts as one: not proven gone. That is a member of another protocol, one whose
+ * metadata does not decode, and one of a group that is rebalancing: DescribeGroups gives a classic group's members
+ * their metadata only while it is Stable (Kafka's ClassicGroupMember.describeNoMetadata otherwise), and the group
+ * asked about is one known to have written the ledger. Throws a retriable {@link WritError} when the group cannot
+ * be described (no DESCRIBE on it, the coordinator unreachable).
  */
 export async function groupConsumes(admin: Admin, group: string, topic: string): Promise<boolean> {
   let described: Awaited<ReturnType<Admin["describeGroups"]>>;
@@ -29,6 +36,7 @@ export async function groupConsumes(admin: Admin, group: string, topic: string):
   if (found === undefined) throw new WritError("kafka_failed", `describing consumer group ${group} came back without it`, { retriable: true, context: { group } });
   for (const member of found.members) {
     if (found.protocolType !== "consumer") return true;
+    if (found.state !== "Stable" && member.memberMetadata.length === 0) return true;
     const subscription = subscriptionOf(member.memberMetadata);
     if (subscription === null || subscription.topics.includes(topic)) return true;
   }
@@ -85,28 +93,93 @@ export interface OtherOwnerGroup {
 }
 
 /**
+ * A consumer group that was rebalancing each time it was described, with members that may be writ owners of this
+ * intents topic: DescribeGroups gives a classic group's members their metadata (where the owner's mark is) only
+ * while it is Stable. A member counts when its current assignment names this intents topic, or when it has none (a
+ * new member, or one whose assignment the rebalance reset); not when it is assigned other topics only.
+ */
+export interface UndeterminedGroup {
+  group: string;
+  state: string;
+  members: number;
+}
+
+/** What {@link otherOwnerGroups} found: groups of owners of this intents topic, and groups it could not tell. */
+export interface OwnerGroupsLook {
+  owners: OtherOwnerGroup[];
+  undetermined: UndeterminedGroup[];
+}
+
+/**
+ * Agent clients' reply consumers (`writ.client.<agent>.<uuid>`, producers/writ-client.ts and the Python client):
+ * never owners (an owner's group may not be named so, config.ts), so one that is rebalancing is not undetermined.
+ * There may be many, each joining when its client starts.
+ */
+const CLIENT_GROUP_PREFIX = "writ.client.";
+
+/** How long {@link otherOwnerGroups} waits before describing a rebalancing group again, each time; ms. About 5 s in all, past Kafka's default group.initial.rebalance.delay.ms (3 s) of a new group's first join. */
+export const REDESCRIBE_WAITS_MS: readonly number[] = [250, 500, 1000, 1500, 2000];
+
+/**
  * The consumer groups other than `config.groupId` with a member that is a writ owner subscribed to this intents
  * topic (by {@link ownerAssigner}'s metadata): each gives every record a second writer, the fence being per group.
- * Only groups the owner may describe are seen (the broker lists no others).
+ * Only groups the owner may describe are seen (the broker lists no others). A group that is rebalancing shows no
+ * member metadata: it is described again after each of `waitsMs` (a bounded wait; a rebalance takes a moment), and
+ * one still rebalancing with members that may be owners is returned as undetermined.
  */
-export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, "groupId" | "topics">): Promise<OtherOwnerGroup[]> {
+export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, "groupId" | "topics">, waitsMs: readonly number[] = REDESCRIBE_WAITS_MS): Promise<OwnerGroupsLook> {
   const { groups } = await admin.listGroups();
   // Owners' ledger readers (`<group>.ledger-reader.<instance>`, `.ledger-scan.`) are never owners: not described.
-  const candidates = groups.filter((g) => g.protocolType === "consumer" && g.groupId !== config.groupId && !/\.ledger-(reader|scan)\./.test(g.groupId)).map((g) => g.groupId);
-  if (candidates.length === 0) return [];
-  const found: OtherOwnerGroup[] = [];
-  for (const g of (await admin.describeGroups(candidates)).groups) {
-    let members = 0;
-    let ledger: string | undefined;
-    for (const member of g.members) {
-      const mark = ownerMark(member.memberMetadata);
-      if (mark === null || mark.intents !== config.topics.intents) continue;
-      members++;
-      ledger = mark.ledger;
+  let candidates = groups.filter((g) => g.protocolType === "consumer" && g.groupId !== config.groupId && !/\.ledger-(reader|scan)\./.test(g.groupId)).map((g) => g.groupId);
+  const owners: OtherOwnerGroup[] = [];
+  let undetermined: UndeterminedGroup[] = [];
+  for (let round = 0; candidates.length > 0; round++) {
+    undetermined = [];
+    for (const g of (await admin.describeGroups(candidates)).groups) {
+      const seen = describedOwners(g, config.topics.intents);
+      if (seen.kind === "owners") owners.push({ group: g.groupId, members: seen.members, ledger: seen.ledger });
+      else if (seen.kind === "undetermined") undetermined.push({ group: g.groupId, state: g.state, members: seen.members });
     }
-    if (members > 0) found.push({ group: g.groupId, members, ledger });
+    const wait = waitsMs[round];
+    if (undetermined.length === 0 || wait === undefined) break;
+    await sleep(wait);
+    candidates = undetermined.map((u) => u.group);
   }
-  return found;
+  return { owners, undetermined };
+}
+
+/** One described group: owners of `intents` (by their marks), maybe owners (rebalancing, see {@link UndeterminedGroup}), or none. */
+function describedOwners(
+  g: Awaited<ReturnType<Admin["describeGroups"]>>["groups"][number],
+  intents: string,
+): { kind: "owners"; members: number; ledger: string | undefined } | { kind: "undetermined"; members: number } | { kind: "none" } {
+  let members = 0;
+  let ledger: string | undefined;
+  let unreadable = 0;
+  for (const member of g.members) {
+    if (member.memberMetadata.length === 0 && g.state !== "Stable") {
+      const assigned = assignmentOf(member.memberAssignment);
+      if (assigned === null ? !g.groupId.startsWith(CLIENT_GROUP_PREFIX) : assigned.includes(intents)) unreadable++;
+      continue;
+    }
+    const mark = ownerMark(member.memberMetadata);
+    if (mark === null || mark.intents !== intents) continue;
+    members++;
+    ledger = mark.ledger;
+  }
+  if (members > 0) return { kind: "owners", members, ledger };
+  return unreadable > 0 ? { kind: "undetermined", members: unreadable } : { kind: "none" };
+}
+
+/** The topics a member's current assignment names; null when it has none (empty, or it does not decode: not proven elsewhere). */
+function assignmentOf(assignment: Buffer): string[] | null {
+  try {
+    const decoded = assignment.length === 0 ? null : AssignerProtocol.MemberAssignment.decode(assignment);
+    const topics = decoded === null ? [] : Object.keys(decoded.assignment).filter((t) => (decoded.assignment[t] ?? []).length > 0);
+    return topics.length === 0 ? null : topics;
+  } catch {
+    return null;
+  }
 }
 
 /** A consumer group member's subscription (its topics and user data; none for empty metadata), or null when its metadata does not decode. */
@@ -140,5 +213,61 @@ export function otherOwnersMessage(config: Pick<RouterConfig, "groupId" | "topic
     `writ owners of consumer group${others.length === 1 ? "" : "s"} ${named} also consume intents topic ${config.topics.intents}: ` +
     `with this group (${config.groupId}) every record would have two writers, the fence being per group. ` +
     "Run one group of owners per intents topic (WRIT_GROUP_ID); to rename the group, stop the other group's owners first"
+  );
+}
+
+/**
+ * The take-up check: refuses (`ledger_foreign_writer`, retriable: tried again every 30 s, and the partition opens
+ * once the other group has stopped) to take up intents partition `partition` while another group of owners of this
+ * intents topic exists, or a rebalancing group that may be one ({@link otherOwnerGroups}). Run when the partition
+ * is restored, before anything is written for it, beside {@link checkSingleWriter}: that one needs a progress entry
+ * in the ledger, and two groups started at once on a ledger without one would both pass it, and the start's check
+ * too (neither had joined when the other looked).
+ *
+ * Why two groups never both take up a partition: each member looks only after its own join (a partition is restored
+ * from the assignment its join brought), and from its join on the member is seen by every describe of its group:
+ * with its owner mark while the group is Stable, and while it rebalances as a member assigned this intents topic, or
+ * assigned nothing (undetermined either way). Say group A's member joined first, at jA ≤ jB. Group B's member looks
+ * at tB > jB ≥ jA and sees A's member (unless it has left): B refuses. A's member, looking at tA > jA, takes the
+ * partition only if it looked before B's member joined. So at most one of them takes it up: the one that looked
+ * first, if it looked before the other joined; if both looked after both joined, both refuse, and go on refusing
+ * until one group is stopped (the safe outcome for a misconfiguration: stop one of the groups). `look` is memoized
+ * per join (router.ts): a look from before this member's latest join is never used.
+ */
+export async function checkTakeUp(look: () => Promise<OwnerGroupsLook>, config: Pick<RouterConfig, "groupId" | "topics">, partition: number): Promise<void> {
+  const where = `ledger partition ${config.topics.ledger}-${partition}`;
+  const context = { partition, ledger: config.topics.ledger, group: config.groupId, intentsTopic: config.topics.intents };
+  let found: OwnerGroupsLook;
+  try {
+    found = await look();
+  } catch (err) {
+    throw new WritError(
+      "kafka_failed",
+      `cannot tell whether another group of owners consumes intents topic ${config.topics.intents} (listing or describing the consumer groups failed: ${(err as Error)?.message ?? String(err)}); not taking up ${where} until it can`,
+      { retriable: true, cause: err, context },
+    );
+  }
+  if (found.owners.length > 0) {
+    throw new WritError("ledger_foreign_writer", `${otherOwnersMessage(config, found.owners)}. Not taking up ${where} while that group runs (tried again every 30 s); if both groups refuse, stop one of the groups`, {
+      retriable: true,
+      context: { ...context, otherGroups: found.owners.map((o) => o.group) },
+    });
+  }
+  if (found.undetermined.length > 0) {
+    const named = found.undetermined.map((u) => `${u.group} (${u.state}, ${u.members} member${u.members === 1 ? "" : "s"})`).join(", ");
+    throw new WritError(
+      "ledger_foreign_writer",
+      `consumer group${found.undetermined.length === 1 ? "" : "s"} ${named} kept rebalancing while described, so whether ${found.undetermined.length === 1 ? "it is" : "they are"} writ owners of intents topic ${config.topics.intents} cannot be told ` +
+        `(DescribeGroups gives a group's member metadata only while it is Stable). Not taking up ${where} until it can (tried again every 30 s): owners of another group would give its records two writers`,
+      { retriable: true, context: { ...context, otherGroups: found.undetermined.map((u) => u.group) } },
+    );
+  }
+}
+
+/** The message for other owner groups found by the watch: this owner holds its partitions while they run. */
+export function holdingMessage(config: Pick<RouterConfig, "groupId" | "topics">, others: readonly OtherOwnerGroup[]): string {
+  return (
+    `${otherOwnersMessage(config, others)}. This owner holds its partitions meanwhile: it takes no new intents (those in flight finish; ` +
+    "offsets do not pass an intent not processed) and takes them up again once no other group of owners consumes the intents topic. If both groups hold, stop one of the groups"
   );
 }

@@ -15,16 +15,20 @@ async function refundOnce(h: Harness, agent: Awaited<ReturnType<Harness["client"
   return reply.intentKey;
 }
 
-async function setUp(internals: RouterInternals = {}) {
+/** A stack with one intents partition and a payment to refund, the first group's owner started. */
+async function firstGroup(internals: RouterInternals) {
   const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
   // The records server's own Idempotency-Key dedupe off: it must not do writ's job here.
   h.records.setConfig({ honourIdempotencyKey: false });
   h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-  const first = await h.startRouter({}, internals);
+  return { h, first: await h.startRouter({}, internals), group: `${h.config.groupId}.other` };
+}
+
+async function setUp(internals: RouterInternals = {}) {
+  const { h, first, group } = await firstGroup(internals);
   const agent = await h.client("billing-agent");
   // A result, and with it the ledger's progress entry naming the first group.
   await refundOnce(h, agent);
-  const group = `${h.config.groupId}.other`;
   const { topics } = h.config;
   return {
     h,
@@ -38,6 +42,42 @@ async function setUp(internals: RouterInternals = {}) {
 }
 
 const refunds = async (h: Harness) => ((await readVersion(h.records, "payment", "pay_1")).state.refunds as unknown[]).length;
+
+/** Waits until `router` owns partition 0. */
+const owning = (router: Router) => waitFor(() => router.ownedPartitions().includes(0), { timeoutMs: 60_000, message: () => `not opened: ${JSON.stringify(router.health())}` });
+
+/**
+ * Two groups of owners on one intents topic and one ledger that has no progress entry yet (a fresh deployment):
+ * the start's check skipped for both, which is what starting them at the same moment amounts to (neither has joined
+ * when the other looks). The first owns the partition before the second starts; no intent has been submitted.
+ */
+async function besideOnEmptyLedger(internals: RouterInternals) {
+  const { h, first, group } = await firstGroup(internals);
+  await owning(first);
+  const second = await h.startRouter({ config: { ...h.config, groupId: group } }, internals);
+  const agent = await h.client("billing-agent");
+  return { h, first, second, agent, group };
+}
+
+/** Waits until `router`'s watch names `group` on /healthz: the problem. */
+const namesOtherGroup = (router: Router, group: string) =>
+  waitFor(() => router.health().problems.find((p) => p.key === "other-owner-groups" && p.message.includes(group)), {
+    timeoutMs: 30_000,
+    message: () => `the first group's owner says nothing: ${JSON.stringify(router.health())}`,
+  });
+
+/** One intent submitted while both groups' owners take intents: each sends its PATCH (one may meet 412, or both apply). */
+async function patchedTwice(h: Harness, agent: Awaited<ReturnType<Harness["client"]>>) {
+  const { version } = await readVersion(h.records, "payment", "pay_1");
+  const reply = await agent.submit(refundIntent(`run-${randomUUID()}`, version));
+  await waitFor(() => h.records.patchRequests(reply.intentKey).length >= 2, {
+    timeoutMs: 30_000,
+    message: () => `${h.records.patchRequests(reply.intentKey).length} PATCH requests`,
+  });
+}
+
+// The watch's hold is not what these look at: its next round would hold the first group too (tested below).
+const noWatch = { ownerGroupsCheckMs: 3_600_000 };
 
 describe("one group of owners per intents topic", () => {
   it("an owner of another group refuses to start beside a running one, whatever ledger it is given", async () => {
@@ -74,22 +114,60 @@ describe("one group of owners per intents topic", () => {
     expect(await refunds(h)).toBe(3);
   });
 
-  it("control: without the checks, both groups own the partition and one intent reaches the system of record twice; the first group's owner says so", async () => {
-    const { h, first, agent, ownLedger, group } = await setUp({ ownerGroupsCheckMs: 250 });
+  it("control: without the checks, and with the first group's hold off (its watch only reports), both groups own the partition and one intent reaches the system of record twice; the first group's owner says so", async () => {
+    const { h, first, agent, ownLedger, group } = await setUp({ ownerGroupsCheckMs: 250, ablateTakeUp: true });
     const second = await h.startRouter(ownLedger, { ablateSingleWriter: true });
-    await waitFor(() => second.ownedPartitions().includes(0), { timeoutMs: 30_000, message: () => `not opened: ${JSON.stringify(second.health())}` });
+    await owning(second);
     expect(first.ownedPartitions()).toEqual([0]);
-    await waitFor(() => first.health().problems.some((p) => p.key === "other-owner-groups" && p.message.includes(group)), {
-      timeoutMs: 30_000,
-      message: () => `the first group's owner says nothing: ${JSON.stringify(first.health())}`,
-    });
+    await namesOtherGroup(first, group);
+    await patchedTwice(h, agent);
+  });
 
-    const { version } = await readVersion(h.records, "payment", "pay_1");
-    const reply = await agent.submit(refundIntent(`run-${randomUUID()}`, version));
-    // Both owners take the intent: each sends its PATCH (one may meet 412, or both apply).
-    await waitFor(() => h.records.patchRequests(reply.intentKey).length >= 2, {
+  it("two groups started at once on a ledger without a progress entry: the later one's take-up check refuses the partition, naming the other group, and every intent reaches the system of record once", async () => {
+    const { h, first, second, agent } = await besideOnEmptyLedger({ ablateOwnerGroupsCheck: true, ...noWatch });
+    await waitFor(() => second.health().problems.find((p) => p.key === "ledger-0"), {
       timeoutMs: 30_000,
-      message: () => `${h.records.patchRequests(reply.intentKey).length} PATCH requests`,
+      message: () => `the second group's owner reports nothing: ${JSON.stringify(second.health())}`,
     });
+    expect(second.health().problems.find((p) => p.key === "ledger-0")?.message).toContain(`writ owners of consumer group ${h.config.groupId} (1 member, ledger ${h.config.topics.ledger}) also consume intents topic ${h.config.topics.intents}`);
+    expect(second.ownedPartitions()).toEqual([]);
+    expect(first.ownedPartitions()).toEqual([0]);
+    const keys = [];
+    for (let i = 0; i < 3; i++) keys.push(await refundOnce(h, agent));
+    for (const key of keys) expect(h.records.patchRequests(key)).toHaveLength(1);
+    expect(await refunds(h)).toBe(3);
+    expect(second.ownedPartitions()).toEqual([]);
+  });
+
+  it("control: without the take-up check (the ledger's on), both groups own the partition of an empty ledger and one intent reaches the system of record twice", async () => {
+    const { h, first, second, agent } = await besideOnEmptyLedger({ ablateOwnerGroupsCheck: true, ablateTakeUp: true, ...noWatch });
+    await owning(second);
+    expect(first.ownedPartitions()).toEqual([0]);
+    await patchedTwice(h, agent);
+  });
+
+  it("an owner whose watch finds another group of owners holds its partition (takes no new intent), says so, and takes it up again and answers once that group has stopped", async () => {
+    const { h, first, agent, group, sameLedger } = await setUp({ ownerGroupsCheckMs: 250 });
+    // A group that checks nothing (as if it could see nothing): it owns the partition beside the first.
+    const second = await h.startRouter(sameLedger, { ablateSingleWriter: true });
+    await owning(second);
+    const held = await namesOtherGroup(first, group);
+    expect(held.message).toContain("This owner holds its partitions meanwhile");
+    expect(held.message).toContain("stop one of the groups");
+
+    // Held: only the second group's owner takes the intent.
+    const during = await refundOnce(h, agent);
+    expect(h.records.patchRequests(during)).toHaveLength(1);
+
+    await second.stop();
+    await waitFor(() => !first.health().problems.some((p) => p.key === "other-owner-groups") && first.ownedPartitions().includes(0), {
+      timeoutMs: 60_000,
+      message: () => `not taken up again: ${JSON.stringify(first.health())}`,
+    });
+    const after = await refundOnce(h, agent);
+    expect(h.records.patchRequests(after)).toHaveLength(1);
+    // Taken up again from the ledger, which the second group wrote: the intent it answered is not replayed.
+    expect(h.records.patchRequests(during)).toHaveLength(1);
+    expect(await refunds(h)).toBe(3);
   });
 });
