@@ -66,12 +66,11 @@ export const RouterConfig = z
     kafka: KafkaSecurity.optional(),
     clientId: kafkaId.default("writ-owner"),
     /**
-     * Consumer group of the owners of `writ.intents`. Not under `writ.client.` (agent clients' reply consumers) nor
-     * with `.ledger-reader.` or `.ledger-scan.` in it (owners' ledger readers): the check for other groups of owners
-     * (src/owner/single-writer.ts) takes such groups for what their names say.
+     * Consumer group of the owners of `writ.intents`. Not with `.ledger-reader.` or `.ledger-scan.` in it (owners'
+     * ledger readers): the check for other groups of owners (src/owner/single-writer.ts) takes such groups for what
+     * their names say.
      */
     groupId: kafkaId
-      .refine((g) => !g.startsWith("writ.client."), "must not start with writ.client. (agent clients' reply consumer groups)")
       .refine((g) => !/\.ledger-(reader|scan)\./.test(g), "must not contain .ledger-reader. or .ledger-scan. (owners' ledger reader groups)")
       .default("writ.owners"),
     topics: TopicsConfig.default(TopicsConfig.parse({})),

@@ -95,8 +95,10 @@ export interface OtherOwnerGroup {
 /**
  * A consumer group that was rebalancing each time it was described, with members that may be writ owners of this
  * intents topic: DescribeGroups gives a classic group's members their metadata (where the owner's mark is) only
- * while it is Stable. A member counts when its current assignment names this intents topic, or when it has none (a
- * new member, or one whose assignment the rebalance reset); not when it is assigned other topics only.
+ * while it is Stable, and their current assignment in every state. A member counts when that assignment names this
+ * intents topic; not when it names other topics only, nor when it has none (a member that has not yet been given
+ * one, of any application: counting those would let any unrelated group that is slow to rebalance hold an owner's
+ * take-up; a writ owner without an assignment writes nothing, and looks itself once it has one).
  */
 export interface UndeterminedGroup {
   group: string;
@@ -109,13 +111,6 @@ export interface OwnerGroupsLook {
   owners: OtherOwnerGroup[];
   undetermined: UndeterminedGroup[];
 }
-
-/**
- * Agent clients' reply consumers (`writ.client.<agent>.<uuid>`, producers/writ-client.ts and the Python client):
- * never owners (an owner's group may not be named so, config.ts), so one that is rebalancing is not undetermined.
- * There may be many, each joining when its client starts.
- */
-const CLIENT_GROUP_PREFIX = "writ.client.";
 
 /** How long {@link otherOwnerGroups} waits before describing a rebalancing group again, each time; ms. About 5 s in all, past Kafka's default group.initial.rebalance.delay.ms (3 s) of a new group's first join. */
 export const REDESCRIBE_WAITS_MS: readonly number[] = [250, 500, 1000, 1500, 2000];
@@ -159,7 +154,7 @@ function describedOwners(
   for (const member of g.members) {
     if (member.memberMetadata.length === 0 && g.state !== "Stable") {
       const assigned = assignmentOf(member.memberAssignment);
-      if (assigned === null ? !g.groupId.startsWith(CLIENT_GROUP_PREFIX) : assigned.includes(intents)) unreadable++;
+      if (assigned !== null && assigned.includes(intents)) unreadable++;
       continue;
     }
     const mark = ownerMark(member.memberMetadata);
@@ -226,13 +221,18 @@ export function otherOwnersMessage(config: Pick<RouterConfig, "groupId" | "topic
  *
  * Why two groups never both take up a partition: each member looks only after its own join (a partition is restored
  * from the assignment its join brought), and from its join on the member is seen by every describe of its group:
- * with its owner mark while the group is Stable, and while it rebalances as a member assigned this intents topic, or
- * assigned nothing (undetermined either way). Say group A's member joined first, at jA ≤ jB. Group B's member looks
+ * with its owner mark while the group is Stable, and while it rebalances as a member assigned this intents topic
+ * (undetermined), since a member keeps its assignment through a rebalance. Say group A's member joined first, at
+ * jA ≤ jB. Group B's member looks
  * at tB > jB ≥ jA and sees A's member (unless it has left): B refuses. A's member, looking at tA > jA, takes the
  * partition only if it looked before B's member joined. So at most one of them takes it up: the one that looked
  * first, if it looked before the other joined; if both looked after both joined, both refuse, and go on refusing
  * until one group is stopped (the safe outcome for a misconfiguration: stop one of the groups). `look` is memoized
- * per join (router.ts): a look from before this member's latest join is never used.
+ * per join (router.ts): a look from before this member's latest join is never used. One case escapes it: Kafka
+ * empties a classic group's assignments when a rebalance is interrupted while members sync (CompletingRebalance back
+ * to PreparingRebalance), so a look taken at that moment sees A's members assigned nothing and does not count them;
+ * A keeps the partitions it already owns through a rebalance (no restore), so the minute's watch is what then
+ * finds B: both hold within a minute.
  */
 export async function checkTakeUp(look: () => Promise<OwnerGroupsLook>, config: Pick<RouterConfig, "groupId" | "topics">, partition: number): Promise<void> {
   const where = `ledger partition ${config.topics.ledger}-${partition}`;

@@ -93,20 +93,20 @@ describe("otherOwnerGroups", () => {
     expect(admin.describes).toEqual([["other.owners", "plain.consumer"], ["other.owners"], ["other.owners"]]);
   });
 
-  it("a group still rebalancing after the waits, with a member assigned this intents topic or nothing, is undetermined", async () => {
+  it("a group still rebalancing after the waits, with a member assigned this intents topic, is undetermined", async () => {
     const admin = fakeAdmin({
       "assigned.intents": [group("assigned.intents", "PreparingRebalance", [ownerMember])],
-      "assigned.nothing": [group("assigned.nothing", "PreparingRebalance", [{ topics: [], owner: false, assigned: null }])],
     });
     const look = await otherOwnerGroups(admin, config, noWaits);
     expect(look.owners).toEqual([]);
-    expect(look.undetermined.map((u) => u.group).sort()).toEqual(["assigned.intents", "assigned.nothing"]);
+    expect(look.undetermined.map((u) => u.group)).toEqual(["assigned.intents"]);
     expect(admin.describes).toHaveLength(noWaits.length + 1);
     await expect(checkTakeUp(async () => look, config, 3)).rejects.toMatchObject({ code: "ledger_foreign_writer", retriable: true, message: expect.stringContaining("assigned.intents") });
   });
 
-  it("does not wait for agent clients' reply consumers nor for groups assigned other topics only", async () => {
+  it("does not wait for a rebalancing group whose members are assigned other topics only or nothing yet (agent clients' reply consumers, any other application)", async () => {
     const admin = fakeAdmin({
+      "other.app.joining": [group("other.app.joining", "PreparingRebalance", [{ topics: [], owner: false, assigned: null }])],
       "writ.client.billing-agent.6f1c": [group("writ.client.billing-agent.6f1c", "PreparingRebalance", [{ topics: [], owner: false, assigned: null }])],
       "writ.client.billing-agent.77aa": [group("writ.client.billing-agent.77aa", "CompletingRebalance", [{ topics: [], owner: false, assigned: "writ.replies.billing-agent" }])],
       "other.app": [group("other.app", "PreparingRebalance", [{ topics: [], owner: false, assigned: "other.topic" }])],
