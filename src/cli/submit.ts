@@ -10,7 +10,7 @@ import { WriteIntent } from "../schemas/write-intent.ts";
 import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
-const USAGE = `usage: writ submit --intent <file|-> [options]
+const USAGE = `usage: writ submit --intent <file|-|json> [options]
        writ submit --tool <name> --entity <type:id> --base-version <etag> --delta '<json>' --run-id <id> --step-id <id> [options]
 
 Sends one write intent to writ.intents, waits for the owner's reply on the agent's reply topic (created if
@@ -18,9 +18,11 @@ missing) and prints the reply as one JSON line on stdout. Never re-sends on its 
 {"status":"unknown",…} (or "blocked"); running the same command again asks the owner again, and is safe.
 
 The intent:
-  --intent <file|->      a JSON file (- for stdin) with the fields below in camelCase (tool, entity as
-                         {"type","id"} or "type:id", baseVersion, delta, params, runId, stepId, toolCallId),
-                         or a whole WriteIntent (then sent as it is); flags override its fields
+  --intent <file|-|json> a JSON file (- for stdin), or the JSON itself when it starts with { (e.g.
+                         --intent '{"tool":"tag_ticket",…}'; a file named so: ./{…}), with the fields below
+                         in camelCase (tool, entity as {"type","id"} or "type:id", baseVersion, delta,
+                         params, runId, stepId, toolCallId), or a whole WriteIntent (then sent as it is);
+                         flags override its fields
   --tool <name>          the write tool
   --entity <type:id>     the record, e.g. ticket:T-42
   --base-version <etag>  the version the change was made against, quotes included, e.g. '"v1"'
@@ -105,20 +107,26 @@ function entityOf(raw: unknown, where: string): { type: string; id: string } {
   throw new UsageError(`${where}: the entity must be "type:id" or {"type","id"}`);
 }
 
+/** `--intent`'s value: a JSON object given inline (it starts with `{`), stdin (`-`), or a file's path. */
 function readIntentFile(path: string): Record<string, unknown> {
+  const inline = path.trimStart().startsWith("{");
+  const where = inline ? "(inline JSON)" : path === "-" ? "(stdin)" : path;
   let text: string;
-  try {
-    text = readFileSync(path === "-" ? 0 : path, "utf8");
-  } catch (err) {
-    throw new UsageError(`--intent ${path}: ${err instanceof Error ? err.message : String(err)}`);
+  if (inline) text = path;
+  else {
+    try {
+      text = readFileSync(path === "-" ? 0 : path, "utf8");
+    } catch (err) {
+      throw new UsageError(`--intent ${path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new UsageError(`--intent ${path === "-" ? "(stdin)" : path} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
+    throw new UsageError(`--intent ${where} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError(`--intent ${path}: not a JSON object`);
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError(`--intent ${where}: not a JSON object`);
   return parsed as Record<string, unknown>;
 }
 

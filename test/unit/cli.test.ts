@@ -182,24 +182,29 @@ describe("writ owner without Kafka", () => {
 });
 
 describe("writ submit --intent", () => {
+  /** `writ submit --intent <intent>` with a key scope and no reachable broker: its exit status and stderr. */
+  const submitWith = async (intent: string): Promise<{ code: number; stderr: string }> => {
+    const { submitCommand } = await import("../../src/cli/submit.ts");
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    try {
+      const code = await submitCommand.main(["--intent", intent, "--brokers", "127.0.0.1:9", "--key-scope", "run", "--intent-fields", "tag"]);
+      return { code, stderr: written.join("") };
+    } finally {
+      stderr.mockRestore();
+    }
+  };
+
   it("refuses fields it does not know, naming them and the field each is close to, before anything connects (exit 2)", async () => {
     const { mkdtempSync, writeFileSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const { join } = await import("node:path");
-    const { submitCommand } = await import("../../src/cli/submit.ts");
     const dir = mkdtempSync(join(tmpdir(), "writ-submit-"));
     const intent = { tool: "tag_ticket", entity: "ticket:T-1", delta: [{ op: "add", path: "/tags/-", value: "vip" }], params: { tag: "vip" }, runId: "r", stepId: "s" };
     const run = async (fields: Record<string, unknown>): Promise<{ code: number; stderr: string }> => {
       const file = join(dir, `${Object.keys(fields).join("-")}.json`);
       writeFileSync(file, JSON.stringify({ ...intent, ...fields }));
-      const written: string[] = [];
-      const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
-      try {
-        const code = await submitCommand.main(["--intent", file, "--brokers", "127.0.0.1:9", "--key-scope", "run", "--intent-fields", "tag"]);
-        return { code, stderr: written.join("") };
-      } finally {
-        stderr.mockRestore();
-      }
+      return submitWith(file);
     };
     const typo = await run({ baseVerison: '"v1"' });
     expect(typo.code).toBe(2);
@@ -207,5 +212,22 @@ describe("writ submit --intent", () => {
     expect(typo.stderr).not.toContain("missing --base-version");
     const two = await run({ baseVersion: '"v1"', run_id: "r", colour: "red" });
     expect(two.stderr).toContain("unknown fields run_id (did you mean runId?), colour;");
+  });
+
+  it("takes the intent as inline JSON when the value starts with { (as --delta and --params take theirs), not as a file name", async () => {
+    const run = submitWith;
+    // read as the intent: its fields are checked (a file named so would be "no such file")
+    const typo = await run(' {"tool":"tag_ticket","entity":"ticket:T-1","baseVerison":"\\"v1\\"","delta":[],"runId":"r","stepId":"s"}');
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain("--intent: unknown field baseVerison (did you mean baseVersion?)");
+    expect(typo.stderr).not.toContain("ENOENT");
+    const missing = await run('{"tool":"tag_ticket","entity":"ticket:T-1","params":{"tag":"vip"},"runId":"r","stepId":"s"}');
+    expect(missing.stderr).toContain("missing --base-version, --delta (or the same fields in --intent)");
+    const broken = await run('{"tool":');
+    expect(broken.code).toBe(2);
+    expect(broken.stderr).toContain("--intent (inline JSON) is not JSON:");
+    // anything else is still a path
+    const file = await run("no-such-intent.json");
+    expect(file.stderr).toContain("--intent no-such-intent.json: ENOENT");
   });
 });
