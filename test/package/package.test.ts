@@ -7,13 +7,14 @@
 // the PATH without the project's node_modules/.bin (the system's node).
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { delimiter, dirname, join, relative, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import pkg from "../../package.json" with { type: "json" };
 import { ROOT, ensureBuilt } from "../helpers/build.ts";
+import { anchors, prose } from "../helpers/markdown.ts";
 
 const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:19092";
 const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
@@ -89,15 +90,15 @@ afterAll(async () => {
 }, 60_000);
 
 describe("the packed tarball, installed in another project", () => {
-  it("npm pack ships dist, schemas, deploy (the alert rules and the dashboard), docs/*.md, README.md, LICENSE and package.json, nothing else", async () => {
+  it("npm pack ships dist, schemas, deploy (the alert rules and the dashboard), docs/*.md, python/README.md, the test vectors, README.md, LICENSE and package.json, nothing else", async () => {
     // dist is fresh (ensureBuilt); `npm pack` alone would build it again through the prepare script
     const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", dir], { cwd: ROOT, env: userEnv() });
     expect(packed.code, packed.stderr).toBe(0);
     const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
     tarball = join(dir, info!.filename);
     const paths = info!.files.map((f) => f.path);
-    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+(\.test)?\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|docs\/[a-z-]+\.md$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
-    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/prometheus/writ-alerts.test.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE", "docs/architecture.md", "docs/wire-contract.md", "docs/operations.md"]) expect(paths).toContain(p);
+    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+(\.test)?\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|docs\/[a-z-]+\.md$|python\/README\.md$|test\/fixtures\/(intent-key|signature)-vectors\.json$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
+    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/prometheus/writ-alerts.test.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE", "docs/architecture.md", "docs/wire-contract.md", "docs/operations.md", "python/README.md", "test/fixtures/intent-key-vectors.json", "test/fixtures/signature-vectors.json"]) expect(paths).toContain(p);
     // what the README and the API's comments link to ships with them
     const linked = new Set([...readFileSync(join(ROOT, "README.md"), "utf8").matchAll(/\]\((docs\/[a-z-]+\.md)[#)]/g)].map((m) => m[1]!));
     for (const file of paths.filter((p) => p.endsWith(".d.ts") || p.endsWith(".js"))) for (const m of readFileSync(join(ROOT, file), "utf8").matchAll(/\bdocs\/[a-z-]+\.md\b/g)) linked.add(m[0]);
@@ -126,6 +127,32 @@ describe("the packed tarball, installed in another project", () => {
     expect(reply).toMatchObject({ status: "applied", duplicate: false, entity: { type: "ticket", id: "T-1" }, via: "patch" });
     expect(record.tags).toEqual(["packaged"]);
   }, 360_000);
+
+  it("every relative link in the installed package's markdown (README.md, docs/*.md, python/README.md) resolves to a file it ships, and every #anchor to a heading there", () => {
+    const pkgDir = join(app, "node_modules", "writ");
+    expect(existsSync(join(pkgDir, "README.md")), "the tarball is installed (the test before)").toBe(true);
+    const walk = (d: string): string[] => readdirSync(d).flatMap((n) => (n === "node_modules" ? [] : statSync(join(d, n)).isDirectory() ? walk(join(d, n)) : [join(d, n)]));
+    const docs = walk(pkgDir).filter((f) => f.endsWith(".md"));
+    expect(docs.map((f) => relative(pkgDir, f)).sort()).toEqual(expect.arrayContaining(["README.md", "docs/architecture.md", "docs/wire-contract.md", "python/README.md"]));
+    const broken: string[] = [];
+    let checked = 0;
+    for (const doc of docs) {
+      const text = readFileSync(doc, "utf8");
+      // [text](target), ![alt](target) and [text](target "title"); reference definitions `[x]: target`
+      const targets = [...prose(text).matchAll(/\]\(<?([^)\s>]+)>?(?:\s+"[^"]*")?\)|^\s*\[[^\]]+\]:\s*(\S+)/gm)].map((m) => (m[1] ?? m[2])!);
+      for (const target of new Set(targets.filter((t) => !/^[a-z][a-z0-9+.-]*:/i.test(t) && !t.startsWith("//")))) {
+        checked++;
+        const [path = "", anchor] = target.split("#");
+        const file = path === "" ? doc : resolve(dirname(doc), decodeURIComponent(path));
+        const where = `${relative(pkgDir, doc)}: ${target}`;
+        if (!file.startsWith(pkgDir + "/") && file !== pkgDir) broken.push(`${where} (outside the package)`);
+        else if (!existsSync(file)) broken.push(`${where} (not shipped)`);
+        else if (anchor !== undefined && anchor !== "" && file.endsWith(".md") && !anchors(readFileSync(file, "utf8")).has(anchor)) broken.push(`${where} (no such heading)`);
+      }
+    }
+    expect(checked).toBeGreaterThan(20);
+    expect(broken).toEqual([]);
+  });
 
   it("npx writ --version and writ help run on the system's node; the core imports there without type stripping", async () => {
     const env = userEnv();
