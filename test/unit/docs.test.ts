@@ -169,7 +169,7 @@ describe("README's TypeScript snippets import as a package user does", () => {
       from: m[2]!,
       names: m[1]!
         .split(",")
-        .map((n) => n.trim().replace(/^type\s+/, "").split(/\s+as\s+/)[0]!)
+        .map((n) => n.trim().split(/\s+as\s+/)[0]!)
         .filter((n) => n !== ""),
     })),
   );
@@ -187,8 +187,13 @@ describe("README's TypeScript snippets import as a package user does", () => {
       // the package's export of that subpath, as its source: "./dist/producers/adapters/ai-sdk.js" → producers/adapters/ai-sdk.ts
       const target = exportsMap[from === "writ" ? "." : `./${from.slice("writ/".length)}`]?.default;
       expect(target, `package.json exports no ${from}`).toBeDefined();
-      const module = (await import(join(root, target!.replace(/^\.\/dist\//, "").replace(/\.js$/, ".ts")))) as Record<string, unknown>;
-      expect(names.filter((n) => !(n in module))).toEqual([]);
+      const source = join(root, target!.replace(/^\.\/dist\//, "").replace(/\.js$/, ".ts"));
+      const module = (await import(source)) as Record<string, unknown>;
+      // `type X` names no value: the module's source exports it as a type (export type/interface X, or a re-export's `type X`)
+      const types = names.filter((n) => n.startsWith("type ")).map((n) => n.slice("type ".length).trim());
+      const exportedType = (n: string) => new RegExp(`export\\s+(?:declare\\s+)?(?:type|interface)\\s+${n}\\b|\\btype\\s+${n}\\b[^;]*\\}\\s*from`).test(read(source));
+      expect(names.filter((n) => !n.startsWith("type ") && !(n in module))).toEqual([]);
+      expect(types.filter((n) => !exportedType(n))).toEqual([]);
     });
   }
 });
