@@ -10,7 +10,7 @@ import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH } from "../../producers/writ-client.ts";
 import { jsonDepth } from "../canonical-json.ts";
-import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
+import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, readableIssue, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
 import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
@@ -186,9 +186,12 @@ const CONTRACT_TOPIC_DEFAULTS = TopicsConfig.parse({});
 function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric = false): T {
   const raw = process.env[variable];
   if (raw === undefined || raw === "") return fallback;
-  const checked = schema.safeParse(numeric ? envNumber(raw) : raw);
+  const checked = schema.safeParse(numeric ? envNumber(raw) : raw, { reportInput: true });
   if (!checked.success) {
-    throw new WritError("config_invalid", `${variable}: ${checked.error.issues[0]?.message ?? "invalid"}, got "${printable(raw.slice(0, 300))}"`, {
+    // Worded as the owner words it (readableIssue: "at most 128, got 200", not zod's "Too big: expected number to be <=128").
+    const issue = checked.error.issues[0];
+    const problem = issue ? readableIssue(issue) : "invalid";
+    throw new WritError("config_invalid", `${variable}: ${problem}${/, got /.test(problem) ? "" : `, got "${printable(raw.slice(0, 300))}"`}`, {
       retriable: false,
       context: { field: variable },
     });

@@ -43,7 +43,13 @@ describe("settings the commands share with owners, from the owners' variables", 
       expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: /);
     });
     withEnv({ WRIT_MAX_JSON_DEPTH: "0x50" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: .*got "0x50"$/));
-    withEnv({ WRIT_REPLICATION_FACTOR: "0" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_REPLICATION_FACTOR: .*got "0"$/));
+    withEnv({ WRIT_REPLICATION_FACTOR: "0" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_REPLICATION_FACTOR: at least 1, got 0$/));
+  });
+
+  it("words a bad number as the owner does (what the setting takes and what it got), not in zod's own words", () => {
+    withEnv({ WRIT_MAX_JSON_DEPTH: "200" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: at most 128, got 200$/));
+    withEnv({ WRIT_MAX_JSON_DEPTH: "deep" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: a whole number, got "deep"$/));
+    withEnv({ WRIT_MAX_INTENT_BYTES: "1.5" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: a whole number, got 1.5$/));
   });
 
   it("takes the values owners take, and the owners' defaults when unset or empty", () => {
