@@ -17,9 +17,41 @@ import { runMutations, type PoolEntry } from "./mutations.ts";
 import { registryOf } from "./wire.ts";
 import { createWorld, PARTITIONS } from "./world.ts";
 
+const USAGE = `usage: npm run test:hostile [-- options]
+
+The hostile-input suite: one in-process owner with an agent registry meets hand-written poison and attack
+records, then fast-check mutations of valid signed intents, valid ones interleaved; measured from outside.
+The last stdout line is the figures as JSON; exit 1 on any failure. Needs the dev stack (KAFKA_BROKERS and
+SCHEMA_REGISTRY_URL, or npm run kafka:up's).
+
+  --cases N         fast-check mutations (default 100000)
+  --seed N          their seed (default: random; printed)
+  --batch N         mutations produced per batch (default 2000)
+  --valid-every N   a valid signed intent after every N mutations (default 500)
+  --deadline-s N    how long to wait for the owner to pass every record (default 900)
+  --stall-s N       stop waiting once no committed offset moved for N s while some are behind (default 90)
+  --log-level L     the owner's log level, to .writ/hostile-<run>/owner.log (default error)
+  --only TEXT       run only the attacks whose label or kind contains TEXT (repeatable)
+  --skip TEXT       skip the attacks whose label or kind contains TEXT (repeatable)
+  --ablate unsigned-owner
+                    a second owner group without an agent registry on the same intents topic: the
+                    measure must catch its effects (the run then exits 1 as it should)
+  --help`;
+
 hideKafkajsTimeoutWarning();
-const { values: args } = parseArgs({
+const parsed = (() => {
+  try {
+    return parseOptions();
+  } catch (err) {
+    process.stderr.write(`test:hostile: ${(err as Error).message}\n(npm run test:hostile -- --help for the options)\n`);
+    process.exit(2);
+  }
+})();
+const { values: args } = parsed;
+function parseOptions() {
+  return parseArgs({
   options: {
+    help: { type: "boolean", default: false },
     cases: { type: "string", default: "100000" },
     seed: { type: "string" },
     batch: { type: "string", default: "2000" },
@@ -32,7 +64,12 @@ const { values: args } = parseArgs({
     skip: { type: "string", multiple: true },
   },
   strict: true,
-});
+  });
+}
+if (args.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
 const int = (name: string, raw: string | undefined, min: number) => {
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got ${raw}`);
