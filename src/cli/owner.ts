@@ -80,8 +80,12 @@ async function main(argv: string[]): Promise<number> {
       logger: log,
       onFatal: (err) => {
         log.fatal({ err }, "owner cannot continue; exiting so a supervisor restarts it");
+        // Configuration found wrong while running (another group of owners on the intents topic, found when a
+        // partition was taken up): one plain line and exit 2, as when it is found at the start.
+        const configInvalid = err instanceof WritError && err.code === "config_invalid";
+        if (configInvalid) process.stderr.write(`writ owner: ${printable(err.message)}\n`);
         // leave the log line a moment to be written
-        setTimeout(() => process.exit(1), 100).unref();
+        setTimeout(() => process.exit(configInvalid ? 2 : 1), 100).unref();
       },
     });
   } catch (err) {

@@ -1,6 +1,7 @@
 import type { Admin, Kafka } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
+import type { WritError } from "../errors.ts";
 import type { LedgerReader } from "../ledger/ledger-reader.ts";
 import type { IntentOutcome } from "../metrics/outcome.ts";
 import type { Logger } from "../logger.ts";
@@ -69,6 +70,8 @@ export interface OwnerContext {
    * owners admit and start no new intent; those in flight finish. Unset: never.
    */
   holding?(): boolean;
+  /** A partition's open found the configuration wrong (another group of owners on its intents topic): the process stops. */
+  onConfigInvalid?(err: WritError): void;
   observe?: {
     forwarded?(partition: number): void;
     /** A record's lease expired and was released (its change did not end in time). */

@@ -145,7 +145,8 @@ export class PartitionOwner {
 
   /** Ledger entries past retention get tombstones in the next transaction. */
   requestSweep(): void {
-    if (this.stateValue !== "running") return;
+    // Held (another group of owners may write this ledger meanwhile): no tombstones from a view that may be stale.
+    if (this.stateValue !== "running" || this.holding()) return;
     this.commits.requestSweep();
   }
 
@@ -166,10 +167,11 @@ export class PartitionOwner {
     this.stateValue = "rewinding";
     this.log.info("taking the partition up again after holding it");
     this.endSession(new Error("reopened after a hold"))
-      .then(() => {
+      .catch((err: unknown) => this.log.error({ err }, "ending the session failed"))
+      // Opened again even when ending the session failed: left rewinding, nothing else would open it.
+      .finally(() => {
         if (this.stateValue === "rewinding") this.opened = this.openLoop();
-      })
-      .catch((err: unknown) => this.log.error({ err }, "ending the session failed"));
+      });
   }
 
   /** Whether the process holds its partitions (another group of owners): no new intent is admitted or started. */
@@ -195,6 +197,14 @@ export class PartitionOwner {
       } catch (err) {
         if ((this.stateValue as OwnerState) === "closed") return;
         if (isFencing(err)) return this.fenced(err);
+        if (err instanceof WritError && err.code === "config_invalid") {
+          // Another group of owners runs on this intents topic (the take-up check): this process stops, as at its start.
+          this.stateValue = "failed-closed";
+          this.ctx.health.problem(`ledger-${this.partition}`, err.message);
+          this.log.error({ err }, "another group of owners runs on this intents topic: not taking the partition up; this owner stops (one group of owners per intents topic)");
+          this.ctx.onConfigInvalid?.(err);
+          return;
+        }
         this.failuresInARow++;
         // A topic deleted while remembered (a reply topic the restore heals) fails every open until forgotten.
         this.ctx.topicDirectory.forget();

@@ -14,7 +14,7 @@ import { HealthBoard } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { PartitionOwner } from "./partition-owner.ts";
-import { holdingMessage, otherOwnerGroups, otherOwnersMessage, ownerAssigner, type OwnerGroupsLook } from "./single-writer.ts";
+import { GroupMemory, holdingMessage, otherOwnerGroups, otherOwnersMessage, ownerAssigner, ownerGroupsGone, type OwnerGroupsLook } from "./single-writer.ts";
 import { RecordEncoder } from "./records.ts";
 import { TopicDirectory } from "./topic-directory.ts";
 import { createOffsetProbe } from "./offset-probe.ts";
@@ -201,8 +201,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   // §5.2): its records would have two writers. A new group refuses to start beside a running one.
   // A group that kept rebalancing while described does not stop the start: the take-up check (after this owner's
   // join) refuses the partitions while it cannot be told.
+  // What this process learns of other consumer groups, for the moments they rebalance (single-writer.ts).
+  const groupMemory = new GroupMemory();
   if (!internals.ablateSingleWriter && !internals.ablateOwnerGroupsCheck) {
-    const others = await otherOwnerGroups(admin, config).then(
+    const others = await otherOwnerGroups(admin, config, undefined, groupMemory).then(
       (look) => look.owners,
       (err: unknown) => {
         log.warn({ err }, "could not list the consumer groups to check for other owners of this intents topic (the owners need DESCRIBE on them); the ledger's and the take-up checks stay");
@@ -235,11 +237,22 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   /** Joins of this member so far: a take-up look from before its latest join is not used (single-writer.ts, checkTakeUp). */
   let joins = 0;
   let takeUpLook: { join: number; at: number; result: Promise<OwnerGroupsLook> } | null = null;
+  // An admin of its own for looking at other consumer groups (the take-up looks, the minute's watch): describing many
+  // groups must not queue ahead of the partition owners' opens on the shared, one-request-at-a-time admin.
+  const groupsAdmin = kafka.admin();
+  let groupsAdminConnecting: Promise<void> | null = null;
+  const groupsAdminReady = (): Promise<Admin> => {
+    groupsAdminConnecting ??= groupsAdmin.connect().catch((err: unknown) => {
+      groupsAdminConnecting = null;
+      throw err;
+    });
+    return groupsAdminConnecting.then(() => groupsAdmin);
+  };
   /** Other groups of owners of this intents topic for a restore's take-up check: one look per join, for up to 5 s. */
   const ownerGroups = (): Promise<OwnerGroupsLook> => {
     const now = Date.now();
     if (takeUpLook !== null && takeUpLook.join === joins && now - takeUpLook.at < 5_000) return takeUpLook.result;
-    const result = otherOwnerGroups(admin, config);
+    const result = groupsAdminReady().then((a) => otherOwnerGroups(a, config, undefined, groupMemory));
     const look = { join: joins, at: now, result };
     takeUpLook = look;
     result.catch(() => {
@@ -249,6 +262,11 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   };
   /** Set while the watch finds another group of owners on this intents topic (see lookForOthers): every owner holds. */
   let holding = false;
+  /** The take-up check's config_invalid, once one partition met it (the router then stops). */
+  let configInvalid: WritError | null = null;
+  /** This router, once startRouter returns it (a take-up check may fail while it starts). */
+  let announceRouter: (router: Router) => void = () => undefined;
+  const routerStarted = new Promise<Router>((resolve) => (announceRouter = resolve));
   const topic = config.topics.intents;
   const intakeCall = (what: string, partition: number, call: () => void): void => {
     try {
@@ -291,6 +309,19 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     ...(internals.ablateTakeUp ? { ablateTakeUp: true } : {}),
     ownerGroups,
     holding: () => holding,
+    // The take-up check found another group of owners running (config_invalid): as at the start, this owner steps
+    // aside; it stops (its consumer leaves the group, so the other group's watch does not take it for a writer) and
+    // tells its supervisor.
+    onConfigInvalid: (err) => {
+      if (configInvalid !== null) return;
+      configInvalid = err;
+      health.problem("other-owner-groups", err.message);
+      log.error({ err }, "another group of owners runs on this intents topic; this owner stops");
+      void routerStarted
+        .then((router) => router.stop())
+        .catch((e: unknown) => log.error({ err: e }, "stopping after the take-up check failed"))
+        .then(() => opts.onFatal?.(err));
+    },
     onFenced: (p) => {
       if (owners.get(p)?.state !== "fenced") return;
       owners.delete(p);
@@ -452,17 +483,13 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   // where this one could not see them): said where a person looks, and this owner holds its partitions while they
   // run. Both groups hold when both see each other: the safe outcome for a misconfiguration (stop one of the groups).
   let othersSaid = "";
-  // An admin of its own: describing many groups must not queue ahead of the partition owners' opens.
-  const groupsAdmin = kafka.admin();
-  let groupsAdminConnected = false;
   let lookingForOthers = false;
+  /** The other groups of owners the hold was started for: it ends once each is gone (ownerGroupsGone). */
+  let heldAgainst: string[] = [];
   const enforce = !internals.ablateSingleWriter && !internals.ablateTakeUp;
   const lookForOthers = async () => {
-    if (!groupsAdminConnected) {
-      await groupsAdmin.connect();
-      groupsAdminConnected = true;
-    }
-    const { owners: others, undetermined } = await otherOwnerGroups(groupsAdmin, config);
+    const groupsAdmin = await groupsAdminReady();
+    const { owners: others, undetermined } = await otherOwnerGroups(groupsAdmin, config, undefined, groupMemory);
     // A group that kept rebalancing while described neither starts a hold nor ends one; the next round tells.
     if (others.length === 0 && undetermined.length > 0) {
       log.debug({ undetermined }, "consumer groups kept rebalancing while described; whether they are owners of this intents topic is told next round");
@@ -472,9 +499,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     if (said === othersSaid) return;
     othersSaid = said;
     if (others.length === 0) {
+      // A group rebalancing shows no owners for a moment: the hold ends only once each group it was started for is
+      // gone (Empty, Dead, or Stable without owners); until then the next round looks again.
+      if (holding && !(await ownerGroupsGone(groupsAdmin, heldAgainst, config.topics.intents))) {
+        othersSaid = "";
+        return;
+      }
       health.clear("other-owner-groups");
       if (!holding) return log.info("no other group of owners consumes this intents topic any more");
       holding = false;
+      heldAgainst = [];
       // Opened again from the topics, with their checks (a fresh take-up look): the other group may have written the ledger.
       takeUpLook = null;
       log.info({ partitions: [...owners.keys()].sort((a, b) => a - b) }, "no other group of owners consumes this intents topic any more; taking this owner's partitions up again");
@@ -484,6 +518,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     const message = enforce ? holdingMessage(config, others) : otherOwnersMessage(config, others);
     health.clear("other-owner-groups");
     health.problem("other-owner-groups", message);
+    if (enforce) heldAgainst = [...new Set([...heldAgainst, ...others.map((o) => o.group)])];
     if (enforce && !holding) {
       holding = true;
       for (const p of owners.keys()) ctx.intake.pause(p);
@@ -513,7 +548,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     });
   }
 
-  return {
+  const router: Router = {
     config,
     ownedPartitions: () => [...owners].filter(([, o]) => o.state === "running").map(([p]) => p).sort((a, b) => a - b),
     health: () => health.health(),
@@ -536,6 +571,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       log.info("router stopped");
     },
   };
+  announceRouter(router);
+  return router;
 }
 
 /**

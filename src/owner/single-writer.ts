@@ -122,7 +122,12 @@ export const REDESCRIBE_WAITS_MS: readonly number[] = [250, 500, 1000, 1500, 200
  * member metadata: it is described again after each of `waitsMs` (a bounded wait; a rebalance takes a moment), and
  * one still rebalancing with members that may be owners is returned as undetermined.
  */
-export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, "groupId" | "topics">, waitsMs: readonly number[] = REDESCRIBE_WAITS_MS): Promise<OwnerGroupsLook> {
+export async function otherOwnerGroups(
+  admin: Admin,
+  config: Pick<RouterConfig, "groupId" | "topics">,
+  waitsMs: readonly number[] = REDESCRIBE_WAITS_MS,
+  memory: GroupMemory = new GroupMemory(),
+): Promise<OwnerGroupsLook> {
   const { groups } = await admin.listGroups();
   // Owners' ledger readers (`<group>.ledger-reader.<instance>`, `.ledger-scan.`) are never owners: not described.
   let candidates = groups.filter((g) => g.protocolType === "consumer" && g.groupId !== config.groupId && !/\.ledger-(reader|scan)\./.test(g.groupId)).map((g) => g.groupId);
@@ -131,7 +136,7 @@ export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, 
   for (let round = 0; candidates.length > 0; round++) {
     undetermined = [];
     for (const g of (await admin.describeGroups(candidates)).groups) {
-      const seen = describedOwners(g, config.topics.intents);
+      const seen = describedOwners(g, config.topics.intents, memory);
       if (seen.kind === "owners") owners.push({ group: g.groupId, members: seen.members, ledger: seen.ledger });
       else if (seen.kind === "undetermined") undetermined.push({ group: g.groupId, state: g.state, members: seen.members });
     }
@@ -143,18 +148,50 @@ export async function otherOwnerGroups(admin: Admin, config: Pick<RouterConfig, 
   return { owners, undetermined };
 }
 
+/**
+ * What one owner process learnt about other consumer groups from its earlier looks, for the moments a group is
+ * rebalancing and DescribeGroups shows its members without metadata: a group once seen with owners of this intents
+ * topic is taken for one while it rebalances, whatever its members' assignments show (Kafka before 4.0 shows none
+ * then, and 4.x none after a rebalance interrupted while members sync); a group once seen Stable with members and no
+ * owner among them (an archiver or a sink reading the intents topic) is not waited for. Bounded: each set forgets
+ * its oldest names past 10,000.
+ */
+export class GroupMemory {
+  private readonly owners = new Set<string>();
+  private readonly others = new Set<string>();
+
+  /** What the memory says of a group it cannot read now: an owner group, another application's, or unknown. */
+  knownAs(group: string): "owners" | "other" | "unknown" {
+    return this.owners.has(group) ? "owners" : this.others.has(group) ? "other" : "unknown";
+  }
+
+  /** A group read in full (Stable, with members): owners of this intents topic or not. */
+  seen(group: string, owners: boolean): void {
+    const into = owners ? this.owners : this.others;
+    (owners ? this.others : this.owners).delete(group);
+    into.delete(group);
+    into.add(group);
+    if (into.size > 10_000) into.delete(into.values().next().value!);
+  }
+}
+
 /** One described group: owners of `intents` (by their marks), maybe owners (rebalancing, see {@link UndeterminedGroup}), or none. */
 function describedOwners(
   g: Awaited<ReturnType<Admin["describeGroups"]>>["groups"][number],
   intents: string,
+  memory: GroupMemory,
 ): { kind: "owners"; members: number; ledger: string | undefined } | { kind: "undetermined"; members: number } | { kind: "none" } {
   let members = 0;
   let ledger: string | undefined;
   let unreadable = 0;
+  let hidden = 0;
+  const known = memory.knownAs(g.groupId);
   for (const member of g.members) {
     if (member.memberMetadata.length === 0 && g.state !== "Stable") {
+      hidden++;
       const assigned = assignmentOf(member.memberAssignment);
-      if (assigned !== null && assigned.includes(intents)) unreadable++;
+      // Assigned this intents topic, or (a group once seen with owners) whatever it shows: maybe an owner.
+      if (known === "owners" || (known === "unknown" && assigned !== null && assigned.includes(intents))) unreadable++;
       continue;
     }
     const mark = ownerMark(member.memberMetadata);
@@ -162,8 +199,25 @@ function describedOwners(
     members++;
     ledger = mark.ledger;
   }
+  if (g.state === "Stable" && g.members.length > 0 && hidden === 0) memory.seen(g.groupId, members > 0);
   if (members > 0) return { kind: "owners", members, ledger };
   return unreadable > 0 ? { kind: "undetermined", members: unreadable } : { kind: "none" };
+}
+
+/**
+ * Whether each of `groups` (the other groups of owners a hold was started for) is gone: Empty or Dead, without
+ * members, or Stable with no owner of this intents topic among its members. A group rebalancing is not gone: its
+ * members show no metadata then. Throws when they cannot be described (the hold then goes on).
+ */
+export async function ownerGroupsGone(admin: Admin, groups: readonly string[], intents: string): Promise<boolean> {
+  if (groups.length === 0) return true;
+  const described = await admin.describeGroups([...groups]);
+  return groups.every((group) => {
+    const g = described.groups.find((d) => d.groupId === group);
+    if (g === undefined || g.members.length === 0 || g.state === "Empty" || g.state === "Dead") return true;
+    if (g.state !== "Stable") return false;
+    return g.members.every((m) => ownerMark(m.memberMetadata)?.intents !== intents);
+  });
 }
 
 /** The topics a member's current assignment names; null when it has none (empty, or it does not decode: not proven elsewhere). */
@@ -212,27 +266,26 @@ export function otherOwnersMessage(config: Pick<RouterConfig, "groupId" | "topic
 }
 
 /**
- * The take-up check: refuses (`ledger_foreign_writer`, retriable: tried again every 30 s, and the partition opens
- * once the other group has stopped) to take up intents partition `partition` while another group of owners of this
- * intents topic exists, or a rebalancing group that may be one ({@link otherOwnerGroups}). Run when the partition
- * is restored, before anything is written for it, beside {@link checkSingleWriter}: that one needs a progress entry
- * in the ledger, and two groups started at once on a ledger without one would both pass it, and the start's check
- * too (neither had joined when the other looked).
+ * The take-up check, run when intents partition `partition` is restored, before anything is written for it, beside
+ * {@link checkSingleWriter} (which needs a progress entry in the ledger: two groups started at once on a ledger
+ * without one would both pass it, and the start's check too, neither having joined when the other looked). Another
+ * group of owners of this intents topic running: `config_invalid`, and this owner stops, as at the start (the group
+ * that finds the other steps aside and leaves its consumer group). A group rebalancing that may be one
+ * ({@link otherOwnerGroups}): refused, `ledger_foreign_writer`, retriable (tried again every 30 s).
  *
- * Why two groups never both take up a partition: each member looks only after its own join (a partition is restored
- * from the assignment its join brought), and from its join on the member is seen by every describe of its group:
- * with its owner mark while the group is Stable, and while it rebalances as a member assigned this intents topic
- * (undetermined), since a member keeps its assignment through a rebalance. Say group A's member joined first, at
- * jA ≤ jB. Group B's member looks
- * at tB > jB ≥ jA and sees A's member (unless it has left): B refuses. A's member, looking at tA > jA, takes the
- * partition only if it looked before B's member joined. So at most one of them takes it up: the one that looked
- * first, if it looked before the other joined; if both looked after both joined, both refuse, and go on refusing
- * until one group is stopped (the safe outcome for a misconfiguration: stop one of the groups). `look` is memoized
- * per join (router.ts): a look from before this member's latest join is never used. One case escapes it: Kafka
- * empties a classic group's assignments when a rebalance is interrupted while members sync (CompletingRebalance back
- * to PreparingRebalance), so a look taken at that moment sees A's members assigned nothing and does not count them;
- * A keeps the partitions it already owns through a rebalance (no restore), so the minute's watch is what then
- * finds B: both hold within a minute.
+ * Why two groups never both take up a partition: each member looks only after its own join (kafkajs restores a
+ * partition from the assignment its join brought, after SyncGroup), and from its join on the member is seen by every
+ * describe of its group: with its owner mark while the group is Stable; while it rebalances as a member assigned this
+ * intents topic, since a member keeps its assignment through a rebalance, or as a group this process saw with owners
+ * before ({@link GroupMemory}). Say group A's member joined first, at jA ≤ jB. Group B's member looks at tB > jB ≥ jA
+ * and sees A's member (unless it has left): B stops. A's member, looking at tA > jA, takes the partition only if it
+ * looked before B's member joined. So at most one of them takes it up: the one that looked first, if it looked before
+ * the other joined; if both looked after both joined, both stop (a supervisor restarts them, and the start's check
+ * then lets one run). `look` is memoized per join (router.ts): a look from before this member's latest join is never
+ * used. One case escapes it: a look taken while A's rebalance is interrupted as its members sync (Kafka then empties
+ * their assignments; before 4.0, any rebalance shows none), by a process that has not seen A Stable before; A keeps
+ * the partitions it already owns through a rebalance (no restore), so the minute's watch is what then finds B: both
+ * hold within a minute.
  */
 export async function checkTakeUp(look: () => Promise<OwnerGroupsLook>, config: Pick<RouterConfig, "groupId" | "topics">, partition: number): Promise<void> {
   const where = `ledger partition ${config.topics.ledger}-${partition}`;
@@ -248,9 +301,11 @@ export async function checkTakeUp(look: () => Promise<OwnerGroupsLook>, config: 
     );
   }
   if (found.owners.length > 0) {
-    throw new WritError("ledger_foreign_writer", `${otherOwnersMessage(config, found.owners)}. Not taking up ${where} while that group runs (tried again every 30 s); if both groups refuse, stop one of the groups`, {
-      retriable: true,
-      context: { ...context, otherGroups: found.owners.map((o) => o.group) },
+    // As at the start: the group that finds another one running steps aside (its owners stop and leave their group),
+    // rather than staying a member that writes nothing, which the other group's watch would take for a second writer.
+    throw new WritError("config_invalid", `${otherOwnersMessage(config, found.owners)}. Not taking up ${where}: this owner stops`, {
+      retriable: false,
+      context: { ...context, field: "groupId", otherGroups: found.owners.map((o) => o.group) },
     });
   }
   if (found.undetermined.length > 0) {

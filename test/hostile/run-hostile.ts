@@ -107,11 +107,17 @@ async function main(): Promise<number> {
 
   const config = { brokers: w.brokers, schemaRegistryUrl: w.registryUrl, groupId: w.groupId, clientId: `writ-hostile-${w.id}`, intentPartitions: PARTITIONS, topics: w.topics, sessionTimeoutMs: 15_000 };
   const routers: Router[] = [];
-  routers.push(await startRouter({ config, tools, systems: systems({ RECORDS_URL: w.records.url }), agents: registryOf(w.agents), logger, onFatal: (err) => crash(`onFatal: ${err.stack ?? err.message}`) }));
+  // With the ablation, the honest owner's minute's watch only reports the second group (the hold would stop it
+  // answering: the measure is what the second group's owner does), and the second starts once it owns its partitions
+  // (else the honest owner's take-up check finds the second group and stops, as a misconfigured group must).
+  const honest = args.ablate === "unsigned-owner" ? { ablateTakeUp: true } : {};
+  routers.push(await startRouter({ config, tools, systems: systems({ RECORDS_URL: w.records.url }), agents: registryOf(w.agents), logger, onFatal: (err) => crash(`onFatal: ${err.stack ?? err.message}`) }, honest));
   if (args.ablate === "unsigned-owner") {
     // The deliberately broken owner: no agent registry, its own group, ledger, human and dead-letter topics, the same intents.
     const ab = `${w.groupId}.ablate`;
     say(`  ABLATION: a second owner without an agent registry on group ${ab}; the measure must catch its effects`);
+    const first = await pollUntil(async () => routers[0]!.ownedPartitions().length === PARTITIONS, (ok) => ok, 120_000);
+    if (!first.ok) throw new Error("the owner did not take up its 6 partitions within 120 s");
     const topics = { ...w.topics, ledger: `${w.topics.ledger}.ablate`, human: `${w.topics.human}.ablate`, dlq: `${w.topics.dlq}.ablate` };
     // Another group on the same intents topic on purpose: past the check that refuses one beside a running group.
     routers.push(await startRouter({ config: { ...config, groupId: ab, topics, clientId: `${config.clientId}-ablate` }, tools, systems: systems({ RECORDS_URL: w.records.url }), logger }, { ablateSingleWriter: true }));

@@ -3,7 +3,7 @@
 // otherwise), and their current assignment in every state.
 import { AssignerProtocol, type Admin, type GroupDescription } from "kafkajs";
 import { describe, expect, it } from "vitest";
-import { checkTakeUp, groupConsumes, otherOwnerGroups } from "../../../src/owner/single-writer.ts";
+import { checkTakeUp, GroupMemory, groupConsumes, otherOwnerGroups, ownerGroupsGone } from "../../../src/owner/single-writer.ts";
 
 const INTENTS = "writ.intents";
 const config = { groupId: "writ.owners", topics: { intents: INTENTS, ledger: "writ.ledger", human: "writ.human", dlq: "writ.dlq" } } as const;
@@ -117,14 +117,47 @@ describe("otherOwnerGroups", () => {
     await expect(checkTakeUp(async () => look, config, 0)).resolves.toBeUndefined();
   });
 
-  it("the take-up check refuses a partition while another group of owners runs, naming it", async () => {
+  it("the take-up check stops this owner (config_invalid, as at the start) while another group of owners runs, naming it", async () => {
     const admin = fakeAdmin({ "other.owners": [group("other.owners", "Stable", [ownerMember, ownerMember])] });
     const look = () => otherOwnerGroups(admin, config, noWaits);
     await expect(checkTakeUp(look, config, 2)).rejects.toMatchObject({
-      code: "ledger_foreign_writer",
-      retriable: true,
+      code: "config_invalid",
+      retriable: false,
       message: expect.stringContaining("writ owners of consumer group other.owners (2 members, ledger writ.ledger.b) also consume intents topic writ.intents"),
       context: expect.objectContaining({ partition: 2, otherGroups: ["other.owners"] }),
     });
+  });
+
+  it("remembers what it saw Stable: a group once seen with owners counts while it rebalances whatever its members show (Kafka before 4.0 shows no assignment); one seen without owners is not waited for", async () => {
+    const memory = new GroupMemory();
+    const noAssignment = { topics: [], owner: false, assigned: null };
+    const admin = fakeAdmin({
+      "other.owners": [group("other.owners", "Stable", [ownerMember]), group("other.owners", "PreparingRebalance", [noAssignment])],
+      "s3.archiver": [group("s3.archiver", "Stable", [{ topics: [INTENTS], owner: false, assigned: INTENTS }]), group("s3.archiver", "PreparingRebalance", [{ topics: [], owner: false, assigned: INTENTS }])],
+    });
+    expect((await otherOwnerGroups(admin, config, [], memory)).owners.map((o) => o.group)).toEqual(["other.owners"]);
+    expect(memory.knownAs("other.owners")).toBe("owners");
+    expect(memory.knownAs("s3.archiver")).toBe("other");
+    const rebalancing = await otherOwnerGroups(admin, config, [], memory);
+    expect(rebalancing).toEqual({ owners: [], undetermined: [{ group: "other.owners", state: "PreparingRebalance", members: 1 }] });
+    // Without the memory (another process, or one that never saw them Stable): the owners' group unseen, the archiver waited for.
+    const fresh = await otherOwnerGroups(admin, config, []);
+    expect(fresh.undetermined.map((u) => u.group)).toEqual(["s3.archiver"]);
+  });
+});
+
+describe("ownerGroupsGone, which ends a hold", () => {
+  it("is true once each group is Empty, Dead, unlisted or Stable without owners of this intents topic; not while one rebalances or still has owners", async () => {
+    const admin = fakeAdmin({
+      empty: [group("empty", "Empty", [])],
+      dead: [group("dead", "Dead", [])],
+      plain: [group("plain", "Stable", [{ topics: [INTENTS], owner: false, assigned: INTENTS }])],
+      rebalancing: [group("rebalancing", "PreparingRebalance", [{ topics: [], owner: false, assigned: null }])],
+      owners: [group("owners", "Stable", [ownerMember])],
+    });
+    expect(await ownerGroupsGone(admin, ["empty", "dead", "plain"], INTENTS)).toBe(true);
+    expect(await ownerGroupsGone(admin, ["empty", "rebalancing"], INTENTS)).toBe(false);
+    expect(await ownerGroupsGone(admin, ["owners"], INTENTS)).toBe(false);
+    expect(await ownerGroupsGone(admin, [], INTENTS)).toBe(true);
   });
 });
