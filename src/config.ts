@@ -172,12 +172,16 @@ export const RouterConfig = z
     healthHost: z.string().min(1).default("127.0.0.1"),
     /**
      * How long a connection to the health endpoints may take to send its request's headers (from its opening or
-     * its previous response) before it is closed: sockets that send nothing or dribble cannot hold the 64 slots
+     * its request's first byte) before it is closed: sockets that send nothing or dribble cannot hold the 64 slots
      * Prometheus and the probes need. ms. The whole request gets 30 s (or this, if longer), an idle keep-alive connection 5 s.
      */
     healthHeadersTimeoutMs: z.number().int().min(1).max(600_000).default(10_000),
-    /** Open connections to the health endpoints from one address at most (of 64). Unset: no cap of its own. */
-    healthMaxConnectionsPerAddress: z.number().int().min(1).max(64).optional(),
+    /**
+     * Open connections to the health endpoints from one address at most (of 64): the endpoints need no token, so a
+     * client making cheap requests on keep-alive connections could otherwise hold every slot Prometheus and the
+     * probes need. 16 by default (a scraper and a kubelet use one or two each).
+     */
+    healthMaxConnectionsPerAddress: z.number().int().min(1).max(64).default(16),
     /** The agent registry file (JSON; see src/security/agent-registry.ts). Unset: no authentication (development only). */
     agentRegistryPath: z.string().min(1).optional(),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */

@@ -14,9 +14,9 @@ export interface ConnectionLimits {
   maxConnections: number;
   /** Open connections from one remote address at most (past it a new one is closed at once); default: no cap of its own. */
   maxConnectionsPerAddress?: number | undefined;
-  /** ms from a connection's opening (or its previous response) to its request's complete headers; then it is closed (408). */
+  /** ms from a connection's opening (or, on a keep-alive connection, its next request's first byte) to that request's complete headers; then it is closed (408). */
   headersTimeoutMs?: number;
-  /** ms from a connection's opening (or its previous response) to its complete request, body included; then it is closed (408). */
+  /** ms from a connection's opening (or, on a keep-alive connection, its next request's first byte) to the complete request, body included; then it is closed (408). A handler should read a body before it awaits anything slow. */
   requestTimeoutMs?: number;
   /** ms an idle keep-alive connection is kept after a response. */
   keepAliveTimeoutMs?: number;
@@ -75,7 +75,7 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits):
 /** Closes at once a new connection from an address that already holds `cap` open ones. */
 function capPerAddress(server: Server, cap: number): void {
   const open = new Map<string, number>();
-  // Before the HTTP server's own listener, so that a refused socket is never parsed.
+  // Before the HTTP server's own listener: a refused socket is destroyed before the server reads anything from it.
   server.prependListener("connection", (socket: Socket) => {
     const address = socket.remoteAddress ?? "";
     const n = open.get(address) ?? 0;

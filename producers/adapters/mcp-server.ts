@@ -261,7 +261,7 @@ export interface WritMcpHttpOptions extends WritMcpServerOptions {
    */
   sessionIdleMs?: number;
   /**
-   * How long a connection may take to send a request's headers, from its opening or its previous response
+   * How long a connection may take to send a request's headers, from its opening or its request's first byte
    * (default 10 s); past it the server closes it, so sockets that send nothing or dribble cannot hold the
    * connection slots ({@link mcpMaxConnections}). A whole request (body included) gets 30 s, or this if longer;
    * an idle keep-alive connection 5 s. A session's event stream is not bounded by these (the SDK sends it a
@@ -535,5 +535,6 @@ function positiveInt(field: string, value: number): number {
 
 function refuse(res: ServerResponse, status: number, message: string, data?: Record<string, unknown>): void {
   const error = { code: -32000, message, ...(data ? { data } : {}) };
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error, id: null }));
+  // A refusal closes its connection (and any body not read): cheap refused requests cannot keep a slot (src/listen.ts).
+  res.writeHead(status, { "content-type": "application/json", connection: "close" }).end(JSON.stringify({ jsonrpc: "2.0", error, id: null }));
 }

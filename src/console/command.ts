@@ -56,7 +56,7 @@ or send back (403); the operator token can.
   --discover-ms <ms>        how often to look for new reply topics (default 5000)
   --lag-ms <ms>             how often to measure the lag (default 2000)
   --headers-timeout-ms <ms> close a connection whose request headers take longer than this, from its opening
-                            or its previous response (default 10000); a request with its body gets 30 s (or
+                            or its request's first byte (default 10000); a request with its body gets 30 s (or
                             this, if longer), an idle keep-alive connection 5 s; event streams are not cut
   --max-connections-per-address <n>
                             open connections from one address at most, of 256 (default: no cap of its own;

@@ -30,7 +30,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
 import { z } from "zod";
-import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { createWritClient, DEFAULT_MAX_INTENT_BYTES, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { REDRIVEN_FROM_HEADER } from "../dlq-redrive.ts";
 import { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
@@ -93,7 +93,7 @@ export interface ConsoleOptions {
   /** Most open event streams at once (default 32; at most a quarter of {@link CONSOLE_MAX_CONNECTIONS}). */
   maxStreams?: number;
   /**
-   * How long a connection may take to send a request's headers, from its opening or its previous response
+   * How long a connection may take to send a request's headers, from its opening or its request's first byte
    * (default 10 s); past it the console closes it, so sockets that send nothing or dribble cannot hold the
    * {@link CONSOLE_MAX_CONNECTIONS} slots. A whole request (body included) gets 30 s, or this if longer; an
    * idle keep-alive connection 5 s. Event streams are not bounded by these: they get a comment every 15 s.
@@ -177,6 +177,8 @@ const RedriveManyBody = z
 
 
 const MAX_BODY = 16 * 1024;
+/** A resolution's bytes beside its intent, delta and message (ids, decision, operator, reply topic, times, framing), generously. */
+const RESOLUTION_OVERHEAD_BYTES = 4 * 1024;
 
 /** Open connections to the console at most; event streams take {@link ConsoleOptions.maxStreams} of them at most. */
 export const CONSOLE_MAX_CONNECTIONS = 256;
@@ -294,7 +296,10 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   let allowed = new Set<string>();
 
   const reply = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void => {
-    res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...headers }).end(JSON.stringify(body));
+    // A refusal closes its connection (and with it any body not read): else a client without a token could keep a
+    // slot with cheap refused requests on a keep-alive connection, or a body dribbled after its refusal, for good.
+    const close = status >= 400 ? { connection: "close" } : {};
+    res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...close, ...headers }).end(JSON.stringify(body));
   };
   const unauthorized = (res: ServerResponse): void => {
     reply(res, 401, { error: "unauthorized: this console needs its token", reason: "token_invalid" }, { "www-authenticate": 'Bearer realm="writ-console"' });
@@ -441,6 +446,18 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       return reply(res, 409, { error: why[found.refused], reason: found.refused, escalation: found.item ?? null });
     }
     const escalation = found.escalation;
+    // The resolution carries the escalated intent whole beside the delta: both must fit what owners admit (the
+    // client would refuse it too_large after the page had checked the delta alone).
+    if (delta !== undefined) {
+      const room = (maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES) - Buffer.byteLength(JSON.stringify(escalation.intent)) - Buffer.byteLength(JSON.stringify(body.message ?? "")) - RESOLUTION_OVERHEAD_BYTES;
+      const bytes = Buffer.byteLength(JSON.stringify(delta));
+      if (bytes > room) {
+        return reply(res, 400, {
+          error: `the delta is ${bytes} bytes as JSON; with the escalated intent the resolution carries, at most ${Math.max(0, room)} fit what owners admit (maxIntentBytes): make it smaller, or use writ escalations resolve --delta-file`,
+          reason: "delta_too_large",
+        });
+      }
+    }
     if (body.decision === "apply" && body.baseVersion === undefined && !escalation.current) {
       return reply(res, 400, { error: "the escalation shows no record version: give the base version to apply on" });
     }

@@ -542,7 +542,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       host: config.healthHost,
       port: config.healthPort,
       headersTimeoutMs: config.healthHeadersTimeoutMs,
-      ...(config.healthMaxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress: config.healthMaxConnectionsPerAddress }),
+      maxConnectionsPerAddress: config.healthMaxConnectionsPerAddress,
       log,
       metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
     });

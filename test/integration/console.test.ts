@@ -828,6 +828,13 @@ describe("writ console, in headless Chromium", () => {
     expect(idle[0]!.got).toMatch(/^HTTP\/1\.1 408 /);
     expect(stream.isClosed()).toBe(false);
     expect(stream.got).toMatch(/^HTTP\/1\.1 200 [^]*text\/event-stream/);
+
+    // A refused request closes its connection (keep-alive asked for, no token): requests without a token cannot keep a slot.
+    const refused = await openSocket(server.port);
+    onTestFinished(() => void refused.destroy());
+    refused.write(`GET /api/session HTTP/1.1\r\nHost: 127.0.0.1:${server.port}\r\nConnection: keep-alive\r\n\r\n`);
+    await waitFor(() => refused.isClosed(), { timeoutMs: 4_000, intervalMs: 20, message: "the refused keep-alive connection stayed open" });
+    expect(refused.got).toMatch(/^HTTP\/1\.1 401 [^]*connection: close/i);
   }, 60_000);
 
   it("writ console: --help, a token is required (and at least 16 characters, never echoed); the built CLI serves the page", async () => {

@@ -100,7 +100,7 @@ describe("routerConfigFromEnv", () => {
 
   it("bounds the health endpoints' connections: a 10 s headers timeout by default, a cap per address when set", () => {
     const defaults = routerConfigFromEnv({ KAFKA_BROKERS: "a:1" });
-    expect([defaults.healthHeadersTimeoutMs, defaults.healthMaxConnectionsPerAddress]).toEqual([10_000, undefined]);
+    expect([defaults.healthHeadersTimeoutMs, defaults.healthMaxConnectionsPerAddress]).toEqual([10_000, 16]);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_HEADERS_TIMEOUT_MS: "2000", WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS: "16" })).toMatchObject({ healthHeadersTimeoutMs: 2000, healthMaxConnectionsPerAddress: 16 });
     for (const bad of ["0", "600001", "1.5", "10s"]) {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_HEALTH_HEADERS_TIMEOUT_MS: bad }), bad).toThrow(/WRIT_HEALTH_HEADERS_TIMEOUT_MS \(healthHeadersTimeoutMs\)/);

@@ -252,4 +252,23 @@ describe("MCP HTTP bearer token", () => {
     expect((await initialize(mcp, { authorization: `Bearer ${token}` })).status).toBe(200);
     expect(mcp.sessions()).toBe(1);
   });
+
+  it("a refused request closes its connection, body read or not: cheap requests without a token cannot keep a slot on a keep-alive connection", async () => {
+    const mcp = await start({ token });
+    const port = Number(new URL(mcp.url).port);
+    const head = (extra: string) => `POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n${extra}\r\n`;
+    // Keep-alive asked for, no token: answered 401 and closed by the server.
+    const plain = await openSocket(port);
+    onTestFinished(() => void plain.destroy());
+    plain.write(head("Content-Length: 2\r\n") + "{}");
+    await waitFor(() => plain.isClosed(), { timeoutMs: 5_000, intervalMs: 20, message: "the refused keep-alive connection stayed open" });
+    expect(plain.got).toMatch(/^HTTP\/1\.1 401 [^]*connection: close/i);
+    // Headers at once, a body promised and never sent: answered 401 and closed, not held until the request timeout.
+    const dribble = await openSocket(port);
+    onTestFinished(() => void dribble.destroy());
+    dribble.write(head("Content-Length: 100000\r\n") + "{");
+    await waitFor(() => dribble.isClosed(), { timeoutMs: 5_000, intervalMs: 20, message: "the refused connection with a body to come stayed open" });
+    expect(dribble.got).toMatch(/^HTTP\/1\.1 401 /);
+    expect(dribble.got).not.toMatch(/ 408 /);
+  });
 });
