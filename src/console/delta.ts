@@ -29,6 +29,18 @@ export function deltaBounds(settings: { maxIntentBytes?: number; maxJsonDepth?: 
   };
 }
 
+/** A resolution's bytes beside its intent, delta and message (ids, decision, operator, reply topic, times, framing), generously. */
+const RESOLUTION_OVERHEAD_BYTES = 4 * 1024;
+
+/**
+ * Bytes a delta may take beside what the resolution carries with it (the escalated intent whole, the operator's
+ * message) within the owners' maxIntentBytes (their default when not given); may be negative.
+ */
+export function deltaRoom(settings: { maxIntentBytes?: number } = {}, intent: unknown, message: string | undefined): number {
+  const max = settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES;
+  return max - Buffer.byteLength(JSON.stringify(intent)) - Buffer.byteLength(JSON.stringify(message ?? "")) - RESOLUTION_OVERHEAD_BYTES;
+}
+
 /** `value` (a request's `delta`, for `decision`) as a JSON Patch, or why not: a reason and a message that says what to change. */
 export function checkDelta(value: unknown, decision: string, bounds: DeltaBounds): { ok: true; delta: JsonPatchOp[] } | { ok: false; reason: DeltaRefusal; error: string } {
   if (decision !== "apply") return { ok: false, reason: "delta_not_for_apply", error: `a delta goes with apply only (the decision is ${decision})` };

@@ -30,7 +30,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
 import { z } from "zod";
-import { createWritClient, DEFAULT_MAX_INTENT_BYTES, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { REDRIVEN_FROM_HEADER } from "../dlq-redrive.ts";
 import { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
@@ -44,7 +44,7 @@ import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
 import { allowedHostsFor, ConsoleAuth, refusedOrigin, StreamTickets, type Role } from "./auth.ts";
 import { startFeed, type Feed } from "./feed.ts";
-import { checkDelta, deltaBounds } from "./delta.ts";
+import { checkDelta, deltaBounds, deltaRoom } from "./delta.ts";
 import { DeadLetterSender, MAX_SEND_BACK, SEND_BACK_STATUS, type RedriveReport } from "./send-back.ts";
 import { ConsoleState, type ConsoleLimits, type NotResolvable } from "./state.ts";
 
@@ -177,8 +177,6 @@ const RedriveManyBody = z
 
 
 const MAX_BODY = 16 * 1024;
-/** A resolution's bytes beside its intent, delta and message (ids, decision, operator, reply topic, times, framing), generously. */
-const RESOLUTION_OVERHEAD_BYTES = 4 * 1024;
 
 /** Open connections to the console at most; event streams take {@link ConsoleOptions.maxStreams} of them at most. */
 export const CONSOLE_MAX_CONNECTIONS = 256;
@@ -412,8 +410,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       raw = await readBody(req, maxBytes);
     } catch (err) {
       // The rest of an oversized body is drained, not read into memory; the connection closes after the answer.
-      if (err instanceof BodyTooLarge) return void reply(res, 413, { error: err.message, reason: "body_too_large" }, { connection: "close" });
-      return void reply(res, 400, { error: "bad request: the body could not be read" }, { connection: "close" });
+      if (err instanceof BodyTooLarge) return void reply(res, 413, { error: err.message, reason: "body_too_large" });
+      return void reply(res, 400, { error: "bad request: the body could not be read" });
     }
     try {
       const parsed = schema.safeParse(JSON.parse(raw));
@@ -449,7 +447,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     // The resolution carries the escalated intent whole beside the delta: both must fit what owners admit (the
     // client would refuse it too_large after the page had checked the delta alone).
     if (delta !== undefined) {
-      const room = (maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES) - Buffer.byteLength(JSON.stringify(escalation.intent)) - Buffer.byteLength(JSON.stringify(body.message ?? "")) - RESOLUTION_OVERHEAD_BYTES;
+      const room = deltaRoom(opts.operator?.settings, escalation.intent, body.message);
       const bytes = Buffer.byteLength(JSON.stringify(delta));
       if (bytes > room) {
         return reply(res, 400, {

@@ -198,10 +198,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   }, START_PATIENCE);
   await warnOnSingleReplicaTopics(admin, routerTopics(config), log);
   // Another group of owners on this intents topic is not fenced by this one's transactional ids (docs/architecture.md
-  // §5.2): its records would have two writers. A new group refuses to start beside a running one.
-  // A group that kept rebalancing while described does not stop the start: the take-up check (after this owner's
-  // join) refuses the partitions while it cannot be told.
-  // What this process learns of other consumer groups, for the moments they rebalance (single-writer.ts).
+  // §5.2): its records would have two writers. A new group refuses to start beside a running one. A group that kept
+  // rebalancing while described does not stop the start: the take-up check (after this owner's join) refuses the
+  // partitions while it cannot be told. `groupMemory`: what this process learns of other consumer groups, for the
+  // moments they rebalance (single-writer.ts).
   const groupMemory = new GroupMemory();
   if (!internals.ablateSingleWriter && !internals.ablateOwnerGroupsCheck) {
     const others = await otherOwnerGroups(admin, config, undefined, groupMemory).then(
@@ -262,8 +262,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   };
   /** Set while the watch finds another group of owners on this intents topic (see lookForOthers): every owner holds. */
   let holding = false;
-  /** The take-up check's config_invalid, once one partition met it (the router then stops). */
-  let configInvalid: WritError | null = null;
+  /** Set once a partition's take-up check met config_invalid: the router stops (once). */
+  let steppingAside = false;
   /** This router, once startRouter returns it (a take-up check may fail while it starts). */
   let announceRouter: (router: Router) => void = () => undefined;
   const routerStarted = new Promise<Router>((resolve) => (announceRouter = resolve));
@@ -313,8 +313,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     // aside; it stops (its consumer leaves the group, so the other group's watch does not take it for a writer) and
     // tells its supervisor.
     onConfigInvalid: (err) => {
-      if (configInvalid !== null) return;
-      configInvalid = err;
+      if (steppingAside) return;
+      steppingAside = true;
       health.problem("other-owner-groups", err.message);
       log.error({ err }, "another group of owners runs on this intents topic; this owner stops");
       void routerStarted

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { checkDelta, deltaBounds, MAX_DELTA_BYTES } from "../../src/console/delta.ts";
+import { checkDelta, deltaBounds, deltaRoom, MAX_DELTA_BYTES } from "../../src/console/delta.ts";
 
 describe("the console's check of a delta given with Apply", () => {
   const bounds = deltaBounds();
@@ -33,5 +33,13 @@ describe("the console's check of a delta given with Apply", () => {
     // 40,000 levels fit in the endpoint's 80 KiB; JSON.stringify of them throws RangeError.
     const deep: unknown = JSON.parse("[".repeat(40_000) + "]".repeat(40_000));
     expect(checkDelta(deep, "apply", bounds)).toMatchObject({ ok: false, reason: "delta_too_deep" });
+  });
+
+  it("leaves a delta the owners' maxIntentBytes less what the resolution carries beside it: the escalated intent, the message, 4 KiB for the rest", () => {
+    const intent = { tool: "tag_ticket", params: { note: "x".repeat(1_000) } };
+    const intentBytes = Buffer.byteLength(JSON.stringify(intent));
+    expect(deltaRoom({ maxIntentBytes: 10_000 }, intent, "ok")).toBe(10_000 - intentBytes - 4 - 4096);
+    expect(deltaRoom({ maxIntentBytes: 5_000 }, intent, undefined)).toBe(5_000 - intentBytes - 2 - 4096);
+    expect(deltaRoom({ maxIntentBytes: 4_000 }, intent, undefined)).toBeLessThan(0);
   });
 });
