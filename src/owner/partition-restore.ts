@@ -1,7 +1,8 @@
-// Opening an intents partition (docs/architecture.md §5.1): fence the previous
-// owner, restore the ledger partition up to this owner's marker, take up the
-// `pending` entries of aborted transactions, heal what this transactional id
-// may have left open, and find where intake resumes.
+// Opening an intents partition (docs/architecture.md §5.1): look for another
+// group of owners, fence the previous owner, restore the ledger partition up to
+// this owner's marker, take up the `pending` entries of aborted transactions,
+// heal what this transactional id may have left open, and find where intake
+// resumes.
 import { randomUUID } from "node:crypto";
 import type { RouterConfig } from "../config.ts";
 import { WritError } from "../errors.ts";
@@ -36,16 +37,23 @@ export interface RestoredPartition {
 }
 
 /**
- * A new transactional producer (its InitProducerId fences the previous owner
- * and aborts its open transaction), a marker in ledger partition p, the
- * ledger restored from the topic up to that marker, the in-doubt scan, then a
- * heal transaction touching every partition this transactional id may have
- * left a transaction open on (see {@link healTargets}). `released` is asked
- * before the fence: a partition released meanwhile must not fence its new
- * owner. The producer is disconnected if anything fails.
+ * The take-up check (another group of owners on the intents topic; see
+ * {@link checkTakeUp}), then a new transactional producer (its InitProducerId
+ * fences the previous owner and aborts its open transaction), a marker in
+ * ledger partition p, the ledger restored from the topic up to that marker,
+ * the in-doubt scan, the ledger's check (its progress entry, see
+ * {@link checkSingleWriter}), then a heal transaction touching every partition
+ * this transactional id may have left a transaction open on (see
+ * {@link healTargets}). `released` is asked before the fence: a partition
+ * released meanwhile must not fence its new owner. The producer is
+ * disconnected if anything fails.
  */
 export async function restorePartition(ctx: OwnerContext, partition: number, log: Logger, released: () => boolean): Promise<RestoredPartition> {
   const { kafka, config, reader, admin, encoder } = ctx;
+  // First, needing no ledger: a partition it refuses (retried every 30 s while another group cannot be told) is
+  // neither fenced, nor given a marker in the ledger partition another group may share, nor read. Looking before the
+  // restore rather than after it keeps checkTakeUp's argument (the look still comes after this member's join).
+  if (!ctx.ablateSingleWriter && !ctx.ablateTakeUp) await checkTakeUp(() => ctx.ownerGroups(), config, partition);
   const producer = await ownerProducer(kafka, {
     transactionalId: transactionalIdFor(config, partition),
     transactionTimeoutMs: config.transactionTimeoutMs,
@@ -75,11 +83,8 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     const inDoubt = ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await ctx.inDoubtReader.scanInDoubt(partition, nonce, config.restoreTimeoutMs, restored);
     const ledger = new PartitionLedger(partition, concat(restored.entries, inDoubt));
     // Before anything else is written for it: another group's owner may be the partition's writer (its progress
-    // entry says so), or may take it up too (a group started beside this one while the ledger has no entry yet).
-    if (!ctx.ablateSingleWriter) {
-      await checkSingleWriter(ctx.admin, config, ledger, log);
-      if (!ctx.ablateTakeUp) await checkTakeUp(() => ctx.ownerGroups(), config, partition);
-    }
+    // entry says so). Needs the restored ledger, so it comes after the marker, unlike the take-up check.
+    if (!ctx.ablateSingleWriter) await checkSingleWriter(ctx.admin, config, ledger, log);
     if (inDoubt.size > 0) {
       log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
     }

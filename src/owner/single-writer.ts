@@ -266,12 +266,15 @@ export function otherOwnersMessage(config: Pick<RouterConfig, "groupId" | "topic
 }
 
 /**
- * The take-up check, run when intents partition `partition` is restored, before anything is written for it, beside
- * {@link checkSingleWriter} (which needs a progress entry in the ledger: two groups started at once on a ledger
- * without one would both pass it, and the start's check too, neither having joined when the other looked). Another
- * group of owners of this intents topic running: `config_invalid`, and this owner stops, as at the start (the group
- * that finds the other steps aside and leaves its consumer group). A group rebalancing that may be one
- * ({@link otherOwnerGroups}): refused, `ledger_foreign_writer`, retriable (tried again every 30 s).
+ * The take-up check, run first when intents partition `partition` is opened: before its producer connects (the
+ * fence), before the marker goes into the ledger partition (which another group may share) and before the ledger is
+ * read, so that a partition it refuses costs no restore and writes nothing, each time it is tried. It closes what
+ * {@link checkSingleWriter} leaves open (that one needs the restored ledger's progress entry, so it runs after the
+ * restore: two groups started at once on a ledger without one would both pass it, and the start's check too, neither
+ * having joined when the other looked). Another group of owners of this intents topic running: `config_invalid`, and
+ * this owner stops, as at the start (the group that finds the other steps aside and leaves its consumer group). A
+ * group rebalancing that may be one ({@link otherOwnerGroups}): refused, `ledger_foreign_writer`, retriable (tried
+ * again every 30 s).
  *
  * Why two groups never both take up a partition: each member looks only after its own join (kafkajs restores a
  * partition from the assignment its join brought, after SyncGroup), and from its join on the member is seen by every
@@ -282,10 +285,17 @@ export function otherOwnersMessage(config: Pick<RouterConfig, "groupId" | "topic
  * looked before B's member joined. So at most one of them takes it up: the one that looked first, if it looked before
  * the other joined; if both looked after both joined, both stop (a supervisor restarts them, and the start's check
  * then lets one run). `look` is memoized per join (router.ts): a look from before this member's latest join is never
- * used. One case escapes it: a look taken while A's rebalance is interrupted as its members sync (Kafka then empties
- * their assignments; before 4.0, any rebalance shows none), by a process that has not seen A Stable before; A keeps
- * the partitions it already owns through a rebalance (no restore), so the minute's watch is what then finds B: both
- * hold within a minute.
+ * used, and an open starts after the join that brought its partition (or later: a retry, a hold's end), so the look
+ * it begins with is after that join. One case escapes it: a look taken while A's rebalance is interrupted as its
+ * members sync (Kafka then empties their assignments; before 4.0, any rebalance shows none), by a process that has
+ * not seen A Stable before; A keeps the partitions it already owns through a rebalance (no restore), so the minute's
+ * watch is what then finds B: both hold within a minute.
+ *
+ * The look is not taken again before the partition's first write, however long the restore took: the argument places
+ * each look against the two joins only, never against the writes that follow it. A that looked before B joined takes
+ * the partition whenever it then writes, since B's look, after B's join, sees A; a second look by A could only stop A
+ * too (B not gone yet) or refuse it for 30 s (B rebalancing as it leaves): an outage, and no second writer prevented.
+ * A group no look can see is the watch's, as above.
  */
 export async function checkTakeUp(look: () => Promise<OwnerGroupsLook>, config: Pick<RouterConfig, "groupId" | "topics">, partition: number): Promise<void> {
   const where = `ledger partition ${config.topics.ledger}-${partition}`;

@@ -1,8 +1,14 @@
 import { randomUUID } from "node:crypto";
-import { describe, expect, it } from "vitest";
+import { Kafka, logLevel } from "kafkajs";
+import { pino } from "pino";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
+import { readWholeTopic } from "../../src/cli/topic-reader.ts";
+import { WireCodec } from "../../src/codec.ts";
+import { RouterConfig, parseConfig } from "../../src/config.ts";
 import type { Router, RouterInternals } from "../../src/owner/router.ts";
-import { type Harness, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
+import { ensureTopics, routerTopics } from "../../src/topics.ts";
+import { type Harness, brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 // The fence is per transactional id, `<group>.<intents topic>.<p>`: owners started with another WRIT_GROUP_ID on the
@@ -78,6 +84,58 @@ async function patchedTwice(h: Harness, agent: Awaited<ReturnType<Harness["clien
   });
 }
 
+/**
+ * Another application's consumer group on the harness's intents topic (created here, as the owners would), held
+ * rebalancing: its first member, assigned the intents partition, is stuck on a record (kafkajs heartbeats between
+ * records, so it does not rejoin) when a second member joins, and the group waits for it up to its rebalance timeout
+ * (2 min). Meanwhile DescribeGroups shows that member without metadata and with its assignment: an owner that never
+ * saw the group Stable cannot tell whether it is writ owners. Released when the test ends.
+ */
+async function rebalancingGroup(h: Harness) {
+  const kafka = new Kafka({ clientId: `writ-test-other-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  const group = `other.app.${h.id}`;
+  const options = { groupId: group, sessionTimeout: 120_000, rebalanceTimeout: 120_000, maxWaitTimeInMs: 200 };
+  const [first, second] = [kafka.consumer(options), kafka.consumer(options)];
+  let unstick!: () => void;
+  const stuck = new Promise<void>((resolve) => (unstick = resolve));
+  onTestFinished(async () => {
+    unstick();
+    await Promise.all([first.disconnect(), second.disconnect()]).catch(() => undefined);
+    await admin.disconnect();
+  });
+  await ensureTopics(admin, routerTopics(parseConfig(RouterConfig, h.config, "router")));
+  await h.produceRaw("stuck", Buffer.from("the record the first member sticks on"));
+  let sticking = false;
+  await first.connect();
+  await first.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
+  await first.run({
+    eachMessage: async () => {
+      sticking = true;
+      await stuck;
+    },
+  });
+  await waitFor(() => sticking, { timeoutMs: 30_000, message: "the first member never got its record" });
+  await second.connect();
+  await second.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
+  // Its join is answered only once the rebalance completes: not awaited.
+  void second.run({ eachMessage: async () => undefined }).catch(() => undefined);
+  await waitFor(async () => (await admin.describeGroups([group])).groups[0]?.state === "PreparingRebalance", { timeoutMs: 30_000, message: `${group} never rebalanced` });
+  return { kafka, admin, group };
+}
+
+/** Who wrote each marker in the ledger topic, read at the broker (committed records, to the end the topic has now). */
+async function ledgerMarkers(h: Harness, kafka: Kafka): Promise<string[]> {
+  const codec = new WireCodec({});
+  const owners: string[] = [];
+  await readWholeTopic(kafka, h.config.topics.ledger, pino({ level: "silent" }), async (record) => {
+    const decoded = await codec.decode("LedgerEntry", record.value);
+    if (decoded.ok && decoded.value.kind === "marker") owners.push(decoded.value.owner);
+  });
+  return owners;
+}
+
 // The watch's hold is not what these look at: its next round would hold the first group too (tested below).
 const noWatch = { ownerGroupsCheckMs: 3_600_000 };
 
@@ -94,7 +152,9 @@ describe("one group of owners per intents topic", () => {
 
   it("where it cannot see them, the ledger's progress entry stops it: it does not take the partition, and takes it over once that group has stopped", async () => {
     const { h, first, agent, sameLedger } = await setUp();
-    const second = await h.startRouter(sameLedger, { ablateOwnerGroupsCheck: true });
+    // Neither the start's look nor the take-up look (which, first in a restore, would find the first group running
+    // and stop this owner, config_invalid): only the ledger's check.
+    const second = await h.startRouter(sameLedger, { ablateOwnerGroupsCheck: true, ablateTakeUp: true });
     await waitFor(() => second.health().problems.some((p) => p.key === "ledger-0"), {
       timeoutMs: 30_000,
       message: () => `the second group's owner reports nothing: ${JSON.stringify(second.health())}`,
@@ -150,6 +210,22 @@ describe("one group of owners per intents topic", () => {
     await owning(second);
     expect(first.ownedPartitions()).toEqual([0]);
     await patchedTwice(h, agent);
+  });
+
+  it("a partition the take-up check refuses (a group that may be owners kept rebalancing) is not fenced and gets no marker: nothing is written to the ledger partition", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    const { kafka, admin, group } = await rebalancingGroup(h);
+    const owner = await h.startRouter({}, noWatch);
+    const refused = await waitFor(() => owner.health().problems.find((p) => p.key === "ledger-0"), {
+      timeoutMs: 45_000,
+      message: () => `the owner reports nothing: ${JSON.stringify(owner.health())}`,
+    });
+    expect(refused.message).toContain(`consumer group ${group} (PreparingRebalance, 1 member) kept rebalancing while described`);
+    expect(owner.ownedPartitions()).toEqual([]);
+    // At the broker: no marker in the ledger, and nothing else either (a marker's transaction would leave its
+    // record and its commit's control record).
+    expect(await ledgerMarkers(h, kafka)).toEqual([]);
+    expect((await admin.fetchTopicOffsets(h.config.topics.ledger)).map((o) => o.high)).toEqual(["0"]);
   });
 
   it("an owner whose watch finds another group of owners holds its partition (takes no new intent), says so, and takes it up again and answers once that group has stopped", async () => {

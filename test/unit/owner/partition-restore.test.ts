@@ -1,0 +1,111 @@
+// The order of a partition's open (src/owner/partition-restore.ts), with fakes that log each step: the take-up check
+// needs no ledger and comes first, so a partition it refuses is neither fenced, nor given a marker, nor read; the
+// ledger's check needs the restored progress entry and comes after the restore. At the broker: the single-writer
+// integration test.
+import { AssignerProtocol } from "kafkajs";
+import { pino } from "pino";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { WireCodec } from "../../../src/codec.ts";
+import { RouterConfig, parseConfig } from "../../../src/config.ts";
+import { WritError } from "../../../src/errors.ts";
+import type { RestoredEntry } from "../../../src/ledger/ledger-state.ts";
+import type { OwnerContext } from "../../../src/owner/owner-context.ts";
+import { restorePartition } from "../../../src/owner/partition-restore.ts";
+import type { OwnerGroupsLook } from "../../../src/owner/single-writer.ts";
+
+/** Each step of the open, in order. */
+const steps = vi.hoisted(() => [] as string[]);
+
+vi.mock("../../../src/owner/transactions.ts", async (importOriginal) => ({
+  ...(await importOriginal<typeof import("../../../src/owner/transactions.ts")>()),
+  ownerProducer: async () => ({
+    protocol: "v1" as const,
+    connect: async () => void steps.push("fence"),
+    disconnect: async () => undefined,
+    transaction: async () => ({
+      send: async (rounds: { messages: { key: string | null }[] }[]) => {
+        for (const round of rounds) for (const m of round.messages) steps.push(m.key?.startsWith("__marker__:") ? "marker" : `write ${m.key}`);
+      },
+      sendOffset: async () => undefined,
+      commit: async () => undefined,
+      abort: async () => undefined,
+    }),
+  }),
+}));
+
+const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], transactionProtocol: "v1" }, "router");
+const OTHER = "writ.owners.renamed";
+
+const found = {
+  nothing: { owners: [], undetermined: [] },
+  rebalancing: { owners: [], undetermined: [{ group: OTHER, state: "PreparingRebalance", members: 1 }] },
+  owners: { owners: [{ group: OTHER, members: 1, ledger: config.topics.ledger }], undetermined: [] },
+} satisfies Record<string, OwnerGroupsLook>;
+
+/** A progress entry of the ledger partition written by another group, which still consumes the intents topic. */
+const otherGroupsProgress: [string, RestoredEntry] = ["__progress__:0", { kind: "progress", partition: 0, offset: "5", at: new Date().toISOString(), group: OTHER }];
+
+/** An owner context whose take-up look finds `look`, whose ledger partition 0 holds `ledger` (nothing by default). */
+function context(look: OwnerGroupsLook, opts: { ledger?: [string, RestoredEntry][]; ablateSingleWriter?: true; ablateTakeUp?: true } = {}): OwnerContext {
+  const { ledger = [], ...flags } = opts;
+  const subscribed = AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [config.topics.intents], userData: Buffer.alloc(0) });
+  return {
+    config,
+    codec: new WireCodec({}),
+    ownerGroups: async () => {
+      steps.push("take-up look");
+      return look;
+    },
+    reader: {
+      restore: async () => {
+        steps.push("restore");
+        return { entries: new Map(ledger), lastCommitted: ledger.length - 1 };
+      },
+    },
+    inDoubtReader: { scanInDoubt: async () => new Map() },
+    admin: {
+      describeGroups: async (ids: string[]) => {
+        steps.push("ledger check");
+        return { groups: ids.map((groupId) => ({ groupId, state: "Stable", protocolType: "consumer", members: [{ memberMetadata: subscribed, memberAssignment: Buffer.alloc(0) }] })) };
+      },
+    },
+    topicDirectory: {
+      partitionCounts: async () => {
+        steps.push("heal");
+        throw new WritError("kafka_failed", "the test ends the open here", { retriable: true });
+      },
+    },
+    ...flags,
+  } as unknown as OwnerContext;
+}
+
+const open = (ctx: OwnerContext) => restorePartition(ctx, 0, pino({ level: "silent" }), () => false);
+
+describe("restorePartition: what runs before what", () => {
+  beforeEach(() => {
+    steps.length = 0;
+  });
+
+  it("a partition the take-up check refuses while another group cannot be told (tried again every 30 s) is not fenced, gets no marker in the ledger and is not read", async () => {
+    await expect(open(context(found.rebalancing))).rejects.toMatchObject({ code: "ledger_foreign_writer", retriable: true, message: expect.stringContaining(OTHER) });
+    expect(steps).toEqual(["take-up look"]);
+  });
+
+  it("nor is one whose take-up check finds another group of owners running (this owner stops)", async () => {
+    await expect(open(context(found.owners))).rejects.toMatchObject({ code: "config_invalid", retriable: false });
+    expect(steps).toEqual(["take-up look"]);
+  });
+
+  it("one the take-up check lets through is fenced, marked and restored; the ledger's check, which needs the restored progress entry, comes after the restore and refuses it", async () => {
+    await expect(open(context(found.nothing, { ledger: [otherGroupsProgress] }))).rejects.toMatchObject({ code: "ledger_foreign_writer", message: expect.stringContaining(`written by consumer group ${OTHER}`) });
+    expect(steps).toEqual(["take-up look", "fence", "marker", "restore", "ledger check"]);
+  });
+
+  it("ablateTakeUp skips the take-up look only; ablateSingleWriter skips both checks", async () => {
+    await expect(open(context(found.owners, { ledger: [otherGroupsProgress], ablateTakeUp: true }))).rejects.toMatchObject({ code: "ledger_foreign_writer" });
+    expect(steps).toEqual(["fence", "marker", "restore", "ledger check"]);
+    steps.length = 0;
+    await expect(open(context(found.owners, { ledger: [otherGroupsProgress], ablateSingleWriter: true }))).rejects.toThrow("the test ends the open here");
+    expect(steps).toEqual(["fence", "marker", "restore", "heal"]);
+  });
+});
