@@ -1,5 +1,5 @@
 // `writ console`: a small HTTP server and its page (src/console/assets: plain
-// HTML, CSS and one vanilla JS file, no build step). The page follows writ's
+// HTML, CSS and two vanilla JS modules, no build step). The page follows writ's
 // topics live over server-sent events and, for the operator role, resolves
 // escalations through the writ client (createWritClient(...).resolve), as
 // `writ escalations resolve` does.
@@ -7,7 +7,7 @@
 // Endpoints (every one checks Host and Origin; all but the page and its assets need a token, and no token ever
 // travels in a URL: the link people open is /#token=…, whose fragment no browser sends):
 //   GET  /                              the page (static, no data in it; it takes the token from its fragment)
-//   GET  /assets/{console.js,console.css}   static, no data in them
+//   GET  /assets/{console.js,drafts.js,console.css}  static, no data in them
 //   POST /api/stream-ticket             {ticket, expiresInMs}: a one-use ticket for /events, 30 s (Authorization: Bearer)
 //   GET  /events?ticket=…               server-sent events: `hello` (role), `snapshot` (everything),
 //                                       `update` (the sections that changed); 401 `ticket_invalid`
@@ -126,6 +126,7 @@ export interface ConsoleServer {
 
 const ASSETS: Record<string, { file: string; type: string }> = {
   "/assets/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
+  "/assets/drafts.js": { file: "drafts.js", type: "text/javascript; charset=utf-8" },
   "/assets/console.css": { file: "console.css", type: "text/css; charset=utf-8" },
 };
 

@@ -601,8 +601,14 @@ export class ConsoleState {
     return this.escalations.get(escalationId);
   }
 
-  /** The answer an owner gave to a resolution sent from this console (the feed may read it later, or not at all). */
-  resolutionAnswered(escalationId: string, decision: string, by: string, answer: { status: string; reason?: string; message?: string; at?: string; version?: string }): void {
+  /**
+   * The answer an owner gave to a resolution sent from this console (the feed may read it later, or not at all).
+   * One that leaves the escalation open with the record as the owner read it (`details.current`: a
+   * resolution_conflict, a resolution_delta_required) makes that the record the escalation shows: the page marks an
+   * operator's change written against the earlier one. A resolution still takes its default base version from the
+   * writ.human record (`resolvable`); the page always sends the one it shows.
+   */
+  resolutionAnswered(escalationId: string, decision: string, by: string, answer: { status: string; reason?: string; message?: string; at?: string; version?: string; details?: unknown }): void {
     const item = this.escalations.get(escalationId);
     if (!item) return;
     const a = {
@@ -615,7 +621,11 @@ export class ConsoleState {
     const closing = closingOutcome(a, by, "console");
     if (closing) this.close(item, closing);
     else if (a.status === "rejected" && a.reason === "resolution_not_applicable") this.close(item, { outcome: "not_open", from: "console", by, at: a.at, ...(a.message ? { message: a.message } : {}) });
-    else item.lastAttempt = { decision, by, at: a.at, status: a.status, ...(a.reason ? { reason: a.reason } : {}), ...(a.message ? { message: a.message } : {}) };
+    else {
+      item.lastAttempt = { decision, by, at: a.at, status: a.status, ...(a.reason ? { reason: a.reason } : {}), ...(a.message ? { message: a.message } : {}) };
+      const current = recordRead(answer.details);
+      if (current) item.current = { version: this.name(current.version), state: this.clip(current.state) };
+    }
     this.changed("escalations", "counts");
   }
 
@@ -685,6 +695,14 @@ export class ConsoleState {
         throw new Error(`unknown section ${String(s)}`);
     }
   }
+}
+
+/** The record an owner's refusal carries (`details.current`, as src/owner/resolution.ts puts it), when it is one. */
+function recordRead(details: unknown): { version: string; state: unknown } | null {
+  if (typeof details !== "object" || details === null || !("current" in details)) return null;
+  const current = details.current;
+  if (typeof current !== "object" || current === null || !("version" in current) || !("state" in current)) return null;
+  return typeof current.version === "string" ? { version: current.version, state: current.state } : null;
 }
 
 /** The outcome of a reply that closes an escalation (carries `resolvedBy`), else null. */

@@ -1,69 +1,31 @@
-// `writ console` in a real browser: headless Chromium (Debian's package,
-// /usr/bin/chromium, or $WRIT_CHROMIUM) driven by playwright-core, against an
-// owner (startRouter, the demo tools), the demo records server and the shared
-// broker. A missing Chromium fails the test: it is never skipped.
+// `writ console` in a real browser: headless Chromium driven by playwright-core
+// (test/helpers/console-page.ts), against an owner (startRouter, the demo
+// tools), the demo records server and the shared broker. A missing Chromium
+// fails the test: it is never skipped.
 // WRIT_CONSOLE_SCREENSHOT=1 writes docs/console.png.
 import { execFile, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { request } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { Agent, fetch as undiciFetch } from "undici";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { atOffset, offsetsWanted, readRecordsAt } from "../../src/cli/topic-reader.ts";
-import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions, type ConsoleServer } from "../../src/console/server.ts";
+import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "../../src/console/server.ts";
 import { REDRIVEN_FROM_HEADER } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
+import { consoleOf, launchChromium, listen, openLivePage, openPage } from "../helpers/console-page.ts";
 import { openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta, type Harness } from "../helpers/writ-harness.ts";
-
-const CHROMIUM = process.env.WRIT_CHROMIUM || "/usr/bin/chromium";
-/** Chromium's own connections (updates, sync, QUIC probes) are refused on a closed network: all off. */
-const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-
-/** Headless Chromium with a fresh profile (playwright takes the user data dir as an argument, not as --user-data-dir). */
-async function launchChromium(): Promise<BrowserContext> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`no Chromium at ${CHROMIUM}: the console test needs a real browser (apt-get install -y --no-install-recommends chromium; .ci/run does)`);
-  }
-  const profile = mkdtempSync(join(tmpdir(), "writ-console-chromium-"));
-  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, viewport: { width: 1440, height: 1000 } });
-  onTestFinished(async () => {
-    await context.close().catch(() => undefined);
-    rmSync(profile, { recursive: true, force: true });
-  });
-  return context;
-}
-
-/** A page that records its script errors and console errors (a CSP violation is one). */
-async function openPage(context: BrowserContext): Promise<{ page: Page; errors: string[] }> {
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (err) => errors.push(`pageerror: ${err.message}`));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/the server responded with a status of (401|403)/.test(msg.text())) errors.push(`console: ${msg.text()}`);
-  });
-  return { page, errors };
-}
-
-function listen(client: WritClient): Reply[] {
-  const seen: Reply[] = [];
-  void (async () => {
-    for await (const r of client.replies()) seen.push(r);
-  })();
-  return seen;
-}
+import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
 
 /** A raw HTTP request, so Host and Origin can be anything. */
 function raw(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; body: string }> {
@@ -77,26 +39,6 @@ function raw(url: string, opts: { method?: string; headers?: Record<string, stri
     req.on("error", reject);
     req.end(opts.body);
   });
-}
-
-/** A console on the harness's topics and group, following this test's reply topics (`writ.replies.<p>-*`); closed after the test. */
-async function consoleOf(h: Harness, p: string, readToken: string, operatorToken: string, more: Partial<ConsoleOptions> = {}): Promise<ConsoleServer> {
-  const server = await startConsole({
-    brokers: brokers(),
-    ...(registryUrl() ? { schemaRegistryUrl: registryUrl()! } : {}),
-    topics: { intents: h.config.topics.intents, human: h.config.topics.human, dlq: h.config.topics.dlq },
-    replyPrefix: `writ.replies.${p}-`,
-    groupId: h.config.groupId,
-    token: readToken,
-    operatorToken,
-    operator: { id: `ops-${h.id}`, replyTopic: `writ.replies.${p}-ops` },
-    discoverIntervalMs: 300,
-    logger: pino({ level: process.env.LOG_LEVEL ?? "warn" }),
-    ...more,
-  });
-  onTestFinished(() => server.close());
-  await server.ready;
-  return server;
 }
 
 describe("writ console, in headless Chromium", () => {
@@ -400,13 +342,7 @@ describe("writ console, in headless Chromium", () => {
     const consoleServer = await consoleOf(h, p, readToken, operatorToken, { operator: { id: opsId, replyTopic: `writ.replies.${p}-${opsId}` }, onDecision: (d) => void decisions.push(d) });
     const url = consoleServer.url;
     const context = await launchChromium();
-    const { page, errors } = await openPage(context);
-    const sent: string[] = [];
-    page.on("request", (r) => {
-      if (r.url().includes("/resolve")) sent.push(r.postData() ?? "");
-    });
-    await page.goto(`${url}/#token=${operatorToken}`);
-    await page.waitForSelector('#conn[data-state="live"]');
+    const { page, errors, sent } = await openLivePage(context, url, operatorToken);
 
     // --- an escalation of tag_ticket_no_delta: the owner cannot rebuild its change on the record now ---
     const erin = await h.client(`${p}-erin`);

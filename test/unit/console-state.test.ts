@@ -152,6 +152,16 @@ describe("ConsoleState", () => {
     s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", message: "changed" });
     expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "open", lastAttempt: { reason: "resolution_conflict" } });
     expect(s.resolvable("e-3")).toHaveProperty("escalation");
+    // the owner's refusal with the record as it read it: the escalation shows that record (the page marks a change
+    // written against the earlier one); a resolution still takes its default base from the writ.human record
+    s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", message: "changed", details: { current: { version: '"v7"', state: { tags: ["moved"] } } } });
+    expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "open", current: { version: '"v7"', state: { json: JSON.stringify({ tags: ["moved"] }, null, 2) } } });
+    expect(s.resolvable("e-3")).toMatchObject({ escalation: { current: { version: '"v4"' } } });
+    // details that are not a record read change nothing
+    for (const details of [null, "x", { current: null }, { current: { version: 7, state: {} } }, { current: { state: {} } }, { current: { version: '"v9"' } }]) {
+      s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", message: "changed", details });
+      expect(s.escalationItem("e-3")?.current?.version).toBe('"v7"');
+    }
     s.resolutionAnswered("e-3", "apply", "ops", { status: "applied", version: '"v5"' });
     expect(s.snapshot().escalations.find((e) => e.escalationId === "e-3")).toMatchObject({ status: "resolved", resolution: { outcome: "applied", from: "console", by: "ops" } });
     expect(s.resolvable("e-3")).toMatchObject({ refused: "escalation_not_open" });

@@ -4,8 +4,10 @@
 // tab's sessionStorage and removed from the address. Fetches send it as
 // `Authorization: Bearer`; the event stream (EventSource sends no header) is
 // opened with a one-use ticket the page asks for with it before each connect.
-// Everything shown is built with textContent, never as HTML.
-"use strict";
+// Everything shown is built with textContent, never as HTML. A module (strict, deferred): drafts.js keeps
+// what the operator typed on escalation cards.
+import { DraftBook, decidable } from "./drafts.js";
+
 (() => {
   const KEY = "writ-console-token";
   const fragment = new URLSearchParams(location.hash.slice(1));
@@ -56,7 +58,10 @@
     bulkPending: false,
     /** dead letters the operator ticked (`partition:offset`): the bulk button sends these when any is shown */
     dlqPicked: new Set(),
+    /** escalation id → its card, kept while the escalation is shown */
     cards: new Map(),
+    /** what the operator typed on the cards and has not sent, by escalation id (outlives a card built again) */
+    drafts: new DraftBook(),
   };
 
   function age(iso) {
@@ -437,18 +442,36 @@
     for (const span of $("lag").querySelectorAll(".bar span")) span.style.width = `${span.dataset.w}%`;
   }
 
-  // ---- escalations: cards kept by id, so an operator's typing survives updates ----
+  // ---- escalations: cards kept by id; what the operator typed is kept by id too (view.drafts), so it survives
+  // updates and a card built again, and goes with its escalation ----
   const canDecide = () => view.session && view.session.role === "operator";
 
+  /** The escalation as the page's state has it now (a card's handlers outlive the item the card was made from). */
+  const itemOf = (id) => (view.snap ? view.snap.escalations.find((x) => x.escalationId === id) : undefined);
+
+  /** A card's "record now" column: the record as its owner last read it (the escalation's, or an answer's since). */
+  function currentView(e) {
+    return [h("h4", {}, "record now ", e.current ? h("code", { class: "version" }, e.current.version) : h("span", { class: "muted" }, "(not read)")), e.current ? pre(e.current.state) : null].filter(Boolean);
+  }
+
   function escalationCard(e) {
-    const base = h("input", { name: "baseVersion", class: "mono", value: e.current ? e.current.version : "", placeholder: "the version to apply on", "aria-label": "base version" });
-    const message = h("input", { name: "message", placeholder: "a message to the agent (optional)", maxlength: 2000, "aria-label": "message to the agent" });
-    const delta = deltaField(e);
-    const button = (action, label, cls) => h("button", { type: "button", class: cls, dataset: { action }, onclick: () => decide(e.escalationId, action, base, message, delta) }, label);
+    const id = e.escalationId;
+    /** The operator changed a field: kept in the drafts, against the escalation as it is now. */
+    const typed = (field, value) => {
+      const now = itemOf(id);
+      if (now) view.drafts.edit(now, field, value);
+    };
+    const base = h("input", { name: "baseVersion", class: "mono", placeholder: "the version to apply on", "aria-label": "base version", oninput: () => typed("base", base.value) });
+    const message = h("input", { name: "message", placeholder: "a message to the agent (optional)", maxlength: 2000, "aria-label": "message to the agent", oninput: () => typed("message", message.value) });
+    const delta = deltaField(e, typed);
+    const stale = staleNotice(id, delta);
+    const parts = { base, message, delta, stale };
+    const button = (action, label, cls) => h("button", { type: "button", class: cls, dataset: { action }, onclick: () => decide(id, action, parts) }, label);
     const form = canDecide()
       ? h(
           "div",
           { class: "decide" },
+          stale.box,
           h("label", {}, "Apply on version ", base),
           h("label", { class: "grow" }, "Message ", message),
           button("apply", "Apply", "primary"),
@@ -459,7 +482,7 @@
       : null;
     const card = h(
       "article",
-      { class: "escalation", dataset: { escalationId: e.escalationId, entity: e.entity } },
+      { class: "escalation", dataset: { escalationId: id, entity: e.entity, currentVersion: e.current ? e.current.version : "" } },
       h("header", {}, h("span", { class: "badge status" }), h("span", { class: "badge escalated" }, e.reason), h("b", {}, e.entity), ` ${e.tool} · ${e.agent} · ${e.cycles} conflict cycle${e.cycles === 1 ? "" : "s"} · `, when(e.at)),
       h("p", { class: "msg" }, e.message),
       // shown when another record claims this id (it can come after the card is made)
@@ -470,7 +493,7 @@
       h(
         "div",
         { class: "cols" },
-        h("div", { class: "current" }, h("h4", {}, "record now ", e.current ? h("code", { class: "version" }, e.current.version) : h("span", { class: "muted" }, "(not read)")), e.current ? pre(e.current.state) : null),
+        h("div", { class: "current" }, ...currentView(e)),
         h(
           "div",
           { class: "your-change" },
@@ -484,7 +507,55 @@
       h("div", { class: "answer", "aria-live": "polite" }),
       h("p", { class: "ids muted" }, `escalation ${e.escalationId} · intent ${e.intentId} · key ${short(e.intentKey)}`),
     );
+    if (form) {
+      showFields(card, e);
+      delta.box.open = view.drafts.fields(e).open;
+    }
     return card;
+  }
+
+  /** The card's fields as the drafts say (the operator's, else the prefill); a field already so is left alone (its caret too). */
+  function showFields(card, e) {
+    const f = view.drafts.fields(e);
+    const set = (selector, prop, value) => {
+      const el = card.querySelector(selector);
+      if (el && el[prop] !== value) el[prop] = value;
+    };
+    set('input[name="baseVersion"]', "value", f.base);
+    set('textarea[name="delta"]', "value", f.delta);
+    set('input[name="useDelta"]', "checked", f.use);
+    set('input[name="message"]', "value", f.message);
+  }
+
+  /**
+   * Shown when the record the card shows is no longer the one the operator's change was written against (an owner
+   * answered with the record as it is now): the change stays as typed, and Apply waits until the operator keeps
+   * it (to apply on the record now) or starts again from the record now.
+   */
+  function staleNotice(id, field) {
+    const text = h("span", { class: "text" });
+    const decided = (how) => {
+      const e = itemOf(id);
+      if (!e) return;
+      view.drafts[how](e);
+      showDeltaProblem(field, "");
+      renderEscalations();
+    };
+    const keep = h("button", { type: "button", dataset: { draft: "keep" }, onclick: () => decided("keep") }, "Keep my change");
+    const reset = h("button", { type: "button", dataset: { draft: "reset" }, onclick: () => decided("reset") }, "Start again from the record now");
+    const box = h("div", { class: "warning draft-stale", role: "alert", hidden: true }, text, " ", keep, " ", reset);
+    return { box, text, keep };
+  }
+
+  function showStale(card, e) {
+    const box = card.querySelector(".draft-stale");
+    if (!box) return;
+    const st = view.drafts.stale(e);
+    box.hidden = !st;
+    if (!st) return;
+    const at = (v) => v || "(not read)";
+    box.querySelector(".text").textContent = `The record changed since you edited this change: it was written against the record at ${at(st.was)}; it is now ${at(st.now)} (shown above). Your change, base version and message are kept as you left them, and Apply waits: check the change against the record now, then keep it or start again.`;
+    box.querySelector('[data-draft="keep"]').textContent = st.now ? `Keep my change, to apply on ${st.now}` : "Keep my change";
   }
 
   /**
@@ -493,7 +564,7 @@
    * change (when the page has it whole) to edit against the record shown. Sent only while "send" is ticked
    * (editing ticks it): for a tool with a delta function a given delta must be the one it derives.
    */
-  function deltaField(e) {
+  function deltaField(e, typed) {
     const text = h("textarea", {
       name: "delta",
       class: "mono",
@@ -503,7 +574,6 @@
       placeholder: '[{"op": "replace", "path": "/tags", "value": ["vip"]}]',
       "aria-label": "change to write with Apply (JSON Patch)",
     });
-    text.value = e.change && !e.change.truncated ? e.change.json : "";
     const use = h("input", { type: "checkbox", name: "useDelta", "aria-label": "send this change with Apply" });
     const problem = h("p", { class: "error delta-error", role: "alert", hidden: true });
     const required = h("p", { class: "warning delta-required", hidden: true }, "The record's owner cannot rebuild this tool's change on the record as it is now (the tool has no delta function): write the change here, against the record shown, and Apply again.");
@@ -525,10 +595,16 @@
     );
     text.addEventListener("input", () => {
       use.checked = true;
+      typed("delta", text.value);
+      typed("use", true);
       showDeltaProblem(field, "");
     });
-    use.addEventListener("change", () => showDeltaProblem(field, ""));
-    const field = { box, text, use, problem, required };
+    use.addEventListener("change", () => {
+      typed("use", use.checked);
+      showDeltaProblem(field, "");
+    });
+    box.addEventListener("toggle", () => typed("open", box.open));
+    const field = { box, text, use, problem, required, typed };
     return field;
   }
 
@@ -595,14 +671,9 @@
     field.box.open = true;
     field.required.hidden = false;
     field.use.checked = true;
+    field.typed("use", true);
     field.text.focus();
   }
-
-  /**
-   * Whether the page offers the decisions: open, or closed only as a reply reported it (any producer can write a
-   * reply topic: the owner decides, and answers resolution_not_applicable when it is closed). Never when contested.
-   */
-  const decidable = (e) => !e.contested && (e.status === "open" || (e.resolution && e.resolution.from === "reply"));
 
   function outcomeText(e) {
     const r = e.resolution;
@@ -660,10 +731,33 @@
     $("n-escalations").textContent = `${open} open, ${list.length - open} resolved${filtering() && shown !== list.length ? ` (${shown} shown)` : ""}${notKept}${ignored}`;
   }
 
+  /** The card field that has the page's focus, with its caret, selection and scroll; null when focus is elsewhere. */
+  function focusedField() {
+    const el = document.activeElement;
+    const card = el && el.name ? el.closest("#escalations article.escalation") : null;
+    if (!card) return null;
+    const text = typeof el.selectionStart === "number";
+    return { id: card.dataset.escalationId, name: el.name, start: text ? el.selectionStart : null, end: text ? el.selectionEnd : null, direction: text ? el.selectionDirection : null, scrollTop: el.scrollTop };
+  }
+
+  /** Focus back where it was, when a card was moved or built again under it (and nothing else took it since). */
+  function restoreFocus(was) {
+    if (!was || (document.activeElement && document.activeElement !== document.body)) return;
+    const card = view.cards.get(was.id);
+    const el = card && card.isConnected ? [...card.querySelectorAll("[name]")].find((x) => x.name === was.name) : undefined;
+    if (!el || el.closest("[hidden]") || el.disabled) return;
+    el.focus({ preventScroll: true });
+    if (was.start !== null && typeof el.setSelectionRange === "function") el.setSelectionRange(was.start, was.end, was.direction ?? "none");
+    el.scrollTop = was.scrollTop;
+  }
+
   function renderEscalations() {
     const list = view.snap.escalations;
     const shown = list.filter(matches);
     escalationsHeading();
+    const focused = focusedField();
+    // a draft goes with its escalation: none for one no longer listed or no longer decidable here (hidden by a filter: kept)
+    view.drafts.prune(list);
     const box = $("escalations");
     const keep = new Set(shown.map((e) => e.escalationId));
     for (const [id, card] of view.cards) {
@@ -686,26 +780,43 @@
       card.querySelector(".badge.status").textContent = e.resolution && e.resolution.from === "reply" ? "reported resolved" : e.status;
       card.querySelector(".badge.status").className = `badge status ${e.status}`;
       card.querySelector(".outcome").textContent = outcomeText(e);
+      const version = e.current ? e.current.version : "";
+      if (card.dataset.currentVersion !== version) {
+        card.querySelector(".current").replaceChildren(...currentView(e));
+        card.dataset.currentVersion = version;
+      }
       const form = card.querySelector(".decide");
       const d = view.decisions.get(e.escalationId);
       if (form) {
         form.hidden = !decidable(e);
         for (const b of form.querySelectorAll("button")) b.disabled = Boolean(d && d.pending);
+        showFields(card, e);
+        showStale(card, e);
       }
       card.querySelector(".answer").replaceChildren(...answerView(d));
-      // in order, moving a card only when it is out of place (moving would drop an input's focus)
+      // in order, moving a card only when it is out of place (a move drops an input's focus: restoreFocus puts it back)
       const want = previous ? previous.nextSibling : box.firstChild;
       if (want !== card) box.insertBefore(card, want);
       previous = card;
     }
     if (shown.length === 0) box.replaceChildren(h("p", { class: "empty" }, list.length ? "No escalation matches the filters." : "No escalations."));
+    restoreFocus(focused);
   }
 
-  async function decide(escalationId, decision, baseInput, messageInput, deltaField) {
+  async function decide(escalationId, decision, { base: baseInput, message: messageInput, delta: deltaField, stale }) {
     const body = { decision };
     const message = messageInput.value.trim();
     if (message) body.message = message;
     if (decision === "apply") {
+      // a change written against another record than the one shown now is not sent until the operator says so
+      const e = itemOf(escalationId);
+      const st = e && view.drafts.stale(e);
+      if (st) {
+        deltaField.box.open = true;
+        showDeltaProblem(deltaField, `The record changed since you edited this change (written against ${st.was || "a record not read"}, it is now ${st.now || "not read"}): keep it or start again from the record now, above, before Apply.`);
+        stale.keep.focus();
+        return;
+      }
       const base = baseInput.value.trim();
       if (!base) {
         view.decisions.set(escalationId, { error: "Give the record version to apply on." });
