@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Kafka, Partitioners, logLevel, type Consumer, type KafkaMessage, type Producer } from "kafkajs";
 import { canonicalJson, jsonDepth } from "../src/canonical-json.ts";
-import { WireCodec } from "../src/codec.ts";
+import { RECORD_MAX_DEPTH, WireCodec } from "../src/codec.ts";
 import { ClientConfig, MAX_TIMER_MS, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
@@ -22,7 +22,7 @@ import { withDeadline } from "../src/deadline.ts";
 import { WIRE_SCHEMAS } from "../src/schemas/index.ts";
 import { retry, START_PATIENCE } from "../src/retry.ts";
 import type { Escalation } from "../src/schemas/escalation.ts";
-import { KIND_HEADER, resolutionSubject, type Resolution } from "../src/schemas/resolution.ts";
+import { deltaOutOfBounds, KIND_HEADER, resolutionBounds, resolutionSubject, type IntentBounds, type Resolution } from "../src/schemas/resolution.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { TopicEnsurer } from "../src/topics.ts";
 import { startSubmitSpan } from "../src/tracing/spans.ts";
@@ -77,25 +77,19 @@ const heldAtDeadline = (provisional: Extract<Reply, { status: "rejected" }>, wha
 /** Most bytes of intents one coalesced produce request carries: well under the brokers' default 1 MB per partition batch. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
-/**
- * Nesting accepted in a reply. An owner may put the record's state in a reply, and a system of record's
- * state may be nested up to CANONICAL_MAX_DEPTH (256) levels (src/sor/http-adapter.ts), two more with the
- * reply around it: the codec's default (64) would read an applied write as unreadable, and report it
- * `unknown`. The codec's depth check is iterative, so this bound costs no stack.
- */
-const REPLY_MAX_DEPTH = 512;
-
 
 /** The owners' default `maxIntentBytes` (src/config.ts): an encoded intent value larger than this is dead-lettered `too_large`. */
 export const DEFAULT_MAX_INTENT_BYTES = 262_144;
 /** The owners' default `maxJsonDepth` (src/config.ts): an intent nested deeper than this is dead-lettered `too_deep`. */
 export const DEFAULT_MAX_JSON_DEPTH = 32;
 
-/** The owners' admission bounds, as the client checks them before sending: what owners dead-letter gets no reply. */
-interface AdmissionLimits {
-  maxIntentBytes: number;
-  maxJsonDepth: number;
+/** The owners' admission bounds given in `settings`, their defaults for the others. */
+export function ownersIntentBounds(settings: { maxIntentBytes?: number | undefined; maxJsonDepth?: number | undefined } = {}): IntentBounds {
+  return { maxIntentBytes: settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES, maxJsonDepth: settings.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH };
 }
+
+/** The owners' admission bounds, as the client checks them before sending: what owners dead-letter gets no reply. */
+type AdmissionLimits = IntentBounds;
 
 
 /**
@@ -598,10 +592,15 @@ class KafkaWritClient implements WritClient {
       ...(d.message ? { message: d.message } : {}),
       operator: { id: this.config.agentId },
       replyTo: this.config.replyTopic,
-      entity: escalation.intent.entity,
+      // The record's type and id only: what else the intent's entity carries is in the intent already.
+      entity: { type: escalation.intent.entity.type, id: escalation.intent.entity.id },
       createdAt: new Date().toISOString(),
     };
-    this.checkDepth(resolution, resolution.intent.intentKey);
+    this.checkDepth(resolution, resolution.intent.intentKey, "resolution");
+    const unbounded = deltaOutOfBounds(resolution.delta, resolutionBounds(this.limits).delta);
+    if (unbounded) {
+      throw new WritError(unbounded.reason, `the resolution is refused: ${unbounded.message}; nothing was sent`, { retriable: false, context: { intentKey: resolution.intent.intentKey } });
+    }
     canonicalJson(resolution); // as for an intent: one with no canonical form throws here, before anything waits or is sent
     unchangedByValidation("Resolution", resolution, resolution.intent.intentKey);
     if (this.stopped) throw this.stopped;
@@ -639,7 +638,7 @@ class KafkaWritClient implements WritClient {
     });
     try {
       const value = await notSentPast(deadline, this.codec.encode(this.config.intentsTopic, "Resolution", resolution, { subject: resolutionSubject(this.config.intentsTopic) }));
-      this.checkSize(value, resolution.intent.intentKey);
+      this.checkSize(value, resolution.intent.intentKey, "resolution");
       const headers: Record<string, string> = { [KIND_HEADER]: "resolution" };
       if (this.signer) headers[SIGNATURE_HEADER] = signIntent(resolution, this.signer);
       // At the deadline a send still queued is dropped (not_sent); one in flight leaves the answer to the timer (unknown).
@@ -653,21 +652,27 @@ class KafkaWritClient implements WritClient {
     return answer;
   }
 
-  /** Refuses, non-retriably, a value nested deeper than owners accept (`too_deep`): they dead-letter it without a reply. */
-  private checkDepth(value: WriteIntent | Resolution, intentKey: string): void {
-    const max = this.limits.maxJsonDepth;
+  /**
+   * Refuses, non-retriably, a value nested deeper than owners accept (`too_deep`): they dead-letter it without a
+   * reply. A resolution's bound is its intent's one level more (resolutionBounds).
+   */
+  private checkDepth(value: WriteIntent | Resolution, intentKey: string, kind: "intent" | "resolution" = "intent"): void {
+    const resolution = kind === "resolution";
+    const max = resolution ? resolutionBounds(this.limits).maxDepth : this.limits.maxJsonDepth;
     if (jsonDepth(value, max) <= max) return;
-    throw new WritError("too_deep", `the intent is nested deeper than ${max} levels, which owners refuse (maxJsonDepth); nothing was sent: make it shallower`, {
+    throw new WritError("too_deep", `the ${kind} is nested deeper than ${max} levels, which owners refuse (maxJsonDepth${resolution ? " and one level" : ""}); nothing was sent: make it shallower`, {
       retriable: false,
       context: { intentKey, limit: max },
     });
   }
 
   /** Refuses, non-retriably, an encoded value larger than owners accept (`too_large`): they dead-letter it without a reply. */
-  private checkSize(value: Buffer, intentKey: string): void {
-    const max = this.limits.maxIntentBytes;
+  private checkSize(value: Buffer, intentKey: string, kind: "intent" | "resolution" = "intent"): void {
+    const resolution = kind === "resolution";
+    const max = resolution ? resolutionBounds(this.limits).maxBytes : this.limits.maxIntentBytes;
     if (value.length <= max) return;
-    throw new WritError("too_large", `the intent is ${value.length} bytes encoded; owners refuse more than ${max} (maxIntentBytes); nothing was sent: make it smaller`, {
+    const bound = resolution ? "twice maxIntentBytes and the resolution's own fields" : "maxIntentBytes";
+    throw new WritError("too_large", `the ${kind} is ${value.length} bytes encoded; owners refuse more than ${max} (${bound}); nothing was sent: make it smaller`, {
       retriable: false,
       context: { intentKey, bytes: value.length, limit: max },
     });
@@ -753,7 +758,8 @@ class KafkaWritClient implements WritClient {
 
   private async handleReply(message: KafkaMessage): Promise<void> {
     if (isControlRecord(message.headers) || message.value === null) return;
-    const decoded = await this.codec.decode("Reply", message.value, { maxDepth: REPLY_MAX_DEPTH });
+    // A reply may hold the record's state: the codec's default (64) would read an applied write as unreadable.
+    const decoded = await this.codec.decode("Reply", message.value, { maxDepth: RECORD_MAX_DEPTH });
     if (!decoded.ok) {
       this.log.warn({ reason: decoded.message, offset: message.offset }, "unreadable reply skipped");
       return;

@@ -39,6 +39,15 @@ export const REFUSED_RETRY_MS = 60_000;
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
 export const DEFAULT_MAX_DEPTH = 64;
 
+/**
+ * Nesting accepted where writ's records are read back (an agent's replies; `writ tail`, `writ escalations`, the
+ * console): the deepest an owner writes. A system of record's state may be nested up to CANONICAL_MAX_DEPTH (256)
+ * levels (src/sor/http-adapter.ts), two more in a reply or an escalation around it; an intent up to
+ * WRIT_MAX_JSON_DEPTH (at most 128), one more in an escalation or a resolution. The depth check is iterative, so
+ * this bound costs no stack.
+ */
+export const RECORD_MAX_DEPTH = 512;
+
 const MAX_KNOWN_SCHEMA_IDS = 4096;
 const MAX_UNKNOWN_SCHEMA_IDS = 1024;
 const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;

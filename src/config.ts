@@ -2,6 +2,7 @@ import { z } from "zod";
 import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
 import { printable } from "./printable.ts";
+import { RESOLUTION_FIELDS_BYTES, resolutionBounds } from "./schemas/resolution.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
 
@@ -205,8 +206,18 @@ export const RouterConfig = z
     if (c.outageBackoffInitialMs > c.outageBackoffMaxMs) {
       ctx.addIssue({ code: "custom", path: ["outageBackoffInitialMs"], message: "must not exceed outageBackoffMaxMs" });
     }
-    if (c.maxIntentBytes > c.maxMessageBytes) {
-      ctx.addIssue({ code: "custom", path: ["maxIntentBytes"], message: "must not exceed maxMessageBytes (an intent is echoed in escalations)" });
+    // An intent is echoed in its escalation, and an operator's resolution carries it with a change as large: the
+    // brokers (message.max.bytes, at least maxMessageBytes) must take every resolution owners admit.
+    const resolution = resolutionBounds(c).maxBytes;
+    if (resolution > c.maxMessageBytes) {
+      const most = Math.floor((c.maxMessageBytes - RESOLUTION_FIELDS_BYTES) / 2);
+      ctx.addIssue({
+        code: "custom",
+        path: ["maxIntentBytes"],
+        message:
+          `must leave room in maxMessageBytes (${c.maxMessageBytes}) for a resolution of such an intent, twice maxIntentBytes and ${RESOLUTION_FIELDS_BYTES} bytes ` +
+          `(${resolution}): ${most >= 1024 ? `make it at most ${most}, or ` : ""}make maxMessageBytes at least ${resolution} (and the brokers' message.max.bytes)`,
+      });
     }
     if (c.restoreTimeoutMs < c.sessionTimeoutMs) {
       ctx.addIssue({ code: "custom", path: ["restoreTimeoutMs"], message: "must be at least sessionTimeoutMs" });

@@ -8,14 +8,29 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from writ_client import AppliedReply, ConflictReply, EscalatedReply, Escalation, IntentInput, RejectedReply, WritClient, build_resolution, is_open
+from writ_client import (
+    AppliedReply,
+    ConflictReply,
+    EscalatedReply,
+    Escalation,
+    IntentInput,
+    IntentRefused,
+    RejectedReply,
+    WritClient,
+    WriteIntent,
+    build_resolution,
+    is_open,
+    resolution_bounds,
+)
+from writ_client.client import DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH
+from writ_client.codec import json_depth
 from writ_client.devstack import RecordsAdmin, Stack
 from writ_client.escalations import latest_ledger_entries
 
@@ -42,14 +57,17 @@ def tag_input(tid: str, run: str, base: dict[str, Any]) -> IntentInput:
     )
 
 
-def escalate(agent: WritClient, records: RecordsAdmin, tid: str) -> tuple[EscalatedReply, IntentInput]:
-    """The agent's tag on ``tid`` conflicts three times (the record touched before each try): escalated."""
+def escalate(
+    agent: WritClient, records: RecordsAdmin, tid: str, shape: Callable[[IntentInput], IntentInput | WriteIntent] = lambda i: i
+) -> tuple[EscalatedReply, IntentInput]:
+    """The agent's tag on ``tid`` conflicts three times (the record touched before each try): escalated. ``shape``:
+    what each try submits, from the input it would."""
     records.seed("ticket", tid, {"status": "open", "tags": []})
     base, run = records.read("ticket", tid), f"run-{uuid.uuid4().hex[:8]}"
     last: Any = None
     for i in range(3):
         records.seed("ticket", tid, {"status": f"touched-{i}", "tags": []})
-        last = agent.submit(tag_input(tid, run, base), timeout=30)
+        last = agent.submit(shape(tag_input(tid, run, base)), timeout=30)
         if isinstance(last, ConflictReply):
             base = {"state": last.current.state, "version": last.current.version}
     assert isinstance(last, EscalatedReply) and last.reason == "conflict_cycles_exhausted", last
@@ -128,6 +146,74 @@ def test_discard_and_return_write_nothing_and_tell_the_agent(client: WritClient,
     assert isinstance(closed, RejectedReply) and closed.reason == "resolution_not_applicable", closed
 
 
+def _nested(levels: int) -> Any:
+    """``levels`` lists, each in the next: a JSON value that deep."""
+    v: Any = []
+    for _ in range(levels - 1):
+        v = [v]
+    return v
+
+
+def test_intents_at_the_owners_bounds_are_resolved(client: WritClient, operator: WritClient, records: RecordsAdmin, topics: dict[str, str], uid: str) -> None:
+    """An intent exactly WRIT_MAX_JSON_DEPTH deep, and one of exactly WRIT_MAX_INTENT_BYTES as this client sends it,
+    escalated: each applied (the resolution carries it one level down, and as many bytes more), written once."""
+
+    def deepest(i: IntentInput) -> IntentInput:
+        # intent → delta → operation → tags: the tags take what the three levels above them leave.
+        return i.model_copy(update={"delta": [{"op": "replace", "path": "/tags", "value": ["needs-human", _nested(DEFAULT_MAX_JSON_DEPTH - 4)]}]})
+
+    def largest(i: IntentInput) -> WriteIntent:
+        def padded(pad: int) -> WriteIntent:
+            return client.build_intent(i.model_copy(update={"delta": [{"op": "replace", "path": "/tags", "value": ["needs-human", "x" * pad]}]}))
+
+        size = lambda w: len(client.codec.encode(client.intents_topic, "WriteIntent", w.to_wire()))  # noqa: E731
+        w = padded(DEFAULT_MAX_INTENT_BYTES - size(padded(0)))
+        assert size(w) == DEFAULT_MAX_INTENT_BYTES
+        return w
+
+    for name, shape in (("deep", deepest), ("large", largest)):
+        tid = f"T-{name}-{uid}"
+        escalated, _ = escalate(client, records, tid, shape)
+        e = escalation_of(operator, topics, escalated)
+        if name == "deep":
+            assert json_depth(e.intent, 64) == DEFAULT_MAX_JSON_DEPTH
+        seen, reader = replies_to(client, escalated.intent_id, "applied")
+        done = operator.resolve(e, "apply", base_version=records.read("ticket", tid)["version"], timeout=30)
+        assert isinstance(done, AppliedReply) and done.resolved_by == "py-ops", done
+        assert records.patch_requests(e.intent_key) == 1
+        reader.join(timeout=60)
+        assert seen and seen[0].resolved_by == "py-ops", seen
+
+
+def test_a_resolution_past_the_owners_bounds_is_refused_before_it_is_sent(operator: WritClient) -> None:
+    bounds = resolution_bounds(DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH)
+    assert (bounds.max_bytes, bounds.max_depth, bounds.delta_max_bytes, bounds.delta_max_depth) == (2 * 262_144 + 20 * 1024, 33, 262_144, 31)
+    intent = {"intentKey": "a" * 64, "entity": {"type": "ticket", "id": "T-1", "note": "x" * 100}, "tool": "tag_ticket"}
+    e = Escalation.model_validate(
+        {"escalationId": "esc-1", "reason": "conflict_cycles_exhausted", "message": "m", "intent": intent, "cycles": 3, "current": None, "at": "2026-12-05T00:00:00.000Z"}
+    )
+    # The record's type and id only, whatever else the intent's entity carries.
+    assert build_resolution(e, "discard", operator="ops", reply_to="r")["entity"] == {"type": "ticket", "id": "T-1"}
+    # A delta one level deeper, or one byte larger, than an intent's may be.
+    too_deep = [{"op": "replace", "path": "/tags", "value": _nested(bounds.delta_max_depth - 1)}]
+    assert json_depth(too_deep, 64) == bounds.delta_max_depth + 1
+    with pytest.raises(IntentRefused, match="its delta not sent: it is nested deeper than 31 levels") as refused:
+        operator.resolve(e, "apply", base_version='"v1"', delta=too_deep, timeout=5)
+    assert refused.value.code == "too_deep"
+    bare = len(json.dumps([{"op": "replace", "path": "/tags", "value": ""}], separators=(",", ":")))
+    too_large = [{"op": "replace", "path": "/tags", "value": "x" * (bounds.delta_max_bytes + 1 - bare)}]
+    with pytest.raises(IntentRefused, match="its delta not sent: it is 262145 bytes") as refused:
+        operator.resolve(e, "apply", base_version='"v1"', delta=too_large, timeout=5)
+    assert refused.value.code == "too_large"
+    # An escalated intent deeper, or larger, than owners admit (a forged escalation's): past the resolution's bounds.
+    deep = Escalation.model_validate({**e.model_dump(by_alias=True), "intent": {**intent, "params": _nested(DEFAULT_MAX_JSON_DEPTH)}})
+    with pytest.raises(IntentRefused, match="nested deeper than 33 levels"):
+        operator.resolve(deep, "discard", timeout=5)
+    large = Escalation.model_validate({**e.model_dump(by_alias=True), "intent": {**intent, "params": {"x": "x" * bounds.max_bytes}}})
+    with pytest.raises(IntentRefused, match=f"owners refuse more than {bounds.max_bytes}"):
+        operator.resolve(large, "discard", timeout=5)
+
+
 def test_a_resolution_is_checked_before_it_is_sent(operator: WritClient) -> None:
     e = Escalation.model_validate(
         {
@@ -181,11 +267,24 @@ def test_reading_escalations_skips_what_does_not_decode(stack: Stack, operator: 
             (1, json.dumps({**valid, "cycles": -1}).encode(), None),
             (1, json.dumps({"heal": True}).encode(), [("writ-control", b"heal")]),
             (1, json.dumps(valid).encode(), None),
+            # as deep as an owner writes one: an intent of the deepest WRIT_MAX_JSON_DEPTH (128) one level down, a
+            # record state of 256 levels two down
+            (
+                1,
+                json.dumps(
+                    {**valid, "escalationId": "esc-deep", "at": "2026-12-05T00:00:02.000Z", "intent": {**valid["intent"], "params": _nested(127)}, "current": {"state": _nested(256), "version": '"2"'}}
+                ).encode(),
+                None,
+            ),
         ):
             p.produce(topic, value=value, key=b"ticket:T-2", partition=partition, headers=headers)
         assert p.flush(30) == 0
         read = operator.read_escalations(topic=topic, timeout=60)
-        assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [("esc-early", 0, 3, True), ("esc-ok", 1, 2, True)]
+        assert [(r.escalation.escalation_id, r.partition, r.offset, r.escalation.may_have_written) for r in read] == [
+            ("esc-early", 0, 3, True),
+            ("esc-ok", 1, 2, True),
+            ("esc-deep", 1, 3, True),
+        ]
     finally:
         admin.delete_topics([topic])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from writ_client import KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, sha256_hex, undo_intent_key
+from writ_client import RESOLUTION_FIELDS_BYTES, KeyedTool, canonical_json, entity_key, intent_key, intent_key_material, murmur2, params_fingerprint, partition_for, resolution_bounds, sha256_hex, undo_intent_key
 from writ_client.keys import change_id, lease_intent_key
 from writ_client.canonical import CanonicalJsonError
 from writ_client.keys import KEY_VERSION
@@ -101,3 +101,15 @@ def test_python_values_that_json_cannot_tell_apart_give_the_same_key() -> None:
     assert intent_key(**base, params={"v": "\ud83d\ude00"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
     assert intent_key(**base, params={"v": "\U0001f600"}) == by_name["string: a surrogate pair written escaped is the emoji"]["expected"]["intentKey"]
     assert intent_key(**base, params={"v": ("a",)}) == intent_key(**base, params={"v": ["a"]})
+
+
+RESOLUTION_BOUNDS = json.loads((REPO / "test" / "fixtures" / "resolution-bounds-vectors.json").read_text("utf-8"))
+
+
+@pytest.mark.parametrize("v", RESOLUTION_BOUNDS["vectors"], ids=lambda v: f"{v['maxIntentBytes']}-{v['maxJsonDepth']}")
+def test_resolution_bounds_vector(v: dict[str, Any]) -> None:
+    """What owners admit of a resolution, from their intent bounds (TypeScript's ``resolutionBounds``)."""
+    assert RESOLUTION_FIELDS_BYTES == RESOLUTION_BOUNDS["fieldsBytes"]
+    b = resolution_bounds(v["maxIntentBytes"], v["maxJsonDepth"])
+    e = v["expected"]
+    assert (b.max_bytes, b.max_depth, b.delta_max_bytes, b.delta_max_depth) == (e["maxBytes"], e["maxDepth"], e["delta"]["maxBytes"], e["delta"]["maxDepth"])

@@ -8,7 +8,7 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import { Kafka, logLevel } from "kafkajs";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH } from "../../producers/writ-client.ts";
+import { ownersIntentBounds } from "../../producers/writ-client.ts";
 import { jsonDepth } from "../canonical-json.ts";
 import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, readableIssue, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
 import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
@@ -18,6 +18,7 @@ import { kafkaLogCreator } from "../kafka-log.ts";
 import { REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
 import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
+import { resolutionBounds } from "../schemas/resolution.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -341,17 +342,15 @@ export function jsonPatchOf(where: string, value: unknown): JsonPatchOp[] {
 }
 
 /**
- * A JSON Patch given on the command line (`--<name> '<json>'`) or in a file (`--<name>-file <path|->`), within the
- * owners' admission bounds (`WRIT_MAX_INTENT_BYTES`, `WRIT_MAX_JSON_DEPTH`, as {@link clientSettingsFromEnv} reads
- * them): what they would dead-letter is a usage error naming the flag, before anything is read whole or sent.
- * `nestedIn`: the levels of the value the patch goes in (a Resolution's `delta` is one level in).
+ * A resolution's `delta` given on the command line (`--<name> '<json>'`) or in a file (`--<name>-file <path|->`),
+ * within what owners admit of it (resolutionBounds, from `WRIT_MAX_INTENT_BYTES` and `WRIT_MAX_JSON_DEPTH` as
+ * {@link clientSettingsFromEnv} reads them): what they would dead-letter is a usage error naming the flag, before
+ * anything is read whole or sent.
  */
-export function jsonPatchFlag(name: string, text: string | undefined, file: string | undefined, nestedIn = 1): JsonPatchOp[] | undefined {
+export function jsonPatchFlag(name: string, text: string | undefined, file: string | undefined): JsonPatchOp[] | undefined {
   if (text !== undefined && file !== undefined) throw new UsageError(`give --${name} or --${name}-file, not both`);
   if (text === undefined && file === undefined) return undefined;
-  const settings = clientSettingsFromEnv();
-  const maxBytes = settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES;
-  const maxDepth = (settings.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH) - nestedIn;
+  const { maxBytes, maxDepth } = resolutionBounds(ownersIntentBounds(clientSettingsFromEnv())).delta;
   const flag = text !== undefined ? `--${name}` : `--${name}-file ${file}`;
   let raw = text;
   if (raw === undefined) {

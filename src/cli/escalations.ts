@@ -165,7 +165,6 @@ async function resolve(argv: string[]): Promise<number> {
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
   if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
   if (!a.apply && (a.delta !== undefined || a["delta-file"] !== undefined)) throw new UsageError(`--${a.delta !== undefined ? "delta" : "delta-file"} goes with --apply`);
-  // Inside a Resolution the delta is one level down: its depth bound is the owners' less one.
   const delta = jsonPatchFlag("delta", a.delta, a["delta-file"]);
   if (a["timeout-ms"] !== undefined && a.timeout !== undefined) throw new UsageError("give --timeout-ms (or --timeout, its earlier name), not both");
   const timeoutMs = a.timeout !== undefined ? msFlag("timeout", a.timeout, 30_000, 1) : msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);

@@ -1,7 +1,7 @@
 // `writ tail`: prints the records of one of writ's topics, decoded (plain JSON
 // or the Confluent wire format, as WireCodec reads them), skipping control
 // records; follows the topic with --follow.
-import { WireCodec } from "../codec.ts";
+import { RECORD_MAX_DEPTH, WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
@@ -68,7 +68,7 @@ export async function decodeRecord(codec: WireCodec, schema: WireSchemaName, r: 
   if (!codec.framed && r.value.length > 5 && r.value[0] === 0) {
     return { ...base, error: `framed in the Confluent wire format (schema id ${r.value.readInt32BE(1)}): give --registry <url> (or set SCHEMA_REGISTRY_URL) to decode it` };
   }
-  const decoded = await codec.decode(schema, r.value, { maxDepth: 128 });
+  const decoded = await codec.decode(schema, r.value, { maxDepth: RECORD_MAX_DEPTH });
   if (!decoded.ok) return { ...base, error: `${decoded.reason}: ${decoded.message}` };
   return { ...base, value: decoded.value, framed: decoded.framed };
 }

@@ -1,11 +1,11 @@
 // The change an operator gives with Apply on the console's page (a JSON Patch, RFC 6902), checked on the server
 // before anything is sent: the page checks it too, but the endpoint takes requests from anything holding the
-// operator token. Bounded like what owners admit: its size within the console's bound and the owners'
-// maxIntentBytes, its depth within their maxJsonDepth less the level of the Resolution it is sent in; then
-// parsed with the schema the clients use (JsonPatch, src/schemas/common.ts).
-import { DEFAULT_MAX_INTENT_BYTES, DEFAULT_MAX_JSON_DEPTH } from "../../producers/writ-client.ts";
+// operator token. Bounded as owners admit a resolution's delta (resolutionBounds, src/schemas/resolution.ts), and
+// by the console's own bound on its size; then parsed with the schema the clients use (JsonPatch, src/schemas/common.ts).
+import { ownersIntentBounds } from "../../producers/writ-client.ts";
 import { jsonDepth } from "../canonical-json.ts";
 import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
+import { RESOLUTION_FIELDS_BYTES, resolutionBounds, type JsonBounds } from "../schemas/resolution.ts";
 
 /** Most bytes of a delta the page may send (its compact JSON), whatever the owners' maxIntentBytes. */
 export const MAX_DELTA_BYTES = 64 * 1024;
@@ -13,32 +13,23 @@ export const MAX_DELTA_BYTES = 64 * 1024;
 /** Why a delta is refused (the endpoint's 400 `reason`). */
 export type DeltaRefusal = "delta_not_for_apply" | "delta_too_large" | "delta_too_deep" | "delta_invalid";
 
-export interface DeltaBounds {
-  /** Most bytes of its compact JSON. */
-  maxBytes: number;
-  /** Most levels of nesting of the patch itself (jsonDepth: the array is one). */
-  maxDepth: number;
-}
+/** Most bytes of its compact JSON; most levels of nesting of the patch itself (jsonDepth: the array is one). */
+export type DeltaBounds = JsonBounds;
 
-/** The bounds for owners admitting `maxIntentBytes` and `maxJsonDepth` (their defaults when not given). */
+/** The bounds of a delta for owners admitting `maxIntentBytes` and `maxJsonDepth`: theirs, and at most {@link MAX_DELTA_BYTES}. */
 export function deltaBounds(settings: { maxIntentBytes?: number; maxJsonDepth?: number } = {}): DeltaBounds {
-  return {
-    maxBytes: Math.min(MAX_DELTA_BYTES, settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES),
-    // A Resolution's delta is one level down in the record owners measure.
-    maxDepth: (settings.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH) - 1,
-  };
+  const { delta } = resolutionBounds(ownersIntentBounds(settings));
+  return { maxBytes: Math.min(MAX_DELTA_BYTES, delta.maxBytes), maxDepth: delta.maxDepth };
 }
-
-/** A resolution's bytes beside its intent, delta and message (ids, decision, operator, reply topic, times, framing), generously. */
-const RESOLUTION_OVERHEAD_BYTES = 4 * 1024;
 
 /**
- * Bytes a delta may take beside what the resolution carries with it (the escalated intent whole, the operator's
- * message) within the owners' maxIntentBytes (their default when not given); may be negative.
+ * Bytes a delta may take beside the escalated intent the resolution carries whole, within what owners admit of a
+ * resolution (its other fields, the operator's message among them, in their allowance); may be negative. At least
+ * the delta's own bound for any intent owners admitted: less only for an intent no owner could have (a forged
+ * escalation's).
  */
-export function deltaRoom(settings: { maxIntentBytes?: number } = {}, intent: unknown, message: string | undefined): number {
-  const max = settings.maxIntentBytes ?? DEFAULT_MAX_INTENT_BYTES;
-  return max - Buffer.byteLength(JSON.stringify(intent)) - Buffer.byteLength(JSON.stringify(message ?? "")) - RESOLUTION_OVERHEAD_BYTES;
+export function deltaRoom(settings: { maxIntentBytes?: number; maxJsonDepth?: number } = {}, intent: unknown): number {
+  return resolutionBounds(ownersIntentBounds(settings)).maxBytes - RESOLUTION_FIELDS_BYTES - Buffer.byteLength(JSON.stringify(intent));
 }
 
 /** `value` (a request's `delta`, for `decision`) as a JSON Patch, or why not: a reason and a message that says what to change. */

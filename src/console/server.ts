@@ -445,14 +445,15 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       return reply(res, 409, { error: why[found.refused], reason: found.refused, escalation: found.item ?? null });
     }
     const escalation = found.escalation;
-    // The resolution carries the escalated intent whole beside the delta: both must fit what owners admit (the
-    // client would refuse it too_large after the page had checked the delta alone).
+    // The resolution carries the escalated intent whole beside the delta: both must fit what owners admit of a
+    // resolution (the client would refuse it too_large after the page had checked the delta alone). Always so for
+    // an intent an owner admitted; not for a forged escalation's larger one.
     if (delta !== undefined) {
-      const room = deltaRoom(opts.operator?.settings, escalation.intent, body.message);
+      const room = deltaRoom(opts.operator?.settings, escalation.intent);
       const bytes = Buffer.byteLength(JSON.stringify(delta));
       if (bytes > room) {
         return reply(res, 400, {
-          error: `the delta is ${bytes} bytes as JSON; with the escalated intent the resolution carries, at most ${Math.max(0, room)} fit what owners admit (maxIntentBytes): make it smaller, or use writ escalations resolve --delta-file`,
+          error: `the delta is ${bytes} bytes as JSON; with the escalated intent the resolution carries, at most ${Math.max(0, room)} fit what owners admit of a resolution (twice maxIntentBytes with its other fields): make it smaller`,
           reason: "delta_too_large",
         });
       }

@@ -11,7 +11,7 @@ import { SIGNATURE_HEADER, verifySignatureOver } from "../security/signing.ts";
 import { entityKey } from "../schemas/common.ts";
 import { isHealRecord } from "../schemas/control.ts";
 import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, MAX_LEASE_TTL_MS, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
-import { KIND_HEADER, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
+import { deltaOutOfBounds, KIND_HEADER, resolutionBounds, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
 
@@ -63,15 +63,16 @@ export const FORWARDED_HEADER = "writ-forwarded-from";
  * The gate every intent passes before anything else happens to it (step 1
  * of the owner; see docs/architecture.md §3.1), in this order:
  *
- * 1. bounds (size, then nesting depth, before any code walks the value), and
- *    decoding (a framed value's schema id must belong to the intents topic's
- *    subject);
+ * 1. bounds (size, then nesting depth, before any code walks the value; a
+ *    resolution's are its own, see resolutionBounds), and decoding (a framed
+ *    value's schema id must belong to the intents topic's subject);
  * 2. the record key must be the intent's entity key (one owner per record,
  *    whatever the producer), and the partition the key's murmur2 partition
  *    (else the record is forwarded there, in the owner's transaction);
  * 3. the whole value must have a canonical form (RFC 8785: no lone surrogate
  *    in a string or key, no number past the double range), since its key,
- *    fingerprints and signature are computed over it (`not_canonical`);
+ *    fingerprints and signature are computed over it (`not_canonical`), within
+ *    maxIntentBytes too (`too_large`);
  * 4. with an agent registry: the signature of the agent the intent names, the
  *    agent's reply topic, and the agent's tools;
  * 5. without one: an allowed reply topic prefix;
@@ -115,10 +116,13 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       `the record batch of offsets ${unreadable.firstOffset}-${unreadable.lastOffset} could not be read (${unreadable.reason}); it is skipped, and stays on ${source.topic} until the topic's retention`,
     );
   }
-  if (value && value.length > deps.config.maxIntentBytes) {
-    return answered("too_large", { dead: "too_large" }, `intent is ${value.length} bytes; the limit is ${deps.config.maxIntentBytes}`);
+  // A resolution carries an intent whole, one level down, and may carry a change as large: its own bounds.
+  const isResolution = headerText(message.headers?.[KIND_HEADER]) === "resolution";
+  const maxBytes = isResolution ? resolutionBounds(deps.config).maxBytes : deps.config.maxIntentBytes;
+  if (value && value.length > maxBytes) {
+    return answered("too_large", { dead: "too_large" }, `${isResolution ? "resolution" : "intent"} is ${value.length} bytes; the limit is ${maxBytes}`);
   }
-  if (headerText(message.headers?.[KIND_HEADER]) === "resolution") return admitResolution(message, source, deps, answered);
+  if (isResolution) return admitResolution(message, source, deps, answered);
   const decoded = await deps.codec.decode("WriteIntent", value, { maxDepth: deps.config.maxJsonDepth, subject: `${deps.config.topics.intents}-value` });
   if (!decoded.ok) {
     // Only strings are taken from a record that failed validation: anything else may throw when converted.
@@ -146,6 +150,13 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (home !== source.partition) return { kind: "forward", partition: home };
   const canonical = canonicalText(decoded.raw);
   if ("problem" in canonical) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `intent refused: ${canonical.problem}`);
+  // Owners write the intent again (in an escalation) and operators send it back (in a resolution), as JSON with
+  // numbers as JavaScript writes them, which the canonical form is: `1e20` takes 21 bytes there. Bounded here, what
+  // is admitted fits both (see resolutionBounds).
+  const canonicalBytes = Buffer.byteLength(canonical.text);
+  if (canonicalBytes > deps.config.maxIntentBytes) {
+    return answered("too_large", { dead: "too_large" }, `intent is ${canonicalBytes} bytes as canonical JSON (RFC 8785: numbers as JavaScript writes them); the limit is ${deps.config.maxIntentBytes}`);
+  }
 
   if (deps.agents) {
     if (!agent) return answered("unauthenticated", { dead: "unauthenticated" }, `agent ${intent.agent.id.slice(0, 128)} is not in the agent registry`);
@@ -388,9 +399,12 @@ type Answer = (
  * Whether the escalation is open is the owner's to check, with its ledger.
  */
 async function admitResolution(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps, answered: Answer): Promise<Admission> {
-  const decoded = await deps.codec.decode("Resolution", message.value, { maxDepth: deps.config.maxJsonDepth, subject: resolutionSubject(deps.config.topics.intents) });
+  const bounds = resolutionBounds(deps.config);
+  const decoded = await deps.codec.decode("Resolution", message.value, { maxDepth: bounds.maxDepth, subject: resolutionSubject(deps.config.topics.intents) });
   if (!decoded.ok) return answered(decoded.reason, { dead: decoded.reason }, `resolution: ${decoded.message}`);
   const r = decoded.value;
+  const unbounded = deltaOutOfBounds(r.delta, bounds.delta);
+  if (unbounded) return answered(unbounded.reason, { dead: unbounded.reason }, `resolution: ${unbounded.message}`);
   const operator = deps.agents?.get(r.operator.id);
   const replyTarget = await replyTopicOf(deps, operator, r.replyTo);
   const reply = (reason: RejectReason) => (replyTarget ? { topic: replyTarget, intentId: r.resolutionId, intentKey: r.intent.intentKey, reason } : undefined);

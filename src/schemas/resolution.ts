@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { jsonDepth } from "../canonical-json.ts";
 import { EntityRef, IsoTime, JsonPatch, Version } from "./common.ts";
 import { WriteIntent } from "./write-intent.ts";
 
@@ -52,3 +53,61 @@ export const Resolution = z.looseObject({
   createdAt: IsoTime,
 });
 export type Resolution = z.infer<typeof Resolution>;
+
+/** What owners admit of an intent: their `maxIntentBytes` (encoded value, bytes) and `maxJsonDepth` (levels). */
+export interface IntentBounds {
+  maxIntentBytes: number;
+  maxJsonDepth: number;
+}
+
+/** Most bytes of its compact JSON and most levels of nesting (jsonDepth: a scalar is 0, `[]` is 1). */
+export interface JsonBounds {
+  maxBytes: number;
+  maxDepth: number;
+}
+
+/** What owners admit of a resolution: the whole record, and its `delta`. */
+export interface ResolutionBounds extends JsonBounds {
+  delta: JsonBounds;
+}
+
+/**
+ * Bytes a resolution may take beside its intent and its delta: its ids (128 characters each), `baseVersion` (256),
+ * `message` (2,000), `replyTo` (249), `entity` (`type` and `id`: 64 and 256), `createdAt`, member names and the
+ * registry's 5-byte framing. 17,177 bytes at most as JSON, every character escaped as `\u00XX`; the rest is margin.
+ */
+export const RESOLUTION_FIELDS_BYTES = 20 * 1024;
+
+/**
+ * The bounds owners admit a resolution within, from the bounds they admit intents within (`WRIT_MAX_INTENT_BYTES`,
+ * `WRIT_MAX_JSON_DEPTH`), so that every intent they admit and escalate can be resolved: the resolution carries the
+ * escalated intent whole one level down (`intent`), and may carry a change as large and as deep as an intent's
+ * (`delta`, one level down, as in an intent). Owners, the clients and the console all take them from here.
+ *
+ * - whole record: `2 × maxIntentBytes + RESOLUTION_FIELDS_BYTES` bytes, `maxJsonDepth + 1` levels (`too_large`,
+ *   `too_deep`, measured before anything walks it);
+ * - `delta`: `maxIntentBytes` bytes of compact JSON, `maxJsonDepth - 1` levels (as in an intent).
+ *
+ * @example resolutionBounds({ maxIntentBytes: 262_144, maxJsonDepth: 32 }) // { maxBytes: 544_768, maxDepth: 33, delta: { maxBytes: 262_144, maxDepth: 31 } }
+ */
+export function resolutionBounds(intent: IntentBounds): ResolutionBounds {
+  return {
+    maxBytes: 2 * intent.maxIntentBytes + RESOLUTION_FIELDS_BYTES,
+    maxDepth: intent.maxJsonDepth + 1,
+    delta: { maxBytes: intent.maxIntentBytes, maxDepth: intent.maxJsonDepth - 1 },
+  };
+}
+
+/**
+ * Why a resolution's `delta` is past what an intent's may be (`too_deep`, then `too_large`; the depth is measured
+ * first, without recursion), or null: owners dead-letter such a resolution, and clients refuse to send one.
+ */
+export function deltaOutOfBounds(delta: unknown, bounds: JsonBounds): { reason: "too_deep" | "too_large"; message: string } | null {
+  if (delta === undefined) return null;
+  if (jsonDepth(delta, bounds.maxDepth) > bounds.maxDepth) {
+    return { reason: "too_deep", message: `its delta is nested deeper than ${bounds.maxDepth} levels, as an intent's may be (WRIT_MAX_JSON_DEPTH less one)` };
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(delta));
+  if (bytes > bounds.maxBytes) return { reason: "too_large", message: `its delta is ${bytes} bytes as JSON, over the ${bounds.maxBytes} an intent may take (WRIT_MAX_INTENT_BYTES)` };
+  return null;
+}

@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
+import type { IntentInput } from "../../producers/client-api.ts";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
@@ -16,6 +17,7 @@ import { z } from "zod";
 import { readRecord } from "../../examples/example-stack.ts";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
+import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { ROOT } from "./build.ts";
 import { waitFor } from "./wait-for.ts";
 
@@ -176,26 +178,58 @@ export function readVersion(records: DemoRecordsServer, type: string, id: string
 /**
  * Three conflict cycles on ticket `ticket` (seeded open; a writer outside writ touches it after each read, so
  * each `tag_ticket` of `agent` meets another version): the third is answered `escalated`, which this returns.
- * `tool`: tag_ticket, or a tool of the same params and paths (strict, two conflict cycles).
+ * `tool`: tag_ticket, or a tool of the same params and paths (strict, two conflict cycles). `prepare`: what
+ * each try submits, from the input it would (another change, or the intent built to a size).
  */
-export async function escalateTicket(h: Harness, agent: WritClient, ticket: string, tool: WriteToolDeclaration<any> = tagTicket): Promise<Extract<Reply, { status: "escalated" }>> {
+export async function escalateTicket(
+  h: Harness,
+  agent: WritClient,
+  ticket: string,
+  tool: WriteToolDeclaration<any> = tagTicket,
+  prepare: (input: IntentInput) => IntentInput | WriteIntent | Promise<IntentInput | WriteIntent> = (input) => input,
+): Promise<Extract<Reply, { status: "escalated" }>> {
   h.records.seed("ticket", ticket, { status: "open", tags: [] });
   const runId = `run-${randomUUID()}`;
   let base = await readVersion(h.records, "ticket", ticket);
   let last: SubmitResult | undefined;
   for (let i = 0; i < 3; i++) {
     h.records.seed("ticket", ticket, { status: `touched-${i}`, tags: [] });
-    last = await agent.submit({
-      tool,
-      entity: { type: "ticket", id: ticket },
-      runId,
-      stepId: "tag-1",
-      baseVersion: base.version,
-      delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
-      params: { tag: "needs-human" },
-    });
+    last = await agent.submit(
+      await prepare({
+        tool,
+        entity: { type: "ticket", id: ticket },
+        runId,
+        stepId: "tag-1",
+        baseVersion: base.version,
+        delta: [{ op: "replace", path: "/tags", value: [...(base.state.tags as string[]), "needs-human"] }],
+        params: { tag: "needs-human" },
+      }),
+    );
     if (last.status === "conflict") base = last.current as typeof base;
   }
   if (last?.status !== "escalated" || !("reason" in last) || last.reason !== "conflict_cycles_exhausted") throw new Error(`expected escalated (conflict_cycles_exhausted) after three cycles, got ${JSON.stringify(last)}`);
   return last;
+}
+
+/**
+ * `agentName`'s client (its replies collected in `seen`), its tag of `ticket` escalated by {@link escalateTicket}
+ * (with `tool`, and `prepare` given the client), and the escalation as writ.human carries it.
+ */
+export async function escalatedCase(
+  h: Harness,
+  agentName: string,
+  ticket: string,
+  tool: WriteToolDeclaration<any> = tagTicket,
+  prepare: (agent: WritClient, input: IntentInput) => IntentInput | WriteIntent | Promise<IntentInput | WriteIntent> = (_agent, input) => input,
+) {
+  const agent = await h.client(agentName);
+  const seen: Reply[] = [];
+  void (async () => {
+    for await (const r of agent.replies()) seen.push(r);
+  })();
+  const escalatedReply = await escalateTicket(h, agent, ticket, tool, (input) => prepare(agent, input));
+  const escalation = await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", 1)).find((e) => e.intent.intentKey === escalatedReply.intentKey), {
+    message: `the escalation of ${ticket} on ${h.config.topics.human}`,
+  });
+  return { agent, seen, escalation, escalatedReply };
 }

@@ -440,15 +440,16 @@ describe("writ console, in headless Chromium", () => {
   it("sends back a dead letter whose value was cut to fit, from its source offset; a forged one naming another record there is refused source_changed", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    // Owners that take at most 16 KiB, with 16 KiB records: a 20 KB intent is dead-lettered too_large, its value cut to fit.
-    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 16_384 } });
+    // Owners that take at most 16 KiB, with 52 KiB records (the least that holds a resolution of a 16 KiB intent): a
+    // 60 KB intent is dead-lettered too_large, its value cut to fit.
+    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 53_248 } });
     const p = `cons-big-${h.id}`;
     const operatorToken = `oper-${randomUUID()}`;
     const consoleServer = await consoleOf(h, p, `read-${randomUUID()}`, operatorToken);
     const agent = await h.client(`${p}-agent`);
     const intent = agent.buildIntent(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 800));
     // an attachment-sized field the schema does not know (owners drop it once admitted)
-    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(20_000) })));
+    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(60_000) })));
     const [dead] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
     expect(dead).toMatchObject({ reason: "too_large", truncated: true });
     // a forged dead letter naming the same source offset with another sha256: not the record there

@@ -77,16 +77,17 @@ describe("writ dlq redrive", () => {
   it("a truncated dead letter (an intent too large for the owners, sent back once their limit is raised) goes from its source; one naming another record there is refused", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    // Owners that take at most 16 KiB, with 16 KiB records: a 20 KB intent is dead-lettered too_large, its value cut to fit.
-    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 16_384 } });
+    // Owners that take at most 16 KiB, with 52 KiB records (the least that holds a resolution of a 16 KiB intent): a
+    // 60 KB intent is dead-lettered too_large, its value cut to fit.
+    const strict = await h.startRouter({ config: { ...h.config, maxIntentBytes: 16_384, maxMessageBytes: 53_248 } });
     const agent = await h.client(`agent-big-${h.id}`);
     const env = cliEnv(h);
     const intent = agent.buildIntent(refundIntent(`run-${h.id}`, (await readVersion(h.records, "payment", "pay_1")).version, 800));
     // an attachment-sized field the schema does not know (owners drop it once admitted)
-    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(20_000) })));
+    await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(60_000) })));
     const [dead] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
     expect(dead).toMatchObject({ reason: "too_large", key: "payment:pay_1", truncated: true });
-    expect(dead!.originalBytes).toBeGreaterThan(20_000);
+    expect(dead!.originalBytes).toBeGreaterThan(60_000);
     expect(Buffer.from(dead!.valueBase64, "base64").length).toBeLessThan(dead!.originalBytes);
     // A forged dead letter naming the same source offset with another sha256: not the record there.
     const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();

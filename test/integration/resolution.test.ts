@@ -4,29 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import type { Reply } from "../../src/schemas/reply.ts";
-import type { WriteToolDeclaration } from "../../src/tools.ts";
-import { cliEnv, escalateTicket, readVersion, startHarness, tagTicketNoDelta, writ, type Harness } from "../helpers/writ-harness.ts";
+import { cliEnv, escalatedCase, readVersion, startHarness, tagTicketNoDelta, writ } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-
-/** An agent (its replies collected) whose tag_ticket (or `tool`) on `ticket` is escalated after three conflict cycles. */
-async function escalate(h: Harness, agentName: string, ticket: string, tool: WriteToolDeclaration<any> = tagTicket) {
-  const agent = await h.client(agentName);
-  const seen: Reply[] = [];
-  void (async () => {
-    for await (const r of agent.replies()) seen.push(r);
-  })();
-  const last = await escalateTicket(h, agent, ticket, tool);
-  const escalations = await h.readTopic(h.config.topics.human, "Escalation", 1);
-  const escalation = escalations.find((e) => e.intent.intentKey === last.intentKey)!;
-  return { agent, seen, escalation, escalatedReply: last };
-}
 
 describe("resolving escalations", () => {
   it("apply: the owner writes the escalated intent on the record as the operator saw it; the agent gets applied, a repeat is a duplicate", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
     await h.startRouter();
-    const { agent, seen, escalation, escalatedReply } = await escalate(h, "agent-a", "T-70");
+    const { agent, seen, escalation, escalatedReply } = await escalatedCase(h, "agent-a", "T-70");
     const ops = await h.client("ops-1");
     const now = await readVersion(h.records, "ticket", "T-70");
 
@@ -59,7 +44,7 @@ describe("resolving escalations", () => {
   it("discard: nothing is written, the agent is told, and the escalation is closed for good", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
     await h.startRouter();
-    const { seen, escalation, escalatedReply } = await escalate(h, "agent-b", "T-71");
+    const { seen, escalation, escalatedReply } = await escalatedCase(h, "agent-b", "T-71");
     const ops = await h.client("ops-2");
     const discarded = await ops.resolve(escalation, { decision: "discard", message: "customer withdrew the request" });
     expect(discarded).toMatchObject({ status: "rejected", reason: "escalation_discarded", message: "customer withdrew the request" });
@@ -72,7 +57,7 @@ describe("resolving escalations", () => {
   it("writ escalations resolve --apply on a tool without a delta function: refused resolution_delta_required without --delta; with --delta, written once", async () => {
     const h = await startHarness({ tools: [tagTicketNoDelta], intentPartitions: 2 });
     await h.startRouter();
-    const { seen, escalation, escalatedReply } = await escalate(h, "agent-c", "T-72", tagTicketNoDelta);
+    const { seen, escalation, escalatedReply } = await escalatedCase(h, "agent-c", "T-72", tagTicketNoDelta);
     const env = cliEnv(h);
     const operator = ["--operator", `ops-cli-${h.id}`, "--timeout-ms", "30000"];
     const patches = () => h.records.patchRequests(escalatedReply.intentKey);

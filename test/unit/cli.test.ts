@@ -1,11 +1,13 @@
 import { describe, expect, it, vi } from "vitest";
 import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
-import { formatRecord } from "../../src/cli/tail.ts";
+import { decodeRecord, formatRecord } from "../../src/cli/tail.ts";
+import { RECORD_MAX_DEPTH, WireCodec } from "../../src/codec.ts";
 import { shownUrl } from "../../src/cli/verify.ts";
 import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
 import { jsonLine, printable } from "../../src/printable.ts";
+import { nested } from "../helpers/nested.ts";
 
 describe("intFlag, msFlag", () => {
   it("takes an integer within its bounds and names the flag otherwise", () => {
@@ -150,6 +152,21 @@ describe("human-readable output of record-derived text", () => {
     expect(report).not.toContain(ESC);
     expect(report).toContain("writ.owners-0\\x1b[2J");
     expect(report).toContain("ACL writ.human: Write allowed to User:x\\x1b[2J (literal writ.human) NOT AN OWNER");
+  });
+});
+
+describe("reading writ's records back (writ tail, writ escalations, the console)", () => {
+  const record = (value: unknown) => ({ topic: "writ.human", partition: 0, offset: "0", timestamp: "0", key: null, value: Buffer.from(typeof value === "string" ? value : JSON.stringify(value)), headers: undefined });
+
+  it("reads an escalation as deep as an owner writes one: an intent of the deepest WRIT_MAX_JSON_DEPTH (128) one level down, a record state of 256 levels two down", async () => {
+    const intent = { intentId: "i", intentKey: "0".repeat(64), entity: { type: "ticket", id: "T-1" }, tool: "tag_ticket", agent: { id: "a", runId: "r", stepId: "s" }, baseVersion: '"1"', delta: [{ op: "replace", path: "/tags", value: nested(125) }], params: {}, replyTo: "writ.replies.a", createdAt: "2025-06-01T12:00:00.000Z" };
+    const escalation = { escalationId: "esc-1", reason: "conflict_cycles_exhausted", message: "m", intent, cycles: 2, current: { state: { tags: nested(255) }, version: '"2"' }, at: "2025-06-01T12:00:00.000Z" };
+    const read = await decodeRecord(new WireCodec({}), "Escalation", record(escalation));
+    expect(read.error).toBeUndefined();
+    expect(read.value).toMatchObject({ escalationId: "esc-1" });
+    // Past what any owner writes: an error, as any undecodable record.
+    const deeper = await decodeRecord(new WireCodec({}), "Escalation", record("[".repeat(RECORD_MAX_DEPTH + 1) + "]".repeat(RECORD_MAX_DEPTH + 1)));
+    expect(deeper.error).toMatch(/^too_deep: /);
   });
 });
 

@@ -4,7 +4,7 @@ import { checkDelta, deltaBounds, deltaRoom, MAX_DELTA_BYTES } from "../../src/c
 describe("the console's check of a delta given with Apply", () => {
   const bounds = deltaBounds();
 
-  it("is bounded as owners admit it: the console's 64 KiB or their maxIntentBytes, their maxJsonDepth less the Resolution's level", () => {
+  it("is bounded as owners admit a resolution's delta: the console's 64 KiB or their maxIntentBytes, their maxJsonDepth less one (as in an intent)", () => {
     expect(bounds).toEqual({ maxBytes: MAX_DELTA_BYTES, maxDepth: 31 });
     expect(deltaBounds({ maxIntentBytes: 16_384, maxJsonDepth: 10 })).toEqual({ maxBytes: 16_384, maxDepth: 9 });
   });
@@ -35,11 +35,11 @@ describe("the console's check of a delta given with Apply", () => {
     expect(checkDelta(deep, "apply", bounds)).toMatchObject({ ok: false, reason: "delta_too_deep" });
   });
 
-  it("leaves a delta the owners' maxIntentBytes less what the resolution carries beside it: the escalated intent, the message, 4 KiB for the rest", () => {
+  it("leaves a delta what owners admit of a resolution less the escalated intent and the allowance of its other fields (the message among them)", () => {
     const intent = { tool: "tag_ticket", params: { note: "x".repeat(1_000) } };
     const intentBytes = Buffer.byteLength(JSON.stringify(intent));
-    expect(deltaRoom({ maxIntentBytes: 10_000 }, intent, "ok")).toBe(10_000 - intentBytes - 4 - 4096);
-    expect(deltaRoom({ maxIntentBytes: 5_000 }, intent, undefined)).toBe(5_000 - intentBytes - 2 - 4096);
-    expect(deltaRoom({ maxIntentBytes: 4_000 }, intent, undefined)).toBeLessThan(0);
+    expect(deltaRoom({ maxIntentBytes: 10_000 }, intent)).toBe(2 * 10_000 - intentBytes);
+    expect(deltaRoom({}, intent)).toBe(2 * 262_144 - intentBytes);
+    expect(deltaRoom({ maxIntentBytes: 1_024 }, { params: { note: "x".repeat(3_000) } })).toBeLessThan(0);
   });
 });

@@ -8,7 +8,7 @@ from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
 from .client import CONTROL_HEADER, IntentInput, IntentRefused, ReplyStream, WritClient, create_input
 from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
-from .escalations import KIND_HEADER, EscalationRecord, LedgerIntentEntry, build_resolution, is_open, resolution_subject
+from .escalations import KIND_HEADER, RESOLUTION_FIELDS_BYTES, EscalationRecord, LedgerIntentEntry, ResolutionBounds, build_resolution, is_open, resolution_bounds, resolution_subject
 from .keys import KEY_VERSION, KeyedTool, change_id, entity_key, intent_key, intent_key_material, lease_intent_key, params_fingerprint, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -41,6 +41,7 @@ __all__ = [
     "KEY_VERSION",
     "KIND_HEADER",
     "LEDGER_VERSION",
+    "RESOLUTION_FIELDS_BYTES",
     "SIGNATURE_HEADER",
     "AppliedReply",
     "BlockedOutcome",
@@ -73,6 +74,7 @@ __all__ = [
     "RejectedReply",
     "Reply",
     "ReplyStream",
+    "ResolutionBounds",
     "SecurityConfigError",
     "SigningError",
     "SubmitResult",
@@ -96,6 +98,7 @@ __all__ = [
     "params_fingerprint",
     "parse_reply",
     "partition_for",
+    "resolution_bounds",
     "resolution_subject",
     "sha256_hex",
     "sign_intent",

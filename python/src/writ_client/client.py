@@ -55,7 +55,7 @@ from typing_extensions import Unpack
 
 from .canonical import CanonicalJsonError, canonical_json, utf16_length
 from .codec import DecodeError, RegistryError, WireCodec, json_depth
-from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, latest_ledger_entries, read_escalations, resolution_subject
+from .escalations import KIND_HEADER, Decision, EscalationRecord, build_resolution, latest_ledger_entries, read_escalations, resolution_bounds, resolution_subject
 from .keys import KeyedTool, entity_key, intent_key, undo_intent_key
 from .models import (
     ABSENT_VERSION,
@@ -924,16 +924,22 @@ class WritClient:
         deadline = time.monotonic() + wait
         wire = build_resolution(escalation, decision, operator=self.agent_id, reply_to=self.reply_topic, base_version=base_version, delta=delta, message=message)
         what = f"resolution {wire['resolutionId']}"
+        # A resolution carries its intent whole one level down, and may carry a change as large: its own bounds.
+        bounds = resolution_bounds(self.max_intent_bytes, self.max_json_depth)
         try:
             canonical_json(wire)
         except CanonicalJsonError as err:
             raise _refusal(what, wire, err) from None
-        self._check_depth(what, wire)
+        self._check_depth(what, wire, bounds.max_depth)
+        if "delta" in wire:
+            self._check_depth(f"{what}: its delta", wire["delta"], bounds.delta_max_depth)
+            # As owners measure it: compact JSON with numbers as JavaScript writes them, which is the canonical form's length.
+            self._check_size(f"{what}: its delta", canonical_json(wire["delta"]).encode("utf-8"), bounds.delta_max_bytes)
         headers = [(KIND_HEADER, "resolution")]
         if self.signer is not None:
             headers.append((SIGNATURE_HEADER, sign_intent(wire, self.signer)))
         value = self.codec.encode(self.intents_topic, "Resolution", wire, subject=resolution_subject(self.intents_topic))
-        self._check_size(what, value)
+        self._check_size(what, value, bounds.max_bytes)
         record = self._sized(what, entity_key(wire["entity"]).encode("utf-8"), value, headers)
         sent = _ResolutionSent(intent_id=wire["resolutionId"], intent_key=wire["intent"]["intentKey"])
         unknown = "No answer to the resolution before the deadline; look at writ.human and the record before deciding again."
@@ -1028,22 +1034,27 @@ class WritClient:
             if text is not None and canonical_json(wire) != text:
                 # JSON mode changed a string: send the values as given (as JavaScript holds them, pairs joined).
                 wire = json.loads(text)
-            canonical_json(wire)
+            canonical = canonical_json(wire)
         except CanonicalJsonError as err:
             raise _refusal(f"intent {intent.intent_id}", wire, err) from None
         self._check_depth(f"intent {intent.intent_id}", wire)
+        # Owners bound the canonical form too (numbers as JavaScript writes them: 1e+16 is 17 bytes there), the
+        # intent as they write it again in an escalation and an operator sends it back.
+        self._check_size(f"intent {intent.intent_id} (as canonical JSON)", canonical.encode("utf-8"))
         headers = [(SIGNATURE_HEADER, sign_intent(wire, self.signer))] if self.signer is not None else []
         return wire, headers
 
-    def _check_depth(self, what: str, wire: Mapping[str, Any]) -> None:
-        """Refuses a value nested deeper than owners accept (``too_deep``): they dead-letter it without a reply."""
-        limit = self.max_json_depth
+    def _check_depth(self, what: str, wire: Any, limit: int | None = None) -> None:
+        """Refuses a value nested deeper than owners accept (``too_deep``): they dead-letter it without a reply.
+        ``limit``: an intent's (``WRIT_MAX_JSON_DEPTH``) unless given (a resolution's, from :func:`resolution_bounds`)."""
+        limit = self.max_json_depth if limit is None else limit
         if json_depth(wire, limit) > limit:
             raise IntentRefused("too_deep", f"{what} not sent: it is nested deeper than {limit} levels, which owners refuse (WRIT_MAX_JSON_DEPTH); make it shallower")
 
-    def _check_size(self, what: str, value: bytes) -> None:
-        """Refuses an encoded value larger than owners accept (``too_large``): they dead-letter it without a reply."""
-        limit = self.max_intent_bytes
+    def _check_size(self, what: str, value: bytes, limit: int | None = None) -> None:
+        """Refuses an encoded value larger than owners accept (``too_large``): they dead-letter it without a reply.
+        ``limit``: an intent's (``WRIT_MAX_INTENT_BYTES``) unless given (a resolution's, from :func:`resolution_bounds`)."""
+        limit = self.max_intent_bytes if limit is None else limit
         if len(value) > limit:
             raise IntentRefused("too_large", f"{what} not sent: it is {len(value)} bytes encoded; owners refuse more than {limit} (WRIT_MAX_INTENT_BYTES); make it smaller")
 

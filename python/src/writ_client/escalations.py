@@ -25,6 +25,7 @@ from .models import EntityRef, Escalation, JsonPatchOp, iso_now, iso_time_micros
 
 __all__ = [
     "KIND_HEADER",
+    "RESOLUTION_FIELDS_BYTES",
     "Decision",
     "EscalationRecord",
     "LedgerIntentEntry",
@@ -33,7 +34,9 @@ __all__ = [
     "is_open",
     "latest_ledger_entries",
     "read_escalations",
+    "resolution_bounds",
     "resolution_subject",
+    "ResolutionBounds",
 ]
 
 #: The header that tells owners a record of the intents topic is a resolution, not an intent.
@@ -49,8 +52,36 @@ _DELTA = TypeAdapter(list[JsonPatchOp])
 _log = logging.getLogger("writ_client")
 
 #: The nesting a record read here may have, as the CLI's reads of a topic allow (``writ tail``, ``writ escalations``,
-#: the ledger lookup of ``writ undo``): deeper records are skipped with a warning, the same ones on both sides.
-CLI_MAX_DEPTH = 128
+#: the ledger lookup of ``writ undo``; TypeScript's ``RECORD_MAX_DEPTH``): deeper records are skipped with a warning,
+#: the same ones on both sides. The deepest an owner writes: a record's state (256 levels) two levels down in an
+#: escalation, an intent (``WRIT_MAX_JSON_DEPTH``, at most 128) one level down.
+CLI_MAX_DEPTH = 512
+
+#: Bytes a resolution may take beside its intent and its delta (TypeScript's ``RESOLUTION_FIELDS_BYTES``): its ids,
+#: base version, message, reply topic, record, time, member names and the registry's framing, escaped at worst.
+RESOLUTION_FIELDS_BYTES = 20 * 1024
+
+
+@dataclass(frozen=True)
+class ResolutionBounds:
+    """What owners admit of a resolution (TypeScript's ``resolutionBounds``, docs/wire-contract.md §3): the whole
+    record's encoded bytes and nesting, and its ``delta``'s compact JSON bytes and nesting."""
+
+    max_bytes: int
+    max_depth: int
+    delta_max_bytes: int
+    delta_max_depth: int
+
+
+def resolution_bounds(max_intent_bytes: int, max_json_depth: int) -> ResolutionBounds:
+    """The bounds of a resolution for owners admitting intents of ``max_intent_bytes`` and ``max_json_depth``: it
+    carries the escalated intent whole one level down, and may carry a change as large and as deep as an intent's."""
+    return ResolutionBounds(
+        max_bytes=2 * max_intent_bytes + RESOLUTION_FIELDS_BYTES,
+        max_depth=max_json_depth + 1,
+        delta_max_bytes=max_intent_bytes,
+        delta_max_depth=max_json_depth - 1,
+    )
 
 
 def resolution_subject(intents_topic: str) -> str:
@@ -102,7 +133,9 @@ def build_resolution(
         resolution["delta"] = ops
     if message:
         resolution["message"] = message
-    resolution.update({"operator": {"id": operator}, "replyTo": reply_to, "entity": e.intent["entity"], "createdAt": iso_now()})
+    # The record's type and id only: what else the intent's entity carries is in the intent already.
+    entity = e.intent["entity"]
+    resolution.update({"operator": {"id": operator}, "replyTo": reply_to, "entity": {"type": entity["type"], "id": entity["id"]}, "createdAt": iso_now()})
     return resolution
 
 

@@ -278,6 +278,38 @@ describe("intents that owners dead-letter without a reply", () => {
   });
 });
 
+describe("resolutions of intents at the owners' bounds", () => {
+  /** An escalation of `intent`, as writ.human carries it. */
+  const escalationOf = (intent: WriteIntent) => ({ escalationId: "esc-1", reason: "conflict_cycles_exhausted", message: "two conflict cycles", intent, cycles: 2, current: null, at: "2025-01-01T00:00:00.000Z" });
+  const resolve = (writ: WritClient, intent: WriteIntent, d: Parameters<WritClient["resolve"]>[1]) => refusedOrSent(writ.resolve(escalationOf(intent) as never, d, { timeoutMs: 3_600_000 }));
+
+  it("an intent maxJsonDepth deep is resolved with a delta as deep as an intent's may be; a delta or an intent one level deeper is refused too_deep before sending", async () => {
+    const writ = await client({ maxJsonDepth: 10 });
+    // The intent (1), its delta (2), an operation (3): a value of depth 7 makes 10, the limit.
+    const deepest = writ.buildIntent(input({ delta: [{ op: "add", path: "/notes", value: nested(7) }] }));
+    // A delta of depth 9 (the array, an operation, a value of 7) is as deep as one in an intent may be.
+    const delta = [{ op: "add" as const, path: "/notes", value: nested(7) }];
+    expect(await resolve(writ, deepest, { decision: "apply", baseVersion: '"v2"', delta })).toBe("sent");
+    fakes.produced.length = 0;
+    expect(await resolve(writ, deepest, { decision: "apply", baseVersion: '"v2"', delta: [{ op: "add", path: "/notes", value: nested(8) }] })).toMatchObject({ code: "too_deep", retriable: false });
+    // An escalated intent deeper than owners admit (a forged escalation's): its resolution is past the bound too.
+    const tooDeep = { ...deepest, delta: [{ op: "add", path: "/notes", value: nested(8) }] } as WriteIntent;
+    expect(await resolve(writ, tooDeep, { decision: "discard" })).toMatchObject({ code: "too_deep", retriable: false, context: { limit: 11 } });
+  });
+
+  it("an intent of maxIntentBytes is resolved with a delta as large; a larger delta, or a forged escalation's larger intent, is refused too_large before sending", async () => {
+    const writ = await client({ maxIntentBytes: 4_096 });
+    const padded = (bytes: number) => [{ op: "add" as const, path: "/notes", value: "x".repeat(bytes - JSON.stringify([{ op: "add", path: "/notes", value: "" }]).length) }];
+    const intent = writ.buildIntent(input({ delta: padded(3_600) }));
+    expect(Buffer.byteLength(JSON.stringify(intent))).toSatisfy((n: number) => n > 3_900 && n <= 4_096);
+    expect(await resolve(writ, intent, { decision: "apply", baseVersion: '"v2"', delta: padded(4_096), message: "m".repeat(2_000) })).toBe("sent");
+    fakes.produced.length = 0;
+    expect(await resolve(writ, intent, { decision: "apply", baseVersion: '"v2"', delta: padded(4_097) })).toMatchObject({ code: "too_large", retriable: false });
+    const forged = { ...intent, params: { text: "x".repeat(30_000) } } as WriteIntent;
+    expect(await resolve(writ, forged, { decision: "discard" })).toMatchObject({ code: "too_large", retriable: false, context: { limit: 2 * 4_096 + 20 * 1024 } });
+  });
+});
+
 describe("a submit's deadline", () => {
   /** Only the timers the client's deadlines use are faked: the test's own waits, and the consumer's, stay real. */
   const fakeDeadlines = () => vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
