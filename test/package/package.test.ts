@@ -90,15 +90,15 @@ afterAll(async () => {
 }, 60_000);
 
 describe("the packed tarball, installed in another project", () => {
-  it("npm pack ships dist, schemas, deploy (the alert rules and the dashboard), docs/*.md, the console screenshot, python/README.md, the test vectors, README.md, LICENSE and package.json, nothing else", async () => {
+  it("npm pack ships dist, schemas, deploy (the alert rules and the dashboard), docs/*.md, the console screenshot, python/README.md, the test vectors (intent keys, signatures, resolution bounds), README.md, LICENSE and package.json, nothing else", async () => {
     // dist is fresh (ensureBuilt); `npm pack` alone would build it again through the prepare script
     const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", dir], { cwd: ROOT, env: userEnv() });
     expect(packed.code, packed.stderr).toBe(0);
     const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
     tarball = join(dir, info!.filename);
     const paths = info!.files.map((f) => f.path);
-    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+(\.test)?\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|docs\/[a-z-]+\.md$|docs\/console\.png$|python\/README\.md$|test\/fixtures\/(intent-key|signature)-vectors\.json$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
-    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/prometheus/writ-alerts.test.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE", "docs/architecture.md", "docs/wire-contract.md", "docs/operations.md", "docs/console.png", "python/README.md", "test/fixtures/intent-key-vectors.json", "test/fixtures/signature-vectors.json"]) expect(paths).toContain(p);
+    expect(paths.filter((p) => !/^(dist\/|schemas\/[A-Za-z]+\.json$|deploy\/(prometheus\/[a-z-]+(\.test)?\.yml|grafana\/(dashboards\/[a-z-]+\.json|provisioning\/[a-z]+\/[a-z-]+\.yml))$|docs\/[a-z-]+\.md$|docs\/console\.png$|python\/README\.md$|test\/fixtures\/(intent-key|signature|resolution-bounds)-vectors\.json$|README\.md$|LICENSE$|package\.json$)/.test(p))).toEqual([]);
+    for (const p of ["deploy/prometheus/writ-alerts.yml", "deploy/prometheus/writ-alerts.test.yml", "deploy/grafana/dashboards/writ-owners.json", "dist/src/cli/main.js", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/testing/index.js", "dist/producers/adapters/mcp-server.js", "dist/src/console/assets/index.html", "dist/src/console/assets/console.js", "LICENSE", "docs/architecture.md", "docs/wire-contract.md", "docs/operations.md", "docs/console.png", "python/README.md", "test/fixtures/intent-key-vectors.json", "test/fixtures/signature-vectors.json", "test/fixtures/resolution-bounds-vectors.json", "dist/src/console/assets/drafts.js"]) expect(paths).toContain(p);
     // what the README and the API's comments link to ships with them
     const linked = new Set([...readFileSync(join(ROOT, "README.md"), "utf8").matchAll(/\]\((docs\/[a-z-]+\.md)[#)]/g)].map((m) => m[1]!));
     for (const file of paths.filter((p) => p.endsWith(".d.ts") || p.endsWith(".js"))) for (const m of readFileSync(join(ROOT, file), "utf8").matchAll(/\bdocs\/[a-z-]+\.md\b/g)) linked.add(m[0]);
