@@ -112,6 +112,13 @@ export const RouterConfig = z
     openPendingMaxMs: z.number().int().min(0).max(60_000).default(250),
     /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
     maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
+    /**
+     * Intents of one partition that wait out an outage (of their system of record, the registry) without holding
+     * one of the `maxInFlightPerPartition` places, at most: other records of the partition run meanwhile. Beyond
+     * it, an intent that pauses keeps its place, and a system's intents not started yet wait while its paused
+     * ones fill the bound. It also bounds the tries a down system gets from one partition.
+     */
+    maxPausedPerPartition: z.number().int().min(1).max(100_000).default(16),
     /** Fetched intents held per partition before its fetching pauses. */
     maxBufferedPerPartition: z.number().int().min(1).max(100_000).default(512),
     /** Largest intent value accepted, bytes; larger ones are dead-lettered `too_large`. */
@@ -351,6 +358,7 @@ export const ROUTER_ENV = {
   commitLingerMs: "WRIT_COMMIT_LINGER_MS",
   openPendingMaxMs: "WRIT_OPEN_PENDING_MAX_MS",
   maxInFlightPerPartition: "WRIT_MAX_IN_FLIGHT_PER_PARTITION",
+  maxPausedPerPartition: "WRIT_MAX_PAUSED_PER_PARTITION",
   maxBufferedPerPartition: "WRIT_MAX_BUFFERED_PER_PARTITION",
   maxIntentBytes: "WRIT_MAX_INTENT_BYTES",
   maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
@@ -386,6 +394,7 @@ const NUMERIC = new Set([
   "commitLingerMs",
   "openPendingMaxMs",
   "maxInFlightPerPartition",
+  "maxPausedPerPartition",
   "maxBufferedPerPartition",
   "maxIntentBytes",
   "maxJsonDepth",

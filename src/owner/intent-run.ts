@@ -28,6 +28,12 @@ export interface RunHost {
    * `sorRetryAfterMaxMs`; ends early when the session does.
    */
   pause(session: Session, tries: number, retryAfterMs?: number): Promise<void>;
+  /**
+   * The slot's pause for an outage, its `slot.outages`-th in a row, as {@link pause}: meanwhile its in-flight place
+   * is given back (its keys stay held) and other intents of the partition start; it resolves once the slot has a
+   * place again (or the session ended).
+   */
+  outagePause(session: Session, slot: Slot, retryAfterMs?: number): Promise<void>;
   /** The lease gate of an intent (an expired lease it finds is released). */
   leaseGate(session: Session, a: AdmittedIntent): LeaseGate;
 }
@@ -36,8 +42,9 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
   if (slot.resolution) return runResolution(host, session, slot, slot.resolution);
   const a = slot.admitted!;
   const { pipeline, config } = host.ctx;
-  // Counted as working (about to produce something to commit) throughout: `durable` waits for the broker's
-  // acknowledgement of the pending entry, not for a commit, so the commit loop may linger for this intent's result.
+  // Counted as working (about to produce something to commit) throughout, but for its outage pauses: `durable`
+  // waits for the broker's acknowledgement of the pending entry, not for a commit, so the commit loop may linger
+  // for this intent's result.
   const pending = new PendingEntry(host, session);
   const exec = {
     mayWrite: () => session.active && host.ctx.lease.confirmed(),
@@ -153,10 +160,13 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
   }
 }
 
-/** One more outage pause of the slot's: the backoff grows with the outages in a row; a Retry-After may lengthen it. */
+/**
+ * One more outage pause of the slot's: the backoff grows with the outages in a row; a Retry-After may lengthen
+ * it. The slot gives its in-flight place back meanwhile: an outage of one system stops no other record.
+ */
 async function outagePause(host: RunHost, session: Session, slot: Slot, retryAfterMs?: number): Promise<void> {
   slot.outages++;
-  await host.pause(session, slot.outages, retryAfterMs);
+  await host.outagePause(session, slot, retryAfterMs);
 }
 
 /**

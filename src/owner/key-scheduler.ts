@@ -5,53 +5,134 @@
  * side by side, at most `maxInFlight` at once.
  *
  * An item is ready when it is at the head of the queue of every key it holds.
- * Adding, finishing and taking are O(keys) plus the ready list's ordered
- * insert; nothing scans the waiting items. See docs/architecture.md §4.2.
+ * An item paused by an outage gives its in-flight place back while it waits
+ * ({@link pause}) and asks for one again before its next try ({@link resume});
+ * it stays at the head of its keys' queues, so nothing of its record or intent
+ * key passes it. At most `maxPaused` items wait without a place; one that
+ * pauses beyond that keeps its place while it waits.
+ *
+ * Each item has a group (the intent's system of record). While items of a
+ * group are paused, its items not started yet start only while, should every
+ * started item of such groups pause too, each would find one of the
+ * `maxPaused` places: an outage's intents fill at most that bound, and the
+ * other groups' items keep the in-flight places. Adding, finishing and pausing
+ * are O(keys) plus an ordered insert; taking is O(groups) per item taken;
+ * nothing scans the waiting items. See docs/architecture.md §4.2 and §7.1.
  */
 export class KeyScheduler<T extends { readonly seq: number }> {
   private readonly queues = new Map<string, T[]>();
-  private readonly keysOf = new Map<T, readonly string[]>();
-  /** Ready, not yet started, in `seq` order. */
-  private readonly ready: T[] = [];
-  /** The same items as `ready`, for an O(1) "already ready?" (an item freed on two keys by one `done`). */
-  private readonly readySet = new Set<T>();
-  private readonly running = new Set<T>();
+  private readonly entries = new Map<T, Entry<T>>();
+  /** By name; as many as the systems of record (they are never removed). */
+  private readonly groups = new Map<string, Group<T>>();
+  /** Paused items that asked for their place back, in `seq` order. */
+  private readonly resuming: T[] = [];
+  private running = 0;
+  /** Items holding one of the `maxPaused` places. */
+  private reserved = 0;
+  private pausedNow = 0;
   private readonly maxInFlight: number;
+  private readonly maxPaused: number;
 
-  constructor(maxInFlight: number) {
+  constructor(maxInFlight: number, maxPaused: number) {
     this.maxInFlight = maxInFlight;
+    this.maxPaused = maxPaused;
   }
 
   /** Adds an item after every item added before it; `keys` may repeat (deduplicated). */
-  add(item: T, keys: readonly string[]): void {
+  add(item: T, keys: readonly string[], group = ""): void {
     const unique = [...new Set(keys)];
-    this.keysOf.set(item, unique);
+    let g = this.groups.get(group);
+    if (!g) this.groups.set(group, (g = { ready: [], fresh: 0, outage: 0 }));
+    this.entries.set(item, { keys: unique, group: g, state: "waiting", outage: false, reserved: false });
     for (const key of unique) {
       const queue = this.queues.get(key);
       if (queue) queue.push(item);
       else this.queues.set(key, [item]);
     }
-    if (this.isHead(item)) this.insertReady(item);
+    if (this.isHead(item)) this.makeReady(item);
   }
 
-  /** Items that may start now, in order, up to the in-flight bound; they count as running until {@link done}. */
-  take(): T[] {
+  /**
+   * Items that may start now, and paused items given their place back, in `seq` order, up to the in-flight
+   * bound; they count as running until {@link done} or {@link pause}. `startNew` false: paused items only.
+   */
+  take(startNew = true): T[] {
     const out: T[] = [];
-    while (this.ready.length > 0 && this.running.size < this.maxInFlight) {
-      const item = this.ready.shift()!;
-      this.readySet.delete(item);
-      this.running.add(item);
-      out.push(item);
+    while (this.running < this.maxInFlight) {
+      let best = this.resuming[0];
+      let from: Group<T> | undefined;
+      if (startNew) {
+        const room = this.reserved + this.freshOfPausedGroups() < this.maxPaused;
+        for (const g of this.groups.values()) {
+          const head = g.ready[0];
+          if (head && (g.outage === 0 || room) && (!best || head.seq < best.seq)) {
+            best = head;
+            from = g;
+          }
+        }
+      }
+      if (!best) break;
+      const entry = this.entries.get(best)!;
+      if (from) {
+        from.ready.shift();
+        from.fresh++;
+      } else {
+        this.resuming.shift();
+        this.pausedNow--;
+      }
+      entry.state = "running";
+      this.running++;
+      out.push(best);
     }
     return out;
   }
 
-  /** The item finished: the next item of each of its keys may become ready. */
+  /**
+   * The running item waits out an outage: it gives its in-flight place back if it holds one of the `maxPaused`
+   * places or one is free (it keeps that one until done), and returns whether it did. Its keys stay held.
+   */
+  pause(item: T): boolean {
+    const entry = this.entries.get(item);
+    if (!entry || entry.state !== "running") return false;
+    if (!entry.outage) {
+      entry.outage = true;
+      entry.group.fresh--;
+      entry.group.outage++;
+    }
+    if (!entry.reserved && this.reserved < this.maxPaused) {
+      entry.reserved = true;
+      this.reserved++;
+    }
+    if (!entry.reserved) return false;
+    entry.state = "paused";
+    this.running--;
+    this.pausedNow++;
+    return true;
+  }
+
+  /** The paused item's wait is over: it asks for an in-flight place again ({@link take} hands it out). */
+  resume(item: T): void {
+    const entry = this.entries.get(item);
+    if (!entry || entry.state !== "paused") return;
+    entry.state = "resuming";
+    insertBySeq(this.resuming, item);
+  }
+
+  /** The item finished (running or paused): the next item of each of its keys may become ready. */
   done(item: T): void {
-    if (!this.running.delete(item)) return;
-    const keys = this.keysOf.get(item) ?? [];
-    this.keysOf.delete(item);
-    for (const key of keys) {
+    const entry = this.entries.get(item);
+    if (!entry || entry.state === "waiting" || entry.state === "ready") return;
+    if (entry.state === "running") {
+      this.running--;
+      if (!entry.outage) entry.group.fresh--;
+    } else {
+      this.pausedNow--;
+      if (entry.state === "resuming") this.resuming.splice(this.resuming.indexOf(item), 1);
+    }
+    if (entry.outage) entry.group.outage--;
+    if (entry.reserved) this.reserved--;
+    this.entries.delete(item);
+    for (const key of entry.keys) {
       const queue = this.queues.get(key);
       if (!queue) continue;
       const at = queue.indexOf(item);
@@ -61,32 +142,70 @@ export class KeyScheduler<T extends { readonly seq: number }> {
         continue;
       }
       const head = queue[0]!;
-      if (!this.running.has(head) && !this.readySet.has(head) && this.isHead(head)) this.insertReady(head);
+      if (this.entries.get(head)?.state === "waiting" && this.isHead(head)) this.makeReady(head);
     }
   }
 
+  /** Items holding an in-flight place. */
   get inFlight(): number {
-    return this.running.size;
+    return this.running;
   }
 
-  /** Items added and not yet done (waiting or running). */
+  /** Items paused by an outage without an in-flight place (waiting out the pause, or for a place). */
+  get paused(): number {
+    return this.pausedNow;
+  }
+
+  /** Items added and not yet done (waiting, running or paused). */
   get size(): number {
-    return this.keysOf.size;
+    return this.entries.size;
+  }
+
+  /** Running items that never paused, of the groups that have paused items: each may pause and need a place. */
+  private freshOfPausedGroups(): number {
+    let n = 0;
+    for (const g of this.groups.values()) if (g.outage > 0) n += g.fresh;
+    return n;
   }
 
   private isHead(item: T): boolean {
-    return (this.keysOf.get(item) ?? []).every((key) => this.queues.get(key)?.[0] === item);
+    return (this.entries.get(item)?.keys ?? []).every((key) => this.queues.get(key)?.[0] === item);
   }
 
-  private insertReady(item: T): void {
-    let lo = 0;
-    let hi = this.ready.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (this.ready[mid]!.seq < item.seq) lo = mid + 1;
-      else hi = mid;
-    }
-    this.ready.splice(lo, 0, item);
-    this.readySet.add(item);
+  private makeReady(item: T): void {
+    const entry = this.entries.get(item)!;
+    entry.state = "ready";
+    insertBySeq(entry.group.ready, item);
   }
+}
+
+interface Entry<T> {
+  readonly keys: readonly string[];
+  readonly group: Group<T>;
+  /** `resuming`: paused, and asking for its in-flight place back. */
+  state: "waiting" | "ready" | "running" | "paused" | "resuming";
+  /** Paused at least once since it started. */
+  outage: boolean;
+  /** Holds one of the `maxPaused` places (from its first pause that gave its in-flight place back until done). */
+  reserved: boolean;
+}
+
+interface Group<T> {
+  /** Ready, not yet started, in `seq` order. */
+  readonly ready: T[];
+  /** Running items that never paused. */
+  fresh: number;
+  /** Items that paused and are not done. */
+  outage: number;
+}
+
+function insertBySeq<T extends { readonly seq: number }>(list: T[], item: T): void {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid]!.seq < item.seq) lo = mid + 1;
+    else hi = mid;
+  }
+  list.splice(lo, 0, item);
 }

@@ -60,8 +60,10 @@ export class PartitionOwner {
   private expectedNext = -1n;
   private admitting = false;
   private failuresInARow = 0;
-  /** Slots running and not waiting for a commit: they will stage something soon. */
+  /** Slots running and not waiting for a commit: they will stage something soon (not those paused without their place). */
   private working = 0;
+  /** Slots paused by an outage and waiting for their in-flight place back: each wakes when {@link startReady} hands it one. */
+  private readonly waking = new Map<Slot, () => void>();
   /** What the next transaction carries, and when it commits (commit-loop.ts). */
   private readonly commits: CommitLoop;
   /** What an intent's run uses of this owner (intent-run.ts). */
@@ -72,7 +74,7 @@ export class PartitionOwner {
     this.partition = partition;
     this.ctx = ctx;
     this.log = componentLogger(ctx.log, "partition-owner", { topic: ctx.config.topics.intents, partition });
-    this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition);
+    this.scheduler = new KeyScheduler(ctx.config.maxInFlightPerPartition, ctx.config.maxPausedPerPartition);
     this.resolver = new Resolver({ retryAfterMaxMs: ctx.config.sorRetryAfterMaxMs });
     this.commits = new CommitLoop(ctx, {
       partition,
@@ -93,6 +95,7 @@ export class PartitionOwner {
       stagePending: (session, pending, opts) => this.commits.stagePending(session, pending, opts),
       settle: (session, slot, result) => this.settle(session, slot, result),
       pause: (session, tries, retryAfterMs) => this.pause(session, tries, retryAfterMs),
+      outagePause: (session, slot, retryAfterMs) => this.outagePause(session, slot, retryAfterMs),
       leaseGate: (session, a) => this.leaseGate(session, a),
     };
   }
@@ -311,7 +314,7 @@ export class PartitionOwner {
     this.inbox = [];
     for (const slot of this.slots.values()) slot.trace?.abandoned(err.message);
     this.slots.clear();
-    this.scheduler = new KeyScheduler(this.ctx.config.maxInFlightPerPartition);
+    this.scheduler = new KeyScheduler(this.ctx.config.maxInFlightPerPartition, this.ctx.config.maxPausedPerPartition);
     this.commits.reset();
     if (!session) return;
     session.abort.abort(err);
@@ -406,19 +409,25 @@ export class PartitionOwner {
       if (admission.kind === "resolution") {
         slot.resolution = { resolution: admission.resolution, tool: admission.tool, entityKey: admission.entityKey, replyTo: admission.replyTo };
         // Serialized with the escalated intent's record and key, like any intent of theirs.
-        this.scheduler.add(slot, [admission.entityKey, `key:${admission.resolution.intent.intentKey}`]);
+        this.scheduler.add(slot, [admission.entityKey, `key:${admission.resolution.intent.intentKey}`], admission.tool.system.name);
         this.startReady(session);
         continue;
       }
       slot.admitted = admission.admitted;
-      this.scheduler.add(slot, [admission.admitted.entityKey, `key:${this.ctx.pipeline.ledgerKey(admission.admitted)}`]);
+      this.scheduler.add(slot, [admission.admitted.entityKey, `key:${this.ctx.pipeline.ledgerKey(admission.admitted)}`], admission.admitted.tool.system.name);
       this.startReady(session);
     }
   }
 
   private startReady(session: Session): void {
-    if (!session.active || this.holding()) return;
-    for (const slot of this.scheduler.take()) {
+    if (!session.active) return;
+    // Held: no new intent starts; a paused one still gets its place back (it is in flight, and finishes).
+    for (const slot of this.scheduler.take(!this.holding())) {
+      const wake = this.waking.get(slot);
+      if (wake) {
+        wake();
+        continue;
+      }
       slot.times.started = Date.now();
       this.working++;
       this.track(
@@ -453,9 +462,45 @@ export class PartitionOwner {
   }
 
   /**
-   * An outage pause of one intent (its keys stay held; other records run on). A system that said how long to
-   * stay away (Retry-After) is not asked again sooner, up to `sorRetryAfterMaxMs`: some extend a rate limit's
-   * penalty for a client that comes back early.
+   * An outage pause of a running intent, its `slot.outages`-th in a row ({@link pause}). It gives its in-flight
+   * place back meanwhile (up to `maxPausedPerPartition` paused at once; beyond, it keeps it), so other records of
+   * the partition start in its place; its keys stay held, so nothing of its record or intent key passes it. Its
+   * next try waits for a place again, in offset order with the intents ready to start (or for the session's end).
+   */
+  private async outagePause(session: Session, slot: Slot, retryAfterMs?: number): Promise<void> {
+    if (!session.active || !this.scheduler.pause(slot)) return this.pause(session, slot.outages, retryAfterMs);
+    this.working--;
+    try {
+      this.startReady(session);
+      // Not at work any more: a commit lingering for it goes now.
+      this.commits.nudge();
+      await this.pause(session, slot.outages, retryAfterMs);
+      if (session.active) await this.placeAgain(session, slot);
+    } finally {
+      this.working++;
+    }
+  }
+
+  /** Resolves once the paused slot has an in-flight place again, or the session ended. */
+  private placeAgain(session: Session, slot: Slot): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const { signal } = session.abort;
+      const go = () => {
+        signal.removeEventListener("abort", go);
+        this.waking.delete(slot);
+        resolve();
+      };
+      signal.addEventListener("abort", go);
+      this.waking.set(slot, go);
+      this.scheduler.resume(slot);
+      this.startReady(session);
+    });
+  }
+
+  /**
+   * A pause of one intent (an outage's, a failure's) or of the intake: the backoff after `tries`. A system that
+   * said how long to stay away (Retry-After) is not asked again sooner, up to `sorRetryAfterMaxMs`: some extend a
+   * rate limit's penalty for a client that comes back early.
    */
   private async pause(session: Session, tries: number, retryAfterMs = 0): Promise<void> {
     const ms = Math.max(this.backoffMs(tries - 1), Math.min(retryAfterMs, this.ctx.config.sorRetryAfterMaxMs));
@@ -481,7 +526,7 @@ export class PartitionOwner {
         if (isRegistryOutage(err)) {
           slot.outages++;
           this.log.warn({ err, offset: slot.message.offset }, "cannot encode an intent's result now (registry unreachable?); trying again");
-          await this.pause(session, slot.outages);
+          await this.outagePause(session, slot);
           if (!session.active) return;
           continue;
         }
