@@ -32,3 +32,14 @@ export function classifyAttempt(entry: LedgerIntentEntry | undefined, a: Attempt
   // another delta from a base already used is the key reused for a different change.
   return entry.attempts.some((x) => x.baseVersion === a.baseVersion) ? "reused" : "repeat";
 }
+
+/**
+ * Whether a request of this intent key may have reached the system of record, and may still arrive there: an
+ * earlier owner left the key `pending` (it may have sent its PATCH and stopped), or the key's last attempt was
+ * answered `conflict` after a request whose outcome was unknown (its stored outcome marked `mayHaveWritten`). The
+ * key's next write then reconciles first, and goes on the record as that reconcile read it (docs/architecture.md §3.8).
+ */
+export function mayHaveWritten(entry: LedgerIntentEntry | undefined): boolean {
+  if (entry?.status === "pending") return true;
+  return entry?.status === "conflicted" && entry.outcome?.status === "conflict" && entry.outcome.mayHaveWritten === true;
+}

@@ -10,7 +10,7 @@ import type { Reply } from "../schemas/reply.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import type { AdmittedIntent } from "./admission.ts";
-import { classifyAttempt } from "./classify.ts";
+import { classifyAttempt, mayHaveWritten } from "./classify.ts";
 import { deltaRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 
@@ -24,10 +24,13 @@ const IN_PROGRESS_STATUSES = new Set([409, 425]);
 export interface WriteState {
   /** An earlier owner left this key pending: it may have written. */
   inherited: boolean;
-  /** A PATCH of this intent, here or by an earlier owner, may have reached the system. */
+  /**
+   * A request of this intent key (this attempt's, an earlier owner's, or one before a conflict the key's last
+   * attempt was answered) may have reached the system, and may still arrive there. From then on every try
+   * reconciles before it writes, and writes only on the record as that reconcile read it (§3.8); it stays set
+   * until the intent settles.
+   */
   mayHaveWritten: boolean;
-  /** Ask the system before writing: the intent was inherited, or a PATCH's outcome was unknown. */
-  needsReconcile: boolean;
   /** PATCHes whose outcome was unknown. */
   unknownRounds: number;
   /**
@@ -172,7 +175,7 @@ export class IntentPipeline {
       ...(a.tool.undo && !intent.undo ? { params: a.params } : {}),
       ...(intent.undo ? { undoOf: intent.undo.intentKey } : {}),
     };
-    const state: WriteState = { inherited, mayHaveWritten: inherited, needsReconcile: inherited, unknownRounds: 0 };
+    const state: WriteState = { inherited, mayHaveWritten: mayHaveWritten(entry), unknownRounds: 0 };
     if (target?.kind === "target") state.undo = target.target;
     return { kind: "write", pending, state };
   }
@@ -349,7 +352,7 @@ export class IntentPipeline {
     const body = (intent.delta[0] as { value: Record<string, unknown> }).value;
     const record = create.intentKeyField === undefined ? body : { ...body, [create.intentKeyField]: intent.intentKey };
     for (;;) {
-      if (state.needsReconcile) {
+      if (state.mayHaveWritten) {
         const settled = await this.reconcileFirst(a, pending, state, ctx);
         if ("kind" in settled) return settled;
       }
@@ -428,10 +431,14 @@ export class IntentPipeline {
    * settles the intent (an absent record is `entity_not_found`).
    */
   private async reconcileThenRead(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned } | Step> {
-    // What reconcile read is the fresh read: a request of ours still in flight may land after its "not applied",
-    // and a second read would take the record with our change in it for the one to write on (a commutative
-    // tool rebases onto any version: the change twice). If-Match on reconcile's version makes that a 412 instead.
-    const fresh = state.needsReconcile ? await this.reconcileFirst(a, pending, state, ctx) : await this.readRecord(a, pending, state, ctx);
+    // Once a request of this key may have left without an outcome, every try reconciles, and what reconcile read is
+    // the fresh read: until it arrives, that request can still commit after a "not applied" (the lookup speaks only
+    // of the past). What keeps it harmless is the write's If-Match on the version reconcile read, the one the late
+    // request can still land on: whichever of the two lands first, the other meets a 412, and a 412 after an unknown
+    // outcome is reconciled again (conflict()). A second read, in this try or the next (after a pause: a 429, a
+    // refused connection, an unconfirmed ownership), could take the record with the late change in it for the one
+    // to write on, and a rebase-commutative tool, which writes on whatever version it read, would make it twice.
+    const fresh = state.mayHaveWritten ? await this.reconcileFirst(a, pending, state, ctx) : await this.readRecord(a, pending, state, ctx);
     if ("kind" in fresh) return fresh;
     if (fresh.current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
     return { current: fresh.current };
@@ -450,7 +457,6 @@ export class IntentPipeline {
     // effect (a change already made), that effect would be there now. It stands as the answer.
     if (state.refusal) return this.refused(a, pending, state.refusal.via, state.refusal.outcome);
     if (state.unknownRounds >= this.deps.config.unknownRounds) return this.escalate(a, pending, state, "outcome_unknown", settled.current);
-    state.needsReconcile = false;
     return { current: settled.current };
   }
 
@@ -459,7 +465,6 @@ export class IntentPipeline {
     state.refusal = undefined;
     state.unknownRounds++;
     state.mayHaveWritten = true;
-    state.needsReconcile = true;
   }
 
   /** The record after a 412: as the answer carried it, else read; a Step when the read cannot be made. */
@@ -541,11 +546,19 @@ export class IntentPipeline {
     const cycle = pending.cycles + 1;
     if (cycle > a.tool.maxConflictCycles) return this.escalate(a, { ...pending, cycles: cycle }, state, "conflict_cycles_exhausted", current);
     const reply = this.conflictReply(a, cycle, current, change.delta);
+    // The reconcile above said "not applied", but that speaks only of the past: a request of this key still on its
+    // way can land later on the version it names. Only that version being gone for good proves it never will: the
+    // record moved past it (the 412, or a read at another version than the base) and versions never come back.
+    // Neither is known here: an earlier owner's request named a version this owner never saw, and an ETag hashed
+    // from the record comes back when the record does (a field changed and changed back; RFC 9110 asks a strong
+    // validator to change with the record, not never to repeat). So the entry keeps that a request may still
+    // arrive, and the key's next attempt reconciles before it writes (classify), as this attempt did.
+    const marked = state.mayHaveWritten ? { mayHaveWritten: true } : {};
     const entry: LedgerIntentEntry = {
       ...pending,
       status: "conflicted",
       cycles: cycle,
-      outcome: { status: "conflict", cycle, version: current.version, at: reply.at },
+      outcome: { status: "conflict", cycle, version: current.version, at: reply.at, ...marked },
       updatedAt: reply.at,
     };
     return { kind: "settled", effects: effects({ ledger: entry, replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "conflict" };

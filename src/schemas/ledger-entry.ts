@@ -17,7 +17,18 @@ export const Attempt = z.looseObject({ baseVersion: Version, deltaFingerprint: z
  */
 export const StoredOutcome = z.discriminatedUnion("status", [
   z.looseObject({ status: z.literal("applied"), version: Version, via: z.string(), at: IsoTime }),
-  z.looseObject({ status: z.literal("conflict"), cycle: z.number().int().min(1), version: Version, at: IsoTime }),
+  z.looseObject({
+    status: z.literal("conflict"),
+    cycle: z.number().int().min(1),
+    version: Version,
+    at: IsoTime,
+    /**
+     * A request of this intent whose outcome was unknown (or an earlier owner's) came before the conflict: it may
+     * still arrive at the system of record, so the key's next attempt reconciles before it writes
+     * (docs/architecture.md §3.8). Absent otherwise, and in entries written before it existed.
+     */
+    mayHaveWritten: z.boolean().optional(),
+  }),
   z.looseObject({ status: z.literal("rejected"), reason: z.string(), message: z.string(), at: IsoTime }),
   z.looseObject({
     status: z.literal("escalated"),

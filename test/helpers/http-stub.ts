@@ -4,8 +4,7 @@ import { createServer } from "node:http";
 import type { IncomingHttpHeaders, IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { ServerOptions as HttpsServerOptions } from "node:https";
-import type { AddressInfo } from "node:net";
-import { onTestFinished } from "vitest";
+import { listenForTest } from "./listen.ts";
 
 export interface SeenRequest {
   method: string;
@@ -38,16 +37,9 @@ export async function startStub(handler: StubHandler, tls?: HttpsServerOptions):
     });
   };
   const server: Server = tls === undefined ? createServer(listener) : createHttpsServer(tls, listener);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  onTestFinished(
-    () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  );
+  const port = await listenForTest(server);
   const scheme = tls === undefined ? "http" : "https";
-  return { url: `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+  return { url: `${scheme}://127.0.0.1:${port}`, seen };
 }
 
 /** Writes a JSON answer. */

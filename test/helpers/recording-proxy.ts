@@ -3,8 +3,7 @@
 // so a test can count what an owner sent and see its headers (traceparent). Set `down` and it answers 503
 // itself instead, passing nothing on: the system behind it is unavailable.
 import { type IncomingHttpHeaders, createServer, request } from "node:http";
-import type { AddressInfo } from "node:net";
-import { onTestFinished } from "vitest";
+import { listenForTest } from "./listen.ts";
 
 export interface ProxiedRequest {
   method: string;
@@ -48,14 +47,6 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
     });
     req.pipe(upstream);
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  onTestFinished(
-    () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  );
-  proxy.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  proxy.url = `http://127.0.0.1:${await listenForTest(server)}`;
   return proxy;
 }

@@ -3,6 +3,8 @@ import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import type { AppliedReply, ConflictReply } from "../../src/schemas/reply.ts";
+import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
+import { startHoldingProxy } from "../helpers/holding-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
 
@@ -114,6 +116,33 @@ describe("router core on a real broker", () => {
 
     expect(reply).toMatchObject({ status: "applied", via: "reconcile" });
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("unknown-then-lands-during-the-pause: a PATCH held on its way, the retry refused 429, the held one commits: reconciled, one refund", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket] });
+    // Only writ may stop the duplicate here: the records server does not dedupe by Idempotency-Key.
+    h.records.setConfig({ honourIdempotencyKey: false });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const proxy = await startHoldingProxy(h.records.url);
+    const via = (name: string) => createHttpSystemOfRecord({ name, baseUrl: proxy.url, idempotencyLookupPath: "/idempotency-keys/{key}" });
+    await h.startRouter({ systems: [via("billing"), via("helpdesk")] });
+    const agent = await h.client("billing-agent");
+    const input = refund(run(), (await readVersion(h.records, "payment", "pay_1")).version);
+    const key = agent.buildIntent(input).intentKey;
+    // PATCH 1 is held past the owner's deadline (unknown); reconcile finds it not applied; PATCH 2 (If-Match the
+    // same version) is refused 429, and PATCH 1 reaches the server and commits just before that answer.
+    proxy.watch(key, ["hold", "land-held-then-429"]);
+
+    const reply = await agent.submit(input);
+
+    expect(proxy.stepsLeft()).toBe(0);
+    expect(proxy.landed).toEqual([200]);
+    // Counted at the records server: the held request's commit only (before the fix, the owner's next try read
+    // the record again, rebased the refund onto it and paid it a second time).
+    expect(h.records.history("payment", "pay_1").filter((e) => e.idempotencyKey === key)).toHaveLength(1);
+    expect(h.records.patchRequests(key).map((r) => r.outcome)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+    expect(reply).toMatchObject({ status: "applied", via: "reconcile", intentKey: key });
   });
 
   it("race-two-agents: one applied, one conflict carrying the current state, no lost update after deciding again", async () => {

@@ -1,10 +1,12 @@
 // A scriptable, in-memory system of record for the owner's unit tests:
-// records with strong versions (`"1"`, `"2"`, … as quoted ETags), If-Match on
-// every PATCH, a truthful idempotency-key lookup, and faults scripted per
-// call. It counts what reached it (reads, PATCHes, commits per entity key and
-// per idempotency key), so tests assert effects where they happen.
+// records with strong versions (`"1"`, `"2"`, … as quoted ETags; or, with
+// `etags: "content"`, a hash of the record, which comes back when the record
+// does), If-Match on every PATCH, a truthful idempotency-key lookup, and faults
+// scripted per call. It counts what reached it (reads, PATCHes, commits per
+// entity key and per idempotency key), so tests assert effects where they happen.
 import jsonpatch from "fast-json-patch";
 import type { Operation } from "fast-json-patch";
+import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
 import { WritError } from "../../../src/errors.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../../../src/schemas/common.ts";
 import { entityKey } from "../../../src/schemas/common.ts";
@@ -21,6 +23,12 @@ export type PatchFault =
   | { kind: "commit-then-unknown" }
   /** Applies the change (If-Match permitting), then throws: an adapter that breaks the PatchOutcome contract. */
   | { kind: "commit-then-throw"; error: unknown }
+  /**
+   * The request is still on its way when the owner stops waiting (`unknown`), and arrives later: just before the
+   * system's `after`-th next call (a read, lookup, PATCH or create), or, without `after`, when the test calls
+   * {@link FakeSystem.landHeld}. It is checked when it arrives, like any request: If-Match, then applied.
+   */
+  | { kind: "lands-later"; after?: number }
   /**
    * Another writer changes the record just before this PATCH arrives; the PATCH then runs as usual.
    * With `idempotencyKey`, that writer was writ itself (an earlier owner's late request).
@@ -61,6 +69,20 @@ interface StoredRecord {
   n: number;
 }
 
+/** A request that left and has not arrived yet (`lands-later`): it arrives before the call numbered `due`. */
+interface HeldPatch {
+  key: string;
+  ops: readonly JsonPatchOp[];
+  opts: PatchOptions;
+  due: number;
+}
+
+/**
+ * `counter`: the version is a counter of changes (never comes back). `content`: a hash of the record's state, as
+ * APIs that compute the ETag from the body do: a record changed and changed back has its old version again.
+ */
+export type EtagKind = "counter" | "content";
+
 /** `sor_unavailable`, retriable: the system cannot be reached. */
 export function outage(message = "connection refused"): WritError {
   return new WritError("sor_unavailable", message, { retriable: true });
@@ -87,15 +109,21 @@ export class FakeSystem implements SystemOfRecord {
   readonly lookups: string[] = [];
   /** Changes that took effect, per entity key (writ's and other writers'). */
   private readonly commitLog: { entity: string; idempotencyKey: string | null }[] = [];
+  private readonly etags: EtagKind;
+  private readonly held: HeldPatch[] = [];
+  /** Calls that reached the system (reads, lookups, PATCHes, creates): the clock of `lands-later`. */
+  private calls = 0;
 
-  constructor(name = "helpdesk", capabilities = { idempotencyKeys: false, idempotencyLookup: true }) {
+  constructor(name = "helpdesk", capabilities = { idempotencyKeys: false, idempotencyLookup: true }, opts: { etags?: EtagKind } = {}) {
     this.name = name;
     this.capabilities = capabilities;
+    this.etags = opts.etags ?? "counter";
   }
 
   seed(entity: EntityRef, state: unknown, n = 1): string {
-    this.records.set(entityKey(entity), { state: structuredClone(state), n });
-    return version(n);
+    const r = { state: structuredClone(state), n };
+    this.records.set(entityKey(entity), r);
+    return this.versionOf(r);
   }
 
   delete(entity: EntityRef): void {
@@ -115,12 +143,42 @@ export class FakeSystem implements SystemOfRecord {
     r.n++;
     if (idempotencyKey !== undefined) this.appliedKeys.set(idempotencyKey, key);
     this.commitLog.push({ entity: key, idempotencyKey: idempotencyKey ?? null });
-    return version(r.n);
+    return this.versionOf(r);
   }
 
   current(entity: EntityRef): Versioned | null {
     const r = this.records.get(entityKey(entity));
-    return r ? { state: structuredClone(r.state), version: version(r.n) } : null;
+    return r ? { state: structuredClone(r.state), version: this.versionOf(r) } : null;
+  }
+
+  /** Requests sent (`lands-later`) that have not arrived yet. */
+  get inFlight(): number {
+    return this.held.length;
+  }
+
+  /** The held requests arrive now, oldest first (each checked as it arrives); how many of them took effect. */
+  landHeld(): number {
+    let landed = 0;
+    for (const h of this.held.splice(0)) if (this.apply(h.key, h.ops, h.opts).kind === "applied") landed++;
+    return landed;
+  }
+
+  /** A call reaches the system: the held requests due by now arrive first. */
+  private tick(): void {
+    this.calls++;
+    for (let i = 0; i < this.held.length; ) {
+      const h = this.held[i]!;
+      if (h.due > this.calls) {
+        i++;
+        continue;
+      }
+      this.held.splice(i, 1);
+      this.apply(h.key, h.ops, h.opts);
+    }
+  }
+
+  private versionOf(r: StoredRecord): string {
+    return this.etags === "content" ? `"c${sha256Hex(canonicalJson(r.state)).slice(0, 16)}"` : version(r.n);
   }
 
   /** PATCH requests that reached the system for an entity. */
@@ -135,6 +193,7 @@ export class FakeSystem implements SystemOfRecord {
   }
 
   async read(entity: EntityRef, _opts: ReadOptions): Promise<Versioned | null> {
+    this.tick();
     this.reads.push(entityKey(entity));
     const fault = this.script.read.shift();
     if (fault?.kind === "throw") throw fault.error;
@@ -142,9 +201,14 @@ export class FakeSystem implements SystemOfRecord {
   }
 
   async patch(entity: EntityRef, ops: readonly JsonPatchOp[], opts: PatchOptions): Promise<PatchOutcome> {
+    this.tick();
     const key = entityKey(entity);
     this.patches.push({ entity: key, ops, ifMatch: opts.ifMatch, idempotencyKey: opts.idempotencyKey, headers: opts.headers });
     const fault = this.script.patch.shift();
+    if (fault?.kind === "lands-later") {
+      this.held.push({ key, ops: structuredClone(ops), opts: { ...opts }, due: this.calls + (fault.after ?? Number.POSITIVE_INFINITY) });
+      return { kind: "unknown", message: `no answer within ${opts.timeoutMs} ms` };
+    }
     if (fault?.kind === "answer") {
       if (fault.changeFirst) this.change(entity, fault.changeFirst);
       return fault.outcome;
@@ -159,6 +223,7 @@ export class FakeSystem implements SystemOfRecord {
 
   /** Create-if-absent (`If-None-Match: *`): a record under the id is `precondition_failed` carrying it. */
   async upsertByExternalId(entity: EntityRef, state: unknown, opts: CreateOptions): Promise<PatchOutcome> {
+    this.tick();
     const key = entityKey(entity);
     this.creates.push({ entity: key, state: structuredClone(state), ifNoneMatch: opts.ifNoneMatch, idempotencyKey: opts.idempotencyKey });
     const fault = this.script.create.shift();
@@ -166,10 +231,10 @@ export class FakeSystem implements SystemOfRecord {
     if (fault?.kind === "throw") throw fault.error;
     if (fault?.kind === "created-first") this.createRecord(key, fault.state, fault.idempotencyKey ?? null);
     const existing = this.records.get(key);
-    if (existing) return { kind: "precondition_failed", current: { state: structuredClone(existing.state), version: version(existing.n) } };
-    this.createRecord(key, state, opts.idempotencyKey);
+    if (existing) return { kind: "precondition_failed", current: { state: structuredClone(existing.state), version: this.versionOf(existing) } };
+    const created = this.createRecord(key, state, opts.idempotencyKey);
     if (fault?.kind === "commit-then-unknown") return { kind: "unknown", message: "socket hang up after the request was sent" };
-    return { kind: "applied", state: structuredClone(state), version: version(1) };
+    return { kind: "applied", state: structuredClone(state), version: this.versionOf(created) };
   }
 
   /** Create requests that reached the system for an entity. */
@@ -178,13 +243,16 @@ export class FakeSystem implements SystemOfRecord {
     return this.creates.filter((c) => c.entity === key).length;
   }
 
-  private createRecord(key: string, state: unknown, idempotencyKey: string | null): void {
-    this.records.set(key, { state: structuredClone(state), n: 1 });
+  private createRecord(key: string, state: unknown, idempotencyKey: string | null): StoredRecord {
+    const r = { state: structuredClone(state), n: 1 };
+    this.records.set(key, r);
     if (idempotencyKey !== null) this.appliedKeys.set(idempotencyKey, key);
     this.commitLog.push({ entity: key, idempotencyKey });
+    return r;
   }
 
   async lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, _opts: ReadOptions): Promise<ReconcileResult> {
+    this.tick();
     this.lookups.push(idempotencyKey);
     const fault = this.script.lookup.shift();
     if (fault?.kind === "answer") return fault.result;
@@ -195,7 +263,7 @@ export class FakeSystem implements SystemOfRecord {
   private apply(key: string, ops: readonly JsonPatchOp[], opts: PatchOptions): PatchOutcome {
     const r = this.records.get(key);
     if (!r) return { kind: "not_found" };
-    if (opts.ifMatch !== version(r.n)) return { kind: "precondition_failed", current: { state: structuredClone(r.state), version: version(r.n) } };
+    if (opts.ifMatch !== this.versionOf(r)) return { kind: "precondition_failed", current: { state: structuredClone(r.state), version: this.versionOf(r) } };
     let next: unknown;
     try {
       next = jsonpatch.applyPatch(structuredClone(r.state), structuredClone(ops) as Operation[], true, false).newDocument;
@@ -206,6 +274,6 @@ export class FakeSystem implements SystemOfRecord {
     r.n++;
     this.appliedKeys.set(opts.idempotencyKey, key);
     this.commitLog.push({ entity: key, idempotencyKey: opts.idempotencyKey });
-    return { kind: "applied", state: structuredClone(r.state), version: version(r.n) };
+    return { kind: "applied", state: structuredClone(r.state), version: this.versionOf(r) };
   }
 }

@@ -15,6 +15,7 @@ import { Reply } from "../../../src/schemas/reply.ts";
 import type { ReconcileResult } from "../../../src/sor/adapter.ts";
 import { type AdmittedTool, admitTools, declareWriteTool, type ReconcileContext } from "../../../src/tools.ts";
 import { FakeSystem, type PatchFault, outage, protocolError, version } from "./fake-system.ts";
+import { commit, writePlan } from "./pipeline-fixtures.ts";
 
 // ---------------------------------------------------------------------------
 // Fixtures: one system of record, three tools, intents built as admission builds them.
@@ -141,14 +142,6 @@ function checked(step: Step): Step {
   return step;
 }
 
-/** One transaction of the owner: stage the entry and commit it (transitions are checked by the ledger). */
-function commit(ledger: PartitionLedger, entry: LedgerIntentEntry | undefined): void {
-  if (!entry) return;
-  ledger.stage(entry);
-  ledger.takeStaged();
-  ledger.committedSending();
-}
-
 /** What the owner does with one intent: classify, make pending durable, execute, commit the result. */
 async function run(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger, c: ExecContext = ctx): Promise<{ plan: Plan; step: Step }> {
   const plan = p.classify(a, ledger);
@@ -179,11 +172,6 @@ function reply(step: Step): Reply {
 function expectRetryLater(step: Step): void {
   expect(step.kind).toBe("retry-later");
   expect(step).toMatchObject({ notSent: true });
-}
-
-function writePlan(plan: Plan): Extract<Plan, { kind: "write" }> {
-  if (plan.kind !== "write") throw new Error(`expected a write plan, got ${plan.kind}`);
-  return plan;
 }
 
 /** A pending entry as an earlier owner left it (it died between step 3 and its result). */
@@ -226,13 +214,13 @@ describe("IntentPipeline.classify (step 2: what the ledger says)", () => {
       updatedAt: NOW.toISOString(),
     });
     expect(LedgerIntentEntry.safeParse(plan.pending).success).toBe(true);
-    expect(plan.state).toEqual({ inherited: false, mayHaveWritten: false, needsReconcile: false, unknownRounds: 0 });
+    expect(plan.state).toEqual({ inherited: false, mayHaveWritten: false, unknownRounds: 0 });
   });
 
   it("inherits a key an earlier owner left pending: may have written, reconcile first, cycles and attempts carried", () => {
     const a = close({ intentId: "resubmitted" });
     const plan = writePlan(pipelineWith().classify(a, inheritedLedger(a, 1)));
-    expect(plan.state).toEqual({ inherited: true, mayHaveWritten: true, needsReconcile: true, unknownRounds: 0 });
+    expect(plan.state).toEqual({ inherited: true, mayHaveWritten: true, unknownRounds: 0 });
     expect(plan.pending.status).toBe("pending");
     expect(plan.pending.intentId).toBe("resubmitted");
     expect(plan.pending.cycles).toBe(1);
@@ -546,7 +534,7 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
     sor.script.patch.push({ kind: "answer", outcome: { kind: "unavailable", message: "ECONNREFUSED" } });
     const first = await p.execute(a, plan.pending, plan.state, ctx);
     expect(first).toEqual({ kind: "retry-later", reason: "ECONNREFUSED", notSent: true });
-    expect(plan.state).toMatchObject({ mayHaveWritten: false, needsReconcile: false, unknownRounds: 0 });
+    expect(plan.state).toMatchObject({ mayHaveWritten: false, unknownRounds: 0 });
     const second = checked(await p.execute(a, plan.pending, plan.state, ctx));
     expect(reply(second)).toMatchObject({ status: "applied", via: "patch" });
     expect(settled(second).escalations).toEqual([]);
@@ -586,7 +574,7 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
     const plan = writePlan(p.classify(a, new PartitionLedger(0)));
     sor.script.patch.push(answer);
     expect(await p.execute(a, plan.pending, plan.state, ctx)).toEqual({ kind: "retry-later", reason: "503: busy", notSent: false, retryAfterMs: 5000 });
-    expect(plan.state).toMatchObject({ mayHaveWritten: true, needsReconcile: true, unknownRounds: 1 });
+    expect(plan.state).toMatchObject({ mayHaveWritten: true, unknownRounds: 1 });
     expect(sor.lookups).toHaveLength(0);
     // The next try reconciles first ("not applied": nothing committed) and writes again.
     expect(reply(checked(await p.execute(a, plan.pending, plan.state, ctx)))).toMatchObject({ status: "applied", via: "patch" });
@@ -688,7 +676,7 @@ describe("IntentPipeline: inherited pending and unknown outcomes (reconcile, nev
     sor.script.patch.push({ kind: "commit-then-unknown" });
     sor.script.lookup.push({ kind: "throw", error: outage("lookup timed out") }, { kind: "throw", error: outage("lookup timed out") });
     expect(await p.execute(a, plan.pending, plan.state, ctx)).toEqual({ kind: "retry-later", reason: "lookup timed out", notSent: true });
-    expect(plan.state).toMatchObject({ mayHaveWritten: true, needsReconcile: true, unknownRounds: 1 });
+    expect(plan.state).toMatchObject({ mayHaveWritten: true, unknownRounds: 1 });
     // the reconcile's read fails too on the next try
     sor.script.read.push({ kind: "throw", error: outage() });
     expectRetryLater(await p.execute(a, plan.pending, plan.state, ctx));
@@ -976,12 +964,29 @@ describe("IntentPipeline ablations (fault-suite controls)", () => {
 });
 
 describe("IntentPipeline under random faults", () => {
+  // `lands-later`: a request still on its way when the owner stops waiting, arriving (checked against If-Match as
+  // it arrives) after the system's next few calls, during a pause, or only after the answer (no `after`).
+  const landsLater = fc.oneof(
+    fc.integer({ min: 1, max: 6 }).map<PatchFault>((after) => ({ kind: "lands-later", after })),
+    fc.constant<PatchFault>({ kind: "lands-later" }),
+  );
   const patchFault = fc.oneof(
     fc.constant<PatchFault>({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } }),
     fc.constant<PatchFault>({ kind: "commit-then-unknown" }),
-    fc.constant<PatchFault>({ kind: "answer", outcome: { kind: "unavailable", message: "refused" } }),
+    { arbitrary: fc.constant<PatchFault>({ kind: "answer", outcome: { kind: "unavailable", message: "refused" } }), weight: 2 },
     fc.constant<PatchFault>({ kind: "changed-first", ops: [{ op: "add", path: "/tags/-", value: "other" }] }),
+    { arbitrary: landsLater, weight: 3 },
   );
+
+  /** Tries the intent until it settles, as the owner does (an outage pauses it; `refusals`: mayWrite() answers false). */
+  async function settle(p: IntentPipeline, a: AdmittedIntent, plan: Extract<Plan, { kind: "write" }>, refusals: boolean[]): Promise<Step> {
+    const c: ExecContext = { ...ctx, mayWrite: () => !(refusals.shift() ?? false) };
+    for (let i = 0; i < 100; i++) {
+      const step = checked(await p.execute(a, plan.pending, plan.state, c));
+      if (step.kind === "settled") return step;
+    }
+    throw new Error("not settled after 100 tries");
+  }
 
   it("an append never takes effect twice, and it took effect exactly when the reply says applied", async () => {
     await fc.assert(
@@ -989,8 +994,9 @@ describe("IntentPipeline under random faults", () => {
         fc.array(patchFault, { maxLength: 8 }),
         fc.array(fc.boolean(), { maxLength: 6 }),
         fc.array(fc.boolean(), { maxLength: 6 }),
+        fc.array(fc.boolean(), { maxLength: 4 }),
         fc.boolean(),
-        async (patches, lookupOutages, readOutages, inherited) => {
+        async (patches, lookupOutages, readOutages, refusals, inherited) => {
           sor = new FakeSystem("helpdesk");
           tools = admitTools([setStatus, tagTicket, addNote], [sor], { sorTimeoutMs: 1_000 });
           sor.seed(T1, { status: "open", tags: [], notes: [] });
@@ -1000,22 +1006,66 @@ describe("IntentPipeline under random faults", () => {
           const p = pipelineWith();
           const a = tag("vip");
           const plan = writePlan(p.classify(a, inherited ? inheritedLedger(a) : new PartitionLedger(0)));
-          let step: Step | undefined;
-          for (let i = 0; i < 100; i++) {
-            step = checked(await p.execute(a, plan.pending, plan.state, ctx));
-            if (step.kind === "settled") break;
-          }
+          const step = await settle(p, a, plan, refusals);
           const effectsOfIntent = sor.commitsOf(a.intent.intentKey);
           expect(effectsOfIntent).toBeLessThanOrEqual(1);
           // the lookup tells the truth (when it answers), so the reply says what happened
-          const r = reply(step!);
+          const r = reply(step);
           expect(effectsOfIntent).toBe(r.status === "applied" ? 1 : 0);
           if (r.status !== "applied") expect(["conflict", "escalated"]).toContain(r.status);
           if (r.status === "escalated") expect(r.reason).toBe("outcome_unknown");
+          // The requests still on their way arrive. After an applied or a conflict they meet a version they do not
+          // name (these versions never come back); only an escalated outcome_unknown may still see one land.
+          sor.landHeld();
+          const atLast = sor.commitsOf(a.intent.intentKey);
+          expect(atLast).toBeLessThanOrEqual(1);
+          if (r.status !== "escalated") expect(atLast).toBe(effectsOfIntent);
           const tags = (sor.current(T1)!.state as { tags: string[] }).tags;
-          expect(tags.filter((t) => t === "vip")).toHaveLength(effectsOfIntent);
+          expect(tags.filter((t) => t === "vip")).toHaveLength(atLast);
         },
       ),
+      { numRuns: 300 },
+    );
+  });
+
+  it("versions that come back (an ETag hashed from the record): the agent's next attempt after a conflict never writes the key twice", async () => {
+    // Another writer flips the status (and may flip it back between the attempts): the record, and so its version,
+    // can be again what a request still on its way names in its If-Match.
+    const abaFault = fc.oneof(
+      fc.constant<PatchFault>({ kind: "answer", outcome: { kind: "unknown", message: "timeout" } }),
+      fc.constant<PatchFault>({ kind: "answer", outcome: { kind: "unavailable", message: "refused" } }),
+      { arbitrary: fc.constant<PatchFault>({ kind: "changed-first", ops: [{ op: "replace", path: "/status", value: "pending" }] }), weight: 2 },
+      { arbitrary: landsLater, weight: 2 },
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(abaFault, { maxLength: 8 }), fc.array(fc.boolean(), { maxLength: 4 }), fc.boolean(), async (patches, refusals, flipBack) => {
+        sor = new FakeSystem("helpdesk", { idempotencyKeys: false, idempotencyLookup: true }, { etags: "content" });
+        tools = admitTools([setStatus, tagTicket, addNote], [sor], { sorTimeoutMs: 1_000 });
+        const base = sor.seed(T1, { status: "open", tags: [], notes: [] });
+        sor.script.patch.push(...patches);
+        const p = pipelineWith();
+        const ledger = new PartitionLedger(0);
+        const first = tag("vip", { base });
+        const key = first.intent.intentKey;
+        const plan1 = writePlan(p.classify(first, ledger));
+        commit(ledger, plan1.pending);
+        const step1 = await settle(p, first, plan1, refusals);
+        commit(ledger, settled(step1).ledger);
+        const r1 = reply(step1);
+        expect(sor.commitsOf(key)).toBe(r1.status === "applied" ? 1 : 0);
+        if (r1.status !== "conflict") return;
+        if (flipBack) sor.change(T1, [{ op: "replace", path: "/status", value: "open" }]);
+        sor.landHeld();
+        // The agent decides again from the conflict's record, with the same intent key.
+        const again = tag("vip", { base: r1.current.version, intentId: "again" });
+        const plan2 = writePlan(p.classify(again, ledger));
+        commit(ledger, plan2.pending);
+        const r2 = reply(await settle(p, again, plan2, refusals));
+        if (r2.status === "applied") expect(sor.commitsOf(key)).toBe(1);
+        sor.landHeld();
+        expect(sor.commitsOf(key)).toBeLessThanOrEqual(1);
+        expect((sor.current(T1)!.state as { tags: string[] }).tags.filter((t) => t === "vip")).toHaveLength(sor.commitsOf(key));
+      }),
       { numRuns: 300 },
     );
   });

@@ -7,7 +7,6 @@
 // reconcile, and the change landed twice. The ledger now says so (`mayHaveWritten`), and the apply reconciles first.
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
 import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type ExecContext, IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
@@ -16,25 +15,13 @@ import { Escalation } from "../../../src/schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
-import { admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { admitTools } from "../../../src/tools.ts";
 import { FakeSystem, outage, protocolError, version } from "./fake-system.ts";
+import { addTag } from "./pipeline-fixtures.ts";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const T1 = { type: "ticket", id: "T-1" };
 const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: {} };
-
-const addTag = declareWriteTool({
-  name: "add_tag",
-  recordType: "ticket",
-  params: z.object({ tag: z.string() }),
-  intentFields: ["tag"],
-  allowedPaths: [{ path: "/tags/-", ops: ["add"] as const }],
-  versionPolicy: "rebase-commutative",
-  delta: (p) => [{ op: "add", path: "/tags/-", value: p.tag }],
-  keyScope: "run",
-  system: "helpdesk",
-  reconcile: "idempotency-key",
-});
 
 function setup(entryStatus: "pending" | "done") {
   const sor = new FakeSystem("helpdesk");
@@ -222,7 +209,7 @@ describe("an escalation whose write may have happened, whatever its reason", () 
     const a = { intent, tool, entityKey: "ticket:T-1", fingerprint: "f", deltaFingerprint: "d", params: intent.params };
     const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
     const { entry } = setup("pending");
-    const state = { inherited: true, mayHaveWritten: true, needsReconcile: true, unknownRounds: 0 };
+    const state = { inherited: true, mayHaveWritten: true, unknownRounds: 0 };
     expect(pipeline.failed(a, entry, state, new Error("boom"))).toMatchObject({
       effects: { ledger: { outcome: { reason: "processing_failed", mayHaveWritten: true } }, escalations: [{ value: { reason: "processing_failed", mayHaveWritten: true } }] },
     });

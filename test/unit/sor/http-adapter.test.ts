@@ -1,6 +1,5 @@
 import { createServer } from "node:http";
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { WritError } from "../../../src/errors.ts";
 import type { JsonPatchOp } from "../../../src/schemas/common.ts";
@@ -8,6 +7,7 @@ import { startDemoRecordsServer } from "../../../src/testing/demo-records-server
 import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
 import type { HttpSystemOfRecordOptions } from "../../../src/sor/http-adapter.ts";
+import { listenForTest } from "../../helpers/listen.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
 
 async function startServer(opts: DemoRecordsServerOptions = {}): Promise<DemoRecordsServer> {
@@ -40,15 +40,7 @@ async function stub(handler: (req: IncomingMessage, res: ServerResponse) => void
     seen.push(req.headers);
     req.resume().on("end", () => handler(req, res));
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  onTestFinished(
-    () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  );
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+  return { url: `http://127.0.0.1:${await listenForTest(server)}`, seen };
 }
 
 const T1 = { type: "ticket", id: "T-1" };
@@ -209,9 +201,7 @@ describe("http adapter: create by external id", () => {
         else res.writeHead(409, { etag: '"7"', "content-type": "application/json" }).end(JSON.stringify({ name: "Acme", externalId: "ext-42" }));
       });
     });
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
-    const sor = adapterFor(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api`, {
+    const sor = adapterFor(`http://127.0.0.1:${await listenForTest(server)}/api`, {
       create: { path: "/{type}s/upsert/{id}", method: "POST", ifNoneMatch: false, existsStatuses: [409], body: { kind: "wrapped", field: "record", extra: { mode: "create" } }, externalIdField: "externalId" },
       conflictAnswer: "record",
     });
