@@ -40,11 +40,16 @@ export async function becomes(check: () => boolean | Promise<boolean>, deadlineM
 }
 
 /**
- * `probe`'s result, and whether every socket of `held` was still open when it ended: only then did it run
- * while they held their slots. On a machine slow enough that a server's short test timeout closed some of
- * them first, there is nothing to assert about "full" (the tests' decisive checks come after).
+ * `probe`'s result, and whether every socket of `held` was still open and told nothing when it ended: only then did
+ * it run while they held their slots. On a machine slow enough that a server's short test timeout closed some of
+ * them first, there is nothing to assert about "full" (the tests' decisive checks come after). The server closes a
+ * held socket (its 408, then FIN) before it can accept the probe's connection, so that socket was readable before the
+ * probe's answer was: the check waits one turn of the event loop (`setImmediate`, after the poll phase that read
+ * the answer has run every callback ready with it) and counts a socket that got bytes or its end as closed, not
+ * only one whose `close` event (emitted later, after its handle closes) has run.
  */
 export async function whileAllOpen<T>(held: readonly TrackedSocket[], probe: () => Promise<T>): Promise<{ value: T; allOpen: boolean }> {
   const value = await probe();
-  return { value, allOpen: held.every((s) => !s.isClosed()) };
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  return { value, allOpen: held.every((s) => !s.isClosed() && s.got === "" && !s.readableEnded) };
 }
