@@ -204,6 +204,10 @@ export interface WritClient {
    * this resolves with the reply the owner sends this client (keyed by the
    * resolution's id), or `unknown` at the deadline. This client's agent id is
    * the operator's (with an agent registry it must be allowed `writ.resolve`).
+   * A `delta` is written only within the escalated tool's `allowedPaths` and
+   * their operations, as an agent's: beyond them the answer is `rejected`
+   * `patch_path_not_allowed` / `patch_op_not_allowed`, nothing written, the
+   * escalation still open.
    */
   resolve(
     escalation: Escalation,

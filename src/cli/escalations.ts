@@ -32,7 +32,9 @@ resolve   a person's decision on one escalation, carried out by the record's own
           give the change with --delta '<json patch>' (RFC 6902, an array of operations, e.g.
           '[{"op":"replace","path":"/tags","value":["vip"]}]') or --delta-file <file|-> (- for stdin);
           without it the owner refuses, resolution_delta_required. For a tool with a delta function a
-          --delta must be the one it derives.
+          --delta must be the one it derives. The change is written only within the tool's allowedPaths
+          and the operations allowed there, as an agent's delta: beyond them the owner refuses,
+          patch_path_not_allowed / patch_op_not_allowed, nothing written.
           The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
           with an agent registry, and sign with its key (--signing-key, --key-id). --timeout-ms: how long
           to wait for the owner's answer (default 30000 ms; --timeout, its earlier name, is still taken).

@@ -13,6 +13,7 @@ import { isHealRecord } from "../schemas/control.ts";
 import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, MAX_LEASE_TTL_MS, isLeaseOp, type WriteIntent } from "../schemas/write-intent.ts";
 import { deltaOutOfBounds, KIND_HEADER, resolutionBounds, resolutionSubject, type Resolution } from "../schemas/resolution.ts";
 import type { AdmittedTool } from "../tools.ts";
+import { scopeRefusal } from "./delta-check.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
 
 /** An intent that passed the gate: decoded, bounded, its tool admitted and its change within the tool's paths. */
@@ -190,15 +191,8 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     const refusal = createRefusal(intent, tool.create, params.data as Record<string, unknown>);
     if (refusal) return reject(refusal.reason, refusal.message);
   } else {
-    const refused = intent.delta.flatMap((op) => ("from" in op ? [op.path, op.from] : [op.path])).filter((p) => !tool.isAllowedPath(p));
-    if (refused.length > 0) {
-      return reject("patch_path_not_allowed", `tool ${tool.name} may not touch ${refused.slice(0, 10).join(", ")}`, { paths: refused.slice(0, 10) });
-    }
-    const forbidden = intent.delta.filter((op) => !tool.isAllowedOp(op));
-    if (forbidden.length > 0) {
-      const ops = forbidden.slice(0, 10).map((op) => `${op.op} ${op.path}`);
-      return reject("patch_op_not_allowed", `tool ${tool.name} may not ${ops.join(", ")}`, { ops });
-    }
+    const outOfScope = scopeRefusal(tool, intent.delta);
+    if (outOfScope) return reject(outOfScope.reason, outOfScope.message, outOfScope.details);
   }
   // Nothing computed from the intent may throw out of admission (a throw pauses the partition's intake):
   // a refusal of the key's inputs (a missing intent field; no canonical form) is an answer.

@@ -6,7 +6,7 @@ import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
 import { intentFingerprints } from "./admission.ts";
-import { deltaRefusal } from "./delta-check.ts";
+import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { type ExecContext, isOutage, outageStep, type Step, waitAsked } from "./intent-pipeline.ts";
 
@@ -89,15 +89,19 @@ export class Resolver {
     // A write of this intent may have happened (before the escalation, or by an earlier apply of it): reconcile
     // first, and an escalation put back open keeps saying so, whatever its reason.
     let mayHaveWritten = plan.resumed || escalationMayHaveWritten(entry.outcome);
-    const reopen = (reason: RejectReason, message: string, current?: Versioned | null): Step => ({
-      kind: "settled",
-      // The escalation stays open: the entry goes back to what it was (marked when a write may have happened).
-      effects: effects({
-        ledger: { ...entry, ...(mayHaveWritten && entry.outcome?.status === "escalated" ? { outcome: { ...entry.outcome, mayHaveWritten: true } } : {}), updatedAt: at() },
-        replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at(), current ? { current } : undefined) }],
-      }),
-      note: `resolution not applied: ${reason}`,
-    });
+    const reopen = (reason: RejectReason, message: string, current?: Versioned | null, refused?: object): Step => {
+      // The record as read (the operator decides again on it; the console shows it), beside the refusal's own details.
+      const details = current || refused ? { ...refused, ...(current ? { current } : {}) } : undefined;
+      return {
+        kind: "settled",
+        // The escalation stays open: the entry goes back to what it was (marked when a write may have happened).
+        effects: effects({
+          ledger: { ...entry, ...(mayHaveWritten && entry.outcome?.status === "escalated" ? { outcome: { ...entry.outcome, mayHaveWritten: true } } : {}), updatedAt: at() },
+          replies: [{ topic: replyTo, value: rejectedReply(r.resolutionId, r.intent.intentKey, reason, message, at(), details) }],
+        }),
+        note: `resolution not applied: ${reason}`,
+      };
+    };
     let current: Versioned | null;
     try {
       if (mayHaveWritten) {
@@ -123,6 +127,14 @@ export class Resolver {
         `tool ${r.intent.tool} has no delta function to rebuild its change on the current record: send the change to apply as the resolution's delta (writ escalations resolve --apply --delta '<json patch>', or the clients' resolve(…, delta))`,
         current,
       );
+    }
+    // Whoever decides, and wherever the change comes from (the operator's delta, the tool's rebuilt on the record now,
+    // the agent's append), it is written with writ's authority at the system of record: within the tool's scope, as
+    // an agent's intent is at admission (the same check), or not at all.
+    const outOfScope = scopeRefusal(tool, delta);
+    if (outOfScope) {
+      const next = r.delta ? "send a change within them" : "the change rebuilt for it goes beyond the tool's declaration: discard or return it";
+      return reopen(outOfScope.reason, `${outOfScope.message} (its allowedPaths): nothing was written, the escalation stays open; ${next}`, current, outOfScope.details);
     }
     if (tool.deriveDelta && r.delta) {
       const refused = deltaRefusal(tool, r.intent.params, current, r.delta, {

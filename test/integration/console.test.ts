@@ -331,7 +331,7 @@ describe("writ console, in headless Chromium", () => {
     console.log(`[console.test] scenario took ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 240_000);
 
-  it("applies an escalation of a tool without a delta function with the change given on the page: without it the owner answers resolution_delta_required and the page points at the field; a malformed change is refused in the page (nothing sent) and by the endpoint with its reason; the edited change written once", async () => {
+  it("applies an escalation of a tool without a delta function with the change given on the page: without it the owner answers resolution_delta_required and the page points at the field; a malformed change is refused in the page (nothing sent) and by the endpoint with its reason; a change beyond the tool's allowedPaths is refused by the owner (patch_path_not_allowed), shown on the card and at the change, nothing written; the edited change written once", async () => {
     const h = await startHarness({ tools: [tagTicketNoDelta], intentPartitions: 2 });
     await h.startRouter();
     const p = `cons-${h.id}`;
@@ -413,6 +413,27 @@ describe("writ console, in headless Chromium", () => {
     expect(decisions).toHaveLength(1);
     expect(patches()).toHaveLength(0);
 
+    // --- a change beyond the tool's scope (it may touch /tags only): the page does not know the tool's paths; the
+    // owner refuses it, and the page shows that answer on the card and at the change; nothing written, still open ---
+    const wide = [
+      { op: "replace", path: "/tags", value: ["needs-human"] },
+      { op: "add", path: "/owner", value: "mallory" },
+    ];
+    await deltaText.fill(JSON.stringify(wide));
+    await esc.locator('button[data-action="apply"]').click();
+    await esc.locator('.answer [data-answer-reason="patch_path_not_allowed"]').waitFor({ timeout: 45_000 });
+    expect(sent).toHaveLength(2);
+    expect(JSON.parse(sent[1]!)).toEqual({ decision: "apply", baseVersion: base, delta: wide });
+    const refusedText = /^tool tag_ticket_no_delta may not touch \/owner \(its allowedPaths\): nothing was written, the escalation stays open; send a change within them/;
+    await expect(esc.locator(".answer > span").allTextContents()).resolves.toEqual([expect.stringMatching(new RegExp(`^Owner's answer: patch_path_not_allowed: ${refusedText.source.slice(1)}`))]);
+    await expect(esc.locator(".delta-error").textContent()).resolves.toMatch(new RegExp(`^The record's owner refused this change: ${refusedText.source.slice(1)}`));
+    await expect(deltaText.getAttribute("aria-invalid")).resolves.toBe("true");
+    await expect(deltaText.evaluate((el) => el.ownerDocument.activeElement === el)).resolves.toBe(true);
+    await expect(esc.getAttribute("data-status")).resolves.toBe("open");
+    expect(decisions).toEqual([expect.objectContaining({ reason: "resolution_delta_required" }), expect.objectContaining({ status: "rejected", reason: "patch_path_not_allowed" })]);
+    expect(patches()).toHaveLength(0);
+    expect(h.records.history("ticket", ticket).filter((e) => e.kind === "patch")).toHaveLength(0);
+
     // --- the change edited against the record shown: applied once, exactly that change ---
     const before = await readVersion(h.records, "ticket", ticket);
     const edited = [{ op: "replace", path: "/tags", value: ["needs-human", "edited-by-ops"] }];
@@ -421,8 +442,8 @@ describe("writ console, in headless Chromium", () => {
     const applied = esc.locator('.answer [data-answer-status="applied"]');
     await applied.waitFor({ timeout: 45_000 });
     await expect(esc.locator(".answer > span").allTextContents()).resolves.toEqual([expect.stringMatching(/^Owner's answer: applied at "v\d+" \(via patch\)$/)]);
-    expect(sent).toHaveLength(2);
-    expect(JSON.parse(sent[1]!)).toEqual({ decision: "apply", baseVersion: base, delta: edited });
+    expect(sent).toHaveLength(3);
+    expect(JSON.parse(sent[2]!)).toEqual({ decision: "apply", baseVersion: base, delta: edited });
     await expect(esc.locator(".delta-error").isHidden()).resolves.toBe(true);
     await waitFor(async () => (await esc.getAttribute("data-status")) === "resolved", { message: "the card shows the escalation resolved" });
     await expect(esc.locator(".outcome").textContent()).resolves.toMatch(new RegExp(`Resolved: applied by ${opsId}`));

@@ -914,8 +914,10 @@ class WritClient:
         Returns the owner's answer to this client: ``applied`` (``resolved_by``: this operator); ``rejected`` with
         ``escalation_discarded`` or ``returned_by_operator`` (carried out), ``resolution_conflict`` (the record
         changed since that version: nothing written, the escalation stays open), ``resolution_delta_required``
-        (``apply`` of a tool without a delta function: pass the change as ``delta``) or ``resolution_not_applicable``
-        (not open, or not this intent's); ``unknown`` / ``blocked`` at the deadline. The agent gets the outcome on
+        (``apply`` of a tool without a delta function: pass the change as ``delta``), ``patch_path_not_allowed`` /
+        ``patch_op_not_allowed`` (the change goes beyond the tool's ``allowedPaths``: nothing written, the escalation
+        stays open) or ``resolution_not_applicable`` (not open, or not this intent's); ``unknown`` / ``blocked`` at
+        the deadline. The agent gets the outcome on
         its own reply topic. ``escalation``: an :class:`Escalation` (:meth:`read_escalations`) or its JSON object.
         """
         if not self._started or self._closed:

@@ -586,7 +586,7 @@ import { DraftBook, decidable } from "./drafts.js";
         { class: "hint" },
         "For a tool without a delta function, whose change the owner cannot rebuild (it answers resolution_delta_required). Prefilled with the agent's change",
         e.change && e.change.truncated ? " (too long to show whole here: write it, or use writ escalations resolve --delta-file)" : "",
-        "; edit it against the record now. Leave it unsent for a tool with a delta function: a given change must be the one the tool derives.",
+        "; edit it against the record now. Leave it unsent for a tool with a delta function: a given change must be the one the tool derives. The owner writes only what the tool may touch (its allowedPaths, which this page does not know): a change beyond them is refused, nothing written.",
       ),
       required,
       h("label", {}, use, " send this change with Apply"),
@@ -857,8 +857,18 @@ import { DraftBook, decidable } from "./drafts.js";
     }
     view.decisions.set(escalationId, result);
     renderEscalations();
-    if (result.answer && result.answer.status === "rejected" && result.answer.reason === "resolution_delta_required") pointAtDelta(deltaField);
+    const refused = result.answer && result.answer.status === "rejected" ? result.answer.reason : null;
+    if (refused === "resolution_delta_required") pointAtDelta(deltaField);
+    else if (body.delta && OUT_OF_SCOPE.has(refused)) {
+      // the owner checks the change against the tool's allowedPaths, which the page does not know: its refusal, at the change
+      deltaField.box.open = true;
+      showDeltaProblem(deltaField, `The record's owner refused this change: ${result.answer.message}.`);
+      deltaField.text.focus();
+    }
   }
+
+  /** The owner's refusals of a change outside its tool's declared scope (the tool's allowedPaths and their operations). */
+  const OUT_OF_SCOPE = new Set(["patch_path_not_allowed", "patch_op_not_allowed"]);
 
   // ---- rendering ----
   const renderers = {

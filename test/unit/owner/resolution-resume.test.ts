@@ -7,67 +7,20 @@
 // reconcile, and the change landed twice. The ledger now says so (`mayHaveWritten`), and the apply reconciles first.
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
+import { deltaFingerprint, paramsFingerprint } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type ExecContext, IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import { Escalation } from "../../../src/schemas/escalation.ts";
-import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
-import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
-import { admitTools } from "../../../src/tools.ts";
-import { FakeSystem, outage, protocolError, version } from "./fake-system.ts";
+import { escalatedCase, NOW, T1 } from "./escalated-case.ts";
+import { outage, protocolError, version } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
 
-const NOW = new Date("2025-06-01T12:00:00.000Z");
-const T1 = { type: "ticket", id: "T-1" };
 const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: {} };
 
-function setup(entryStatus: "pending" | "done") {
-  const sor = new FakeSystem("helpdesk");
-  sor.seed(T1, { tags: [] });
-  const tool = admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }).get("add_tag")!;
-  const params = { tag: "vip" };
-  const key = intentKey({ tool, agentId: "agent-1", runId: "r", stepId: "s", entity: T1, params });
-  const intent: WriteIntent = {
-    intentId: "i-1",
-    intentKey: key,
-    entity: T1,
-    tool: "add_tag",
-    agent: { id: "agent-1", runId: "r", stepId: "s" },
-    baseVersion: version(1),
-    delta: [{ op: "add", path: "/tags/-", value: "vip" }],
-    params,
-    replyTo: "writ.replies.agent-1",
-    createdAt: NOW.toISOString(),
-  };
-  const entry: LedgerIntentEntry = {
-    kind: "intent",
-    intentKey: key,
-    intentId: "i-1",
-    status: entryStatus,
-    entity: T1,
-    tool: "add_tag",
-    fingerprint: paramsFingerprint("add_tag", T1, params, tool.freeTextParams),
-    attempts: [{ baseVersion: intent.baseVersion, deltaFingerprint: deltaFingerprint(intent.delta, tool.isFreeTextPath) }],
-    cycles: 2,
-    replyTo: intent.replyTo,
-    updatedAt: NOW.toISOString(),
-    outcome: { status: "escalated", reason: "conflict_cycles_exhausted", message: "three conflicts", escalationId: "esc-1", at: NOW.toISOString() },
-  };
-  const resolution: Resolution = {
-    kind: "resolution",
-    resolutionId: "res-1",
-    escalationId: "esc-1",
-    intent,
-    decision: "apply",
-    baseVersion: version(1),
-    operator: { id: "ops" },
-    replyTo: "writ.replies.ops",
-    entity: T1,
-    createdAt: NOW.toISOString(),
-  };
-  return { sor, tool, key, entry, resolution, ledger: new PartitionLedger(0, [[key, entry]]) };
+function setup(status: "pending" | "done") {
+  return escalatedCase(addTag, { status, state: { tags: [] }, delta: [{ op: "add", path: "/tags/-", value: "vip" }] });
 }
 
 describe("an operator's apply, resumed after its owner stopped mid-way", () => {
@@ -209,7 +162,7 @@ describe("an escalation whose write may have happened, whatever its reason", () 
     const a = { intent, tool, entityKey: "ticket:T-1", fingerprint: "f", deltaFingerprint: "d", params: intent.params };
     const pipeline = new IntentPipeline({ config: { unknownRounds: 3 }, log: pino({ level: "silent" }), now: () => NOW });
     const { entry } = setup("pending");
-    const state = { inherited: true, mayHaveWritten: true, unknownRounds: 0 };
+    const state = { inherited: true, mayHaveWritten: true, needsReconcile: true, unknownRounds: 0 };
     expect(pipeline.failed(a, entry, state, new Error("boom"))).toMatchObject({
       effects: { ledger: { outcome: { reason: "processing_failed", mayHaveWritten: true } }, escalations: [{ value: { reason: "processing_failed", mayHaveWritten: true } }] },
     });
