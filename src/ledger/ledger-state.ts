@@ -67,6 +67,8 @@ export class PartitionLedger implements LedgerView {
   private readonly replyTopicCounts = new Map<string, number>();
   /** Committed entries still `pending`, with when each was recorded (ms): kept as entries commit, never scanned from the ledger. */
   private readonly pendingSince = new Map<string, number>();
+  /** Committed escalations still open (awaiting a person's decision), with when each was escalated (ms); kept likewise. */
+  private readonly escalatedSince = new Map<string, number>();
   /** Records' leases, by ledger key, in the same three layers (a release is a tombstone: null). */
   private readonly leasesCommitted = new Map<string, LedgerLeaseEntry>();
   private leasesStaged = new Map<string, LedgerLeaseEntry | null>();
@@ -205,24 +207,36 @@ export class PartitionLedger implements LedgerView {
 
   /** When the oldest committed `pending` entry was recorded (ms since the epoch); null with none. Looks at pending entries only. */
   oldestPendingSince(): number | null {
-    let oldest: number | null = null;
-    for (const t of this.pendingSince.values()) if (oldest === null || t < oldest) oldest = t;
-    return oldest;
+    return earliest(this.pendingSince);
+  }
+
+  /** Committed escalations still open: each waits for a person's decision, and is kept until it comes. */
+  get openEscalationCount(): number {
+    return this.escalatedSince.size;
+  }
+
+  /** When the oldest open escalation was escalated (ms since the epoch); null with none. Looks at open escalations only. */
+  oldestOpenEscalationSince(): number | null {
+    return earliest(this.escalatedSince);
   }
 
   /**
    * Keys of committed entries last changed before `cutoff`, oldest first, at
-   * most `limit`; pending entries are skipped (reconcile settles them first).
-   * None for an invalid cutoff: every `updatedAt >= NaN` is false, which would
-   * expire the whole ledger.
+   * most `limit`. Entries not settled never expire: `pending` ones (reconcile
+   * settles them first) and open escalations (a person's decision closes them;
+   * expired, the decision would be refused and the agent never answered).
+   * Nor do keys with a change waiting for a transaction, or that `busy` names
+   * (an intent of the key is under way). None for an invalid cutoff: every
+   * `updatedAt >= NaN` is false, which would expire the whole ledger.
    */
-  expired(cutoff: Date, limit: number): string[] {
+  expired(cutoff: Date, limit: number, busy: (key: string) => boolean = () => false): string[] {
     const out: string[] = [];
     const cut = cutoff.getTime();
     if (!Number.isFinite(cut)) return out;
     for (const [key, entry] of this.committed) {
       if (Date.parse(entry.updatedAt) >= cut || out.length >= limit) break;
-      if (entry.status !== "pending" && !this.staged.has(key) && !this.sending.has(key)) out.push(key);
+      if (entry.status === "pending" || this.escalatedSince.has(key) || this.staged.has(key) || this.sending.has(key) || busy(key)) continue;
+      out.push(key);
     }
     return out;
   }
@@ -230,6 +244,8 @@ export class PartitionLedger implements LedgerView {
   private applyCommitted(key: string, change: LedgerChange): void {
     this.pendingSince.delete(key);
     if (change?.status === "pending") this.pendingSince.set(key, Date.parse(change.updatedAt) || Date.now());
+    this.escalatedSince.delete(key);
+    if (change && reopenable(change)) this.escalatedSince.set(key, Date.parse(change.outcome?.at ?? "") || Date.parse(change.updatedAt) || Date.now());
     const before = this.committed.get(key);
     if (before) {
       this.committed.delete(key);
@@ -246,4 +262,11 @@ export class PartitionLedger implements LedgerView {
     if (n > 0) this.replyTopicCounts.set(topic, n);
     else this.replyTopicCounts.delete(topic);
   }
+}
+
+/** The earliest of the times (ms) kept by key; null with none. */
+function earliest(times: ReadonlyMap<string, number>): number | null {
+  let out: number | null = null;
+  for (const t of times.values()) if (out === null || t < out) out = t;
+  return out;
 }

@@ -15,6 +15,10 @@ export interface PartitionFigures {
   pending: number;
   /** When the oldest of them was recorded (ms since the epoch); null with none. */
   oldestPendingSince: number | null;
+  /** Committed ledger entries of escalations still open (awaiting a person's decision: never expired until it comes). */
+  escalations: number;
+  /** When the oldest of them was escalated (ms since the epoch); null with none. */
+  oldestEscalationSince: number | null;
   /** Leases of changes that span records held on the partition's records (expired ones not yet released included). */
   leases: number;
   /** The next offset of the intents partition the owner's transactions committed for the group. */
@@ -150,6 +154,16 @@ export class RouterMetrics {
       "writ_ledger_pending_entries",
       "Committed ledger entries still pending (a write in flight, or one left by an earlier owner), by intents partition.",
       (f) => f.pending,
+    );
+    perPartition(
+      "writ_ledger_escalated_entries",
+      "Committed ledger entries of escalations still open (awaiting a person's decision; kept past the ledger's retention until it comes), by intents partition.",
+      (f) => f.escalations,
+    );
+    perPartition(
+      "writ_ledger_oldest_escalated_age_seconds",
+      "Age of the oldest open escalation (0 with none), by intents partition.",
+      (f, now) => (f.oldestEscalationSince === null ? 0 : Math.max(0, now - f.oldestEscalationSince) / 1000),
     );
     perPartition(
       "writ_leases_held",

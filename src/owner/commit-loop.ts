@@ -7,9 +7,9 @@ import { WritError } from "../errors.ts";
 import { progressKey } from "../ledger/ledger-reader.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
-import { startTransactionSpan } from "../tracing/spans.ts";
+import { startTransactionSpan, type TransactionSpan } from "../tracing/spans.ts";
 import type { OwnerContext } from "./owner-context.ts";
-import type { Session, Slot } from "./owner-session.ts";
+import type { PendingSend, Session, Slot } from "./owner-session.ts";
 import { type OutRecord, healRecord, sendRounds } from "./records.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
 
@@ -22,16 +22,34 @@ interface Staged {
 
 const emptyStaged = (): Staged => ({ records: [], slots: [] });
 
+/** One transaction's contents as its commit took them, and where it moves the offsets. */
+interface Taken {
+  batch: Staged;
+  txn: number;
+  /** The offset it commits: the first intent whose result is not in this or an earlier transaction. */
+  offset: bigint;
+  began: number;
+  /** Whether it carries the ledger's progress entry (the offset moved), and the group's offset. */
+  progressed: boolean;
+  withOffset: boolean;
+}
+
 /** What the commit loop needs of its partition owner. */
 export interface CommitHost {
   readonly partition: number;
   readonly log: Logger;
   /** Slots running and not waiting for a commit: they will stage something soon. */
   working(): number;
-  /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */
-  watermark(): bigint;
+  /**
+   * The offset to commit for `session`: the first intent whose result is not in this or an earlier transaction.
+   * Null when `session` is not the owner's current one: the owner's intake state is then another session's, or
+   * cleared, and no offset may be computed from it.
+   */
+  watermark(session: Session): bigint | null;
   /** Whether `session` is the owner's current one. */
   current(session: Session): boolean;
+  /** Whether an intent holding this ledger key is admitted and its result not yet staged (waiting, classified, or writing). */
+  busy(ledgerKey: string): boolean;
   /** A failed Kafka call of `session`: fenced, or rewind. */
   failed(session: Session, err: unknown): void;
   /** Runs `task` as one of `session`'s (ending the session waits for it). */
@@ -56,6 +74,10 @@ export class CommitLoop {
   private readonly partition: number;
   private readonly log: Logger;
   private staged: Staged = emptyStaged();
+  /** Ledger keys that records in {@link staged} write (results' entries): a `pending` entry of one waits for them. */
+  private stagedLedgerKeys = new Set<string>();
+  /** `pending` entries held until the next transaction takes {@link staged}: each is sent after that transaction's records. */
+  private held: PendingSend[] = [];
   private txnSeq = 0;
   /** The consumed offset last committed for the group (it lags `lastProgress`: it goes into a transaction at most every offsetCommitIntervalMs). */
   private lastCommittedOffset = -1n;
@@ -93,9 +115,13 @@ export class CommitLoop {
     this.lastProgressValue = progress;
   }
 
-  /** A session ended: everything staged and not committed is dropped. */
+  /** A session ended: everything staged and not committed is dropped, held `pending` entries refused. */
   reset(): void {
     this.staged = emptyStaged();
+    this.stagedLedgerKeys.clear();
+    const held = this.held;
+    this.held = [];
+    for (const p of held) p.reject(sessionEnded());
     this.healRequests.clear();
     this.wake?.();
   }
@@ -116,8 +142,11 @@ export class CommitLoop {
 
   /** Records for the next transaction: an intent's result (with its slot), or others (a lease's tombstone). */
   stage(session: Session, records: readonly OutRecord[], slot?: Slot): void {
+    // An ended session's work never reaches a later session's transaction.
+    if (!this.live(session)) return;
     this.markStaged(session);
     this.staged.records.push(...records);
+    for (const r of records) if (r.topic === this.ctx.config.topics.ledger && typeof r.key === "string") this.stagedLedgerKeys.add(r.key);
     if (slot) {
       this.staged.slots.push(slot);
       slot.txn = -1;
@@ -135,13 +164,22 @@ export class CommitLoop {
    */
   async stagePending(session: Session, pending: LedgerIntentEntry, opts: { resolution?: boolean } = {}): Promise<void> {
     const record = await this.ctx.encoder.ledgerEntry(pending, this.partition);
-    if (!session.active) throw new WritError("producer_fenced", "session ended", { retriable: true });
+    if (!this.live(session)) throw sessionEnded();
     // Before it joins the queue: an entry that starts the next transaction is the oldest change the linger counts from.
     this.markStaged(session);
-    const durable = new Promise<void>((resolve, reject) => session.toSend.push({ record, resolve, reject }));
+    // A change of the same key staged for the next transaction and not sent yet (the result of this key's previous
+    // attempt) must reach the topic first, or a restore would find it last (a write under way taken for settled):
+    // the entry is held until that transaction takes it, and sent after its records (its intent's write waits so).
+    const queue = this.stagedLedgerKeys.has(pending.intentKey) ? this.held : session.toSend;
+    const durable = new Promise<void>((resolve, reject) => queue.push({ record, resolve, reject }));
     session.ledger.stage(pending, opts);
     this.sendPendings(session);
     await durable;
+  }
+
+  /** Whether `session` may still commit: active and the owner's current one. An ended session commits nothing. */
+  private live(session: Session): boolean {
+    return session.active && this.host.current(session);
   }
 
   /** Sends the `pending` entries waiting into the open transaction (beginning one), behind any Kafka call in flight. */
@@ -156,8 +194,8 @@ export class CommitLoop {
         const batch = session.toSend;
         session.toSend = [];
         if (batch.length === 0) return;
-        if (!session.active || !this.host.current(session)) {
-          for (const p of batch) p.reject(new WritError("producer_fenced", "session ended", { retriable: true }));
+        if (!this.live(session)) {
+          for (const p of batch) p.reject(sessionEnded());
           return;
         }
         try {
@@ -191,8 +229,10 @@ export class CommitLoop {
 
   /** Commits `session`'s staged work until the session ends (a task of the session). */
   async run(session: Session): Promise<void> {
-    while (session.active) {
-      const behind = this.host.watermark() > this.lastCommittedOffset;
+    while (this.live(session)) {
+      const mark = this.host.watermark(session);
+      if (mark === null) return;
+      const behind = mark > this.lastCommittedOffset;
       const offsetDue = behind && Date.now() >= this.offsetAloneAt();
       // Staged slots count even without records: their offsets must pass (a result may produce nothing).
       const nothingButPendings = this.staged.records.length === 0 && this.staged.slots.length === 0 && this.healRequests.size === 0 && !this.sweepDue && !offsetDue;
@@ -218,65 +258,53 @@ export class CommitLoop {
       // With nothing at work (everything staged or waiting for this commit) there is nothing to wait for.
       const linger = this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince);
       if (this.host.working() > 0 && linger > 0) {
+        if (this.log.isLevelEnabled("debug")) this.log.debug({ working: this.host.working(), ms: linger }, "commit lingers for intents at work");
         await Promise.race([new Promise<void>((resolve) => (this.wake = resolve)), sleep(linger)]);
         this.wake = null;
+        // Woken by the session's end (reset) as well: its state is cleared by then, and nothing of it may commit.
+        if (!this.live(session)) return;
         if (this.host.working() > 0 && this.ctx.config.commitLingerMs - (Date.now() - this.stagedSince) > 0) continue;
       }
       await this.commitOnce(session);
     }
   }
 
+  /**
+   * One transaction: what is staged, the `pending` entries in the open transaction, the offset. What it carries
+   * is taken when its turn among the session's Kafka calls (`serial`) comes, in one step with nothing awaited: a
+   * `pending` entry staged after that is sent after its records (and one held for a result of its key in them is
+   * released then). So the topic holds each key's changes in the order the ledger made them: a sweep's tombstone,
+   * or an earlier attempt's result, never lands after a new attempt's `pending` entry.
+   */
   private async commitOnce(session: Session): Promise<void> {
-    const { config, encoder } = this.ctx;
-    if (this.sweepDue) {
-      this.sweepDue = false;
-      const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
-      const expired = session.ledger.expired(cutoff, SWEEP_BATCH);
-      for (const key of expired) {
-        session.ledger.tombstone(key);
-        this.staged.records.push(encoder.tombstone(key, this.partition));
-      }
-      if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
-      const leases = session.ledger.expiredLeases(Date.now(), SWEEP_BATCH);
-      for (const lease of leases) this.host.releaseExpired(session, lease);
-      // A full batch leaves more behind: the next transaction goes on, so expiry keeps up with any intake rate
-      // (one batch per sweep interval would cap it at 1,000 entries a minute per partition, and the ledger grow).
-      if (expired.length === SWEEP_BATCH || leases.length === SWEEP_BATCH) this.sweepDue = true;
-    }
-    const batch = this.staged;
-    this.staged = emptyStaged();
-    const txn = ++this.txnSeq;
-    for (const slot of batch.slots) slot.txn = txn;
-    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
-    this.healRequests.clear();
-    session.ledger.takeStaged();
-    const offset = this.host.watermark();
-    const began = Date.now();
-    // Where intake stands goes into every transaction that moves it, as the ledger's progress entry: one small
-    // record in a partition the transaction mostly writes anyway, no extra round trip. A new owner resumes there.
-    const progressed = offset > this.lastProgressValue;
-    // The group's offset (for tools that read group lag, and for a ledger without progress) goes in at most every
-    // offsetCommitIntervalMs: AddOffsetsToTxn and TxnOffsetCommit are two more round trips. It lags, never leads.
-    const advance = offset > this.lastCommittedOffset;
-    const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
-    if (advance && !withOffset) this.scheduleOffsetCommit();
-    const span = batch.slots.length > 0 ? startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length) : null;
-    let phases: { sent: number; offsets: number; committed: number };
-    /** `pending` entries sent into the open transaction before this commit took it. */
-    let pendings = 0;
+    const live = () => this.live(session);
+    if (!live()) return;
+    /** Its span, once it took results to trace (a failure ends it too). */
+    const traced: { span: TransactionSpan | null } = { span: null };
+    let done: { taken: Taken; phases: { sent: number; offsets: number; committed: number }; pendings: number };
     try {
-      if (progressed) batch.records.push(await this.progressRecord(offset));
-      phases = await session.serial(() => {
-        pendings = session.inOpenTxn;
-        return transact(this.ctx, this.partition, session.producer, batch.records, withOffset ? offset : null, session.takeOpen());
+      done = await session.serial(async () => {
+        // The session may have ended while earlier calls ran: nothing is taken, its open transaction is the end's to abort.
+        if (!live()) throw sessionEnded();
+        const taken = this.take(session);
+        const { batch, offset } = taken;
+        if (batch.slots.length > 0) traced.span = startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length);
+        if (taken.progressed) batch.records.push(await this.progressRecord(offset));
+        if (!live()) throw sessionEnded();
+        // `pending` entries sent into the open transaction before this commit took it.
+        const pendings = session.inOpenTxn;
+        const phases = await transact(this.ctx, this.partition, session.producer, batch.records, taken.withOffset ? offset : null, session.takeOpen(), live);
+        return { taken, phases, pendings };
       });
     } catch (err) {
-      span?.failed(err);
+      traced.span?.failed(err);
       this.host.failed(session, err);
       return;
     }
-    span?.committed();
-    for (const slot of batch.slots) slot.trace?.committed(span);
+    const { taken, phases, pendings } = done;
+    const { batch, txn, offset, began, progressed, withOffset } = taken;
+    traced.span?.committed();
+    for (const slot of batch.slots) slot.trace?.committed(traced.span);
     this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
     if (!session.active) return;
     if (this.log.isLevelEnabled("debug")) {
@@ -300,6 +328,53 @@ export class CommitLoop {
       this.lastOffsetCommitAt = began;
     }
     this.host.committed(batch.slots);
+  }
+
+  /** What a transaction of the current `session` carries, taken now (the sweep's tombstones first added). */
+  private take(session: Session): Taken {
+    const { config, encoder } = this.ctx;
+    if (this.sweepDue) {
+      this.sweepDue = false;
+      const cutoff = new Date(Date.now() - config.ledgerRetentionHours * 3_600_000);
+      // Keys an intent holds are not expired: it classified against the entry (or is about to), and its change follows.
+      const expired = session.ledger.expired(cutoff, SWEEP_BATCH, (key) => this.host.busy(key));
+      for (const key of expired) {
+        session.ledger.tombstone(key);
+        this.staged.records.push(encoder.tombstone(key, this.partition));
+      }
+      if (expired.length > 0) this.log.info({ tombstones: expired.length }, "ledger entries past retention tombstoned");
+      const leases = session.ledger.expiredLeases(Date.now(), SWEEP_BATCH);
+      for (const lease of leases) this.host.releaseExpired(session, lease);
+      // A full batch leaves more behind: the next transaction goes on, so expiry keeps up with any intake rate
+      // (one batch per sweep interval would cap it at 1,000 entries a minute per partition, and the ledger grow).
+      if (expired.length === SWEEP_BATCH || leases.length === SWEEP_BATCH) this.sweepDue = true;
+    }
+    const batch = this.staged;
+    this.staged = emptyStaged();
+    this.stagedLedgerKeys.clear();
+    // Held for this batch: sent once this transaction is done (its Kafka calls go first).
+    if (this.held.length > 0) {
+      session.toSend.push(...this.held);
+      this.held = [];
+      this.sendPendings(session);
+    }
+    const txn = ++this.txnSeq;
+    for (const slot of batch.slots) slot.txn = txn;
+    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
+    this.healRequests.clear();
+    session.ledger.takeStaged();
+    // Current (the caller checked, nothing awaited since): the offset comes from this session's own state.
+    const offset = this.host.watermark(session) ?? this.lastProgressValue;
+    const began = Date.now();
+    // Where intake stands goes into every transaction that moves it, as the ledger's progress entry: one small
+    // record in a partition the transaction mostly writes anyway, no extra round trip. A new owner resumes there.
+    const progressed = offset > this.lastProgressValue;
+    // The group's offset (for tools that read group lag, and for a ledger without progress) goes in at most every
+    // offsetCommitIntervalMs: AddOffsetsToTxn and TxnOffsetCommit are two more round trips. It lags, never leads.
+    const advance = offset > this.lastCommittedOffset;
+    const withOffset = advance && began - this.lastOffsetCommitAt >= this.ctx.config.offsetCommitIntervalMs;
+    if (advance && !withOffset) this.scheduleOffsetCommit();
+    return { batch, txn, offset, began, progressed, withOffset };
   }
 
   private async progressRecord(offset: bigint): Promise<OutRecord> {
@@ -337,6 +412,11 @@ export class CommitLoop {
   }
 }
 
+/** Why an ended session's Kafka call is refused (retriable: the partition's next session takes its work up). */
+function sessionEnded(): WritError {
+  return new WritError("producer_fenced", "session ended", { retriable: true });
+}
+
 /**
  * One transaction of records (and, if given, the consumed offset). Resolves
  * with when each phase ended, in ms from its start (for the debug timeline):
@@ -351,6 +431,7 @@ producer: OwnerProducer,
   records: readonly OutRecord[],
   nextOffset: bigint | null,
   open: OwnerTransaction | null = null,
+  live: () => boolean = () => true,
 ): Promise<{ sent: number; offsets: number; committed: number }> {
   const { config } = ctx;
   const t0 = performance.now();
@@ -365,6 +446,9 @@ producer: OwnerProducer,
     const topics = new Set(records.map((r) => r.topic));
     if (open) topics.add(config.topics.ledger);
     await ctx.hooks?.beforeCommit?.({ partition, topics: [...topics], offset: nextOffset !== null });
+    // A session that ended meanwhile commits nothing: what it took may be stale, and its successor starts from the
+    // last committed state. Aborted below instead.
+    if (!live()) throw sessionEnded();
     await txn.commit();
     return { sent, offsets, committed: at() };
   } catch (err) {

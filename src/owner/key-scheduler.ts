@@ -168,6 +168,11 @@ export class KeyScheduler<T extends { readonly seq: number }> {
     return n;
   }
 
+  /** Whether an item added and not yet done holds `key`. */
+  holds(key: string): boolean {
+    return this.queues.has(key);
+  }
+
   private isHead(item: T): boolean {
     return (this.entries.get(item)?.keys ?? []).every((key) => this.queues.get(key)?.[0] === item);
   }

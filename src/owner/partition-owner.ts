@@ -80,8 +80,9 @@ export class PartitionOwner {
       partition,
       log: this.log,
       working: () => this.working,
-      watermark: () => this.watermark(),
+      watermark: (session) => (this.session === session ? this.watermark() : null),
       current: (session) => this.session === session,
+      busy: (ledgerKey) => this.scheduler.holds(keyQueue(ledgerKey)),
       failed: (session, err) => this.failed(session, err),
       track: (session, task) => this.track(session, task),
       committed: (slots) => this.committed(slots),
@@ -109,7 +110,10 @@ export class PartitionOwner {
     return this.inbox.length + this.slots.size;
   }
 
-  /** Figures for metrics while it runs (null otherwise): ledger entries, pending entries and the oldest one's time, leases held, the committed offset. */
+  /**
+   * Figures for metrics while it runs (null otherwise): ledger entries, pending entries and the oldest one's time,
+   * open escalations and the oldest one's time, leases held, the committed offset.
+   */
   stats(): Omit<PartitionFigures, "partition"> | null {
     const ledger = this.stateValue === "running" ? this.session?.ledger : undefined;
     if (!ledger) return null;
@@ -118,6 +122,8 @@ export class PartitionOwner {
       pending: ledger.pendingCount,
       oldestPendingSince: ledger.oldestPendingSince(),
       leases: ledger.leaseCount,
+      escalations: ledger.openEscalationCount,
+      oldestEscalationSince: ledger.oldestOpenEscalationSince(),
       committedOffset: this.commits.lastProgress,
     };
   }
@@ -409,12 +415,12 @@ export class PartitionOwner {
       if (admission.kind === "resolution") {
         slot.resolution = { resolution: admission.resolution, tool: admission.tool, entityKey: admission.entityKey, replyTo: admission.replyTo };
         // Serialized with the escalated intent's record and key, like any intent of theirs.
-        this.scheduler.add(slot, [admission.entityKey, `key:${admission.resolution.intent.intentKey}`], admission.tool.system.name);
+        this.scheduler.add(slot, [admission.entityKey, keyQueue(admission.resolution.intent.intentKey)], admission.tool.system.name);
         this.startReady(session);
         continue;
       }
       slot.admitted = admission.admitted;
-      this.scheduler.add(slot, [admission.admitted.entityKey, `key:${this.ctx.pipeline.ledgerKey(admission.admitted)}`], admission.admitted.tool.system.name);
+      this.scheduler.add(slot, [admission.admitted.entityKey, keyQueue(this.ctx.pipeline.ledgerKey(admission.admitted))], admission.admitted.tool.system.name);
       this.startReady(session);
     }
   }
@@ -564,12 +570,17 @@ export class PartitionOwner {
     this.pump();
   }
 
-  /** The offset to commit: the first intent whose result is not in this or an earlier transaction. */
+  /** The offset to commit: the first intent whose result is not in this or an earlier transaction (the current session's state). */
   private watermark(): bigint {
     for (const slot of this.slots.values()) if (slot.txn === undefined || slot.txn === -1) return slot.offset;
     const waiting = this.inbox[0];
     return waiting ? BigInt(waiting.offset) : this.expectedNext;
   }
+}
+
+/** The scheduler's queue of one ledger key: an intent key's intents (and decisions on its escalation) run one at a time. */
+function keyQueue(ledgerKey: string): string {
+  return `key:${ledgerKey}`;
 }
 
 /** Fencing, by kafkajs error type anywhere in the cause chain: a newer owner holds the transactional id. */

@@ -51,6 +51,8 @@ export interface Harness {
   client(agentId: string): Promise<WritClient>;
   /** Reads every value of a topic so far, decoded; waits until `count` are there. */
   readTopic<N extends WireSchemaName>(topic: string, name: N, count: number): Promise<z.output<(typeof WIRE_SCHEMAS)[N]>[]>;
+  /** The ledger's committed records from its start, as they arrive (key, and whether a tombstone): a live list. */
+  watchLedger(): Promise<{ key: string; tombstone: boolean }[]>;
   produceRaw(key: string, value: Buffer): Promise<void>;
   /** Records in one batch, compressed with `compression` (kafkajs's CompressionTypes). */
   produceBatch(records: { key: string; value: Buffer }[], compression: number): Promise<void>;
@@ -121,6 +123,15 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
         await consumer.disconnect();
       }
       return seen as z.output<(typeof WIRE_SCHEMAS)[typeof name]>[];
+    },
+    async watchLedger() {
+      const seen: { key: string; tombstone: boolean }[] = [];
+      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+      onTestFinished(() => consumer.disconnect());
+      await consumer.connect();
+      await consumer.subscribe({ topic: config.topics.ledger, fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message }) => void seen.push({ key: message.key?.toString() ?? "", tombstone: message.value === null }) });
+      return seen;
     },
     async produceRaw(key, value) {
       await harness.produceBatch([{ key, value }], CompressionTypes.None);

@@ -38,13 +38,13 @@ describe("the alert rules, run by promtool", () => {
   }, 900_000);
   afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-  it("promtool checks the rule file (15 rules) and the monitoring profile's Prometheus configuration that loads it", () => {
+  it("promtool checks the rule file (16 rules) and the monitoring profile's Prometheus configuration that loads it", () => {
     let r = run("check", "rules", join(DEPLOY, "writ-alerts.yml"));
-    expect(r.out).toContain("SUCCESS: 15 rules found");
+    expect(r.out).toContain("SUCCESS: 16 rules found");
     expect(r.status).toBe(0);
     r = run("check", "config", join(DEPLOY, "prometheus.yml"));
     expect(r.out).toContain("is valid prometheus config file syntax");
-    expect(r.out).toContain("SUCCESS: 15 rules found");
+    expect(r.out).toContain("SUCCESS: 16 rules found");
     expect(r.status).toBe(0);
   });
 
@@ -56,7 +56,7 @@ describe("the alert rules, run by promtool", () => {
     const rules = readFileSync(join(DEPLOY, "writ-alerts.yml"), "utf8");
     const tests = readFileSync(join(DEPLOY, "writ-alerts.test.yml"), "utf8");
     const alerts = [...rules.matchAll(/^\s+- alert: (\w+)$/gm)].map((m) => m[1]!);
-    expect(alerts).toHaveLength(15);
+    expect(alerts).toHaveLength(16);
     const firing = new Set([...tests.matchAll(/alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels/g)].map((m) => m[1]!));
     expect(alerts.filter((a) => !firing.has(a))).toEqual([]);
   });

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Kafka, logLevel } from "kafkajs";
-import { describe, expect, it, onTestFinished } from "vitest";
+import { pino } from "pino";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { brokers, readVersion, refundIntent, startHarness, type Harness } from "../helpers/writ-harness.ts";
@@ -150,5 +151,64 @@ describe("the owner's commit loop", () => {
     // reconciled): one PATCH request, however many results failed to commit.
     expect(h.records.patchRequests()).toHaveLength(1);
     expect(h.records.history("payment", "pay_1").filter((e) => e.kind !== "create")).toHaveLength(1);
+  });
+
+  it("session-end-during-linger: router.stop() while the commit lingers, its deadline passed and its timer not fired, commits nothing; the next owner resumes at the first unanswered intent", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    for (const id of ["pay_1", "pay_2"]) h.records.seed("payment", id, { amountCents: 1_000_000, refunds: [] });
+    /** Each router's log lines (the first one's at debug: the commit loop says when it lingers and what it commits). */
+    const logOf = (level: string) => {
+      const lines: { msg?: string; offset?: string; results?: number; pendings?: number }[] = [];
+      return { lines, logger: pino({ level }, { write: (s: string) => void lines.push(JSON.parse(s)) }) };
+    };
+    const first = logOf("debug");
+    const config = { ...h.config, commitLingerMs: 1_000, offsetCommitIntervalMs: 0, sorTimeoutMs: 10_000 };
+    const router = await h.startRouter({ config, logger: first.logger });
+    const agent = await h.client("billing-agent");
+    // Offset 0: a refund answered and committed (the reply topic's schema known from here on).
+    await refundNow(h, agent);
+    // Offset 1: a refund of pay_2 whose fresh read takes 8 s, at work throughout. Its `pending` entry commits alone
+    // once the linger is over: nothing is staged after that.
+    const slow = { ...refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_2")).version, 200), entity: { type: "payment", id: "pay_2" } };
+    const fast = refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_1")).version, 300);
+    h.records.setFaults([{ kind: "slow-read", delayMs: 8_000, match: { type: "payment", id: "pay_2" } }]);
+    const slowAnswer = agent.submit(slow);
+    await waitFor(() => first.lines.some((l) => l.msg === "transaction committed" && l.results === 0 && l.pendings === 1), {
+      timeoutMs: 20_000,
+      message: "the slow refund's pending entry never committed",
+    });
+    expect(h.records.faults()).toEqual([]);
+    // The clock stands still from here: the commit loop's linger does not run out by itself.
+    const frozen = Date.now();
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => frozen);
+    onTestFinished(() => void vi.restoreAllMocks());
+    // Offset 2: a refund of pay_1, applied at once: its result is staged and the commit loop lingers for offset 1.
+    const seen = first.lines.length;
+    const fastAnswer = agent.submit(fast);
+    const fastKey = agent.buildIntent(fast).intentKey;
+    await waitFor(() => h.records.patchRequests(fastKey).length === 1 && first.lines.slice(seen).some((l) => l.msg === "commit lingers for intents at work"), {
+      message: "the commit loop never lingered with the second refund staged",
+    });
+
+    // The event loop late: the linger's deadline passed (the clock a second on), its timer not fired yet.
+    clock.mockImplementation(() => frozen + 1_001);
+    await router.stop();
+    vi.restoreAllMocks();
+
+    // At the broker: the group's offset stands at offset 1, the first intent not answered.
+    const kafka = new Kafka({ clientId: `commit-loop-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    const [group] = await admin.fetchOffsets({ groupId: h.config.groupId, topics: [h.config.topics.intents] });
+    expect(group?.partitions[0]?.offset).toBe("1");
+    // The next owner resumes there (the ledger's progress entry, or the group's offset when further), and answers both.
+    const second = logOf("info");
+    await h.startRouter({ config, logger: second.logger });
+    expect(await slowAnswer).toMatchObject({ status: "applied" });
+    expect(await fastAnswer).toMatchObject({ status: "applied" });
+    expect(second.lines.find((l) => l.msg === "partition restored; owning it")?.offset).toBe("1");
+    expect(h.records.patchRequests(agent.buildIntent(slow).intentKey)).toHaveLength(1);
+    expect(h.records.patchRequests(fastKey)).toHaveLength(1);
   });
 });

@@ -74,13 +74,7 @@ describe("the ledger on writ.ledger", () => {
     const reply = await agent.submit(refund(`run-${randomUUID()}`, version));
     expect(reply.status).toBe("applied");
 
-    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
-    const consumer = kafka.consumer({ groupId: `ledger-test-${randomUUID()}`, maxWaitTimeInMs: 500 });
-    onTestFinished(() => consumer.disconnect());
-    const seen: { key: string; tombstone: boolean }[] = [];
-    await consumer.connect();
-    await consumer.subscribe({ topic: h.config.topics.ledger, fromBeginning: true });
-    await consumer.run({ eachMessage: async ({ message }) => void seen.push({ key: message.key!.toString(), tombstone: message.value === null }) });
+    const seen = await h.watchLedger();
     await waitFor(() => seen.some((m) => m.key === reply.intentKey && m.tombstone), {
       timeoutMs: 30_000,
       message: () => `ledger records for the key: ${JSON.stringify(seen.filter((m) => m.key === reply.intentKey))}`,

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import { cliEnv, escalatedCase, readVersion, startHarness, tagTicketNoDelta, writ } from "../helpers/writ-harness.ts";
+import { cliEnv, escalatedCase, readVersion, refundIntent, startHarness, tagTicketNoDelta, writ } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 describe("resolving escalations", () => {
@@ -89,5 +89,27 @@ describe("resolving escalations", () => {
     expect(patches()).toHaveLength(1);
     expect((await readVersion(h.records, "ticket", "T-72")).state.tags).toEqual(["needs-human"]);
     await waitFor(() => seen.find((r) => r.intentId === escalatedReply.intentId && r.status === "applied"));
+  });
+
+  it("escalation-past-retention: an open escalation is kept past the ledger's retention, and a decision on it is still carried out and answered", async () => {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // 3.6 s of retention, so the sweep runs within the test (below the config's least hour: a test-only override).
+    await h.startRouter({}, { ledgerRetentionHours: 0.001 });
+    const { seen, escalation, escalatedReply } = await escalatedCase(h, "agent-d", "T-73");
+    // A write settled after the escalation: once its entry is tombstoned, every sweep has passed the escalation's too.
+    const billing = await h.client("billing-agent");
+    const later = await billing.submit(refundIntent(`run-${randomUUID()}`, (await readVersion(h.records, "payment", "pay_1")).version));
+    expect(later).toMatchObject({ status: "applied" });
+
+    const ledger = await h.watchLedger();
+    await waitFor(() => ledger.some((m) => m.key === later.intentKey && m.tombstone), { timeoutMs: 30_000, message: "the later write's entry was never tombstoned" });
+    expect(ledger.filter((m) => m.key === escalatedReply.intentKey && m.tombstone)).toEqual([]);
+
+    // Past retention, the operator decides: carried out, and the agent hears it.
+    const ops = await h.client("ops-4");
+    const discarded = await ops.resolve(escalation, { decision: "discard", message: "not needed any more" });
+    expect(discarded).toMatchObject({ status: "rejected", reason: "escalation_discarded", message: "not needed any more" });
+    await waitFor(() => seen.find((r) => r.intentId === escalatedReply.intentId && r.status === "rejected"), { timeoutMs: 30_000, message: "the agent never heard the decision" });
   });
 });

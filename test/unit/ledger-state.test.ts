@@ -85,6 +85,26 @@ describe("PartitionLedger", () => {
     expect(ledger.expired(new Date(Date.now() - 60_000), 1)).toEqual(["a"]);
   });
 
+  it("never expires an open escalation (a person's decision closes it), nor a key `busy` names; a decided escalation expires", () => {
+    const old = new Date(Date.now() - 48 * 3_600_000).toISOString();
+    const escalated = (key: string): LedgerIntentEntry => ({
+      ...entry("done", { key, at: old }),
+      outcome: { status: "escalated", reason: "outcome_unknown", message: "m", escalationId: `e-${key}`, at: old },
+    });
+    const ledger = new PartitionLedger(0, [
+      ["a", escalated("a")],
+      ["b", entry("done", { key: "b", at: old })],
+      ["c", entry("conflicted", { key: "c", at: old })],
+      ["d", { ...entry("done", { key: "d", at: old }), outcome: { status: "rejected", reason: "escalation_discarded", message: "m", at: old } }],
+    ]);
+    const cutoff = new Date(Date.now() - 24 * 3_600_000);
+    expect(ledger.expired(cutoff, 10)).toEqual(["b", "c", "d"]);
+    expect(ledger.expired(cutoff, 10, (key) => key === "c")).toEqual(["b", "d"]);
+    // Open escalations do not count against the batch: the sweep still finds what is due behind them.
+    expect(ledger.expired(cutoff, 1)).toEqual(["b"]);
+    expect(ledger.openEscalationCount).toBe(1);
+  });
+
   it("expires nothing for an invalid cutoff (a retention window past the dates, now - 1e10 h), not everything", () => {
     const old = new Date(Date.now() - 3_600_000).toISOString();
     const ledger = new PartitionLedger(0, [["a", entry("done", { key: "a", at: old })], ["b", entry("done", { key: "b" })]]);

@@ -133,8 +133,11 @@ describe("RouterMetrics", () => {
     m.owner.opened(0, 300);
     m.pipeline.conflict({ tool: { name: "tag_ticket", recordType: "ticket" } } as never, "version_mismatch");
     m.fetched(0, "10");
+    const escalatedAt = Date.now() - 7_200_000;
     m.attach({
-      partitions: () => [{ partition: 0, ledgerEntries: 5, pending: 1, oldestPendingSince: Date.now() - 2000, leases: 2, committedOffset: 7n }],
+      partitions: () => [
+        { partition: 0, ledgerEntries: 5, pending: 1, oldestPendingSince: Date.now() - 2000, escalations: 3, oldestEscalationSince: escalatedAt, leases: 2, committedOffset: 7n },
+      ],
       highWatermarks: () => Promise.reject(new Error("broker away")),
     });
     const text = await m.text();
@@ -149,6 +152,8 @@ describe("RouterMetrics", () => {
     // The probe failed: lag from the last fetched batch's high watermark.
     expect(text).toContain('writ_consumer_lag_records{partition="0"} 3');
     expect(text).toMatch(/writ_ledger_oldest_pending_age_seconds\{partition="0"\} (1\.9|2)/);
+    expect(text).toContain('writ_ledger_escalated_entries{partition="0"} 3');
+    expect(Number(/writ_ledger_oldest_escalated_age_seconds\{partition="0"\} ([0-9.]+)/.exec(text)?.[1])).toBeGreaterThanOrEqual(7200);
     expect(text).toContain('writ_restore_duration_seconds_count{partition="0"} 1');
     expect(text).toContain('writ_transaction_duration_seconds_count{partition="0"} 1');
     // Two routers, two registries.
@@ -188,5 +193,29 @@ describe("PartitionLedger pending accessors", () => {
     ledger.committedSending();
     expect(ledger.pendingCount).toBe(0);
     expect(ledger.oldestPendingSince()).toBeNull();
+  });
+
+  it("counts committed open escalations and knows when the oldest was escalated, until a decision closes it", () => {
+    const escalated = (key: string, at: string, updatedAt = at): LedgerIntentEntry => ({
+      ...entry(key, "done", updatedAt),
+      outcome: { status: "escalated", reason: "conflict_cycles_exhausted", message: "m", escalationId: `e-${key}`, at },
+    });
+    const ledger = new PartitionLedger(0, [
+      ["a", escalated("a", "2026-01-01T00:00:10Z")],
+      ["b", { ...entry("b", "done", "2026-01-01T00:00:05Z"), outcome: { status: "applied", version: '"v2"', via: "patch", at: "2026-01-01T00:00:05Z" } }],
+      ["c", entry("c", "conflicted", "2026-01-01T00:00:00Z")],
+    ]);
+    expect([ledger.openEscalationCount, ledger.oldestOpenEscalationSince()]).toEqual([1, Date.parse("2026-01-01T00:00:10Z")]);
+    // A later updatedAt than its escalation (as when an operator's refused decision puts the entry back): it has waited since it was escalated.
+    ledger.stage(escalated("c", "2026-01-01T00:00:01Z", "2026-01-01T00:00:30Z"));
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect([ledger.openEscalationCount, ledger.oldestOpenEscalationSince()]).toEqual([2, Date.parse("2026-01-01T00:00:01Z")]);
+    // Decided (applied by an operator): closed.
+    ledger.stage({ ...entry("c", "done", "2026-01-01T00:00:40Z"), outcome: { status: "applied", version: '"v3"', via: "resolution", at: "2026-01-01T00:00:40Z" } }, { resolution: true });
+    ledger.stage(entry("a", "pending", "2026-01-01T00:00:40Z"), { resolution: true });
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect([ledger.openEscalationCount, ledger.oldestOpenEscalationSince()]).toEqual([0, null]);
   });
 });

@@ -3,6 +3,7 @@
 // A test file mocks partition-restore.ts with `restoredWith(...)` to hand the owner this producer and a ledger.
 import type { KafkaMessage } from "kafkajs";
 import { pino } from "pino";
+import { vi } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
 import { RouterConfig, type RouterConfigInput, parseConfig } from "../../../src/config.ts";
 import { PartitionLedger, type RestoredEntry } from "../../../src/ledger/ledger-state.ts";
@@ -18,6 +19,7 @@ export interface SentTxn {
   records: { topic: string; key: string | null; value: Buffer | null }[];
   offset: string | null;
   committed: boolean;
+  aborted: boolean;
 }
 
 /** Every transaction begun, in order. */
@@ -29,7 +31,7 @@ function recordingProducer() {
     async connect() {},
     async disconnect() {},
     async transaction() {
-      const t: SentTxn = { records: [], offset: null, committed: false };
+      const t: SentTxn = { records: [], offset: null, committed: false, aborted: false };
       txns.push(t);
       return {
         async send(round: { topic: string; messages: { key: string | null; value: Buffer | null }[] }[]) {
@@ -41,7 +43,9 @@ function recordingProducer() {
         async commit() {
           t.committed = true;
         },
-        async abort() {},
+        async abort() {
+          t.aborted = true;
+        },
       };
     },
   };
@@ -79,4 +83,48 @@ export function ownerWith(opts: { codec?: WireCodec; config?: Partial<RouterConf
 /** A record of the intents topic at `offset`. */
 export function intentRecord(offset: number, value: string, key = "ticket:T-1"): KafkaMessage {
   return { offset: String(offset), key: Buffer.from(key), value: Buffer.from(value), headers: {}, timestamp: String(Date.now()), attributes: 0 };
+}
+
+/** A promise `open()` resolves: holds a step of the owner (a read, a PATCH, an encode) until the test lets it go. */
+export function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((resolve) => (open = resolve));
+  return { wait, open };
+}
+
+/**
+ * Date.now stands still until advanced: the commit loop's linger (WRIT_COMMIT_LINGER_MS) then never runs out by
+ * itself, and a test decides when it has. Restored by vi.restoreAllMocks().
+ */
+export function frozenClock(): { advance(ms: number): void } {
+  const t0 = Date.now();
+  let shift = 0;
+  vi.spyOn(Date, "now").mockImplementation(() => t0 + shift);
+  return { advance: (ms) => void (shift += ms) };
+}
+
+/** Waits for `predicate` under a frozen clock (waitFor's deadline is Date.now's): at most `turns` 1 ms pauses. */
+export async function until(predicate: () => boolean, message: () => string, turns = 5_000): Promise<void> {
+  for (let i = 0; i < turns; i++) {
+    if (predicate()) return;
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  throw new Error(`never happened: ${message()}`);
+}
+
+/**
+ * The ledger records transactions carried, in topic order, as `<key>:<status|kind|tombstone>`: the committed
+ * ones' (what a read_committed restore reads), or those of every transaction not aborted (`sent`: what its
+ * read_uncommitted scan finds too).
+ */
+export function committedLedger(of: "committed" | "sent" = "committed"): string[] {
+  return txns
+    .filter((t) => (of === "committed" ? t.committed : !t.aborted))
+    .flatMap((t) => t.records)
+    .filter((r) => r.topic === "writ.ledger")
+    .map((r) => {
+      if (r.value === null) return `${r.key}:tombstone`;
+      const v = JSON.parse(r.value.toString("utf8")) as { status?: string; kind?: string };
+      return `${r.key}:${v.status ?? v.kind}`;
+    });
 }
