@@ -85,7 +85,10 @@ export const REJECT_REASONS = [
   "undo_target_mismatch",
   /** An undo of a tool that declares no compensating change, or of an undo. */
   "undo_not_declared",
-  /** The tool's undo function failed, or gave no valid change, on the record as the write left it. */
+  /**
+   * The tool's undo function failed, or gave no valid change, on the record as the write left it; or, on a record
+   * changed since, gave a change too large to carry in a reply (over WRIT_MAX_INTENT_BYTES): nothing was undone.
+   */
   "undo_failed",
   /** The record's lease is held by a change that spans records (another change, or another agent's): submit again once it ends. `details.expiresAt` says when it lapses at the latest. */
   "leased",
@@ -115,6 +118,11 @@ export const DEAD_LETTER_REASONS = [
   "reply_topic_not_allowed",
   "reply_topic_missing",
   "processing_failed",
+  /**
+   * The intent's reply (or escalation) is larger than its topic takes even without the record's state (a reply topic
+   * whose max.message.bytes is small): not written; it is in the dead letter's `undelivered`, the outcome in the ledger.
+   */
+  "undeliverable",
 ] as const;
 export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
 

@@ -29,4 +29,8 @@ export class LruMap<K, V> {
   delete(key: K): void {
     this.map.delete(key);
   }
+
+  clear(): void {
+    this.map.clear();
+  }
 }

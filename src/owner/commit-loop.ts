@@ -10,7 +10,7 @@ import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entr
 import { startTransactionSpan, type TransactionSpan } from "../tracing/spans.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import type { PendingSend, Session, Slot } from "./owner-session.ts";
-import { type OutRecord, healRecord, sendRounds } from "./records.ts";
+import { type OutRecord, healRecord } from "./records.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
 
 /** What the next transaction carries (beside the `pending` entries already sent into it). */
@@ -200,7 +200,7 @@ export class CommitLoop {
         }
         try {
           session.openTxn ??= await session.producer.transaction();
-          for (const round of sendRounds(batch.map((p) => p.record), this.ctx.config.maxMessageBytes)) await session.openTxn.send(round);
+          await sendRecords(this.ctx, this.partition, session.openTxn, batch.map((p) => p.record));
           if (session.inOpenTxn === 0) session.openSince = Date.now();
           session.inOpenTxn += batch.length;
         } catch (err) {
@@ -304,6 +304,8 @@ export class CommitLoop {
     const { taken, phases, pendings } = done;
     const { batch, txn, offset, began, progressed, withOffset } = taken;
     traced.span?.committed();
+    // Results committed: the partition is past whatever was refused (a restore's own transactions do not say so).
+    this.ctx.encoder.limits.committed(this.partition);
     for (const slot of batch.slots) slot.trace?.committed(traced.span);
     this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
     if (!session.active) return;
@@ -360,7 +362,11 @@ export class CommitLoop {
     }
     const txn = ++this.txnSeq;
     for (const slot of batch.slots) slot.txn = txn;
-    for (const [topic, partitions] of this.healRequests) for (const p of partitions) batch.records.push(healRecord(topic, p));
+    for (const [topic, partitions] of this.healRequests) {
+      // A topic that takes less than a heal record (restore's healTargets says why) gets none.
+      if (!encoder.limits.fits(healRecord(topic, 0))) continue;
+      for (const p of partitions) batch.records.push(healRecord(topic, p));
+    }
     this.healRequests.clear();
     session.ledger.takeStaged();
     // Current (the caller checked, nothing awaited since): the offset comes from this session's own state.
@@ -425,9 +431,9 @@ function sessionEnded(): WritError {
  * transactions.ts.
  */
 export async function transact(
-ctx: Pick<OwnerContext, "config" | "hooks">,
-partition: number,
-producer: OwnerProducer,
+  ctx: Pick<OwnerContext, "config" | "hooks" | "encoder" | "log">,
+  partition: number,
+  producer: OwnerProducer,
   records: readonly OutRecord[],
   nextOffset: bigint | null,
   open: OwnerTransaction | null = null,
@@ -439,7 +445,7 @@ producer: OwnerProducer,
   // The open transaction, with the `pending` entries already sent into it, if there is one.
   const txn = open ?? (await producer.transaction());
   try {
-    for (const round of sendRounds(records, config.maxMessageBytes)) await txn.send(round);
+    await sendRecords(ctx, partition, txn, records);
     const sent = at();
     if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition, offset: nextOffset });
     const offsets = at();
@@ -455,4 +461,20 @@ producer: OwnerProducer,
     await txn.abort().catch(() => undefined);
     throw err;
   }
+}
+
+/**
+ * `records` into partition `partition`'s transaction, in rounds sized for what their topics take. A round the broker
+ * refuses for its size fails the transaction as any failure does, and is learned first (produce-limits.ts): the
+ * partition's next transactions send one record per request until one commits, and a refusal of one record teaches
+ * the encoder its topic's limit, so the intent's result is written within it when it runs again.
+ */
+async function sendRecords(ctx: Pick<OwnerContext, "encoder" | "log">, partition: number, txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[]): Promise<void> {
+  await ctx.encoder.limits.send(txn, records, partition, (learned) => {
+    if (learned) {
+      ctx.log.warn({ partition, topic: learned.topic, bytes: learned.bytes }, "the broker refused a record as too large for its topic; that topic's records are written within what it took from now on");
+    } else {
+      ctx.log.warn({ partition }, "the broker refused a record as too large for its topic; the partition sends one record per request until a transaction commits, to find it");
+    }
+  });
 }

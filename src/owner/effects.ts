@@ -91,7 +91,7 @@ export function truncateDeadLetter(d: DeadLetter, maxPayloadBytes: number): Dead
   return { ...d, valueBase64: bytes.subarray(0, Math.max(0, maxPayloadBytes)).toString("base64"), truncated: true };
 }
 
-/** The same reply without record state, for a reply that would not fit the broker's message size. */
+/** The same reply without record state (a rejection without its details), marked `truncated`, for a reply that would not fit the broker's message size. */
 export function withoutState(reply: Reply): Reply {
   switch (reply.status) {
     case "applied":
@@ -99,7 +99,7 @@ export function withoutState(reply: Reply): Reply {
     case "conflict":
       return { ...reply, current: { state: null, version: reply.current.version }, truncated: true };
     case "rejected":
-      return { ...reply, details: undefined, message: reply.message.slice(0, 2000) };
+      return { ...reply, details: undefined, message: reply.message.slice(0, 2000), truncated: true };
     default:
       return reply;
   }

@@ -83,8 +83,11 @@ export interface ExecContext {
 }
 
 export interface PipelineDeps {
-  /** `sorRetryAfterMaxMs` unset: Retry-After is honoured (the owner's pause caps it). */
-  config: Pick<RouterConfig, "unknownRounds"> & Partial<Pick<RouterConfig, "sorRetryAfterMaxMs">>;
+  /**
+   * `sorRetryAfterMaxMs` unset: Retry-After is honoured (the owner's pause caps it). `maxIntentBytes` unset: an undo's
+   * compensating change is carried in its conflict reply whatever its size (owners always pass theirs).
+   */
+  config: Pick<RouterConfig, "unknownRounds"> & Partial<Pick<RouterConfig, "sorRetryAfterMaxMs" | "maxIntentBytes">>;
   log: Logger;
   now?: () => Date;
   /**
@@ -219,7 +222,7 @@ export class IntentPipeline {
     }
     const now = current ?? { state: null, version: plan.stored.version };
     const change = this.yourChange(a, plan.undo, now);
-    if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, { current: now }), "undo failed");
+    if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, change.details), "undo failed");
     const reply: Reply = { ...this.conflictReply(a, plan.stored.cycle, now, change.delta), duplicate: true };
     return { kind: "settled", effects: effects({ replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "repeat of a conflicted attempt" };
   }
@@ -396,7 +399,7 @@ export class IntentPipeline {
   }
 
   /** The compensating change the tool's undo gives on `current`, checked to be a JSON Patch of at least one op. */
-  private undoChange(a: AdmittedIntent, target: UndoTarget, current: Versioned): { delta: JsonPatchOp[] } | { error: string } {
+  private undoChange(a: AdmittedIntent, target: UndoTarget, current: Versioned): { delta: JsonPatchOp[]; bytes: number } | { error: string } {
     let raw: unknown;
     try {
       raw = a.tool.undo!(target.params, current, { intentKey: target.intentKey });
@@ -405,22 +408,38 @@ export class IntentPipeline {
     }
     const parsed = JsonPatch.safeParse(raw);
     if (!parsed.success) return { error: `the tool's undo function gave no JSON Patch of at least one operation: ${parsed.error.issues[0]?.message ?? "invalid"}`.slice(0, 2000) };
+    let bytes: number;
     try {
-      canonicalJson(parsed.data);
+      bytes = Buffer.byteLength(canonicalJson(parsed.data));
     } catch (err) {
       return { error: `the tool's undo function gave a change with no canonical form: ${describe(err)}`.slice(0, 2000) };
     }
-    return { delta: parsed.data };
+    return { delta: parsed.data, bytes };
   }
 
   /**
    * What a conflict reply shows as `your_change`: the intent's delta, or for
    * an undo the compensating change as it would be built on the record now.
+   * That change is the tool's, from a record of any size (an undo that puts a
+   * list back copies it): one past what an intent's change may take
+   * (maxIntentBytes) is not carried, since a reply without the record's state
+   * must still fit the broker (and an escalation of the undo is sized by it).
+   * The undo is answered `undo_failed` then: on a record changed since, it can
+   * never apply anyway.
    */
-  private yourChange(a: AdmittedIntent, target: UndoTarget | undefined, current: Versioned): { delta: JsonPatchOp[] } | { error: string } {
+  private yourChange(a: AdmittedIntent, target: UndoTarget | undefined, current: Versioned): { delta: JsonPatchOp[] } | { error: string; details: unknown } {
     if (!a.intent.undo) return { delta: a.intent.delta };
-    if (!target) return { error: "the undone write's ledger entry is gone" };
-    return this.undoChange(a, target, current);
+    if (!target) return { error: "the undone write's ledger entry is gone", details: { current } };
+    const change = this.undoChange(a, target, current);
+    if ("error" in change) return { ...change, details: { current } };
+    const max = this.deps.config.maxIntentBytes ?? Number.POSITIVE_INFINITY;
+    if (change.bytes > max) {
+      const error =
+        `The record changed since the write you undo (it is now ${current.version}); nothing was undone. The undo's change on it is ${change.bytes} bytes as JSON, ` +
+        `over the ${max} a change may take (WRIT_MAX_INTENT_BYTES): too large to carry in a reply. Decide again from the record.`;
+      return { error, details: { version: current.version, changeBytes: change.bytes, maxBytes: max } };
+    }
+    return { delta: change.delta };
   }
 
   /**
@@ -542,7 +561,7 @@ export class IntentPipeline {
       return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
     }
     const change = this.yourChange(a, state.undo, current);
-    if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error, { current });
+    if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error, change.details);
     const cycle = pending.cycles + 1;
     if (cycle > a.tool.maxConflictCycles) return this.escalate(a, { ...pending, cycles: cycle }, state, "conflict_cycles_exhausted", current);
     const reply = this.conflictReply(a, cycle, current, change.delta);

@@ -404,12 +404,20 @@ export class PartitionOwner {
         continue;
       }
       if (admission.kind === "forward") {
+        const forward = { partition: admission.partition, message, from: source };
+        // Too large to forward (its headers, inflated): settled here, dead-lettered, and counted so.
+        const refused = this.ctx.encoder.unforwardable(forward);
+        if (refused) {
+          this.log.warn({ offset: message.offset, to: admission.partition }, "intent on the wrong partition for its key, too large to forward with its headers; dead-lettered too_large");
+          this.track(session, this.settle(session, slot, effects({ deadLetters: [refused] })));
+          continue;
+        }
         // Another client's partitioner put it here: its key's partition is its owner's. Forwarded in this
         // owner's transaction with the consumed offset: exactly once, and handled there like any intent.
         // Debug, not warn: a fleet of agents on librdkafka's default partitioner sends most intents this way. Counted in writ_forwarded_total.
         this.log.debug({ offset: message.offset, to: admission.partition }, "intent on the wrong partition for its key; forwarded to its owner partition");
         this.ctx.observe?.forwarded?.(admission.partition);
-        this.track(session, this.settle(session, slot, effects({ forwards: [{ partition: admission.partition, message, from: source }] })));
+        this.track(session, this.settle(session, slot, effects({ forwards: [forward] })));
         continue;
       }
       if (admission.kind === "resolution") {
@@ -524,9 +532,10 @@ export class PartitionOwner {
   private async settle(session: Session, slot: Slot, outcome: Effects): Promise<void> {
     let result = outcome;
     let records: OutRecord[] | undefined;
+    const source = { topic: this.ctx.config.topics.intents, partition: this.partition, offset: slot.message.offset };
     while (records === undefined) {
       try {
-        records = await this.ctx.encoder.encode(result, this.partition);
+        records = await this.ctx.encoder.encode(result, this.partition, { message: slot.message, source });
       } catch (err) {
         if (!session.active) return;
         if (isRegistryOutage(err)) {
@@ -536,7 +545,6 @@ export class PartitionOwner {
           if (!session.active) return;
           continue;
         }
-        const source = { topic: this.ctx.config.topics.intents, partition: this.partition, offset: slot.message.offset };
         if (result === outcome) {
           this.log.error({ err, offset: slot.message.offset }, "an intent's result cannot be encoded; the intent is dead-lettered instead");
           const why = `its result could not be encoded: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000);

@@ -127,6 +127,9 @@ async function healTargets(ctx: OwnerContext, ledger: PartitionLedger, partition
   const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq, topics.intents]);
   const out: OutRecord[] = [];
   for (const [topic, count] of counts) {
+    // A topic that takes less than a heal record (its configs say so, or it refused one: an agent's reply topic of
+    // max.message.bytes 0) holds no transaction of this process; a heal record there would fail every open.
+    if (!ctx.encoder.limits.fits(healRecord(topic, 0))) continue;
     // Intents partitions are written by forwards (§3.1), never to the owner's own: its own needs no heal.
     for (let p = 0; p < count; p++) if (topic !== topics.intents || p !== partition) out.push(healRecord(topic, p));
   }

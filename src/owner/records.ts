@@ -1,32 +1,21 @@
-import type { Message, TopicMessages } from "kafkajs";
+import type { KafkaMessage } from "kafkajs";
+import type { z } from "zod";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
+import { isRegistryOutage } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import type { DeadLetter } from "../schemas/dead-letter.ts";
+import type { WIRE_SCHEMAS } from "../schemas/index.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../schemas/control.ts";
 import { FORWARDED_HEADER } from "./admission.ts";
-import { type Effects, truncateDeadLetter, withoutState } from "./effects.ts";
+import { type Effects, type SourceRef, deadLetterOf, truncateDeadLetter, withoutState } from "./effects.ts";
+import { BATCH_OVERHEAD_BYTES, fitsBatch, type OutRecord, ProduceLimits, recordBytes } from "./produce-limits.ts";
+
+export { type OutRecord, sendRounds } from "./produce-limits.ts";
 
 /** Key of heal records (defined with the other control-record names in src/schemas/control.ts). */
 export { HEAL_KEY };
-
-/** One record an owner's transaction produces. */
-export interface OutRecord {
-  topic: string;
-  /** Explicit partition (the ledger's, a heal's); otherwise the Java-compatible partitioner picks by key. */
-  partition?: number;
-  key: string | Buffer | null;
-  value: Buffer | null;
-  headers?: Record<string, string | Buffer | (string | Buffer)[]>;
-}
-
-/** Bytes a record adds to a produce request, roughly: key, value, headers and the record's own framing. */
-function recordBytes(r: OutRecord): number {
-  let n = 64 + (r.key === null ? 0 : Buffer.byteLength(r.key)) + (r.value?.length ?? 0);
-  for (const [k, v] of Object.entries(r.headers ?? {})) {
-    for (const x of Array.isArray(v) ? v : [v]) n += Buffer.byteLength(k) + Buffer.byteLength(x) + 8;
-  }
-  return n;
-}
 
 /** Header naming the headers a forwarded record lost: Kafka allows null header values, a produce request from kafkajs does not. */
 export const FORWARDED_NULL_HEADERS = "writ-forwarded-null-headers";
@@ -51,59 +40,153 @@ function forwardedHeaders(f: Effects["forwards"][number]): Record<string, string
   return headers;
 }
 
+/** The intent record whose result is being encoded: what a record of the result that cannot be written is dead-lettered as. */
+export interface ResultOrigin {
+  message: KafkaMessage;
+  source: SourceRef;
+}
+
+/** A record as forwarded to its key's partition: as it came, with the forward's mark. */
+function forwardedRecord(f: Effects["forwards"][number]): OutRecord {
+  return { topic: f.from.topic, partition: f.partition, key: f.message.key ?? null, value: f.message.value ?? null, headers: forwardedHeaders(f) };
+}
+
 /**
- * Turns effects into encoded records that are sure to fit the broker: a
- * reply or escalation too large for `maxMessageBytes` goes out without its
- * record state (marked `truncated`), a dead letter keeps the start of the
- * original bytes plus their length and sha256. Encoding happens when an
- * intent settles, not at commit, so one intent's bad value can fail only that
- * intent, never a transaction carrying others.
+ * Turns effects into encoded records that are sure to fit what their topics
+ * take ({@link ProduceLimits}: `maxMessageBytes`, or less where a topic's
+ * configs say so or a broker refused a record): a reply or escalation too large goes out without its
+ * record state (marked `truncated`); one still too large (a reply topic that
+ * takes less than a reply) is not written, and the intent's record is
+ * dead-lettered `undeliverable` with it instead; a record forwarded to its
+ * key's partition that would be too large there is dead-lettered `too_large`;
+ * a dead letter keeps the start of the original bytes plus their length and
+ * sha256, then sheds its headers. Ledger entries are bounded where they are
+ * made (no record state; params within maxIntentBytes; messages cut to 2,000
+ * characters). Encoding happens when an intent settles, not at commit, so one
+ * intent's bad value can fail only that intent, never a transaction carrying
+ * others.
  */
 export class RecordEncoder {
+  /** What each topic takes: read from its configs, or learned from the brokers' refusals (see produce-limits.ts). */
+  readonly limits: ProduceLimits;
   private readonly codec: WireCodec;
   private readonly config: Pick<RouterConfig, "maxMessageBytes" | "topics">;
+  private readonly log: Logger | undefined;
 
-  constructor(codec: WireCodec, config: Pick<RouterConfig, "maxMessageBytes" | "topics">) {
+  constructor(codec: WireCodec, config: Pick<RouterConfig, "maxMessageBytes" | "topics">, opts: { limits?: ProduceLimits; log?: Logger } = {}) {
     this.codec = codec;
     this.config = config;
+    this.limits = opts.limits ?? new ProduceLimits(config.maxMessageBytes);
+    this.log = opts.log;
   }
 
-  /** Encoded records of `effects`, the ledger entry first (produced to ledger partition `partition`). */
-  async encode(effects: Effects, partition: number): Promise<OutRecord[]> {
+  /**
+   * Encoded records of `effects`, the ledger entry first (produced to ledger partition `partition`). `origin`: the
+   * intent record they answer, dead-lettered in place of a reply or escalation that cannot be written.
+   */
+  async encode(effects: Effects, partition: number, origin: ResultOrigin): Promise<OutRecord[]> {
     const out: OutRecord[] = [];
+    const dead = [...effects.deadLetters];
     if (effects.ledger) out.push(await this.ledgerEntry(effects.ledger, partition));
     if (effects.lease) out.push(await this.leaseEntry(effects.lease.entityKey, effects.lease.entry, partition));
-    const limit = this.config.maxMessageBytes;
     for (const r of effects.replies) {
-      let value = await this.codec.encode(r.topic, "Reply", r.value);
-      if (value.length > limit) value = await this.codec.encode(r.topic, "Reply", withoutState(r.value));
-      out.push({ topic: r.topic, key: r.value.intentId, value });
+      const fitted = await this.fitted(r.topic, r.value.intentId, "Reply", [r.value, withoutState(r.value)]);
+      if ("record" in fitted) out.push(fitted.record);
+      else dead.push(undeliverable(origin, r.topic, "reply", fitted));
     }
     const human = this.config.topics.human;
     for (const e of effects.escalations) {
-      let value = await this.codec.encode(human, "Escalation", e.value);
-      if (value.length > limit) {
-        const current = e.value.current === null ? null : { state: null, version: e.value.current.version };
-        value = await this.codec.encode(human, "Escalation", { ...e.value, current });
-      }
-      out.push({ topic: human, key: e.key, value });
+      const stateless = { ...e.value, current: e.value.current === null ? null : { state: null, version: e.value.current.version }, truncated: true };
+      const fitted = await this.fitted(human, e.key, "Escalation", e.value.current === null ? [e.value] : [e.value, stateless]);
+      if ("record" in fitted) out.push(fitted.record);
+      else dead.push(undeliverable(origin, human, "escalation", fitted));
     }
     for (const f of effects.forwards) {
-      out.push({ topic: f.from.topic, partition: f.partition, key: f.message.key ?? null, value: f.message.value ?? null, headers: forwardedHeaders(f) });
+      const refused = this.unforwardable(f);
+      if (refused) dead.push(refused);
+      else out.push(forwardedRecord(f));
     }
-    const dlq = this.config.topics.dlq;
-    for (const d of effects.deadLetters) {
-      let value = await this.codec.encode(dlq, "DeadLetter", d.value);
-      // base64 grows 4/3; the rest of the envelope is measured, not assumed: trim until the record fits.
-      let room = Math.floor(((limit - (value.length - d.value.valueBase64.length)) * 3) / 4) - 1024;
-      while (value.length > limit && room > 0) {
-        value = await this.codec.encode(dlq, "DeadLetter", truncateDeadLetter(d.value, room));
-        room = Math.floor(room / 2);
-      }
-      if (value.length > limit) value = await this.codec.encode(dlq, "DeadLetter", { ...truncateDeadLetter(d.value, 0), headers: {} });
-      out.push({ topic: dlq, key: d.key, value });
+    for (const d of dead) {
+      const record = await this.deadLetter(d);
+      if (record) out.push(record);
     }
     return out;
+  }
+
+  /**
+   * The dead letter (`too_large`) of a record that, forwarded to its key's partition, would be larger than the
+   * intents topic takes; null when it fits. Its value is within maxIntentBytes (admission checked it), but its
+   * headers are anyone's, and a batch its producer compressed may hold far more than the topic takes uncompressed.
+   */
+  unforwardable(f: Effects["forwards"][number]): Effects["deadLetters"][number] | null {
+    const record = forwardedRecord(f);
+    if (this.limits.fits(record)) return null;
+    const bytes = recordBytes(record) + BATCH_OVERHEAD_BYTES;
+    const detail = `forwarded to partition ${f.partition} (its key's) it would take ${bytes} bytes with its headers, over the ${this.limits.of(record.topic)} ${record.topic} takes (WRIT_MAX_MESSAGE_BYTES, or less where the topic says so or the broker refused more)`;
+    return deadLetterOf(f.message, f.from, "too_large", detail, new Date().toISOString());
+  }
+
+  /**
+   * The first of `values` (each smaller than the one before) whose record fits what `topic` takes, or the last one
+   * that could be encoded, with its size. A value that cannot be encoded (a state too deep to write, which only an
+   * adapter other than writ's own can give) is passed over; a registry outage is not (the caller pauses).
+   */
+  private async fitted<N extends "Reply" | "Escalation">(
+    topic: string,
+    key: string,
+    name: N,
+    values: z.input<(typeof WIRE_SCHEMAS)[N]>[],
+  ): Promise<{ record: OutRecord } | { value: unknown; bytes: number; limit: number }> {
+    const limit = this.limits.of(topic);
+    let smallest: { value: unknown; bytes: number } | undefined;
+    let failure: unknown;
+    for (const value of values) {
+      let encoded: Buffer;
+      try {
+        encoded = await this.codec.encode(topic, name, value);
+      } catch (err) {
+        if (isRegistryOutage(err)) throw err;
+        failure = err;
+        continue;
+      }
+      const record: OutRecord = { topic, key, value: encoded };
+      if (fitsBatch(record, limit)) return { record };
+      smallest = { value, bytes: recordBytes(record) + BATCH_OVERHEAD_BYTES };
+    }
+    if (smallest === undefined) throw failure;
+    return { ...smallest, limit };
+  }
+
+  /**
+   * A dead letter's record within what the dead-letter topic takes: whole; else its payload cut (keeping its length
+   * and sha256); else without headers, then without the record it could not deliver, then with a short message.
+   * Null (logged) only where the topic takes less than that: nothing smaller says what happened.
+   */
+  private async deadLetter(d: Effects["deadLetters"][number]): Promise<OutRecord | null> {
+    const dlq = this.config.topics.dlq;
+    const limit = this.limits.of(dlq);
+    const recordOf = async (value: DeadLetter): Promise<OutRecord> => ({ topic: dlq, key: d.key, value: await this.codec.encode(dlq, "DeadLetter", value) });
+    let record = await recordOf(d.value);
+    if (fitsBatch(record, limit)) return record;
+    // base64 grows 4/3; the rest of the envelope is measured, not assumed: trim until the record fits.
+    const envelope = recordBytes(record) + BATCH_OVERHEAD_BYTES - d.value.valueBase64.length;
+    for (let room = Math.floor(((limit - envelope) * 3) / 4) - 1024; room > 0; room = Math.floor(room / 2)) {
+      record = await recordOf(truncateDeadLetter(d.value, room));
+      if (fitsBatch(record, limit)) return record;
+    }
+    let value: DeadLetter = { ...truncateDeadLetter(d.value, 0), headers: {} };
+    const smaller: ((v: DeadLetter) => DeadLetter)[] = [
+      (v) => v,
+      (v) => (v.undelivered === undefined ? v : { ...v, undelivered: { topic: v.undelivered.topic, value: null } }),
+      (v) => ({ ...v, message: v.message.slice(0, 200) }),
+    ];
+    for (const shrink of smaller) {
+      value = shrink(value);
+      record = await recordOf(value);
+      if (fitsBatch(record, limit)) return record;
+    }
+    this.log?.error({ topic: dlq, bytes: recordBytes(record) + BATCH_OVERHEAD_BYTES, limit, reason: d.value.reason, source: d.value.source }, "a dead letter does not fit the dead-letter topic even trimmed; it is not written");
+    return null;
   }
 
   async ledgerEntry(entry: LedgerIntentEntry, partition: number): Promise<OutRecord> {
@@ -127,37 +210,20 @@ export class RecordEncoder {
   }
 }
 
+/**
+ * The dead letter of an intent whose reply or escalation is larger than its topic takes even without the record's
+ * state: the intent's record (as any dead letter keeps it), and what could not be written in `undelivered`. The
+ * intent's outcome is in the ledger all the same (a repeat of it is answered from there).
+ */
+function undeliverable(origin: ResultOrigin, topic: string, what: "reply" | "escalation", fitted: { value: unknown; bytes: number; limit: number }): Effects["deadLetters"][number] {
+  const detail =
+    `its ${what} takes ${fitted.bytes} bytes without the record's state, over the ${fitted.limit} ${topic.slice(0, 249)} takes ` +
+    "(WRIT_MAX_MESSAGE_BYTES, or less where the topic says so or the broker refused more); it is in `undelivered`, and the intent's outcome in the ledger";
+  const d = deadLetterOf(origin.message, origin.source, "undeliverable", detail, new Date().toISOString());
+  return { ...d, value: { ...d.value, undelivered: { topic, value: fitted.value } } };
+}
+
 /** A control record (see `src/schemas/control.ts`) for one partition: clients skip it. */
 export function healRecord(topic: string, partition: number): OutRecord {
   return { topic, partition, key: HEAL_KEY, value: null, headers: { [CONTROL_HEADER]: "heal" } };
-}
-
-/**
- * Splits records into `sendBatch` calls whose bytes per topic stay under
- * `maxBytes`: kafkajs puts one call's records for a partition in one record
- * batch, and the broker refuses a batch over `message.max.bytes`. Order is
- * kept within each topic.
- */
-export function sendRounds(records: readonly OutRecord[], maxBytes: number): TopicMessages[][] {
-  const rounds: Map<string, Message[]>[] = [];
-  const bytes: Map<string, number>[] = [];
-  const roundOf = new Map<string, number>();
-  for (const r of records) {
-    const size = recordBytes(r);
-    let i = roundOf.get(r.topic) ?? 0;
-    while (i < rounds.length && (bytes[i]!.get(r.topic) ?? 0) + size > maxBytes && (bytes[i]!.get(r.topic) ?? 0) > 0) i++;
-    if (i === rounds.length) {
-      rounds.push(new Map());
-      bytes.push(new Map());
-    }
-    roundOf.set(r.topic, i);
-    const list = rounds[i]!.get(r.topic) ?? [];
-    const message: Message = { key: r.key, value: r.value };
-    if (r.partition !== undefined) message.partition = r.partition;
-    if (r.headers) message.headers = r.headers;
-    list.push(message);
-    rounds[i]!.set(r.topic, list);
-    bytes[i]!.set(r.topic, (bytes[i]!.get(r.topic) ?? 0) + size);
-  }
-  return rounds.map((round) => [...round].map(([topic, messages]) => ({ topic, messages })));
 }

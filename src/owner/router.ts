@@ -89,6 +89,11 @@ export interface RouterInternals {
   offsetProbe?: OffsetProbe;
   /** Holds a transaction between its last send and its commit (the fault suite's hanging-transaction case). */
   beforeCommit?: (info: { partition: number; topics: string[]; offset: boolean }) => Promise<void>;
+  /**
+   * Test seam: topics' configs are not read (as for owners without DESCRIBE_CONFIGS on them): what a topic takes
+   * is learned only from the broker's refusals.
+   */
+  ablateTopicLimits?: boolean;
   /** A retention window below the config's least hour, so that a test sees the sweep (tests). Hours. */
   ledgerRetentionHours?: number;
 }
@@ -218,7 +223,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   }
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
-  const topicDirectory = new TopicDirectory(admin);
+  const encoder = new RecordEncoder(codec, config, { log });
+  const topicDirectory = new TopicDirectory(admin, { ...(internals.ablateTopicLimits ? {} : { limits: encoder.limits }), log });
+  // What writ's own topics take: a record over it is trimmed or dead-lettered as for a reply topic; ledger entries cannot be.
+  for (const topic of Object.values(config.topics)) {
+    await topicDirectory.describe(topic);
+    const takes = encoder.limits.of(topic);
+    if (takes < config.maxMessageBytes) {
+      log.warn({ topic, bytes: takes, maxMessageBytes: config.maxMessageBytes }, "a topic of writ's takes less than WRIT_MAX_MESSAGE_BYTES (its max.message.bytes or segment.bytes): raise it to at least WRIT_MAX_MESSAGE_BYTES");
+    }
+  }
   const readerOf = { kafka, admin, topic: config.topics.ledger, partitions: config.intentPartitions, codec, log };
   const readerGroups = ledgerReaderGroups(config);
   const reader = new LedgerReader({ ...readerOf, groupId: readerGroups.restore });
@@ -280,7 +294,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     admin,
     config,
     codec,
-    encoder: new RecordEncoder(codec, config),
+    encoder,
     reader,
     inDoubtReader,
     pipeline: new IntentPipeline({ config, log, ablateLedger: internals.ablateLedger === true, ablateVersionCheck: internals.ablateVersionCheck === true, observe: metrics.pipeline }),

@@ -1,5 +1,17 @@
-import type { Admin } from "kafkajs";
+import type { Admin, ConfigResourceTypes } from "kafkajs";
+import type { Logger } from "../logger.ts";
+import { LruMap } from "../lru-map.ts";
 import type { ReplyTopicDirectory } from "./admission.ts";
+import type { ProduceLimits } from "./produce-limits.ts";
+
+/** ConfigResourceTypes.TOPIC: kafkajs is CommonJS, and Node's named-export detection does not find its enums. */
+const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
+
+/** A topic's configs that bound a record batch: larger than either, the broker refuses it (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE). */
+const BATCH_LIMIT_CONFIGS = ["max.message.bytes", "segment.bytes"];
+
+/** Topics whose configs are remembered at most (each reply topic is one). */
+const MAX_DESCRIBED_TOPICS = 4096;
 
 /**
  * Which topics exist and how many partitions they have, from the cluster's
@@ -8,6 +20,15 @@ import type { ReplyTopicDirectory } from "./admission.ts";
  * moment ago), concurrent questions sharing one listing. Owners use it to answer an intent whose reply topic is missing
  * with a dead letter instead of producing into nothing (or creating topics
  * because an intent names them), and to find the partitions a heal touches.
+ *
+ * With `limits`, a topic found also has its configs read (DescribeConfigs:
+ * max.message.bytes, segment.bytes), as often as its existence, into what the
+ * encoder writes within: an agent creates its own reply topic, with any
+ * limits, and a record produced there and refused fails the transaction; one
+ * below a transaction marker's size (100 bytes) would even leave the
+ * partition's transaction unable to end. Best effort: owners without
+ * DESCRIBE_CONFIGS on a topic learn its limit from the broker's refusal
+ * instead (produce-limits.ts).
  */
 export class TopicDirectory implements ReplyTopicDirectory {
   private readonly admin: Admin;
@@ -17,21 +38,71 @@ export class TopicDirectory implements ReplyTopicDirectory {
   private listing: Promise<void> | null = null;
   private listStartedAt = 0;
   private readonly partitions = new Map<string, { count: number; at: number }>();
+  private readonly limits: ProduceLimits | undefined;
+  private readonly log: Logger | undefined;
+  /** When each topic's configs were last read (or could not be), and the read under way. */
+  private readonly described = new LruMap<string, { at: number; reading: Promise<void> | null }>(MAX_DESCRIBED_TOPICS);
+  private deniedLogged = false;
 
-  constructor(admin: Admin, opts: { positiveTtlMs?: number } = {}) {
+  constructor(admin: Admin, opts: { positiveTtlMs?: number; limits?: ProduceLimits; log?: Logger } = {}) {
     this.admin = admin;
     this.positiveTtlMs = opts.positiveTtlMs ?? 300_000;
+    this.limits = opts.limits;
+    this.log = opts.log;
   }
 
   async exists(topic: string): Promise<boolean> {
     const asked = Date.now();
-    if (this.topics.has(topic) && asked - this.listedAt < this.positiveTtlMs) return true;
+    if (this.topics.has(topic) && asked - this.listedAt < this.positiveTtlMs) {
+      await this.describe(topic);
+      return true;
+    }
     // Missing: ask the cluster again, with a listing begun after this question (an agent creates its reply
     // topic just before its first intent; a listing from before that would miss it). Concurrent questions
     // share one listing.
     if (this.listStartedAt < asked || this.listing === null) await this.refresh(asked);
     else await this.listing;
-    return this.topics.has(topic);
+    if (!this.topics.has(topic)) return false;
+    await this.describe(topic);
+    return true;
+  }
+
+  /**
+   * What `topic` takes, from its configs, into the limits (at most once per `positiveTtlMs`; concurrent questions
+   * share one read). Never throws: a topic whose configs cannot be read is written as if it took all, and its limit
+   * is learned from a refusal.
+   */
+  async describe(topic: string): Promise<void> {
+    const limits = this.limits;
+    if (!limits) return;
+    const seen = this.described.get(topic);
+    if (seen?.reading) return seen.reading;
+    if (seen && Date.now() - seen.at < this.positiveTtlMs) return;
+    const entry: { at: number; reading: Promise<void> | null } = { at: Date.now(), reading: null };
+    entry.reading = this.admin
+      .describeConfigs({ includeSynonyms: false, resources: [{ type: TOPIC_RESOURCE, name: topic, configNames: BATCH_LIMIT_CONFIGS }] })
+      .then(
+        (described) => {
+          const values = (described.resources[0]?.configEntries ?? []).map((e) => Number(e.configValue)).filter((n) => Number.isSafeInteger(n) && n >= 0);
+          if (values.length > 0) limits.described(topic, Math.min(...values));
+        },
+        (err: unknown) => {
+          const denied = /AUTHORIZATION_FAILED$/.test(String((err as { type?: unknown } | null)?.type ?? ""));
+          if (!denied) return this.log?.debug({ err, topic }, "reading a topic's configs failed; read again later");
+          if (this.deniedLogged) return;
+          this.deniedLogged = true;
+          this.log?.warn(
+            { err, topic },
+            "cannot read topics' configs (the owners need DESCRIBE_CONFIGS on the reply topics): a topic that takes less than WRIT_MAX_MESSAGE_BYTES is learned from the broker's refusal instead, at the cost of a failed transaction",
+          );
+        },
+      )
+      .finally(() => {
+        entry.reading = null;
+        entry.at = Date.now();
+      });
+    this.described.set(topic, entry);
+    return entry.reading;
   }
 
   /**
@@ -43,6 +114,7 @@ export class TopicDirectory implements ReplyTopicDirectory {
     this.topics = new Set();
     this.listedAt = 0;
     this.partitions.clear();
+    this.described.clear();
   }
 
   /** Partition count of each topic that exists; missing topics are left out. */

@@ -7,7 +7,9 @@ import { IsoTime, openReason } from "./common.ts";
  * bytes are kept (base64) with the reason, so nothing is lost; a record too
  * large to fit the broker's message size beside its envelope keeps its first
  * bytes, its length and its sha256, enough to find and fetch it from the
- * source offset. Compatibility rule: FULL (loose objects, open reasons).
+ * source offset. An intent whose reply (or escalation) its topic cannot take
+ * is dead-lettered `undeliverable`, with that reply in `undelivered`.
+ * Compatibility rule: FULL (loose objects, open reasons).
  */
 export const DeadLetter = z.looseObject({
   reason: openReason(DEAD_LETTER_REASONS),
@@ -23,6 +25,12 @@ export const DeadLetter = z.looseObject({
   truncated: z.boolean(),
   headers: z.record(z.string(), z.string()),
   at: IsoTime,
+  /**
+   * Set on an `undeliverable` dead letter (the record is the intent): what the owner had to write for it and could
+   * not, a reply or an escalation larger than its topic takes even without the record's state. `value` is that
+   * record as far as it went (null when even that did not fit here). Optional: older records parse.
+   */
+  undelivered: z.looseObject({ topic: z.string(), value: z.unknown() }).optional(),
 });
 export type DeadLetter = z.infer<typeof DeadLetter>;
 

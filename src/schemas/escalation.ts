@@ -26,5 +26,7 @@ export const Escalation = z
      * `apply` reconciles first. Absent: no write of this intent left the owner. Optional: older records parse.
      */
     mayHaveWritten: z.boolean().optional(),
+    /** Set when `current.state` was left out because the escalation would exceed the broker's message size. */
+    truncated: z.boolean().optional(),
   });
 export type Escalation = z.infer<typeof Escalation>;

@@ -58,6 +58,8 @@ export const RejectedReply = z
     reason: openReason(REJECT_REASONS),
     message: z.string(),
     details: z.unknown().optional(),
+    /** Set when `details` was left out (and `message` cut to 2,000 characters) because the reply would exceed the broker's message size. */
+    truncated: z.boolean().optional(),
   });
 
 export const EscalatedReply = z

@@ -278,7 +278,7 @@ export function secureStackAcls(opts: { owner?: string; agents?: readonly string
     { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.ledger', operations: ['READ', 'WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
     { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.human', operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
     { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.dlq', operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
-    { principal: owner, resourceType: 'TOPIC', patternType: 'PREFIXED', resourceName: replies, operations: ['WRITE', 'DESCRIBE'] },
+    { principal: owner, resourceType: 'TOPIC', patternType: 'PREFIXED', resourceName: replies, operations: ['WRITE', 'DESCRIBE', 'DESCRIBE_CONFIGS'] },
     { principal: owner, resourceType: 'GROUP', patternType: 'PREFIXED', resourceName: group, operations: ['READ', 'DESCRIBE'] },
     { principal: owner, resourceType: 'TRANSACTIONAL_ID', patternType: 'PREFIXED', resourceName: group, operations: ['WRITE', 'DESCRIBE'] },
   ];

@@ -326,6 +326,8 @@ class RejectedReply(_ReplyBase):
     reason: str
     message: str
     details: Any = None
+    #: ``details`` was left out because the reply would exceed the broker's message size.
+    truncated: bool | None = None
 
 
 class EscalatedReply(_ReplyBase):
@@ -356,6 +358,8 @@ class Escalation(_Wire):
     at: _IsoTime
     #: The write may have reached the system of record: check the record before deciding (an ``apply`` reconciles first).
     may_have_written: bool | None = None
+    #: ``current.state`` was left out because the escalation would exceed the broker's message size: read the record.
+    truncated: bool | None = None
 
     @field_validator("intent")
     @classmethod

@@ -12,6 +12,7 @@ import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type AdmissionDeps, type AdmittedIntent, admit } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type Step } from "../../../src/owner/intent-pipeline.ts";
+import { RecordEncoder } from "../../../src/owner/records.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
 import { type EntityRef, type JsonPatchOp, entityKey } from "../../../src/schemas/common.ts";
@@ -358,6 +359,52 @@ describe("undo: the pipeline", () => {
     expect(helpdesk.patches).toHaveLength(1);
     const again = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
     expect(again.reply).toMatchObject({ status: "conflict", duplicate: true, current: { version: version(3) } });
+    expect(helpdesk.patches).toHaveLength(1);
+  });
+
+  // Regression: the conflict reply of an undo carried the tool's compensating change on the record as it is now,
+  // built from a state of any size (this tool's undo copies the tags), and trimming only left the state out. A 3 MB
+  // record made a 3 MB reply: the broker refused it, and the partition's transaction failed on every try.
+  it("after a newer change that made the record large: the undo's change on it is over maxIntentBytes, so it is answered undo_failed with its size; nothing written, and the reply fits the broker", async () => {
+    const maxIntentBytes = 4096;
+    const p = pipelineWith({ config: { unknownRounds: 3, maxIntentBytes } });
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    const many = Array.from({ length: 200 }, (_, i) => `tag-${String(i).padStart(60, "0")}`);
+    helpdesk.change(T1, [{ op: "replace", path: "/tags", value: ["billing", "vip", ...many] }]);
+
+    const { reply } = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+
+    expect(reply).toMatchObject({ status: "rejected", reason: "undo_failed", details: { version: version(3), maxBytes: maxIntentBytes } });
+    const details = (reply as { details: { changeBytes: number } }).details;
+    expect(details.changeBytes).toBeGreaterThan(maxIntentBytes);
+    expect((reply as { message: string }).message).toMatch(/nothing was undone.*over the 4096 a change may take \(WRIT_MAX_INTENT_BYTES\)/);
+    expect(ledger.get(undoIntentKey(write.intentKey))).toMatchObject({ status: "done", outcome: { status: "rejected", reason: "undo_failed" } });
+    expect(helpdesk.patches).toHaveLength(1);
+    // Encoded for a broker that takes 16 kB, as it is: no state to leave out, nothing cut.
+    const [record] = await new RecordEncoder(new WireCodec({}), { maxMessageBytes: 16_384, topics: { intents: "i", ledger: "l", human: "h", dlq: "d" } }).encode(
+      { replies: [{ topic: REPLY_TO, value: reply }], escalations: [], deadLetters: [], forwards: [] },
+      0,
+      { message: message(undoIntent(write.intentKey)), source: { topic: "writ.intents", partition: 0, offset: "1" } },
+    );
+    expect(record!.value!.length).toBeLessThan(16_384);
+    expect(JSON.parse(record!.value!.toString("utf8"))).toEqual(reply);
+  });
+
+  it("a conflicted undo asked again after the record grew large: undo_failed with its size, no state carried, nothing written", async () => {
+    const p = pipelineWith({ config: { unknownRounds: 3, maxIntentBytes: 4096 } });
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    helpdesk.change(T1, [{ op: "replace", path: "/status", value: "pending" }]);
+    expect((await run(p, await admittedOk(undoIntent(write.intentKey)), ledger)).reply).toMatchObject({ status: "conflict", your_change: [{ op: "replace", path: "/tags", value: ["billing"] }] });
+    const many = Array.from({ length: 200 }, (_, i) => `tag-${String(i).padStart(60, "0")}`);
+    helpdesk.change(T1, [{ op: "replace", path: "/tags", value: ["billing", "vip", ...many] }]);
+
+    const again = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+
+    expect(again.plan.kind).toBe("repeat-conflict");
+    expect(again.reply).toMatchObject({ status: "rejected", reason: "undo_failed", details: { version: version(4), maxBytes: 4096 } });
+    expect(again.reply).not.toHaveProperty("details.current");
     expect(helpdesk.patches).toHaveLength(1);
   });
 

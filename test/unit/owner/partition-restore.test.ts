@@ -11,6 +11,7 @@ import { WritError } from "../../../src/errors.ts";
 import type { RestoredEntry } from "../../../src/ledger/ledger-state.ts";
 import type { OwnerContext } from "../../../src/owner/owner-context.ts";
 import { restorePartition } from "../../../src/owner/partition-restore.ts";
+import { RecordEncoder } from "../../../src/owner/records.ts";
 import type { OwnerGroupsLook } from "../../../src/owner/single-writer.ts";
 
 /** Each step of the open, in order. */
@@ -49,9 +50,12 @@ const otherGroupsProgress: [string, RestoredEntry] = ["__progress__:0", { kind: 
 function context(look: OwnerGroupsLook, opts: { ledger?: [string, RestoredEntry][]; ablateSingleWriter?: true; ablateTakeUp?: true } = {}): OwnerContext {
   const { ledger = [], ...flags } = opts;
   const subscribed = AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [config.topics.intents], userData: Buffer.alloc(0) });
+  const codec = new WireCodec({});
   return {
     config,
-    codec: new WireCodec({}),
+    codec,
+    encoder: new RecordEncoder(codec, config),
+    log: pino({ level: "silent" }),
     ownerGroups: async () => {
       steps.push("take-up look");
       return look;
