@@ -11,6 +11,7 @@ import { startTransactionSpan, type TransactionSpan } from "../tracing/spans.ts"
 import type { OwnerContext } from "./owner-context.ts";
 import type { PendingSend, Session, Slot } from "./owner-session.ts";
 import { type OutRecord, healRecord } from "./records.ts";
+import { isSizeRefusal } from "./produce-limits.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
 
 /** What the next transaction carries (beside the `pending` entries already sent into it). */
@@ -200,7 +201,7 @@ export class CommitLoop {
         }
         try {
           session.openTxn ??= await session.producer.transaction();
-          await sendRecords(this.ctx, this.partition, session.openTxn, batch.map((p) => p.record));
+          await sendRecords(this.ctx, this.partition, session.openTxn, batch.map((p) => p.record), true);
           if (session.inOpenTxn === 0) session.openSince = Date.now();
           session.inOpenTxn += batch.length;
         } catch (err) {
@@ -281,6 +282,8 @@ export class CommitLoop {
     if (!live()) return;
     /** Its span, once it took results to trace (a failure ends it too). */
     const traced: { span: TransactionSpan | null } = { span: null };
+    /** The offset after the last intent whose result it carries, once taken (a size refusal isolates until past it). */
+    let carried: bigint | null = null;
     let done: { taken: Taken; phases: { sent: number; offsets: number; committed: number }; pendings: number };
     try {
       done = await session.serial(async () => {
@@ -288,6 +291,7 @@ export class CommitLoop {
         if (!live()) throw sessionEnded();
         const taken = this.take(session);
         const { batch, offset } = taken;
+        for (const x of batch.slots) if (carried === null || x.offset >= carried) carried = x.offset + 1n;
         if (batch.slots.length > 0) traced.span = startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length);
         if (taken.progressed) batch.records.push(await this.progressRecord(offset));
         if (!live()) throw sessionEnded();
@@ -298,14 +302,15 @@ export class CommitLoop {
       });
     } catch (err) {
       traced.span?.failed(err);
+      if (carried !== null && isSizeRefusal(err)) this.ctx.encoder.limits.isolateUntil(this.partition, carried);
       this.host.failed(session, err);
       return;
     }
     const { taken, phases, pendings } = done;
     const { batch, txn, offset, began, progressed, withOffset } = taken;
     traced.span?.committed();
-    // Results committed: the partition is past whatever was refused (a restore's own transactions do not say so).
-    this.ctx.encoder.limits.committed(this.partition);
+    // The partition may be past whatever was refused (a restore's own transactions do not say so).
+    this.ctx.encoder.limits.committed(this.partition, progressed ? offset : null);
     for (const slot of batch.slots) slot.trace?.committed(traced.span);
     this.ctx.observe?.committed?.(this.partition, Date.now() - began, batch.slots.flatMap((x) => (x.outcome ? [x.outcome] : [])));
     if (!session.active) return;
@@ -438,6 +443,7 @@ export async function transact(
   nextOffset: bigint | null,
   open: OwnerTransaction | null = null,
   live: () => boolean = () => true,
+  opts: { isolate?: boolean } = {},
 ): Promise<{ sent: number; offsets: number; committed: number }> {
   const { config } = ctx;
   const t0 = performance.now();
@@ -445,7 +451,7 @@ export async function transact(
   // The open transaction, with the `pending` entries already sent into it, if there is one.
   const txn = open ?? (await producer.transaction());
   try {
-    await sendRecords(ctx, partition, txn, records);
+    await sendRecords(ctx, partition, txn, records, opts.isolate ?? true);
     const sent = at();
     if (nextOffset !== null) await txn.sendOffset({ groupId: config.groupId, topic: config.topics.intents, partition, offset: nextOffset });
     const offsets = at();
@@ -466,15 +472,16 @@ export async function transact(
 /**
  * `records` into partition `partition`'s transaction, in rounds sized for what their topics take. A round the broker
  * refuses for its size fails the transaction as any failure does, and is learned first (produce-limits.ts): the
- * partition's next transactions send one record per request until one commits, and a refusal of one record teaches
+ * partition's next transactions send one record per request until its progress passes the refused transaction's
+ * intents (a restore's own transactions, `isolate` false, send theirs as usual), and a refusal of one record teaches
  * the encoder its topic's limit, so the intent's result is written within it when it runs again.
  */
-async function sendRecords(ctx: Pick<OwnerContext, "encoder" | "log">, partition: number, txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[]): Promise<void> {
+async function sendRecords(ctx: Pick<OwnerContext, "encoder" | "log">, partition: number, txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[], isolate: boolean): Promise<void> {
   await ctx.encoder.limits.send(txn, records, partition, (learned) => {
     if (learned) {
       ctx.log.warn({ partition, topic: learned.topic, bytes: learned.bytes }, "the broker refused a record as too large for its topic; that topic's records are written within what it took from now on");
     } else {
-      ctx.log.warn({ partition }, "the broker refused a record as too large for its topic; the partition sends one record per request until a transaction commits, to find it");
+      ctx.log.warn({ partition }, "the broker refused a record as too large for its topic; the partition sends one record per request until the refused transaction's intents are committed, to find it");
     }
-  });
+  }, { isolate });
 }

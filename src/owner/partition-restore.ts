@@ -18,6 +18,13 @@ import { checkSingleWriter, checkTakeUp } from "./single-writer.ts";
 import { type OwnerProducer, ownerProducer } from "./transactions.ts";
 
 /** Transactional id of the owner of intents partition p: one per partition fences a zombie owner (no KIP-447 in kafkajs; docs/architecture.md §5.2). */
+/**
+ * A restore's marker and heal are sent as usual while its partition isolates records after a size refusal: they
+ * carry no intent's result, are checked against their topics' limits, and a heal may touch a partition of every
+ * reply topic (one request each would make every reopen slow).
+ */
+const NOT_ISOLATED = { isolate: false } as const;
+
 export function transactionalIdFor(config: RouterConfig, partition: number): string {
   return `${config.groupId}.${config.topics.intents}.${partition}`;
 }
@@ -76,7 +83,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
       owner: config.instanceId,
       at: new Date().toISOString(),
     });
-    await transact(ctx, partition, producer, [{ topic: config.topics.ledger, partition, key: markerKey(partition), value: marker }], null);
+    await transact(ctx, partition, producer, [{ topic: config.topics.ledger, partition, key: markerKey(partition), value: marker }], null, null, undefined, NOT_ISOLATED);
     const restored = await reader.restore(partition, nonce, config.restoreTimeoutMs);
     // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
     // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
@@ -91,7 +98,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, partition)));
     const targets = await healTargets(ctx, ledger, partition);
     const heal = [...again, ...targets];
-    if (heal.length > 0) await transact(ctx, partition, producer, heal, null);
+    if (heal.length > 0) await transact(ctx, partition, producer, heal, null, null, undefined, NOT_ISOLATED);
     const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, partition);
     // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,
     // written by an older version without progress entries, stands alone).

@@ -137,14 +137,18 @@ export interface Refusal {
 /**
  * What each topic takes of this process's records: `maxMessageBytes`, or less where the topic's configs say so or a
  * broker refused a record (either kept for {@link LEARNED_LIMIT_TTL_MS}), and which partitions send one record per
- * request until their next commit (a refusal came in a request of several records: the next one names its record).
+ * request until their progress passes the refused transaction's intents (a refusal came in a request of several records: the next one names its record).
  * Shared by the owners of a process: a topic's limit is the topic's, whichever partition met it.
  */
 export class ProduceLimits {
   private readonly maxMessageBytes: number;
   private readonly now: () => number;
   private readonly learned = new LruMap<string, { bytes: number; at: number }>(MAX_LEARNED_TOPICS);
-  private readonly isolating = new Set<number>();
+  /**
+   * Partitions sending one record per request, each with the offset their progress must reach before they stop:
+   * past every intent of the refused transaction (null where a refusal carried no intent's result: the next commit).
+   */
+  private readonly isolating = new Map<number, bigint | null>();
 
   constructor(maxMessageBytes: number, opts: { now?: () => number } = {}) {
     this.maxMessageBytes = maxMessageBytes;
@@ -176,12 +180,16 @@ export class ProduceLimits {
    * Sends `records` into `txn` for partition `partition`, in rounds sized for their topics. A round the broker
    * refuses for its size is learned ({@link refused}) before the error goes on: the transaction fails as any would.
    */
-  async send(txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[], partition: number, onRefused?: (learned: Refusal | null) => void): Promise<void> {
-    for (const round of roundsOf(records, (topic) => this.of(topic), { isolate: this.isolates(partition) })) {
+  async send(txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[], partition: number, onRefused?: (learned: Refusal | null) => void, opts: { isolate?: boolean } = {}): Promise<void> {
+    const isolate = (opts.isolate ?? true) && this.isolates(partition);
+    for (const round of roundsOf(records, (topic) => this.of(topic), { isolate })) {
       try {
         await txn.send(topicMessages(round));
       } catch (err) {
-        if (isSizeRefusal(err)) onRefused?.(this.refused(partition, round));
+        if (isSizeRefusal(err)) {
+          const learned = this.refused(partition, round);
+          onRefused?.(learned);
+        }
         throw err;
       }
     }
@@ -189,10 +197,10 @@ export class ProduceLimits {
 
   /**
    * A round of partition `partition` refused for its size: a round of one record teaches its topic's limit (below
-   * what that record took); any teaches the partition to send one record per request until its next commit.
+   * what that record took); any teaches the partition to send one record per request (until {@link isolateUntil}'s offset is passed).
    */
   refused(partition: number, round: readonly OutRecord[]): Refusal | null {
-    this.isolating.add(partition);
+    if (!this.isolating.has(partition)) this.isolating.set(partition, null);
     if (round.length !== 1) return null;
     const r = round[0]!;
     const bytes = recordBytes(r) + BATCH_OVERHEAD_BYTES;
@@ -209,8 +217,26 @@ export class ProduceLimits {
     else this.learned.set(topic, { bytes, at: this.now() });
   }
 
-  /** A transaction of partition `partition` carrying intents' results committed: its requests carry many records again. */
-  committed(partition: number): void {
-    this.isolating.delete(partition);
+  /**
+   * The refused transaction of partition `partition` carried intents up to `next` (exclusive): the partition keeps
+   * sending one record per request until its progress reaches `next`. Else a commit of other intents' results, or of
+   * `pending` entries alone, landing before the refused one runs again would end it, and the refused record would go
+   * out in a request of several once more and never be named.
+   */
+  isolateUntil(partition: number, next: bigint): void {
+    if (!this.isolating.has(partition)) return;
+    const until = this.isolating.get(partition);
+    this.isolating.set(partition, until === null || until === undefined || next > until ? next : until);
+  }
+
+  /**
+   * A transaction of partition `partition` committed, its progress at `progress` (null: it did not move it). Its
+   * requests carry many records again once the progress passed every intent of the refused transaction (or at once,
+   * where the refusal carried none).
+   */
+  committed(partition: number, progress: bigint | null): void {
+    if (!this.isolating.has(partition)) return;
+    const until = this.isolating.get(partition);
+    if (until === null || (progress !== null && progress >= until!)) this.isolating.delete(partition);
   }
 }

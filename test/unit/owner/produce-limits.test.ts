@@ -102,6 +102,8 @@ describe("ProduceLimits", () => {
 
     await expect(limits.send(txn, records, 3, (l) => learned.push(l))).rejects.toMatchObject({ type: "MESSAGE_TOO_LARGE" });
     expect(learned).toEqual([null]);
+    // The refused transaction carried intents up to offset 8 (the commit loop says so): isolated until progress passes it.
+    limits.isolateUntil(3, 8n);
     expect(limits.isolates(3)).toBe(true);
     expect(limits.isolates(4)).toBe(false);
     expect(limits.of("writ.replies.small")).toBe(1_000_000);
@@ -116,13 +118,30 @@ describe("ProduceLimits", () => {
     expect(limits.of("writ.replies.ok")).toBe(1_000_000);
     expect(limits.fits(records[1]!)).toBe(false);
 
-    // What the encoder writes for that topic within what it took now goes through; a commit ends the isolation.
+    // Commits landing before the refused intents run again do not end it: `pending` entries alone, or other intents'
+    // results whose progress stays below the refused ones (ending it there sent the refused record in a request of
+    // several again, refused unnamed on every reopening).
+    limits.committed(3, null);
+    limits.committed(3, 5n);
+    expect(limits.isolates(3)).toBe(true);
+    // A restore's marker and heal are sent as usual meanwhile.
+    const heal = refusingTxn("writ.replies.small", 4_000);
+    await limits.send(heal, [records[0]!, records[2]!], 3, undefined, { isolate: false });
+    expect(heal.sent).toHaveLength(1);
+
+    // What the encoder writes for that topic within what it took now goes through; progress past 8 ends the isolation.
     const trimmed = [records[0]!, { ...records[1]!, value: Buffer.alloc(500) }, records[2]!];
     const third = refusingTxn("writ.replies.small", 4_000);
     await limits.send(third, trimmed, 3);
     expect(third.sent).toHaveLength(3);
-    limits.committed(3);
+    limits.committed(3, 8n);
     expect(limits.isolates(3)).toBe(false);
+    // A refusal that carried no intent's result (isolateUntil never called) ends at the next commit.
+    const other: OutRecord[] = [records[0]!, { topic: "writ.replies.other", key: "intent-3", value: Buffer.alloc(2_000) }];
+    await expect(limits.send(refusingTxn("writ.replies.other", 1_000), other, 4)).rejects.toMatchObject({ type: "MESSAGE_TOO_LARGE" });
+    expect(limits.isolates(4)).toBe(true);
+    limits.committed(4, null);
+    expect(limits.isolates(4)).toBe(false);
   });
 
   it("a learned limit only ever goes down while it holds, and lapses after an hour; a topic's configs replace it", () => {
