@@ -113,10 +113,11 @@ export const RouterConfig = z
     /** Intents of one partition being worked on at once (different records run concurrently; one record's run in offset order). */
     maxInFlightPerPartition: z.number().int().min(1).max(1024).default(16),
     /**
-     * Intents of one partition that wait out an outage (of their system of record, the registry) without holding
-     * one of the `maxInFlightPerPartition` places, at most: other records of the partition run meanwhile. Beyond
-     * it, an intent that pauses keeps its place, and a system's intents not started yet wait while its paused
-     * ones fill the bound. It also bounds the tries a down system gets from one partition.
+     * Intents of one partition and one system of record that wait out an outage (of that system, the registry)
+     * without holding one of the `maxInFlightPerPartition` places, at most: other records of the partition run
+     * meanwhile. Beyond it, an intent of that system that pauses keeps its place, and the system's intents not
+     * started yet wait while its paused ones fill the bound; each system has a bound of its own, so a second
+     * system's outage never takes the places a third needs. It also bounds the tries a down system gets from one partition.
      */
     maxPausedPerPartition: z.number().int().min(1).max(100_000).default(16),
     /** Fetched intents held per partition before its fetching pauses. */

@@ -11,11 +11,14 @@
  * key passes it. At most `maxPaused` items wait without a place; one that
  * pauses beyond that keeps its place while it waits.
  *
- * Each item has a group (the intent's system of record). While items of a
- * group are paused, its items not started yet start only while, should every
- * started item of such groups pause too, each would find one of the
- * `maxPaused` places: an outage's intents fill at most that bound, and the
- * other groups' items keep the in-flight places. Adding, finishing and pausing
+ * Each item has a group (the intent's system of record), and each group has
+ * `maxPaused` places of its own: an outage of one system never uses the places
+ * another's outage needs, so two systems down at once still leave the in-flight
+ * places to the rest. While items of a group are paused, its items not started
+ * yet start only while, should every started item of the group pause too, each
+ * would find one of its places: an outage's intents fill at most that bound,
+ * and the other groups' items keep the in-flight places. Items started and not
+ * done are at most `maxInFlight + groups × maxPaused`. Adding, finishing and pausing
  * are O(keys) plus an ordered insert; taking is O(groups) per item taken;
  * nothing scans the waiting items. See docs/architecture.md §4.2 and §7.1.
  */
@@ -27,8 +30,6 @@ export class KeyScheduler<T extends { readonly seq: number }> {
   /** Paused items that asked for their place back, in `seq` order. */
   private readonly resuming: T[] = [];
   private running = 0;
-  /** Items holding one of the `maxPaused` places. */
-  private reserved = 0;
   private pausedNow = 0;
   private readonly maxInFlight: number;
   private readonly maxPaused: number;
@@ -42,7 +43,7 @@ export class KeyScheduler<T extends { readonly seq: number }> {
   add(item: T, keys: readonly string[], group = ""): void {
     const unique = [...new Set(keys)];
     let g = this.groups.get(group);
-    if (!g) this.groups.set(group, (g = { ready: [], fresh: 0, outage: 0 }));
+    if (!g) this.groups.set(group, (g = { ready: [], fresh: 0, outage: 0, reserved: 0 }));
     this.entries.set(item, { keys: unique, group: g, state: "waiting", outage: false, reserved: false });
     for (const key of unique) {
       const queue = this.queues.get(key);
@@ -62,10 +63,9 @@ export class KeyScheduler<T extends { readonly seq: number }> {
       let best = this.resuming[0];
       let from: Group<T> | undefined;
       if (startNew) {
-        const room = this.reserved + this.freshOfPausedGroups() < this.maxPaused;
         for (const g of this.groups.values()) {
           const head = g.ready[0];
-          if (head && (g.outage === 0 || room) && (!best || head.seq < best.seq)) {
+          if (head && (g.outage === 0 || g.reserved + g.fresh < this.maxPaused) && (!best || head.seq < best.seq)) {
             best = head;
             from = g;
           }
@@ -88,8 +88,8 @@ export class KeyScheduler<T extends { readonly seq: number }> {
   }
 
   /**
-   * The running item waits out an outage: it gives its in-flight place back if it holds one of the `maxPaused`
-   * places or one is free (it keeps that one until done), and returns whether it did. Its keys stay held.
+   * The running item waits out an outage: it gives its in-flight place back if it holds one of its group's
+   * `maxPaused` places or one is free (it keeps that one until done), and returns whether it did. Its keys stay held.
    */
   pause(item: T): boolean {
     const entry = this.entries.get(item);
@@ -99,9 +99,9 @@ export class KeyScheduler<T extends { readonly seq: number }> {
       entry.group.fresh--;
       entry.group.outage++;
     }
-    if (!entry.reserved && this.reserved < this.maxPaused) {
+    if (!entry.reserved && entry.group.reserved < this.maxPaused) {
       entry.reserved = true;
-      this.reserved++;
+      entry.group.reserved++;
     }
     if (!entry.reserved) return false;
     entry.state = "paused";
@@ -130,7 +130,7 @@ export class KeyScheduler<T extends { readonly seq: number }> {
       if (entry.state === "resuming") this.resuming.splice(this.resuming.indexOf(item), 1);
     }
     if (entry.outage) entry.group.outage--;
-    if (entry.reserved) this.reserved--;
+    if (entry.reserved) entry.group.reserved--;
     this.entries.delete(item);
     for (const key of entry.keys) {
       const queue = this.queues.get(key);
@@ -161,13 +161,6 @@ export class KeyScheduler<T extends { readonly seq: number }> {
     return this.entries.size;
   }
 
-  /** Running items that never paused, of the groups that have paused items: each may pause and need a place. */
-  private freshOfPausedGroups(): number {
-    let n = 0;
-    for (const g of this.groups.values()) if (g.outage > 0) n += g.fresh;
-    return n;
-  }
-
   /** Whether an item added and not yet done holds `key`. */
   holds(key: string): boolean {
     return this.queues.has(key);
@@ -191,7 +184,7 @@ interface Entry<T> {
   state: "waiting" | "ready" | "running" | "paused" | "resuming";
   /** Paused at least once since it started. */
   outage: boolean;
-  /** Holds one of the `maxPaused` places (from its first pause that gave its in-flight place back until done). */
+  /** Holds one of its group's `maxPaused` places (from its first pause that gave its in-flight place back until done). */
   reserved: boolean;
 }
 
@@ -202,6 +195,8 @@ interface Group<T> {
   fresh: number;
   /** Items that paused and are not done. */
   outage: number;
+  /** Its items holding one of its `maxPaused` places. */
+  reserved: number;
 }
 
 function insertBySeq<T extends { readonly seq: number }>(list: T[], item: T): void {

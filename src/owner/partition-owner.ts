@@ -477,7 +477,7 @@ export class PartitionOwner {
 
   /**
    * An outage pause of a running intent, its `slot.outages`-th in a row ({@link pause}). It gives its in-flight
-   * place back meanwhile (up to `maxPausedPerPartition` paused at once; beyond, it keeps it), so other records of
+   * place back meanwhile (up to `maxPausedPerPartition` of its system paused at once; beyond, it keeps it), so other records of
    * the partition start in its place; its keys stay held, so nothing of its record or intent key passes it. Its
    * next try waits for a place again, in offset order with the intents ready to start (or for the session's end).
    */

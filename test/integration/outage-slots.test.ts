@@ -11,6 +11,21 @@ import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { readVersion, startHarness } from "../helpers/writ-harness.ts";
 
+/** A tag added to a CRM customer, on a system of its own. */
+const tagCustomer = declareWriteTool({
+  name: "tag_customer",
+  recordType: "customer",
+  description: "Add a tag to a CRM customer.",
+  params: z.object({ tag: z.string().min(1).max(32) }),
+  intentFields: ["tag"],
+  allowedPaths: [{ path: "/tags/-", ops: ["add"] }],
+  delta: (p) => [{ op: "add", path: "/tags/-", value: p.tag }],
+  keyScope: "run",
+  versionPolicy: "rebase-commutative",
+  system: "crm",
+  reconcile: "idempotency-key",
+});
+
 /** A note appended to a helpdesk ticket (appends commute: a second application would show as a second note). */
 const noteTicket = declareWriteTool({
   name: "note_ticket",
@@ -88,5 +103,71 @@ describe("an outage of one system of record beside a healthy one, on one partiti
     expect((await readVersion(helpdesk, "ticket", "T-2")).state.notes).toEqual(["two"]);
     expect((await readVersion(helpdesk, "ticket", "T-3")).state.notes).toEqual(["three"]);
     expect(helpdesk.history("ticket", "T-1").map((e) => e.idempotencyKey)).toEqual([null, answered[0]!.intentKey, answered[1]!.intentKey]);
+  });
+
+  it("helpdesk-and-billing-down-crm-up: a second system going down while the first's paused intents fill their bound gives its in-flight places back, so a third system's intent is applied meanwhile", async () => {
+    const h = await startHarness({ tools: [refundPayment, noteTicket, tagCustomer], intentPartitions: 1 });
+    // Helpdesk: the harness's records server behind a proxy. Billing and CRM: one server of their own, billing's
+    // requests through a second proxy, CRM's straight to it.
+    const helpdesk = h.records;
+    const other = await startDemoRecordsServer({ port: 0 });
+    onTestFinished(() => other.close());
+    for (const server of [helpdesk, other]) server.setConfig({ honourIdempotencyKey: false });
+    const helpdeskProxy = await startRecordingProxy(helpdesk.url);
+    const billingProxy = await startRecordingProxy(other.url);
+    const lookup = { idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" } as const;
+    const systems = [
+      createHttpSystemOfRecord({ name: "helpdesk", baseUrl: helpdeskProxy.url, ...lookup }),
+      createHttpSystemOfRecord({ name: "billing", baseUrl: billingProxy.url, ...lookup }),
+      createHttpSystemOfRecord({ name: "crm", baseUrl: other.url, ...lookup }),
+    ];
+    for (const id of ["T-1", "T-2"]) helpdesk.seed("ticket", id, { status: "open", notes: [] });
+    for (const id of ["pay_1", "pay_2"]) other.seed("payment", id, { amountCents: 10_000, refunds: [] });
+    other.seed("customer", "C-1", { tags: [] });
+    helpdeskProxy.down = true;
+    billingProxy.down = true;
+    await h.startRouter({
+      config: { ...h.config, maxInFlightPerPartition: 2, maxPausedPerPartition: 2, outageBackoffInitialMs: 50, outageBackoffMaxMs: 500 },
+      systems,
+    });
+    const agent = await h.client("support-agent");
+    const runId = `run-${Math.random().toString(36).slice(2, 10)}`;
+    const base = { runId, baseVersion: '"v1"' };
+    const tried = (proxy: typeof helpdeskProxy) => () => new Set(proxy.seen.filter((r) => r.status === 503 && r.path.startsWith("/records/")).map((r) => r.path));
+
+    // Helpdesk down: its two intents pause and fill the partition's paused bound (2).
+    const notes = agent.submitAll(
+      ["T-1", "T-2"].map((id) => ({ ...base, tool: noteTicket, entity: { type: "ticket", id }, stepId: `note-${id}`, delta: [{ op: "add" as const, path: "/notes/-", value: id }], params: { note: id } })),
+      { timeoutMs: 90_000 },
+    );
+    await waitFor(() => tried(helpdeskProxy)().size === 2, { timeoutMs: 30_000, message: () => `helpdesk records tried: ${JSON.stringify([...tried(helpdeskProxy)()])}` });
+    // Billing, not yet known to be down, takes both in-flight places; then its requests fail too.
+    const refunds = agent.submitAll(
+      ["pay_1", "pay_2"].map((id) => ({ ...base, tool: refundPayment, entity: { type: "payment", id }, stepId: `refund-${id}`, delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 500, reason: "damaged" } }], params: { amountCents: 500, reason: "damaged" } })),
+      { timeoutMs: 90_000 },
+    );
+    await waitFor(() => tried(billingProxy)().size === 2, { timeoutMs: 30_000, message: () => `billing records tried: ${JSON.stringify([...tried(billingProxy)()])}` });
+
+    // CRM is up: its intent is applied while both other systems are down (with one shared paused bound, billing's
+    // intents kept both places and CRM's waited for billing to come back).
+    const [tagged] = await agent.submitAll(
+      [{ ...base, tool: tagCustomer, entity: { type: "customer", id: "C-1" }, stepId: "tag-C-1", delta: [{ op: "add" as const, path: "/tags/-", value: "vip" }], params: { tag: "vip" } }],
+      { timeoutMs: 30_000 },
+    );
+    expect(tagged!.status).toBe("applied");
+    expect(other.patchRequests(tagged!.intentKey).map((p) => p.outcome)).toEqual(["applied"]);
+    expect(helpdesk.patchRequests()).toEqual([]);
+    expect(other.patchRequests().filter((p) => p.type === "payment")).toEqual([]);
+
+    // Both answer again: every intent applied once.
+    helpdeskProxy.down = false;
+    billingProxy.down = false;
+    for (const r of [...(await notes), ...(await refunds)]) {
+      expect(r.status).toBe("applied");
+      const writes = [...helpdesk.patchRequests(r.intentKey), ...other.patchRequests(r.intentKey)];
+      expect(writes.map((p) => p.outcome)).toEqual(["applied"]);
+    }
+    for (const id of ["T-1", "T-2"]) expect((await readVersion(helpdesk, "ticket", id)).state.notes).toEqual([id]);
+    for (const id of ["pay_1", "pay_2"]) expect((await readVersion(other, "payment", id)).state.refunds).toHaveLength(1);
   });
 });

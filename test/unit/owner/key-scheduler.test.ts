@@ -132,10 +132,10 @@ describe("KeyScheduler (KEY ordering inside a partition)", () => {
     expect(s.take(false)).toEqual([]);
   });
 
-  it("lets at most maxPaused items give their place back; a later one keeps its place", () => {
+  it("lets at most maxPaused items of a group give their place back; a later one keeps its place", () => {
     const { s, add, take } = scheduler(3, 1);
     const a = add("a", ["k:a"], "x");
-    const b = add("b", ["k:b"], "y");
+    const b = add("b", ["k:b"], "x");
     expect(take()).toEqual(["a", "b"]);
     expect(s.pause(a)).toBe(true);
     expect(s.pause(b)).toBe(false);
@@ -146,6 +146,21 @@ describe("KeyScheduler (KEY ordering inside a partition)", () => {
     expect(s.pause(a)).toBe(true); // its paused place stays its own
     s.done(a);
     expect(s.pause(b)).toBe(true); // now free
+  });
+
+  it("gives each group places of its own: a second system going down while the first's fill their bound still gives its in-flight places back", () => {
+    const { s, add, take } = scheduler(2, 2);
+    const x = ["x1", "x2"].map((n) => add(n, [`k:${n}`], "x"));
+    expect(take()).toEqual(["x1", "x2"]);
+    for (const item of x) expect(s.pause(item)).toBe(true); // x's outage fills its bound
+    const y = ["y1", "y2"].map((n) => add(n, [`k:${n}`], "y"));
+    expect(take()).toEqual(["y1", "y2"]); // y, still up, takes every in-flight place
+    for (const item of y) expect(s.pause(item)).toBe(true); // then y goes down too: its places come back
+    expect(s.inFlight).toBe(0);
+    expect(s.paused).toBe(4);
+    add("z1", ["k:z1"], "z");
+    add("y3", ["k:y3"], "y");
+    expect(take()).toEqual(["z1"]); // the third system runs; y's later intents wait unstarted
   });
 
   it("starts no more of a group whose paused items fill the bound; other groups run", () => {
@@ -219,7 +234,9 @@ describe("KeyScheduler (KEY ordering inside a partition)", () => {
           expect(running.length).toBeLessThanOrEqual(maxInFlight);
           expect(s.inFlight).toBe(running.length);
           expect(s.paused).toBe(paused.length + resuming.length);
-          expect(s.paused).toBeLessThanOrEqual(maxPaused);
+          for (const g of groups) {
+            expect([...paused, ...resuming].filter((i) => groupOf.get(i) === g).length).toBeLessThanOrEqual(maxPaused);
+          }
           if (running.length < maxInFlight) {
             // a free place: no paused item waits for one, and no ready item of a group without paused items waits
             expect(resuming).toEqual([]);
