@@ -5,6 +5,7 @@ import { deadLetterKey, type DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
+import type { OutRecord } from "./produce-limits.ts";
 
 /**
  * What settling one intent produces. All of it is staged together and goes
@@ -19,8 +20,11 @@ export interface Effects {
   replies: { topic: string; value: Reply }[];
   escalations: { key: string; value: Escalation }[];
   deadLetters: { key: string | null; value: DeadLetter }[];
-  /** The record itself, to its key's partition of the intents topic (it arrived on another one). */
-  forwards: { partition: number; message: KafkaMessage; from: SourceRef }[];
+  /**
+   * The record itself, to its key's partition of the intents topic (it arrived on another one). `built`: the record
+   * as forwarded and the bytes it takes alone in a batch, made once where the forward is decided (records.ts forwardOf).
+   */
+  forwards: { partition: number; message: KafkaMessage; from: SourceRef; built?: { record: OutRecord; bytes: number } }[];
   /**
    * The very submission whose result the ledger holds, delivered again (an offset commit lags the result by
    * design, so a rebalance or restart re-delivers a few records): answered again, counted apart from repeats.

@@ -16,7 +16,7 @@ import { KeyScheduler } from "./key-scheduler.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { Session, type Slot } from "./owner-session.ts";
 import { restorePartition } from "./partition-restore.ts";
-import type { OutRecord } from "./records.ts";
+import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, leaseGate } from "./record-leases.ts";
 
@@ -404,7 +404,8 @@ export class PartitionOwner {
         continue;
       }
       if (admission.kind === "forward") {
-        const forward = { partition: admission.partition, message, from: source };
+        // Built and measured once: the check below and the encoding of the forward share it.
+        const forward = forwardOf({ partition: admission.partition, message, from: source });
         // Too large to forward (its headers, inflated): settled here, dead-lettered, and counted so.
         const refused = this.ctx.encoder.unforwardable(forward);
         if (refused) {

@@ -52,6 +52,16 @@ function forwardedRecord(f: Effects["forwards"][number]): OutRecord {
 }
 
 /**
+ * `f` with its record built and measured: once, where the forward is decided. Its headers are anyone's (megabytes,
+ * from a compressed batch): admission's size check and the encoding both use this one copy.
+ */
+export function forwardOf(f: Effects["forwards"][number]): Effects["forwards"][number] {
+  if (f.built) return f;
+  const record = forwardedRecord(f);
+  return { ...f, built: { record, bytes: recordBytes(record) + BATCH_OVERHEAD_BYTES } };
+}
+
+/**
  * Turns effects into encoded records that are sure to fit what their topics
  * take ({@link ProduceLimits}: `maxMessageBytes`, or less where a topic's
  * configs say so or a broker refused a record): a reply or escalation too large goes out without its
@@ -102,9 +112,10 @@ export class RecordEncoder {
       else dead.push(undeliverable(origin, human, "escalation", fitted));
     }
     for (const f of effects.forwards) {
-      const refused = this.unforwardable(f);
+      const forward = forwardOf(f);
+      const refused = this.unforwardable(forward);
       if (refused) dead.push(refused);
-      else out.push(forwardedRecord(f));
+      else out.push(forward.built!.record);
     }
     for (const d of dead) {
       const record = await this.deadLetter(d);
@@ -119,10 +130,10 @@ export class RecordEncoder {
    * headers are anyone's, and a batch its producer compressed may hold far more than the topic takes uncompressed.
    */
   unforwardable(f: Effects["forwards"][number]): Effects["deadLetters"][number] | null {
-    const record = forwardedRecord(f);
-    if (this.limits.fits(record)) return null;
-    const bytes = recordBytes(record) + BATCH_OVERHEAD_BYTES;
-    const detail = `forwarded to partition ${f.partition} (its key's) it would take ${bytes} bytes with its headers, over the ${this.limits.of(record.topic)} ${record.topic} takes (WRIT_MAX_MESSAGE_BYTES, or less where the topic says so or the broker refused more)`;
+    const { record, bytes } = forwardOf(f).built!;
+    const limit = this.limits.of(record.topic);
+    if (bytes <= limit) return null;
+    const detail = `forwarded to partition ${f.partition} (its key's) it would take ${bytes} bytes with its headers, over the ${limit} ${record.topic} takes (WRIT_MAX_MESSAGE_BYTES, or less where the topic says so or the broker refused more)`;
     return deadLetterOf(f.message, f.from, "too_large", detail, new Date().toISOString());
   }
 

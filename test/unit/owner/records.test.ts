@@ -9,7 +9,7 @@ import { deadLetterOf, effects } from "../../../src/owner/effects.ts";
 import { FORWARDED_HEADER } from "../../../src/owner/admission.ts";
 import { encodeRecordBatch } from "../../../src/kafka/record-batch.ts";
 import { ProduceLimits } from "../../../src/owner/produce-limits.ts";
-import { FORWARDED_NULL_HEADERS, healRecord, HEAL_KEY, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
+import { FORWARDED_NULL_HEADERS, forwardOf, healRecord, HEAL_KEY, type OutRecord, RecordEncoder, sendRounds } from "../../../src/owner/records.ts";
 import { CONTROL_HEADER } from "../../../src/schemas/control.ts";
 import type { Escalation } from "../../../src/schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
@@ -307,6 +307,44 @@ describe("RecordEncoder: every record fits what its topic takes", () => {
     expect(out.map((r) => r.topic)).toEqual(["writ.dlq"]);
     expect(parse(out[0]!)).toMatchObject({ reason: "too_large", source, key: "ticket:T-1", valueBase64: Buffer.from("{}").toString("base64") });
     expect(String(parse(out[0]!).message)).toMatch(/^forwarded to partition 4 \(its key's\) it would take \d+ bytes with its headers, over the 20000 writ\.intents takes/);
+  });
+});
+
+describe("a forward's record", () => {
+  /** A message whose headers count how often they are walked (each walk builds the forwarded headers once). */
+  function countedMessage(pad: number): { message: KafkaMessage; walks: () => number } {
+    let walks = 0;
+    const headers = new Proxy({ pad: "h".repeat(pad), "x-trace": "t" } as Record<string, string>, {
+      ownKeys(target) {
+        walks++;
+        return Reflect.ownKeys(target);
+      },
+    });
+    return { message: { ...kafkaMessage(Buffer.from("{}")), headers } as KafkaMessage, walks: () => walks };
+  }
+
+  // The owner's hot path: admission measures a forward (to refuse one too large), and its encoding wrote it. Each
+  // built the forwarded headers again (three walks of them, megabytes where a compressed batch inflates).
+  it("is built and measured once: the owner's size check and the encoding share it, for a forward that fits and one refused too_large", async () => {
+    // A forward refused is dead-lettered, and its dead letter keeps the headers it can (one walk of its own).
+    for (const [pad, topic, expected] of [
+      [100, "writ.intents", 1],
+      [30_000, "writ.dlq", 2],
+    ] as const) {
+      const { message, walks } = countedMessage(pad);
+      const e = encoder();
+      const forward = forwardOf({ partition: 4, message, from: source });
+      const refused = e.unforwardable(forward);
+      const out = await e.encode(effects(refused ? { deadLetters: [refused] } : { forwards: [forward] }), 0, ORIGIN);
+      expect(out.map((r) => r.topic)).toEqual([topic]);
+      expect(walks()).toBe(expected);
+      // Without the owner's check first (as encode alone does): the same records.
+      const again = countedMessage(pad);
+      const alone = await e.encode(effects({ forwards: [{ partition: 4, message: again.message, from: source }] }), 0, ORIGIN);
+      expect(alone.map((r) => r.topic)).toEqual([topic]);
+      expect(again.walks()).toBe(expected);
+      if (!refused) expect(alone[0]).toEqual(out[0]);
+    }
   });
 });
 
