@@ -144,6 +144,8 @@ export class ProduceLimits {
   private readonly maxMessageBytes: number;
   private readonly now: () => number;
   private readonly learned = new LruMap<string, { bytes: number; at: number }>(MAX_LEARNED_TOPICS);
+  /** Topics of a round refused for its size since their configs were last read (topic-directory.ts reads them again). */
+  private readonly refusedTopics = new LruMap<string, true>(MAX_LEARNED_TOPICS);
   /**
    * Partitions sending one record per request, each with the offset their progress must reach before they stop:
    * past every intent of the refused transaction (null where a refusal carried no intent's result: the next commit).
@@ -201,11 +203,22 @@ export class ProduceLimits {
    */
   refused(partition: number, round: readonly OutRecord[]): Refusal | null {
     if (!this.isolating.has(partition)) this.isolating.set(partition, null);
+    for (const r of round) this.refusedTopics.set(r.topic, true);
     if (round.length !== 1) return null;
     const r = round[0]!;
     const bytes = recordBytes(r) + BATCH_OVERHEAD_BYTES;
     this.learned.set(r.topic, { bytes: Math.min(this.of(r.topic), bytes - 1), at: this.now() });
     return { topic: r.topic, bytes };
+  }
+
+  /**
+   * Whether a round with a record of `topic` was refused for its size since this was last asked: its configs may
+   * have changed since they were read (a reply topic's max.message.bytes altered), and are read again.
+   */
+  takeRefused(topic: string): boolean {
+    const refused = this.refusedTopics.get(topic) === true;
+    if (refused) this.refusedTopics.delete(topic);
+    return refused;
   }
 
   /**

@@ -62,7 +62,11 @@ export class TopicDirectory implements ReplyTopicDirectory {
     // share one listing.
     if (this.listStartedAt < asked || this.listing === null) await this.refresh(asked);
     else await this.listing;
-    if (!this.topics.has(topic)) return false;
+    if (!this.topics.has(topic)) {
+      // Deleted: created again, it may take less than it did.
+      this.described.delete(topic);
+      return false;
+    }
     await this.describe(topic);
     return true;
   }
@@ -77,7 +81,10 @@ export class TopicDirectory implements ReplyTopicDirectory {
     if (!limits) return;
     const seen = this.described.get(topic);
     if (seen?.reading) return seen.reading;
-    if (seen && Date.now() - seen.at < this.positiveTtlMs) return;
+    // Read again after a size refusal of a round with a record of it, else once per TTL (not on every reopening
+    // of a partition: each would read every reply topic again, on the owners' shared cores).
+    const refused = limits.takeRefused(topic);
+    if (seen && !refused && Date.now() - seen.at < this.positiveTtlMs) return;
     const entry: { at: number; reading: Promise<void> | null } = { at: Date.now(), reading: null };
     entry.reading = this.admin
       .describeConfigs({ includeSynonyms: false, resources: [{ type: TOPIC_RESOURCE, name: topic, configNames: BATCH_LIMIT_CONFIGS }] })
@@ -106,15 +113,16 @@ export class TopicDirectory implements ReplyTopicDirectory {
   }
 
   /**
-   * Forgets what it has seen, so the next question asks the cluster: after a failed transaction or a failed
+   * Forgets which topics exist, so the next question asks the cluster: after a failed transaction or a failed
    * open, which may be a topic deleted while remembered (an agent's reply topic). Remembered, it would be
-   * produced to, and healed, again and again until the cache expired, the partition stopped meanwhile.
+   * produced to, and healed, again and again until the cache expired, the partition stopped meanwhile. Topics'
+   * configs are kept: one found missing has them dropped (read again if it comes back), and one refused a
+   * record for its size has them read again ({@link describe}).
    */
   forget(): void {
     this.topics = new Set();
     this.listedAt = 0;
     this.partitions.clear();
-    this.described.clear();
   }
 
   /** Partition count of each topic that exists; missing topics are left out. */

@@ -5,7 +5,7 @@
 import type { Admin } from "kafkajs";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { ProduceLimits } from "../../../src/owner/produce-limits.ts";
+import { type OutRecord, ProduceLimits } from "../../../src/owner/produce-limits.ts";
 import { TopicDirectory } from "../../../src/owner/topic-directory.ts";
 
 /** An admin whose topics have these configs (a function: it throws, as a denied DescribeConfigs does). */
@@ -37,10 +37,49 @@ describe("TopicDirectory: what a topic takes", () => {
     expect(limits.of("writ.replies.small")).toBe(4000);
     expect(limits.of("writ.replies.tiny-segments")).toBe(900);
     expect(reads.sort()).toEqual(["writ.replies.small", "writ.replies.tiny-segments"]);
-    // After a failed transaction the owner forgets what it saw: the next question reads again.
+  });
+
+  // Every rewind and failed open of a partition calls forget(): it cleared the configs too, and each reopening read
+  // every reply topic's configs again. What they were cleared for: a topic whose limit shrank after it was read.
+  it("a partition's reopening (forget) reads no topic's configs again; a size refusal of a round with a record of a topic reads that topic's again, and a topic deleted and created again is read anew", async () => {
+    const a = "writ.replies.a";
+    const b = "writ.replies.b";
+    const configs: Record<string, Record<string, string>> = { [a]: { "max.message.bytes": "4000" }, [b]: { "max.message.bytes": "5000" } };
+    const { admin, reads } = adminWith(configs);
+    const limits = new ProduceLimits(1_000_000);
+    const directory = new TopicDirectory(admin, { limits, positiveTtlMs: 60_000 });
+    const ask = async () => [await directory.exists(a), await directory.exists(b)];
+
+    expect(await ask()).toEqual([true, true]);
     directory.forget();
-    await directory.exists("writ.replies.small");
-    expect(reads.filter((t) => t === "writ.replies.small")).toHaveLength(2);
+    expect(await ask()).toEqual([true, true]);
+    expect(reads).toEqual([a, b]);
+
+    // a's limit shrinks after it was read: a transaction's round with a reply to it (and a ledger entry) is refused.
+    configs[a]!["max.message.bytes"] = "3000";
+    const refusing = { send: async () => Promise.reject(Object.assign(new Error("too large"), { type: "MESSAGE_TOO_LARGE" })) };
+    const round: OutRecord[] = [
+      { topic: "writ.ledger", key: "k", value: Buffer.alloc(100) },
+      { topic: a, key: "k", value: Buffer.alloc(3_500) },
+    ];
+    await expect(limits.send(refusing, round, 0)).rejects.toThrow("too large");
+    directory.forget();
+    expect(await ask()).toEqual([true, true]);
+    expect(reads).toEqual([a, b, a]);
+    expect(limits.of(a)).toBe(3000);
+    directory.forget();
+    await ask();
+    expect(reads).toEqual([a, b, a]);
+
+    // b deleted (found missing after a failed transaction), then created again with a smaller limit.
+    const gone = configs[b]!;
+    delete configs[b];
+    directory.forget();
+    expect(await directory.exists(b)).toBe(false);
+    configs[b] = { ...gone, "max.message.bytes": "1000" };
+    expect(await directory.exists(b)).toBe(true);
+    expect(reads).toEqual([a, b, a, b]);
+    expect(limits.of(b)).toBe(1000);
   });
 
   it("a topic whose configs cannot be read exists all the same; the denial is logged once, and the topic is written as if it took all", async () => {
