@@ -98,6 +98,11 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
         await host.pause(session, slot.failures);
         continue;
       }
+      // The result follows its key's `pending` entry onto the topic: a try that failed before awaiting it may have
+      // left it on its way. One whose staging failed was not staged, and the result says no write was made.
+      await pending.settled();
+      if (!session.active) return;
+      if (pending.unstageIfFailed()) slot.pendingDurable = false;
       const plan = slot.plan?.kind === "write" ? slot.plan : null;
       const step = host.ctx.pipeline.failed(a, plan && slot.pendingDurable ? plan.pending : null, plan?.state ?? null, err);
       const source = { topic: config.topics.intents, partition: host.partition, offset: slot.message.offset };
@@ -149,6 +154,9 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
       slot.failures++;
       host.log.error({ err, escalationId: res.resolution.escalationId }, "resolution failed");
       if (slot.failures >= config.maxProcessingAttempts) {
+        // As for an intent: the result follows the `pending` entry that may still be on its way.
+        await pending.settled();
+        if (!session.active) return;
         const at = new Date().toISOString();
         const reply = rejectedReply(res.resolution.resolutionId, res.resolution.intent.intentKey, "processing_failed", `the resolution failed: ${(err as Error).message}`.slice(0, 2000), at);
         // The escalation stays open: put the entry back if this resolution had reopened it.
@@ -199,6 +207,14 @@ class PendingEntry {
   /** Resolves once the entry staged is durable (at once when none is). */
   readonly wait = async (): Promise<void> => {
     if (this.durable) await this.durable;
+  };
+
+  /**
+   * Resolves once the entry staged is durable or its staging failed (at once when none is); never rejects. It
+   * cannot hang: a staging ends with the session at the latest (an ended session refuses its entries).
+   */
+  readonly settled = async (): Promise<void> => {
+    await this.durable?.catch(() => undefined);
   };
 
   /** After a failed try: whether the staging had failed (the entry is then staged again by the next try). */

@@ -3,6 +3,8 @@
 // latest change last. A tombstone or an attempt's earlier result committed after a new attempt's `pending`
 // entry would make a write under way look expired or settled, and the redelivered intent write again.
 // Open escalations are kept past retention (a person's decision closes them).
+import { Writable } from "node:stream";
+import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { WireCodec } from "../../../src/codec.ts";
@@ -11,6 +13,7 @@ import type { RestoredEntry } from "../../../src/ledger/ledger-state.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { SystemOfRecord } from "../../../src/sor/adapter.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import type { PartitionOwner } from "../../../src/owner/partition-owner.ts";
 import { FakeSystem, version } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
@@ -277,5 +280,56 @@ describe("the ledger's order per key", () => {
     expect(committedLedger()).toEqual([`${applied}:tombstone`]);
     expect(owner.stats()).toMatchObject({ ledgerEntries: 1, escalations: 1 });
     await owner.close();
+  });
+
+  /**
+   * An intent whose processing fails on every try (maxProcessingAttempts 1) while its `pending` entry's encode is
+   * held: `opts.failPending` makes that staging fail once let go. Resolves with the owner and what its log said.
+   */
+  async function exhaustedWithPendingHeld(opts: { failPending?: boolean } = {}) {
+    const sys = new FakeSystem("helpdesk");
+    sys.seed(T1, { tags: [] });
+    const tools = admitTools([addTag], [sys], { sorTimeoutMs: 1_000 });
+    const k = intent(tools.get("add_tag")!, "i-1", "s", T1, version(1));
+    const gated = gatedCodec(k.key);
+    gated.progress.open();
+    gated.deadLetter.open();
+    if (opts.failPending) {
+      const encode = gated.codec.encode.bind(gated.codec);
+      gated.codec.encode = async (topic, name, value) => {
+        const out = await encode(topic, name, value);
+        if (name === "LedgerEntry" && (value as { status?: string }).status === "pending") throw new Error("the pending entry cannot be encoded");
+        return out;
+      };
+    }
+    // A bug in the write (not an outage): the try fails before it waited for its pending entry.
+    vi.spyOn(IntentPipeline.prototype, "execute").mockRejectedValue(new Error("a bug"));
+    const lines: string[] = [];
+    const log = pino({ level: "error" }, new Writable({ write: (chunk, _enc, done) => void (lines.push(String(chunk)), done()) }));
+    const owner = ownerWith({ codec: gated.codec, tools, log, config: { maxProcessingAttempts: 1 } });
+    owner.start();
+    await until(() => owner.state === "running", () => `owner ${owner.state}`);
+    owner.accept([intentRecord(0, k.json)], "0");
+    await until(() => lines.some((l) => l.includes("intent processing failed")), () => lines.join(""));
+    // Nothing of the key left before its pending entry: the failed intent's result waits for it.
+    expect(changesOf(k.key, "sent")).toEqual([]);
+    gated.pending.open();
+    return { owner, k, log: lines };
+  }
+
+  it("failed-while-pending-in-flight: an intent out of processing attempts is settled only after its pending entry is durable", async () => {
+    const { owner, k, log } = await exhaustedWithPendingHeld();
+    await until(() => changesOf(k.key).length === 2, () => JSON.stringify(committedLedger("sent")) + log.join(""));
+    await owner.close();
+    expect(changesOf(k.key)).toEqual(["pending", "done"]);
+  });
+
+  it("failed-pending-staging: an intent out of attempts whose pending entry could not be staged is answered without a ledger entry", async () => {
+    const { owner, k } = await exhaustedWithPendingHeld({ failPending: true });
+    const replies = () => txns.filter((t) => t.committed).flatMap((t) => t.records).filter((r) => r.topic === "writ.replies.a");
+    await until(() => replies().length === 1, () => JSON.stringify(txns));
+    await owner.close();
+    expect(JSON.parse(replies()[0]!.value!.toString("utf8"))).toMatchObject({ status: "rejected", reason: "processing_failed" });
+    expect(changesOf(k.key, "sent")).toEqual([]);
   });
 });
