@@ -105,6 +105,46 @@ describe("PartitionLedger", () => {
     expect(ledger.openEscalationCount).toBe(1);
   });
 
+  it("a sweep never walks what never expires: open escalations and pending entries before the expired ones cost it nothing", () => {
+    const old = new Date(Date.now() - 48 * 3_600_000).toISOString();
+    const escalated = (key: string): LedgerIntentEntry => ({
+      ...entry("done", { key, at: old }),
+      outcome: { status: "escalated", reason: "outcome_unknown", message: "m", escalationId: `e-${key}`, at: old },
+    });
+    const kept = Array.from({ length: 3_000 }, (_, i) => `kept-${i}`);
+    const due = Array.from({ length: 5 }, (_, i) => `due-${i}`);
+    const recent = Array.from({ length: 5 }, (_, i) => `recent-${i}`);
+    const ledger = new PartitionLedger(0, [
+      ...kept.map((k, i): [string, LedgerIntentEntry] => [k, i % 2 ? escalated(k) : entry("pending", { key: k, at: old })]),
+      ...due.map((k): [string, LedgerIntentEntry] => [k, entry("done", { key: k, at: old })]),
+      ...recent.map((k): [string, LedgerIntentEntry] => [k, entry("done", { key: k })]),
+    ]);
+    /** A sweep, and its tombstones committed. */
+    const sweep = (cutoff: Date) => {
+      const out = ledger.expired(cutoff, 1_000);
+      for (const k of out) ledger.tombstone(k);
+      ledger.takeStaged();
+      ledger.committedSending();
+      return { out, visits: ledger.lastExpiryVisits };
+    };
+    const dayAgo = new Date(Date.now() - 24 * 3_600_000);
+    // Every expired entry behind the kept ones is found, and only they are looked at.
+    expect(sweep(dayAgo)).toEqual({ out: due, visits: due.length });
+    expect(sweep(dayAgo)).toEqual({ out: [], visits: 0 });
+    // Once the recent entries are past retention too, likewise.
+    const later = new Date(Date.now() + 3_600_000);
+    expect(sweep(later)).toEqual({ out: recent, visits: recent.length });
+    expect(sweep(later)).toEqual({ out: [], visits: 0 });
+    // A decided escalation and a settled pending entry are due again, and found.
+    const decided = { ...escalated(kept[1]!), outcome: { status: "rejected" as const, reason: "escalation_discarded" as const, message: "m", at: old } };
+    ledger.stage(decided, { resolution: true });
+    ledger.stage(entry("done", { key: kept[0]!, at: old }));
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect(sweep(later)).toEqual({ out: [kept[1], kept[0]], visits: 2 });
+    expect([ledger.size, ledger.openEscalationCount, ledger.pendingCount]).toEqual([kept.length - 2, kept.length / 2 - 1, kept.length / 2 - 1]);
+  });
+
   it("expires nothing for an invalid cutoff (a retention window past the dates, now - 1e10 h), not everything", () => {
     const old = new Date(Date.now() - 3_600_000).toISOString();
     const ledger = new PartitionLedger(0, [["a", entry("done", { key: "a", at: old })], ["b", entry("done", { key: "b" })]]);
