@@ -11,7 +11,7 @@ import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import type { AdmittedIntent } from "./admission.ts";
 import { classifyAttempt, mayHaveWritten } from "./classify.ts";
-import { deltaRefusal } from "./delta-check.ts";
+import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 
 /** The fields a log line about one intent's write carries. */
@@ -390,7 +390,7 @@ export class IntentPipeline {
         return this.conflict(a, pending, state, current, ctx);
       }
       const change = this.undoChange(a, target, current);
-      if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error);
+      if ("error" in change) return this.rejectedDone(a, pending, "undo_failed", change.error, change.details);
       const sent = await this.send(a, pending, state, ctx, about, "patch", () =>
         tool.system.patch(intent.entity, change.delta, { ifMatch: target.version, idempotencyKey: intent.intentKey, timeoutMs: tool.timeoutMs, headers: ctx.headers }),
       );
@@ -398,8 +398,11 @@ export class IntentPipeline {
     }
   }
 
-  /** The compensating change the tool's undo gives on `current`, checked to be a JSON Patch of at least one op. */
-  private undoChange(a: AdmittedIntent, target: UndoTarget, current: Versioned): { delta: JsonPatchOp[]; bytes: number } | { error: string } {
+  /**
+   * The compensating change the tool's undo gives on `current`, checked to be a JSON Patch of at least one op within
+   * the tool's scope like any delta: the function builds it from params and the record, which can reach any path.
+   */
+  private undoChange(a: AdmittedIntent, target: UndoTarget, current: Versioned): { delta: JsonPatchOp[]; bytes: number } | { error: string; details?: unknown } {
     let raw: unknown;
     try {
       raw = a.tool.undo!(target.params, current, { intentKey: target.intentKey });
@@ -408,6 +411,8 @@ export class IntentPipeline {
     }
     const parsed = JsonPatch.safeParse(raw);
     if (!parsed.success) return { error: `the tool's undo function gave no JSON Patch of at least one operation: ${parsed.error.issues[0]?.message ?? "invalid"}`.slice(0, 2000) };
+    const outOfScope = scopeRefusal(a.tool, parsed.data);
+    if (outOfScope) return { error: `the tool's undo gave a change outside its allowed paths: ${outOfScope.message}`.slice(0, 2000), details: { reason: outOfScope.reason, ...outOfScope.details } };
     let bytes: number;
     try {
       bytes = Buffer.byteLength(canonicalJson(parsed.data));
@@ -431,7 +436,7 @@ export class IntentPipeline {
     if (!a.intent.undo) return { delta: a.intent.delta };
     if (!target) return { error: "the undone write's ledger entry is gone", details: { current } };
     const change = this.undoChange(a, target, current);
-    if ("error" in change) return { ...change, details: { current } };
+    if ("error" in change) return { error: change.error, details: { ...(change.details as object | undefined), current } };
     const max = this.deps.config.maxIntentBytes ?? Number.POSITIVE_INFINITY;
     if (change.bytes > max) {
       const error =

@@ -12,16 +12,45 @@ import { startRouter } from "../../src/owner/router.ts";
 import type { AppliedReply, ConflictReply, RejectedReply } from "../../src/schemas/reply.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { startFaultProxy } from "../../src/verify/fault-proxy.ts";
+import { type WriteToolDeclaration, declareWriteTool } from "../../src/tools.ts";
 import { readVersion, startHarness } from "../helpers/writ-harness.ts";
 
 const TOOLS = [refundPayment, tagTicket, openTicket];
+
+/** tag_ticket scoped to its tags, whose undo also reopens the ticket: `/status` is outside its allowedPaths. */
+const tagTicketReaching = declareWriteTool({
+  ...tagTicket,
+  name: "tag_ticket_reaching",
+  allowedPaths: ["/tags", "/tags/-"],
+  undo: (p, applied, ctx) => [...tagTicket.undo!(p, applied, ctx), { op: "replace", path: "/status", value: "open" }],
+});
 const run = () => `run-${randomUUID().slice(0, 8)}`;
 
 /** A harness whose records server does not dedupe by Idempotency-Key: only writ can stop a duplicate. */
-async function harness() {
-  const h = await startHarness({ tools: TOOLS });
+async function harness(tools: WriteToolDeclaration<any>[] = TOOLS) {
+  const h = await startHarness({ tools });
   h.records.setConfig({ honourIdempotencyKey: false });
   return h;
+}
+
+/** Ticket T-1 (`status`, tags ["billing"]) tagged "vip" by support-alice with `tool`, applied at "v2". */
+async function taggedVip(tool: typeof tagTicket, status: string) {
+  const h = await harness([tool]);
+  h.records.seed("ticket", "T-1", { status, tags: ["billing"] });
+  await h.startRouter();
+  const alice = await h.client("support-alice");
+  const read = await readVersion(h.records, "ticket", "T-1");
+  const tag = await alice.submit({
+    tool,
+    entity: { type: "ticket", id: "T-1" },
+    runId: run(),
+    stepId: "tag-1",
+    baseVersion: read.version,
+    delta: [{ op: "replace", path: "/tags", value: ["billing", "vip"] }],
+    params: { tag: "vip" },
+  });
+  expect(tag).toMatchObject({ status: "applied", version: '"v2"' });
+  return { h, alice, tag };
 }
 
 const open = (runId: string, orderRef: string, subject: string, stepId = "open-ticket-1") =>
@@ -142,22 +171,20 @@ describe("undo on a real broker", () => {
     expect(payment.state.reversals).toEqual([{ reverses: refund.intentKey, amountCents: 500, reason: "damaged" }]);
   });
 
+  it("an undo whose compensating change leaves its tool's allowedPaths is undo_failed (patch_path_not_allowed): no PATCH of it reaches the records server", async () => {
+    const { h, alice, tag } = await taggedVip(tagTicketReaching, "pending");
+
+    const undo = await alice.undo(tag.intentKey);
+
+    expect(undo).toMatchObject({ status: "rejected", reason: "undo_failed", details: { reason: "patch_path_not_allowed", paths: ["/status"] } });
+    expect((undo as RejectedReply).message).toMatch(/outside its allowed paths: tool tag_ticket_reaching may not touch \/status/);
+    expect(h.records.patchRequests(undoIntentKey(tag.intentKey))).toEqual([]);
+    expect(h.records.patchRequests()).toHaveLength(1);
+    expect(await readVersion(h.records, "ticket", "T-1")).toMatchObject({ version: '"v2"', state: { status: "pending", tags: ["billing", "vip"] } });
+  });
+
   it("an undo after a newer change is a conflict carrying the current state; nothing is written", async () => {
-    const h = await harness();
-    h.records.seed("ticket", "T-1", { status: "open", tags: ["billing"] });
-    await h.startRouter();
-    const alice = await h.client("support-alice");
-    const read = await readVersion(h.records, "ticket", "T-1");
-    const tag = await alice.submit({
-      tool: tagTicket,
-      entity: { type: "ticket", id: "T-1" },
-      runId: run(),
-      stepId: "tag-1",
-      baseVersion: read.version,
-      delta: [{ op: "replace", path: "/tags", value: ["billing", "vip"] }],
-      params: { tag: "vip" },
-    });
-    expect(tag).toMatchObject({ status: "applied", version: '"v2"' });
+    const { h, alice, tag } = await taggedVip(tagTicket, "open");
     // Someone else changes the ticket after the tag was added.
     const res = await fetch(`${h.records.url}/records/ticket/T-1`, {
       method: "PUT",

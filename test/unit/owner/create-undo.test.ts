@@ -15,7 +15,7 @@ import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type St
 import { RecordEncoder } from "../../../src/owner/records.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
-import { type EntityRef, type JsonPatchOp, entityKey } from "../../../src/schemas/common.ts";
+import { type EntityRef, type JsonPatchOp, type Versioned, entityKey } from "../../../src/schemas/common.ts";
 import { Escalation } from "../../../src/schemas/escalation.ts";
 import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
@@ -462,6 +462,33 @@ describe("undo: the pipeline", () => {
     const { reply } = await run(p, await admittedOk(undoIntent(write.reply.intentKey, { tool: "tag_failing" })), ledger);
     expect(reply).toMatchObject({ status: "rejected", reason: "undo_failed" });
     expect(helpdesk.patches).toHaveLength(1);
+  });
+
+  it("an undo whose compensating change leaves the tool's scope (a path, an operation) is undo_failed with the scope's reason, nothing written", async () => {
+    const cases: [string, (p: Record<string, unknown>, applied: Versioned) => JsonPatchOp[], unknown][] = [
+      // Built from the record as the write left it, the change can reach any path: here one the tool may not touch.
+      ["tag_reaching", (p, applied) => [{ op: "replace", path: "/tags", value: (applied.state as { tags: string[] }).tags.filter((t) => t !== p.tag) }, { op: "replace", path: "/status", value: "open" }], { reason: "patch_path_not_allowed", paths: ["/status"] }],
+      ["tag_removing", () => [{ op: "remove", path: "/tags" }], { reason: "patch_op_not_allowed", ops: ["remove /tags"] }],
+    ];
+    const wide = cases.map(([name, undo]) => declareWriteTool({ ...tagTicket, name, undo }));
+    tools = admitTools([openCase, openLead, tagTicket, setStatus, ...wide], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+    deps = { ...deps, tools };
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    let tags = ["billing"];
+    for (const [name, , details] of cases) {
+      const before = helpdesk.patches.length;
+      const current = await helpdesk.read(T1, { timeoutMs: 1_000 });
+      const write = await run(p, await admittedOk({ ...tagIntent(name, current!.version, tags), tool: name, intentKey: keyOf(name, "agent-1", T1, { tag: name }) }), ledger);
+      expect(write.reply).toMatchObject({ status: "applied" });
+      tags = [...tags, name];
+      const { reply } = await run(p, await admittedOk(undoIntent(write.reply.intentKey, { tool: name })), ledger);
+      expect(reply, name).toMatchObject({ status: "rejected", reason: "undo_failed", details });
+      expect((reply as { message: string }).message).toMatch(/^the tool's undo gave a change outside its allowed paths: tool tag_/);
+      // The write's PATCH only: the undo's never left.
+      expect(helpdesk.patches).toHaveLength(before + 1);
+      expect(helpdesk.commitsOf(undoIntentKey(write.reply.intentKey))).toBe(0);
+    }
   });
 });
 
