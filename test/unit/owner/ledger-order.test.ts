@@ -14,7 +14,10 @@ import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { SystemOfRecord } from "../../../src/sor/adapter.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
+import { Resolver } from "../../../src/owner/resolution.ts";
+import { KIND_HEADER } from "../../../src/schemas/resolution.ts";
 import type { PartitionOwner } from "../../../src/owner/partition-owner.ts";
+import { escalatedCase } from "./escalated-case.ts";
 import { FakeSystem, version } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
 import { committedLedger, frozenClock, gate, intentRecord, ownerWith, txns, until } from "./partition-owner-harness.ts";
@@ -304,17 +307,26 @@ describe("the ledger's order per key", () => {
     }
     // A bug in the write (not an outage): the try fails before it waited for its pending entry.
     vi.spyOn(IntentPipeline.prototype, "execute").mockRejectedValue(new Error("a bug"));
+    const { owner, log } = await failingOnce(tools, gated, intentRecord(0, k.json), k.key, "intent processing failed");
+    return { owner, k, log };
+  }
+
+  /**
+   * An owner (maxProcessingAttempts 1) given `record`, whose one try failed (its log said `failed`) while the
+   * pending entry of `key` was held; nothing of the key has left. Then the entry is let go.
+   */
+  async function failingOnce(tools: ReadonlyMap<string, AdmittedTool>, gated: ReturnType<typeof gatedCodec>, record: ReturnType<typeof intentRecord>, key: string, failed: string) {
     const lines: string[] = [];
     const log = pino({ level: "error" }, new Writable({ write: (chunk, _enc, done) => void (lines.push(String(chunk)), done()) }));
     const owner = ownerWith({ codec: gated.codec, tools, log, config: { maxProcessingAttempts: 1 } });
     owner.start();
     await until(() => owner.state === "running", () => `owner ${owner.state}`);
-    owner.accept([intentRecord(0, k.json)], "0");
-    await until(() => lines.some((l) => l.includes("intent processing failed")), () => lines.join(""));
-    // Nothing of the key left before its pending entry: the failed intent's result waits for it.
-    expect(changesOf(k.key, "sent")).toEqual([]);
+    owner.accept([record], "0");
+    await until(() => lines.some((l) => l.includes(failed)), () => lines.join(""));
+    // Nothing of the key left before its pending entry: the failed run's result waits for it.
+    expect(changesOf(key, "sent")).toEqual([]);
     gated.pending.open();
-    return { owner, k, log: lines };
+    return { owner, log: lines };
   }
 
   it("failed-while-pending-in-flight: an intent out of processing attempts is settled only after its pending entry is durable", async () => {
@@ -322,6 +334,24 @@ describe("the ledger's order per key", () => {
     await until(() => changesOf(k.key).length === 2, () => JSON.stringify(committedLedger("sent")) + log.join(""));
     await owner.close();
     expect(changesOf(k.key)).toEqual(["pending", "done"]);
+  });
+
+  it("failed-resolution-while-pending-in-flight: an operator's apply out of attempts puts the escalation back only after its pending entry", async () => {
+    const c = escalatedCase(addTag, { status: "done", state: { tags: [] }, delta: [{ op: "add", path: "/tags/-", value: "vip" }] });
+    restored.entries = [[c.key, c.entry]];
+    const gated = gatedCodec(c.key);
+    gated.progress.open();
+    gated.deadLetter.open();
+    vi.spyOn(Resolver.prototype, "apply").mockRejectedValue(new Error("a bug"));
+    const record = intentRecord(0, JSON.stringify(c.resolution));
+    record.headers = { [KIND_HEADER]: Buffer.from("resolution") };
+    const { owner, log } = await failingOnce(new Map([[c.tool.name, c.tool]]), gated, record, c.key, "resolution failed");
+    await until(() => changesOf(c.key).length === 2, () => JSON.stringify(committedLedger("sent")) + log.join(""));
+    await owner.close();
+    // The escalation is open again, last: a restore finds it so, not an apply under way.
+    expect(changesOf(c.key)).toEqual(["pending", "done"]);
+    const answers = txns.filter((t) => t.committed).flatMap((t) => t.records).filter((r) => r.topic === c.resolution.replyTo);
+    expect(answers.map((r) => JSON.parse(r.value!.toString("utf8")) as unknown)).toMatchObject([{ status: "rejected", reason: "processing_failed" }]);
   });
 
   it("failed-pending-staging: an intent out of attempts whose pending entry could not be staged is answered without a ledger entry", async () => {
