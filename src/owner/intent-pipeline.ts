@@ -4,7 +4,7 @@ import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
-import { entityKey, JsonPatch, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
+import { entityKey, JsonPatch, type JsonPatchOp, Version, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
@@ -220,6 +220,8 @@ export class IntentPipeline {
       if (isOutage(err)) return outageStep(err);
       current = null;
     }
+    // A version writ cannot keep (a custom adapter's) is not repeated to the agent: the stored one is.
+    if (current !== null && unkeepableVersion(current.version) !== null) current = null;
     const now = current ?? { state: null, version: plan.stored.version };
     const change = this.yourChange(a, plan.undo, now);
     if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, change.details), "undo failed");
@@ -297,7 +299,7 @@ export class IntentPipeline {
     }
     switch (outcome.kind) {
       case "applied":
-        return this.applied(a, pending, { state: outcome.state, version: outcome.version }, via);
+        return this.applied(a, pending, state, { state: outcome.state, version: outcome.version }, via);
       case "precondition_failed": {
         // The version moved on; for a create, a record with this external id exists (another agent's, or, reconcile tells, ours).
         this.deps.observe?.conflict(a, "precondition_failed");
@@ -465,6 +467,9 @@ export class IntentPipeline {
     const fresh = state.mayHaveWritten ? await this.reconcileFirst(a, pending, state, ctx) : await this.readRecord(a, pending, state, ctx);
     if ("kind" in fresh) return fresh;
     if (fresh.current === null) return this.rejectedDone(a, pending, "entity_not_found", `${a.entityKey} does not exist`);
+    // Before any write: an If-Match on such a version would carry it, and the write's outcome could not be kept.
+    const bad = unkeepableVersion(fresh.current.version);
+    if (bad !== null) return this.protocolFailure(a, pending, state, bad);
     return { current: fresh.current };
   }
 
@@ -475,7 +480,7 @@ export class IntentPipeline {
   private async reconcileFirst(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, ctx: ExecContext): Promise<{ current: Versioned | null } | Step> {
     const settled = await this.reconcile(a, ctx, state.undo);
     if (settled.kind === "outage") return settled.step;
-    if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
+    if (settled.result === "applied") return this.applied(a, pending, state, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
     // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
     // effect (a change already made), that effect would be there now. It stands as the answer.
@@ -554,11 +559,13 @@ export class IntentPipeline {
       // said "not applied").
       const settled = await this.reconcile(a, ctx, state.undo);
       if (settled.kind === "outage") return settled.step;
-      if (settled.result === "applied") return this.applied(a, pending, settled.current, "reconcile");
+      if (settled.result === "applied") return this.applied(a, pending, state, settled.current, "reconcile");
       // Not provably unapplied: a conflict would invite the agent to write again, maybe a second time.
       if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current ?? current);
       current = settled.current ?? current;
     }
+    const bad = current === null ? null : unkeepableVersion(current.version);
+    if (bad !== null) return this.protocolFailure(a, pending, state, bad);
     if (current === null) {
       if (a.tool.create && !a.intent.undo) {
         return this.rejectedDone(a, pending, "sor_rejected", "the system answered that a record with this external id exists, but reading it finds none; nothing was created");
@@ -614,7 +621,13 @@ export class IntentPipeline {
     return this.rejectedDone(a, pending, "sor_protocol", message);
   }
 
-  private applied(a: AdmittedIntent, pending: LedgerIntentEntry, after: Versioned | null, via: "patch" | "create" | "reconcile"): Step {
+  private applied(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, after: Versioned | null, via: "patch" | "create" | "reconcile"): Step {
+    const bad = after === null ? null : unkeepableVersion(after.version);
+    if (bad !== null) {
+      // Written, with a version the ledger and the reply cannot carry: a person settles it (the write happened).
+      state.mayHaveWritten = true;
+      return this.protocolFailure(a, pending, state, `the write was applied, but ${bad}`);
+    }
     const at = this.now().toISOString();
     const version = after?.version ?? "unknown";
     const reply: Reply = {
@@ -642,6 +655,8 @@ export class IntentPipeline {
 
   /** `state` says whether a write of the intent may have happened: the ledger keeps that for an operator's apply (§8). */
   private escalate(a: AdmittedIntent, pending: LedgerIntentEntry, state: WriteState, reason: EscalationReason, current: Versioned | null, detail?: string): Step {
+    // An escalation carries the record only with a version it can keep (a custom adapter's may be any string).
+    if (current !== null && unkeepableVersion(current.version) !== null) current = null;
     const at = this.now().toISOString();
     const escalationId = randomUUID();
     const message =
@@ -722,6 +737,17 @@ export function outageStep(err: WritError): RetryLater {
 export function waitAsked(from: { retryAfterMs?: unknown }): { retryAfterMs?: number } {
   const ms = from.retryAfterMs;
   return typeof ms === "number" && Number.isFinite(ms) && ms >= 0 ? { retryAfterMs: ms } : {};
+}
+
+/**
+ * Why a version a system of record answered cannot be kept, or null: the ledger, replies and escalations carry at
+ * most 256 characters of it (the wire's Version). The HTTP adapter cuts an ETag there; a custom adapter may answer
+ * any string, and writ would otherwise write an entry every schema refuses, or one without bound.
+ */
+export function unkeepableVersion(version: unknown): string | null {
+  if (Version.safeParse(version).success) return null;
+  const what = typeof version === "string" ? `a version of ${version.length} characters` : `a version that is no string (${typeof version})`;
+  return `it answered ${what}; writ keeps versions of 1 to 256 characters (ETags)`;
 }
 
 function describe(err: unknown): string {

@@ -621,6 +621,44 @@ describe("IntentPipeline.execute (steps 4–5: read, check, PATCH, reconcile)", 
   });
 });
 
+describe("IntentPipeline: a custom adapter's version writ cannot keep (over 256 characters)", () => {
+  const long = `"${"v".repeat(10_000)}"`;
+
+  it("rejects sor_protocol on a read answering such a version, without a PATCH, every record within its schema", async () => {
+    const read = sor.read.bind(sor);
+    sor.read = async (entity, opts) => {
+      const r = await read(entity, opts);
+      return r && { ...r, version: long };
+    };
+    // Both a strict tool (the version differs from the base) and a rebase-commutative one (it would If-Match on it).
+    for (const a of [close(), tag("x")]) {
+      const { step } = await run(pipelineWith(), a, new PartitionLedger(0));
+      expect(reply(step)).toMatchObject({ status: "rejected", reason: "sor_protocol" });
+      expect((reply(step) as { message: string }).message).toContain("a version of 10002 characters");
+      expect(settled(step).ledger).toMatchObject({ status: "done", outcome: { status: "rejected", reason: "sor_protocol" } });
+      expect(Buffer.byteLength(JSON.stringify(settled(step).ledger))).toBeLessThan(10_000);
+    }
+    expect(sor.patchCount(T1)).toBe(0);
+  });
+
+  it("escalates sor_protocol (a write was made) on a PATCH answered applied with such a version", async () => {
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "applied", state: { status: "closed" }, version: long } });
+    const { step } = await run(pipelineWith(), close(), new PartitionLedger(0));
+    expect(reply(step)).toMatchObject({ status: "escalated", reason: "sor_protocol" });
+    expect(settled(step).ledger).toMatchObject({ status: "done", outcome: { status: "escalated", reason: "sor_protocol", mayHaveWritten: true } });
+    expect(settled(step).escalations[0]!.value).toMatchObject({ reason: "sor_protocol", current: null, mayHaveWritten: true });
+  });
+
+  it("rejects sor_protocol on a 412 carrying such a version, and a version that is no string", async () => {
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "precondition_failed", current: { state: {}, version: long } } });
+    const first = await run(pipelineWith(), close(), new PartitionLedger(0));
+    expect(reply(first.step)).toMatchObject({ status: "rejected", reason: "sor_protocol" });
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "precondition_failed", current: { state: {}, version: 7 as unknown as string } } });
+    const second = await run(pipelineWith(), close({ stepId: "step-2" }), new PartitionLedger(0));
+    expect((reply(second.step) as { message: string }).message).toContain("no string (number)");
+  });
+});
+
 describe("IntentPipeline: inherited pending and unknown outcomes (reconcile, never replay)", () => {
   it("settles an inherited intent whose earlier PATCH committed as applied via reconcile, without writing again", async () => {
     const a = close();
