@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { SchemaIdLookup } from "../codec.ts";
 import { withDeadline } from "../deadline.ts";
 import type { AdmittedIntent } from "../owner/admission.ts";
+import type { SizeOutcome, SizeTopicKind } from "../owner/records.ts";
 import type { SorMethod } from "../tracing/spans.ts";
 import type { IntentOutcome } from "./outcome.ts";
 import type { SorCallObserver } from "./observed-system.ts";
@@ -107,6 +108,12 @@ export class RouterMetrics {
     labelNames: ["record_type"] as const,
     registers: [this.registry],
   });
+  private readonly sizeRefused = new Counter({
+    name: "writ_records_refused_size_total",
+    help: "Records too large for the topic they were meant for, by topic kind (reply, escalation, dead_letter, forward, ledger; unnamed: a refused request of several records) and outcome: truncated (written without the record's state, or a dead letter trimmed), undeliverable (a reply or escalation not written, the intent dead-lettered), too_large (a forward dead-lettered), dropped (a dead letter the dead-letter topic cannot take even trimmed), refused (the broker refused it, MESSAGE_TOO_LARGE: a failed transaction, the topic's limit learned). Counted when decided (a failed transaction may count one twice).",
+    labelNames: ["topic_kind", "outcome"] as const,
+    registers: [this.registry],
+  });
   private readonly registryLookups = new Counter({
     name: "writ_registry_id_lookups_total",
     help: "Schema registry lookups of schema ids this process had not seen (framed values carry any int32 a producer chose), by outcome: known, unknown (not registered: the record is dead-lettered) or failed (the registry did not answer; asked again after a pause).",
@@ -208,6 +215,11 @@ export class RouterMetrics {
       // Not a number: nothing to learn from it.
     }
   }
+
+  /** The record encoder's hook: a record too large for its topic (see `RecordEncoder`). */
+  readonly sizeRefusal = (kind: SizeTopicKind, outcome: SizeOutcome): void => {
+    this.sizeRefused.inc({ topic_kind: kind, outcome });
+  };
 
   /** The codec's hook: one lookup of a schema id not seen before. */
   readonly registryLookup = (lookup: SchemaIdLookup): void => {

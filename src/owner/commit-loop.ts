@@ -478,6 +478,7 @@ export async function transact(
  */
 async function sendRecords(ctx: Pick<OwnerContext, "encoder" | "log">, partition: number, txn: Pick<OwnerTransaction, "send">, records: readonly OutRecord[], isolate: boolean): Promise<void> {
   await ctx.encoder.limits.send(txn, records, partition, (learned) => {
+    ctx.encoder.refusedByBroker(learned?.topic ?? null);
     if (learned) {
       ctx.log.warn({ partition, topic: learned.topic, bytes: learned.bytes }, "the broker refused a record as too large for its topic; that topic's records are written within what it took from now on");
     } else {

@@ -40,6 +40,17 @@ function forwardedHeaders(f: Effects["forwards"][number]): Record<string, string
   return headers;
 }
 
+/** What kind of writ's topics a record too large for its topic was meant for: bounded, never a topic's own name. */
+export type SizeTopicKind = "reply" | "escalation" | "dead_letter" | "forward" | "ledger" | "unnamed";
+/**
+ * What became of it: written without the record's state or trimmed (`truncated`), not written and the intent
+ * dead-lettered in its place (`undeliverable`, `too_large`), a dead letter not written at all (`dropped`), or the
+ * broker refused it and its topic's limit was learned (`refused`; `unnamed` where the refused request held several).
+ */
+export type SizeOutcome = "truncated" | "undeliverable" | "too_large" | "dropped" | "refused";
+export const SIZE_TOPIC_KINDS: readonly SizeTopicKind[] = ["reply", "escalation", "dead_letter", "forward", "ledger", "unnamed"];
+export const SIZE_OUTCOMES: readonly SizeOutcome[] = ["truncated", "undeliverable", "too_large", "dropped", "refused"];
+
 /** The intent record whose result is being encoded: what a record of the result that cannot be written is dead-lettered as. */
 export interface ResultOrigin {
   message: KafkaMessage;
@@ -82,12 +93,33 @@ export class RecordEncoder {
   private readonly codec: WireCodec;
   private readonly config: Pick<RouterConfig, "maxMessageBytes" | "topics">;
   private readonly log: Logger | undefined;
+  private readonly onSize: ((kind: SizeTopicKind, outcome: SizeOutcome) => void) | undefined;
 
-  constructor(codec: WireCodec, config: Pick<RouterConfig, "maxMessageBytes" | "topics">, opts: { limits?: ProduceLimits; log?: Logger } = {}) {
+  constructor(
+    codec: WireCodec,
+    config: Pick<RouterConfig, "maxMessageBytes" | "topics">,
+    opts: { limits?: ProduceLimits; log?: Logger; onSize?: (kind: SizeTopicKind, outcome: SizeOutcome) => void } = {},
+  ) {
     this.codec = codec;
     this.config = config;
     this.limits = opts.limits ?? new ProduceLimits(config.maxMessageBytes);
     this.log = opts.log;
+    this.onSize = opts.onSize;
+  }
+
+  /** A broker refused a record of `topic` (null: a request of several records) for its size. */
+  refusedByBroker(topic: string | null): void {
+    this.onSize?.(topic === null ? "unnamed" : this.kindOf(topic), "refused");
+  }
+
+  /** Which of writ's topics `topic` is: any other is an agent's reply topic (heal records go there too). */
+  private kindOf(topic: string): SizeTopicKind {
+    const t = this.config.topics;
+    if (topic === t.ledger) return "ledger";
+    if (topic === t.intents) return "forward";
+    if (topic === t.human) return "escalation";
+    if (topic === t.dlq) return "dead_letter";
+    return "reply";
   }
 
   /**
@@ -103,6 +135,7 @@ export class RecordEncoder {
       const fitted = await this.fitted(r.topic, r.value.intentId, "Reply", [r.value, withoutState(r.value)]);
       if ("record" in fitted) out.push(fitted.record);
       else dead.push(undeliverable(origin, r.topic, "reply", fitted));
+      this.sized("reply", fitted);
     }
     const human = this.config.topics.human;
     for (const e of effects.escalations) {
@@ -110,6 +143,7 @@ export class RecordEncoder {
       const fitted = await this.fitted(human, e.key, "Escalation", e.value.current === null ? [e.value] : [e.value, stateless]);
       if ("record" in fitted) out.push(fitted.record);
       else dead.push(undeliverable(origin, human, "escalation", fitted));
+      this.sized("escalation", fitted);
     }
     for (const f of effects.forwards) {
       const forward = forwardOf(f);
@@ -124,6 +158,12 @@ export class RecordEncoder {
     return out;
   }
 
+  /** Counts a reply or escalation that went out without its state, or not at all. */
+  private sized(kind: SizeTopicKind, fitted: { trimmed?: boolean } | { value: unknown }): void {
+    if ("value" in fitted) this.onSize?.(kind, "undeliverable");
+    else if (fitted.trimmed) this.onSize?.(kind, "truncated");
+  }
+
   /**
    * The dead letter (`too_large`) of a record that, forwarded to its key's partition, would be larger than the
    * intents topic takes; null when it fits. Its value is within maxIntentBytes (admission checked it), but its
@@ -133,6 +173,7 @@ export class RecordEncoder {
     const { record, bytes } = forwardOf(f).built!;
     const limit = this.limits.of(record.topic);
     if (bytes <= limit) return null;
+    this.onSize?.("forward", "too_large");
     const detail = `forwarded to partition ${f.partition} (its key's) it would take ${bytes} bytes with its headers, over the ${limit} ${record.topic} takes (WRIT_MAX_MESSAGE_BYTES, or less where the topic says so or the broker refused more)`;
     return deadLetterOf(f.message, f.from, "too_large", detail, new Date().toISOString());
   }
@@ -147,11 +188,11 @@ export class RecordEncoder {
     key: string,
     name: N,
     values: z.input<(typeof WIRE_SCHEMAS)[N]>[],
-  ): Promise<{ record: OutRecord } | { value: unknown; bytes: number; limit: number }> {
+  ): Promise<{ record: OutRecord; trimmed: boolean } | { value: unknown; bytes: number; limit: number }> {
     const limit = this.limits.of(topic);
     let smallest: { value: unknown; bytes: number } | undefined;
     let failure: unknown;
-    for (const value of values) {
+    for (const [i, value] of values.entries()) {
       let encoded: Buffer;
       try {
         encoded = await this.codec.encode(topic, name, value);
@@ -161,7 +202,7 @@ export class RecordEncoder {
         continue;
       }
       const record: OutRecord = { topic, key, value: encoded };
-      if (fitsBatch(record, limit)) return { record };
+      if (fitsBatch(record, limit)) return { record, trimmed: i > 0 };
       smallest = { value, bytes: recordBytes(record) + BATCH_OVERHEAD_BYTES };
     }
     if (smallest === undefined) throw failure;
@@ -179,6 +220,7 @@ export class RecordEncoder {
     const recordOf = async (value: DeadLetter): Promise<OutRecord> => ({ topic: dlq, key: d.key, value: await this.codec.encode(dlq, "DeadLetter", value) });
     let record = await recordOf(d.value);
     if (fitsBatch(record, limit)) return record;
+    this.onSize?.("dead_letter", "truncated");
     // base64 grows 4/3; the rest of the envelope is measured, not assumed: trim until the record fits.
     const envelope = recordBytes(record) + BATCH_OVERHEAD_BYTES - d.value.valueBase64.length;
     for (let room = Math.floor(((limit - envelope) * 3) / 4) - 1024; room > 0; room = Math.floor(room / 2)) {
@@ -196,6 +238,7 @@ export class RecordEncoder {
       record = await recordOf(value);
       if (fitsBatch(record, limit)) return record;
     }
+    this.onSize?.("dead_letter", "dropped");
     this.log?.error({ topic: dlq, bytes: recordBytes(record) + BATCH_OVERHEAD_BYTES, limit, reason: d.value.reason, source: d.value.source }, "a dead letter does not fit the dead-letter topic even trimmed; it is not written");
     return null;
   }

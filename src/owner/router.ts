@@ -223,7 +223,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   }
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
 
-  const encoder = new RecordEncoder(codec, config, { log });
+  const encoder = new RecordEncoder(codec, config, { log, onSize: metrics.sizeRefusal });
   const topicDirectory = new TopicDirectory(admin, { ...(internals.ablateTopicLimits ? {} : { limits: encoder.limits }), log });
   // What writ's own topics take: a record over it is trimmed or dead-lettered as for a reply topic; ledger entries cannot be.
   for (const topic of Object.values(config.topics)) {

@@ -8,6 +8,7 @@ import { DEAD_LETTER_REASONS, ESCALATION_REASONS } from "../../src/errors.ts";
 import { SOR_CALL_OUTCOMES } from "../../src/metrics/observed-system.ts";
 import { INTENT_OUTCOMES } from "../../src/metrics/outcome.ts";
 import { RouterMetrics } from "../../src/metrics/router-metrics.ts";
+import { SIZE_OUTCOMES, SIZE_TOPIC_KINDS } from "../../src/owner/records.ts";
 
 export interface Series {
   type: "counter" | "gauge" | "histogram part" | "external";
@@ -23,6 +24,7 @@ export function exported(): Map<string, Series> {
     writ_intents_total: { outcome: INTENT_OUTCOMES },
     writ_escalations_total: { reason: ESCALATION_REASONS },
     writ_dead_letters_total: { reason: DEAD_LETTER_REASONS },
+    writ_records_refused_size_total: { topic_kind: SIZE_TOPIC_KINDS, outcome: SIZE_OUTCOMES },
     writ_sor_request_duration_seconds: { method: Object.keys(SOR_CALL_OUTCOMES), outcome: [...new Set(Object.values(SOR_CALL_OUTCOMES).flat())] },
   };
   const metrics = new RouterMetrics().registry.getMetricsAsArray() as unknown as { name: string; type: unknown; labelNames?: string[] }[];

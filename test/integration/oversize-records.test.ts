@@ -9,6 +9,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { tagTicket } from "../../examples/demo-tools.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { partitionFor } from "../../src/kafka/partition.ts";
+import type { Router } from "../../src/owner/router.ts";
 import { undoIntentKey } from "../../src/keys.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import type { AppliedReply } from "../../src/schemas/reply.ts";
@@ -47,6 +48,12 @@ async function tag(h: Harness, agent: WritClient, ticket: string, tagName: strin
   return agent.submit(await tagInput(h, ticket, tagName), opts);
 }
 
+/** writ_records_refused_size_total{topic_kind, outcome} as the router serves it (0 when not yet counted). */
+async function sizeRefusals(router: Router, topicKind: string, outcome: string): Promise<number> {
+  const line = (await router.metrics()).split("\n").find((l) => l.startsWith(`writ_records_refused_size_total{topic_kind="${topicKind}",outcome="${outcome}"}`));
+  return line === undefined ? 0 : Number(line.split(" ").at(-1));
+}
+
 /** A later intent on the same partition is applied: the partition is moving. Written once, counted at the records server. */
 async function partitionMoves(h: Harness) {
   const bob = await h.client("bob");
@@ -80,7 +87,7 @@ describe("records larger than the broker takes, on a real broker", () => {
   it("shrunk-reply-topic: a reply topic whose max.message.bytes drops to 4000 after the owner read it refuses a 50 kB reply; the owner reads the topic again after the failed transaction, and the reply goes out without the state, written once; the partition goes on", async () => {
     const h = await harness();
     h.records.seed("ticket", "T-shrunk", { status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const router = await h.startRouter();
     const shrunk = await h.client("shrunk");
     expect(await tag(h, shrunk, "T-shrunk", "first")).toMatchObject({ status: "applied" });
     await alterReplyTopic(h, "shrunk", 4000);
@@ -90,6 +97,10 @@ describe("records larger than the broker takes, on a real broker", () => {
 
     expect(reply).toMatchObject({ status: "applied", duplicate: false, state: null, truncated: true });
     expect(h.records.patchRequests(reply.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+    // The broker's refusal, then the reply written without its state: both counted, by kind, never by topic name.
+    // (`unnamed`: refused in a request of several records, before the partition sends them one at a time.)
+    expect((await sizeRefusals(router, "reply", "refused")) + (await sizeRefusals(router, "unnamed", "refused"))).toBeGreaterThanOrEqual(1);
+    expect(await sizeRefusals(router, "reply", "truncated")).toBeGreaterThanOrEqual(1);
     await partitionMoves(h);
   }, 120_000);
 
@@ -113,7 +124,7 @@ describe("records larger than the broker takes, on a real broker", () => {
       const h = await harness();
       await createReplyTopic(h, c.agent, 4000);
       h.records.seed("ticket", "T-50k", bigTicket(50_000, ["billing"]));
-      await h.startRouter("protocol" in c ? { config: { ...h.config, transactionProtocol: c.protocol } } : {}, c.internals);
+      const router = await h.startRouter("protocol" in c ? { config: { ...h.config, transactionProtocol: c.protocol } } : {}, c.internals);
       const agent = await h.client(c.agent);
 
       const reply = await tag(h, agent, "T-50k", "vip", { timeoutMs: 60_000 });
@@ -121,6 +132,11 @@ describe("records larger than the broker takes, on a real broker", () => {
       expect(reply).toMatchObject({ status: "applied", duplicate: false, state: null, truncated: true, version: '"v2"' });
       expect(h.records.patchRequests(reply.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
       expect((await readVersion(h.records, "ticket", "T-50k")).state.tags).toContain("vip");
+      expect(await sizeRefusals(router, "reply", "truncated")).toBeGreaterThanOrEqual(1);
+      // Read ahead, the topic refuses nothing; undescribed, its refusal is learned and counted.
+      const refused = (await sizeRefusals(router, "reply", "refused")) + (await sizeRefusals(router, "unnamed", "refused"));
+      if (c.agent === "small") expect(refused).toBe(0);
+      else expect(refused).toBeGreaterThanOrEqual(1);
       await partitionMoves(h);
     }, 120_000);
   }
@@ -129,7 +145,7 @@ describe("records larger than the broker takes, on a real broker", () => {
     const h = await harness();
     await createReplyTopic(h, "closed", 0);
     h.records.seed("ticket", "T-closed", { status: "open", tags: ["billing"] });
-    await h.startRouter();
+    const router = await h.startRouter();
     const closed = await h.client("closed");
     const input = await tagInput(h, "T-closed", "vip");
     const intent = closed.buildIntent(input);
@@ -147,6 +163,7 @@ describe("records larger than the broker takes, on a real broker", () => {
     expect(kept).toMatchObject({ ok: true, value: { intentId: intent.intentId, intentKey: intent.intentKey } });
     expect(dead.undelivered).toMatchObject({ topic: `writ.replies.closed.${h.id}`, value: { status: "applied", intentId: intent.intentId, truncated: true, state: null } });
     expect(h.records.patchRequests(intent.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+    expect(await sizeRefusals(router, "reply", "undeliverable")).toBeGreaterThanOrEqual(1);
     await partitionMoves(h);
     expect(await submitted).toMatchObject({ status: "unknown" });
   }, 180_000);
@@ -154,7 +171,7 @@ describe("records larger than the broker takes, on a real broker", () => {
   it("wrong-partition-huge-headers: a record whose gzip-compressed headers inflate to 3 MB, on the wrong partition, is dead-lettered too_large instead of forwarded; the partition goes on", async () => {
     const h = await harness(3);
     h.records.seed("ticket", "T-fwd", { status: "open", tags: [] });
-    await h.startRouter();
+    const router = await h.startRouter();
     const alice = await h.client("alice");
     const intent = alice.buildIntent(await tagInput(h, "T-fwd", "vip"));
     const home = partitionFor("ticket:T-fwd", 3);
@@ -176,6 +193,7 @@ describe("records larger than the broker takes, on a real broker", () => {
     expect(dead.message).toMatch(new RegExp(`forwarded to partition ${home} \\(its key's\\) it would take \\d+ bytes with its headers`));
     expect(JSON.parse(Buffer.from(dead.valueBase64, "base64").toString("utf8"))).toMatchObject({ intentKey: intent.intentKey });
     expect(h.records.patchRequests(intent.intentKey)).toEqual([]);
+    expect(await sizeRefusals(router, "forward", "too_large")).toBe(1);
     // The same partition goes on: a later intent on it, without the padding, is forwarded and applied once.
     const later = alice.buildIntent(await tagInput(h, "T-fwd", "later"));
     await producer.send({ topic: h.config.topics.intents, messages: [{ key: "ticket:T-fwd", value: JSON.stringify(later), partition: wrong }] });
