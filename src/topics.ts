@@ -1,4 +1,4 @@
-import type { Admin, ITopicConfig } from "kafkajs";
+import type { Admin, ConfigResourceTypes, ITopicConfig } from "kafkajs";
 import type { RouterConfig } from "./config.ts";
 import { WritError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -6,6 +6,75 @@ import { retry } from "./retry.ts";
 
 /** The ledger's min.compaction.lag.ms: how long a partition may go without an owner and keep a crashed owner's in-doubt entries. */
 export const LEDGER_MIN_COMPACTION_LAG_MS = 3_600_000;
+
+/**
+ * Bytes a ledger entry of an intent takes at most beside its params (kept only for a tool that declares an undo,
+ * within WRIT_MAX_INTENT_BYTES), as the record alone in a batch: at most 16 attempts (a base version of 256 characters
+ * and a 64-character fingerprint each), an outcome (a message cut to 2,000 characters, a version of 256, a reason, an
+ * escalation id, times), its ids (intent key, intent id 128, entity type 64 and id 256, tool 128, agent 128,
+ * fingerprint, undoOf, replyTo 249): 8,721 characters, 52,326 bytes were each escaped as `\u00XX`; with the member
+ * names, the registry's framing, the record's key and the batch's header, under 56 KiB. The rest is margin.
+ */
+export const LEDGER_ENTRY_FIELDS_BYTES = 64 * 1024;
+
+/**
+ * What a batch of one record must be allowed to take on each contract topic (its max.message.bytes and
+ * segment.bytes, the brokers' message.max.bytes where the topic sets neither): the ledger, its largest entry (an
+ * entry cannot be trimmed, and one refused fails its partition's transactions); the others, WRIT_MAX_MESSAGE_BYTES,
+ * what owners write there at most (a forward, an escalation with its record, a dead letter with its payload; and
+ * the resolutions clients write to the intents topic, which the config check fits into it).
+ */
+export function topicNeeds(config: Pick<RouterConfig, "maxIntentBytes" | "maxMessageBytes">): Record<"intents" | "ledger" | "human" | "dlq", number> {
+  const most = config.maxMessageBytes;
+  return { intents: most, ledger: config.maxIntentBytes + LEDGER_ENTRY_FIELDS_BYTES, human: most, dlq: most };
+}
+
+/** ConfigResourceTypes.TOPIC: kafkajs is CommonJS, and Node's named-export detection does not find its enums. */
+export const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
+
+/** What a topic takes of a batch: the least of its max.message.bytes and segment.bytes, which config that is, and whether the topic sets it (else the brokers' default). */
+export interface BatchLimit {
+  bytes: number;
+  config: "max.message.bytes" | "segment.bytes";
+  overridden: boolean;
+}
+
+/** The batch limits of `topics` (DescribeConfigs; throws as it does). A topic whose configs are not answered is left out. */
+export async function batchLimits(admin: Admin, topics: readonly string[]): Promise<Map<string, BatchLimit>> {
+  const out = new Map<string, BatchLimit>();
+  if (topics.length === 0) return out;
+  const described = await admin.describeConfigs({
+    includeSynonyms: false,
+    resources: topics.map((name) => ({ type: TOPIC_RESOURCE, name, configNames: ["max.message.bytes", "segment.bytes"] })),
+  });
+  for (const r of described.resources) {
+    let least: BatchLimit | undefined;
+    for (const e of r.configEntries) {
+      const bytes = Number(e.configValue);
+      if (!Number.isSafeInteger(bytes) || bytes < 0 || (e.configName !== "max.message.bytes" && e.configName !== "segment.bytes")) continue;
+      // configSource 1: TOPIC_CONFIG (the topic's own override).
+      if (least === undefined || bytes < least.bytes) least = { bytes, config: e.configName, overridden: e.configSource === 1 };
+    }
+    if (least !== undefined) out.set(r.resourceName, least);
+  }
+  return out;
+}
+
+/**
+ * Why `topic` (contract role `role`) takes too little of what writ writes there, with the fix; null when it takes enough.
+ */
+export function batchLimitProblem(topic: string, role: "intents" | "ledger" | "human" | "dlq", limit: BatchLimit, need: number): string | null {
+  if (limit.bytes >= need) return null;
+  const source = limit.overridden ? "" : ", the brokers' default: the topic does not set it";
+  const why =
+    role === "ledger"
+      ? "its largest entry (WRIT_MAX_INTENT_BYTES of params and the entry's fields): an entry the broker refuses fails its partition's transactions, and the partition stops"
+      : "WRIT_MAX_MESSAGE_BYTES, what owners write there at most: larger records are trimmed, dead-lettered or dropped";
+  return (
+    `${topic} (${role}) takes records of at most ${limit.bytes} bytes (${limit.config}=${limit.bytes}${source}); writ needs ${need}, ${why} ` +
+    `(kafka-configs --alter --entity-type topics --entity-name ${topic} --add-config ${limit.config}=${need})`
+  );
+}
 
 /** The topic contract's topics with their partitioning and configs. */
 export function routerTopics(config: RouterConfig): ITopicConfig[] {

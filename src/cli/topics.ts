@@ -2,9 +2,9 @@
 // checked as owners need them: partition p of the ledger holds the ledger of
 // intents partition p, so both topics must have the same partition count, and
 // the ledger must be compacted.
-import type { Admin, ConfigResourceTypes, ITopicConfig } from "kafkajs";
+import type { Admin, ITopicConfig } from "kafkajs";
 import { routerConfigFromEnv, type RouterConfig } from "../config.ts";
-import { LEDGER_MIN_COMPACTION_LAG_MS, ensureTopics, routerTopics } from "../topics.ts";
+import { type BatchLimit, LEDGER_MIN_COMPACTION_LAG_MS, TOPIC_RESOURCE, batchLimitProblem, batchLimits, ensureTopics, routerTopics, topicNeeds } from "../topics.ts";
 import { commandLogger, kafkaFor, parseCommandArgs, runCommand, UsageError, type Command } from "./common.ts";
 
 const USAGE = `usage: writ topics ensure|check [--brokers <list>] [--json]
@@ -19,7 +19,9 @@ WRIT_LEDGER_RETENTION_HOURS; see the README):
 
 A check fails on: a missing topic; an intents topic and a ledger with different partition counts; a
 partition count other than WRIT_INTENT_PARTITIONS (owners restore that many ledger partitions); a ledger
-whose cleanup.policy is not compact. It warns (and passes) on a replication factor or a ledger
+whose cleanup.policy is not compact; a topic that takes less than writ writes there (its max.message.bytes,
+or segment.bytes, or the brokers' message.max.bytes where the topic sets neither): the ledger less than its
+largest entry (WRIT_MAX_INTENT_BYTES + 65536), the others less than WRIT_MAX_MESSAGE_BYTES. It warns (and passes) on a replication factor or a ledger
 delete.retention.ms other than configured, and on a ledger min.compaction.lag.ms below an hour.
 
   --brokers <list>   Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
@@ -36,6 +38,8 @@ export interface TopicState {
   partitions?: number;
   replicationFactor?: number;
   configs?: Record<string, string>;
+  /** What the topic takes of a batch (DescribeConfigs). */
+  batchLimit?: BatchLimit;
 }
 
 export interface TopicsReport {
@@ -47,8 +51,6 @@ export interface TopicsReport {
 }
 
 const ROLES = ["intents", "ledger", "human", "dlq"] as const;
-/** ConfigResourceTypes.TOPIC: kafkajs is CommonJS, and Node's named-export detection does not find its enums. */
-const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
 
 async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[]> {
   const existing = new Set(await admin.listTopics());
@@ -64,6 +66,7 @@ async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[
     });
     for (const e of described.resources[0]?.configEntries ?? []) configs[e.configName] = e.configValue;
   }
+  const limits = await batchLimits(admin, present);
   return ROLES.map((role) => {
     const topic = config.topics[role];
     const m = metadata.find((x) => x.name === topic);
@@ -75,6 +78,7 @@ async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[
       partitions: m.partitions.length,
       replicationFactor: Math.min(...m.partitions.map((p) => p.replicas.length)),
       ...(role === "ledger" ? { configs } : {}),
+      ...(limits.has(topic) ? { batchLimit: limits.get(topic)! } : {}),
     };
   });
 }
@@ -89,6 +93,11 @@ export function judge(states: TopicState[], config: RouterConfig, wanted: ITopic
     else if (s.replicationFactor !== undefined && s.replicationFactor !== config.replicationFactor) {
       warnings.push(`${s.topic} has replication factor ${s.replicationFactor}; WRIT_REPLICATION_FACTOR is ${config.replicationFactor}`);
     }
+  }
+  const needs = topicNeeds(config);
+  for (const s of states) {
+    const problem = s.exists && s.batchLimit ? batchLimitProblem(s.topic, s.role, s.batchLimit, needs[s.role]) : null;
+    if (problem !== null) problems.push(problem);
   }
   const intents = by("intents");
   const ledger = by("ledger");

@@ -8,7 +8,7 @@ import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import { admitTools, type WriteToolDeclaration } from "../tools.ts";
-import { ensureTopics, routerTopics, warnOnSingleReplicaTopics } from "../topics.ts";
+import { batchLimitProblem, batchLimits, ensureTopics, routerTopics, topicNeeds, warnOnSingleReplicaTopics } from "../topics.ts";
 import { HangWatch, type OffsetProbe, type TopicPartition } from "./hang-watch.ts";
 import { HealthBoard } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
@@ -232,6 +232,21 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     if (takes < config.maxMessageBytes) {
       log.warn({ topic, bytes: takes, maxMessageBytes: config.maxMessageBytes }, "a topic of writ's takes less than WRIT_MAX_MESSAGE_BYTES (its max.message.bytes or segment.bytes): raise it to at least WRIT_MAX_MESSAGE_BYTES");
     }
+  }
+  // Ledger entries cannot be trimmed: a ledger that takes less than the largest one would fail the transactions of
+  // a partition writing it, which would stop. Refused here, as a ledger of another partition count is (configs not
+  // readable, no DescribeConfigs: the refusal is learned instead, as for any topic).
+  const ledgerLimit = await batchLimits(admin, [config.topics.ledger]).then(
+    (limits) => limits.get(config.topics.ledger),
+    (err: unknown) => {
+      log.warn({ err, topic: config.topics.ledger }, "could not read the ledger topic's configs (the owners need DESCRIBE_CONFIGS on it) to check it takes the largest ledger entry");
+      return undefined;
+    },
+  );
+  const ledgerProblem = ledgerLimit && batchLimitProblem(config.topics.ledger, "ledger", ledgerLimit, topicNeeds(config).ledger);
+  if (ledgerProblem) {
+    await admin.disconnect().catch(() => undefined);
+    throw new WritError("config_invalid", ledgerProblem, { retriable: false, context: { field: "topics.ledger", bytes: ledgerLimit!.bytes, needed: topicNeeds(config).ledger } });
   }
   const readerOf = { kafka, admin, topic: config.topics.ledger, partitions: config.intentPartitions, codec, log };
   const readerGroups = ledgerReaderGroups(config);

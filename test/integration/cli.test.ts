@@ -9,7 +9,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { Kafka, logLevel, type Admin } from "kafkajs";
+import { type Admin, type ConfigResourceTypes, Kafka, logLevel } from "kafkajs";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import * as demoTools from "../../examples/demo-tools.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
@@ -197,6 +197,52 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(refused.code).toBe(1);
     expect(refused.stdout).toContain(`refusing to create ${lone} with 4 partitions beside ${other.intents} with 2: set WRIT_INTENT_PARTITIONS=2`);
     expect(await admin.listTopics()).not.toContain(lone);
+  });
+
+  it("writ topics check names a topic that takes less than writ writes there (a ledger under its largest entry; a topic under WRIT_MAX_MESSAGE_BYTES by the brokers' default), with the fix; sized right, it passes", async () => {
+    const z = { intents: `cli-${id}.z.intents`, ledger: `cli-${id}.z.ledger`, human: `cli-${id}.z.human`, dlq: `cli-${id}.z.dlq` };
+    extraTopics.push(...Object.values(z));
+    const ledgerConfigs = [
+      { name: "cleanup.policy", value: "compact" },
+      { name: "min.compaction.lag.ms", value: "3600000" },
+    ];
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [
+        { topic: z.intents, numPartitions: 2 },
+        { topic: z.ledger, numPartitions: 2, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
+        { topic: z.human, numPartitions: 1 },
+        { topic: z.dlq, numPartitions: 1 },
+      ],
+    });
+    const zenv = (extra: Record<string, string> = {}) => env({ WRIT_INTENTS_TOPIC: z.intents, WRIT_LEDGER_TOPIC: z.ledger, WRIT_HUMAN_TOPIC: z.human, WRIT_DLQ_TOPIC: z.dlq, ...extra });
+    // The largest ledger entry: WRIT_MAX_INTENT_BYTES (262144) of params and 65536 of fields.
+    const fix = `kafka-configs --alter --entity-type topics --entity-name ${z.ledger} --add-config max.message.bytes=327680`;
+
+    const check = await writ(["topics", "check"], { env: zenv() });
+    expect(check.code, check.stdout + check.stderr).toBe(1);
+    expect(check.stdout).toContain(`problem: ${z.ledger} (ledger) takes records of at most 100000 bytes (max.message.bytes=100000); writ needs 327680, its largest entry`);
+    expect(check.stdout).toContain(`(${fix})`);
+    const json = JSON.parse((await writ(["topics", "check", "--json"], { env: zenv() })).stdout);
+    expect(json).toMatchObject({ ok: false, problems: [expect.stringContaining(fix)] });
+    expect(json.topics.find((t: { role: string }) => t.role === "ledger").batchLimit).toEqual({ bytes: 100000, config: "max.message.bytes", overridden: true });
+
+    // A topic without an override takes what the brokers' message.max.bytes says (1048588 by default): less than
+    // owners configured to write 2,000,000 there.
+    const large = await writ(["topics", "check", "--json"], { env: zenv({ WRIT_MAX_MESSAGE_BYTES: "2000000" }) });
+    expect(large.code).toBe(1);
+    expect(JSON.parse(large.stdout).problems).toContainEqual(
+      expect.stringMatching(new RegExp(`^${z.human.replace(/\./g, "\\.")} \\(human\\) takes records of at most \\d+ bytes \\(max\\.message\\.bytes=\\d+, the brokers' default: the topic does not set it\\); writ needs 2000000`)),
+    );
+
+    // Sized as the fix says (alterConfigs replaces the topic's overrides: the compaction settings given again), it passes.
+    await admin.alterConfigs({
+      validateOnly: false,
+      resources: [{ type: 2 as ConfigResourceTypes, name: z.ledger, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "327680" }] }],
+    });
+    const after = await writ(["topics", "check"], { env: zenv() });
+    expect(after.code, after.stdout).toBe(0);
+    expect(after.stdout).toMatch(/topics ok$/m);
   });
 
   it("writ owner without a tools module is a configuration error naming --tools and WRIT_TOOLS_MODULE (no demo fallback)", async () => {

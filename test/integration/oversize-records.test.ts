@@ -202,6 +202,44 @@ describe("records larger than the broker takes, on a real broker", () => {
   }, 120_000);
 });
 
+describe("a ledger topic smaller than writ's largest ledger entry, on a real broker", () => {
+  it("small-ledger-topic: an owner refuses to start on a ledger whose max.message.bytes is below the largest entry, naming the topic, its limit, what it needs and the fix; sized so, it starts and writes", async () => {
+    const h = await harness();
+    const ledgerConfigs = [
+      { name: "cleanup.policy", value: "compact" },
+      { name: "min.compaction.lag.ms", value: "3600000" },
+    ];
+    const admin = new Kafka({ clientId: "small-ledger", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(async () => {
+      await admin.deleteTopics({ topics: [h.config.topics.intents, h.config.topics.ledger] }).catch(() => undefined);
+      await admin.disconnect();
+    });
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [
+        { topic: h.config.topics.intents, numPartitions: 1 },
+        { topic: h.config.topics.ledger, numPartitions: 1, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
+      ],
+    });
+
+    // WRIT_MAX_INTENT_BYTES (262144) of an undoable tool's params and 65536 of the entry's fields.
+    await expect(h.startRouter()).rejects.toMatchObject({
+      code: "config_invalid",
+      message: expect.stringContaining(
+        `${h.config.topics.ledger} (ledger) takes records of at most 100000 bytes (max.message.bytes=100000); writ needs 327680, its largest entry`,
+      ),
+    });
+
+    await admin.alterConfigs({
+      validateOnly: false,
+      resources: [{ type: 2 as ConfigResourceTypes, name: h.config.topics.ledger, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "327680" }] }],
+    });
+    await h.startRouter();
+    await partitionMoves(h);
+  }, 120_000);
+});
+
 /** Creates agent `agentId`'s reply topic (as its client names it) with this max.message.bytes, before its client does. */
 async function createReplyTopic(h: Harness, agentId: string, maxMessageBytes: number): Promise<void> {
   const kafka = new Kafka({ clientId: "reply-topic", brokers: brokers(), logLevel: logLevel.NOTHING });
