@@ -4,7 +4,7 @@ import type { Reply } from "../schemas/reply.ts";
 import { DEFAULT_LEASE_TTL_MS } from "../schemas/write-intent.ts";
 import type { AdmittedIntent } from "./admission.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
-import { isOutage, type Step } from "./intent-pipeline.ts";
+import { isOutage, type Step, unkeepableVersion } from "./intent-pipeline.ts";
 
 /**
  * Leases of changes that span records (docs/architecture.md §10), as the
@@ -84,6 +84,8 @@ export async function settleLeaseIntent(
     return reply(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000), at));
   }
   if (current === null) return reply(rejectedReply(intent.intentId, intent.intentKey, "entity_not_found", `${a.entityKey.slice(0, 300)} does not exist; a change leases records that exist`, at));
+  const badVersion = unkeepableVersion(current.version);
+  if (badVersion !== null) return reply(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${badVersion}`, at));
   const expiresAt = new Date(now.getTime() + (lease.ttlMs ?? DEFAULT_LEASE_TTL_MS)).toISOString();
   const entry: LedgerLeaseEntry = {
     kind: "lease",

@@ -8,7 +8,7 @@ import { type AdmittedTool, isCommutative } from "../tools.ts";
 import { intentFingerprints } from "./admission.ts";
 import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
-import { type ExecContext, isOutage, outageStep, type Step, waitAsked } from "./intent-pipeline.ts";
+import { type ExecContext, isOutage, outageStep, type Step, unkeepableVersion, waitAsked } from "./intent-pipeline.ts";
 
 /** What the ledger says about a resolution: nothing to do (answered), close the case without a write, or write. */
 export type ResolvePlan =
@@ -90,6 +90,8 @@ export class Resolver {
     // first, and an escalation put back open keeps saying so, whatever its reason.
     let mayHaveWritten = plan.resumed || escalationMayHaveWritten(entry.outcome);
     const reopen = (reason: RejectReason, message: string, current?: Versioned | null, refused?: object): Step => {
+      // A record whose version writ cannot keep (a custom adapter's) is not carried.
+      if (current && unkeepableVersion(current.version) !== null) current = null;
       // The record as read (the operator decides again on it; the console shows it), beside the refusal's own details.
       const details = current || refused ? { ...refused, ...(current ? { current } : {}) } : undefined;
       return {
@@ -117,6 +119,8 @@ export class Resolver {
       return reopen("sor_protocol", `the system of record broke the protocol: ${(err as Error).message}`.slice(0, 2000));
     }
     if (current === null) return reopen("entity_not_found", `${r.intent.entity.type}:${r.intent.entity.id} does not exist`);
+    const badVersion = unkeepableVersion(current.version);
+    if (badVersion !== null) return reopen("sor_protocol", `the system of record broke the protocol: ${badVersion}`);
     if (current.version !== r.baseVersion) {
       return reopen("resolution_conflict", `the record changed since you decided (you saw ${r.baseVersion}, it is now ${current.version}); decide again`, current);
     }
@@ -188,6 +192,9 @@ export class Resolver {
 
   private applied(r: Resolution, entry: LedgerIntentEntry, replyTo: string, after: Versioned | null, via: "patch" | "reconcile"): Step {
     const at = this.now().toISOString();
+    // Written, but answered with a version writ cannot keep (a custom adapter's): recorded as a write whose answer
+    // gave none, so the escalation closes (reopened, its next apply would reconcile to the same answer for good).
+    if (after !== null && unkeepableVersion(after.version) !== null) after = null;
     const version = after?.version ?? "unknown";
     const reply = (intentId: string): Reply => ({
       status: "applied",

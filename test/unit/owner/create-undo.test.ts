@@ -610,6 +610,19 @@ describe("leases of changes that span records: the owner's gate", () => {
     expect(refusal(s, leaseGate(ledgerWith(held(mine)), s, at))).toBeUndefined();
   });
 
+  it("an acquire whose read answers a version writ cannot keep (a custom adapter's, 10,000 characters) is rejected sor_protocol, no lease staged", async () => {
+    const read = helpdesk.read.bind(helpdesk);
+    helpdesk.read = async (entity, opts) => {
+      const r = await read(entity, opts);
+      return r && { ...r, version: "v".repeat(10_000) };
+    };
+    const a = await acquire(mine, 30_000);
+    const refused = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {}));
+    expect(refused.replies[0]!.value).toMatchObject({ status: "rejected", reason: "sor_protocol", message: expect.stringContaining("a version of 10000 characters") });
+    Reply.parse(refused.replies[0]!.value);
+    expect(refused.lease).toBeUndefined();
+  });
+
   it("an acquire reads the record and grants the lease until now + ttl; a repeat renews it; another change's is refused `leased`, nothing staged", async () => {
     const a = await acquire(mine, 30_000);
     const granted = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {}));

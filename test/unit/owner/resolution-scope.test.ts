@@ -12,7 +12,8 @@ import { admit } from "../../../src/owner/admission.ts";
 import type { ExecContext, Step } from "../../../src/owner/intent-pipeline.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import { entityKey, type JsonPatchOp } from "../../../src/schemas/common.ts";
-import type { Reply } from "../../../src/schemas/reply.ts";
+import { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
+import { Reply } from "../../../src/schemas/reply.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
 import { declareWriteTool, type WriteToolDeclaration } from "../../../src/tools.ts";
 import { escalatedCase, NOW, OPS_REPLIES, T1 } from "./escalated-case.ts";
@@ -130,5 +131,39 @@ describe("an operator's apply passes the tool's scope, as an agent's intent does
       expect(details).toEqual(atAdmission.details);
       expect(String(reply.message).startsWith(`${String(atAdmission.message)} (its allowedPaths): `)).toBe(true);
     }
+  });
+});
+
+// A custom adapter may answer a version over 256 characters: the reply and the ledger entry must still be records the
+// wire schemas take (parsed here as the encoder does).
+describe("an operator's apply on a system answering a version writ cannot keep (10,000 characters)", () => {
+  const long = "v".repeat(10_000);
+  /** The operator's reply and the ledger entry, each parsed as the encoder does (every reply is). */
+  const wire = (step: Step) => {
+    if (step.kind !== "settled") throw new Error(`not settled: ${step.kind}`);
+    const replies = step.effects.replies.map((r) => ({ topic: r.topic, value: Reply.parse(r.value) }));
+    return { reply: replies.find((r) => r.topic === OPS_REPLIES)!.value, ledger: LedgerIntentEntry.parse(step.effects.ledger) };
+  };
+
+  it("a read answering one puts the escalation back open, sor_protocol, nothing written", async () => {
+    const { sor, entry, apply } = setup(tagOnly);
+    const read = sor.read.bind(sor);
+    sor.read = async (entity, opts) => {
+      const r = await read(entity, opts);
+      return r && { ...r, version: long };
+    };
+    const { reply, ledger } = wire(await apply([{ op: "replace", path: "/tags", value: ["vip"] }]));
+    expect(reply).toMatchObject({ status: "rejected", reason: "sor_protocol", message: expect.stringContaining("a version of 10000 characters") });
+    expect(ledger.outcome).toEqual(entry.outcome);
+    expect(sor.patches).toHaveLength(0);
+  });
+
+  it("a write answered applied with one closes the escalation applied, its version unknown", async () => {
+    const { sor, apply } = setup(tagOnly);
+    sor.script.patch.push({ kind: "answer", outcome: { kind: "applied", state: { tags: ["vip"] }, version: long } });
+    const { reply, ledger } = wire(await apply([{ op: "replace", path: "/tags", value: ["vip"] }]));
+    expect(reply).toMatchObject({ status: "applied", version: "unknown", state: null });
+    expect(ledger.outcome).toMatchObject({ status: "applied", version: "unknown" });
+    expect(sor.patches).toHaveLength(1);
   });
 });
