@@ -76,17 +76,25 @@ export function batchLimitProblem(topic: string, role: "intents" | "ledger" | "h
   );
 }
 
+/** Kafka's default `max.message.bytes` (the brokers' `message.max.bytes`): a topic created without an override takes this. */
+export const KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
+
 /** The topic contract's topics with their partitioning and configs. */
 export function routerTopics(config: RouterConfig): ITopicConfig[] {
   const rf = config.replicationFactor;
   const retentionMs = String(Math.ceil(config.ledgerRetentionHours * 3_600_000));
+  const needs = topicNeeds(config);
+  // A topic created for writ takes what writ writes there: an override only where that is more than Kafka's default.
+  const sized = (need: number) => (need > KAFKA_DEFAULT_MAX_MESSAGE_BYTES ? [{ name: "max.message.bytes", value: String(need) }] : []);
+  const withSize = (need: number) => (need > KAFKA_DEFAULT_MAX_MESSAGE_BYTES ? { configEntries: sized(need) } : {});
   return [
-    { topic: config.topics.intents, numPartitions: config.intentPartitions, replicationFactor: rf },
+    { topic: config.topics.intents, numPartitions: config.intentPartitions, replicationFactor: rf, ...withSize(needs.intents) },
     {
       topic: config.topics.ledger,
       numPartitions: config.intentPartitions,
       replicationFactor: rf,
       configEntries: [
+        ...sized(needs.ledger),
         { name: "cleanup.policy", value: "compact" },
         // Tombstones must outlive a restore of the partition.
         { name: "delete.retention.ms", value: retentionMs },
@@ -96,8 +104,8 @@ export function routerTopics(config: RouterConfig): ITopicConfig[] {
         { name: "min.compaction.lag.ms", value: String(LEDGER_MIN_COMPACTION_LAG_MS) },
       ],
     },
-    { topic: config.topics.human, numPartitions: 1, replicationFactor: rf },
-    { topic: config.topics.dlq, numPartitions: 1, replicationFactor: rf },
+    { topic: config.topics.human, numPartitions: 1, replicationFactor: rf, ...withSize(needs.human) },
+    { topic: config.topics.dlq, numPartitions: 1, replicationFactor: rf, ...withSize(needs.dlq) },
   ];
 }
 

@@ -4,7 +4,8 @@
 import { describe, expect, it } from "vitest";
 import { BATCH_OVERHEAD_BYTES, recordBytes } from "../../src/owner/produce-limits.ts";
 import { LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
-import { batchLimitProblem, LEDGER_ENTRY_FIELDS_BYTES, topicNeeds } from "../../src/topics.ts";
+import { routerConfigFromEnv } from "../../src/config.ts";
+import { batchLimitProblem, KAFKA_DEFAULT_MAX_MESSAGE_BYTES, LEDGER_ENTRY_FIELDS_BYTES, routerTopics, topicNeeds } from "../../src/topics.ts";
 
 /** `n` characters that JSON escapes to six bytes each. */
 const escaped = (n: number) => "\u0001".repeat(n);
@@ -49,5 +50,28 @@ describe("topicNeeds: the ledger's largest entry", () => {
         "its largest entry (WRIT_MAX_INTENT_BYTES of params and the entry's fields): an entry the broker refuses fails its partition's transactions, and the partition stops " +
         "(kafka-configs --alter --entity-type topics --entity-name writ.ledger --add-config max.message.bytes=327680)",
     );
+  });
+});
+
+describe("routerTopics: topics writ creates take what writ writes there", () => {
+  const env = { KAFKA_BROKERS: "127.0.0.1:9092", WRIT_TOOLS_MODULE: "./tools.ts" };
+  const sizeOf = (t: { configEntries?: { name: string; value: string }[] }) => t.configEntries?.find((e) => e.name === "max.message.bytes")?.value;
+
+  it("sets max.message.bytes where writ needs more than Kafka's default, to what the check then asks", () => {
+    const config = routerConfigFromEnv({ ...env, WRIT_MAX_INTENT_BYTES: "2000000", WRIT_MAX_MESSAGE_BYTES: "4500000" });
+    const needs = topicNeeds(config);
+    const byTopic = new Map(routerTopics(config).map((t) => [t.topic, t]));
+    expect(sizeOf(byTopic.get(config.topics.ledger)!)).toBe(String(needs.ledger));
+    expect(sizeOf(byTopic.get(config.topics.intents)!)).toBe(String(needs.intents));
+    expect(sizeOf(byTopic.get(config.topics.human)!)).toBe(String(needs.human));
+    expect(sizeOf(byTopic.get(config.topics.dlq)!)).toBe(String(needs.dlq));
+    // The ledger keeps its compaction settings beside it.
+    expect(byTopic.get(config.topics.ledger)!.configEntries!.map((e) => e.name)).toContain("cleanup.policy");
+  });
+
+  it("leaves Kafka's default where it is enough (the defaults)", () => {
+    const config = routerConfigFromEnv(env);
+    for (const t of routerTopics(config)) expect(sizeOf(t)).toBeUndefined();
+    expect(Math.max(...Object.values(topicNeeds(config)))).toBeLessThanOrEqual(KAFKA_DEFAULT_MAX_MESSAGE_BYTES);
   });
 });
