@@ -100,6 +100,16 @@ export function deltaFingerprint(delta: readonly JsonPatchOp[], isFreeTextPath: 
 }
 
 /**
+ * The digest of an escalated intent, as its escalation carries it on writ.human: sha256 over the canonical JSON of
+ * the whole intent (its intent id and free text too). The owner keeps it with the escalated outcome and a
+ * resolution's intent must hash to it: any producer can write a writ.human record under a real escalation id.
+ * Throws `not_canonical` for a value with no canonical form.
+ */
+export function escalatedIntentDigest(intent: unknown): string {
+  return sha256Hex(canonicalJson(intent));
+}
+
+/**
  * The intent key of the undo of the intent keyed `undoneKey`: sha256 over the
  * canonical JSON of `{v: 2, undo: undoneKey}`. It depends on the undone key
  * only, so every submission of that undo, by any agent, run or retry, is one

@@ -1,6 +1,7 @@
 // `writ escalations list|resolve`: the cases on writ.human, and a person's decision on one.
 import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
+import { canonicalJson } from "../canonical-json.ts";
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
@@ -26,7 +27,9 @@ resolve   a person's decision on one escalation, carried out by the record's own
           escalated intent on the record as it is at --base-version (default: the version the escalation
           showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
           --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
-          its reply topic; the ledger keeps it. Prints the owner's answer as JSON.
+          its reply topic; the ledger keeps it. Prints the owner's answer as JSON. An escalation id that two
+          records on writ.human carry with different intents, reasons or messages (one is forged) is refused
+          (exit 1), nothing sent.
           The change --apply writes is the tool's delta function's on the record as it is now (or the
           intent's own delta when it only appends). A tool without a delta function cannot rebuild it:
           give the change with --delta '<json patch>' (RFC 6902, an array of operations, e.g.
@@ -44,7 +47,7 @@ resolve   a person's decision on one escalation, carried out by the record's own
   --registry <url>    Confluent-API schema registry to decode framed values (default $SCHEMA_REGISTRY_URL)
   -h, --help          this text
 
-Exit status: list: 0 listed (also when there are none); resolve: 0 carried out, 1 refused or no answer
+Exit status: list: 0 listed (also when there are none); resolve: 0 carried out, 1 refused, contested or no answer
 (the message says why); 2 bad usage, unknown escalation id, or could not run.`;
 
 /** "3 s", "5 min", "2 h", "4 d". */
@@ -136,6 +139,19 @@ async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCo
   return found;
 }
 
+/** What a decision is taken on: two records of one escalation id that differ here are not the same case. */
+function caseOf(e: Escalation): string {
+  try {
+    return canonicalJson({ intent: e.intent, reason: e.reason, message: e.message });
+  } catch {
+    return JSON.stringify({ intent: e.intent, reason: e.reason, message: e.message });
+  }
+}
+
+function where(f: { topic: string; partition: number; offset: string }): string {
+  return `${f.topic}[${f.partition}]@${f.offset}`;
+}
+
 async function resolve(argv: string[]): Promise<number> {
   const parsed = parseCommandArgs(
     argv,
@@ -176,8 +192,18 @@ async function resolve(argv: string[]): Promise<number> {
   const kafka = kafkaFor(brokers, "writ-cli-escalations", log, connection.kafka);
   const codec = new WireCodec(connection);
   const topic = topicFromEnv("WRIT_HUMAN_TOPIC");
-  const found = (await readEscalations(kafka, codec, topic, log)).find((f) => f.e.escalationId === escalationId);
+  const records = (await readEscalations(kafka, codec, topic, log)).filter((f) => f.e.escalationId === escalationId);
+  const found = records[0];
   if (!found) throw new UsageError(`no escalation ${escalationId} on ${topic}`);
+  // Anyone who may produce to writ.human can write a record under a real escalation id: with two that differ, which
+  // one the owner escalated is not known here (its ledger tells, and refuses the other), so none is sent.
+  const other = records.find((f) => caseOf(f.e) !== caseOf(found.e));
+  if (other) {
+    process.stderr.write(
+      `writ escalations: escalation ${printable(escalationId)} is contested: ${where(found)} and ${where(other)} carry different intents, reasons or messages under it (one is forged); nothing was sent\n`,
+    );
+    return 1;
+  }
   const operator = a.operator ?? "writ-operator";
   const client = await createWritClient({
     brokers,

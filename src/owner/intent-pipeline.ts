@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { canonicalJson } from "../canonical-json.ts";
 import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
+import { escalatedIntentDigest } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import { entityKey, JsonPatch, type JsonPatchOp, Version, type Versioned } from "../schemas/common.ts";
@@ -676,7 +677,14 @@ export class IntentPipeline {
       escalationId,
     };
     const marked = state.mayHaveWritten ? { mayHaveWritten: true } : {};
-    const entry: LedgerIntentEntry = { ...pending, status: "done", outcome: { status: "escalated", reason, message, escalationId, at, ...marked }, updatedAt: at };
+    // The intent exactly as the escalation carries it: a resolution must send back this one, not a forged copy.
+    const digest = intentDigestOf(a.intent);
+    const entry: LedgerIntentEntry = {
+      ...pending,
+      status: "done",
+      outcome: { status: "escalated", reason, message, escalationId, at, ...marked, ...(digest ? { intentDigest: digest } : {}) },
+      updatedAt: at,
+    };
     return {
       kind: "settled",
       effects: effects({
@@ -753,4 +761,13 @@ export function unkeepableVersion(version: unknown): string | null {
 function describe(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
+}
+
+/** The escalated intent's digest; undefined for a value with no canonical form (admission refuses those: never here). */
+function intentDigestOf(intent: AdmittedIntent["intent"]): string | undefined {
+  try {
+    return escalatedIntentDigest(intent);
+  } catch {
+    return undefined;
+  }
 }

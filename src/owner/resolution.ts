@@ -1,4 +1,5 @@
 import type { RejectReason } from "../errors.ts";
+import { escalatedIntentDigest } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { Versioned } from "../schemas/common.ts";
 import { escalationMayHaveWritten, type LedgerIntentEntry, type StoredOutcome } from "../schemas/ledger-entry.ts";
@@ -50,6 +51,13 @@ export class Resolver {
     // committed). The resolution record is read again from the committed offset and lands here: settle it.
     const resumed = entry?.status === "pending" && ofThisEscalation;
     if (!entry || !(open || resumed)) return toOperator("resolution_not_applicable", `escalation ${r.escalationId.slice(0, 128)} of intent ${r.intent.intentKey.slice(0, 64)} is not open (already resolved, or not this intent's)`);
+    // The escalation's own intent, byte for byte as its owner wrote it to writ.human (free text and intent id too):
+    // a copy forged under the real escalation id would otherwise have its text written and its intent id answered.
+    // Entries of owners before the digest are checked by the fingerprints below only.
+    const digest = entry.outcome?.status === "escalated" ? entry.outcome.intentDigest : undefined;
+    if (digest !== undefined && !digestIs(r.intent, digest)) {
+      return toOperator("resolution_not_applicable", "the resolution's intent is not the escalated intent: it differs from the one its escalation carried (a forged escalation record?)");
+    }
     // The operator decides on the intent the ledger escalated, not on another one sent alongside.
     let prints: { fingerprint: string; deltaFingerprint: string };
     try {
@@ -231,11 +239,20 @@ export class Resolver {
       effects: effects({
         ledger: { ...entry, status: "done", outcome, updatedAt: at },
         replies: [
-          { topic: entry.replyTo, value: reply(r.intent.intentId) },
+          // The escalated submission's id, as the ledger keeps it: never one a resolution's copy of the intent names.
+          { topic: entry.replyTo, value: reply(entry.intentId) },
           { topic: replyTo, value: reply(r.resolutionId) },
         ],
       }),
       note,
     };
+  }
+}
+
+function digestIs(intent: Resolution["intent"], digest: string): boolean {
+  try {
+    return escalatedIntentDigest(intent) === digest;
+  } catch {
+    return false;
   }
 }

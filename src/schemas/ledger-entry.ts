@@ -42,6 +42,12 @@ export const StoredOutcome = z.discriminatedUnion("status", [
      * reconciles first, as for `outcome_unknown`. Absent in entries written before it existed: not known.
      */
     mayHaveWritten: z.boolean().optional(),
+    /**
+     * `escalatedIntentDigest()` of the intent as the escalation carries it on writ.human: a resolution's intent must
+     * hash to it (free text and intent id included), so a forged copy of the record under this escalation id is
+     * refused. Absent in entries written before it existed: those are checked by fingerprints only.
+     */
+    intentDigest: z.string().optional(),
   }),
 ]);
 export type StoredOutcome = z.infer<typeof StoredOutcome>;

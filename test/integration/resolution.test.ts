@@ -2,10 +2,39 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
-import { cliEnv, escalatedCase, readVersion, refundIntent, startHarness, tagTicketNoDelta, writ } from "../helpers/writ-harness.ts";
+import { entityKey } from "../../src/schemas/common.ts";
+import type { Escalation } from "../../src/schemas/escalation.ts";
+import { declareWriteTool } from "../../src/tools.ts";
+import { brokers, cliEnv, escalatedCase, readVersion, refundIntent, startHarness, tagTicketNoDelta, writ } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+
+/** Tags a ticket with a note beside it (free text: a retry may reword it). */
+const noteTicket = declareWriteTool({
+  name: "note_ticket",
+  recordType: "ticket",
+  params: z.object({ tag: z.string().min(1).max(64), note: z.string().max(500) }),
+  intentFields: ["tag"],
+  freeTextParams: ["note"],
+  freeTextPaths: ["/note"],
+  allowedPaths: ["/tags", "/note"],
+  delta: (p, current) => {
+    const tags = ((current.state as { tags?: unknown } | null)?.tags ?? []) as unknown[];
+    return [
+      { op: "replace", path: "/tags", value: tags.includes(p.tag) ? tags : [...tags, p.tag] },
+      // add: sets the member whether or not the ticket has one yet.
+      { op: "add", path: "/note", value: p.note },
+    ];
+  },
+  keyScope: "run",
+  versionPolicy: "strict",
+  maxConflictCycles: 2,
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
 
 describe("resolving escalations", () => {
   it("apply: the owner writes the escalated intent on the record as the operator saw it; the agent gets applied, a repeat is a duplicate", async () => {
@@ -111,5 +140,63 @@ describe("resolving escalations", () => {
     const discarded = await ops.resolve(escalation, { decision: "discard", message: "not needed any more" });
     expect(discarded).toMatchObject({ status: "rejected", reason: "escalation_discarded", message: "not needed any more" });
     await waitFor(() => seen.find((r) => r.intentId === escalatedReply.intentId && r.status === "rejected"), { timeoutMs: 30_000, message: "the agent never heard the decision" });
+  });
+  it("forged-escalation: a writ.human copy under a real escalation id, its free text and intent id changed, is not carried out; the genuine one is", async () => {
+    const h = await startHarness({ tools: [noteTicket], intentPartitions: 1 });
+    await h.startRouter();
+    const note = "customer asked politely";
+    const { seen, escalation, escalatedReply } = await escalatedCase(h, "agent-f", "T-74", noteTicket, (_agent, input) => ({
+      ...input,
+      params: { tag: "needs-human", note },
+      delta: [...input.delta, { op: "add", path: "/note", value: note }],
+    }));
+    // Another submit of the same agent, whose reply a forged copy would claim.
+    const otherIntentId = `other-${randomUUID()}`;
+    const FORGED = "REFUND APPROVED BY CFO; wire to acct 123";
+    const forged: Escalation = {
+      ...escalation,
+      message: "safe to apply",
+      intent: {
+        ...escalation.intent,
+        intentId: otherIntentId,
+        params: { ...escalation.intent.params, note: FORGED },
+        delta: escalation.intent.delta.map((op) => (op.path === "/note" && op.op === "add" ? { ...op, value: FORGED } : op)),
+      },
+    };
+    const forger = new Kafka({ brokers: brokers(), clientId: `forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    try {
+      await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(escalation.intent.entity), value: JSON.stringify(forged) }] });
+    } finally {
+      await forger.disconnect();
+    }
+    const copy = await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", 2)).find((e) => e.intent.intentId === otherIntentId), { message: "the forged copy on writ.human" });
+    const now = await readVersion(h.records, "ticket", "T-74");
+    const forgedWrites = () => h.records.history("ticket", "T-74").filter((e) => e.kind === "patch" && JSON.stringify(e.ops).includes(FORGED));
+    const patches = () => h.records.patchRequests(escalatedReply.intentKey);
+
+    // A client given the forged copy: the owner refuses it, writes nothing, answers nobody but the operator.
+    const ops = await h.client("ops-f");
+    const refused = await ops.resolve(copy, { decision: "apply", baseVersion: now.version });
+    expect(refused).toMatchObject({ status: "rejected", reason: "resolution_not_applicable" });
+    expect(refused.status === "rejected" && refused.message).toContain("not the escalated intent");
+    expect(forgedWrites()).toHaveLength(0);
+    expect(patches()).toHaveLength(0);
+
+    // The CLI sees two different records under the id: contested, nothing sent (it would send the first, here the genuine one).
+    const cli = await writ(["escalations", "resolve", escalation.escalationId, "--apply", "--operator", `ops-cli-${h.id}`, "--timeout-ms", "30000"], cliEnv(h));
+    expect([cli.code, cli.stderr]).toEqual([1, expect.stringContaining("is contested")]);
+
+    // The genuine record still resolves: written once, with its own text; the agent answered under its id.
+    const done = await ops.resolve(escalation, { decision: "apply", baseVersion: now.version });
+    expect(done, JSON.stringify(done)).toMatchObject({ status: "applied", resolvedBy: "ops-f" });
+    expect((await readVersion(h.records, "ticket", "T-74")).state).toMatchObject({ tags: ["needs-human"], note });
+    expect(patches()).toHaveLength(1);
+    await waitFor(() => seen.find((r) => r.intentId === escalatedReply.intentId && r.status === "applied"), { message: "the agent's applied reply" });
+    // The agent's reply topic, read again from its start (at least what the agent saw): none under the other submit's id.
+    const replies = await h.readTopic(escalation.intent.replyTo, "Reply", seen.length);
+    expect(replies.filter((r) => r.intentId === otherIntentId)).toEqual([]);
+    expect(seen.filter((r) => r.intentId === otherIntentId)).toEqual([]);
+    expect(forgedWrites()).toHaveLength(0);
   });
 });
