@@ -95,6 +95,11 @@ export const REJECT_REASONS = [
   /** A step of a change whose lease on the record is not held (never acquired, released, or expired): nothing was written. */
   "lease_not_held",
   /**
+   * A lease acquire the change already gave back (its release came after it): the signed bytes of an acquire
+   * produced again. Nothing taken; a change that wants the record again sends a new acquire.
+   */
+  "lease_replayed",
+  /**
    * An intent created longer ago than the ledger keeps intents (a lease intent: than a lease lasts): past that its
    * repeat could not be recognized, so it is not acted on. Signed bytes replayed later meet this.
    */

@@ -121,7 +121,7 @@ export class PartitionLedger implements LedgerView {
     this.leasesStaged.set(key, entry);
   }
 
-  /** Leases as the owner sees them now whose expiry is before `now` (ms), at most `limit`. */
+  /** Leases as the owner sees them now whose expiry (a released one's: its last replay marker's) is before `now` (ms), at most `limit`. */
   expiredLeases(now: number, limit: number): LedgerLeaseEntry[] {
     const seen = new Set<string>();
     const out: LedgerLeaseEntry[] = [];
@@ -129,7 +129,7 @@ export class PartitionLedger implements LedgerView {
       for (const [key, entry] of layer) {
         if (seen.has(key)) continue;
         seen.add(key);
-        if (entry !== null && Date.parse(entry.expiresAt) < now && out.length < limit) out.push(entry);
+        if (entry !== null && leaseEndsAt(entry) < now && out.length < limit) out.push(entry);
       }
     }
     return out;
@@ -143,7 +143,7 @@ export class PartitionLedger implements LedgerView {
       for (const [key, entry] of layer) {
         if (seen.has(key)) continue;
         seen.add(key);
-        if (entry !== null) n++;
+        if (entry !== null && entry.releasedAt === undefined) n++;
       }
     }
     return n;
@@ -285,4 +285,10 @@ function earliest(times: ReadonlyMap<string, number>): number | null {
   let out: number | null = null;
   for (const t of times.values()) if (out === null || t < out) out = t;
   return out;
+}
+
+/** When a lease entry may go: a held lease at its expiry, a released one once its replay markers are past. */
+function leaseEndsAt(entry: LedgerLeaseEntry): number {
+  if (entry.releasedAt === undefined) return Date.parse(entry.expiresAt);
+  return (entry.released ?? []).reduce((end, m) => Math.max(end, Date.parse(m.until)), Date.parse(entry.expiresAt));
 }

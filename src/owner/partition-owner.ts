@@ -468,6 +468,12 @@ export class PartitionOwner {
     const key = entityKey(lease.entity);
     session.ledger.stageLease(key, null);
     this.commits.stage(session, [this.ctx.encoder.leaseTombstone(key, this.partition)]);
+    // A released lease whose replay marks are all past: nothing lapsed, nobody stalled. (A held lease that lapses
+    // is tombstoned with the marks of earlier releases it carried.)
+    if (lease.releasedAt !== undefined) {
+      this.commits.nudge();
+      return;
+    }
     this.log.warn(
       { entity: key.slice(0, 300), agent: lease.agentId, change: lease.change, acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
       "lease expired and released: its change did not finish in time (a stalled or crashed agent?)",

@@ -144,6 +144,18 @@ export const LedgerLeaseEntry = z.looseObject({
   acquiredAt: IsoTime,
   expiresAt: IsoTime,
   updatedAt: IsoTime,
+  /**
+   * Set when its change released it: the lease is free, and the entry stays (its `expiresAt` the release, so an
+   * older owner sees it lapsed) for `released` until the last of it is past. Absent: held, until `expiresAt`.
+   */
+  releasedAt: IsoTime.optional(),
+  /**
+   * Changes that released this record lately: an acquire of `change` by `agentId` created at or before `before`
+   * (the release's `createdAt`, the same agent's clock) came before the release, so it is a replay of signed bytes
+   * and refused `lease_replayed`, until `until`, past which admission refuses it `stale`. Kept across the
+   * record's later leases; absent in entries of owners before it.
+   */
+  released: z.array(z.looseObject({ change: z.string(), agentId: z.string(), before: IsoTime, until: IsoTime })).max(64).optional(),
 });
 export type LedgerLeaseEntry = z.infer<typeof LedgerLeaseEntry>;
 

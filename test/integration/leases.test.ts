@@ -3,13 +3,14 @@
 // dedupe off: every effect is counted at the records server (PATCH requests
 // per intent key, the records' final state), never taken from writ's replies.
 import { randomUUID } from "node:crypto";
+import { Kafka, type KafkaMessage, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { noteAccount, refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { buildLeaseIntent, type ChangeInput } from "../../producers/change.ts";
 import type { WritClient } from "../../producers/writ-client.ts";
 import { changeId, undoIntentKey } from "../../src/keys.ts";
 import type { AppliedReply } from "../../src/schemas/reply.ts";
-import { readVersion, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 const TOOLS = [refundPayment, tagTicket, noteAccount];
@@ -60,6 +61,15 @@ const patches = (records: Records, key: string) => records.patchRequests(key).ma
 const leaseIntent = (client: WritClient, change: string, op: "acquire" | "release", entity: { type: string; id: string }, tool: string, ttlMs?: number) =>
   buildLeaseIntent({ change, op, entity, tool, agentId: client.agentId, runId: "r", stepId: `s/${op}`, replyTo: client.replyTopic, ...(ttlMs === undefined ? {} : { ttlMs }) });
 
+/** Records `n` seeded, a router, the agents "resolver" (with a change id) and "support", and ticket T-`n`. */
+async function resolverAndSupport(n: string) {
+  const h = await harness();
+  seedThree(h.records, n);
+  const router = await h.startRouter();
+  const [resolver, support] = await Promise.all([h.client("resolver"), h.client("support")]);
+  return { h, router, resolver, support, change: changeId({ agentId: "resolver", runId: run(), stepId: "c" }), ticket: { type: "ticket", id: `T-${n}` } };
+}
+
 describe("changes that span records on a real broker", () => {
   it("a three-record change applies each step once under leases; a write racing it on the same record waits and is applied too (no lost update)", async () => {
     const h = await harness();
@@ -93,12 +103,7 @@ describe("changes that span records on a real broker", () => {
   });
 
   it("while a change holds a record, another agent's write is answered `leased` with nothing sent; after the release it is applied", async () => {
-    const h = await harness();
-    seedThree(h.records, "2");
-    const router = await h.startRouter();
-    const [resolver, support] = await Promise.all([h.client("resolver"), h.client("support")]);
-    const change = changeId({ agentId: "resolver", runId: run(), stepId: "c" });
-    const ticket = { type: "ticket", id: "T-2" };
+    const { h, router, resolver, support, change, ticket } = await resolverAndSupport("2");
 
     const granted = await resolver.submit(leaseIntent(resolver, change, "acquire", ticket, "tag_ticket"));
     expect(granted).toMatchObject({ status: "applied", via: "lease", version: '"v1"', state: { status: "open", tags: ["damaged"] }, lease: { change } });
@@ -120,6 +125,53 @@ describe("changes that span records on a real broker", () => {
     const applied = await support.submit(input, { onLeased: "answer" });
     expect(applied).toMatchObject({ status: "applied", via: "patch" });
     expect(patches(h.records, applied.intentKey)).toEqual(["applied"]);
+  });
+
+  it("lease-replay: the bytes of a released lease's acquire produced again are refused `lease_replayed`; another agent's write is then applied", async () => {
+    const { h, router: first, resolver, support, change, ticket } = await resolverAndSupport("9");
+    const acquire = leaseIntent(resolver, change, "acquire", ticket, "tag_ticket", 60_000);
+    expect(await resolver.submit(acquire)).toMatchObject({ status: "applied", via: "lease" });
+    expect(await resolver.submit(leaseIntent(resolver, change, "release", ticket, "tag_ticket"))).toMatchObject({ status: "applied", via: "lease", duplicate: false });
+    // Another owner takes over: what it knows of the release, it restores from the ledger.
+    await first.stop();
+    await h.startRouter();
+
+    // The acquire as the client produced it (value and headers, its signature among them), copied off the intents
+    // topic by anyone who may read it, and produced again: the same bytes.
+    const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
+    const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
+    let recorded: { partition: number; message: KafkaMessage } | undefined;
+    await reader.connect();
+    try {
+      await reader.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
+      await reader.run({ eachMessage: async ({ partition, message }) => void (message.value?.includes(acquire.intentId) && !recorded ? (recorded = { partition, message }) : undefined) });
+      await waitFor(() => recorded, { message: "the acquire on the intents topic" });
+    } finally {
+      await reader.disconnect();
+    }
+    const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}` });
+    const answers: string[] = [];
+    await replies.connect();
+    const producer = kafka.producer();
+    await producer.connect();
+    try {
+      await replies.subscribe({ topic: resolver.replyTopic, fromBeginning: true });
+      await replies.run({ eachMessage: async ({ message }) => void (message.value?.includes(acquire.intentId) ? answers.push(message.value.toString("latin1")) : undefined) });
+      const { message } = recorded!;
+      await producer.send({ topic: h.config.topics.intents, messages: [{ partition: recorded!.partition, key: message.key, value: message.value, headers: message.headers }] });
+      // The first answer is the acquire's own (applied); the second, the replay's.
+      const answer = await waitFor(() => answers[1], { timeoutMs: 30_000, message: () => `the replayed acquire's answer (${answers.length} seen)` });
+      expect(answer).toContain('"lease_replayed"');
+    } finally {
+      await producer.disconnect();
+      await replies.disconnect();
+    }
+
+    // The record is free: another agent's write is applied at once, never answered `leased`.
+    const { version, state } = await readVersion(h.records, "ticket", "T-9");
+    const write = await support.submit({ tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), "vip"] }], params: { tag: "vip" } }, { onLeased: "answer" });
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
   });
 
   it("a step the system refuses: the steps applied before it are undone, newest first, and nothing of the change remains", async () => {

@@ -648,14 +648,60 @@ describe("leases of changes that span records: the owner's gate", () => {
     expect(settled(await settleLeaseIntent(a, { kind: "free" }, NOW, {})).replies[0]!.value).toMatchObject({ status: "rejected", reason: "entity_not_found" });
   });
 
-  it("a release of its own lease stages a tombstone; a release of a lease it does not hold is answered as a repeat", async () => {
+  it("a release of its own lease frees the record, marking the change's earlier acquires; a release of a lease it does not hold is answered as a repeat", async () => {
     const r = await release();
     const released = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(held(mine)), r, at), NOW, {}));
-    expect(released.lease).toEqual({ entityKey: "ticket:T-1", entry: null });
+    expect(released.lease).toEqual({
+      entityKey: "ticket:T-1",
+      entry: expect.objectContaining({ releasedAt: NOW.toISOString(), expiresAt: NOW.toISOString(), released: [{ change: mine, agentId: "agent-1", before: NOW.toISOString(), until: "2025-06-01T12:15:00.000Z" }] }),
+    });
+    LedgerEntry.parse(released.lease!.entry);
     expect(released.replies[0]!.value).toMatchObject({ status: "applied", via: "lease", duplicate: false, lease: { change: mine, released: true } });
-    const again = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(), r, at), NOW, {}));
+    const freed = ledgerWith(released.lease!.entry!);
+    expect(freed.leaseCount).toBe(0);
+    expect(leaseGate(freed, r, at)).toMatchObject({ kind: "free", released: { change: mine } });
+    const again = settled(await settleLeaseIntent(r, leaseGate(freed, r, at), NOW, {}));
     expect(again.lease).toBeUndefined();
     expect(again.replies[0]!.value).toMatchObject({ status: "applied", duplicate: true });
+    // Another agent's write is not held up by a released lease.
+    const plain = await admittedOk(tagIntent("vip", version(1), ["billing"]));
+    expect(leaseRefusal(plain, leaseGate(freed, plain, at), NOW.toISOString())).toBeNull();
+  });
+
+  it("replay: an acquire made before its change's release is refused `lease_replayed`, nothing taken, also after another change held the record; a new acquire is granted", async () => {
+    const a = await acquire(mine);
+    const granted = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {}));
+    const later = new Date(at + 5_000);
+    const r = await release();
+    r.intent.createdAt = later.toISOString();
+    const released = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(granted.lease!.entry!), r, later.getTime()), later, {})).lease!.entry!;
+    // The acquire's bytes again, a minute on: refused, and no lease staged.
+    const replayAt = new Date(at + 60_000);
+    const replay = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(released), a, replayAt.getTime()), replayAt, {}));
+    expect(replay.replies[0]!.value).toMatchObject({ status: "rejected", reason: "lease_replayed", intentId: a.intent.intentId });
+    expect(replay.lease).toBeUndefined();
+    // Another change takes the record and gives it back: the mark is kept across both.
+    const b = await acquire(other);
+    const bGranted = settled(await settleLeaseIntent(b, leaseGate(ledgerWith(released), b, replayAt.getTime()), replayAt, {})).lease!.entry!;
+    expect(bGranted.released).toEqual(released.released);
+    const rb = await release(other);
+    const bReleased = settled(await settleLeaseIntent(rb, leaseGate(ledgerWith(bGranted), rb, replayAt.getTime()), replayAt, {})).lease!.entry!;
+    expect(bReleased.released!.map((m) => m.change)).toEqual([mine, other]);
+    expect(settled(await settleLeaseIntent(a, leaseGate(ledgerWith(bReleased), a, replayAt.getTime()), replayAt, {})).replies[0]!.value).toMatchObject({ reason: "lease_replayed" });
+    // The same change acquiring anew (created after its release): granted.
+    const anew = await acquire(mine);
+    anew.intent.createdAt = replayAt.toISOString();
+    const regranted = settled(await settleLeaseIntent(anew, leaseGate(ledgerWith(bReleased), anew, replayAt.getTime()), replayAt, {}));
+    expect(regranted.replies[0]!.value).toMatchObject({ status: "applied", via: "lease" });
+    expect(regranted.lease!.entry).toMatchObject({ change: mine });
+    expect(regranted.lease!.entry!.releasedAt).toBeUndefined();
+  });
+
+  it("a released entry stays until its marks are past (admission refuses the acquires `stale` from then), then the sweep takes it", () => {
+    const released: LedgerLeaseEntry = { ...held(mine), expiresAt: NOW.toISOString(), releasedAt: NOW.toISOString(), released: [{ change: mine, agentId: "agent-1", before: NOW.toISOString(), until: "2025-06-01T12:15:00.000Z" }] };
+    const ledger = ledgerWith(released);
+    expect(ledger.expiredLeases(at + 60_000, 10)).toEqual([]);
+    expect(ledger.expiredLeases(Date.parse("2025-06-01T12:15:00.001Z"), 10)).toEqual([released]);
   });
 });
 
