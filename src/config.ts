@@ -193,6 +193,12 @@ export const RouterConfig = z
     healthMaxConnectionsPerAddress: z.number().int().min(1).max(64).default(16),
     /** The agent registry file (JSON; see src/security/agent-registry.ts). Unset: no authentication (development only). */
     agentRegistryPath: z.string().min(1).optional(),
+    /**
+     * Refuse to start without an agent registry (`agentRegistryPath`, or `startRouter({ agents })`): without one,
+     * signatures are not verified and any producer may write as any agent. False by default (the demo and
+     * development run open, with a warning); true in production, so a registry left unset stops the owner.
+     */
+    requireAgentRegistry: z.boolean().default(false),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
     instanceId: z
       .string()
@@ -383,6 +389,7 @@ export const ROUTER_ENV = {
   healthHeadersTimeoutMs: "WRIT_HEALTH_HEADERS_TIMEOUT_MS",
   healthMaxConnectionsPerAddress: "WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS",
   agentRegistryPath: "WRIT_AGENT_REGISTRY",
+  requireAgentRegistry: "WRIT_REQUIRE_AGENT_REGISTRY",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
 
@@ -424,17 +431,41 @@ export function routerConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Route
   for (const [field, name] of Object.entries(ROUTER_ENV)) {
     const raw = env[name];
     if (raw === undefined || raw === "") continue;
-    const value = NUMERIC.has(field) ? envNumber(raw) : raw;
+    const value = NUMERIC.has(field) ? envNumber(raw) : BOOLEAN.has(field) ? envBoolean(raw) : raw;
     if (field.startsWith("topics.")) (input.topics as Record<string, unknown>)[field.slice(7)] = value;
     else input[field] = value;
   }
   // KAFKA_SSL*, KAFKA_SASL_*, SCHEMA_REGISTRY_USERNAME/PASSWORD/CA_FILE (src/security/transport.ts)
   Object.assign(input, securityInputFromEnv(env));
   const byField = new Map<string, string>(Object.entries(ROUTER_ENV));
-  return parseConfig(RouterConfig, input, "router", (path) => {
+  const config = parseConfig(RouterConfig, input, "router", (path) => {
     const dotted = path.map(String).join(".");
     const key = [...byField.keys()].find((f) => dotted === f || dotted.startsWith(`${f}.`));
     const variable = key ? byField.get(key) : securityVariableOf(dotted);
     return variable ? `${variable} (${dotted})` : dotted;
   });
+  checkAgentRegistryRequired(config, config.agentRegistryPath !== undefined);
+  return config;
 }
+
+/**
+ * Throws `config_invalid` naming WRIT_AGENT_REGISTRY when the config requires an agent registry
+ * (WRIT_REQUIRE_AGENT_REGISTRY) and the owner has none (`hasRegistry`): it would verify no signature.
+ */
+export function checkAgentRegistryRequired(config: Pick<RouterConfig, "requireAgentRegistry">, hasRegistry: boolean): void {
+  if (!config.requireAgentRegistry || hasRegistry) return;
+  throw new WritError(
+    "config_invalid",
+    "invalid router configuration: WRIT_AGENT_REGISTRY (agentRegistryPath): required, since WRIT_REQUIRE_AGENT_REGISTRY (requireAgentRegistry) is true; without an agent registry owners verify no signature and any producer may write as any agent",
+    { retriable: false, context: { field: "WRIT_AGENT_REGISTRY" } },
+  );
+}
+
+/** `true`/`1`/`yes`, `false`/`0`/`no` (any case); anything else is left for the schema to refuse, naming the variable. */
+function envBoolean(raw: string): boolean | string {
+  if (/^(true|1|yes)$/i.test(raw)) return true;
+  if (/^(false|0|no)$/i.test(raw)) return false;
+  return raw;
+}
+
+const BOOLEAN = new Set(["requireAgentRegistry"]);

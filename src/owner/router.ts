@@ -1,7 +1,7 @@
 import type { Server } from "node:http";
 import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
-import { RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
+import { checkAgentRegistryRequired, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
@@ -138,6 +138,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
   const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);
+  // Before anything connects: an owner required to verify signatures never runs open.
+  checkAgentRegistryRequired(config, agents !== undefined);
   const health = new HealthBoard(log);
   // Every call a system answers (anything but an outage or a throw) ends its outage on /healthz, said once.
   const tools = observeTools(admitTools(opts.tools, opts.systems, { sorTimeoutMs: config.sorTimeoutMs, requireDelta: agents !== undefined }), (system, method, outcome, seconds) => {
@@ -221,7 +223,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       throw new WritError("config_invalid", otherOwnersMessage(config, others), { retriable: false, context: { field: "groupId", otherGroups: others.map((o) => o.group) } });
     }
   }
-  if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production)");
+  if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production, and WRIT_REQUIRE_AGENT_REGISTRY=true so an owner without one refuses to start)");
 
   const encoder = new RecordEncoder(codec, config, { log, onSize: metrics.sizeRefusal });
   const topicDirectory = new TopicDirectory(admin, { ...(internals.ablateTopicLimits ? {} : { limits: encoder.limits }), log });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ClientConfig, parseConfig, routerConfigFromEnv } from "../../src/config.ts";
+import { startRouter } from "../../src/owner/router.ts";
 
 describe("routerConfigFromEnv", () => {
   it("applies defaults from the schema", () => {
@@ -15,6 +16,19 @@ describe("routerConfigFromEnv", () => {
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "localhost" })).toThrow(/KAFKA_BROKERS \(brokers\.0\): host:port/);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_INTENT_PARTITIONS: "many" })).toThrow(/WRIT_INTENT_PARTITIONS/);
     expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", SCHEMA_REGISTRY_URL: "not a url" })).toThrow(/SCHEMA_REGISTRY_URL/);
+  });
+
+  it("WRIT_REQUIRE_AGENT_REGISTRY: an owner required to verify signatures refuses to start without a registry, naming WRIT_AGENT_REGISTRY", async () => {
+    // Off by default: the demo and development run open (with a warning).
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).requireAgentRegistry).toBe(false);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REQUIRE_AGENT_REGISTRY: "false" }).requireAgentRegistry).toBe(false);
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REQUIRE_AGENT_REGISTRY: "true" })).toThrow(/WRIT_AGENT_REGISTRY \(agentRegistryPath\): required, since WRIT_REQUIRE_AGENT_REGISTRY/);
+    // Set but empty is unset.
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REQUIRE_AGENT_REGISTRY: "1", WRIT_AGENT_REGISTRY: "" })).toThrow(/WRIT_AGENT_REGISTRY \(agentRegistryPath\): required/);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REQUIRE_AGENT_REGISTRY: "true", WRIT_AGENT_REGISTRY: "/etc/writ/agents.json" })).toMatchObject({ requireAgentRegistry: true, agentRegistryPath: "/etc/writ/agents.json" });
+    expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_REQUIRE_AGENT_REGISTRY: "maybe" })).toThrow(/WRIT_REQUIRE_AGENT_REGISTRY \(requireAgentRegistry\): true or false/);
+    // A config given in code is held to it too, before anything connects (this broker is never dialled).
+    await expect(startRouter({ config: { brokers: ["127.0.0.1:9"], requireAgentRegistry: true }, tools: [], systems: [] })).rejects.toThrow(/WRIT_AGENT_REGISTRY \(agentRegistryPath\): required/);
   });
 
   it("bounds how long pending entries alone hold a transaction open by the hang watch's patience", () => {
