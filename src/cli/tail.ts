@@ -101,7 +101,11 @@ function describeRecord(schema: WireSchemaName, d: DecodedRecord): string {
     case "LedgerEntry":
       if (v.kind === "marker") return `${where} marker partition=${v.partition} owner=${v.owner}`;
       if (v.kind === "progress") return `${where} progress partition=${v.partition} offset=${v.offset}`;
-      if (v.kind === "lease") return `${where} lease ${ent(v.entity)} change=${short(v.change)} agent=${v.agentId} expires=${v.expiresAt}`;
+      if (v.kind === "lease") {
+        // A released lease stays as marks of the acquires it refuses as replays (lease_replayed) until they are past.
+        const held = v.releasedAt === undefined ? `expires=${v.expiresAt}` : `released=${v.releasedAt} replay-marks=${v.released?.length ?? 0}`;
+        return `${where} lease ${ent(v.entity)} change=${short(v.change)} agent=${v.agentId} ${held}`;
+      }
       return `${where} ${v.status}${v.outcome ? ` ${v.outcome.status}` : ""} ${ent(v.entity)} tool=${v.tool} key=${short(v.intentKey)} cycles=${v.cycles} attempts=${v.attempts?.length}`;
     default:
       return `${where} ${JSON.stringify(v)}`;

@@ -90,6 +90,13 @@ describe("human-readable output of record-derived text", () => {
     expect(formatRecord("Reply", { ...where, key: evil, error: `schema_invalid: unrecognized key "${ESC}]0;pwned\x07"` })).not.toContain(ESC);
   });
 
+  it("formatRecord: a held lease shows its expiry; a released one, its release and the replay marks it keeps", () => {
+    const lease = { kind: "lease", entity: { type: "ticket", id: "T-1" }, change: "c".repeat(64), agentId: "a", replyTo: "writ.replies.a", acquiredAt: at, expiresAt: at, updatedAt: at };
+    expect(formatRecord("LedgerEntry", { ...where, key: "x", value: lease })).toContain(`expires=${at}`);
+    const released = { ...lease, releasedAt: at, released: [{ change: "c".repeat(64), agentId: "a", before: at, until: at }] };
+    expect(formatRecord("LedgerEntry", { ...where, key: "x", value: released })).toMatch(new RegExp(`released=${at} replay-marks=1$`));
+  });
+
   it("the commands' logger escapes its messages and errors", async () => {
     const written: string[] = [];
     const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
