@@ -414,7 +414,9 @@ export class IntentPipeline {
     }
     const parsed = JsonPatch.safeParse(raw);
     if (!parsed.success) return { error: `the tool's undo function gave no JSON Patch of at least one operation: ${parsed.error.issues[0]?.message ?? "invalid"}`.slice(0, 2000) };
-    const outOfScope = scopeRefusal(a.tool, parsed.data);
+    // A create tool declares no allowedPaths (its change is a whole record, `create.body`): the record its undo
+    // changes is the one it created, so there is no narrower scope to hold the undo to.
+    const outOfScope = a.tool.create ? null : scopeRefusal(a.tool, parsed.data);
     if (outOfScope) return { error: `the tool's undo gave a change outside its allowed paths: ${outOfScope.message}`.slice(0, 2000), details: { reason: outOfScope.reason, ...outOfScope.details } };
     let bytes: number;
     try {

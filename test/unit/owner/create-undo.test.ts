@@ -492,6 +492,23 @@ describe("undo: the pipeline", () => {
   });
 });
 
+describe("undo of a create", () => {
+  it("a create tool's undo (it declares no allowedPaths) is applied on the record it created, If-Match the version the create produced", async () => {
+    const closing = declareWriteTool({ ...openCase, name: "open_case_undoable", undo: () => [{ op: "replace", path: "/status", value: "withdrawn" }] });
+    tools = admitTools([openCase, openLead, tagTicket, setStatus, closing], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+    deps = { ...deps, tools };
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const entity = { type: "case", id: "order-77" };
+    const created = await run(p, await admittedOk(createIntent("77", "agent-1", "Damaged on arrival", { tool: "open_case_undoable", intentKey: keyOf("open_case_undoable", "agent-1", entity, { orderRef: "77", subject: "Damaged on arrival" }) })), ledger);
+    expect(created.reply).toMatchObject({ status: "applied" });
+    const { reply } = await run(p, await admittedOk(undoIntent(created.reply.intentKey, { tool: "open_case_undoable", entity })), ledger);
+    expect(reply).toMatchObject({ status: "applied", undoOf: created.reply.intentKey });
+    expect(helpdesk.commitsOf(undoIntentKey(created.reply.intentKey))).toBe(1);
+    expect((await helpdesk.read(entity, { timeoutMs: 1_000 }))!.state).toMatchObject({ status: "withdrawn" });
+  });
+});
+
 describe("escalated creates and undos", () => {
   /** The ledger entry of `a`, escalated (its outcome unknown), as the owner leaves it. */
   function escalated(a: AdmittedIntent): PartitionLedger {
