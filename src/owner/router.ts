@@ -8,7 +8,7 @@ import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import { admitTools, type WriteToolDeclaration } from "../tools.ts";
-import { batchLimitProblem, batchLimits, ensureTopics, routerTopics, topicNeeds, warnOnSingleReplicaTopics } from "../topics.ts";
+import { type BatchLimit, batchLimitProblem, batchLimits, ensureTopics, routerTopics, topicNeeds, warnOnSingleReplicaTopics } from "../topics.ts";
 import { HangWatch, type OffsetProbe, type TopicPartition } from "./hang-watch.ts";
 import { HealthBoard } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
@@ -227,24 +227,21 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
 
   const encoder = new RecordEncoder(codec, config, { log, onSize: metrics.sizeRefusal });
   const topicDirectory = new TopicDirectory(admin, { ...(internals.ablateTopicLimits ? {} : { limits: encoder.limits }), log });
-  // What writ's own topics take: a record over it is trimmed or dead-lettered as for a reply topic; ledger entries cannot be.
-  for (const topic of Object.values(config.topics)) {
-    await topicDirectory.describe(topic);
-    const takes = encoder.limits.of(topic);
-    if (takes < config.maxMessageBytes) {
-      log.warn({ topic, bytes: takes, maxMessageBytes: config.maxMessageBytes }, "a topic of writ's takes less than WRIT_MAX_MESSAGE_BYTES (its max.message.bytes or segment.bytes): raise it to at least WRIT_MAX_MESSAGE_BYTES");
+  // What writ's own topics take (one read of their configs): a record over it is trimmed or dead-lettered as for a
+  // reply topic. Ledger entries cannot be trimmed: a ledger that takes less than the largest one would fail the
+  // transactions of a partition writing it, which would stop. Refused here, as a ledger of another partition count
+  // is (configs not readable, no DescribeConfigs: every limit, the ledger's too, is learned from a refusal instead).
+  const ownLimits = await batchLimits(admin, Object.values(config.topics)).catch((err: unknown) => {
+    log.warn({ err }, "could not read writ's topics' configs (the owners need DESCRIBE_CONFIGS on them) to check what they take, the ledger's largest entry among it");
+    return new Map<string, BatchLimit>();
+  });
+  for (const [topic, limit] of internals.ablateTopicLimits ? [] : ownLimits) {
+    encoder.limits.described(topic, limit.bytes);
+    if (limit.bytes < config.maxMessageBytes) {
+      log.warn({ topic, bytes: limit.bytes, maxMessageBytes: config.maxMessageBytes }, "a topic of writ's takes less than WRIT_MAX_MESSAGE_BYTES (its max.message.bytes or segment.bytes): raise it to at least WRIT_MAX_MESSAGE_BYTES");
     }
   }
-  // Ledger entries cannot be trimmed: a ledger that takes less than the largest one would fail the transactions of
-  // a partition writing it, which would stop. Refused here, as a ledger of another partition count is (configs not
-  // readable, no DescribeConfigs: the refusal is learned instead, as for any topic).
-  const ledgerLimit = await batchLimits(admin, [config.topics.ledger]).then(
-    (limits) => limits.get(config.topics.ledger),
-    (err: unknown) => {
-      log.warn({ err, topic: config.topics.ledger }, "could not read the ledger topic's configs (the owners need DESCRIBE_CONFIGS on it) to check it takes the largest ledger entry");
-      return undefined;
-    },
-  );
+  const ledgerLimit = ownLimits.get(config.topics.ledger);
   const ledgerProblem = ledgerLimit && batchLimitProblem(config.topics.ledger, "ledger", ledgerLimit, topicNeeds(config).ledger);
   if (ledgerProblem) {
     await admin.disconnect().catch(() => undefined);

@@ -1,14 +1,9 @@
-import type { Admin, ConfigResourceTypes } from "kafkajs";
+import type { Admin } from "kafkajs";
 import type { Logger } from "../logger.ts";
 import { LruMap } from "../lru-map.ts";
+import { batchLimits } from "../topics.ts";
 import type { ReplyTopicDirectory } from "./admission.ts";
 import type { ProduceLimits } from "./produce-limits.ts";
-
-/** ConfigResourceTypes.TOPIC: kafkajs is CommonJS, and Node's named-export detection does not find its enums. */
-const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
-
-/** A topic's configs that bound a record batch: larger than either, the broker refuses it (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE). */
-const BATCH_LIMIT_CONFIGS = ["max.message.bytes", "segment.bytes"];
 
 /** Topics whose configs are remembered at most (each reply topic is one). */
 const MAX_DESCRIBED_TOPICS = 4096;
@@ -86,12 +81,11 @@ export class TopicDirectory implements ReplyTopicDirectory {
     const refused = limits.takeRefused(topic);
     if (seen && !refused && Date.now() - seen.at < this.positiveTtlMs) return;
     const entry: { at: number; reading: Promise<void> | null } = { at: Date.now(), reading: null };
-    entry.reading = this.admin
-      .describeConfigs({ includeSynonyms: false, resources: [{ type: TOPIC_RESOURCE, name: topic, configNames: BATCH_LIMIT_CONFIGS }] })
+    entry.reading = batchLimits(this.admin, [topic])
       .then(
-        (described) => {
-          const values = (described.resources[0]?.configEntries ?? []).map((e) => Number(e.configValue)).filter((n) => Number.isSafeInteger(n) && n >= 0);
-          if (values.length > 0) limits.described(topic, Math.min(...values));
+        (read) => {
+          const limit = read.get(topic);
+          if (limit) limits.described(topic, limit.bytes);
         },
         (err: unknown) => {
           const denied = /AUTHORIZATION_FAILED$/.test(String((err as { type?: unknown } | null)?.type ?? ""));
