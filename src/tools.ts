@@ -108,6 +108,13 @@ interface ToolDeclarationBase<P extends Record<string, unknown>> {
    * built from) until the entry expires.
    */
   undo?: UndoFn<P>;
+  /**
+   * Where the undo's compensating change may write (patterns as `allowedPaths`), checked like any delta before it is
+   * sent. An edit tool without it holds its undo to its `allowedPaths`; a create tool without it, to no narrower
+   * scope than the record it created. Declared apart so that what only an undo writes (a refund's `/reversals`) is
+   * no path an agent's change, or an operator's resolution of one, may take.
+   */
+  undoPaths?: readonly AllowedPath[];
 }
 
 /**
@@ -205,6 +212,8 @@ export interface AdmittedTool {
   /** The operation is allowed where it acts (a move needs `move` on both paths, a copy `copy` on its target). */
   isAllowedOp(op: JsonPatchOp): boolean;
   isFreeTextPath(path: string): boolean;
+  /** What the tool's undo may write (its `undoPaths`, else its `allowedPaths`); null: a create tool's undo, held to no narrower scope. */
+  readonly undoScope: Pick<AdmittedTool, "name" | "isAllowedPath" | "isAllowedOp"> | null;
 }
 
 /** Declares a write tool; admission happens when the router starts. */
@@ -239,23 +248,26 @@ const fn = (what: string) => z.custom<(...args: never[]) => unknown>((v) => type
 const PATCH_OPS = ["add", "remove", "replace", "move", "copy", "test"] as const;
 const listed = (values: readonly string[]) => values.map((v) => JSON.stringify(v)).join(", ");
 
+const PathPatterns = z
+  .array(
+    z.union(
+      [
+        z.string().startsWith("/"),
+        z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(PATCH_OPS, expected(`one of ${listed(PATCH_OPS)}`))).min(1) }),
+      ],
+      expected(`a path pattern such as "/tags/-", or {path, ops} with ops among ${listed(PATCH_OPS)}`),
+    ),
+  )
+  .min(1, "at least one allowed path")
+  .optional();
+
 const DeclarationShape = z.strictObject({
   name: z.string().regex(/^[a-zA-Z][a-zA-Z0-9_.-]{0,127}$/, "letters, digits, _ . -"),
   recordType: z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "lower-case record type"),
   params: z.custom<z.ZodType>((v) => v instanceof Object && typeof (v as z.ZodType).safeParse === "function", expected("a zod schema")),
   intentFields: z.array(z.string()).min(1, "at least one intent field"),
-  allowedPaths: z
-    .array(
-      z.union(
-        [
-          z.string().startsWith("/"),
-          z.strictObject({ path: z.string().startsWith("/"), ops: z.array(z.enum(PATCH_OPS, expected(`one of ${listed(PATCH_OPS)}`))).min(1) }),
-        ],
-        expected(`a path pattern such as "/tags/-", or {path, ops} with ops among ${listed(PATCH_OPS)}`),
-      ),
-    )
-    .min(1, "at least one allowed path")
-    .optional(),
+  allowedPaths: PathPatterns,
+  undoPaths: PathPatterns,
   freeTextPaths: z.array(z.string().startsWith("/")).optional(),
   freeTextParams: z.array(z.string()).optional(),
   keyScope: z.enum(["run", "global"], expected('"run" or "global"', "missing key scope")),
@@ -372,6 +384,7 @@ export function admitTools(
       if (d.allowedPaths === undefined) problems.push(`${label}: allowedPaths: at least one allowed path`);
       if (d.versionPolicy === undefined) problems.push(`${label}: versionPolicy: missing version policy: expected "strict" or "rebase-commutative"`);
     }
+    if (d.undoPaths !== undefined && typeof decl.undo !== "function") problems.push(`${label}: undoPaths: declared without an undo function`);
     let reconcile: ReconcileFn | undefined;
     if (typeof decl.reconcile === "function") reconcile = decl.reconcile;
     else if (create?.intentKeyField !== undefined && decl.reconcile === undefined) {
@@ -405,6 +418,8 @@ export function admitTools(
       problems.push(`${label}: missing delta: with an agent registry every tool declares how its delta derives from its params`);
     }
     if (!reconcile) continue;
+    const isAllowedPath = pathMatcher(d.allowedPaths ?? []);
+    const isAllowedOp = opMatcher(d.allowedPaths ?? []);
     admitted.set(d.name, {
       declaration: decl,
       name: d.name,
@@ -420,9 +435,10 @@ export function admitTools(
       ...(typeof decl.undo === "function" ? { undo: decl.undo as UndoFn<Record<string, unknown>> } : {}),
       reconcile,
       timeoutMs: d.timeoutMs ?? defaults.sorTimeoutMs,
-      isAllowedPath: pathMatcher(d.allowedPaths ?? []),
-      isAllowedOp: opMatcher(d.allowedPaths ?? []),
+      isAllowedPath,
+      isAllowedOp,
       isFreeTextPath: pathMatcher(d.freeTextPaths ?? []),
+      undoScope: d.undoPaths ? { name: d.name, isAllowedPath: pathMatcher(d.undoPaths), isAllowedOp: opMatcher(d.undoPaths) } : create ? null : { name: d.name, isAllowedPath, isAllowedOp },
     });
   }
   if (problems.length > 0) {

@@ -21,8 +21,9 @@ export const refundPayment = declareWriteTool({
   }),
   intentFields: ["amountCents", "reason"],
   freeTextParams: ["note"],
-  // Its undo appends a reversal: the compensating change is checked against these paths like any other.
-  allowedPaths: [{ path: "/refunds/-", ops: ["add"] }, { path: "/reversals", ops: ["add"] }, { path: "/reversals/-", ops: ["add"] }],
+  // A refund only appends; its undo appends a reversal, checked against undoPaths before it is sent.
+  allowedPaths: [{ path: "/refunds/-", ops: ["add"] }],
+  undoPaths: [{ path: "/reversals", ops: ["add"] }, { path: "/reversals/-", ops: ["add"] }],
   delta: (p) => [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, reason: p.reason, ...(p.ref === undefined ? {} : { ref: p.ref }) } }],
   keyScope: "run",
   versionPolicy: "rebase-commutative",
@@ -92,8 +93,9 @@ export const noteAccount = declareWriteTool({
     text: z.string().min(1).max(500),
   }),
   intentFields: ["ref"],
-  // Its undo puts the notes back without this one (the delta function keeps an agent's change to an append).
-  allowedPaths: [{ path: "/notes/-", ops: ["add"] }, { path: "/notes", ops: ["replace"] }],
+  // An agent appends a note; only its undo may put the notes back without it.
+  allowedPaths: [{ path: "/notes/-", ops: ["add"] }],
+  undoPaths: [{ path: "/notes", ops: ["replace"] }],
   delta: (p) => [{ op: "add", path: "/notes/-", value: { ref: p.ref, text: p.text } }],
   keyScope: "run",
   versionPolicy: "rebase-commutative",

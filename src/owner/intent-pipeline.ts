@@ -414,10 +414,10 @@ export class IntentPipeline {
     }
     const parsed = JsonPatch.safeParse(raw);
     if (!parsed.success) return { error: `the tool's undo function gave no JSON Patch of at least one operation: ${parsed.error.issues[0]?.message ?? "invalid"}`.slice(0, 2000) };
-    // A create tool declares no allowedPaths (its change is a whole record, `create.body`): the record its undo
-    // changes is the one it created, so there is no narrower scope to hold the undo to.
-    const outOfScope = a.tool.create ? null : scopeRefusal(a.tool, parsed.data);
-    if (outOfScope) return { error: `the tool's undo gave a change outside its allowed paths: ${outOfScope.message}`.slice(0, 2000), details: { reason: outOfScope.reason, ...outOfScope.details } };
+    // Its `undoPaths`, else its `allowedPaths`; a create tool without `undoPaths` declares no paths (its change is a
+    // whole record, `create.body`): the record its undo changes is the one it created, no narrower scope to hold it to.
+    const outOfScope = a.tool.undoScope && scopeRefusal(a.tool.undoScope, parsed.data);
+    if (outOfScope) return { error: `the tool's undo gave a change outside its undo paths: ${outOfScope.message}`.slice(0, 2000), details: { reason: outOfScope.reason, ...outOfScope.details } };
     let bytes: number;
     try {
       bytes = Buffer.byteLength(canonicalJson(parsed.data));

@@ -177,7 +177,7 @@ describe("undo on a real broker", () => {
     const undo = await alice.undo(tag.intentKey);
 
     expect(undo).toMatchObject({ status: "rejected", reason: "undo_failed", details: { reason: "patch_path_not_allowed", paths: ["/status"] } });
-    expect((undo as RejectedReply).message).toMatch(/outside its allowed paths: tool tag_ticket_reaching may not touch \/status/);
+    expect((undo as RejectedReply).message).toMatch(/outside its undo paths: tool tag_ticket_reaching may not touch \/status/);
     expect(h.records.patchRequests(undoIntentKey(tag.intentKey))).toEqual([]);
     expect(h.records.patchRequests()).toHaveLength(1);
     expect(await readVersion(h.records, "ticket", "T-1")).toMatchObject({ version: '"v2"', state: { status: "pending", tags: ["billing", "vip"] } });

@@ -111,6 +111,30 @@ describe("admitTools: create tools and undo", () => {
     expect(await ask({})).toBe("not_applied");
   });
 
+  it("undoPaths: the undo's scope (else allowedPaths, or none for a create); refused without an undo", () => {
+    const undo = () => [{ op: "add" as const, path: "/reversals/-", value: 1 }];
+    const tools = admitTools(
+      [
+        declareWriteTool({ ...base, name: "plain", undo }),
+        declareWriteTool({ ...base, name: "scoped", undo, undoPaths: [{ path: "/reversals/-", ops: ["add"] }] }),
+        declareWriteTool(openCase),
+      ],
+      [creating(true)],
+      { sorTimeoutMs: 5000, requireDelta: false },
+    );
+    const scope = (name: string) => tools.get(name)!.undoScope;
+    expect(scope("plain")!.isAllowedPath("/tags/-")).toBe(true);
+    expect(scope("plain")!.isAllowedPath("/reversals/-")).toBe(false);
+    expect(scope("scoped")!.isAllowedPath("/tags/-")).toBe(false);
+    expect(scope("scoped")!.isAllowedOp({ op: "add", path: "/reversals/-", value: 1 })).toBe(true);
+    // The tool's own scope is unchanged by its undo's.
+    expect(tools.get("scoped")!.isAllowedPath("/reversals/-")).toBe(false);
+    expect(scope("open_case")).toBeNull();
+    expect(() => admitTools([declareWriteTool({ ...base, undoPaths: ["/reversals/-"] })], [creating(true)], { sorTimeoutMs: 1 })).toThrow(
+      /tool "tag_ticket": undoPaths: declared without an undo function/,
+    );
+  });
+
   it("refuses an edit tool without allowed paths", () => {
     const { allowedPaths: _, ...noPaths } = base;
     expect(() => admitTools([{ ...noPaths, reconcile: "idempotency-key" } as never], [system("helpdesk", true)], { sorTimeoutMs: 1 })).toThrow(

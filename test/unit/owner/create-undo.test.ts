@@ -484,11 +484,81 @@ describe("undo: the pipeline", () => {
       tags = [...tags, name];
       const { reply } = await run(p, await admittedOk(undoIntent(write.reply.intentKey, { tool: name })), ledger);
       expect(reply, name).toMatchObject({ status: "rejected", reason: "undo_failed", details });
-      expect((reply as { message: string }).message).toMatch(/^the tool's undo gave a change outside its allowed paths: tool tag_/);
+      expect((reply as { message: string }).message).toMatch(/^the tool's undo gave a change outside its undo paths: tool tag_/);
       // The write's PATCH only: the undo's never left.
       expect(helpdesk.patches).toHaveLength(before + 1);
       expect(helpdesk.commitsOf(undoIntentKey(write.reply.intentKey))).toBe(0);
     }
+  });
+});
+
+describe("undoPaths: the scope of an undo apart from its tool's", () => {
+  it("an undo is held to its tool's undoPaths, not its allowedPaths; an agent's change may not write an undo path", async () => {
+    // The undo records what it took back under /untagged, a path no agent's tag may write.
+    const recording = declareWriteTool({
+      ...tagTicket,
+      name: "tag_recording",
+      undoPaths: ["/tags", "/untagged"],
+      undo: (p, applied) => [
+        { op: "replace", path: "/tags", value: (applied.state as { tags: string[] }).tags.filter((t) => t !== p.tag) },
+        { op: "add", path: "/untagged", value: p.tag },
+      ],
+    });
+    // Its undo may not write /tags, though the tool may.
+    const narrow = declareWriteTool({ ...tagTicket, name: "tag_narrow", undoPaths: ["/untagged"] });
+    tools = admitTools([openCase, openLead, tagTicket, setStatus, recording, narrow], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+    deps = { ...deps, tools };
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const tagged = async (name: string, tags: string[]) => {
+      const current = await helpdesk.read(T1, { timeoutMs: 1_000 });
+      const write = await run(p, await admittedOk({ ...tagIntent(name, current!.version, tags), tool: name, intentKey: keyOf(name, "agent-1", T1, { tag: name }) }), ledger);
+      expect(write.reply, name).toMatchObject({ status: "applied" });
+      return write.reply.intentKey;
+    };
+
+    const recorded = await tagged("tag_recording", ["billing"]);
+    const undone = await run(p, await admittedOk(undoIntent(recorded, { tool: "tag_recording" })), ledger);
+    expect(undone.reply).toMatchObject({ status: "applied", undoOf: recorded });
+    expect(helpdesk.commitsOf(undoIntentKey(recorded))).toBe(1);
+    expect((await helpdesk.read(T1, { timeoutMs: 1_000 }))!.state).toMatchObject({ tags: ["billing"], untagged: "tag_recording" });
+
+    const narrowed = await tagged("tag_narrow", ["billing"]);
+    const refused = await run(p, await admittedOk(undoIntent(narrowed, { tool: "tag_narrow" })), ledger);
+    expect(refused.reply).toMatchObject({ status: "rejected", reason: "undo_failed", details: { reason: "patch_path_not_allowed", paths: ["/tags"] } });
+    expect(helpdesk.commitsOf(undoIntentKey(narrowed))).toBe(0);
+
+    // An agent's own change to the undo's path is refused at admission, as any path outside allowedPaths.
+    const current = await helpdesk.read(T1, { timeoutMs: 1_000 });
+    const reaching = await admitted({
+      ...tagIntent("x", current!.version, []),
+      tool: "tag_recording",
+      intentKey: keyOf("tag_recording", "agent-1", T1, { tag: "x" }),
+      delta: [{ op: "add", path: "/untagged", value: "billing" }],
+    });
+    expect(reaching).toMatchObject({ status: "rejected", reason: "patch_path_not_allowed" });
+  });
+
+  it("a create tool that declares undoPaths holds its undo to them", async () => {
+    const reaching = declareWriteTool({
+      ...openCase,
+      name: "open_case_scoped",
+      undoPaths: ["/status"],
+      undo: () => [
+        { op: "replace", path: "/status", value: "withdrawn" },
+        { op: "replace", path: "/subject", value: "(withdrawn)" },
+      ],
+    });
+    tools = admitTools([openCase, openLead, tagTicket, setStatus, reaching], [helpdesk, crm], { sorTimeoutMs: 1_000 });
+    deps = { ...deps, tools };
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const entity = { type: "case", id: "order-78" };
+    const created = await run(p, await admittedOk(createIntent("78", "agent-1", "Late", { tool: "open_case_scoped", intentKey: keyOf("open_case_scoped", "agent-1", entity, { orderRef: "78", subject: "Late" }) })), ledger);
+    expect(created.reply).toMatchObject({ status: "applied" });
+    const { reply } = await run(p, await admittedOk(undoIntent(created.reply.intentKey, { tool: "open_case_scoped", entity })), ledger);
+    expect(reply).toMatchObject({ status: "rejected", reason: "undo_failed", details: { reason: "patch_path_not_allowed", paths: ["/subject"] } });
+    expect(helpdesk.commitsOf(undoIntentKey(created.reply.intentKey))).toBe(0);
   });
 });
 
