@@ -174,6 +174,15 @@ export class PartitionLedger implements LedgerView {
     this.staged.set(entry.intentKey, entry);
   }
 
+  /**
+   * Stages a refusal's entry (refusals.ts) for the next transaction. No transition to check: it is written settled,
+   * once per refused submission, or again, the same, when its bytes are refused afresh.
+   */
+  stageRefusal(entry: LedgerIntentEntry): void {
+    this.staged.delete(entry.intentKey);
+    this.staged.set(entry.intentKey, entry);
+  }
+
   tombstone(intentKey: string): void {
     this.staged.set(intentKey, null);
   }

@@ -1,7 +1,7 @@
 import type { KafkaMessage } from "kafkajs";
 import type { WireCodec } from "../codec.ts";
 import type { RouterConfig } from "../config.ts";
-import { canonicalJson } from "../canonical-json.ts";
+import { canonicalJson, sha256Hex } from "../canonical-json.ts";
 import { type DeadLetterReason, type RejectReason, WritError } from "../errors.ts";
 import { partitionFor } from "../kafka/partition.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
@@ -28,13 +28,19 @@ export interface AdmittedIntent {
   deltaFingerprint: string;
   /** The params as the tool's schema gives them (defaults applied): what a delta is rebuilt from. */
   params: Record<string, unknown>;
+  /**
+   * sha256 of the canonical JSON its agent signed, once the signature checked out (with an agent registry only):
+   * what a refusal of these very bytes is remembered under (refusals.ts). Absent without a registry.
+   */
+  signed?: string;
 }
 
 export type Admission =
   | { kind: "admitted"; admitted: AdmittedIntent }
   /** A person's decision on an escalation (see src/schemas/resolution.ts), from an operator allowed to make it. */
   | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string }
-  | { kind: "answered"; effects: Effects; reason: string }
+  /** `signed`: a refusal of an authenticated intent, which the owner may remember for its bytes (refusals.ts). */
+  | { kind: "answered"; effects: Effects; reason: string; signed?: { digest: string; intent: WriteIntent } }
   /** Correctly keyed, on another partition than its key's (another client's partitioner): its owner partition gets it. */
   | { kind: "forward"; partition: number }
   /** A heal record (src/schemas/control.ts) an owner's transaction left here: no intent, nothing to answer; its offset passes. */
@@ -159,11 +165,14 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     return answered("too_large", { dead: "too_large" }, `intent is ${canonicalBytes} bytes as canonical JSON (RFC 8785: numbers as JavaScript writes them); the limit is ${deps.config.maxIntentBytes}`);
   }
 
+  // The bytes an agent signed, once the signature is checked: what a refusal of them is remembered under.
+  let signed: string | undefined;
   if (deps.agents) {
     if (!agent) return answered("unauthenticated", { dead: "unauthenticated" }, `agent ${intent.agent.id.slice(0, 128)} is not in the agent registry`);
     const header = headerText(message.headers?.[SIGNATURE_HEADER]);
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), header, agent.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by agent ${agent.id}: ${check.reason}`);
+    signed = sha256Hex(canonical.text);
     if (intent.replyTo !== agent.replyTopic) {
       return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `agent ${agent.id} answers on ${agent.replyTopic}, not ${intent.replyTo.slice(0, 249)}`);
     }
@@ -174,7 +183,11 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `reply topic ${(agent?.replyTopic ?? intent.replyTo).slice(0, 249)} does not exist; the agent's client (or an operator) creates it, owners never do`);
   }
 
-  const reject = (reason: RejectReason, msg: string, details?: unknown): Admission => answered(reason, { reply: reply(reason, details) }, msg);
+  const reject = (reason: RejectReason, msg: string, details?: unknown): Admission => {
+    const out = answered(reason, { reply: reply(reason, details) }, msg);
+    return signed !== undefined && out.kind === "answered" ? { ...out, signed: { digest: signed, intent } } : out;
+  };
+  const admitted = (a: Admission): Admission => (signed !== undefined && a.kind === "admitted" ? { kind: "admitted", admitted: { ...a.admitted, signed } } : a);
   const tool = deps.tools.get(intent.tool);
   if (!tool) return reject("unknown_tool", `no write tool named ${intent.tool.slice(0, 128)} is admitted`);
   if (agent && !agent.mayCall(tool.name)) return reject("tool_not_allowed", `agent ${agent.id} may not call ${tool.name}`);
@@ -183,8 +196,8 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   }
   const unfresh = freshnessRefusal(intent, deps);
   if (unfresh) return reject(unfresh.reason, unfresh.message);
-  if (isLeaseOp(intent.lease)) return admitLease(intent, tool, key, reject);
-  if (intent.undo !== undefined) return admitUndo(intent, tool, key, reject);
+  if (isLeaseOp(intent.lease)) return admitted(admitLease(intent, tool, key, reject));
+  if (intent.undo !== undefined) return admitted(admitUndo(intent, tool, key, reject));
   const params = tool.declaration.params.safeParse(intent.params);
   if (!params.success) return reject("params_invalid", paramsProblem(tool.name, params.error.issues), params.error.issues.slice(0, 10));
   if (tool.create) {
@@ -218,6 +231,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       fingerprint,
       deltaFingerprint: deltaPrint,
       params: params.data as Record<string, unknown>,
+      ...(signed !== undefined ? { signed } : {}),
     },
   };
 }

@@ -15,6 +15,8 @@ import type { OutRecord } from "./produce-limits.ts";
  */
 export interface Effects {
   ledger?: LedgerIntentEntry;
+  /** A refusal of a signed intent, remembered for its bytes (refusals.ts): written beside the reply. */
+  refusal?: LedgerIntentEntry;
   /** A record's lease granted or renewed (an entry), or released (null: a tombstone). */
   lease?: { entityKey: string; entry: LedgerLeaseEntry | null };
   replies: { topic: string; value: Reply }[];

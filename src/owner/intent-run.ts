@@ -11,6 +11,7 @@ import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
 import { type LeaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
+import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 import type { Resolver } from "./resolution.ts";
 
 /** What an intent's run needs of its partition owner. */
@@ -45,6 +46,7 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
   // Counted as working (about to produce something to commit) throughout, but for its outage pauses: `durable`
   // waits for the broker's acknowledgement of the pending entry, not for a commit, so the commit loop may linger
   // for this intent's result.
+  const signed = a.signed === undefined ? undefined : { digest: a.signed, intent: a.intent };
   const pending = new PendingEntry(host, session);
   const exec = {
     mayWrite: () => session.active && host.ctx.lease.confirmed(),
@@ -55,6 +57,12 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
   while (session.active) {
     try {
       if (slot.result) return await host.settle(session, slot, slot.result);
+      // These signed bytes were refused before, on a state that may have passed: the same refusal, decided once.
+      const again = slot.gate === undefined && signed ? repeatedRefusal(session.ledger, signed, new Date()) : null;
+      if (again) {
+        slot.result = again;
+        return await host.settle(session, slot, again);
+      }
       // A record's lease, looked at once as the intent starts: the record's intents run one at a time.
       slot.gate ??= host.leaseGate(session, a);
       slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
@@ -77,8 +85,8 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       }
       if (!session.active) return;
       if (step.kind === "settled") {
-        slot.result = step.effects;
-        await host.settle(session, slot, step.effects);
+        slot.result = rememberRefusal(signed, step.effects, new Date());
+        await host.settle(session, slot, slot.result);
         return;
       }
       if (slot.outages === 0) host.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason, retryAfterMs: step.retryAfterMs }, "system of record unavailable; pausing this intent");

@@ -19,6 +19,7 @@ import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, leaseGate } from "./record-leases.ts";
+import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 
 export { transactionalIdFor } from "./partition-restore.ts";
 
@@ -400,7 +401,11 @@ export class PartitionOwner {
       slot.trace = IntentTrace.start(message, source, admission.kind === "admitted" ? admission.admitted : undefined, slot.times.accepted);
       if (admission.kind === "answered") {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
-        this.track(session, this.settle(session, slot, admission.effects));
+        // A refusal of signed bytes: answered as they were refused before, or remembered for them (refusals.ts).
+        const { signed } = admission;
+        const now = new Date();
+        const answer = signed ? (repeatedRefusal(session.ledger, signed, now) ?? rememberRefusal(signed, admission.effects, now)) : admission.effects;
+        this.track(session, this.settle(session, slot, answer));
         continue;
       }
       if (admission.kind === "forward") {
@@ -569,6 +574,7 @@ export class PartitionOwner {
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
+    if (result.refusal) session.ledger.stageRefusal(result.refusal);
     this.commits.stage(session, records, slot);
     slot.times.settled = Date.now();
     this.scheduler.done(slot);

@@ -88,6 +88,13 @@ export const LedgerIntentEntry = z.looseObject({
   params: z.record(z.string(), z.unknown()).optional(),
   /** Set on an undo's entry: the intent key of the write it compensates (an undo is not undone). */
   undoOf: z.string().optional(),
+  /**
+   * Set on a refusal's entry (key `refusalLedgerKey(digest)`, `done`, outcome `rejected`): the intent key of the
+   * signed intent refused without an entry of its own (`leased`, `tool_not_allowed`, ...), whose very bytes are
+   * answered that refusal again (src/owner/refusals.ts). An intent entry, so that owners of earlier versions read,
+   * keep and expire it like any settled entry.
+   */
+  refusedIntentKey: z.string().optional(),
 });
 export type LedgerIntentEntry = z.infer<typeof LedgerIntentEntry>;
 
@@ -159,6 +166,14 @@ export const LedgerLeaseEntry = z.looseObject({
 });
 export type LedgerLeaseEntry = z.infer<typeof LedgerLeaseEntry>;
 
+/**
+ * Ledger key of a refused signed intent: `digest` is the sha256 of the canonical JSON its agent signed (intent id,
+ * `createdAt` and all), so a new submission of the same intent key is never answered by it. Never a valid intent key.
+ */
+export function refusalLedgerKey(digest: string): string {
+  return `__refused__:${digest}`;
+}
+
 /** Ledger key of a record's lease. Never a valid intent key (those are 64 hex chars), nor a marker's. */
 export function leaseLedgerKey(entityKey: string): string {
   return `__lease__:${entityKey}`;
@@ -166,7 +181,7 @@ export function leaseLedgerKey(entityKey: string): string {
 
 /**
  * LedgerEntry: topic `writ.ledger`, compacted; key the intent key (markers:
- * `__marker__:<p>`, progress `__progress__:<p>`, leases `__lease__:<type>:<id>`); partition p holds the ledger of intents partition p and is
+ * `__marker__:<p>`, progress `__progress__:<p>`, leases `__lease__:<type>:<id>`, refusals `__refused__:<sha256>`); partition p holds the ledger of intents partition p and is
  * produced with an explicit partition, in the owner's transactions only.
  * Entries past the retention window are tombstoned. Compatibility rule: FULL
  * (objects are loose: unknown fields are kept, never refused).

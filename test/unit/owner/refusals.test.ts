@@ -1,0 +1,149 @@
+// Refusals of signed intents remembered for their bytes (src/owner/refusals.ts): which are, under what key, how a
+// repeat is answered after a restart, that a new submission of the same intent key is decided anew, and the bounds.
+import { generateKeyPairSync } from "node:crypto";
+import type { KafkaMessage } from "kafkajs";
+import { describe, expect, it } from "vitest";
+import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
+import { WireCodec } from "../../../src/codec.ts";
+import { intentKey } from "../../../src/keys.ts";
+import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
+import { type Admission, type AdmissionDeps, admit, maxIntentAgeMs } from "../../../src/owner/admission.ts";
+import { effects, rejectedReply } from "../../../src/owner/effects.ts";
+import { REMEMBERED_REFUSALS, rememberRefusal, repeatedRefusal, type SignedIntent } from "../../../src/owner/refusals.ts";
+import { LedgerEntry, type LedgerIntentEntry, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
+import { Reply } from "../../../src/schemas/reply.ts";
+import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { AgentRegistry } from "../../../src/security/agent-registry.ts";
+import { SIGNATURE_HEADER, signIntent } from "../../../src/security/signing.ts";
+import { LEDGER_ENTRY_FIELDS_BYTES } from "../../../src/topics.ts";
+import { admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { FakeSystem } from "./fake-system.ts";
+import { addTag } from "./pipeline-fixtures.ts";
+
+const NOW = new Date("2025-06-01T12:00:00.000Z");
+const REPLY_TO = "writ.replies.alice";
+// The agent may call add_tag; close_ticket is the tool a grant changes.
+const closeTicket = declareWriteTool({ ...addTag, name: "close_ticket" });
+const tools = admitTools([addTag, closeTicket], [new FakeSystem("helpdesk")], { sorTimeoutMs: 1_000 });
+const alice = generateKeyPairSync("ed25519");
+const registry = (grants: string[]) =>
+  AgentRegistry.from({ agents: { alice: { keys: [{ id: "k1", publicKey: alice.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: grants, replyTopic: REPLY_TO } } });
+
+const deps = (agents?: AgentRegistry): AdmissionDeps => ({
+  config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", ledgerRetentionHours: 24, topics: { intents: "writ.intents" } },
+  codec: new WireCodec({}),
+  tools,
+  replyTopics: { exists: async (t) => t === REPLY_TO },
+  now: () => NOW,
+  ...(agents ? { agents } : {}),
+  partitions: 1,
+});
+
+/** Alice's close_ticket of T-1, submitted as `intentId`. */
+function closeIntent(intentId: string): WriteIntent {
+  const entity = { type: "ticket", id: "T-1" };
+  const params = { tag: "vip" };
+  const key = intentKey({ tool: { name: "close_ticket", keyScope: "run", intentFields: ["tag"] }, agentId: "alice", runId: "r", stepId: "s", entity, params });
+  const change = { baseVersion: '"1"', delta: [{ op: "add" as const, path: "/tags/-", value: "vip" }], params };
+  return { intentId, intentKey: key, entity, tool: "close_ticket", agent: { id: "alice", runId: "r", stepId: "s" }, ...change, replyTo: REPLY_TO, createdAt: NOW.toISOString() };
+}
+
+const record = (v: WriteIntent): KafkaMessage =>
+  ({ key: Buffer.from("ticket:T-1"), value: Buffer.from(JSON.stringify(v)), timestamp: "0", attributes: 0, offset: "7", headers: { [SIGNATURE_HEADER]: signIntent(v, { keyId: "k1", privateKey: alice.privateKey }) } }) as KafkaMessage;
+const source = { topic: "writ.intents", partition: 0, offset: "7" };
+
+function signedOf(a: Admission): SignedIntent | undefined {
+  if (a.kind === "answered") return a.signed;
+  if (a.kind === "admitted") return a.admitted.signed === undefined ? undefined : { digest: a.admitted.signed, intent: a.admitted.intent };
+  throw new Error(`unexpected admission ${a.kind}`);
+}
+
+function committed(ledger: PartitionLedger, entry: LedgerIntentEntry): void {
+  ledger.stageRefusal(entry);
+  ledger.takeStaged();
+  ledger.committedSending();
+}
+
+describe("refused signed intents: remembered for their bytes", () => {
+  it("tool_not_allowed: the signed bytes are refused again after the grant, also by a new owner (restored ledger), as a repeat; a new submission of the key is decided anew", async () => {
+    const v = closeIntent("i-1");
+    const refused = await admit(record(v), source, deps(registry(["add_tag"])));
+    expect(refused).toMatchObject({ kind: "answered", reason: "tool_not_allowed" });
+    const signed = signedOf(refused)!;
+    // The digest of what the agent signed: intent id and createdAt included.
+    expect(signed.digest).toBe(sha256Hex(canonicalJson(v)));
+    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW);
+    expect(out.refusal).toMatchObject({ kind: "intent", intentKey: refusalLedgerKey(signed.digest), status: "done", intentId: "i-1", refusedIntentKey: v.intentKey, outcome: { status: "rejected", reason: "tool_not_allowed" } });
+    expect(LedgerEntry.parse(out.refusal)).toEqual(out.refusal);
+    // Written under its own key: the intent key's entry is untouched (a new submission of the key classifies as new).
+    const ledger = new PartitionLedger(0);
+    committed(ledger, out.refusal!);
+    expect(ledger.get(v.intentKey)).toBeUndefined();
+
+    // A new owner restores the ledger; the agent is granted the tool since; the same bytes come again.
+    const restored = new PartitionLedger(0, [[refusalLedgerKey(signed.digest), out.refusal!]]);
+    const again = await admit(record(v), source, deps(registry(["add_tag", "close_ticket"])));
+    expect(again.kind).toBe("admitted");
+    const repeat = repeatedRefusal(restored, signedOf(again)!, new Date(NOW.getTime() + 3_600_000));
+    expect(repeat?.replies).toHaveLength(1);
+    const reply = Reply.parse(repeat!.replies[0]!.value);
+    expect(reply).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: true, intentId: "i-1", intentKey: v.intentKey });
+    expect(repeat!.replies[0]!.topic).toBe(REPLY_TO);
+    expect(repeat!.ledger ?? repeat!.refusal).toBeUndefined();
+
+    // A new submission of the same intent key (a new intent id): another digest, decided on the state now.
+    const anew = await admit(record(closeIntent("i-2")), source, deps(registry(["add_tag", "close_ticket"])));
+    expect(anew.kind).toBe("admitted");
+    expect(repeatedRefusal(restored, signedOf(anew)!, NOW)).toBeNull();
+  });
+
+  it("only an authenticated intent's refusal is remembered: without an agent registry admission carries no digest", async () => {
+    const a = await admit(record(closeIntent("i-1")), source, deps());
+    expect(a.kind).toBe("admitted");
+    expect(signedOf(a)).toBeUndefined();
+    expect(rememberRefusal(undefined, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] }), NOW).refusal).toBeUndefined();
+  });
+
+  it("remembers the refusals given without a ledger entry on a state that may pass, and nothing else", () => {
+    const signed = { digest: "d".repeat(64), intent: closeIntent("i-1") };
+    const refusing = (reason: Parameters<typeof rejectedReply>[2], extra = {}) =>
+      rememberRefusal(signed, effects({ replies: [{ topic: REPLY_TO, value: { ...rejectedReply("i-1", signed.intent.intentKey, reason, "m", NOW.toISOString()), ...extra } }] }), NOW).refusal;
+    for (const reason of ["leased", "lease_not_held", "tool_not_allowed", "undo_target_unknown", "undo_target_mismatch", "undo_target_not_applied", "undo_not_declared"] as const) {
+      expect(REMEMBERED_REFUSALS.has(reason)).toBe(true);
+      expect(refusing(reason)?.outcome).toMatchObject({ status: "rejected", reason });
+    }
+    // Refusals a later state does not change (they are answered so again), a repeat, a settled one (its own entry).
+    for (const reason of ["params_invalid", "stale", "clock_skew", "lease_replayed", "sor_rejected", "intent_key_mismatch"] as const) expect(refusing(reason)).toBeUndefined();
+    expect(refusing("leased", { duplicate: true })).toBeUndefined();
+    const settled = effects({ ledger: { kind: "intent" } as LedgerIntentEntry, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] });
+    expect(rememberRefusal(signed, settled, NOW).refusal).toBeUndefined();
+  });
+
+  it("kept past the intent's stale cutoff (a retention after the later of the refusal and its createdAt), then swept", () => {
+    const ahead = { ...closeIntent("i-1"), createdAt: new Date(NOW.getTime() + 240_000).toISOString() };
+    const entry = rememberRefusal({ digest: "e".repeat(64), intent: ahead }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", ahead.intentKey, "leased", "m", NOW.toISOString()) }] }), NOW).refusal!;
+    expect(entry.updatedAt).toBe(ahead.createdAt);
+    const retentionMs = 3_600_000;
+    expect(Date.parse(entry.updatedAt) + retentionMs).toBeGreaterThan(Date.parse(ahead.createdAt) + maxIntentAgeMs(ahead, 1));
+    const ledger = new PartitionLedger(0);
+    committed(ledger, entry);
+    expect(ledger.expired(new Date(Date.parse(ahead.createdAt) - 1), 10)).toEqual([]);
+    expect(ledger.expired(new Date(Date.parse(ahead.createdAt) + 1), 10)).toEqual([entry.intentKey]);
+  });
+
+  it("an entry of the largest fields fits the ledger entry bound (LEDGER_ENTRY_FIELDS_BYTES)", () => {
+    const worst = {
+      ...closeIntent("i".repeat(128)),
+      intentKey: "f".repeat(64),
+      entity: { type: `t${"a".repeat(63)}`, id: "\u0001".repeat(256) },
+      tool: "\u0001".repeat(128),
+      agent: { id: "\u0001".repeat(128), runId: "r", stepId: "s" },
+      baseVersion: "\u0001".repeat(256),
+      replyTo: "w".repeat(249),
+    } as WriteIntent;
+    const reply = rejectedReply(worst.intentId, worst.intentKey, "undo_target_not_applied", "\u0001".repeat(5_000), NOW.toISOString(), { status: "pending" });
+    const entry = rememberRefusal({ digest: "0".repeat(64), intent: worst }, effects({ replies: [{ topic: worst.replyTo, value: reply }] }), NOW).refusal!;
+    expect(entry.outcome).toMatchObject({ message: "\u0001".repeat(2_000) });
+    expect(Buffer.byteLength(JSON.stringify(entry)) + Buffer.byteLength(entry.intentKey)).toBeLessThan(LEDGER_ENTRY_FIELDS_BYTES);
+  });
+});
