@@ -95,8 +95,9 @@ export const REJECT_REASONS = [
   /** A step of a change whose lease on the record is not held (never acquired, released, or expired): nothing was written. */
   "lease_not_held",
   /**
-   * A lease acquire the change already gave back (its release came after it): the signed bytes of an acquire
-   * produced again. Nothing taken; a change that wants the record again sends a new acquire.
+   * A lease acquire the change already gave back (its release came after it) or let lapse (its lease ran out after
+   * it): the signed bytes of an acquire produced again. Nothing taken; a change that wants the record again sends a
+   * new acquire.
    */
   "lease_replayed",
   /**

@@ -102,7 +102,7 @@ function describeRecord(schema: WireSchemaName, d: DecodedRecord): string {
       if (v.kind === "marker") return `${where} marker partition=${v.partition} owner=${v.owner}`;
       if (v.kind === "progress") return `${where} progress partition=${v.partition} offset=${v.offset}`;
       if (v.kind === "lease") {
-        // A released lease stays as marks of the acquires it refuses as replays (lease_replayed) until they are past.
+        // A released (or lapsed) lease stays as marks of the acquires it refuses as replays (lease_replayed) until they are past.
         const held = v.releasedAt === undefined ? `expires=${v.expiresAt}` : `released=${v.releasedAt} replay-marks=${v.released?.length ?? 0}`;
         return `${where} lease ${ent(v.entity)} change=${short(v.change)} agent=${v.agentId} ${held}`;
       }

@@ -194,7 +194,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
-  const unfresh = freshnessRefusal(intent, deps);
+  const unfresh = freshnessRefusal(intent, deps.now().getTime(), deps.config.ledgerRetentionHours);
   if (unfresh) return reject(unfresh.reason, unfresh.message);
   if (isLeaseOp(intent.lease)) return admitted(admitLease(intent, tool, key, reject));
   if (intent.undo !== undefined) return admitted(admitUndo(intent, tool, key, reject));
@@ -346,25 +346,27 @@ function admitLease(intent: WriteIntent, tool: AdmittedTool, key: string, reject
 /** How far ahead of the owner's clock an intent's `createdAt` may be. ms. */
 export const MAX_CLOCK_SKEW_MS = 300_000;
 
+/** The oldest lease intent an owner acts on (its `createdAt`): a lease's longest life and the clock margin. ms. */
+export const LEASE_INTENT_MAX_AGE_MS = MAX_LEASE_TTL_MS + MAX_CLOCK_SKEW_MS;
+
 /**
  * The oldest intent an owner acts on, by its `createdAt` (signed with the rest of it): one a little younger than the
  * ledger's retention, since past the retention a repeat of it could not be recognized and would write again (a
  * replay of signed bytes, or a copy left on a topic); a lease intent, a lease's longest life. ms.
  */
 export function maxIntentAgeMs(intent: Pick<WriteIntent, "lease">, ledgerRetentionHours: number): number {
-  if (isLeaseOp(intent.lease)) return MAX_LEASE_TTL_MS + MAX_CLOCK_SKEW_MS;
+  if (isLeaseOp(intent.lease)) return LEASE_INTENT_MAX_AGE_MS;
   const retention = ledgerRetentionHours * 3_600_000;
   return retention - retention / 24;
 }
 
-/** Why an intent is too old, or dated ahead of the owner's clock, to act on; null when it is neither. */
-function freshnessRefusal(intent: WriteIntent, deps: AdmissionDeps): { reason: "stale" | "clock_skew"; message: string } | null {
+/** Why an intent is too old, or dated ahead of the owner's clock (`now`, ms), to act on; null when it is neither. */
+export function freshnessRefusal(intent: WriteIntent, now: number, ledgerRetentionHours: number): { reason: "stale" | "clock_skew"; message: string } | null {
   const created = Date.parse(intent.createdAt);
-  const now = deps.now().getTime();
   if (created - now > MAX_CLOCK_SKEW_MS) {
     return { reason: "clock_skew", message: `the intent was created at ${intent.createdAt}, more than ${MAX_CLOCK_SKEW_MS / 60_000} minutes after the owner's clock (${new Date(now).toISOString()}): check the agent's clock` };
   }
-  const limit = maxIntentAgeMs(intent, deps.config.ledgerRetentionHours);
+  const limit = maxIntentAgeMs(intent, ledgerRetentionHours);
   if (now - created <= limit) return null;
   const what = isLeaseOp(intent.lease) ? "a lease lasts at most" : "the owners' ledger keeps an intent (WRIT_LEDGER_RETENTION_HOURS) less a margin:";
   return {

@@ -10,13 +10,14 @@ import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entr
 import { startTransactionSpan, type TransactionSpan } from "../tracing/spans.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import type { PendingSend, Session, Slot } from "./owner-session.ts";
-import { type OutRecord, healRecord } from "./records.ts";
+import { type LateRecord, type OutRecord, healRecord } from "./records.ts";
 import { isSizeRefusal } from "./produce-limits.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
 
 /** What the next transaction carries (beside the `pending` entries already sent into it). */
 interface Staged {
-  records: OutRecord[];
+  /** In the order staged; a late one is encoded in its place when the transaction is sent. */
+  records: (OutRecord | LateRecord)[];
   /** Slots whose results are in `records`. */
   slots: Slot[];
 }
@@ -57,7 +58,7 @@ export interface CommitHost {
   track(session: Session, task: Promise<void>): void;
   /** A transaction carrying these slots' results committed. */
   committed(slots: readonly Slot[]): void;
-  /** The sweep found a lease past its expiry: the owner releases it (staging its tombstone here). */
+  /** The sweep found a lease past its end: the owner lets it go (staging what takes its place here). */
   releaseExpired(session: Session, lease: LedgerLeaseEntry): void;
 }
 
@@ -141,8 +142,8 @@ export class CommitLoop {
     this.nudge();
   }
 
-  /** Records for the next transaction: an intent's result (with its slot), or others (a lease's tombstone). */
-  stage(session: Session, records: readonly OutRecord[], slot?: Slot): void {
+  /** Records for the next transaction: an intent's result (with its slot), or others (a lapsed lease's entry). */
+  stage(session: Session, records: readonly (OutRecord | LateRecord)[], slot?: Slot): void {
     // An ended session's work never reaches a later session's transaction.
     if (!this.live(session)) return;
     this.markStaged(session);
@@ -284,7 +285,7 @@ export class CommitLoop {
     const traced: { span: TransactionSpan | null } = { span: null };
     /** The offset after the last intent whose result it carries, once taken (a size refusal isolates until past it). */
     let carried: bigint | null = null;
-    let done: { taken: Taken; phases: { sent: number; offsets: number; committed: number }; pendings: number };
+    let done: { taken: Taken; phases: { sent: number; offsets: number; committed: number }; pendings: number; sent: number };
     try {
       done = await session.serial(async () => {
         // The session may have ended while earlier calls ran: nothing is taken, its open transaction is the end's to abort.
@@ -293,12 +294,15 @@ export class CommitLoop {
         const { batch, offset } = taken;
         for (const x of batch.slots) if (carried === null || x.offset >= carried) carried = x.offset + 1n;
         if (batch.slots.length > 0) traced.span = startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length);
-        if (taken.progressed) batch.records.push(await this.progressRecord(offset));
+        // Late records (a lapsed lease's entry) encoded now, each in the place it was staged in: its key's later
+        // changes were staged after it. A registry outage fails the transaction as the progress entry's would.
+        const records = await Promise.all(batch.records.map((r) => ("encode" in r ? r.encode() : r)));
+        if (taken.progressed) records.push(await this.progressRecord(offset));
         if (!live()) throw sessionEnded();
         // `pending` entries sent into the open transaction before this commit took it.
         const pendings = session.inOpenTxn;
-        const phases = await transact(this.ctx, this.partition, session.producer, batch.records, taken.withOffset ? offset : null, session.takeOpen(), live);
-        return { taken, phases, pendings };
+        const phases = await transact(this.ctx, this.partition, session.producer, records, taken.withOffset ? offset : null, session.takeOpen(), live);
+        return { taken, phases, pendings, sent: records.length };
       });
     } catch (err) {
       traced.span?.failed(err);
@@ -306,7 +310,7 @@ export class CommitLoop {
       this.host.failed(session, err);
       return;
     }
-    const { taken, phases, pendings } = done;
+    const { taken, phases, pendings, sent } = done;
     const { batch, txn, offset, began, progressed, withOffset } = taken;
     traced.span?.committed();
     // The partition may be past whatever was refused (a restore's own transactions do not say so).
@@ -323,7 +327,7 @@ export class CommitLoop {
         commit: now - (x.times.settled ?? now),
       }));
       this.log.debug(
-        { txn, ms: now - began, phases, withOffset, records: batch.records.length + pendings, results: batch.slots.length, pendings, timeline },
+        { txn, ms: now - began, phases, withOffset, records: sent + pendings, results: batch.slots.length, pendings, timeline },
         "transaction committed",
       );
     }

@@ -18,7 +18,7 @@ import { Session, type Slot } from "./owner-session.ts";
 import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
-import { type LeaseGate, leaseGate } from "./record-leases.ts";
+import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 
 export { transactionalIdFor } from "./partition-restore.ts";
@@ -463,18 +463,23 @@ export class PartitionOwner {
   /** The lease gate of an intent; an expired lease it finds is released here (counted, and logged: its agent stalled). */
   private leaseGate(session: Session, a: AdmittedIntent): LeaseGate {
     const gate = leaseGate(session.ledger, a, Date.now());
-    if (gate.kind === "free" && gate.expired) this.releaseExpired(session, gate.expired);
+    if (gate.kind === "free" && gate.expired) this.releaseExpired(session, gate.expired, gate.released ?? null);
     // The ablation control: another change's lease stops nothing, and a step never needs its own.
     if (this.ctx.ablateLeases && gate.kind !== "mine") return a.intent.lease && gate.kind === "held" ? { kind: "mine", lease: gate.lease } : { kind: "free" };
     return gate;
   }
 
-  private releaseExpired(session: Session, lease: LedgerLeaseEntry): void {
+  /**
+   * A lease found past its end (by an intent of its record, whose gate says what takes its place, or by the sweep)
+   * is let go: its entry becomes `freed` (lapsedLease: free, keeping the replay marks still in force, its own among
+   * them), or a tombstone once none is. Staged at once, before anything its record's later intents write: its
+   * encoding waits for the transaction, its place does not.
+   */
+  private releaseExpired(session: Session, lease: LedgerLeaseEntry, freed = lapsedLease(lease, Date.now())): void {
     const key = entityKey(lease.entity);
-    session.ledger.stageLease(key, null);
-    this.commits.stage(session, [this.ctx.encoder.leaseTombstone(key, this.partition)]);
-    // A released lease whose replay marks are all past: nothing lapsed, nobody stalled. (A held lease that lapses
-    // is tombstoned with the marks of earlier releases it carried.)
+    session.ledger.stageLease(key, freed);
+    this.commits.stage(session, [this.ctx.encoder.leaseEntryLate(key, freed, this.partition)]);
+    // A released lease whose replay marks are all past: nothing lapsed, nobody stalled.
     if (lease.releasedAt !== undefined) {
       this.commits.nudge();
       return;

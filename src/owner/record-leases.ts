@@ -2,7 +2,7 @@ import type { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import { DEFAULT_LEASE_TTL_MS } from "../schemas/write-intent.ts";
-import { type AdmittedIntent, maxIntentAgeMs } from "./admission.ts";
+import { type AdmittedIntent, freshnessRefusal, LEASE_INTENT_MAX_AGE_MS } from "./admission.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { isOutage, type Step, unkeepableVersion } from "./intent-pipeline.ts";
 
@@ -17,8 +17,9 @@ import { isOutage, type Step, unkeepableVersion } from "./intent-pipeline.ts";
 /** What a record's lease means for one of its intents, looked at when the intent starts. */
 export type LeaseGate =
   /**
-   * No lease is held (an expired one is released first: `expired`; `released`: the entry its last change's
-   * release left, with the acquires it refuses as replays).
+   * No lease is held. `released`: the entry the record's last lease left, with the acquires it refuses as
+   * replays: freed by its change's release, or (`expired`: the lease as it was) found lapsed now, what takes its
+   * place (absent when it keeps no mark: a tombstone).
    */
   | { kind: "free"; expired?: LedgerLeaseEntry; released?: LedgerLeaseEntry }
   /** Held by this intent's change, for this intent's agent. */
@@ -30,7 +31,10 @@ export function leaseGate(ledger: Pick<PartitionLedger, "lease">, a: AdmittedInt
   const lease = ledger.lease(a.entityKey);
   if (!lease) return { kind: "free" };
   if (lease.releasedAt !== undefined) return { kind: "free", released: lease };
-  if (Date.parse(lease.expiresAt) <= now) return { kind: "free", expired: lease };
+  if (Date.parse(lease.expiresAt) <= now) {
+    const freed = lapsedLease(lease, now);
+    return { kind: "free", expired: lease, ...(freed ? { released: freed } : {}) };
+  }
   if (a.intent.lease && lease.change === a.intent.lease.change && lease.agentId === a.intent.agent.id) return { kind: "mine", lease };
   return { kind: "held", lease };
 }
@@ -74,23 +78,29 @@ export async function settleLeaseIntent(
   const at = now.toISOString();
   const reply = (value: Reply, extra: Partial<Effects> = {}): Step => ({ kind: "settled", effects: effects({ ...extra, replies: [{ topic: intent.replyTo, value }] }), note: `lease ${lease.op}` });
   const base = { intentId: intent.intentId, intentKey: intent.intentKey, at, entity: intent.entity, via: "lease" as const, tool: tool.name };
-  // The replay markers of the record's earlier releases still in force: kept by every entry that follows.
-  const markers = liveMarkers(gate, now.getTime());
+  if (lease.op === "acquire") {
+    // Admitted in time, it may have waited past its own deadline (behind its record's intents, an outage): refused
+    // as admission would refuse it now. The marks that refuse replays are kept only while admission could take one
+    // (`until`, the latest such acquire's deadline), so an acquire past its deadline may find its mark gone. (A lease
+    // intent's window is not the ledger's retention: no retention is passed.)
+    const late = freshnessRefusal(intent, now.getTime(), 0);
+    if (late?.reason === "stale") return reply(rejectedReply(intent.intentId, intent.intentKey, "stale", late.message, at));
+  }
+  // The replay marks of the record's earlier leases still in force: kept by every entry that follows.
+  const markers = liveMarks(gate.kind === "free" ? gate.released : gate.lease, now.getTime());
   if (lease.op === "release") {
     if (gate.kind !== "mine") return reply({ ...base, status: "applied", duplicate: true, state: null, version: "unknown", lease: { change: lease.change, released: true } });
     // Not a tombstone: the entry stays free, refusing this change's acquires made before its release (their signed
     // bytes produced again) for as long as admission would take them, then goes (the sweep). Keyed by the release's
     // createdAt, on the agent's own clock as its acquires are: a new acquire of the change, made after, is taken.
-    const marker = { change: lease.change, agentId: intent.agent.id, before: intent.createdAt, until: new Date(Date.parse(intent.createdAt) + maxIntentAgeMs(intent, 0)).toISOString() };
-    const kept = markers.filter((m) => m.change !== marker.change || m.agentId !== marker.agentId);
-    const released: LedgerLeaseEntry = { ...gate.lease, expiresAt: at, updatedAt: at, releasedAt: at, released: [...kept, marker].slice(-MAX_RELEASE_MARKERS) };
+    const released = freedLease(gate.lease, replayMark(lease.change, intent.agent.id, intent.createdAt), now.getTime());
     return reply({ ...base, status: "applied", duplicate: false, state: null, version: "unknown", lease: { change: lease.change, released: true } }, { lease: { entityKey: a.entityKey, entry: released } });
   }
   const refused = leaseRefusal(a, gate, at);
   if (refused) return { kind: "settled", effects: refused, note: "lease refused" };
   const replayed = markers.find((m) => m.change === lease.change && m.agentId === intent.agent.id && Date.parse(intent.createdAt) <= Date.parse(m.before));
   if (replayed) {
-    const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record (at ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
+    const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
     return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
   }
   let current;
@@ -113,6 +123,9 @@ export async function settleLeaseIntent(
     acquiredAt: gate.kind === "mine" ? gate.lease.acquiredAt : at,
     expiresAt,
     updatedAt: at,
+    // The latest acquire's createdAt (a replayed older one renewing it moves nothing back): if the lease lapses,
+    // the change's acquires up to it are marked as replays.
+    lastAcquireCreatedAt: gate.kind === "mine" && gate.lease.lastAcquireCreatedAt !== undefined && Date.parse(gate.lease.lastAcquireCreatedAt) > Date.parse(intent.createdAt) ? gate.lease.lastAcquireCreatedAt : intent.createdAt,
     ...(markers.length > 0 ? { released: markers } : {}),
   };
   return reply(
@@ -121,11 +134,49 @@ export async function settleLeaseIntent(
   );
 }
 
-/** Most release markers a record's lease entry keeps (the latest): releases of as many changes within an acquire's age. */
+/** Most replay marks a record's lease entry keeps (the latest): releases or lapses of as many changes within an acquire's age. */
 export const MAX_RELEASE_MARKERS = 32;
 
-/** The release markers of the record's lease entry (held, released or lapsed) still in force at `now`. */
-function liveMarkers(gate: LeaseGate, now: number): NonNullable<LedgerLeaseEntry["released"]> {
-  const entry = gate.kind === "free" ? (gate.released ?? gate.expired) : gate.lease;
-  return (entry?.released ?? []).filter((m) => Date.parse(m.until) > now);
+type ReplayMark = NonNullable<LedgerLeaseEntry["released"]>[number];
+
+/**
+ * What a lease the owner finds past its end (at `now`) becomes: a held lease that lapsed is freed as its release
+ * would free it, its change's acquires up to its latest (`lastAcquireCreatedAt`; an entry of an owner before it:
+ * `updatedAt`, the owner's clock at its last grant) marked as replays; a released one keeps the marks still in
+ * force. Null (a tombstone) when none is.
+ */
+export function lapsedLease(lease: LedgerLeaseEntry, now: number): LedgerLeaseEntry | null {
+  const mark = lease.releasedAt === undefined ? replayMark(lease.change, lease.agentId, lease.lastAcquireCreatedAt ?? lease.updatedAt) : null;
+  return freedLease(lease, mark, now);
+}
+
+/**
+ * The entry a lease leaves when it ends (released, or lapsed): free (`releasedAt`; its `expiresAt` the end, so an
+ * older owner sees it lapsed), with `mark` for its change (replacing an earlier one of the change and agent) and the
+ * marks it carried still in force at `now`, the latest {@link MAX_RELEASE_MARKERS}. Null (a tombstone) when no mark
+ * is in force: no acquire one refuses can be admitted any more.
+ */
+function freedLease(lease: LedgerLeaseEntry, mark: ReplayMark | null, now: number): LedgerLeaseEntry | null {
+  const kept = liveMarks(lease, now).filter((m) => mark === null || m.change !== mark.change || m.agentId !== mark.agentId);
+  const marks = (mark !== null && Date.parse(mark.until) >= now ? [...kept, mark] : kept).slice(-MAX_RELEASE_MARKERS);
+  if (marks.length === 0) return null;
+  const at = new Date(now).toISOString();
+  return { ...lease, expiresAt: at, updatedAt: at, releasedAt: at, released: marks };
+}
+
+/**
+ * The mark refusing `agentId`'s acquires of `change` created at or before `before` (that agent's clock) as replays,
+ * until `until`: the deadline of the latest of them, past which admission refuses them `stale`.
+ */
+function replayMark(change: string, agentId: string, before: string): ReplayMark {
+  return { change, agentId, before, until: new Date(Date.parse(before) + LEASE_INTENT_MAX_AGE_MS).toISOString() };
+}
+
+/**
+ * The replay marks of a record's lease entry (held, released or lapsed) still in force at `now`: each until every
+ * acquire it refuses is past its own deadline (`until` at or after `now`; the sweep takes an entry once all of its
+ * are before).
+ */
+function liveMarks(entry: LedgerLeaseEntry | undefined, now: number): ReplayMark[] {
+  return (entry?.released ?? []).filter((m) => Date.parse(m.until) >= now);
 }

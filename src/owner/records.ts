@@ -14,6 +14,13 @@ import { BATCH_OVERHEAD_BYTES, fitsBatch, type OutRecord, ProduceLimits, recordB
 
 export { type OutRecord, sendRounds } from "./produce-limits.ts";
 
+/** A record staged before its value is encoded (see RecordEncoder.leaseEntryLate): `encode` gives it whole. */
+export interface LateRecord {
+  topic: string;
+  key: string;
+  encode: () => Promise<OutRecord>;
+}
+
 /** Key of heal records (defined with the other control-record names in src/schemas/control.ts). */
 export { HEAL_KEY };
 
@@ -254,6 +261,14 @@ export class RecordEncoder {
     const topic = this.config.topics.ledger;
     if (entry === null) return this.leaseTombstone(entityKey, partition);
     return { topic, partition, key: leaseLedgerKey(entityKey), value: await this.codec.encode(topic, "LedgerEntry", entry) };
+  }
+
+  /**
+   * A record's lease entry the owner writes of its own accord (a lapse), staged before it is encoded: it takes its
+   * place among the key's changes at once, and is encoded when its transaction is sent.
+   */
+  leaseEntryLate(entityKey: string, entry: LedgerLeaseEntry | null, partition: number): LateRecord {
+    return { topic: this.config.topics.ledger, key: leaseLedgerKey(entityKey), encode: () => this.leaseEntry(entityKey, entry, partition) };
   }
 
   leaseTombstone(entityKey: string, partition: number): OutRecord {

@@ -136,9 +136,11 @@ export type LedgerProgress = z.infer<typeof LedgerProgress>;
 
 /**
  * A record's lease, held by a change that spans records: written when the
- * change acquires it (or renews it), tombstoned when it is released or found
- * expired. Key `leaseLedgerKey(entity key)`, in the ledger partition of the
- * record's intents partition: the record's owner is the lease's only writer.
+ * change acquires it (or renews it); when it is released or found lapsed,
+ * kept free with the marks of the acquires it refuses as replays, and
+ * tombstoned once they are past. Key `leaseLedgerKey(entity key)`, in the
+ * ledger partition of the record's intents partition: the record's owner is
+ * the lease's only writer.
  */
 export const LedgerLeaseEntry = z.looseObject({
   kind: z.literal("lease"),
@@ -152,15 +154,22 @@ export const LedgerLeaseEntry = z.looseObject({
   expiresAt: IsoTime,
   updatedAt: IsoTime,
   /**
-   * Set when its change released it: the lease is free, and the entry stays (its `expiresAt` the release, so an
-   * older owner sees it lapsed) for `released` until the last of it is past. Absent: held, until `expiresAt`.
+   * The `createdAt` of the latest acquire that took or renewed it (the agent's clock): a lapse marks the change's
+   * acquires up to it as replays. Absent in entries of owners before it (their lapse is marked at `updatedAt`).
+   */
+  lastAcquireCreatedAt: IsoTime.optional(),
+  /**
+   * Set when its change released it, or the owner found it lapsed: the lease is free, and the entry stays (its
+   * `expiresAt` the end, so an older owner sees it lapsed) for `released` until the last of it is past. Absent:
+   * held, until `expiresAt`.
    */
   releasedAt: IsoTime.optional(),
   /**
-   * Changes that released this record lately: an acquire of `change` by `agentId` created at or before `before`
-   * (the release's `createdAt`, the same agent's clock) came before the release, so it is a replay of signed bytes
-   * and refused `lease_replayed`, until `until`, past which admission refuses it `stale`. Kept across the
-   * record's later leases; absent in entries of owners before it.
+   * Changes whose leases of this record ended lately: an acquire of `change` by `agentId` created at or before
+   * `before` (the release's `createdAt`, or a lapsed lease's `lastAcquireCreatedAt`: the same agent's clock) came
+   * before that end, so it is a replay of signed bytes and refused `lease_replayed`, until `until` (`before` + the
+   * lease intents' age window), past which admission refuses it `stale`. Kept across the record's later leases and
+   * their lapses; absent in entries of owners before it.
    */
   released: z.array(z.looseObject({ change: z.string(), agentId: z.string(), before: IsoTime, until: IsoTime })).max(64).optional(),
 });

@@ -61,6 +61,40 @@ const patches = (records: Records, key: string) => records.patchRequests(key).ma
 const leaseIntent = (client: WritClient, change: string, op: "acquire" | "release", entity: { type: string; id: string }, tool: string, ttlMs?: number) =>
   buildLeaseIntent({ change, op, entity, tool, agentId: client.agentId, runId: "r", stepId: `s/${op}`, replyTo: client.replyTopic, ...(ttlMs === undefined ? {} : { ttlMs }) });
 
+/**
+ * Intent `intentId` as the client produced it (value and headers, its signature among them), copied off the
+ * intents topic by anyone who may read it, and produced again with a raw producer: the same bytes. Resolves with
+ * the replay's answer on `replyTopic` (the first answer to the intent id is the original's own).
+ */
+async function replayed(h: Awaited<ReturnType<typeof harness>>, replyTopic: string, intentId: string): Promise<string> {
+  const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
+  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
+  let recorded: { partition: number; message: KafkaMessage } | undefined;
+  await reader.connect();
+  try {
+    await reader.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ partition, message }) => void (message.value?.includes(intentId) && !recorded ? (recorded = { partition, message }) : undefined) });
+    await waitFor(() => recorded, { message: `intent ${intentId} on the intents topic` });
+  } finally {
+    await reader.disconnect();
+  }
+  const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}` });
+  const answers: string[] = [];
+  await replies.connect();
+  const producer = kafka.producer();
+  await producer.connect();
+  try {
+    await replies.subscribe({ topic: replyTopic, fromBeginning: true });
+    await replies.run({ eachMessage: async ({ message }) => void (message.value?.includes(intentId) ? answers.push(message.value.toString("latin1")) : undefined) });
+    const { partition, message } = recorded!;
+    await producer.send({ topic: h.config.topics.intents, messages: [{ partition, key: message.key, value: message.value, headers: message.headers }] });
+    return await waitFor(() => answers[1], { timeoutMs: 30_000, message: () => `the replayed intent's answer (${answers.length} seen)` });
+  } finally {
+    await producer.disconnect();
+    await replies.disconnect();
+  }
+}
+
 /** Records `n` seeded, a router, the agents "resolver" (with a change id) and "support", and ticket T-`n`. */
 async function resolverAndSupport(n: string) {
   const h = await harness();
@@ -136,42 +170,39 @@ describe("changes that span records on a real broker", () => {
     await first.stop();
     await h.startRouter();
 
-    // The acquire as the client produced it (value and headers, its signature among them), copied off the intents
-    // topic by anyone who may read it, and produced again: the same bytes.
-    const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-    const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
-    let recorded: { partition: number; message: KafkaMessage } | undefined;
-    await reader.connect();
-    try {
-      await reader.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
-      await reader.run({ eachMessage: async ({ partition, message }) => void (message.value?.includes(acquire.intentId) && !recorded ? (recorded = { partition, message }) : undefined) });
-      await waitFor(() => recorded, { message: "the acquire on the intents topic" });
-    } finally {
-      await reader.disconnect();
-    }
-    const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}` });
-    const answers: string[] = [];
-    await replies.connect();
-    const producer = kafka.producer();
-    await producer.connect();
-    try {
-      await replies.subscribe({ topic: resolver.replyTopic, fromBeginning: true });
-      await replies.run({ eachMessage: async ({ message }) => void (message.value?.includes(acquire.intentId) ? answers.push(message.value.toString("latin1")) : undefined) });
-      const { message } = recorded!;
-      await producer.send({ topic: h.config.topics.intents, messages: [{ partition: recorded!.partition, key: message.key, value: message.value, headers: message.headers }] });
-      // The first answer is the acquire's own (applied); the second, the replay's.
-      const answer = await waitFor(() => answers[1], { timeoutMs: 30_000, message: () => `the replayed acquire's answer (${answers.length} seen)` });
-      expect(answer).toContain('"lease_replayed"');
-    } finally {
-      await producer.disconnect();
-      await replies.disconnect();
-    }
+    expect(await replayed(h, resolver.replyTopic, acquire.intentId)).toContain('"lease_replayed"');
 
     // The record is free: another agent's write is applied at once, never answered `leased`.
     const { version, state } = await readVersion(h.records, "ticket", "T-9");
     const write = await support.submit({ tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), "vip"] }], params: { tag: "vip" } }, { onLeased: "answer" });
     expect(write).toMatchObject({ status: "applied", via: "patch" });
     expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
+  });
+
+  it("lease-lapse-replay: a lease left to lapse keeps a mark: its acquire's bytes produced again are refused `lease_replayed`; another agent's writes are applied", async () => {
+    const { h, router: first, resolver, support, change, ticket } = await resolverAndSupport("10");
+    const acquire = leaseIntent(resolver, change, "acquire", ticket, "tag_ticket", 1000);
+    expect(await resolver.submit(acquire)).toMatchObject({ status: "applied", via: "lease" });
+    // Never released. Another agent's write waits it out (onLeased: wait); the owner frees the lapsed lease.
+    const tag = async (t: string) => {
+      const { version, state } = await readVersion(h.records, "ticket", "T-10");
+      return { tool: tagTicket, entity: ticket, runId: run(), stepId: t, baseVersion: version, delta: [{ op: "replace" as const, path: "/tags", value: [...(state.tags as string[]), t] }], params: { tag: t } };
+    };
+    const waited = await support.submit(await tag("vip"), { timeoutMs: 30_000 });
+    expect(waited).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, waited.intentKey)).toEqual(["applied"]);
+    await waitFor(async () => /writ_leases_expired_total\{record_type="ticket"\} 1/.test(await first.metrics()), { timeoutMs: 10_000, message: "writ_leases_expired_total did not count the lapsed lease" });
+    // Another owner takes over: what it knows of the lapse, it restores from the ledger.
+    await first.stop();
+    await h.startRouter();
+
+    expect(await replayed(h, resolver.replyTopic, acquire.intentId)).toContain('"lease_replayed"');
+
+    // Nothing was taken: the other agent's next write is applied at once, never answered `leased`.
+    const write = await support.submit(await tag("urgent"), { onLeased: "answer" });
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "ticket", "T-10")).state.tags).toEqual(["damaged", "vip", "urgent"]);
   });
 
   it("a step the system refuses: the steps applied before it are undone, newest first, and nothing of the change remains", async () => {

@@ -20,7 +20,7 @@ import { Escalation } from "../../../src/schemas/escalation.ts";
 import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
-import { type LeaseGate, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
+import { type LeaseGate, lapsedLease, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem, outage, version } from "./fake-system.ts";
 
@@ -789,6 +789,85 @@ describe("leases of changes that span records: the owner's gate", () => {
     const ledger = ledgerWith(released);
     expect(ledger.expiredLeases(at + 60_000, 10)).toEqual([]);
     expect(ledger.expiredLeases(Date.parse("2025-06-01T12:15:00.001Z"), 10)).toEqual([released]);
+  });
+
+  it("lapse: a lease that lapsed keeps a mark for its change up to its latest acquire, and the marks it carried; replays are refused `lease_replayed`, a new acquire granted", async () => {
+    // The record was another change's before: released, its mark carried by the leases that follow.
+    const b = await acquire(other);
+    const rb = await release(other);
+    const bHeld = settled(await settleLeaseIntent(b, leaseGate(ledgerWith(), b, at), NOW, {})).lease!.entry!;
+    const bReleased = settled(await settleLeaseIntent(rb, leaseGate(ledgerWith(bHeld), rb, at), NOW, {})).lease!.entry!;
+    const a = await acquire(mine, 30_000);
+    const held1 = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(bReleased), a, at), NOW, {})).lease!.entry!;
+    expect(held1).toMatchObject({ lastAcquireCreatedAt: NOW.toISOString(), released: bReleased.released });
+    // Renewed by a later acquire; the first one's bytes again (while held) renew it but move the latest back not.
+    const renewal = await acquire(mine, 30_000);
+    renewal.intent.createdAt = new Date(at + 10_000).toISOString();
+    const held2 = settled(await settleLeaseIntent(renewal, leaseGate(ledgerWith(held1), renewal, at + 10_000), new Date(at + 10_000), {})).lease!.entry!;
+    const held3 = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(held2), a, at + 11_000), new Date(at + 11_000), {})).lease!.entry!;
+    expect(held3.lastAcquireCreatedAt).toBe(renewal.intent.createdAt);
+
+    // Its time to live runs out (at + 41 s) with no release: the next intent of the record finds it lapsed.
+    const lapseAt = at + 60_000;
+    const plain = await admittedOk(tagIntent("vip", version(1), ["billing"]));
+    const gate = leaseGate(ledgerWith(held3), plain, lapseAt);
+    expect(gate).toMatchObject({ kind: "free", expired: { change: mine } });
+    const lapsed = (gate as { released: LedgerLeaseEntry }).released;
+    LedgerEntry.parse(lapsed);
+    expect(lapsed).toMatchObject({ releasedAt: new Date(lapseAt).toISOString(), expiresAt: new Date(lapseAt).toISOString() });
+    expect(lapsed.released).toEqual([...bReleased.released!, { change: mine, agentId: "agent-1", before: renewal.intent.createdAt, until: "2025-06-01T12:15:10.000Z" }]);
+    expect(leaseRefusal(plain, gate, NOW.toISOString())).toBeNull();
+    expect(ledgerWith(lapsed).leaseCount).toBe(0);
+
+    // Every acquire of the lapsed lease, replayed: refused, nothing taken; the other change's too (its mark was carried).
+    const replayAt = new Date(lapseAt + 1_000);
+    for (const replayed of [a, renewal, b]) {
+      const answer = settled(await settleLeaseIntent(replayed, leaseGate(ledgerWith(lapsed), replayed, replayAt.getTime()), replayAt, {}));
+      expect(answer.replies[0]!.value).toMatchObject({ status: "rejected", reason: "lease_replayed", intentId: replayed.intent.intentId });
+      expect(answer.lease).toBeUndefined();
+    }
+    // The change acquiring anew, after its lease lapsed: granted, the marks kept.
+    const anew = await acquire(mine);
+    anew.intent.createdAt = replayAt.toISOString();
+    const regranted = settled(await settleLeaseIntent(anew, leaseGate(ledgerWith(lapsed), anew, replayAt.getTime()), replayAt, {}));
+    expect(regranted.replies[0]!.value).toMatchObject({ status: "applied", via: "lease" });
+    expect(regranted.lease!.entry!.released).toEqual(lapsed.released);
+
+    // The sweep: the lapsed entry stays until its last mark is past, then goes (a tombstone, nothing to keep).
+    expect(ledgerWith(lapsed).expiredLeases(Date.parse("2025-06-01T12:15:10.000Z"), 10)).toEqual([]);
+    expect(ledgerWith(lapsed).expiredLeases(Date.parse("2025-06-01T12:15:10.001Z"), 10)).toEqual([lapsed]);
+    expect(lapsedLease(lapsed, Date.parse("2025-06-01T12:15:10.001Z"))).toBeNull();
+    // Found lapsed by the sweep instead: the same entry; found after its marks are past, a tombstone.
+    expect(lapsedLease(held3, lapseAt)).toEqual(lapsed);
+    expect(lapsedLease(held3, Date.parse("2025-06-01T12:15:10.001Z"))).toBeNull();
+    // An entry of an owner before lastAcquireCreatedAt: its lapse is marked at its last grant (updatedAt).
+    const { lastAcquireCreatedAt: _, ...older } = held3;
+    expect(lapsedLease(older, lapseAt)!.released!.at(-1)).toMatchObject({ change: mine, before: held3.updatedAt });
+  });
+
+  it("a replay admitted just before its mark's `until` and run at it or after is refused (after: `stale`, its own deadline past), never granted", async () => {
+    // Acquired and released within the same millisecond: the mark's `until` is the acquire's own deadline.
+    const a = await acquire(mine);
+    const r = await release();
+    const held1 = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {})).lease!.entry!;
+    const released = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(held1), r, at), NOW, {})).lease!.entry!;
+    const until = Date.parse(released.released![0]!.until);
+    expect(until).toBe(at + 15 * 60_000);
+    // The replay, admitted at its deadline and run then: the mark still refuses it.
+    expect(settled(await settleLeaseIntent(a, leaseGate(ledgerWith(released), a, until), new Date(until), {})).replies[0]!.value).toMatchObject({ reason: "lease_replayed" });
+    // Run a moment later (it waited behind the record's intents, or an outage): refused by its own deadline.
+    const late = new Date(until + 1);
+    const answer = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(released), a, late.getTime()), late, {}));
+    expect(answer.replies[0]!.value).toMatchObject({ status: "rejected", reason: "stale" });
+    expect(answer.lease).toBeUndefined();
+    // Also once an intent of the record run before it dropped the past mark (another change's new lease).
+    const b = await acquire(other);
+    b.intent.createdAt = late.toISOString();
+    const bHeld = settled(await settleLeaseIntent(b, leaseGate(ledgerWith(released), b, late.getTime()), late, {})).lease!.entry!;
+    expect(bHeld.released).toBeUndefined();
+    const bFreed = { ...bHeld, releasedAt: late.toISOString(), expiresAt: late.toISOString() };
+    const later = new Date(until + 2);
+    expect(settled(await settleLeaseIntent(a, leaseGate(ledgerWith(bFreed), a, later.getTime()), later, {})).replies[0]!.value).toMatchObject({ reason: "stale" });
   });
 });
 
