@@ -4,6 +4,7 @@ import { WritError } from "./errors.ts";
 import { printable } from "./printable.ts";
 import { RESOLUTION_FIELDS_BYTES, resolutionBounds } from "./schemas/resolution.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
+import { defaultResponseBudgetBytes } from "./sor/response-budget.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
 
 const brokers = z
@@ -128,6 +129,13 @@ export const RouterConfig = z
     maxJsonDepth: maxJsonDepth.default(32),
     /** Largest record writ produces, bytes; keep it under the broker's `message.max.bytes` (default 1,048,588). */
     maxMessageBytes: z.number().int().min(16_384).default(1_000_000),
+    /**
+     * Bytes of systems-of-record answers (their bodies, read and parsed) this process holds at once, over every
+     * system and partition: maxResponseBytes bounds one answer, this their sum. Beyond it, answers wait (their bodies
+     * not read, under their request's deadline; a wait past it is a request without an answer). The oldest answer
+     * never waits, so the sum stays below this plus one answer. Default: a quarter of the heap limit, at most 256 MiB.
+     */
+    sorResponseBytesInFlight: z.number().int().min(1024 * 1024).max(64 * 1024 ** 3).default(() => defaultResponseBudgetBytes()),
     /** Deadline of one system-of-record request. ms. */
     sorTimeoutMs: timerMs(1).default(5_000),
     /** First pause after a system of record (or the registry) is unreachable. ms. */
@@ -371,6 +379,7 @@ export const ROUTER_ENV = {
   maxJsonDepth: "WRIT_MAX_JSON_DEPTH",
   maxMessageBytes: "WRIT_MAX_MESSAGE_BYTES",
   sorTimeoutMs: "WRIT_SOR_TIMEOUT_MS",
+  sorResponseBytesInFlight: "WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT",
   outageBackoffInitialMs: "WRIT_OUTAGE_BACKOFF_INITIAL_MS",
   outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
   sorRetryAfterMaxMs: "WRIT_SOR_RETRY_AFTER_MAX_MS",
@@ -408,6 +417,7 @@ const NUMERIC = new Set([
   "maxJsonDepth",
   "maxMessageBytes",
   "sorTimeoutMs",
+  "sorResponseBytesInFlight",
   "outageBackoffInitialMs",
   "outageBackoffMaxMs",
   "sorRetryAfterMaxMs",

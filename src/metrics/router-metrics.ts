@@ -3,6 +3,7 @@ import type { SchemaIdLookup } from "../codec.ts";
 import { withDeadline } from "../deadline.ts";
 import type { AdmittedIntent } from "../owner/admission.ts";
 import type { SizeOutcome, SizeTopicKind } from "../owner/records.ts";
+import { sorResponseBudget } from "../sor/response-budget.ts";
 import type { SorMethod } from "../tracing/spans.ts";
 import type { IntentOutcome } from "./outcome.ts";
 import type { SorCallObserver } from "./observed-system.ts";
@@ -197,6 +198,34 @@ export class RouterMetrics {
           const lag = high - f.committedOffset;
           this.set({ partition: String(f.partition) }, Number(lag > 0n ? lag : 0n));
         }
+      },
+    });
+    // The process's answer budget (src/sor/response-budget.ts), shared by every system of record in the process.
+    const budget = sorResponseBudget;
+    const budgetGauges: [name: string, help: string, value: () => number][] = [
+      ["writ_sor_response_bytes_held", "Bytes of systems-of-record answers this process holds now (bodies being read or parsed), of WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT.", () => budget.held],
+      ["writ_sor_response_bytes_held_max", "Most bytes of systems-of-record answers this process held at once since it started: at most WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT plus one answer (maxResponseBytes).", () => budget.heldMax],
+      ["writ_sor_response_bytes_limit", "WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT: bytes of systems-of-record answers this process holds at once before answers wait.", () => budget.limit],
+    ];
+    for (const [name, help, value] of budgetGauges) {
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(value());
+        },
+      });
+    }
+    let waitsSeen = 0;
+    new Counter({
+      name: "writ_sor_response_budget_waits_total",
+      help: "Systems-of-record answers (or parts of them) that waited for the answer budget (WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT): rising, answers are larger or more than the budget holds at once.",
+      registers: [this.registry],
+      collect() {
+        // Counted by the process's budget; each router's registry adds what it has not reported yet.
+        if (budget.waits > waitsSeen) this.inc(budget.waits - waitsSeen);
+        waitsSeen = budget.waits;
       },
     });
   }

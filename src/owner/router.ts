@@ -20,6 +20,7 @@ import { TopicDirectory } from "./topic-directory.ts";
 import { createOffsetProbe } from "./offset-probe.ts";
 import { observeTools } from "../metrics/observed-system.ts";
 import { RouterMetrics } from "../metrics/router-metrics.ts";
+import { sorResponseBudget } from "../sor/response-budget.ts";
 import { AgentRegistry } from "../security/agent-registry.ts";
 import { WritError } from "../errors.ts";
 import { retry, START_PATIENCE } from "../retry.ts";
@@ -96,6 +97,8 @@ export interface RouterInternals {
   ablateTopicLimits?: boolean;
   /** A retention window below the config's least hour, so that a test sees the sweep (tests). Hours. */
   ledgerRetentionHours?: number;
+  /** Ablation control for tests, never for production: the answer budget counts but never makes an answer wait. */
+  ablateResponseBudget?: boolean;
 }
 
 export interface Router {
@@ -135,6 +138,9 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   const parsed = parseConfig(RouterConfig, opts.config, "router");
   const config = internals.ledgerRetentionHours === undefined ? parsed : { ...parsed, ledgerRetentionHours: internals.ledgerRetentionHours };
   const log = routerLogger(opts.logger, config.instanceId);
+  // Process-wide, as the heap it protects: the last owner started in a process sets it.
+  sorResponseBudget.setLimit(config.sorResponseBytesInFlight);
+  sorResponseBudget.enforce = internals.ablateResponseBudget !== true;
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
   const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);

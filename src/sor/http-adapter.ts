@@ -6,6 +6,7 @@ import { tlsConnectOptions } from "../security/transport.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
 import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
 import { compilePointer, ENTITY_TAG, ETAG_CHARS, HEADER_VALUE, headersProblem, HttpSystemOfRecordOptions, MAX_VERSION_LENGTH, OUTER_BLANKS, RAW_VERSION, type HttpSystemOfRecordConfig } from "./http-options.ts";
+import { sorResponseBudget } from "./response-budget.ts";
 import { describe, errorCode, exchange, isOutageStatus, LocalFailure, pemText, retryAfter, undiciTransport, type Answer, type Answered, type Exchange, type HeaderList, type Request, type Target } from "./http-exchange.ts";
 import { isJsonMedia, lookupAnswer, numberText, parseJson, problemMessage, resolvePointer, secretsOf } from "./http-answers.ts";
 
@@ -100,7 +101,12 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       throw invalid("tls", `the CA, certificate or key could not be loaded (${errorCode(err) ?? "invalid"})`);
     }
   }
-  const transport = undiciTransport(config.tls, config.maxResponseBytes);
+  const transport = undiciTransport(config.tls, config.maxResponseBytes, sorResponseBudget);
+  /**
+   * One request. An answer's body holds bytes of the process's answer budget until `ex.release()`: every caller
+   * releases once done with the body, and before any further request of its own (a re-read waiting for the budget
+   * while its write's answer holds part of it could wait for itself).
+   */
   const call = (request: Request, timeoutMs: number) => exchange(transport.send, request, timeoutMs, config.maxResponseBytes);
 
   /** Where a request for `template` with `values` goes: the configured origin, and the base path then the template, values URI-encoded. */
@@ -229,20 +235,24 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     if (ex.kind !== "answered") {
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
     }
-    const { res, body } = ex;
-    if (res.status === 404 || res.status === 410) return null;
-    if (res.ok) {
-      const record = recordFrom(res, body);
-      if ("error" in record) {
-        throw new WritError("sor_protocol", `${where}: ${record.error}`, { retriable: false, context: context(entity, { status: res.status }) });
+    try {
+      const { res, body } = ex;
+      if (res.status === 404 || res.status === 410) return null;
+      if (res.ok) {
+        const record = recordFrom(res, body);
+        if ("error" in record) {
+          throw new WritError("sor_protocol", `${where}: ${record.error}`, { retriable: false, context: context(entity, { status: res.status }) });
+        }
+        return record;
       }
-      return record;
+      if (isOutageStatus(res.status)) throw outageAnswer(where, ex, entity);
+      throw new WritError("sor_protocol", `${where}: ${problemMessage(ex)}`, {
+        retriable: false,
+        context: context(entity, { status: res.status }),
+      });
+    } finally {
+      ex.release();
     }
-    if (isOutageStatus(res.status)) throw outageAnswer(where, ex, entity);
-    throw new WritError("sor_protocol", `${where}: ${problemMessage(ex)}`, {
-      retriable: false,
-      context: context(entity, { status: res.status }),
-    });
   }
 
   /** A read after a write, on the write's behalf: its failure is a value, not a throw. */
@@ -265,24 +275,30 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const ex = await sendWrite(target, config.method, config.patchBody.contentType, { [config.ifMatch.header]: condition }, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
-    const { res, body: answer } = ex;
-    const status = res.status;
-    if (res.ok) return written(ex, entity, opts);
-    if (conflictStatuses.has(status)) {
-      const record = conflictRecord(res, answer);
-      let current: Versioned | null = "error" in record ? null : record;
-      if (status !== 412) {
-        // A 409 may mean a stale version or something else (a failed `test` op): only a changed version makes it a conflict.
-        if (current === null) {
-          const fresh = await reread(entity, opts);
-          if (fresh === null) return { kind: "not_found" };
-          if (!("failed" in fresh)) current = fresh;
+    try {
+      const { res, body: answer } = ex;
+      const status = res.status;
+      if (res.ok) return await written(ex, entity, opts);
+      if (conflictStatuses.has(status)) {
+        const record = conflictRecord(res, answer);
+        let current: Versioned | null = "error" in record ? null : record;
+        if (status !== 412) {
+          // A 409 may mean a stale version or something else (a failed `test` op): only a changed version makes it a conflict.
+          const message = problemMessage(ex);
+          ex.release();
+          if (current === null) {
+            const fresh = await reread(entity, opts);
+            if (fresh === null) return { kind: "not_found" };
+            if (!("failed" in fresh)) current = fresh;
+          }
+          if (current !== null && current.version === opts.ifMatch) return { kind: "rejected", status, message };
         }
-        if (current !== null && current.version === opts.ifMatch) return { kind: "rejected", status, message: problemMessage(ex) };
+        return { kind: "precondition_failed", current };
       }
-      return { kind: "precondition_failed", current };
+      return refused(ex);
+    } finally {
+      ex.release();
     }
-    return refused(ex);
   }
 
   /** One write request: the body as JSON, writ's headers (type, Accept, the precondition, Idempotency-Key) over the caller's. */
@@ -302,6 +318,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   async function written(ex: Answered, entity: EntityRef, opts: { headers?: Readonly<Record<string, string>> | undefined }): Promise<PatchOutcome> {
     const status = ex.res.status;
     const record = ex.body.trim() === "" ? { error: "no body" } : recordFrom(ex.res, ex.body);
+    ex.release();
     if (!("error" in record)) return { kind: "applied", ...record };
     const fresh = await reread(entity, opts);
     if (fresh === null) return { kind: "unknown", message: `${status} (${record.error}), and the record is not there on re-read` };
@@ -339,13 +356,17 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const ex = await sendWrite(target, c.method, c.body.contentType, c.ifNoneMatch ? { "if-none-match": opts.ifNoneMatch } : {}, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
-    const { res, body: answer } = ex;
-    if (res.ok) return written(ex, entity, opts);
-    if (existsStatuses.has(res.status)) {
-      const current = conflictRecord(res, answer);
-      return { kind: "precondition_failed", current: "error" in current ? null : current };
+    try {
+      const { res, body: answer } = ex;
+      if (res.ok) return await written(ex, entity, opts);
+      if (existsStatuses.has(res.status)) {
+        const current = conflictRecord(res, answer);
+        return { kind: "precondition_failed", current: "error" in current ? null : current };
+      }
+      return refused(ex);
+    } finally {
+      ex.release();
     }
-    return refused(ex);
   }
 
   async function lookupIdempotencyKey(entity: EntityRef, idempotencyKey: string, opts: ReadOptions): Promise<ReconcileResult> {
@@ -360,10 +381,14 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     if (ex.kind !== "answered") {
       throw new WritError("sor_unavailable", `${where}: ${ex.message}`, { retriable: true, cause: ex.cause, context: context(entity) });
     }
-    if (ex.res.status === 404) return "not_applied";
-    if (isOutageStatus(ex.res.status)) throw outageAnswer(where, ex, entity);
-    if (ex.res.status !== 200) return "unknown";
-    return lookupAnswer(ex);
+    try {
+      if (ex.res.status === 404) return "not_applied";
+      if (isOutageStatus(ex.res.status)) throw outageAnswer(where, ex, entity);
+      if (ex.res.status !== 200) return "unknown";
+      return lookupAnswer(ex);
+    } finally {
+      ex.release();
+    }
   }
 
   const { headers: _secret, tls: _tls, ...visible } = config;

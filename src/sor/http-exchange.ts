@@ -3,6 +3,7 @@
 import { STATUS_CODES } from "node:http";
 import { tlsConnectOptions } from "../security/transport.ts";
 import { parseRetryAfter } from "./retry-after.ts";
+import { type Hold, type ResponseBudget, sorResponseBudget } from "./response-budget.ts";
 import type { HttpSystemOfRecordConfig } from "./http-options.ts";
 
 /**
@@ -35,8 +36,11 @@ export const NOT_SENT_CODES = new Set([
 export const NOT_SENT_WHEN_CONNECTING = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
 
 export type Exchange =
-  /** `secrets`: the configured header values sent, to be kept out of messages built from the answer. */
-  | { kind: "answered"; res: Answer; body: string; secrets: readonly string[] }
+  /**
+   * `secrets`: the configured header values sent, to be kept out of messages built from the answer. `release`: gives
+   * the body's bytes back to the process's answer budget; call it once done with `body`, before any other request.
+   */
+  | { kind: "answered"; res: Answer; body: string; secrets: readonly string[]; release: () => void }
   /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
   | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
   /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes, cut off. */
@@ -68,7 +72,8 @@ export interface Target {
   path: string;
 }
 
-export type Send = (target: Target, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string> }>;
+/** `text()` reads the body whole; `release()`, when given, gives its bytes back to the answer budget once it is used. */
+export type Send = (target: Target, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string>; release?: () => void }>;
 
 export interface Transport {
   send: Send;
@@ -86,9 +91,11 @@ export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v ==
  * owner's CPU profile under load had undici's fetch (WHATWG streams, Request
  * and Response objects, abort plumbing) at a fifth of the owner's busy time,
  * for answers writ reads whole anyway. `request` follows no redirects and
- * neither decompresses nor asks for compression. Loaded on first use.
+ * neither decompresses nor asks for compression. Loaded on first use. The body is read chunk by chunk under the
+ * process's answer budget: while it is spent the stream is not read (the socket is paused), and the wait runs under
+ * the request's deadline.
  */
-export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number): Transport {
+export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number, budget: ResponseBudget = sorResponseBudget): Transport {
   const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
   type Undici = typeof import("undici");
   let loaded: Promise<{ undici: Undici; agent: InstanceType<Undici["Agent"]> }> | undefined;
@@ -123,7 +130,8 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
           },
         },
       };
-      return { answer, text: () => res.body.text() };
+      const hold = budget.hold();
+      return { answer, text: () => readBody(res.body, res.headers["content-length"], maxResponseBytes, hold, init.signal), release: () => hold.release() };
     },
     close() {
       closing ??= (async () => {
@@ -133,6 +141,30 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
       return closing;
     },
   };
+}
+
+/**
+ * The body as text (UTF-8, a BOM dropped, as undici's `text()`), its bytes taken from `hold` before they are kept:
+ * a Content-Length is taken whole before the first read, anything beyond it (or without it) chunk by chunk. On a
+ * failure the hold is released here; on success the caller releases it once done with the text.
+ */
+export async function readBody(body: AsyncIterable<Uint8Array>, contentLength: string | string[] | undefined, maxBytes: number, hold: Hold, signal: AbortSignal): Promise<string> {
+  try {
+    const declared = typeof contentLength === "string" && /^\d{1,15}$/.test(contentLength) ? Math.min(Number(contentLength), maxBytes) : 0;
+    if (declared > 0) await hold.take(declared, signal);
+    const chunks: Uint8Array[] = [];
+    let received = 0;
+    for await (const chunk of body) {
+      received += chunk.byteLength;
+      // Taken before the chunk is kept: while the budget is spent, the next chunk is not read.
+      if (received > hold.bytes) await hold.take(received - hold.bytes, signal);
+      chunks.push(chunk);
+    }
+    return new TextDecoder().decode(Buffer.concat(chunks, received));
+  } catch (err) {
+    hold.release();
+    throw err;
+  }
 }
 
 /** A request that never left: the headers function failed or answered nonsense, or undici could not be loaded. */
@@ -221,7 +253,7 @@ export async function exchange(send: Send, request: Request, timeoutMs: number, 
     }
     try {
       const sent = await send(request.target, { method: request.method, headers, ...(request.body === undefined ? {} : { body: request.body }), signal });
-      return { kind: "answered", res: sent.answer, body: await sent.text(), secrets };
+      return { kind: "answered", res: sent.answer, body: await sent.text(), secrets, release: sent.release ?? noRelease };
     } catch (err) {
       if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
       if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
@@ -236,6 +268,8 @@ export async function exchange(send: Send, request: Request, timeoutMs: number, 
     clearTimeout(timer);
   }
 }
+
+const noRelease = (): void => {};
 
 /** Statuses that say the system cannot take the request now (RFC 9110 §15.5.9, §15.6; RFC 6585 §4): an outage. */
 export function isOutageStatus(status: number): boolean {

@@ -1,3 +1,4 @@
+import { getHeapStatistics } from "node:v8";
 import { describe, expect, it } from "vitest";
 import { ClientConfig, parseConfig, routerConfigFromEnv } from "../../src/config.ts";
 import { startRouter } from "../../src/owner/router.ts";
@@ -130,6 +131,15 @@ describe("routerConfigFromEnv", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "3600000" }).sorRetryAfterMaxMs).toBe(3_600_000);
     for (const bad of ["-1", "3600001", "1.5", "1m"]) {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: bad }), bad).toThrow(/WRIT_SOR_RETRY_AFTER_MAX_MS \(sorRetryAfterMaxMs\)/);
+    }
+  });
+
+  it("bounds the answer bytes an owner holds at once: a quarter of the heap limit (at most 256 MiB) by default, at least 1 MiB", () => {
+    const heapQuarter = Math.floor(getHeapStatistics().heap_size_limit / 4);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).sorResponseBytesInFlight).toBe(Math.max(1024 * 1024, Math.min(256 * 1024 * 1024, heapQuarter)));
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT: "33554432" }).sorResponseBytesInFlight).toBe(33_554_432);
+    for (const bad of ["0", "1048575", "1.5", "64MiB", "-1"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT: bad }), bad).toThrow(/WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT \(sorResponseBytesInFlight\)/);
     }
   });
 
