@@ -146,14 +146,20 @@ describe("the HTTP adapter under the answer budget", () => {
 
   it("reads many large answers at once within the budget plus one answer, and gives every byte back", async () => {
     const body = bigRecord(1024 * 1024);
-    // Half the answers with a Content-Length (taken whole), half chunked (taken as they come).
-    const server = await startStub((req, res: ServerResponse) => {
-      const chunked = req.path.endsWith("-c");
+    // Half the answers with a Content-Length (taken whole), half chunked (taken as they come); all answered once
+    // every request has come, so that they arrive together.
+    const answer = (path: string, res: ServerResponse) => {
+      const chunked = path.endsWith("-c");
       res.writeHead(200, { "content-type": "application/json", etag: '"v1"', ...(chunked ? {} : { "content-length": String(Buffer.byteLength(body)) }) });
       if (chunked) {
         for (let i = 0; i < body.length; i += 100_000) res.write(body.slice(i, i + 100_000));
         res.end();
       } else res.end(body);
+    };
+    const waiting: [string, ServerResponse][] = [];
+    const server = await startStub((req, res: ServerResponse) => {
+      waiting.push([req.path, res]);
+      if (waiting.length === 24) for (const [path, r] of waiting.splice(0)) answer(path, r);
     });
     const limit = 2 * 1024 * 1024;
     sorResponseBudget.setLimit(limit);
@@ -171,6 +177,24 @@ describe("the HTTP adapter under the answer budget", () => {
     expect(sorResponseBudget.heldMax).toBeLessThanOrEqual(limit + Buffer.byteLength(body));
     expect(sorResponseBudget.waits).toBeGreaterThan(waitsBefore);
     expect(sorResponseBudget.held).toBe(heldBefore);
+  });
+
+  it("a write's answer gives its bytes back before the write's own re-read: a large answer cannot make its re-read wait for it", async () => {
+    const big = JSON.stringify({ note: "x".repeat(2 * 1024 * 1024) });
+    const server = await startStub((req, res) => {
+      // The write's answer carries no record (no ETag): the adapter reads the record after it.
+      if (req.method === "PATCH") res.writeHead(200, { "content-type": "application/json", "content-length": String(big.length) }).end(big);
+      else res.writeHead(200, { "content-type": "application/json", etag: '"v2"' }).end(JSON.stringify({ state: { n: 2 } }));
+    });
+    sorResponseBudget.setLimit(1024 * 1024);
+    const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: server.url, state: { pointer: "/state" }, idempotencyKeys: true, readTimeoutMs: 2_000 });
+    try {
+      const outcome = await sor.patch({ type: "t", id: "1" }, [{ op: "replace", path: "/n", value: 2 }], { ifMatch: '"v1"', idempotencyKey: "k1", timeoutMs: 10_000 });
+      expect(outcome).toEqual({ kind: "applied", state: { n: 2 }, version: '"v2"' });
+    } finally {
+      await sor.close?.();
+    }
+    expect(sorResponseBudget.held).toBe(0);
   });
 
   it("a write whose answer waits for the budget past its deadline is an unknown outcome; the budget is whole again", async () => {
