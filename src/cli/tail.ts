@@ -106,6 +106,8 @@ function describeRecord(schema: WireSchemaName, d: DecodedRecord): string {
         const held = v.releasedAt === undefined ? `expires=${v.expiresAt}` : `released=${v.releasedAt} replay-marks=${v.released?.length ?? 0}`;
         return `${where} lease ${ent(v.entity)} change=${short(v.change)} agent=${v.agentId} ${held}`;
       }
+      // A refusal remembered for the signed bytes it refused (src/owner/refusals.ts): its key is their digest.
+      if (typeof v.refusedIntentKey === "string") return `${where} refused ${v.outcome?.reason} ${ent(v.entity)} tool=${v.tool} key=${short(v.refusedIntentKey)} intent=${v.intentId}`;
       return `${where} ${v.status}${v.outcome ? ` ${v.outcome.status}` : ""} ${ent(v.entity)} tool=${v.tool} key=${short(v.intentKey)} cycles=${v.cycles} attempts=${v.attempts?.length}`;
     default:
       return `${where} ${JSON.stringify(v)}`;

@@ -109,6 +109,12 @@ export class RouterMetrics {
     labelNames: ["record_type"] as const,
     registers: [this.registry],
   });
+  private readonly refusalsRemembered = new Counter({
+    name: "writ_refusals_remembered_total",
+    help: "Refusals of signed intents remembered for their bytes (a ledger entry each, kept a retention), by reason: a steady rise of tool_not_allowed is an agent sending what it may not; of leased, writers waiting out leases.",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
   private readonly sizeRefused = new Counter({
     name: "writ_records_refused_size_total",
     help: "Records too large for the topic they were meant for, by topic kind (reply, escalation, dead_letter, forward, ledger; unnamed: a refused request of several records) and outcome: truncated (written without the record's state, or a dead letter trimmed), undeliverable (a reply or escalation not written, the intent dead-lettered), too_large (a forward dead-lettered), dropped (a dead letter the dead-letter topic cannot take even trimmed), refused (the broker refused it, MESSAGE_TOO_LARGE: a failed transaction, the topic's limit learned). Counted when decided (a failed transaction may count one twice).",
@@ -275,6 +281,10 @@ export class RouterMetrics {
     },
     leaseExpired: (_partition: number, recordType: string) => {
       this.leasesExpired.inc({ record_type: recordType });
+    },
+    refusalRemembered: (_partition: number, reason: string) => {
+      // Reasons are the owner's own (REMEMBERED_REFUSALS): a bounded label.
+      this.refusalsRemembered.inc({ reason });
     },
     opened: (partition: number, ms: number) => {
       this.restoreDuration.observe({ partition: String(partition) }, ms / 1000);

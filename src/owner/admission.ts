@@ -188,14 +188,16 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     return signed !== undefined && out.kind === "answered" ? { ...out, signed: { digest: signed, intent } } : out;
   };
   const admitted = (a: Admission): Admission => (signed !== undefined && a.kind === "admitted" ? { kind: "admitted", admitted: { ...a.admitted, signed } } : a);
+  // Its date first: a refusal remembered for these bytes (tool_not_allowed) is kept from it, so bytes dated past the
+  // allowed clock skew must be refused before anything is remembered (refusals.ts).
+  const unfresh = freshnessRefusal(intent, deps.now().getTime(), deps.config.ledgerRetentionHours);
+  if (unfresh) return reject(unfresh.reason, unfresh.message);
   const tool = deps.tools.get(intent.tool);
   if (!tool) return reject("unknown_tool", `no write tool named ${intent.tool.slice(0, 128)} is admitted`);
   if (agent && !agent.mayCall(tool.name)) return reject("tool_not_allowed", `agent ${agent.id} may not call ${tool.name}`);
   if (tool.recordType !== intent.entity.type) {
     return reject("entity_type_mismatch", `tool ${tool.name} writes ${tool.recordType} records, not ${intent.entity.type}`);
   }
-  const unfresh = freshnessRefusal(intent, deps.now().getTime(), deps.config.ledgerRetentionHours);
-  if (unfresh) return reject(unfresh.reason, unfresh.message);
   if (isLeaseOp(intent.lease)) return admitted(admitLease(intent, tool, key, reject));
   if (intent.undo !== undefined) return admitted(admitUndo(intent, tool, key, reject));
   const params = tool.declaration.params.safeParse(intent.params);

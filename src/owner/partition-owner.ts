@@ -579,7 +579,10 @@ export class PartitionOwner {
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
-    if (result.refusal) session.ledger.stageRefusal(result.refusal);
+    if (result.refusal) {
+      session.ledger.stageRefusal(result.refusal);
+      this.ctx.observe?.refusalRemembered?.(this.partition, String(result.refusal.outcome?.reason ?? "unknown"));
+    }
     this.commits.stage(session, records, slot);
     slot.times.settled = Date.now();
     this.scheduler.done(slot);

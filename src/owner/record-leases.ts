@@ -135,7 +135,7 @@ export async function settleLeaseIntent(
 }
 
 /** Most replay marks a record's lease entry keeps (the latest): releases or lapses of as many changes within an acquire's age. */
-export const MAX_RELEASE_MARKERS = 32;
+export const MAX_RELEASE_MARKERS = 64;
 
 type ReplayMark = NonNullable<LedgerLeaseEntry["released"]>[number];
 

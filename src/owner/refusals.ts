@@ -1,4 +1,5 @@
 import type { RejectReason } from "../errors.ts";
+import { MAX_CLOCK_SKEW_MS } from "./admission.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import { type LedgerIntentEntry, refusalLedgerKey } from "../schemas/ledger-entry.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
@@ -44,9 +45,12 @@ export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, 
   if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return out;
   if (out.ledger || out.lease || out.refusal || !REMEMBERED_REFUSALS.has(reply.reason)) return out;
   const { intent, digest } = signed;
-  // The sweep drops it a retention after `updatedAt`: from `createdAt` when that is ahead of this clock (by the
-  // clock skew allowed at most), so it is kept past the intent's `stale` cutoff whatever the retention.
-  const updatedAt = new Date(Math.max(now.getTime(), Date.parse(intent.createdAt) || 0)).toISOString();
+  // The sweep drops it a retention after `updatedAt`: from `createdAt` when that is ahead of this clock, so it is
+  // kept past the intent's `stale` cutoff whatever the retention; never more than the clock skew admission allows
+  // ahead (it refuses later dates first), for the sweep walks entries in the order written and stops at the first
+  // not yet due: one dated years ahead would keep every later entry of the partition for good.
+  const t = now.getTime();
+  const updatedAt = new Date(Math.min(Math.max(t, Date.parse(intent.createdAt) || 0), t + MAX_CLOCK_SKEW_MS)).toISOString();
   const entry: LedgerIntentEntry = {
     kind: "intent",
     intentKey: refusalLedgerKey(digest),

@@ -109,6 +109,9 @@ describe("refused signed intents on a real broker", () => {
     expect(await billing.submit(refund, { onLeased: "answer" })).toMatchObject({ status: "rejected", reason: "leased", duplicate: false });
     expect(await resolver.submit(lease("release"))).toMatchObject({ status: "applied", via: "lease", lease: { released: true } });
 
+    // The refusal was remembered (a ledger entry), and counted so.
+    await waitFor(async () => /writ_refusals_remembered_total\{reason="leased"\} 1/.test(await first.metrics()), { timeoutMs: 10_000, message: "writ_refusals_remembered_total did not count the refusal" });
+
     // B's refund as its client produced it, copied off the intents topic; a new owner (it restores the ledger).
     const bytes = await recorded(h, refund.intentId);
     await first.stop();

@@ -90,6 +90,27 @@ describe("human-readable output of record-derived text", () => {
     expect(formatRecord("Reply", { ...where, key: evil, error: `schema_invalid: unrecognized key "${ESC}]0;pwned\x07"` })).not.toContain(ESC);
   });
 
+  it("formatRecord: a remembered refusal shows its reason and the refused intent's key, not its digest key", () => {
+    const refusal = {
+      kind: "intent",
+      intentKey: `__refused__:${"d".repeat(64)}`,
+      intentId: "i-9",
+      status: "done",
+      entity: { type: "ticket", id: "T-1" },
+      tool: "tag_ticket",
+      fingerprint: "d".repeat(64),
+      attempts: [],
+      cycles: 0,
+      outcome: { status: "rejected", reason: "leased", message: "leased", at },
+      replyTo: "writ.replies.a",
+      updatedAt: at,
+      refusedIntentKey: "e".repeat(64),
+    };
+    const line = formatRecord("LedgerEntry", { ...where, key: "x", value: refusal });
+    expect(line).toMatch(/ refused leased ticket:T-1 tool=tag_ticket key=eeeeeeeeeeee\S* intent=i-9$/);
+    expect(line).not.toContain("__refused__");
+  });
+
   it("formatRecord: a held lease shows its expiry; a released one, its release and the replay marks it keeps", () => {
     const lease = { kind: "lease", entity: { type: "ticket", id: "T-1" }, change: "c".repeat(64), agentId: "a", replyTo: "writ.replies.a", acquiredAt: at, expiresAt: at, updatedAt: at };
     expect(formatRecord("LedgerEntry", { ...where, key: "x", value: lease })).toContain(`expires=${at}`);

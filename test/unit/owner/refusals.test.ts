@@ -131,6 +131,24 @@ describe("refused signed intents: remembered for their bytes", () => {
     expect(ledger.expired(new Date(Date.parse(ahead.createdAt) + 1), 10)).toEqual([entry.intentKey]);
   });
 
+  it("bytes dated past the allowed clock skew are refused clock_skew before the tool's grant, so nothing holds the sweep back", async () => {
+    const future = { ...closeIntent("i-future"), createdAt: "2099-01-01T00:00:00.000Z" };
+    // Alice may not call close_ticket: a tool_not_allowed refusal would be remembered, dated from its createdAt.
+    const a = await admit(record(future), source, deps(registry(["add_tag"])));
+    expect(a).toMatchObject({ kind: "answered", reason: "clock_skew" });
+    if (a.kind !== "answered") return;
+    expect(rememberRefusal(a.signed, a.effects, NOW).refusal).toBeUndefined();
+    // However its bytes reached it, a refusal's entry is dated no later than the skew admission allows.
+    const far = rememberRefusal({ digest: "f".repeat(64), intent: future }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-future", future.intentKey, "tool_not_allowed", "m", NOW.toISOString()) }] }), NOW).refusal!;
+    expect(Date.parse(far.updatedAt)).toBe(NOW.getTime() + 300_000);
+    // So an entry written after it is swept once due: the sweep stops at the first entry not yet due.
+    const ledger = new PartitionLedger(0);
+    committed(ledger, far);
+    const later = { ...far, intentKey: refusalLedgerKey("a".repeat(64)), updatedAt: NOW.toISOString() };
+    committed(ledger, later);
+    expect(ledger.expired(new Date(NOW.getTime() + 600_000), 10)).toEqual([far.intentKey, later.intentKey]);
+  });
+
   it("an entry of the largest fields fits the ledger entry bound (LEDGER_ENTRY_FIELDS_BYTES)", () => {
     const worst = {
       ...closeIntent("i".repeat(128)),
