@@ -296,7 +296,7 @@ export class CommitLoop {
         if (batch.slots.length > 0) traced.span = startTransactionSpan(this.partition, batch.slots.map((x) => x.trace), batch.records.length);
         // Late records (a lapsed lease's entry) encoded now, each in the place it was staged in: its key's later
         // changes were staged after it. A registry outage fails the transaction as the progress entry's would.
-        const records = await Promise.all(batch.records.map((r) => ("encode" in r ? r.encode() : r)));
+        const records = batch.records.some((r) => "encode" in r) ? await Promise.all(batch.records.map((r) => ("encode" in r ? r.encode() : r))) : (batch.records as OutRecord[]);
         if (taken.progressed) records.push(await this.progressRecord(offset));
         if (!live()) throw sessionEnded();
         // `pending` entries sent into the open transaction before this commit took it.
