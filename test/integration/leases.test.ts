@@ -3,7 +3,7 @@
 // dedupe off: every effect is counted at the records server (PATCH requests
 // per intent key, the records' final state), never taken from writ's replies.
 import { randomUUID } from "node:crypto";
-import { Kafka, type KafkaMessage, logLevel } from "kafkajs";
+import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { noteAccount, refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { buildLeaseIntent, type ChangeInput } from "../../producers/change.ts";
@@ -12,6 +12,7 @@ import { changeId, undoIntentKey } from "../../src/keys.ts";
 import type { AppliedReply } from "../../src/schemas/reply.ts";
 import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { produceAgain, recordedIntent } from "../helpers/intent-replay.ts";
 
 const TOOLS = [refundPayment, tagTicket, noteAccount];
 const run = () => `run-${randomUUID().slice(0, 8)}`;
@@ -67,30 +68,17 @@ const leaseIntent = (client: WritClient, change: string, op: "acquire" | "releas
  * the replay's answer on `replyTopic` (the first answer to the intent id is the original's own).
  */
 async function replayed(h: Awaited<ReturnType<typeof harness>>, replyTopic: string, intentId: string): Promise<string> {
+  const bytes = await recordedIntent(h, intentId);
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
-  let recorded: { partition: number; message: KafkaMessage } | undefined;
-  await reader.connect();
-  try {
-    await reader.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
-    await reader.run({ eachMessage: async ({ partition, message }) => void (message.value?.includes(intentId) && !recorded ? (recorded = { partition, message }) : undefined) });
-    await waitFor(() => recorded, { message: `intent ${intentId} on the intents topic` });
-  } finally {
-    await reader.disconnect();
-  }
   const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}` });
   const answers: string[] = [];
   await replies.connect();
-  const producer = kafka.producer();
-  await producer.connect();
   try {
     await replies.subscribe({ topic: replyTopic, fromBeginning: true });
     await replies.run({ eachMessage: async ({ message }) => void (message.value?.includes(intentId) ? answers.push(message.value.toString("latin1")) : undefined) });
-    const { partition, message } = recorded!;
-    await producer.send({ topic: h.config.topics.intents, messages: [{ partition, key: message.key, value: message.value, headers: message.headers }] });
+    await produceAgain(h, bytes);
     return await waitFor(() => answers[1], { timeoutMs: 30_000, message: () => `the replayed intent's answer (${answers.length} seen)` });
   } finally {
-    await producer.disconnect();
     await replies.disconnect();
   }
 }

@@ -1,7 +1,7 @@
 // A refused signed intent produced again later, on the real broker, against the demo records server with its own
 // Idempotency-Key dedupe off: what reaches the system of record is counted there (PATCH requests per intent key).
 import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { Kafka, type KafkaMessage, logLevel } from "kafkajs";
+import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { noteAccount, refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { buildLeaseIntent } from "../../producers/change.ts";
@@ -13,34 +13,9 @@ import { isControlRecord } from "../../src/schemas/control.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
 import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { produceAgain, recordedIntent } from "../helpers/intent-replay.ts";
 
 type H = Awaited<ReturnType<typeof startHarness>>;
-
-/** The record that carried intent `intentId` on the intents topic (value and headers, its signature among them). */
-async function recorded(h: H, intentId: string): Promise<{ partition: number; message: KafkaMessage }> {
-  const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
-  let found: { partition: number; message: KafkaMessage } | undefined;
-  await reader.connect();
-  try {
-    await reader.subscribe({ topic: h.config.topics.intents, fromBeginning: true });
-    await reader.run({ eachMessage: async ({ partition, message }) => void (message.value?.includes(intentId) && !found ? (found = { partition, message }) : undefined) });
-    return await waitFor(() => found, { message: `intent ${intentId} on the intents topic` });
-  } finally {
-    await reader.disconnect();
-  }
-}
-
-/** The same bytes produced again by a plain kafkajs producer, not writ's client. */
-async function produceAgain(h: H, { partition, message }: { partition: number; message: KafkaMessage }): Promise<void> {
-  const producer = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING }).producer();
-  await producer.connect();
-  try {
-    await producer.send({ topic: h.config.topics.intents, messages: [{ partition, key: message.key, value: message.value, headers: message.headers }] });
-  } finally {
-    await producer.disconnect();
-  }
-}
 
 /** A harness with the records server's own dedupe off, and signing agents registered with `grants`. */
 async function signedHarness(grants: Record<string, string[]>) {
@@ -113,7 +88,7 @@ describe("refused signed intents on a real broker", () => {
     await waitFor(async () => /writ_refusals_remembered_total\{reason="leased"\} 1/.test(await first.metrics()), { timeoutMs: 10_000, message: "writ_refusals_remembered_total did not count the refusal" });
 
     // B's refund as its client produced it, copied off the intents topic; a new owner (it restores the ledger).
-    const bytes = await recorded(h, refund.intentId);
+    const bytes = await recordedIntent(h, refund.intentId);
     await first.stop();
     await h.startRouter({ agents });
     await produceAgain(h, bytes);
@@ -140,7 +115,7 @@ describe("refused signed intents on a real broker", () => {
     const replies = await watchReplies(h, topicOf("billing"));
     const refund = billing.buildIntent(refundInput);
     expect(await billing.submit(refund, { onLeased: "answer" })).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: false });
-    const bytes = await recorded(h, refund.intentId);
+    const bytes = await recordedIntent(h, refund.intentId);
     const mine = () => replies.filter(([id]) => id === refund.intentId).map(([, ...rest]) => rest);
 
     // Again while still not granted: refused at admission, answered as the repeat it is.
