@@ -200,7 +200,15 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   }
   if (isLeaseOp(intent.lease)) return admitted(admitLease(intent, tool, key, reject));
   if (intent.undo !== undefined) return admitted(admitUndo(intent, tool, key, reject));
-  const params = tool.declaration.params.safeParse(intent.params);
+  // The tool's schema is its code, run on the agent's params: a transform or refinement that throws (safeParse passes
+  // that on) is a refusal of these params, never a throw out of admission (the owner would take it for an outage).
+  let params: ReturnType<typeof tool.declaration.params.safeParse>;
+  try {
+    params = tool.declaration.params.safeParse(intent.params);
+  } catch (err) {
+    const why = err instanceof Error ? err.message : "it threw";
+    return reject("params_invalid", `the tool's params schema failed on these params: ${why}`.slice(0, 2000));
+  }
   if (!params.success) return reject("params_invalid", paramsProblem(tool.name, params.error.issues), params.error.issues.slice(0, 10));
   if (tool.create) {
     const refusal = createRefusal(intent, tool.create, params.data as Record<string, unknown>);

@@ -366,6 +366,31 @@ describe("admit (step 1: the gate)", () => {
     expectDeadLetter(await admit(message(bytes), SOURCE, deps), "schema_invalid", bytes, 1);
   });
 
+  // A tool's params schema is the tool's code, run on the agent's params: a transform or refinement that throws
+  // (zod's safeParse passes a thrown error on) made admit() throw, which the owner's admitLoop takes for a registry
+  // outage and retries forever: one intent whose params the tool's schema chokes on stopped its partition.
+  it("refuses params_invalid, never throws, when the tool's params schema throws on the params", async () => {
+    const parsing = declareWriteTool({
+      name: "set_meta",
+      recordType: "ticket",
+      params: z.object({ meta: z.string().transform((s) => JSON.parse(s) as unknown) }),
+      intentFields: ["meta"],
+      allowedPaths: ["/meta"],
+      keyScope: "run",
+      versionPolicy: "strict",
+      system: "helpdesk",
+      reconcile: "idempotency-key",
+    });
+    const withParsing = { ...deps, tools: admitTools([parsing], [new FakeSystem("helpdesk")], { sorTimeoutMs: 1_000 }) };
+    const params = { meta: "{not json" };
+    const key = intentKey({ agentId: "agent-1", tool: { name: "set_meta", keyScope: "run", intentFields: ["meta"] }, runId: "run-1", stepId: "s1", entity: ENTITY, params });
+    const bytes = bytesOf(intentJson({ tool: "set_meta", intentKey: key, params, delta: [{ op: "replace", path: "/meta", value: params.meta }] }));
+    const e = answered(await admit(message(bytes), SOURCE, withParsing));
+    expect(e.replies).toHaveLength(1);
+    expect(e.replies[0]!.value).toMatchObject({ status: "rejected", reason: "params_invalid", intentKey: key });
+    expect((e.replies[0]!.value as { message: string }).message).toContain("params schema");
+  });
+
   describe("never throws, and answers or admits whatever arrives", () => {
     /** Every answer carries a dead letter or a reply, and replies only go to allowed, existing topics. */
     async function check(bytes: Buffer) {
