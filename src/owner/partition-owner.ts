@@ -361,9 +361,11 @@ export class PartitionOwner {
       session,
       this.admitLoop(session).finally(() => {
         this.admitting = false;
-        // A session that opened while this (ended) session's loop was still inside admit() found intake busy:
-        // its records would wait for the next fetch or commit to pump again.
-        if (this.session !== session && this.session?.active) this.pump();
+        // A session that opened while this (ended) session's loop was still inside admit() found intake busy, and so
+        // did a record accepted after the loop found the inbox empty and before it got here: either would wait for
+        // the next fetch or commit to pump again (on a quiet partition, for good).
+        const more = this.session !== session || (this.inbox.length > 0 && !this.holding());
+        if (more && this.session?.active) this.pump();
       }),
     );
   }
