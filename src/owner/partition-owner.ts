@@ -7,7 +7,7 @@ import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
 import type { PartitionFigures } from "../metrics/router-metrics.ts";
 import { IntentTrace } from "../tracing/spans.ts";
-import { type AdmittedIntent, admit } from "./admission.ts";
+import { type Admission, type AdmittedIntent, admit } from "./admission.ts";
 import { CommitLoop } from "./commit-loop.ts";
 import { type RunHost, runIntent } from "./intent-run.ts";
 import { deadLetterOf, effects, type Effects } from "./effects.ts";
@@ -373,24 +373,38 @@ export class PartitionOwner {
   private async admitLoop(session: Session): Promise<void> {
     const { config } = this.ctx;
     let outages = 0;
+    let failures = 0;
     // Held (another group of owners found): no new intent is admitted; what is fetched waits in the inbox, below the offset committed.
     while (session.active && this.inbox.length > 0 && !this.holding()) {
       const message = this.inbox[0]!;
       const slot: Slot = { seq: ++this.seq, offset: BigInt(message.offset), message, pendingDurable: false, failures: 0, outages: 0, times: { accepted: Date.now() } };
       const source = { topic: config.topics.intents, partition: this.partition, offset: message.offset };
-      let admission;
+      let admission: Admission;
       try {
         admission = await admit(message, source, this.ctx.admission);
       } catch (err) {
-        // The registry (or the cluster's metadata) is unreachable: that says nothing about the record.
         if (!session.active) return;
-        outages++;
-        this.log.warn({ err, offset: message.offset }, "cannot decode intents now (registry unreachable?); pausing intake");
-        await this.pause(session, outages);
-        continue;
+        if (admissionOutage(err)) {
+          // The registry (or the cluster's metadata) is unreachable: that says nothing about the record.
+          outages++;
+          this.log.warn({ err, offset: message.offset }, "cannot decode intents now (registry unreachable?); pausing intake");
+          await this.pause(session, outages);
+          continue;
+        }
+        // Anything else thrown is a fault of admission on this record (a bug, a tool's code): tried again like an
+        // intent's processing, then dead-lettered with the reason, so that one record cannot stop the partition.
+        failures++;
+        this.log.error({ err, offset: message.offset, attempt: failures }, "admitting an intent failed");
+        if (failures < config.maxProcessingAttempts) {
+          await this.pause(session, failures);
+          continue;
+        }
+        const why = `admission failed ${failures} times: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000);
+        admission = { kind: "answered", reason: "processing_failed", effects: effects({ deadLetters: [deadLetterOf(message, source, "processing_failed", why, new Date().toISOString())] }) };
       }
       if (!session.active) return;
       outages = 0;
+      failures = 0;
       this.inbox.shift();
       this.slots.set(slot.seq, slot);
       if (admission.kind === "control") {
@@ -625,4 +639,14 @@ export function isFencing(err: unknown): boolean {
     current = (current as { cause?: unknown; originalError?: unknown }).cause ?? (current as { originalError?: unknown }).originalError;
   }
   return false;
+}
+
+/**
+ * A throw out of admission that says nothing about the record: the schema registry or the cluster (the reply
+ * topics' metadata) unreachable, or another outage the code marks retriable. Intake pauses for it, however long.
+ */
+function admissionOutage(err: unknown): boolean {
+  if (isRegistryOutage(err)) return true;
+  if (err instanceof WritError) return err.retriable;
+  return err instanceof Error && err.name.startsWith("KafkaJS");
 }
