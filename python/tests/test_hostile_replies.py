@@ -64,7 +64,7 @@ def run_replies(values: list[bytes | None], intent_id: str) -> tuple[Any, thread
     client = WritClient(brokers="127.0.0.1:1", agent_id="fake", reply_topic="writ.replies.fake")
     client._consumer = FakeConsumer(values, client._stop)  # type: ignore[assignment]
     fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    client._waiting[intent_id] = fut
+    client._waiting[intent_id] = [fut]
     thread = threading.Thread(target=client._consume_loop, daemon=True)
     thread.start()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -240,3 +241,46 @@ def test_an_ordinary_rejection_still_settles_a_submit_at_once() -> None:
     result = client.submit(intent_input(), timeout=5)
     # Its own message: one held to the deadline would say it may not be this client's.
     assert result.status == "rejected" and result.reason == "params_invalid" and result.message == "m"
+
+
+def applied(intent: dict[str, Any]) -> Any:
+    return parse_reply({
+        "status": "applied", "intentId": intent["intentId"], "intentKey": intent["intentKey"], "duplicate": False,
+        "at": "2026-01-01T00:00:00.000Z", "entity": {"type": "t", "id": intent["entity"]["id"]}, "version": '"v2"', "via": "patch",
+    })
+
+
+def test_a_submission_that_ends_leaves_another_waiting_on_the_same_intent_id_its_reply() -> None:
+    # The same WriteIntent submitted again while an earlier submission of it still waits (a retry layer, an asyncio
+    # wait_for that gave up on the worker thread): the earlier one ending must not take the later one's waiter with it.
+    client = started_client()
+    intent = client.build_intent(intent_input())
+    later: dict[str, Any] = {}
+    waiting = threading.Thread(target=lambda: later.setdefault("result", client.submit(intent, timeout=10)))
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while intent.intent_id not in client._waiting:
+        assert time.monotonic() < deadline, "the first submission never waited"
+        time.sleep(0.01)
+    earlier = client.submit(intent, timeout=0.2)
+    assert earlier.status == "unknown"
+    client._dispatch(applied(intent.to_wire()))
+    waiting.join(15)
+    assert later["result"].status == "applied"
+    assert client._waiting == {} and client._provisional == {}
+
+
+def test_one_intent_twice_in_a_batch_gets_its_reply_in_both_places() -> None:
+    client = started_client()
+    intent = client.build_intent(intent_input())
+    answered: list[str] = []
+
+    def answer(wire: dict[str, Any]) -> None:
+        if not answered:  # one reply for the intent id, as the ledger would give the repeat the same outcome
+            answered.append(wire["intentId"])
+            client._dispatch(applied(wire))
+
+    client._producer = RefusingProducer(b"none", reply=answer)
+    results = client.submit_all([intent, intent], timeout=5)
+    assert [r.status for r in results] == ["applied", "applied"]
+    assert client._waiting == {} and client._provisional == {}

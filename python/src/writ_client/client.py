@@ -355,9 +355,11 @@ class WritClient:
         if self._message_max_bytes < 1:
             raise ValueError(f"kafka_config['message.max.bytes'] must be a positive integer, got {self._extra.get('message.max.bytes')!r}")
         self.codec = WireCodec(self.schema_registry_url, frame=frame_values, auth=schema_registry_auth, tls=schema_registry_tls)
-        self._waiting: dict[str, concurrent.futures.Future[Reply]] = {}
-        # The first provisional rejection (PROVISIONAL_REJECTIONS) of a waiting intent, returned at its deadline if nothing else came.
-        self._provisional: dict[str, RejectedReply] = {}
+        # Every submission waiting for an intent id (the same intent may be submitted again while one waits): a
+        # reply settles them all, and one that ends takes only its own waiter away.
+        self._waiting: dict[str, list[concurrent.futures.Future[Reply]]] = {}
+        # The first provisional rejection (PROVISIONAL_REJECTIONS) each waiter got, returned at its deadline if nothing else came.
+        self._provisional: dict[concurrent.futures.Future[Reply], RejectedReply] = {}
         self._submitted: OrderedDict[str, tuple[EntityRef, str]] = OrderedDict()
         self._listeners: set[Callable[[Reply], None]] = set()
         self._lock = threading.Lock()
@@ -655,13 +657,14 @@ class WritClient:
 
     def _dispatch(self, reply: Reply) -> None:
         with self._lock:
-            waiter = self._waiting.get(reply.intent_id)
+            waiters = list(self._waiting.get(reply.intent_id, ()))
             listeners = list(self._listeners)
-            if waiter is not None and isinstance(reply, RejectedReply) and reply.reason in PROVISIONAL_REJECTIONS:
+            if isinstance(reply, RejectedReply) and reply.reason in PROVISIONAL_REJECTIONS:
                 # Possibly an answer to a forged record naming this intent id: keep waiting for another answer.
-                self._provisional.setdefault(reply.intent_id, reply)
-                waiter = None
-        if waiter is not None and not waiter.done():
+                for waiter in waiters:
+                    self._provisional.setdefault(waiter, reply)
+                waiters = []
+        for waiter in waiters:
             try:
                 waiter.set_result(reply)
             except concurrent.futures.InvalidStateError:
@@ -778,14 +781,14 @@ class WritClient:
         with self._lock:
             for intent in built:
                 fut: concurrent.futures.Future[Reply] = concurrent.futures.Future()
-                self._waiting[intent.intent_id] = fut
+                self._waiting.setdefault(intent.intent_id, []).append(fut)
                 waiters.append(fut)
         try:
             # Raises when nothing was sent; else the intents whose send failed, with their outcome.
             failed = self._produce(built, records)
             with self._lock:
                 for i in failed:
-                    self._waiting.pop(built[i].intent_id, None)
+                    self._forget(built[i].intent_id, waiters[i])
             for i, outcome in failed.items():
                 try:
                     waiters[i].set_result(outcome)
@@ -795,7 +798,7 @@ class WritClient:
             concurrent.futures.wait(waiters, timeout=max(0.0, deadline - time.monotonic()))
             late = [intent for intent, fut in zip(built, waiters) if not fut.done()]
             with self._lock:
-                provisional = {i.intent_id: self._provisional[i.intent_id] for i in late if i.intent_id in self._provisional}
+                provisional = {i.intent_id: self._provisional[fut] for i, fut in zip(built, waiters) if not fut.done() and fut in self._provisional}
             late = [intent for intent in late if intent.intent_id not in provisional]
             at_deadline: dict[str, SubmitResult] = {
                 intent_id: r.model_copy(update={"message": f"{r.message} (No other answer came before the deadline; this rejection may come from a record that was not this client's, naming its intent id.)"})
@@ -805,9 +808,18 @@ class WritClient:
             return [fut.result() if fut.done() else at_deadline[intent.intent_id] for intent, fut in zip(built, waiters)]
         finally:
             with self._lock:
-                for intent in built:
-                    self._waiting.pop(intent.intent_id, None)
-                    self._provisional.pop(intent.intent_id, None)
+                for intent, fut in zip(built, waiters):
+                    self._forget(intent.intent_id, fut)
+
+    def _forget(self, intent_id: str, waiter: concurrent.futures.Future[Reply]) -> None:
+        """Removes this waiter for ``intent_id``, and only it (the caller holds the lock)."""
+        self._provisional.pop(waiter, None)
+        waiters = self._waiting.get(intent_id)
+        if waiters is None or waiter not in waiters:
+            return
+        waiters.remove(waiter)
+        if not waiters:
+            del self._waiting[intent_id]
 
     async def asubmit(
         self, intent: IntentInput | WriteIntent | Mapping[str, Any], *, timeout: float | None = None, on_leased: Literal["wait", "answer"] = "wait"
