@@ -109,3 +109,27 @@ def test_another_agents_write_to_a_leased_record_waits_for_the_release(client: W
     assert outcome and isinstance(outcome[0], AppliedReply) and outcome[0].duplicate is False, outcome
     assert records.read("ticket", tid)["state"]["tags"] == ["late"]
     assert records.patch_requests(refused.intent_key) == 1
+
+
+def test_leases_are_taken_in_utf16_code_unit_order_of_entity_keys_as_the_typescript_client_takes_them() -> None:
+    # Wire contract §8.7: every client takes a change's leases in ascending entity-key order compared as UTF-16 code
+    # units (JavaScript's sort), so that a Python change and a TypeScript one over the same records never wait on
+    # each other in a cycle. U+1F600 (D83D DE00) comes before U+FF5A there, after it by code point.
+    client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
+    leases: list[tuple[str, str]] = []
+
+    def submit(intent: Any, *, timeout: Any = None, on_leased: Any = "wait") -> Any:
+        base = {"intentId": intent.intent_id, "intentKey": intent.intent_key, "duplicate": False, "at": "2026-01-01T00:00:00.000Z"}
+        if intent.lease is not None and intent.lease.op in ("acquire", "release"):
+            leases.append((intent.lease.op, intent.entity.id))
+            return AppliedReply.model_validate({**base, "status": "applied", "entity": intent.entity.model_dump(), "state": {}, "version": '"v1"', "via": "lease"})
+        return RejectedReply.model_validate({**base, "status": "rejected", "reason": "params_invalid", "message": "m"})
+
+    client.submit = submit  # type: ignore[method-assign]
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=[
+        ChangeStep("first", tool, {"type": "t", "id": "\uff5a"}, {}, [{"op": "add", "path": "/a", "value": 1}]),
+        ChangeStep("second", tool, {"type": "t", "id": "\U0001f600"}, {}, [{"op": "add", "path": "/a", "value": 1}]),
+    ]))
+    assert isinstance(result, ChangeCompensated)
+    assert [id_ for op, id_ in leases if op == "acquire"] == ["\U0001f600", "\uff5a"]

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
 
+from .canonical import utf16_sort_key
 from .keys import KeyedTool, change_id, entity_key, lease_intent_key
 from .models import (
     DEFAULT_LEASE_TTL_MS,
@@ -211,7 +212,8 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
         key = entity_key(s.entity)
         if key not in records:
             records[key] = _Record(entity=EntityRef.model_validate(s.entity), tool=s.tool.name)
-    order = sorted(records)
+    # As the TypeScript client sorts them (UTF-16 code units, not code points): both take shared records' leases in one order.
+    order = sorted(records, key=utf16_sort_key)
 
     def lease(key: str, op: Literal["acquire", "release"]) -> WriteIntent:
         r = records[key]
