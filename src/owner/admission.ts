@@ -132,13 +132,9 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   if (isResolution) return admitResolution(message, source, deps, answered);
   const decoded = await deps.codec.decode("WriteIntent", value, { maxDepth: deps.config.maxJsonDepth, subject: `${deps.config.topics.intents}-value` });
   if (!decoded.ok) {
-    // Only strings are taken from a record that failed validation: anything else may throw when converted.
-    const loose = (decoded.parsed ?? {}) as Partial<Record<"intentId" | "intentKey" | "replyTo" | "agent", unknown>>;
-    const text = (v: unknown, max: number) => (typeof v === "string" ? v.slice(0, max) : "");
-    const claimed = typeof loose.agent === "object" && loose.agent !== null ? text((loose.agent as { id?: unknown }).id, 128) : "";
-    const topic = await replyTopicOf(deps, deps.agents ? deps.agents.get(claimed) : undefined, text(loose.replyTo, 249));
-    const reason = decoded.reason;
-    return answered(reason, { dead: reason, ...(topic ? { reply: { topic, intentId: text(loose.intentId, 128), intentKey: text(loose.intentKey, 64), reason } } : {}) }, decoded.message);
+    const loose = looseObject(decoded.parsed);
+    const reply = await claimedReply(deps, decoded, { agent: textAt(loose, "agent", "id"), replyTo: textAt(loose, "replyTo"), id: textAt(loose, "intentId"), intentKey: textAt(loose, "intentKey") });
+    return answered(decoded.reason, { dead: decoded.reason, ...reply }, decoded.message);
   }
   const intent = decoded.value;
   const agent = deps.agents?.get(intent.agent.id);
@@ -421,7 +417,12 @@ type Answer = (
 async function admitResolution(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps, answered: Answer): Promise<Admission> {
   const bounds = resolutionBounds(deps.config);
   const decoded = await deps.codec.decode("Resolution", message.value, { maxDepth: bounds.maxDepth, subject: resolutionSubject(deps.config.topics.intents) });
-  if (!decoded.ok) return answered(decoded.reason, { dead: decoded.reason }, `resolution: ${decoded.message}`);
+  if (!decoded.ok) {
+    // Answered as an intent that fails to decode is (the same gate): on the topic of the operator it names, by its resolution id.
+    const loose = looseObject(decoded.parsed);
+    const reply = await claimedReply(deps, decoded, { agent: textAt(loose, "operator", "id"), replyTo: textAt(loose, "replyTo"), id: textAt(loose, "resolutionId"), intentKey: textAt(loose, "intent", "intentKey") });
+    return answered(decoded.reason, { dead: decoded.reason, ...reply }, `resolution: ${decoded.message}`);
+  }
   const r = decoded.value;
   const unbounded = deltaOutOfBounds(r.delta, bounds.delta);
   if (unbounded) return answered(unbounded.reason, { dead: unbounded.reason }, `resolution: ${unbounded.message}`);
@@ -448,6 +449,31 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   const tool = deps.tools.get(r.intent.tool);
   if (!tool) return answered("unknown_tool", { reply: reply("unknown_tool") }, `no write tool named ${r.intent.tool.slice(0, 128)} is admitted`);
   return { kind: "resolution", resolution: r, tool, entityKey: key, replyTo: replyTarget };
+}
+
+/** A parsed value's members, or none: what a record that failed validation claims is read from this. */
+function looseObject(parsed: unknown): Record<string, unknown> {
+  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : {};
+}
+
+/** The string at `path` in a record that failed validation, or "": only strings are taken (anything else may throw when converted). */
+function textAt(value: Record<string, unknown>, ...path: string[]): string {
+  let at: unknown = value;
+  for (const name of path) at = typeof at === "object" && at !== null && Object.hasOwn(at, name) ? (at as Record<string, unknown>)[name] : undefined;
+  return typeof at === "string" ? at : "";
+}
+
+/**
+ * The reply to a record that failed to decode, from what it claims: on the registered reply topic of the agent (or
+ * operator) it names with a registry, else on its own allowed `replyTo`, when that topic exists; none otherwise.
+ */
+async function claimedReply(
+  deps: AdmissionDeps,
+  decoded: { reason: RejectReason },
+  claims: { agent: string; replyTo: string; id: string; intentKey: string },
+): Promise<{ reply?: { topic: string; intentId: string; intentKey: string; reason: RejectReason } }> {
+  const topic = await replyTopicOf(deps, deps.agents ? deps.agents.get(claims.agent.slice(0, 128)) : undefined, claims.replyTo.slice(0, 249));
+  return topic ? { reply: { topic, intentId: claims.id.slice(0, 128), intentKey: claims.intentKey.slice(0, 64), reason: decoded.reason } } : {};
 }
 
 /**

@@ -196,6 +196,29 @@ describe("admit (step 1: the gate)", () => {
     });
   });
 
+  it("dead-letters a schema-invalid resolution and answers the operator rejected, as it answers an intent (the same gate)", async () => {
+    const resolution = {
+      kind: "resolution",
+      resolutionId: "res-1",
+      escalationId: "esc-1",
+      intent: intentJson(),
+      decision: "maybe",
+      operator: { id: "operator-1" },
+      replyTo: REPLY_TO,
+      entity: ENTITY,
+      createdAt: NOW.toISOString(),
+    };
+    const bad = bytesOf(resolution);
+    const e = expectDeadLetter(await admit(message(bad, { "writ-kind": Buffer.from("resolution") }), SOURCE, deps), "schema_invalid", bad, 1);
+    expect(e.replies[0]).toMatchObject({
+      topic: REPLY_TO,
+      value: { status: "rejected", reason: "schema_invalid", intentId: "res-1", intentKey: KEY, duplicate: false },
+    });
+    // Outside the prefix: no reply, as for an intent.
+    const outside = bytesOf({ ...resolution, replyTo: "elsewhere.replies" });
+    expectDeadLetter(await admit(message(outside, { "writ-kind": Buffer.from("resolution") }), SOURCE, deps), "schema_invalid", outside, 0);
+  });
+
   it("dead-letters a schema-invalid intent without a reply when its reply topic is outside the prefix or missing", async () => {
     const outside = bytesOf(intentJson({ delta: [], replyTo: "elsewhere.replies" }));
     expectDeadLetter(await admit(message(outside), SOURCE, deps), "schema_invalid", outside, 0);
