@@ -98,3 +98,22 @@ def test_from_env_takes_the_topics_owners_are_given_and_an_argument_wins() -> No
         WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_HUMAN_TOPIC": "acme human"})
     with pytest.raises(ValueError, match="ledger_topic"):
         WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_LEDGER_TOPIC": "acme ledger"})
+
+
+@pytest.mark.parametrize("reply_topic", ["billing-agent.replies", "writ.replies.", "writ.repliesx"])
+def test_a_reply_topic_owners_will_not_answer_on_is_refused_naming_the_prefix(reply_topic: str) -> None:
+    # Owners dead-letter an intent whose replyTo lacks their WRIT_REPLY_TOPIC_PREFIX (reply_topic_not_allowed), with no
+    # reply: every submit would end unknown. Refused here, as TypeScript's ClientConfig refuses it.
+    with pytest.raises(ValueError) as err:
+        WritClient(**{**BASE, "reply_topic": reply_topic})
+    assert "reply_topic" in str(err.value) and "writ.replies." in str(err.value)
+
+
+def test_the_reply_prefix_is_the_owners_and_from_env_reads_it() -> None:
+    assert WritClient(**{**BASE, "reply_topic": "acme.replies.a", "reply_topic_prefix": "acme.replies."}).reply_topic == "acme.replies.a"
+    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_REPLY_TOPIC_PREFIX": "acme.replies."}
+    assert WritClient.from_env(agent_id="a", reply_topic="acme.replies.a", env=env).reply_topic_prefix == "acme.replies."
+    with pytest.raises(ValueError, match="reply_topic"):
+        WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env)
+    with pytest.raises(ValueError, match="reply_topic_prefix"):
+        WritClient(**{**BASE, "reply_topic_prefix": "writ replies"})

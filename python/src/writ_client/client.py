@@ -126,6 +126,7 @@ class IntentRefused(ValueError):
         self.code = code
 
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_REPLY_PREFIX = re.compile(r"[a-zA-Z0-9._-]{1,248}")
 _INTENT_KEY = re.compile(r"[0-9a-f]{64}")
 _log = logging.getLogger("writ_client")
 
@@ -258,6 +259,7 @@ class WritClient:
         brokers: str | Sequence[str],
         agent_id: str,
         reply_topic: str,
+        reply_topic_prefix: str = "writ.replies.",
         intents_topic: str = "writ.intents",
         human_topic: str = "writ.human",
         ledger_topic: str = "writ.ledger",
@@ -281,6 +283,8 @@ class WritClient:
             brokers: ``host:port`` list (or a comma-separated string).
             agent_id: this agent; part of every ``run``-scoped intent key.
             reply_topic: this agent's reply topic; must start with the owners' reply prefix (``writ.replies.``).
+            reply_topic_prefix: the owners' ``WRIT_REPLY_TOPIC_PREFIX``: they answer only on topics that start with it
+                and dead-letter every other intent ``reply_topic_not_allowed``, with no reply.
             intents_topic: the owners' intents topic.
             human_topic: the owners' escalations topic, which :meth:`read_escalations` reads.
             ledger_topic: the owners' ledger, which ``read_escalations(open_only=True)`` reads (an operator's
@@ -323,6 +327,14 @@ class WritClient:
         for name, topic in (("reply_topic", reply_topic), ("intents_topic", intents_topic), ("human_topic", human_topic), ("ledger_topic", ledger_topic)):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 raise ValueError(f"{name} must be a Kafka topic name (1–249 of a-z A-Z 0-9 . _ -), got {topic!r:.300}")
+        if not isinstance(reply_topic_prefix, str) or not _REPLY_PREFIX.fullmatch(reply_topic_prefix):
+            raise ValueError(f"reply_topic_prefix must be the start of a Kafka topic name (1–248 of a-z A-Z 0-9 . _ -), got {reply_topic_prefix!r:.300}")
+        if not reply_topic.startswith(reply_topic_prefix) or len(reply_topic) == len(reply_topic_prefix):
+            # As TypeScript's ClientConfig: a client on another topic would only ever time out.
+            raise ValueError(
+                f"reply_topic {reply_topic} does not start with the owners' reply prefix {reply_topic_prefix} (reply_topic_prefix, their "
+                "WRIT_REPLY_TOPIC_PREFIX): they would dead-letter every intent reply_topic_not_allowed, unanswered"
+            )
         if client_id is not None and (not isinstance(client_id, str) or not client_id):
             raise ValueError(f"client_id must be a non-empty string when given, got {client_id!r}")
         for name, count in (
@@ -336,6 +348,7 @@ class WritClient:
         submit_timeout = _seconds("submit_timeout", submit_timeout)
         self.agent_id = agent_id
         self.reply_topic = reply_topic
+        self.reply_topic_prefix = reply_topic_prefix
         self.intents_topic = intents_topic
         self.human_topic = human_topic
         self.ledger_topic = ledger_topic
@@ -386,7 +399,8 @@ class WritClient:
         (``KAFKA_SSL_CA_FILE``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
         ``KAFKA_SASL_PASSWORD`` or ``KAFKA_SASL_PASSWORD_FILE``, ``SCHEMA_REGISTRY_USERNAME``,
         ``SCHEMA_REGISTRY_PASSWORD(_FILE)``, ``SCHEMA_REGISTRY_CA_FILE``…), the topics' names where
-        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``), and
+        the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``,
+        ``WRIT_REPLY_TOPIC_PREFIX``), and
         the owners' admission bounds where they are not the defaults (``WRIT_MAX_INTENT_BYTES``,
         ``WRIT_MAX_JSON_DEPTH``); a setting given as an argument wins over its variable. Other arguments go to the
         constructor.
@@ -399,7 +413,12 @@ class WritClient:
             kwargs["brokers"] = brokers
         if "schema_registry_url" not in kwargs:
             kwargs["schema_registry_url"] = (env.get("SCHEMA_REGISTRY_URL") or "").strip() or None
-        for arg, variable in (("intents_topic", "WRIT_INTENTS_TOPIC"), ("human_topic", "WRIT_HUMAN_TOPIC"), ("ledger_topic", "WRIT_LEDGER_TOPIC")):
+        for arg, variable in (
+            ("intents_topic", "WRIT_INTENTS_TOPIC"),
+            ("human_topic", "WRIT_HUMAN_TOPIC"),
+            ("ledger_topic", "WRIT_LEDGER_TOPIC"),
+            ("reply_topic_prefix", "WRIT_REPLY_TOPIC_PREFIX"),
+        ):
             if arg not in kwargs and (env.get(variable) or "").strip():
                 kwargs[arg] = env[variable].strip()
         for arg, variable in (("max_intent_bytes", "WRIT_MAX_INTENT_BYTES"), ("max_json_depth", "WRIT_MAX_JSON_DEPTH")):
