@@ -431,6 +431,7 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   const reply = (reason: RejectReason) => (replyTarget ? { topic: replyTarget, intentId: r.resolutionId, intentKey: r.intent.intentKey, reason } : undefined);
   const key = entityKey(r.intent.entity);
   const recordKey = message.key === null || message.key === undefined ? null : message.key.toString("utf8");
+  if (recordKey === null) return answered("key_missing", { dead: "key_missing", reply: reply("key_missing") }, "a resolution is keyed by the escalated intent's entity; the record has no key");
   if (recordKey !== key || entityKey(r.entity) !== key) return answered("key_mismatch", { dead: "key_mismatch", reply: reply("key_mismatch") }, "a resolution is keyed by the escalated intent's entity");
   const home = partitionFor(recordKey, deps.partitions);
   if (home !== source.partition) return { kind: "forward", partition: home };

@@ -89,6 +89,23 @@ describe("admission: one owner per record, whatever the producer", () => {
     expect(a.replies[0]!.value).toMatchObject({ status: "rejected", reason: "key_missing" });
   });
 
+  it("a resolution without a key is refused key_missing too, not key_mismatch (wire contract §2.1)", async () => {
+    const resolution = {
+      kind: "resolution",
+      resolutionId: "res-1",
+      escalationId: "esc-1",
+      intent: intent("anyone"),
+      decision: "discard",
+      operator: { id: "anyone" },
+      replyTo: "writ.replies.anyone",
+      entity: { type: "ticket", id: "T-1" },
+      createdAt: NOW.toISOString(),
+    };
+    const a = answer(await admit(record(resolution, { key: null, headers: { "writ-kind": Buffer.from("resolution") } }), source(), deps()));
+    expect(a).toMatchObject({ reason: "key_missing", dead: ["key_missing"] });
+    expect(a.replies[0]!.value).toMatchObject({ status: "rejected", reason: "key_missing", intentId: "res-1" });
+  });
+
   it("a key that names another record than the intent is refused (key ticket:A, value for ticket:B)", async () => {
     const a = answer(await admit(record(intent("anyone"), { key: "ticket:T-2" }), source(), deps()));
     expect(a).toMatchObject({ reason: "key_mismatch", dead: ["key_mismatch"] });
