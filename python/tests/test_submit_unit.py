@@ -284,3 +284,30 @@ def test_one_intent_twice_in_a_batch_gets_its_reply_in_both_places() -> None:
     results = client.submit_all([intent, intent], timeout=5)
     assert [r.status for r in results] == ["applied", "applied"]
     assert client._waiting == {} and client._provisional == {}
+
+
+def test_a_submit_waiting_when_the_client_closes_ends_unknown_not_with_an_error() -> None:
+    # close() documents that waiting submits end unknown at their deadline; the deadline's probe of the reply
+    # partitions must not fail on the probe executor close() shut down.
+    producer = FakeProducer()
+    producer.flush = lambda timeout: 0  # type: ignore[attr-defined]
+    client = started_client(producer)
+    intent = client.build_intent(intent_input())
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = client.submit(intent, timeout=1)
+        except Exception as err:  # noqa: BLE001 - what the test looks at
+            outcome["error"] = err
+
+    waiting = threading.Thread(target=run)
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while intent.intent_id not in client._waiting:
+        assert time.monotonic() < deadline, "the submission never waited"
+        time.sleep(0.01)
+    client.close()
+    waiting.join(15)
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert outcome["result"].status == "unknown"

@@ -619,6 +619,11 @@ class WritClient:
         with self._lock:
             if not fresh and self._last_probe is not None and now - self._last_probe[0] < 1.0:
                 return self._last_probe[1]
+            if self._closed:
+                # close() shut the probe's executor down: a submit still waiting ends unknown, never with its error.
+                closed: concurrent.futures.Future[dict[int, _Ends] | None] = concurrent.futures.Future()
+                closed.set_result(None)
+                return closed
             future = self._executor.submit(self._end_offsets)
             self._last_probe = (now, future)
             return future
