@@ -127,3 +127,25 @@ def test_wire_json_survives_lone_surrogates() -> None:
     assert json.loads(encode_json({"a": "x\ud800", "b": "é"})) == {"a": "x\ud800", "b": "é"}
     with pytest.raises(ValueError):
         encode_json({"a": float("nan")})
+
+
+def test_int_and_str_subclasses_are_written_as_their_values_as_json_dumps_sends_them() -> None:
+    # A params value may be an enum with an int or str mixin (a pydantic model's field, say): the client sends it with
+    # json.dumps (its value), so the key and the signature must be computed over that value, not over its str().
+    import enum
+
+    class Level(int, enum.Enum):
+        LOW = 1
+
+    class Size(enum.IntFlag):
+        S = 2
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    params = {"level": Level.LOW, "size": Size.S, Color.RED: Color.RED}
+    assert canonical_json(params) == canonical_json(json.loads(encode_json(params))) == '{"level":1,"red":"red","size":2}'
+    assert js_number(Level.LOW) == "1"
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=("level",))
+    args = {"tool": tool, "agent_id": "a", "run_id": "r", "step_id": "s", "entity": {"type": "t", "id": "x"}}
+    assert intent_key(**args, params={"level": Level.LOW}) == intent_key(**args, params={"level": 1})

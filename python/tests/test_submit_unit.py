@@ -311,3 +311,20 @@ def test_a_submit_waiting_when_the_client_closes_ends_unknown_not_with_an_error(
     waiting.join(15)
     assert "error" not in outcome, repr(outcome.get("error"))
     assert outcome["result"].status == "unknown"
+
+
+def test_an_int_enum_param_is_sent_and_keyed_as_its_value() -> None:
+    import enum
+
+    class Level(int, enum.Enum):
+        LOW = 1
+
+    producer = FakeProducer()
+    client = started_client(producer)
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=("a",))
+    result = client.submit(intent_input(tool=tool, params={"a": Level.LOW}), timeout=0.1)
+    assert result.status == "unknown"  # sent, not refused (it raised JSONDecodeError before anything was sent)
+    sent = json.loads(producer.produced[0][1])
+    assert sent["params"] == {"a": 1}
+    # The owner recomputes the key from what it parses: the key the client sent.
+    assert intent_key(tool=tool, agent_id="a", run_id="r", step_id="s", entity=sent["entity"], params=sent["params"]) == sent["intentKey"]

@@ -70,6 +70,8 @@ def js_number(value: float | int) -> str:
     if isinstance(value, bool):
         raise TypeError("a bool is not a number")
     if isinstance(value, int):
+        # int(): an int subclass (an enum with an int mixin) as its value, as json.dumps sends it, never its str().
+        value = int(value)
         if -(2**53) <= value <= 2**53:
             return str(value)
         try:
