@@ -209,8 +209,8 @@ export class RouterMetrics {
     // The process's answer budget (src/sor/response-budget.ts), shared by every system of record in the process.
     const budget = sorResponseBudget;
     const budgetGauges: [name: string, help: string, value: () => number][] = [
-      ["writ_sor_response_bytes_held", "Bytes of systems-of-record answers this process holds now (bodies being read or parsed), of WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT.", () => budget.held],
-      ["writ_sor_response_bytes_held_max", "Most bytes of systems-of-record answers this process held at once since it started: at most WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT plus one answer (maxResponseBytes).", () => budget.heldMax],
+      ["writ_sor_response_bytes_held", "Bytes of systems-of-record answers this process holds now (bodies being read or parsed, and for each running intent the largest answer it read, whose record it keeps until its run ends), of WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT.", () => budget.held],
+      ["writ_sor_response_bytes_held_max", "Most bytes of systems-of-record answers this process held at once since it started: at most WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT plus two answers (2 × maxResponseBytes: what the oldest intent keeps and what it reads).", () => budget.heldMax],
       ["writ_sor_response_bytes_limit", "WRIT_SOR_RESPONSE_BYTES_IN_FLIGHT: bytes of systems-of-record answers this process holds at once before answers wait.", () => budget.limit],
     ];
     for (const [name, help, value] of budgetGauges) {

@@ -13,6 +13,7 @@ import type { Session, Slot } from "./owner-session.ts";
 import { type LeaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 import type { Resolver } from "./resolution.ts";
+import { sorResponseBudget } from "../sor/response-budget.ts";
 
 /** What an intent's run needs of its partition owner. */
 export interface RunHost {
@@ -91,9 +92,12 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       }
       if (slot.outages === 0) host.log.warn({ intentKey: a.intent.intentKey, entity: a.entityKey, reason: step.reason, retryAfterMs: step.retryAfterMs }, "system of record unavailable; pausing this intent");
       host.ctx.health.outage(a.tool.system.name, step.reason);
+      // Nothing read is kept across a pause: its answers' bytes go back to the budget (the next try reads afresh).
+      sorResponseBudget.letGo();
       await outagePause(host, session, slot, step.retryAfterMs);
     } catch (err) {
       if (!session.active) return;
+      sorResponseBudget.letGo();
       if (pending.unstageIfFailed()) slot.pendingDurable = false;
       // A registry outage (also one a retry gave up on) is an outage: pause, never count it as a failure.
       if (isRegistryOutage(err)) {
@@ -151,9 +155,11 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
       // A request that may have reached the system (an unknown outcome that asked for a wait): the next try
       // reconciles before anything, as a resumed apply does, and never writes blind.
       if (!step.notSent && !plan.resumed) res.plan = { ...plan, resumed: true };
+      sorResponseBudget.letGo();
       await outagePause(host, session, slot, step.retryAfterMs);
     } catch (err) {
       if (!session.active) return;
+      sorResponseBudget.letGo();
       pending.unstageIfFailed();
       if (isRegistryOutage(err)) {
         await outagePause(host, session, slot);

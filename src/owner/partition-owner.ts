@@ -20,6 +20,7 @@ import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
+import { sorResponseBudget } from "../sor/response-budget.ts";
 
 export { transactionalIdFor } from "./partition-restore.ts";
 
@@ -468,7 +469,8 @@ export class PartitionOwner {
       this.working++;
       this.track(
         session,
-        runIntent(this.runHost, session, slot).finally(() => {
+        // One chain of the answer budget per run: what its reads parsed stays charged until the run ends, however it ends.
+        sorResponseBudget.run(() => runIntent(this.runHost, session, slot)).finally(() => {
           this.working--;
           this.commits.nudge();
         }),

@@ -99,6 +99,8 @@ export interface RouterInternals {
   ledgerRetentionHours?: number;
   /** Ablation control for tests, never for production: the answer budget counts but never makes an answer wait. */
   ablateResponseBudget?: boolean;
+  /** Ablation control for tests, never for production: an answer's bytes go back once parsed, though its intent keeps the record. */
+  ablateResponseChains?: boolean;
 }
 
 export interface Router {
@@ -141,6 +143,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   // Process-wide, as the heap it protects: the last owner started in a process sets it.
   sorResponseBudget.setLimit(config.sorResponseBytesInFlight);
   sorResponseBudget.enforce = internals.ablateResponseBudget !== true;
+  sorResponseBudget.chaining = internals.ablateResponseChains !== true;
   const metrics = new RouterMetrics();
   // Each admitted tool's system of record, wrapped once: timed and traced (writ.read, writ.patch, writ.lookup).
   const agents = opts.agents ?? (config.agentRegistryPath ? AgentRegistry.fromFile(config.agentRegistryPath) : undefined);

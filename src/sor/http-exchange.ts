@@ -38,7 +38,8 @@ export const NOT_SENT_WHEN_CONNECTING = new Set(["EHOSTUNREACH", "ENETUNREACH"])
 export type Exchange =
   /**
    * `secrets`: the configured header values sent, to be kept out of messages built from the answer. `release`: gives
-   * the body's bytes back to the process's answer budget; call it once done with `body`, before any other request.
+   * the body's bytes back to the process's answer budget (in an owner's run, they stay charged as kept until the run
+   * ends); call it once done with `body`, before any other request.
    */
   | { kind: "answered"; res: Answer; body: string; secrets: readonly string[]; release: () => void }
   /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */

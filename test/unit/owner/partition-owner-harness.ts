@@ -3,7 +3,7 @@
 // A test file mocks partition-restore.ts with `restoredWith(...)` to hand the owner this producer and a ledger.
 import type { KafkaMessage } from "kafkajs";
 import { pino } from "pino";
-import { vi } from "vitest";
+import { afterEach, vi } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
 import { RouterConfig, type RouterConfigInput, parseConfig } from "../../../src/config.ts";
 import { PartitionLedger, type RestoredEntry } from "../../../src/ledger/ledger-state.ts";
@@ -13,7 +13,10 @@ import { IntentPipeline } from "../../../src/owner/intent-pipeline.ts";
 import type { OwnerContext } from "../../../src/owner/owner-context.ts";
 import { PartitionOwner } from "../../../src/owner/partition-owner.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
+import { intentKey } from "../../../src/keys.ts";
 import type { AdmittedTool } from "../../../src/tools.ts";
+import { version } from "./fake-system.ts";
+import { addTag } from "./pipeline-fixtures.ts";
 
 export interface SentTxn {
   records: { topic: string; key: string | null; value: Buffer | null }[];
@@ -127,4 +130,31 @@ export function committedLedger(of: "committed" | "sent" = "committed"): string[
       const v = JSON.parse(r.value.toString("utf8")) as { status?: string; kind?: string };
       return `${r.key}:${v.status ?? v.kind}`;
     });
+}
+
+/** An add_tag intent of agent-1's run-1 on ticket T-1 (step `stepId`): "vip" added to its tags, based on version 1. */
+export function addTagIntentJson(stepId: string): string {
+  const entity = { type: "ticket", id: "T-1" };
+  const params = { tag: "vip" };
+  const key = intentKey({ agentId: "agent-1", tool: addTag, runId: "run-1", stepId, entity, params });
+  return JSON.stringify({
+    intentId: stepId,
+    intentKey: key,
+    entity,
+    tool: "add_tag",
+    agent: { id: "agent-1", runId: "run-1", stepId },
+    baseVersion: version(1),
+    delta: [{ op: "add", path: "/tags/-", value: "vip" }],
+    params,
+    replyTo: "writ.replies.agent-1",
+    createdAt: new Date().toISOString(),
+  });
+}
+
+/** After each test of the file: no transactions recorded, mocks (a frozen clock, spies) restored. */
+export function resetAfterEach(): void {
+  afterEach(() => {
+    txns.length = 0;
+    vi.restoreAllMocks();
+  });
 }

@@ -4,12 +4,11 @@
 // resumes there, and each intent is processed and answered.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
-import { intentKey } from "../../../src/keys.ts";
 import type { SystemOfRecord } from "../../../src/sor/adapter.ts";
 import { admitTools } from "../../../src/tools.ts";
-import { FakeSystem, version } from "./fake-system.ts";
+import { FakeSystem } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
-import { frozenClock, gate, intentRecord, ownerWith, txns, until } from "./partition-owner-harness.ts";
+import { addTagIntentJson, frozenClock, gate, intentRecord, ownerWith, txns, until } from "./partition-owner-harness.ts";
 
 vi.mock("../../../src/owner/partition-restore.ts", async () => {
   const { restoredWith } = await import("./partition-owner-harness.ts");
@@ -23,23 +22,6 @@ afterEach(() => {
 
 const T1 = { type: "ticket", id: "T-1" };
 const LINGER_MS = 1_000;
-
-function intentJson(stepId: string): string {
-  const params = { tag: "vip" };
-  const key = intentKey({ agentId: "agent-1", tool: addTag, runId: "run-1", stepId, entity: T1, params });
-  return JSON.stringify({
-    intentId: stepId,
-    intentKey: key,
-    entity: T1,
-    tool: "add_tag",
-    agent: { id: "agent-1", runId: "run-1", stepId },
-    baseVersion: version(1),
-    delta: [{ op: "add", path: "/tags/-", value: "vip" }],
-    params,
-    replyTo: "writ.replies.agent-1",
-    createdAt: new Date().toISOString(),
-  });
-}
 
 /** The offsets committed transactions carried: the ledger's progress entries and the group's offset. */
 function committedOffsets(): { progress: string[]; group: string[] } {
@@ -79,7 +61,7 @@ async function lingering() {
   const owner = ownerWith({ codec, tools: admitTools([addTag], [blocking], { sorTimeoutMs: 1_000 }), config: { commitLingerMs: LINGER_MS, sorTimeoutMs: 1_000 } });
   owner.start();
   await until(() => owner.state === "running", () => `owner ${owner.state}`);
-  owner.accept([intentRecord(0, intentJson("a")), intentRecord(1, "not JSON"), intentRecord(2, intentJson("b"))], "2");
+  owner.accept([intentRecord(0, addTagIntentJson("a")), intentRecord(1, "not JSON"), intentRecord(2, addTagIntentJson("b"))], "2");
   // The dead letter is staged in the same turn as its encode ends; the intent's `pending` entry is in the open transaction.
   await until(() => reading && deadLettered && txns.some((t) => t.records.length > 0), () => `reading ${reading}, dead-lettered ${deadLettered}`);
   return { owner, clock, read, sys };

@@ -1,5 +1,6 @@
 // The process-wide budget of system-of-record answer bytes (src/sor/response-budget.ts): never above its limit but
-// for the oldest answer's bytes, never deadlocked, every waiter served; and the HTTP adapter under it, against a
+// for the oldest chain's bytes, never deadlocked, every waiter served; chains (an intent's run) keeping what they
+// read until they end or let go; and the HTTP adapter under it, against a
 // real HTTP server: answers wait with their bodies unread, and a write whose answer waits past its deadline is an
 // unknown outcome (reconciled), never taken for not sent.
 import type { ServerResponse } from "node:http";
@@ -20,6 +21,21 @@ async function spent(limit: number, bytes: number): Promise<{ budget: ResponseBu
   const first = budget.hold();
   await first.take(bytes);
   return { budget, first };
+}
+
+/**
+ * Runs scheduled steps until none is left once every microtask has run (a take served by a release schedules its
+ * next step only after its promise settles); then each of `what` must be done: one not done waits for bytes no one
+ * will give back (a deadlock).
+ */
+async function everyStepRun(s: fc.Scheduler, done: readonly boolean[], what: string, work: readonly Promise<void>[]): Promise<void> {
+  for (;;) {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    if (s.count() === 0) break;
+    await s.waitOne();
+  }
+  expect(done.every(Boolean), `${what} not done: ${done.flatMap((d, i) => (d ? [] : [i])).join(", ")}`).toBe(true);
+  await Promise.all(work);
 }
 
 describe("response budget", () => {
@@ -118,19 +134,165 @@ describe("response budget", () => {
               done[i] = true;
             }
           });
-          // Runs scheduled steps until none is left once every microtask has run (a take served by a release
-          // schedules its answer's next step only after its promise settles).
-          for (;;) {
-            await new Promise<void>((resolve) => setImmediate(resolve));
-            if (s.count() === 0) break;
-            await s.waitOne();
-          }
-          // Nothing left to schedule: an answer not done now waits for bytes no one will give back (a deadlock).
-          expect(done.every(Boolean), `answers not done: ${done.flatMap((d, i) => (d ? [] : [i])).join(", ")}`).toBe(true);
-          await Promise.all(runs);
+          await everyStepRun(s, done, "answers", runs);
           expect(violations).toEqual([]);
           expect(budget.held).toBe(0);
           expect(budget.waiting).toBe(0);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("chains: what an intent's run keeps of its answers", () => {
+  it("keeps a released answer charged, as the largest kept, until the run ends or lets go", async () => {
+    const budget = new ResponseBudget(1000);
+    let inside = -1;
+    await budget.run(async () => {
+      for (const bytes of [300, 500, 200]) {
+        const h = budget.hold();
+        await h.take(bytes);
+        h.release();
+      }
+      inside = budget.held;
+      budget.letGo();
+      expect(budget.held).toBe(0);
+      const h = budget.hold();
+      await h.take(50);
+      h.release();
+    });
+    expect(inside).toBe(500);
+    expect(budget.held).toBe(0);
+    expect(budget.open).toBe(0);
+  });
+
+  it("gives a run's bytes back when it throws", async () => {
+    const budget = new ResponseBudget(1000);
+    await expect(
+      budget.run(async () => {
+        const h = budget.hold();
+        await h.take(400);
+        h.release();
+        throw new Error("the run failed");
+      }),
+    ).rejects.toThrow("the run failed");
+    expect(budget.held).toBe(0);
+    expect(budget.open).toBe(0);
+  });
+
+  it("the oldest chain never waits: a run keeping its read gets its write's answer past the limit", async () => {
+    const budget = new ResponseBudget(100);
+    const younger = { read: false, write: false };
+    let releaseOlder!: () => void;
+    const olderDone = new Promise<void>((r) => (releaseOlder = r));
+    const older = budget.run(async () => {
+      const read = budget.hold();
+      await read.take(60);
+      read.release();
+      await olderDone;
+      // Its write's answer: past the limit, since the younger run keeps 40 and waits for more.
+      const write = budget.hold();
+      await write.take(100);
+      write.release();
+    });
+    const young = budget.run(async () => {
+      const read = budget.hold();
+      await read.take(40);
+      read.release();
+      younger.read = true;
+      const write = budget.hold();
+      await write.take(50);
+      write.release();
+      younger.write = true;
+    });
+    await new Promise<void>((r) => setImmediate(r));
+    expect(younger).toEqual({ read: true, write: false });
+    expect(budget.waiting).toBe(1);
+    releaseOlder();
+    await older;
+    await young;
+    expect(younger.write).toBe(true);
+    expect(budget.heldMax).toBe(200);
+    expect(budget.held).toBe(0);
+  });
+
+  it("property: runs of several answers, letting go and ending at random: never above the limit plus two answers, what runs keep is counted, every run ends", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        fc.integer({ min: 1, max: 200 }),
+        // Each run: its answers (chunks; abandoned after the first chunk; the run lets go of what it kept after it),
+        // and whether it ends by a throw.
+        fc.array(
+          fc.record({
+            answers: fc.array(
+              fc.record({ chunks: fc.array(fc.integer({ min: 1, max: 120 }), { minLength: 1, maxLength: 4 }), abandoned: fc.boolean(), letGo: fc.boolean() }),
+              { minLength: 1, maxLength: 4 },
+            ),
+            throws: fc.boolean(),
+          }),
+          { minLength: 1, maxLength: 10 },
+        ),
+        async (s, limit, runs) => {
+          const budget = new ResponseBudget(limit);
+          const largest = Math.max(...runs.flatMap((r) => r.answers.map((a) => a.chunks.reduce((x, y) => x + y, 0))));
+          // What each run holds open, and keeps (the largest answer released since it last let go), as it sees it.
+          const open = new Set<Hold>();
+          const keeps = runs.map(() => 0);
+          const violations: string[] = [];
+          const check = (where: string) => {
+            const counted = keeps.reduce((x, y) => x + y, 0) + [...open].reduce((x, h) => x + h.bytes, 0);
+            if (budget.held < counted) violations.push(`${where}: held ${budget.held}, less than the ${counted} runs keep or hold`);
+            if (budget.held > limit + 2 * largest) violations.push(`${where}: held ${budget.held}, over limit ${limit} + 2 × ${largest}`);
+          };
+          const done: boolean[] = runs.map(() => false);
+          const work = runs.map(async (run, i) => {
+            await s.schedule(Promise.resolve(), `run ${i} starts`);
+            await budget
+              .run(async () => {
+                try {
+                  for (const [j, answer] of run.answers.entries()) {
+                    const hold = budget.hold();
+                    open.add(hold);
+                    const deadline = new AbortController();
+                    try {
+                      for (const [n, bytes] of answer.chunks.entries()) {
+                        if (answer.abandoned && n === 1) deadline.abort(new Error("deadline"));
+                        await hold.take(bytes, deadline.signal);
+                        check(`run ${i} answer ${j} chunk ${n}`);
+                        await s.schedule(Promise.resolve(), `run ${i} answer ${j} reads on`);
+                      }
+                    } catch {
+                      // Its deadline passed while it waited: what it took is released (and kept) as any answer's.
+                    }
+                    await s.schedule(Promise.resolve(), `run ${i} answer ${j} parsed`);
+                    const bytes = hold.bytes;
+                    hold.release();
+                    open.delete(hold);
+                    keeps[i] = Math.max(keeps[i]!, bytes);
+                    check(`run ${i} answer ${j} released`);
+                    if (answer.letGo) {
+                      keeps[i] = 0;
+                      budget.letGo();
+                    }
+                    await s.schedule(Promise.resolve(), `run ${i} after answer ${j}`);
+                  }
+                  if (run.throws) throw new Error("the run failed");
+                } finally {
+                  // Before the budget ends the chain: what the run counts on stays at most what is charged.
+                  keeps[i] = 0;
+                }
+              })
+              .catch(() => undefined);
+            check(`run ${i} ended`);
+            done[i] = true;
+          });
+          await everyStepRun(s, done, "runs", work);
+          expect(violations).toEqual([]);
+          expect(budget.held).toBe(0);
+          expect(budget.waiting).toBe(0);
+          expect(budget.open).toBe(0);
         },
       ),
       { numRuns: 300 },
