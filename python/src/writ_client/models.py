@@ -346,7 +346,7 @@ class Escalation(_Wire):
     """
 
     escalation_id: _Text128
-    #: Machine-readable: ``conflict_cycles_exhausted``, ``outcome_unknown``, ``system_rejected`` …
+    #: Machine-readable: ``conflict_cycles_exhausted``, ``outcome_unknown``, ``sor_protocol``, ``processing_failed``
     reason: str
     message: str
     intent: dict[str, Any]
