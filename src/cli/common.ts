@@ -19,6 +19,7 @@ import { REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
 import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { resolutionBounds } from "../schemas/resolution.ts";
+import { prepareSigner, type IntentSigner } from "../security/signing.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -372,4 +373,26 @@ export function jsonPatchFlag(name: string, text: string | undefined, file: stri
   }
   if (jsonDepth(value, maxDepth) > maxDepth) throw new UsageError(`${flag}: nested deeper than ${maxDepth} levels, which owners refuse inside the record it is sent in (WRIT_MAX_JSON_DEPTH)`);
   return jsonPatchOf(flag, value);
+}
+
+/**
+ * The signer of `--signing-key <pem file> --key-id <id>`, read and checked before anything connects: a file that
+ * cannot be read or holds no Ed25519 private key, or a bad key id, is a usage error naming the flag (and never
+ * quoting the file), not a decoder error after the command has read Kafka.
+ */
+export function signerFromFlags(keyFile: string | undefined, keyId: string | undefined): IntentSigner | undefined {
+  if ((keyFile === undefined) !== (keyId === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  if (keyFile === undefined) return undefined;
+  let pem: string;
+  try {
+    pem = readFileSync(keyFile, "utf8");
+  } catch (err) {
+    throw new UsageError(`--signing-key ${keyFile}: ${(err as NodeJS.ErrnoException).code ?? "unreadable"}`);
+  }
+  try {
+    return prepareSigner({ keyId: keyId!, privateKey: pem });
+  } catch (err) {
+    if (!(err instanceof WritError)) throw err;
+    throw new UsageError(err.context.field === "keyId" ? `--key-id: ${err.message}` : `--signing-key ${keyFile}: ${err.message}`);
+  }
 }

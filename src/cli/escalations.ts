@@ -1,12 +1,11 @@
 // `writ escalations list|resolve`: the cases on writ.human, and a person's decision on one.
-import { readFileSync } from "node:fs";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { canonicalJson } from "../canonical-json.ts";
 import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonPatchFlag, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonPatchFlag, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
 import { readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
@@ -181,7 +180,7 @@ async function resolve(argv: string[]): Promise<number> {
   if (escalationId === undefined || extra.length > 0) throw new UsageError("resolve takes one escalation id");
   const decisions = (["apply", "discard", "return"] as const).filter((d) => a[d] === true);
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
-  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
   if (!a.apply && (a.delta !== undefined || a["delta-file"] !== undefined)) throw new UsageError(`--${a.delta !== undefined ? "delta" : "delta-file"} goes with --apply`);
   const delta = jsonPatchFlag("delta", a.delta, a["delta-file"]);
   if (a["timeout-ms"] !== undefined && a.timeout !== undefined) throw new UsageError("give --timeout-ms (or --timeout, its earlier name), not both");
@@ -213,7 +212,7 @@ async function resolve(argv: string[]): Promise<number> {
     ...clientSettingsFromEnv(),
     ...connection,
     logger: log,
-    ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
+    ...(signer !== undefined ? { signer } : {}),
   });
   try {
     const reply = await client.resolve(

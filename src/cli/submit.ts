@@ -6,8 +6,9 @@ import { createWritClient, type IntentInput, type SubmitResult } from "../../pro
 import { didYouMean } from "../closest.ts";
 import type { KeyScope, KeyedTool } from "../keys.ts";
 import { jsonLine, printable } from "../printable.ts";
+import type { IntentSigner } from "../security/signing.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-|json> [options]
@@ -143,8 +144,7 @@ async function main(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
   const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
-  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
-  const signing = a["signing-key"] === undefined ? undefined : { keyFile: a["signing-key"], keyId: a["key-id"]! };
+  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
   const file = a.intent === undefined ? {} : readIntentFile(a.intent);
 
   // A whole WriteIntent is sent as it is (flags may not change it: its key and ids are what make it a repeat).
@@ -152,7 +152,7 @@ async function main(argv: string[]): Promise<number> {
   if (a.intent !== undefined && "intentId" in file) {
     if (!whole.success) throw new UsageError(`--intent: not a valid WriteIntent: ${whole.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
     const intent = whole.data;
-    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
+    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
   }
 
   // A misspelt field (baseVerison) would otherwise be dropped, and the intent refused for the field it was meant to be.
@@ -203,7 +203,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const agent = a.agent ?? "writ-cli";
   const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
-  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
+  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
 }
 
 /** The key-relevant part of the tool: from the tools module, else from --key-scope/--intent-fields. */
@@ -233,17 +233,9 @@ export async function send(
   agentId: string,
   replyTopic: string,
   intent: IntentInput | WriteIntent,
-  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined; signing?: { keyFile: string; keyId: string } | undefined },
+  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined; signer?: IntentSigner | undefined },
 ): Promise<number> {
   const log = commandLogger("submit");
-  let privateKey: string | undefined;
-  if (opts.signing !== undefined) {
-    try {
-      privateKey = readFileSync(opts.signing.keyFile, "utf8");
-    } catch (err) {
-      throw new UsageError(`--signing-key ${opts.signing.keyFile}: ${(err as NodeJS.ErrnoException).code ?? "unreadable"}`);
-    }
-  }
   const client = await createWritClient({
     brokers: opts.brokers,
     agentId,
@@ -253,7 +245,7 @@ export async function send(
     clientId: `writ-cli-${agentId}`,
     // SASL/TLS and the registry's URL, basic auth and TLS, validated (from the environment and --registry)
     ...connectionFor(opts.registry),
-    ...(opts.signing !== undefined && privateKey !== undefined ? { signer: { keyId: opts.signing.keyId, privateKey } } : {}),
+    ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
     logger: log,
   });
   let result: SubmitResult;

@@ -4,7 +4,7 @@
 import { buildUndoIntent } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { send, SEND_OPTIONS } from "./submit.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
 
@@ -56,7 +56,7 @@ async function main(argv: string[]): Promise<number> {
   if (!/^[0-9a-f]{64}$/.test(key)) throw new UsageError(`${key.slice(0, 80)} is not an intent key (64 lower-case hex characters)`);
   const a = parsed.values;
   if ((a.entity === undefined) !== (a.tool === undefined)) throw new UsageError("--entity and --tool go together (without both, they are read from the ledger)");
-  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
   const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
@@ -78,8 +78,7 @@ async function main(argv: string[]): Promise<number> {
   const agent = a.agent ?? "writ-cli";
   const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
   const intent = buildUndoIntent({ undone, agentId: agent, runId: a["run-id"] ?? "writ-cli-undo", stepId: `undo-${key.slice(0, 16)}`, replyTo: replyTopic });
-  const signing = a["signing-key"] === undefined ? undefined : { keyFile: a["signing-key"], keyId: a["key-id"]! };
-  return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signing });
+  return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
 }
 
 /** The intent's latest entry in the ledger topic; null when it is not there or its last record is a tombstone. */

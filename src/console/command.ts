@@ -1,5 +1,4 @@
 // `writ console`: serves the operator console (src/console/server.ts) until interrupted.
-import { readFileSync } from "node:fs";
 import {
   brokersFrom,
   clientSettingsFromEnv,
@@ -14,6 +13,7 @@ import {
   registryFrom,
   replyPrefixFromEnv,
   runCommand,
+  signerFromFlags,
   UsageError,
   type Command,
 } from "../cli/common.ts";
@@ -111,7 +111,7 @@ async function main(argv: string[]): Promise<number> {
   if (operatorToken === undefined && (a.operator !== undefined || a["signing-key"] !== undefined || a["reply-topic"] !== undefined)) {
     throw new UsageError("--operator, --signing-key and --reply-topic need the operator role: give --operator-token (or WRIT_CONSOLE_OPERATOR_TOKEN)");
   }
-  if ((a["signing-key"] === undefined) !== (a["key-id"] === undefined)) throw new UsageError("--signing-key and --key-id go together");
+  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
   const port = intFlag("port", a.port, 39200, 0, 65535);
   const brokers = brokersFrom(a.brokers);
   const connection = connectionFor(registryFrom(a.registry));
@@ -136,7 +136,7 @@ async function main(argv: string[]): Promise<number> {
       id: operatorId,
       settings: clientSettingsFromEnv(),
       ...(a["reply-topic"] ? { replyTopic: a["reply-topic"] } : {}),
-      ...(a["signing-key"] ? { signer: { keyId: a["key-id"]!, privateKey: readFileSync(a["signing-key"], "utf8") } } : {}),
+      ...(signer !== undefined ? { signer } : {}),
     },
     host: a.host ?? "127.0.0.1",
     port,

@@ -1,4 +1,4 @@
-import { createPrivateKey, createPublicKey, sign, verify, type KeyObject } from "node:crypto";
+import { KeyObject, createPrivateKey, createPublicKey, sign, verify } from "node:crypto";
 import { canonicalJson } from "../canonical-json.ts";
 import { WritError } from "../errors.ts";
 
@@ -36,10 +36,20 @@ export function prepareSigner(signer: IntentSigner): IntentSigner & { privateKey
   if (!/^[A-Za-z0-9._:-]{1,64}$/.test(signer.keyId)) {
     throw new WritError("config_invalid", "signing key id must be 1–64 of A-Z a-z 0-9 . _ : -", { retriable: false, context: { field: "keyId" } });
   }
-  const key = typeof signer.privateKey === "string" ? createPrivateKey(signer.privateKey) : signer.privateKey;
-  if (key.asymmetricKeyType !== "ed25519") {
-    throw new WritError("config_invalid", "signing key must be an Ed25519 private key", { retriable: false, context: { field: "privateKey" } });
+  const refuse = (why: string): WritError =>
+    new WritError("config_invalid", `signing key (privateKey) must be an Ed25519 private key (PEM, PKCS#8): ${why}`, { retriable: false, context: { field: "privateKey" } });
+  let key: unknown = signer.privateKey;
+  if (typeof key === "string") {
+    try {
+      key = createPrivateKey(key);
+    } catch (err) {
+      // Node's code only (ERR_OSSL_UNSUPPORTED, ERR_MISSING_PASSPHRASE): some of its messages quote the input.
+      throw refuse(`Node could not read it as one (${(err as { code?: unknown }).code ?? "unreadable"})`);
+    }
   }
+  if (!(key instanceof KeyObject)) throw refuse(`got ${key === null ? "null" : typeof key}`);
+  // A public key would pass here and fail every submit's signing instead.
+  if (key.type !== "private" || key.asymmetricKeyType !== "ed25519") throw refuse(`got a ${key.type} ${key.asymmetricKeyType ?? "symmetric"} key`);
   return { keyId: signer.keyId, privateKey: key };
 }
 

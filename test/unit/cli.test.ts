@@ -282,3 +282,53 @@ describe("writ submit --intent", () => {
     expect(file.stderr).toContain("--intent no-such-intent.json: ENOENT");
   });
 });
+
+describe("--signing-key of the commands that send (submit, undo, escalations resolve, console)", () => {
+  it("a key file that is missing, not an Ed25519 private key, or a bad --key-id is a usage error naming the flag, before anything connects, never quoting the file (exit 2)", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { generateKeyPairSync } = await import("node:crypto");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { submitCommand } = await import("../../src/cli/submit.ts");
+    const { undoCommand } = await import("../../src/cli/undo.ts");
+    const { escalationsCommand } = await import("../../src/cli/escalations.ts");
+    const { consoleCommand } = await import("../../src/console/command.ts");
+    const dir = mkdtempSync(join(tmpdir(), "writ-signing-key-"));
+    const garbage = join(dir, "garbage.pem");
+    writeFileSync(garbage, "TOPSECRET-not-a-key-0123456789\n");
+    const publicPem = join(dir, "public.pem");
+    const pair = generateKeyPairSync("ed25519");
+    writeFileSync(publicPem, pair.publicKey.export({ format: "pem", type: "spki" }));
+    const good = join(dir, "agent.pem");
+    writeFileSync(good, pair.privateKey.export({ format: "pem", type: "pkcs8" }));
+    const missing = join(dir, "missing.pem");
+    const commands: [string, (key: string, keyId: string) => Promise<number>][] = [
+      ["submit", (key, keyId) => submitCommand.main(["--brokers", "127.0.0.1:9", "--tool", "tag_ticket", "--entity", "ticket:T-1", "--base-version", '"v1"', "--delta", '[{"op":"add","path":"/tags/-","value":"vip"}]', "--params", '{"tag":"vip"}', "--run-id", "r", "--step-id", "s", "--key-scope", "run", "--intent-fields", "tag", "--signing-key", key, "--key-id", keyId])],
+      // without --entity/--tool, undo reads the ledger first: the key must be checked before that
+      ["undo", (key, keyId) => undoCommand.main(["a".repeat(64), "--brokers", "127.0.0.1:9", "--signing-key", key, "--key-id", keyId])],
+      ["escalations", (key, keyId) => escalationsCommand.main(["resolve", "esc-1", "--discard", "--brokers", "127.0.0.1:9", "--signing-key", key, "--key-id", keyId])],
+      ["console", (key, keyId) => consoleCommand.main(["--brokers", "127.0.0.1:9", "--token", "t".repeat(16), "--operator-token", "o".repeat(16), "--port", "0", "--signing-key", key, "--key-id", keyId])],
+    ];
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    try {
+      for (const [name, run] of commands) {
+        for (const [key, keyId, expected] of [
+          [missing, "k1", `writ ${name}: --signing-key ${missing}: ENOENT`],
+          [garbage, "k1", `writ ${name}: --signing-key ${garbage}: signing key (privateKey) must be an Ed25519 private key`],
+          [publicPem, "k1", `writ ${name}: --signing-key ${publicPem}: signing key (privateKey) must be an Ed25519 private key`],
+          [good, "bad key id", `writ ${name}: --key-id: signing key id must be`],
+        ] as const) {
+          written.length = 0;
+          expect(await run(key, keyId), `${name} ${key}`).toBe(2);
+          const out = written.join("");
+          expect(out).toContain(expected);
+          expect(out).not.toContain("TOPSECRET");
+          expect(out, "nothing connected").not.toMatch(/Kafka|ECONNREFUSED/);
+        }
+      }
+    } finally {
+      stderr.mockRestore();
+    }
+  }, 120_000);
+});

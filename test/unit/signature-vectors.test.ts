@@ -125,6 +125,25 @@ describe("intent signature golden vectors", () => {
     expect(prepareSigner({ keyId: k.keyId, privateKey: k.privateKeyPem }).privateKey.asymmetricKeyType).toBe("ed25519");
   });
 
+  it("a signer whose key is not a private key (a file of something else, the public key, an encrypted PEM) is refused config_invalid naming privateKey, never quoting it", () => {
+    const k = file.keys[0]!;
+    const pair = generateKeyPairSync("ed25519");
+    const encrypted = pair.privateKey.export({ format: "pem", type: "pkcs8", cipher: "aes-256-cbc", passphrase: "pass-phrase-1" }).toString();
+    const wrong = ["TOPSECRET-not-a-pem-0123456789", pair.publicKey.export({ format: "pem", type: "spki" }).toString(), encrypted, pair.publicKey, 12345 as never];
+    for (const privateKey of wrong) {
+      let thrown: unknown;
+      try {
+        prepareSigner({ keyId: k.keyId, privateKey });
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown, String(privateKey)).toMatchObject({ code: "config_invalid", context: { field: "privateKey" } });
+      const message = (thrown as Error).message;
+      expect(message).toMatch(/^signing key \(privateKey\) must be an Ed25519 private key/);
+      for (const secret of ["TOPSECRET", "12345", "MC4CAQ", "MIGb"]) expect(message).not.toContain(secret);
+    }
+  });
+
   it("a registry key that is not Ed25519 is refused when loaded, and one that slipped in refuses every signature without throwing", () => {
     const rsa = generateKeyPairSync("rsa", { modulusLength: 512 });
     const x25519 = generateKeyPairSync("x25519");
