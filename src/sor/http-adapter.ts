@@ -60,9 +60,11 @@ export type HttpSystemOfRecord = SystemOfRecord & {
  * @throws WritError `config_invalid` naming the bad option, never a header value.
  */
 export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpSystemOfRecord {
+  // With several systems in a tools module, which one is wrong matters as much as the field.
+  const which = typeof opts?.name === "string" && opts.name !== "" ? ` ${JSON.stringify(opts.name.slice(0, 64))}` : "";
   const invalid = (field: string, message: string) =>
     // The message names the field only: header values and keys may be credentials.
-    new WritError("config_invalid", `http system of record option "${field}": ${message}`, { retriable: false, context: { field } });
+    new WritError("config_invalid", `http system of record${which} option "${field}": ${message}`, { retriable: false, context: { field } });
   const parsed = HttpSystemOfRecordOptions.safeParse(opts);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];

@@ -108,6 +108,8 @@ export const HttpSystemOfRecordOptions = z
     name: z.string().min(1),
     /** e.g. `https://crm.example.com/api/v2`: an origin and a path; credentials go in `headers`. */
     baseUrl: z.url({ protocol: /^https?$/ }).refine((u) => {
+      // zod runs this after z.url() refused the value too: no URL is z.url()'s issue, not a TypeError from here.
+      if (!URL.canParse(u)) return true;
       const parsed = new URL(u);
       return parsed.search === "" && parsed.hash === "" && parsed.username === "" && parsed.password === "";
     }, "must be an origin and a path, without a query, a fragment or credentials (send credentials in `headers`)"),

@@ -364,9 +364,10 @@ describe("http adapter: patch", () => {
     expect(paths).toHaveLength(2);
   });
 
-  it("refuses a baseUrl with a query, a fragment or credentials, naming the field", () => {
-    for (const baseUrl of ["http://x/api?tenant=1", "http://x/api#top", "http://user:pw@x/api"]) {
+  it("refuses a baseUrl with a query, a fragment or credentials, or no URL at all (an unset variable's empty string), naming the field", () => {
+    for (const baseUrl of ["http://x/api?tenant=1", "http://x/api#top", "http://user:pw@x/api", "", "not a url", "http://", "http://crm example.com"]) {
       expect(() => createHttpSystemOfRecord({ name: "crm", baseUrl })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "baseUrl" } }));
+      expect(() => createHttpSystemOfRecord({ name: "crm", baseUrl })).toThrow(/^http system of record "crm" option "baseUrl": /);
     }
   });
 
