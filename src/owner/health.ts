@@ -1,6 +1,8 @@
 import { createServer, type Server } from "node:http";
+import { WritError } from "../errors.ts";
 import { listen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
+import { printable } from "../printable.ts";
 
 /** Open connections to the health endpoints at most. */
 export const HEALTH_MAX_CONNECTIONS = 64;
@@ -152,4 +154,39 @@ export class HealthBoard {
     opts.log.info({ address: typeof addr === "object" && addr ? `${addr.address}:${addr.port}` : addr }, "health endpoints serving");
     return server;
   }
+}
+
+/**
+ * Why the health endpoints cannot listen on `host:port`, as the setting to fix: a port another process holds (or
+ * one this process may not bind) is WRIT_HEALTH_PORT's, anything else (a name that does not resolve, an address
+ * of another machine) WRIT_HEALTH_HOST's. A config_invalid error, so `writ owner` says it in one line (exit 2).
+ */
+export function healthListenError(host: string, port: number, err: unknown): WritError {
+  const code = (err as { code?: unknown }).code;
+  const byPort = code === "EADDRINUSE" || code === "EACCES";
+  const [variable, field] = byPort ? ["WRIT_HEALTH_PORT", "healthPort"] : ["WRIT_HEALTH_HOST", "healthHost"];
+  const why = code === "EADDRINUSE" ? "the port is in use" : code === "EACCES" ? "this process may not bind the port" : "the host is not an address of this machine";
+  return new WritError(
+    "config_invalid",
+    `invalid router configuration: ${variable} (${field}): the health endpoints cannot listen on ${printable(host)}:${port}: ${why} (${typeof code === "string" ? code : "listen failed"})`,
+    { retriable: false, cause: err, context: { field: variable } },
+  );
+}
+
+/**
+ * Listens on `host:port` and lets go at once: a health address that cannot be had fails the owner's start
+ * ({@link healthListenError}) before anything connects to Kafka, not once the owner has joined its group and
+ * taken partitions.
+ */
+export async function checkHealthAddress(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once("error", reject);
+      probe.listen(port, host, () => resolve());
+    });
+  } catch (err) {
+    throw healthListenError(host, port, err);
+  }
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
 }

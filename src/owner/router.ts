@@ -10,7 +10,7 @@ import type { SystemOfRecord } from "../sor/adapter.ts";
 import { admitTools, type WriteToolDeclaration } from "../tools.ts";
 import { type BatchLimit, batchLimitProblem, batchLimits, ensureTopics, routerTopics, topicNeeds, warnOnSingleReplicaTopics } from "../topics.ts";
 import { HangWatch, type OffsetProbe, type TopicPartition } from "./hang-watch.ts";
-import { HealthBoard } from "./health.ts";
+import { HealthBoard, checkHealthAddress, healthListenError } from "./health.ts";
 import { IntentPipeline } from "./intent-pipeline.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { PartitionOwner } from "./partition-owner.ts";
@@ -155,6 +155,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     metrics.sorCall(system, method, outcome, seconds);
     if (outcome !== "unavailable" && outcome !== "error") health.answered(system);
   });
+  if (config.healthPort !== undefined) await checkHealthAddress(config.healthHost, config.healthPort);
   registerCompressionCodecs();
   const kafka = new Kafka({
     clientId: config.clientId,
@@ -574,16 +575,6 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   othersWatch.unref();
 
   let server: Server | null = null;
-  if (config.healthPort !== undefined) {
-    server = await health.serve({
-      host: config.healthHost,
-      port: config.healthPort,
-      headersTimeoutMs: config.healthHeadersTimeoutMs,
-      maxConnectionsPerAddress: config.healthMaxConnectionsPerAddress,
-      log,
-      metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
-    });
-  }
 
   const router: Router = {
     config,
@@ -608,6 +599,22 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       log.info("router stopped");
     },
   };
+  if (config.healthPort !== undefined) {
+    try {
+      server = await health.serve({
+        host: config.healthHost,
+        port: config.healthPort,
+        headersTimeoutMs: config.healthHeadersTimeoutMs,
+        maxConnectionsPerAddress: config.healthMaxConnectionsPerAddress,
+        log,
+        metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
+      });
+    } catch (err) {
+      // Taken since the check at start: a rejected start leaves no owner consuming behind it.
+      await router.stop();
+      throw healthListenError(config.healthHost, config.healthPort, err);
+    }
+  }
   announceRouter(router);
   return router;
 }
