@@ -1,5 +1,5 @@
 import type { Server } from "node:http";
-import type { Socket } from "node:net";
+import { createServer as createNetServer, type Socket } from "node:net";
 import { WritError } from "./errors.ts";
 
 /**
@@ -111,4 +111,23 @@ export async function listen(server: Server, opts: ConnectionLimits & { port: nu
   });
   server.on("error", (err) => log.error({ err }, `${what}: a connection could not be accepted`));
   return applied;
+}
+
+/**
+ * Listens on `host:port` and lets go at once, so that a process whose address cannot be had (a port in use, a host
+ * that is not an address of this machine) fails at its start with the listen error, before it connects anywhere.
+ */
+export async function probeListen(host: string, port: number): Promise<void> {
+  const probe = createNetServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", reject);
+    probe.listen(port, host, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
+/** Whether a listen error is the port's (in use, or not this process's to bind) rather than the host's. */
+export function portsFault(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return code === "EADDRINUSE" || code === "EACCES";
 }

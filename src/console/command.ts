@@ -18,7 +18,7 @@ import {
   type Command,
 } from "../cli/common.ts";
 import { printable } from "../printable.ts";
-import { DEFAULT_HEADERS_TIMEOUT_MS } from "../listen.ts";
+import { DEFAULT_HEADERS_TIMEOUT_MS, portsFault, probeListen } from "../listen.ts";
 import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
@@ -121,6 +121,13 @@ async function main(argv: string[]): Promise<number> {
   const { ledger, ...topics } = contractTopicsFromEnv();
   // A bad one is a config_invalid error naming the flag: runCommand exits 2 with its message.
   const ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
+  const host = a.host ?? "127.0.0.1";
+  // Before anything connects: a port in use or a host that is not this machine's, named by its flag, not a bare
+  // listen error once the console has read Kafka.
+  await probeListen(host, port).catch((err: unknown) => {
+    const code = (err as { code?: unknown }).code;
+    throw new UsageError(`${portsFault(err) ? `--port ${port}` : `--host ${printable(host)}`}: cannot listen on ${printable(host)}:${port} (${typeof code === "string" ? code : "listen failed"})`);
+  });
 
   const server = await startConsole({
     brokers,
@@ -138,7 +145,7 @@ async function main(argv: string[]): Promise<number> {
       ...(a["reply-topic"] ? { replyTopic: a["reply-topic"] } : {}),
       ...(signer !== undefined ? { signer } : {}),
     },
-    host: a.host ?? "127.0.0.1",
+    host,
     port,
     allowedHosts: a["allowed-host"] ?? [],
     backlog: a["from-beginning"] ? "all" : intFlag("backlog", a.backlog, 1000),

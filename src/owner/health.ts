@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import { WritError } from "../errors.ts";
-import { listen } from "../listen.ts";
+import { listen, portsFault, probeListen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
 import { printable } from "../printable.ts";
 
@@ -163,8 +163,7 @@ export class HealthBoard {
  */
 export function healthListenError(host: string, port: number, err: unknown): WritError {
   const code = (err as { code?: unknown }).code;
-  const byPort = code === "EADDRINUSE" || code === "EACCES";
-  const [variable, field] = byPort ? ["WRIT_HEALTH_PORT", "healthPort"] : ["WRIT_HEALTH_HOST", "healthHost"];
+  const [variable, field] = portsFault(err) ? ["WRIT_HEALTH_PORT", "healthPort"] : ["WRIT_HEALTH_HOST", "healthHost"];
   const why = code === "EADDRINUSE" ? "the port is in use" : code === "EACCES" ? "this process may not bind the port" : "the host is not an address of this machine";
   return new WritError(
     "config_invalid",
@@ -174,19 +173,11 @@ export function healthListenError(host: string, port: number, err: unknown): Wri
 }
 
 /**
- * Listens on `host:port` and lets go at once: a health address that cannot be had fails the owner's start
- * ({@link healthListenError}) before anything connects to Kafka, not once the owner has joined its group and
- * taken partitions.
+ * The health address tried at the owner's start ({@link probeListen}): one that cannot be had fails the start
+ * ({@link healthListenError}) before anything connects to Kafka, not once the owner has joined its group.
  */
 export async function checkHealthAddress(host: string, port: number): Promise<void> {
-  const probe = createServer();
-  try {
-    await new Promise<void>((resolve, reject) => {
-      probe.once("error", reject);
-      probe.listen(port, host, () => resolve());
-    });
-  } catch (err) {
+  await probeListen(host, port).catch((err: unknown) => {
     throw healthListenError(host, port, err);
-  }
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  });
 }

@@ -332,3 +332,31 @@ describe("--signing-key of the commands that send (submit, undo, escalations res
     }
   }, 120_000);
 });
+
+describe("writ console's address", () => {
+  it("a --port in use or a --host that is not this machine's is a usage error naming the flag, before anything connects (exit 2)", async () => {
+    const { createServer } = await import("node:net");
+    const { consoleCommand } = await import("../../src/console/command.ts");
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    const held = (holder.address() as { port: number }).port;
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    try {
+      for (const [flags, expected] of [
+        [["--port", String(held)], `writ console: --port ${held}: cannot listen on 127.0.0.1:${held} (EADDRINUSE)`],
+        [["--host", "no-such-host.invalid", "--port", "0"], "writ console: --host no-such-host.invalid: cannot listen on no-such-host.invalid:0"],
+      ] as const) {
+        written.length = 0;
+        // 127.0.0.1:9 refuses: a console that connected first would retry there instead of answering
+        expect(await consoleCommand.main(["--brokers", "127.0.0.1:9", "--token", "t".repeat(16), ...flags])).toBe(2);
+        const out = written.join("");
+        expect(out).toContain(expected);
+        expect(out, "nothing connected").not.toMatch(/Kafka|ECONNREFUSED/);
+      }
+    } finally {
+      stderr.mockRestore();
+      holder.close();
+    }
+  }, 60_000);
+});
