@@ -62,6 +62,11 @@ export function signIntent(intent: unknown, signer: IntentSigner): string {
 /** An Ed25519 public key from PEM (SPKI) text or the 32 raw bytes in base64. */
 export function publicKeyFrom(text: string): KeyObject {
   const trimmed = text.trim();
+  // createPublicKey takes a private key too, deriving its public half: the registry would then quietly hold an
+  // agent's signing key, and whoever reads it (owners' hosts, a ConfigMap) could sign as that agent.
+  if (/-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/.test(trimmed)) {
+    throw new WritError("config_invalid", "holds a private key: give the agent's public key (PEM, -----BEGIN PUBLIC KEY-----, or its 32 raw bytes in base64); the private key stays with the agent", { retriable: false });
+  }
   if (trimmed.startsWith("-----BEGIN")) {
     const key = createPublicKey(trimmed);
     // Another type's key would verify other signatures (a weak RSA key's 64-byte ones), or make verify throw.

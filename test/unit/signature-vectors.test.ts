@@ -8,6 +8,7 @@ import { createPublicKey, generateKeyPairSync, sign, verify } from "node:crypto"
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../src/canonical-json.ts";
+import { AgentRegistry } from "../../src/security/agent-registry.ts";
 import { SIGNATURE_HEADER, prepareSigner, publicKeyFrom, signIntent, signedBytes, verifyIntentSignature, verifySignatureOver } from "../../src/security/signing.ts";
 import { SIGNATURE_VECTORS_FILE, privateKeyFromSeed, render } from "../../scripts/generate-signature-vectors.ts";
 
@@ -157,6 +158,28 @@ describe("intent signature golden vectors", () => {
     expect(verifyIntentSignature(intent, `ed25519 k1 ${sig}`, new Map([["k1", rsa.publicKey]]))).toMatchObject({ ok: false });
     // An X25519 key made verify throw, which held the partition's intake on the record.
     expect(verifyIntentSignature(intent, `ed25519 k1 ${sig}`, new Map([["k1", x25519.publicKey]]))).toMatchObject({ ok: false });
+  });
+
+  it("a registry key that is the agent's private key (PKCS#8, encrypted, OpenSSH) is refused, naming the field, never quoting it: owners hold public keys only", () => {
+    const pair = generateKeyPairSync("ed25519");
+    const pkcs8 = pair.privateKey.export({ format: "pem", type: "pkcs8" }).toString();
+    const encrypted = pair.privateKey.export({ format: "pem", type: "pkcs8", cipher: "aes-256-cbc", passphrase: "pass-phrase-1" }).toString();
+    const openssh = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
+    const registry = (publicKey: string) => ({ agents: { a: { keys: [{ id: "k1", publicKey }], tools: ["t"], replyTopic: "writ.replies.a" } } });
+    for (const key of [pkcs8, encrypted, openssh]) {
+      let thrown: unknown;
+      try {
+        AgentRegistry.from(registry(key));
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown, key.split("\n")[0]).toMatchObject({ code: "config_invalid" });
+      const message = (thrown as Error).message;
+      expect(message).toContain("agents.a.keys.0.publicKey: holds a private key");
+      expect(message).not.toContain(key.split("\n")[1]!.slice(0, 16));
+    }
+    // its public half is the registry's
+    expect(() => AgentRegistry.from(registry(pair.publicKey.export({ format: "pem", type: "spki" }).toString()))).not.toThrow();
   });
 
   it("is the file scripts/generate-signature-vectors.ts writes", () => {
