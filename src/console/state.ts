@@ -25,10 +25,12 @@ import {
   type Clipped,
   type ConflictItem,
   type ConsoleLimits,
+  type ConsoleChanges,
   type ConsoleSnapshot,
   type ConsoleTopics,
   type Counts,
   type DeadLetterItem,
+  type EscalationChanges,
   type EscalationItem,
   type InFlightItem,
   type LagView,
@@ -38,6 +40,7 @@ import {
   type ResolutionOutcome,
   type Section,
   type SentBackFrom,
+  escalationPlace,
 } from "./view.ts";
 
 export * from "./view.ts";
@@ -105,6 +108,8 @@ export class ConsoleState {
   /** The owners' committed offset per intents partition: an intent below it has its result committed (settled). */
   private readonly committed = new Map<number, bigint>();
   private readonly dirty = new Set<Section>();
+  /** Escalation ids changed since the last update: "whole" (new, or the record shown changed) or "status" (see EscalationChanges). */
+  private readonly touched = new Map<string, "whole" | "status">();
 
   constructor(topics: Omit<ConsoleTopics, "replies">, limits: Partial<ConsoleLimits> = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
@@ -113,6 +118,12 @@ export class ConsoleState {
 
   private changed(...sections: Section[]): void {
     for (const s of sections) this.dirty.add(s);
+  }
+
+  /** An escalation changed: the next update carries it (whole, or its status fields), not the whole list. */
+  private touch(item: EscalationItem, how: "whole" | "status"): void {
+    if (this.touched.get(item.escalationId) !== "whole") this.touched.set(item.escalationId, how);
+    this.dirty.add("escalations");
   }
 
   /** False for a record at or below one already taken from its partition. */
@@ -341,7 +352,7 @@ export class ConsoleState {
       this.conflicts = [conflict, ...this.conflicts].slice(0, this.limits.recent);
       sections.push("conflicts");
     }
-    if (this.noteOutcome(intentId, item)) sections.push("escalations");
+    this.noteOutcome(intentId, item);
     this.changed(...sections);
   }
 
@@ -368,6 +379,7 @@ export class ConsoleState {
         ...(reply.reason !== undefined ? { reason: reply.reason } : {}),
         ...(reply.message !== undefined ? { message: reply.message } : {}),
       };
+      this.touch(item, "status");
       return true;
     }
     if (!closing) return false;
@@ -395,6 +407,7 @@ export class ConsoleState {
     item.resolution = outcome;
     if (outcome.from === "console") this.openRaw.delete(item.escalationId);
     this.dirty.add("counts");
+    this.touch(item, "status");
     return true;
   }
 
@@ -436,7 +449,7 @@ export class ConsoleState {
       if (kept.contested || this.fingerprints.get(escalationId) === this.fingerprint(e, intentJson)) return;
       kept.contested = { where };
       this.openRaw.delete(escalationId);
-      this.changed("escalations");
+      this.touch(kept, "status");
       return;
     }
     const intentId = this.name(e.intent.intentId);
@@ -474,7 +487,9 @@ export class ConsoleState {
       this.close(item, early);
     }
     this.evictEscalations();
-    this.changed("escalations", "counts");
+    // Not kept (the list is full of open ones, it was the one evicted): counted; the pages' list is unchanged.
+    if (this.escalations.get(escalationId) === item) this.touch(item, "whole");
+    this.changed("counts");
   }
 
   /**
@@ -495,6 +510,7 @@ export class ConsoleState {
       this.escalationOfIntent.delete(victim.intentId);
       this.openRaw.delete(victim.escalationId);
       this.fingerprints.delete(victim.escalationId);
+      this.touched.delete(victim.escalationId);
       if (victim.status === "open") this.counts.escalationsOpen--;
       else this.counts.escalationsResolved--;
     }
@@ -626,7 +642,8 @@ export class ConsoleState {
       const current = recordRead(answer.details);
       if (current) item.current = { version: this.name(current.version), state: this.clip(current.state) };
     }
-    this.changed("escalations", "counts");
+    this.touch(item, "whole");
+    this.changed("counts");
   }
 
   /** The ACL check's answer (src/doctor/acls.ts). */
@@ -656,12 +673,30 @@ export class ConsoleState {
     };
   }
 
-  /** The sections changed since the last snapshot or changes, or null when none did. */
-  changes(): (Partial<ConsoleSnapshot> & { at: string }) | null {
+  /**
+   * The sections changed since the last changes, or null when none did; the escalations as what changed of them
+   * (EscalationChanges): the pages have the rest, from their snapshot and the updates since.
+   */
+  changes(): ConsoleChanges | null {
     if (this.dirty.size === 0) return null;
-    const out: Partial<ConsoleSnapshot> & { at: string } = { at: new Date().toISOString() };
-    for (const s of this.dirty) (out as Record<string, unknown>)[s] = this.section(s);
+    const out: ConsoleChanges = { at: new Date().toISOString() };
+    for (const s of this.dirty) {
+      if (s === "escalations") out.escalationChanges = this.escalationChanges();
+      else (out as Record<string, unknown>)[s] = this.section(s);
+    }
     this.dirty.clear();
+    this.touched.clear();
+    return out;
+  }
+
+  private escalationChanges(): EscalationChanges {
+    const out: EscalationChanges = { order: this.section("escalations").map(escalationPlace), added: [], changed: [] };
+    for (const [id, how] of this.touched) {
+      const e = this.escalations.get(id);
+      if (e === undefined) continue;
+      if (how === "whole") out.added.push({ ...e });
+      else out.changed.push({ where: e.where, status: e.status, ...(e.resolution ? { resolution: e.resolution } : {}), ...(e.lastAttempt ? { lastAttempt: e.lastAttempt } : {}), ...(e.contested ? { contested: e.contested } : {}) });
+    }
     return out;
   }
 

@@ -244,5 +244,28 @@ export interface ConsoleSnapshot {
 
 export type Section = Exclude<keyof ConsoleSnapshot, "at">;
 
+/** Where an escalation's record was read on writ.human, `partition:offset`: its place in an update's `order`. */
+export const escalationPlace = (e: Pick<EscalationItem, "where">): string => `${e.where.partition}:${e.where.offset}`;
+
+/** What may change of an escalation once it is listed. */
+export type EscalationStatus = Pick<EscalationItem, "where" | "status" | "resolution" | "lastAttempt" | "contested">;
+
+/**
+ * What an update says of the escalations, in place of the whole list (the snapshot has it): hostile records can
+ * fill the list with hundreds of escalations of several kilobytes each, and a record that changes one of them (a
+ * reply, one more escalation) must not cost every open page the whole list again.
+ */
+export interface EscalationChanges {
+  /** Every escalation kept, in the page's order (open oldest first, then resolved newest first), by `escalationPlace`. */
+  order: string[];
+  /** Escalations new to the list, or whose record shown changed (an owner's answer to this console): whole. */
+  added: EscalationItem[];
+  /** Escalations listed before whose status, outcome, last decision or contest changed: those fields. */
+  changed: EscalationStatus[];
+}
+
+/** The sections changed since the last update; the escalations as their changes. */
+export type ConsoleChanges = Partial<Omit<ConsoleSnapshot, "escalations">> & { at: string; escalationChanges?: EscalationChanges };
+
 /** Why the page may not resolve an escalation (the answer's `reason`, with 404 for unknown, 409 otherwise). */
 export type NotResolvable = "escalation_unknown" | "escalation_not_open" | "escalation_contested" | "escalation_too_large";

@@ -265,6 +265,39 @@ describe("ConsoleState", () => {
     expect(Object.keys(s.changes()!)).toContain("lag");
   });
 
+  it("an update carries what changed of the escalations, not the whole list: a record not kept, a reply or one more escalation costs the pages that escalation, not every one (hostile records can fill the list)", () => {
+    const s = new ConsoleState(topics, { escalations: 3 });
+    const big = "x".repeat(3000);
+    const bulky = (n: number): Escalation => ({ ...escalation(n), message: big, intent: { ...intent(n), params: { big } } });
+    for (let i = 0; i < 3; i++) human(s, i, bulky(i));
+    const first = s.changes()!;
+    expect(first).not.toHaveProperty("escalations");
+    expect(first.escalationChanges!.added.map((e) => e.escalationId)).toEqual(["e-0", "e-1", "e-2"]);
+    expect(first.escalationChanges!.order).toEqual(["0:0", "0:1", "0:2"]);
+    // the list is full of open ones: one more is counted; the pages' list is unchanged
+    human(s, 3, bulky(3));
+    expect(Object.keys(s.changes()!).sort()).toEqual(["at", "counts"]);
+    // a close reported on a reply topic: that escalation's status fields, none of the others', no message or change
+    s.reply(where("writ.replies.alice", 0), applied(1, { resolvedBy: "mallory" }));
+    const closed = s.changes()!;
+    expect(closed.escalationChanges).toEqual({
+      order: ["0:0", "0:2", "0:1"],
+      added: [],
+      changed: [{ where: where("writ.human", 1), status: "resolved", resolution: { outcome: "applied", from: "reply", by: "mallory", at, version: '"v2"' } }],
+    });
+    expect(JSON.stringify(closed).length).toBeLessThan(big.length);
+    // a new one takes the resolved one's place: it alone comes whole
+    human(s, 4, bulky(4));
+    const added = s.changes()!.escalationChanges!;
+    expect(added.order).toEqual(["0:0", "0:2", "0:4"]);
+    expect([added.added.map((e) => e.escalationId), added.changed]).toEqual([["e-4"], []]);
+    // a contest: its status fields
+    human(s, 5, { ...bulky(0), message: "forged" });
+    expect(s.changes()!.escalationChanges!.changed).toEqual([{ where: where("writ.human", 0), status: "open", contested: { where: where("writ.human", 5) } }]);
+    // the snapshot (a new page) still has the whole list
+    expect(s.snapshot().escalations.map((e) => e.escalationId)).toEqual(["e-0", "e-2", "e-4"]);
+  });
+
   it("marks a dead letter sent back only by a record with its key and value, read before or after it, truncated or not", () => {
     const s = new ConsoleState(topics);
     const value = Buffer.from('{"an":"intent"}');

@@ -926,6 +926,21 @@ import { DraftBook, decidable } from "./drafts.js";
     }
   }
 
+  /**
+   * The escalations after an update: `order` lists every one kept (by where its record was read), `added` brings
+   * new ones whole, `changed` the status fields of ones listed before.
+   */
+  function mergeEscalations(list, { order, added, changed }) {
+    const place = (e) => `${e.where.partition}:${e.where.offset}`;
+    const byPlace = new Map(list.map((e) => [place(e), e]));
+    for (const e of added) byPlace.set(place(e), e);
+    for (const c of changed) {
+      const e = byPlace.get(place(c));
+      if (e) byPlace.set(place(c), { ...e, ...c });
+    }
+    return order.map((p) => byPlace.get(p)).filter(Boolean);
+  }
+
   // ---- the event stream ----
   let source = null;
   /** A one-use ticket for the event stream, asked for with the token; null (and said why) when there is none. */
@@ -979,6 +994,11 @@ import { DraftBook, decidable } from "./drafts.js";
     source.addEventListener("update", (ev) => {
       if (!view.snap) return;
       const u = JSON.parse(ev.data);
+      if (u.escalationChanges) {
+        // what changed of the escalations, not the whole list (the server's EscalationChanges)
+        u.escalations = mergeEscalations(view.snap.escalations, u.escalationChanges);
+        delete u.escalationChanges;
+      }
       Object.assign(view.snap, u);
       for (const k of Object.keys(u)) if (renderers[k]) renderers[k]();
     });
