@@ -10,8 +10,8 @@
 //   GET  /assets/{console.js,drafts.js,console.css}  static, no data in them
 //   POST /api/stream-ticket             {ticket, expiresInMs}: a one-use ticket for /events, 30 s (Authorization: Bearer)
 //   GET  /events?ticket=…               server-sent events: `hello` (role), `snapshot` (everything),
-//                                       `update` (the sections that changed; of the escalations only what changed,
-//                                       `escalationChanges`: state.ts); 401 `ticket_invalid`
+//                                       `update` (the sections that changed; of the escalations and the recent lists
+//                                       only what changed: ConsoleChanges, view.ts); 401 `ticket_invalid`
 //   GET  /api/session                   {role, operator, topics, limits, trust}   (Authorization: Bearer)
 //   GET  /api/state                     the whole snapshot as JSON          (Authorization: Bearer)
 //   POST /api/escalations/<id>/resolve  {decision, baseVersion?, message?, delta?} → {answer}; operator only (403);

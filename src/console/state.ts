@@ -29,6 +29,7 @@ import {
   type ConsoleSnapshot,
   type ConsoleTopics,
   type Counts,
+  type DeadLetterChanges,
   type DeadLetterItem,
   type EscalationChanges,
   type EscalationItem,
@@ -110,6 +111,10 @@ export class ConsoleState {
   private readonly dirty = new Set<Section>();
   /** Escalation ids changed since the last update: "whole" (new, or the record shown changed) or "status" (see EscalationChanges). */
   private readonly touched = new Map<string, "whole" | "status">();
+  /** Items put in front of each recent list since the last update (RecentChanges). */
+  private readonly fresh = { replies: 0, conflicts: 0, deadLetters: 0 };
+  /** Dead letters (`partition:offset` of writ.dlq) marked sent back since the last update. */
+  private readonly markedSentBack = new Set<string>();
 
   constructor(topics: Omit<ConsoleTopics, "replies">, limits: Partial<ConsoleLimits> = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
@@ -333,6 +338,7 @@ export class ConsoleState {
     this.counts[reply.status]++;
     if (reply.duplicate) this.counts.duplicate++;
     this.replies = [item, ...this.replies].slice(0, this.limits.recent);
+    this.fresh.replies++;
     const sections: Section[] = ["replies", "counts"];
     if (reply.status === "conflict") {
       const conflict: ConflictItem = {
@@ -350,6 +356,7 @@ export class ConsoleState {
         where,
       };
       this.conflicts = [conflict, ...this.conflicts].slice(0, this.limits.recent);
+    this.fresh.conflicts++;
       sections.push("conflicts");
     }
     this.noteOutcome(intentId, item);
@@ -534,6 +541,7 @@ export class ConsoleState {
     if (sent !== undefined) item.sentBack = sent.to;
     this.counts.deadLetters++;
     this.deadLetters = [item, ...this.deadLetters].slice(0, this.limits.recent);
+    this.fresh.deadLetters++;
     this.changed("deadLetters", "counts");
   }
 
@@ -556,6 +564,7 @@ export class ConsoleState {
     const item = this.deadLetters[i]!;
     if (item.sentBack !== null || !this.sameRecord(item, sent)) return;
     this.deadLetters[i] = { ...item, sentBack: to };
+    this.markedSentBack.add(`${from.partition}:${from.offset}`);
     this.changed("deadLetters");
   }
 
@@ -682,11 +691,21 @@ export class ConsoleState {
     const out: ConsoleChanges = { at: new Date().toISOString() };
     for (const s of this.dirty) {
       if (s === "escalations") out.escalationChanges = this.escalationChanges();
+      else if (s === "replies") out.replyChanges = { added: this.replies.slice(0, this.fresh.replies) };
+      else if (s === "conflicts") out.conflictChanges = { added: this.conflicts.slice(0, this.fresh.conflicts) };
+      else if (s === "deadLetters") out.deadLetterChanges = this.deadLetterChanges();
       else (out as Record<string, unknown>)[s] = this.section(s);
     }
     this.dirty.clear();
     this.touched.clear();
+    this.fresh.replies = this.fresh.conflicts = this.fresh.deadLetters = 0;
+    this.markedSentBack.clear();
     return out;
+  }
+
+  private deadLetterChanges(): DeadLetterChanges {
+    const sentBack = this.deadLetters.filter((d) => this.markedSentBack.has(`${d.where.partition}:${d.where.offset}`)).map((d) => ({ where: d.where, sentBack: d.sentBack }));
+    return { added: this.deadLetters.slice(0, this.fresh.deadLetters), sentBack };
   }
 
   private escalationChanges(): EscalationChanges {

@@ -253,7 +253,8 @@ export type EscalationStatus = Pick<EscalationItem, "where" | "status" | "resolu
 /**
  * What an update says of the escalations, in place of the whole list (the snapshot has it): hostile records can
  * fill the list with hundreds of escalations of several kilobytes each, and a record that changes one of them (a
- * reply, one more escalation) must not cost every open page the whole list again.
+ * reply, one more escalation) must not cost every open page the whole list again. So for the recent lists
+ * (RecentChanges).
  */
 export interface EscalationChanges {
   /** Every escalation kept, in the page's order (open oldest first, then resolved newest first), by `escalationPlace`. */
@@ -264,8 +265,26 @@ export interface EscalationChanges {
   changed: EscalationStatus[];
 }
 
-/** The sections changed since the last update; the escalations as their changes. */
-export type ConsoleChanges = Partial<Omit<ConsoleSnapshot, "escalations">> & { at: string; escalationChanges?: EscalationChanges };
+/**
+ * What an update says of a recent list (replies, conflicts, dead letters), in place of the list: the items read
+ * since, newest first (the page puts them in front of the ones it has, and keeps `limits.recent`); of the dead
+ * letters also the ones marked sent back since.
+ */
+export interface RecentChanges<T> {
+  added: T[];
+}
+export interface DeadLetterChanges extends RecentChanges<DeadLetterItem> {
+  sentBack: Pick<DeadLetterItem, "where" | "sentBack">[];
+}
+
+/** The sections changed since the last update; the escalations and the recent lists as what changed of them. */
+export type ConsoleChanges = Partial<Omit<ConsoleSnapshot, "escalations" | "replies" | "conflicts" | "deadLetters">> & {
+  at: string;
+  escalationChanges?: EscalationChanges;
+  replyChanges?: RecentChanges<ReplyItem>;
+  conflictChanges?: RecentChanges<ConflictItem>;
+  deadLetterChanges?: DeadLetterChanges;
+};
 
 /** Why the page may not resolve an escalation (the answer's `reason`, with 404 for unknown, 409 otherwise). */
 export type NotResolvable = "escalation_unknown" | "escalation_not_open" | "escalation_contested" | "escalation_too_large";

@@ -13,7 +13,7 @@ import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
 
 describe("writ console under forged escalations", () => {
-  it("one more forged record costs every open page what it changed, not the whole list again (a full list of several kilobytes each, 4 records a second, was megabytes a second per page); the page's list stays the console's", async () => {
+  it("one more forged record costs every open page what it changed, not the whole list again (a full list of several kilobytes each, 4 records a second, was megabytes a second per page): escalations, conflicts; the page's lists stay the console's", async () => {
     const h = await startHarness({ tools: [tagTicketNoDelta] });
     const p = `cflood-${h.id}`;
     const readToken = `read-${randomUUID()}`;
@@ -23,7 +23,7 @@ describe("writ console under forged escalations", () => {
     await admin.connect();
     onTestFinished(() => admin.disconnect());
     await admin.createTopics({ topics: [{ topic: h.config.topics.human, numPartitions: 1 }], waitForLeaders: true });
-    const consoleServer = await consoleOf(h, p, readToken, operatorToken, { limits: { escalations: 3 } });
+    const consoleServer = await consoleOf(h, p, readToken, operatorToken, { limits: { escalations: 3, recent: 3 } });
     const url = consoleServer.url;
     const context = await launchChromium();
     const { page, errors } = await openPage(context);
@@ -84,11 +84,38 @@ describe("writ console under forged escalations", () => {
     expect(carried(beforeFifth)).toEqual([4]);
     await waitFor(sameAsConsole, { message: "the page's escalations are the console's (the closed one gone)" });
     expect(await shownIds()).toEqual([`e-${h.id}-0`, `e-${h.id}-2`, `e-${h.id}-4`]);
+    // --- conflicts (any producer can write a reply topic): one more costs the pages that one, not the list ---
+    const cmark = (n: number) => `CONFLICT-${n}-`;
+    const conflict = (n: number) => ({
+      status: "conflict",
+      intentId: `c-${h.id}-${n}`,
+      intentKey: e1.intent.intentKey,
+      duplicate: false,
+      at: new Date().toISOString(),
+      entity: e1.intent.entity,
+      cycle: 1,
+      message: `${cmark(n)}${"m".repeat(1500)}`,
+      current: { state: { note: `${cmark(n)}${"s".repeat(3000)}` }, version: '"v2"' },
+      your_change: [{ op: "replace", path: "/tags", value: ["x"] }],
+    });
+    const sendConflicts = (ns: number[]) => forger.send({ topic: e1.intent.replyTo, messages: ns.map((n) => ({ key: `c-${h.id}-${n}`, value: JSON.stringify(conflict(n)) })) });
+    const shownConflicts = () => page.locator("#conflicts article.conflict").evaluateAll((cards) => cards.map((c) => (c as unknown as { dataset: { intentId: string } }).dataset.intentId));
+    await sendConflicts([0, 1, 2]);
+    await waitFor(async () => (await shownConflicts()).length === 3, { message: "three conflicts on the page" });
+    const beforeConflict = frames.length;
+    await sendConflicts([3]);
+    await waitFor(async () => (await shownConflicts())[0] === `c-${h.id}-3`, { message: "the fourth conflict on the page" });
+    expect([0, 1, 2, 3].filter((n) => updates(beforeConflict).some((f) => f.data.includes(cmark(n))))).toEqual([3]);
+    expect(await shownConflicts()).toEqual((await state()).conflicts.map((c) => c.intentId));
+    expect(await shownConflicts()).toEqual([3, 2, 1].map((n) => `c-${h.id}-${n}`));
+
     // a reload (a snapshot) shows the same
     await page.reload();
     await page.waitForSelector('#conn[data-state="live"]');
     await waitFor(async () => (await shownIds()).length === 3, { message: "the escalations after a reload" });
     expect(await sameAsConsole()).toBe(true);
+    await waitFor(async () => (await shownConflicts()).length === 3, { message: "the conflicts after a reload" });
+    expect(await shownConflicts()).toEqual((await state()).conflicts.map((c) => c.intentId));
     expect(errors).toEqual([]);
   }, 120_000);
 });

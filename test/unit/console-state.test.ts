@@ -257,7 +257,7 @@ describe("ConsoleState", () => {
     s.changes();
     s.deadLetter(where("writ.dlq", 0), { reason: "undecodable", message: "m", source: where("writ.intents", 4), key: "ticket:T-1", valueBase64: "", originalBytes: 3, sha256: "ab", truncated: false, headers: {}, at });
     const c = s.changes();
-    expect(Object.keys(c!).sort()).toEqual(["at", "counts", "deadLetters"]);
+    expect(Object.keys(c!).sort()).toEqual(["at", "counts", "deadLetterChanges"]);
     expect(s.changes()).toBeNull();
     // a snapshot for a new stream leaves the changes to the open ones
     s.setLag({ group: "g", topic: "writ.intents", at, total: 0, partitions: [] });
@@ -298,6 +298,33 @@ describe("ConsoleState", () => {
     expect(s.snapshot().escalations.map((e) => e.escalationId)).toEqual(["e-0", "e-2", "e-4"]);
   });
 
+  it("an update carries the replies, conflicts and dead letters read since, not the lists again; of a dead letter marked sent back, its mark", () => {
+    const s = new ConsoleState(topics, { recent: 3 });
+    const big = "y".repeat(3000);
+    const conflictReply = (n: number) =>
+      ({ status: "conflict", intentId: `i-${n}`, intentKey: key(n), duplicate: false, at, entity: { type: "ticket", id: `T-${n}` }, cycle: 1, message: big, current: { state: { big }, version: '"v2"' }, your_change: [] }) as Reply;
+    for (let i = 0; i < 3; i++) s.reply(where("writ.replies.alice", i), conflictReply(i));
+    expect(s.changes()!.conflictChanges!.added.map((c) => c.intentId)).toEqual(["i-2", "i-1", "i-0"]);
+    s.reply(where("writ.replies.alice", 3), conflictReply(3));
+    const one = s.changes()!;
+    expect(one).not.toHaveProperty("conflicts");
+    expect(one).not.toHaveProperty("replies");
+    expect([one.conflictChanges!.added.map((c) => c.intentId), one.replyChanges!.added.map((r) => r.intentId)]).toEqual([["i-3"], ["i-3"]]);
+    // one conflict's message and record, not the list's
+    expect(JSON.stringify(one).length).toBeLessThan(3 * big.length);
+    // dead letters: the new ones; then one marked sent back, its mark only
+    const value = (n: number) => Buffer.from(`{"n":${n}}`);
+    const letter = (n: number) => ({ reason: "reply_topic_missing", message: big, source: where("writ.intents", n), key: "ticket:T-1", valueBase64: value(n).toString("base64"), originalBytes: value(n).length, sha256: redrivenFrom(`writ.dlq:0:${n}`, "writ.dlq", Buffer.from("ticket:T-1"), value(n))!.sha256, truncated: false, headers: {}, at });
+    for (let i = 0; i < 3; i++) s.deadLetter(where("writ.dlq", i), letter(i));
+    expect(s.changes()!.deadLetterChanges!.added.map((d) => d.where.offset)).toEqual(["2", "1", "0"]);
+    s.redriven(where("writ.intents", 50), redrivenFrom("writ.dlq:0:1", "writ.dlq", Buffer.from("ticket:T-1"), value(1))!);
+    const marked = s.changes()!;
+    expect(marked).not.toHaveProperty("deadLetters");
+    expect(marked.deadLetterChanges).toEqual({ added: [], sentBack: [{ where: where("writ.dlq", 1), sentBack: where("writ.intents", 50) }] });
+    // the snapshot (a new page) has the lists whole
+    expect(s.snapshot().deadLetters.map((d) => [d.where.offset, d.sentBack?.offset ?? null])).toEqual([["2", null], ["1", "50"], ["0", null]]);
+  });
+
   it("marks a dead letter sent back only by a record with its key and value, read before or after it, truncated or not", () => {
     const s = new ConsoleState(topics);
     const value = Buffer.from('{"an":"intent"}');
@@ -315,7 +342,7 @@ describe("ConsoleState", () => {
     s.redriven(where("writ.intents", 52), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     s.redriven(where("writ.intents", 53), redrivenFrom("writ.dlq:0:7", "writ.dlq", Buffer.from("ticket:T-1"), value)!);
     expect(s.deadLetterAt(0, "7")!.sentBack).toEqual(where("writ.intents", 52));
-    expect(Object.keys(s.changes()!)).toContain("deadLetters");
+    expect(Object.keys(s.changes()!)).toContain("deadLetterChanges");
     // read before its dead letter (two readers, two topics): kept and applied when the dead letter comes, also
     // when a forged claim came first
     s.redriven(where("writ.intents", 59, 1), redrivenFrom("writ.dlq:1:9", "writ.dlq", Buffer.from("ticket:T-1"), Buffer.from("forged"))!);

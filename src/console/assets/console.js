@@ -941,6 +941,22 @@ import { DraftBook, decidable } from "./drafts.js";
     return order.map((p) => byPlace.get(p)).filter(Boolean);
   }
 
+  /**
+   * A recent list after an update: the items read since (newest first) in front of the ones the page has (a
+   * snapshot may have had some of them already: kept once), `limit` at most.
+   */
+  function mergeRecent(list, added, limit) {
+    const key = (x) => `${x.where.topic}\u0000${x.where.partition}:${x.where.offset}`;
+    const seen = new Set();
+    const out = [];
+    for (const x of [...added, ...list]) {
+      if (seen.has(key(x))) continue;
+      seen.add(key(x));
+      out.push(x);
+    }
+    return out.slice(0, limit);
+  }
+
   // ---- the event stream ----
   let source = null;
   /** A one-use ticket for the event stream, asked for with the token; null (and said why) when there is none. */
@@ -994,10 +1010,24 @@ import { DraftBook, decidable } from "./drafts.js";
     source.addEventListener("update", (ev) => {
       if (!view.snap) return;
       const u = JSON.parse(ev.data);
+      // what changed of the escalations and the recent lists, not the whole lists (the server's ConsoleChanges)
       if (u.escalationChanges) {
-        // what changed of the escalations, not the whole list (the server's EscalationChanges)
         u.escalations = mergeEscalations(view.snap.escalations, u.escalationChanges);
         delete u.escalationChanges;
+      }
+      const recent = (view.session && view.session.limits && view.session.limits.recent) || 100;
+      if (u.replyChanges) {
+        u.replies = mergeRecent(view.snap.replies, u.replyChanges.added, recent);
+        delete u.replyChanges;
+      }
+      if (u.conflictChanges) {
+        u.conflicts = mergeRecent(view.snap.conflicts, u.conflictChanges.added, recent);
+        delete u.conflictChanges;
+      }
+      if (u.deadLetterChanges) {
+        const marked = new Map(u.deadLetterChanges.sentBack.map((d) => [letterKey(d.where), d.sentBack]));
+        u.deadLetters = mergeRecent(view.snap.deadLetters, u.deadLetterChanges.added, recent).map((d) => (marked.has(letterKey(d.where)) ? { ...d, sentBack: marked.get(letterKey(d.where)) } : d));
+        delete u.deadLetterChanges;
       }
       Object.assign(view.snap, u);
       for (const k of Object.keys(u)) if (renderers[k]) renderers[k]();
