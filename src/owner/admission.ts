@@ -363,7 +363,10 @@ export const LEASE_INTENT_MAX_AGE_MS = MAX_LEASE_TTL_MS + MAX_CLOCK_SKEW_MS;
 export function maxIntentAgeMs(intent: Pick<WriteIntent, "lease">, ledgerRetentionHours: number): number {
   if (isLeaseOp(intent.lease)) return LEASE_INTENT_MAX_AGE_MS;
   const retention = ledgerRetentionHours * 3_600_000;
-  return retention - retention / 24;
+  // The intent's entry is dated by the owner's clock, which an agent's may lead by MAX_CLOCK_SKEW_MS: its bytes go
+  // stale by their `createdAt` that much later than the sweep takes the entry, so the margin must exceed the skew
+  // (a 24th of a short retention does not: 2.5 minutes of 1 h).
+  return retention - Math.max(retention / 24, 2 * MAX_CLOCK_SKEW_MS);
 }
 
 /** Why an intent is too old, or dated ahead of the owner's clock (`now`, ms), to act on; null when it is neither. */
