@@ -183,6 +183,21 @@ export class PartitionLedger implements LedgerView {
     this.staged.set(entry.intentKey, entry);
   }
 
+  /**
+   * Stages an entry again as the owner sees it now, only dated later (an answer from it keeps it from the sweep;
+   * intent-pipeline.ts `keeping`): no transition, so its status must be the one seen now.
+   */
+  stageKept(entry: LedgerIntentEntry): void {
+    const before = this.get(entry.intentKey);
+    if (before?.status !== entry.status) {
+      throw new WritError("codec_failed", `ledger: intent key ${entry.intentKey} is ${before?.status ?? "absent"}, not ${entry.status}: not kept`, {
+        retriable: false,
+        context: { intentKey: entry.intentKey },
+      });
+    }
+    this.stageRefusal(entry);
+  }
+
   tombstone(intentKey: string): void {
     this.staged.set(intentKey, null);
   }

@@ -17,6 +17,11 @@ export interface Effects {
   ledger?: LedgerIntentEntry;
   /** A refusal of a signed intent, remembered for its bytes (refusals.ts): written beside the reply. */
   refusal?: LedgerIntentEntry;
+  /**
+   * The intent key's entry as it is, dated again: the entry answered this intent, whose bytes would outlive it
+   * (intent-pipeline.ts `keeping`). Written beside the reply.
+   */
+  kept?: LedgerIntentEntry;
   /** A record's lease granted or renewed (an entry), or released (null: a tombstone). */
   lease?: { entityKey: string; entry: LedgerLeaseEntry | null };
   replies: { topic: string; value: Reply }[];

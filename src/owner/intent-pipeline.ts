@@ -3,14 +3,14 @@ import { canonicalJson } from "../canonical-json.ts";
 import type { RouterConfig } from "../config.ts";
 import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
 import { escalatedIntentDigest } from "../keys.ts";
-import type { LedgerView } from "../ledger/ledger-state.ts";
+import { type LedgerView, reopenable } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import { entityKey, JsonPatch, type JsonPatchOp, Version, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
-import type { AdmittedIntent } from "./admission.ts";
+import { type AdmittedIntent, MAX_CLOCK_SKEW_MS } from "./admission.ts";
 import { classifyAttempt, mayHaveWritten } from "./classify.ts";
 import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
@@ -140,7 +140,7 @@ export class IntentPipeline {
     const verdict = classifyAttempt(entry, { fingerprint: a.fingerprint, baseVersion: intent.baseVersion, deltaFingerprint: a.deltaFingerprint });
     if (verdict === "reused") {
       const msg = "this intent key was used for a different intent (tool, entity, params or change)";
-      return this.settledReply(a, this.rejected(a, "key_reused_with_different_params", msg), "key reused");
+      return this.keeping(a, entry, this.settledReply(a, this.rejected(a, "key_reused_with_different_params", msg), "key reused"));
     }
     const target = intent.undo ? this.undoTarget(a, ledger) : undefined;
     if (verdict === "repeat" && entry?.outcome) {
@@ -149,7 +149,7 @@ export class IntentPipeline {
         if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
         return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
       }
-      const settled = this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger");
+      const settled = this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger"));
       if (entry.intentId === intent.intentId) settled.effects.redelivered = true;
       return settled;
     }
@@ -227,7 +227,7 @@ export class IntentPipeline {
     const change = this.yourChange(a, plan.undo, now);
     if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, change.details), "undo failed");
     const reply: Reply = { ...this.conflictReply(a, plan.stored.cycle, now, change.delta), duplicate: true };
-    return { kind: "settled", effects: effects({ replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "repeat of a conflicted attempt" };
+    return this.keeping(a, plan.entry, { kind: "settled" as const, effects: effects({ replies: [{ topic: a.intent.replyTo, value: reply }] }), note: "repeat of a conflicted attempt" });
   }
 
   /**
@@ -700,6 +700,21 @@ export class IntentPipeline {
 
   private rejected(a: AdmittedIntent, reason: RejectReason, message: string, details?: unknown): Reply {
     return rejectedReply(a.intent.intentId, a.intent.intentKey, reason, message, this.now().toISOString(), details);
+  }
+
+  /**
+   * `settled` (an answer from `entry`, which it leaves as it is) with the entry dated again when the intent's bytes
+   * would outlive it. The sweep takes an entry a retention after its `updatedAt`; admission acts on bytes for the
+   * retention less a margin of at least twice the clock skew it allows, from their `createdAt`. Bytes created more
+   * than that skew after the entry was dated (a later submission of the key: an agent's run resumed, a key reused)
+   * could come again after the sweep took it, and be written as new: re-dated now (at least their `createdAt` less
+   * the skew), the entry outlives them. Entries that never expire (pending, open escalations) are left alone.
+   */
+  private keeping<T extends { effects: Effects }>(a: AdmittedIntent, entry: LedgerIntentEntry | undefined, settled: T): T {
+    if (entry === undefined || entry.status === "pending" || reopenable(entry)) return settled;
+    if (!(Date.parse(a.intent.createdAt) - Date.parse(entry.updatedAt) > MAX_CLOCK_SKEW_MS)) return settled;
+    settled.effects.kept = { ...entry, updatedAt: this.now().toISOString() };
+    return settled;
   }
 
   private settledReply(a: AdmittedIntent, reply: Reply, note: string): Plan & Step {

@@ -597,6 +597,7 @@ export class PartitionOwner {
     slot.trace?.stamp(records, this.ctx.config.topics.ledger);
     if (result.ledger) session.ledger.stage(result.ledger, { resolution: slot.resolution !== undefined });
     if (result.lease) session.ledger.stageLease(result.lease.entityKey, result.lease.entry);
+    if (result.kept) session.ledger.stageKept(result.kept);
     if (result.refusal) {
       session.ledger.stageRefusal(result.refusal);
       this.ctx.observe?.refusalRemembered?.(this.partition, String(result.refusal.outcome?.reason ?? "unknown"));

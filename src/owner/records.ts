@@ -139,6 +139,7 @@ export class RecordEncoder {
     if (effects.ledger) out.push(await this.ledgerEntry(effects.ledger, partition));
     if (effects.lease) out.push(await this.leaseEntry(effects.lease.entityKey, effects.lease.entry, partition));
     if (effects.refusal) out.push(await this.ledgerEntry(effects.refusal, partition));
+    if (effects.kept) out.push(await this.ledgerEntry(effects.kept, partition));
     for (const r of effects.replies) {
       const fitted = await this.fitted(r.topic, r.value.intentId, "Reply", [r.value, withoutState(r.value)]);
       if ("record" in fitted) out.push(fitted.record);
