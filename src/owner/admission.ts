@@ -491,7 +491,16 @@ async function replyTopicOf(deps: AdmissionDeps, agent: RegisteredAgent | undefi
   return (await deps.replyTopics.exists(topic)) ? topic : null;
 }
 
-function replyTopicAllowed(topic: string, deps: AdmissionDeps): boolean {
+/**
+ * Whether owners may have replied on `topic`: within the reply prefix, or an agent's registered reply topic. A ledger
+ * entry naming another topic was written by no owner of this deployment (any producer with write access to the ledger
+ * can write one), and a heal there (an internal topic, one the owners may not write) would fail every open.
+ */
+export function mayHaveRepliedOn(topic: string, deps: Pick<AdmissionDeps, "config" | "agents">): boolean {
+  return replyTopicAllowed(topic, deps) || deps.agents?.hasReplyTopic(topic) === true;
+}
+
+function replyTopicAllowed(topic: string, deps: Pick<AdmissionDeps, "config">): boolean {
   return topic.startsWith(deps.config.replyTopicPrefix) && topic.length > deps.config.replyTopicPrefix.length && /^[a-zA-Z0-9._-]{1,249}$/.test(topic);
 }
 

@@ -7,7 +7,7 @@ import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
 import type { PartitionFigures } from "../metrics/router-metrics.ts";
 import { IntentTrace } from "../tracing/spans.ts";
-import { type Admission, type AdmittedIntent, admit } from "./admission.ts";
+import { type Admission, type AdmittedIntent, admit, mayHaveRepliedOn } from "./admission.ts";
 import { CommitLoop } from "./commit-loop.ts";
 import { type RunHost, runIntent } from "./intent-run.ts";
 import { deadLetterOf, effects, type Effects } from "./effects.ts";
@@ -132,7 +132,8 @@ export class PartitionOwner {
 
   /** Reply topics this owner's ledger knows (the partitions it may write). */
   replyTopics(): string[] {
-    return this.session?.ledger.replyTopics() ?? [];
+    // Not a topic a foreign ledger entry names (admission.ts mayHaveRepliedOn): a heal there would fail every transaction.
+    return this.session?.ledger.replyTopics().filter((t) => mayHaveRepliedOn(t, this.ctx.admission)) ?? [];
   }
 
   /** Starts the open loop in the background (once). */

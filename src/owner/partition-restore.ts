@@ -11,6 +11,7 @@ import { markerKey } from "../ledger/ledger-reader.ts";
 import { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
+import { mayHaveRepliedOn } from "./admission.ts";
 import { transact } from "./commit-loop.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import { type OutRecord, healRecord } from "./records.ts";
@@ -113,7 +114,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
 /**
  * Every partition this partition's transactional id may have left a
  * transaction open on, beside the ledger partition the marker already
- * touched: each reply topic its ledger names, `writ.human`, `writ.dlq`, and
+ * touched: each reply topic its ledger names that owners may have replied on, `writ.human`, `writ.dlq`, and
  * every other intents partition (a forward goes there; its owner skips the
  * heal record, see `isHealRecord`).
  *
@@ -131,7 +132,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
  */
 async function healTargets(ctx: OwnerContext, ledger: PartitionLedger, partition: number): Promise<OutRecord[]> {
   const { topics } = ctx.config;
-  const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics(), topics.human, topics.dlq, topics.intents]);
+  const counts = await ctx.topicDirectory.partitionCounts([...ledger.replyTopics().filter((t) => mayHaveRepliedOn(t, ctx.admission)), topics.human, topics.dlq, topics.intents]);
   const out: OutRecord[] = [];
   for (const [topic, count] of counts) {
     // A topic that takes less than a heal record (its configs say so, or it refused one: an agent's reply topic of

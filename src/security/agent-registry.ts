@@ -43,9 +43,16 @@ export interface RegisteredAgent {
  */
 export class AgentRegistry {
   private readonly agents: ReadonlyMap<string, RegisteredAgent>;
+  private readonly replyTopicSet: ReadonlySet<string>;
 
   private constructor(agents: Map<string, RegisteredAgent>) {
     this.agents = agents;
+    this.replyTopicSet = new Set([...agents.values()].map((a) => a.replyTopic));
+  }
+
+  /** Whether `topic` is some agent's reply topic. */
+  hasReplyTopic(topic: string): boolean {
+    return this.replyTopicSet.has(topic);
   }
 
   static from(input: unknown): AgentRegistry {

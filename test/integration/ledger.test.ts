@@ -1,13 +1,26 @@
 import { randomUUID } from "node:crypto";
-import { Kafka, Partitioners, logLevel } from "kafkajs";
+import { Kafka, Partitioners, type Producer, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { deltaFingerprint, paramsFingerprint } from "../../src/keys.ts";
-import { brokers, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { type Harness, brokers, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
 const refund = (runId: string, version: string) => refundIntent(runId, version, 700, "refund-1");
+
+/** A producer that is no owner's, writing to h's ledger topic, created first (compacted) with `partitions`. */
+async function foreignLedgerProducer(h: Harness, partitions: number): Promise<Producer> {
+  const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: partitions, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
+  await admin.disconnect();
+  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+  await producer.connect();
+  onTestFinished(() => producer.disconnect());
+  return producer;
+}
 
 describe("the ledger on writ.ledger", () => {
   it("owner-restart-restores-ledger: a new owner process answers a repeat from the restored ledger, writing nothing", async () => {
@@ -109,15 +122,8 @@ describe("the ledger on writ.ledger", () => {
       lease: { holder: "none" },
     };
     const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
-    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
-    const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
-    await producer.connect();
-    onTestFinished(() => producer.disconnect());
     // The owner creates the contract topics on start; the entry must be there before its first restore.
-    const admin = kafka.admin();
-    await admin.connect();
-    await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: 1, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
-    await admin.disconnect();
+    const producer = await foreignLedgerProducer(h, 1);
     await producer.send({ topic: h.config.topics.ledger, messages: [{ key: intent.intentKey, value: await codec.encode(h.config.topics.ledger, "LedgerEntry", newer as never), partition: 0 }] });
 
     await h.startRouter();
@@ -136,14 +142,7 @@ describe("the ledger on writ.ledger", () => {
     const onBad = ids.find((id) => partitionOf(id) === 0)!;
     const onGood = ids.find((id) => partitionOf(id) === 1)!;
     for (const id of [onBad, onGood]) h.records.seed("payment", id, { amountCents: 10_000, refunds: [] });
-    const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
-    const admin = kafka.admin();
-    await admin.connect();
-    await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: 2, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
-    await admin.disconnect();
-    const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
-    await producer.connect();
-    onTestFinished(() => producer.disconnect());
+    const producer = await foreignLedgerProducer(h, 2);
     await producer.send({ topic: h.config.topics.ledger, messages: [{ key: "k".repeat(64), value: "{ not a ledger entry", partition: 0 }] });
 
     const router = await h.startRouter();
@@ -158,6 +157,37 @@ describe("the ledger on writ.ledger", () => {
     const held = await agent.submit({ ...refund(`run-${randomUUID()}`, bad.version), entity: { type: "payment", id: onBad } }, { timeoutMs: 3000 });
     expect(held.status).toBe("unknown");
     expect(h.records.history("payment", onBad).filter((e) => e.kind === "patch")).toHaveLength(0);
+  });
+
+  // Any producer with write access to writ.ledger can write a valid entry naming any topic. The restore's heal
+  // writes a control record to every partition of each reply topic its ledger names: one the owners cannot produce
+  // to (an internal topic) failed every heal, so every open of the partition, for good, with no health problem.
+  it("foreign-reply-topic: an entry naming a topic outside the reply prefix (an internal topic) does not stop its partition", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 1 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const at = new Date().toISOString();
+    const foreign = {
+      kind: "intent",
+      intentKey: "f".repeat(64),
+      intentId: "forged",
+      status: "done",
+      entity: { type: "payment", id: "pay_9" },
+      tool: refundPayment.name,
+      fingerprint: "x",
+      attempts: [{ baseVersion: '"1"', deltaFingerprint: "y" }],
+      cycles: 0,
+      outcome: { status: "applied", version: '"2"', via: "patch", at },
+      replyTo: "__consumer_offsets",
+      updatedAt: at,
+    };
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    const producer = await foreignLedgerProducer(h, 1);
+    await producer.send({ topic: h.config.topics.ledger, messages: [{ key: foreign.intentKey, value: await codec.encode(h.config.topics.ledger, "LedgerEntry", foreign as never), partition: 0 }] });
+
+    await h.startRouter();
+    const agent = await h.client("billing-agent");
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    expect(await agent.submit(refund(`run-${randomUUID()}`, version), { timeoutMs: 30_000 })).toMatchObject({ status: "applied", duplicate: false });
   });
 
   // Each `pending` entry is sent into the partition's open transaction and its PATCH goes out once the broker has
