@@ -5,7 +5,7 @@ import { componentLogger, type Logger } from "../logger.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { type RestoredEntry, reopenable } from "./ledger-state.ts";
+import { type RestoredEntry, reopenable, underItsKey } from "./ledger-state.ts";
 
 /** Key of the progress entry (where intake of intents partition p stands) in ledger partition p. */
 export function progressKey(partition: number): string {
@@ -295,7 +295,8 @@ export class LedgerReader {
     const found = new Map<string, LedgerIntentEntry>();
     await this.read(partition, nonce, timeoutMs, restored.lastCommitted + 1, signal, (key, entry) => {
       // A key settled for good gets no `pending` entry after it; one would not be this intent's.
-      if (entry?.kind === "intent" && entry.status === "pending" && !settledForGood(restored.entries.get(key))) found.set(key, entry);
+      // One under another key is no owner's (the heal would commit it under its own: ledger-state.ts underItsKey).
+      if (entry?.kind === "intent" && entry.status === "pending" && underItsKey(key, entry) && !settledForGood(restored.entries.get(key))) found.set(key, entry);
     });
     return found;
   }

@@ -1,4 +1,5 @@
 import { WritError } from "../errors.ts";
+import { entityKey } from "../schemas/common.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, type LedgerProgress, leaseLedgerKey } from "../schemas/ledger-entry.ts";
 
 export type LedgerStatus = LedgerIntentEntry["status"];
@@ -43,6 +44,18 @@ export interface LedgerView {
 
 /** An entry as the restore read it: an intent's, a record's lease, or the partition's progress. */
 export type RestoredEntry = LedgerIntentEntry | LedgerLeaseEntry | LedgerProgress;
+
+/**
+ * Whether `entry` is under the key an owner writes it under: an intent's, its intent key; a lease, its record's
+ * lease key. Any producer with write access to the ledger can write another: read as the key's, it would answer an
+ * intent or gate a record with what no owner decided, and a lease naming another record is let go as that record's
+ * (its live lease freed). Not an owner's, so nothing of the ledger is lost when it is passed over.
+ */
+export function underItsKey(key: string, entry: RestoredEntry): boolean {
+  if (entry.kind === "intent") return entry.intentKey === key;
+  if (entry.kind === "lease") return leaseLedgerKey(entityKey(entry.entity)) === key;
+  return true;
+}
 
 /**
  * The ledger of one intents partition, held only by the owner of that
@@ -90,12 +103,16 @@ export class PartitionLedger implements LedgerView {
   /** Who wrote that progress entry (its owners' group and intents topic), when it says (docs/architecture.md §5.2). */
   readonly progressWriter: { group: string; intentsTopic: string | undefined } | null = null;
 
+  /** Restored entries passed over: under another key than an owner writes them under ({@link underItsKey}). */
+  readonly foreign: number = 0;
+
   /** `restored` in topic order, as the restore read it. */
   constructor(partition: number, restored: Iterable<[string, RestoredEntry]> = []) {
     this.partition = partition;
     this.committed = new Map();
     for (const [key, entry] of restored) {
-      if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
+      if (!underItsKey(key, entry)) this.foreign++;
+      else if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
       // Another partition's progress (never written by an owner) says nothing about this one.
       else if (entry.kind === "progress") {
         if (entry.partition !== partition) continue;

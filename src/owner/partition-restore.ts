@@ -93,6 +93,9 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     // Before anything else is written for it: another group's owner may be the partition's writer (its progress
     // entry says so). Needs the restored ledger, so it comes after the marker, unlike the take-up check.
     if (!ctx.ablateSingleWriter) await checkSingleWriter(ctx.admin, config, ledger, log);
+    if (ledger.foreign > 0) {
+      log.warn({ entries: ledger.foreign }, "ledger entries under another key than an owner writes them under (not an owner's): passed over");
+    }
     if (inDoubt.size > 0) {
       log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
     }
