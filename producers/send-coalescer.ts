@@ -25,7 +25,10 @@ interface Entry {
  * linger). Each caller's promise settles with the request that carried its
  * messages, or at its deadline: a send still queued then is dropped and
  * rejected with a retriable `not_sent` (nothing of it was produced); one in
- * flight resolves `unconfirmed`.
+ * flight resolves `unconfirmed`. A send is never split to share a request,
+ * but one larger than `maxBytes` by itself goes in several, in order, and
+ * settles with the last (rejected with the first that fails, its earlier
+ * requests written).
  */
 export class SendCoalescer {
   private readonly queue: Entry[] = [];
@@ -81,7 +84,10 @@ export class SendCoalescer {
         }
         for (const e of batch) e.state = "in_flight";
         try {
-          await this.produce(batch.flatMap((e) => e.messages));
+          // Only a lone send larger than maxBytes (a submitAll of large intents) has more than one chunk: in one
+          // request the brokers would refuse it whole (MESSAGE_TOO_LARGE, their 1 MB per partition batch), every
+          // time, though each intent is within bounds. Its chunks go in order; it settles with the last one.
+          for (const chunk of chunks(batch.flatMap((e) => e.messages), this.maxBytes)) await this.produce(chunk);
           for (const e of batch) this.settle(e, () => e.resolve("sent"));
         } catch (err) {
           for (const e of batch) this.settle(e, () => e.reject(err));
@@ -91,6 +97,22 @@ export class SendCoalescer {
       this.draining = false;
     }
   }
+}
+
+/** `messages` in order, in runs of at most `maxBytes` (a message larger than that alone). */
+function chunks(messages: Message[], maxBytes: number): Message[][] {
+  const out: Message[][] = [];
+  let bytes = 0;
+  for (const m of messages) {
+    const size = approximateBytes(m);
+    if (out.length === 0 || bytes + size > maxBytes) {
+      out.push([]);
+      bytes = 0;
+    }
+    out.at(-1)!.push(m);
+    bytes += size;
+  }
+  return out;
 }
 
 function approximateBytes(m: Message): number {

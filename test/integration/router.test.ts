@@ -1,9 +1,11 @@
 import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import type { AppliedReply, ConflictReply } from "../../src/schemas/reply.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
+import { declareWriteTool } from "../../src/tools.ts";
 import { startHoldingProxy } from "../helpers/holding-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
@@ -323,5 +325,42 @@ describe("router core on a real broker", () => {
     let refunds = 0;
     for (let i = 0; i < 12; i++) refunds += (await readVersion(h.records, "payment", `pay_${i}`)).state.refunds.length;
     expect(refunds).toBe(60);
+  });
+
+  it("large-submitAll: intents to one record, each within the owners' bounds and together over the brokers' 1 MB batch, are sent and each applied once", async () => {
+    // A note kept in params (up to maxIntentBytes), the delta small: one record's partition gets all of them.
+    const attachNote = declareWriteTool({
+      name: "attach_note",
+      recordType: "ticket",
+      description: "Attach a long note to a ticket.",
+      params: z.object({ slot: z.string(), note: z.string() }),
+      intentFields: ["slot"],
+      allowedPaths: [{ path: "/notes/-", ops: ["add"] }],
+      keyScope: "run",
+      versionPolicy: "rebase-commutative",
+      system: "helpdesk",
+      reconcile: "idempotency-key",
+    });
+    const h = await startHarness({ tools: [attachNote] });
+    h.records.seed("ticket", "t_big", { notes: [] });
+    await h.startRouter();
+    const agent = await h.client("big-batch");
+    const { version } = await readVersion(h.records, "ticket", "t_big");
+    const note = "n".repeat(200_000);
+    const intents = Array.from({ length: 6 }, (_, i) => ({
+      tool: attachNote,
+      entity: { type: "ticket", id: "t_big" },
+      runId: "run-big",
+      stepId: `note-${i}`,
+      baseVersion: version,
+      delta: [{ op: "add" as const, path: "/notes/-", value: i }],
+      params: { slot: `s${i}`, note },
+    }));
+
+    const replies = await agent.submitAll(intents);
+
+    expect(replies.map((r) => r.status)).toEqual(Array(6).fill("applied"));
+    expect((await readVersion(h.records, "ticket", "t_big")).state.notes.sort()).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(h.records.patchRequests()).toHaveLength(6);
   });
 });

@@ -49,21 +49,51 @@ describe("SendCoalescer", () => {
     await expect(second).resolves.toBe("sent");
   });
 
-  it("splits queued submits at maxBytes, never splitting one submit", async () => {
+  it("splits queued submits at maxBytes, never splitting a submit that fits in one request", async () => {
     const g = gate();
-    const c = new SendCoalescer(g.produce, 300);
+    // 120 bytes of value and 64 of overhead: two messages fill a request.
+    const c = new SendCoalescer(g.produce, 370);
     const first = c.send([msg("x")]);
     await waitFor(() => g.requests.length === 1);
-    const big = "y".repeat(150);
+    const big = "y".repeat(120);
     const queued = [c.send([msg(big)]), c.send([msg(big)]), c.send([msg(big), msg(big)])];
     g.requests[0]!.done();
     await first;
-    for (const n of [2, 3, 4]) {
+    for (const n of [2, 3]) {
       await waitFor(() => g.requests.length === n);
       g.requests[n - 1]!.done();
     }
     await Promise.all(queued);
-    expect(g.requests.map((r) => r.messages.length)).toEqual([1, 1, 1, 2]);
+    expect(g.requests.map((r) => r.messages.length)).toEqual([1, 2, 2]);
+  });
+
+  it("sends one submit larger than maxBytes by itself in requests of at most maxBytes, in order, settling with the last (brokers refuse an oversize batch whole)", async () => {
+    const g = gate();
+    const c = new SendCoalescer(g.produce, 500);
+    const big = (n: number) => msg(String(n).repeat(150));
+    const sent = c.send([big(1), big(2), big(3), big(4), big(5)]);
+    let settled = false;
+    void sent.then(() => (settled = true));
+    for (const n of [1, 2, 3]) {
+      await waitFor(() => g.requests.length === n);
+      expect(settled).toBe(false);
+      g.requests[n - 1]!.done();
+    }
+    await expect(sent).resolves.toBe("sent");
+    // 150 bytes of value and 64 of overhead each: two messages a request.
+    expect(g.requests.map((r) => r.messages.map((m) => m[0]))).toEqual([["1", "2"], ["3", "4"], ["5"]]);
+  });
+
+  it("rejects a split submit with its first failed request and sends none of the rest", async () => {
+    const g = gate();
+    const c = new SendCoalescer(g.produce, 500);
+    const sent = c.send([msg("a".repeat(300)), msg("b".repeat(300)), msg("c".repeat(300))]);
+    await waitFor(() => g.requests.length === 1);
+    g.requests[0]!.done();
+    await waitFor(() => g.requests.length === 2);
+    g.requests[1]!.done(new Error("broker said no"));
+    await expect(sent).rejects.toThrow("broker said no");
+    expect(g.requests).toHaveLength(2);
   });
 
   describe("deadlines", () => {
