@@ -31,8 +31,17 @@ import {
  * thread id wins over `runId`; `runId` serves a tool called outside a graph.
  * `bases` keeps the base version each intent was first sent against (see
  * intent-bases.ts); default: in memory, per tool.
+ *
+ * `recallFromMessages` (default true): fill `versions` from the artifacts of
+ * the tool messages in the graph state, for the records it has not seen
+ * ({@link recallVersions}). Only for a thread whose messages the server's own
+ * nodes wrote: a write is based on those results (its base version, and the
+ * state its delta is built from), so a thread that takes messages from the
+ * browser (a LangGraph server's `useStream` input) could carry a forged read
+ * result. Set it to false there, and keep `versions` on the server per thread,
+ * or let each write read the record.
  */
-export type WritThreadContext = Omit<WritCallContext, "toolCallId" | "runId"> & { runId?: string; bases?: IntentBases };
+export type WritThreadContext = Omit<WritCallContext, "toolCallId" | "runId"> & { runId?: string; bases?: IntentBases; recallFromMessages?: boolean };
 
 /** One LangChain tool call, as a context factory sees it. */
 export interface LangChainToolCall {
@@ -97,13 +106,13 @@ export function writLangChainTool<P extends Record<string, unknown>>(
     async (params: P, config: ToolRunnableConfig): Promise<[string, WritLangChainOutput]> => {
       const call = toolCall(config);
       const entity = spec.entity(params);
-      const { bases = memoryBases, runId: fallbackRunId, ...run } = await resolve(context, call);
+      const { bases = memoryBases, runId: fallbackRunId, recallFromMessages = true, ...run } = await resolve(context, call);
       const runId = call.threadId ?? fallbackRunId;
       if (!runId) {
         throw new Error(`writ tool ${spec.tool.name}: no run id (no configurable.thread_id, no runId in the context); a random one would defeat deduplication`);
       }
       const ctx: WritCallContext = { ...run, runId, ...(call.toolCallId ? { toolCallId: call.toolCallId } : {}) };
-      recallVersions(ctx.versions, threadToolOutputs(config));
+      if (recallFromMessages) recallVersions(ctx.versions, threadToolOutputs(config));
       const needsApproval = typeof options.approval === "function" ? options.approval(params) : options.approval === true;
       if (needsApproval) {
         // This function runs again from the top on resume: before the interrupt
