@@ -98,6 +98,12 @@ class WritDeps:
     timeout: float | None = None
     versions: dict[str, dict[str, Any]] = field(default_factory=dict)
     bases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Fill ``versions`` from the tool results in the conversation (:func:`recall_versions`). Only for a conversation
+    #: whose messages the server's own code wrote: a write is based on those results (its base version, and the state
+    #: its delta is built from), so one that takes messages from a browser (a LangGraph server's thread input, a chat
+    #: UI that posts the history) could carry a forged read result. Set it to False there, and keep ``versions`` on
+    #: the server per run, or leave it empty so each write reads the record.
+    recall_from_messages: bool = True
 
     def remember(self, entity: EntityRef, record: Versioned) -> None:
         self.versions[entity.key] = {"state": record.state, "version": record.version}
@@ -208,7 +214,10 @@ def recall_versions(deps: WritDeps, outputs: Iterable[Any]) -> None:
     Read results and write results that carry their ``entity`` (``applied``:
     the new version; ``conflict``: ``current``). A run continued from saved
     messages in a fresh process then bases its writes on what the model saw.
+    Nothing, with ``deps.recall_from_messages`` False (messages a client may have forged).
     """
+    if not deps.recall_from_messages:
+        return
     latest: dict[str, tuple[EntityRef, Versioned]] = {}
     for out in outputs:
         if not isinstance(out, Mapping):
