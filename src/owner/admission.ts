@@ -365,8 +365,9 @@ export function maxIntentAgeMs(intent: Pick<WriteIntent, "lease">, ledgerRetenti
   const retention = ledgerRetentionHours * 3_600_000;
   // The intent's entry is dated by the owner's clock, which an agent's may lead by MAX_CLOCK_SKEW_MS: its bytes go
   // stale by their `createdAt` that much later than the sweep takes the entry, so the margin must exceed the skew
-  // (a 24th of a short retention does not: 2.5 minutes of 1 h).
-  return retention - Math.max(retention / 24, 2 * MAX_CLOCK_SKEW_MS);
+  // (a 24th of a short retention does not: 2.5 minutes of 1 h). At most half the retention, which only a test's
+  // retention of seconds (below the configuration's least hour) reaches.
+  return retention - Math.min(Math.max(retention / 24, 2 * MAX_CLOCK_SKEW_MS), retention / 2);
 }
 
 /** Why an intent is too old, or dated ahead of the owner's clock (`now`, ms), to act on; null when it is neither. */
