@@ -27,8 +27,8 @@ resolve   a person's decision on one escalation, carried out by the record's own
           showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
           --return hands it back to the agent; --message goes to the agent. The agent gets the outcome on
           its reply topic; the ledger keeps it. Prints the owner's answer as JSON. An escalation id that two
-          records on writ.human carry with different intents, reasons or messages (one is forged) is refused
-          (exit 1), nothing sent.
+          records on writ.human carry with different contents (intent, record shown, reason, message: one
+          is forged) is refused (exit 1), nothing sent.
           The change --apply writes is the tool's delta function's on the record as it is now (or the
           intent's own delta when it only appends). A tool without a delta function cannot rebuild it:
           give the change with --delta '<json patch>' (RFC 6902, an array of operations, e.g.
@@ -138,12 +138,17 @@ async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCo
   return found;
 }
 
-/** What a decision is taken on: two records of one escalation id that differ here are not the same case. */
+/**
+ * What a decision is taken on: two records of one escalation id that differ here are not the same case. All but the
+ * time: beside the intent, the record it showed gives --apply its default base version (a forged copy showing the
+ * record's latest version would have a change made since written over), and the rest is what the operator read.
+ */
 function caseOf(e: Escalation): string {
+  const { at: _at, ...decided } = e;
   try {
-    return canonicalJson({ intent: e.intent, reason: e.reason, message: e.message });
+    return canonicalJson(decided);
   } catch {
-    return JSON.stringify({ intent: e.intent, reason: e.reason, message: e.message });
+    return JSON.stringify(decided);
   }
 }
 
@@ -199,7 +204,7 @@ async function resolve(argv: string[]): Promise<number> {
   const other = records.find((f) => caseOf(f.e) !== caseOf(found.e));
   if (other) {
     process.stderr.write(
-      `writ escalations: escalation ${printable(escalationId)} is contested: ${where(found)} and ${where(other)} carry different intents, reasons or messages under it (one is forged); nothing was sent\n`,
+      `writ escalations: escalation ${printable(escalationId)} is contested: ${where(found)} and ${where(other)} differ under it (one is forged); nothing was sent\n`,
     );
     return 1;
   }

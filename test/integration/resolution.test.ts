@@ -36,6 +36,17 @@ const noteTicket = declareWriteTool({
   reconcile: "idempotency-key",
 });
 
+/** Writes `forged` to writ.human as any producer can, keyed as owners key escalations. */
+async function forge(h: Awaited<ReturnType<typeof startHarness>>, forged: Escalation): Promise<void> {
+  const forger = new Kafka({ brokers: brokers(), clientId: `forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
+  await forger.connect();
+  try {
+    await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(forged.intent.entity), value: JSON.stringify(forged) }] });
+  } finally {
+    await forger.disconnect();
+  }
+}
+
 describe("resolving escalations", () => {
   it("apply: the owner writes the escalated intent on the record as the operator saw it; the agent gets applied, a repeat is a duplicate", async () => {
     const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
@@ -163,13 +174,7 @@ describe("resolving escalations", () => {
         delta: escalation.intent.delta.map((op) => (op.path === "/note" && op.op === "add" ? { ...op, value: FORGED } : op)),
       },
     };
-    const forger = new Kafka({ brokers: brokers(), clientId: `forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
-    await forger.connect();
-    try {
-      await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(escalation.intent.entity), value: JSON.stringify(forged) }] });
-    } finally {
-      await forger.disconnect();
-    }
+    await forge(h, forged);
     const copy = await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", 2)).find((e) => e.intent.intentId === otherIntentId), { message: "the forged copy on writ.human" });
     const now = await readVersion(h.records, "ticket", "T-74");
     const forgedWrites = () => h.records.history("ticket", "T-74").filter((e) => e.kind === "patch" && JSON.stringify(e.ops).includes(FORGED));
@@ -198,5 +203,24 @@ describe("resolving escalations", () => {
     expect(replies.filter((r) => r.intentId === otherIntentId)).toEqual([]);
     expect(seen.filter((r) => r.intentId === otherIntentId)).toEqual([]);
     expect(forgedWrites()).toHaveLength(0);
+  });
+
+  it("forged-escalation-base: a writ.human copy under a real escalation id showing a later record version is contested by the CLI; nothing is written over a change made since the escalation", async () => {
+    const h = await startHarness({ tools: [tagTicket], intentPartitions: 1 });
+    await h.startRouter();
+    const { escalation, escalatedReply } = await escalatedCase(h, "agent-g", "T-75");
+    // A person changes the record after the escalation: an apply on the version the escalation showed is a conflict.
+    h.records.seed("ticket", "T-75", { status: "closed by a person", tags: ["do-not-tag"] });
+    const now = await readVersion(h.records, "ticket", "T-75");
+    expect(now.version).not.toBe(escalation.current?.version);
+    // The same intent, reason and message (copied from the genuine record), showing the record as it is now, dated first.
+    const forged: Escalation = { ...escalation, current: now, at: new Date(Date.parse(escalation.at) - 60_000).toISOString() };
+    await forge(h, forged);
+    await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", 2)).find((e) => e.at === forged.at), { message: "the forged copy on writ.human" });
+
+    const cli = await writ(["escalations", "resolve", escalation.escalationId, "--apply", "--operator", `ops-cli-${h.id}`, "--timeout-ms", "30000"], cliEnv(h));
+    expect([cli.code, cli.stderr], cli.stdout).toEqual([1, expect.stringContaining("is contested")]);
+    expect(h.records.patchRequests(escalatedReply.intentKey)).toHaveLength(0);
+    expect((await readVersion(h.records, "ticket", "T-75")).state).toMatchObject({ tags: ["do-not-tag"] });
   });
 });
