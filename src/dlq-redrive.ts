@@ -25,6 +25,18 @@ export function notRedrivable(letter: { source: DeadLetterRef }, intentsTopic: s
   return null;
 }
 
+/**
+ * Why a dead letter whose value is whole cannot be sent back, or null when it can: its value must be the bytes its
+ * length and sha256 name. Any producer can write writ.dlq; a copy carrying other bytes under a real record's key
+ * and sha256 would be sent in its place (and the real one, the same record by those, not sent at all).
+ */
+export function valueRefusal(letter: Pick<DeadLetter, "truncated" | "valueBase64" | "originalBytes" | "sha256">): { outcome: "value_changed"; detail: string } | null {
+  if (letter.truncated) return null; // sent from its source, checked there (originalsOf)
+  const value = Buffer.from(letter.valueBase64, "base64");
+  if (value.length === letter.originalBytes && sha256Hex(value) === letter.sha256) return null;
+  return { outcome: "value_changed", detail: `its value is not the ${letter.originalBytes} bytes its sha256 names (another record's bytes: a forged or damaged dead letter)` };
+}
+
 /** The original record of a truncated dead letter, read back from its source. */
 export interface Original {
   value: Buffer;

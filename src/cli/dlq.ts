@@ -6,7 +6,7 @@
 // the owner already took is answered from the ledger as a repeat, never written twice.
 import type { IHeaders } from "kafkajs";
 import { WireCodec } from "../codec.ts";
-import { notRedrivable, originalsOf, redriveMessage, redriveProducer } from "../dlq-redrive.ts";
+import { notRedrivable, originalsOf, redriveMessage, redriveProducer, valueRefusal } from "../dlq-redrive.ts";
 import { DEAD_LETTER_REASONS } from "../errors.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
@@ -40,12 +40,13 @@ with the first. A dead letter whose value was cut to fit the broker's message si
 its source: the original record, read at its source offset, when its key and sha256 are the dead letter's.
 Not sent (said per record): a truncated one whose source is gone (source_gone: retention) or is another
 record (source_changed) or cannot be read (read_timeout, read_failed: the brokers unreachable, a refused
-read), one from another topic than the intents topic, and one that does not decode.
+read), one whose value is not the bytes its sha256 names (value_changed: forged or damaged), one from another
+topic than the intents topic, and one that does not decode.
 
 Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
 1 some were not sent (the output says why), 2 bad usage or could not run.`;
 
-type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout" | "read_failed";
+type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "value_changed" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout" | "read_failed";
 
 /** What the output says of one selected dead letter (its value is not kept: sent in batches as they are read). */
 interface Selected {
@@ -129,7 +130,8 @@ async function redrive(argv: string[]): Promise<number> {
       const identity = `${full.key}\u0000${full.sha256}`;
       const chosen = a.all || reasons.has(full.reason) || (full.source.topic === intentsTopic && sources.has(`${full.source.partition}:${full.source.offset}`));
       if (!chosen) return;
-      const refused = notRedrivable(full, intentsTopic);
+      // before the identity is taken: a copy with other bytes must not make the real one a "same_record"
+      const refused = notRedrivable(full, intentsTopic) ?? valueRefusal(full);
       if (refused !== null) {
         selected.push({ dlq, letter, ...refused });
       } else if (records.has(identity)) {

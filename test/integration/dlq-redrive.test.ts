@@ -4,6 +4,7 @@
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment } from "../../examples/demo-tools.ts";
+import { sha256Hex } from "../../src/canonical-json.ts";
 import { WireCodec } from "../../src/codec.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
@@ -105,5 +106,53 @@ describe("writ dlq redrive", () => {
     const [reply] = (await h.readTopic(intent.replyTo, "Reply", 1)) as Reply[];
     expect(reply).toMatchObject({ status: "applied", duplicate: false, intentKey: intent.intentKey });
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  }, 120_000);
+
+  it("a forged dead letter with a real one's key and sha256 but other bytes, ahead of it, is refused value_changed; the real one is sent", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    await h.startRouter();
+    const agent = await h.client(`agent-dlqv-${h.id}`);
+    const lateTopic = `writ.replies.late-${h.id}`;
+    const version = (await readVersion(h.records, "payment", "pay_1")).version;
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+    const bytes = await codec.encode(h.config.topics.intents, "WriteIntent", { ...agent.buildIntent(refundIntent(`run-${h.id}`, version, 900)), replyTo: lateTopic });
+    // Another refund's bytes, under the real intent's key and sha256, written to writ.dlq before the owner dead-letters the real one.
+    const other = await codec.encode(h.config.topics.intents, "WriteIntent", { ...agent.buildIntent(refundIntent(`run-x-${h.id}`, version, 5_000)), replyTo: lateTopic });
+    const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    const forged: DeadLetter = {
+      reason: "reply_topic_missing",
+      message: "reply topic missing",
+      source: { topic: h.config.topics.intents, partition: 0, offset: "0" },
+      key: "payment:pay_1",
+      valueBase64: other.toString("base64"),
+      originalBytes: bytes.length,
+      sha256: sha256Hex(bytes),
+      truncated: false,
+      headers: {},
+      at: new Date().toISOString(),
+    };
+    await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify(forged) }] });
+    await h.produceRaw("payment:pay_1", bytes);
+    const letters = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 2)) as DeadLetter[];
+    expect(letters.map((l) => [l.reason, l.sha256])).toEqual([
+      ["reply_topic_missing", forged.sha256],
+      ["reply_topic_missing", forged.sha256],
+    ]);
+
+    const kafka = new Kafka({ clientId: `dlq-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await admin.createTopics({ topics: [{ topic: lateTopic, numPartitions: 1 }], waitForLeaders: true });
+    const sent = await writ(["dlq", "redrive", "--reason", "reply_topic_missing", "--json"], cliEnv(h));
+    expect(sent.code, sent.stderr).toBe(1);
+    expect(sent.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(["value_changed", "sent"]);
+    const [reply] = (await h.readTopic(lateTopic, "Reply", 1)) as Reply[];
+    expect(reply).toMatchObject({ status: "applied", duplicate: false });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([expect.objectContaining({ amountCents: 900 })]);
   }, 120_000);
 });
