@@ -2,6 +2,7 @@
 // or the Confluent wire format, as WireCodec reads them), skipping control
 // records; follows the topic with --follow.
 import { RECORD_MAX_DEPTH, WireCodec } from "../codec.ts";
+import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
@@ -64,7 +65,12 @@ export function isoTimestamp(ms: string): string {
 /** Decodes a record of `schema`; never throws for bad bytes (an unreachable registry does). */
 export async function decodeRecord(codec: WireCodec, schema: WireSchemaName, r: TopicRecord): Promise<DecodedRecord> {
   const base = { topic: r.topic, partition: r.partition, offset: r.offset, timestamp: isoTimestamp(r.timestamp), key: r.key?.toString("utf8") ?? null };
-  if (r.value === null) return { ...base, tombstone: true };
+  if (r.value === null) {
+    // The stand-in for a record batch that could not be read (src/kafka/unreadable-batches.ts): records skipped, not a tombstone.
+    const unreadable = unreadableBatchOf(r.headers);
+    if (unreadable !== null) return { ...base, error: `unreadable_batch: the record batch of offsets ${unreadable.firstOffset}-${unreadable.lastOffset} could not be read (${unreadable.reason}); its records are skipped` };
+    return { ...base, tombstone: true };
+  }
   if (!codec.framed && r.value.length > 5 && r.value[0] === 0) {
     return { ...base, error: `framed in the Confluent wire format (schema id ${r.value.readInt32BE(1)}): give --registry <url> (or set SCHEMA_REGISTRY_URL) to decode it` };
   }

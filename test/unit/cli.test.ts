@@ -3,6 +3,7 @@ import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, 
 import { table } from "../../src/cli/escalations.ts";
 import { decodeRecord, formatRecord } from "../../src/cli/tail.ts";
 import { RECORD_MAX_DEPTH, WireCodec } from "../../src/codec.ts";
+import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import { shownUrl } from "../../src/cli/verify.ts";
 import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
@@ -195,6 +196,16 @@ describe("reading writ's records back (writ tail, writ escalations, the console)
     // Past what any owner writes: an error, as any undecodable record.
     const deeper = await decodeRecord(new WireCodec({}), "Escalation", record("[".repeat(RECORD_MAX_DEPTH + 1) + "]".repeat(RECORD_MAX_DEPTH + 1)));
     expect(deeper.error).toMatch(/^too_deep: /);
+  });
+
+  it("a record batch that could not be read (its stand-in: no value, the writ-unreadable-batch header) is shown as such, not as a tombstone", async () => {
+    const standIn = { ...record(""), value: null, headers: { [UNREADABLE_BATCH_HEADER]: Buffer.from("5-9 gzip: inflates past 104857600 bytes") } };
+    const read = await decodeRecord(new WireCodec({}), "DeadLetter", standIn);
+    expect(read.tombstone).toBeUndefined();
+    expect(read.error).toBe("unreadable_batch: the record batch of offsets 5-9 could not be read (gzip: inflates past 104857600 bytes); its records are skipped");
+    expect(formatRecord("DeadLetter", read)).toContain("undecodable (unreadable_batch: the record batch of offsets 5-9");
+    // A record without a value and without the header is still a tombstone.
+    expect(await decodeRecord(new WireCodec({}), "LedgerEntry", { ...standIn, headers: undefined })).toMatchObject({ tombstone: true });
   });
 });
 
