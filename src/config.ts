@@ -32,6 +32,9 @@ export const replyTopicPrefix = z.string().regex(/^[a-zA-Z0-9._-]{1,248}$/, "the
 /** Largest intent value owners accept, bytes: a client refuses a larger one before sending. */
 export const maxIntentBytes = z.number().int().min(1024);
 
+/** Largest record writ produces, bytes: writ's topics take a record batch at least this large (writ topics check). */
+export const maxMessageBytes = z.number().int().min(16_384);
+
 /** Deepest JSON nesting owners accept in an intent: a client refuses a deeper one before sending. */
 export const maxJsonDepth = z.number().int().min(4).max(128);
 
@@ -128,7 +131,7 @@ export const RouterConfig = z
     /** Deepest JSON nesting accepted in an intent; deeper ones are dead-lettered `too_deep`. */
     maxJsonDepth: maxJsonDepth.default(32),
     /** Largest record writ produces, bytes; keep it under the broker's `message.max.bytes` (default 1,048,588). */
-    maxMessageBytes: z.number().int().min(16_384).default(1_000_000),
+    maxMessageBytes: maxMessageBytes.default(1_000_000),
     /**
      * Bytes of systems-of-record answers (their bodies, read and parsed) this process holds at once, over every
      * system and partition: maxResponseBytes bounds one answer, this their sum. Beyond it, answers wait (their bodies

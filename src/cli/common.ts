@@ -10,7 +10,7 @@ import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { ownersIntentBounds } from "../../producers/writ-client.ts";
 import { jsonDepth } from "../canonical-json.ts";
-import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, readableIssue, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
+import { MAX_TIMER_MS, TopicsConfig, envNumber, kafkaId, maxIntentBytes, maxJsonDepth, maxMessageBytes, readableIssue, replicationFactor, replyTopicPrefix, topicName } from "../config.ts";
 import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
@@ -254,6 +254,11 @@ export function clientSettingsFromEnv(): { maxIntentBytes?: number; maxJsonDepth
     ...(rf !== undefined ? { replicationFactor: rf } : {}),
     replyTopicPrefix: replyPrefixFromEnv(),
   };
+}
+
+/** The owners' largest record, `$WRIT_MAX_MESSAGE_BYTES` (default 1,000,000): writ's topics take a record batch at least this large. */
+export function maxMessageBytesFromEnv(): number {
+  return fromEnv("WRIT_MAX_MESSAGE_BYTES", maxMessageBytes, 1_000_000, true);
 }
 
 /** The schema registry from a flag or `$SCHEMA_REGISTRY_URL`; undefined for plain JSON. */

@@ -10,7 +10,8 @@ import { notRedrivable, originalsOf, redriveMessage, redriveProducer, valueRefus
 import { DEAD_LETTER_REASONS } from "../errors.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
-import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { BATCH_OVERHEAD_BYTES, recordBytes } from "../owner/produce-limits.ts";
+import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, maxMessageBytesFromEnv, parseCommandArgs, registryFrom, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { atOffset, readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
 
@@ -36,7 +37,8 @@ redrive   sends dead-lettered records back to the intents topic ($WRIT_INTENTS_T
   -h, --help                  this text
 
 A dead letter of a record sent back that was dead-lettered again (the same key and value) is sent once per run,
-with the first. A dead letter whose value was cut to fit the broker's message size (truncated) is sent from
+with the first. Records go in produce requests of at most 500 records and $WRIT_MAX_MESSAGE_BYTES (the owners'
+largest record, default 1000000, which writ's topics take as one record batch). A dead letter whose value was cut to fit the broker's message size (truncated) is sent from
 its source: the original record, read at its source offset, when its key and sha256 are the dead letter's.
 Not sent (said per record): a truncated one whose source is gone (source_gone: retention) or is another
 record (source_changed) or cannot be read (read_timeout, read_failed: the brokers unreachable, a refused
@@ -97,6 +99,7 @@ async function redrive(argv: string[]): Promise<number> {
   const codec = new WireCodec(connection);
   const dlqTopic = topicFromEnv("WRIT_DLQ_TOPIC");
   const intentsTopic = topicFromEnv("WRIT_INTENTS_TOPIC");
+  const batchBytes = maxMessageBytesFromEnv();
   if (!(await topicsWithPrefix(kafka, dlqTopic)).includes(dlqTopic)) {
     process.stderr.write(`writ dlq: no topic ${dlqTopic} on the cluster (writ topics ensure creates it)\n`);
     return 2;
@@ -104,16 +107,37 @@ async function redrive(argv: string[]): Promise<number> {
 
   const selected: Selected[] = [];
   const producer = a["dry-run"] ? null : redriveProducer(kafka);
-  let batch: { key: string | null; value: Buffer; headers: IHeaders }[] = [];
+  type Message = { key: string | null; value: Buffer; headers: IHeaders };
+  // Records waiting to go, in produce requests: all but the last are full. A request that fails stays, and goes
+  // with the next flush; no record is dropped by a failed one.
+  const batches: Message[][] = [];
+  let lastBytes = 0;
   let sent = 0;
   // A record sent back whose cause remained was dead-lettered again: the same key and value, a later dead letter.
   // Each is sent once per run (the first), so that runs over --all add copies linearly, not doubling each time.
   const records = new Map<string, string>();
   const truncated: { selected: Selected; letter: DeadLetter }[] = [];
-  const flush = async () => {
-    if (producer === null || batch.length === 0) return;
-    await producer.send({ topic: intentsTopic, acks: -1, messages: batch });
-    batch = [];
+  const flush = async (keepLast = false) => {
+    if (producer === null) return;
+    while (batches.length > (keepLast ? 1 : 0)) {
+      await producer.send({ topic: intentsTopic, acks: -1, messages: batches[0]! });
+      batches.shift();
+    }
+  };
+  // A produce request carries a partition's records as one record batch, which the intents topic refuses
+  // (MESSAGE_TOO_LARGE) past its max.message.bytes, at least WRIT_MAX_MESSAGE_BYTES: a request is closed before
+  // it would pass that (a record alone goes alone; it was on the topic).
+  const add = async (m: Message) => {
+    const size = recordBytes({ topic: intentsTopic, ...m, headers: m.headers as Record<string, string> });
+    const last = batches.at(-1);
+    if (last === undefined || last.length >= BATCH || (last.length > 0 && lastBytes + size + BATCH_OVERHEAD_BYTES > batchBytes)) {
+      batches.push([m]);
+      lastBytes = size;
+    } else {
+      last.push(m);
+      lastBytes += size;
+    }
+    await flush(true);
   };
   await producer?.connect();
   try {
@@ -146,8 +170,7 @@ async function redrive(argv: string[]): Promise<number> {
         // A value cut to fit is read from its source after this pass, all of them in one read.
         if (full.truncated) return void truncated.push({ selected: chosenOne, letter: { ...full, valueBase64: "" } });
         if (producer === null) return;
-        batch.push(redriveMessage(full, dlq));
-        if (batch.length >= BATCH) await flush();
+        await add(redriveMessage(full, dlq));
       }
     });
     await flush();
@@ -160,8 +183,7 @@ async function redrive(argv: string[]): Promise<number> {
         continue;
       }
       if (producer === null) continue;
-      batch.push(redriveMessage(t.letter, t.selected.dlq, original));
-      if (batch.length >= BATCH) await flush();
+      await add(redriveMessage(t.letter, t.selected.dlq, original));
     }
     await flush();
     if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);

@@ -8,6 +8,7 @@ import { sha256Hex } from "../../src/canonical-json.ts";
 import { WireCodec } from "../../src/codec.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, cliEnv, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
 
 describe("writ dlq redrive", () => {
@@ -107,6 +108,30 @@ describe("writ dlq redrive", () => {
     expect(reply).toMatchObject({ status: "applied", duplicate: false, intentKey: intent.intentKey });
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
   }, 120_000);
+
+  it("dead letters larger together than a record batch the intents topic takes (intents too large for the owners, sent back once their limit is raised) are all sent, in batches that fit", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    // Owners with the default limits (256 KiB intents, 1,000,000-byte records): five 300 KB intents of one
+    // record are dead-lettered too_large, whole; together (1.5 MB) they are more than one record batch may be.
+    const strict = await h.startRouter();
+    const agent = await h.client(`agent-many-${h.id}`);
+    const version = (await readVersion(h.records, "payment", "pay_1")).version;
+    for (let i = 1; i <= 5; i++) {
+      const intent = agent.buildIntent(refundIntent(`run-${h.id}`, version, 100 * i));
+      await h.produceRaw("payment:pay_1", Buffer.from(JSON.stringify({ ...intent, attachment: "x".repeat(300_000) })));
+    }
+    const dead = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 5)) as DeadLetter[];
+    expect(dead.map((d) => [d.reason, d.truncated])).toEqual(Array(5).fill(["too_large", false]));
+
+    await strict.stop();
+    await h.startRouter({ config: { ...h.config, maxIntentBytes: 400_000 } });
+    const sent = await writ(["dlq", "redrive", "--reason", "too_large", "--json"], cliEnv(h));
+    expect(sent.code, sent.stderr).toBe(0);
+    expect(sent.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(Array(5).fill("sent"));
+    await waitFor(() => h.records.patchRequests().filter((r) => r.type === "payment").length >= 5, { timeoutMs: 60_000, message: "five refunds written" });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(5);
+  }, 180_000);
 
   it("a forged dead letter with a real one's key and sha256 but other bytes, ahead of it, is refused value_changed; the real one is sent", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });

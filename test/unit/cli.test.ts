@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
+import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, maxMessageBytesFromEnv, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { decodeRecord, formatRecord } from "../../src/cli/tail.ts";
 import { RECORD_MAX_DEPTH, WireCodec } from "../../src/codec.ts";
@@ -53,6 +53,9 @@ describe("settings the commands share with owners, from the owners' variables", 
     withEnv({ WRIT_MAX_JSON_DEPTH: "200" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: at most 128, got 200$/));
     withEnv({ WRIT_MAX_JSON_DEPTH: "deep" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_JSON_DEPTH: a whole number, got "deep"$/));
     withEnv({ WRIT_MAX_INTENT_BYTES: "1.5" }, () => expect(() => clientSettingsFromEnv()).toThrow(/^WRIT_MAX_INTENT_BYTES: a whole number, got 1.5$/));
+    // what writ dlq redrive sizes its produce requests by
+    withEnv({ WRIT_MAX_MESSAGE_BYTES: "1000" }, () => expect(() => maxMessageBytesFromEnv()).toThrow(/^WRIT_MAX_MESSAGE_BYTES: at least 16384, got 1000$/));
+    withEnv({ WRIT_MAX_MESSAGE_BYTES: "" }, () => expect(maxMessageBytesFromEnv()).toBe(1_000_000));
   });
 
   it("takes the values owners take, and the owners' defaults when unset or empty", () => {
