@@ -20,8 +20,12 @@ export interface DeadLetterRef {
 }
 
 /** Why a dead letter cannot be sent back, or null when it can (a truncated one, from its source: `originalsOf`). */
-export function notRedrivable(letter: { source: DeadLetterRef }, intentsTopic: string): { outcome: "other_topic"; detail: string } | null {
+export function notRedrivable(letter: { source: DeadLetterRef }, intentsTopic: string): { outcome: "other_topic" | "source_invalid"; detail: string } | null {
   if (letter.source.topic !== intentsTopic) return { outcome: "other_topic", detail: `from ${letter.source.topic}, not the intents topic ${intentsTopic}` };
+  // The schema takes any string: an owner writes an offset, and a truncated one is read back from it (BigInt).
+  if (!/^\d{1,19}$/.test(letter.source.offset) || letter.source.partition < 0) {
+    return { outcome: "source_invalid", detail: `its source ${letter.source.partition}@${letter.source.offset.slice(0, 40)} is no partition and offset (not an owner's dead letter)` };
+  }
   return null;
 }
 

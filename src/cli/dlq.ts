@@ -43,12 +43,12 @@ its source: the original record, read at its source offset, when its key and sha
 Not sent (said per record): a truncated one whose source is gone (source_gone: retention) or is another
 record (source_changed) or cannot be read (read_timeout, read_failed: the brokers unreachable, a refused
 read), one whose value is not the bytes its sha256 names (value_changed: forged or damaged), one from another
-topic than the intents topic, and one that does not decode.
+topic than the intents topic (other_topic) or from no offset there (source_invalid), and one that does not decode.
 
 Exit status: 0 every selected dead letter was sent (or listed, with --dry-run; also when none matched),
 1 some were not sent (the output says why), 2 bad usage or could not run.`;
 
-type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "value_changed" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout" | "read_failed";
+type Outcome = "sent" | "would_send" | "same_record" | "other_topic" | "source_invalid" | "value_changed" | "undecodable" | "over_max" | "source_gone" | "source_changed" | "read_timeout" | "read_failed";
 
 /** What the output says of one selected dead letter (its value is not kept: sent in batches as they are read). */
 interface Selected {

@@ -22,6 +22,7 @@ export type SendBackOutcome =
   | "dead_letter_sending"
   | "dead_letter_gone"
   | "other_topic"
+  | "source_invalid"
   | "undecodable"
   | "read_timeout"
   | "read_failed"
@@ -48,6 +49,7 @@ export const SEND_BACK_STATUS: Record<SendBackOutcome, number> = {
   dead_letter_sent_back: 409,
   dead_letter_sending: 409,
   other_topic: 409,
+  source_invalid: 409,
   undecodable: 409,
   source_gone: 409,
   source_changed: 409,

@@ -133,6 +133,40 @@ describe("writ dlq redrive", () => {
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(5);
   }, 180_000);
 
+  it("a dead letter naming no offset of the intents topic (forged: the schema takes any string) is refused source_invalid; the run goes on and sends the others", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    await h.startRouter();
+    const agent = await h.client(`agent-off-${h.id}`);
+    const bytes = Buffer.from(JSON.stringify(agent.buildIntent(refundIntent(`run-${h.id}`, '"1"', 300))));
+    const letter = (source: DeadLetter["source"], truncated: boolean): DeadLetter => ({
+      reason: "too_large",
+      message: "m",
+      source,
+      key: "payment:pay_1",
+      valueBase64: (truncated ? bytes.subarray(0, 10) : bytes).toString("base64"),
+      originalBytes: bytes.length,
+      sha256: sha256Hex(bytes),
+      truncated,
+      headers: {},
+      at: new Date().toISOString(),
+    });
+    const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    await forger.send({
+      topic: h.config.topics.dlq,
+      messages: [
+        { key: "payment:pay_1", value: JSON.stringify(letter({ topic: h.config.topics.intents, partition: 0, offset: "1e3" }, true)) },
+        { key: "payment:pay_1", value: JSON.stringify(letter({ topic: h.config.topics.intents, partition: 1, offset: "7" }, false)) },
+      ],
+    });
+    await h.readTopic(h.config.topics.dlq, "DeadLetter", 2);
+
+    const run = await writ(["dlq", "redrive", "--all", "--json"], cliEnv(h));
+    expect(run.code, run.stderr).toBe(1);
+    expect(run.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(["source_invalid", "sent"]);
+  }, 120_000);
+
   it("a forged dead letter with a real one's key and sha256 but other bytes, ahead of it, is refused value_changed; the real one is sent", async () => {
     const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
     h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
