@@ -21,7 +21,8 @@ list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, to
           are reported on stderr. A case stays on the topic once decided: --open shows only the ones a
           decision can still be given on, by the owners' ledger ($WRIT_LEDGER_TOPIC, or --ledger-topic; read
           from its start to its end, so slower on a large ledger): the intent's entry escalated under that
-          escalation id. --json then adds "open": true.
+          escalation id. --json then adds "open": true. Only what the table shows of each case is held
+          (with --json, each case whole, to print them oldest first).
 resolve   a person's decision on one escalation, carried out by the record's owner: --apply writes the
           escalated intent on the record as it is at --base-version (default: the version the escalation
           showed; a record that changed since is a conflict, nothing written), --discard writes nothing,
@@ -84,7 +85,8 @@ async function list(argv: string[]): Promise<number> {
     return 2;
   }
   if (a["ledger-topic"] !== undefined && !a.open) throw new UsageError("--ledger-topic goes with --open");
-  let found = await readEscalations(kafka, codec, topic, log);
+  // The table's cells only (a large backlog of escalations showing large records is not held whole); --json prints them whole.
+  let found = await readEscalations(kafka, codec, topic, log, (e) => (a.json ? e : shown(e)));
   if (a.open) {
     const ledgerTopic = a["ledger-topic"] ?? topicFromEnv("WRIT_LEDGER_TOPIC");
     const { entries, unfinished } = await latestLedgerEntries(kafka, codec, ledgerTopic, new Set(found.map((f) => f.e.intent.intentKey)), log);
@@ -117,13 +119,30 @@ async function list(argv: string[]): Promise<number> {
  * outcome of this escalation id (architecture §8). Decided, re-submitted and escalated again, settled, or past the
  * ledger's retention: not open.
  */
-export function isOpen(e: Escalation, entry: LedgerIntentEntry | null): boolean {
+export function isOpen(e: Pick<Escalation, "escalationId">, entry: LedgerIntentEntry | null): boolean {
   return entry !== null && entry.status === "done" && entry.outcome?.status === "escalated" && entry.outcome.escalationId === e.escalationId;
 }
 
-/** Every escalation on `topic`, oldest first, read to the end the topic had when asked. */
-async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCodec, topic: string, log: ReturnType<typeof commandLogger>) {
-  const found: { e: Escalation; topic: string; partition: number; offset: string }[] = [];
+/** What the table shows of an escalation, and what --open checks. */
+type Shown = Pick<Escalation, "escalationId" | "reason" | "message" | "at" | "mayHaveWritten"> & { intent: Pick<Escalation["intent"], "intentKey" | "tool" | "entity"> };
+
+function shown(e: Escalation): Shown {
+  const { intentKey, tool, entity } = e.intent;
+  return { escalationId: e.escalationId, reason: e.reason, message: e.message, at: e.at, mayHaveWritten: e.mayHaveWritten, intent: { intentKey, tool, entity: { type: entity.type, id: entity.id } } };
+}
+
+/**
+ * What `keep` takes of each escalation on `topic` (none where it answers undefined), oldest first, read to the end
+ * the topic had when asked. Only that is held: a topic's escalations carry records of up to a megabyte each.
+ */
+async function readEscalations<T extends Pick<Escalation, "at">>(
+  kafka: ReturnType<typeof kafkaFor>,
+  codec: WireCodec,
+  topic: string,
+  log: ReturnType<typeof commandLogger>,
+  keep: (e: Escalation) => T | undefined,
+) {
+  const found: { e: T; topic: string; partition: number; offset: string }[] = [];
   const { unfinished } = await readWholeTopic(kafka, topic, log, async (r) => {
     const d = await decodeRecord(codec, "Escalation", r);
     if (d.tombstone) return;
@@ -131,7 +150,8 @@ async function readEscalations(kafka: ReturnType<typeof kafkaFor>, codec: WireCo
       log.warn({ offset: d.offset }, `${topic}[${d.partition}]@${d.offset} skipped: ${d.error}`);
       return;
     }
-    found.push({ e: d.value as Escalation, topic: d.topic, partition: d.partition, offset: d.offset });
+    const kept = keep(d.value as Escalation);
+    if (kept !== undefined) found.push({ e: kept, topic: d.topic, partition: d.partition, offset: d.offset });
   });
   if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
   found.sort((x, y) => Date.parse(x.e.at) - Date.parse(y.e.at));
@@ -196,7 +216,7 @@ async function resolve(argv: string[]): Promise<number> {
   const kafka = kafkaFor(brokers, "writ-cli-escalations", log, connection.kafka);
   const codec = new WireCodec(connection);
   const topic = topicFromEnv("WRIT_HUMAN_TOPIC");
-  const records = (await readEscalations(kafka, codec, topic, log)).filter((f) => f.e.escalationId === escalationId);
+  const records = await readEscalations(kafka, codec, topic, log, (e) => (e.escalationId === escalationId ? e : undefined));
   const found = records[0];
   if (!found) throw new UsageError(`no escalation ${escalationId} on ${topic}`);
   // Anyone who may produce to writ.human can write a record under a real escalation id: with two that differ, which

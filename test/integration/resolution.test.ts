@@ -36,12 +36,12 @@ const noteTicket = declareWriteTool({
   reconcile: "idempotency-key",
 });
 
-/** Writes `forged` to writ.human as any producer can, keyed as owners key escalations. */
-async function forge(h: Awaited<ReturnType<typeof startHarness>>, forged: Escalation): Promise<void> {
+/** Writes each of `forged` to writ.human as any producer can, keyed as owners key escalations (one record per request). */
+async function forge(h: Awaited<ReturnType<typeof startHarness>>, ...forged: Escalation[]): Promise<void> {
   const forger = new Kafka({ brokers: brokers(), clientId: `forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
   await forger.connect();
   try {
-    await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(forged.intent.entity), value: JSON.stringify(forged) }] });
+    for (const f of forged) await forger.send({ topic: h.config.topics.human, messages: [{ key: entityKey(f.intent.entity), value: JSON.stringify(f) }] });
   } finally {
     await forger.disconnect();
   }
@@ -203,6 +203,25 @@ describe("resolving escalations", () => {
     expect(replies.filter((r) => r.intentId === otherIntentId)).toEqual([]);
     expect(seen.filter((r) => r.intentId === otherIntentId)).toEqual([]);
     expect(forgedWrites()).toHaveLength(0);
+  });
+
+  it("writ escalations list and resolve hold what they show of a large backlog, not every escalation whole: 80 escalations of 800 KB records each, in a 40 MB heap", async () => {
+    const h = await startHarness({ tools: [tagTicket], intentPartitions: 1 });
+    await h.startRouter();
+    const { escalation } = await escalatedCase(h, "agent-m", "T-76");
+    // A backlog on writ.human: each showing a record of 800 KB (owners cut an escalation to fit the topic's 1 MB).
+    const state = { status: "open", notes: "n".repeat(800_000) };
+    const backlog = Array.from({ length: 80 }, (_, i): Escalation => ({ ...escalation, escalationId: `backlog-${i}-${h.id}`, current: { version: '"9"', state }, at: new Date(Date.parse(escalation.at) + 1000 + i).toISOString() }));
+    await forge(h, ...backlog);
+    await h.readTopic(h.config.topics.human, "Escalation", 81);
+
+    const env = { ...cliEnv(h), NODE_OPTIONS: "--max-old-space-size=40" };
+    const list = await writ(["escalations", "list"], env);
+    expect(list.code, list.stderr.slice(-2000)).toBe(0);
+    expect(list.stdout).toContain(`81 escalations on ${h.config.topics.human}`);
+    const resolved = await writ(["escalations", "resolve", escalation.escalationId, "--discard", "--operator", `ops-m-${h.id}`, "--timeout-ms", "30000"], env);
+    expect(resolved.code, resolved.stderr.slice(-2000)).toBe(0);
+    expect(JSON.parse(resolved.stdout)).toMatchObject({ status: "rejected", reason: "escalation_discarded" });
   });
 
   it("forged-escalation-base: a writ.human copy under a real escalation id showing a later record version is contested by the CLI; nothing is written over a change made since the escalation", async () => {
