@@ -419,7 +419,9 @@ export class ConsoleState {
   }
 
   /**
-   * Digest of what a second record for the same escalation id must repeat: the intent, the reason, the message.
+   * Digest of what a second record for the same escalation id must repeat: the intent, the reason, the message,
+   * and the version of the record it showed (an apply's default base: a copy showing a later one would have a
+   * change made since the escalation written over).
    * Canonical JSON (key order does not count) for an intent an owner could have admitted; for a larger one, its
    * compact JSON (canonicalizing a megabyte costs a tenth of a second; it can be no owner's, and any difference
    * contests, which only refuses the page a decision).
@@ -428,18 +430,18 @@ export class ConsoleState {
     let text: string | undefined;
     if (intentJson.length <= this.limits.intentChars) {
       try {
-        text = canonicalJson({ intent: e.intent, reason: e.reason, message: e.message });
+        text = canonicalJson({ intent: e.intent, reason: e.reason, message: e.message, version: e.current?.version ?? null });
       } catch {
         text = undefined;
       }
     }
-    text ??= `${intentJson}\u0000${JSON.stringify([e.reason, e.message])}`;
+    text ??= `${intentJson}\u0000${JSON.stringify([e.reason, e.message, e.current?.version ?? null])}`;
     return createHash("sha256").update(text).digest("hex");
   }
 
   /**
    * An escalation read on writ.human. Kept only when keyed as an owner keys it (its intent's entity key). The
-   * first record for an id is shown; a later one with another intent, reason or message contests it (one of
+   * first record for an id is shown; a later one with another intent, reason, message or record version contests it (one of
    * them is forged; which, only the ledger says).
    */
   escalation(where: RecordRef, e: Escalation, key: string | null): void {

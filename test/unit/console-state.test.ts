@@ -184,6 +184,10 @@ describe("ConsoleState", () => {
     human(s, 3, escalation(2));
     human(s, 4, { ...escalation(2), reason: "outcome_unknown" });
     expect(s.resolvable("e-2")).toMatchObject({ refused: "escalation_contested" });
+    // and the record version alone (an apply's default base: a copy showing a later one would write over a change)
+    human(s, 5, escalation(3));
+    human(s, 6, { ...escalation(3), current: { state: { tags: ["changed since"] }, version: '"v9"' } });
+    expect(s.resolvable("e-3")).toMatchObject({ refused: "escalation_contested" });
   });
 
   it("a writ.human record not keyed by its intent's entity (as an owner keys it) is not kept, and counted", () => {
