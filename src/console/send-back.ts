@@ -5,7 +5,7 @@ import type { IHeaders, Kafka, Producer } from "kafkajs";
 import { decodeRecord } from "../cli/tail.ts";
 import { atOffset, offsetsWanted, readRecordsAt } from "../cli/topic-reader.ts";
 import type { WireCodec } from "../codec.ts";
-import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
+import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, valueRefusal, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import { partitionFor } from "../kafka/partition.ts";
 import type { Logger } from "../logger.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
@@ -28,6 +28,7 @@ export type SendBackOutcome =
   | "read_failed"
   | "source_gone"
   | "source_changed"
+  | "value_changed"
   | "same_record"
   | "send_failed";
 
@@ -53,6 +54,7 @@ export const SEND_BACK_STATUS: Record<SendBackOutcome, number> = {
   undecodable: 409,
   source_gone: 409,
   source_changed: 409,
+  value_changed: 409,
   same_record: 409,
   read_timeout: 504,
   read_failed: 502,
@@ -128,10 +130,13 @@ export class DeadLetterSender {
         else if (!("letter" in read)) refuse(i, read.unread, read.unread === "undecodable" ? `it does not read back: ${read.error}` : read.error);
         else {
           const letter = read.letter;
+          const changed = valueRefusal(letter);
           // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once.
           const identity = `${letter.key}\u0000${letter.sha256}`;
           const first = records.get(identity);
-          if (first !== undefined) refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
+          // before the identity is taken: a copy with other bytes must not make the real one a same_record
+          if (changed !== null) refuse(i, changed.outcome, `cannot be sent back: ${changed.detail}`);
+          else if (first !== undefined) refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
           else {
             records.set(identity, ref);
             going.push({ i, letter, ref });

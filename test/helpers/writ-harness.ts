@@ -4,7 +4,9 @@ import { CompressionTypes, Kafka, logLevel } from "kafkajs";
 import { onTestFinished } from "vitest";
 import type { IntentInput } from "../../producers/client-api.ts";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
+import { sha256Hex } from "../../src/canonical-json.ts";
 import { WireCodec } from "../../src/codec.ts";
+import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
 import type { RouterConfigInput } from "../../src/config.ts";
 import { createLogger } from "../../src/logger.ts";
@@ -243,4 +245,23 @@ export async function escalatedCase(
     message: `the escalation of ${ticket} on ${h.config.topics.human}`,
   });
   return { agent, seen, escalation, escalatedReply };
+}
+
+/**
+ * A dead letter of `bytes` (an intent of payment:pay_1 from `source`), as an owner writes one: whole, its length
+ * and sha256 those of `bytes`; `carried` is the value it carries (other bytes: a forgery; a prefix: truncated).
+ */
+export function deadLetterOf(bytes: Buffer, source: DeadLetter["source"], over: { carried?: Buffer; reason?: string; truncated?: boolean } = {}): DeadLetter {
+  return {
+    reason: over.reason ?? "reply_topic_missing",
+    message: "m",
+    source,
+    key: "payment:pay_1",
+    valueBase64: (over.carried ?? bytes).toString("base64"),
+    originalBytes: bytes.length,
+    sha256: sha256Hex(bytes),
+    truncated: over.truncated ?? false,
+    headers: {},
+    at: new Date().toISOString(),
+  };
 }

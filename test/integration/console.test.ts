@@ -25,7 +25,7 @@ import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { consoleOf, launchChromium, listen, openLivePage, openPage } from "../helpers/console-page.ts";
 import { openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
+import { brokers, deadLetterOf, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
 
 /** A raw HTTP request, so Host and Origin can be anything. */
 function raw(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; body: string }> {
@@ -516,6 +516,31 @@ describe("writ console, in headless Chromium", () => {
     // the refused send back of the forgery is the page's one failed request (a favicon.ico 404 was another)
     expect(errors).toEqual([expect.stringMatching(/status of 409 \(Conflict\)/)]);
   }, 180_000);
+
+  it("refuses value_changed to send back a dead letter whose value is not the bytes its sha256 names (forged with a real record's key and sha256)", async () => {
+    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+    await h.startRouter();
+    const p = `cons-val-${h.id}`;
+    const operatorToken = `oper-${randomUUID()}`;
+    const consoleServer = await consoleOf(h, p, `read-${randomUUID()}`, operatorToken);
+    const agent = await h.client(`${p}-agent`);
+    const bytes = Buffer.from(JSON.stringify(agent.buildIntent(refundIntent(`run-${h.id}`, '"1"', 300))));
+    const other = Buffer.from(JSON.stringify(agent.buildIntent(refundIntent(`run-x-${h.id}`, '"1"', 5_000))));
+    const forged = deadLetterOf(bytes, { topic: h.config.topics.intents, partition: 0, offset: "0" }, { carried: other });
+    const forger = new Kafka({ brokers: brokers(), clientId: `console-val-forger-${h.id}`, logLevel: logLevel.NOTHING }).producer();
+    await forger.connect();
+    onTestFinished(() => forger.disconnect());
+    const [at] = await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify(forged) }] });
+    const redrive = async () => {
+      const res = await fetch(`${consoleServer.url}/api/dead-letters/${at!.partition}/${at!.baseOffset}/redrive`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${operatorToken}`, origin: consoleServer.url }, body: "{}" });
+      return { status: res.status, ...((await res.json()) as { reason?: string }) };
+    };
+    const answer = await waitFor(async () => {
+      const a = await redrive();
+      return a.reason === "dead_letter_unknown" ? undefined : a;
+    }, { message: "the console keeps the forged dead letter" });
+    expect(answer).toMatchObject({ status: 409, reason: "value_changed" });
+  }, 120_000);
 
   it("sends back the ticked dead letters, then every one shown, filtered by reason, in one request: a record dead-lettered twice goes once, another reason stays; each answered and written once", async () => {
     const h = await startHarness({ tools: [tagTicket], intentPartitions: 2 });

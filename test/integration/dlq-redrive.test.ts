@@ -4,12 +4,11 @@
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment } from "../../examples/demo-tools.ts";
-import { sha256Hex } from "../../src/canonical-json.ts";
 import { WireCodec } from "../../src/codec.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { waitFor } from "../helpers/wait-for.ts";
-import { brokers, cliEnv, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
+import { brokers, cliEnv, deadLetterOf, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
 
 describe("writ dlq redrive", () => {
   it("a dead letter whose cause is fixed (its reply topic created) is written once; redriven again, answered as a repeat; --dry-run sends nothing", async () => {
@@ -138,18 +137,7 @@ describe("writ dlq redrive", () => {
     await h.startRouter();
     const agent = await h.client(`agent-off-${h.id}`);
     const bytes = Buffer.from(JSON.stringify(agent.buildIntent(refundIntent(`run-${h.id}`, '"1"', 300))));
-    const letter = (source: DeadLetter["source"], truncated: boolean): DeadLetter => ({
-      reason: "too_large",
-      message: "m",
-      source,
-      key: "payment:pay_1",
-      valueBase64: (truncated ? bytes.subarray(0, 10) : bytes).toString("base64"),
-      originalBytes: bytes.length,
-      sha256: sha256Hex(bytes),
-      truncated,
-      headers: {},
-      at: new Date().toISOString(),
-    });
+    const letter = (source: DeadLetter["source"], truncated: boolean) => deadLetterOf(bytes, source, { reason: "too_large", truncated, ...(truncated ? { carried: bytes.subarray(0, 10) } : {}) });
     const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
     await forger.connect();
     onTestFinished(() => forger.disconnect());
@@ -181,18 +169,7 @@ describe("writ dlq redrive", () => {
     const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
     await forger.connect();
     onTestFinished(() => forger.disconnect());
-    const forged: DeadLetter = {
-      reason: "reply_topic_missing",
-      message: "reply topic missing",
-      source: { topic: h.config.topics.intents, partition: 0, offset: "0" },
-      key: "payment:pay_1",
-      valueBase64: other.toString("base64"),
-      originalBytes: bytes.length,
-      sha256: sha256Hex(bytes),
-      truncated: false,
-      headers: {},
-      at: new Date().toISOString(),
-    };
+    const forged = deadLetterOf(bytes, { topic: h.config.topics.intents, partition: 0, offset: "0" }, { carried: other });
     await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify(forged) }] });
     await h.produceRaw("payment:pay_1", bytes);
     const letters = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 2)) as DeadLetter[];
