@@ -692,7 +692,7 @@ let installed: { key: string; factories: Map<number, CodecFactory>; result: Regi
 export function registerCompressionCodecs(opts: CompressionCodecOptions = {}): RegisteredCompressionCodecs {
   const maxDecompressedBytes = normalizeLimit(opts.maxDecompressedBytes);
   const gzip = opts.gzip ?? true;
-  installUnreadableBatchGuard();
+  installUnreadableBatchGuard({ maxBytesPerFetch: maxDecompressedBytes });
   const key = JSON.stringify({ maxDecompressedBytes, gzip });
   if (installed !== undefined && installed.key === key) {
     // same options: put back any entry someone replaced since, keep the rest as they are

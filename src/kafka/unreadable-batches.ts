@@ -74,6 +74,15 @@ const MAX_REASON_CHARS = 500;
  * topics holds a few hundred; a foreign producer's rarely 100,000.
  */
 export const MAX_RECORDS_PER_BATCH = 1_000_000;
+/**
+ * What one Fetch answer's records may hold before its next batches are left for the next Fetch (the default;
+ * registerCompressionCodecs sets it to its maxDecompressedBytes). kafkajs decodes a whole answer before handing
+ * any record on, and the bound of each batch alone does not bound the answer: 1 MiB fetched of one partition
+ * holds some 500 zstd batches of 2 KB that inflate to 64 MiB each.
+ */
+export const DEFAULT_MAX_BYTES_PER_FETCH = 64 * 1024 * 1024;
+/** A record counts at its keys, values and headers plus this: kafkajs's objects for it (about 210 bytes measured for one with neither key nor value). */
+const RECORD_OVERHEAD = 256;
 
 /**
  * Where the batch at `start` ends, or null when it is not whole in `buf` (cut short by the Fetch size limit:
@@ -200,14 +209,33 @@ function linearHeaders(kafkajsRecord: RecordDecoder): RecordDecoder {
   };
 }
 
+/** What a record holds, counted against the Fetch answer's budget. */
+function heldBy(record: { key?: unknown; value?: unknown; headers?: unknown }): number {
+  let bytes = RECORD_OVERHEAD + (Buffer.isBuffer(record.key) ? record.key.length : 0) + (Buffer.isBuffer(record.value) ? record.value.length : 0);
+  const headers = record.headers as Record<string, Buffer | Buffer[]> | undefined;
+  if (headers) {
+    for (const name of Object.keys(headers)) {
+      const value = headers[name]!;
+      bytes += name.length;
+      for (const v of Array.isArray(value) ? value : [value]) bytes += Buffer.isBuffer(v) ? v.length : 0;
+    }
+  }
+  return bytes;
+}
+
 const GUARDED = Symbol.for("writ.unreadableBatchGuard");
+let maxBytesPerFetch = DEFAULT_MAX_BYTES_PER_FETCH;
+/** What the records decoded so far of each Fetch answer hold, by the answer's decoder (one for all its partitions). */
+const heldByAnswer = new WeakMap<object, number>();
 
 /**
  * Puts writ's decoder of Fetch answers' record batches in place of kafkajs's
  * for every kafkajs client of this process (the `kafkajs` this module
- * resolves). Idempotent.
+ * resolves). Idempotent; `maxBytesPerFetch` (default
+ * {@link DEFAULT_MAX_BYTES_PER_FETCH}) is the last call's.
  */
-export function installUnreadableBatchGuard(): void {
+export function installUnreadableBatchGuard(opts: { maxBytesPerFetch?: number } = {}): void {
+  maxBytesPerFetch = opts.maxBytesPerFetch ?? DEFAULT_MAX_BYTES_PER_FETCH;
   const kafkajsRequire = createRequire(require.resolve("kafkajs"));
   const path = kafkajsRequire.resolve("./src/protocol/requests/fetch/v4/decodeMessages.js");
   const current = kafkajsRequire(path) as { [GUARDED]?: true };
@@ -232,14 +260,21 @@ export function installUnreadableBatchGuard(): void {
     // Magic sits at the same place in every message format; the legacy formats (magic 0 and 1) go to kafkajs.
     if (buf.length <= BATCH.magic || buf.readInt8(BATCH.magic) !== MAGIC_V2) return decodeMessageSet(batches, size);
     const records: unknown[] = [];
+    let held = heldByAnswer.get(decoder) ?? 0;
     while (batches.canReadBytes(BATCH.overhead)) {
+      // Past the answer's budget, the partition's next batches are left for the next Fetch, which starts after
+      // the last record given (as for a batch cut short). Each partition gets its first batch: none starves.
+      if (records.length > 0 && held >= maxBytesPerFetch) break;
       const start = batches.offset;
       try {
         const tooMany = refusedUnread(buf, start);
         if (tooMany) throw tooMany;
         const batch = await decodeBatch(batches);
         // A loop, not push(...records): spreading a batch of ~120,000 records overflows the stack.
-        for (const record of batch.records) records.push(record);
+        for (const record of batch.records) {
+          records.push(record);
+          held += heldBy(record as Parameters<typeof heldBy>[0]);
+        }
       } catch (err) {
         const standIn = unreadableBatchRecord(buf, start, err);
         // A batch cut short by the Fetch size limit is fetched again from its offset; anything else stays kafkajs's error.
@@ -248,9 +283,11 @@ export function installUnreadableBatchGuard(): void {
           throw err;
         }
         records.push(standIn.record);
+        held += heldBy(standIn.record);
         batches.offset = standIn.end;
       }
     }
+    heldByAnswer.set(decoder, held);
     return records;
   };
   Object.defineProperty(decodeMessages, GUARDED, { value: true });

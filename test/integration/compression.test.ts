@@ -375,6 +375,34 @@ describe('a foreign producer (Kafka\'s Java console producer) and kafkajs', () =
     expect(standIn!.reason).toMatch(/^KafkaCompressionError: lz4: refusing to decompress: .*maxDecompressedBytes=1048576$/);
   });
 
+  it('batches each within the limit but more than it in one Fetch reach the consumer over several Fetches, none lost', async () => {
+    const topic = await createTopic(1);
+    const producer = await newProducer();
+    // Six gzip batches of about 700 bytes each inflating to 600 KB (60 % of the 1 MiB limit below), then a small one.
+    for (let i = 0; i < 6; i++) {
+      await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key: `big${i}`, value: Buffer.alloc(600_000) }] });
+    }
+    await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key: 'after', value: 'the last batch' }] });
+    registerCompressionCodecs({ maxDecompressedBytes: MiB });
+    cleanups.push(async () => registerCompressionCodecs());
+    const consumer = kafka.consumer({ groupId: uniqueName('group'), maxWaitTimeInMs: 500 });
+    cleanups.push(() => consumer.disconnect());
+    const keys: string[] = [];
+    const heldPerFetch: number[] = [];
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      eachBatch: async ({ batch }) => {
+        heldPerFetch.push(batch.messages.reduce((n, m) => n + (m.value?.length ?? 0), 0));
+        for (const m of batch.messages) keys.push(m.key?.toString('utf8') ?? '');
+      },
+    });
+    await waitFor(() => keys.includes('after'), { timeoutMs: 30_000, message: () => `the consumer saw ${keys.join(',')}` });
+    expect(keys).toEqual(['big0', 'big1', 'big2', 'big3', 'big4', 'big5', 'after']);
+    // All seven were on the topic before the first Fetch, which would otherwise hold all 3.6 MB at once.
+    expect(Math.max(...heldPerFetch)).toBeLessThanOrEqual(2 * MiB);
+  });
+
   it('ablation: the same codecs without the batch guard crash the kafkajs consumer for good', async () => {
     const topic = await createTopic(1);
     await consoleProduce({ brokers, topic, records: [{ key: 'big', value: 'a'.repeat(1.5 * MiB) }], compression: 'lz4', extraProducerProps: { 'max.request.size': 4 * MiB } });
