@@ -3,6 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import { componentLogger, type Logger } from "../logger.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
+import { printable } from "../printable.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 import { type RestoredEntry, reopenable, underItsKey } from "./ledger-state.ts";
@@ -223,11 +224,13 @@ export class LedgerReader {
       return;
     }
     if (!decoded.ok) {
+      // Any producer chooses the key (up to max.message.bytes, controls and all): /healthz and the log quote its start.
+      const shown = printable(key.slice(0, 200));
       const err = new WritError(
         "ledger_unreadable",
-        `ledger entry at ${this.topic}-${partition} offset ${offset} (key ${key}) cannot be read: ${decoded.message}. ` +
+        `ledger entry at ${this.topic}-${partition} offset ${offset} (key ${shown}${key.length > 200 ? "…" : ""}) cannot be read: ${printable(decoded.message.slice(0, 500))}. ` +
           "Dedupe for that key would be lost, so this partition is not processed until the entry is fixed (see the README's runbook).",
-        { retriable: false, context: { topic: this.topic, partition, offset, key } },
+        { retriable: false, context: { topic: this.topic, partition, offset, key: shown } },
       );
       this.finish(partition, restore, err);
       return;
