@@ -105,7 +105,7 @@ export class RouterMetrics {
   });
   private readonly leasesExpired = new Counter({
     name: "writ_leases_expired_total",
-    help: "Leases of changes that span records which expired before their change released them, by record type: each points at a stalled or crashed agent. Counted when released (a failed transaction may count one twice).",
+    help: "Leases of changes that span records which expired before their change released them, by record type (other: a type no admitted tool writes): each points at a stalled or crashed agent. Counted when released (a failed transaction may count one twice).",
     labelNames: ["record_type"] as const,
     registers: [this.registry],
   });

@@ -504,10 +504,13 @@ export class PartitionOwner {
       return;
     }
     this.log.warn(
-      { entity: key.slice(0, 300), agent: lease.agentId, change: lease.change, acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
+      { entity: key.slice(0, 300), agent: lease.agentId.slice(0, 128), change: lease.change.slice(0, 64), acquiredAt: lease.acquiredAt, expiresAt: lease.expiresAt },
       "lease expired and released: its change did not finish in time (a stalled or crashed agent?)",
     );
-    this.ctx.observe?.leaseExpired?.(this.partition, lease.entity.type);
+    // Any producer to the ledger can write leases naming any record type: the label is one a tool writes, or `other`.
+    const type = lease.entity.type;
+    const known = [...this.ctx.admission.tools.values()].some((t) => t.recordType === type);
+    this.ctx.observe?.leaseExpired?.(this.partition, known ? type : "other");
     this.commits.nudge();
   }
 

@@ -2,13 +2,21 @@
 // key: owners write a record's lease only under `leaseLedgerKey(its entity key)`. Read as that key's lease, the
 // sweep found it past its end and let go of the lease of the record it names, a live lease of another change. An
 // intent's entry under another key than its intent key is passed over by the same rule.
+//
+// Such entries under their own records' keys are leases, and may name any record type the entity pattern allows:
+// writ_leases_expired_total counted each released one under its type, a series per type a producer sent (the
+// owner's memory and every /metrics scrape grew without bound), and the warning each release logs quoted the
+// entry's agent id and change whole (no bound in the ledger's schema).
+import { Writable } from "node:stream";
+import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PartitionLedger, type RestoredEntry } from "../../../src/ledger/ledger-state.ts";
+import { RouterMetrics } from "../../../src/metrics/router-metrics.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey } from "../../../src/schemas/ledger-entry.ts";
 import { admitTools } from "../../../src/tools.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
 import { FakeSystem } from "./fake-system.ts";
-import { addTagIntentJson, intentRecord, ownerWith, resetAfterEach, txns } from "./partition-owner-harness.ts";
+import { addTagIntentJson, intentRecord, ownerWith, resetAfterEach, txns, until } from "./partition-owner-harness.ts";
 import { addTag } from "./pipeline-fixtures.ts";
 
 const restored = vi.hoisted(() => ({ entries: [] as [string, unknown][] }));
@@ -26,6 +34,16 @@ const MIN = 60_000;
 function lease(change: string, agentId: string, from: number, to: number): LedgerLeaseEntry {
   const at = (t: number) => new Date(t).toISOString();
   return { kind: "lease", entity: T1, change, agentId, replyTo: `writ.replies.${agentId}`, acquiredAt: at(from), expiresAt: at(to), updatedAt: at(from) };
+}
+
+const FORGED = 40;
+
+/** A lease of `type:id` that ended an hour ago, under its own key. */
+function lapsed(type: string, id: string, agentId = "a"): [string, LedgerLeaseEntry] {
+  const at = (t: number) => new Date(t).toISOString();
+  const now = Date.now();
+  const entity = { type, id };
+  return [leaseLedgerKey(`${type}:${id}`), { kind: "lease", entity, change: "c".repeat(64 * 1024), agentId, replyTo: "writ.replies.a", acquiredAt: at(now - 7_200_000), expiresAt: at(now - 3_600_000), updatedAt: at(now - 7_200_000) }];
 }
 
 describe("a lease entry under another record's key", () => {
@@ -77,5 +95,28 @@ describe("a lease entry under another record's key", () => {
     expect(ledger.leaseCount).toBe(1);
     expect(ledger.get("a".repeat(64))?.intentKey).toBe("a".repeat(64));
     expect(ledger.get("b".repeat(64))).toBeUndefined();
+  });
+});
+
+describe("forged lease entries of many record types, released by the sweep", () => {
+  it("count under an admitted tool's record type or `other` (one series, not one each), and log bounded lines", async () => {
+    restored.entries = [lapsed("ticket", "T-1"), ...Array.from({ length: FORGED }, (_, i) => lapsed(`forged${i}`, "x", `agent\n${"a".repeat(64 * 1024)}`))];
+    const metrics = new RouterMetrics();
+    const sor = new FakeSystem("helpdesk");
+    const lines: string[] = [];
+    const log = pino({ level: "warn" }, new Writable({ write: (chunk: Buffer, _enc, done) => void (lines.push(chunk.toString("utf8")), done()) }));
+    const owner = ownerWith({ tools: admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }), observe: metrics.owner, log });
+    owner.start();
+    await until(() => owner.state === "running", () => `owner ${owner.state}`);
+    owner.requestSweep();
+    const released = () => txns.filter((t) => t.committed).flatMap((t) => t.records).filter((r) => r.topic === "writ.ledger" && r.key?.startsWith("__lease__:")).length;
+    await until(() => released() === FORGED + 1, () => `${released()} leases released`);
+
+    const series = (await metrics.text()).split("\n").filter((l) => l.startsWith("writ_leases_expired_total{"));
+    expect(series.sort()).toEqual([`writ_leases_expired_total{record_type="other"} ${FORGED}`, 'writ_leases_expired_total{record_type="ticket"} 1']);
+    const warned = lines.filter((l) => l.includes("lease expired and released"));
+    expect(warned).toHaveLength(FORGED + 1);
+    for (const line of warned) expect(line.length).toBeLessThan(2_000);
+    await owner.close();
   });
 });

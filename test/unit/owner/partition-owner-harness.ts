@@ -61,9 +61,12 @@ export function restoredWith(entries: [string, RestoredEntry][] = []) {
 
 /**
  * An owner of partition 0 with writ's defaults, no linger; `codec` may stand in for the registry's, `config`
- * overrides settings, `tools` are the ones admission knows (none by default), `log` takes its log lines.
+ * overrides settings, `tools` are the ones admission knows (none by default), `log` takes its log lines, `observe`
+ * its metrics hooks.
  */
-export function ownerWith(opts: { codec?: WireCodec; config?: Partial<RouterConfigInput>; tools?: ReadonlyMap<string, AdmittedTool>; log?: Logger } = {}): PartitionOwner {
+export function ownerWith(
+  opts: { codec?: WireCodec; config?: Partial<RouterConfigInput>; tools?: ReadonlyMap<string, AdmittedTool>; log?: Logger; observe?: OwnerContext["observe"] } = {},
+): PartitionOwner {
   const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], commitLingerMs: 0, offsetCommitIntervalMs: 0, ...opts.config }, "router");
   const codec = opts.codec ?? new WireCodec({});
   const log = opts.log ?? pino({ level: "silent" });
@@ -78,6 +81,7 @@ export function ownerWith(opts: { codec?: WireCodec; config?: Partial<RouterConf
     health: new HealthBoard(),
     onFenced: () => undefined,
     topicDirectory: { forget: () => undefined },
+    ...(opts.observe ? { observe: opts.observe } : {}),
     log,
   } as unknown as OwnerContext;
   return new PartitionOwner(0, ctx);
