@@ -97,7 +97,9 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
       log.warn({ entries: ledger.foreign }, "ledger entries under another key than an owner writes them under (not an owner's): passed over");
     }
     if (inDoubt.size > 0) {
-      log.warn({ entries: inDoubt.size, intentKeys: [...inDoubt.keys()].slice(0, 20) }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
+      // Aborted records are anyone's (no schema bounds their keys): each key as long as an intent key at most.
+      const intentKeys = [...inDoubt.keys()].slice(0, 20).map((k) => k.slice(0, 64));
+      log.warn({ entries: inDoubt.size, intentKeys }, "pending entries of an aborted transaction found; taken up as in doubt (reconciled before any write)");
     }
     const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, partition)));
     const targets = await healTargets(ctx, ledger, partition);

@@ -2,6 +2,7 @@
 // needs no ledger and comes first, so a partition it refuses is neither fenced, nor given a marker, nor read; the
 // ledger's check needs the restored progress entry and comes after the restore. At the broker: the single-writer
 // integration test.
+import { Writable } from "node:stream";
 import { AssignerProtocol } from "kafkajs";
 import { pino } from "pino";
 import { beforeEach, describe, expect, it, vi } from "vitest";
@@ -9,6 +10,7 @@ import { WireCodec } from "../../../src/codec.ts";
 import { RouterConfig, parseConfig } from "../../../src/config.ts";
 import { WritError } from "../../../src/errors.ts";
 import type { RestoredEntry } from "../../../src/ledger/ledger-state.ts";
+import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { OwnerContext } from "../../../src/owner/owner-context.ts";
 import { restorePartition } from "../../../src/owner/partition-restore.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
@@ -47,8 +49,11 @@ const found = {
 const otherGroupsProgress: [string, RestoredEntry] = ["__progress__:0", { kind: "progress", partition: 0, offset: "5", at: new Date().toISOString(), group: OTHER }];
 
 /** An owner context whose take-up look finds `look`, whose ledger partition 0 holds `ledger` (nothing by default). */
-function context(look: OwnerGroupsLook, opts: { ledger?: [string, RestoredEntry][]; ablateSingleWriter?: true; ablateTakeUp?: true } = {}): OwnerContext {
-  const { ledger = [], ...flags } = opts;
+function context(
+  look: OwnerGroupsLook,
+  opts: { ledger?: [string, RestoredEntry][]; inDoubt?: [string, LedgerIntentEntry][]; ablateSingleWriter?: true; ablateTakeUp?: true } = {},
+): OwnerContext {
+  const { ledger = [], inDoubt = [], ...flags } = opts;
   const subscribed = AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [config.topics.intents], userData: Buffer.alloc(0) });
   const codec = new WireCodec({});
   return {
@@ -56,6 +61,7 @@ function context(look: OwnerGroupsLook, opts: { ledger?: [string, RestoredEntry]
     codec,
     encoder: new RecordEncoder(codec, config),
     log: pino({ level: "silent" }),
+    admission: { config },
     ownerGroups: async () => {
       steps.push("take-up look");
       return look;
@@ -66,7 +72,7 @@ function context(look: OwnerGroupsLook, opts: { ledger?: [string, RestoredEntry]
         return { entries: new Map(ledger), lastCommitted: ledger.length - 1 };
       },
     },
-    inDoubtReader: { scanInDoubt: async () => new Map() },
+    inDoubtReader: { scanInDoubt: async () => new Map(inDoubt) },
     admin: {
       describeGroups: async (ids: string[]) => {
         steps.push("ledger check");
@@ -111,5 +117,26 @@ describe("restorePartition: what runs before what", () => {
     steps.length = 0;
     await expect(open(context(found.owners, { ledger: [otherGroupsProgress], ablateSingleWriter: true }))).rejects.toThrow("the test ends the open here");
     expect(steps).toEqual(["fence", "marker", "restore", "heal"]);
+  });
+});
+
+// The in-doubt scan reads aborted records, which any producer with write access to writ.ledger can leave there (a
+// transaction it aborts): a `pending` entry under its own key, whose key no schema bounds. The open's warning listed
+// up to 20 of those keys whole, at every open of the partition: 20 keys of 256 KiB made a 5 MiB log line.
+describe("restorePartition's warning of in-doubt entries", () => {
+  it("lists their keys bounded, whatever their length", async () => {
+    const at = new Date().toISOString();
+    const pending = (key: string): [string, LedgerIntentEntry] => [
+      key,
+      { kind: "intent", intentKey: key, intentId: "i", status: "pending", entity: { type: "ticket", id: "T-1" }, tool: "add_tag", fingerprint: "f", attempts: [{ baseVersion: '"1"', deltaFingerprint: "d" }], cycles: 0, replyTo: "writ.replies.a", updatedAt: at },
+    ];
+    const lines: string[] = [];
+    const log = pino({ level: "warn" }, new Writable({ write: (chunk: Buffer, _enc, done) => void (lines.push(chunk.toString("utf8")), done()) }));
+    const ctx = context(found.nothing, { inDoubt: Array.from({ length: 20 }, (_, i) => pending(`${i}`.padEnd(256 * 1024, "k"))) });
+    await expect(restorePartition(ctx, 0, log, () => false)).rejects.toThrow("the test ends the open here");
+    const warned = lines.filter((l) => l.includes("taken up as in doubt"));
+    expect(warned).toHaveLength(1);
+    expect(JSON.parse(warned[0]!)).toMatchObject({ entries: 20 });
+    expect(warned[0]!.length).toBeLessThan(4_000);
   });
 });
