@@ -580,6 +580,8 @@ export class PartitionOwner {
         if (isRegistryOutage(err)) {
           slot.outages++;
           this.log.warn({ err, offset: slot.message.offset }, "cannot encode an intent's result now (registry unreachable?); trying again");
+          // The run's answer bytes stay charged while it waits (no letGo): the result it holds may carry the record
+          // (a conflict's current state). Others' reads wait within their deadlines meanwhile; none waits on this.
           await this.outagePause(session, slot);
           if (!session.active) return;
           continue;

@@ -1,4 +1,5 @@
 import type { Admin } from "kafkajs";
+import { WritError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { LruMap } from "../lru-map.ts";
 import { batchLimits } from "../topics.ts";
@@ -129,7 +130,7 @@ export class TopicDirectory implements ReplyTopicDirectory {
       else if (await this.exists(t)) unknown.push(t);
     }
     if (unknown.length > 0) {
-      const { topics: metadata } = await this.admin.fetchTopicMetadata({ topics: unknown });
+      const { topics: metadata } = await this.admin.fetchTopicMetadata({ topics: unknown }).catch(clusterUnreachable("read the topics' metadata"));
       for (const m of metadata) {
         this.partitions.set(m.name, { count: m.partitions.length, at: Date.now() });
         out.set(m.name, m.partitions.length);
@@ -143,7 +144,7 @@ export class TopicDirectory implements ReplyTopicDirectory {
     const started = Date.now();
     const listing = (this.listing ?? Promise.resolve())
       .catch(() => undefined)
-      .then(() => this.admin.listTopics())
+      .then(() => this.admin.listTopics().catch(clusterUnreachable("list the topics")))
       .then((names) => {
         this.topics = new Set(names);
         this.listedAt = started;
@@ -155,4 +156,16 @@ export class TopicDirectory implements ReplyTopicDirectory {
     this.listStartedAt = started;
     return listing;
   }
+}
+
+/**
+ * A metadata request that failed says the cluster could not answer, never anything about a record: a retriable
+ * `kafka_failed`, which admission takes for an outage (intake pauses). kafkajs's admin can fail such a request with
+ * a plain TypeError (its broker pool swallows each broker's error and hands `null` on: kafkajs #461, #549), which
+ * would otherwise look like a fault of the record and dead-letter a valid intent after a few tries.
+ */
+function clusterUnreachable(what: string): (err: unknown) => never {
+  return (err) => {
+    throw new WritError("kafka_failed", `could not ${what}: ${(err as Error)?.message ?? String(err)}`.slice(0, 500), { retriable: true, cause: err });
+  };
 }

@@ -3,6 +3,7 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
 import { WritError } from "../../../src/errors.ts";
+import { TopicDirectory } from "../../../src/owner/topic-directory.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
 import { intentRecord, ownerWith, txns } from "./partition-owner-harness.ts";
 
@@ -15,15 +16,15 @@ afterEach(() => {
   txns.length = 0;
 });
 
-/** A codec whose decode throws `fault()` for the record "boom", counting the tries. */
-function throwingCodec(fault: () => Error): WireCodec & { tries: number } {
+/** A codec whose decode fails with `fault()` for the record "boom", counting the tries. */
+function throwingCodec(fault: () => Promise<never>): WireCodec & { tries: number } {
   const codec = new WireCodec({}) as WireCodec & { tries: number };
   codec.tries = 0;
   const decode = codec.decode.bind(codec);
   codec.decode = (async (name, value, opts) => {
     if (Buffer.isBuffer(value) && value.toString() === "boom") {
       codec.tries++;
-      throw fault();
+      return fault();
     }
     return decode(name, value, opts);
   }) as typeof codec.decode;
@@ -38,7 +39,9 @@ describe("the owner's intake when admission throws", () => {
   // A throw out of admit() was taken for a registry outage whatever it was: the record was tried again forever and
   // nothing behind it on the partition was ever admitted.
   it("dead-letters a record whose admission keeps failing (not an outage) and goes on with the next", async () => {
-    const codec = throwingCodec(() => new TypeError("a bug in admission"));
+    const codec = throwingCodec(async () => {
+      throw new TypeError("a bug in admission");
+    });
     const owner = ownerWith({ codec, config });
     owner.start();
     await waitFor(() => owner.state === "running", { timeoutMs: 5_000, intervalMs: 1, message: "the owner never opened its partition" });
@@ -54,9 +57,9 @@ describe("the owner's intake when admission throws", () => {
     await owner.close();
   });
 
-  // The control: an outage of the registry says nothing about the record, so it is never given up on.
-  it("keeps pausing, and dead-letters nothing, while the registry is unreachable", async () => {
-    const codec = throwingCodec(() => new WritError("registry_unavailable", "could not look up schema id 7", { retriable: true }));
+  /** The record "boom", whose admission keeps failing with `fault()`, is tried again and again: nothing dead-lettered, its offset held. */
+  async function expectIntakePaused(fault: () => Promise<never>): Promise<void> {
+    const codec = throwingCodec(fault);
     const owner = ownerWith({ codec, config });
     owner.start();
     await waitFor(() => owner.state === "running", { timeoutMs: 5_000, intervalMs: 1, message: "the owner never opened its partition" });
@@ -65,5 +68,30 @@ describe("the owner's intake when admission throws", () => {
     expect(dlq()).toEqual([]);
     expect(committed().some((t) => t.offset === "1")).toBe(false);
     await owner.close();
+  }
+
+  // The control: an outage of the registry says nothing about the record, so it is never given up on.
+  it("keeps pausing, and dead-letters nothing, while the registry is unreachable", async () => {
+    await expectIntakePaused(async () => {
+      throw new WritError("registry_unavailable", "could not look up schema id 7", { retriable: true });
+    });
+  });
+
+  // kafkajs's admin fails a metadata request the brokers did not answer with a plain TypeError (its broker pool hands
+  // `null` on: kafkajs #461, #549). Admission asks whether a reply topic exists: during a broker outage that error
+  // must pause intake like any outage, not count as a fault of the record and dead-letter a valid intent.
+  it("keeps pausing, and dead-letters nothing, while the cluster cannot list its topics", async () => {
+    const admin = {
+      listTopics: async () => {
+        const { topicMetadata } = null as unknown as { topicMetadata: unknown };
+        return topicMetadata;
+      },
+    };
+    const directory = new TopicDirectory(admin as never);
+    // The record's admission meets the directory's error, as admission's reply-topic check would.
+    await expectIntakePaused(async () => {
+      await directory.exists("writ.replies.agent");
+      throw new Error("the directory answered");
+    });
   });
 });
