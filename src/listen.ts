@@ -1,6 +1,7 @@
 import type { Server } from "node:http";
 import { createServer as createNetServer, type Socket } from "node:net";
 import { WritError } from "./errors.ts";
+import { printable } from "./printable.ts";
 
 /**
  * How long a connection may hold one of a server's slots without doing its part, and how many slots one
@@ -126,8 +127,26 @@ export async function probeListen(host: string, port: number): Promise<void> {
   await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
+/** A listen error's code (EADDRINUSE, ENOTFOUND …), if it has one. */
+function listenCode(err: unknown): string | undefined {
+  const code = typeof err === "object" && err !== null ? (err as { code?: unknown }).code : undefined;
+  return typeof code === "string" ? code : undefined;
+}
+
 /** Whether a listen error is the port's (in use, or not this process's to bind) rather than the host's. */
-export function portsFault(err: unknown): boolean {
-  const code = (err as { code?: unknown }).code;
+function portsFault(err: unknown): boolean {
+  const code = listenCode(err);
   return code === "EADDRINUSE" || code === "EACCES";
+}
+
+/**
+ * Why `what` cannot listen on `host:port`, and which of the two settings the operator must change: a port another
+ * process holds (or one this process may not bind) is the port's, anything else (a name that does not resolve, an
+ * address of another machine) the host's. Each caller puts its own name for that setting (a flag, a variable) in
+ * front of `reason`.
+ */
+export function listenFault(what: string, host: string, port: number, err: unknown): { setting: "host" | "port"; reason: string } {
+  const code = listenCode(err);
+  const why = code === "EADDRINUSE" ? "the port is in use" : code === "EACCES" ? "this process may not bind the port" : "the host is not an address of this machine";
+  return { setting: portsFault(err) ? "port" : "host", reason: `${what} cannot listen on ${printable(host)}:${port}: ${why} (${code ?? "listen failed"})` };
 }

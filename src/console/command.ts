@@ -18,7 +18,7 @@ import {
   type Command,
 } from "../cli/common.ts";
 import { printable } from "../printable.ts";
-import { DEFAULT_HEADERS_TIMEOUT_MS, portsFault, probeListen } from "../listen.ts";
+import { DEFAULT_HEADERS_TIMEOUT_MS, listenFault, probeListen } from "../listen.ts";
 import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
@@ -125,8 +125,8 @@ async function main(argv: string[]): Promise<number> {
   // Before anything connects: a port in use or a host that is not this machine's, named by its flag, not a bare
   // listen error once the console has read Kafka.
   await probeListen(host, port).catch((err: unknown) => {
-    const code = (err as { code?: unknown }).code;
-    throw new UsageError(`${portsFault(err) ? `--port ${port}` : `--host ${printable(host)}`}: cannot listen on ${printable(host)}:${port} (${typeof code === "string" ? code : "listen failed"})`);
+    const { setting, reason } = listenFault("the console", host, port, err);
+    throw new UsageError(`${setting === "port" ? `--port ${port}` : `--host ${printable(host)}`}: ${reason}`);
   });
 
   const server = await startConsole({

@@ -1,8 +1,7 @@
 import { createServer, type Server } from "node:http";
 import { WritError } from "../errors.ts";
-import { listen, portsFault, probeListen } from "../listen.ts";
+import { listen, listenFault, probeListen } from "../listen.ts";
 import type { Logger } from "../logger.ts";
-import { printable } from "../printable.ts";
 
 /** Open connections to the health endpoints at most. */
 export const HEALTH_MAX_CONNECTIONS = 64;
@@ -157,19 +156,13 @@ export class HealthBoard {
 }
 
 /**
- * Why the health endpoints cannot listen on `host:port`, as the setting to fix: a port another process holds (or
- * one this process may not bind) is WRIT_HEALTH_PORT's, anything else (a name that does not resolve, an address
- * of another machine) WRIT_HEALTH_HOST's. A config_invalid error, so `writ owner` says it in one line (exit 2).
+ * Why the health endpoints cannot listen on `host:port`, as the setting to fix ({@link listenFault}): WRIT_HEALTH_PORT
+ * or WRIT_HEALTH_HOST. A config_invalid error, so `writ owner` says it in one line (exit 2).
  */
 export function healthListenError(host: string, port: number, err: unknown): WritError {
-  const code = (err as { code?: unknown }).code;
-  const [variable, field] = portsFault(err) ? ["WRIT_HEALTH_PORT", "healthPort"] : ["WRIT_HEALTH_HOST", "healthHost"];
-  const why = code === "EADDRINUSE" ? "the port is in use" : code === "EACCES" ? "this process may not bind the port" : "the host is not an address of this machine";
-  return new WritError(
-    "config_invalid",
-    `invalid router configuration: ${variable} (${field}): the health endpoints cannot listen on ${printable(host)}:${port}: ${why} (${typeof code === "string" ? code : "listen failed"})`,
-    { retriable: false, cause: err, context: { field: variable } },
-  );
+  const { setting, reason } = listenFault("the health endpoints", host, port, err);
+  const [variable, field] = setting === "port" ? ["WRIT_HEALTH_PORT", "healthPort"] : ["WRIT_HEALTH_HOST", "healthHost"];
+  return new WritError("config_invalid", `invalid router configuration: ${variable} (${field}): ${reason}`, { retriable: false, cause: err, context: { field: variable } });
 }
 
 /**

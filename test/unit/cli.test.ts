@@ -358,8 +358,8 @@ describe("writ console's address", () => {
     const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
     try {
       for (const [flags, expected] of [
-        [["--port", String(held)], `writ console: --port ${held}: cannot listen on 127.0.0.1:${held} (EADDRINUSE)`],
-        [["--host", "no-such-host.invalid", "--port", "0"], "writ console: --host no-such-host.invalid: cannot listen on no-such-host.invalid:0"],
+        [["--port", String(held)], `writ console: --port ${held}: the console cannot listen on 127.0.0.1:${held}: the port is in use (EADDRINUSE)`],
+        [["--host", "no-such-host.invalid", "--port", "0"], "writ console: --host no-such-host.invalid: the console cannot listen on no-such-host.invalid:0: the host is not an address of this machine"],
       ] as const) {
         written.length = 0;
         // 127.0.0.1:9 refuses: a console that connected first would retry there instead of answering

@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { becomes, openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
-import { applyConnectionLimits, connectionLimits, DEFAULT_HEADERS_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, listen, type ConnectionLimits } from "../../src/listen.ts";
+import { applyConnectionLimits, connectionLimits, DEFAULT_HEADERS_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, listen, listenFault, type ConnectionLimits } from "../../src/listen.ts";
 
 const quiet = { error: () => undefined };
 
@@ -83,6 +83,16 @@ describe("listen", () => {
     } finally {
       await new Promise((r) => first.close(r));
     }
+  });
+
+  it("listenFault names the setting to change: the port when it is held or not this process's, else the host", () => {
+    const err = (code?: string) => Object.assign(new Error("listen failed"), code === undefined ? {} : { code });
+    expect(listenFault("the console", "127.0.0.1", 80, err("EACCES"))).toEqual({ setting: "port", reason: "the console cannot listen on 127.0.0.1:80: this process may not bind the port (EACCES)" });
+    expect(listenFault("the console", "127.0.0.1", 9, err("EADDRINUSE"))).toEqual({ setting: "port", reason: "the console cannot listen on 127.0.0.1:9: the port is in use (EADDRINUSE)" });
+    expect(listenFault("x", "10.9.9.9", 0, err("EADDRNOTAVAIL"))).toEqual({ setting: "host", reason: "x cannot listen on 10.9.9.9:0: the host is not an address of this machine (EADDRNOTAVAIL)" });
+    // no code (or not an object at all): the host's, said so; a host's control characters shown, not acted on
+    expect(listenFault("x", "h\x1b[2J", 0, "boom")).toEqual({ setting: "host", reason: "x cannot listen on h\\x1b[2J:0: the host is not an address of this machine (listen failed)" });
+    expect(listenFault("x", "h", 0, null).setting).toBe("host");
   });
 
   it("applies the defaults a production operator expects, and Node's checking interval to match", () => {
