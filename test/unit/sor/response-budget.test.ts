@@ -24,11 +24,31 @@ async function spent(limit: number, bytes: number): Promise<{ budget: ResponseBu
 }
 
 /**
+ * Reads one answer's chunks into `hold` as readBody does, a scheduled step between chunks, `check`ed after each. An
+ * abandoned answer's deadline passes after its first chunk: a take still waiting then is rejected, and the answer
+ * keeps what it took until its caller releases it (as readBody's does).
+ */
+async function readAnswer(s: fc.Scheduler, hold: Hold, answer: { chunks: readonly number[]; abandoned: boolean }, what: string, check: (where: string) => void): Promise<void> {
+  const deadline = new AbortController();
+  try {
+    for (const [n, bytes] of answer.chunks.entries()) {
+      if (answer.abandoned && n === 1) deadline.abort(new Error("deadline"));
+      await hold.take(bytes, deadline.signal);
+      check(`${what} chunk ${n}`);
+      await s.schedule(Promise.resolve(), `${what} reads on`);
+    }
+  } catch {
+    // Its deadline passed while it waited.
+  }
+}
+
+/**
  * Runs scheduled steps until none is left once every microtask has run (a take served by a release schedules its
  * next step only after its promise settles); then each of `what` must be done: one not done waits for bytes no one
- * will give back (a deadlock).
+ * will give back (a deadlock). At the end no check may have failed, and the budget holds nothing, has no waiter and
+ * no chain open.
  */
-async function everyStepRun(s: fc.Scheduler, done: readonly boolean[], what: string, work: readonly Promise<void>[]): Promise<void> {
+async function everyStepRun(s: fc.Scheduler, done: readonly boolean[], what: string, work: readonly Promise<void>[], budget: ResponseBudget, violations: readonly string[]): Promise<void> {
   for (;;) {
     await new Promise<void>((resolve) => setImmediate(resolve));
     if (s.count() === 0) break;
@@ -36,6 +56,8 @@ async function everyStepRun(s: fc.Scheduler, done: readonly boolean[], what: str
   }
   expect(done.every(Boolean), `${what} not done: ${done.flatMap((d, i) => (d ? [] : [i])).join(", ")}`).toBe(true);
   await Promise.all(work);
+  expect(violations).toEqual([]);
+  expect({ held: budget.held, waiting: budget.waiting, open: budget.open }).toEqual({ held: 0, waiting: 0, open: 0 });
 }
 
 describe("response budget", () => {
@@ -116,28 +138,14 @@ describe("response budget", () => {
             await s.schedule(Promise.resolve(), `answer ${i} arrives`);
             const hold = budget.hold();
             open.push(hold);
-            const deadline = new AbortController();
-            try {
-              for (const [n, bytes] of answer.chunks.entries()) {
-                if (answer.abandoned && n === 1) deadline.abort(new Error("deadline"));
-                await hold.take(bytes, deadline.signal);
-                check(`answer ${i} chunk ${n}`);
-                await s.schedule(Promise.resolve(), `answer ${i} reads on`);
-              }
-            } catch {
-              // Its deadline passed while it waited: it holds what it took until released, as in readBody.
-            } finally {
-              await s.schedule(Promise.resolve(), `answer ${i} parsed`);
-              hold.release();
-              open.splice(open.indexOf(hold), 1);
-              check(`answer ${i} released`);
-              done[i] = true;
-            }
+            await readAnswer(s, hold, answer, `answer ${i}`, check);
+            await s.schedule(Promise.resolve(), `answer ${i} parsed`);
+            hold.release();
+            open.splice(open.indexOf(hold), 1);
+            check(`answer ${i} released`);
+            done[i] = true;
           });
-          await everyStepRun(s, done, "answers", runs);
-          expect(violations).toEqual([]);
-          expect(budget.held).toBe(0);
-          expect(budget.waiting).toBe(0);
+          await everyStepRun(s, done, "answers", runs, budget, violations);
         },
       ),
       { numRuns: 300 },
@@ -255,17 +263,7 @@ describe("chains: what an intent's run keeps of its answers", () => {
                   for (const [j, answer] of run.answers.entries()) {
                     const hold = budget.hold();
                     open.add(hold);
-                    const deadline = new AbortController();
-                    try {
-                      for (const [n, bytes] of answer.chunks.entries()) {
-                        if (answer.abandoned && n === 1) deadline.abort(new Error("deadline"));
-                        await hold.take(bytes, deadline.signal);
-                        check(`run ${i} answer ${j} chunk ${n}`);
-                        await s.schedule(Promise.resolve(), `run ${i} answer ${j} reads on`);
-                      }
-                    } catch {
-                      // Its deadline passed while it waited: what it took is released (and kept) as any answer's.
-                    }
+                    await readAnswer(s, hold, answer, `run ${i} answer ${j}`, check);
                     await s.schedule(Promise.resolve(), `run ${i} answer ${j} parsed`);
                     const bytes = hold.bytes;
                     hold.release();
@@ -288,11 +286,7 @@ describe("chains: what an intent's run keeps of its answers", () => {
             check(`run ${i} ended`);
             done[i] = true;
           });
-          await everyStepRun(s, done, "runs", work);
-          expect(violations).toEqual([]);
-          expect(budget.held).toBe(0);
-          expect(budget.waiting).toBe(0);
-          expect(budget.open).toBe(0);
+          await everyStepRun(s, done, "runs", work, budget, violations);
         },
       ),
       { numRuns: 300 },
