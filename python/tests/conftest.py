@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from writ_client import WritClient
+from writ_client import WritClient, WriteIntent
 from writ_client.devstack import ChildProcess, RecordsAdmin, Stack, ensure_stack, find_repo, start_owner, start_records_server, stop_stack
 
 REPO = find_repo(Path(__file__).resolve().parent)
@@ -148,6 +150,31 @@ def plain_client(stack: Stack, topics: dict[str, str], owner: ChildProcess) -> I
 @pytest.fixture
 def uid() -> str:
     return uuid.uuid4().hex[:8]
+
+
+def closed_while_waiting(client: WritClient, intent: WriteIntent) -> Any:
+    """What ``client.submit(intent)``, its deadline an hour off and no reply coming, returns (or raises) when
+    ``client`` is closed while it waits; fails when the submit still waits a minute after close()."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = client.submit(intent, timeout=3600)
+        except Exception as err:  # noqa: BLE001 - what the caller looks at
+            outcome["error"] = err
+
+    # A daemon: one that waits out its hour must not hold pytest's exit.
+    waiting = threading.Thread(target=run, daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while intent.intent_id not in client._waiting:
+        assert time.monotonic() < deadline, "the submission never waited"
+        time.sleep(0.01)
+    client.close()
+    waiting.join(60)
+    assert not waiting.is_alive(), "the submit still waits for a reply after close()"
+    assert "error" not in outcome, repr(outcome.get("error"))
+    return outcome["result"]
 
 
 def run_example_against(stack: Stack, records_server: ChildProcess, topics: dict[str, str], module: str) -> list[str]:

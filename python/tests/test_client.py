@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from writ_client import (
     AppliedReply,
     BlockedOutcome,
+    ClientClosed,
     ConflictReply,
     EntityRef,
     IntentInput,
@@ -29,7 +32,7 @@ from writ_client import (
 )
 from writ_client.devstack import RecordsAdmin, Stack
 
-from .conftest import make_client, owner_metric, reply_topic
+from .conftest import closed_while_waiting, make_client, owner_metric, reply_topic
 
 REFUND = KeyedTool(name="refund_payment", key_scope="run", intent_fields=("amountCents", "reason"), free_text_params=("note",), record_type="payment")
 TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
@@ -150,19 +153,35 @@ def test_submit_all_answers_each_intent(plain_client: WritClient, records: Recor
     assert [r.entity.id for r in replies] == [i.entity.id for i in inputs]
 
 
-def test_no_owner_means_unknown_at_the_deadline(stack: Stack, uid: str) -> None:
+@contextlib.contextmanager
+def unanswered_client(stack: Stack, uid: str) -> Iterator[WritClient]:
+    """A started client whose intents go to a topic of their own that no owner reads: no reply ever comes."""
     idle = f"writ.intents.py-idle-{uid}"
     admin = AdminClient({"bootstrap.servers": stack.brokers})
     admin.create_topics([NewTopic(idle, num_partitions=1, replication_factor=1)])[idle].result()
     try:
         with WritClient(brokers=stack.brokers, agent_id=f"py-idle-{uid}", reply_topic=reply_topic(f"py-idle-{uid}"), intents_topic=idle) as c:
-            t0 = time.monotonic()
-            result = c.submit(refund_input(f"pay_{uid}", '"v1"'), timeout=1.5)
-            assert isinstance(result, UnknownOutcome), result
-            assert 1.4 < time.monotonic() - t0 < 15
-            assert "may or may not" in result.message
+            yield c
     finally:
         admin.delete_topics([idle])
+
+
+def test_no_owner_means_unknown_at_the_deadline(stack: Stack, uid: str) -> None:
+    with unanswered_client(stack, uid) as c:
+        t0 = time.monotonic()
+        result = c.submit(refund_input(f"pay_{uid}", '"v1"'), timeout=1.5)
+        assert isinstance(result, UnknownOutcome), result
+        assert 1.4 < time.monotonic() - t0 < 15
+        assert "may or may not" in result.message
+
+
+def test_close_ends_a_submit_waiting_for_a_reply_that_never_comes(stack: Stack, uid: str) -> None:
+    # Its deadline an hour off: close() ends it at once, unknown with reason client_closed (TypeScript's close()).
+    with unanswered_client(stack, uid) as c:
+        result = closed_while_waiting(c, c.build_intent(refund_input(f"pay_{uid}", '"v1"')))
+        assert isinstance(result, UnknownOutcome) and result.reason == "client_closed", result
+        with pytest.raises(ClientClosed):
+            c.submit(refund_input(f"pay_{uid}", '"v1"', run="after-close"), timeout=3600)
 
 
 def test_a_reply_partition_held_by_an_open_transaction_is_blocked(stack: Stack, topics: dict[str, str], owner: Any, records: RecordsAdmin, uid: str) -> None:

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from writ_client import CanonicalJsonError, EntityRef, IntentInput, IntentRefused, KeyedTool, WritClient, intent_key, parse_reply
+from writ_client import CanonicalJsonError, ClientClosed, EntityRef, IntentInput, IntentRefused, KeyedTool, UnknownOutcome, WritClient, intent_key, parse_reply
 from writ_client.client import _Ends
+
+from .conftest import closed_while_waiting
 
 TOOL = KeyedTool(name="t", key_scope="run", intent_fields=("a",))
 
@@ -286,31 +288,23 @@ def test_one_intent_twice_in_a_batch_gets_its_reply_in_both_places() -> None:
     assert client._waiting == {} and client._provisional == {}
 
 
-def test_a_submit_waiting_when_the_client_closes_ends_unknown_not_with_an_error() -> None:
-    # close() documents that waiting submits end unknown at their deadline; the deadline's probe of the reply
-    # partitions must not fail on the probe executor close() shut down.
+def test_close_ends_a_waiting_submit_at_once_unknown_client_closed_and_refuses_later_ones() -> None:
+    # A submit whose reply never comes, its deadline an hour off: close() ends it now (as TypeScript's close() does),
+    # an outcome (the write may have happened), not an error and not the deadline's probe of the reply partitions,
+    # whose executor close() shuts down.
     producer = FakeProducer()
     producer.flush = lambda timeout: 0  # type: ignore[attr-defined]
     client = started_client(producer)
     intent = client.build_intent(intent_input())
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = client.submit(intent, timeout=1)
-        except Exception as err:  # noqa: BLE001 - what the test looks at
-            outcome["error"] = err
-
-    waiting = threading.Thread(target=run)
-    waiting.start()
-    deadline = time.monotonic() + 10
-    while intent.intent_id not in client._waiting:
-        assert time.monotonic() < deadline, "the submission never waited"
-        time.sleep(0.01)
-    client.close()
-    waiting.join(15)
-    assert "error" not in outcome, repr(outcome.get("error"))
-    assert outcome["result"].status == "unknown"
+    result = closed_while_waiting(client, intent)
+    assert isinstance(result, UnknownOutcome) and result.reason == "client_closed", result
+    assert result.intent_id == intent.intent_id and "This client was closed" in result.message
+    assert client._waiting == {} and client._provisional == {}
+    # Later ones are refused before anything is sent, with the typed error.
+    with pytest.raises(ClientClosed) as refused:
+        client.submit(intent_input(), timeout=3600)
+    assert refused.value.code == "client_closed" and not refused.value.retriable
+    assert len(producer.produced) == 1
 
 
 def test_an_int_enum_param_is_sent_and_keyed_as_its_value() -> None:

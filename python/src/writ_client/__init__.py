@@ -5,7 +5,7 @@ implementation (``src/keys.ts``); see the wire contract in ``python/README.md``.
 """
 
 from .canonical import CanonicalJsonError, canonical_json, js_number, sha256_hex
-from .client import CONTROL_HEADER, IntentInput, IntentRefused, ReplyStream, WritClient, create_input
+from .client import CONTROL_HEADER, ClientClosed, IntentInput, IntentRefused, ReplyStream, WritClient, create_input
 from .change import ChangeApplied, ChangeCompensated, ChangeIncomplete, ChangeInput, ChangeNotStarted, ChangeResult, ChangeStep
 from .codec import DecodeError, RegistryError, WireCodec
 from .escalations import KIND_HEADER, RESOLUTION_FIELDS_BYTES, EscalationRecord, LedgerIntentEntry, ResolutionBounds, build_resolution, is_open, resolution_bounds, resolution_subject
@@ -53,6 +53,7 @@ __all__ = [
     "ChangeNotStarted",
     "ChangeResult",
     "ChangeStep",
+    "ClientClosed",
     "ConflictReply",
     "ConnectionSecurity",
     "DecodeError",

@@ -133,6 +133,21 @@ _log = logging.getLogger("writ_client")
 Reply = Any  # AppliedReply | ConflictReply | RejectedReply | EscalatedReply (see models.Reply)
 
 
+class ClientClosed(RuntimeError):
+    """This client was closed (TypeScript's ``client_closed``): a submit, resolve or change after :meth:`WritClient.close`
+    is refused before anything is sent. Not worth retrying on this client: create a new one."""
+
+    code: Literal["client_closed"] = "client_closed"
+    retriable = False
+
+    def __init__(self, message: str = "this client was closed; create a new one") -> None:
+        super().__init__(message)
+
+
+#: What a submit waiting for its reply when the client is closed is told (TypeScript's words).
+_CLOSED_UNKNOWN = "This client was closed, so no reply can be read. The write may or may not have happened: submit the same intent key again with a new client to ask."
+
+
 class _Sent(Protocol):
     """What was sent and is waited for: its answer carries ``intent_id``."""
 
@@ -530,11 +545,20 @@ class WritClient:
         return self
 
     def close(self) -> None:
-        """Stops reading replies and flushes the producer. Waiting submits end as ``unknown`` at their deadline."""
-        if self._closed:
-            return
-        self._closed = True
+        """Stops reading replies and flushes the producer. Submits waiting for a reply end at once as ``unknown`` with
+        ``reason="client_closed"`` (nothing will read their replies); later ones raise :class:`ClientClosed`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            waiting = [waiter for waiters in self._waiting.values() for waiter in waiters]
         self._stop.set()
+        # Before the threads are joined and the producer flushed, which takes seconds: their deadlines may be far off.
+        for waiter in waiting:
+            try:
+                waiter.set_exception(ClientClosed())
+            except concurrent.futures.InvalidStateError:
+                pass  # its reply came first
         for t in self._threads:
             t.join(timeout=10)
         if self._producer is not None:
@@ -556,6 +580,12 @@ class WritClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed()
+        if not self._started:
+            raise RuntimeError("the client is not started (use start() or a with block)")
 
     @property
     def reply_partitions(self) -> int:
@@ -757,8 +787,7 @@ class WritClient:
         outcome: the reply of those sent, ``unknown`` (its message says why) for those whose send failed or
         that were never handed to the producer. ``on_leased``: as in :meth:`submit`.
         """
-        if not self._started or self._closed:
-            raise RuntimeError("the client is not started (use start() or a with block)")
+        self._check_open()
         if on_leased not in ("wait", "answer"):
             raise ValueError(f'on_leased must be "wait" or "answer", got {on_leased!r:.40}')
         wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
@@ -772,13 +801,13 @@ class WritClient:
             again = [i for i, r in enumerate(out) if isinstance(r, RejectedReply) and r.reason == "leased" and built[i].lease is None]
             if not again or time.monotonic() >= deadline:
                 return out
-            time.sleep(backoff_until(round_, deadline))
-            if time.monotonic() >= deadline:
+            # close() ends the wait: the answers so far stand, the leased ones still `leased`.
+            if self._stop.wait(backoff_until(round_, deadline)) or time.monotonic() >= deadline:
                 return out
             resent = [built[i].model_copy(update={"intent_id": str(uuid.uuid4()), "created_at": iso_now()}) for i in again]
             try:
                 answers = self._send_and_wait(resent, deadline)
-            except KafkaException:
+            except (KafkaException, ClientClosed):
                 # Nothing of the resend was sent: the answers so far stand, the leased ones still `leased`.
                 return out
             for j, i in enumerate(again):
@@ -787,7 +816,6 @@ class WritClient:
 
     def _send_and_wait(self, built: list[WriteIntent], deadline: float) -> list[SubmitResult]:
         """Sends the intents and waits for their replies until ``deadline`` (monotonic), then probes for the rest."""
-        assert self._producer is not None
         # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
         records = [self._record(intent, *self._prepare(intent)) for intent in built]
         with self._lock:
@@ -796,13 +824,23 @@ class WritClient:
         return self._exchange(built, records, deadline)
 
     def _exchange(
-        self, built: Sequence[_Sent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]], deadline: float, *, unknown_message: str | None = None
+        self,
+        built: Sequence[_Sent],
+        records: list[tuple[bytes, bytes, list[tuple[str, str]]]],
+        deadline: float,
+        *,
+        unknown_message: str | None = None,
+        closed_message: str = _CLOSED_UNKNOWN,
     ) -> list[SubmitResult]:
-        """Produces the records and waits for the answers (keyed by each one's ``intent_id``) until ``deadline``."""
+        """Produces the records and waits for the answers (keyed by each one's ``intent_id``) until ``deadline``, or
+        until :meth:`close`, which ends each wait ``unknown`` (``client_closed``, ``closed_message``)."""
         # The reply partitions' ends as the wait begins: at the deadline, an end that has not moved tells a blocked topic from a slow owner.
         before = self._ends()
         waiters: list[concurrent.futures.Future[Reply]] = []
         with self._lock:
+            # Closed since the caller looked: nothing is sent, as for a submit after close().
+            if self._closed:
+                raise ClientClosed()
             for intent in built:
                 fut: concurrent.futures.Future[Reply] = concurrent.futures.Future()
                 self._waiting.setdefault(intent.intent_id, []).append(fut)
@@ -829,7 +867,15 @@ class WritClient:
                 for intent_id, r in provisional.items()
             }
             at_deadline |= dict(zip((intent.intent_id for intent in late), self._timed_out(late, before, unknown_message))) if late else {}
-            return [fut.result() if fut.done() else at_deadline[intent.intent_id] for intent, fut in zip(built, waiters)]
+            return [
+                at_deadline[intent.intent_id]
+                if not fut.done()
+                # A waiter close() ended: no reply can be read any more.
+                else UnknownOutcome(intent_id=intent.intent_id, intent_key=intent.intent_key, reason="client_closed", message=closed_message)
+                if isinstance(fut.exception(), ClientClosed)
+                else fut.result()
+                for intent, fut in zip(built, waiters)
+            ]
         finally:
             with self._lock:
                 for intent, fut in zip(built, waiters):
@@ -956,8 +1002,7 @@ class WritClient:
         the deadline. The agent gets the outcome on
         its own reply topic. ``escalation``: an :class:`Escalation` (:meth:`read_escalations`) or its JSON object.
         """
-        if not self._started or self._closed:
-            raise RuntimeError("the client is not started (use start() or a with block)")
+        self._check_open()
         wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
         deadline = time.monotonic() + wait
         wire = build_resolution(escalation, decision, operator=self.agent_id, reply_to=self.reply_topic, base_version=base_version, delta=delta, message=message)
@@ -981,7 +1026,8 @@ class WritClient:
         record = self._sized(what, entity_key(wire["entity"]).encode("utf-8"), value, headers)
         sent = _ResolutionSent(intent_id=wire["resolutionId"], intent_key=wire["intent"]["intentKey"])
         unknown = "No answer to the resolution before the deadline; look at writ.human and the record before deciding again."
-        return self._exchange([sent], [record], deadline, unknown_message=unknown)[0]
+        closed = "This client was closed, so no answer to the resolution can be read; look at writ.human and the record before deciding again."
+        return self._exchange([sent], [record], deadline, unknown_message=unknown, closed_message=closed)[0]
 
     async def aresolve(self, escalation: Escalation | Mapping[str, Any], decision: Decision, **options: Unpack[_ResolveOptions]) -> SubmitResult:
         """:meth:`resolve` for asyncio code (runs in a worker thread); the same keyword arguments."""

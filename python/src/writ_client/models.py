@@ -405,6 +405,8 @@ class UnknownOutcome(_Wire):
     intent_id: str
     intent_key: str
     message: str
+    #: Why no reply can come, when it is known: ``client_closed``, the client was closed while the submit waited.
+    reason: Literal["client_closed"] | None = None
 
 
 class BlockedOutcome(_Wire):
