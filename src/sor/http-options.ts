@@ -60,10 +60,36 @@ export const JsonPointer = z
   .max(MAX_POINTER_LENGTH)
   .refine((p) => compilePointer(p) !== null, "must be a JSON Pointer (RFC 6901): empty for the whole body, or /-separated tokens, ~0 for ~ and ~1 for /");
 
+/** RFC 3986 §3.3 `pchar`: what a path segment may hold as it is sent. */
+const PCHAR = "(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})";
+/** A path, and a query, as a request-target sends them (RFC 9112 §3.2.1): no space, no fragment, no raw non-ASCII. */
+const REQUEST_PATH = new RegExp(`^(?:/${PCHAR}*)+(?:\\?(?:${PCHAR}|[/?])*)?$`);
+/** Placeholders a path template may hold. */
+export const PLACEHOLDER = /\{(type|id|key)\}/g;
+
+/**
+ * Why a path template cannot be sent, else null. undici refuses a path with a space or a character past U+00FF
+ * only when a request is made (every read then an outage, every write an unknown outcome, nothing sent), and sends
+ * a `#` or raw Latin-1 as it is; a `.` or `..` segment is resolved away by servers and proxies, so the request
+ * would name another resource.
+ */
+export function pathTemplateProblem(template: string): string | null {
+  const filled = template.replace(PLACEHOLDER, "x");
+  if (!REQUEST_PATH.test(filled)) return "must be a URL path (and query) with {type}, {id} or {key} as placeholders and other characters percent-encoded (no space, #, non-ASCII or other brace)";
+  if (filled.split("?")[0]!.split("/").some((s) => s === "." || s === "..")) return "must not contain a . or .. segment";
+  return null;
+}
+
+const sendablePath = (p: string, ctx: z.RefinementCtx) => {
+  const problem = pathTemplateProblem(p);
+  if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+};
+
 export const PathTemplate = z
   .string()
   .startsWith("/")
-  .refine((p) => p.includes("{id}"), "must contain {id} (and usually {type})");
+  .refine((p) => p.includes("{id}"), "must contain {id} (and usually {type})")
+  .superRefine(sendablePath);
 
 export const MediaType = z
   .string()
@@ -209,7 +235,12 @@ export const HttpSystemOfRecordOptions = z
     /** The system dedupes writes by Idempotency-Key. Default false. The header is sent either way. */
     idempotencyKeys: z.boolean().default(false),
     /** e.g. `/idempotency-keys/{key}`: 200 = applied, 404 = not applied. When set, reconcile can ask the system. */
-    idempotencyLookupPath: z.string().startsWith("/").includes("{key}").optional(),
+    idempotencyLookupPath: z
+      .string()
+      .startsWith("/")
+      .includes("{key}")
+      .superRefine(sendablePath)
+      .optional(),
     /**
      * Headers on every request, e.g. Authorization: an object, or a function
      * called before every request (so a token can be refreshed). Never logged,

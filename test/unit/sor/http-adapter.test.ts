@@ -47,6 +47,22 @@ const T1 = { type: "ticket", id: "T-1" };
 const addTag = (tag: string): JsonPatchOp[] => [{ op: "add", path: "/tags/-", value: tag }];
 const quick = { timeoutMs: 5000 };
 
+/** Each option set is config_invalid, naming its field, with a message matching, and no header value in it. */
+function expectRefused(cases: Array<[Record<string, unknown>, string, RegExp]>): void {
+  for (const [opts, field, message] of cases) {
+    let err: unknown;
+    try {
+      createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", ...opts } as HttpSystemOfRecordOptions);
+    } catch (e) {
+      err = e;
+    }
+    expect(err, JSON.stringify(opts)).toMatchObject({ code: "config_invalid", retriable: false, context: { field } });
+    expect((err as Error).message).toContain(`option "${field}"`);
+    expect((err as Error).message).toMatch(message);
+    expect((err as Error).message + JSON.stringify(err)).not.toContain("s3cret");
+  }
+}
+
 describe("http adapter: options", () => {
   it("applies defaults and derives the capabilities", () => {
     const plain = createHttpSystemOfRecord({ name: "crm", baseUrl: "http://127.0.0.1:1" });
@@ -118,18 +134,38 @@ describe("http adapter: options", () => {
       [{ headers: { "bad name": "s3cret" } }, "headers.bad name", /not a valid header name/],
       [{ tls: { rejectUnauthorized: false } }, "tls", /https/],
     ];
-    for (const [opts, field, message] of cases) {
-      let err: unknown;
-      try {
-        createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", ...opts } as HttpSystemOfRecordOptions);
-      } catch (e) {
-        err = e;
-      }
-      expect(err, JSON.stringify(opts)).toMatchObject({ code: "config_invalid", retriable: false, context: { field } });
-      expect((err as Error).message).toContain(`option "${field}"`);
-      expect((err as Error).message).toMatch(message);
-      expect((err as Error).message + JSON.stringify(err)).not.toContain("s3cret");
-    }
+    expectRefused(cases);
+  });
+});
+
+describe("http adapter: path templates", () => {
+  it("a template no request can carry is config_invalid at start naming it, where it used to fail every request as an outage", () => {
+    const cases: Array<[Record<string, unknown>, string, RegExp]> = [
+      // A trailing space (a YAML or env value): undici refuses the path at each request (UND_ERR_INVALID_ARG).
+      [{ recordPath: "/records/{type}/{id} " }, "recordPath", /URL path/],
+      [{ recordPath: "/records/{type}/{id}?q=a b" }, "recordPath", /URL path/],
+      [{ patchPath: "/records/{id}\r\nx-injected: 1" }, "patchPath", /URL path/],
+      [{ recordPath: "/r\u0100cords/{id}" }, "recordPath", /URL path/],
+      // Sent as they are by undici, never meant for the wire: a fragment, raw Latin-1, a placeholder writ does not fill.
+      [{ recordPath: "/records/{id}#x" }, "recordPath", /URL path/],
+      [{ recordPath: "/récords/{id}" }, "recordPath", /URL path/],
+      [{ recordPath: "/records/{Type}/{id}" }, "recordPath", /URL path/],
+      [{ patchPath: "/records/{id}/%zz" }, "patchPath", /URL path/],
+      // Servers and proxies resolve dot segments away: the request would name another resource.
+      [{ recordPath: "/records/../{id}" }, "recordPath", /\.\. segment/],
+      [{ create: { path: "/records/./{id}" } }, "create.path", /\.\. segment/],
+      [{ idempotencyLookupPath: "/keys/{key} " }, "idempotencyLookupPath", /URL path/],
+    ];
+    expectRefused(cases);
+  });
+
+  it("templates with a query, percent-escapes and sub-delimiters are sent as written", async () => {
+    const server = await stub((req, res) => {
+      res.writeHead(200, { "content-type": "application/json", etag: '"1"' }).end(JSON.stringify({ url: req.url }));
+    });
+    const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: `${server.url}/api`, recordPath: "/v2/{type}s/{id};v=1?expand=a,b&x=%20/?" });
+    onTestFinished(() => sor.close());
+    await expect(sor.read({ type: "ticket", id: "T 1" }, quick)).resolves.toEqual({ state: { url: "/api/v2/tickets/T%201;v=1?expand=a,b&x=%20/?" }, version: '"1"' });
   });
 });
 
