@@ -81,7 +81,7 @@ function notCanonical(value: unknown, cause: unknown): WritError {
   return new WritError("not_canonical", message.slice(0, 1000), { retriable: false, cause });
 }
 
-const LONE_SURROGATE = /\p{Cs}/u;
+export const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * Where a value breaks RFC 8785 (a lone surrogate in a string or key, a

@@ -1,11 +1,12 @@
 import { X509Certificate } from "node:crypto";
 import { createSecureContext } from "node:tls";
+import { LONE_SURROGATE } from "../canonical-json.ts";
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import { tlsConnectOptions } from "../security/transport.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../schemas/common.ts";
 import type { CreateOptions, PatchOptions, PatchOutcome, ReadOptions, ReconcileResult, SystemOfRecord } from "./adapter.ts";
-import { compilePointer, ENTITY_TAG, ETAG_CHARS, HEADER_VALUE, headersProblem, HttpSystemOfRecordOptions, MAX_VERSION_LENGTH, OUTER_BLANKS, RAW_VERSION, type HttpSystemOfRecordConfig } from "./http-options.ts";
+import { compilePointer, ENTITY_TAG, ETAG_CHARS, HEADER_VALUE, headersProblem, HttpSystemOfRecordOptions, MAX_VERSION_LENGTH, OUTER_BLANKS, PLACEHOLDER, RAW_VERSION, type HttpSystemOfRecordConfig } from "./http-options.ts";
 import { sorResponseBudget } from "./response-budget.ts";
 import { describe, errorCode, exchange, isOutageStatus, LocalFailure, pemText, retryAfter, undiciTransport, type Answer, type Answered, type Exchange, type HeaderList, type Request, type Target } from "./http-exchange.ts";
 import { isJsonMedia, lookupAnswer, numberText, parseJson, problemMessage, resolvePointer, secretsOf } from "./http-answers.ts";
@@ -40,7 +41,8 @@ export type HttpSystemOfRecord = SystemOfRecord & {
  * connections → `unknown` (reconcile). A 408, 429 or 5xx carries its
  * Retry-After as `retryAfterMs` (a read's `sor_unavailable` in its context).
  * An `ifMatch` that cannot be a header value (only a version `read` did not
- * give) is `rejected` with status 0, nothing sent. After `close()`,
+ * give), or an entity id that would be a `.`/`..` path segment, is `rejected`
+ * with status 0, nothing sent. After `close()`,
  * requests are refused without being sent.
  *
  * @example
@@ -111,11 +113,21 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
    */
   const call = (request: Request, timeoutMs: number) => exchange(transport.send, request, timeoutMs, config.maxResponseBytes);
 
-  /** Where a request for `template` with `values` goes: the configured origin, and the base path then the template, values URI-encoded. */
-  const targetOf = (template: string, values: Record<string, string>): Target => ({
-    origin,
-    path: basePath + template.replace(/\{(type|id|key)\}/g, (_, k: string) => encodeURIComponent(values[k] ?? "")),
-  });
+  /**
+   * Where a request for `template` with `values` goes: the configured origin, and the base path then the template,
+   * values URI-encoded; or why no request may go. An id `.` or `..` makes a dot segment (the template has none), which
+   * servers and proxies resolve away (WHATWG URLs `%2E` too): `/records/ticket/..` is `/records/`, another resource.
+   */
+  const targetOf = (template: string, values: Record<string, string>): Target | { refused: string } => {
+    for (const k of ["type", "id", "key"]) {
+      if (LONE_SURROGATE.test(values[k] ?? "")) return { refused: `the ${k} has a lone surrogate, which no URL can carry; nothing was sent` };
+    }
+    const path = template.replace(PLACEHOLDER, (_, k: string) => encodeURIComponent(values[k] ?? ""));
+    if (path.split("?")[0]!.split("/").some((segment) => segment === "." || segment === "..")) {
+      return { refused: `the id ${JSON.stringify((values.id ?? "").slice(0, 64))} would make a . or .. path segment, which names another resource; nothing was sent` };
+    }
+    return { origin, path: basePath + path };
+  };
 
   let closed = false;
   /**
@@ -229,8 +241,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
   async function read(entity: EntityRef, opts: ReadOptions): Promise<Versioned | null> {
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
     const target = targetOf(config.recordPath, { type: entity.type, id: entity.id });
-    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET ${entityKey(entity)}`;
+    if ("refused" in target) throw new WritError("sor_protocol", `${where}: ${target.refused}`, { retriable: false, context: context(entity) });
+    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     if ((ex.kind === "not_sent" && ex.permanent) || (ex.kind === "no_answer" && ex.tooLarge)) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
     }
@@ -274,6 +287,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     }
     const body = config.patchBody.kind === "json-patch" ? ops : { ...config.patchBody.extra, [config.patchBody.field]: ops };
     const target = targetOf(patchTemplate, { type: entity.type, id: entity.id });
+    if ("refused" in target) return { kind: "rejected", status: 0, message: target.refused };
     const ex = await sendWrite(target, config.method, config.patchBody.contentType, { [config.ifMatch.header]: condition }, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
@@ -355,6 +369,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     }
     const body = c.body.kind === "record" ? record : { ...c.body.extra, [c.body.field]: record };
     const target = targetOf(createTemplate, { type: entity.type, id: entity.id });
+    if ("refused" in target) return { kind: "rejected", status: 0, message: target.refused };
     const ex = await sendWrite(target, c.method, c.body.contentType, c.ifNoneMatch ? { "if-none-match": opts.ifNoneMatch } : {}, body, opts);
     if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
@@ -375,8 +390,9 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     if (config.idempotencyLookupPath === undefined) return "unknown";
     const target = targetOf(config.idempotencyLookupPath, { type: entity.type, id: entity.id, key: idempotencyKey });
     const timeoutMs = Math.min(opts.timeoutMs, config.readTimeoutMs);
-    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     const where = `${name}: GET idempotency key ${idempotencyKey.slice(0, 12)}…`;
+    if ("refused" in target) throw new WritError("sor_protocol", `${where}: ${target.refused}`, { retriable: false, context: context(entity) });
+    const ex = await call({ target, method: "GET", headers: headers({ accept: "application/json" }, opts.headers) }, timeoutMs);
     if ((ex.kind === "not_sent" && ex.permanent) || (ex.kind === "no_answer" && ex.tooLarge)) {
       throw new WritError("sor_protocol", `${where}: ${ex.message}`, { retriable: false, cause: ex.cause, context: context(entity) });
     }

@@ -7,6 +7,7 @@ import { startDemoRecordsServer } from "../../../src/testing/demo-records-server
 import type { DemoRecordsServer, DemoRecordsServerOptions } from "../../../src/testing/demo-records-server.ts";
 import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
 import type { HttpSystemOfRecordOptions } from "../../../src/sor/http-adapter.ts";
+import { json, startStub } from "../../helpers/http-stub.ts";
 import { listenForTest } from "../../helpers/listen.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
 
@@ -157,6 +158,44 @@ describe("http adapter: path templates", () => {
       [{ idempotencyLookupPath: "/keys/{key} " }, "idempotencyLookupPath", /URL path/],
     ];
     expectRefused(cases);
+  });
+
+  it("an entity id . or .. never reaches a server that resolves dot segments: nothing read or written elsewhere", async () => {
+    // Routes by the resolved path, as WHATWG URL parsing (and most proxies) do: /tickets/../settings is /settings.
+    const docs = new Map<string, { v: number; doc: Record<string, unknown> }>([
+      ["/tickets/T-1/settings", { v: 1, doc: { owner: "ada" } }],
+      ["/tickets/settings", { v: 1, doc: { kind: "defaults for every ticket" } }],
+      ["/settings", { v: 1, doc: { kind: "global settings" } }],
+    ]);
+    const writes: string[] = [];
+    const server = await startStub((req, res) => {
+      const path = new URL(req.path, "http://records.test").pathname;
+      const at = docs.get(path);
+      if (at === undefined) return void json(res, 404, { error: "no such record" });
+      if (req.method === "PATCH") {
+        if (req.headers["if-match"] !== `"${at.v}"`) return void json(res, 412, { error: "stale" });
+        writes.push(path);
+        for (const op of JSON.parse(req.body) as Array<{ path: string; value: unknown }>) at.doc[op.path.slice(1)] = op.value;
+        at.v++;
+      }
+      json(res, 200, at.doc, { etag: `"${at.v}"` });
+    });
+    const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: server.url, recordPath: "/{type}s/{id}/settings" });
+    onTestFinished(() => sor.close());
+    const change: JsonPatchOp[] = [{ op: "replace", path: "/owner", value: "mallory" }];
+    for (const id of ["..", "."]) {
+      const entity = { type: "ticket", id };
+      await expect(sor.read(entity, quick)).rejects.toMatchObject({ code: "sor_protocol", retriable: false, message: expect.stringMatching(/path segment/) });
+      await expect(sor.patch(entity, change, { ifMatch: '"1"', idempotencyKey: "k", timeoutMs: 5000 })).resolves.toMatchObject({ kind: "rejected", status: 0 });
+      await expect(sor.upsertByExternalId(entity, { owner: "mallory" }, { ifNoneMatch: "*", idempotencyKey: "k", timeoutMs: 5000 })).resolves.toMatchObject({ kind: "rejected", status: 0 });
+    }
+    // An id no URL can carry (a lone surrogate) is refused the same way, not thrown as a URIError.
+    await expect(sor.read({ type: "ticket", id: "T-\ud800" }, quick)).rejects.toMatchObject({ code: "sor_protocol", retriable: false });
+    await expect(sor.patch({ type: "ticket", id: "T-\ud800" }, change, { ifMatch: '"1"', idempotencyKey: "k", timeoutMs: 5000 })).resolves.toMatchObject({ kind: "rejected", status: 0 });
+    // An id that only contains dots is a record like any other.
+    await expect(sor.read({ type: "ticket", id: "..." }, quick)).resolves.toBeNull();
+    expect(writes).toEqual([]);
+    expect(server.seen.map((r) => r.path)).toEqual(["/tickets/.../settings"]);
   });
 
   it("templates with a query, percent-escapes and sub-delimiters are sent as written", async () => {
