@@ -26,13 +26,23 @@ export const MAX_EXTRA_JSON_LENGTH = 16 * 1024;
 /** Headers on every request, or a function called before every request that gives them (e.g. a refreshed token). */
 export type HttpHeadersSource = Record<string, string> | (() => Record<string, string> | Promise<Record<string, string>>);
 
+/**
+ * Headers of the message's framing and connection, which the HTTP client sets: undici refuses a request carrying one
+ * when it is made (a read then looked like an outage, a write like an unknown outcome, though nothing was sent), and
+ * a Content-Length of the caller's cannot match every body.
+ */
+export const FRAMING_HEADERS = new Set(["content-length", "transfer-encoding", "keep-alive", "upgrade", "expect"]);
+
 /** Why a header set is not sendable, naming the header but never its value; null when it is. */
 export function headersProblem(value: unknown): { path: string[]; message: string } | null {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return { path: [], message: "must be an object of header values" };
   for (const [name, v] of Object.entries(value)) {
     if (!HEADER_NAME.test(name)) return { path: [name], message: "is not a valid header name" };
+    if (FRAMING_HEADERS.has(name.toLowerCase())) return { path: [name], message: "is set by the HTTP client itself (message framing), never by configuration" };
     if (typeof v !== "string") return { path: [name], message: "must be a string" };
     if (!HEADER_VALUE.test(v)) return { path: [name], message: "has a value that is not a valid header value (control characters or characters above U+00FF)" };
+    // undici takes only a list of connection options (close, keep-alive, header names).
+    if (name.toLowerCase() === "connection" && !v.split(",").every((t) => HEADER_NAME.test(t.trim()))) return { path: [name], message: "must be a comma-separated list of connection options such as close" };
   }
   return null;
 }
@@ -177,7 +187,7 @@ export const HttpSystemOfRecordOptions = z
         header: z
           .string()
           .regex(HEADER_NAME, "must be a header name")
-          .refine((h) => !PROTOCOL_HEADERS.has(h.toLowerCase()), "must not be a header writ sets itself")
+          .refine((h) => !PROTOCOL_HEADERS.has(h.toLowerCase()) && !FRAMING_HEADERS.has(h.toLowerCase()), "must not be a header writ sets itself")
           .default("If-Match"),
         format: z.enum(["etag", "raw"]).default("etag"),
       })

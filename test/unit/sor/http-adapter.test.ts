@@ -133,6 +133,14 @@ describe("http adapter: options", () => {
       [{ headers: "Bearer s3cret" }, "headers", /object of header values, or a function/],
       [{ headers: { "x-key": "s3cret\n" } }, "headers.x-key", /not a valid header value/],
       [{ headers: { "bad name": "s3cret" } }, "headers.bad name", /not a valid header name/],
+      // Headers undici refuses on every request: each read an outage, each write an unknown outcome, nothing sent.
+      [{ headers: { "Transfer-Encoding": "chunked" } }, "headers.Transfer-Encoding", /HTTP client itself/],
+      [{ headers: { expect: "100-continue" } }, "headers.expect", /HTTP client itself/],
+      [{ headers: { "keep-alive": "timeout=5" } }, "headers.keep-alive", /HTTP client itself/],
+      [{ headers: { upgrade: "h2c" } }, "headers.upgrade", /HTTP client itself/],
+      [{ headers: { "content-length": "3" } }, "headers.content-length", /HTTP client itself/],
+      [{ headers: { connection: "keep alive" } }, "headers.connection", /connection options/],
+      [{ ifMatch: { header: "Expect" } }, "ifMatch.header", /writ sets itself/],
       [{ tls: { rejectUnauthorized: false } }, "tls", /https/],
     ];
     expectRefused(cases);
