@@ -44,7 +44,7 @@ export type Exchange =
   | { kind: "answered"; res: Answer; body: string; secrets: readonly string[]; release: () => void }
   /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
   | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
-  /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes, cut off. */
+  /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes (or its headers over http.maxHeaderSize), cut off. */
   | { kind: "no_answer"; message: string; cause: unknown; tooLarge?: true };
 
 export type Answered = Extract<Exchange, { kind: "answered" }>;
@@ -271,6 +271,10 @@ export async function exchange(send: Send, request: Request, timeoutMs: number, 
       const system = systemError(err);
       if (system?.code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
         return { kind: "no_answer", message: `the answer's body is over ${maxResponseBytes} bytes (maxResponseBytes); cut off`, cause: err, tooLarge: true };
+      }
+      // An answer, but one writ cannot read: asking again gets the same headers (a read retried as an outage for ever).
+      if (system?.code === "UND_ERR_HEADERS_OVERFLOW") {
+        return { kind: "no_answer", message: "the answer's headers are over Node's http.maxHeaderSize (16 KiB unless --max-http-header-size says otherwise); cut off", cause: err, tooLarge: true };
       }
       if (system !== undefined && neverSent(system)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
       return { kind: "no_answer", message: describe(err), cause: err };

@@ -300,6 +300,17 @@ describe("http adapter shapes: an answer over maxResponseBytes", () => {
     expect(await sor(api.url).read(C1, quick)).toMatchObject({ version: '"1"' });
   });
 
+  it("headers over Node's limit are an answer writ cannot use: a read is sor_protocol (no longer an outage retried for ever), a write unknown", async () => {
+    // A 64 KiB cookie on every answer: undici stops at http.maxHeaderSize (16 KiB); asking again gets the same.
+    const api = await startStub((_req, res) => json(res, 200, {}, { etag: '"1"', "set-cookie": `s=${"x".repeat(64 * 1024)}` }));
+    const system = sor(api.url, { idempotencyLookupPath: "/keys/{key}" });
+    expect(await caught(system.read(C1, quick))).toMatchObject({ code: "sor_protocol", retriable: false, message: /headers are over/ });
+    expect(await caught(system.lookupIdempotencyKey!(C1, "k-1", quick))).toMatchObject({ code: "sor_protocol", retriable: false });
+    // The write reached the system, which answered: whether it applied is for reconcile.
+    expect(await system.patch(C1, addTag("a"), write('"1"'))).toMatchObject({ kind: "unknown", message: /headers are over/ });
+    expect(api.seen.filter((r) => r.method === "PATCH")).toHaveLength(1);
+  });
+
   it("is a bound checked at start", () => {
     expect(() => createHttpSystemOfRecord({ name: "crm", baseUrl: "http://x", maxResponseBytes: 10 } as HttpSystemOfRecordOptions)).toThrow(/maxResponseBytes/);
   });
