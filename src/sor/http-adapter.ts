@@ -36,8 +36,9 @@ export type HttpSystemOfRecord = SystemOfRecord & {
  * answer, else of a follow-up read); a `conflictStatuses` status →
  * `precondition_failed` (with the current record when the answer carries it,
  * else null); 404/410 → `not_found`; 408/429, refused/unresolvable
- * connections and a headers function that failed → `unavailable` (not sent,
- * safe to retry); other 4xx → `rejected`; 5xx, 3xx, timeouts and dropped
+ * connections, a connection not up by the deadline, anything failing before
+ * undici wrote the request, and a headers function that failed →
+ * `unavailable` (not sent, safe to retry); other 4xx → `rejected`; 5xx, 3xx, timeouts and dropped
  * connections → `unknown` (reconcile). A 408, 429 or 5xx carries its
  * Retry-After as `retryAfterMs` (a read's `sor_unavailable` in its context).
  * An `ifMatch` that cannot be a header value (only a version `read` did not

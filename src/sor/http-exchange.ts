@@ -73,6 +73,8 @@ export interface Target {
   path: string;
 }
 
+type Dispatch = import("undici").Dispatcher.DispatchInterceptor extends (dispatch: infer D) => unknown ? D : never;
+
 /** `text()` reads the body whole; `release()`, when given, gives its bytes back to the answer budget once it is used. */
 export type Send = (target: Target, init: SendInit) => Promise<{ answer: Answer; text(): Promise<string>; release?: () => void }>;
 
@@ -99,9 +101,31 @@ export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v ==
 export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number, budget: ResponseBudget = sorResponseBudget): Transport {
   const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
   type Undici = typeof import("undici");
-  let loaded: Promise<{ undici: Undici; agent: InstanceType<Undici["Agent"]> }> | undefined;
+  let loaded: Promise<{ undici: Undici; agent: import("undici").Dispatcher }> | undefined;
   let closing: Promise<void> | undefined;
-  const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent({ maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }) }) })));
+  // Requests (by their signal) that undici has started to write: it calls onRequestStart on a connected socket just
+  // before the first byte, so a request failing or out of time before then never left.
+  const started = new WeakMap<AbortSignal, { sent: boolean }>();
+  const marking = (dispatch: Dispatch): Dispatch => (opts, handler) => {
+    // The request's options, signal included, as `request` was given them.
+    const signal = (opts as { signal?: unknown }).signal;
+    const at = signal instanceof AbortSignal ? started.get(signal) : undefined;
+    if (at === undefined) return dispatch(opts, handler);
+    return dispatch(opts, {
+      onRequestStart(controller, context) {
+        // Aborted already: undici aborts it here, unwritten.
+        if (!(signal as AbortSignal).aborted) at.sent = true;
+        handler.onRequestStart?.(controller, context);
+      },
+      onRequestUpgrade: (...a) => handler.onRequestUpgrade?.(...a),
+      onResponseStart: (...a) => handler.onResponseStart?.(...a),
+      onResponseData: (...a) => handler.onResponseData?.(...a),
+      onResponseEnd: (...a) => handler.onResponseEnd?.(...a),
+      onResponseError: (...a) => handler.onResponseError?.(...a),
+    });
+  };
+  const load = () =>
+    (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent({ maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }) }).compose(marking) })));
   return {
     async send(target, init) {
       let client: Awaited<ReturnType<typeof load>>;
@@ -110,8 +134,10 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
       } catch (err) {
         throw new LocalFailure(`the undici package could not be loaded: ${describe(err)}`, true, err);
       }
+      const at = { sent: false };
+      started.set(init.signal, at);
       // The agent's own request: origin and path as they are, where undici's top-level `request` parses a URL per call.
-      const res = await client.agent.request({
+      const pending = client.agent.request({
         origin: target.origin,
         path: target.path,
         method: init.method as "GET",
@@ -119,6 +145,22 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
         ...(init.body === undefined ? {} : { body: init.body }),
         signal: init.signal,
       });
+      let res: Awaited<typeof pending>;
+      try {
+        // undici settles a request aborted while it waits for its connection only once the connect ends (its own
+        // connect timeout, 10 s): the deadline is kept here. The request then stays unwritten (undici's abort).
+        res = await new Promise<Awaited<typeof pending>>((resolve, reject) => {
+          const onAbort = () => {
+            if (!at.sent) reject(init.signal.reason);
+          };
+          init.signal.addEventListener("abort", onAbort, { once: true });
+          pending.then(resolve, reject).finally(() => init.signal.removeEventListener("abort", onAbort));
+        });
+      } catch (err) {
+        if (at.sent) throw err;
+        const why = init.signal.aborted ? `no connection within the deadline (${describe(init.signal.reason)})` : describe(err);
+        throw new LocalFailure(`not sent: ${why}`, false, err);
+      }
       const status = res.statusCode;
       const answer: Answer = {
         status,

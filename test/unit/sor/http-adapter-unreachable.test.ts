@@ -9,13 +9,27 @@ import { createHttpSystemOfRecord } from "../../../src/sor/http-adapter.ts";
 const failure: { current: NodeJS.ErrnoException | null } = { current: null };
 const sent: string[] = [];
 
+type Handler = { onRequestStart?: (controller: unknown, context: unknown) => void };
+type Dispatch = (opts: object, handler: Handler) => boolean;
+
 vi.mock("undici", () => ({
   Agent: class {
-    async request(opts: { method: string; path: string }): Promise<never> {
-      sent.push(`${opts.method} ${opts.path}`);
-      throw failure.current;
+    // The adapter's interceptor learns from onRequestStart that undici began writing the request: it does so on a
+    // connected socket, so only a failure on an established connection (syscall read) comes after it.
+    compose(interceptor: (dispatch: Dispatch) => Dispatch) {
+      const dispatch = interceptor((_opts, handler) => {
+        if (failure.current?.syscall !== "connect") handler.onRequestStart?.({}, {});
+        return true;
+      });
+      return {
+        async request(opts: { method: string; path: string }): Promise<never> {
+          dispatch(opts, {});
+          sent.push(`${opts.method} ${opts.path}`);
+          throw failure.current;
+        },
+        async close(): Promise<void> {},
+      };
     }
-    async close(): Promise<void> {}
   },
 }));
 
