@@ -84,7 +84,13 @@ export class WireCodec {
    * registry lookups, never memory.
    */
   private readonly knownIds = new LruMap<number, Set<string>>(MAX_KNOWN_SCHEMA_IDS);
+  /**
+   * When an id was last asked about, for the ids whose answer was "no": unknown to the registry, or not registered
+   * under a subject a value needed. Both may change (an id registered since; one schema text registered under another
+   * subject, which gets the same id), so "no" is asked again after UNKNOWN_SCHEMA_ID_TTL_MS, never cached for good.
+   */
   private readonly unknownIds = new LruMap<number, number>(MAX_UNKNOWN_SCHEMA_IDS);
+  private readonly now: () => number;
   private readonly lookups = new Map<number, Promise<Set<string> | null>>();
   /** Basic auth and TLS of every registry request: the client library's (getSchema) and writ's own (register, subject lookups). */
   private readonly transport: RegistryTransport;
@@ -119,6 +125,8 @@ export class WireCodec {
     this.onSchemaRefused = opts.onSchemaRefused;
     this.onLookup = opts.onLookup;
     this.lookupBudget = new TokenBucket({ perSecond: opts.registryLookupsPerSecond ?? DEFAULT_REGISTRY_LOOKUPS_PER_S, ...(opts.lookupClock ? { clock: opts.lookupClock } : {}) });
+    const clock = opts.lookupClock;
+    this.now = clock ? () => clock.now() : () => performance.now();
     this.registryUrl = (opts.schemaRegistryUrl ?? "").replace(/\/+$/, "");
     this.transport = registryTransport({ auth: opts.schemaRegistryAuth, tls: opts.schemaRegistryTls });
     const { auth, agent } = this.transport;
@@ -168,7 +176,7 @@ export class WireCodec {
       // A reader without a registry (an agent's client, the console) of what owners with one wrote takes the JSON
       // after the header, which zod checks below. Owners (a subject to check the id against) cannot skip the check.
       if (this.registry || opts.subject !== undefined) {
-        const subjects = await this.schemaSubjects(id);
+        const subjects = await this.schemaSubjects(id, opts.subject);
         if (subjects === null) {
           const why = this.registry ? "is not in the registry" : "cannot be checked: this process has no schema registry";
           return { ok: false, reason: "undecodable", message: `schema id ${id} ${why}` };
@@ -269,14 +277,16 @@ export class WireCodec {
     });
   }
 
-  /** The subjects a schema id is registered under, or null for an id the registry does not know. */
-  private schemaSubjects(id: number): Promise<Set<string> | null> {
+  /**
+   * The subjects a schema id is registered under, or null for an id the registry does not know. `subject`: the one
+   * the caller needs; an id known without it is asked about again after a while, as an unknown one is.
+   */
+  private schemaSubjects(id: number, subject?: string): Promise<Set<string> | null> {
     if (!this.registry) return Promise.resolve(null);
     const known = this.knownIds.get(id);
-    if (known) return Promise.resolve(known);
-    // An unknown one is asked again after a while: a schema may be registered under it since.
+    if (known && (subject === undefined || known.has(subject))) return Promise.resolve(known);
     const askedAt = this.unknownIds.get(id);
-    if (askedAt !== undefined && Date.now() - askedAt < UNKNOWN_SCHEMA_ID_TTL_MS) return Promise.resolve(null);
+    if (askedAt !== undefined && this.now() - askedAt < UNKNOWN_SCHEMA_ID_TTL_MS) return Promise.resolve(known ?? null);
     let lookup = this.lookups.get(id);
     if (!lookup) {
       lookup = (async () => {
@@ -291,7 +301,11 @@ export class WireCodec {
         }
       })();
       lookup.then(
-        (subjects) => (subjects === null ? this.unknownIds.set(id, Date.now()) : (this.unknownIds.delete(id), this.knownIds.set(id, subjects))),
+        (subjects) => {
+          if (subjects !== null) this.knownIds.set(id, subjects);
+          if (subjects === null || (subject !== undefined && !subjects.has(subject))) this.unknownIds.set(id, this.now());
+          else this.unknownIds.delete(id);
+        },
         () => undefined,
       );
       void lookup.finally(() => this.lookups.delete(id)).catch(() => undefined);

@@ -181,6 +181,43 @@ describe("WireCodec against the real schema registry", () => {
     expect(lookups()).toBe(3);
   });
 
+  // A registry gives one schema text one id, whatever the subject (checked here on the real one): a deployment sharing
+  // the registry (staging's `stg.intents-value`) registers writ's next schema first, a record framed with that id
+  // reaches this owner, and when this deployment's clients register the same schema under its subject, the owner had
+  // cached the id's subjects for good: every intent they framed was dead-lettered schema_subject_mismatch until a restart.
+  it("an id seen under another subject only is asked again after a while: it may be registered under this one since", async () => {
+    const registry = new URL(registryUrl() ?? "");
+    const proxy = await startRecordingProxy(registry.origin);
+    let now = 0;
+    const clock = { now: () => now, sleep: async () => undefined };
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, lookupClock: clock });
+    const ccompat = (path: string, body: unknown) =>
+      fetch(`${registryUrl()}${path}`, { method: "POST", headers: { "content-type": "application/vnd.schemaregistry.v1+json" }, body: JSON.stringify(body) });
+    const schema = { schemaType: "JSON", schema: JSON.stringify({ $schema: "http://json-schema.org/draft-07/schema#", type: "object", title: `shared-${randomUUID()}` }) };
+    const other = `writ.codec.${randomUUID().slice(0, 8)}-value`;
+    const subject = `writ.codec.${randomUUID().slice(0, 8)}-value`;
+    const id = ((await (await ccompat(`/subjects/${other}/versions`, schema)).json()) as { id: number }).id;
+    const header = Buffer.alloc(5);
+    header.writeInt32BE(id, 1);
+    const bytes = Buffer.concat([header, Buffer.from(JSON.stringify(intent()))]);
+    const lookups = () => proxy.seen.filter((r) => r.path.endsWith(`/schemas/ids/${id}/versions`)).length;
+
+    expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: false, reason: "schema_subject_mismatch" });
+    expect(((await (await ccompat(`/subjects/${subject}/versions`, schema)).json()) as { id: number }).id).toBe(id);
+    // Within a while the answer stands (a flood of such records costs no lookups)...
+    expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: false, reason: "schema_subject_mismatch" });
+    expect(lookups()).toBe(1);
+    // ...then the registry is asked again, and the id's new subject counts.
+    now += 30_000;
+    expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: true, framed: true });
+    expect(lookups()).toBe(2);
+    // Known under the subject now: for good, with no more lookups.
+    now += 60_000;
+    expect((await codec.decode("WriteIntent", bytes, { subject })).ok).toBe(true);
+    expect((await codec.decode("WriteIntent", bytes, { subject: other })).ok).toBe(true);
+    expect(lookups()).toBe(2);
+  });
+
   it("a reader without a registry reads framed values (zod checks them); an owner without one refuses them", async () => {
     const value = intent();
     const bytes = await new WireCodec({ schemaRegistryUrl: registryUrl() }).encode(`writ.codec.${randomUUID().slice(0, 8)}`, "WriteIntent", value);
