@@ -69,9 +69,10 @@ const CONTROL = 0x20;
 const LOG_APPEND_TIME = 0x08;
 const MAX_REASON_CHARS = 500;
 /**
- * Most records one batch may hold. kafkajs builds an object of some hundreds of bytes per record of a batch
- * before the consumer sees any: a few KB of gzip can declare millions of empty records. A batch of writ's
- * topics holds a few hundred; a foreign producer's rarely 100,000.
+ * Most records one batch may hold, whatever the budget. kafkajs builds an object of some hundreds of bytes per
+ * record of a batch before the consumer sees any: a few KB of gzip can declare millions of empty records. A batch
+ * of writ's topics holds a few hundred; a foreign producer's rarely 100,000. Below it, the Fetch budget bounds a
+ * batch's records too: see {@link maxRecordsPerBatch}.
  */
 export const MAX_RECORDS_PER_BATCH = 1_000_000;
 /**
@@ -95,12 +96,24 @@ function wholeBatchEnd(buf: Buffer, start: number): number | null {
   return length < BATCH.overhead || end > buf.length ? null : end;
 }
 
+/**
+ * Most records one batch is read with: {@link MAX_RECORDS_PER_BATCH}, and no more than the Fetch budget holds at
+ * RECORD_OVERHEAD bytes a record (262,144 at the default 64 MiB). Every partition of an answer gets its first batch
+ * whatever the answer holds, so what one batch may cost is what bounds the answer: at a million records a batch
+ * (some 800 KB of zstd), one answer of 12 partitions held 2.7 GB of kafkajs records; with this, about 12 budgets.
+ * A batch of valid intents holds fewer anyway: each is more than 256 bytes, so more would inflate past the budget.
+ */
+export function maxRecordsPerBatch(): number {
+  return Math.max(1, Math.min(MAX_RECORDS_PER_BATCH, Math.floor(maxBytesPerFetch / RECORD_OVERHEAD)));
+}
+
 /** Why a complete batch at `start` is not read at all: too many records for one batch. */
 function refusedUnread(buf: Buffer, start: number): Error | null {
   if (wholeBatchEnd(buf, start) === null) return null;
   const count = buf.readInt32BE(start + BATCH.recordCount);
-  if (count <= MAX_RECORDS_PER_BATCH) return null;
-  const error = new Error(`the batch declares ${count} records; at most ${MAX_RECORDS_PER_BATCH} are read from one batch`);
+  const most = maxRecordsPerBatch();
+  if (count <= most) return null;
+  const error = new Error(`the batch declares ${count} records; at most ${most} are read from one batch`);
   error.name = "TooManyRecords";
   return error;
 }

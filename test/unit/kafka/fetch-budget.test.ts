@@ -69,6 +69,25 @@ describe("what one Fetch answer's records hold is bounded, not only each batch",
     expect(offsets(b!)).toEqual(["10"]);
   });
 
+  // Each partition's first batch is read whatever the answer holds, so what one batch may cost bounds the answer:
+  // bytes by maxDecompressedBytes, and records by the same budget. At 1,000,000 records a batch (about 800 KB of
+  // zstd, under the brokers' default message.max.bytes) one answer of 12 partitions held 12 million kafkajs
+  // records, 2.7 GB of heap measured, from 10 MB on the wire: past a small container's heap, an owner that dies and
+  // whose successor meets the same batches.
+  it("a partition's first batch costs at most the budget in records too: more than it holds at 256 bytes each is one stand-in", async () => {
+    const perBatch = LIMIT / 256;
+    const empty = (offset: number, n: number) => gzipBatch(offset, Array.from({ length: n }, () => ({ key: null, value: null })));
+    const answer = await fetchAnswer(...Array.from({ length: 4 }, (_, p) => [empty(p * 100_000, 5 * perBatch)]));
+    for (const [p, msgs] of answer.entries()) {
+      // One stand-in at the batch's last offset, saying why: the offsets are accounted for, nothing decoded.
+      expect(offsets(msgs)).toEqual([String(p * 100_000 + 5 * perBatch - 1)]);
+      expect((msgs[0] as unknown as { headers: Record<string, Buffer> }).headers["writ-unreadable-batch"]!.toString()).toContain(`at most ${perBatch} are read from one batch`);
+    }
+    // A batch at the bound is read whole.
+    const [whole] = await fetchAnswer([empty(0, perBatch)]);
+    expect(whole).toHaveLength(perBatch);
+  });
+
   it("records count at their kafkajs objects too: many empty records stop an answer as bytes do", async () => {
     const [first] = await fetchAnswer([many(0), many(3000), many(6000)]);
     // 3,000 records at 256 bytes each: 768,000 per batch, so two batches reach the 1 MiB budget.

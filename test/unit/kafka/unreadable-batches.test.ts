@@ -1,7 +1,7 @@
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { encodeRecordBatch, type BatchRecord } from "../../../src/kafka/record-batch.ts";
-import { installUnreadableBatchGuard, MAX_RECORDS_PER_BATCH, UNREADABLE_BATCH_HEADER, unreadableBatchOf } from "../../../src/kafka/unreadable-batches.ts";
+import { installUnreadableBatchGuard, maxRecordsPerBatch, UNREADABLE_BATCH_HEADER, unreadableBatchOf } from "../../../src/kafka/unreadable-batches.ts";
 
 const require = createRequire(import.meta.url);
 const PATH = require.resolve("kafkajs/src/protocol/requests/fetch/v4/decodeMessages.js");
@@ -68,7 +68,9 @@ describe("a record batch kafkajs cannot read becomes one stand-in record", () =>
     await expect(decodeBatch(new Decoder(lyingCount(batch(12, recs(3, "b")), 1000)))).rejects.toThrow();
   });
 
-  it("a batch declaring more than MAX_RECORDS_PER_BATCH records is not decoded at all", async () => {
+  it("a batch declaring more than maxRecordsPerBatch() records is not decoded at all", async () => {
+    const MAX_RECORDS_PER_BATCH = maxRecordsPerBatch();
+    expect(MAX_RECORDS_PER_BATCH).toBe(262_144); // the default 64 MiB budget at 256 bytes a record
     const out = await decodeMessages(fetched(lyingCount(batch(0, recs(2, "a")), MAX_RECORDS_PER_BATCH + 1), batch(2, recs(1, "c"))));
     expect(out.map((m) => m.offset)).toEqual(["1", "2"]);
     expect(unreadableBatchOf(out[0]!.headers)!.reason).toBe(`TooManyRecords: the batch declares ${MAX_RECORDS_PER_BATCH + 1} records; at most ${MAX_RECORDS_PER_BATCH} are read from one batch`);
@@ -79,7 +81,7 @@ describe("a record batch kafkajs cannot read becomes one stand-in record", () =>
     const out = await decodeMessages(fetched(batch(0, recs(2, "a")), whole.subarray(0, whole.length - 5)));
     expect(out.map((m) => m.offset)).toEqual(["0", "1"]);
     // cut short with a count over the bound: still left for the next Fetch
-    const lying = lyingCount(batch(2, recs(3, "b")), MAX_RECORDS_PER_BATCH + 1);
+    const lying = lyingCount(batch(2, recs(3, "b")), maxRecordsPerBatch() + 1);
     expect((await decodeMessages(fetched(batch(0, recs(1, "a")), lying.subarray(0, lying.length - 5)))).map((m) => m.offset)).toEqual(["0"]);
   });
 
