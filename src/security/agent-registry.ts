@@ -9,7 +9,15 @@ const AgentEntry = z.strictObject({
   /** Public keys the agent signs with, by key id; more than one during a rotation. */
   keys: z
     .array(z.strictObject({ id: z.string().regex(/^[A-Za-z0-9._:-]{1,64}$/, "1–64 of A-Z a-z 0-9 . _ : -"), publicKey: z.string().min(1) }))
-    .min(1, "at least one key"),
+    .min(1, "at least one key")
+    // A rotation's new key under the old one's id would take its place silently, refusing the agents still on it.
+    .superRefine((keys, ctx) => {
+      const seen = new Set<string>();
+      keys.forEach((k, i) => {
+        if (seen.has(k.id)) ctx.addIssue({ code: "custom", path: [i, "id"], message: `key id ${k.id} is listed twice: each key needs its own id (a rotation adds the new key under a new id)` });
+        seen.add(k.id);
+      });
+    }),
   /** Write tools the agent may call; `*` for all. */
   tools: z.array(z.string().min(1)).min(1, "at least one tool (or *)"),
   /** The agent's reply topic: every reply to it goes there, and an intent must name it as `replyTo`. */

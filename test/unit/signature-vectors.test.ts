@@ -182,6 +182,15 @@ describe("intent signature golden vectors", () => {
     expect(() => AgentRegistry.from(registry(pair.publicKey.export({ format: "pem", type: "spki" }).toString()))).not.toThrow();
   });
 
+  // A rotation adds the new key under a new id. Listed under the id of the key it replaces, the later key took the id's
+  // place silently: agents still signing with the old key were dead-lettered `unauthenticated` at the owners' roll.
+  it("a key id listed twice under one agent is refused, naming the field: one id, one key", () => {
+    const [older, newer] = [generateKeyPairSync("ed25519"), generateKeyPairSync("ed25519")].map((p) => p.publicKey.export({ format: "pem", type: "spki" }).toString());
+    const registry = (ids: string[]) => ({ agents: { a: { keys: [{ id: ids[0]!, publicKey: older! }, { id: ids[1]!, publicKey: newer! }], tools: ["t"], replyTopic: "writ.replies.a" } } });
+    expect(() => AgentRegistry.from(registry(["2026-11", "2026-11"]))).toThrow(/agents\.a\.keys\.1\.id: key id 2026-11 is listed twice/);
+    expect(AgentRegistry.from(registry(["2026-11", "2027-02"])).get("a")!.keys.size).toBe(2);
+  });
+
   it("is the file scripts/generate-signature-vectors.ts writes", () => {
     expect(text).toBe(render());
   });
