@@ -185,7 +185,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   };
   const admitted = (a: Admission): Admission => (signed !== undefined && a.kind === "admitted" ? { kind: "admitted", admitted: { ...a.admitted, signed } } : a);
   // Its date first: a refusal remembered for these bytes (tool_not_allowed) is kept from it, so bytes dated past the
-  // allowed clock skew must be refused before anything is remembered (refusals.ts).
+  // allowed clock skew are refused clock_skew before anything else, remembered dated at the skew's end (refusals.ts).
   const unfresh = freshnessRefusal(intent, deps.now().getTime(), deps.config.ledgerRetentionHours);
   if (unfresh) return reject(unfresh.reason, unfresh.message);
   const tool = deps.tools.get(intent.tool);

@@ -18,8 +18,13 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
  * Only intents whose signature checked out are remembered (an agent registry): their bytes are the agent's own.
  */
 
-/** Refusals given without a ledger entry, on a state that may change: remembered for the signed bytes they refused. */
+/**
+ * Refusals given without a ledger entry, on a state that may change: remembered for the signed bytes they refused.
+ * `clock_skew` too: the owner's clock catches up with the bytes' `createdAt` (their entry is dated at most the skew
+ * ahead, so it outlives their stale cutoff for a `createdAt` up to the skew and maxIntentAgeMs's margin ahead).
+ */
 export const REMEMBERED_REFUSALS: ReadonlySet<string> = new Set<RejectReason>([
+  "clock_skew",
   "leased",
   "lease_not_held",
   "tool_not_allowed",

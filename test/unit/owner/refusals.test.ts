@@ -97,6 +97,30 @@ describe("refused signed intents: remembered for their bytes", () => {
     expect(repeatedRefusal(restored, signedOf(anew)!, NOW)).toBeNull();
   });
 
+  // Bytes dated ahead of the owner's clock are refused clock_skew, "nothing written"; but time passes, and the same
+  // bytes produced again once the clock has caught up with their createdAt were admitted and written: the agent was
+  // told rejected, and moved on.
+  it("clock_skew: the same bytes are refused again once the owner's clock has caught up with them, as a repeat, until they are stale", async () => {
+    const ahead = { ...closeIntent("i-ahead"), createdAt: new Date(NOW.getTime() + 3_600_000).toISOString() };
+    const granted = registry(["add_tag", "close_ticket"]);
+    const refused = await admit(record(ahead), source, deps(granted));
+    expect(refused).toMatchObject({ kind: "answered", reason: "clock_skew" });
+    const signed = signedOf(refused)!;
+    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW);
+    expect(out.refusal).toMatchObject({ intentKey: refusalLedgerKey(signed.digest), outcome: { status: "rejected", reason: "clock_skew" } });
+    const ledger = new PartitionLedger(0, [[refusalLedgerKey(signed.digest), out.refusal!]]);
+    // An hour on, the bytes are within the skew: admitted, and answered as refused before.
+    const later = new Date(NOW.getTime() + 3_600_000);
+    const again = await admit(record(ahead), source, { ...deps(granted), now: () => later });
+    expect(again.kind).toBe("admitted");
+    expect(Reply.parse(repeatedRefusal(ledger, signedOf(again)!, later)!.replies[0]!.value)).toMatchObject({ status: "rejected", reason: "clock_skew", duplicate: true, intentId: "i-ahead" });
+    // Kept until the bytes are stale: the sweep (a 24 h retention) takes it only past their cutoff.
+    const retentionMs = 24 * 3_600_000;
+    const staleAt = Date.parse(ahead.createdAt) + maxIntentAgeMs(ahead, 24);
+    expect(ledger.expired(new Date(staleAt - retentionMs), 10)).toEqual([]);
+    expect(ledger.expired(new Date(Date.parse(out.refusal!.updatedAt) + 1), 10)).toEqual([out.refusal!.intentKey]);
+  });
+
   it("only an authenticated intent's refusal is remembered: without an agent registry admission carries no digest", async () => {
     const a = await admit(record(closeIntent("i-1")), source, deps());
     expect(a.kind).toBe("admitted");
@@ -108,12 +132,12 @@ describe("refused signed intents: remembered for their bytes", () => {
     const signed = { digest: "d".repeat(64), intent: closeIntent("i-1") };
     const refusing = (reason: Parameters<typeof rejectedReply>[2], extra = {}) =>
       rememberRefusal(signed, effects({ replies: [{ topic: REPLY_TO, value: { ...rejectedReply("i-1", signed.intent.intentKey, reason, "m", NOW.toISOString()), ...extra } }] }), NOW).refusal;
-    for (const reason of ["leased", "lease_not_held", "tool_not_allowed", "undo_target_unknown", "undo_target_mismatch", "undo_target_not_applied", "undo_not_declared"] as const) {
+    for (const reason of ["clock_skew", "leased", "lease_not_held", "tool_not_allowed", "undo_target_unknown", "undo_target_mismatch", "undo_target_not_applied", "undo_not_declared"] as const) {
       expect(REMEMBERED_REFUSALS.has(reason)).toBe(true);
       expect(refusing(reason)?.outcome).toMatchObject({ status: "rejected", reason });
     }
     // Refusals a later state does not change (they are answered so again), a repeat, a settled one (its own entry).
-    for (const reason of ["params_invalid", "stale", "clock_skew", "lease_replayed", "sor_rejected", "intent_key_mismatch"] as const) expect(refusing(reason)).toBeUndefined();
+    for (const reason of ["params_invalid", "stale", "lease_replayed", "sor_rejected", "intent_key_mismatch"] as const) expect(refusing(reason)).toBeUndefined();
     expect(refusing("leased", { duplicate: true })).toBeUndefined();
     const settled = effects({ ledger: { kind: "intent" } as LedgerIntentEntry, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] });
     expect(rememberRefusal(signed, settled, NOW).refusal).toBeUndefined();
@@ -131,13 +155,13 @@ describe("refused signed intents: remembered for their bytes", () => {
     expect(ledger.expired(new Date(Date.parse(ahead.createdAt) + 1), 10)).toEqual([entry.intentKey]);
   });
 
-  it("bytes dated past the allowed clock skew are refused clock_skew before the tool's grant, so nothing holds the sweep back", async () => {
+  it("bytes dated past the allowed clock skew are refused clock_skew before the tool's grant, remembered dated no later than the skew, so nothing holds the sweep back", async () => {
     const future = { ...closeIntent("i-future"), createdAt: "2099-01-01T00:00:00.000Z" };
     // Alice may not call close_ticket: a tool_not_allowed refusal would be remembered, dated from its createdAt.
     const a = await admit(record(future), source, deps(registry(["add_tag"])));
     expect(a).toMatchObject({ kind: "answered", reason: "clock_skew" });
     if (a.kind !== "answered") return;
-    expect(rememberRefusal(a.signed, a.effects, NOW).refusal).toBeUndefined();
+    expect(rememberRefusal(a.signed, a.effects, NOW).refusal).toMatchObject({ outcome: { reason: "clock_skew" }, updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
     // However its bytes reached it, a refusal's entry is dated no later than the skew admission allows.
     const far = rememberRefusal({ digest: "f".repeat(64), intent: future }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-future", future.intentKey, "tool_not_allowed", "m", NOW.toISOString()) }] }), NOW).refusal!;
     expect(Date.parse(far.updatedAt)).toBe(NOW.getTime() + 300_000);
