@@ -40,6 +40,7 @@
  * kafkajs 2.2.4 is its last release: these internals no longer change.
  */
 import { createRequire } from "node:module";
+import { LruMap } from "../lru-map.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -50,6 +51,7 @@ export const UNREADABLE_BATCH_HEADER = "writ-unreadable-batch";
 const BATCH = {
   length: 8,
   magic: 16,
+  crc: 17,
   attributes: 21,
   lastOffsetDelta: 23,
   firstTimestamp: 27,
@@ -240,6 +242,43 @@ const GUARDED = Symbol.for("writ.unreadableBatchGuard");
 let maxBytesPerFetch = DEFAULT_MAX_BYTES_PER_FETCH;
 /** What the records decoded so far of each Fetch answer hold, by the answer's decoder (one for all its partitions). */
 const heldByAnswer = new WeakMap<object, number>();
+/**
+ * Past twice the budget, partitions' first batches wait for a later Fetch, and each answer reads one that waited
+ * longest (its turn). By batch (first offset and CRC): how many answers it waited in. By answer (its decoder):
+ * whether it gave the turn, and the longest wait among the batches it left; the previous answer's is the wait a
+ * batch needs for its turn, so the partitions left take turns in the order they were left, whatever their place.
+ */
+const waited = new LruMap<string, number>(4096);
+const answers = new WeakMap<object, { turnGiven: boolean; longestWait: number }>();
+let turnAfter = 0;
+let lastAnswer: { longestWait: number } | undefined;
+
+/**
+ * Whether a partition's first batch, at `start`, is read in this answer though the answer holds `held` already. Up to
+ * twice the budget it is: in ordinary traffic every partition gets its batch each Fetch. Past it, only the one that
+ * waited longest, one per answer: bombs on many partitions (each first batch up to the budget) no longer add up in
+ * one answer (12 partitions of 64 KB of gzip held 1 GB), and every partition still gets its turn.
+ */
+function firstBatchRead(answer: object, buf: Buffer, start: number, held: number): boolean {
+  let state = answers.get(answer);
+  if (!state) {
+    turnAfter = lastAnswer?.longestWait ?? 0;
+    state = { turnGiven: false, longestWait: 0 };
+    answers.set(answer, state);
+    lastAnswer = state;
+  }
+  if (held < 2 * maxBytesPerFetch) return true;
+  const id = `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
+  const waits = waited.get(id) ?? 0;
+  if (!state.turnGiven && waits > 0 && waits >= turnAfter) {
+    state.turnGiven = true;
+    waited.delete(id);
+    return true;
+  }
+  waited.set(id, waits + 1);
+  state.longestWait = Math.max(state.longestWait, waits + 1);
+  return false;
+}
 
 /**
  * Puts writ's decoder of Fetch answers' record batches in place of kafkajs's
@@ -276,9 +315,9 @@ export function installUnreadableBatchGuard(opts: { maxBytesPerFetch?: number } 
     let held = heldByAnswer.get(decoder) ?? 0;
     while (batches.canReadBytes(BATCH.overhead)) {
       // Past the answer's budget, the partition's next batches are left for the next Fetch, which starts after
-      // the last record given (as for a batch cut short). Each partition gets its first batch: none starves.
-      if (records.length > 0 && held >= maxBytesPerFetch) break;
+      // the last record given (as for a batch cut short). Its first batch takes its turn (firstBatchRead): none starves.
       const start = batches.offset;
+      if (held >= maxBytesPerFetch && (records.length > 0 || !firstBatchRead(decoder, buf, start, held))) break;
       try {
         const tooMany = refusedUnread(buf, start);
         if (tooMany) throw tooMany;

@@ -69,6 +69,30 @@ describe("what one Fetch answer's records hold is bounded, not only each batch",
     expect(offsets(b!)).toEqual(["10"]);
   });
 
+  // Every partition's first batch was read whatever the answer held: 12 partitions of one 64 KB gzip batch each
+  // (64 MiB of zeros) made one answer of 784 KB hold 1 GB (measured), and an owner of 48 partitions 4 GB. Past
+  // twice the budget, a partition's first batch waits for a later Fetch, and each answer reads one batch that
+  // waited already: the partitions take turns, none starves.
+  it("first batches stop at twice the budget; the partitions left take turns in the next answers, one each, so none starves", async () => {
+    const partitions = 8;
+    // Each partition holds bombs without end: what it is handed is consumed, and its next batch is fetched.
+    const next = Array.from({ length: partitions }, (_, p) => p * 1000);
+    const served = Array.from({ length: partitions }, () => 0);
+    for (let answer = 0; answer < 3 * partitions; answer++) {
+      const msgs = await fetchAnswer(...next.map((offset) => [big(offset), big(offset + 1)]));
+      // At most twice the budget, and the batch that passes it, and one turn's batch.
+      expect(msgs.reduce((n, m) => n + held(m), 0), `answer ${answer}`).toBeLessThanOrEqual(2 * LIMIT + 2 * Math.floor(LIMIT * 0.6));
+      msgs.forEach((m, p) => {
+        if (m.length === 0) return;
+        served[p]!++;
+        next[p] = Number(m.at(-1)!.offset) + 1;
+      });
+    }
+    // Each partition was read again and again, the last ones too.
+    // Five partitions left past twice the budget, 23 turns: four or five each, in turn.
+    for (const [p, n] of served.entries()) expect(n, `partition ${p}`).toBeGreaterThanOrEqual(4);
+  });
+
   // Each partition's first batch is read whatever the answer holds, so what one batch may cost bounds the answer:
   // bytes by maxDecompressedBytes, and records by the same budget. At 1,000,000 records a batch (about 800 KB of
   // zstd, under the brokers' default message.max.bytes) one answer of 12 partitions held 12 million kafkajs
