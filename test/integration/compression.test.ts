@@ -403,6 +403,41 @@ describe('a foreign producer (Kafka\'s Java console producer) and kafkajs', () =
     expect(Math.max(...heldPerFetch)).toBeLessThanOrEqual(2 * MiB);
   });
 
+  it('first batches of many partitions past twice the limit wait for later Fetches: a real consumer still gets every record once, in order', async () => {
+    const partitions = 6;
+    const topic = await createTopic(partitions);
+    const producer = await newProducer();
+    // Per partition three gzip batches inflating to 700 KB (70 % of the 1 MiB limit below): one Fetch holds every
+    // partition's first batch, 4.2 MB, past twice the limit, so some first batches wait for later Fetches.
+    // (Checked: 11 first batches left for a later Fetch in one run.)
+    const expected: string[][] = [];
+    for (let p = 0; p < partitions; p++) {
+      expected.push([]);
+      for (let i = 0; i < 3; i++) {
+        const key = `p${p}-${i}`;
+        expected[p]!.push(key);
+        await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [{ key, value: Buffer.alloc(700_000), partition: p }] });
+      }
+    }
+    registerCompressionCodecs({ maxDecompressedBytes: MiB });
+    cleanups.push(async () => registerCompressionCodecs());
+    const consumer = kafka.consumer({ groupId: uniqueName('group'), maxWaitTimeInMs: 500 });
+    cleanups.push(() => consumer.disconnect());
+    const seen: string[][] = Array.from({ length: partitions }, () => []);
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      eachBatch: async ({ batch }) => {
+        for (const m of batch.messages) seen[batch.partition]!.push(m.key?.toString('utf8') ?? '');
+      },
+    });
+    await waitFor(() => seen.every((s, p) => s.length >= expected[p]!.length), {
+      timeoutMs: 60_000,
+      message: () => `the consumer saw ${JSON.stringify(seen)}`,
+    });
+    expect(seen).toEqual(expected);
+  });
+
   it('ablation: the same codecs without the batch guard crash the kafkajs consumer for good', async () => {
     const topic = await createTopic(1);
     await consoleProduce({ brokers, topic, records: [{ key: 'big', value: 'a'.repeat(1.5 * MiB) }], compression: 'lz4', extraProducerProps: { 'max.request.size': 4 * MiB } });
