@@ -40,7 +40,6 @@
  * kafkajs 2.2.4 is its last release: these internals no longer change.
  */
 import { createRequire } from "node:module";
-import { LruMap } from "../lru-map.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -243,41 +242,51 @@ let maxBytesPerFetch = DEFAULT_MAX_BYTES_PER_FETCH;
 /** What the records decoded so far of each Fetch answer hold, by the answer's decoder (one for all its partitions). */
 const heldByAnswer = new WeakMap<object, number>();
 /**
- * Past twice the budget, partitions' first batches wait for a later Fetch, and each answer reads one that waited
- * longest (its turn). By batch (first offset and CRC): how many answers it waited in. By answer (its decoder):
- * whether it gave the turn, and the longest wait among the batches it left; the previous answer's is the wait a
- * batch needs for its turn, so the partitions left take turns in the order they were left, whatever their place.
+ * Past twice the budget, partitions' first batches wait for a later Fetch, and each answer reads at most one of them:
+ * the one that has waited longest of all the process's waiting batches (first come, first served, by a ticket taken
+ * when a batch is first left). The order is the process's, not an answer's: kafkajs runs one fetcher per broker, and
+ * an owner's restore and reply consumers fetch too, so answers of several fetchers interleave; a turn counted per
+ * answer let two partitions take every turn while others starved. A batch not seen again for
+ * {@link WAITING_STALE_MS} (its partition revoked or paused) gives up its place, so it cannot hold the turns.
+ * Keyed by batch (first offset and CRC); insertion order is ticket order.
  */
-const waited = new LruMap<string, number>(4096);
-const answers = new WeakMap<object, { turnGiven: boolean; longestWait: number }>();
-let turnAfter = 0;
-let lastAnswer: { longestWait: number } | undefined;
+const waiting = new Map<string, { ticket: number; seenAt: number }>();
+const MAX_WAITING = 4096;
+const WAITING_STALE_MS = 5_000;
+let nextTicket = 0;
+const turnGiven = new WeakMap<object, true>();
 
 /**
  * Whether a partition's first batch, at `start`, is read in this answer though the answer holds `held` already. Up to
- * twice the budget it is: in ordinary traffic every partition gets its batch each Fetch. Past it, only the one that
- * waited longest, one per answer: bombs on many partitions (each first batch up to the budget) no longer add up in
+ * twice the budget it is: in ordinary traffic every partition gets its batch each Fetch. Past it, only the batch
+ * waiting longest, one per answer: bombs on many partitions (each first batch up to the budget) no longer add up in
  * one answer (12 partitions of 64 KB of gzip held 1 GB), and every partition still gets its turn.
  */
 function firstBatchRead(answer: object, buf: Buffer, start: number, held: number): boolean {
-  let state = answers.get(answer);
-  if (!state) {
-    turnAfter = lastAnswer?.longestWait ?? 0;
-    state = { turnGiven: false, longestWait: 0 };
-    answers.set(answer, state);
-    lastAnswer = state;
-  }
   if (held < 2 * maxBytesPerFetch) return true;
+  const now = Date.now();
   const id = `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
-  const waits = waited.get(id) ?? 0;
-  if (!state.turnGiven && waits > 0 && waits >= turnAfter) {
-    state.turnGiven = true;
-    waited.delete(id);
-    return true;
+  let mine = waiting.get(id);
+  if (mine === undefined) {
+    mine = { ticket: nextTicket++, seenAt: now };
+    waiting.set(id, mine);
+    if (waiting.size > MAX_WAITING) waiting.delete(waiting.keys().next().value as string);
+  } else {
+    mine.seenAt = now;
   }
-  waited.set(id, waits + 1);
-  state.longestWait = Math.max(state.longestWait, waits + 1);
-  return false;
+  if (turnGiven.has(answer)) return false;
+  // The oldest ticket still fetched: stale ones at the front are dropped on the way.
+  for (const [key, entry] of waiting) {
+    if (entry !== mine && now - entry.seenAt > WAITING_STALE_MS) {
+      waiting.delete(key);
+      continue;
+    }
+    if (entry.ticket < mine.ticket) return false;
+    break;
+  }
+  turnGiven.set(answer, true);
+  waiting.delete(id);
+  return true;
 }
 
 /**

@@ -3,7 +3,7 @@
 // record on, so what one Fetch holds must be bounded too, not only each batch.
 import { createRequire } from "node:module";
 import { gzipSync } from "node:zlib";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { registerCompressionCodecs } from "../../../src/kafka/compression.ts";
 import { encodeRecordBatch, type BatchRecord } from "../../../src/kafka/record-batch.ts";
 
@@ -91,6 +91,42 @@ describe("what one Fetch answer's records hold is bounded, not only each batch",
     // Each partition was read again and again, the last ones too.
     // Five partitions left past twice the budget, 23 turns: four or five each, in turn.
     for (const [p, n] of served.entries()) expect(n, `partition ${p}`).toBeGreaterThanOrEqual(4);
+  });
+
+  // kafkajs runs one fetcher per broker, and an owner's restore and reply consumers fetch too: answers of several
+  // fetchers interleave. A turn counted per answer (the wait the previous answer's batches had reached) let an answer
+  // of another fetcher reset it: partitions 3 and 4 took every turn and 5-7 none in 24 answers. The turns are the
+  // process's, first come first served, whatever answer a batch comes in.
+  it("answers of other fetchers in between (under the ceiling, or past it themselves) take no partition's turn away", async () => {
+    // The batches the test above left waiting are fetched no more (as a revoked partition's): past 5 s unseen they
+    // give up their place, else they would hold the turns until then.
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 60_000);
+    onTestFinished(() => void vi.useRealTimers());
+    const partitions = 8;
+    const streams = [0, 100_000].map((base) => ({
+      next: Array.from({ length: partitions }, (_, p) => base + p * 1000),
+      served: Array.from({ length: partitions }, () => 0),
+    }));
+    const other = { next: [900_000, 901_000, 902_000] };
+    for (let round = 0; round < 4 * partitions; round++) {
+      for (const [i, stream] of streams.entries()) {
+        const msgs = await fetchAnswer(...stream.next.map((offset) => [big(offset), big(offset + 1)]));
+        msgs.forEach((m, p) => {
+          if (m.length === 0) return;
+          stream.served[p]!++;
+          stream.next[p] = Number(m.at(-1)!.offset) + 1;
+        });
+        // Between them, an answer of a third fetcher past the budget but under the ceiling (1.8 budgets).
+        const quiet = await fetchAnswer(...other.next.map((offset) => [big(offset)]));
+        quiet.forEach((m, p) => (other.next[p] = Number(m.at(-1)!.offset) + 1));
+        if (i === 0 && round === 0) expect(msgs.some((m) => m.length === 0), "a first batch left past the ceiling").toBe(true);
+      }
+    }
+    // Five partitions of each stream left past twice the budget, ten waiting in all: three or four turns each.
+    for (const [i, stream] of streams.entries()) {
+      for (const [p, n] of stream.served.entries()) expect(n, `stream ${i} partition ${p}: ${stream.served.join(",")}`).toBeGreaterThanOrEqual(3);
+    }
   });
 
   // Each partition's first batch is read whatever the answer holds, so what one batch may cost bounds the answer:
