@@ -68,7 +68,13 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       slot.gate ??= host.leaseGate(session, a);
       slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
       const plan = slot.plan;
-      const refusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !host.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
+      // Not for a write already under way: its `pending` entry durable (this run's), or left by an earlier run whose
+      // transaction did not commit (inherited): that run passed the gate before it staged it, and its PATCH may have
+      // gone out. Refused now (its lease lapsed meanwhile), the agent would hear "nothing was written" of a write that
+      // may stand, and the entry would stay pending; it is reconciled first, as every such write is. No other intent
+      // of the record can have run since: they wait behind it.
+      const underWay = slot.pendingDurable || (plan?.kind === "write" && plan.state.inherited);
+      const refusal = plan && plan.kind !== "settled" && !underWay && !host.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
       let step;
       if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
       else if (plan.kind === "settled") step = plan;

@@ -241,6 +241,51 @@ describe("changes that span records on a real broker", () => {
     await waitFor(async () => /writ_leases_expired_total\{record_type="ticket"\} 1/.test(await router.metrics()), { timeoutMs: 10_000, message: () => "writ_leases_expired_total did not count the expired lease" });
   });
 
+  it("lease-lapse-in-doubt: a step whose PATCH went out before its owner's transaction failed, its lease lapsing meanwhile, is reconciled and answered applied, never refused as unwritten", async () => {
+    // One partition: the aborted transaction reopens the partition the step is on, in the same router.
+    const h = await startHarness({ tools: TOOLS, intentPartitions: 1 });
+    h.records.setConfig({ honourIdempotencyKey: false });
+    seedThree(h.records, "11");
+    let armed = false;
+    let expiresAt = Number.POSITIVE_INFINITY;
+    const router = await h.startRouter(
+      {},
+      {
+        // The transaction the step's `pending` entry went into waits until its PATCH has reached the records server
+        // and the step's lease is past its end, then fails before its commit (an owner stopping there): aborted.
+        beforeCommit: async ({ topics }) => {
+          if (!armed || !topics.includes(h.config.topics.ledger)) return;
+          armed = false;
+          await waitFor(() => h.records.patchRequests().length >= 1, { timeoutMs: 20_000, message: "the step's PATCH never reached the records server" });
+          await waitFor(() => Date.now() > expiresAt, { timeoutMs: 20_000, message: "the lease never lapsed" });
+          throw new Error("injected: the transaction fails before its commit");
+        },
+      },
+    );
+    const resolver = await h.client("resolver");
+    const change = changeId({ agentId: "resolver", runId: run(), stepId: "c" });
+    const payment = { type: "payment", id: "pay_11" };
+    const granted = await resolver.submit(leaseIntent(resolver, change, "acquire", payment, "refund_payment", 1000));
+    expect(granted).toMatchObject({ status: "applied", via: "lease" });
+    expiresAt = Date.parse((granted as AppliedReply).lease!.expiresAt!);
+    const { version } = await readVersion(h.records, "payment", "pay_11");
+    const refund = { amountCents: 2500, reason: "damaged", ref: "chg-11" };
+    const step = { ...resolver.buildIntent({ tool: refundPayment, entity: payment, runId: run(), stepId: "c/refund", baseVersion: version, delta: [{ op: "add", path: "/refunds/-", value: refund }], params: refund }), lease: { change, op: "step" as const } };
+    armed = true;
+
+    const answer = await resolver.submit(step);
+
+    // The refund is in the record, written once: the answer must say so (a `lease_not_held` "nothing was written"
+    // would have the change compensate around a step that stands), and the ledger's `pending` entry is settled.
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_11")).state.refunds).toEqual([refund]);
+    expect(answer).toMatchObject({ status: "applied", intentKey: step.intentKey });
+    let text = "";
+    await waitFor(async () => /^writ_ledger_pending_entries\{[^}]*\} 0$/m.test((text = await router.metrics())), { timeoutMs: 30_000, message: () => text.split("\n").filter((l) => l.includes("pending_entries")).join("\n") });
+    expect(await resolver.submit({ ...step, intentId: randomUUID() })).toMatchObject({ status: "applied", duplicate: true });
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+  });
+
   it("a change whose agent crashed after its first step is resumed by calling change() again: each step is written once", async () => {
     const h = await harness();
     seedThree(h.records, "5");
