@@ -88,8 +88,16 @@ export async function settleLeaseIntent(
   }
   // The replay marks of the record's earlier leases still in force: kept by every entry that follows.
   const markers = liveMarks(gate.kind === "free" ? gate.released : gate.lease, now.getTime());
+  // An acquire or release of this change made before one of its earlier leases of the record ended: a replay.
+  const replayed = markers.find((m) => m.change === lease.change && m.agentId === intent.agent.id && Date.parse(intent.createdAt) <= Date.parse(m.before));
   if (lease.op === "release") {
     if (gate.kind !== "mine") return reply({ ...base, status: "applied", duplicate: true, state: null, version: "unknown", lease: { change: lease.change, released: true } });
+    // The release that ended an earlier lease, its bytes produced again: the lease the change holds now (taken
+    // again, made after) is not the one it ended, and stays.
+    if (replayed) {
+      const msg = `this release of ${a.entityKey.slice(0, 300)} was made before its change's earlier lease of the record ended (the mark: ${replayed.before}): a replay of its bytes; the lease its change holds now stays`;
+      return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
+    }
     // Not a tombstone: the entry stays free, refusing this change's acquires made before its release (their signed
     // bytes produced again) for as long as admission would take them, then goes (the sweep). Keyed by the release's
     // createdAt, on the agent's own clock as its acquires are: a new acquire of the change, made after, is taken.
@@ -98,7 +106,6 @@ export async function settleLeaseIntent(
   }
   const refused = leaseRefusal(a, gate, at);
   if (refused) return { kind: "settled", effects: refused, note: "lease refused" };
-  const replayed = markers.find((m) => m.change === lease.change && m.agentId === intent.agent.id && Date.parse(intent.createdAt) <= Date.parse(m.before));
   if (replayed) {
     const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
     return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));

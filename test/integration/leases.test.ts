@@ -167,6 +167,25 @@ describe("changes that span records on a real broker", () => {
     expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
   });
 
+  it("release-replay: the bytes of a change's earlier release produced again while the change holds the record anew release nothing: another agent's write is still answered `leased`", async () => {
+    const { h, resolver, support, change, ticket } = await resolverAndSupport("12");
+    expect(await resolver.submit(leaseIntent(resolver, change, "acquire", ticket, "tag_ticket", 60_000))).toMatchObject({ status: "applied", via: "lease" });
+    const release = leaseIntent(resolver, change, "release", ticket, "tag_ticket");
+    expect(await resolver.submit(release)).toMatchObject({ status: "applied", via: "lease", duplicate: false });
+    // The change takes the record again (a resumed change: a new acquire, made after its release).
+    expect(await resolver.submit(leaseIntent(resolver, change, "acquire", ticket, "tag_ticket", 60_000))).toMatchObject({ status: "applied", via: "lease", duplicate: false });
+
+    const answer = await replayed(h, resolver.replyTopic, release.intentId);
+
+    // The change still holds the record: another agent's write is answered `leased`, nothing sent.
+    const { version, state } = await readVersion(h.records, "ticket", "T-12");
+    const write = await support.submit({ tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), "vip"] }], params: { tag: "vip" } }, { onLeased: "answer" });
+    expect(write).toMatchObject({ status: "rejected", reason: "leased" });
+    expect(patches(h.records, write.intentKey)).toEqual([]);
+    expect((await readVersion(h.records, "ticket", "T-12")).state.tags).toEqual(["damaged"]);
+    expect(answer).toContain('"lease_replayed"');
+  });
+
   it("lease-lapse-replay: a lease left to lapse keeps a mark: its acquire's bytes produced again are refused `lease_replayed`; another agent's writes are applied", async () => {
     const { h, router: first, resolver, support, change, ticket } = await resolverAndSupport("10");
     const acquire = leaseIntent(resolver, change, "acquire", ticket, "tag_ticket", 1000);
