@@ -3,7 +3,9 @@ import { changeId, leaseIntentKey, type KeyedTool } from "../src/keys.ts";
 import { backoffMs } from "../src/retry.ts";
 import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../src/schemas/common.ts";
 import type { Reply } from "../src/schemas/reply.ts";
-import { DEFAULT_LEASE_TTL_MS, LEASE_VERSION, type WriteIntent } from "../src/schemas/write-intent.ts";
+import { MAX_TIMER_MS } from "../src/config.ts";
+import { WritError } from "../src/errors.ts";
+import { DEFAULT_LEASE_TTL_MS, LEASE_VERSION, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS, type WriteIntent } from "../src/schemas/write-intent.ts";
 import type { SubmitResult, WritClient } from "./writ-client.ts";
 import { buildUndoIntent } from "./writ-client.ts";
 
@@ -110,9 +112,11 @@ export function buildLeaseIntent(i: {
 /** Runs a change for `client` (see `WritClient.change`). */
 export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
   const change = changeId({ agentId: client.agentId, runId: input.runId, stepId: input.stepId });
-  const ttlMs = input.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
-  const waitForLeaseMs = input.waitForLeaseMs ?? 30_000;
-  const settleWithinMs = input.settleWithinMs ?? 120_000;
+  // Checked before anything is sent: a NaN deadline never runs out (asked again without end), and a time to live
+  // owners do not admit would end the change at its first acquire.
+  const ttlMs = wholeMs("leaseTtlMs", input.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS, MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS);
+  const waitForLeaseMs = wholeMs("waitForLeaseMs", input.waitForLeaseMs ?? 30_000, 0, MAX_TIMER_MS);
+  const settleWithinMs = wholeMs("settleWithinMs", input.settleWithinMs ?? 120_000, 0, MAX_TIMER_MS);
   const submitOpts = input.timeoutMs !== undefined ? { timeoutMs: input.timeoutMs } : undefined;
   const names = new Set<string>();
   for (const s of input.steps) {
@@ -256,6 +260,12 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     await releaseAll();
     return { status: "compensated", change, failed: { step: failedStep, result }, undone };
   }
+}
+
+/** `value` when it is a whole number of ms from `min` to `max`; else config_invalid naming the field. */
+function wholeMs(field: string, value: number, min: number, max: number): number {
+  if (Number.isSafeInteger(value) && value >= min && value <= max) return value;
+  throw new WritError("config_invalid", `change: ${field} must be an integer from ${min} to ${max} ms (it is ${value})`, { retriable: false, context: { field } });
 }
 
 const ROUND_BACKOFF = { initialDelayMs: 100, maxDelayMs: 2000 };

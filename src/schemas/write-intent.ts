@@ -26,6 +26,9 @@ export const DEFAULT_LEASE_TTL_MS = 60_000;
 /** Longest lease an agent may ask for: a lease points at a running change, never a parking spot. */
 export const MAX_LEASE_TTL_MS = 600_000;
 
+/** Shortest lease an agent may ask for. */
+export const MIN_LEASE_TTL_MS = 1000;
+
 /**
  * Set on the intents of a change that spans records (see `client.change()`
  * and docs/architecture.md §10): `acquire` takes the record's lease for the
@@ -39,7 +42,7 @@ export const IntentLease = z.object({
   change: z.string().regex(/^[0-9a-f]{64}$/, "64 hex chars from changeId()"),
   op: z.enum(["acquire", "release", "step"]),
   /** How long the lease lasts from its (re)grant, in ms; `acquire` only. */
-  ttlMs: z.number().int().min(1000).max(MAX_LEASE_TTL_MS).optional(),
+  ttlMs: z.number().int().min(MIN_LEASE_TTL_MS).max(MAX_LEASE_TTL_MS).optional(),
 });
 export type IntentLease = z.infer<typeof IntentLease>;
 

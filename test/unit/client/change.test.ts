@@ -93,6 +93,25 @@ describe("a change that spans records, from its client's side", () => {
     expect(sent).toEqual([]);
   });
 
+  it("refuses a lease time to live or a wait that is not a whole number of ms in range (NaN asked again without end), naming the field, before anything is sent", async () => {
+    // Every record leased to another change: a wait whose deadline is NaN would never run out.
+    const { client, sent } = scripted((i) => (i.lease?.op === "acquire" ? rejected(i, "leased") : undefined));
+    const bad: [keyof ChangeInput, number][] = [
+      ["waitForLeaseMs", Number.NaN],
+      ["waitForLeaseMs", -1],
+      ["settleWithinMs", Number.NaN],
+      ["settleWithinMs", Number.POSITIVE_INFINITY],
+      ["leaseTtlMs", Number.NaN],
+      ["leaseTtlMs", 999],
+      ["leaseTtlMs", 600_001],
+      ["leaseTtlMs", 1500.5],
+    ];
+    for (const [field, value] of bad) {
+      await expect(runChange(client, input({ [field]: value })), `${field}: ${value}`).rejects.toMatchObject({ code: "config_invalid", context: { field } });
+    }
+    expect(sent).toEqual([]);
+  });
+
   it("a step that is not applied: the applied steps are undone newest first, under the leases, then released", async () => {
     const { client, sent } = scripted((i) => (i.lease?.op === "step" && !i.undo && i.entity.id === "T-2" ? rejected(i, "patch_not_applicable") : undefined));
     const result = await runChange(client, input());
