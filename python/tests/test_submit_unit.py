@@ -322,3 +322,12 @@ def test_an_int_enum_param_is_sent_and_keyed_as_its_value() -> None:
     assert sent["params"] == {"a": 1}
     # The owner recomputes the key from what it parses: the key the client sent.
     assert intent_key(tool=tool, agent_id="a", run_id="r", step_id="s", entity=sent["entity"], params=sent["params"]) == sent["intentKey"]
+
+
+def test_the_backoff_between_rounds_stays_at_two_seconds_however_many_rounds_a_long_wait_takes() -> None:
+    # A write answered `leased` for half an hour is asked again some 1,000 times: 2**1024 has no float.
+    from writ_client.client import backoff_until
+
+    deadline = time.monotonic() + 60
+    for round_ in (0, 10, 1023, 1024, 5000):
+        assert 0.0 <= backoff_until(round_, deadline) <= 2.4

@@ -221,7 +221,8 @@ def create_input(
 def backoff_until(round_: int, deadline: float) -> float:
     """Seconds to wait before asking again (a write answered ``leased``; a change's intents): 100 ms doubling to
     2 s, ±20 %, never past ``deadline`` (monotonic). As TypeScript's ``backoffUntil``."""
-    base = min(2.0, 0.1 * (2**round_))
+    # The exponent capped: 2**1024 has no float (a write answered `leased` for half an hour reaches it).
+    base = min(2.0, 0.1 * (2 ** min(round_, 16)))
     return max(0.0, min(deadline - time.monotonic(), base * random.uniform(0.8, 1.2)))
 
 
