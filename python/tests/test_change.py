@@ -133,3 +133,26 @@ def test_leases_are_taken_in_utf16_code_unit_order_of_entity_keys_as_the_typescr
     ]))
     assert isinstance(result, ChangeCompensated)
     assert [id_ for op, id_ in leases if op == "acquire"] == ["\U0001f600", "\uff5a"]
+
+
+def test_a_wait_that_is_not_a_number_of_seconds_is_refused_naming_it_before_anything_is_sent() -> None:
+    # Every acquire answered `leased`: a wait whose deadline is NaN would never run out (asked again without end).
+    client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
+    sent: list[Any] = []
+
+    def submit(intent: Any, *, timeout: Any = None, on_leased: Any = "wait") -> Any:
+        sent.append(intent)
+        base = {"intentId": intent.intent_id, "intentKey": intent.intent_key, "duplicate": False, "at": "2026-01-01T00:00:00.000Z"}
+        return RejectedReply.model_validate({**base, "status": "rejected", "reason": "leased", "message": "m"})
+
+    client.submit = submit  # type: ignore[method-assign]
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    step = ChangeStep("only", tool, {"type": "t", "id": "1"}, {}, [{"op": "add", "path": "/a", "value": 1}])
+    for field, value in [("wait_for_lease", float("nan")), ("wait_for_lease", -1.0), ("settle_within", float("nan")), ("settle_within", float("inf"))]:
+        try:
+            client.change(ChangeInput(run_id="r", step_id="s", steps=[step], **{field: value}))
+        except ValueError as err:
+            assert field in str(err)
+        else:
+            raise AssertionError(f"{field}={value} was taken")
+    assert sent == []

@@ -24,6 +24,8 @@ from the ledger. The wire form is the TypeScript client's, byte for byte
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -202,6 +204,10 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
         if s.name in names:
             raise ValueError(f"change: step name {s.name} is used twice")
         names.add(s.name)
+    # A NaN wait never runs out (asked again without end): refused before anything is sent, as a bad time to live is.
+    for field, wait in (("wait_for_lease", c.wait_for_lease), ("settle_within", c.settle_within)):
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or not 0 <= wait <= threading.TIMEOUT_MAX:
+            raise ValueError(f"change: {field} must be a finite number of seconds >= 0, got {wait!r}")
     ttl_ms = round(c.lease_ttl * 1000)
     if not 1000 <= ttl_ms <= MAX_LEASE_TTL_MS:
         raise ValueError(f"change: lease_ttl must be 1 to {MAX_LEASE_TTL_MS // 1000} seconds, got {c.lease_ttl!r}")
