@@ -19,7 +19,8 @@ WRIT_LEDGER_RETENTION_HOURS; see the README):
 
 A check fails on: a missing topic; an intents topic and a ledger with different partition counts; a
 partition count other than WRIT_INTENT_PARTITIONS (owners restore that many ledger partitions); a ledger
-whose cleanup.policy is not compact; a topic that takes less than writ writes there (its max.message.bytes,
+whose cleanup.policy is not compact, or also delete with a retention.ms under the window or a retention.bytes;
+unclean.leader.election.enable=true, or min.insync.replicas below 2 at replication factor 3 or more; a topic that takes less than writ writes there (its max.message.bytes,
 or segment.bytes, or the brokers' message.max.bytes where the topic sets neither): the ledger less than its
 largest entry (WRIT_MAX_INTENT_BYTES + 65536), the others less than WRIT_MAX_MESSAGE_BYTES. It warns (and passes) on a replication factor or a ledger
 delete.retention.ms other than configured, and on a ledger min.compaction.lag.ms below an hour.
@@ -52,19 +53,40 @@ export interface TopicsReport {
 
 const ROLES = ["intents", "ledger", "human", "dlq"] as const;
 
+/** The topic configs the check reads (each topic's effective value: its own override, else the brokers'). */
+const CHECKED_CONFIGS = [
+  "cleanup.policy",
+  "delete.retention.ms",
+  "min.compaction.lag.ms",
+  "retention.ms",
+  "retention.bytes",
+  "unclean.leader.election.enable",
+  "min.insync.replicas",
+];
+
+/** A numeric config's value; NaN when the broker gave none (a missing or empty value is no number, not 0). */
+const configNumber = (value: string | null | undefined): number => (value === null || value === undefined || !/^-?\d+$/.test(value.trim()) ? NaN : Number(value));
+
+/** What is lost on each topic when a broker drops records it had acknowledged. */
+const LOST: Record<TopicState["role"], string> = {
+  intents: "acknowledged intents, and new intents then take offsets below the owners' committed ones and are never read",
+  ledger: "committed ledger entries (an applied write, a pending one), so a repeat of the intent is written again",
+  human: "escalations",
+  dlq: "dead letters",
+};
+
 async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[]> {
   const existing = new Set(await admin.listTopics());
   const names = ROLES.map((r) => config.topics[r]);
   const present = names.filter((t) => existing.has(t));
   const { topics: metadata } = present.length > 0 ? await admin.fetchTopicMetadata({ topics: present }) : { topics: [] };
-  const ledger = config.topics.ledger;
-  const configs: Record<string, string> = {};
-  if (existing.has(ledger)) {
+  const configs = new Map<string, Record<string, string>>();
+  if (present.length > 0) {
     const described = await admin.describeConfigs({
       includeSynonyms: false,
-      resources: [{ type: TOPIC_RESOURCE, name: ledger, configNames: ["cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms"] }],
+      resources: present.map((name) => ({ type: TOPIC_RESOURCE, name, configNames: CHECKED_CONFIGS })),
     });
-    for (const e of described.resources[0]?.configEntries ?? []) configs[e.configName] = e.configValue;
+    for (const r of described.resources) configs.set(r.resourceName, Object.fromEntries(r.configEntries.map((e) => [e.configName, e.configValue])));
   }
   const limits = await batchLimits(admin, present);
   return ROLES.map((role) => {
@@ -77,7 +99,7 @@ async function describe(admin: Admin, config: RouterConfig): Promise<TopicState[
       exists: true,
       partitions: m.partitions.length,
       replicationFactor: Math.min(...m.partitions.map((p) => p.replicas.length)),
-      ...(role === "ledger" ? { configs } : {}),
+      configs: configs.get(topic) ?? {},
       ...(limits.has(topic) ? { batchLimit: limits.get(topic)! } : {}),
     };
   });
@@ -99,6 +121,21 @@ export function judge(states: TopicState[], config: RouterConfig, wanted: ITopic
     const problem = s.exists && s.batchLimit ? batchLimitProblem(s.topic, s.role, s.batchLimit, needs[s.role]) : null;
     if (problem !== null) problems.push(problem);
   }
+  for (const s of states) {
+    if (!s.exists) continue;
+    const alter = (setting: string) => `(kafka-configs --alter --entity-type topics --entity-name ${s.topic} --add-config ${setting})`;
+    // A leader elected from outside the in-sync replicas truncates what the others had acknowledged.
+    if (s.configs?.["unclean.leader.election.enable"] === "true") {
+      problems.push(`${s.topic} has unclean.leader.election.enable=true: a broker failure can then lose ${LOST[s.role]} ${alter("unclean.leader.election.enable=false")}`);
+    }
+    // Transactions write with acks=all, which waits only for min.insync.replicas copies.
+    const minIsr = configNumber(s.configs?.["min.insync.replicas"]);
+    if (s.replicationFactor !== undefined && s.replicationFactor >= 3 && Number.isInteger(minIsr) && minIsr < 2) {
+      problems.push(
+        `${s.topic} has min.insync.replicas=${minIsr} with replication factor ${s.replicationFactor}: a write is acknowledged once one broker has it, and that broker's loss loses ${LOST[s.role]} ${alter("min.insync.replicas=2")}`,
+      );
+    }
+  }
   const intents = by("intents");
   const ledger = by("ledger");
   if (intents.exists && ledger.exists && intents.partitions !== ledger.partitions) {
@@ -116,7 +153,20 @@ export function judge(states: TopicState[], config: RouterConfig, wanted: ITopic
     if (!policy.split(",").map((p) => p.trim()).includes("compact")) {
       problems.push(`${ledger.topic} is not compacted (cleanup.policy=${policy || "?"}): the ledger must have cleanup.policy=compact`);
     } else if (policy.includes("delete")) {
-      warnings.push(`${ledger.topic} has cleanup.policy=${policy}: retention also deletes ledger entries by age`);
+      // Kafka deletes whole segments past retention.ms or beyond retention.bytes, compacted or not.
+      const windowMs = config.ledgerRetentionHours * 3_600_000;
+      const retentionMs = configNumber(ledger.configs?.["retention.ms"]);
+      const retentionBytes = configNumber(ledger.configs?.["retention.bytes"]);
+      if ((retentionMs >= 0 && retentionMs < windowMs) || retentionBytes >= 0) {
+        const limit = retentionBytes >= 0 ? `retention.bytes=${retentionBytes}` : `retention.ms=${retentionMs}`;
+        problems.push(
+          `${ledger.topic} has cleanup.policy=${policy} and ${limit}: Kafka deletes ledger entries inside the ${config.ledgerRetentionHours} h window ` +
+            `(WRIT_LEDGER_RETENTION_HOURS), so an owner restoring the partition misses them and a repeat of their intent is written again; ` +
+            `use cleanup.policy=compact (kafka-configs --alter --entity-type topics --entity-name ${ledger.topic} --add-config cleanup.policy=compact)`,
+        );
+      } else {
+        warnings.push(`${ledger.topic} has cleanup.policy=${policy}: retention also deletes ledger entries by age (pending ones and open escalations too)`);
+      }
     }
     const want = wanted.find((t) => t.topic === ledger.topic)?.configEntries?.find((e) => e.name === "delete.retention.ms")?.value;
     const have = ledger.configs?.["delete.retention.ms"];
@@ -138,7 +188,7 @@ export function judge(states: TopicState[], config: RouterConfig, wanted: ITopic
 function format(report: TopicsReport): string {
   const lines = report.topics.map((t) =>
     t.exists
-      ? `${t.topic.padEnd(24)} ${t.role.padEnd(8)} ${String(t.partitions).padStart(4)} partition${t.partitions === 1 ? " " : "s"}  rf ${t.replicationFactor}${t.configs?.["cleanup.policy"] ? `  cleanup.policy=${t.configs["cleanup.policy"]}` : ""}${report.created.includes(t.topic) ? "  (created)" : ""}`
+      ? `${t.topic.padEnd(24)} ${t.role.padEnd(8)} ${String(t.partitions).padStart(4)} partition${t.partitions === 1 ? " " : "s"}  rf ${t.replicationFactor}${t.role === "ledger" && t.configs?.["cleanup.policy"] ? `  cleanup.policy=${t.configs["cleanup.policy"]}` : ""}${report.created.includes(t.topic) ? "  (created)" : ""}`
       : `${t.topic.padEnd(24)} ${t.role.padEnd(8)} missing`,
   );
   for (const w of report.warnings) lines.push(`warning: ${w}`);

@@ -199,6 +199,37 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(await admin.listTopics()).not.toContain(lone);
   });
 
+  it("writ topics check fails on a ledger that Kafka deletes inside the dedupe window (compact,delete with a short retention.ms) and on unclean leader election", async () => {
+    const u = { intents: `cli-${id}.u.intents`, ledger: `cli-${id}.u.ledger`, human: `cli-${id}.u.human`, dlq: `cli-${id}.u.dlq` };
+    extraTopics.push(...Object.values(u));
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [
+        { topic: u.intents, numPartitions: 2, configEntries: [{ name: "unclean.leader.election.enable", value: "true" }] },
+        {
+          topic: u.ledger,
+          numPartitions: 2,
+          configEntries: [
+            { name: "cleanup.policy", value: "compact,delete" },
+            { name: "retention.ms", value: "3600000" },
+            { name: "delete.retention.ms", value: "86400000" },
+            { name: "min.compaction.lag.ms", value: "3600000" },
+          ],
+        },
+        { topic: u.human, numPartitions: 1 },
+        { topic: u.dlq, numPartitions: 1 },
+      ],
+    });
+    const uenv = env({ WRIT_INTENTS_TOPIC: u.intents, WRIT_LEDGER_TOPIC: u.ledger, WRIT_HUMAN_TOPIC: u.human, WRIT_DLQ_TOPIC: u.dlq });
+    const check = await writ(["topics", "check", "--json"], { env: uenv });
+    expect(check.code, check.stdout + check.stderr).toBe(1);
+    const report = JSON.parse(check.stdout);
+    expect(report.problems).toEqual([
+      expect.stringMatching(new RegExp(`^${u.intents.replace(/\./g, "\\.")} has unclean\\.leader\\.election\\.enable=true: `)),
+      expect.stringContaining(`${u.ledger} has cleanup.policy=compact,delete and retention.ms=3600000: Kafka deletes ledger entries inside the 24 h window`),
+    ]);
+  });
+
   it("writ topics check names a topic that takes less than writ writes there (a ledger under its largest entry; a topic under WRIT_MAX_MESSAGE_BYTES by the brokers' default), with the fix; sized right, it passes", async () => {
     const z = { intents: `cli-${id}.z.intents`, ledger: `cli-${id}.z.ledger`, human: `cli-${id}.z.human`, dlq: `cli-${id}.z.dlq` };
     extraTopics.push(...Object.values(z));
