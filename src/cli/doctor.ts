@@ -32,6 +32,10 @@ ledger entries, escalations and replies) or when a principal other than the owne
   --prefix <prefix>      reply topic prefix (default $WRIT_REPLY_TOPIC_PREFIX or ${DEFAULT_REPLY_PREFIX})
   --older-than-ms <n>    only transactions whose last write is older than this (default ${DEFAULT_OLDER_THAN_MS});
                          keep it above the producers' transaction timeout
+  --max-transaction-timeout-ms <n>
+                         an open transaction whose producer no coordinator lists (ListTransactions leaves out the
+                         transactional ids this principal may not Describe) counts only once its last write is
+                         older than this (default: the brokers' transaction.max.timeout.ms, else 900000)
   --owner-principal <p>  the owners' Kafka principal(s), User:<name> or a bare SASL user name (repeatable or
                          comma-separated; default $WRIT_OWNER_PRINCIPALS or ${DEFAULT_OWNER_PRINCIPAL}); any other
                          principal allowed to write a trusted topic is a warning
@@ -52,6 +56,7 @@ const OPTIONS = {
   prefix: { type: "string" },
   "owner-principal": { type: "string", multiple: true },
   "older-than-ms": { type: "string" },
+  "max-transaction-timeout-ms": { type: "string" },
   abort: { type: "boolean", default: false },
   json: { type: "boolean", default: false },
 } as const;
@@ -95,6 +100,11 @@ async function main(argv: string[]): Promise<number> {
   const olderThanRaw = args["older-than-ms"];
   const olderThanMs = olderThanRaw === undefined ? DEFAULT_OLDER_THAN_MS : Number(olderThanRaw);
   if (!/^\d+$/.test(olderThanRaw ?? "0") || !Number.isSafeInteger(olderThanMs)) return fail(`--older-than-ms must be a non-negative integer (ms), got ${olderThanRaw}`);
+  const maxTimeoutRaw = args["max-transaction-timeout-ms"];
+  const maxTransactionTimeoutMs = maxTimeoutRaw === undefined ? undefined : Number(maxTimeoutRaw);
+  if (maxTimeoutRaw !== undefined && (!/^\d+$/.test(maxTimeoutRaw) || !Number.isSafeInteger(maxTransactionTimeoutMs))) {
+    return fail(`--max-transaction-timeout-ms must be a non-negative integer (ms), got ${maxTimeoutRaw}`);
+  }
 
   // The error that stops a run is reported on its own; kafkajs's logs (each failed connection attempt, …) go to
   // stderr as pino JSON lines only when $LOG_LEVEL asks for them.
@@ -113,6 +123,7 @@ async function main(argv: string[]): Promise<number> {
       ownerPrincipals: owners,
       replyPrefix: prefix,
       olderThanMs,
+      ...(maxTransactionTimeoutMs === undefined ? {} : { maxTransactionTimeoutMs }),
       abort: args.abort,
       logCreator: kafkaLogCreator(logger),
       logLevel: process.env.LOG_LEVEL ? logLevel.WARN : logLevel.NOTHING,

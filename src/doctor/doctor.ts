@@ -2,15 +2,17 @@
 // last stable offset is stuck behind an open transaction that no coordinator
 // will ever finish) and, when asked, aborts them and checks that the last
 // stable offset moved. See src/cli/doctor.ts for the command line.
-import { Kafka, logLevel as LogLevel, type KafkaConfig, type logCreator } from "kafkajs";
+import { Kafka, logLevel as LogLevel, type Admin, type ConfigResourceTypes, type KafkaConfig, type logCreator } from "kafkajs";
 import { WritError } from "../errors.ts";
 import { printable } from "../printable.ts";
-import { TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";
+import { KAFKA_MAX_TRANSACTION_TIMEOUT_MS, TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";
 import { checkTopicAcls, DEFAULT_OWNER_PRINCIPAL, formatAclCheck, type AclCheck, type WritTopicNames } from "./acls.ts";
 
 /** writ's topic contract: the topics `writ doctor` checks unless told otherwise (plus every reply topic). */
 export const CONTRACT_TOPICS = ["writ.intents", "writ.ledger", "writ.human", "writ.dlq"] as const;
 export const DEFAULT_REPLY_PREFIX = "writ.replies.";
+/** ConfigResourceTypes.BROKER (kafkajs's enums are not named exports of its CommonJS module). */
+const BROKER_RESOURCE = 4 as ConfigResourceTypes;
 /** Above writ's default transaction timeout (60 s), so that transactions the coordinator is about to time out are not reported. */
 export const DEFAULT_OLDER_THAN_MS = 60_000;
 
@@ -26,6 +28,11 @@ export interface DoctorOptions {
   ownerPrincipals?: readonly string[];
   /** Only open transactions whose last write is older than this count (ms). */
   olderThanMs?: number;
+  /**
+   * The longest transaction timeout the brokers allow (ms): an open transaction whose producer no coordinator lists
+   * counts only past it (default: the brokers' transaction.max.timeout.ms, or Kafka's 900000 when they do not say).
+   */
+  maxTransactionTimeoutMs?: number;
   /** Abort every hanging transaction found, then check that each partition's last stable offset moved past it. */
   abort?: boolean;
   /** How long to wait for the last stable offset to move after an abort (ms, default 15000). */
@@ -69,6 +76,8 @@ export interface DoctorReport {
   ok: boolean;
   brokers: string[];
   olderThanMs: number;
+  /** How old an open transaction of a producer that no coordinator lists must be to count (ms). */
+  maxTransactionTimeoutMs: number;
   topics: string[];
   /** Contract topics that do not exist (not an error: writ creates them when an owner starts). */
   missingTopics: string[];
@@ -78,11 +87,11 @@ export interface DoctorReport {
   acls: AclCheck;
 }
 
-function runbookHint(t: HangingTransaction, brokers: readonly string[], olderThanMs: number): string {
+function runbookHint(t: HangingTransaction, brokers: readonly string[], olderThanMs: number, maxTransactionTimeoutMs: number): string {
   const start = t.startOffset.toString();
   const why =
     t.transactionalId === undefined
-      ? "no transaction coordinator knows producer " + t.producerId.toString()
+      ? `no transaction coordinator lists producer ${t.producerId} and its last write is older than the longest transaction timeout (${maxTransactionTimeoutMs} ms)`
       : `coordinator has ${t.transactionalId} in state ${t.transactionState ?? "unknown (not found)"}, without this partition`;
   return (
     `${why}, so no marker will ever close it and read_committed consumers of ${t.topic}[${t.partition}] stay stuck at offset ${start}; ` +
@@ -157,12 +166,13 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
       missingTopics = contract.filter((t) => !existing.has(t));
     }
 
-    const report: DoctorReport = { ok: true, brokers: opts.brokers, olderThanMs, topics, missingTopics, partitions: 0, findings: [], acls };
+    const maxTransactionTimeoutMs = opts.maxTransactionTimeoutMs ?? (await brokersMaxTransactionTimeout(admin));
+    const report: DoctorReport = { ok: true, brokers: opts.brokers, olderThanMs, maxTransactionTimeoutMs, topics, missingTopics, partitions: 0, findings: [], acls };
     if (topics.length === 0) return report;
     const metadata = await kafka("reading topic metadata", () => admin.fetchTopicMetadata({ topics }));
     report.partitions = metadata.topics.reduce((sum, t) => sum + t.partitions.length, 0);
 
-    const hanging = await txn.findHangingTransactions({ topics, olderThanMs, now });
+    const hanging = await txn.findHangingTransactions({ topics, olderThanMs, maxTransactionTimeoutMs, now });
     const checkedAt = now();
     for (const t of hanging) {
       const finding: DoctorFinding = {
@@ -176,7 +186,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
         transactionState: t.transactionState ?? null,
         lastTimestamp: t.lastTimestamp,
         idleMs: Math.max(0, checkedAt - t.lastTimestamp),
-        hint: runbookHint(t, opts.brokers, olderThanMs),
+        hint: runbookHint(t, opts.brokers, olderThanMs, maxTransactionTimeoutMs),
       };
       if (opts.abort) finding.abort = await abortOne(txn, t, opts.settleTimeoutMs ?? 15_000);
       report.findings.push(finding);
@@ -186,6 +196,25 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   } finally {
     await txn.close().catch(() => undefined);
     await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/**
+ * The largest transaction.max.timeout.ms of the brokers, or Kafka's default when one does not say (DescribeConfigs
+ * needs DescribeConfigs on the cluster): no coordinator keeps a transaction open longer.
+ */
+async function brokersMaxTransactionTimeout(admin: Admin): Promise<number> {
+  try {
+    const { brokers } = await admin.describeCluster();
+    const { resources } = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: brokers.map((b) => ({ type: BROKER_RESOURCE, name: String(b.nodeId), configNames: ["transaction.max.timeout.ms"] })),
+    });
+    const values = resources.map((r) => Number(r.configEntries.find((e) => e.configName === "transaction.max.timeout.ms")?.configValue));
+    if (values.length === 0 || !values.every((v) => Number.isSafeInteger(v) && v > 0)) return KAFKA_MAX_TRANSACTION_TIMEOUT_MS;
+    return Math.max(...values);
+  } catch {
+    return KAFKA_MAX_TRANSACTION_TIMEOUT_MS;
   }
 }
 

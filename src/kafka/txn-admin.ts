@@ -203,6 +203,9 @@ function asWritError(err: unknown, api: string, context: WritErrorContext = {}):
 
 const MAX_PARTITIONS_PER_REQUEST = 500;
 
+/** Kafka's default `transaction.max.timeout.ms`: no coordinator keeps a transaction open longer (unless the brokers raise it). */
+export const KAFKA_MAX_TRANSACTION_TIMEOUT_MS = 900_000;
+
 function key(tp: TopicPartition): string {
   return `${tp.topic}\u0000${tp.partition}`;
 }
@@ -593,10 +596,26 @@ export class TxnAdmin {
    * one there). Set `olderThanMs` above the producers' transaction timeout
    * (writ's default is 60 s) so that transactions the coordinator is about to
    * time out are not reported.
+   *
+   * A producer id that no coordinator lists is not proof that none knows it:
+   * Kafka leaves out of ListTransactions every transactional id this client's
+   * principal may not Describe, so a live transaction of another principal
+   * looks unknown. Such a transaction counts only once its last write is older
+   * than `maxTransactionTimeoutMs` (the brokers' `transaction.max.timeout.ms`,
+   * default 900000 as Kafka's): by then any coordinator that knew it has timed
+   * it out, as `kafka-transactions.sh find-hanging --max-transaction-timeout`
+   * assumes.
    */
-  async findHangingTransactions(opts: { topics: readonly string[]; olderThanMs: number; now?: () => number }): Promise<HangingTransaction[]> {
+  async findHangingTransactions(opts: { topics: readonly string[]; olderThanMs: number; maxTransactionTimeoutMs?: number; now?: () => number }): Promise<HangingTransaction[]> {
     if (!Number.isFinite(opts.olderThanMs) || opts.olderThanMs < 0) {
       throw new WritError("config_invalid", `olderThanMs must be a non-negative number, got ${opts.olderThanMs}`, { retriable: false, context: { field: "olderThanMs" } });
+    }
+    const maxTransactionTimeoutMs = opts.maxTransactionTimeoutMs ?? KAFKA_MAX_TRANSACTION_TIMEOUT_MS;
+    if (!Number.isFinite(maxTransactionTimeoutMs) || maxTransactionTimeoutMs < 0) {
+      throw new WritError("config_invalid", `maxTransactionTimeoutMs must be a non-negative number, got ${maxTransactionTimeoutMs}`, {
+        retriable: false,
+        context: { field: "maxTransactionTimeoutMs" },
+      });
     }
     const topics = [...new Set(opts.topics)];
     if (topics.length === 0) return [];
@@ -627,6 +646,8 @@ export class TxnAdmin {
       const description = transactionalId === undefined ? undefined : descriptions.get(transactionalId);
       const stillTracked = description?.topicPartitions.some((p) => p.topic === tp.topic && p.partition === tp.partition) ?? false;
       if (stillTracked) continue;
+      // Unlisted may mean not visible to this principal: only past any coordinator's timeout is it surely left open.
+      if (transactionalId === undefined && now - producer.lastTimestamp <= maxTransactionTimeoutMs) continue;
       hanging.push({
         ...tp,
         producerId: producer.producerId,

@@ -392,6 +392,31 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     await txn.abort();
   });
 
+  it("findHangingTransactions does not take a live transaction whose transactional id ListTransactions leaves out (an id this principal may not Describe) for hanging, until it is older than the longest transaction timeout", async () => {
+    const admin = await k.admin();
+    const topic = await k.topic(admin, 1);
+    const { producer } = await k.transactionalProducer();
+    const txn = await producer.transaction();
+    await txn.send({ topic, messages: [{ value: 'live' }] });
+    const txa = k.txnAdmin();
+    // Kafka 4.4's KafkaApis.handleListTransactionsRequest removes every transactional id the principal may not
+    // Describe from the answer, without an error: a principal with Read on the topic (DescribeProducers) and
+    // ClusterAction (WriteTxnMarkers) but no Describe on the owners' ids sees no coordinator for their transactions.
+    txa.listTransactions = async () => [];
+    await waitFor(async () => {
+      const [p0] = await txa.describeProducers([{ topic, partition: 0 }]);
+      return p0?.activeProducers.some((p) => p.currentTxnStartOffset === 0n && Date.now() - p.lastTimestamp > 0);
+    });
+    // Reported, doctor --abort would write an ABORT marker under the live producer, whose commit then succeeds
+    // at its coordinator while the partition has dropped the record.
+    expect(await txa.findHangingTransactions({ topics: [topic], olderThanMs: 0 })).toEqual([]);
+    // Past the longest timeout any coordinator allows (Kafka's default 900000 ms), no coordinator can still end it.
+    const later = await txa.findHangingTransactions({ topics: [topic], olderThanMs: 0, now: () => Date.now() + 900_001 });
+    expect(later).toMatchObject([{ topic, partition: 0, startOffset: 0n }]);
+    expect(later[0]?.transactionalId).toBeUndefined();
+    await txn.commit();
+  });
+
   it("Kafka 4.4 refuses a transactional Produce for a partition its coordinator never added (KIP-890 partition verification), so no hanging transaction can be made that way here", async () => {
     const admin = await k.admin();
     const topic = await k.topic(admin, 1);

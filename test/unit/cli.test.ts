@@ -156,6 +156,7 @@ describe("human-readable output of record-derived text", () => {
       ok: false,
       brokers: ["a:1"],
       olderThanMs: 60_000,
+      maxTransactionTimeoutMs: 900_000,
       topics: ["writ.ledger"],
       missingTopics: [],
       partitions: 1,
