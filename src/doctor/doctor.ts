@@ -188,7 +188,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
         idleMs: Math.max(0, checkedAt - t.lastTimestamp),
         hint: runbookHint(t, opts.brokers, olderThanMs, maxTransactionTimeoutMs),
       };
-      if (opts.abort) finding.abort = await abortOne(txn, t, opts.settleTimeoutMs ?? 15_000);
+      if (opts.abort) finding.abort = await abortHangingTransaction(txn, t, opts.settleTimeoutMs ?? 15_000);
       report.findings.push(finding);
     }
     report.ok = report.findings.every((f) => f.abort?.ok === true);
@@ -218,7 +218,11 @@ async function brokersMaxTransactionTimeout(admin: Admin): Promise<number> {
   }
 }
 
-async function abortOne(txn: TxnAdmin, t: HangingTransaction, settleTimeoutMs: number): Promise<NonNullable<DoctorFinding["abort"]>> {
+/**
+ * Aborts one transaction `findHangingTransactions` found, if it is still as found, and waits until the partition's
+ * last stable offset moves past it.
+ */
+export async function abortHangingTransaction(txn: TxnAdmin, t: HangingTransaction, settleTimeoutMs: number): Promise<NonNullable<DoctorFinding["abort"]>> {
   const tp = { topic: t.topic, partition: t.partition };
   const [before] = await txn.listOffsets([tp]);
   const lastStableBefore = before?.lastStable.toString() ?? "?";
@@ -234,6 +238,20 @@ async function abortOne(txn: TxnAdmin, t: HangingTransaction, settleTimeoutMs: n
       lastStableAfter: lastStableBefore,
       highWatermark: before?.highWatermark.toString() ?? "?",
       ...(closed ? {} : { error: `producer ${t.producerId} no longer has a transaction open at offset ${t.startOffset}; not aborted` }),
+    };
+  }
+  // Written to since it was found (a new epoch or a later write): its producer is alive, and its transaction on the
+  // partition may be one its coordinator tracks now (an owner's heal joins it); an ABORT marker would drop records
+  // whose commit the producer is then told succeeded.
+  if (current.producerEpoch !== t.producerEpoch || current.lastTimestamp !== t.lastTimestamp) {
+    return {
+      ok: false,
+      lastStableBefore,
+      lastStableAfter: lastStableBefore,
+      highWatermark: before?.highWatermark.toString() ?? "?",
+      error:
+        `producer ${t.producerId} wrote to the partition since it was found (epoch ${t.producerEpoch} -> ${current.producerEpoch}, ` +
+        `last write ${t.lastTimestamp} -> ${current.lastTimestamp}): it may be live; not aborted, run writ doctor again`,
     };
   }
   try {

@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vi
 import { ConfigResourceTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import type { Admin, Consumer, Producer } from 'kafkajs';
 import { TxnAdmin, type HangingTransaction, type PartitionOffsets } from '../../src/kafka/txn-admin.ts';
-import type { DoctorReport } from '../../src/doctor/doctor.ts';
+import { abortHangingTransaction, type DoctorReport } from '../../src/doctor/doctor.ts';
 import { isPortFree } from '../../src/testing/free-port.ts';
 import { KAFKA_LIBS } from '../../src/testing/local-stack.ts';
 import { waitFor } from '../helpers/wait-for.ts';
@@ -392,13 +392,17 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     await txn.abort();
   });
 
-  it("findHangingTransactions does not take a live transaction whose transactional id ListTransactions leaves out (an id this principal may not Describe) for hanging, until it is older than the longest transaction timeout", async () => {
-    const admin = await k.admin();
-    const topic = await k.topic(admin, 1);
+  /** A topic of one partition with a live transaction open on it (one record, `value`), and a TxnAdmin. */
+  async function openTransaction(value: string) {
+    const topic = await k.topic(await k.admin(), 1);
     const { producer } = await k.transactionalProducer();
     const txn = await producer.transaction();
-    await txn.send({ topic, messages: [{ value: 'live' }] });
-    const txa = k.txnAdmin();
+    await txn.send({ topic, messages: [{ value }] });
+    return { topic, txn, txa: k.txnAdmin() };
+  }
+
+  it("findHangingTransactions does not take a live transaction whose transactional id ListTransactions leaves out (an id this principal may not Describe) for hanging, until it is older than the longest transaction timeout", async () => {
+    const { topic, txn, txa } = await openTransaction('live');
     // Kafka 4.4's KafkaApis.handleListTransactionsRequest removes every transactional id the principal may not
     // Describe from the answer, without an error: a principal with Read on the topic (DescribeProducers) and
     // ClusterAction (WriteTxnMarkers) but no Describe on the owners' ids sees no coordinator for their transactions.
@@ -415,6 +419,32 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     expect(later).toMatchObject([{ topic, partition: 0, startOffset: 0n }]);
     expect(later[0]?.transactionalId).toBeUndefined();
     await txn.commit();
+  });
+
+  it("writ doctor --abort leaves alone a transaction its producer wrote to after it was found (alive, e.g. an owner healing it): the producer's commit keeps its records", async () => {
+    const { topic, txn, txa } = await openTransaction('first');
+    // The transaction as a find would have reported it (the rule is shown on the private broker below).
+    const [p0] = await txa.describeProducers([{ topic, partition: 0 }]);
+    const open = p0?.activeProducers.find((p) => p.currentTxnStartOffset === 0n);
+    if (open === undefined) throw new Error(`no open transaction: ${show(p0)}`);
+    const found: HangingTransaction = {
+      topic,
+      partition: 0,
+      producerId: open.producerId,
+      producerEpoch: open.producerEpoch,
+      coordinatorEpoch: open.coordinatorEpoch,
+      startOffset: 0n,
+      lastTimestamp: open.lastTimestamp,
+    };
+    // Its producer writes to the partition again before the abort.
+    await txn.send({ topic, messages: [{ value: 'second', timestamp: String(open.lastTimestamp + 1) }] });
+
+    const abort = await abortHangingTransaction(txa, found, 5_000);
+    expect(abort).toMatchObject({ ok: false, error: expect.stringContaining(`producer ${open.producerId} wrote to the partition since it was found`) });
+    await txn.commit();
+    const readCommitted = await k.collect(topic, false);
+    await waitFor(() => readCommitted.seen.length >= 2, { timeoutMs: 20_000, message: `read_committed saw ${show(readCommitted.seen)}` });
+    expect(readCommitted.seen).toEqual(['first', 'second']);
   });
 
   it("Kafka 4.4 refuses a transactional Produce for a partition its coordinator never added (KIP-890 partition verification), so no hanging transaction can be made that way here", async () => {
