@@ -63,7 +63,7 @@ export class HangWatch {
    */
   async check(partitions: readonly TopicPartition[], heal: (tp: TopicPartition) => boolean): Promise<EndOffsets[]> {
     const now = Date.now();
-    const ends = await this.probe.endOffsets(partitions);
+    const ends = await this.endOffsets(partitions);
     const seen = new Set<string>();
     const stuck: EndOffsets[] = [];
     for (const end of ends) {
@@ -101,8 +101,38 @@ export class HangWatch {
         this.log.error({ topic: end.topic, partition: end.partition, offset: end.lastStable, highWatermark: end.highWatermark, runbook: HANG_RUNBOOK }, message);
       }
     }
-    for (const id of [...this.watches.keys()]) if (!seen.has(id)) this.forget(id);
+    // A partition asked about but not answered keeps its watch (and its report): not seen is not healed.
+    const asked = new Set(partitions.map((tp) => `${tp.topic}:${tp.partition}`));
+    for (const id of [...this.watches.keys()]) if (!seen.has(id) && !asked.has(id)) this.forget(id);
     return stuck;
+  }
+
+  /**
+   * The probe's answer for `partitions`; when it fails, topic by topic, so that one topic it cannot read (deleted
+   * since it was listed, a partition without a leader: the probe answers all or nothing) does not blind the watch
+   * to the others, the ledger's among them. Throws only when no topic could be read.
+   */
+  private async endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]> {
+    try {
+      return await this.probe.endOffsets(partitions);
+    } catch (err) {
+      const byTopic = new Map<string, TopicPartition[]>();
+      for (const tp of partitions) byTopic.set(tp.topic, [...(byTopic.get(tp.topic) ?? []), tp]);
+      if (byTopic.size < 2) throw err;
+      const ends: EndOffsets[] = [];
+      const unread: string[] = [];
+      // one topic at a time: hundreds of reply topics must not become hundreds of requests at once
+      for (const [topic, tps] of byTopic) {
+        try {
+          ends.push(...(await this.probe.endOffsets(tps)));
+        } catch {
+          unread.push(topic);
+        }
+      }
+      if (unread.length === byTopic.size) throw err;
+      this.log.debug({ err, topics: unread }, "could not read the end offsets of these topics; watching the others");
+      return ends;
+    }
   }
 
   private forget(id: string): void {

@@ -10,11 +10,15 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ConfigResourceTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import type { Admin, Consumer, Producer } from 'kafkajs';
 import { TxnAdmin, type HangingTransaction, type PartitionOffsets } from '../../src/kafka/txn-admin.ts';
 import { abortHangingTransaction, type DoctorReport } from '../../src/doctor/doctor.ts';
+import { HangWatch } from '../../src/owner/hang-watch.ts';
+import { HealthBoard } from '../../src/owner/health.ts';
+import { createOffsetProbe } from '../../src/owner/offset-probe.ts';
 import { isPortFree } from '../../src/testing/free-port.ts';
 import { KAFKA_LIBS } from '../../src/testing/local-stack.ts';
 import { waitFor } from '../helpers/wait-for.ts';
@@ -445,6 +449,22 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     const readCommitted = await k.collect(topic, false);
     await waitFor(() => readCommitted.seen.length >= 2, { timeoutMs: 20_000, message: `read_committed saw ${show(readCommitted.seen)}` });
     expect(readCommitted.seen).toEqual(['first', 'second']);
+  });
+
+  it("the owners' hang watch, through its real probe, still reports a stuck partition in a round that also asks about a topic deleted since it was listed", async () => {
+    const { topic, txn } = await openTransaction('held');
+    const gone = uniqueName('deleted');
+    const probe = createOffsetProbe({ brokers: sharedBrokers, clientId: 'writ-hang-watch-test', log: pino({ level: 'silent' }) });
+    cleanups.push(async () => probe.close?.());
+    // the probe answers all or nothing: a request naming the deleted topic fails whole
+    await expect(probe.endOffsets([{ topic, partition: 0 }, { topic: gone, partition: 0 }])).rejects.toThrow(/UNKNOWN_TOPIC_OR_PARTITION/);
+    const health = new HealthBoard();
+    const watch = new HangWatch({ probe, health, log: pino({ level: 'silent' }), healAfterMs: 0, reportAfterMs: 0 });
+    const tps = [{ topic, partition: 0 }, { topic: gone, partition: 0 }];
+    await watch.check(tps, () => false);
+    expect(await watch.check(tps, () => false)).toMatchObject([{ topic, partition: 0, lastStable: '0', highWatermark: '1' }]);
+    expect(health.health().problems.map((p) => p.key)).toEqual([`hang:${topic}:0`]);
+    await txn.abort();
   });
 
   it("Kafka 4.4 refuses a transactional Produce for a partition its coordinator never added (KIP-890 partition verification), so no hanging transaction can be made that way here", async () => {

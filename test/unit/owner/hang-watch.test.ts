@@ -10,12 +10,16 @@ const T0 = new Date("2025-06-01T12:00:00.000Z").getTime();
 /** End offsets the test sets per partition; the probe answers what is set now. */
 class ScriptedProbe implements OffsetProbe {
   readonly ends = new Map<string, { lastStable: bigint; highWatermark: bigint }>();
+  /** Topics the probe cannot read (deleted, leaderless): like TxnAdmin.listOffsets, a request naming one fails whole. */
+  readonly unreadable = new Set<string>();
   calls = 0;
   set(tp: TopicPartition, lastStable: number, highWatermark: number): void {
     this.ends.set(`${tp.topic}:${tp.partition}`, { lastStable: BigInt(lastStable), highWatermark: BigInt(highWatermark) });
   }
   async endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]> {
     this.calls++;
+    const bad = partitions.find((tp) => this.unreadable.has(tp.topic));
+    if (bad !== undefined) throw new Error(`ListOffsets failed for ${bad.topic}[${bad.partition}]: UNKNOWN_TOPIC_OR_PARTITION`);
     return partitions.map((tp) => {
       const e = this.ends.get(`${tp.topic}:${tp.partition}`) ?? { lastStable: 0n, highWatermark: 0n };
       return { ...tp, lastStable: e.lastStable.toString(), highWatermark: e.highWatermark.toString() };
@@ -170,5 +174,37 @@ describe("HangWatch", () => {
     probe.set(REPLIES_0, 9, 9);
     expect(await at(HEAL_AFTER, [LEDGER_3, REPLIES_0])).toEqual([{ ...LEDGER_3, lastStable: "42", highWatermark: "50" }]);
     expect(healed).toEqual(["writ.ledger-3"]);
+  });
+
+  it("still heals and reports a stuck ledger partition while a reply topic of the same round cannot be read (deleted, leaderless)", async () => {
+    probe.set(LEDGER_3, 42, 50);
+    probe.unreadable.add(REPLIES_0.topic);
+    await at(0, [LEDGER_3, REPLIES_0]);
+    expect(await at(HEAL_AFTER, [LEDGER_3, REPLIES_0])).toEqual([{ ...LEDGER_3, lastStable: "42", highWatermark: "50" }]);
+    expect(healed).toEqual(["writ.ledger-3"]);
+    await at(REPORT_AFTER, [LEDGER_3, REPLIES_0]);
+    expect(health.health().problems.map((p) => p.key)).toEqual(["hang:writ.ledger:3"]);
+  });
+
+  it("keeps a reported hang (and how long it has been stuck) through a round that cannot read its topic", async () => {
+    probe.set(LEDGER_3, 50, 50);
+    probe.set(REPLIES_0, 7, 9);
+    await at(0, [LEDGER_3, REPLIES_0]);
+    await at(REPORT_AFTER, [LEDGER_3, REPLIES_0]);
+    expect(health.health().problems.map((p) => p.key)).toEqual(["hang:writ.replies.agent-1:0"]);
+    probe.unreadable.add(REPLIES_0.topic);
+    await at(REPORT_AFTER + 1, [LEDGER_3, REPLIES_0]);
+    expect(health.health().problems.map((p) => p.key)).toEqual(["hang:writ.replies.agent-1:0"]);
+    probe.unreadable.clear();
+    healed = [];
+    // still stuck: healed again on the timer it had, not one started anew
+    await at(REPORT_AFTER + HEAL_AFTER, [LEDGER_3, REPLIES_0]);
+    expect(healed).toEqual(["writ.replies.agent-1-0"]);
+  });
+
+  it("fails the round when no topic can be read", async () => {
+    probe.unreadable.add(LEDGER_3.topic);
+    probe.unreadable.add(REPLIES_0.topic);
+    await expect(at(0, [LEDGER_3, REPLIES_0])).rejects.toThrow(/UNKNOWN_TOPIC_OR_PARTITION/);
   });
 });
