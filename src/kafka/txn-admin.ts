@@ -203,6 +203,9 @@ function asWritError(err: unknown, api: string, context: WritErrorContext = {}):
 
 const MAX_PARTITIONS_PER_REQUEST = 500;
 
+/** Kafka's transaction log: the transaction coordinators' state, one coordinator per partition's leader. */
+const TRANSACTION_LOG = "__transaction_state";
+
 /** Kafka's default `transaction.max.timeout.ms`: no coordinator keeps a transaction open longer (unless the brokers raise it). */
 export const KAFKA_MAX_TRANSACTION_TIMEOUT_MS = 900_000;
 
@@ -604,7 +607,11 @@ export class TxnAdmin {
    * than `maxTransactionTimeoutMs` (the brokers' `transaction.max.timeout.ms`,
    * default 900000 as Kafka's): by then any coordinator that knew it has timed
    * it out, as `kafka-transactions.sh find-hanging --max-transaction-timeout`
-   * assumes.
+   * assumes. Nor is it while a partition of the transaction log has no leader
+   * (see {@link TxnAdmin.transactionLogOnline}): its coordinator, and the
+   * transactions it has yet to finish, are then listed by no broker, and one
+   * whose commit its producer was told of still gets its COMMIT markers when the
+   * partition is back, too late if an ABORT marker came first.
    */
   async findHangingTransactions(opts: { topics: readonly string[]; olderThanMs: number; maxTransactionTimeoutMs?: number; now?: () => number }): Promise<HangingTransaction[]> {
     if (!Number.isFinite(opts.olderThanMs) || opts.olderThanMs < 0) {
@@ -641,6 +648,7 @@ export class TxnAdmin {
     );
 
     const hanging: HangingTransaction[] = [];
+    let logOnline: Promise<boolean> | undefined;
     for (const { tp, producer } of open) {
       const transactionalId = transactionalIdOf.get(producer.producerId);
       const description = transactionalId === undefined ? undefined : descriptions.get(transactionalId);
@@ -648,6 +656,8 @@ export class TxnAdmin {
       if (stillTracked) continue;
       // Unlisted may mean not visible to this principal: only past any coordinator's timeout is it surely left open.
       if (transactionalId === undefined && now - producer.lastTimestamp <= maxTransactionTimeoutMs) continue;
+      // ...or a coordinator that is not answering now: only with the whole transaction log led is no listing proof.
+      if (transactionalId === undefined && !(await (logOnline ??= this.transactionLogOnline()))) continue;
       hanging.push({
         ...tp,
         producerId: producer.producerId,
@@ -660,6 +670,19 @@ export class TxnAdmin {
       });
     }
     return hanging;
+  }
+
+  /**
+   * Whether every partition of the transaction log (`__transaction_state`) has a leader, so that every
+   * transaction coordinator answers ListTransactions now. True when the log does not exist (no transaction
+   * was ever begun); false when its metadata is refused (TOPIC_AUTHORIZATION_FAILED: not known).
+   */
+  async transactionLogOnline(): Promise<boolean> {
+    const response = await this.withRetries("Metadata", () => this.metadata([TRANSACTION_LOG]));
+    const meta = response.topicMetadata.find((t) => t.topic === TRANSACTION_LOG);
+    if (meta === undefined || meta.topicErrorCode === CODE.UNKNOWN_TOPIC_OR_PARTITION) return true;
+    if (meta.topicErrorCode !== CODE.NONE) return false;
+    return meta.partitionMetadata.every((p) => p.leader !== undefined && p.leader >= 0);
   }
 
   // -------------------------------------------------------------------------

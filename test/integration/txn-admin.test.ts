@@ -425,6 +425,18 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     await txn.commit();
   });
 
+  it("findHangingTransactions does not take an unlisted producer's transaction for hanging, however old, while a partition of the transaction log has no leader", async () => {
+    const { topic, txn, txa } = await openTransaction('committed-soon');
+    expect(await txa.transactionLogOnline()).toBe(true);
+    // What a multi-broker outage looks like (the shared broker is one node): a __transaction_state partition without
+    // a leader, whose coordinator, the one of this id, lists nothing. A transaction it has prepared to commit (its
+    // producer told so) gets its COMMIT markers once the partition is back: an ABORT marker before them drops it.
+    txa.transactionLogOnline = async () => false;
+    txa.listTransactions = async () => [];
+    expect(await txa.findHangingTransactions({ topics: [topic], olderThanMs: 0, now: () => Date.now() + 900_001 })).toEqual([]);
+    await txn.commit();
+  });
+
   it("writ doctor --abort leaves alone a transaction its producer wrote to after it was found (alive, e.g. an owner healing it): the producer's commit keeps its records", async () => {
     const { topic, txn, txa } = await openTransaction('first');
     // The transaction as a find would have reported it (the rule is shown on the private broker below).
