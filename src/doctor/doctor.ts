@@ -240,10 +240,11 @@ export async function abortHangingTransaction(txn: TxnAdmin, t: HangingTransacti
       ...(closed ? {} : { error: `producer ${t.producerId} no longer has a transaction open at offset ${t.startOffset}; not aborted` }),
     };
   }
-  // Written to since it was found (a new epoch or a later write): its producer is alive, and its transaction on the
+  // Written to since it was found (a new epoch, a new batch): its producer is alive, and its transaction on the
   // partition may be one its coordinator tracks now (an owner's heal joins it); an ABORT marker would drop records
-  // whose commit the producer is then told succeeded.
-  if (current.producerEpoch !== t.producerEpoch || current.lastTimestamp !== t.lastTimestamp) {
+  // whose commit the producer is then told succeeded. The sequence moves with every batch; a timestamp is the
+  // client's and need not.
+  if (current.producerEpoch !== t.producerEpoch || current.lastSequence !== t.lastSequence || current.lastTimestamp !== t.lastTimestamp) {
     return {
       ok: false,
       lastStableBefore,
@@ -251,7 +252,8 @@ export async function abortHangingTransaction(txn: TxnAdmin, t: HangingTransacti
       highWatermark: before?.highWatermark.toString() ?? "?",
       error:
         `producer ${t.producerId} wrote to the partition since it was found (epoch ${t.producerEpoch} -> ${current.producerEpoch}, ` +
-        `last write ${t.lastTimestamp} -> ${current.lastTimestamp}): it may be live; not aborted, run writ doctor again`,
+        `last sequence ${t.lastSequence} -> ${current.lastSequence}, last write ${t.lastTimestamp} -> ${current.lastTimestamp}): ` +
+        "it may be live; not aborted, run writ doctor again",
     };
   }
   try {

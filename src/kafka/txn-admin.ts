@@ -137,8 +137,10 @@ export interface HangingTransaction extends TopicPartition {
   coordinatorEpoch: number;
   /** First offset of the open transaction: the partition's LSO cannot pass it. */
   startOffset: bigint;
-  /** Timestamp (ms) of the producer's last batch on the partition. */
+  /** Timestamp (ms) of the producer's last batch on the partition (its client's clock, or what it chose to write). */
   lastTimestamp: number;
+  /** Sequence number of the producer's last batch on the partition: it moves with every batch the producer writes. */
+  lastSequence: number;
   /** The transactional id that currently owns the producer id, when a coordinator lists one. */
   transactionalId?: string;
   /** That transactional id's state at its coordinator, when it has one. */
@@ -665,6 +667,7 @@ export class TxnAdmin {
         coordinatorEpoch: producer.coordinatorEpoch,
         startOffset: producer.currentTxnStartOffset,
         lastTimestamp: producer.lastTimestamp,
+        lastSequence: producer.lastSequence,
         ...(transactionalId === undefined ? {} : { transactionalId }),
         ...(description === undefined ? {} : { transactionState: description.state }),
       });

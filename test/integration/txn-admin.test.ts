@@ -451,9 +451,11 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
       coordinatorEpoch: open.coordinatorEpoch,
       startOffset: 0n,
       lastTimestamp: open.lastTimestamp,
+      lastSequence: open.lastSequence,
     };
-    // Its producer writes to the partition again before the abort.
-    await txn.send({ topic, messages: [{ value: 'second', timestamp: String(open.lastTimestamp + 1) }] });
+    // Its producer writes to the partition again before the abort, with the same timestamp (a client's to choose,
+    // as a producer passing on its input's timestamps does): only the sequence number tells.
+    await txn.send({ topic, messages: [{ value: 'second', timestamp: String(open.lastTimestamp) }] });
 
     const abort = await abortHangingTransaction(txa, found, 5_000);
     expect(abort).toMatchObject({ ok: false, error: expect.stringContaining(`producer ${open.producerId} wrote to the partition since it was found`) });
@@ -621,6 +623,8 @@ describe('hanging transactions on a broker without partition verification', () =
       coordinatorEpoch: -1,
       startOffset: 0n,
       lastTimestamp: found[0]?.lastTimestamp ?? -1,
+      // the one raw batch, first sequence 0
+      lastSequence: 0,
       transactionalId: hanging.transactionalId,
       transactionState: 'Empty',
     };
