@@ -85,8 +85,11 @@ export function routerTopics(config: RouterConfig): ITopicConfig[] {
   const retentionMs = String(Math.ceil(config.ledgerRetentionHours * 3_600_000));
   const needs = topicNeeds(config);
   // A topic created for writ takes what writ writes there: an override only where that is more than Kafka's default.
-  const sized = (need: number) => (need > KAFKA_DEFAULT_MAX_MESSAGE_BYTES ? [{ name: "max.message.bytes", value: String(need) }] : []);
-  const withSize = (need: number) => (need > KAFKA_DEFAULT_MAX_MESSAGE_BYTES ? { configEntries: sized(need) } : {});
+  // Transactions write with acks=all, which waits for min.insync.replicas copies: at the brokers' default (1) one
+  // broker's loss can lose acknowledged records (`writ topics check` fails on it at replication factor 3 or more).
+  const durable = rf >= 3 ? [{ name: "min.insync.replicas", value: "2" }] : [];
+  const sized = (need: number) => [...(need > KAFKA_DEFAULT_MAX_MESSAGE_BYTES ? [{ name: "max.message.bytes", value: String(need) }] : []), ...durable];
+  const withSize = (need: number) => (sized(need).length > 0 ? { configEntries: sized(need) } : {});
   return [
     { topic: config.topics.intents, numPartitions: config.intentPartitions, replicationFactor: rf, ...withSize(needs.intents) },
     {

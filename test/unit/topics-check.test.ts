@@ -48,4 +48,10 @@ describe("writ topics check: settings that lose acknowledged records", () => {
   it("reads a config the broker left empty as unknown, not as 0", () => {
     expect(judge(states({ ledger: { "min.insync.replicas": "", "cleanup.policy": "compact,delete", "retention.ms": "" } }), config, routerTopics(config)).problems).toEqual([]);
   });
+
+  it("writ topics ensure creates topics that pass it: min.insync.replicas 2 at replication factor 3 (whatever the brokers' default), none at 1", () => {
+    for (const t of routerTopics(config)) expect(t.configEntries, t.topic).toContainEqual({ name: "min.insync.replicas", value: "2" });
+    const single = routerConfigFromEnv({ KAFKA_BROKERS: "127.0.0.1:9" });
+    for (const t of routerTopics(single)) expect(t.configEntries?.find((e) => e.name === "min.insync.replicas"), t.topic).toBeUndefined();
+  });
 });
