@@ -110,7 +110,7 @@ export class HangWatch {
   /**
    * The probe's answer for `partitions`; when it fails, topic by topic, so that one topic it cannot read (deleted
    * since it was listed, a partition without a leader: the probe answers all or nothing) does not blind the watch
-   * to the others, the ledger's among them. Throws only when no topic could be read.
+   * to the others, the ledger's among them. Throws when the first topics asked alone fail too (an outage).
    */
   private async endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]> {
     try {
@@ -121,15 +121,16 @@ export class HangWatch {
       if (byTopic.size < 2) throw err;
       const ends: EndOffsets[] = [];
       const unread: string[] = [];
-      // one topic at a time: hundreds of reply topics must not become hundreds of requests at once
+      // One topic at a time: hundreds of reply topics must not become hundreds of requests at once. The first two
+      // failing with nothing read is an outage, not a topic: the round ends there instead of trying every topic.
       for (const [topic, tps] of byTopic) {
         try {
           ends.push(...(await this.probe.endOffsets(tps)));
         } catch {
           unread.push(topic);
+          if (ends.length === 0 && unread.length >= 2) throw err;
         }
       }
-      if (unread.length === byTopic.size) throw err;
       this.log.debug({ err, topics: unread }, "could not read the end offsets of these topics; watching the others");
       return ends;
     }

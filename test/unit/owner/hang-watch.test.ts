@@ -202,9 +202,10 @@ describe("HangWatch", () => {
     expect(healed).toEqual(["writ.replies.agent-1-0"]);
   });
 
-  it("fails the round when no topic can be read", async () => {
-    probe.unreadable.add(LEDGER_3.topic);
-    probe.unreadable.add(REPLIES_0.topic);
-    await expect(at(0, [LEDGER_3, REPLIES_0])).rejects.toThrow(/UNKNOWN_TOPIC_OR_PARTITION/);
+  it("fails the round, after two topics asked alone, when nothing can be read (an outage: not one request per topic)", async () => {
+    const others = Array.from({ length: 50 }, (_, i) => ({ topic: `writ.replies.agent-${i + 2}`, partition: 0 }));
+    for (const tp of [LEDGER_3, REPLIES_0, ...others]) probe.unreadable.add(tp.topic);
+    await expect(at(0, [LEDGER_3, REPLIES_0, ...others])).rejects.toThrow(/UNKNOWN_TOPIC_OR_PARTITION/);
+    expect(probe.calls).toBe(3);
   });
 });
