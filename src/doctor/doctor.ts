@@ -5,7 +5,7 @@
 import { Kafka, logLevel as LogLevel, type Admin, type ConfigResourceTypes, type KafkaConfig, type logCreator } from "kafkajs";
 import { WritError } from "../errors.ts";
 import { printable } from "../printable.ts";
-import { KAFKA_MAX_TRANSACTION_TIMEOUT_MS, TxnAdmin, type HangingTransaction } from "../kafka/txn-admin.ts";
+import { KAFKA_MAX_TRANSACTION_TIMEOUT_MS, TxnAdmin, type HangingTransaction, type PartitionOffsets, type PartitionProducers } from "../kafka/txn-admin.ts";
 import { checkTopicAcls, DEFAULT_OWNER_PRINCIPAL, formatAclCheck, type AclCheck, type WritTopicNames } from "./acls.ts";
 
 /** writ's topic contract: the topics `writ doctor` checks unless told otherwise (plus every reply topic). */
@@ -224,11 +224,25 @@ async function brokersMaxTransactionTimeout(admin: Admin): Promise<number> {
  */
 export async function abortHangingTransaction(txn: TxnAdmin, t: HangingTransaction, settleTimeoutMs: number): Promise<NonNullable<DoctorFinding["abort"]>> {
   const tp = { topic: t.topic, partition: t.partition };
-  const [before] = await txn.listOffsets([tp]);
+  // A failure is this finding's answer, not the run's: the report of the aborts before it must still be printed.
+  const failed = (err: unknown, what: string, offsets: { lastStableBefore?: string; lastStableAfter?: string } = {}) => ({
+    ok: false,
+    lastStableBefore: offsets.lastStableBefore ?? "?",
+    lastStableAfter: offsets.lastStableAfter ?? "?",
+    highWatermark: "?",
+    error: `${what}: ${err instanceof Error ? err.message : String(err)}`,
+  });
+  let before: PartitionOffsets | undefined;
+  let state: PartitionProducers | undefined;
+  try {
+    [before] = await txn.listOffsets([tp]);
+    // As `kafka-transactions.sh abort --start-offset` does: abort only if that producer's transaction is still the
+    // one open at that offset, with the epochs the partition reports now.
+    [state] = await txn.describeProducers([tp]);
+  } catch (err) {
+    return failed(err, "not aborted");
+  }
   const lastStableBefore = before?.lastStable.toString() ?? "?";
-  // As `kafka-transactions.sh abort --start-offset` does: abort only if that producer's transaction is still the one
-  // open at that offset, with the epochs the partition reports now.
-  const [state] = await txn.describeProducers([tp]);
   const current = state?.activeProducers.find((p) => p.producerId === t.producerId && p.currentTxnStartOffset === t.startOffset);
   if (current === undefined) {
     const closed = before !== undefined && before.lastStable > t.startOffset;
@@ -263,10 +277,15 @@ export async function abortHangingTransaction(txn: TxnAdmin, t: HangingTransacti
   }
   // The marker is in the log once WriteTxnMarkers answers; the LSO follows when the high watermark covers it.
   let latest = before;
-  const moved = await waitUntil(Date.now() + settleTimeoutMs, async () => {
-    [latest] = await txn.listOffsets([tp]);
-    return latest !== undefined && latest.lastStable > t.startOffset ? latest : undefined;
-  });
+  let moved: PartitionOffsets | undefined;
+  try {
+    moved = await waitUntil(Date.now() + settleTimeoutMs, async () => {
+      [latest] = await txn.listOffsets([tp]);
+      return latest !== undefined && latest.lastStable > t.startOffset ? latest : undefined;
+    });
+  } catch (err) {
+    return failed(err, "the ABORT marker was written, but reading the last stable offset failed", { lastStableBefore });
+  }
   return {
     ok: moved !== undefined,
     lastStableBefore,

@@ -405,6 +405,15 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     return { topic, txn, txa: k.txnAdmin() };
   }
 
+  /** The transaction open at offset 0 of `topic`'s partition 0, as a find would have reported it. */
+  async function asFound(txa: TxnAdmin, topic: string): Promise<HangingTransaction> {
+    const [p0] = await txa.describeProducers([{ topic, partition: 0 }]);
+    const open = p0?.activeProducers.find((p) => p.currentTxnStartOffset === 0n);
+    if (open === undefined) throw new Error(`no open transaction: ${show(p0)}`);
+    const { producerId, producerEpoch, coordinatorEpoch, lastTimestamp, lastSequence } = open;
+    return { topic, partition: 0, producerId, producerEpoch, coordinatorEpoch, startOffset: 0n, lastTimestamp, lastSequence };
+  }
+
   it("findHangingTransactions does not take a live transaction whose transactional id ListTransactions leaves out (an id this principal may not Describe) for hanging, until it is older than the longest transaction timeout", async () => {
     const { topic, txn, txa } = await openTransaction('live');
     // Kafka 4.4's KafkaApis.handleListTransactionsRequest removes every transactional id the principal may not
@@ -440,19 +449,8 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
   it("writ doctor --abort leaves alone a transaction its producer wrote to after it was found (alive, e.g. an owner healing it): the producer's commit keeps its records", async () => {
     const { topic, txn, txa } = await openTransaction('first');
     // The transaction as a find would have reported it (the rule is shown on the private broker below).
-    const [p0] = await txa.describeProducers([{ topic, partition: 0 }]);
-    const open = p0?.activeProducers.find((p) => p.currentTxnStartOffset === 0n);
-    if (open === undefined) throw new Error(`no open transaction: ${show(p0)}`);
-    const found: HangingTransaction = {
-      topic,
-      partition: 0,
-      producerId: open.producerId,
-      producerEpoch: open.producerEpoch,
-      coordinatorEpoch: open.coordinatorEpoch,
-      startOffset: 0n,
-      lastTimestamp: open.lastTimestamp,
-      lastSequence: open.lastSequence,
-    };
+    const found = await asFound(txa, topic);
+    const open = { producerId: found.producerId, lastTimestamp: found.lastTimestamp };
     // Its producer writes to the partition again before the abort, with the same timestamp (a client's to choose,
     // as a producer passing on its input's timestamps does): only the sequence number tells.
     await txn.send({ topic, messages: [{ value: 'second', timestamp: String(open.lastTimestamp) }] });
@@ -478,6 +476,27 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
     await watch.check(tps, () => false);
     expect(await watch.check(tps, () => false)).toMatchObject([{ topic, partition: 0, lastStable: '0', highWatermark: '1' }]);
     expect(health.health().problems.map((p) => p.key)).toEqual([`hang:${topic}:0`]);
+    await txn.abort();
+  });
+
+  it("writ doctor --abort answers a finding it cannot check, or whose abort it cannot confirm, with ABORT FAILED instead of failing the run (and the report of the aborts before it)", async () => {
+    // a topic deleted since the find: its partition cannot be read
+    const strict = new TxnAdmin({ brokers: sharedBrokers, clientId: 'writ-txn-admin-test', logLevel: level, maxAttempts: 1 });
+    cleanups.push(() => strict.close());
+    const gone: HangingTransaction = { topic: uniqueName('deleted'), partition: 0, producerId: 1n, producerEpoch: 0, coordinatorEpoch: 0, startOffset: 0n, lastTimestamp: 0, lastSequence: 0 };
+    expect(await abortHangingTransaction(strict, gone, 1_000)).toMatchObject({ ok: false, error: expect.stringMatching(/^not aborted: .*UNKNOWN_TOPIC_OR_PARTITION/) });
+
+    // the marker written, then the leader stops answering ListOffsets
+    const { topic, txn, txa } = await openTransaction('aborted');
+    const found = await asFound(txa, topic);
+    const listOffsets = txa.listOffsets.bind(txa);
+    let calls = 0;
+    txa.listOffsets = async (tps) => (++calls === 1 ? listOffsets(tps) : Promise.reject(new Error('ListOffsets failed: REQUEST_TIMED_OUT')));
+    expect(await abortHangingTransaction(txa, found, 1_000)).toMatchObject({
+      ok: false,
+      lastStableBefore: '0',
+      error: expect.stringContaining('the ABORT marker was written, but reading the last stable offset failed: ListOffsets failed: REQUEST_TIMED_OUT'),
+    });
     await txn.abort();
   });
 
