@@ -70,23 +70,25 @@ export const JsonPointer = z
   .max(MAX_POINTER_LENGTH)
   .refine((p) => compilePointer(p) !== null, "must be a JSON Pointer (RFC 6901): empty for the whole body, or /-separated tokens, ~0 for ~ and ~1 for /");
 
-/** RFC 3986 §3.3 `pchar`: what a path segment may hold as it is sent. */
-const PCHAR = "(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})";
-/** A path, and a query, as a request-target sends them (RFC 9112 §3.2.1): no space, no fragment, no raw non-ASCII. */
-const REQUEST_PATH = new RegExp(`^(?:/${PCHAR}*)+(?:\\?(?:${PCHAR}|[/?])*)?$`);
 /** Placeholders a path template may hold. */
 export const PLACEHOLDER = /\{(type|id|key)\}/g;
 
 /**
- * Why a path template cannot be sent, else null. undici refuses a path with a space or a character past U+00FF
- * only when a request is made (every read then an outage, every write an unknown outcome, nothing sent), and sends
- * a `#` or raw Latin-1 as it is; a `.` or `..` segment is resolved away by servers and proxies, so the request
- * would name another resource.
+ * Why a path template cannot be sent, else null. undici takes any path of bytes 0x21-0xFF (so `[`, `]`, `|` and
+ * other characters outside RFC 3986, which many APIs use, e.g. JSON:API `?filter[id]={id}`) but refuses a space,
+ * a control character or one past U+00FF only when a request is made (every read then an outage, every write an
+ * unknown outcome, nothing sent); it sends a `#`, raw non-ASCII or a stray brace as it is, never meant for the wire;
+ * a `.` or `..` segment (`%2E` too) is resolved away by servers and proxies, so the request would name another
+ * resource.
  */
 export function pathTemplateProblem(template: string): string | null {
   const filled = template.replace(PLACEHOLDER, "x");
-  if (!REQUEST_PATH.test(filled)) return "must be a URL path (and query) with {type}, {id} or {key} as placeholders and other characters percent-encoded (no space, #, non-ASCII or other brace)";
-  if (filled.split("?")[0]!.split("/").some((s) => s === "." || s === "..")) return "must not contain a . or .. segment";
+  if (!/^[\x21-\x7e]*$/.test(filled)) return "must be printable ASCII: no space, control character or non-ASCII (percent-encode it)";
+  if (filled.includes("#")) return "must not contain # (a fragment is never sent)";
+  if (/[{}]/.test(filled)) return "must use only {type}, {id} or {key} as placeholders";
+  if (/%(?![0-9A-Fa-f]{2})/.test(filled)) return "must use % only in a percent-escape such as %20";
+  const segments = filled.split("?")[0]!.replace(/%2e/gi, ".").split(/[/\\]/);
+  if (segments.some((s) => s === "." || s === "..")) return "must not contain a . or .. segment";
   return null;
 }
 

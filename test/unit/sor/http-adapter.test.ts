@@ -151,19 +151,23 @@ describe("http adapter: path templates", () => {
   it("a template no request can carry is config_invalid at start naming it, where it used to fail every request as an outage", () => {
     const cases: Array<[Record<string, unknown>, string, RegExp]> = [
       // A trailing space (a YAML or env value): undici refuses the path at each request (UND_ERR_INVALID_ARG).
-      [{ recordPath: "/records/{type}/{id} " }, "recordPath", /URL path/],
-      [{ recordPath: "/records/{type}/{id}?q=a b" }, "recordPath", /URL path/],
-      [{ patchPath: "/records/{id}\r\nx-injected: 1" }, "patchPath", /URL path/],
-      [{ recordPath: "/r\u0100cords/{id}" }, "recordPath", /URL path/],
+      [{ recordPath: "/records/{type}/{id} " }, "recordPath", /printable ASCII/],
+      [{ recordPath: "/records/{type}/{id}?q=a b" }, "recordPath", /printable ASCII/],
+      [{ patchPath: "/records/{id}\r\nx-injected: 1" }, "patchPath", /printable ASCII/],
+      [{ recordPath: "/records/{id}\x7f" }, "recordPath", /printable ASCII/],
+      [{ recordPath: "/r\u0100cords/{id}" }, "recordPath", /printable ASCII/],
       // Sent as they are by undici, never meant for the wire: a fragment, raw Latin-1, a placeholder writ does not fill.
-      [{ recordPath: "/records/{id}#x" }, "recordPath", /URL path/],
-      [{ recordPath: "/récords/{id}" }, "recordPath", /URL path/],
-      [{ recordPath: "/records/{Type}/{id}" }, "recordPath", /URL path/],
-      [{ patchPath: "/records/{id}/%zz" }, "patchPath", /URL path/],
+      [{ recordPath: "/records/{id}#x" }, "recordPath", /#/],
+      [{ recordPath: "/récords/{id}" }, "recordPath", /printable ASCII/],
+      [{ recordPath: "/records/{Type}/{id}" }, "recordPath", /placeholders/],
+      [{ recordPath: "/records/{id}}" }, "recordPath", /placeholders/],
+      [{ recordPath: "/records/{type}" }, "recordPath", /\{id\}/],
+      [{ patchPath: "/records/{id}/%zz" }, "patchPath", /percent-escape/],
       // Servers and proxies resolve dot segments away: the request would name another resource.
       [{ recordPath: "/records/../{id}" }, "recordPath", /\.\. segment/],
+      [{ recordPath: "/records/%2E%2e/{id}" }, "recordPath", /\.\. segment/],
       [{ create: { path: "/records/./{id}" } }, "create.path", /\.\. segment/],
-      [{ idempotencyLookupPath: "/keys/{key} " }, "idempotencyLookupPath", /URL path/],
+      [{ idempotencyLookupPath: "/keys/{key} " }, "idempotencyLookupPath", /printable ASCII/],
     ];
     expectRefused(cases);
   });
@@ -213,6 +217,24 @@ describe("http adapter: path templates", () => {
     const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: `${server.url}/api`, recordPath: "/v2/{type}s/{id};v=1?expand=a,b&x=%20/?" });
     onTestFinished(() => sor.close());
     await expect(sor.read({ type: "ticket", id: "T 1" }, quick)).resolves.toEqual({ state: { url: "/api/v2/tickets/T%201;v=1?expand=a,b&x=%20/?" }, version: '"1"' });
+  });
+
+  it("templates with characters outside RFC 3986 that undici sends ([ ] | ^ ` \\ \" < >) are accepted and sent as written", async () => {
+    const server = await stub((req, res) => {
+      res.writeHead(200, { "content-type": "application/json", etag: '"1"' }).end(JSON.stringify({ url: req.url }));
+    });
+    const templates: Array<[string, string]> = [
+      ["/items?filter[id]={id}", "/items?filter[id]=T%201"],
+      ["/items?ids[]={id}", "/items?ids[]=T%201"],
+      ["/api/{type}|{id}", "/api/ticket|T%201"],
+      ['/x/{id}?q=^`\\"<>', '/x/T%201?q=^`\\"<>'],
+    ];
+    for (const [recordPath, sent] of templates) {
+      const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: server.url, recordPath });
+      onTestFinished(() => sor.close());
+      await expect(sor.read({ type: "ticket", id: "T 1" }, quick), recordPath).resolves.toEqual({ state: { url: sent }, version: '"1"' });
+    }
+    expect(server.seen).toHaveLength(templates.length);
   });
 });
 
