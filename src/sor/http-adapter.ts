@@ -42,8 +42,9 @@ export type HttpSystemOfRecord = SystemOfRecord & {
  * connections → `unknown` (reconcile). A 408, 429 or 5xx carries its
  * Retry-After as `retryAfterMs` (a read's `sor_unavailable` in its context).
  * An `ifMatch` that cannot be a header value (only a version `read` did not
- * give), or an entity id that would be a `.`/`..` path segment, is `rejected`
- * with status 0, nothing sent. After `close()`,
+ * give), an entity id that would be a `.`/`..` path segment, or a request
+ * the HTTP client refuses to make (a header from the headers function it does
+ * not take), is `rejected` with status 0, nothing sent. After `close()`,
  * requests are refused without being sent.
  *
  * @example
@@ -149,11 +150,11 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       const problem = headersProblem(configured);
       if (problem) {
         const what = problem.path.length === 0 ? "it" : `header "${problem.path.join("")}"`;
-        throw new LocalFailure(`the headers function's answer is unusable: ${what} ${problem.message}`, true);
+        throw new LocalFailure(`the headers function's answer is unusable: ${what} ${problem.message}`, true, undefined, true);
       }
     }
     // The static headers were checked at start and a function's answer just above; the caller's and writ's own here.
-    if (headersProblem(passed) !== null || headersProblem(extra) !== null) throw new LocalFailure("a request header is not a valid HTTP header value", true);
+    if (headersProblem(passed) !== null || headersProblem(extra) !== null) throw new LocalFailure("a request header is not a valid HTTP header value", true, undefined, true);
     const h = new Map<string, string>();
     for (const set of [configured as Record<string, string>, passed, extra]) {
       for (const name in set) if (Object.hasOwn(set, name)) h.set(name.toLowerCase(), (set[name] as string).replace(OUTER_BLANKS, ""));
@@ -290,7 +291,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const target = targetOf(patchTemplate, { type: entity.type, id: entity.id });
     if ("refused" in target) return { kind: "rejected", status: 0, message: target.refused };
     const ex = await sendWrite(target, config.method, config.patchBody.contentType, { [config.ifMatch.header]: condition }, body, opts);
-    if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
+    if (ex.kind === "not_sent") return notSentOutcome(ex);
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
     try {
       const { res, body: answer } = ex;
@@ -343,6 +344,11 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     return { kind: "applied", state: fresh.state, version: fresh.version };
   }
 
+  /** A write known not sent: refused when the request itself cannot be made (asking again is refused the same), else tried again later. */
+  function notSentOutcome(ex: Extract<Exchange, { kind: "not_sent" }>): PatchOutcome {
+    return ex.unsendable ? { kind: "rejected", status: 0, message: ex.message } : { kind: "unavailable", message: ex.message };
+  }
+
   /** A write's answer that is neither 2xx nor a conflict: not found, not taken (408/429), refused (4xx), or unknown. */
   function refused(ex: Answered): PatchOutcome {
     const status = ex.res.status;
@@ -372,7 +378,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
     const target = targetOf(createTemplate, { type: entity.type, id: entity.id });
     if ("refused" in target) return { kind: "rejected", status: 0, message: target.refused };
     const ex = await sendWrite(target, c.method, c.body.contentType, c.ifNoneMatch ? { "if-none-match": opts.ifNoneMatch } : {}, body, opts);
-    if (ex.kind === "not_sent") return { kind: "unavailable", message: ex.message };
+    if (ex.kind === "not_sent") return notSentOutcome(ex);
     if (ex.kind === "no_answer") return { kind: "unknown", message: ex.message };
     try {
       const { res, body: answer } = ex;

@@ -42,8 +42,11 @@ export type Exchange =
    * ends); call it once done with `body`, before any other request.
    */
   | { kind: "answered"; res: Answer; body: string; secrets: readonly string[]; release: () => void }
-  /** Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense). */
-  | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean }
+  /**
+   * Known not to have been sent. `permanent`: trying again cannot help (a headers function that answers nonsense).
+   * `unsendable`: the request itself cannot be made (its headers or path), whatever the system's state; a write is refused.
+   */
+  | { kind: "not_sent"; message: string; cause: unknown; permanent: boolean; unsendable: boolean }
   /** Maybe sent, no (complete) answer: timeout, socket hang up, reset; `tooLarge`: an answer over maxResponseBytes (or its headers over http.maxHeaderSize), cut off. */
   | { kind: "no_answer"; message: string; cause: unknown; tooLarge?: true };
 
@@ -158,6 +161,9 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
         });
       } catch (err) {
         if (at.sent) throw err;
+        // undici refused to build the request (a header value or path it does not take): it refuses the same request
+        // every time, so trying again is an outage for ever.
+        if (REFUSED_REQUEST_CODES.has(errorCode(err) ?? "")) throw new LocalFailure(`not sent: the HTTP client refused the request: ${describe(err)}`, true, err, true);
         const why = init.signal.aborted ? `no connection within the deadline (${describe(init.signal.reason)})` : describe(err);
         throw new LocalFailure(`not sent: ${why}`, false, err);
       }
@@ -220,14 +226,24 @@ export async function readBody(
   }
 }
 
-/** A request that never left: the headers function failed or answered nonsense, or undici could not be loaded. */
+/** undici's codes for a request it will not make as given (InvalidArgumentError, NotSupportedError). */
+const REFUSED_REQUEST_CODES = new Set(["UND_ERR_INVALID_ARG", "UND_ERR_NOT_SUPPORTED"]);
+
+/**
+ * A request that never left: the headers function failed or answered nonsense, undici refused the request or could
+ * not be loaded. `unsendable` (permanent too): the request itself is at fault, not the system or this process.
+ */
 export class LocalFailure extends Error {
   readonly permanent: boolean;
-  constructor(message: string, permanent: boolean, cause?: unknown) {
+  readonly unsendable: boolean;
+  constructor(message: string, permanent: boolean, cause?: unknown, unsendable = false) {
     super(message, cause === undefined ? undefined : { cause });
-    this.permanent = permanent;
+    this.permanent = permanent || unsendable;
+    this.unsendable = unsendable;
   }
 }
+
+const notSent = (err: LocalFailure): Exchange => ({ kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent, unsendable: err.unsendable });
 
 export function errorCode(err: unknown): string | undefined {
   return systemError(err)?.code;
@@ -301,14 +317,14 @@ export async function exchange(send: Send, request: Request, timeoutMs: number, 
     try {
       ({ headers, secrets } = await untilAborted(request.headers(), signal));
     } catch (err) {
-      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
-      return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false };
+      if (err instanceof LocalFailure) return notSent(err);
+      return { kind: "not_sent", message: `the headers function gave no answer within ${timeoutMs} ms`, cause: undefined, permanent: false, unsendable: false };
     }
     try {
       const sent = await send(request.target, { method: request.method, headers, ...(request.body === undefined ? {} : { body: request.body }), signal });
       return { kind: "answered", res: sent.answer, body: await sent.text(), secrets, release: sent.release ?? noRelease };
     } catch (err) {
-      if (err instanceof LocalFailure) return { kind: "not_sent", message: err.message, cause: err.cause, permanent: err.permanent };
+      if (err instanceof LocalFailure) return notSent(err);
       if (signal.aborted) return { kind: "no_answer", message: `no answer within ${timeoutMs} ms`, cause: err };
       const system = systemError(err);
       if (system?.code === "UND_ERR_RES_EXCEEDED_MAX_SIZE") {
@@ -318,7 +334,7 @@ export async function exchange(send: Send, request: Request, timeoutMs: number, 
       if (system?.code === "UND_ERR_HEADERS_OVERFLOW") {
         return { kind: "no_answer", message: "the answer's headers are over Node's http.maxHeaderSize (16 KiB unless --max-http-header-size says otherwise); cut off", cause: err, tooLarge: true };
       }
-      if (system !== undefined && neverSent(system)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false };
+      if (system !== undefined && neverSent(system)) return { kind: "not_sent", message: describe(err), cause: err, permanent: false, unsendable: false };
       return { kind: "no_answer", message: describe(err), cause: err };
     }
   } finally {

@@ -266,7 +266,7 @@ describe("http adapter shapes: headers from a function", () => {
     expect(api.seen).toHaveLength(0);
   });
 
-  it("a function that answers a bad header: read is sor_protocol naming the header, never its value", async () => {
+  it("a function that answers a bad header: read is sor_protocol, write rejected, naming the header, never its value", async () => {
     const api = await startStub((_req, res) => json(res, 200, {}, { etag: '"1"' }));
     const cases: Array<[unknown, RegExp]> = [
       [{ authorization: "Bearer sk-live-0123456789\r\nx-evil: 1" }, /header "authorization" has a value that is not a valid header value/],
@@ -282,7 +282,10 @@ describe("http adapter shapes: headers from a function", () => {
       const err = await caught(system.read(C1, quick));
       expect(err).toMatchObject({ code: "sor_protocol", retriable: false, message });
       expect(shown(err)).not.toContain("sk-live");
-      expect(shown(await system.patch(C1, addTag("a"), write('"1"')))).not.toContain("sk-live");
+      // The same answer comes next time: a write is refused, not an outage retried for ever.
+      const outcome = await system.patch(C1, addTag("a"), write('"1"'));
+      expect(outcome).toMatchObject({ kind: "rejected", status: 0, message });
+      expect(shown(outcome)).not.toContain("sk-live");
     }
     expect(api.seen).toHaveLength(0);
   });
