@@ -91,6 +91,9 @@ export type TlsConfig = NonNullable<HttpSystemOfRecordConfig["tls"]>;
 /** `ca`, `cert` and `key` as node:tls takes them: strings, or Buffers. */
 export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v === "string" ? v : Buffer.from(v));
 
+/** undici's default connect timeout. */
+const UNDICI_CONNECT_TIMEOUT_MS = 10_000;
+
 /**
  * Requests through undici's `request` on an Agent of this system's own (its
  * keep-alive pool; with `tls`, its `connect` options). Not `fetch`: the
@@ -101,8 +104,17 @@ export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v ==
  * process's answer budget: while it is spent the stream is not read (the socket is paused), and the wait runs under
  * the request's deadline.
  */
-export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: number, budget: ResponseBudget = sorResponseBudget): Transport {
+export function undiciTransport(
+  tls: TlsConfig | undefined,
+  maxResponseBytes: number,
+  budget: ResponseBudget = sorResponseBudget,
+  pool: { connections?: number; connectTimeoutMs?: number } = {},
+): Transport {
+  // A request not connected by its deadline is given up (not sent) while undici keeps connecting, and each retry
+  // opens another socket: the connect is bounded by the read deadline (undici's 10 s at most; a system whose connect
+  // takes longer cannot be read anyway), and the sockets per origin by `connections`.
   const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
+  const connectTimeout = Math.min(pool.connectTimeoutMs ?? UNDICI_CONNECT_TIMEOUT_MS, UNDICI_CONNECT_TIMEOUT_MS);
   type Undici = typeof import("undici");
   let loaded: Promise<{ undici: Undici; agent: import("undici").Dispatcher }> | undefined;
   let closing: Promise<void> | undefined;
@@ -127,8 +139,8 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
       onResponseError: (...a) => handler.onResponseError?.(...a),
     });
   };
-  const load = () =>
-    (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent({ maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }) }).compose(marking) })));
+  const options = { maxResponseSize: maxResponseBytes, connectTimeout, ...(connect === undefined ? {} : { connect }), ...(pool.connections === undefined ? {} : { connections: pool.connections }) };
+  const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent(options).compose(marking) })));
   return {
     async send(target, init) {
       let client: Awaited<ReturnType<typeof load>>;
@@ -150,8 +162,8 @@ export function undiciTransport(tls: TlsConfig | undefined, maxResponseBytes: nu
       });
       let res: Awaited<typeof pending>;
       try {
-        // undici settles a request aborted while it waits for its connection only once the connect ends (its own
-        // connect timeout, 10 s): the deadline is kept here. The request then stays unwritten (undici's abort).
+        // undici settles a request aborted while it waits for its connection only once the connect ends (its connect
+        // timeout, `connectTimeout` above): the deadline is kept here. The request then stays unwritten (undici's abort).
         res = await new Promise<Awaited<typeof pending>>((resolve, reject) => {
           const onAbort = () => {
             if (!at.sent) reject(init.signal.reason);

@@ -262,6 +262,12 @@ export const HttpSystemOfRecordOptions = z
     /** Ceiling in ms on read() and lookups, and the deadline of the read after a body-less 2xx. Default 5000. */
     readTimeoutMs: timerMs(1).default(5000),
     /**
+     * Connections open to the system at once, connecting ones included; more requests wait for one (under their
+     * deadline). Default 128. Bounds the sockets a stalled connect (a TLS handshake a load balancer never answers)
+     * piles up while writes are tried again.
+     */
+    maxConnections: z.number().int().min(1).max(10_000).default(128),
+    /**
      * The largest answer body read, in bytes (default 8 MiB): a larger one is cut off as it arrives and never
      * buffered whole. A read or lookup answered with one is `sor_protocol` (an answer writ cannot use); a
      * write answered with one is an unknown outcome, settled by reconcile, as the write may have happened.

@@ -16,13 +16,21 @@ interface Endpoint {
   bytes: () => string;
   /** Ends every connection: a connect undici still waits for fails, so its agent closes without waiting for it. */
   hangUp: () => void;
+  /** Takes no more connections, so requests undici still has queued fail at once. */
+  refuse: () => void;
 }
 
 async function tcpEndpoint(onData: (socket: Socket) => void): Promise<Endpoint> {
   const sockets = new Set<Socket>();
   let got = "";
   let port = 0;
-  const state: Endpoint = { url: (scheme) => `${scheme}://127.0.0.1:${port}`, connections: 0, bytes: () => got, hangUp: () => sockets.forEach((s) => s.destroy()) };
+  const state: Endpoint = {
+    url: (scheme) => `${scheme}://127.0.0.1:${port}`,
+    connections: 0,
+    bytes: () => got,
+    hangUp: () => sockets.forEach((s) => s.destroy()),
+    refuse: () => server.close(),
+  };
   const server: Server = createTcpServer((socket) => {
     state.connections++;
     sockets.add(socket);
@@ -35,14 +43,14 @@ async function tcpEndpoint(onData: (socket: Socket) => void): Promise<Endpoint> 
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   onTestFinished(() => {
     state.hangUp();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
+    return new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve()));
   });
   port = (server.address() as { port: number }).port;
   return state;
 }
 
-function system(endpoint: Endpoint, scheme: "http" | "https") {
-  const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: endpoint.url(scheme), readTimeoutMs: 300 });
+function system(endpoint: Endpoint, scheme: "http" | "https", opts: { readTimeoutMs?: number; maxConnections?: number } = {}) {
+  const sor = createHttpSystemOfRecord({ name: "crm", baseUrl: endpoint.url(scheme), readTimeoutMs: 300, ...opts });
   onTestFinished(() => {
     endpoint.hangUp();
     return sor.close();
@@ -61,6 +69,22 @@ describe("http adapter: a write that never left", () => {
     await expect(sor.read(T1, { timeoutMs: 300 })).rejects.toMatchObject({ code: "sor_unavailable", retriable: true });
     expect(lb.connections).toBeGreaterThan(0);
     expect(lb.bytes()).not.toContain("PATCH");
+  });
+
+  it("writes tried again during a TLS handshake stall open no more than maxConnections sockets", async () => {
+    // undici keeps a connect going after the request's deadline gave it up, and opened a socket per retry.
+    const lb = await tcpEndpoint(() => undefined);
+    // The connect timeout (bounded by readTimeoutMs, here undici's 10 s) ends no connect during the test: every
+    // socket the writes asked for is still open at the end, so the count is all they ever opened.
+    const sor = system(lb, "https", { readTimeoutMs: 60_000, maxConnections: 2 });
+    for (let round = 0; round < 3; round++) {
+      const outcomes = await Promise.all(Array.from({ length: 4 }, (_, i) => sor.patch(T1, change, { ...write, idempotencyKey: `k-${round}-${i}` })));
+      expect(outcomes.every((o) => o.kind === "unavailable"), JSON.stringify(outcomes)).toBe(true);
+    }
+    expect(lb.connections).toBeGreaterThan(0);
+    expect(lb.connections).toBeLessThanOrEqual(2);
+    // The writes given up wait in undici's queue for a connection: refused, they end at once.
+    lb.refuse();
   });
 
   it("a connection reset during the TLS handshake: unavailable, not unknown", async () => {
