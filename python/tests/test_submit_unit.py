@@ -307,6 +307,27 @@ def test_close_ends_a_waiting_submit_at_once_unknown_client_closed_and_refuses_l
     assert len(producer.produced) == 1
 
 
+def test_close_between_registering_the_waiters_and_producing_raises_client_closed_and_sends_nothing() -> None:
+    # close() runs to its end (the producer dropped) after _exchange registered its waiters and released the lock,
+    # before _produce: it used to fail `assert self._producer is not None` (AttributeError under -O).
+    producer = FakeProducer()
+    producer.flush = lambda timeout: 0  # type: ignore[attr-defined]
+    client = started_client(producer)
+    produce = client._produce
+
+    def closed_first(*args: Any) -> Any:
+        assert client._waiting, "the waiters are registered"
+        client.close()
+        assert client._producer is None
+        return produce(*args)
+
+    client._produce = closed_first  # type: ignore[method-assign]
+    with pytest.raises(ClientClosed) as refused:
+        client.submit(intent_input(), timeout=3600)
+    assert refused.value.code == "client_closed"
+    assert producer.produced == [] and client._waiting == {}
+
+
 def test_an_int_enum_param_is_sent_and_keyed_as_its_value() -> None:
     import enum
 

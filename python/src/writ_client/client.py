@@ -1159,8 +1159,13 @@ class WritClient:
         return key, value, headers
 
     def _produce(self, intents: Sequence[_Sent], records: list[tuple[bytes, bytes, list[tuple[str, str]]]]) -> dict[int, UnknownOutcome]:
-        """Produces the records; raises when none was sent, else returns the outcome of each intent whose send failed (by index)."""
-        assert self._producer is not None
+        """Produces the records; raises when none was sent, else returns the outcome of each intent whose send failed (by index).
+        Raises :class:`ClientClosed`, nothing sent, when :meth:`close` came after the caller's own check."""
+        # close() may have come since the caller registered its waiters (ending them) and may drop the producer.
+        with self._lock:
+            producer = self._producer
+            if self._closed or producer is None:
+                raise ClientClosed()
         deliveries: list[tuple[int, concurrent.futures.Future[None]]] = []
         failed: dict[int, UnknownOutcome] = {}
         first_error: BaseException | None = None
@@ -1176,10 +1181,10 @@ class WritClient:
             try:
                 while True:
                     try:
-                        self._producer.produce(self.intents_topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
+                        producer.produce(self.intents_topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
                         break
                     except BufferError:
-                        self._producer.poll(0.05)
+                        producer.poll(0.05)
             except Exception as err:  # noqa: BLE001 - the intents before it were sent: they get their outcomes
                 if i == 0:
                     raise
@@ -1192,7 +1197,7 @@ class WritClient:
                     )
                 break
             deliveries.append((i, done))
-        self._producer.poll(0)
+        producer.poll(0)
         delivered = 0
         for i, done in deliveries:
             try:
