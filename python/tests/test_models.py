@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from typing import get_args
+
 import pytest
 from pydantic import ValidationError
 
-from writ_client import EntityRef, IntentInput, KeyedTool, WritClient
+from writ_client import EntityRef, IntentInput, KeyedTool, NoReplyReason, UnknownOutcome, WritClient
 from writ_client.models import AgentRef, Versioned
+
+from .conftest import REPO
 
 EMOJI = "\U0001f600"  # two UTF-16 code units
 
@@ -68,3 +73,15 @@ def test_an_undo_goes_on_the_wire_as_owners_take_it_and_other_intents_carry_no_u
         client.build_intent(IntentInput(tool=tool, entity=EntityRef(type="t", id="x"), run_id="r", step_id="s", base_version='"v"', delta=[], params={}))
     with pytest.raises(ValueError, match="does not name its tool"):
         client.build_undo(reply.model_copy(update={"tool": None}))
+
+
+def test_an_unknown_outcomes_reason_is_typescripts_no_reply_reason() -> None:
+    # An outcome of the TypeScript client (relayed as JSON) parses here: the reasons are the same set.
+    source = (REPO / "producers" / "client-api.ts").read_text("utf-8")
+    declared = re.search(r"export type NoReplyReason = ([^;]+);", source)
+    assert declared is not None, "producers/client-api.ts no longer declares NoReplyReason"
+    assert set(get_args(NoReplyReason)) == set(re.findall(r'"([a-z_]+)"', declared.group(1)))
+    for reason in get_args(NoReplyReason):
+        assert UnknownOutcome.model_validate({"status": "unknown", "intent_id": "i", "intent_key": "k", "message": "m", "reason": reason}).reason == reason
+    with pytest.raises(ValidationError):
+        UnknownOutcome.model_validate({"status": "unknown", "intent_id": "i", "intent_key": "k", "message": "m", "reason": "other"})

@@ -25,6 +25,7 @@ __all__ = [
     "EntityRef",
     "EscalatedReply",
     "JsonPatchOp",
+    "NoReplyReason",
     "RejectedReply",
     "Reply",
     "SubmitResult",
@@ -398,6 +399,10 @@ def parse_reply(value: Any) -> AppliedReply | ConflictReply | RejectedReply | Es
     return _REPLY.validate_python(value)
 
 
+#: Why a waiting submit can get no reply any more (TypeScript's ``NoReplyReason``).
+NoReplyReason = Literal["reply_consumer_stopped", "client_closed"]
+
+
 class UnknownOutcome(_Wire):
     """No reply before the deadline: the write may or may not have happened. Submitting the same intent again asks again."""
 
@@ -405,8 +410,11 @@ class UnknownOutcome(_Wire):
     intent_id: str
     intent_key: str
     message: str
-    #: Why no reply can come, when it is known: ``client_closed``, the client was closed while the submit waited.
-    reason: Literal["client_closed"] | None = None
+    #: Why no reply can come, when it is known (TypeScript's ``NoReplyReason``): ``client_closed``, the client was closed
+    #: while the submit waited; ``reply_consumer_stopped``, the client's reply consumer stopped for good while it
+    #: waited. This client gives only ``client_closed`` (its reply consumer keeps trying); an outcome of the
+    #: TypeScript client, relayed as JSON, parses with either.
+    reason: NoReplyReason | None = None
 
 
 class BlockedOutcome(_Wire):
