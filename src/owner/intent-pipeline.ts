@@ -35,6 +35,11 @@ export interface WriteState {
   /** PATCHes whose outcome was unknown. */
   unknownRounds: number;
   /**
+   * An inherited write (an earlier run's `pending`) that its record's lease no longer lets write: reconciled, it is
+   * answered applied if it did apply, and refused with this (settling the entry) if it did not; never sent again.
+   */
+  gateRefusal?: { reason: RejectReason; message: string; details?: unknown };
+  /**
    * The refusal the last PATCH met while a write of this intent may have happened: reconciled before it is taken
    * for the answer (it may be about the earlier request's effect). Not kept when it says the key is in use (409,
    * 425: the earlier request still running): only more rounds settle that.
@@ -485,6 +490,7 @@ export class IntentPipeline {
     if (settled.kind === "outage") return settled.step;
     if (settled.result === "applied") return this.applied(a, pending, state, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
+    if (state.gateRefusal) return this.rejectedDone(a, pending, state.gateRefusal.reason, state.gateRefusal.message, state.gateRefusal.details);
     // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
     // effect (a change already made), that effect would be there now. It stands as the answer.
     if (state.refusal) return this.refused(a, pending, state.refusal.via, state.refusal.outcome);

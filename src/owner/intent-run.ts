@@ -10,7 +10,7 @@ import type { AdmittedIntent } from "./admission.ts";
 import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
-import { type LeaseGate, leaseRefusal, settleLeaseIntent } from "./record-leases.ts";
+import { type LeaseGate, leaseRefusal, leaseRefusalOf, settleLeaseIntent } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 import type { Resolver } from "./resolution.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
@@ -68,13 +68,16 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       slot.gate ??= host.leaseGate(session, a);
       slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
       const plan = slot.plan;
-      // Not for a write already under way: its `pending` entry durable (this run's), or left by an earlier run whose
-      // transaction did not commit (inherited): that run passed the gate before it staged it, and its PATCH may have
-      // gone out. Refused now (its lease lapsed meanwhile), the agent would hear "nothing was written" of a write that
-      // may stand, and the entry would stay pending; it is reconciled first, as every such write is. No other intent
-      // of the record can have run since: they wait behind it.
-      const underWay = slot.pendingDurable || (plan?.kind === "write" && plan.state.inherited);
-      const refusal = plan && plan.kind !== "settled" && !underWay && !host.ctx.ablateLeases ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
+      // Not for a write already under way (its `pending` entry durable: this run passed the gate). One an earlier run
+      // left pending (its transaction did not commit) may have written too, but the gate is asked again: a restore
+      // decides the record's lease intents afresh, so another change may hold the lease now. Refused outright, the
+      // agent would hear "nothing was written" of a write that may stand, and the entry would stay pending; so it is
+      // reconciled first, as every such write is, and the refusal is its answer only if it did not apply (never a
+      // new write under another change's lease).
+      const gateRefusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !host.ctx.ablateLeases ? leaseRefusalOf(a, slot.gate) : null;
+      const inherited = plan?.kind === "write" && plan.state.inherited;
+      if (inherited && gateRefusal) plan.state.gateRefusal = gateRefusal;
+      const refusal = gateRefusal && !inherited ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
       let step;
       if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
       else if (plan.kind === "settled") step = plan;

@@ -40,24 +40,32 @@ export function leaseGate(ledger: Pick<PartitionLedger, "lease">, a: AdmittedInt
 }
 
 /**
- * The answer for a write (or an undo) that would change a record the gate
- * does not let it change, or null when it may go on: another change's lease
- * is `leased`; a step of a change that does not hold the lease is
- * `lease_not_held`. Neither writes a ledger entry, so a later submission is
- * asked again.
+ * Why the gate does not let a write (or an undo) change its record, or null
+ * when it may go on: another change's lease is `leased`; a step of a change
+ * that does not hold the lease is `lease_not_held`.
  */
-export function leaseRefusal(a: AdmittedIntent, gate: LeaseGate, at: string): Effects | null {
+export function leaseRefusalOf(a: AdmittedIntent, gate: LeaseGate): { reason: "leased" | "lease_not_held"; message: string; details?: { expiresAt: string } } | null {
   const { intent } = a;
   if (gate.kind === "held") {
-    const msg = `${a.entityKey.slice(0, 300)} is leased to a change that spans records until ${gate.lease.expiresAt} at the latest; nothing was written. Submit again once it ends.`;
-    return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, "leased", msg, at, { expiresAt: gate.lease.expiresAt }) }] });
+    const message = `${a.entityKey.slice(0, 300)} is leased to a change that spans records until ${gate.lease.expiresAt} at the latest; nothing was written. Submit again once it ends.`;
+    return { reason: "leased", message, details: { expiresAt: gate.lease.expiresAt } };
   }
   if (intent.lease?.op === "step" && gate.kind !== "mine") {
     const why = gate.expired && gate.expired.change === intent.lease.change ? "it expired" : "it was never taken, or was released";
-    const msg = `this change does not hold the lease of ${a.entityKey.slice(0, 300)} (${why}); nothing was written`;
-    return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, "lease_not_held", msg, at) }] });
+    return { reason: "lease_not_held", message: `this change does not hold the lease of ${a.entityKey.slice(0, 300)} (${why}); nothing was written` };
   }
   return null;
+}
+
+/**
+ * The answer for a write the gate refuses ({@link leaseRefusalOf}), or null. It writes no ledger entry, so a later
+ * submission is asked again.
+ */
+export function leaseRefusal(a: AdmittedIntent, gate: LeaseGate, at: string): Effects | null {
+  const why = leaseRefusalOf(a, gate);
+  if (why === null) return null;
+  const { intent } = a;
+  return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, why.reason, why.message, at, why.details) }] });
 }
 
 /**

@@ -260,22 +260,24 @@ describe("changes that span records on a real broker", () => {
     await waitFor(async () => /writ_leases_expired_total\{record_type="ticket"\} 1/.test(await router.metrics()), { timeoutMs: 10_000, message: () => "writ_leases_expired_total did not count the expired lease" });
   });
 
-  it("lease-lapse-in-doubt: a step whose PATCH went out before its owner's transaction failed, its lease lapsing meanwhile, is reconciled and answered applied, never refused as unwritten", async () => {
-    // One partition: the aborted transaction reopens the partition the step is on, in the same router.
+  /**
+   * One partition (the aborted transaction reopens the partition the step is on, in the same router), a 1 s lease on
+   * pay_<n>, and a step of its change whose transaction carrying the `pending` entry fails before its commit once
+   * `before()` holds and the lease is past its end (an owner stopping there): aborted, the entry is in doubt.
+   */
+  async function stepInDoubt(n: string, before: (h: Awaited<ReturnType<typeof startHarness>>) => Promise<unknown>) {
     const h = await startHarness({ tools: TOOLS, intentPartitions: 1 });
     h.records.setConfig({ honourIdempotencyKey: false });
-    seedThree(h.records, "11");
+    seedThree(h.records, n);
     let armed = false;
     let expiresAt = Number.POSITIVE_INFINITY;
     const router = await h.startRouter(
       {},
       {
-        // The transaction the step's `pending` entry went into waits until its PATCH has reached the records server
-        // and the step's lease is past its end, then fails before its commit (an owner stopping there): aborted.
         beforeCommit: async ({ topics }) => {
           if (!armed || !topics.includes(h.config.topics.ledger)) return;
           armed = false;
-          await waitFor(() => h.records.patchRequests().length >= 1, { timeoutMs: 20_000, message: "the step's PATCH never reached the records server" });
+          await before(h);
           await waitFor(() => Date.now() > expiresAt, { timeoutMs: 20_000, message: "the lease never lapsed" });
           throw new Error("injected: the transaction fails before its commit");
         },
@@ -283,14 +285,27 @@ describe("changes that span records on a real broker", () => {
     );
     const resolver = await h.client("resolver");
     const change = changeId({ agentId: "resolver", runId: run(), stepId: "c" });
-    const payment = { type: "payment", id: "pay_11" };
+    const payment = { type: "payment", id: `pay_${n}` };
     const granted = await resolver.submit(leaseIntent(resolver, change, "acquire", payment, "refund_payment", 1000));
     expect(granted).toMatchObject({ status: "applied", via: "lease" });
     expiresAt = Date.parse((granted as AppliedReply).lease!.expiresAt!);
-    const { version } = await readVersion(h.records, "payment", "pay_11");
-    const refund = { amountCents: 2500, reason: "damaged", ref: "chg-11" };
+    const { version } = await readVersion(h.records, "payment", payment.id);
+    const refund = { amountCents: 2500, reason: "damaged", ref: `chg-${n}` };
     const step = { ...resolver.buildIntent({ tool: refundPayment, entity: payment, runId: run(), stepId: "c/refund", baseVersion: version, delta: [{ op: "add", path: "/refunds/-", value: refund }], params: refund }), lease: { change, op: "step" as const } };
-    armed = true;
+    const arm = () => (armed = true);
+    const pendingSettled = async () => {
+      let text = "";
+      await waitFor(async () => /^writ_ledger_pending_entries\{[^}]*\} 0$/m.test((text = await router.metrics())), { timeoutMs: 30_000, message: () => text.split("\n").filter((l) => l.includes("pending_entries")).join("\n") });
+    };
+    return { h, resolver, step, refund, arm, pendingSettled };
+  }
+
+  it("lease-lapse-in-doubt: a step whose PATCH went out before its owner's transaction failed, its lease lapsing meanwhile, is reconciled and answered applied, never refused as unwritten", async () => {
+    // The transaction waits until the step's PATCH has reached the records server.
+    const { h, resolver, step, refund, arm, pendingSettled } = await stepInDoubt("11", (h) =>
+      waitFor(() => h.records.patchRequests().length >= 1, { timeoutMs: 20_000, message: "the step's PATCH never reached the records server" }),
+    );
+    arm();
 
     const answer = await resolver.submit(step);
 
@@ -299,10 +314,26 @@ describe("changes that span records on a real broker", () => {
     expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
     expect((await readVersion(h.records, "payment", "pay_11")).state.refunds).toEqual([refund]);
     expect(answer).toMatchObject({ status: "applied", intentKey: step.intentKey });
-    let text = "";
-    await waitFor(async () => /^writ_ledger_pending_entries\{[^}]*\} 0$/m.test((text = await router.metrics())), { timeoutMs: 30_000, message: () => text.split("\n").filter((l) => l.includes("pending_entries")).join("\n") });
+    await pendingSettled();
     expect(await resolver.submit({ ...step, intentId: randomUUID() })).toMatchObject({ status: "applied", duplicate: true });
     expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+  });
+
+  it("lease-lapse-in-doubt, not written: a step left pending by a failed transaction before its PATCH, its lease lapsed, is reconciled and refused lease_not_held, never written without its lease", async () => {
+    // The step's `pending` entry commits alone while its fresh read is held past the failed commit: its PATCH never
+    // leaves in that session.
+    const { h, resolver, step, arm, pendingSettled } = await stepInDoubt("12", async () => {});
+    h.records.setFaults([{ kind: "slow-read", delayMs: 8_000, times: 1, match: { type: "payment", id: "pay_12" } }]);
+    arm();
+
+    const answer = await resolver.submit(step, { timeoutMs: 60_000 });
+
+    // Taken up again, the step is reconciled (not applied) and its lapsed lease refuses it: nothing written, the
+    // `pending` entry settled. Not gated again, it would be written without the lease (one PATCH).
+    expect(h.records.patchRequests(step.intentKey)).toEqual([]);
+    expect((await readVersion(h.records, "payment", "pay_12")).state.refunds ?? []).toEqual([]);
+    expect(answer).toMatchObject({ status: "rejected", reason: "lease_not_held", intentKey: step.intentKey });
+    await pendingSettled();
   });
 
   it("a change whose agent crashed after its first step is resumed by calling change() again: each step is written once", async () => {
