@@ -107,7 +107,7 @@ export function createHttpSystemOfRecord(opts: HttpSystemOfRecordOptions): HttpS
       throw invalid("tls", `the CA, certificate or key could not be loaded (${errorCode(err) ?? "invalid"})`);
     }
   }
-  const transport = undiciTransport(config.tls, config.maxResponseBytes, sorResponseBudget, { connections: config.maxConnections, connectTimeoutMs: config.readTimeoutMs });
+  const transport = undiciTransport(config.tls, config.maxResponseBytes, sorResponseBudget, { ...(config.maxConnections === undefined ? {} : { connections: config.maxConnections }) });
   /**
    * One request. An answer's body holds bytes of the process's answer budget until `ex.release()`: every caller
    * releases once done with the body, and before any further request of its own (a re-read waiting for the budget

@@ -91,9 +91,6 @@ export type TlsConfig = NonNullable<HttpSystemOfRecordConfig["tls"]>;
 /** `ca`, `cert` and `key` as node:tls takes them: strings, or Buffers. */
 export const pemText = (v: string | Uint8Array): string | Buffer => (typeof v === "string" ? v : Buffer.from(v));
 
-/** undici's default connect timeout. */
-const UNDICI_CONNECT_TIMEOUT_MS = 10_000;
-
 /**
  * Requests through undici's `request` on an Agent of this system's own (its
  * keep-alive pool; with `tls`, its `connect` options). Not `fetch`: the
@@ -108,13 +105,11 @@ export function undiciTransport(
   tls: TlsConfig | undefined,
   maxResponseBytes: number,
   budget: ResponseBudget = sorResponseBudget,
-  pool: { connections?: number; connectTimeoutMs?: number } = {},
+  pool: { connections?: number } = {},
 ): Transport {
-  // A request not connected by its deadline is given up (not sent) while undici keeps connecting, and each retry
-  // opens another socket: the connect is bounded by the read deadline (undici's 10 s at most; a system whose connect
-  // takes longer cannot be read anyway), and the sockets per origin by `connections`.
+  // A request not connected by its deadline is given up (not sent) while undici keeps connecting (its connect
+  // timeout, 10 s), and each retry opens another socket: `connections` bounds the sockets per origin.
   const connect = tls === undefined ? undefined : tlsConnectOptions(tls, pemText);
-  const connectTimeout = Math.min(pool.connectTimeoutMs ?? UNDICI_CONNECT_TIMEOUT_MS, UNDICI_CONNECT_TIMEOUT_MS);
   type Undici = typeof import("undici");
   let loaded: Promise<{ undici: Undici; agent: import("undici").Dispatcher }> | undefined;
   let closing: Promise<void> | undefined;
@@ -139,7 +134,7 @@ export function undiciTransport(
       onResponseError: (...a) => handler.onResponseError?.(...a),
     });
   };
-  const options = { maxResponseSize: maxResponseBytes, connectTimeout, ...(connect === undefined ? {} : { connect }), ...(pool.connections === undefined ? {} : { connections: pool.connections }) };
+  const options = { maxResponseSize: maxResponseBytes, ...(connect === undefined ? {} : { connect }), ...(pool.connections === undefined ? {} : { connections: pool.connections }) };
   const load = () => (loaded ??= import("undici").then((undici) => ({ undici, agent: new undici.Agent(options).compose(marking) })));
   return {
     async send(target, init) {
@@ -163,7 +158,7 @@ export function undiciTransport(
       let res: Awaited<typeof pending>;
       try {
         // undici settles a request aborted while it waits for its connection only once the connect ends (its connect
-        // timeout, `connectTimeout` above): the deadline is kept here. The request then stays unwritten (undici's abort).
+        // timeout, 10 s): the deadline is kept here. The request then stays unwritten (undici's abort).
         res = await new Promise<Awaited<typeof pending>>((resolve, reject) => {
           const onAbort = () => {
             if (!at.sent) reject(init.signal.reason);

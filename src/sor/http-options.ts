@@ -263,10 +263,11 @@ export const HttpSystemOfRecordOptions = z
     readTimeoutMs: timerMs(1).default(5000),
     /**
      * Connections open to the system at once, connecting ones included; more requests wait for one (under their
-     * deadline). Default 128. Bounds the sockets a stalled connect (a TLS handshake a load balancer never answers)
+     * deadline). No bound by default (an owner runs up to WRIT_MAX_IN_FLIGHT_PER_PARTITION × its partitions
+     * requests at once). Bounds the sockets a stalled connect (a TLS handshake a load balancer never answers)
      * piles up while writes are tried again.
      */
-    maxConnections: z.number().int().min(1).max(10_000).default(128),
+    maxConnections: z.number().int().min(1).max(10_000).optional(),
     /**
      * The largest answer body read, in bytes (default 8 MiB): a larger one is cut off as it arrives and never
      * buffered whole. A read or lookup answered with one is `sor_protocol` (an answer writ cannot use); a
