@@ -246,8 +246,8 @@ const heldByAnswer = new WeakMap<object, number>();
  * the one that has waited longest of all the process's waiting batches (first come, first served, by a ticket taken
  * when a batch is first left). The order is the process's, not an answer's: kafkajs runs one fetcher per broker, and
  * an owner's restore and reply consumers fetch too, so answers of several fetchers interleave; a turn counted per
- * answer let two partitions take every turn while others starved. A batch not seen again for
- * {@link WAITING_STALE_MS} (its partition revoked or paused) gives up its place, so it cannot hold the turns.
+ * answer let two partitions take every turn while others starved. A batch not seen for {@link WAITING_STALE_MS}
+ * (its partition revoked or paused, its consumer slow) is passed over, not forgotten: seen again, it keeps its place.
  * Keyed by batch (first offset and CRC); insertion order is ticket order.
  */
 const waiting = new Map<string, { ticket: number; seenAt: number }>();
@@ -257,36 +257,50 @@ let nextTicket = 0;
 const turnGiven = new WeakMap<object, true>();
 
 /**
- * Whether a partition's first batch, at `start`, is read in this answer though the answer holds `held` already. Up to
+ * Whether a partition's first batch, at `start`, is read in this answer, which holds `held` already. Up to
  * twice the budget it is: in ordinary traffic every partition gets its batch each Fetch. Past it, only the batch
  * waiting longest, one per answer: bombs on many partitions (each first batch up to the budget) no longer add up in
  * one answer (12 partitions of 64 KB of gzip held 1 GB), and every partition still gets its turn.
  */
 function firstBatchRead(answer: object, buf: Buffer, start: number, held: number): boolean {
-  if (held < 2 * maxBytesPerFetch) return true;
+  const id = () => `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
+  if (held < 2 * maxBytesPerFetch) {
+    // Read: if it was waiting, it waits no more (left at the head, it would hold every other batch's turn).
+    if (waiting.size > 0) waiting.delete(id());
+    return true;
+  }
   const now = Date.now();
-  const id = `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
-  let mine = waiting.get(id);
+  const key = id();
+  let mine = waiting.get(key);
   if (mine === undefined) {
+    if (waiting.size >= MAX_WAITING) dropStalest();
     mine = { ticket: nextTicket++, seenAt: now };
-    waiting.set(id, mine);
-    if (waiting.size > MAX_WAITING) waiting.delete(waiting.keys().next().value as string);
+    waiting.set(key, mine);
   } else {
     mine.seenAt = now;
   }
   if (turnGiven.has(answer)) return false;
-  // The oldest ticket still fetched: stale ones at the front are dropped on the way.
-  for (const [key, entry] of waiting) {
-    if (entry !== mine && now - entry.seenAt > WAITING_STALE_MS) {
-      waiting.delete(key);
-      continue;
-    }
-    if (entry.ticket < mine.ticket) return false;
-    break;
+  // The oldest ticket among the batches still fetched.
+  for (const entry of waiting.values()) {
+    if (entry === mine) break;
+    if (now - entry.seenAt <= WAITING_STALE_MS) return false;
   }
   turnGiven.set(answer, true);
-  waiting.delete(id);
+  waiting.delete(key);
   return true;
+}
+
+/** Makes room: the waiting batch seen least recently goes (a revoked partition's, likely), not the longest waiting. */
+function dropStalest(): void {
+  let stalest: string | undefined;
+  let seenAt = Number.POSITIVE_INFINITY;
+  for (const [key, entry] of waiting) {
+    if (entry.seenAt < seenAt) {
+      seenAt = entry.seenAt;
+      stalest = key;
+    }
+  }
+  if (stalest !== undefined) waiting.delete(stalest);
 }
 
 /**
@@ -326,7 +340,7 @@ export function installUnreadableBatchGuard(opts: { maxBytesPerFetch?: number } 
       // Past the answer's budget, the partition's next batches are left for the next Fetch, which starts after
       // the last record given (as for a batch cut short). Its first batch takes its turn (firstBatchRead): none starves.
       const start = batches.offset;
-      if (held >= maxBytesPerFetch && (records.length > 0 || !firstBatchRead(decoder, buf, start, held))) break;
+      if (records.length > 0 ? held >= maxBytesPerFetch : !firstBatchRead(decoder, buf, start, held)) break;
       try {
         const tooMany = refusedUnread(buf, start);
         if (tooMany) throw tooMany;

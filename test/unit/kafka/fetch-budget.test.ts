@@ -129,6 +129,22 @@ describe("what one Fetch answer's records hold is bounded, not only each batch",
     }
   });
 
+  it("a waiting batch read early in a later answer (under the budget) gives up its place: the next waiting batch gets the turn", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 120_000);
+    onTestFinished(() => void vi.useRealTimers());
+    // Past the ceiling, the fourth partition gets the turn and the fifth (offset 500) waits.
+    const first = await fetchAnswer([big(100), big(101)], [big(200)], [big(300)], [big(400)], [big(500)]);
+    expect(first.map((m) => m.length)).toEqual([2, 1, 1, 1, 0]);
+    // Its partition fetched alone: read at once, under the budget.
+    const [alone] = await fetchAnswer([big(500)]);
+    expect(offsets(alone!)).toEqual(["500"]);
+    // The next bombs: the batch at 1400 waits first now, and gets the turn (were 500 still at the head of the
+    // waiting line, no batch would get one for 5 s).
+    const next = await fetchAnswer([big(1100), big(1101)], [big(1200)], [big(1300)], [big(1400)]);
+    expect(next.map((m) => m.length)).toEqual([2, 1, 1, 1]);
+  });
+
   // Each partition's first batch is read whatever the answer holds, so what one batch may cost bounds the answer:
   // bytes by maxDecompressedBytes, and records by the same budget. At 1,000,000 records a batch (about 800 KB of
   // zstd, under the brokers' default message.max.bytes) one answer of 12 partitions held 12 million kafkajs
