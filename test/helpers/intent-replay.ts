@@ -20,7 +20,8 @@ export interface RecordedIntent {
 /** The record that carried intent `intentId` on the intents topic. */
 export async function recordedIntent(h: Replaying, intentId: string): Promise<RecordedIntent> {
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}` });
+  // An idle fetch ends after 500 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
+  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}`, maxWaitTimeInMs: 500 });
   let found: RecordedIntent | undefined;
   await reader.connect();
   try {

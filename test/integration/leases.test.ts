@@ -70,7 +70,8 @@ const leaseIntent = (client: WritClient, change: string, op: "acquire" | "releas
 async function replayed(h: Awaited<ReturnType<typeof harness>>, replyTopic: string, intentId: string): Promise<string> {
   const bytes = await recordedIntent(h, intentId);
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-  const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}` });
+  // An idle fetch ends after 500 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
+  const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}`, maxWaitTimeInMs: 500 });
   const answers: string[] = [];
   await replies.connect();
   try {
