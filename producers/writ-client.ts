@@ -168,7 +168,7 @@ export async function createWritClient(
     await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
   }
   const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer, onStopped);
-  // A start that fails (a reply consumer that stops before its first fetch) leaves no connection behind.
+  // A start that fails (a reply consumer that stops before it joins its group) leaves no connection behind.
   await client.start().catch(async (err: unknown) => {
     await client.close();
     throw err;
@@ -306,17 +306,20 @@ class KafkaWritClient implements WritClient {
     await this.producer.connect();
     await this.consumer.connect();
     await this.consumer.subscribe({ topic: this.config.replyTopic, fromBeginning: false });
-    // Replies sent before the consumer's first fetch resolved its start offsets would be missed: wait for that fetch.
-    let crashedBeforeFetch: (err: unknown) => void = () => undefined;
-    const firstFetch = new Promise<void>((resolve, reject) => {
-      crashedBeforeFetch = reject;
-      const off = this.consumer.on(this.consumer.events.FETCH, () => {
+    // Started once the consumer has joined its group (after a retriable crash, once it joined again). Not at its
+    // first fetch: that is a long poll which, on a quiet reply topic, ends only after maxWaitTimeInMs (a second
+    // of every client's start). No reply is missed meanwhile: the group's start offsets were committed before
+    // it joined (createWritClient), and the first fetch resolves them, whenever it runs.
+    let crashedBeforeJoin: (err: unknown) => void = () => undefined;
+    const joined = new Promise<void>((resolve, reject) => {
+      crashedBeforeJoin = reject;
+      const off = this.consumer.on(this.consumer.events.GROUP_JOIN, () => {
         off();
         resolve();
       });
     });
     // Awaited below, once run() returns; a crash before then must not count as an unhandled rejection.
-    firstFetch.catch(() => undefined);
+    joined.catch(() => undefined);
     // kafkajs restarts its consumer after a retriable crash; after any other (`restart: false`) it stays
     // stopped, and a submit would wait its whole deadline for a reply nobody reads. It is not recreated
     // here: kafkajs gives up only on an error that retrying does not cure, and a new consumer would start
@@ -324,7 +327,7 @@ class KafkaWritClient implements WritClient {
     this.consumer.on(this.consumer.events.CRASH, (event) => {
       if (event.payload.restart) return;
       this.replyConsumerStopped(event.payload.error);
-      crashedBeforeFetch(this.stopped);
+      crashedBeforeJoin(this.stopped);
     });
     // Its position is committed once a second, not after every batch (src/kafka/interval-commit.ts).
     this.commits = startIntervalCommit(this.consumer, this.config.replyTopic, REPLY_COMMIT_INTERVAL_MS, this.log);
@@ -335,7 +338,7 @@ class KafkaWritClient implements WritClient {
         this.commits?.handled(partition, message.offset);
       },
     });
-    await firstFetch;
+    await joined;
   }
 
   buildIntent(i: IntentInput): WriteIntent {

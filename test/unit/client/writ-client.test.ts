@@ -20,7 +20,7 @@ const fakes = vi.hoisted(() => ({
   produced: [] as { messages: Message[]; done: (err?: Error) => void }[],
   /** The offset probe never answers while set. */
   probeHangs: false,
-  /** The reply consumer crashes for good before its first fetch while set. */
+  /** The reply consumer crashes for good before it joins its group while set. */
   crashOnRun: false,
   /** Consumer groups the client deleted. */
   deletedGroups: [] as string[],
@@ -33,7 +33,7 @@ interface FakeConsumerShape {
 
 vi.mock("kafkajs", async (importOriginal) => {
   const actual = await importOriginal<typeof import("kafkajs")>();
-  const events = { FETCH: "consumer.fetch", CRASH: "consumer.crash" };
+  const events = { GROUP_JOIN: "consumer.group_join", CRASH: "consumer.crash" };
   class FakeConsumer implements FakeConsumerShape {
     readonly events = events;
     private readonly handlers = new Map<string, Set<(e: unknown) => void>>();
@@ -56,8 +56,8 @@ vi.mock("kafkajs", async (importOriginal) => {
     async commitOffsets() {}
     async run(opts: { eachMessage: (p: unknown) => Promise<void> }) {
       this.eachMessage = opts.eachMessage;
-      // The first fetch the client waits for, once run has returned.
-      setImmediate(() => (fakes.crashOnRun ? this.emit(events.CRASH, { error: new Error("not retriable"), groupId: "g", restart: false }) : this.emit(events.FETCH, {})));
+      // The join the client waits for, once run has returned.
+      setImmediate(() => (fakes.crashOnRun ? this.emit(events.CRASH, { error: new Error("not retriable"), groupId: "g", restart: false }) : this.emit(events.GROUP_JOIN, {})));
     }
     async deliver(m: { value: Buffer | null; offset?: string; headers?: Record<string, Buffer> }) {
       await this.eachMessage!({ topic: "writ.replies.agent-1", partition: 0, message: { key: null, value: m.value, offset: m.offset ?? "0", headers: m.headers ?? {}, timestamp: "0", attributes: 0 } });
@@ -191,7 +191,7 @@ describe("the agent client's reply consumer", () => {
     expect(fakes.deletedGroups).toEqual([expect.stringMatching(/^writ\.client\.agent-1\.[0-9a-f-]{36}$/)]);
   });
 
-  it("stopping for good before the first fetch fails the client's start and disconnects it", async () => {
+  it("stopping for good before it joins its group fails the client's start and disconnects it", async () => {
     fakes.crashOnRun = true;
     await expect(client()).rejects.toMatchObject({ code: "reply_consumer_stopped" });
     expect(fakes.consumer!.disconnected).toBe(true);
