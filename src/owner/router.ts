@@ -101,6 +101,12 @@ export interface RouterInternals {
   ablateResponseBudget?: boolean;
   /** Ablation control for tests, never for production: an answer's bytes go back once parsed, though its intent keeps the record. */
   ablateResponseChains?: boolean;
+  /**
+   * How long an idle fetch of the owners' consumer waits, ms (tests; 500 otherwise). Intents that arrive while a
+   * partition opens are read again by the first fetch after it opened, which starts only once the fetch in flight
+   * ended: a test's first intent waited up to this long after every owner start, and every stop waited for it too.
+   */
+  fetchMaxWaitMs?: number;
 }
 
 export interface Router {
@@ -397,7 +403,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     maxBytesPerPartition: 1_048_576,
     // A fetch returns as soon as intents arrive; this bounds only an idle long poll, which
     // holds up a clean leave (shutdown) and this member's rejoin in a rebalance.
-    maxWaitTimeInMs: 500,
+    maxWaitTimeInMs: internals.fetchMaxWaitMs ?? 500,
   });
   consumer = c;
   lease = memberLease(c, config.sessionTimeoutMs);

@@ -89,7 +89,9 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
     config,
     routers: [],
     async startRouter(extra = {}, internals = {}) {
-      const router = await startRouter({ config, tools: opts.tools, systems: systems(), logger: quietLogger(), ...extra }, internals);
+      // Idle fetches of 100 ms, not 500: what a test's owner waits after opening its partitions and on its stop
+      // (RouterInternals.fetchMaxWaitMs). What it reads, and when it may write, do not depend on it.
+      const router = await startRouter({ config, tools: opts.tools, systems: systems(), logger: quietLogger(), ...extra }, { fetchMaxWaitMs: 100, ...internals });
       harness.routers.push(router);
       onTestFinished(() => router.stop());
       return router;
