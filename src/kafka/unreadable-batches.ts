@@ -247,12 +247,15 @@ const heldByAnswer = new WeakMap<object, number>();
  * when a batch is first left). The order is the process's, not an answer's: kafkajs runs one fetcher per broker, and
  * an owner's restore and reply consumers fetch too, so answers of several fetchers interleave; a turn counted per
  * answer let two partitions take every turn while others starved. A batch not seen for {@link WAITING_STALE_MS}
- * (its partition revoked or paused, its consumer slow) is passed over, not forgotten: seen again, it keeps its place.
+ * (its partition revoked or paused, its consumer slow) is passed over, not forgotten: seen again within
+ * {@link WAITING_FORGOTTEN_MS}, it keeps its place.
  * Keyed by batch (first offset and CRC); insertion order is ticket order.
  */
 const waiting = new Map<string, { ticket: number; seenAt: number }>();
 const MAX_WAITING = 4096;
 const WAITING_STALE_MS = 5_000;
+/** Unseen this long, a waiting batch is forgotten (its partition gone for good, most likely): the line can empty. */
+const WAITING_FORGOTTEN_MS = 60_000;
 let nextTicket = 0;
 const turnGiven = new WeakMap<object, true>();
 
@@ -269,6 +272,9 @@ function firstBatchRead(answer: object, buf: Buffer, start: number, held: number
     if (waiting.size > 0) waiting.delete(id());
     return true;
   }
+  // A batch of no records (the log cleaner empties some and keeps them for their producer's state; a producer cannot
+  // send one) holds nothing: read, no turn taken. Taking the turn, it would leave its partition with nothing again.
+  if (start + BATCH.recordCount + 4 <= buf.length && buf.readInt32BE(start + BATCH.recordCount) === 0) return true;
   const now = Date.now();
   const key = id();
   let mine = waiting.get(key);
@@ -281,9 +287,11 @@ function firstBatchRead(answer: object, buf: Buffer, start: number, held: number
   }
   if (turnGiven.has(answer)) return false;
   // The oldest ticket among the batches still fetched.
-  for (const entry of waiting.values()) {
+  for (const [other, entry] of waiting) {
     if (entry === mine) break;
-    if (now - entry.seenAt <= WAITING_STALE_MS) return false;
+    const unseen = now - entry.seenAt;
+    if (unseen > WAITING_FORGOTTEN_MS) waiting.delete(other);
+    else if (unseen <= WAITING_STALE_MS) return false;
   }
   turnGiven.set(answer, true);
   waiting.delete(key);

@@ -145,6 +145,19 @@ describe("what one Fetch answer's records hold is bounded, not only each batch",
     expect(next.map((m) => m.length)).toEqual([2, 1, 1, 1]);
   });
 
+  it("a batch of no records (one the log cleaner emptied) takes no turn: the partition's next batch does", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 180_000);
+    onTestFinished(() => void vi.useRealTimers());
+    const plain = encodeRecordBatch([{ key: null, value: Buffer.from("x") }], fields);
+    const empty = Buffer.from(plain.subarray(0, HEADER));
+    empty.writeBigInt64BE(500n, 0);
+    empty.writeInt32BE(HEADER - 12, 8);
+    empty.writeInt32BE(0, 57);
+    const answer = await fetchAnswer([big(100), big(101)], [big(200)], [big(300)], [empty, big(501)]);
+    expect(answer.map(offsets)).toEqual([["100", "101"], ["200"], ["300"], ["501"]]);
+  });
+
   // Each partition's first batch is read whatever the answer holds, so what one batch may cost bounds the answer:
   // bytes by maxDecompressedBytes, and records by the same budget. At 1,000,000 records a batch (about 800 KB of
   // zstd, under the brokers' default message.max.bytes) one answer of 12 partitions held 12 million kafkajs
