@@ -1,7 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
-// Options every test file runs with. The projects below do not `extends` the root config: they would inherit
-// its globalSetup too, and run it once more each.
+// Options every test file runs with, given to each project below. The global setup is the root's alone: vitest
+// runs it once, whichever projects' files run.
 const common = {
   setupFiles: ['test/setup.ts'],
   testTimeout: 60_000,

@@ -7,9 +7,18 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 
 const root = join(import.meta.dirname, "..");
+const children = new Set();
+// A signal to `npm test` (Ctrl-C, npm passing on a SIGTERM) goes to both: none is left running on its own.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(signal, () => {
+    for (const child of children) child.kill(signal);
+  });
+}
 const run = (args) =>
   new Promise((resolve) => {
     const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
+    children.add(child);
+    child.on("exit", () => children.delete(child));
     child.on("error", (err) => {
       console.error(`npm test: ${args[0]}: ${err.message}`);
       resolve(1);
