@@ -36,7 +36,7 @@ export interface WriteState {
   unknownRounds: number;
   /**
    * An inherited write (an earlier run's `pending`) that its record's lease no longer lets write: reconciled, it is
-   * answered applied if it did apply, and refused with this (settling the entry) if it did not; never sent again.
+   * answered applied if it did apply, and refused with this if it did not (its entry left `pending`); never sent.
    */
   gateRefusal?: { reason: RejectReason; message: string; details?: unknown };
   /**
@@ -490,7 +490,10 @@ export class IntentPipeline {
     if (settled.kind === "outage") return settled.step;
     if (settled.result === "applied") return this.applied(a, pending, state, settled.current, "reconcile");
     if (settled.result === "unknown") return this.escalate(a, pending, state, "outcome_unknown", settled.current);
-    if (state.gateRefusal) return this.rejectedDone(a, pending, state.gateRefusal.reason, state.gateRefusal.message, state.gateRefusal.details);
+    // Refused as the gate refuses any write, with no ledger entry: the key stays `pending` (the earlier request may
+    // still land, so the next try of this key reconciles first too), and a later submission is gated again (a change
+    // that takes its lease again, resumed, writes it then).
+    if (state.gateRefusal) return this.settledReply(a, this.rejected(a, state.gateRefusal.reason, state.gateRefusal.message, state.gateRefusal.details), "lease refused after reconcile");
     // A refusal, then "not applied" from the reconcile after it: had the refusal been about the earlier request's
     // effect (a change already made), that effect would be there now. It stands as the answer.
     if (state.refusal) return this.refused(a, pending, state.refusal.via, state.refusal.outcome);

@@ -298,7 +298,7 @@ describe("changes that span records on a real broker", () => {
       let text = "";
       await waitFor(async () => /^writ_ledger_pending_entries\{[^}]*\} 0$/m.test((text = await router.metrics())), { timeoutMs: 30_000, message: () => text.split("\n").filter((l) => l.includes("pending_entries")).join("\n") });
     };
-    return { h, resolver, step, refund, arm, pendingSettled };
+    return { h, resolver, change, payment, step, refund, arm, pendingSettled };
   }
 
   it("lease-lapse-in-doubt: a step whose PATCH went out before its owner's transaction failed, its lease lapsing meanwhile, is reconciled and answered applied, never refused as unwritten", async () => {
@@ -320,20 +320,25 @@ describe("changes that span records on a real broker", () => {
     expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
   });
 
-  it("lease-lapse-in-doubt, not written: a step left pending by a failed transaction before its PATCH, its lease lapsed, is reconciled and refused lease_not_held, never written without its lease", async () => {
+  it("lease-lapse-in-doubt, not written: a step left pending by a failed transaction before its PATCH, its lease lapsed, is reconciled and refused lease_not_held, never written without its lease; once its change holds the lease again it is written once", async () => {
     // The step's `pending` entry commits alone while its fresh read is held past the failed commit: its PATCH never
     // leaves in that session.
-    const { h, resolver, step, arm, pendingSettled } = await stepInDoubt("12", async () => {});
+    const { h, resolver, change, payment, step, arm, pendingSettled } = await stepInDoubt("12", async () => {});
     h.records.setFaults([{ kind: "slow-read", delayMs: 8_000, times: 1, match: { type: "payment", id: "pay_12" } }]);
     arm();
 
     const answer = await resolver.submit(step, { timeoutMs: 60_000 });
 
-    // Taken up again, the step is reconciled (not applied) and its lapsed lease refuses it: nothing written, the
-    // `pending` entry settled. Not gated again, it would be written without the lease (one PATCH).
+    // Taken up again, the step is reconciled (not applied) and its lapsed lease refuses it: nothing written. Not
+    // gated again, it would be written without the lease (one PATCH).
     expect(h.records.patchRequests(step.intentKey)).toEqual([]);
     expect((await readVersion(h.records, "payment", "pay_12")).state.refunds ?? []).toEqual([]);
     expect(answer).toMatchObject({ status: "rejected", reason: "lease_not_held", intentKey: step.intentKey });
+    // The refusal is not kept as the key's outcome: the change, resumed, takes its lease again and the same step is
+    // written, once (reconciled first: its key stayed pending), and its entry settled.
+    expect(await resolver.submit(leaseIntent(resolver, change, "acquire", payment, "refund_payment", 30_000))).toMatchObject({ status: "applied", via: "lease" });
+    expect(await resolver.submit({ ...step, intentId: randomUUID() }, { timeoutMs: 60_000 })).toMatchObject({ status: "applied", intentKey: step.intentKey });
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
     await pendingSettled();
   });
 
