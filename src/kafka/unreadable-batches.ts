@@ -266,17 +266,16 @@ const turnGiven = new WeakMap<object, true>();
  * one answer (12 partitions of 64 KB of gzip held 1 GB), and every partition still gets its turn.
  */
 function firstBatchRead(answer: object, buf: Buffer, start: number, held: number): boolean {
-  const id = () => `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
   if (held < 2 * maxBytesPerFetch) {
     // Read: if it was waiting, it waits no more (left at the head, it would hold every other batch's turn).
-    if (waiting.size > 0) waiting.delete(id());
+    if (waiting.size > 0) waiting.delete(batchId(buf, start));
     return true;
   }
   // A batch of no records (the log cleaner empties some and keeps them for their producer's state; a producer cannot
   // send one) holds nothing: read, no turn taken. Taking the turn, it would leave its partition with nothing again.
   if (start + BATCH.recordCount + 4 <= buf.length && buf.readInt32BE(start + BATCH.recordCount) === 0) return true;
   const now = Date.now();
-  const key = id();
+  const key = batchId(buf, start);
   let mine = waiting.get(key);
   if (mine === undefined) {
     if (waiting.size >= MAX_WAITING) dropStalest();
@@ -296,6 +295,11 @@ function firstBatchRead(answer: object, buf: Buffer, start: number, held: number
   turnGiven.set(answer, true);
   waiting.delete(key);
   return true;
+}
+
+/** A batch's key in the waiting line: its first offset and CRC. */
+function batchId(buf: Buffer, start: number): string {
+  return `${buf.readBigInt64BE(start)}:${buf.readInt32BE(start + BATCH.crc)}`;
 }
 
 /** Makes room: the waiting batch seen least recently goes (a revoked partition's, likely), not the longest waiting. */

@@ -10,7 +10,7 @@ import type { AdmittedIntent } from "./admission.ts";
 import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
-import { type LeaseGate, leaseRefusal, leaseRefusalOf, settleLeaseIntent } from "./record-leases.ts";
+import { type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
 import type { Resolver } from "./resolution.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
@@ -77,7 +77,7 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       const gateRefusal = plan && plan.kind !== "settled" && !slot.pendingDurable && !host.ctx.ablateLeases ? leaseRefusalOf(a, slot.gate) : null;
       const inherited = plan?.kind === "write" && plan.state.inherited;
       if (inherited && gateRefusal) plan.state.gateRefusal = gateRefusal;
-      const refusal = gateRefusal && !inherited ? leaseRefusal(a, slot.gate, new Date().toISOString()) : null;
+      const refusal = gateRefusal && !inherited ? leaseRefusalReply(a, gateRefusal, new Date().toISOString()) : null;
       let step;
       if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
       else if (plan.kind === "settled") step = plan;

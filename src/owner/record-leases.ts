@@ -63,7 +63,11 @@ export function leaseRefusalOf(a: AdmittedIntent, gate: LeaseGate): { reason: "l
  */
 export function leaseRefusal(a: AdmittedIntent, gate: LeaseGate, at: string): Effects | null {
   const why = leaseRefusalOf(a, gate);
-  if (why === null) return null;
+  return why === null ? null : leaseRefusalReply(a, why, at);
+}
+
+/** The reply of a refusal {@link leaseRefusalOf} gave. */
+export function leaseRefusalReply(a: AdmittedIntent, why: NonNullable<ReturnType<typeof leaseRefusalOf>>, at: string): Effects {
   const { intent } = a;
   return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, why.reason, why.message, at, why.details) }] });
 }
