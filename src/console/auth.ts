@@ -29,12 +29,17 @@ export class ConsoleAuth {
   private readonly reader: Buffer;
   private readonly operator: Buffer | null;
 
-  constructor(token: string, operatorToken?: string) {
+  /** A config error unless both tokens are acceptable and differ; the CLI calls it before it touches the network. */
+  static check(token: string, operatorToken?: string): void {
     checkToken("the console token", token);
     if (operatorToken !== undefined) {
       checkToken("the operator token", operatorToken);
       if (operatorToken === token) throw new WritError("config_invalid", "the operator token must differ from the read-only token", { retriable: false, context: { field: "operatorToken" } });
     }
+  }
+
+  constructor(token: string, operatorToken?: string) {
+    ConsoleAuth.check(token, operatorToken);
     this.reader = digest(token);
     this.operator = operatorToken === undefined ? null : digest(operatorToken);
   }

@@ -20,6 +20,7 @@ import {
 import { printable } from "../printable.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS, listenFault, probeListen } from "../listen.ts";
 import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
+import { ConsoleAuth } from "./auth.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
 
@@ -122,6 +123,17 @@ async function main(argv: string[]): Promise<number> {
   // A bad one is a config_invalid error naming the flag: runCommand exits 2 with its message.
   const ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
   const host = a.host ?? "127.0.0.1";
+  // Every flag is checked before the port is: a bad token or number is named as such even when the port is taken.
+  ConsoleAuth.check(token, operatorToken);
+  const settings = {
+    allowedHosts: a["allowed-host"] ?? [],
+    backlog: a["from-beginning"] ? ("all" as const) : intFlag("backlog", a.backlog, 1000),
+    limits: { recent: intFlag("keep", a.keep, 100, 1) },
+    discoverIntervalMs: msFlag("discover-ms", a["discover-ms"], 5000, 100),
+    lagIntervalMs: msFlag("lag-ms", a["lag-ms"], 2000, 100),
+    headersTimeoutMs: intFlag("headers-timeout-ms", a["headers-timeout-ms"], DEFAULT_HEADERS_TIMEOUT_MS, 1, 3_600_000),
+    ...(a["max-connections-per-address"] === undefined ? {} : { maxConnectionsPerAddress: intFlag("max-connections-per-address", a["max-connections-per-address"], CONSOLE_MAX_CONNECTIONS, 1, CONSOLE_MAX_CONNECTIONS) }),
+  };
   // Before anything connects: a port in use or a host that is not this machine's, named by its flag, not a bare
   // listen error once the console has read Kafka.
   await probeListen(host, port).catch((err: unknown) => {
@@ -147,13 +159,7 @@ async function main(argv: string[]): Promise<number> {
     },
     host,
     port,
-    allowedHosts: a["allowed-host"] ?? [],
-    backlog: a["from-beginning"] ? "all" : intFlag("backlog", a.backlog, 1000),
-    limits: { recent: intFlag("keep", a.keep, 100, 1) },
-    discoverIntervalMs: msFlag("discover-ms", a["discover-ms"], 5000, 100),
-    lagIntervalMs: msFlag("lag-ms", a["lag-ms"], 2000, 100),
-    headersTimeoutMs: intFlag("headers-timeout-ms", a["headers-timeout-ms"], DEFAULT_HEADERS_TIMEOUT_MS, 1, 3_600_000),
-    ...(a["max-connections-per-address"] === undefined ? {} : { maxConnectionsPerAddress: intFlag("max-connections-per-address", a["max-connections-per-address"], CONSOLE_MAX_CONNECTIONS, 1, CONSOLE_MAX_CONNECTIONS) }),
+    ...settings,
     logger: log,
     onDecision: (d) => {
       process.stderr.write(decisionLine(d));

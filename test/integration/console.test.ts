@@ -6,7 +6,8 @@
 import { execFile, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
-import { request } from "node:http";
+import { createServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { Agent, fetch as undiciFetch } from "undici";
@@ -836,10 +837,18 @@ describe("writ console, in headless Chromium", () => {
     const none = await run([]);
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/needs a token/);
-    const short = await run([], { WRIT_CONSOLE_TOKEN: "short-secret" });
+    // Flags are checked before the port: a short token is named as such even on a port another process holds.
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => void holder.close());
+    const held = String((holder.address() as AddressInfo).port);
+    const short = await run(["--port", held], { WRIT_CONSOLE_TOKEN: "short-secret" });
     expect(short.code).toBe(2);
     expect(short.stderr).toMatch(/at least 16 characters/);
     expect(short.stderr).not.toContain("short-secret");
+    const taken = await run(["--port", held], { WRIT_CONSOLE_TOKEN: "long-enough-secret-0123" });
+    expect([taken.code, taken.stderr]).toEqual([2, expect.stringMatching(new RegExp(`--port ${held}: .*in use`))]);
+    expect(taken.stderr).not.toContain("long-enough-secret-0123");
     const same = await run(["--token", "same-token-0123456789", "--operator-token", "same-token-0123456789"]);
     expect(same.code).toBe(2);
     expect(same.stderr).toMatch(/must differ/);
