@@ -31,21 +31,21 @@ function withTargetParam<P extends Record<string, unknown>, K extends string>(
   return declareWriteTool({ ...decl, params: extended as unknown as z.ZodType<P & Record<K, string>> });
 }
 
-/** Refund a payment: appends `{amountCents, reason}` to `/refunds` (the note is free text and stays out of the delta). */
+// Each spec's delta is its declaration's own: owners rebuild the delta from the params with it and refuse
+// one that differs (`delta_mismatch`), so a copy that drifts (a param it leaves out, tags it filters) loses the write.
+
+/** Refund a payment: appends `{amountCents, reason}` (and the agent's `ref`) to `/refunds` (the note is free text and stays out of the delta). */
 export const refundPaymentSpec: WritToolSpec<z.output<typeof refundPayment.params> & { paymentId: string }> = {
   tool: withTargetParam(refundPayment, "paymentId", "The payment to refund, e.g. pay_1001"),
   entity: (p) => ({ type: "payment", id: p.paymentId }),
-  delta: (p) => [{ op: "add", path: "/refunds/-", value: { amountCents: p.amountCents, reason: p.reason } }],
+  delta: (p, current) => refundPayment.delta!(p, current),
 };
 
 /** Add a tag to a ticket: replaces `/tags` with the tags as read plus the new one (strict: a changed ticket is a conflict). */
 export const tagTicketSpec: WritToolSpec<z.output<typeof tagTicket.params> & { ticketId: string }> = {
   tool: withTargetParam(tagTicket, "ticketId", "The ticket to tag, e.g. T-42"),
   entity: (p) => ({ type: "ticket", id: p.ticketId }),
-  delta: (p, current) => {
-    const tags = ((current.state as { tags?: string[] } | null)?.tags ?? []).filter((t) => typeof t === "string");
-    return [{ op: "replace", path: "/tags", value: tags.includes(p.tag) ? tags : [...tags, p.tag] }];
-  },
+  delta: (p, current) => tagTicket.delta!(p, current),
 };
 
 export const specs: WritToolSpec<any>[] = [refundPaymentSpec, tagTicketSpec];

@@ -1,0 +1,43 @@
+// The demo's tool specs (examples/demo-tool-specs.ts, what `npm run mcp` serves by default) through the MCP
+// server on a real broker: a spec's delta must be the one owners rebuild from the params (delta_mismatch
+// otherwise, and the write is lost). Writes counted at the records server.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { readers, specs } from "../../../examples/demo-tool-specs.ts";
+import { startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
+import { startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { readVersion, type Harness } from "../../helpers/writ-harness.ts";
+
+async function session(h: Harness): Promise<Client> {
+  const client = await h.client("mcp-agent");
+  const mcp = await startWritMcpHttpServer({ client, tools: specs, read: recordsReader(specs, readers({ RECORDS_URL: h.records.url })) });
+  onTestFinished(() => mcp.close());
+  const agent = new Client({ name: "writ-test-agent", version: "0.0.0" });
+  await agent.connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+  onTestFinished(() => agent.close());
+  return agent;
+}
+
+describe("adapter faults on a real broker", () => {
+  it("demo-refund-ref: a refund the model gives its own ref is written once, with the ref (not refused delta_mismatch)", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const agent = await session(h);
+    const args = { paymentId: "pay_1", amountCents: 700, reason: "late", ref: "rma-17" };
+    const first = await agent.callTool({ name: "refund_payment", arguments: args });
+    const again = await agent.callTool({ name: "refund_payment", arguments: args });
+    expect(first.structuredContent).toMatchObject({ status: "applied", duplicate: false });
+    expect(again.structuredContent).toMatchObject({ status: "applied", duplicate: true });
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 700, reason: "late", ref: "rma-17" }]);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  });
+
+  it("demo-tag-mixed-tags: a tag on a ticket holding a non-string tag is written (not refused delta_mismatch)", async () => {
+    const h = await startDemoHarness({ ticket: { subject: "Charged twice", status: "open", tags: ["billing", 7] } });
+    const agent = await session(h);
+    const r = await agent.callTool({ name: "tag_ticket", arguments: { ticketId: "T-1", tag: "vip" } });
+    expect(r.structuredContent).toMatchObject({ status: "applied", duplicate: false });
+    expect((await readVersion(h.records, "ticket", "T-1")).state.tags).toEqual(["billing", 7, "vip"]);
+    expect(h.records.patchRequests().filter((p) => p.type === "ticket")).toHaveLength(1);
+  });
+});
