@@ -13,6 +13,7 @@ import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
 import { createLogger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
 import { DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE_MS, recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
@@ -45,7 +46,7 @@ const McpMainConfig = z
     /** Module exporting `specs` (WritToolSpec[]) and `readers(env)` (read-only RecordReaders). */
     specsModule: z.string().min(1).default(resolve(import.meta.dirname, "../examples/demo-tool-specs.ts")),
     /** stdio only: the run id of every call that names none in `_meta`. */
-    runId: z.string().min(1).optional(),
+    runId: z.string().min(1).max(MAX_RUN_ID_LENGTH).optional(),
     /** --http only. */
     port: z.number().int().min(0).max(65535).default(39100),
     /** --http only, required there: the bearer token every request must carry. Never logged (the logger redacts `token`). */

@@ -2,7 +2,7 @@ import { intentKey } from "../../src/keys.ts";
 import { LruMap } from "../../src/lru-map.ts";
 import { entityKey, type EntityRef, type Versioned } from "../../src/schemas/common.ts";
 import type { SubmitResult } from "../writ-client.ts";
-import { DEFAULT_STEP_ID, VersionBook, submitToolCall, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+import { DEFAULT_STEP_ID, VersionBook, checkRunIds, submitToolCall, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
 // Why bases are pinned per intent key: a call that waited for a person's
 // approval, or is resumed from saved state, should be written against the
@@ -83,6 +83,7 @@ export function recordIntentBases(store: Record<string, Versioned>): IntentBases
 
 /** The intent key a tool call will be submitted under (the same derivation as the client's). */
 export function toolCallIntentKey<P extends Record<string, unknown>>(ctx: Pick<WritCallContext, "runId" | "stepId" | "client">, spec: WritToolSpec<P>, params: P): string {
+  checkRunIds(ctx);
   return intentKey({ tool: spec.tool, agentId: ctx.client.agentId, runId: ctx.runId, stepId: ctx.stepId ?? DEFAULT_STEP_ID, entity: spec.entity(params), params });
 }
 

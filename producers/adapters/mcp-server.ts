@@ -32,7 +32,7 @@ import type { RecordReader } from "../../src/sor/record-reader.ts";
 import type { WritClient } from "../writ-client.ts";
 import { sessionIds } from "./mcp-session-ids.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
-import { REFUSED_FOR_NOW, VersionBook, readForTool, modelResultOrUnknown, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
+import { REFUSED_FOR_NOW, VersionBook, checkRunIds, readForTool, modelResultOrUnknown, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
 
 /** `_meta` key of a tools/call request carrying the harness's run (conversation) id. */
 export const RUN_ID_META_KEY = "writ/runId";
@@ -72,8 +72,12 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
   const unscoped = new VersionBook(bookOptions);
   const bases = options.bases ?? processBases;
   const readable = [...new Set(options.readableTypes ?? options.tools.map((s) => s.tool.recordType))];
-  const runIdOf = (extra: { _meta?: Record<string, unknown>; sessionId?: string }): string | undefined =>
-    metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
+  // A `_meta` id an intent cannot carry is refused here, naming the key, before a book is kept under it.
+  const runIdOf = (extra: { _meta?: Record<string, unknown>; sessionId?: string }): string | undefined => {
+    const runId = metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
+    if (runId !== undefined) checkRunIds({ runId, stepId: metaString(extra._meta, STEP_ID_META_KEY) }, META_ID_NAMES);
+    return runId;
+  };
   /**
    * The versions of a call's run, kept per run in the process: a session re-opened after idling (a new
    * server), or another session naming the same `_meta["writ/runId"]`, finds what the model read in it. A
@@ -195,6 +199,9 @@ class FallbackVersionBook extends VersionBook {
   }
 }
 
+/** How a refused run or step id is named to the harness: where a tools/call request sets them. */
+const META_ID_NAMES = { runId: `_meta["${RUN_ID_META_KEY}"]`, stepId: `_meta["${STEP_ID_META_KEY}"]` };
+
 function metaString(meta: Record<string, unknown> | undefined, key: string): string | undefined {
   const value = meta?.[key];
   return typeof value === "string" && value !== "" ? value : undefined;
@@ -233,6 +240,7 @@ export interface WritMcpStdio {
  */
 export async function serveWritMcpStdio(options: WritMcpServerOptions & { runId?: string }): Promise<WritMcpStdio> {
   const runId = options.runId ?? `mcp-stdio-${randomUUID()}`;
+  checkRunIds({ runId });
   const server = createWritMcpServer(options, { fallbackRunId: runId });
   await server.connect(new StdioServerTransport());
   return { runId, close: () => server.close() };

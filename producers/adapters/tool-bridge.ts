@@ -1,6 +1,7 @@
 import { WritError } from "../../src/errors.ts";
 import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, JsonPatchOp, Versioned } from "../../src/schemas/common.ts";
+import { MAX_RUN_ID_LENGTH } from "../../src/schemas/write-intent.ts";
 import type { WriteToolDeclaration } from "../../src/tools.ts";
 import type { SubmitResult, WritClient } from "../writ-client.ts";
 
@@ -69,12 +70,32 @@ export interface WritCallContext {
 /** The stable step id used when the harness gives none. */
 export const DEFAULT_STEP_ID = "once-per-run";
 
+/**
+ * Throws `config_invalid` naming the field when the harness's run or step id is not one an intent can carry
+ * (1 to {@link MAX_RUN_ID_LENGTH} characters). Checked before anything is read, pinned or kept under it:
+ * otherwise every write of such a run failed only at encoding (`codec_failed`, the schema's issues as text),
+ * after a read, and the MCP server kept a version book per id however long.
+ */
+export function checkRunIds(ids: { runId: string; stepId?: string | undefined }, names: { runId: string; stepId: string } = { runId: "runId", stepId: "stepId" }): void {
+  for (const [field, value] of [["runId", ids.runId], ["stepId", ids.stepId]] as const) {
+    if (field === "stepId" && value === undefined) continue;
+    if (typeof value === "string" && value.length >= 1 && value.length <= MAX_RUN_ID_LENGTH) continue;
+    const name = names[field];
+    const got = typeof value === "string" ? `${value.length} characters` : typeof value;
+    throw new WritError("config_invalid", `${name} must be a string of 1 to ${MAX_RUN_ID_LENGTH} characters (it is ${got}): an intent carries no longer one`, {
+      retriable: false,
+      context: { field: name },
+    });
+  }
+}
+
 /** Submits one tool call as a write intent and resolves with the reply (or `unknown`). */
 export async function submitToolCall<P extends Record<string, unknown>>(
   ctx: WritCallContext,
   spec: WritToolSpec<P>,
   params: P,
 ): Promise<SubmitResult> {
+  checkRunIds(ctx);
   const entity = spec.entity(params);
   let current = ctx.versions.get(entity);
   if (!current) {

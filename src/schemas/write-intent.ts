@@ -26,6 +26,9 @@ export const DEFAULT_LEASE_TTL_MS = 60_000;
 /** Longest lease an agent may ask for: a lease points at a running change, never a parking spot. */
 export const MAX_LEASE_TTL_MS = 600_000;
 
+/** Longest run id and step id an intent carries (its `agent.runId`, `agent.stepId`). */
+export const MAX_RUN_ID_LENGTH = 256;
+
 /** Shortest lease an agent may ask for. */
 export const MIN_LEASE_TTL_MS = 1000;
 
@@ -65,8 +68,8 @@ export const WriteIntent = z
     agent: z
       .object({
         id: z.string().min(1).max(128),
-        runId: z.string().min(1).max(256),
-        stepId: z.string().min(1).max(256),
+        runId: z.string().min(1).max(MAX_RUN_ID_LENGTH),
+        stepId: z.string().min(1).max(MAX_RUN_ID_LENGTH),
         toolCallId: z.string().min(1).max(256).optional(),
       }),
     /**

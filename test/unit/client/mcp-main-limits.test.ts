@@ -37,4 +37,8 @@ describe("the MCP server's configuration, under the owners' variable names where
     expect(await mcpMainStderr({ WRIT_MCP_REPLY_TOPIC: "a b" })).toContain("WRIT_MCP_REPLY_TOPIC (replyTopic)");
     expect(await mcpMainStderr({ WRIT_INTENTS_TOPIC: "x\ny" })).toContain("WRIT_INTENTS_TOPIC (intentsTopic)");
   });
+
+  it("refuses WRIT_RUN_ID longer than an intent carries (256 characters), naming it, before anything connects", async () => {
+    expect(await mcpMainStderr({ WRIT_RUN_ID: "r".repeat(257) })).toContain("WRIT_RUN_ID (runId)");
+  });
 });
