@@ -3,7 +3,7 @@
 // supplies the run id; the adapter supplies the version, and keeps what it read
 // inside the run context so that a saved `RunState` carries it across approval,
 // resume and a crash between the two.
-import { tool, type FunctionTool, type RunContext } from "@openai/agents";
+import { ModelBehaviorError, tool, type FunctionTool, type RunContext } from "@openai/agents";
 import { z } from "zod";
 import { WritError } from "../../src/errors.ts";
 import { entityKey, type EntityRef, type Versioned } from "../../src/schemas/common.ts";
@@ -110,12 +110,12 @@ export function writAgentTool<P extends Record<string, unknown>, TContext extend
     description: spec.description ?? spec.tool.description ?? spec.tool.name,
     parameters: modelParameters(spec),
     needsApproval: needsApproval as boolean | ((runContext: RunContext, params: Record<string, unknown>, callId?: string) => Promise<boolean>),
-    errorFunction: null,
+    errorFunction: invalidInputAnswered,
     async execute(input, runContext, details): Promise<ModelToolResult> {
       if (!runContext) throw missingContext(spec.tool.name);
       const params = input as P;
       const { ctx, bases } = callContext(runContext as RunContext<TContext>, options, params, details?.toolCall?.callId);
-      // modelResultOf, not modelResultOrUnknown: with `errorFunction: null` an error that leaves the outcome
+      // modelResultOf, not modelResultOrUnknown: with `invalidInputAnswered` an error that leaves the outcome
       // open (Kafka, the system of record) ends the run rather than reaching the model, and the harness's
       // resume from the saved RunState submits the same intent key again (run id and pins in the context),
       // which asks for the outcome. The other adapters' frameworks hand errors to the model as text instead.
@@ -150,7 +150,7 @@ export function writAgentReadTool<TContext extends object = WritAgentContext>(
     name: options.name ?? "read_record",
     description: `Read a record (${options.recordTypes.join(", ")}) with its current version before changing it.`,
     parameters,
-    errorFunction: null,
+    errorFunction: invalidInputAnswered,
     async execute(input, runContext) {
       if (!runContext) throw missingContext(options.name ?? "read_record");
       const records = runRecords(runContext.context as TContext, options.name ?? "read_record");
@@ -159,6 +159,25 @@ export function writAgentReadTool<TContext extends object = WritAgentContext>(
       return toReadResult(entity, read);
     },
   }) as unknown as FunctionTool<TContext, z.ZodObject, ReadToolResult>;
+}
+
+/**
+ * The tools' `errorFunction`: arguments the model sent that do not parse (a refund of 0 cents, an unknown
+ * reason) are answered `rejected` (`invalid_params`), nothing sent, for the model to fix, as in the other
+ * adapters' frameworks; with `errorFunction: null` they ended the whole run. Every other error is thrown
+ * again, so it ends the run as before: a resume from the saved RunState asks for an open outcome.
+ */
+function invalidInputAnswered(_context: RunContext, err: unknown): string {
+  if (!(err instanceof ModelBehaviorError) || err.name !== "InvalidToolInputError") throw err;
+  const cause = (err as { originalError?: unknown }).originalError;
+  const result: ModelToolResult = {
+    status: "rejected",
+    reason: "invalid_params",
+    message: `${err.message}${cause instanceof Error ? ` ${cause.message}` : ""}`.slice(0, 2000),
+    instruction: "The arguments do not match the tool's parameters and nothing was written. Fix them and call the tool again.",
+  };
+  // Returned as the object execute returns (the SDK serializes either); the declared type is a string.
+  return result as unknown as string;
 }
 
 function callContext<P extends Record<string, unknown>, TContext extends object>(

@@ -1,0 +1,56 @@
+// The OpenAI Agents JS adapter with a scripted model and a scripted client (no broker): arguments the model
+// sent that do not parse go back to the model as a `rejected` result to fix, nothing sent; before, the
+// tools' `errorFunction: null` made them end the whole run (ToolCallError). Errors that leave a write's
+// outcome open still end the run (a resume from the saved RunState asks for it).
+import { Agent, run, setTracingDisabled, type RunResult } from "@openai/agents";
+import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents/testing";
+import { KafkaJSNumberOfRetriesExceeded, KafkaJSRequestTimeoutError } from "kafkajs";
+import { beforeAll, describe, expect, it } from "vitest";
+import { refundPaymentSpec } from "../../examples/demo-tool-specs.ts";
+import { writAgentReadTool, writAgentTool } from "../../producers/adapters/openai-agents.ts";
+import type { SubmitResult } from "../../producers/writ-client.ts";
+import type { Versioned } from "../../src/schemas/common.ts";
+import { scripted } from "../helpers/scripted-client.ts";
+
+beforeAll(() => setTracingDisabled(true));
+
+const read = async (): Promise<Versioned> => ({ state: { amountCents: 10_000, refunds: [] }, version: '"v1"' });
+const applied = { status: "applied", intentId: "i", intentKey: "k", duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: { type: "payment", id: "pay_1" }, state: {}, version: '"v2"', via: "patch" } as SubmitResult;
+
+function outputs(result: RunResult<any, any>): unknown[] {
+  return result.newItems.filter((i) => i.type === "tool_call_output_item").map((i) => (i as { output: unknown }).output);
+}
+
+async function runWith(calls: Record<string, unknown>[], answer: () => SubmitResult, extraTools: "read" | "none" = "none") {
+  const { client, sent } = scripted(answer);
+  const model = new ScriptedModel([...calls.map((args, i) => [functionCall(i === 0 && extraTools === "read" ? "read_record" : "refund_payment", args, { callId: `call_${i}` })]), [assistantMessage("done")]]);
+  const tools = [writAgentTool(refundPaymentSpec, { client, read }), ...(extraTools === "read" ? [writAgentReadTool({ read, recordTypes: ["payment"] })] : [])];
+  const agent = new Agent({ name: "billing-agent", instructions: "x", model, tools });
+  return { result: await run(agent, "refund", { context: { runId: "run-oa-input" } }), sent };
+}
+
+describe("OpenAI Agents adapter: a model's arguments that do not parse", () => {
+  it("a refund of 0 cents is answered rejected invalid_params, nothing sent, and the model's corrected call writes", async () => {
+    const { result, sent } = await runWith([{ paymentId: "pay_1", amountCents: 0, reason: "damaged" }, { paymentId: "pay_1", amountCents: 500, reason: "damaged" }], () => applied);
+    const [bad, good] = outputs(result);
+    expect(bad).toMatchObject({ status: "rejected", reason: "invalid_params", instruction: expect.stringContaining("Fix them") });
+    expect(good).toMatchObject({ status: "applied" });
+    expect(sent).toHaveLength(1);
+    expect(result.finalOutput).toBe("done");
+  });
+
+  it("the read tool answers an unknown record type the same way", async () => {
+    const { result, sent } = await runWith([{ type: "invoice", id: "inv_1" }], () => applied, "read");
+    expect(outputs(result)).toEqual([expect.objectContaining({ status: "rejected", reason: "invalid_params" })]);
+    expect(sent).toHaveLength(0);
+  });
+
+  it("an error that leaves the outcome open still ends the run", async () => {
+    const thrown = new KafkaJSNumberOfRetriesExceeded(new KafkaJSRequestTimeoutError("Request Produce timed out"), { retryCount: 5, retryTime: 3000 });
+    await expect(
+      runWith([{ paymentId: "pay_1", amountCents: 500, reason: "damaged" }], () => {
+        throw thrown;
+      }),
+    ).rejects.toThrow(/Produce timed out|retries/i);
+  });
+});
