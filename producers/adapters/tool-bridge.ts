@@ -171,7 +171,9 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
         message: result.message,
         instruction: REFUSED_FOR_NOW.has(result.reason)
           ? "The write was refused for now and nothing was written: the record is held by another change (the message says until when at the latest). Call the tool again later with the same arguments."
-          : "The write was refused and nothing was written. Do not retry it unchanged.",
+          : result.reason === KEY_REUSED
+            ? KEY_REUSED_INSTRUCTION
+            : "The write was refused and nothing was written. Do not retry it unchanged.",
       };
     case "escalated":
       return {
@@ -183,6 +185,16 @@ export function toModelResult(result: SubmitResult): ModelToolResult {
       return { status: "unknown", instruction: UNKNOWN_INSTRUCTION };
   }
 }
+
+/**
+ * The owner's refusal of a call whose intent key (run, tool, record, intent fields) an earlier call with other
+ * arguments holds: this call wrote nothing, but the earlier one may have been applied. Told "nothing was
+ * written", a model takes the earlier write for refused too, and may make it again under changed intent
+ * fields (a new key: a second write).
+ */
+const KEY_REUSED = "key_reused_with_different_params";
+const KEY_REUSED_INSTRUCTION =
+  "This call was not written: an earlier call of this tool on this record, for the same intent, was made in this run with other arguments, and that earlier write may have been applied. Do not assume it failed: read the record before deciding; calling again with the earlier call's arguments returns its outcome.";
 
 // Safe only in the same run: the run id is part of the intent key, and a new run (over MCP HTTP, a new
 // session that carries no `_meta["writ/runId"]`) makes the same call a new intent that could write twice.

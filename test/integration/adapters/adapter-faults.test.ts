@@ -40,4 +40,21 @@ describe("adapter faults on a real broker", () => {
     expect((await readVersion(h.records, "ticket", "T-1")).state.tags).toEqual(["billing", 7, "vip"]);
     expect(h.records.patchRequests().filter((p) => p.type === "ticket")).toHaveLength(1);
   });
+
+  // A model regenerates the arguments it makes up (the refund's `ref`) when it calls again, e.g. after an
+  // `unknown`: same intent key, other params, refused. The earlier call was applied; the model must not be told
+  // that nothing was written, or it takes the refund for refused and makes it again under a changed amount.
+  it("key-reused: a call refused because an earlier call with other arguments holds its key is not told nothing was written", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const agent = await session(h);
+    const first = await agent.callTool({ name: "refund_payment", arguments: { paymentId: "pay_1", amountCents: 700, reason: "late", ref: "rma-17" } });
+    const reworded = await agent.callTool({ name: "refund_payment", arguments: { paymentId: "pay_1", amountCents: 700, reason: "late", ref: "rma-0017" } });
+    expect(first.structuredContent).toMatchObject({ status: "applied", duplicate: false });
+    expect(reworded.structuredContent).toMatchObject({ status: "rejected", reason: "key_reused_with_different_params" });
+    const instruction = (reworded.structuredContent as { instruction: string }).instruction;
+    expect(instruction).not.toMatch(/nothing was written/);
+    expect(instruction).toMatch(/earlier write may have been applied/);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 700, reason: "late", ref: "rma-17" }]);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  });
 });
