@@ -202,9 +202,16 @@ class FallbackVersionBook extends VersionBook {
 /** How a refused run or step id is named to the harness: where a tools/call request sets them. */
 const META_ID_NAMES = { runId: `_meta["${RUN_ID_META_KEY}"]`, stepId: `_meta["${STEP_ID_META_KEY}"]` };
 
+/**
+ * A `_meta` id as given, undefined when absent. Any other value is refused naming the key: passed over, a
+ * conversation id sent as a number made the session the run (a retry from a new session wrote again), and a
+ * step id sent as a number made two writes of one run one (the second answered as a repeat, never written).
+ * The length, and an empty string, are checked by checkRunIds.
+ */
 function metaString(meta: Record<string, unknown> | undefined, key: string): string | undefined {
-  const value = meta?.[key];
-  return typeof value === "string" && value !== "" ? value : undefined;
+  const value = meta === undefined || !Object.hasOwn(meta, key) ? undefined : meta[key];
+  if (value === undefined || typeof value === "string") return value;
+  throw new WritError("config_invalid", `_meta["${key}"] must be a string (it is ${value === null ? "null" : typeof value})`, { retriable: false, context: { field: `_meta["${key}"]` } });
 }
 
 /**

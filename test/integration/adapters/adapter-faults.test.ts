@@ -5,16 +5,20 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { readers, specs } from "../../../examples/demo-tool-specs.ts";
-import { startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
+import { RUN_ID_META_KEY, STEP_ID_META_KEY, startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
 import { startDemoHarness } from "../../helpers/adapter-fixtures.ts";
 import { readVersion, type Harness } from "../../helpers/writ-harness.ts";
 
-async function session(h: Harness): Promise<Client> {
+async function server(h: Harness): Promise<URL> {
   const client = await h.client("mcp-agent");
   const mcp = await startWritMcpHttpServer({ client, tools: specs, read: recordsReader(specs, readers({ RECORDS_URL: h.records.url })) });
   onTestFinished(() => mcp.close());
+  return new URL(mcp.url);
+}
+
+async function session(h: Harness, url?: URL): Promise<Client> {
   const agent = new Client({ name: "writ-test-agent", version: "0.0.0" });
-  await agent.connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+  await agent.connect(new StreamableHTTPClientTransport(url ?? (await server(h))));
   onTestFinished(() => agent.close());
   return agent;
 }
@@ -56,5 +60,35 @@ describe("adapter faults on a real broker", () => {
     expect(instruction).toMatch(/earlier write may have been applied/);
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 700, reason: "late", ref: "rma-17" }]);
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  });
+
+  // A harness that sends its conversation id as a number (a database id) meant one run across sessions; the
+  // server passed the value over and took each session as its run, so a retry from a new session wrote again.
+  it("meta-run-id-number: a _meta run id that is not a string is refused, not passed over for the session's", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const url = await server(h);
+    const refund = { name: "refund_payment", arguments: { paymentId: "pay_1", amountCents: 700, reason: "late" }, _meta: { [RUN_ID_META_KEY]: 4242 } };
+    const first = await (await session(h, url)).callTool(refund);
+    const retry = await (await session(h, url)).callTool(refund);
+    for (const r of [first, retry]) {
+      expect(r.isError).toBe(true);
+      expect((r.content as { text: string }[])[0]!.text).toContain(`_meta["${RUN_ID_META_KEY}"] must be a string (it is number)`);
+    }
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(0);
+  });
+
+  // Two refunds of the same amount in one run, told apart by step ids sent as numbers: the second was taken for
+  // a repeat of the first (the step id passed over for the default) and never written.
+  it("meta-step-id-number: a _meta step id that is not a string is refused, not passed over for the default step", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const agent = await session(h);
+    const refund = (step: unknown) => agent.callTool({ name: "refund_payment", arguments: { paymentId: "pay_1", amountCents: 700, reason: "late" }, _meta: { [RUN_ID_META_KEY]: `conv-${h.id}`, [STEP_ID_META_KEY]: step } });
+    const one = await refund(1);
+    const two = await refund(2);
+    for (const r of [one, two]) expect((r.content as { text: string }[])[0]!.text).toContain(`_meta["${STEP_ID_META_KEY}"] must be a string (it is number)`);
+    // The control: as strings, two writes.
+    expect((await refund("1")).structuredContent).toMatchObject({ status: "applied", duplicate: false });
+    expect((await refund("2")).structuredContent).toMatchObject({ status: "applied", duplicate: false });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(2);
   });
 });
