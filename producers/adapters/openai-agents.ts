@@ -98,6 +98,10 @@ export function writAgentTool<P extends Record<string, unknown>, TContext extend
     policy === false
       ? false
       : async (runContext: RunContext<TContext>, params: P, callId?: string): Promise<boolean> => {
+          // The SDK asks before it parses: arguments that do not parse are answered `rejected` (invalidInputAnswered)
+          // with nothing written, so there is nothing to approve. Pinned as given, a call missing an intent field
+          // threw here, and the SDK ended the run.
+          if (!(await spec.tool.params.safeParseAsync(params)).success) return false;
           const needed = policy === true ? true : await policy(runContext, params, callId);
           if (needed) {
             const { ctx, bases } = callContext(runContext, options, params, callId);

@@ -21,10 +21,10 @@ function outputs(result: RunResult<any, any>): unknown[] {
   return result.newItems.filter((i) => i.type === "tool_call_output_item").map((i) => (i as { output: unknown }).output);
 }
 
-async function runWith(calls: Record<string, unknown>[], answer: () => SubmitResult, extraTools: "read" | "none" = "none") {
+async function runWith(calls: Record<string, unknown>[], answer: () => SubmitResult, extraTools: "read" | "none" = "none", needsApproval = false) {
   const { client, sent } = scripted(answer);
   const model = new ScriptedModel([...calls.map((args, i) => [functionCall(i === 0 && extraTools === "read" ? "read_record" : "refund_payment", args, { callId: `call_${i}` })]), [assistantMessage("done")]]);
-  const tools = [writAgentTool(refundPaymentSpec, { client, read }), ...(extraTools === "read" ? [writAgentReadTool({ read, recordTypes: ["payment"] })] : [])];
+  const tools = [writAgentTool(refundPaymentSpec, { client, read, needsApproval }), ...(extraTools === "read" ? [writAgentReadTool({ read, recordTypes: ["payment"] })] : [])];
   const agent = new Agent({ name: "billing-agent", instructions: "x", model, tools });
   return { result: await run(agent, "refund", { context: { runId: "run-oa-input" } }), sent };
 }
@@ -37,6 +37,15 @@ describe("OpenAI Agents adapter: a model's arguments that do not parse", () => {
     expect(good).toMatchObject({ status: "applied" });
     expect(sent).toHaveLength(1);
     expect(result.finalOutput).toBe("done");
+  });
+
+  it("with approval: no person is asked to approve arguments that do not parse (a missing intent field ended the run); they are answered rejected", async () => {
+    for (const args of [{ paymentId: "pay_1", amountCents: 500 }, { paymentId: "pay_1", amountCents: 0, reason: "damaged" }, { amountCents: 500, reason: "damaged" }]) {
+      const { result, sent } = await runWith([args], () => applied, "none", true);
+      expect(result.interruptions).toEqual([]);
+      expect(outputs(result)).toEqual([expect.objectContaining({ status: "rejected", reason: "invalid_params" })]);
+      expect(sent).toHaveLength(0);
+    }
   });
 
   it("the read tool answers an unknown record type the same way", async () => {
