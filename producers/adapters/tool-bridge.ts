@@ -82,7 +82,7 @@ export function checkRunIds(ids: { runId: string; stepId?: string | undefined },
     if (typeof value === "string" && value.length >= 1 && value.length <= MAX_RUN_ID_LENGTH) continue;
     const name = names[field];
     const got = typeof value === "string" ? `${value.length} characters` : typeof value;
-    throw new WritError("config_invalid", `${name} must be a string of 1 to ${MAX_RUN_ID_LENGTH} characters (it is ${got}): an intent carries no longer one`, {
+    throw new WritError("config_invalid", `${name} must be a string of 1 to ${MAX_RUN_ID_LENGTH} characters (it is ${got}), as an intent carries it`, {
       retriable: false,
       context: { field: name },
     });
