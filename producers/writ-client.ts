@@ -209,7 +209,7 @@ function positiveInteger(field: string, value: number): number {
  * A call's deadline, ms: an integer from 1 to Node's longest timer. Past that Node fires the timer after 1 ms
  * (and Infinity or NaN likewise), so the call would answer `unknown` at once while its intent is still written.
  */
-function callTimeoutMs(value: number | undefined, fallback: number): number {
+export function callTimeoutMs(value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < 1 || value > MAX_TIMER_MS) {
     throw new WritError("config_invalid", `timeoutMs must be an integer from 1 to ${MAX_TIMER_MS} ms (it is ${value})`, { retriable: false, context: { field: "timeoutMs" } });

@@ -29,7 +29,7 @@ import { connectionLimits, listen } from "../../src/listen.ts";
 import { LruMap } from "../../src/lru-map.ts";
 import type { EntityRef, Versioned } from "../../src/schemas/common.ts";
 import type { RecordReader } from "../../src/sor/record-reader.ts";
-import type { WritClient } from "../writ-client.ts";
+import { callTimeoutMs, type WritClient } from "../writ-client.ts";
 import { sessionIds } from "./mcp-session-ids.ts";
 import { MemoryIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import { REFUSED_FOR_NOW, VersionBook, checkRunIds, readForTool, modelResultOrUnknown, toReadResult, type ModelToolResult, type WritCallContext, type WritToolSpec } from "./tool-bridge.ts";
@@ -66,6 +66,8 @@ export interface WritMcpServerOptions {
 
 /** One session's server: the run id falls back to `fallbackRunId` where the transport has no session id (stdio). */
 export function createWritMcpServer(options: WritMcpServerOptions, session: { fallbackRunId?: string } = {}): McpServer {
+  // Checked here, as the client checks a call's: a bad one refused at start, not on every write.
+  if (options.timeoutMs !== undefined) callTimeoutMs(options.timeoutMs, 0);
   const server = new McpServer({ name: options.name ?? "writ", version: "0.1.0" }, { capabilities: { tools: {} } });
   const bookOptions = options.maxVersions === undefined ? {} : { maxEntries: options.maxVersions };
   // Only for a read with no run id at all (no `_meta`, no session, no fallback): no write could use it.

@@ -71,4 +71,12 @@ describe("a run or step id longer than an intent carries", () => {
       await mcp.close();
     }
   });
+
+  it("MCP: a deadline no call could keep (0, NaN, past Node's longest timer) is refused when the server is made, naming timeoutMs", () => {
+    const { client } = scripted(() => applied);
+    const { read } = counted();
+    const make = (timeoutMs: number) => createWritMcpServer({ client, tools: [tagTicketSpec], read, timeoutMs, logger: createLogger({ level: "silent" }) });
+    for (const bad of [0, Number.NaN, 2 ** 31, 1.5]) expect(() => make(bad)).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "timeoutMs" } }));
+    expect(() => make(10_000)).not.toThrow();
+  });
 });
