@@ -201,7 +201,12 @@ def test_a_reply_partition_held_by_an_open_transaction_is_blocked(stack: Stack, 
         assert isinstance(result, BlockedOutcome), result
         assert result.topic == c.reply_topic and result.partition == held
         assert "blocked by an open transaction" in result.message
-        # The owner did answer: its reply is behind the open transaction, and the write happened once.
+        # The owner did answer: its reply is behind the open transaction, and the write happened once. Waited for:
+        # the outcome above is the client's at its deadline, whether or not the owner has written by then.
+        deadline = time.monotonic() + 30
+        while not records.read("payment", pid)["state"]["refunds"]:
+            assert time.monotonic() < deadline, "the owner wrote nothing within 30 s"
+            time.sleep(0.1)
         assert len(records.read("payment", pid)["state"]["refunds"]) == 1
     finally:
         hanging.abort_transaction(30)
