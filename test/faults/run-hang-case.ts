@@ -1,7 +1,8 @@
 // node test/faults/run-hang-case.ts — the deterministic hanging-transaction
 // case (test/faults/hang-case.ts) on a three-broker stack of its own: stack
-// dir .cache/run-hang, brokers on 49292-49297, registry on 48281, since it
-// kills and restarts brokers. Starts the stack (or reuses one already running
+// dir .cache/run-hang, brokers on 22992-22997, registry on 22981, since it
+// kills and restarts brokers. Its ports lie below Linux's ephemeral range
+// (32768-60999), as every stack's do (src/testing/local-stack.ts). Starts the stack (or reuses one already running
 // there), runs the case, stops what it started, and prints the result as the
 // last line (one JSON object). Exit 1 when the case failed.
 // HANG_CASE_WATCH_HELD_TRANSACTION=1: see HangCaseOptions.watchHeldTransaction.
@@ -12,8 +13,8 @@ hideKafkajsTimeoutWarning();
 const root = resolve(import.meta.dirname, "..", "..");
 // Set before local-stack.ts is first imported: it reads them at import time.
 process.env.WRIT_LOCAL_STACK_DIR ??= join(root, ".cache", "run-hang");
-process.env.WRIT_LOCAL_KAFKA_PORT ??= "49292";
-process.env.WRIT_LOCAL_REGISTRY_PORT ??= "48281";
+process.env.WRIT_LOCAL_KAFKA_PORT ??= "22992";
+process.env.WRIT_LOCAL_REGISTRY_PORT ??= "22981";
 if (process.env.KAFKA_BROKERS) {
   console.error("run-hang-case kills and restarts its own local brokers; unset KAFKA_BROKERS");
   process.exit(2);
