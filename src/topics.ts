@@ -154,7 +154,7 @@ function topicCreationError(err: unknown): unknown {
  * topic still answers UNKNOWN_TOPIC_OR_PARTITION; a consumer subscribing in
  * that window fails.
  */
-async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000): Promise<void> {
+export async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {

@@ -70,6 +70,7 @@ import { isControlRecord } from "../../src/schemas/control.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { routerTopics } from "../../src/topics.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 /** What {@link runHangCase} needs: a running three-broker cluster (the caller starts and stops it). */
 export interface HangCaseOptions {
@@ -624,10 +625,7 @@ class HangCase {
     const tp: TopicPartition = { topic: spec.replyTopic, partition: REPLY_PARTITION };
 
     // Step 3: one replica, on X. min.insync.replicas 1: the stack's default of 2 would refuse acks=all writes to it.
-    await this.admin.createTopics({
-      waitForLeaders: true,
-      topics: [{ topic: spec.replyTopic, replicaAssignment: [{ partition: REPLY_PARTITION, replicas: [victim] }], configEntries: [{ name: "min.insync.replicas", value: "1" }] }],
-    });
+    await createTopicsWithLeaders(this.admin, [{ topic: spec.replyTopic, replicaAssignment: [{ partition: REPLY_PARTITION, replicas: [victim] }], configEntries: [{ name: "min.insync.replicas", value: "1" }] }]);
     this.replyTopics.push(spec.replyTopic);
     await waitFor(async () => (await leaderOf(this.opts.brokers, spec.replyTopic, REPLY_PARTITION)) === victim, {
       timeoutMs: 30_000,
@@ -985,7 +983,7 @@ class HangCase {
       configEntries: t.configEntries ?? [],
       replicaAssignment: Array.from({ length: t.numPartitions ?? 1 }, (_, partition) => ({ partition, replicas: partition % 2 === 0 ? [a, b, plan.victim] : [b, a, plan.victim] })),
     }));
-    await this.admin.createTopics({ waitForLeaders: true, topics });
+    await createTopicsWithLeaders(this.admin, topics);
     this.say(`contract topics created with replicas on ${a},${b},${plan.victim}: broker ${plan.victim} (X) leads none of them`);
   }
 

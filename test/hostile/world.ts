@@ -10,6 +10,7 @@ import { registerCompressionCodecs } from "../../src/kafka/compression.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { Book, type Role, type SentHeaders } from "./measure.ts";
 import { type Agent, type Json, makeAgents, frame, refundOf, sign, tagOf, SIGNATURE_HEADER } from "./wire.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 export const PARTITIONS = 6;
 
@@ -75,10 +76,10 @@ export async function createWorld(opts: { brokers: string[]; registryUrl: string
   const [billing, alice, ops] = agents as [Agent, Agent, Agent];
   const decoyTopic = `writ.replies.decoy.hostile.${id}`;
   const missingTopic = `writ.replies.ghost.hostile.${id}`;
-  await admin.createTopics({
-    topics: [...agents.map((a) => a.replyTopic), decoyTopic].map((topic) => ({ topic, numPartitions: 1, replicationFactor: 1 })),
-    waitForLeaders: true,
-  });
+  await createTopicsWithLeaders(
+    admin,
+    [...agents.map((a) => a.replyTopic), decoyTopic].map((topic) => ({ topic, numPartitions: 1, replicationFactor: 1 })),
+  );
   const records = await startDemoRecordsServer({ port: 0, honourIdempotencyKey: false });
   const codec = new WireCodec({ schemaRegistryUrl: opts.registryUrl });
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false, maxInFlightRequests: 1 });

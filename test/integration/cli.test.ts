@@ -15,6 +15,7 @@ import * as demoTools from "../../examples/demo-tools.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const brokers = inject("kafkaBrokers") || process.env.KAFKA_BROKERS || "127.0.0.1:19092";
 const registry = inject("schemaRegistryUrl") || process.env.SCHEMA_REGISTRY_URL || "";
@@ -174,13 +175,10 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
   it("writ topics refuses intents and ledger partition counts that differ, and a ledger that is not compacted (and warns on its compaction lag)", async () => {
     const other = { intents: `cli-${id}.x.intents`, ledger: `cli-${id}.x.ledger`, human: topics.human, dlq: topics.dlq };
     extraTopics.push(other.intents, other.ledger);
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        { topic: other.intents, numPartitions: 2 },
-        { topic: other.ledger, numPartitions: 3, configEntries: [{ name: "cleanup.policy", value: "delete" }] },
-      ],
-    });
+    await createTopicsWithLeaders(admin, [
+      { topic: other.intents, numPartitions: 2 },
+      { topic: other.ledger, numPartitions: 3, configEntries: [{ name: "cleanup.policy", value: "delete" }] },
+    ]);
     const xenv = env({ WRIT_INTENTS_TOPIC: other.intents, WRIT_LEDGER_TOPIC: other.ledger });
     const check = await writ(["topics", "check"], { env: xenv });
     expect(check.code).toBe(1);
@@ -202,24 +200,21 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
   it("writ topics check fails on a ledger that Kafka deletes inside the dedupe window (compact,delete with a short retention.ms) and on unclean leader election", async () => {
     const u = { intents: `cli-${id}.u.intents`, ledger: `cli-${id}.u.ledger`, human: `cli-${id}.u.human`, dlq: `cli-${id}.u.dlq` };
     extraTopics.push(...Object.values(u));
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        { topic: u.intents, numPartitions: 2, configEntries: [{ name: "unclean.leader.election.enable", value: "true" }] },
-        {
-          topic: u.ledger,
-          numPartitions: 2,
-          configEntries: [
-            { name: "cleanup.policy", value: "compact,delete" },
-            { name: "retention.ms", value: "3600000" },
-            { name: "delete.retention.ms", value: "86400000" },
-            { name: "min.compaction.lag.ms", value: "3600000" },
-          ],
-        },
-        { topic: u.human, numPartitions: 1 },
-        { topic: u.dlq, numPartitions: 1 },
-      ],
-    });
+    await createTopicsWithLeaders(admin, [
+      { topic: u.intents, numPartitions: 2, configEntries: [{ name: "unclean.leader.election.enable", value: "true" }] },
+      {
+        topic: u.ledger,
+        numPartitions: 2,
+        configEntries: [
+          { name: "cleanup.policy", value: "compact,delete" },
+          { name: "retention.ms", value: "3600000" },
+          { name: "delete.retention.ms", value: "86400000" },
+          { name: "min.compaction.lag.ms", value: "3600000" },
+        ],
+      },
+      { topic: u.human, numPartitions: 1 },
+      { topic: u.dlq, numPartitions: 1 },
+    ]);
     const uenv = env({ WRIT_INTENTS_TOPIC: u.intents, WRIT_LEDGER_TOPIC: u.ledger, WRIT_HUMAN_TOPIC: u.human, WRIT_DLQ_TOPIC: u.dlq });
     const check = await writ(["topics", "check", "--json"], { env: uenv });
     expect(check.code, check.stdout + check.stderr).toBe(1);
@@ -237,15 +232,12 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
       { name: "cleanup.policy", value: "compact" },
       { name: "min.compaction.lag.ms", value: "3600000" },
     ];
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        { topic: z.intents, numPartitions: 2 },
-        { topic: z.ledger, numPartitions: 2, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
-        { topic: z.human, numPartitions: 1 },
-        { topic: z.dlq, numPartitions: 1 },
-      ],
-    });
+    await createTopicsWithLeaders(admin, [
+      { topic: z.intents, numPartitions: 2 },
+      { topic: z.ledger, numPartitions: 2, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
+      { topic: z.human, numPartitions: 1 },
+      { topic: z.dlq, numPartitions: 1 },
+    ]);
     const zenv = (extra: Record<string, string> = {}) => env({ WRIT_INTENTS_TOPIC: z.intents, WRIT_LEDGER_TOPIC: z.ledger, WRIT_HUMAN_TOPIC: z.human, WRIT_DLQ_TOPIC: z.dlq, ...extra });
     // The largest ledger entry: WRIT_MAX_INTENT_BYTES (262144) of params and 65536 of fields.
     const fix = `kafka-configs --alter --entity-type topics --entity-name ${z.ledger} --add-config max.message.bytes=327680`;
@@ -451,7 +443,7 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     // a reader that stops early (`writ tail … | head -1`): the command ends quietly, exit 0, no EPIPE trace
     const many = `cli-${id}-many`;
     extraTopics.push(many);
-    await admin!.createTopics({ topics: [{ topic: many, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin!, [{ topic: many, numPartitions: 1 }]);
     const junk = new Kafka({ clientId: `writ-cli-test-${id}-many`, brokers: brokers.split(","), logLevel: logLevel.NOTHING }).producer();
     await junk.connect();
     await junk.send({ topic: many, messages: Array.from({ length: 5000 }, (_, i) => ({ key: `k${i}`, value: `not a reply ${i}` })) });

@@ -11,6 +11,7 @@ import type { Escalation } from "../../src/schemas/escalation.ts";
 import { consoleOf, launchChromium, openPage } from "../helpers/console-page.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 describe("writ console under forged escalations", () => {
   it("one more forged record costs every open page what it changed, not the whole list again (a full list of several kilobytes each, 4 records a second, was megabytes a second per page): escalations, conflicts; the page's lists stay the console's", async () => {
@@ -22,7 +23,7 @@ describe("writ console under forged escalations", () => {
     const admin = new Kafka({ brokers: brokers(), clientId: "console-flood-admin", logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: h.config.topics.human, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: h.config.topics.human, numPartitions: 1 }]);
     const consoleServer = await consoleOf(h, p, readToken, operatorToken, { limits: { escalations: 3, recent: 3 } });
     const url = consoleServer.url;
     const context = await launchChromium();

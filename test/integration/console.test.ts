@@ -27,6 +27,7 @@ import { consoleOf, launchChromium, listen, openLivePage, openPage } from "../he
 import { openSocket, silentSockets, whileAllOpen } from "../helpers/sockets.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, deadLetterOf, escalateTicket, readVersion, refundIntent, registryUrl, startHarness, tagTicketNoDelta } from "../helpers/writ-harness.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 /** A raw HTTP request, so Host and Origin can be anything. */
 function raw(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; body: string }> {
@@ -312,7 +313,7 @@ describe("writ console, in headless Chromium", () => {
     const admin = new Kafka({ brokers: brokers(), clientId: "console-test-admin", logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: ghost.replyTo, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: ghost.replyTo, numPartitions: 1 }]);
     await deadAgain.locator('button[data-action="redrive"]').click();
     const ghostReply = page.locator(`#replies tr[data-intent-id="${ghost.intentId}"]`);
     await ghostReply.waitFor({ timeout: 45_000 });
@@ -583,7 +584,7 @@ describe("writ console, in headless Chromium", () => {
     const admin = new Kafka({ brokers: brokers(), clientId: `console-bulk-admin-${h.id}`, logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: replyTo, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: replyTo, numPartitions: 1 }]);
     await page.selectOption("#dlq-reason", "reply_topic_missing");
     await waitFor(async () => (await all.count()) === 4, { message: "the reason filter" });
     await expect(page.textContent("#n-dlq")).resolves.toBe("4 of 5");

@@ -9,6 +9,7 @@ import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, cliEnv, deadLetterOf, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 describe("writ dlq redrive", () => {
   it("a dead letter whose cause is fixed (its reply topic created) is written once; redriven again, answered as a repeat; --dry-run sends nothing", async () => {
@@ -47,7 +48,7 @@ describe("writ dlq redrive", () => {
     const admin = kafka.admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: lateTopic, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: lateTopic, numPartitions: 1 }]);
     expect(h.records.patchRequests()).toHaveLength(0);
 
     const sent = await writ(["dlq", "redrive", "--reason", "reply_topic_missing", "--json"], env);
@@ -182,7 +183,7 @@ describe("writ dlq redrive", () => {
     const admin = kafka.admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: lateTopic, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: lateTopic, numPartitions: 1 }]);
     const sent = await writ(["dlq", "redrive", "--reason", "reply_topic_missing", "--json"], cliEnv(h));
     expect(sent.code, sent.stderr).toBe(1);
     expect(sent.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(["value_changed", "sent"]);

@@ -10,6 +10,7 @@ import { CONTROL_HEADER, HEAL_KEY } from "../../src/schemas/control.ts";
 import { ensureTopics, routerTopics } from "../../src/topics.ts";
 import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 /** A transaction left open on `topic` partition 0 by a producer that is not writ's: the partition's last stable offset stops there. */
 async function holdOpenTransaction(topic: string): Promise<{ txn: Transaction; offset: string }> {
@@ -35,7 +36,7 @@ describe("hanging transactions on reply partitions", () => {
     // No owner runs (nothing will answer), so the intents topic an owner would create is made here.
     const admin = new Kafka({ clientId: "hang-test", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
-    await admin.createTopics({ topics: [{ topic: h.config.topics.intents, numPartitions: 3 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: h.config.topics.intents, numPartitions: 3 }]);
     await admin.disconnect();
     const agent = await h.client("blocked-agent");
     const replyTopic = `writ.replies.blocked-agent.${h.id}`;
@@ -105,7 +106,7 @@ describe("hanging transactions on reply partitions", () => {
     const admin = kafka.admin();
     await admin.connect();
     onTestFinished(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic: intents, numPartitions: 2 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: intents, numPartitions: 2 }]);
     const reader = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: true, maxWaitTimeInMs: 200 });
     await reader.connect();
     onTestFinished(() => reader.disconnect());

@@ -7,6 +7,7 @@ import { Kafka, logLevel, type Consumer } from "kafkajs";
 import { afterEach, describe, expect, inject, it } from "vitest";
 import { startIntervalCommit } from "../../src/kafka/interval-commit.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const brokers = (inject("kafkaBrokers") || process.env["KAFKA_BROKERS"] || "")
   .split(",")
@@ -30,7 +31,7 @@ async function consumeOneByOne(interval: number | null): Promise<{ commitEvents:
   const admin = kafka.admin();
   await admin.connect();
   cleanups.push(() => admin.disconnect());
-  await admin.createTopics({ topics: [{ topic, numPartitions: 1 }], waitForLeaders: true });
+  await createTopicsWithLeaders(admin, [{ topic, numPartitions: 1 }]);
   cleanups.push(() => admin.deleteTopics({ topics: [topic] }));
   const producer = kafka.producer();
   await producer.connect();

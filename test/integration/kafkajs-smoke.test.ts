@@ -7,6 +7,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
 import type { Admin, Consumer, Producer } from 'kafkajs';
 import { waitFor } from '../helpers/wait-for.ts';
+import { createTopicsWithLeaders } from '../helpers/topics.ts';
 
 const brokers = (inject('kafkaBrokers') || process.env['KAFKA_BROKERS'] || '')
   .split(',')
@@ -40,7 +41,7 @@ async function newAdmin(): Promise<Admin> {
 }
 
 async function createTopics(admin: Admin, topics: Array<{ topic: string; numPartitions: number }>): Promise<void> {
-  const created = await admin.createTopics({ topics, waitForLeaders: true });
+  const created = await createTopicsWithLeaders(admin, topics);
   expect(created).toBe(true);
   // runs before the admin's own disconnect (cleanups run in reverse) and after the clients that use the topics
   cleanups.push(() => admin.deleteTopics({ topics: topics.map((t) => t.topic) }));

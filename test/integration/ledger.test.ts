@@ -6,6 +6,7 @@ import { WireCodec } from "../../src/codec.ts";
 import { deltaFingerprint, paramsFingerprint } from "../../src/keys.ts";
 import { type Harness, brokers, readVersion, refundIntent, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const refund = (runId: string, version: string) => refundIntent(runId, version, 700, "refund-1");
 
@@ -14,7 +15,7 @@ async function foreignLedgerProducer(h: Harness, partitions: number): Promise<Pr
   const kafka = new Kafka({ clientId: "ledger-test", brokers: brokers(), logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
-  await admin.createTopics({ topics: [{ topic: h.config.topics.ledger, numPartitions: partitions, configEntries: [{ name: "cleanup.policy", value: "compact" }] }] });
+  await createTopicsWithLeaders(admin, [{ topic: h.config.topics.ledger, numPartitions: partitions, configEntries: [{ name: "cleanup.policy", value: "compact" }] }]);
   await admin.disconnect();
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();

@@ -6,6 +6,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { afterEach, describe, expect, inject, it } from "vitest";
 import { memberLease } from "../../src/owner/member-lease.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const brokers = (inject("kafkaBrokers") || process.env["KAFKA_BROKERS"] || "")
   .split(",")
@@ -23,7 +24,7 @@ describe("member lease on a consumer group", () => {
     const admin = kafka.admin();
     await admin.connect();
     cleanups.push(() => admin.disconnect());
-    await admin.createTopics({ topics: [{ topic, numPartitions: 1 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic, numPartitions: 1 }]);
     cleanups.push(() => admin.deleteTopics({ topics: [topic] }));
     const sessionTimeout = 6_000;
     const consumer = kafka.consumer({ groupId: `test.member-lease.${randomUUID()}`, sessionTimeout, heartbeatInterval: 300, maxWaitTimeInMs: 100 });

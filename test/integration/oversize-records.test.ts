@@ -15,6 +15,7 @@ import type { WritClient } from "../../producers/writ-client.ts";
 import type { AppliedReply } from "../../src/schemas/reply.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl, startHarness, type Harness } from "../helpers/writ-harness.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 /** A ticket state of about `bytes` bytes of JSON: its tags, each 100 characters. */
 function bigTicket(bytes: number, tags: string[] = []) {
@@ -215,13 +216,10 @@ describe("a ledger topic smaller than writ's largest ledger entry, on a real bro
       await admin.deleteTopics({ topics: [h.config.topics.intents, h.config.topics.ledger] }).catch(() => undefined);
       await admin.disconnect();
     });
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        { topic: h.config.topics.intents, numPartitions: 1 },
-        { topic: h.config.topics.ledger, numPartitions: 1, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
-      ],
-    });
+    await createTopicsWithLeaders(admin, [
+      { topic: h.config.topics.intents, numPartitions: 1 },
+      { topic: h.config.topics.ledger, numPartitions: 1, configEntries: [...ledgerConfigs, { name: "max.message.bytes", value: "100000" }] },
+    ]);
 
     // WRIT_MAX_INTENT_BYTES (262144) of an undoable tool's params and 65536 of the entry's fields.
     await expect(h.startRouter()).rejects.toMatchObject({
@@ -247,7 +245,7 @@ async function createReplyTopic(h: Harness, agentId: string, maxMessageBytes: nu
   await admin.connect();
   try {
     const topic = `writ.replies.${agentId}.${h.id}`;
-    await admin.createTopics({ topics: [{ topic, numPartitions: 1, configEntries: [{ name: "max.message.bytes", value: String(maxMessageBytes) }] }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic, numPartitions: 1, configEntries: [{ name: "max.message.bytes", value: String(maxMessageBytes) }] }]);
     onTestFinished(async () => {
       const cleanup = kafka.admin();
       await cleanup.connect();

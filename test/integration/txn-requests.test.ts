@@ -11,6 +11,7 @@ import { patchTransactionalRequests } from "../../src/kafka/txn-requests.ts";
 import { ownerProducerOptions } from "../../src/owner/transactions.ts";
 import { brokers } from "../helpers/writ-harness.ts";
 import { readCommitted } from "../helpers/read-committed.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const TRANSACTIONS = 40;
 const kafka = new Kafka({ clientId: `txn-requests-${randomUUID().slice(0, 8)}`, brokers: brokers(), logLevel: logLevel.NOTHING });
@@ -20,7 +21,7 @@ async function topic(): Promise<string> {
   const admin = kafka.admin();
   await admin.connect();
   try {
-    await admin.createTopics({ topics: [{ topic: name, numPartitions: 2 }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: name, numPartitions: 2 }]);
   } finally {
     await admin.disconnect();
   }

@@ -23,6 +23,7 @@ import { ownerProducer } from "../../src/owner/transactions.ts";
 import { brokers } from "../helpers/writ-harness.ts";
 import { readCommitted } from "../helpers/read-committed.ts";
 import { waitFor } from "../helpers/wait-for.ts";
+import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
 const kafka = new Kafka({ clientId: `txn-v2-${randomUUID().slice(0, 8)}`, brokers: brokers(), logLevel: logLevel.NOTHING });
 
@@ -31,7 +32,7 @@ async function topic(partitions = 3): Promise<string> {
   const admin = kafka.admin();
   await admin.connect();
   try {
-    await admin.createTopics({ topics: [{ topic: name, numPartitions: partitions }], waitForLeaders: true });
+    await createTopicsWithLeaders(admin, [{ topic: name, numPartitions: partitions }]);
   } finally {
     await admin.disconnect();
   }
