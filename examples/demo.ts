@@ -363,6 +363,27 @@ async function outsideWriterTouch(type: string, id: string, n: number): Promise<
  * A difference fails the demo.
  */
 async function reportMetrics(): Promise<void> {
+  // The scrape and the topics are read one after the other: an answer committed between the two (a late
+  // redelivery) shows on one only. Both only grow, so they are read again until they agree or 15 s pass.
+  const deadline = Date.now() + 15_000;
+  let tally = await metricsAndReplies();
+  while (!tally.agree && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    tally = await metricsAndReplies();
+  }
+  const { scraped, onTopics, again, earlierRuns, agree } = tally;
+  const line = (c: Record<string, number>) => Object.keys(scraped).map((k) => `${c[k] ?? 0} ${k}`).join(", ");
+  say(`replies the agents received: ${line(received)}`);
+  const notes = [
+    ...(again > 0 ? [`${again} for submissions redelivered after the rebalance and answered again`] : []),
+    ...(earlierRuns > 0 ? [`${earlierRuns} for an earlier run's last intents, read again past its last committed offset`] : []),
+  ];
+  say(`replies on the agents' reply topics: ${line(onTopics)}${notes.length > 0 ? ` (${notes.join("; ")})` : ""}`);
+  say(`owners' /metrics (writ_intents_total by outcome): ${line(scraped)}: ${agree ? "the same as on the reply topics" : "DIFFERENT from the reply topics"}`);
+  if (!agree) throw new Error("the owners' metrics do not match the replies on the reply topics");
+}
+
+async function metricsAndReplies() {
   const samples: { name: string; labels: string; value: number }[] = [];
   for (const port of metricsPorts) {
     const res = await fetch(`http://127.0.0.1:${port}/metrics`);
@@ -397,16 +418,8 @@ async function reportMetrics(): Promise<void> {
       onTopics[kind] = (onTopics[kind] ?? 0) + 1;
     }
   }
-  const line = (c: Record<string, number>) => Object.keys(scraped).map((k) => `${c[k] ?? 0} ${k}`).join(", ");
   const agree = Object.keys(scraped).every((k) => scraped[k] === (onTopics[k] ?? 0));
-  say(`replies the agents received: ${line(received)}`);
-  const notes = [
-    ...(again > 0 ? [`${again} for submissions redelivered after the rebalance and answered again`] : []),
-    ...(earlierRuns > 0 ? [`${earlierRuns} for an earlier run's last intents, read again past its last committed offset`] : []),
-  ];
-  say(`replies on the agents' reply topics: ${line(onTopics)}${notes.length > 0 ? ` (${notes.join("; ")})` : ""}`);
-  say(`owners' /metrics (writ_intents_total by outcome): ${line(scraped)}: ${agree ? "the same as on the reply topics" : "DIFFERENT from the reply topics"}`);
-  if (!agree) throw new Error("the owners' metrics do not match the replies on the reply topics");
+  return { scraped, onTopics, again, earlierRuns, agree };
 }
 
 
