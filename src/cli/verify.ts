@@ -27,7 +27,7 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --scenario <name>     only this scenario (repeatable): ${SCENARIOS.join(", ")}
   --sor-timeout-ms <n>  the owner's system-of-record deadline (default 2000)
   --json                print only the JSON report
-  --keep-topics         leave the run's topics (writ.verify.<run>.*) on the cluster
+  --keep-topics         leave the run's topics (writ.verify.<run>.*) and consumer groups on the cluster
   --log-file <path>     owner and client logs (default .writ/verify.log; level $LOG_LEVEL, default warn)
   --demo                start the demo records server in-process and set RECORDS_URL; --tools defaults to
                         examples/verify-fixture.ts; without brokers, start or reuse the local broker

@@ -44,7 +44,8 @@ export interface ToolVerifyFixture<P extends Record<string, unknown> = Record<st
    */
   change(current: Versioned, mark: string): { params: P; delta: JsonPatchOp[] };
   /**
-   * Effects of the change marked `mark`, counted by reading the system of
+   * Effects of the change marked `mark`, a count (0, 1, 2, …; a boolean fails
+   * the scenario: it would hide a duplicate), counted by reading the system of
    * record: how many times it is in `current` (the entity as read directly,
    * not through writ), or, for a tool that creates records elsewhere, how
    * many records with that mark exist (read them with `system`).

@@ -16,11 +16,20 @@ import type { ProxyFaultKind } from "./fault-proxy.ts";
  *   tool; it does not prove that the adapter itself classifies a timeout as
  *   unknown (the proxy does, for HTTP systems).
  */
+/** The owner's PATCH the `beforeNextPatch` hook ran before, and what the adapter made of it. */
+export interface HookedPatch {
+  idempotencyKey: string;
+  ifMatch: string;
+  outcome: PatchOutcome["kind"] | "threw";
+}
+
 export interface InstrumentedSystem extends SystemOfRecord {
   beforeNextPatch(entity: EntityRef, hook: () => Promise<void>): void;
   disarm(entity: EntityRef): void;
   /** Whether the armed `beforeNextPatch` hook has run. */
   hookFired(entity: EntityRef): boolean;
+  /** The PATCH the hook ran before, once the adapter answered it. */
+  hookedPatch(entity: EntityRef): HookedPatch | null;
   simulate(kind: ProxyFaultKind, idempotencyKey: string): void;
   /** Simulated faults that fired, by idempotency key. */
   simulatedFired(idempotencyKey: string): boolean;
@@ -31,6 +40,7 @@ export interface InstrumentedSystem extends SystemOfRecord {
 export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
   const hooks = new Map<string, () => Promise<void>>();
   const firedHooks = new Set<string>();
+  const hookedPatches = new Map<string, HookedPatch>();
   const simulated = new Map<string, ProxyFaultKind>();
   const firedSimulations = new Set<string>();
   const patches = new Map<string, number>();
@@ -49,7 +59,17 @@ export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
         firedHooks.add(key);
       }
       patches.set(opts.idempotencyKey, (patches.get(opts.idempotencyKey) ?? 0) + 1);
-      const outcome = await inner.patch(entity, ops, opts);
+      const hooked = (outcome: HookedPatch["outcome"]) => {
+        if (hook !== undefined) hookedPatches.set(key, { idempotencyKey: opts.idempotencyKey, ifMatch: opts.ifMatch, outcome });
+      };
+      let outcome: PatchOutcome;
+      try {
+        outcome = await inner.patch(entity, ops, opts);
+      } catch (err) {
+        hooked("threw");
+        throw err;
+      }
+      hooked(outcome.kind);
       const fault = simulated.get(opts.idempotencyKey);
       if (fault !== undefined && outcome.kind === "applied") {
         simulated.delete(opts.idempotencyKey);
@@ -60,10 +80,12 @@ export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
     },
     beforeNextPatch: (entity, hook) => {
       firedHooks.delete(entityKey(entity));
+      hookedPatches.delete(entityKey(entity));
       hooks.set(entityKey(entity), hook);
     },
     disarm: (entity) => void hooks.delete(entityKey(entity)),
     hookFired: (entity) => firedHooks.has(entityKey(entity)),
+    hookedPatch: (entity) => hookedPatches.get(entityKey(entity)) ?? null,
     simulate: (kind, idempotencyKey) => void simulated.set(idempotencyKey, kind),
     simulatedFired: (idempotencyKey) => firedSimulations.has(idempotencyKey),
     patchCount: (idempotencyKey) => patches.get(idempotencyKey) ?? 0,

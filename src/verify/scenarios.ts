@@ -1,11 +1,12 @@
 import { randomUUID } from "node:crypto";
+import { withDeadline } from "../deadline.ts";
 import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
 import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import type { WriteToolDeclaration } from "../tools.ts";
 import type { FaultProxy, ProxyFaultKind } from "./fault-proxy.ts";
 import type { ToolVerifyFixture } from "./fixture.ts";
-import type { InstrumentedSystem } from "./instrumented-system.ts";
+import type { HookedPatch, InstrumentedSystem } from "./instrumented-system.ts";
 import type { DuplicateEffect, LostUpdate, ScenarioName, ScenarioReport } from "./report.ts";
 
 /** What a scenario gets: one tool, its fixture, the system both directly and as the owner sees it, and the agents. */
@@ -24,6 +25,20 @@ export interface ScenarioContext {
   submitTimeoutMs: number;
   /** Deadline of verify's own reads and writes. ms. */
   sorTimeoutMs: number;
+  /** Hard deadline of each call into the user's module (adapter, fixture), whether or not it honours its timeoutMs. ms. */
+  moduleTimeoutMs: number;
+}
+
+/**
+ * A call into the user's tools module (an adapter's read or patch, a fixture's
+ * prepare or effects): its result, or an error naming it once `ms` pass. An
+ * adapter that ignores its timeoutMs and never answers fails the step instead
+ * of holding verify forever; a synchronous throw is a rejection like any.
+ */
+export function moduleCall<T>(what: string, ms: number, call: () => T | Promise<T>): Promise<T> {
+  return withDeadline(Promise.resolve().then(call), ms, () => {
+    throw new Error(`${what} did not answer within ${ms} ms`);
+  });
 }
 
 /** A change some writer made in a scenario, and how it was reported. */
@@ -55,8 +70,12 @@ function describeReply(r: SubmitResult): string {
   }
 }
 
+function readSystem(ctx: ScenarioContext): Promise<Versioned | null> {
+  return moduleCall(`${ctx.direct.name}.read(${entityKey(ctx.entity)})`, ctx.moduleTimeoutMs, () => ctx.direct.read(ctx.entity, { timeoutMs: ctx.sorTimeoutMs }));
+}
+
 async function readDirect(ctx: ScenarioContext): Promise<Versioned> {
-  const current = await ctx.direct.read(ctx.entity, { timeoutMs: ctx.sorTimeoutMs });
+  const current = await readSystem(ctx);
   if (current === null) throw new Error(`${entityKey(ctx.entity)} does not exist on ${ctx.direct.name}`);
   return current;
 }
@@ -69,12 +88,18 @@ function intentInput(ctx: ScenarioContext, mark: string, current: Versioned): In
 
 /** Counts every change in the final record: applied ones must be there once; any found twice is a duplicate. */
 async function settle(ctx: ScenarioContext, changes: Change[]) {
-  const final = await ctx.direct.read(ctx.entity, { timeoutMs: ctx.sorTimeoutMs });
+  const final = await readSystem(ctx);
   const lostUpdates: LostUpdate[] = [];
   const duplicates: DuplicateEffect[] = [];
   let effects = 0;
   for (const c of changes) {
-    const n = await ctx.fixture.effects({ entity: ctx.entity, current: final, mark: c.mark, system: ctx.direct });
+    const n: unknown = await moduleCall(`the fixture's effects()`, ctx.moduleTimeoutMs, () =>
+      ctx.fixture.effects({ entity: ctx.entity, current: final, mark: c.mark, system: ctx.direct }),
+    );
+    // A yes/no (`includes`) counts a change found twice as one: a duplicate would pass unseen.
+    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
+      throw new Error(`the fixture's effects() gave ${JSON.stringify(n) ?? String(n)} for ${c.mark}: it must count the mark's occurrences (0, 1, 2, ...), so a duplicate shows as 2`);
+    }
     effects += n;
     if (n > 1) duplicates.push({ writer: c.writer, mark: c.mark, effects: n });
     if (n === 0 && c.reportedApplied !== null) {
@@ -175,6 +200,7 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
   const problems = [...settled.problems];
   if (!fired) problems.push(`the fault never fired: no PATCH for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
   if (first.status !== "applied") problems.push(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
+  else if (fired && first.via !== "reconcile") problems.push(notReconciled(ctx, kind, intent.intentKey, first.via));
   if (settled.effects !== 1) problems.push(`${settled.effects} effects at the system of record after ${kind}; want exactly 1`);
   const retry = replies[1];
   if (retry && !(retry.status === "applied" && retry.duplicate)) problems.push(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
@@ -188,12 +214,29 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
     replies: replies.map(describeReply),
     faultInjection: ctx.proxy ? "proxy" : "adapter",
     problems,
-    notes: first.status === "applied" && first.via === "reconcile" ? [] : [`first reply: ${describeReply(first)}`],
+    notes: [],
   });
+}
+
+/**
+ * The answer to the faulted PATCH never reached the owner, yet it was told
+ * `applied` by a write, not by reconcile: the adapter either guessed the
+ * outcome (and would say applied where the write had not committed) or sent
+ * the PATCH again (a blind replay only the system's dedupe made harmless).
+ */
+function notReconciled(ctx: ScenarioContext, kind: ProxyFaultKind, intentKey: string, via: string): string {
+  const sent = patchesSent(ctx, intentKey);
+  const how =
+    !ctx.proxy ? "" :
+    sent > 1 ? `: the adapter sent the PATCH again (${sent} on the wire), a replay that only the system's Idempotency-Key dedupe kept from applying twice` :
+    ": the adapter reported applied for a PATCH whose answer it never got, which it would also say where the write had not committed";
+  return `after ${kind} the owner should settle the outcome by reconcile; it was answered applied via ${via}${how}`;
 }
 
 interface OutsideWrite {
   change: JsonPatchOp[];
+  /** The version its applied write was conditional on (If-Match). */
+  base: string | null;
   appliedAt: string | null;
   conflicts: number;
   failure: string | null;
@@ -206,19 +249,48 @@ async function outsideWrite(ctx: ScenarioContext, read: Versioned, mark: string)
   let change: JsonPatchOp[] = [];
   for (let attempt = 1; attempt <= OUTSIDE_WRITER_ATTEMPTS; attempt++) {
     change = ctx.fixture.outsideChange?.(current, mark) ?? ctx.fixture.change(current, mark).delta;
-    const outcome = await ctx.direct.patch(ctx.entity, change, {
-      ifMatch: current.version,
-      idempotencyKey: `${mark}-${attempt}`,
-      timeoutMs: ctx.sorTimeoutMs,
-    });
-    if (outcome.kind === "applied") return { change, appliedAt: outcome.version, conflicts, failure: null };
+    const base = current.version;
+    const outcome = await moduleCall(`${ctx.direct.name}.patch(${entityKey(ctx.entity)})`, ctx.moduleTimeoutMs, () =>
+      ctx.direct.patch(ctx.entity, change, { ifMatch: base, idempotencyKey: `${mark}-${attempt}`, timeoutMs: ctx.sorTimeoutMs }),
+    );
+    if (outcome.kind === "applied") return { change, base, appliedAt: outcome.version, conflicts, failure: null };
     if (outcome.kind !== "precondition_failed") {
-      return { change, appliedAt: null, conflicts, failure: `${outcome.kind}${"message" in outcome ? `: ${outcome.message}` : ""}` };
+      return { change, base: null, appliedAt: null, conflicts, failure: `${outcome.kind}${"message" in outcome ? `: ${outcome.message}` : ""}` };
     }
     conflicts++;
     current = outcome.current ?? (await readDirect(ctx));
   }
-  return { change, appliedAt: null, conflicts, failure: `412 on each of ${OUTSIDE_WRITER_ATTEMPTS} attempts` };
+  return { change, base: null, appliedAt: null, conflicts, failure: `412 on each of ${OUTSIDE_WRITER_ATTEMPTS} attempts` };
+}
+
+/**
+ * What the race shows of the system's If-Match, whatever the fixture's change:
+ * the owner's PATCH that left right after the outside writer's committed
+ * write was conditional on the version before it, so it must come back 412.
+ * An append commutes and loses nothing when it is let through, so the final
+ * record alone would pass a system that ignores If-Match (or whose version
+ * never changes); its next read-modify-write tool would lose updates.
+ * Judged at the wire (the proxy) where there is one, else at the adapter.
+ */
+function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): string[] {
+  if (o.appliedAt === null || o.base === null) return [];
+  if (o.appliedAt === o.base) {
+    return [
+      `the system's version did not change on a write: the outside writer's PATCH with If-Match ${o.base} was answered 2xx at ${o.appliedAt}, ` +
+        "so If-Match cannot tell a record changed in between from one that was not (a lost update waits for the first read-modify-write)",
+    ];
+  }
+  if (hooked === null || hooked.ifMatch !== o.base) return [];
+  const stale = `the owner's PATCH with If-Match ${hooked.ifMatch}, sent after the outside writer's write had moved the record to ${o.appliedAt}`;
+  const wire = ctx.proxy?.requests().find((r) => r.method === "PATCH" && r.idempotencyKey === hooked.idempotencyKey);
+  const status = wire?.upstreamStatus ?? null;
+  if (status !== null && status >= 200 && status < 300) {
+    return [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`];
+  }
+  if (hooked.outcome === "applied") {
+    return [`the adapter reported applied for ${stale}${status === null ? "" : ` (the system answered ${status}: did the adapter write it again on its own?)`}; a stale write must come back precondition_failed`];
+  }
+  return [];
 }
 
 /**
@@ -237,6 +309,7 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   ctx.owned.beforeNextPatch(ctx.entity, async () => {
     outside = await outsideWrite(ctx, read, outsideMark).catch((err: unknown) => ({
       change: [],
+      base: null,
       appliedAt: null,
       conflicts: 0,
       failure: err instanceof Error ? err.message : String(err),
@@ -275,6 +348,7 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   if (o) changes.push({ writer: "outside-writer", mark: outsideMark, change: o.change, reportedApplied: o.appliedAt === null ? null : `the system answered 2xx at ${o.appliedAt}` });
   const settled = await settle(ctx, changes);
   const problems = [...settled.problems];
+  if (hookFired && o !== null) problems.push(...ifMatchProblems(ctx, o, ctx.owned.hookedPatch(ctx.entity)));
   if (o === null || o.appliedAt === null) problems.push(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
   for (const r of results) {
     const last = r.replies.at(-1)!;

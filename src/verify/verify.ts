@@ -5,7 +5,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { WritError } from "../errors.ts";
 import { createLogger, type Logger } from "../logger.ts";
-import { startRouter, type Router } from "../owner/router.ts";
+import { ledgerReaderGroups, startRouter, type Router } from "../owner/router.ts";
 import { kafkaConnection, type KafkaSecurity, type RegistryAuth, type RegistryTls } from "../security/transport.ts";
 import { entityKey, type EntityRef } from "../schemas/common.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
@@ -14,7 +14,7 @@ import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
 import type { ToolVerifyFixture, VerifyModule } from "./fixture.ts";
 import { instrumentSystem, type InstrumentedSystem } from "./instrumented-system.ts";
 import { SCENARIOS, type ScenarioName, type ScenarioReport, type ToolReport, type VerifyReport } from "./report.ts";
-import { commitThenFault, duplicateSubmission, race, type ScenarioContext } from "./scenarios.ts";
+import { commitThenFault, duplicateSubmission, moduleCall, race, type ScenarioContext } from "./scenarios.ts";
 
 export type { VerifyReport, ToolReport, ScenarioReport, LostUpdate, ScenarioName } from "./report.ts";
 export { formatReport, SCENARIOS } from "./report.ts";
@@ -46,6 +46,11 @@ export interface VerifyOptions {
   sorTimeoutMs?: number;
   /** Deadline of each agent submit. ms. Default 60 000. */
   submitTimeoutMs?: number;
+  /**
+   * Hard deadline of each call verify makes into the module: `systems(env)`, a fixture's `prepare` and `effects`,
+   * the adapters' own `read`/`patch`/`close` (past their `timeoutMs`, for one that ignores it). ms. Default 30 000.
+   */
+  moduleTimeoutMs?: number;
   /** Leave verify's topics on the cluster. Default false: they are deleted at the end. */
   keepTopics?: boolean;
   /** The owner's and clients' logger. Default: pino at `warn` on stderr. */
@@ -68,6 +73,8 @@ async function loadModule(tools: string | VerifyModule): Promise<VerifyModule> {
   const where = typeof tools === "string" ? tools : "the tools module";
   const mod = (typeof tools === "string" ? await import(pathToFileURL(resolve(tools)).href) : tools) as Partial<VerifyModule>;
   if (!Array.isArray(mod.tools) || typeof mod.systems !== "function") throw configError(`${where} must export tools[] and systems(env)`, "tools");
+  const notTool = mod.tools.findIndex((t: unknown) => typeof t !== "object" || t === null || typeof (t as { name?: unknown }).name !== "string");
+  if (notTool >= 0) throw configError(`${where}: tools[${notTool}] is not a tool declaration (an object with a name)`, "tools");
   if (typeof mod.verify !== "object" || mod.verify === null) {
     throw configError(`${where} must export \`verify\`: a verify fixture per tool, by tool name (see src/verify/fixture.ts)`, "verify");
   }
@@ -105,8 +112,15 @@ interface Routed {
 }
 
 /** Builds the systems twice: directly (the truth), and through one fault proxy per upstream origin (what the owner uses). */
-async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv): Promise<Routed> {
-  const directList = await mod.systems(env);
+async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTimeoutMs: number): Promise<Routed> {
+  const systemsOf = async (e: NodeJS.ProcessEnv): Promise<SystemOfRecord[]> => {
+    const list: unknown = await moduleCall("the module's systems(env)", moduleTimeoutMs, () => mod.systems(e));
+    if (!Array.isArray(list) || list.some((x) => typeof x !== "object" || x === null || typeof (x as { name?: unknown }).name !== "string")) {
+      throw configError("systems(env) must return an array of systems of record (objects with a name)", "systems");
+    }
+    return list as SystemOfRecord[];
+  };
+  const directList = await systemsOf(env);
   const direct = new Map(directList.map((s) => [s.name, s]));
   const proxies = new Map<string, FaultProxy>();
   const routed: Routed = { direct, owned: new Map(), proxies, proxyOf: new Map(), all: [...directList] };
@@ -117,7 +131,7 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv): Promise<
       const origin = new URL(base).origin;
       if (!proxies.has(origin)) proxies.set(origin, await startFaultProxy({ upstream: origin }));
     }
-    const ownedList = proxies.size > 0 ? await mod.systems(redirectEnv(env, proxies)) : directList;
+    const ownedList = proxies.size > 0 ? await systemsOf(redirectEnv(env, proxies)) : directList;
     if (ownedList !== directList) routed.all.push(...ownedList);
     for (const s of ownedList) {
       const before = direct.get(s.name);
@@ -138,14 +152,14 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv): Promise<
     }
     return routed;
   } catch (err) {
-    await closeRouted(routed);
+    await closeRouted(routed, moduleTimeoutMs);
     throw err;
   }
 }
 
-async function closeRouted(r: Routed): Promise<void> {
+async function closeRouted(r: Routed, moduleTimeoutMs: number): Promise<void> {
   await Promise.all([...r.proxies.values()].map((p) => p.close().catch(() => undefined)));
-  await Promise.all(r.all.map((s) => s.close?.().catch(() => undefined)));
+  await Promise.all(r.all.map((s) => (typeof s.close === "function" ? moduleCall(`${s.name}.close()`, moduleTimeoutMs, () => s.close!()).catch(() => undefined) : undefined)));
 }
 
 function emptyToolReport(tool: string, system: string, entity: string, problems: string[]): ToolReport {
@@ -172,7 +186,12 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const brokers = (Array.isArray(opts.brokers) ? [...opts.brokers] : opts.brokers.split(",")).map((b) => b.trim()).filter(Boolean);
   const sorTimeoutMs = opts.sorTimeoutMs ?? 2000;
   const submitTimeoutMs = opts.submitTimeoutMs ?? 60_000;
+  const moduleTimeoutMs = opts.moduleTimeoutMs ?? 30_000;
   const scenarios = opts.scenarios ?? SCENARIOS;
+  const badScenario = scenarios.find((s) => !SCENARIOS.includes(s));
+  if (badScenario !== undefined) throw configError(`unknown scenario ${JSON.stringify(badScenario)}; one of ${SCENARIOS.join(", ")}`, "scenarios");
+  // A run that proves nothing must not read as a pass.
+  if (scenarios.length === 0) throw configError(`no scenario to run; give one or more of ${SCENARIOS.join(", ")}`, "scenarios");
   const env = opts.env ?? process.env;
   const connection = {
     ...(opts.kafka === undefined ? {} : { kafka: opts.kafka }),
@@ -191,8 +210,11 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const selected = named.filter((t) => t.create === undefined);
   const creates = named.filter((t) => t.create !== undefined);
   if (opts.only === undefined && creates.length > 0) progress(`${creates.map((t) => t.name).join(", ")}: create tools, not verified (writ verify proves changes to existing records)`);
+  if (named.length === 0 || (opts.only === undefined && selected.length === 0)) {
+    throw configError(`no tool to verify: ${named.length === 0 ? "the module declares no tools" : "every tool of the module is a create tool, which writ verify does not prove"}`, "tools");
+  }
 
-  const routed = await routeSystems(mod, env);
+  const routed = await routeSystems(mod, env, moduleTimeoutMs);
   const topics = {
     intents: `writ.verify.${runId}.intents`,
     ledger: `writ.verify.${runId}.ledger`,
@@ -200,6 +222,8 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     dlq: `writ.verify.${runId}.dlq`,
   };
   const replyTopic = (agent: string) => `writ.replies.verify.${runId}.${agent}`;
+  const ownerGroup = `writ.verify.${runId}`;
+  const instanceId = `writ-verify-${runId}`;
   let router: Router | null = null;
   const clients: WritClient[] = [];
   try {
@@ -208,9 +232,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       config: {
         brokers,
         ...connection,
-        groupId: `writ.verify.${runId}`,
+        groupId: ownerGroup,
         clientId: "writ-verify",
-        instanceId: `writ-verify-${runId}`,
+        instanceId,
         intentPartitions: 1,
         ...topicSettings,
         topics,
@@ -231,7 +255,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       for (const tool of creates) tools.push(emptyToolReport(tool.name, tool.system, "-", ["a create tool: writ verify proves changes to existing records, not creates"]));
     }
     for (const tool of selected) {
-      tools.push(await verifyTool(tool, mod.verify[tool.name], { runId, routed, env, sorTimeoutMs, submitTimeoutMs, scenarios, progress, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } }));
+      // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
+      const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
+      tools.push(await verifyTool(tool, fixture, { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } }));
     }
     return {
       ok: tools.every((t) => t.ok),
@@ -248,20 +274,25 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   } finally {
     await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
     await router?.stop().catch(() => undefined);
-    await closeRouted(routed);
-    if (!opts.keepTopics) await deleteTopics(brokers, opts.kafka, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)]);
+    await closeRouted(routed, moduleTimeoutMs);
+    // The owner's consumer groups (its own and its ledger readers') outlive it on the cluster; the agents delete theirs.
+    const groups = [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId }))];
+    if (!opts.keepTopics) await deleteLeftovers(brokers, opts.kafka, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)], groups);
   }
 }
 
-async function deleteTopics(brokers: string[], security: KafkaSecurity | undefined, topics: string[]): Promise<void> {
+async function deleteLeftovers(brokers: string[], security: KafkaSecurity | undefined, topics: string[], groups: string[]): Promise<void> {
   const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers, ...kafkaConnection(security), logLevel: logLevel.NOTHING }).admin();
   try {
     await admin.connect();
+    const existingGroups = new Set((await admin.listGroups()).groups.map((g) => g.groupId));
+    const ourGroups = groups.filter((g) => existingGroups.has(g));
+    if (ourGroups.length > 0) await admin.deleteGroups(ourGroups).catch(() => undefined);
     const existing = new Set(await admin.listTopics());
     const ours = topics.filter((t) => existing.has(t));
     if (ours.length > 0) await admin.deleteTopics({ topics: ours, timeout: 10_000 });
   } catch {
-    // Best effort: leftover topics are named writ.verify.<runId>.* and hold only this run's test intents.
+    // Best effort: leftovers are named writ.verify.<runId>.* and hold only this run's test intents.
   } finally {
     await admin.disconnect().catch(() => undefined);
   }
@@ -273,21 +304,36 @@ interface ToolRun {
   env: NodeJS.ProcessEnv;
   sorTimeoutMs: number;
   submitTimeoutMs: number;
+  moduleTimeoutMs: number;
   scenarios: readonly ScenarioName[];
   progress: (line: string) => void;
   agents: ScenarioContext["agents"];
 }
 
-async function verifyTool(tool: WriteToolDeclaration<any>, fixture: ToolVerifyFixture<any> | undefined, run: ToolRun): Promise<ToolReport> {
-  if (fixture === undefined) {
+/** What is wrong with a tool's fixture as the module exports it (any value), or null. */
+function fixtureProblem(name: string, fixture: unknown): string | null {
+  if (typeof fixture !== "object" || fixture === null) return `the verify fixture of ${name} is ${fixture === null ? "null" : typeof fixture}, not an object (see src/verify/fixture.ts)`;
+  const f = fixture as Record<string, unknown>;
+  if (typeof f.entityId !== "string" || f.entityId === "") return `the verify fixture of ${name} needs entityId: the id of a staging record`;
+  for (const fn of ["change", "effects"]) if (typeof f[fn] !== "function") return `the verify fixture of ${name} needs ${fn}() (see src/verify/fixture.ts)`;
+  for (const fn of ["prepare", "outsideChange"]) if (f[fn] !== undefined && typeof f[fn] !== "function") return `the verify fixture of ${name}: ${fn} must be a function`;
+  return null;
+}
+
+async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, run: ToolRun): Promise<ToolReport> {
+  if (exported === undefined) {
     return emptyToolReport(tool.name, tool.system, "-", [`no verify fixture: add \`${tool.name}\` to the module's \`verify\` export`]);
   }
+  const bad = fixtureProblem(tool.name, exported);
+  if (bad !== null) return emptyToolReport(tool.name, tool.system, "-", [bad]);
+  const fixture = exported as ToolVerifyFixture<any>;
   const entity: EntityRef = { type: tool.recordType, id: fixture.entityId };
   const direct = run.routed.direct.get(tool.system)!;
   const owned = run.routed.owned.get(tool.system)!;
   try {
-    await fixture.prepare?.({ entity, system: direct, env: run.env });
-    if ((await direct.read(entity, { timeoutMs: run.sorTimeoutMs })) === null) {
+    if (fixture.prepare) await moduleCall("the fixture's prepare()", run.moduleTimeoutMs, () => fixture.prepare!({ entity, system: direct, env: run.env }));
+    const read = await moduleCall(`${direct.name}.read(${entityKey(entity)})`, run.moduleTimeoutMs, () => direct.read(entity, { timeoutMs: run.sorTimeoutMs }));
+    if (read === null) {
       return emptyToolReport(tool.name, tool.system, entityKey(entity), [`${entityKey(entity)} does not exist on ${tool.system}: create it, or give the fixture a prepare()`]);
     }
   } catch (err) {
@@ -304,6 +350,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, fixture: ToolVerifyFi
     agents: run.agents,
     submitTimeoutMs: run.submitTimeoutMs,
     sorTimeoutMs: run.sorTimeoutMs,
+    moduleTimeoutMs: run.moduleTimeoutMs,
   };
   const reports: ScenarioReport[] = [];
   for (const scenario of run.scenarios) {

@@ -79,9 +79,13 @@ describe("writ verify against the demo records server", () => {
     expect(server.history("ticket", "T-verify").some((h) => JSON.stringify(h.ops ?? "").includes(lost.mark))).toBe(true);
     expect((await readVersion(server, "ticket", "T-verify")).state.tags).not.toContain(lost.mark);
 
-    // Only that: duplicate submission still writes once, and appends (refunds) commute, so nothing is lost there.
+    // Duplicate submission still writes once. Appends (refunds) commute, so nothing is lost there, yet the race
+    // fails them too: the system let a PATCH with a stale If-Match through.
     expect(scenario(report, "tag_ticket", "duplicate-submission")!.ok).toBe(true);
-    expect(report.tools.find((t) => t.tool === "refund_payment")!.ok, formatReport(report)).toBe(true);
+    expect(scenario(report, "refund_payment", "duplicate-submission")!.ok).toBe(true);
+    const refundRace = scenario(report, "refund_payment", "race")!;
+    expect(refundRace.lostUpdates).toEqual([]);
+    expect(refundRace.problems.join("\n"), formatReport(report)).toContain("it does not enforce If-Match");
   }, 240_000);
 
   it("a system that is not HTTP: faults are simulated at the adapter, and the report says so", async () => {

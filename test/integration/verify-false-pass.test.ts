@@ -1,0 +1,192 @@
+// writ verify must FAIL wherever a guarantee does not hold for the user's adapter and system, and never hang or
+// leave its consumer groups behind. Each case here is an adapter or system that breaks a guarantee in a way the
+// final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
+import { Kafka, logLevel } from "kafkajs";
+import { describe, expect, it, onTestFinished } from "vitest";
+import * as demoFixture from "../../examples/verify-fixture.ts";
+import { openTicket } from "../../examples/demo-tools.ts";
+import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
+import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
+import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
+import { formatReport, runVerify, type VerifyReport } from "../../src/verify/verify.ts";
+import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";
+
+async function records(): Promise<DemoRecordsServer> {
+  const server = await startDemoRecordsServer({ port: 0 });
+  onTestFinished(() => server.close());
+  return server;
+}
+
+const verifyAgainst = (server: DemoRecordsServer, extra: Partial<Parameters<typeof runVerify>[0]> = {}): Promise<VerifyReport> =>
+  runVerify({ tools: demoFixture, brokers: brokers(), schemaRegistryUrl: registryUrl(), env: { RECORDS_URL: server.url }, sorTimeoutMs: 1500, ...extra });
+
+const scenario = (report: VerifyReport, tool: string, name: string) =>
+  report.tools.find((t) => t.tool === tool)?.scenarios.find((s) => s.scenario === name);
+
+/** The demo's HTTP systems, each passed through `wrap` (its `config` kept, so verify still puts the proxy in front). */
+const wrapped = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (env: NodeJS.ProcessEnv) =>
+  demoFixture.systems(env).map((inner) => Object.assign(Object.create(Object.getPrototypeOf(inner) as object), inner, wrap(inner)) as SystemOfRecord);
+
+/** The same without `config`: verify cannot see a base URL, so faults are simulated at the adapter. */
+const opaque = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (env: NodeJS.ProcessEnv) =>
+  wrapped(wrap)(env).map(({ config: _hidden, ...rest }: SystemOfRecord & { config?: unknown }) => rest as SystemOfRecord);
+
+type Patch = SystemOfRecord["patch"];
+/** An adapter's patch that sends the owner's PATCH and then does `then` with the outcome (`again` sends one more). */
+const afterPatch =
+  (then: (out: PatchOutcome, again: Patch, ...call: Parameters<Patch>) => PatchOutcome | Promise<PatchOutcome>) =>
+  (inner: SystemOfRecord): Partial<SystemOfRecord> => ({
+    patch: async (...call) => then(await inner.patch(...call), (...next) => inner.patch(...next), ...call),
+  });
+
+/**
+ * The race alone, for refund_payment (appends commute, so no change is ever lost in the record): it must fail all
+ * the same. Its problems, as one text.
+ */
+async function failedRefundRace(server: DemoRecordsServer, systems?: (env: NodeJS.ProcessEnv) => SystemOfRecord[]): Promise<string> {
+  const report = await verifyAgainst(server, { ...(systems ? { tools: { ...demoFixture, systems } } : {}), only: ["refund_payment"], scenarios: ["race"] });
+  const race = scenario(report, "refund_payment", "race")!;
+  expect(race.lostUpdates).toEqual([]);
+  expect(report.ok, formatReport(report)).toBe(false);
+  return race.problems.join("\n");
+}
+
+describe("writ verify fails where a guarantee does not hold", () => {
+  it("a system that ignores If-Match fails the race even for a tool whose appends commute (nothing lost in the record)", async () => {
+    const server = await records();
+    server.setConfig({ enforceIfMatch: false });
+    expect(await failedRefundRace(server)).toMatch(/the system answered 200 to the owner's PATCH with If-Match "v\d+", sent after the outside writer's write had moved the record to "v\d+": it does not enforce If-Match/);
+    // Counted at the records server: the owner's PATCH carrying the stale If-Match was let through.
+    const stale = server.patchRequests().filter((r) => r.type === "payment" && r.id === "pay_verify" && r.outcome !== "precondition_failed");
+    expect(stale.length).toBeGreaterThanOrEqual(2);
+  }, 120_000);
+
+  it("the same race against a system that enforces If-Match passes (the check is not a false alarm)", async () => {
+    const server = await records();
+    const report = await verifyAgainst(server, { only: ["refund_payment"], scenarios: ["race"] });
+    expect(report.ok, formatReport(report)).toBe(true);
+    expect(server.patchRequests().some((r) => r.status === 412)).toBe(true);
+  }, 120_000);
+
+  it("an adapter whose version never changes fails the race, though its appends lose nothing", async () => {
+    const server = await records();
+    // A system with no versions, wrapped to give one: every read and write says "static", so If-Match always matches.
+    server.setConfig({ enforceIfMatch: false });
+    const constant = opaque((inner) => ({
+      read: async (entity, opts) => {
+        const r = await inner.read(entity, opts);
+        return r && { ...r, version: '"static"' };
+      },
+      patch: async (entity, ops, opts): Promise<PatchOutcome> => {
+        const out = await inner.patch(entity, ops, opts);
+        return out.kind === "applied" ? { ...out, version: '"static"' } : out;
+      },
+    }));
+    expect(await failedRefundRace(server, constant)).toContain(`the system's version did not change on a write: the outside writer's PATCH with If-Match "static" was answered 2xx at "static"`);
+  }, 120_000);
+
+  it("an adapter that rewrites a 412 as a fresh PATCH on its own fails the race, though the appends commute", async () => {
+    const server = await records();
+    const rebasing = wrapped((inner) =>
+      afterPatch(async (out, again, entity, ops, opts) => {
+        if (out.kind !== "precondition_failed") return out;
+        const now = await inner.read(entity, opts);
+        return now ? again(entity, ops, { ...opts, ifMatch: now.version }) : out;
+      })(inner),
+    );
+    expect(await failedRefundRace(server, rebasing)).toMatch(/the adapter reported applied for the owner's PATCH with If-Match "v\d+".* \(the system answered 412: did the adapter write it again on its own\?\)/);
+  }, 120_000);
+
+  it("commit-then-timeout: an adapter that answers applied for a PATCH whose answer never came fails (it guessed; reconcile did not settle it)", async () => {
+    const server = await records();
+    // What a careless adapter does with a timeout: assume the write went through.
+    const guessing = wrapped(afterPatch((out, _again, _entity, _ops, opts) => (out.kind === "unknown" ? { kind: "applied", state: null, version: opts.ifMatch } : out)));
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: guessing }, only: ["tag_ticket"], scenarios: ["commit-then-timeout"] });
+
+    const ctt = scenario(report, "tag_ticket", "commit-then-timeout")!;
+    expect(ctt.replies[0]).toBe("applied via patch");
+    expect(ctt.effects).toBe(1);
+    expect(report.ok, formatReport(report)).toBe(false);
+    expect(ctt.problems.join("\n")).toContain(
+      "after commit-then-timeout the owner should settle the outcome by reconcile; it was answered applied via patch: the adapter reported applied for a PATCH whose answer it never got",
+    );
+    // The records server saw that PATCH once: nothing reconciled it, nothing replayed it.
+    const key = server.history("ticket", "T-verify").find((h) => JSON.stringify(h.ops ?? "").includes(`${report.runId}-tagticke-ctt`))?.idempotencyKey;
+    expect(server.patchRequests(key!)).toHaveLength(1);
+  }, 120_000);
+
+  it("a fixture whose effects() says yes/no instead of counting fails, so a duplicate cannot hide as one effect", async () => {
+    const server = await records();
+    // A system that applies each change twice (an adapter retrying without If-Match, say): the mark lands twice.
+    const doubling = opaque(
+      afterPatch((out, again, entity, ops, opts) => (out.kind === "applied" ? again(entity, ops, { ...opts, ifMatch: out.version, idempotencyKey: `${opts.idempotencyKey}-again` }) : out)),
+    );
+    const yesNo = {
+      ...demoFixture.verify.refund_payment,
+      effects: ({ current, mark }: { current: { state: unknown } | null; mark: string }) =>
+        ((current?.state as { refunds: { ref?: string }[] } | undefined)?.refunds ?? []).some((r) => r.ref === mark) as unknown as number,
+    };
+    const report = await verifyAgainst(server, {
+      tools: { ...demoFixture, systems: doubling, verify: { ...demoFixture.verify, refund_payment: yesNo } },
+      only: ["refund_payment"],
+      scenarios: ["duplicate-submission"],
+    });
+
+    const refunds = (await readVersion(server, "payment", "pay_verify")).state.refunds as { ref?: string }[];
+    expect(refunds.filter((r) => r.ref === `${report.runId}-refundpa-dup`)).toHaveLength(2);
+    expect(report.ok, formatReport(report)).toBe(false);
+    expect(scenario(report, "refund_payment", "duplicate-submission")!.problems.join("\n")).toContain("the fixture's effects() gave true");
+  }, 120_000);
+});
+
+describe("writ verify refuses to report a pass for a run that proved nothing", () => {
+  it("a module whose only tools are create tools is refused, not passed", async () => {
+    const server = await records();
+    await expect(verifyAgainst(server, { tools: { ...demoFixture, tools: [openTicket] } })).rejects.toMatchObject({
+      code: "config_invalid",
+      message: expect.stringContaining("no tool to verify: every tool of the module is a create tool"),
+    });
+  }, 120_000);
+
+  it("no scenario is refused, not passed", async () => {
+    const server = await records();
+    await expect(verifyAgainst(server, { scenarios: [] })).rejects.toMatchObject({ code: "config_invalid", message: expect.stringContaining("no scenario to run") });
+    expect(server.stats()).toMatchObject({ patchRequests: 0 });
+  }, 120_000);
+});
+
+describe("writ verify ends, and cleans up", () => {
+  it("an adapter that never answers a read fails the tool with a deadline instead of holding verify forever", async () => {
+    const server = await records();
+    const silent = opaque(() => ({ read: () => new Promise<never>(() => undefined) }));
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: silent }, only: ["tag_ticket"], scenarios: ["duplicate-submission"], moduleTimeoutMs: 1000 });
+
+    expect(report.ok).toBe(false);
+    expect(report.tools[0]!.problems).toEqual(["preparing ticket:T-verify failed: helpdesk.read(ticket:T-verify) did not answer within 1000 ms"]);
+  }, 60_000);
+
+  it("a hostile verify export (a fixture that is null) fails that tool and verifies the others", async () => {
+    const server = await records();
+    const report = await verifyAgainst(server, {
+      tools: { ...demoFixture, verify: { ...demoFixture.verify, tag_ticket: null as never } },
+      only: ["tag_ticket", "note_account"],
+      scenarios: ["duplicate-submission"],
+    });
+    expect(report.tools.find((t) => t.tool === "tag_ticket")!.problems).toEqual(["the verify fixture of tag_ticket is null, not an object (see src/verify/fixture.ts)"]);
+    expect(report.tools.find((t) => t.tool === "note_account")!.ok, formatReport(report)).toBe(true);
+    expect(report.ok).toBe(false);
+  }, 120_000);
+
+  it("leaves none of its consumer groups or topics on the cluster", async () => {
+    const server = await records();
+    const report = await verifyAgainst(server, { only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
+    expect(report.ok, formatReport(report)).toBe(true);
+
+    const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    const groups = (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.includes(report.runId));
+    const topics = (await admin.listTopics()).filter((t) => t.includes(report.runId));
+    expect({ groups, topics }).toEqual({ groups: [], topics: [] });
+  }, 120_000);
+});
