@@ -298,6 +298,25 @@ async function deleteLeftovers(brokers: string[], security: KafkaSecurity | unde
   }
 }
 
+const INFRASTRUCTURE = new Set<string>(["registry_unavailable", "kafka_failed", "reply_consumer_stopped", "client_closed"]);
+
+/** The WritError, in `err` or its causes, that says Kafka or the schema registry failed the run. */
+function infrastructureError(err: unknown): WritError | null {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    if (e instanceof WritError && INFRASTRUCTURE.has(e.code)) return e;
+  }
+  return null;
+}
+
+/** An error's message and its causes', e.g. `gave up after 4 attempts: could not reach the schema registry …`. */
+function causes(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; e = e instanceof Error ? e.cause : undefined, depth++) {
+    parts.push(e instanceof Error ? e.message : String(e));
+  }
+  return parts.join(": ");
+}
+
 interface ToolRun {
   runId: string;
   routed: Routed;
@@ -362,6 +381,9 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
         : scenario === "race" ? await race(ctx)
         : await commitThenFault(ctx, scenario);
     } catch (err) {
+      // Kafka or the registry failing is verify not running, not the tool failing a guarantee: the run stops (exit 2).
+      const outage = infrastructureError(err);
+      if (outage) throw new WritError(outage.code, `writ verify could not run (${tool.name} ${scenario}): ${causes(err)}`, { retriable: true, cause: err });
       r = {
         scenario,
         ok: false,
@@ -373,7 +395,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
         patchesSent: null,
         replies: [],
         faultInjection: null,
-        problems: [`could not run: ${err instanceof Error ? err.message : String(err)}`],
+        problems: [`could not run: ${causes(err)}`],
         notes: [],
         durationMs: Date.now() - t0,
       };

@@ -165,6 +165,15 @@ describe("writ verify ends, and cleans up", () => {
     expect(report.tools[0]!.problems).toEqual(["preparing ticket:T-verify failed: helpdesk.read(ticket:T-verify) did not answer within 1000 ms"]);
   }, 60_000);
 
+  it("a schema registry that cannot be reached stops the run as not run (exit 2), not as the tool failing a guarantee", async () => {
+    const server = await records();
+    await expect(verifyAgainst(server, { schemaRegistryUrl: "http://127.0.0.1:9/apis/ccompat/v7", only: ["tag_ticket"], scenarios: ["duplicate-submission"] })).rejects.toMatchObject({
+      code: "registry_unavailable",
+      message: expect.stringMatching(/^writ verify could not run \(tag_ticket duplicate-submission\): .*could not reach the schema registry/),
+    });
+    expect(server.stats()).toMatchObject({ patchRequests: 0 });
+  }, 120_000);
+
   it("a hostile verify export (a fixture that is null) fails that tool and verifies the others", async () => {
     const server = await records();
     const report = await verifyAgainst(server, {
