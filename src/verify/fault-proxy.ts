@@ -45,6 +45,8 @@ export interface ProxiedRequest {
   idempotencyKey: string | null;
   /** The upstream's status, or null when the upstream could not be reached. */
   upstreamStatus: number | null;
+  /** The upstream answer's ETag: a write that committed twice answers two; a replay of a stored answer, the same one. */
+  etag: string | null;
   /** The fault that was applied to the answer, if any. */
   fault: ProxyFaultKind | null;
   /** For a held answer: how it ended. */
@@ -178,7 +180,7 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     const keyHeader = req.headers["idempotency-key"];
     const key = typeof keyHeader === "string" ? keyHeader : null;
-    const entry: ProxiedRequest = { method, path, idempotencyKey: key, upstreamStatus: null, fault: null };
+    const entry: ProxiedRequest = { method, path, idempotencyKey: key, upstreamStatus: null, etag: null, fault: null };
     log.push(entry);
     const body = await readAll(req);
     let answer: Awaited<ReturnType<typeof forward>>;
@@ -190,6 +192,7 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
       return;
     }
     entry.upstreamStatus = answer.status;
+    entry.etag = typeof answer.headers.etag === "string" ? answer.headers.etag : null;
     const deliver = () => {
       if (res.destroyed) return;
       res.writeHead(answer.status, { ...answer.headers, "content-length": answer.body.length });

@@ -35,6 +35,8 @@ export interface InstrumentedSystem extends SystemOfRecord {
   simulatedFired(idempotencyKey: string): boolean;
   /** PATCHes the owner sent with this idempotency key. */
   patchCount(idempotencyKey: string): number;
+  /** The versions the adapter reported `applied` at for this idempotency key, each once. */
+  appliedVersions(idempotencyKey: string): string[];
 }
 
 export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
@@ -44,6 +46,7 @@ export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
   const simulated = new Map<string, ProxyFaultKind>();
   const firedSimulations = new Set<string>();
   const patches = new Map<string, number>();
+  const applied = new Map<string, Set<string>>();
 
   const system: InstrumentedSystem = {
     name: inner.name,
@@ -70,6 +73,7 @@ export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
         throw err;
       }
       hooked(outcome.kind);
+      if (outcome.kind === "applied") applied.set(opts.idempotencyKey, (applied.get(opts.idempotencyKey) ?? new Set()).add(outcome.version));
       const fault = simulated.get(opts.idempotencyKey);
       if (fault !== undefined && outcome.kind === "applied") {
         simulated.delete(opts.idempotencyKey);
@@ -89,6 +93,7 @@ export function instrumentSystem(inner: SystemOfRecord): InstrumentedSystem {
     simulate: (kind, idempotencyKey) => void simulated.set(idempotencyKey, kind),
     simulatedFired: (idempotencyKey) => firedSimulations.has(idempotencyKey),
     patchCount: (idempotencyKey) => patches.get(idempotencyKey) ?? 0,
+    appliedVersions: (idempotencyKey) => [...(applied.get(idempotencyKey) ?? [])],
   };
   if (inner.lookupIdempotencyKey) {
     const lookup = inner.lookupIdempotencyKey.bind(inner);

@@ -150,6 +150,7 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
   if (applied.length !== replies.length) problems.push(`every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
   if (settled.effects !== 1) problems.push(`${replies.length} submissions of one intent left ${settled.effects} effects at the system of record; want exactly 1`);
   if (applied.filter((r) => !r.duplicate).length > 1) problems.push("more than one reply was a fresh (non-duplicate) write");
+  problems.push(...writtenOnce(ctx, first.intentKey, "agent"));
   return report("duplicate-submission", started, {
     effects: settled.effects,
     expectedEffects: 1,
@@ -162,6 +163,29 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
     problems,
     notes: [],
   });
+}
+
+/**
+ * Writes of one intent that committed at the system, counted where they were
+ * answered: on the wire (the proxy), each 2xx PATCH with the intent key and
+ * an ETag not seen before (a replay of a stored answer carries the first
+ * one's); at the adapter otherwise (distinct versions it reported applied).
+ * The record alone cannot show a second write of an idempotent change (a
+ * replace of /tags with the same list); the system, its hooks and audit did.
+ */
+function writesCommitted(ctx: ScenarioContext, intentKey: string): { writes: number; where: string } {
+  if (!ctx.proxy) return { writes: ctx.owned.appliedVersions(intentKey).length, where: "the adapter reported applied at" };
+  const etags = ctx.proxy
+    .requests()
+    .filter((r) => r.method === "PATCH" && r.idempotencyKey === intentKey && r.upstreamStatus !== null && r.upstreamStatus >= 200 && r.upstreamStatus < 300)
+    .map((r) => r.etag ?? "(no ETag)");
+  return { writes: new Set(etags).size, where: "the system answered 2xx at" };
+}
+
+/** A problem when one intent committed more than once at the system, else none. */
+function writtenOnce(ctx: ScenarioContext, intentKey: string, writer: string): string[] {
+  const { writes, where } = writesCommitted(ctx, intentKey);
+  return writes > 1 ? [`${writer}'s intent ${intentKey} was written ${writes} times (${where} ${writes} different versions): a duplicate write, though the record shows it once`] : [];
 }
 
 function patchesSent(ctx: ScenarioContext, intentKey: string): number {
@@ -202,6 +226,7 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
   if (first.status !== "applied") problems.push(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
   else if (fired && first.via !== "reconcile") problems.push(notReconciled(ctx, kind, intent.intentKey, first.via));
   if (settled.effects !== 1) problems.push(`${settled.effects} effects at the system of record after ${kind}; want exactly 1`);
+  problems.push(...writtenOnce(ctx, intent.intentKey, "agent"));
   const retry = replies[1];
   if (retry && !(retry.status === "applied" && retry.duplicate)) problems.push(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
   return report(kind, started, {
@@ -356,6 +381,7 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
     if (last.status === "escalated") notes.push(`${r.writer} was escalated to a human (${last.reason}); its change is not required in the record`);
   }
   if (!results.some((r) => r.replies.at(-1)!.status === "applied")) notes.push("no agent's change was applied (maxConflictCycles below 2?): only the outside writer's change was checked");
+  for (const r of results) for (const key of new Set(r.replies.map((x) => x.intentKey))) problems.push(...writtenOnce(ctx, key, r.writer));
   const agentConflicts = results.reduce((n, r) => n + r.replies.filter((x) => x.status === "conflict").length, 0);
   return report("race", started, {
     effects: settled.effects,

@@ -115,6 +115,23 @@ describe("writ verify fails where a guarantee does not hold", () => {
     expect(server.patchRequests(key!)).toHaveLength(1);
   }, 120_000);
 
+  it("a PATCH the adapter sends twice fails duplicate-submission though the change is idempotent (the record shows it once)", async () => {
+    const server = await records();
+    // No Idempotency-Key dedupe at the system, and an adapter that sends each PATCH once more "to be safe",
+    // conditional on the version its first answer gave: both commit. A replace of /tags looks the same after either.
+    server.setConfig({ honourIdempotencyKey: false });
+    const twice = wrapped(afterPatch((out, again, entity, ops, opts) => (out.kind === "applied" ? again(entity, ops, { ...opts, ifMatch: out.version }) : out)));
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: twice }, only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
+
+    const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
+    expect(dup.effects).toBe(1);
+    expect(report.ok, formatReport(report)).toBe(false);
+    expect(dup.problems.join("\n")).toMatch(/agent's intent \S+ was written 2 times \(the system answered 2xx at 2 different versions\)/);
+    // Counted at the records server: two PATCHes with that intent key committed.
+    const key = server.history("ticket", "T-verify").find((h) => JSON.stringify(h.ops ?? "").includes(`${report.runId}-tagticke-dup`))!.idempotencyKey!;
+    expect(server.history("ticket", "T-verify").filter((h) => h.kind === "patch" && h.idempotencyKey === key)).toHaveLength(2);
+  }, 120_000);
+
   it("a fixture whose effects() says yes/no instead of counting fails, so a duplicate cannot hide as one effect", async () => {
     const server = await records();
     // A system that applies each change twice (an adapter retrying without If-Match, say): the mark lands twice.
