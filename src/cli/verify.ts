@@ -1,7 +1,7 @@
 // `writ verify`: proves a module's write tools against a staging system of
 // record before they get production credentials. Usage: `writ verify --help`.
 // stdout: the table, then one JSON line (the report); progress on stderr;
-// owner logs in a file. Exit 0 = pass, 1 = a scenario failed, 2 = could not run.
+// owner logs in a file. Exit 0 = pass, 1 = a scenario failed, 2 = could not run, 130/143 = stopped by a signal.
 import { existsSync, mkdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -37,7 +37,8 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
 HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
 that systems(env) reads. Systems that are not HTTP get faults simulated at the adapter.
 
-Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run.`;
+Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run,
+130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics and groups.`;
 
 /** writ's repository root (examples/ lives there; the package does not ship it). */
 function repoRoot(): string {
@@ -94,6 +95,17 @@ async function main(argv: string[]): Promise<number> {
   let brokers = args.brokers ?? process.env.KAFKA_BROKERS;
   let registry = args.registry ?? (process.env.SCHEMA_REGISTRY_URL || undefined);
   let exitCode = 2;
+  // Ctrl-C or SIGTERM: the run stops and deletes its topics and groups (a second signal ends the process at once).
+  const stop = new AbortController();
+  const signals = { SIGINT: 130, SIGTERM: 143 } as const;
+  let stoppedBy: keyof typeof signals | null = null;
+  const onSignal = (name: keyof typeof signals) => () => {
+    stoppedBy = name;
+    process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again to quit at once)\n`);
+    stop.abort(new Error(`stopped by ${name}`));
+  };
+  const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
+  for (const [name, handler] of Object.entries(handlers)) process.once(name, handler);
   try {
     if (demo) {
       const { startDemoRecordsServer } = await import("../testing/demo-records-server.ts");
@@ -137,15 +149,20 @@ async function main(argv: string[]): Promise<number> {
       keepTopics: args["keep-topics"],
       logger,
       onProgress: progress,
+      signal: stop.signal,
     });
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
     exitCode = report.ok ? 0 : 1;
   } catch (err) {
-    process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    exitCode = 2;
+    if (stoppedBy !== null) exitCode = signals[stoppedBy];
+    else {
+      process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      exitCode = 2;
+    }
   } finally {
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    for (const [name, handler] of Object.entries(handlers)) process.off(name, handler);
   }
   return exitCode;
 }

@@ -57,6 +57,21 @@ export interface VerifyOptions {
   logger?: Logger;
   /** One line per step, for a progress display. */
   onProgress?: (line: string) => void;
+  /**
+   * Stops the run early (Ctrl-C): the scenario under way is abandoned, the owner, agents and proxies stop, the
+   * topics and groups are deleted as at the end of a run, and runVerify rejects with the signal's reason.
+   */
+  signal?: AbortSignal;
+}
+
+/** Rejects with the signal's reason once it aborts; never settles without one. */
+function abortion(signal: AbortSignal | undefined): Promise<never> {
+  const stopped = new Promise<never>((_, reject) => {
+    if (signal?.aborted) reject(signal.reason);
+    else signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+  stopped.catch(() => undefined); // raced below; unawaited when the run ends first
+  return stopped;
 }
 
 /** A system created by `createHttpSystemOfRecord` (it exposes its base URL), else null. */
@@ -224,11 +239,14 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const replyTopic = (agent: string) => `writ.replies.verify.${runId}.${agent}`;
   const ownerGroup = `writ.verify.${runId}`;
   const instanceId = `writ-verify-${runId}`;
-  let router: Router | null = null;
-  const clients: WritClient[] = [];
+  const stopped = abortion(opts.signal);
+  // Awaited until the signal, if any, aborts; what it starts is still stopped in `finally` (kept below).
+  const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);
+  let starting: Promise<Router> | null = null;
+  let making: Promise<WritClient>[] = [];
   try {
     progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
-    router = await startRouter({
+    starting = startRouter({
       config: {
         brokers,
         ...connection,
@@ -245,10 +263,11 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       systems: [...routed.owned.values()],
       logger,
     });
+    await until(starting);
     const client = (agent: string) =>
       createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, logger });
-    const [agent, agentA, agentB] = await Promise.all([client("agent"), client("agent-a"), client("agent-b")]);
-    clients.push(agent!, agentA!, agentB!);
+    making = [client("agent"), client("agent-a"), client("agent-b")];
+    const [agent, agentA, agentB] = await until(Promise.all(making));
 
     const tools: ToolReport[] = [];
     if (opts.only !== undefined) {
@@ -257,7 +276,8 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     for (const tool of selected) {
       // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
       const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
-      tools.push(await verifyTool(tool, fixture, { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } }));
+      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } };
+      tools.push(await until(verifyTool(tool, fixture, run)));
     }
     return {
       ok: tools.every((t) => t.ok),
@@ -272,8 +292,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       tools,
     };
   } finally {
-    await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
-    await router?.stop().catch(() => undefined);
+    // Each client and the owner that started, also those still starting when the run failed or was stopped.
+    await Promise.all(making.map((m) => m.then((c) => c.close()).catch(() => undefined)));
+    await starting?.then((r) => r.stop()).catch(() => undefined);
     await closeRouted(routed, moduleTimeoutMs);
     // The owner's consumer groups (its own and its ledger readers') outlive it on the cluster; the agents delete theirs.
     const groups = [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId }))];
@@ -326,6 +347,7 @@ interface ToolRun {
   moduleTimeoutMs: number;
   scenarios: readonly ScenarioName[];
   progress: (line: string) => void;
+  signal: AbortSignal | undefined;
   agents: ScenarioContext["agents"];
 }
 
@@ -373,6 +395,8 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
   };
   const reports: ScenarioReport[] = [];
   for (const scenario of run.scenarios) {
+    // A stopped run has stopped waiting for this tool: the scenarios left are not started.
+    if (run.signal?.aborted) break;
     const t0 = Date.now();
     let r: ScenarioReport;
     try {

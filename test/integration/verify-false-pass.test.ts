@@ -1,6 +1,8 @@
 // writ verify must FAIL wherever a guarantee does not hold for the user's adapter and system, and never hang or
 // leave its consumer groups behind. Each case here is an adapter or system that breaks a guarantee in a way the
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
@@ -9,6 +11,7 @@ import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { formatReport, runVerify, type VerifyReport } from "../../src/verify/verify.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";
 
 async function records(): Promise<DemoRecordsServer> {
@@ -49,6 +52,18 @@ async function failedRefundRace(server: DemoRecordsServer, systems?: (env: NodeJ
   expect(race.lostUpdates).toEqual([]);
   expect(report.ok, formatReport(report)).toBe(false);
   return race.problems.join("\n");
+}
+
+/** The run's consumer groups and topics still on the cluster. */
+async function leftovers(runId: string): Promise<{ groups: string[]; topics: string[] }> {
+  const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    const groups = (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.includes(runId));
+    return { groups, topics: (await admin.listTopics()).filter((t) => t.includes(runId)) };
+  } finally {
+    await admin.disconnect();
+  }
 }
 
 describe("writ verify fails where a guarantee does not hold", () => {
@@ -207,12 +222,27 @@ describe("writ verify ends, and cleans up", () => {
     const server = await records();
     const report = await verifyAgainst(server, { only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
     expect(report.ok, formatReport(report)).toBe(true);
+    expect(await leftovers(report.runId)).toEqual({ groups: [], topics: [] });
+  }, 120_000);
 
-    const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
-    await admin.connect();
-    onTestFinished(() => admin.disconnect());
-    const groups = (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.includes(report.runId));
-    const topics = (await admin.listTopics()).filter((t) => t.includes(report.runId));
-    expect({ groups, topics }).toEqual({ groups: [], topics: [] });
+  it("Ctrl-C in the middle of a run: the CLI deletes the run's topics and groups, and exits 130", async () => {
+    const cli = spawn(
+      process.execPath,
+      ["src/cli/main.ts", "verify", "--demo", "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), "--log-file", ".writ/verify-sigint-test.log"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    onTestFinished(() => void cli.kill("SIGKILL"));
+    let stderr = "";
+    cli.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = once(cli, "exit");
+    // Stopped once its topics exist and a scenario is done: the owner, the agents and the proxy are all running.
+    const runId = await waitFor(() => /duplicate-submission: pass/.test(stderr) && /(wv-[0-9a-f]{6}): starting an owner/.exec(stderr)?.[1], { timeoutMs: 60_000, message: () => stderr });
+    expect((await leftovers(runId)).topics.length).toBeGreaterThan(0);
+    cli.kill("SIGINT");
+    const [code, signal] = (await exited) as [number | null, string | null];
+
+    expect({ code, signal }, stderr).toEqual({ code: 130, signal: null });
+    expect(stderr).toContain("writ verify: stopped by SIGINT");
+    expect(await leftovers(runId)).toEqual({ groups: [], topics: [] });
   }, 120_000);
 });
