@@ -2,6 +2,13 @@ import { entityKey, type EntityRef } from "../schemas/common.ts";
 import type { PatchOutcome, SystemOfRecord } from "../sor/adapter.ts";
 import type { ProxyFaultKind } from "./fault-proxy.ts";
 
+/** The owner's PATCH the `beforeNextPatch` hook ran before, and what the adapter made of it. */
+export interface HookedPatch {
+  idempotencyKey: string;
+  ifMatch: string;
+  outcome: PatchOutcome["kind"] | "threw";
+}
+
 /**
  * A system of record as verify hands it to its owner: the user's adapter,
  * unchanged, with two hooks at the adapter boundary.
@@ -16,13 +23,6 @@ import type { ProxyFaultKind } from "./fault-proxy.ts";
  *   tool; it does not prove that the adapter itself classifies a timeout as
  *   unknown (the proxy does, for HTTP systems).
  */
-/** The owner's PATCH the `beforeNextPatch` hook ran before, and what the adapter made of it. */
-export interface HookedPatch {
-  idempotencyKey: string;
-  ifMatch: string;
-  outcome: PatchOutcome["kind"] | "threw";
-}
-
 export interface InstrumentedSystem extends SystemOfRecord {
   beforeNextPatch(entity: EntityRef, hook: () => Promise<void>): void;
   disarm(entity: EntityRef): void;

@@ -250,12 +250,12 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
  * the PATCH again (a blind replay only the system's dedupe made harmless).
  */
 function notReconciled(ctx: ScenarioContext, kind: ProxyFaultKind, intentKey: string, via: string): string {
+  const said = `after ${kind} the owner should settle the outcome by reconcile; it was answered applied via ${via}`;
+  if (!ctx.proxy) return said;
   const sent = patchesSent(ctx, intentKey);
-  const how =
-    !ctx.proxy ? "" :
-    sent > 1 ? `: the adapter sent the PATCH again (${sent} on the wire), a replay that only the system's Idempotency-Key dedupe kept from applying twice` :
-    ": the adapter reported applied for a PATCH whose answer it never got, which it would also say where the write had not committed";
-  return `after ${kind} the owner should settle the outcome by reconcile; it was answered applied via ${via}${how}`;
+  return sent > 1
+    ? `${said}: the adapter sent the PATCH again (${sent} on the wire), a replay that only the system's Idempotency-Key dedupe kept from applying twice`
+    : `${said}: the adapter reported applied for a PATCH whose answer it never got, which it would also say where the write had not committed`;
 }
 
 interface OutsideWrite {
