@@ -20,6 +20,8 @@ export interface ScenarioContext {
   /** What the owner calls: through the proxy (HTTP) and the adapter hooks. */
   owned: InstrumentedSystem;
   proxy: FaultProxy | null;
+  /** The HTTP method of the system's writes on the wire (PATCH, or POST where the API takes that). */
+  writeMethod: string;
   agents: { agent: WritClient; agentA: WritClient; agentB: WritClient };
   /** Deadline of each submit. ms. */
   submitTimeoutMs: number;
@@ -177,7 +179,7 @@ function writesCommitted(ctx: ScenarioContext, intentKey: string): { writes: num
   if (!ctx.proxy) return { writes: ctx.owned.appliedVersions(intentKey).length, where: "the adapter reported applied at" };
   const etags = ctx.proxy
     .requests()
-    .filter((r) => r.method === "PATCH" && r.idempotencyKey === intentKey && r.upstreamStatus !== null && r.upstreamStatus >= 200 && r.upstreamStatus < 300)
+    .filter((r) => r.method === ctx.writeMethod && r.idempotencyKey === intentKey && r.upstreamStatus !== null && r.upstreamStatus >= 200 && r.upstreamStatus < 300)
     .map((r) => r.etag ?? "(no ETag)");
   return { writes: new Set(etags).size, where: "the system answered 2xx at" };
 }
@@ -189,7 +191,7 @@ function writtenOnce(ctx: ScenarioContext, intentKey: string, writer: string): s
 }
 
 function patchesSent(ctx: ScenarioContext, intentKey: string): number {
-  return ctx.proxy ? ctx.proxy.countByIdempotencyKey(intentKey, "PATCH") : ctx.owned.patchCount(intentKey);
+  return ctx.proxy ? ctx.proxy.countByIdempotencyKey(intentKey, ctx.writeMethod) : ctx.owned.patchCount(intentKey);
 }
 
 /**
@@ -203,7 +205,7 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
   const mark = `${ctx.runId}-${kind === "commit-then-timeout" ? "ctt" : "ctd"}`;
   const input = intentInput(ctx, mark, await readDirect(ctx));
   const intent = ctx.agents.agent.buildIntent(input);
-  if (ctx.proxy) ctx.proxy.arm({ kind, match: { method: "PATCH", idempotencyKey: intent.intentKey } });
+  if (ctx.proxy) ctx.proxy.arm({ kind, match: { method: ctx.writeMethod, idempotencyKey: intent.intentKey } });
   else ctx.owned.simulate(kind, intent.intentKey);
   const replies: SubmitResult[] = [];
   let fired = false;
@@ -222,7 +224,7 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
     { writer: "agent", mark, change: input.delta, reportedApplied: first.status === "applied" ? `writ replied applied at ${first.version} via ${first.via}` : null },
   ]);
   const problems = [...settled.problems];
-  if (!fired) problems.push(`the fault never fired: no PATCH for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
+  if (!fired) problems.push(`the fault never fired: no ${ctx.writeMethod} for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
   if (first.status !== "applied") problems.push(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
   else if (fired && first.via !== "reconcile") problems.push(notReconciled(ctx, kind, intent.intentKey, first.via));
   if (settled.effects !== 1) problems.push(`${settled.effects} effects at the system of record after ${kind}; want exactly 1`);
@@ -307,7 +309,7 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
   }
   if (hooked === null || hooked.ifMatch !== o.base) return [];
   const stale = `the owner's PATCH with If-Match ${hooked.ifMatch}, sent after the outside writer's write had moved the record to ${o.appliedAt}`;
-  const wire = ctx.proxy?.requests().find((r) => r.method === "PATCH" && r.idempotencyKey === hooked.idempotencyKey);
+  const wire = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey);
   const status = wire?.upstreamStatus ?? null;
   if (status !== null && status >= 200 && status < 300) {
     return [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`];

@@ -80,6 +80,12 @@ function httpBaseUrl(system: SystemOfRecord): string | null {
   return typeof config?.baseUrl === "string" ? config.baseUrl : null;
 }
 
+/** The HTTP method of an HTTP system's writes (`createHttpSystemOfRecord`'s `method`): where the proxy injects and counts. */
+function httpWriteMethod(system: SystemOfRecord): string {
+  const method = (system as { config?: { method?: unknown } }).config?.method;
+  return typeof method === "string" ? method.toUpperCase() : "PATCH";
+}
+
 function configError(message: string, field: string): WritError {
   return new WritError("config_invalid", `writ verify: ${message}`, { retriable: false, context: { field } });
 }
@@ -123,6 +129,8 @@ interface Routed {
   owned: Map<string, InstrumentedSystem>;
   proxies: Map<string, FaultProxy>;
   proxyOf: Map<string, FaultProxy>;
+  /** HTTP systems' write method, by system name. */
+  writeMethod: Map<string, string>;
   all: SystemOfRecord[];
 }
 
@@ -138,7 +146,7 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTim
   const directList = await systemsOf(env);
   const direct = new Map(directList.map((s) => [s.name, s]));
   const proxies = new Map<string, FaultProxy>();
-  const routed: Routed = { direct, owned: new Map(), proxies, proxyOf: new Map(), all: [...directList] };
+  const routed: Routed = { direct, owned: new Map(), proxies, proxyOf: new Map(), writeMethod: new Map(), all: [...directList] };
   try {
     for (const s of directList) {
       const base = httpBaseUrl(s);
@@ -162,6 +170,7 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTim
           );
         }
         routed.proxyOf.set(s.name, proxy);
+        routed.writeMethod.set(s.name, httpWriteMethod(s));
       }
       routed.owned.set(s.name, instrumentSystem(s));
     }
@@ -388,6 +397,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     direct,
     owned,
     proxy: run.routed.proxyOf.get(tool.system) ?? null,
+    writeMethod: run.routed.writeMethod.get(tool.system) ?? "PATCH",
     agents: run.agents,
     submitTimeoutMs: run.submitTimeoutMs,
     sorTimeoutMs: run.sorTimeoutMs,

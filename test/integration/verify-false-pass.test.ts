@@ -3,6 +3,8 @@
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { createServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
@@ -168,6 +170,33 @@ describe("writ verify fails where a guarantee does not hold", () => {
     expect(refunds.filter((r) => r.ref === `${report.runId}-refundpa-dup`)).toHaveLength(2);
     expect(report.ok, formatReport(report)).toBe(false);
     expect(scenario(report, "refund_payment", "duplicate-submission")!.problems.join("\n")).toContain("the fixture's effects() gave true");
+  }, 120_000);
+});
+
+describe("writ verify proves a system whose writes are POSTs (createHttpSystemOfRecord's method: POST)", () => {
+  it("injects its faults on the POST and counts it on the wire, so the demo tool passes there too", async () => {
+    const server = await records();
+    // The system as such an API has it: writes are POST to the record's path; the demo server takes them as PATCH.
+    const postApi = createServer((req, res) => {
+      const upstream = new URL(server.url);
+      const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method === "POST" ? "PATCH" : req.method, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      });
+      out.on("error", () => res.destroy());
+      req.pipe(out);
+    });
+    await new Promise<void>((resolve) => postApi.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => new Promise<void>((resolve) => postApi.close(() => resolve())));
+    const postUrl = `http://127.0.0.1:${(postApi.address() as AddressInfo).port}`;
+    const posting = (env: NodeJS.ProcessEnv) =>
+      ["billing", "helpdesk"].map((name) =>
+        createHttpSystemOfRecord({ name, baseUrl: env.RECORDS_URL!, method: "POST", idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+      );
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: posting }, env: { RECORDS_URL: postUrl }, only: ["tag_ticket"] });
+    expect(report.ok, formatReport(report)).toBe(true);
+    expect(scenario(report, "tag_ticket", "commit-then-timeout")!.replies[0]).toBe("applied via reconcile");
+    expect(scenario(report, "tag_ticket", "duplicate-submission")!.patchesSent).toBe(1);
   }, 120_000);
 });
 
