@@ -205,15 +205,16 @@ class FallbackVersionBook extends VersionBook {
 const META_ID_NAMES = { runId: `_meta["${RUN_ID_META_KEY}"]`, stepId: `_meta["${STEP_ID_META_KEY}"]` };
 
 /**
- * A `_meta` id as given, undefined when absent. Any other value is refused naming the key: passed over, a
+ * A `_meta` id as given, undefined when absent or null (a harness's "none"). Any other value is refused naming the key: passed over, a
  * conversation id sent as a number made the session the run (a retry from a new session wrote again), and a
  * step id sent as a number made two writes of one run one (the second answered as a repeat, never written).
  * The length, and an empty string, are checked by checkRunIds.
  */
 function metaString(meta: Record<string, unknown> | undefined, key: string): string | undefined {
   const value = meta === undefined || !Object.hasOwn(meta, key) ? undefined : meta[key];
-  if (value === undefined || typeof value === "string") return value;
-  throw new WritError("config_invalid", `_meta["${key}"] must be a string (it is ${value === null ? "null" : typeof value})`, { retriable: false, context: { field: `_meta["${key}"]` } });
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === "string") return value;
+  throw new WritError("config_invalid", `_meta["${key}"] must be a string (it is ${typeof value})`, { retriable: false, context: { field: `_meta["${key}"]` } });
 }
 
 /**
@@ -353,6 +354,7 @@ export async function startWritMcpHttpServer(options: WritMcpHttpOptions): Promi
   const idleMs = positiveInt("sessionIdleMs", options.sessionIdleMs ?? DEFAULT_MCP_SESSION_IDLE_MS);
   // Checked here, not at the first initialize, where it would be a 500.
   if (options.maxVersions !== undefined) positiveInt("maxVersions", options.maxVersions);
+  if (options.timeoutMs !== undefined) callTimeoutMs(options.timeoutMs, 0);
   const limits = connectionLimits({ maxConnections: mcpMaxConnections(maxSessions), ...(options.headersTimeoutMs === undefined ? {} : { headersTimeoutMs: options.headersTimeoutMs }) });
   const sessions = new Map<string, OpenSession>();
   // Sessions being initialized count against the cap too, so concurrent initializes cannot overshoot it.

@@ -6,7 +6,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
-import { RUN_ID_META_KEY, STEP_ID_META_KEY, createWritMcpServer } from "../../producers/adapters/mcp-server.ts";
+import { RUN_ID_META_KEY, STEP_ID_META_KEY, createWritMcpServer, startWritMcpHttpServer } from "../../producers/adapters/mcp-server.ts";
 import { VersionBook, submitToolCall } from "../../producers/adapters/tool-bridge.ts";
 import type { SubmitResult } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
@@ -63,6 +63,11 @@ describe("a run or step id longer than an intent carries", () => {
       expect(readResult.isError).toBe(true);
       expect(reads()).toBe(0);
       expect(sent).toHaveLength(0);
+      // null is a harness's "not set": the session's (here the configured) run id and the default step, served.
+      const none = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" }, _meta: { [RUN_ID_META_KEY]: null, [STEP_ID_META_KEY]: null } });
+      expect(none.structuredContent).toMatchObject({ status: "applied" });
+      expect(sent.map((i) => i.runId)).toEqual(["run-mcp"]);
+      sent.length = 0;
       // The control: the same calls under a run id an intent carries are served.
       const ok = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" }, _meta: { [RUN_ID_META_KEY]: "r".repeat(MAX_RUN_ID_LENGTH) } });
       expect(ok.structuredContent).toMatchObject({ status: "applied" });
@@ -78,5 +83,14 @@ describe("a run or step id longer than an intent carries", () => {
     const make = (timeoutMs: number) => createWritMcpServer({ client, tools: [tagTicketSpec], read, timeoutMs, logger: createLogger({ level: "silent" }) });
     for (const bad of [0, Number.NaN, 2 ** 31, 1.5]) expect(() => make(bad)).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "timeoutMs" } }));
     expect(() => make(10_000)).not.toThrow();
+  });
+
+  it("MCP over HTTP: the same deadline is refused when the server starts, not as an internal error at each session's initialize", async () => {
+    const { client } = scripted(() => applied);
+    const { read } = counted();
+    await expect(startWritMcpHttpServer({ client, tools: [tagTicketSpec], read, timeoutMs: 0, token: "t".repeat(32), port: 0, logger: createLogger({ level: "silent" }) })).rejects.toMatchObject({
+      code: "config_invalid",
+      context: { field: "timeoutMs" },
+    });
   });
 });

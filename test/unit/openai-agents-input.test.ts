@@ -5,7 +5,7 @@
 import { Agent, run, setTracingDisabled, type RunResult } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents/testing";
 import { KafkaJSNumberOfRetriesExceeded, KafkaJSRequestTimeoutError } from "kafkajs";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { refundPaymentSpec } from "../../examples/demo-tool-specs.ts";
 import { writAgentReadTool, writAgentTool } from "../../producers/adapters/openai-agents.ts";
 import type { SubmitResult } from "../../producers/writ-client.ts";
@@ -34,9 +34,23 @@ describe("OpenAI Agents adapter: a model's arguments that do not parse", () => {
     const { result, sent } = await runWith([{ paymentId: "pay_1", amountCents: 0, reason: "damaged" }, { paymentId: "pay_1", amountCents: 500, reason: "damaged" }], () => applied);
     const [bad, good] = outputs(result);
     expect(bad).toMatchObject({ status: "rejected", reason: "invalid_params", instruction: expect.stringContaining("Fix them") });
+    // Not the SDK's "Invalid JSON input" (it was JSON): with its tool data redacted (its default), no field is named.
+    expect((bad as { message: string }).message).toMatch(/^the arguments do not match the tool's parameters/);
+    expect((bad as { message: string }).message).not.toMatch(/Invalid JSON/);
     expect(good).toMatchObject({ status: "applied" });
     expect(sent).toHaveLength(1);
     expect(result.finalOutput).toBe("done");
+  });
+
+  it("where the SDK may show tool data (OPENAI_AGENTS_DONT_LOG_TOOL_DATA=0), the answer names the field", async () => {
+    vi.stubEnv("OPENAI_AGENTS_DONT_LOG_TOOL_DATA", "0");
+    try {
+      const { result, sent } = await runWith([{ paymentId: "pay_1", amountCents: 0, reason: "damaged" }], () => applied);
+      expect(outputs(result)).toEqual([expect.objectContaining({ status: "rejected", reason: "invalid_params", message: expect.stringMatching(/^the arguments do not match the tool's parameters: .*amountCents/s) })]);
+      expect(sent).toHaveLength(0);
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 
   it("with approval: no person is asked to approve arguments that do not parse (a missing intent field ended the run); they are answered rejected", async () => {
