@@ -14,6 +14,7 @@ import { tool, type ToolRunnableConfig } from "@langchain/core/tools";
 import { getCurrentTaskInput, interrupt } from "@langchain/langgraph";
 import { z } from "zod";
 import type { EntityRef } from "../../src/schemas/common.ts";
+import { WritError } from "../../src/errors.ts";
 import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
   readForTool,
@@ -174,12 +175,19 @@ function asToolOutput<T>(result: T): [string, T] {
 }
 
 function toolCall(config: ToolRunnableConfig): LangChainToolCall {
-  const threadId = config.configurable?.thread_id;
-  return {
-    toolCallId: config.toolCall?.id,
-    threadId: typeof threadId === "string" && threadId !== "" ? threadId : undefined,
-    config,
-  };
+  return { toolCallId: config.toolCall?.id, threadId: threadIdOf(config.configurable?.thread_id), config };
+}
+
+/**
+ * The thread id as a run id: a string as given, a number as its decimal string (a checkpointer that takes one
+ * keys the thread by it), absent for undefined, null or "". Anything else is refused naming it: passed over, the
+ * call fell back to the context's run id, so writes of two threads shared one run (the second answered as a repeat).
+ */
+function threadIdOf(value: unknown): string | undefined {
+  if (value === undefined || value === null || value === "") return undefined;
+  if (typeof value === "string") return value;
+  if (typeof value === "number" && Number.isFinite(value)) return String(value);
+  throw new WritError("config_invalid", `configurable.thread_id must be a string or a number (it is ${typeof value})`, { retriable: false, context: { field: "configurable.thread_id" } });
 }
 
 async function resolve(source: WritThreadContextSource, call: LangChainToolCall): Promise<WritThreadContext> {

@@ -7,6 +7,7 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { RUN_ID_META_KEY, STEP_ID_META_KEY, createWritMcpServer, startWritMcpHttpServer } from "../../producers/adapters/mcp-server.ts";
+import { writLangChainTool } from "../../producers/adapters/langchain.ts";
 import { VersionBook, submitToolCall } from "../../producers/adapters/tool-bridge.ts";
 import type { SubmitResult } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
@@ -92,5 +93,18 @@ describe("a run or step id longer than an intent carries", () => {
       code: "config_invalid",
       context: { field: "timeoutMs" },
     });
+  });
+
+  it("LangChain: a numeric thread id is the run (its decimal string); any other non-string is refused naming it, not passed over for the context's run id", async () => {
+    const { client, sent } = scripted(() => applied);
+    const { read } = counted();
+    const t = writLangChainTool(tagTicketSpec, { client, versions: new VersionBook(), read, runId: "process-run" });
+    const args = { ticketId: "T-42", tag: "vip" };
+    await t.invoke(args, { configurable: { thread_id: 42 } });
+    await t.invoke(args, { configurable: { thread_id: 43 } });
+    await t.invoke(args, { configurable: { thread_id: null } });
+    expect(sent.map((i) => i.runId)).toEqual(["42", "43", "process-run"]);
+    await expect(t.invoke(args, { configurable: { thread_id: { id: 44 } } })).rejects.toMatchObject({ code: "config_invalid", context: { field: "configurable.thread_id" } });
+    expect(sent).toHaveLength(3);
   });
 });
