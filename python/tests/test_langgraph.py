@@ -22,9 +22,10 @@ from writ_client import WritClient
 from writ_client.devstack import ChildProcess, RecordsAdmin, Stack
 from writ_client.examples.demo_specs import refund_spec, tag_spec
 from writ_client.langgraph import approval_request, writ_langchain_read_tool, writ_langchain_tool
-from writ_client.tools import WritDeps
+from writ_client.tools import RunIdInvalid, WritDeps
 
 from .conftest import run_example_against
+from .scripted_client import AppliedClient, CountingReader
 
 Script = Callable[[list[Any]], AIMessage]
 
@@ -161,3 +162,41 @@ def test_the_example_prints_one_refund_against_the_session_stack(stack: Stack, o
     lines = run_example_against(stack, records_server, topics, "writ_client.examples.langgraph_refund")
     assert any("interrupted for approval" in line for line in lines), lines
     assert any("duplicate: the ledger's stored reply" in line for line in lines), lines
+
+
+def one_refund(thread_id: Any, deps: WritDeps) -> Any:
+    """A refund call run by a ToolNode in a graph with a checkpointer, in thread ``thread_id``."""
+    graph_free = StateGraph(MessagesState)
+    graph_free.add_node("tools", ToolNode([writ_langchain_tool(refund_spec, deps)]))
+    graph_free.add_edge(START, "tools")
+    graph = graph_free.compile(checkpointer=InMemorySaver())
+    return asyncio.run(graph.ainvoke({"messages": [call("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late"})]}, {"configurable": {"thread_id": thread_id}}))
+
+
+def test_a_numeric_thread_id_is_the_run_and_any_other_non_string_is_refused() -> None:
+    """Passed over, a thread id of 42 fell back to WritDeps.run_id: the same refund in threads 42 and 43 was one
+    intent, the second answered as a repeat and never written."""
+    client, read = AppliedClient(), CountingReader()
+    deps = WritDeps(client=client, read=read, run_id="process-run")  # type: ignore[arg-type]
+    one_refund(42, deps)
+    one_refund(43, deps)
+    assert [i.run_id for i in client.submitted] == ["42", "43"]
+    with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string or an int \(it is tuple\)"):
+        one_refund(("conv", 7), deps)
+    assert len(client.submitted) == 2
+
+
+def test_a_thread_id_longer_than_an_intent_carries_ends_the_run_naming_it_before_any_read() -> None:
+    """On the old code the record was read, then the intent failed at encoding, and the ToolNode handed that
+    ValidationError to the model as its arguments' fault ("Please fix the error"): it cannot fix the thread id."""
+    client, read = AppliedClient(), CountingReader()
+    deps = WritDeps(client=client, read=read)  # type: ignore[arg-type]
+    with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string of 1 to 256 characters \(it is 300 characters\)"):
+        one_refund("t" * 300, deps)
+    steps = writ_langchain_tool(refund_spec, deps, step_id=lambda p: "s" * 300)
+    graph_free = StateGraph(MessagesState)
+    graph_free.add_node("tools", ToolNode([steps]))
+    graph_free.add_edge(START, "tools")
+    with pytest.raises(RunIdInvalid, match=r"step_id\(params\) must be a string"):
+        graph_free.compile(checkpointer=InMemorySaver()).invoke({"messages": [call("refund_payment", {"paymentId": "p", "amountCents": 5, "reason": "late"})]}, {"configurable": {"thread_id": "t1"}})
+    assert (read.reads, client.submitted) == ([], [])

@@ -20,6 +20,8 @@ from writ_client.devstack import RecordsAdmin
 from writ_client.examples.demo_specs import refund_spec, tag_spec
 from writ_client.openai_agents import writ_agent_read_tool, writ_agent_tool
 
+from .scripted_client import AppliedClient, CountingReader
+
 # No trace export: nothing here talks to OpenAI.
 set_tracing_disabled(True)
 
@@ -132,3 +134,56 @@ def test_without_a_run_id_the_tool_ends_the_run_rather_than_invent_one(client: W
         asyncio.run(Runner.run(agent, "refund", context={}))
     with pytest.raises(ValueError, match="record_types"):
         writ_agent_read_tool([], read=read)
+
+
+def unit_agent(respond: Callable[[str | None, dict[str, Any] | None], Any], client: Any, read: Any, **tool: Any) -> Agent:
+    return Agent(name="billing", model=scripted(respond), tools=[writ_agent_read_tool(["payment"], read=read), writ_agent_tool(refund_spec, client=client, read=read, **tool)])
+
+
+@pytest.mark.parametrize("approval", [False, True])
+def test_arguments_that_do_not_match_the_tool_are_answered_for_the_model_to_fix(approval: bool) -> None:
+    """On the old code the run ended (UserError) on a refund of 0 cents, a refund without its `reason` (with
+    approval: while the SDK asked whether to approve them), JSON that does not parse and a read of an id no record
+    can carry; a resume met them again. Now each is answered `rejected` / `invalid_params`, nothing read or sent, and the
+    corrected call goes through."""
+    client, read = AppliedClient(), CountingReader()
+    wrong: list[Any] = [
+        ("refund_payment", {"paymentId": "pay_1", "amountCents": 0, "reason": "late", "note": None}),
+        ("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "note": None}),
+        ("read_record", {"type": "payment", "id": "\U0001f600" * 200}),
+    ]
+    if not approval:
+        # (The SDK asks for approval of JSON it cannot parse without asking the tool.)
+        wrong.insert(2, ("refund_payment", "{not json"))
+    answers: list[dict[str, Any]] = []
+
+    def respond(tool: str | None, out: dict[str, Any] | None) -> Any:
+        if out is not None:
+            answers.append(out)
+        if wrong:
+            name, args = wrong.pop(0)
+            return [function_call(name, args, call_id=f"call_{uuid.uuid4().hex[:12]}")]
+        if out is not None and out["status"] == "rejected":
+            return calls("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late", "note": None})
+        return [assistant_message(f"refund: {out and out['status']}")]
+
+    result = asyncio.run(Runner.run(unit_agent(respond, client, read, needs_approval=approval), "refund", context={"runId": "conv-1"}))
+    assert [(a["status"], a.get("reason")) for a in answers[: 3 if approval else 4]] == [("rejected", "invalid_params")] * (3 if approval else 4), answers
+    assert "amountCents" in answers[0]["message"] and "reason" in answers[1]["message"] and "Fix them" in answers[0]["instruction"]
+    if approval:
+        assert [i.raw_item.name for i in result.interruptions] == ["refund_payment"]  # the corrected call, and only it
+    else:
+        assert result.final_output == "refund: applied"
+        assert len(client.submitted) == 1
+
+
+@pytest.mark.parametrize(("context", "got"), [({"runId": "r" * 300}, "300 characters"), ({"runId": 4242}, "int")])
+def test_a_run_id_no_intent_can_carry_ends_the_run_naming_it_before_any_read(context: dict[str, Any], got: str) -> None:
+    client, read = AppliedClient(), CountingReader()
+
+    def respond(tool: str | None, out: dict[str, Any] | None) -> Any:
+        return calls("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late", "note": None}) if tool is None else [assistant_message("done")]
+
+    with pytest.raises(Exception, match=rf"context\['runId'\] must be a string of 1 to 256 characters \(it is {got}\)"):
+        asyncio.run(Runner.run(unit_agent(respond, client, read), "refund", context=context))
+    assert (read.reads, client.submitted) == ([], [])

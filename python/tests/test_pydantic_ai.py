@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, DeferredToolRequests, ModelMessagesTypeAdapter
 from pydantic_ai.messages import ToolReturnPart
@@ -18,8 +19,10 @@ from writ_client.devstack import ChildProcess, RecordsAdmin, Stack
 from writ_client.examples.demo_specs import refund_spec
 from writ_client.examples.refund import scripted_model
 from writ_client.pydantic_ai import WritDeps, approval_results, recall_versions, to_model_result, writ_read_tool, writ_tool
+from writ_client.tools import RunIdInvalid
 
 from .conftest import REPO, run_example_against
+from .scripted_client import AppliedClient, CountingReader
 
 
 def refund_returns(messages: list[Any]) -> list[dict[str, Any]]:
@@ -142,3 +145,29 @@ def test_a_conflict_goes_back_to_the_model_which_decides_again(client: WritClien
     assert tags[1]["version"] == '"v3"' and tags[1]["duplicate"] is False
     assert result.output == "tag: applied"
     assert records.read("ticket", tid)["state"]["tags"] == ["billing", "chargeback-risk", "vip"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ({"run_id": 4242}, r"WritDeps.run_id must be a string of 1 to 256 characters \(it is int\)"),
+        ({"run_id": "r" * 300}, r"WritDeps.run_id must be a string of 1 to 256 characters \(it is 300 characters\)"),
+        ({"run_id": "conv-1", "step_id": "s" * 300}, r"WritDeps.step_id must be a string of 1 to 256 characters"),
+    ],
+)
+def test_a_run_or_step_id_no_intent_can_carry_ends_the_run_naming_it_before_any_read(ids: dict[str, Any], message: str) -> None:
+    """On the old code the record was read, then the intent failed at encoding with a ValidationError, which Pydantic AI
+    handed to the model as its own arguments' fault: it cannot fix the harness's id."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    client, read = AppliedClient(), CountingReader()
+    agent = Agent(FunctionModel(respond), tools=[writ_tool(refund_spec)], deps_type=WritDeps)
+    with pytest.raises(RunIdInvalid, match=message):
+        asyncio.run(agent.run("refund", deps=WritDeps(client=client, read=read, **ids)))  # type: ignore[arg-type]
+    assert (read.reads, client.submitted) == ([], [])

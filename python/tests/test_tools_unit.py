@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pydantic import BaseModel
 
 from writ_client import AppliedReply, CanonicalJsonError, ConflictReply, EntityRef, IntentRefused, KeyedTool, RejectedReply, UnknownOutcome, Versioned
-from writ_client.tools import REMEMBERED_CALLS, WritDeps, WritToolSpec, pin_base, pin_call_base, recall_versions, submit_tool_call, to_model_result
+from writ_client.tools import REMEMBERED_CALLS, RunIdInvalid, WritDeps, WritToolSpec, check_run_ids, pin_base, pin_call_base, recall_versions, submit_tool_call, to_model_result
 
 TAG = KeyedTool(name="tag_ticket", key_scope="run", intent_fields=("tag",), record_type="ticket")
 TICKET = EntityRef(type="ticket", id="T1")
@@ -249,3 +249,40 @@ def test_errors_that_leave_the_outcome_open_still_end_the_run(err: BaseException
     deps = WritDeps(client=ScriptedClient([raises(err)]), versions={"ticket:T1": {"state": {"tags": []}, "version": '"v1"'}})  # type: ignore[arg-type]
     with pytest.raises(type(err)):
         call(deps)
+
+
+def test_a_refusal_for_a_key_an_earlier_call_holds_says_that_earlier_write_may_have_been_applied() -> None:
+    """The owner refuses a call whose intent key an earlier call with other arguments holds (a regenerated free value,
+    a changed note): that earlier call may have been applied. Told "nothing was written", the model takes the earlier
+    write for refused too and may make it again under changed intent fields: a new key, a second write."""
+    reused = reply("rejected", reason="key_reused_with_different_params", message="intent key k was used with other params")(None)
+    instruction = to_model_result(reused)["instruction"]
+    assert "nothing was written" not in instruction
+    assert "earlier write may have been applied" in instruction and "read the record" in instruction
+    assert "the earlier call's arguments returns its outcome" in instruction
+
+
+@pytest.mark.parametrize(
+    ("run_id", "step_id", "field", "got"),
+    [
+        ("r" * 257, "once-per-run", "run_id", "257 characters"),
+        ("\U0001f600" * 129, "once-per-run", "run_id", "258 characters"),  # two UTF-16 code units each, as owners count
+        (4242, "once-per-run", "run_id", "int"),
+        ("run-1", "s" * 257, "step_id", "257 characters"),
+        ("run-1", 7, "step_id", "int"),
+    ],
+)
+def test_a_run_or_step_id_no_intent_can_carry_is_refused_before_the_record_is_read(run_id: Any, step_id: Any, field: str, got: str) -> None:
+    """On the old code the record was read (and pinned) first, then the intent failed at encoding."""
+    reads: list[EntityRef] = []
+
+    def read(entity: EntityRef) -> Versioned:
+        reads.append(entity)
+        return Versioned(state={"tags": []}, version='"v1"')
+
+    client = ScriptedClient([reply("applied", state={"tags": ["vip"]}, version='"v2"', via="patch")])
+    with pytest.raises(RunIdInvalid, match=f"{field} must be a string of 1 to 256 characters \\(it is {got}\\)") as refused:
+        asyncio.run(submit_tool_call(WritDeps(client=client), SPEC, TagParams(ticketId="T1", tag="vip"), run_id=run_id, step_id=step_id, key="k" * 64, entity=TICKET, tool_call_id="c", read=read))  # type: ignore[arg-type]
+    assert refused.value.field == field
+    assert (reads, client.submitted) == ([], [])
+    check_run_ids("r" * 256, "\U0001f600" * 128)  # the longest the wire carries

@@ -44,7 +44,7 @@ except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.langgraph needs LangGraph: pip install 'writ-client[langgraph]'") from err
 
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, read_result, read_with, recall_versions, submit_tool_call
+from .tools import DEFAULT_STEP_ID, Reader, RunIdInvalid, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, read_result, read_with, recall_versions, submit_tool_call
 
 __all__ = ["APPROVAL_REQUEST_TYPE", "WritContext", "approval_request", "writ_langchain_read_tool", "writ_langchain_tool"]
 
@@ -73,9 +73,18 @@ async def _deps(context: WritContext, runtime: ToolRuntime) -> WritDeps:
 
 
 def _thread_id(runtime: ToolRuntime) -> str | None:
+    """The thread id as a run id: a string as given, an int as its decimal string (a checkpointer that takes one keys
+    the thread by it), None for None or "". Anything else is refused naming it: passed over, the call fell back to
+    ``WritDeps.run_id``, so writes of two threads shared one run (the second answered as a repeat, never written)."""
     configurable = (runtime.config or {}).get("configurable") or {}
     thread = configurable.get("thread_id") if isinstance(configurable, Mapping) else None
-    return thread if isinstance(thread, str) and thread else None
+    if thread is None or thread == "":
+        return None
+    if isinstance(thread, str):
+        return thread
+    if isinstance(thread, int) and not isinstance(thread, bool):
+        return str(int(thread))
+    raise RunIdInvalid("configurable.thread_id", f"configurable.thread_id must be a string or an int (it is {type(thread).__name__})")
 
 
 def _thread_tool_outputs(runtime: ToolRuntime) -> list[Any]:
@@ -131,12 +140,21 @@ def writ_langchain_tool(
     async def call(runtime: ToolRuntime, **raw: Any) -> tuple[str, dict[str, Any]]:
         deps = await _deps(context, runtime)
         params = spec.params.model_validate(raw)
-        run_id = _thread_id(runtime) or deps.run_id
-        if not run_id:
+        thread = _thread_id(runtime)
+        run_id = thread or deps.run_id
+        if run_id is None or run_id == "":
             raise ValueError(f"writ tool {tool_name}: no run id (no configurable.thread_id, no WritDeps.run_id); a random one would defeat deduplication")
+        own_step = step_id(params) if step_id else None
+        step = own_step or deps.step_id or DEFAULT_STEP_ID
+        # Before anything is read or pinned under them, naming where they came from.
+        check_run_ids(
+            run_id,
+            step,
+            run_name="configurable.thread_id" if thread else "WritDeps.run_id",
+            step_name="step_id(params)" if own_step else "WritDeps.step_id",
+        )
         entity = spec.entity(params)
         args = params_dict(spec, params)
-        step = (step_id(params) if step_id else None) or deps.step_id or DEFAULT_STEP_ID
         key = deps.client.intent_key(tool=spec.tool, run_id=run_id, step_id=step, entity=entity, params=args)
         recall_versions(deps, _thread_tool_outputs(runtime))
         needed = approval(params) if callable(approval) else approval is True

@@ -25,8 +25,9 @@ Example::
     result = await Runner.run(agent, state)             # writes once, however often it is resumed
 
 Tool results are JSON text for the model: :func:`~writ_client.tools.to_model_result`'s shapes plus ``entity``.
-Errors that leave the outcome open (Kafka or the system of record unreachable) end the run rather than become
-text for the model; resuming submits the same intent again, which is safe.
+Arguments that do not match the tool's parameters are answered ``rejected`` / ``invalid_params`` for the model to fix
+(nothing sent, no approval asked). Errors that leave the outcome open (Kafka or the system of record unreachable) end
+the run rather than become text for the model; resuming submits the same intent again, which is safe.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ except ImportError as err:  # pragma: no cover
 
 from .client import WritClient
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, read_result, read_with, submit_tool_call
+from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, check_run_ids, invalid_params, params_dict, pin_base, read_result, read_with, submit_tool_call
 
 __all__ = ["writ_agent_read_tool", "writ_agent_tool"]
 
@@ -74,13 +75,11 @@ def _deps(context: Any, tool: str, client: WritClient, read: Reader | None, time
     return WritDeps(client=client, read=read, timeout=timeout, versions=held["versions"], bases=held["bases"])
 
 
-def _parse(spec: WritToolSpec[P], raw: Any, tool: str) -> P:
-    try:
-        return spec.params.model_validate_json(raw) if isinstance(raw, (str, bytes)) else spec.params.model_validate(raw)
-    except ValidationError as err:
-        # The model's arguments (the strict schema lets few through): nothing was sent. The SDK ends the run with this
-        # error, as the JS adapter's errorFunction: null does; a resume after fixing the cause calls the tool again.
-        raise ValueError(f"tool {tool}: the arguments do not match its parameters: {err}") from None
+def _parse(spec: WritToolSpec[P], raw: Any) -> tuple[P, EntityRef]:
+    """The model's arguments and the record they name; a pydantic ``ValidationError`` when they do not match the
+    tool's parameters (or name a record no intent can carry)."""
+    params = spec.params.model_validate_json(raw) if isinstance(raw, (str, bytes)) else spec.params.model_validate(raw)
+    return params, spec.entity(params)
 
 
 def writ_agent_tool(
@@ -105,30 +104,43 @@ def writ_agent_tool(
     """
     tool_name = name or spec.tool.name
 
-    def call_key(context: Any, params: P) -> tuple[WritDeps, str, str, str, EntityRef]:
+    def call_key(context: Any, params: P, entity: EntityRef) -> tuple[WritDeps, str, str, str]:
+        own_run = run_id is not None
         rid = run_id(context) if run_id else (context.get("runId") if isinstance(context, Mapping) else None)
-        if not isinstance(rid, str) or not rid:
+        if rid is None or rid == "":
             raise ValueError(f"tool {tool_name}: no run id: Runner.run(agent, input, context={{'runId': conversation_id}}); a random one would defeat deduplication")
+        own_step = step_id(context, params) if step_id else None
+        step = own_step or DEFAULT_STEP_ID
+        # Before anything is read or pinned under them (a run id over 256 characters read the record, then failed at encoding).
+        check_run_ids(rid, step, run_name="run_id(context)" if own_run else "context['runId']", step_name="step_id(context, params)" if own_step else "step_id")
         deps = _deps(context, tool_name, client, read, timeout)
-        step = (step_id(context, params) if step_id else None) or DEFAULT_STEP_ID
-        entity = spec.entity(params)
         key = client.intent_key(tool=spec.tool, run_id=rid, step_id=step, entity=entity, params=params_dict(spec, params))
-        return deps, rid, step, key, entity
+        return deps, rid, step, key
 
     async def approval(ctx: RunContextWrapper[Any], raw: dict[str, Any], call_id: str) -> bool:
-        params = _parse(spec, raw, tool_name)
+        # The SDK asks before it parses: arguments that do not parse are answered `rejected` (invalid_params) by the
+        # tool, nothing written, so there is nothing to approve. Parsed here and raised, they ended the run.
+        try:
+            params, entity = _parse(spec, raw)
+        except ValidationError:
+            return False
         needed = needs_approval(ctx, params, call_id) if callable(needs_approval) else needs_approval is True
         if inspect.isawaitable(needed):
             needed = await needed
         if needed:
             # Before the run stops: the version the approver sees is the one every resume writes against.
-            deps, _, _, key, entity = call_key(ctx.context, params)
+            deps, _, _, key = call_key(ctx.context, params, entity)
             await pin_base(deps, key, entity, read, call_id)
         return bool(needed)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
-        params = _parse(spec, raw, tool_name)
-        deps, rid, step, key, entity = call_key(ctx.context, params)
+        try:
+            params, entity = _parse(spec, raw)
+        except ValidationError as err:
+            # The model's arguments, nothing sent: answered for the model to fix, as the other adapters' frameworks do.
+            # Raised, they ended the whole run (the SDK's UserError), and a resume met them again.
+            return json.dumps(invalid_params(err), separators=(",", ":"))
+        deps, rid, step, key = call_key(ctx.context, params, entity)
         result = await submit_tool_call(deps, spec, params, run_id=rid, step_id=step, key=key, entity=entity, tool_call_id=ctx.tool_call_id, read=read)
         return json.dumps(result, separators=(",", ":"))
 
@@ -163,11 +175,11 @@ def writ_agent_read_tool(record_types: Sequence[str], *, read: Reader, name: str
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
         try:
             args = _ReadArgs.model_validate_json(raw)
+            if args.type not in allowed:
+                return json.dumps({"status": "rejected", "reason": "unknown_record_type", "message": f"readable record types: {', '.join(allowed)}", "instruction": "Read one of those."})
+            entity = EntityRef(type=args.type, id=args.id)
         except ValidationError as err:
-            raise ValueError(f"tool {name}: the arguments do not match its parameters: {err}") from None
-        if args.type not in allowed:
-            return json.dumps({"status": "rejected", "reason": "unknown_record_type", "message": f"readable record types: {', '.join(allowed)}", "instruction": "Read one of those."})
-        entity = EntityRef(type=args.type, id=args.id)
+            return json.dumps(invalid_params(err), separators=(",", ":"))
         record = await read_with(read, entity)
         held = _records(ctx.context, name)
         held["versions"][entity.key] = {"state": record.state, "version": record.version}

@@ -51,7 +51,7 @@ except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.pydantic_ai needs Pydantic AI: pip install 'writ-client[pydantic-ai]'") from err
 
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, params_dict, pin_base, pin_call_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
+from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, pin_call_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
 
 __all__ = [
     "DEFAULT_STEP_ID",
@@ -106,12 +106,17 @@ def writ_tool(
 
     async def call(ctx: RunContext[Any], params: BaseModel) -> dict[str, Any]:
         deps = _deps_of(ctx)
-        run_id = deps.run_id or getattr(ctx, "conversation_id", None)
-        if not run_id:
+        own_run = deps.run_id is not None and deps.run_id != ""
+        run_id = deps.run_id if own_run else getattr(ctx, "conversation_id", None)
+        if run_id is None or run_id == "":
             raise TypeError("writ tools need a run id: WritDeps(run_id=conversation_id)")
+        own_step = (step_id(ctx, params) if step_id else None)  # type: ignore[arg-type]
+        step = own_step or deps.step_id or DEFAULT_STEP_ID
+        # Before anything is read or pinned under them, and not as a ValidationError: Pydantic AI hands those to the
+        # model as its own arguments' fault, and the model cannot fix the harness's id.
+        check_run_ids(run_id, step, run_name="WritDeps.run_id" if own_run else "conversation_id", step_name="step_id(ctx, params)" if own_step else "WritDeps.step_id")
         args = params_dict(spec, params)
         entity = spec.entity(params)  # type: ignore[arg-type]
-        step = (step_id(ctx, params) if step_id else None) or deps.step_id or DEFAULT_STEP_ID  # type: ignore[arg-type]
         key = deps.client.intent_key(tool=spec.tool, run_id=run_id, step_id=step, entity=entity, params=args)
         recall_versions(deps, _tool_outputs(ctx))
 

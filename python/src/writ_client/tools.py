@@ -23,19 +23,23 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, Union
 
 from confluent_kafka import KafkaError, KafkaException
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from .canonical import CanonicalJsonError
+from .canonical import CanonicalJsonError, utf16_length
 from .client import IntentInput, IntentRefused, WritClient
 from .keys import KeyedTool
 from .models import AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
 
 __all__ = [
     "DEFAULT_STEP_ID",
+    "MAX_RUN_ID_LENGTH",
+    "RunIdInvalid",
     "REFUSED_FOR_NOW",
     "Reader",
     "WritDeps",
     "WritToolSpec",
+    "check_run_ids",
+    "invalid_params",
     "params_dict",
     "pin_base",
     "pin_call_base",
@@ -49,6 +53,47 @@ __all__ = [
 
 #: The step id used when the harness gives none: one write per run, tool, target and intent fields.
 DEFAULT_STEP_ID = "once-per-run"
+
+#: The longest run or step id an intent carries (``agent.runId``, ``agent.stepId``), in UTF-16 code units as owners count.
+MAX_RUN_ID_LENGTH = 256
+
+
+class RunIdInvalid(ValueError):
+    """The harness's run or step id is not one an intent can carry (TypeScript's ``config_invalid`` from
+    ``checkRunIds``). ``field`` names where it came from. Not a pydantic ``ValidationError``: the frameworks hand
+    those to the model as its own arguments' fault, and the model cannot fix a harness's id."""
+
+    code = "config_invalid"
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+def check_run_ids(run_id: Any, step_id: Any, *, run_name: str = "run_id", step_name: str = "step_id") -> None:
+    """Raises :class:`RunIdInvalid` naming the field when the run or step id is not a string of 1 to
+    :data:`MAX_RUN_ID_LENGTH` UTF-16 code units (TypeScript's ``checkRunIds``). Checked before anything is read or
+    pinned under it: otherwise every write of such a run read the record, then failed at encoding, and a number
+    (a database id) made a key the intent could not carry."""
+    for name, value in ((run_name, run_id), (step_name, step_id)):
+        if isinstance(value, str) and 1 <= utf16_length(value) <= MAX_RUN_ID_LENGTH:
+            continue
+        got = f"{utf16_length(value)} characters" if isinstance(value, str) else type(value).__name__
+        raise RunIdInvalid(name, f"{name} must be a string of 1 to {MAX_RUN_ID_LENGTH} characters (it is {got}), as an intent carries it")
+
+
+def invalid_params(err: ValidationError) -> dict[str, Any]:
+    """The model's result for arguments that do not match the tool's parameters (TypeScript's OpenAI Agents
+    ``invalidInputAnswered``): ``rejected`` / ``invalid_params``, nothing sent, for the model to fix. The message names
+    the fields and the rules, not the values (a model's argument may be megabytes)."""
+    issues = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or '(arguments)'}: {e.get('msg', '')}" for e in err.errors(include_url=False, include_input=False))
+    return {
+        "status": "rejected",
+        "reason": "invalid_params",
+        "message": f"the arguments do not match the tool's parameters: {issues}"[:2000],
+        "instruction": "The arguments do not match the tool's parameters and nothing was written. Fix them and call the tool again.",
+    }
+
 
 #: Refusals that end by themselves (TypeScript's ``REFUSED_FOR_NOW``): a record leased to a change that spans records
 #: takes writes again once the change ends, so the same call later may write. Every other refusal holds for the same
@@ -170,6 +215,8 @@ def to_model_result(result: SubmitResult) -> dict[str, Any]:
             "instruction": "The write was refused for now and nothing was written: the record is held by another change (the message says "
             "until when at the latest). Call the tool again later with the same arguments."
             if result.reason in REFUSED_FOR_NOW
+            else KEY_REUSED_INSTRUCTION
+            if result.reason == KEY_REUSED
             else "The write was refused and nothing was written. Do not retry it unchanged.",
         }
     if isinstance(result, EscalatedReply):
@@ -182,6 +229,17 @@ def to_model_result(result: SubmitResult) -> dict[str, Any]:
         "In this same run (this conversation or thread), calling the same tool with the same arguments again is safe and asks for "
         "the outcome; from a new run it may count as a new write, so read the record first.",
     }
+
+
+#: The owner's refusal of a call whose intent key (run, tool, record, intent fields) an earlier call with other arguments
+#: holds: this call wrote nothing, but the earlier one may have been applied. Told "nothing was written", a model takes the
+#: earlier write for refused too, and may make it again under changed intent fields (a new key: a second write).
+KEY_REUSED = "key_reused_with_different_params"
+KEY_REUSED_INSTRUCTION = (
+    "This call was not written: an earlier call of this tool on this record, for the same intent, was made in this run with other "
+    "arguments, and that earlier write may have been applied. Do not assume it failed: read the record before deciding; calling again "
+    "with the earlier call's arguments returns its outcome."
+)
 
 
 def refused_before_sending(err: BaseException) -> dict[str, Any] | None:
@@ -365,6 +423,7 @@ async def submit_tool_call(
     the run's versions and the intent's base follow the answer (an applied write's new version; a conflict's
     ``current``, which the agent decides again from, or a fresh read when the reply left the record out). An
     intent the client refuses before sending it is a ``rejected`` result (:func:`refused_before_sending`)."""
+    check_run_ids(run_id, step_id)
     base = await pin_base(deps, key, entity, read, tool_call_id)
     try:
         result = await deps.client.asubmit(
