@@ -26,6 +26,9 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --tool <name>         only this tool (repeatable)
   --scenario <name>     only this scenario (repeatable): ${SCENARIOS.join(", ")}
   --sor-timeout-ms <n>  the owner's system-of-record deadline (default 2000)
+  --module-timeout-ms <n>  hard deadline of each call into your module (systems(env), a fixture's prepare and
+                        effects, your adapters past their own timeoutMs; default 30000, at least twice
+                        --sor-timeout-ms plus 5000)
   --json                print only the JSON report
   --keep-topics         leave the run's topics (writ.verify.<run>.*) and consumer groups on the cluster
   --log-file <path>     owner and client logs (default .writ/verify.log; level $LOG_LEVEL, default warn)
@@ -54,6 +57,7 @@ const OPTIONS = {
   tool: { type: "string", multiple: true },
   scenario: { type: "string", multiple: true },
   "sor-timeout-ms": { type: "string" },
+  "module-timeout-ms": { type: "string" },
   json: { type: "boolean", default: false },
   "keep-topics": { type: "boolean", default: false },
   "log-file": { type: "string" },
@@ -81,8 +85,10 @@ async function main(argv: string[]): Promise<number> {
   const badScenario = scenarios.find((s) => !(SCENARIOS as readonly string[]).includes(s));
   if (badScenario !== undefined) return fail(`unknown scenario ${badScenario}; one of ${SCENARIOS.join(", ")}`);
   let sorTimeoutMs: number | undefined;
+  let moduleTimeoutMs: number | undefined;
   try {
     sorTimeoutMs = args["sor-timeout-ms"] === undefined ? undefined : msFlag("sor-timeout-ms", args["sor-timeout-ms"], 0, 1);
+    moduleTimeoutMs = args["module-timeout-ms"] === undefined ? undefined : msFlag("module-timeout-ms", args["module-timeout-ms"], 0, 1);
   } catch (err) {
     return fail((err as Error).message);
   }
@@ -146,6 +152,7 @@ async function main(argv: string[]): Promise<number> {
       ...(args.tool === undefined ? {} : { only: args.tool }),
       scenarios: scenarios as ScenarioName[],
       ...(sorTimeoutMs === undefined ? {} : { sorTimeoutMs }),
+      ...(moduleTimeoutMs === undefined ? {} : { moduleTimeoutMs }),
       keepTopics: args["keep-topics"],
       logger,
       onProgress: progress,

@@ -321,6 +321,19 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
 }
 
 /**
+ * Why the stale PATCH said nothing about If-Match, or null when it did (refused 412, or a problem above): it
+ * ended unknown or unavailable, threw, or left no answer. A pass then rests on the final record alone, which
+ * an append passes whether or not the system enforces If-Match: said in the report, not left silent.
+ */
+function ifMatchUnexercised(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): string | null {
+  if (o.appliedAt === null || o.base === null || o.appliedAt === o.base) return null;
+  if (hooked === null || hooked.ifMatch !== o.base) return "If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it";
+  const status = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey)?.upstreamStatus ?? null;
+  if (status === 412 || hooked.outcome === "precondition_failed" || hooked.outcome === "applied" || (status !== null && status >= 200 && status < 300)) return null;
+  return `If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412; run the race again to check it`;
+}
+
+/**
  * race: two agents with conflicting goals read the record at the same
  * version and write it; a writer outside writ read it too and writes it in
  * the window between the owner's read and its PATCH (the adapter hook puts
@@ -375,7 +388,11 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   if (o) changes.push({ writer: "outside-writer", mark: outsideMark, change: o.change, reportedApplied: o.appliedAt === null ? null : `the system answered 2xx at ${o.appliedAt}` });
   const settled = await settle(ctx, changes);
   const problems = [...settled.problems];
-  if (hookFired && o !== null) problems.push(...ifMatchProblems(ctx, o, ctx.owned.hookedPatch(ctx.entity)));
+  if (hookFired && o !== null) {
+    problems.push(...ifMatchProblems(ctx, o, ctx.owned.hookedPatch(ctx.entity)));
+    const unjudged = ifMatchUnexercised(ctx, o, ctx.owned.hookedPatch(ctx.entity));
+    if (unjudged !== null) notes.push(unjudged);
+  }
   if (o === null || o.appliedAt === null) problems.push(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
   for (const r of results) {
     const last = r.replies.at(-1)!;

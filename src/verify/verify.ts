@@ -48,7 +48,8 @@ export interface VerifyOptions {
   submitTimeoutMs?: number;
   /**
    * Hard deadline of each call verify makes into the module: `systems(env)`, a fixture's `prepare` and `effects`,
-   * the adapters' own `read`/`patch`/`close` (past their `timeoutMs`, for one that ignores it). ms. Default 30 000.
+   * the adapters' own `read`/`patch`/`close` (past their `timeoutMs`, for one that ignores it). ms. Default 30 000,
+   * or twice `sorTimeoutMs` plus 5 000 where that is longer (an adapter within its own deadline is not cut off).
    */
   moduleTimeoutMs?: number;
   /** Leave verify's topics on the cluster. Default false: they are deleted at the end. */
@@ -210,8 +211,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const brokers = (Array.isArray(opts.brokers) ? [...opts.brokers] : opts.brokers.split(",")).map((b) => b.trim()).filter(Boolean);
   const sorTimeoutMs = opts.sorTimeoutMs ?? 2000;
   const submitTimeoutMs = opts.submitTimeoutMs ?? 60_000;
-  const moduleTimeoutMs = opts.moduleTimeoutMs ?? 30_000;
-  const scenarios = opts.scenarios ?? SCENARIOS;
+  const moduleTimeoutMs = opts.moduleTimeoutMs ?? Math.max(30_000, 2 * sorTimeoutMs + 5_000);
+  // Each once: a scenario run again reuses its marks and intent keys, and its repeats would pass having proved nothing.
+  const scenarios = [...new Set(opts.scenarios ?? SCENARIOS)];
   const badScenario = scenarios.find((s) => !SCENARIOS.includes(s));
   if (badScenario !== undefined) throw configError(`unknown scenario ${JSON.stringify(badScenario)}; one of ${SCENARIOS.join(", ")}`, "scenarios");
   // A run that proves nothing must not read as a pass.

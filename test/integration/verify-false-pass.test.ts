@@ -216,6 +216,15 @@ describe("writ verify refuses to report a pass for a run that proved nothing", (
   }, 120_000);
 });
 
+describe("writ verify runs each scenario once", () => {
+  it("a scenario named twice runs once: run again it reused its intent keys, and its repeats passed having proved nothing", async () => {
+    const server = await records();
+    const report = await verifyAgainst(server, { only: ["tag_ticket"], scenarios: ["duplicate-submission", "duplicate-submission"] });
+    expect(report.tools[0]!.scenarios.map((s) => s.scenario)).toEqual(["duplicate-submission"]);
+    expect(report.ok).toBe(true);
+  }, 120_000);
+});
+
 describe("writ verify ends, and cleans up", () => {
   it("an adapter that never answers a read fails the tool with a deadline instead of holding verify forever", async () => {
     const server = await records();
