@@ -11,7 +11,7 @@ import { REDACT_PATHS } from "../logger.ts";
 import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
-import { formatReport, runVerify } from "../verify/verify.ts";
+import { DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, runVerify } from "../verify/verify.ts";
 import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
@@ -27,8 +27,8 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --scenario <name>     only this scenario (repeatable): ${SCENARIOS.join(", ")}
   --sor-timeout-ms <n>  the owner's system-of-record deadline (default 2000)
   --module-timeout-ms <n>  hard deadline of each call into your module (systems(env), a fixture's prepare and
-                        effects, your adapters past their own timeoutMs; default 30000, at least twice
-                        --sor-timeout-ms plus 5000)
+                        effects, your adapters past their own timeoutMs); default the longer of 30000 and twice
+                        --sor-timeout-ms plus 5000; one under --sor-timeout-ms is refused
   --json                print only the JSON report
   --keep-topics         leave the run's topics (writ.verify.<run>.*) and consumer groups on the cluster
   --log-file <path>     owner and client logs (default .writ/verify.log; level $LOG_LEVEL, default warn)
@@ -89,6 +89,9 @@ async function main(argv: string[]): Promise<number> {
   try {
     sorTimeoutMs = args["sor-timeout-ms"] === undefined ? undefined : msFlag("sor-timeout-ms", args["sor-timeout-ms"], 0, 1);
     moduleTimeoutMs = args["module-timeout-ms"] === undefined ? undefined : msFlag("module-timeout-ms", args["module-timeout-ms"], 0, 1);
+    if (moduleTimeoutMs !== undefined && moduleTimeoutMs < (sorTimeoutMs ?? DEFAULT_VERIFY_SOR_TIMEOUT_MS)) {
+      throw new Error(`--module-timeout-ms ${moduleTimeoutMs} is under the system-of-record deadline (--sor-timeout-ms ${sorTimeoutMs ?? DEFAULT_VERIFY_SOR_TIMEOUT_MS}): it would cut off a correct adapter within its own`);
+    }
   } catch (err) {
     return fail((err as Error).message);
   }

@@ -43,6 +43,8 @@ export interface ProxiedRequest {
   method: string;
   path: string;
   idempotencyKey: string | null;
+  /** Its If-Match: a retry of one write after a fresh read carries the same Idempotency-Key with another. */
+  ifMatch: string | null;
   /** The upstream's status, or null when the upstream could not be reached. */
   upstreamStatus: number | null;
   /** The upstream answer's ETag: a write that committed twice answers two; a replay of a stored answer, the same one. */
@@ -180,7 +182,8 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     const keyHeader = req.headers["idempotency-key"];
     const key = typeof keyHeader === "string" ? keyHeader : null;
-    const entry: ProxiedRequest = { method, path, idempotencyKey: key, upstreamStatus: null, etag: null, fault: null };
+    const ifMatch = req.headers["if-match"];
+    const entry: ProxiedRequest = { method, path, idempotencyKey: key, ifMatch: typeof ifMatch === "string" ? ifMatch : null, upstreamStatus: null, etag: null, fault: null };
     log.push(entry);
     const body = await readAll(req);
     let answer: Awaited<ReturnType<typeof forward>>;

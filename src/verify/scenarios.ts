@@ -309,8 +309,7 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
   }
   if (hooked === null || hooked.ifMatch !== o.base) return [];
   const stale = `the owner's PATCH with If-Match ${hooked.ifMatch}, sent after the outside writer's write had moved the record to ${o.appliedAt}`;
-  const wire = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey);
-  const status = wire?.upstreamStatus ?? null;
+  const status = staleOnWire(ctx, hooked);
   if (status !== null && status >= 200 && status < 300) {
     return [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`];
   }
@@ -321,6 +320,16 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
 }
 
 /**
+ * The system's status for the stale PATCH itself, or null when it did not reach the system (or there is no proxy).
+ * By its If-Match too: after an attempt known not sent (`unavailable`), the owner reads afresh and sends the same
+ * Idempotency-Key with the new version, and that retry's 200 is not an answer to the stale one.
+ */
+function staleOnWire(ctx: ScenarioContext, hooked: HookedPatch): number | null {
+  const wire = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey && r.ifMatch === hooked.ifMatch);
+  return wire?.upstreamStatus ?? null;
+}
+
+/**
  * Why the stale PATCH said nothing about If-Match, or null when it did (refused 412, or a problem above): it
  * ended unknown or unavailable, threw, or left no answer. A pass then rests on the final record alone, which
  * an append passes whether or not the system enforces If-Match: said in the report, not left silent.
@@ -328,7 +337,7 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
 function ifMatchUnexercised(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): string | null {
   if (o.appliedAt === null || o.base === null || o.appliedAt === o.base) return null;
   if (hooked === null || hooked.ifMatch !== o.base) return "If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it";
-  const status = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey)?.upstreamStatus ?? null;
+  const status = staleOnWire(ctx, hooked);
   if (status === 412 || hooked.outcome === "precondition_failed" || hooked.outcome === "applied" || (status !== null && status >= 200 && status < 300)) return null;
   return `If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412; run the race again to check it`;
 }

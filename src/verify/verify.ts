@@ -191,6 +191,14 @@ function emptyToolReport(tool: string, system: string, entity: string, problems:
   return { tool, system, entity, ok: problems.length === 0, effects: 0, conflicts: 0, lostUpdates: [], scenarios: [], problems };
 }
 
+/** The owner's system-of-record deadline in a verify run, ms. */
+export const DEFAULT_VERIFY_SOR_TIMEOUT_MS = 2000;
+
+/** A call into the module may take what an adapter within its own deadline takes: a read and a write, and a margin. */
+export function defaultModuleTimeoutMs(sorTimeoutMs: number): number {
+  return Math.max(30_000, 2 * sorTimeoutMs + 5_000);
+}
+
 /**
  * Proves a module's write tools against a staging system of record: starts
  * its own owner (unique topics) with the tools' systems behind a fault
@@ -209,9 +217,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const progress = opts.onProgress ?? (() => undefined);
   const logger = opts.logger ?? createLogger({ level: "warn", name: "writ-verify" });
   const brokers = (Array.isArray(opts.brokers) ? [...opts.brokers] : opts.brokers.split(",")).map((b) => b.trim()).filter(Boolean);
-  const sorTimeoutMs = opts.sorTimeoutMs ?? 2000;
+  const sorTimeoutMs = opts.sorTimeoutMs ?? DEFAULT_VERIFY_SOR_TIMEOUT_MS;
   const submitTimeoutMs = opts.submitTimeoutMs ?? 60_000;
-  const moduleTimeoutMs = opts.moduleTimeoutMs ?? Math.max(30_000, 2 * sorTimeoutMs + 5_000);
+  const moduleTimeoutMs = opts.moduleTimeoutMs ?? defaultModuleTimeoutMs(sorTimeoutMs);
   // Each once: a scenario run again reuses its marks and intent keys, and its repeats would pass having proved nothing.
   const scenarios = [...new Set(opts.scenarios ?? SCENARIOS)];
   const badScenario = scenarios.find((s) => !SCENARIOS.includes(s));

@@ -216,6 +216,26 @@ describe("writ verify refuses to report a pass for a run that proved nothing", (
   }, 120_000);
 });
 
+describe("writ verify says what it could not judge", () => {
+  it("a race whose stale PATCH never reached the system (unavailable first) passes, not failed for its retry's 200, and says If-Match was not exercised", async () => {
+    const server = await records();
+    // Each owner PATCH's first attempt answered as a 503 would be (nothing sent); the outside writer's go through.
+    const tried = new Set<string>();
+    const flaky = wrapped((inner) => ({
+      patch: async (entity, ops, opts): Promise<PatchOutcome> => {
+        if (opts.idempotencyKey.includes("-race-o-") || tried.has(opts.idempotencyKey)) return inner.patch(entity, ops, opts);
+        tried.add(opts.idempotencyKey);
+        return { kind: "unavailable", message: "503 Service Unavailable (first attempt)" };
+      },
+    }));
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: flaky }, only: ["refund_payment"], scenarios: ["race"] });
+    const race = scenario(report, "refund_payment", "race")!;
+    // The owner read afresh and sent the same Idempotency-Key with the new version: that 200 is the retry's, not the stale PATCH's.
+    expect(report.ok, formatReport(report)).toBe(true);
+    expect(race.notes).toContainEqual(expect.stringMatching(/^If-Match was not exercised: the owner's stale PATCH ended unavailable/));
+  }, 120_000);
+});
+
 describe("writ verify runs each scenario once", () => {
   it("a scenario named twice runs once: run again it reused its intent keys, and its repeats passed having proved nothing", async () => {
     const server = await records();

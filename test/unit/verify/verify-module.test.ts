@@ -1,6 +1,9 @@
+import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import * as demoFixture from "../../../examples/verify-fixture.ts";
-import { runVerify } from "../../../src/verify/verify.ts";
+import { defaultModuleTimeoutMs, runVerify } from "../../../src/verify/verify.ts";
+import { ROOT } from "../../helpers/build.ts";
 
 // What runVerify refuses before it reaches Kafka (KAFKA_BROKERS=127.0.0.1:9 in the unit run: nothing listens).
 const verify = (tools: Parameters<typeof runVerify>[0]["tools"]) => runVerify({ tools, brokers: "127.0.0.1:9", env: {} });
@@ -18,5 +21,26 @@ describe("runVerify: the module as given", () => {
     await expect(
       runVerify({ tools: { ...demoFixture, systems: () => new Promise<never>(() => undefined) }, brokers: "127.0.0.1:9", env: {}, moduleTimeoutMs: 200 }),
     ).rejects.toThrow("the module's systems(env) did not answer within 200 ms");
+  });
+});
+
+describe("the module deadline", () => {
+  it("is 30 s, or what an adapter within a longer --sor-timeout-ms takes (a read and a write, and 5 s)", () => {
+    expect(defaultModuleTimeoutMs(2000)).toBe(30_000);
+    expect(defaultModuleTimeoutMs(12_500)).toBe(30_000);
+    expect(defaultModuleTimeoutMs(20_000)).toBe(45_000);
+  });
+
+  it("the CLI refuses --module-timeout-ms under --sor-timeout-ms (it would cut off a correct adapter), exit 2, before Kafka", async () => {
+    const run = (args: string[]) =>
+      new Promise<{ code: number; stderr: string }>((resolve) => {
+        execFile(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "verify", "--tools", "./none.ts", "--brokers", "127.0.0.1:9", ...args], { timeout: 30_000 }, (err, _out, stderr) =>
+          resolve({ code: err === null ? 0 : typeof err.code === "number" ? err.code : 1, stderr }),
+        );
+      });
+    const short = await run(["--sor-timeout-ms", "5000", "--module-timeout-ms", "1000"]);
+    expect([short.code, short.stderr]).toEqual([2, expect.stringContaining("--module-timeout-ms 1000 is under the system-of-record deadline (--sor-timeout-ms 5000)")]);
+    const underDefault = await run(["--module-timeout-ms", "1500"]);
+    expect(underDefault.stderr).toContain("(--sor-timeout-ms 2000)");
   });
 });
