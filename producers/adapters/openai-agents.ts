@@ -179,7 +179,10 @@ function invalidInputAnswered(_context: RunContext, err: unknown): string {
     reason: "invalid_params",
     // The SDK's own message ("Invalid JSON input for tool") is wrong for JSON that fails the schema; its cause
     // names the field only when the SDK may show tool data (OPENAI_AGENTS_DONT_LOG_TOOL_DATA=0), else it is redacted.
-    message: `the arguments do not match the tool's parameters${cause instanceof Error ? `: ${cause.message}` : "; check each against the tool's parameter schema"}`.slice(0, 2000),
+    message: (cause instanceof Error
+      ? `the arguments do not ${cause instanceof SyntaxError ? "parse as JSON" : "match the tool's parameters"}: ${cause.message}`
+      : "the arguments do not parse as JSON or do not match the tool's parameters; check them against its parameter schema"
+    ).slice(0, 2000),
     instruction: "The arguments do not match the tool's parameters and nothing was written. Fix them and call the tool again.",
   };
   // Returned as the object execute returns (the SDK serializes either); the declared type is a string.

@@ -180,10 +180,14 @@ def test_a_numeric_thread_id_is_the_run_and_any_other_non_string_is_refused() ->
     deps = WritDeps(client=client, read=read, run_id="process-run")  # type: ignore[arg-type]
     one_refund(42, deps)
     one_refund(43, deps)
-    assert [i.run_id for i in client.submitted] == ["42", "43"]
-    with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string or an int \(it is tuple\)"):
-        one_refund(("conv", 7), deps)
-    assert len(client.submitted) == 2
+    # As LangGraph keys the thread (str()), a float as JavaScript prints it (the TypeScript adapter's run for 44).
+    one_refund(44.0, deps)
+    one_refund(uuid.UUID("12345678-1234-5678-1234-567812345678"), deps)
+    assert [i.run_id for i in client.submitted] == ["42", "43", "44", "12345678-1234-5678-1234-567812345678"]
+    for bad, kind in ((("conv", 7), "tuple"), (True, "bool")):
+        with pytest.raises(RunIdInvalid, match=rf"configurable.thread_id must be a string, a number or a UUID \(it is {kind}\)"):
+            one_refund(bad, deps)
+    assert len(client.submitted) == 4
 
 
 def test_a_thread_id_longer_than_an_intent_carries_ends_the_run_naming_it_before_any_read() -> None:

@@ -35,7 +35,7 @@ describe("OpenAI Agents adapter: a model's arguments that do not parse", () => {
     const [bad, good] = outputs(result);
     expect(bad).toMatchObject({ status: "rejected", reason: "invalid_params", instruction: expect.stringContaining("Fix them") });
     // Not the SDK's "Invalid JSON input" (it was JSON): with its tool data redacted (its default), no field is named.
-    expect((bad as { message: string }).message).toMatch(/^the arguments do not match the tool's parameters/);
+    expect((bad as { message: string }).message).toMatch(/^the arguments do not parse as JSON or do not match the tool's parameters/);
     expect((bad as { message: string }).message).not.toMatch(/Invalid JSON/);
     expect(good).toMatchObject({ status: "applied" });
     expect(sent).toHaveLength(1);

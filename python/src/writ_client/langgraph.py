@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar, Union
 
@@ -73,18 +75,26 @@ async def _deps(context: WritContext, runtime: ToolRuntime) -> WritDeps:
 
 
 def _thread_id(runtime: ToolRuntime) -> str | None:
-    """The thread id as a run id: a string as given, an int as its decimal string (a checkpointer that takes one keys
-    the thread by it), None for None or "". Anything else is refused naming it: passed over, the call fell back to
-    ``WritDeps.run_id``, so writes of two threads shared one run (the second answered as a repeat, never written)."""
+    """The thread id as a run id: a string as given; a number or a UUID as text, as LangGraph keys its thread
+    (``str()``), a float printed as JavaScript prints it (42.0 as "42"), so the TypeScript adapter makes the same
+    run of the same id; None for None or "". Anything else (a bool, a tuple) is refused naming it: passed over, the
+    call fell back to ``WritDeps.run_id``, so writes of two threads shared one run (the second answered as a repeat,
+    never written)."""
     configurable = (runtime.config or {}).get("configurable") or {}
     thread = configurable.get("thread_id") if isinstance(configurable, Mapping) else None
     if thread is None or thread == "":
         return None
     if isinstance(thread, str):
         return thread
-    if isinstance(thread, int) and not isinstance(thread, bool):
+    if isinstance(thread, bool):
+        pass
+    elif isinstance(thread, int):
         return str(int(thread))
-    raise RunIdInvalid("configurable.thread_id", f"configurable.thread_id must be a string or an int (it is {type(thread).__name__})")
+    elif isinstance(thread, float) and math.isfinite(thread):
+        return str(int(thread)) if thread.is_integer() and abs(thread) < 1e21 else repr(thread)
+    elif isinstance(thread, uuid.UUID):
+        return str(thread)
+    raise RunIdInvalid("configurable.thread_id", f"configurable.thread_id must be a string, a number or a UUID (it is {type(thread).__name__})")
 
 
 def _thread_tool_outputs(runtime: ToolRuntime) -> list[Any]:
