@@ -298,25 +298,32 @@ async function outsideWrite(ctx: ScenarioContext, read: Versioned, mark: string)
  * record alone would pass a system that ignores If-Match (or whose version
  * never changes); its next read-modify-write tool would lose updates.
  * Judged at the wire (the proxy) where there is one, else at the adapter.
+ * Where the stale PATCH said nothing either way (it ended unknown or
+ * unavailable, threw, or left no answer), a note says so: a pass then rests on
+ * the final record alone.
  */
-function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): string[] {
-  if (o.appliedAt === null || o.base === null) return [];
+function ifMatchVerdict(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): { problems: string[]; notes: string[] } {
+  if (o.appliedAt === null || o.base === null) return { problems: [], notes: [] };
   if (o.appliedAt === o.base) {
-    return [
+    const problem =
       `the system's version did not change on a write: the outside writer's PATCH with If-Match ${o.base} was answered 2xx at ${o.appliedAt}, ` +
-        "so If-Match cannot tell a record changed in between from one that was not (a lost update waits for the first read-modify-write)",
-    ];
+      "so If-Match cannot tell a record changed in between from one that was not (a lost update waits for the first read-modify-write)";
+    return { problems: [problem], notes: [] };
   }
-  if (hooked === null || hooked.ifMatch !== o.base) return [];
+  if (hooked === null || hooked.ifMatch !== o.base) {
+    return { problems: [], notes: ["If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it"] };
+  }
   const stale = `the owner's PATCH with If-Match ${hooked.ifMatch}, sent after the outside writer's write had moved the record to ${o.appliedAt}`;
   const status = staleOnWire(ctx, hooked);
   if (status !== null && status >= 200 && status < 300) {
-    return [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`];
+    return { problems: [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`], notes: [] };
   }
   if (hooked.outcome === "applied") {
-    return [`the adapter reported applied for ${stale}${status === null ? "" : ` (the system answered ${status}: did the adapter write it again on its own?)`}; a stale write must come back precondition_failed`];
+    const problem = `the adapter reported applied for ${stale}${status === null ? "" : ` (the system answered ${status}: did the adapter write it again on its own?)`}; a stale write must come back precondition_failed`;
+    return { problems: [problem], notes: [] };
   }
-  return [];
+  if (status === 412 || hooked.outcome === "precondition_failed") return { problems: [], notes: [] };
+  return { problems: [], notes: [`If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412; run the race again to check it`] };
 }
 
 /**
@@ -327,19 +334,6 @@ function ifMatchProblems(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPa
 function staleOnWire(ctx: ScenarioContext, hooked: HookedPatch): number | null {
   const wire = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey && r.ifMatch === hooked.ifMatch);
   return wire?.upstreamStatus ?? null;
-}
-
-/**
- * Why the stale PATCH said nothing about If-Match, or null when it did (refused 412, or a problem above): it
- * ended unknown or unavailable, threw, or left no answer. A pass then rests on the final record alone, which
- * an append passes whether or not the system enforces If-Match: said in the report, not left silent.
- */
-function ifMatchUnexercised(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): string | null {
-  if (o.appliedAt === null || o.base === null || o.appliedAt === o.base) return null;
-  if (hooked === null || hooked.ifMatch !== o.base) return "If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it";
-  const status = staleOnWire(ctx, hooked);
-  if (status === 412 || hooked.outcome === "precondition_failed" || hooked.outcome === "applied" || (status !== null && status >= 200 && status < 300)) return null;
-  return `If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412; run the race again to check it`;
 }
 
 /**
@@ -398,9 +392,9 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   const settled = await settle(ctx, changes);
   const problems = [...settled.problems];
   if (hookFired && o !== null) {
-    problems.push(...ifMatchProblems(ctx, o, ctx.owned.hookedPatch(ctx.entity)));
-    const unjudged = ifMatchUnexercised(ctx, o, ctx.owned.hookedPatch(ctx.entity));
-    if (unjudged !== null) notes.push(unjudged);
+    const verdict = ifMatchVerdict(ctx, o, ctx.owned.hookedPatch(ctx.entity));
+    problems.push(...verdict.problems);
+    notes.push(...verdict.notes);
   }
   if (o === null || o.appliedAt === null) problems.push(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
   for (const r of results) {
