@@ -2,8 +2,6 @@
 // a LangGraph thread id, a conversation id, WRIT_RUN_ID): refused at once naming where it came from, before a
 // read, a pin or a version book is made for it. Before, every write of such a run failed at encoding
 // (`codec_failed`, the schema's issues as text) after a read, and the MCP read tool kept a book per id however long.
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { RUN_ID_META_KEY, STEP_ID_META_KEY, createWritMcpServer, startWritMcpHttpServer } from "../../producers/adapters/mcp-server.ts";
@@ -14,6 +12,7 @@ import { createLogger } from "../../src/logger.ts";
 import { MAX_RUN_ID_LENGTH } from "../../src/schemas/write-intent.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
 import { scripted } from "../helpers/scripted-client.ts";
+import { connectInMemory } from "../helpers/mcp-in-memory.ts";
 
 const T42 = { type: "ticket", id: "T-42" };
 const applied = { status: "applied", intentId: "i", intentKey: "k", duplicate: false, at: "2025-01-01T00:00:00.000Z", entity: T42, state: { tags: ["vip"] }, version: '"v2"', via: "patch" } as SubmitResult;
@@ -49,10 +48,7 @@ describe("a run or step id longer than an intent carries", () => {
     const { client, sent } = scripted(() => applied);
     const { read, reads } = counted();
     const server = createWritMcpServer({ client, tools: [tagTicketSpec], read, logger: createLogger({ level: "silent" }) }, { fallbackRunId: "run-mcp" });
-    const [a, b] = InMemoryTransport.createLinkedPair();
-    await server.connect(a);
-    const mcp = new Client({ name: "test", version: "1" });
-    await mcp.connect(b);
+    const mcp = await connectInMemory(server);
     try {
       const text = (r: Awaited<ReturnType<typeof mcp.callTool>>) => (r.content as { text: string }[])[0]!.text;
       const write = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" }, _meta: { [RUN_ID_META_KEY]: tooLong } });

@@ -5,8 +5,6 @@
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode } from "@langchain/langgraph/prebuilt";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { generateText, type ModelMessage } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { KafkaJSNumberOfRetriesExceeded, KafkaJSRequestTimeoutError } from "kafkajs";
@@ -21,6 +19,7 @@ import { WritError } from "../../src/errors.ts";
 import { createLogger } from "../../src/logger.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
 import { scripted } from "../helpers/scripted-client.ts";
+import { connectInMemory } from "../helpers/mcp-in-memory.ts";
 
 const T42 = { type: "ticket", id: "T-42" };
 const at = "2025-01-01T00:00:00.000Z";
@@ -60,10 +59,7 @@ async function mcpCall(thrown: () => Error) {
     throw thrown();
   });
   const server = createWritMcpServer({ client, tools: [tagTicketSpec], read, logger: createLogger({ level: "silent" }) }, { fallbackRunId: "run-mcp-errors" });
-  const [a, b] = InMemoryTransport.createLinkedPair();
-  await server.connect(a);
-  const mcp = new Client({ name: "test", version: "1" });
-  await mcp.connect(b);
+  const mcp = await connectInMemory(server);
   try {
     return await mcp.callTool({ name: "tag_ticket", arguments: args });
   } finally {

@@ -1,8 +1,6 @@
 // The framework adapters' shared parts (producers/adapters/tool-bridge.ts, intent-bases.ts) against a
 // scripted client: which version and state the next write is built on, and what the model is told.
 // The adapters on a real broker: test/integration/adapters.
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { describe, expect, it } from "vitest";
 import { tagTicketSpec } from "../../examples/demo-tool-specs.ts";
 import { MemoryIntentBases, submitRepeatableToolCall } from "../../producers/adapters/intent-bases.ts";
@@ -11,6 +9,7 @@ import { VersionBook, recallVersions, submitToolCall, toModelResult, type WritCa
 import type { SubmitResult } from "../../producers/writ-client.ts";
 import type { Versioned } from "../../src/schemas/common.ts";
 import { scripted } from "../helpers/scripted-client.ts";
+import { connectInMemory } from "../helpers/mcp-in-memory.ts";
 
 const T42 = { type: "ticket", id: "T-42" };
 const at = "2025-01-01T00:00:00.000Z";
@@ -98,10 +97,7 @@ describe("what the model is told", () => {
     let answer = leased;
     const { client } = scripted(() => answer);
     const server = createWritMcpServer({ client, tools: [tagTicketSpec], read: async () => ({ state: { tags: [] }, version: '"v1"' }) }, { fallbackRunId: "run-1" });
-    const [a, b] = InMemoryTransport.createLinkedPair();
-    await server.connect(a);
-    const mcp = new Client({ name: "test", version: "1" });
-    await mcp.connect(b);
+    const mcp = await connectInMemory(server);
     try {
       const first = await mcp.callTool({ name: "tag_ticket", arguments: { ticketId: "T-42", tag: "vip" } });
       expect(first).toMatchObject({ isError: false, structuredContent: { status: "rejected", reason: "leased" } });
