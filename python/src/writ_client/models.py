@@ -101,6 +101,9 @@ def _iso_time(v: str) -> str:
 
 _IsoTime = Annotated[str, AfterValidator(_iso_time)]
 _Text256 = _text(256)
+#: The longest run or step id an intent carries (``agent.runId``, ``agent.stepId``), in UTF-16 code units as owners count.
+MAX_RUN_ID_LENGTH = 256
+_RunId = _text(MAX_RUN_ID_LENGTH)
 _Text249 = _text(249)
 
 
@@ -171,8 +174,8 @@ class AgentRef(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
     id: _Text128
-    run_id: _Text256
-    step_id: _Text256
+    run_id: _RunId
+    step_id: _RunId
     tool_call_id: _Text256 | None = None
 
     @model_serializer(mode="wrap")

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from .canonical import CanonicalJsonError, utf16_length
 from .client import IntentInput, IntentRefused, WritClient
 from .keys import KeyedTool
-from .models import AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
+from .models import MAX_RUN_ID_LENGTH, AppliedReply, ConflictReply, EntityRef, EscalatedReply, JsonPatchOp, RejectedReply, SubmitResult, Versioned
 
 __all__ = [
     "DEFAULT_STEP_ID",
@@ -53,9 +53,6 @@ __all__ = [
 
 #: The step id used when the harness gives none: one write per run, tool, target and intent fields.
 DEFAULT_STEP_ID = "once-per-run"
-
-#: The longest run or step id an intent carries (``agent.runId``, ``agent.stepId``), in UTF-16 code units as owners count.
-MAX_RUN_ID_LENGTH = 256
 
 
 class RunIdInvalid(ValueError):
