@@ -12,6 +12,7 @@ import { z } from "zod";
 import type { EntityRef } from "../../src/schemas/common.ts";
 import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
+  checkRunIds,
   readForTool,
   recallVersions,
   modelResultOrUnknown,
@@ -127,6 +128,9 @@ export function writReadTool(
     inputSchema: z.object({ id: z.string().min(1).describe(`the ${spec.recordType} id`) }),
     execute: async ({ id }, { toolCallId, messages, context: toolContext }) => {
       const run = typeof context === "function" ? await context({ toolCallId, messages, context: toolContext }) : context;
+      // As a write tool would: a run whose ids no intent can carry is refused at its first call, before a read
+      // the model would go on from to a write that fails.
+      checkRunIds(run);
       const entity = { type: spec.recordType, id };
       return toReadResult(entity, await readForTool(run, entity));
     },

@@ -17,6 +17,7 @@ import type { EntityRef } from "../../src/schemas/common.ts";
 import { WritError } from "../../src/errors.ts";
 import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
+  checkRunIds,
   readForTool,
   recallVersions,
   modelResultOrUnknown,
@@ -112,6 +113,7 @@ export function writLangChainTool<P extends Record<string, unknown>>(
       if (!runId) {
         throw new Error(`writ tool ${spec.tool.name}: no run id (no configurable.thread_id, no runId in the context); a random one would defeat deduplication`);
       }
+      checkThreadRunIds(call, runId, run.stepId);
       const ctx: WritCallContext = { ...run, runId, ...(call.toolCallId ? { toolCallId: call.toolCallId } : {}) };
       if (recallFromMessages) recallVersions(ctx.versions, threadToolOutputs(config));
       const needsApproval = typeof options.approval === "function" ? options.approval(params) : options.approval === true;
@@ -157,7 +159,12 @@ export interface WritReadToolSpec {
 export function writLangChainReadTool(spec: WritReadToolSpec, context: WritThreadContextSource) {
   return tool(
     async ({ id }: { id: string }, config: ToolRunnableConfig): Promise<[string, ReadToolResult]> => {
-      const run = await resolve(context, toolCall(config));
+      const call = toolCall(config);
+      const run = await resolve(context, call);
+      // As the write tools do: a run whose ids no intent can carry is refused at its first call, before a read the
+      // model would go on from to a write that fails. A read with no run id at all (outside a graph) is served.
+      const runId = call.threadId ?? run.runId;
+      if (runId) checkThreadRunIds(call, runId, run.stepId);
       const entity = { type: spec.recordType, id };
       return asToolOutput(toReadResult(entity, await readForTool(run, entity)));
     },
@@ -188,6 +195,11 @@ function threadIdOf(value: unknown): string | undefined {
   if (typeof value === "string") return value;
   if (typeof value === "number" && Number.isFinite(value)) return String(value);
   throw new WritError("config_invalid", `configurable.thread_id must be a string or a number (it is ${typeof value})`, { retriable: false, context: { field: "configurable.thread_id" } });
+}
+
+/** {@link checkRunIds}, naming where the run id came from: the thread, or the context's `runId`. */
+function checkThreadRunIds(call: LangChainToolCall, runId: string, stepId: string | undefined): void {
+  checkRunIds({ runId, stepId }, { runId: call.threadId === undefined ? "runId" : "configurable.thread_id", stepId: "stepId" });
 }
 
 async function resolve(source: WritThreadContextSource, call: LangChainToolCall): Promise<WritThreadContext> {

@@ -9,7 +9,8 @@
 //      memory of it (idle expiry, a restart): its ids are signed, so a request carrying one is served in
 //      that session re-opened (mcp-session-ids.ts);
 //   3. the server's configured run id (stdio: `--run-id` / `WRIT_RUN_ID`), else
-//      one random id per server process (a stdio server serves one client).
+//      one random id per server process, warned about at start (stdioRunId): a
+//      host that starts the server again for the same conversation makes a new run.
 // The model never supplies it.
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -74,11 +75,13 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
   const unscoped = new VersionBook(bookOptions);
   const bases = options.bases ?? processBases;
   const readable = [...new Set(options.readableTypes ?? options.tools.map((s) => s.tool.recordType))];
-  // A `_meta` id an intent cannot carry is refused here, naming the key, before a book is kept under it.
-  const runIdOf = (extra: { _meta?: Record<string, unknown>; sessionId?: string }): string | undefined => {
+  // The call's run and step ids, `_meta` read once; one an intent cannot carry is refused here, naming the key,
+  // before a book is kept under it.
+  const idsOf = (extra: { _meta?: Record<string, unknown>; sessionId?: string }): { runId: string | undefined; stepId: string | undefined } => {
     const runId = metaString(extra._meta, RUN_ID_META_KEY) ?? extra.sessionId ?? session.fallbackRunId;
-    if (runId !== undefined) checkRunIds({ runId, stepId: metaString(extra._meta, STEP_ID_META_KEY) }, META_ID_NAMES);
-    return runId;
+    const stepId = metaString(extra._meta, STEP_ID_META_KEY);
+    if (runId !== undefined) checkRunIds({ runId, stepId }, META_ID_NAMES);
+    return { runId, stepId };
   };
   /**
    * The versions of a call's run, kept per run in the process: a session re-opened after idling (a new
@@ -103,13 +106,12 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
         annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
       },
       async (args: Record<string, unknown>, extra) => {
-        const runId = runIdOf(extra);
+        const { runId, stepId } = idsOf(extra);
         if (!runId) throw new WritError("config_invalid", "no run id for this call: set _meta[\"writ/runId\"]", { retriable: false, context: { tool: spec.tool.name } });
-        const stepId = metaString(extra._meta, STEP_ID_META_KEY);
         const ctx: WritCallContext = {
           client: options.client,
           runId,
-          ...(stepId ? { stepId } : {}),
+          ...(stepId === undefined ? {} : { stepId }),
           // JSON-RPC ids restart in each session: scoped by it, so that a pin's remembered calls (intent-bases.ts) of
           // one session never match a new call of another session of the same run.
           toolCallId: `${extra.sessionId === undefined ? "" : `${extra.sessionId.slice(0, 200)}:`}${String(extra.requestId).slice(0, 50)}`,
@@ -141,7 +143,7 @@ export function createWritMcpServer(options: WritMcpServerOptions, session: { fa
       },
       async ({ type, id }, extra) => {
         const entity = { type, id };
-        const result = toReadResult(entity, await readForTool({ read: options.read, versions: versionsOf(runIdOf(extra), extra.sessionId) }, entity));
+        const result = toReadResult(entity, await readForTool({ read: options.read, versions: versionsOf(idsOf(extra).runId, extra.sessionId) }, entity));
         return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: { ...result } };
       },
     );
@@ -246,14 +248,34 @@ export interface WritMcpStdio {
 
 /**
  * Serves on this process's stdin/stdout (stdout then carries only MCP
- * messages; logs go to stderr). `runId` defaults to one random id per process.
+ * messages; logs go to stderr). `runId` defaults to one random id per process
+ * ({@link stdioRunId}: warned about at start).
  */
 export async function serveWritMcpStdio(options: WritMcpServerOptions & { runId?: string }): Promise<WritMcpStdio> {
-  const runId = options.runId ?? `mcp-stdio-${randomUUID()}`;
-  checkRunIds({ runId });
+  const runId = stdioRunId(options.runId, options.logger);
   const server = createWritMcpServer(options, { fallbackRunId: runId });
   await server.connect(new StdioServerTransport());
   return { runId, close: () => server.close() };
+}
+
+/**
+ * The run id of a stdio server's calls that name none in `_meta["writ/runId"]`: the configured one (checked),
+ * else one random id for this process, with a warning. No stable default is right: the process is all a stdio
+ * server knows of its host, and a host may serve several conversations from one server, or start a new server
+ * for the same conversation (a resume after approval). A new process is a new run, so a write retried there is
+ * a new intent, which may be written again; the harness names its run (`_meta`, `--run-id`, `WRIT_RUN_ID`).
+ */
+export function stdioRunId(configured: string | undefined, logger?: Logger): string {
+  if (configured !== undefined) {
+    checkRunIds({ runId: configured });
+    return configured;
+  }
+  const runId = `mcp-stdio-${randomUUID()}`;
+  (logger ? componentLogger(logger, "mcp") : undefined)?.warn(
+    { runId },
+    'no run id configured (--run-id or WRIT_RUN_ID): calls without _meta["writ/runId"] are in this process\'s own run, so a write retried after the server is started again (a resume after approval) is a new intent and may be written again',
+  );
+  return runId;
 }
 
 /** Options of {@link startWritMcpHttpServer}. */

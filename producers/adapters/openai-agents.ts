@@ -11,6 +11,7 @@ import type { WritClient } from "../writ-client.ts";
 import { pinToolCallBase, recordIntentBases, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
   VersionBook,
+  checkRunIds,
   readForTool,
   modelResultOf,
   toReadResult,
@@ -62,9 +63,10 @@ export interface WritAgentToolOptions<P extends Record<string, unknown>, TContex
   /**
    * A step id, only when the same intent may legitimately happen twice in one
    * run. Default: one write per run, tool, target and intent fields, which is
-   * what survives a re-plan (models mint new tool-call ids).
+   * what survives a re-plan (models mint new tool-call ids). undefined or null: that default; any other
+   * value must be a string of 1 to 256 characters (a number is refused: `String(n)` it).
    */
-  stepId?: (context: TContext, params: P) => string | undefined;
+  stepId?: (context: TContext, params: P) => string | undefined | null;
   /** Tool name shown to the model. Default: the declaration's name. */
   name?: string;
 }
@@ -203,12 +205,16 @@ function callContext<P extends Record<string, unknown>, TContext extends object>
       context: { field: "context.runId" },
     });
   }
+  // Only undefined or null is "no step id": a falsy test took a step 0 for none, so steps 0 and 1 of one intent
+  // were one write and the default step (0 answered as a repeat of the call without one). A number is refused,
+  // as any non-string, naming the option.
+  const stepId = options.stepId?.(context, params) ?? undefined;
+  checkRunIds({ runId, stepId }, { runId: options.runId ? "runId(context)" : "context.runId", stepId: "stepId(context, params)" });
   const records = runRecords(context, "writ tool");
-  const stepId = options.stepId?.(context, params);
   const ctx: WritCallContext = {
     client: options.client,
     runId,
-    ...(stepId ? { stepId } : {}),
+    ...(stepId === undefined ? {} : { stepId }),
     ...(toolCallId ? { toolCallId } : {}),
     versions: new ContextVersionBook(records),
     read: options.read,

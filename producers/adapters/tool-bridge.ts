@@ -74,11 +74,12 @@ export const DEFAULT_STEP_ID = "once-per-run";
  * Throws `config_invalid` naming the field when the harness's run or step id is not one an intent can carry
  * (1 to {@link MAX_RUN_ID_LENGTH} characters). Checked before anything is read, pinned or kept under it:
  * otherwise every write of such a run failed only at encoding (`codec_failed`, the schema's issues as text),
- * after a read, and the MCP server kept a version book per id however long.
+ * after a read, and the MCP server kept a version book per id however long. A step id of undefined or null is
+ * not set (the default step); any other non-string (a number: 0 was taken for "not set", 1 was refused) is refused.
  */
-export function checkRunIds(ids: { runId: string; stepId?: string | undefined }, names: { runId: string; stepId: string } = { runId: "runId", stepId: "stepId" }): void {
+export function checkRunIds(ids: { runId: string; stepId?: string | null | undefined }, names: { runId: string; stepId: string } = { runId: "runId", stepId: "stepId" }): void {
   for (const [field, value] of [["runId", ids.runId], ["stepId", ids.stepId]] as const) {
-    if (field === "stepId" && value === undefined) continue;
+    if (field === "stepId" && (value === undefined || value === null)) continue;
     if (typeof value === "string" && value.length >= 1 && value.length <= MAX_RUN_ID_LENGTH) continue;
     const name = names[field];
     const got = typeof value === "string" ? `${value.length} characters` : typeof value;

@@ -164,13 +164,18 @@ def test_the_example_prints_one_refund_against_the_session_stack(stack: Stack, o
     assert any("duplicate: the ledger's stored reply" in line for line in lines), lines
 
 
-def one_refund(thread_id: Any, deps: WritDeps) -> Any:
-    """A refund call run by a ToolNode in a graph with a checkpointer, in thread ``thread_id``."""
+def run_tool(tool: Any, message: AIMessage, thread_id: Any) -> Any:
+    """One call run by a ToolNode in a graph with a checkpointer, in thread ``thread_id`` (None: no thread, no checkpointer)."""
     graph_free = StateGraph(MessagesState)
-    graph_free.add_node("tools", ToolNode([writ_langchain_tool(refund_spec, deps)]))
+    graph_free.add_node("tools", ToolNode([tool]))
     graph_free.add_edge(START, "tools")
-    graph = graph_free.compile(checkpointer=InMemorySaver())
-    return asyncio.run(graph.ainvoke({"messages": [call("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late"})]}, {"configurable": {"thread_id": thread_id}}))
+    graph = graph_free.compile(checkpointer=InMemorySaver() if thread_id is not None else None)
+    return asyncio.run(graph.ainvoke({"messages": [message]}, {"configurable": {"thread_id": thread_id}} if thread_id is not None else None))
+
+
+def one_refund(thread_id: Any, deps: WritDeps, **options: Any) -> Any:
+    """A refund call run by a ToolNode in a graph with a checkpointer, in thread ``thread_id``."""
+    return run_tool(writ_langchain_tool(refund_spec, deps, **options), call("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late"}), thread_id)
 
 
 def test_a_numeric_thread_id_is_the_run_and_any_other_non_string_is_refused() -> None:
@@ -197,10 +202,39 @@ def test_a_thread_id_longer_than_an_intent_carries_ends_the_run_naming_it_before
     deps = WritDeps(client=client, read=read)  # type: ignore[arg-type]
     with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string of 1 to 256 characters \(it is 300 characters\)"):
         one_refund("t" * 300, deps)
-    steps = writ_langchain_tool(refund_spec, deps, step_id=lambda p: "s" * 300)
-    graph_free = StateGraph(MessagesState)
-    graph_free.add_node("tools", ToolNode([steps]))
-    graph_free.add_edge(START, "tools")
     with pytest.raises(RunIdInvalid, match=r"step_id\(params\) must be a string"):
-        graph_free.compile(checkpointer=InMemorySaver()).invoke({"messages": [call("refund_payment", {"paymentId": "p", "amountCents": 5, "reason": "late"})]}, {"configurable": {"thread_id": "t1"}})
+        one_refund("t1", deps, step_id=lambda p: "s" * 300)
     assert (read.reads, client.submitted) == ([], [])
+
+
+def one_read(thread_id: Any, deps: WritDeps) -> Any:
+    """A read call run by a ToolNode, in thread ``thread_id`` (None: no thread)."""
+    return run_tool(writ_langchain_read_tool("payment", deps), call("get_payment", {"id": "pay_1"}), thread_id)
+
+
+def test_the_read_tool_refuses_a_run_id_no_intent_can_carry_naming_where_it_came_from() -> None:
+    """As the write tool (and TypeScript's writLangChainReadTool): on the old code the record was read, and the model
+    went on from it to a write that failed. A read with no run id at all is served."""
+    client, read = AppliedClient(), CountingReader()
+    with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string of 1 to 256 characters \(it is 300 characters\)"):
+        one_read("t" * 300, WritDeps(client=client, read=read))  # type: ignore[arg-type]
+    with pytest.raises(RunIdInvalid, match=r"WritDeps.run_id must be a string of 1 to 256 characters \(it is 300 characters\)"):
+        one_read(None, WritDeps(client=client, read=read, run_id="r" * 300))  # type: ignore[arg-type]
+    with pytest.raises(RunIdInvalid, match=r"configurable.thread_id must be a string, a number or a UUID \(it is tuple\)"):
+        one_read(("conv", 7), WritDeps(client=client, read=read))  # type: ignore[arg-type]
+    assert read.reads == []
+    one_read(None, WritDeps(client=client, read=read))  # type: ignore[arg-type]
+    one_read("t" * 256, WritDeps(client=client, read=read))  # type: ignore[arg-type]
+    assert len(read.reads) == 2
+
+
+def test_a_step_id_function_s_0_is_refused_naming_it_and_only_none_is_the_default_step() -> None:
+    """On the old code 0 (falsy) fell back to WritDeps.step_id or the default step, while 1 was refused: step 0 of an
+    intent was answered as a repeat of the call without one. As TypeScript: only None is not set."""
+    client, read = AppliedClient(), CountingReader()
+    for step in (0, 1):
+        with pytest.raises(RunIdInvalid, match=r"step_id\(params\) must be a string of 1 to 256 characters \(it is int\)"):
+            one_refund("t1", WritDeps(client=client, read=read), step_id=lambda p, step=step: step)  # type: ignore[arg-type]
+    assert (read.reads, client.submitted) == ([], [])
+    one_refund("t1", WritDeps(client=client, read=read, step_id=None))  # type: ignore[arg-type]
+    assert [i.step_id for i in client.submitted] == ["once-per-run"]

@@ -187,3 +187,20 @@ def test_a_run_id_no_intent_can_carry_ends_the_run_naming_it_before_any_read(con
     with pytest.raises(Exception, match=rf"context\['runId'\] must be a string of 1 to 256 characters \(it is {got}\)"):
         asyncio.run(Runner.run(unit_agent(respond, client, read), "refund", context=context))
     assert (read.reads, client.submitted) == ([], [])
+
+
+def test_a_step_id_function_s_0_is_refused_naming_it_and_only_none_is_the_default_step() -> None:
+    """On the old code 0 (falsy) was taken for "no step id", while 1 was refused: step 0 of an intent was answered as a
+    repeat of the call without one. As TypeScript's ``stepId``: only None is not set."""
+    client, read = AppliedClient(), CountingReader()
+
+    def respond(tool: str | None, out: dict[str, Any] | None) -> Any:
+        return calls("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late", "note": None}) if tool is None else [assistant_message("done")]
+
+    for step in (0, 1):
+        with pytest.raises(Exception, match=r"step_id\(context, params\) must be a string of 1 to 256 characters \(it is int\)"):
+            asyncio.run(Runner.run(unit_agent(respond, client, read, step_id=lambda c, p, step=step: step), "refund", context={"runId": "conv-1"}))
+    assert (read.reads, client.submitted) == ([], [])
+    asyncio.run(Runner.run(unit_agent(respond, client, read, step_id=lambda c, p: None), "refund", context={"runId": "conv-1"}))
+    asyncio.run(Runner.run(unit_agent(respond, client, read, step_id=lambda c, p: "0"), "refund", context={"runId": "conv-1"}))
+    assert [i.step_id for i in client.submitted] == ["once-per-run", "0"]

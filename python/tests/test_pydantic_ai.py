@@ -153,6 +153,9 @@ def test_a_conflict_goes_back_to_the_model_which_decides_again(client: WritClien
         ({"run_id": 4242}, r"WritDeps.run_id must be a string of 1 to 256 characters \(it is int\)"),
         ({"run_id": "r" * 300}, r"WritDeps.run_id must be a string of 1 to 256 characters \(it is 300 characters\)"),
         ({"run_id": "conv-1", "step_id": "s" * 300}, r"WritDeps.step_id must be a string of 1 to 256 characters"),
+        # Taken for "no step id" (falsy) on the old code: steps 0 and 1 of one intent were one write and the default.
+        ({"run_id": "conv-1", "step_id": 0}, r"WritDeps.step_id must be a string of 1 to 256 characters \(it is int\)"),
+        ({"run_id": "conv-1", "step_id": ""}, r"WritDeps.step_id must be a string of 1 to 256 characters \(it is 0 characters\)"),
     ],
 )
 def test_a_run_or_step_id_no_intent_can_carry_ends_the_run_naming_it_before_any_read(ids: dict[str, Any], message: str) -> None:
@@ -171,3 +174,46 @@ def test_a_run_or_step_id_no_intent_can_carry_ends_the_run_naming_it_before_any_
     with pytest.raises(RunIdInvalid, match=message):
         asyncio.run(agent.run("refund", deps=WritDeps(client=client, read=read, **ids)))  # type: ignore[arg-type]
     assert (read.reads, client.submitted) == ([], [])
+
+
+def test_a_step_id_function_s_0_is_refused_naming_it_and_only_none_is_the_default_step() -> None:
+    """On the old code a step-id function's 0 (falsy) fell back to WritDeps.step_id or the default step, while its 1
+    was refused: step 0 of an intent was answered as a repeat of the call without a step id. As TypeScript's
+    OpenAI Agents ``stepId``."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("refund_payment", {"paymentId": "pay_1", "amountCents": 500, "reason": "late"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    client, read = AppliedClient(), CountingReader()
+    for step in (0, 1):
+        agent = Agent(FunctionModel(respond), tools=[writ_tool(refund_spec, step_id=lambda ctx, p, step=step: step)], deps_type=WritDeps)  # type: ignore[misc]
+        with pytest.raises(RunIdInvalid, match=r"step_id\(ctx, params\) must be a string of 1 to 256 characters \(it is int\)"):
+            asyncio.run(agent.run("refund", deps=WritDeps(client=client, read=read, run_id="conv-1", step_id="harness-step")))  # type: ignore[arg-type]
+    assert (read.reads, client.submitted) == ([], [])
+    agent = Agent(FunctionModel(respond), tools=[writ_tool(refund_spec, step_id=lambda ctx, p: None)], deps_type=WritDeps)
+    asyncio.run(agent.run("refund", deps=WritDeps(client=client, read=read, run_id="conv-1")))  # type: ignore[arg-type]
+    assert [i.step_id for i in client.submitted] == ["once-per-run"]
+
+
+def test_the_read_tool_refuses_a_run_or_step_id_no_intent_can_carry_naming_it() -> None:
+    """As the write tool: on the old code the record was read, and the model went on from it to a write that failed."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("read_record", {"type": "payment", "id": "pay_1"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    client, read = AppliedClient(), CountingReader()
+    agent = Agent(FunctionModel(respond), tools=[writ_read_tool(["payment"], read=read)], deps_type=WritDeps)
+    for ids, message in (({"run_id": "r" * 300}, r"WritDeps.run_id must be a string of 1 to 256 characters"), ({"run_id": "conv-1", "step_id": 0}, r"WritDeps.step_id must be a string")):
+        with pytest.raises(RunIdInvalid, match=message):
+            asyncio.run(agent.run("read", deps=WritDeps(client=client, read=read, **ids)))  # type: ignore[arg-type]
+    assert read.reads == []
+    asyncio.run(agent.run("read", deps=WritDeps(client=client, read=read, run_id="r" * 256)))  # type: ignore[arg-type]
+    assert len(read.reads) == 1

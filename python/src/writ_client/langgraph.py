@@ -46,7 +46,7 @@ except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.langgraph needs LangGraph: pip install 'writ-client[langgraph]'") from err
 
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, RunIdInvalid, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, read_result, read_with, recall_versions, submit_tool_call
+from .tools import Reader, RunIdInvalid, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, read_result, read_with, recall_versions, step_or_default, submit_tool_call
 
 __all__ = ["APPROVAL_REQUEST_TYPE", "WritContext", "approval_request", "writ_langchain_read_tool", "writ_langchain_tool"]
 
@@ -155,13 +155,13 @@ def writ_langchain_tool(
         if run_id is None or run_id == "":
             raise ValueError(f"writ tool {tool_name}: no run id (no configurable.thread_id, no WritDeps.run_id); a random one would defeat deduplication")
         own_step = step_id(params) if step_id else None
-        step = own_step or deps.step_id or DEFAULT_STEP_ID
+        step = step_or_default(own_step, deps.step_id)
         # Before anything is read or pinned under them, naming where they came from.
         check_run_ids(
             run_id,
             step,
             run_name="configurable.thread_id" if thread else "WritDeps.run_id",
-            step_name="step_id(params)" if own_step else "WritDeps.step_id",
+            step_name="step_id(params)" if own_step is not None else "WritDeps.step_id",
         )
         entity = spec.entity(params)
         args = params_dict(spec, params)
@@ -214,6 +214,12 @@ def writ_langchain_read_tool(
 
     async def read_record(runtime: ToolRuntime, **raw: Any) -> tuple[str, dict[str, Any]]:
         deps = await _deps(context, runtime)
+        # As the write tool does: a run whose ids no intent can carry is refused at its first call, before a read the
+        # model would go on from to a write that fails. A read with no run id at all (outside a thread) is served.
+        thread = _thread_id(runtime)
+        run_id = thread or deps.run_id
+        if run_id is not None and run_id != "":
+            check_run_ids(run_id, step_or_default(None, deps.step_id), run_name="configurable.thread_id" if thread else "WritDeps.run_id", step_name="WritDeps.step_id")
         entity = EntityRef(type=record_type, id=_ReadArgs.model_validate(raw).id)
         record = await read_with(read or deps.read, entity)
         deps.remember(entity, record)

@@ -48,7 +48,7 @@ except ImportError as err:  # pragma: no cover
 
 from .client import WritClient
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, check_run_ids, invalid_params, params_dict, pin_base, read_result, read_with, submit_tool_call
+from .tools import Reader, WritDeps, WritToolSpec, check_run_ids, invalid_params, params_dict, pin_base, read_result, read_with, step_or_default, submit_tool_call
 
 __all__ = ["writ_agent_read_tool", "writ_agent_tool"]
 
@@ -110,9 +110,9 @@ def writ_agent_tool(
         if rid is None or rid == "":
             raise ValueError(f"tool {tool_name}: no run id: Runner.run(agent, input, context={{'runId': conversation_id}}); a random one would defeat deduplication")
         own_step = step_id(context, params) if step_id else None
-        step = own_step or DEFAULT_STEP_ID
+        step = step_or_default(own_step, None)
         # Before anything is read or pinned under them (a run id over 256 characters read the record, then failed at encoding).
-        check_run_ids(rid, step, run_name="run_id(context)" if own_run else "context['runId']", step_name="step_id(context, params)" if own_step else "step_id")
+        check_run_ids(rid, step, run_name="run_id(context)" if own_run else "context['runId']", step_name="step_id(context, params)")
         deps = _deps(context, tool_name, client, read, timeout)
         key = client.intent_key(tool=spec.tool, run_id=rid, step_id=step, entity=entity, params=params_dict(spec, params))
         return deps, rid, step, key

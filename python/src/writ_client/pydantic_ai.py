@@ -51,7 +51,7 @@ except ImportError as err:  # pragma: no cover
     raise ImportError("writ_client.pydantic_ai needs Pydantic AI: pip install 'writ-client[pydantic-ai]'") from err
 
 from .models import EntityRef
-from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, pin_call_base, read_result, read_with, recall_versions, submit_tool_call, to_model_result
+from .tools import DEFAULT_STEP_ID, Reader, WritDeps, WritToolSpec, check_run_ids, params_dict, pin_base, pin_call_base, read_result, read_with, recall_versions, step_or_default, submit_tool_call, to_model_result
 
 __all__ = [
     "DEFAULT_STEP_ID",
@@ -86,6 +86,13 @@ def _tool_outputs(ctx: RunContext[Any]) -> list[Any]:
     return out
 
 
+def _run_id(ctx: RunContext[Any], deps: WritDeps) -> tuple[Any, str]:
+    """The run id of a call (``WritDeps.run_id``, else Pydantic AI's ``conversation_id``) and where it came from."""
+    if deps.run_id is not None and deps.run_id != "":
+        return deps.run_id, "WritDeps.run_id"
+    return getattr(ctx, "conversation_id", None), "conversation_id"
+
+
 def writ_tool(
     spec: WritToolSpec[P],
     *,
@@ -106,15 +113,14 @@ def writ_tool(
 
     async def call(ctx: RunContext[Any], params: BaseModel) -> dict[str, Any]:
         deps = _deps_of(ctx)
-        own_run = deps.run_id is not None and deps.run_id != ""
-        run_id = deps.run_id if own_run else getattr(ctx, "conversation_id", None)
+        run_id, run_name = _run_id(ctx, deps)
         if run_id is None or run_id == "":
             raise TypeError("writ tools need a run id: WritDeps(run_id=conversation_id)")
         own_step = (step_id(ctx, params) if step_id else None)  # type: ignore[arg-type]
-        step = own_step or deps.step_id or DEFAULT_STEP_ID
+        step = step_or_default(own_step, deps.step_id)
         # Before anything is read or pinned under them, and not as a ValidationError: Pydantic AI hands those to the
         # model as its own arguments' fault, and the model cannot fix the harness's id.
-        check_run_ids(run_id, step, run_name="WritDeps.run_id" if own_run else "conversation_id", step_name="step_id(ctx, params)" if own_step else "WritDeps.step_id")
+        check_run_ids(run_id, step, run_name=run_name, step_name="step_id(ctx, params)" if own_step is not None else "WritDeps.step_id")
         args = params_dict(spec, params)
         entity = spec.entity(params)  # type: ignore[arg-type]
         key = deps.client.intent_key(tool=spec.tool, run_id=run_id, step_id=step, entity=entity, params=args)
@@ -158,6 +164,11 @@ def writ_read_tool(record_types: Sequence[str], *, read: Reader | None = None, n
         if type not in allowed:
             return {"status": "rejected", "reason": "unknown_record_type", "message": f"readable record types: {', '.join(allowed)}", "instruction": "Read one of those."}
         deps = _deps_of(ctx)
+        # As the write tool does: a run whose ids no intent can carry is refused at its first call, before a read the
+        # model would go on from to a write that fails.
+        run_id, run_name = _run_id(ctx, deps)
+        if run_id is not None and run_id != "":
+            check_run_ids(run_id, step_or_default(None, deps.step_id), run_name=run_name, step_name="WritDeps.step_id")
         entity = EntityRef(type=type, id=id)
         record = await read_with(read or deps.read, entity)
         deps.remember(entity, record)

@@ -47,6 +47,7 @@ __all__ = [
     "read_with",
     "recall_versions",
     "refused_before_sending",
+    "step_or_default",
     "submit_tool_call",
     "to_model_result",
 ]
@@ -77,6 +78,16 @@ def check_run_ids(run_id: Any, step_id: Any, *, run_name: str = "run_id", step_n
             continue
         got = f"{utf16_length(value)} characters" if isinstance(value, str) else type(value).__name__
         raise RunIdInvalid(name, f"{name} must be a string of 1 to {MAX_RUN_ID_LENGTH} characters (it is {got}), as an intent carries it")
+
+
+def step_or_default(own: Any, given: Any) -> Any:
+    """The step id of a call: the step-id function's, else the harness's (``WritDeps.step_id``), else
+    :data:`DEFAULT_STEP_ID`. Only None is "not set": a falsy test took a step 0 (or "") for none, so steps 0 and 1
+    of one intent were one write and the default step (0 answered as a repeat of the call without one). Whatever
+    is set goes to :func:`check_run_ids`, which refuses a non-string (a number: ``str()`` it) naming it."""
+    if own is not None:
+        return own
+    return given if given is not None else DEFAULT_STEP_ID
 
 
 def invalid_params(err: ValidationError) -> dict[str, Any]:
