@@ -169,25 +169,34 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
 
 /**
  * Writes of one intent that committed at the system, counted where they were
- * answered: on the wire (the proxy), each 2xx PATCH with the intent key and
- * an ETag not seen before (a replay of a stored answer carries the first
- * one's); at the adapter otherwise (distinct versions it reported applied).
- * The record alone cannot show a second write of an idempotent change (a
- * replace of /tags with the same list); the system, its hooks and audit did.
+ * answered: on the wire (the proxy), each 2xx write request with the intent
+ * key, but for a replay of a stored answer (one carrying an ETag an earlier
+ * 2xx of the key carried); at the adapter otherwise (distinct versions it
+ * reported applied). Without ETags nothing tells a replay from a second
+ * write, so each 2xx counts: two writes never collapse into one. The record
+ * alone cannot show a second write of an idempotent change (a replace of
+ * /tags with the same list); the system, its hooks and audit did.
  */
-function writesCommitted(ctx: ScenarioContext, intentKey: string): { writes: number; where: string } {
-  if (!ctx.proxy) return { writes: ctx.owned.appliedVersions(intentKey).length, where: "the adapter reported applied at" };
-  const etags = ctx.proxy
-    .requests()
-    .filter((r) => r.method === ctx.writeMethod && r.idempotencyKey === intentKey && r.upstreamStatus !== null && r.upstreamStatus >= 200 && r.upstreamStatus < 300)
-    .map((r) => r.etag ?? "(no ETag)");
-  return { writes: new Set(etags).size, where: "the system answered 2xx at" };
+function writesCommitted(ctx: ScenarioContext, intentKey: string): { writes: number; how: string } {
+  if (!ctx.proxy) {
+    const writes = ctx.owned.appliedVersions(intentKey).length;
+    return { writes, how: `the adapter reported applied at ${writes} different versions` };
+  }
+  const etags = new Set<string>();
+  let writes = 0;
+  for (const r of ctx.proxy.requests()) {
+    if (r.method !== ctx.writeMethod || r.idempotencyKey !== intentKey || r.upstreamStatus === null || r.upstreamStatus < 200 || r.upstreamStatus >= 300) continue;
+    if (r.etag !== null && etags.has(r.etag)) continue;
+    if (r.etag !== null) etags.add(r.etag);
+    writes++;
+  }
+  return { writes, how: `the system answered 2xx to ${writes} ${ctx.writeMethod} requests, none a replay of an earlier answer` };
 }
 
 /** A problem when one intent committed more than once at the system, else none. */
 function writtenOnce(ctx: ScenarioContext, intentKey: string, writer: string): string[] {
-  const { writes, where } = writesCommitted(ctx, intentKey);
-  return writes > 1 ? [`${writer}'s intent ${intentKey} was written ${writes} times (${where} ${writes} different versions): a duplicate write, though the record shows it once`] : [];
+  const { writes, how } = writesCommitted(ctx, intentKey);
+  return writes > 1 ? [`${writer}'s intent ${intentKey} was written ${writes} times (${how}): a duplicate write, though the record shows it once`] : [];
 }
 
 function patchesSent(ctx: ScenarioContext, intentKey: string): number {

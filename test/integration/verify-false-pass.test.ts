@@ -3,7 +3,7 @@
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { createServer, request } from "node:http";
+import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
@@ -35,6 +35,27 @@ const wrapped = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (e
 /** The same without `config`: verify cannot see a base URL, so faults are simulated at the adapter. */
 const opaque = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (env: NodeJS.ProcessEnv) =>
   wrapped(wrap)(env).map(({ config: _hidden, ...rest }: SystemOfRecord & { config?: unknown }) => rest as SystemOfRecord);
+
+/**
+ * The records server as another API has it, at a URL of its own: each request forwarded with its method mapped by
+ * `method`, each answer given back through `answer` (default: as it came). The URL is closed when the test ends.
+ */
+async function asApi(server: DemoRecordsServer, opts: { method?: (m: string) => string; answer?: (from: IncomingMessage, res: ServerResponse) => void } = {}): Promise<string> {
+  const api = createServer((req, res) => {
+    const upstream = new URL(server.url);
+    const method = opts.method?.(req.method ?? "GET") ?? req.method;
+    const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method, headers: req.headers }, (from) => {
+      if (opts.answer) return opts.answer(from, res);
+      res.writeHead(from.statusCode ?? 502, from.headers);
+      from.pipe(res);
+    });
+    out.on("error", () => res.destroy());
+    req.pipe(out);
+  });
+  await new Promise<void>((resolve) => api.listen(0, "127.0.0.1", resolve));
+  onTestFinished(() => new Promise<void>((resolve) => api.close(() => resolve())));
+  return `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
+}
 
 type Patch = SystemOfRecord["patch"];
 /** An adapter's patch that sends the owner's PATCH and then does `then` with the outcome (`again` sends one more). */
@@ -143,7 +164,50 @@ describe("writ verify fails where a guarantee does not hold", () => {
     const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
     expect(dup.effects).toBe(1);
     expect(report.ok, formatReport(report)).toBe(false);
-    expect(dup.problems.join("\n")).toMatch(/agent's intent \S+ was written 2 times \(the system answered 2xx at 2 different versions\)/);
+    expect(dup.problems.join("\n")).toMatch(/agent's intent \S+ was written 2 times \(the system answered 2xx to 2 PATCH requests, none a replay of an earlier answer\)/);
+    // Counted at the records server: two PATCHes with that intent key committed.
+    const key = server.history("ticket", "T-verify").find((h) => JSON.stringify(h.ops ?? "").includes(`${report.runId}-tagticke-dup`))!.idempotencyKey!;
+    expect(server.history("ticket", "T-verify").filter((h) => h.kind === "patch" && h.idempotencyKey === key)).toHaveLength(2);
+  }, 120_000);
+
+  it("a PATCH the adapter sends twice to a system without ETags fails duplicate-submission too (its two 2xx answers are two writes)", async () => {
+    const server = await records();
+    server.setConfig({ honourIdempotencyKey: false });
+    // The records server as an API that answers no ETag: the version comes in the body ({ record, version }).
+    const apiUrl = await asApi(server, {
+      answer: async (from, res) => {
+        const chunks: Buffer[] = [];
+        for await (const c of from) chunks.push(c as Buffer);
+        const { etag, "content-length": _length, ...headers } = from.headers;
+        const body = Buffer.concat(chunks).toString();
+        res.writeHead(from.statusCode ?? 502, headers);
+        res.end(etag === undefined || body === "" ? body : JSON.stringify({ record: JSON.parse(body) as unknown, version: etag }));
+      },
+    });
+    // Each PATCH sent once more "to be safe", conditional on the version its first answer gave: both commit.
+    const twice = (env: NodeJS.ProcessEnv) =>
+      ["billing", "helpdesk"].map((name) => {
+        const inner = createHttpSystemOfRecord({
+          name,
+          baseUrl: env.RECORDS_URL!,
+          version: { from: "body", pointer: "/version" },
+          state: { pointer: "/record" },
+          idempotencyKeys: true,
+          idempotencyLookupPath: "/idempotency-keys/{key}",
+        });
+        return Object.assign(Object.create(Object.getPrototypeOf(inner) as object), inner, {
+          patch: async (...[entity, ops, opts]: Parameters<Patch>) => {
+            const out = await inner.patch(entity, ops, opts);
+            return out.kind === "applied" ? inner.patch(entity, ops, { ...opts, ifMatch: out.version }) : out;
+          },
+        }) as SystemOfRecord;
+      });
+    const report = await verifyAgainst(server, { tools: { ...demoFixture, systems: twice }, env: { RECORDS_URL: apiUrl }, only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
+
+    const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
+    expect(dup.effects).toBe(1);
+    expect(report.ok, formatReport(report)).toBe(false);
+    expect(dup.problems.join("\n")).toMatch(/agent's intent \S+ was written 2 times \(the system answered 2xx to 2 PATCH requests/);
     // Counted at the records server: two PATCHes with that intent key committed.
     const key = server.history("ticket", "T-verify").find((h) => JSON.stringify(h.ops ?? "").includes(`${report.runId}-tagticke-dup`))!.idempotencyKey!;
     expect(server.history("ticket", "T-verify").filter((h) => h.kind === "patch" && h.idempotencyKey === key)).toHaveLength(2);
@@ -177,18 +241,7 @@ describe("writ verify proves a system whose writes are POSTs (createHttpSystemOf
   it("injects its faults on the POST and counts it on the wire, so the demo tool passes there too", async () => {
     const server = await records();
     // The system as such an API has it: writes are POST to the record's path; the demo server takes them as PATCH.
-    const postApi = createServer((req, res) => {
-      const upstream = new URL(server.url);
-      const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method === "POST" ? "PATCH" : req.method, headers: req.headers }, (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(res);
-      });
-      out.on("error", () => res.destroy());
-      req.pipe(out);
-    });
-    await new Promise<void>((resolve) => postApi.listen(0, "127.0.0.1", resolve));
-    onTestFinished(() => new Promise<void>((resolve) => postApi.close(() => resolve())));
-    const postUrl = `http://127.0.0.1:${(postApi.address() as AddressInfo).port}`;
+    const postUrl = await asApi(server, { method: (m) => (m === "POST" ? "PATCH" : m) });
     const posting = (env: NodeJS.ProcessEnv) =>
       ["billing", "helpdesk"].map((name) =>
         createHttpSystemOfRecord({ name, baseUrl: env.RECORDS_URL!, method: "POST", idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
