@@ -40,8 +40,9 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
 HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
 that systems(env) reads. Systems that are not HTTP get faults simulated at the adapter.
 
-Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run,
-130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics and groups.`;
+Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run (also
+Kafka or the registry lost mid-run), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
+and groups.`;
 
 /** writ's repository root (examples/ lives there; the package does not ship it). */
 function repoRoot(): string {

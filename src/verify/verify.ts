@@ -2,11 +2,12 @@ import { randomBytes } from "node:crypto";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
+import { withDeadline } from "../deadline.ts";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { WritError } from "../errors.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { ledgerReaderGroups, startRouter, type Router } from "../owner/router.ts";
-import { kafkaConnection, type KafkaSecurity, type RegistryAuth, type RegistryTls } from "../security/transport.ts";
+import { kafkaConnection, registryTransport, type KafkaSecurity, type RegistryAuth, type RegistryTls } from "../security/transport.ts";
 import { entityKey, type EntityRef } from "../schemas/common.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import type { WriteToolDeclaration } from "../tools.ts";
@@ -204,8 +205,9 @@ export function defaultModuleTimeoutMs(sorTimeoutMs: number): number {
  * its own owner (unique topics) with the tools' systems behind a fault
  * proxy, and runs per tool `duplicate-submission`, `commit-then-timeout`,
  * `commit-then-drop` and `race`. Counts come from the system of record.
- * Throws only when it cannot run (bad module, Kafka unreachable, tools not
- * admitted); a tool that misbehaves is a failed report.
+ * Throws only when it cannot run (bad module, Kafka or the registry
+ * unreachable, also when lost mid-run, tools not admitted); a tool that
+ * misbehaves is a failed report.
  *
  * @example
  * const report = await runVerify({ tools: "./my-tools.ts", brokers: "kafka:9092", env: { ...process.env, CRM_URL: staging } });
@@ -263,6 +265,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);
   let starting: Promise<Router> | null = null;
   let making: Promise<WritClient>[] = [];
+  // The owner's consumer stopped for good (Kafka failed it): every scenario after that fails for writ's reasons.
+  let ownerStopped: Error | null = null;
+  const outage = () => outageNow({ brokers, security: opts.kafka, topics: [topics.intents, topics.ledger], registry: connection, ownerStopped });
   try {
     progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
     starting = startRouter({
@@ -281,6 +286,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       tools: selected,
       systems: [...routed.owned.values()],
       logger,
+      onFatal: (err) => void (ownerStopped ??= err),
     });
     await until(starting);
     const client = (agent: string) =>
@@ -295,7 +301,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     for (const tool of selected) {
       // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
       const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
-      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } };
+      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, outage, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } };
       tools.push(await until(verifyTool(tool, fixture, run)));
     }
     return {
@@ -338,6 +344,55 @@ async function deleteLeftovers(brokers: string[], security: KafkaSecurity | unde
   }
 }
 
+/** How long verify asks Kafka and the registry whether they still serve the run. ms. */
+const OUTAGE_PROBE_MS = 15_000;
+
+interface OutageProbe {
+  brokers: string[];
+  security: KafkaSecurity | undefined;
+  /** The run's own topics: the brokers must still have them. */
+  topics: string[];
+  registry: { schemaRegistryUrl?: string; schemaRegistryAuth?: RegistryAuth; schemaRegistryTls?: RegistryTls };
+  ownerStopped: Error | null;
+}
+
+/**
+ * Why Kafka, the registry or the owner cannot serve the run now, or null: the owner's consumer stopped for good,
+ * the brokers do not answer for the run's topics, or the registry does not answer. Asked after a scenario failed.
+ */
+async function outageNow(probe: OutageProbe): Promise<WritError | null> {
+  if (probe.ownerStopped) return new WritError("kafka_failed", "the owner stopped: Kafka failed its consumer", { retriable: true, cause: probe.ownerStopped });
+  const admin = new Kafka({
+    clientId: "writ-verify-probe",
+    brokers: probe.brokers,
+    ...kafkaConnection(probe.security),
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 2 },
+  }).admin();
+  try {
+    const asked = admin.connect().then(() => admin.fetchTopicMetadata({ topics: probe.topics }));
+    asked.catch(() => undefined); // raced below; past the deadline nobody awaits it
+    await withDeadline(asked, OUTAGE_PROBE_MS, () => {
+      throw new Error(`no answer within ${OUTAGE_PROBE_MS} ms`);
+    });
+  } catch (err) {
+    return new WritError("kafka_failed", `Kafka was lost during the run (brokers ${probe.brokers.join(",")})`, { retriable: true, cause: err });
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+  const url = probe.registry.schemaRegistryUrl;
+  if (url === undefined) return null;
+  const transport = registryTransport({ auth: probe.registry.schemaRegistryAuth, tls: probe.registry.schemaRegistryTls });
+  try {
+    const res = await transport.fetch(`${url}/subjects`, { headers: transport.headers, signal: AbortSignal.timeout(OUTAGE_PROBE_MS) });
+    await res.body?.cancel();
+    if (!res.ok) throw new Error(`GET /subjects answered ${res.status}`);
+  } catch (err) {
+    return new WritError("registry_unavailable", "the schema registry was lost during the run", { retriable: true, cause: err });
+  }
+  return null;
+}
+
 const INFRASTRUCTURE = new Set<string>(["registry_unavailable", "kafka_failed", "reply_consumer_stopped", "client_closed"]);
 
 /** The WritError, in `err` or its causes, that says Kafka or the schema registry failed the run. */
@@ -367,6 +422,8 @@ interface ToolRun {
   scenarios: readonly ScenarioName[];
   progress: (line: string) => void;
   signal: AbortSignal | undefined;
+  /** Why Kafka, the registry or the owner cannot serve the run now, or null. */
+  outage: () => Promise<WritError | null>;
   agents: ScenarioContext["agents"];
 }
 
@@ -428,21 +485,13 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
       // Kafka or the registry failing is verify not running, not the tool failing a guarantee: the run stops (exit 2).
       const outage = infrastructureError(err);
       if (outage) throw new WritError(outage.code, `writ verify could not run (${tool.name} ${scenario}): ${causes(err)}`, { retriable: true, cause: err });
-      r = {
-        scenario,
-        ok: false,
-        effects: 0,
-        expectedEffects: 0,
-        conflicts: 0,
-        lostUpdates: [],
-        duplicates: [],
-        patchesSent: null,
-        replies: [],
-        faultInjection: null,
-        problems: [`could not run: ${causes(err)}`],
-        notes: [],
-        durationMs: Date.now() - t0,
-      };
+      r = failedToRun(scenario, err, t0);
+    }
+    if (!r.ok) {
+      // A broker or the registry lost during the scenario shows as replies that never came (unknown), not as an
+      // error: asked now, an outage is verify not running (exit 2), not the tool failing a guarantee.
+      const down = await run.outage();
+      if (down) throw new WritError(down.code, `writ verify could not run (${tool.name} ${scenario}): ${causes(down)}`, { retriable: true, cause: down });
     }
     run.progress(`${tool.name} ${scenario}: ${r.ok ? "pass" : "FAIL"} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
     reports.push(r);
@@ -458,5 +507,23 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     lostUpdates,
     scenarios: reports,
     problems: [],
+  };
+}
+
+function failedToRun(scenario: ScenarioName, err: unknown, t0: number): ScenarioReport {
+  return {
+    scenario,
+    ok: false,
+    effects: 0,
+    expectedEffects: 0,
+    conflicts: 0,
+    lostUpdates: [],
+    duplicates: [],
+    patchesSent: null,
+    replies: [],
+    faultInjection: null,
+    problems: [`could not run: ${causes(err)}`],
+    notes: [],
+    durationMs: Date.now() - t0,
   };
 }

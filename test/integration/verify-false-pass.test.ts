@@ -6,6 +6,7 @@ import { once } from "node:events";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Kafka, logLevel } from "kafkajs";
+import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
 import { openTicket } from "../../examples/demo-tools.ts";
@@ -13,6 +14,7 @@ import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { formatReport, runVerify, type VerifyReport } from "../../src/verify/verify.ts";
+import { startKafkaRelay } from "../helpers/kafka-relay.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";
 
@@ -316,6 +318,48 @@ describe("writ verify ends, and cleans up", () => {
     });
     expect(server.stats()).toMatchObject({ patchRequests: 0 });
   }, 120_000);
+
+  it("Kafka lost in the middle of a scenario stops the run as not run (exit 2), not as the tool failing a guarantee", async () => {
+    const server = await records();
+    // The owner and the agents reach the shared broker through a relay only this test cuts.
+    const relay = await startKafkaRelay(brokers()[0]!);
+    onTestFinished(() => relay.close());
+    let runId = "";
+    onTestFinished(async () => {
+      // Verify could not delete its topics through the cut relay: deleted here, on the broker itself.
+      const left = await leftovers(runId);
+      const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+      await admin.connect();
+      await admin.deleteGroups(left.groups).catch(() => undefined);
+      if (left.topics.length > 0) await admin.deleteTopics({ topics: left.topics });
+      await admin.disconnect();
+    });
+    // The broker goes as the owner writes: the intent was read and recorded pending; its outcome and reply cannot be.
+    const cutting = wrapped((inner) => ({
+      patch: (...call) => {
+        relay.cut();
+        return inner.patch(...call);
+      },
+    }));
+    const run = verifyAgainst(server, {
+      brokers: [relay.broker],
+      tools: { ...demoFixture, systems: cutting },
+      only: ["tag_ticket"],
+      scenarios: ["duplicate-submission"],
+      submitTimeoutMs: 5000,
+      // The owner's and agents' reconnect errors are expected here.
+      logger: pino({ level: "silent" }),
+      onProgress: (line) => (runId ||= /^(wv-[0-9a-f]{6}): starting an owner/.exec(line)?.[1] ?? ""),
+    });
+
+    await expect(run).rejects.toMatchObject({
+      code: "kafka_failed",
+      message: expect.stringMatching(/^writ verify could not run \(tag_ticket duplicate-submission\): Kafka was lost during the run/),
+    });
+    // The outage came mid-scenario: the owner's PATCH had reached the records server, and the relay refused Kafka after.
+    expect(server.stats().patchRequests).toBeGreaterThan(0);
+    expect(relay.refused()).toBeGreaterThan(0);
+  }, 240_000);
 
   it("a hostile verify export (a fixture that is null) fails that tool and verifies the others", async () => {
     const server = await records();

@@ -1,0 +1,121 @@
+// A TCP relay in front of a Kafka broker that a test can cut: a broker outage for the clients behind it, while the
+// shared broker itself runs on. Kafka clients connect to the addresses Metadata answers give, not to the bootstrap
+// address, so the relay rewrites the brokers in each Metadata response (kafkajs's v0 to v6) to its own address.
+// Coordinators (FindCoordinator) are found by node id among those brokers, so they go through the relay too.
+import { connect, createServer, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
+
+const METADATA = 3;
+
+export interface KafkaRelay {
+  /** `127.0.0.1:<port>`: give it as the only broker. */
+  readonly broker: string;
+  /** From now on every connection is dropped, open ones at once: the broker is gone for the clients behind the relay. */
+  cut(): void;
+  /** Connections dropped since the cut. */
+  refused(): number;
+  close(): Promise<void>;
+}
+
+/** Splits a stream of Kafka frames (int32 size, then the frame): `each` gets every whole frame, size included. */
+function frames(each: (frame: Buffer) => void): (chunk: Buffer) => void {
+  let pending = Buffer.alloc(0);
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk]);
+    while (pending.length >= 4 && pending.length >= 4 + pending.readInt32BE(0)) {
+      const size = pending.readInt32BE(0);
+      each(pending.subarray(0, 4 + size));
+      pending = pending.subarray(4 + size);
+    }
+  };
+}
+
+/** A Metadata response with every broker at `host:port`. Frame: size, correlation id, [throttle v3+], brokers, rest. */
+function rewriteMetadata(frame: Buffer, version: number, host: string, port: number): Buffer {
+  let at = 8 + (version >= 3 ? 4 : 0);
+  const head = frame.subarray(4, at);
+  const count = frame.readInt32BE(at);
+  at += 4;
+  const brokers: Buffer[] = [];
+  for (let i = 0; i < count; i++) {
+    const nodeId = frame.readInt32BE(at);
+    at += 4;
+    at += 2 + frame.readInt16BE(at);
+    at += 4;
+    const rackStart = at;
+    if (version >= 1) {
+      const rack = frame.readInt16BE(at);
+      at += 2 + Math.max(0, rack);
+    }
+    const hostBytes = Buffer.from(host);
+    const b = Buffer.alloc(4 + 2 + hostBytes.length + 4);
+    b.writeInt32BE(nodeId, 0);
+    b.writeInt16BE(hostBytes.length, 4);
+    hostBytes.copy(b, 6);
+    b.writeInt32BE(port, 6 + hostBytes.length);
+    brokers.push(b, frame.subarray(rackStart, at));
+  }
+  const countBytes = Buffer.alloc(4);
+  countBytes.writeInt32BE(count, 0);
+  const body = Buffer.concat([head, countBytes, ...brokers, frame.subarray(at)]);
+  const size = Buffer.alloc(4);
+  size.writeInt32BE(body.length, 0);
+  return Buffer.concat([size, body]);
+}
+
+/** Starts a relay to `target` (`host:port`) on an ephemeral port of 127.0.0.1. */
+export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
+  const [targetHost, targetPort] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+  let down = false;
+  let refused = 0;
+  let port = 0;
+  const open = new Set<Socket>();
+  const server = createServer((inbound) => {
+    open.add(inbound);
+    inbound.on("close", () => open.delete(inbound));
+    inbound.on("error", () => undefined);
+    if (down) {
+      refused++;
+      inbound.destroy();
+      return;
+    }
+    const outbound = connect(targetPort, targetHost);
+    open.add(outbound);
+    outbound.on("close", () => open.delete(outbound));
+    outbound.on("error", () => inbound.destroy());
+    inbound.on("close", () => outbound.destroy());
+    outbound.on("close", () => inbound.destroy());
+    // Correlation id → version of each Metadata request in flight on this connection.
+    const metadata = new Map<number, number>();
+    inbound.on(
+      "data",
+      frames((frame) => {
+        if (frame.length >= 12 && frame.readInt16BE(4) === METADATA) metadata.set(frame.readInt32BE(8), frame.readInt16BE(6));
+        outbound.write(frame);
+      }),
+    );
+    outbound.on(
+      "data",
+      frames((frame) => {
+        const version = frame.length >= 8 ? metadata.get(frame.readInt32BE(4)) : undefined;
+        if (version === undefined) return void inbound.write(frame);
+        metadata.delete(frame.readInt32BE(4));
+        inbound.write(rewriteMetadata(frame, version, "127.0.0.1", port));
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  port = (server.address() as AddressInfo).port;
+  return {
+    broker: `127.0.0.1:${port}`,
+    cut: () => {
+      down = true;
+      for (const s of open) s.destroy();
+    },
+    refused: () => refused,
+    close: () => {
+      for (const s of open) s.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
