@@ -61,7 +61,8 @@ export interface VerifyOptions {
   onProgress?: (line: string) => void;
   /**
    * Stops the run early (Ctrl-C): the scenario under way is abandoned, the owner, agents and proxies stop, the
-   * topics and groups are deleted as at the end of a run, and runVerify rejects with the signal's reason.
+   * topics and groups are deleted as at the end of a run, and runVerify rejects with the signal's reason. Also
+   * while the module is still loading or `systems(env)` still running: the systems it makes are closed once made.
    */
   signal?: AbortSignal;
 }
@@ -237,7 +238,11 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   };
   const topicSettings = opts.replicationFactor === undefined ? {} : { replicationFactor: opts.replicationFactor };
   const runId = `wv-${randomBytes(3).toString("hex")}`;
-  const mod = await loadModule(opts.tools);
+  const stopped = abortion(opts.signal);
+  // Awaited until the signal, if any, aborts; what it starts is still stopped in `finally` (kept below).
+  const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);
+  // The module's import and its systems(env) may take long (a slow setup, a connection): a stop is not left waiting for them.
+  const mod = await until(loadModule(opts.tools));
   const unknown = (opts.only ?? []).filter((n) => !mod.tools.some((t) => t.name === n));
   if (unknown.length > 0) throw configError(`no tool named ${unknown.join(", ")} in the module`, "only");
   // The scenarios are those of a change to an existing record; a create tool is not proved here (yet): left out,
@@ -250,7 +255,15 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     throw configError(`no tool to verify: ${named.length === 0 ? "the module declares no tools" : "every tool of the module is a create tool, which writ verify does not prove"}`, "tools");
   }
 
-  const routed = await routeSystems(mod, env, moduleTimeoutMs);
+  const routing = routeSystems(mod, env, moduleTimeoutMs);
+  let routed: Routed;
+  try {
+    routed = await until(routing);
+  } catch (err) {
+    // Stopped while the systems were being made: those made are closed once made (nothing else exists yet).
+    if (opts.signal?.aborted) void routing.then((r) => closeRouted(r, moduleTimeoutMs), () => undefined);
+    throw err;
+  }
   const topics = {
     intents: `writ.verify.${runId}.intents`,
     ledger: `writ.verify.${runId}.ledger`,
@@ -260,9 +273,6 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const replyTopic = (agent: string) => `writ.replies.verify.${runId}.${agent}`;
   const ownerGroup = `writ.verify.${runId}`;
   const instanceId = `writ-verify-${runId}`;
-  const stopped = abortion(opts.signal);
-  // Awaited until the signal, if any, aborts; what it starts is still stopped in `finally` (kept below).
-  const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);
   let starting: Promise<Router> | null = null;
   let making: Promise<WritClient>[] = [];
   // The owner's consumer stopped for good (Kafka failed it): every scenario after that fails for writ's reasons.

@@ -3,8 +3,11 @@
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
@@ -399,5 +402,61 @@ describe("writ verify ends, and cleans up", () => {
     expect({ code, signal }, stderr).toEqual({ code: 130, signal: null });
     expect(stderr).toContain("writ verify: stopped by SIGINT");
     expect(await leftovers(runId)).toEqual({ groups: [], topics: [] });
+  }, 120_000);
+  it.each([
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ] as const)("%s while the tools module is still loading: the CLI stops at once with exit %i", async (signal, exitCode) => {
+    // A module whose import waits on a slow setup (a connection, a secret fetch) that outlasts any test.
+    const dir = mkdtempSync(join(tmpdir(), "writ-verify-slow-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const slow = join(dir, "slow-tools.mjs");
+    writeFileSync(slow, 'process.stderr.write("slow module: loading\\n");\nawait new Promise((resolve) => setTimeout(resolve, 3_600_000));\nexport const tools = [];\n');
+    const cli = spawn(
+      process.execPath,
+      ["src/cli/main.ts", "verify", "--tools", slow, "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), "--log-file", ".writ/verify-slow-load-test.log"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    onTestFinished(() => void cli.kill("SIGKILL"));
+    let stderr = "";
+    cli.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    let exited: [number | null, string | null] | null = null;
+    cli.on("exit", (code, sig) => (exited = [code, sig]));
+    await waitFor(() => stderr.includes("slow module: loading"), { timeoutMs: 60_000, message: () => stderr });
+    cli.kill(signal);
+
+    const [code, killedBy] = await waitFor(() => exited, { timeoutMs: 30_000, message: () => `still running after ${signal}: ${stderr}` });
+    expect({ code, killedBy }, stderr).toEqual({ code: exitCode, killedBy: null });
+    expect(stderr).toContain(`writ verify: stopped by ${signal}`);
+  }, 120_000);
+
+  it("stopped while systems(env) is still making the systems: runVerify rejects with the stop, and closes what was made once made", async () => {
+    const server = await records();
+    const stop = new AbortController();
+    let release: () => void = () => undefined;
+    const closed: string[] = [];
+    let calls = 0;
+    // The second call (the systems the owner gets, through the proxy) waits on a setup the test releases.
+    const slowSystems = async (env: NodeJS.ProcessEnv) => {
+      const n = ++calls;
+      if (n === 2) await new Promise<void>((resolve) => (release = resolve));
+      return demoFixture.systems(env).map((s) => Object.assign(s, { close: async () => void closed.push(`${s.name}#${n}`) }));
+    };
+    let outcome: { stopped: unknown } | null = null;
+    const run = verifyAgainst(server, { tools: { ...demoFixture, systems: slowSystems }, only: ["tag_ticket"], signal: stop.signal, moduleTimeoutMs: 3_600_000 });
+    run.then(
+      () => (outcome = { stopped: "resolved" }),
+      (err: unknown) => (outcome = { stopped: err }),
+    );
+    await waitFor(() => calls === 2, { timeoutMs: 30_000 });
+    stop.abort(new Error("stopped by the test"));
+
+    const { stopped } = await waitFor(() => outcome, { timeoutMs: 30_000, message: "runVerify did not stop while systems(env) was pending" });
+    expect(stopped).toMatchObject({ message: "stopped by the test" });
+    release();
+    // Both lists of systems are closed once the second is made: nothing of the run is left open.
+    await waitFor(() => closed.length === 4, { timeoutMs: 30_000, message: () => JSON.stringify(closed) });
+    expect(closed.sort()).toEqual(["billing#1", "billing#2", "helpdesk#1", "helpdesk#2"]);
+    expect(server.stats()).toMatchObject({ patchRequests: 0 });
   }, 120_000);
 });
