@@ -13,6 +13,7 @@ import type { EntityRef } from "../../src/schemas/common.ts";
 import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
   checkRunIds,
+  hasRunId,
   readForTool,
   recallVersions,
   modelResultOrUnknown,
@@ -129,8 +130,8 @@ export function writReadTool(
     execute: async ({ id }, { toolCallId, messages, context: toolContext }) => {
       const run = typeof context === "function" ? await context({ toolCallId, messages, context: toolContext }) : context;
       // As a write tool would: a run whose ids no intent can carry is refused at its first call, before a read
-      // the model would go on from to a write that fails.
-      checkRunIds(run);
+      // the model would go on from to a write that fails. A read with no run id at all is served, as LangChain's is.
+      if (hasRunId(run.runId)) checkRunIds(run);
       const entity = { type: spec.recordType, id };
       return toReadResult(entity, await readForTool(run, entity));
     },

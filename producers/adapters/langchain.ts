@@ -18,6 +18,7 @@ import { WritError } from "../../src/errors.ts";
 import { MemoryIntentBases, pinToolCallBase, submitRepeatableToolCall, type IntentBases } from "./intent-bases.ts";
 import {
   checkRunIds,
+  hasRunId,
   readForTool,
   recallVersions,
   modelResultOrUnknown,
@@ -164,7 +165,7 @@ export function writLangChainReadTool(spec: WritReadToolSpec, context: WritThrea
       // As the write tools do: a run whose ids no intent can carry is refused at its first call, before a read the
       // model would go on from to a write that fails. A read with no run id at all (outside a graph) is served.
       const runId = call.threadId ?? run.runId;
-      if (runId) checkThreadRunIds(call, runId, run.stepId);
+      if (hasRunId(runId)) checkThreadRunIds(call, runId, run.stepId);
       const entity = { type: spec.recordType, id };
       return asToolOutput(toReadResult(entity, await readForTool(run, entity)));
     },

@@ -90,6 +90,15 @@ export function checkRunIds(ids: { runId: string; stepId?: string | null | undef
   }
 }
 
+/**
+ * Whether a read tool's harness gave a run id: undefined, null and "" are none (the read is served, as a read
+ * outside any run); anything else is one, and goes to {@link checkRunIds} (a number such as 0 is refused, as a
+ * write refuses it).
+ */
+export function hasRunId<T>(runId: T | undefined | null): runId is T {
+  return runId !== undefined && runId !== null && runId !== "";
+}
+
 /** Submits one tool call as a write intent and resolves with the reply (or `unknown`). */
 export async function submitToolCall<P extends Record<string, unknown>>(
   ctx: WritCallContext,

@@ -148,6 +148,31 @@ describe("read tools refuse a run id no intent can carry, as the write tools do"
   });
 });
 
+describe("a read with no run id is served by every read tool; a present non-string one is refused, as a write refuses it", () => {
+  const aiRead = (ctx: Record<string, unknown>) => writReadTool({ recordType: "ticket" }, ctx as never).execute!({ id: "T-42" }, { toolCallId: "c1", messages: [] } as never);
+
+  it("AI SDK and LangChain serve a read whose run id is undefined, null or \"\" (the AI SDK refused it)", async () => {
+    const { client } = scripted(() => applied);
+    const { read, reads } = counted();
+    for (const none of [{}, { runId: undefined }, { runId: null }, { runId: "" }]) {
+      await expect(aiRead({ client, versions: new VersionBook(), read, ...none })).resolves.toMatchObject({ status: "read" });
+      expect(String(await writLangChainReadTool({ recordType: "ticket" }, { client, versions: new VersionBook(), read, ...none } as never).invoke({ id: "T-42" }))).toContain('"status":"read"');
+    }
+    expect(reads()).toBe(8);
+  });
+
+  it("AI SDK and LangChain refuse a run id of 0 on a read, naming runId, as Python's read tools refuse WritDeps.run_id=0 (LangChain served it)", async () => {
+    const { client } = scripted(() => applied);
+    const { read, reads } = counted();
+    await expect(aiRead({ client, versions: new VersionBook(), read, runId: 0 })).rejects.toMatchObject({ code: "config_invalid", context: { field: "runId" } });
+    await expect(writLangChainReadTool({ recordType: "ticket" }, { client, versions: new VersionBook(), read, runId: 0 } as never).invoke({ id: "T-42" })).rejects.toMatchObject({
+      code: "config_invalid",
+      context: { field: "runId" },
+    });
+    expect(reads()).toBe(0);
+  });
+});
+
 describe("a step id of 0 is a step id, not none", () => {
   const args = { paymentId: "pay_1", amountCents: 500, reason: "damaged" };
   const paid = { ...applied, entity: { type: "payment", id: "pay_1" } } as SubmitResult;
