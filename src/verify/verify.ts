@@ -275,7 +275,8 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   const instanceId = `writ-verify-${runId}`;
   let starting: Promise<Router> | null = null;
   let making: Promise<WritClient>[] = [];
-  // The owner's consumer stopped for good (Kafka failed it): every scenario after that fails for writ's reasons.
+  // The owner's consumer stopped for good (Kafka failed it, or another group of owners runs on the topic): every
+  // scenario after that fails for writ's reasons.
   let ownerStopped: Error | null = null;
   const outage = () => outageNow({ brokers, security: opts.kafka, topics: [topics.intents, topics.ledger], registry: connection, ownerStopped });
   try {
@@ -357,7 +358,7 @@ async function deleteLeftovers(brokers: string[], security: KafkaSecurity | unde
 /** How long verify asks Kafka and the registry whether they still serve the run. ms. */
 const OUTAGE_PROBE_MS = 15_000;
 
-interface OutageProbe {
+export interface OutageProbe {
   brokers: string[];
   security: KafkaSecurity | undefined;
   /** The run's own topics: the brokers must still have them. */
@@ -368,10 +369,14 @@ interface OutageProbe {
 
 /**
  * Why Kafka, the registry or the owner cannot serve the run now, or null: the owner's consumer stopped for good,
- * the brokers do not answer for the run's topics, or the registry does not answer. Asked after a scenario failed.
+ * the brokers do not answer for the run's topics, or the registry does not answer (or answers 5xx). Asked after a
+ * scenario failed. Exported for its tests.
  */
-async function outageNow(probe: OutageProbe): Promise<WritError | null> {
-  if (probe.ownerStopped) return new WritError("kafka_failed", "the owner stopped: Kafka failed its consumer", { retriable: true, cause: probe.ownerStopped });
+export async function outageNow(probe: OutageProbe): Promise<WritError | null> {
+  const stopped = probe.ownerStopped;
+  // Its own reason where writ gave one (another group of owners runs on the topic: config_invalid), else Kafka's.
+  if (stopped instanceof WritError) return new WritError(stopped.code, "the owner stopped", { retriable: stopped.retriable, cause: stopped });
+  if (stopped) return new WritError("kafka_failed", "the owner stopped: Kafka failed its consumer", { retriable: true, cause: stopped });
   const admin = new Kafka({
     clientId: "writ-verify-probe",
     brokers: probe.brokers,
@@ -388,7 +393,8 @@ async function outageNow(probe: OutageProbe): Promise<WritError | null> {
   } catch (err) {
     return new WritError("kafka_failed", `Kafka was lost during the run (brokers ${probe.brokers.join(",")})`, { retriable: true, cause: err });
   } finally {
-    await admin.disconnect().catch(() => undefined);
+    // Under the deadline too: kafkajs's disconnect waits for a request in flight (its 30 s request timeout).
+    await withDeadline(admin.disconnect(), OUTAGE_PROBE_MS, () => undefined).catch(() => undefined);
   }
   const url = probe.registry.schemaRegistryUrl;
   if (url === undefined) return null;
@@ -396,7 +402,9 @@ async function outageNow(probe: OutageProbe): Promise<WritError | null> {
   try {
     const res = await transport.fetch(`${url}/subjects`, { headers: transport.headers, signal: AbortSignal.timeout(OUTAGE_PROBE_MS) });
     await res.body?.cancel();
-    if (!res.ok) throw new Error(`GET /subjects answered ${res.status}`);
+    // Any 4xx is the registry answering (a login that may register schemas but not list subjects gets 401/403):
+    // only no answer, or a 5xx, is the registry lost.
+    if (res.status >= 500) throw new Error(`GET /subjects answered ${res.status}`);
   } catch (err) {
     return new WritError("registry_unavailable", "the schema registry was lost during the run", { retriable: true, cause: err });
   }

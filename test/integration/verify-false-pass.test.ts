@@ -322,6 +322,36 @@ describe("writ verify ends, and cleans up", () => {
     expect(server.stats()).toMatchObject({ patchRequests: 0 });
   }, 120_000);
 
+  it("a failing tool behind a registry that refuses GET /subjects (403) is a failed report (exit 1), not 'could not run': the registry answered", async () => {
+    const server = await records();
+    server.setConfig({ enforceIfMatch: false });
+    // The registry as a login that may register schemas but not list subjects sees it; everything else passes through.
+    const real = new URL(registryUrl()!);
+    let listed = 0;
+    const registry = createServer((req, res) => {
+      if (req.method === "GET" && req.url?.endsWith("/subjects")) {
+        listed++;
+        res.writeHead(403, { "content-type": "application/json" }).end('{"error_code":40301,"message":"not authorized to list subjects"}');
+        return;
+      }
+      const out = request({ host: real.hostname, port: real.port, path: req.url, method: req.method, headers: { ...req.headers, host: real.host } }, (from) => {
+        res.writeHead(from.statusCode ?? 502, from.headers);
+        from.pipe(res);
+      });
+      out.on("error", () => res.destroy());
+      req.pipe(out);
+    });
+    await new Promise<void>((resolve) => registry.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => new Promise<void>((resolve) => registry.close(() => resolve())));
+    const url = `http://127.0.0.1:${(registry.address() as AddressInfo).port}${real.pathname}`;
+
+    const report = await verifyAgainst(server, { schemaRegistryUrl: url, only: ["refund_payment"], scenarios: ["race"] });
+    expect(report.ok).toBe(false);
+    expect(scenario(report, "refund_payment", "race")!.ok).toBe(false);
+    // The failed race was followed by the outage probe, which asked the registry and got its 403.
+    expect(listed).toBeGreaterThan(0);
+  }, 120_000);
+
   it("Kafka lost in the middle of a scenario stops the run as not run (exit 2), not as the tool failing a guarantee", async () => {
     const server = await records();
     // The owner and the agents reach the shared broker through a relay only this test cuts.

@@ -2,7 +2,8 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import * as demoFixture from "../../../examples/verify-fixture.ts";
-import { defaultModuleTimeoutMs, runVerify } from "../../../src/verify/verify.ts";
+import { WritError } from "../../../src/errors.ts";
+import { defaultModuleTimeoutMs, outageNow, runVerify } from "../../../src/verify/verify.ts";
 import { ROOT } from "../../helpers/build.ts";
 
 // What runVerify refuses before it reaches Kafka (KAFKA_BROKERS=127.0.0.1:9 in the unit run: nothing listens).
@@ -42,5 +43,20 @@ describe("the module deadline", () => {
     expect([short.code, short.stderr]).toEqual([2, expect.stringContaining("--module-timeout-ms 1000 is under the system-of-record deadline (--sor-timeout-ms 5000)")]);
     const underDefault = await run(["--module-timeout-ms", "1500"]);
     expect(underDefault.stderr).toContain("(--sor-timeout-ms 2000)");
+  });
+});
+
+describe("the outage probe, when the owner has stopped", () => {
+  const probe = (ownerStopped: Error) => outageNow({ brokers: ["127.0.0.1:9"], security: undefined, topics: [], registry: {}, ownerStopped });
+
+  it("gives writ's own reason (another group of owners runs on the topic), not 'Kafka failed its consumer'", async () => {
+    const other = new WritError("config_invalid", "another group of owners (writ.owners.b) runs on writ.intents", { retriable: false });
+    const down = await probe(other);
+    expect(down).toMatchObject({ code: "config_invalid", message: "the owner stopped", cause: other });
+    expect(down?.message).not.toContain("Kafka");
+  });
+
+  it("says Kafka failed its consumer when a kafkajs error stopped it", async () => {
+    expect(await probe(new Error("The group member needs to have a valid member id"))).toMatchObject({ code: "kafka_failed", message: "the owner stopped: Kafka failed its consumer" });
   });
 });
