@@ -75,6 +75,12 @@ export interface VerifyReport {
   /** System name → how its faults were injected and where it points. */
   systems: { name: string; faultInjection: "proxy" | "adapter"; upstream: string | null }[];
   tools: ToolReport[];
+  /**
+   * Present when Kafka, the registry or the owner failed after a scenario had already failed on its own: the
+   * failures proven until then are reported (the run fails), and what did not run is named (`<tool> <scenario>`,
+   * or a tool's name for all its scenarios). Without an earlier failure the run is not reported: it could not run.
+   */
+  interrupted?: { reason: string; notRun: string[] };
 }
 
 function pad(text: string, width: number): string {
@@ -93,6 +99,7 @@ export function formatReport(report: VerifyReport): string {
   for (const s of report.systems) {
     lines.push(`  system ${s.name}: ${s.faultInjection === "proxy" ? `faults injected by the HTTP proxy in front of ${s.upstream}` : "not HTTP: faults simulated at the adapter"}`);
   }
+  if (report.interrupted) lines.push(`  stopped early: ${report.interrupted.reason}`, `  not run: ${report.interrupted.notRun.join(", ")}`);
   lines.push("");
   const rows: string[][] = [["tool", "scenario", "result", "effects", "conflicts", "lost", "PATCHes", "replies"]];
   for (const t of report.tools) {

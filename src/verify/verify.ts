@@ -208,7 +208,9 @@ export function defaultModuleTimeoutMs(sorTimeoutMs: number): number {
  * `commit-then-drop` and `race`. Counts come from the system of record.
  * Throws only when it cannot run (bad module, Kafka or the registry
  * unreachable, also when lost mid-run, tools not admitted); a tool that
- * misbehaves is a failed report.
+ * misbehaves is a failed report. Lost mid-run after a scenario had already
+ * failed, it returns that failed report, with `interrupted` naming what did
+ * not run.
  *
  * @example
  * const report = await runVerify({ tools: "./my-tools.ts", brokers: "kafka:9092", env: { ...process.env, CRM_URL: staging } });
@@ -306,6 +308,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     const [agent, agentA, agentB] = await until(Promise.all(making));
 
     const tools: ToolReport[] = [];
+    let interrupted: VerifyReport["interrupted"];
     if (opts.only !== undefined) {
       for (const tool of creates) tools.push(emptyToolReport(tool.name, tool.system, "-", ["a create tool: writ verify proves changes to existing records, not creates"]));
     }
@@ -313,10 +316,23 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
       const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
       const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, outage, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } };
-      tools.push(await until(verifyTool(tool, fixture, run)));
+      try {
+        tools.push(await until(verifyTool(tool, fixture, run)));
+      } catch (err) {
+        if (!(err instanceof ToolInterrupted)) throw err;
+        if (err.report.scenarios.length > 0) tools.push(err.report);
+        // Nothing failed yet: the run proved nothing, and could not run (exit 2). A failure already proven is
+        // reported (exit 1), not hidden behind the outage that came after it; what did not run is named.
+        if (tools.every((t) => t.ok)) throw err.outage;
+        const after = selected.slice(selected.indexOf(tool) + 1).map((t) => t.name);
+        interrupted = { reason: err.outage.message, notRun: [...err.notRun.map((s) => `${tool.name} ${s}`), ...after] };
+        progress(`stopped: ${err.outage.message}; not run: ${interrupted.notRun.join(", ")}`);
+        break;
+      }
     }
     return {
-      ok: tools.every((t) => t.ok),
+      ok: tools.every((t) => t.ok) && interrupted === undefined,
+      ...(interrupted === undefined ? {} : { interrupted }),
       runId,
       startedAt,
       durationMs: Date.now() - started,
@@ -455,6 +471,21 @@ function fixtureProblem(name: string, fixture: unknown): string | null {
   return null;
 }
 
+/** Kafka, the registry or the owner failed during a tool's scenario: the run cannot go on. */
+class ToolInterrupted extends Error {
+  readonly outage: WritError;
+  /** The tool's scenarios that ran before it. */
+  readonly report: ToolReport;
+  /** The scenario under way and those after it. */
+  readonly notRun: ScenarioName[];
+  constructor(outage: WritError, report: ToolReport, notRun: ScenarioName[]) {
+    super(outage.message, { cause: outage });
+    this.outage = outage;
+    this.report = report;
+    this.notRun = notRun;
+  }
+}
+
 async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, run: ToolRun): Promise<ToolReport> {
   if (exported === undefined) {
     return emptyToolReport(tool.name, tool.system, "-", [`no verify fixture: add \`${tool.name}\` to the module's \`verify\` export`]);
@@ -489,6 +520,27 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     moduleTimeoutMs: run.moduleTimeoutMs,
   };
   const reports: ScenarioReport[] = [];
+  const report = (): ToolReport => {
+    const lostUpdates = reports.flatMap((r) => r.lostUpdates);
+    return {
+      tool: tool.name,
+      system: tool.system,
+      entity: entityKey(entity),
+      ok: reports.every((r) => r.ok),
+      effects: reports.reduce((n, r) => n + r.effects, 0),
+      conflicts: reports.reduce((n, r) => n + r.conflicts, 0),
+      lostUpdates,
+      scenarios: reports,
+      problems: [],
+    };
+  };
+  // The scenarios run so far go with it: a failure they proved is still reported.
+  const interrupted = (code: WritError["code"], cause: unknown, scenario: ScenarioName) =>
+    new ToolInterrupted(
+      new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }),
+      report(),
+      run.scenarios.slice(run.scenarios.indexOf(scenario)),
+    );
   for (const scenario of run.scenarios) {
     // A stopped run has stopped waiting for this tool: the scenarios left are not started.
     if (run.signal?.aborted) break;
@@ -502,30 +554,19 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     } catch (err) {
       // Kafka or the registry failing is verify not running, not the tool failing a guarantee: the run stops (exit 2).
       const outage = infrastructureError(err);
-      if (outage) throw new WritError(outage.code, `writ verify could not run (${tool.name} ${scenario}): ${causes(err)}`, { retriable: true, cause: err });
+      if (outage) throw interrupted(outage.code, err, scenario);
       r = failedToRun(scenario, err, t0);
     }
     if (!r.ok) {
       // A broker or the registry lost during the scenario shows as replies that never came (unknown), not as an
       // error: asked now, an outage is verify not running (exit 2), not the tool failing a guarantee.
       const down = await run.outage();
-      if (down) throw new WritError(down.code, `writ verify could not run (${tool.name} ${scenario}): ${causes(down)}`, { retriable: true, cause: down });
+      if (down) throw interrupted(down.code, down, scenario);
     }
     run.progress(`${tool.name} ${scenario}: ${r.ok ? "pass" : "FAIL"} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
     reports.push(r);
   }
-  const lostUpdates = reports.flatMap((r) => r.lostUpdates);
-  return {
-    tool: tool.name,
-    system: tool.system,
-    entity: entityKey(entity),
-    ok: reports.every((r) => r.ok),
-    effects: reports.reduce((n, r) => n + r.effects, 0),
-    conflicts: reports.reduce((n, r) => n + r.conflicts, 0),
-    lostUpdates,
-    scenarios: reports,
-    problems: [],
-  };
+  return report();
 }
 
 function failedToRun(scenario: ScenarioName, err: unknown, t0: number): ScenarioReport {

@@ -94,6 +94,46 @@ async function leftovers(runId: string): Promise<{ groups: string[]; topics: str
   }
 }
 
+/**
+ * A run whose owner and agents reach the shared broker through a relay that the first PATCH to a `cuts` system
+ * (default: any) cuts: the intent was read and recorded pending; its outcome and reply cannot be. The run's
+ * leftovers, which verify could not delete through the cut relay, are deleted on the broker itself.
+ */
+function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters<typeof runVerify>[0]> & { cuts?: string }) {
+  const { cuts, ...opts } = extra;
+  const relay = startKafkaRelay(brokers()[0]!);
+  let runId = "";
+  onTestFinished(async () => {
+    await (await relay).close();
+    const left = await leftovers(runId);
+    const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    await admin.deleteGroups(left.groups).catch(() => undefined);
+    if (left.topics.length > 0) await admin.deleteTopics({ topics: left.topics });
+    await admin.disconnect();
+  });
+  const run = relay.then(async (r) => {
+    const cutting = wrapped((inner) =>
+      cuts !== undefined && inner.name !== cuts ? {} : {
+        patch: (...call) => {
+          r.cut();
+          return inner.patch(...call);
+        },
+      },
+    );
+    return verifyAgainst(server, {
+      brokers: [r.broker],
+      tools: { ...demoFixture, systems: cutting },
+      submitTimeoutMs: 5000,
+      // The owner's and agents' reconnect errors are expected here.
+      logger: pino({ level: "silent" }),
+      onProgress: (line) => (runId ||= /^(wv-[0-9a-f]{6}): starting an owner/.exec(line)?.[1] ?? ""),
+      ...opts,
+    });
+  });
+  return { relay, run };
+}
+
 describe("writ verify fails where a guarantee does not hold", () => {
   it("a system that ignores If-Match fails the race even for a tool whose appends commute (nothing lost in the record)", async () => {
     const server = await records();
@@ -354,36 +394,7 @@ describe("writ verify ends, and cleans up", () => {
 
   it("Kafka lost in the middle of a scenario stops the run as not run (exit 2), not as the tool failing a guarantee", async () => {
     const server = await records();
-    // The owner and the agents reach the shared broker through a relay only this test cuts.
-    const relay = await startKafkaRelay(brokers()[0]!);
-    onTestFinished(() => relay.close());
-    let runId = "";
-    onTestFinished(async () => {
-      // Verify could not delete its topics through the cut relay: deleted here, on the broker itself.
-      const left = await leftovers(runId);
-      const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
-      await admin.connect();
-      await admin.deleteGroups(left.groups).catch(() => undefined);
-      if (left.topics.length > 0) await admin.deleteTopics({ topics: left.topics });
-      await admin.disconnect();
-    });
-    // The broker goes as the owner writes: the intent was read and recorded pending; its outcome and reply cannot be.
-    const cutting = wrapped((inner) => ({
-      patch: (...call) => {
-        relay.cut();
-        return inner.patch(...call);
-      },
-    }));
-    const run = verifyAgainst(server, {
-      brokers: [relay.broker],
-      tools: { ...demoFixture, systems: cutting },
-      only: ["tag_ticket"],
-      scenarios: ["duplicate-submission"],
-      submitTimeoutMs: 5000,
-      // The owner's and agents' reconnect errors are expected here.
-      logger: pino({ level: "silent" }),
-      onProgress: (line) => (runId ||= /^(wv-[0-9a-f]{6}): starting an owner/.exec(line)?.[1] ?? ""),
-    });
+    const { relay, run } = verifyCuttingKafka(server, { only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
 
     await expect(run).rejects.toMatchObject({
       code: "kafka_failed",
@@ -391,7 +402,21 @@ describe("writ verify ends, and cleans up", () => {
     });
     // The outage came mid-scenario: the owner's PATCH had reached the records server, and the relay refused Kafka after.
     expect(server.stats().patchRequests).toBeGreaterThan(0);
-    expect(relay.refused()).toBeGreaterThan(0);
+    expect((await relay).refused()).toBeGreaterThan(0);
+  }, 240_000);
+
+  it("Kafka lost after a tool already failed: the failure is reported (exit 1), and what did not run is named, not hidden behind 'could not run'", async () => {
+    const server = await records();
+    // refund_payment fails the race on its own (If-Match ignored); then tag_ticket's first PATCH cuts Kafka.
+    server.setConfig({ enforceIfMatch: false });
+    const { relay, run } = verifyCuttingKafka(server, { only: ["refund_payment", "tag_ticket"], scenarios: ["race", "duplicate-submission"], cuts: "helpdesk" });
+    const report = await run;
+
+    expect(scenario(report, "refund_payment", "race")).toMatchObject({ ok: false, problems: [expect.stringContaining("does not enforce If-Match")] });
+    expect(report.ok).toBe(false);
+    expect(report.interrupted).toMatchObject({ reason: expect.stringMatching(/^writ verify could not run \(tag_ticket race\): Kafka was lost during the run/), notRun: ["tag_ticket race", "tag_ticket duplicate-submission"] });
+    expect(formatReport(report)).toContain("not run: tag_ticket race, tag_ticket duplicate-submission");
+    expect((await relay).refused()).toBeGreaterThan(0);
   }, 240_000);
 
   it("a hostile verify export (a fixture that is null) fails that tool and verifies the others", async () => {
