@@ -161,6 +161,12 @@ async function main(argv: string[]): Promise<number> {
       logger,
       onProgress: progress,
       signal: stop.signal,
+      // Stopped while systems(env) runs: the systems it makes are closed before the process ends (bounded by the
+      // module deadline; a second signal quits at once).
+      onStopClosing: (closing) => {
+        process.stderr.write("writ verify: closing the systems systems(env) is still making, once made (again to quit at once)\n");
+        cleanups.push(() => closing);
+      },
     });
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);

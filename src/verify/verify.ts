@@ -65,6 +65,11 @@ export interface VerifyOptions {
    * while the module is still loading or `systems(env)` still running: the systems it makes are closed once made.
    */
   signal?: AbortSignal;
+  /**
+   * Called when the run is stopped while `systems(env)` is still running, with the closing of the systems it
+   * makes once made (runVerify has already rejected): a caller that ends the process next awaits it first.
+   */
+  onStopClosing?: (closing: Promise<void>) => void;
 }
 
 /** Rejects with the signal's reason once it aborts; never settles without one. */
@@ -138,7 +143,7 @@ interface Routed {
 }
 
 /** Builds the systems twice: directly (the truth), and through one fault proxy per upstream origin (what the owner uses). */
-async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTimeoutMs: number): Promise<Routed> {
+async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTimeoutMs: number, signal: AbortSignal | undefined): Promise<Routed> {
   const systemsOf = async (e: NodeJS.ProcessEnv): Promise<SystemOfRecord[]> => {
     const list: unknown = await moduleCall("the module's systems(env)", moduleTimeoutMs, () => mod.systems(e));
     if (!Array.isArray(list) || list.some((x) => typeof x !== "object" || x === null || typeof (x as { name?: unknown }).name !== "string")) {
@@ -151,12 +156,15 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTim
   const proxies = new Map<string, FaultProxy>();
   const routed: Routed = { direct, owned: new Map(), proxies, proxyOf: new Map(), writeMethod: new Map(), all: [...directList] };
   try {
+    // Stopped while the first systems were made: no proxy is started and systems(env) is not called again.
+    signal?.throwIfAborted();
     for (const s of directList) {
       const base = httpBaseUrl(s);
       if (base === null) continue;
       const origin = new URL(base).origin;
       if (!proxies.has(origin)) proxies.set(origin, await startFaultProxy({ upstream: origin }));
     }
+    signal?.throwIfAborted();
     const ownedList = proxies.size > 0 ? await systemsOf(redirectEnv(env, proxies)) : directList;
     if (ownedList !== directList) routed.all.push(...ownedList);
     for (const s of ownedList) {
@@ -257,13 +265,17 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     throw configError(`no tool to verify: ${named.length === 0 ? "the module declares no tools" : "every tool of the module is a create tool, which writ verify does not prove"}`, "tools");
   }
 
-  const routing = routeSystems(mod, env, moduleTimeoutMs);
+  const routing = routeSystems(mod, env, moduleTimeoutMs, opts.signal);
   let routed: Routed;
   try {
     routed = await until(routing);
   } catch (err) {
-    // Stopped while the systems were being made: those made are closed once made (nothing else exists yet).
-    if (opts.signal?.aborted) void routing.then((r) => closeRouted(r, moduleTimeoutMs), () => undefined);
+    // Stopped while the systems were being made: those made are closed once made (nothing else exists yet; a
+    // routing that fails closes its own).
+    if (opts.signal?.aborted) {
+      const closing = routing.then((r) => closeRouted(r, moduleTimeoutMs), () => undefined);
+      opts.onStopClosing?.(closing);
+    }
     throw err;
   }
   const topics = {

@@ -3,7 +3,7 @@
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -132,6 +132,45 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
     });
   });
   return { relay, run };
+}
+
+/** `writ verify --tools <module>` as a child process (killed when the test ends): its stderr so far, and its exit. */
+function spawnVerify(module: string, logFile: string) {
+  const cli = spawn(
+    process.execPath,
+    ["src/cli/main.ts", "verify", "--tools", module, "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), "--log-file", logFile],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  onTestFinished(() => void cli.kill("SIGKILL"));
+  const seen = { stderr: "", exited: null as [number | null, string | null] | null };
+  cli.stderr.on("data", (c: Buffer) => (seen.stderr += c.toString()));
+  cli.on("exit", (code, sig) => (seen.exited = [code, sig]));
+  return { cli, seen };
+}
+
+/**
+ * A run stopped while its `waiting`th systems(env) call waits on a setup the test then releases: how runVerify
+ * ended, the calls made, and each system closed (`<name>#<call>`).
+ */
+async function stoppedInSystems(server: DemoRecordsServer, waiting: 1 | 2) {
+  const stop = new AbortController();
+  let release: () => void = () => undefined;
+  const closed: string[] = [];
+  let calls = 0;
+  const slowSystems = async (env: NodeJS.ProcessEnv) => {
+    const n = ++calls;
+    if (n === waiting) await new Promise<void>((resolve) => (release = resolve));
+    return demoFixture.systems(env).map((s) => Object.assign(s, { close: async () => void closed.push(`${s.name}#${n}`) }));
+  };
+  let outcome: { stopped: unknown } | null = null;
+  verifyAgainst(server, { tools: { ...demoFixture, systems: slowSystems }, only: ["tag_ticket"], signal: stop.signal, moduleTimeoutMs: 3_600_000 }).then(
+    () => (outcome = { stopped: "resolved" }),
+    (err: unknown) => (outcome = { stopped: err }),
+  );
+  await waitFor(() => calls === waiting, { timeoutMs: 30_000 });
+  stop.abort(new Error("stopped by the test"));
+  const { stopped } = await waitFor(() => outcome, { timeoutMs: 30_000, message: "runVerify did not stop while systems(env) was pending" });
+  return { stopped, release: () => release(), closed, calls: () => calls };
 }
 
 describe("writ verify fails where a guarantee does not hold", () => {
@@ -467,51 +506,64 @@ describe("writ verify ends, and cleans up", () => {
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const slow = join(dir, "slow-tools.mjs");
     writeFileSync(slow, 'process.stderr.write("slow module: loading\\n");\nawait new Promise((resolve) => setTimeout(resolve, 3_600_000));\nexport const tools = [];\n');
-    const cli = spawn(
-      process.execPath,
-      ["src/cli/main.ts", "verify", "--tools", slow, "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), "--log-file", ".writ/verify-slow-load-test.log"],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    onTestFinished(() => void cli.kill("SIGKILL"));
-    let stderr = "";
-    cli.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
-    let exited: [number | null, string | null] | null = null;
-    cli.on("exit", (code, sig) => (exited = [code, sig]));
-    await waitFor(() => stderr.includes("slow module: loading"), { timeoutMs: 60_000, message: () => stderr });
+    const { cli, seen } = spawnVerify(slow, ".writ/verify-slow-load-test.log");
+    await waitFor(() => seen.stderr.includes("slow module: loading"), { timeoutMs: 60_000, message: () => seen.stderr });
     cli.kill(signal);
 
-    const [code, killedBy] = await waitFor(() => exited, { timeoutMs: 30_000, message: () => `still running after ${signal}: ${stderr}` });
-    expect({ code, killedBy }, stderr).toEqual({ code: exitCode, killedBy: null });
-    expect(stderr).toContain(`writ verify: stopped by ${signal}`);
+    const [code, killedBy] = await waitFor(() => seen.exited, { timeoutMs: 30_000, message: () => `still running after ${signal}: ${seen.stderr}` });
+    expect({ code, killedBy }, seen.stderr).toEqual({ code: exitCode, killedBy: null });
+    expect(seen.stderr).toContain(`writ verify: stopped by ${signal}`);
   }, 120_000);
 
   it("stopped while systems(env) is still making the systems: runVerify rejects with the stop, and closes what was made once made", async () => {
     const server = await records();
-    const stop = new AbortController();
-    let release: () => void = () => undefined;
-    const closed: string[] = [];
-    let calls = 0;
     // The second call (the systems the owner gets, through the proxy) waits on a setup the test releases.
-    const slowSystems = async (env: NodeJS.ProcessEnv) => {
-      const n = ++calls;
-      if (n === 2) await new Promise<void>((resolve) => (release = resolve));
-      return demoFixture.systems(env).map((s) => Object.assign(s, { close: async () => void closed.push(`${s.name}#${n}`) }));
-    };
-    let outcome: { stopped: unknown } | null = null;
-    const run = verifyAgainst(server, { tools: { ...demoFixture, systems: slowSystems }, only: ["tag_ticket"], signal: stop.signal, moduleTimeoutMs: 3_600_000 });
-    run.then(
-      () => (outcome = { stopped: "resolved" }),
-      (err: unknown) => (outcome = { stopped: err }),
-    );
-    await waitFor(() => calls === 2, { timeoutMs: 30_000 });
-    stop.abort(new Error("stopped by the test"));
-
-    const { stopped } = await waitFor(() => outcome, { timeoutMs: 30_000, message: "runVerify did not stop while systems(env) was pending" });
+    const { stopped, release, closed } = await stoppedInSystems(server, 2);
     expect(stopped).toMatchObject({ message: "stopped by the test" });
     release();
     // Both lists of systems are closed once the second is made: nothing of the run is left open.
     await waitFor(() => closed.length === 4, { timeoutMs: 30_000, message: () => JSON.stringify(closed) });
     expect(closed.sort()).toEqual(["billing#1", "billing#2", "helpdesk#1", "helpdesk#2"]);
     expect(server.stats()).toMatchObject({ patchRequests: 0 });
+  }, 120_000);
+
+  it("stopped during the first systems(env) call: no proxy is started and systems(env) is not called again; what it made is closed", async () => {
+    const server = await records();
+    const { stopped, release, closed, calls } = await stoppedInSystems(server, 1);
+    expect(stopped).toMatchObject({ message: "stopped by the test" });
+    release();
+    // Closed once made; before, the proxies started and systems(env) was called a second time first.
+    await waitFor(() => closed.length >= 2, { timeoutMs: 30_000, message: () => JSON.stringify(closed) });
+    expect(calls()).toBe(1);
+    expect(closed.sort()).toEqual(["billing#1", "helpdesk#1"]);
+  }, 120_000);
+
+  it("the CLI stopped while systems(env) runs closes the systems it makes before it exits 130 (a second signal would quit at once)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-verify-slow-systems-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const [released, closedFile, module] = [join(dir, "released"), join(dir, "closed"), join(dir, "slow-systems.mjs")];
+    // systems(env) waits for a setup the test releases (a file), then makes one system whose close() is recorded.
+    writeFileSync(
+      module,
+      `import { appendFileSync, existsSync } from "node:fs";
+export const tools = [{ name: "tag", system: "slow", recordType: "ticket" }];
+export const verify = {};
+export async function systems() {
+  process.stderr.write("slow systems: making\\n");
+  while (!existsSync(${JSON.stringify(released)})) await new Promise((resolve) => setTimeout(resolve, 20));
+  return [{ name: "slow", read: async () => null, patch: async () => ({ status: "unknown" }), close: async () => appendFileSync(${JSON.stringify(closedFile)}, "closed\\n") }];
+}
+`,
+    );
+    const { cli, seen } = spawnVerify(module, ".writ/verify-slow-systems-test.log");
+    await waitFor(() => seen.stderr.includes("slow systems: making"), { timeoutMs: 60_000, message: () => seen.stderr });
+    cli.kill("SIGINT");
+    // Before, the process ended here, and the systems made after were never closed.
+    await waitFor(() => seen.stderr.includes("closing the systems systems(env) is still making"), { timeoutMs: 30_000, message: () => seen.stderr });
+    writeFileSync(released, "");
+
+    const [code, killedBy] = await waitFor(() => seen.exited, { timeoutMs: 30_000, message: () => `still running: ${seen.stderr}` });
+    expect({ code, killedBy }, seen.stderr).toEqual({ code: 130, killedBy: null });
+    expect(readFileSync(closedFile, "utf8")).toBe("closed\n");
   }, 120_000);
 });
