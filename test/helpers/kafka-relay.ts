@@ -1,6 +1,7 @@
 // A TCP relay in front of a Kafka broker that a test can cut: a broker outage for the clients behind it, while the
 // shared broker itself runs on. Kafka clients connect to the addresses Metadata answers give, not to the bootstrap
-// address, so the relay rewrites the brokers in each Metadata response (kafkajs's v0 to v6) to its own address.
+// address, so the relay rewrites the brokers in each Metadata response (kafkajs's v0 to v6) to its own address: a
+// single-broker cluster only, and Metadata before v9 (it throws otherwise, rather than corrupt the answer).
 // Coordinators (FindCoordinator) are found by node id among those brokers, so they go through the relay too.
 import { connect, createServer, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
@@ -30,17 +31,26 @@ function frames(each: (frame: Buffer) => void): (chunk: Buffer) => void {
   };
 }
 
-/** A Metadata response with every broker at `host:port`. Frame: size, correlation id, [throttle v3+], brokers, rest. */
-function rewriteMetadata(frame: Buffer, version: number, host: string, port: number): Buffer {
+/**
+ * A Metadata response with every broker at `host:port`. Frame: size, correlation id, [throttle v3+], brokers, rest.
+ * Only for what this relay can serve, else it throws: a single-broker cluster (one relay stands for one broker),
+ * and Metadata before v9 (v9+ is flexible: compact strings and tagged fields this parser would corrupt).
+ */
+export function rewriteMetadata(frame: Buffer, version: number, host: string, port: number): Buffer {
+  if (version >= 9) throw new Error(`kafka-relay: Metadata v${version} is flexible (v9+), which the relay cannot rewrite; it serves kafkajs's v0 to v6`);
   let at = 8 + (version >= 3 ? 4 : 0);
   const head = frame.subarray(4, at);
   const count = frame.readInt32BE(at);
   at += 4;
   const brokers: Buffer[] = [];
+  const upstream = new Set<string>();
   for (let i = 0; i < count; i++) {
     const nodeId = frame.readInt32BE(at);
     at += 4;
-    at += 2 + frame.readInt16BE(at);
+    const hostLength = frame.readInt16BE(at);
+    const upstreamHost = frame.toString("utf8", at + 2, at + 2 + hostLength);
+    at += 2 + hostLength;
+    upstream.add(`${upstreamHost}:${frame.readInt32BE(at)}`);
     at += 4;
     const rackStart = at;
     if (version >= 1) {
@@ -55,6 +65,8 @@ function rewriteMetadata(frame: Buffer, version: number, host: string, port: num
     b.writeInt32BE(port, 6 + hostBytes.length);
     brokers.push(b, frame.subarray(rackStart, at));
   }
+  // Every broker would be mapped to this one relay: a client would send a partition's requests to the wrong broker.
+  if (upstream.size > 1) throw new Error(`kafka-relay: the cluster has ${upstream.size} brokers (${[...upstream].join(", ")}); the relay stands for one broker only`);
   const countBytes = Buffer.alloc(4);
   countBytes.writeInt32BE(count, 0);
   const body = Buffer.concat([head, countBytes, ...brokers, frame.subarray(at)]);
