@@ -296,8 +296,8 @@ class KafkaWritClient implements WritClient {
     this.consumer = kafka.consumer({
       groupId,
       readUncommitted: false,
-      // Fetches return as soon as a reply arrives; this only bounds an idle wait.
-      maxWaitTimeInMs: 1000,
+      // Fetches return as soon as a reply arrives; this only bounds an idle wait, and so close().
+      maxWaitTimeInMs: config.replyFetchMaxWaitMs,
       allowAutoTopicCreation: false,
     });
   }

@@ -274,6 +274,12 @@ export const ClientConfig = z
     replicationFactor: replicationFactor.default(1),
     /** Default deadline of `submit()`. ms. */
     submitTimeoutMs: timerMs(1).default(30_000),
+    /**
+     * Longest the reply consumer's fetch waits on a quiet reply topic. ms. A reply ends the wait at once, so this
+     * never delays one; it bounds `close()`, which waits for the fetch in flight. Lower closes sooner (a CLI call,
+     * a short-lived function) at more idle fetch requests to the brokers (one per this many ms).
+     */
+    replyFetchMaxWaitMs: z.number().int().min(10).max(10_000).default(1_000),
   })
   .strict()
   .superRefine((c, ctx) => {

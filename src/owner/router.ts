@@ -102,7 +102,7 @@ export interface RouterInternals {
   /** Ablation control for tests, never for production: an answer's bytes go back once parsed, though its intent keeps the record. */
   ablateResponseChains?: boolean;
   /**
-   * How long an idle fetch of the owners' consumer waits, ms (tests; 500 otherwise). Intents that arrive while a
+   * How long an idle fetch of the owners' consumer waits, ms (tests and `writ verify`'s short-lived owner; 500 otherwise). Intents that arrive while a
    * partition opens are read again by the first fetch after it opened, which starts only once the fetch in flight
    * ended: a test's first intent waited up to this long after every owner start, and every stop waited for it too.
    */
@@ -596,8 +596,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       clearInterval(othersWatch);
       await Promise.all([...owners.keys()].map(release));
       consumer = null;
-      await c.disconnect().catch(() => undefined);
-      await Promise.all([reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
+      // Side by side: each waits for its fetch in flight, and with every owner closed no restore needs the readers.
+      await Promise.all([c.disconnect().catch(() => undefined), reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
       await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
       await groupsAdmin.disconnect().catch(() => undefined);

@@ -312,10 +312,16 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       systems: [...routed.owned.values()],
       logger,
       onFatal: (err) => void (ownerStopped ??= err),
+    }, {
+      // Idle fetches of 100 ms, not 500: the owner lives for this run only; its first intents are read sooner
+      // after its partition opens, and its stop waits less (RouterInternals.fetchMaxWaitMs).
+      fetchMaxWaitMs: 100,
     });
     await until(starting);
+    // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
+    // only for its seconds (a reply still ends a fetch at once).
     const client = (agent: string) =>
-      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, logger });
+      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
     making = [client("agent"), client("agent-a"), client("agent-b")];
     const [agent, agentA, agentB] = await until(Promise.all(making));
 
@@ -356,9 +362,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       tools,
     };
   } finally {
-    // Each client and the owner that started, also those still starting when the run failed or was stopped.
-    await Promise.all(making.map((m) => m.then((c) => c.close()).catch(() => undefined)));
-    await starting?.then((r) => r.stop()).catch(() => undefined);
+    // Each client and the owner that started, also those still starting when the run failed or was stopped; side
+    // by side, as each waits for its consumers' fetches in flight.
+    await Promise.all([...making.map((m) => m.then((c) => c.close()).catch(() => undefined)), starting?.then((r) => r.stop()).catch(() => undefined)]);
     await closeRouted(routed, moduleTimeoutMs);
     // The owner's consumer groups (its own and its ledger readers') outlive it on the cluster; the agents delete theirs.
     const groups = [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId }))];

@@ -104,6 +104,8 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
         intentsTopic: config.topics.intents,
         schemaRegistryUrl: registryUrl(),
         submitTimeoutMs: 30_000,
+        // As the owners' idle fetches above: close() waits for the reply consumer's fetch in flight.
+        replyFetchMaxWaitMs: 100,
         logger: quietLogger(),
       });
       onTestFinished(() => client.close());

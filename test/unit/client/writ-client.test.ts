@@ -17,6 +17,8 @@ import { createLogger } from "../../../src/logger.ts";
 /** The kafkajs pieces of the client under test, as the fake Kafka below made them. */
 const fakes = vi.hoisted(() => ({
   consumer: null as null | FakeConsumerShape,
+  /** What the client asked kafkajs for when it made its reply consumer. */
+  consumerOptions: null as null | { maxWaitTimeInMs?: number },
   produced: [] as { messages: Message[]; done: (err?: Error) => void }[],
   /** The offset probe never answers while set. */
   probeHangs: false,
@@ -85,7 +87,8 @@ vi.mock("kafkajs", async (importOriginal) => {
         send: ({ messages }: { messages: Message[] }) => new Promise<void>((resolve, reject) => fakes.produced.push({ messages, done: (err) => (err ? reject(err) : resolve()) })),
       };
     }
-    consumer() {
+    consumer(options: { maxWaitTimeInMs?: number }) {
+      fakes.consumerOptions = options;
       const c = new FakeConsumer();
       fakes.consumer = c;
       return c;
@@ -116,7 +119,7 @@ const probe = {
 };
 
 const clients: WritClient[] = [];
-async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number; onStopped?: (err: Error) => void } = {}): Promise<WritClient> {
+async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number; replyFetchMaxWaitMs?: number; onStopped?: (err: Error) => void } = {}): Promise<WritClient> {
   fakes.produced.length = 0;
   const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }), ...options });
   clients.push(c);
@@ -189,6 +192,14 @@ describe("the agent client's reply consumer", () => {
     fakes.deletedGroups.length = 0;
     await writ.close();
     expect(fakes.deletedGroups).toEqual([expect.stringMatching(/^writ\.client\.agent-1\.[0-9a-f-]{36}$/)]);
+  });
+
+  it("waits replyFetchMaxWaitMs on a quiet reply topic (close() waits for that fetch), 1000 ms unless set; a value out of 10 to 10000 is refused naming the field", async () => {
+    await client();
+    expect(fakes.consumerOptions).toMatchObject({ maxWaitTimeInMs: 1000 });
+    await client({ replyFetchMaxWaitMs: 100 });
+    expect(fakes.consumerOptions).toMatchObject({ maxWaitTimeInMs: 100 });
+    for (const bad of [5, 20_000, 1.5]) await expect(client({ replyFetchMaxWaitMs: bad })).rejects.toThrow(/replyFetchMaxWaitMs/);
   });
 
   it("stopping for good before it joins its group fails the client's start and disconnects it", async () => {
