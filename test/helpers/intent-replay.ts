@@ -21,7 +21,7 @@ export interface RecordedIntent {
 export async function recordedIntent(h: Replaying, intentId: string): Promise<RecordedIntent> {
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
   // An idle fetch ends after 500 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
-  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}`, maxWaitTimeInMs: 500 });
+  const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}`, maxWaitTimeInMs: 100 });
   let found: RecordedIntent | undefined;
   await reader.connect();
   try {

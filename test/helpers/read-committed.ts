@@ -10,7 +10,7 @@ import { waitFor } from "./wait-for.ts";
  */
 export async function readCommitted(kafka: Kafka, topic: string, expected: number): Promise<{ partition: number; value: string }[]> {
   const seen: { partition: number; value: string }[] = [];
-  const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 100 });
   await consumer.connect();
   onTestFinished(() => consumer.disconnect());
   await consumer.subscribe({ topic, fromBeginning: true });

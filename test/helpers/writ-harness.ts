@@ -113,7 +113,8 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
     },
     async readTopic(topic, name, count) {
       const seen: unknown[] = [];
-      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+      // Idle fetches of 100 ms: its disconnect waits for the fetch in flight (the readers below too).
+      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 100 });
       await consumer.connect();
       try {
         await consumer.subscribe({ topic, fromBeginning: true });
@@ -132,7 +133,7 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
     },
     async watchLedger() {
       const seen: { key: string; tombstone: boolean }[] = [];
-      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+      const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 100 });
       onTestFinished(() => consumer.disconnect());
       await consumer.connect();
       await consumer.subscribe({ topic: config.topics.ledger, fromBeginning: true });

@@ -102,7 +102,7 @@ interface Seen {
 
 /** A kafkajs consumer group on `topic` from the beginning; collects what it sees and the error it stopped on, if it did. */
 async function collect(topic: string): Promise<{ consumer: Consumer; seen: Seen[]; crash: { error?: Error } }> {
-  const consumer = kafka.consumer({ groupId: uniqueName('group'), maxWaitTimeInMs: 500, retry: { retries: 2 } });
+  const consumer = kafka.consumer({ groupId: uniqueName('group'), maxWaitTimeInMs: 100, retry: { retries: 2 } });
   cleanups.push(() => consumer.disconnect());
   const seen: Seen[] = [];
   const crash: { error?: Error } = {};

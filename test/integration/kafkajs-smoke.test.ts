@@ -60,7 +60,7 @@ async function newTransactionalProducer(): Promise<Producer> {
 
 /** A consumer group that collects every value it sees on `topic`, via eachBatch. */
 async function collect(topic: string, opts: { readUncommitted: boolean }): Promise<{ consumer: Consumer; seen: string[] }> {
-  const consumer = kafka.consumer({ groupId: uniqueName('collector'), readUncommitted: opts.readUncommitted, maxWaitTimeInMs: 500 });
+  const consumer = kafka.consumer({ groupId: uniqueName('collector'), readUncommitted: opts.readUncommitted, maxWaitTimeInMs: 100 });
   cleanups.push(() => consumer.disconnect());
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });

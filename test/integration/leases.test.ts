@@ -71,7 +71,7 @@ async function replayed(h: Awaited<ReturnType<typeof harness>>, replyTopic: stri
   const bytes = await recordedIntent(h, intentId);
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
   // An idle fetch ends after 500 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
-  const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}`, maxWaitTimeInMs: 500 });
+  const replies = kafka.consumer({ groupId: `writ.test-replies.${randomUUID()}`, maxWaitTimeInMs: 100 });
   const answers: string[] = [];
   await replies.connect();
   try {

@@ -53,7 +53,7 @@ async function signedHarness(grants: Record<string, string[]>) {
 async function watchReplies(h: H, topic: string): Promise<[string, string, string, boolean][]> {
   const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
   const seen: [string, string, string, boolean][] = [];
-  const consumer = new Kafka({ brokers: brokers(), clientId: `watcher-${h.id}`, logLevel: logLevel.NOTHING }).consumer({ groupId: `writ.test-replies.${randomUUID()}`, maxWaitTimeInMs: 500 });
+  const consumer = new Kafka({ brokers: brokers(), clientId: `watcher-${h.id}`, logLevel: logLevel.NOTHING }).consumer({ groupId: `writ.test-replies.${randomUUID()}`, maxWaitTimeInMs: 100 });
   onTestFinished(() => consumer.disconnect());
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });

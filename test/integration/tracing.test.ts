@@ -34,7 +34,7 @@ const spanNamed = (spans: ReadableSpan[], name: string) => spans.filter((s) => s
 /** The headers of the first record on `topic` whose key is `key` (read_committed, from the beginning). */
 async function recordHeaders(topic: string, key: string): Promise<IHeaders> {
   const kafka = new Kafka({ clientId: `tracing-test-${randomUUID().slice(0, 8)}`, brokers: brokers(), logLevel: logLevel.NOTHING });
-  const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 500 });
+  const consumer = kafka.consumer({ groupId: `writ.test-reader.${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 100 });
   let found: IHeaders | null = null;
   await consumer.connect();
   try {
