@@ -107,8 +107,10 @@ export class LedgerReader {
       groupId: this.groupId,
       readUncommitted: this.isolation === "read_uncommitted",
       allowAutoTopicCreation: false,
-      // Markers must be seen promptly; an idle long poll also delays shutdown.
-      maxWaitTimeInMs: 250,
+      // Markers must be seen promptly; an idle long poll also delays shutdown. With every partition paused (no
+      // restore running, most of the time) kafkajs sends no fetch and sleeps this long instead, and a restore's
+      // resume, like a stop, waits for that sleep to end: short, since it costs no request to the brokers.
+      maxWaitTimeInMs: 100,
     });
     consumer.on(consumer.events.CRASH, (event) => {
       const err = event.payload.error;
