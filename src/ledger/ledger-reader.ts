@@ -310,6 +310,9 @@ export class LedgerReader {
   private async read(partition: number, nonce: string, timeoutMs: number, from: number | null, signal: AbortSignal | undefined, take: Restore["take"]): Promise<void> {
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
+    // A stop begun meanwhile (its disconnect still under way) would leave this restore waiting out its deadline
+    // on a consumer going away, holding the owner's producer open after the router stopped.
+    if (this.stopped) throw new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, context: { partition } });
     const consumer = this.consumer;
     if (!consumer) throw new WritError("ledger_restore_timeout", "ledger reader is not running", { retriable: true, context: { partition } });
     this.restores.get(partition)?.reject(new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true }));
@@ -361,7 +364,8 @@ export class LedgerReader {
       this.restores.delete(p);
       r.reject(new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, context: { partition: p } }));
     }
-    await this.consumer?.disconnect();
+    const consumer = this.consumer;
     this.consumer = null;
+    await consumer?.disconnect();
   }
 }

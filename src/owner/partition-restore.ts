@@ -85,6 +85,8 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
       at: new Date().toISOString(),
     });
     await transact(ctx, partition, producer, [{ topic: config.topics.ledger, partition, key: markerKey(partition), value: marker }], null, null, undefined, NOT_ISOLATED);
+    // Released during the marker's transaction (the router stopping, a revoke): no restore on readers going away.
+    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
     const restored = await reader.restore(partition, nonce, config.restoreTimeoutMs);
     // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
     // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
@@ -104,6 +106,8 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     const again = await Promise.all([...inDoubt.values()].map((entry) => encoder.ledgerEntry(entry, partition)));
     const targets = await healTargets(ctx, ledger, partition);
     const heal = [...again, ...targets];
+    // A closed owner commits no heal: its successor heals what it finds.
+    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
     if (heal.length > 0) await transact(ctx, partition, producer, heal, null, null, undefined, NOT_ISOLATED);
     const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, partition);
     // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,

@@ -10,7 +10,7 @@ function leaderElection(): Error {
 }
 
 /** A kafkajs consumer as the reader uses it, recording its calls; `subscribe` fails while `failing` says so. */
-function fakeKafka(failing: () => boolean) {
+function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = async () => undefined) {
   const consumers: { calls: string[] }[] = [];
   const kafka = {
     consumer: () => {
@@ -25,7 +25,10 @@ function fakeKafka(failing: () => boolean) {
           if (failing()) throw leaderElection();
         },
         run: async () => void calls.push("run"),
-        disconnect: async () => void calls.push("disconnect"),
+        disconnect: async () => {
+          calls.push("disconnect");
+          await disconnected();
+        },
         pause: () => void calls.push("pause"),
         resume: () => undefined,
         seek: () => undefined,
@@ -62,5 +65,26 @@ describe("the ledger reader's start", () => {
     // Started once: a later start is the same one.
     await reader.start();
     expect(consumers).toHaveLength(2);
+  });
+
+  it("a restore asked while a stop waits for the consumer's disconnect is refused at once, not left to its deadline", async () => {
+    let endDisconnect = () => undefined as void;
+    const disconnected = new Promise<void>((resolve) => (endDisconnect = resolve));
+    const { kafka } = fakeKafka(() => false, () => disconnected);
+    const reader = new LedgerReader({
+      kafka,
+      admin: { fetchTopicOffsets: async () => [{ partition: 0, low: "0", high: "5" }] } as unknown as Admin,
+      topic: "writ.ledger",
+      partitions: 1,
+      codec: {} as WireCodec,
+      log: createLogger({ level: "silent", name: "test" }),
+      groupId: "writ.ledger-reader.test",
+    });
+    await reader.start();
+    const stopping = reader.stop();
+    // An owner opened while the router stops: its restore must not wait 30 s on a consumer going away.
+    await expect(reader.restore(0, "nonce", 30_000)).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
+    endDisconnect();
+    await stopping;
   });
 });
