@@ -110,6 +110,8 @@ async function main(argv: string[]): Promise<number> {
   const signals = { SIGINT: 130, SIGTERM: 143 } as const;
   let stoppedBy: keyof typeof signals | null = null;
   const onSignal = (name: keyof typeof signals) => () => {
+    // Either signal once: the next, of either kind, takes its default action and ends the process at once.
+    for (const [other, handler] of Object.entries(handlers)) process.off(other, handler);
     stoppedBy = name;
     process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again to quit at once)\n`);
     stop.abort(new Error(`stopped by ${name}`));

@@ -15,6 +15,8 @@ export interface KafkaRelay {
   cut(): void;
   /** Connections dropped since the cut. */
   refused(): number;
+  /** The first Metadata answer the relay could not rewrite (more than one broker, a flexible version), if any. */
+  error(): Error | null;
   close(): Promise<void>;
 }
 
@@ -80,6 +82,7 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
   const [targetHost, targetPort] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
   let down = false;
   let refused = 0;
+  let failure: Error | null = null;
   let port = 0;
   const open = new Set<Socket>();
   const server = createServer((inbound) => {
@@ -112,7 +115,14 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
         const version = frame.length >= 8 ? metadata.get(frame.readInt32BE(4)) : undefined;
         if (version === undefined) return void inbound.write(frame);
         metadata.delete(frame.readInt32BE(4));
-        inbound.write(rewriteMetadata(frame, version, "127.0.0.1", port));
+        // Thrown in a socket handler it would be an uncaught error in the worker and a client left hanging:
+        // kept for the test (error()) and the connection closed instead.
+        try {
+          inbound.write(rewriteMetadata(frame, version, "127.0.0.1", port));
+        } catch (err) {
+          failure ??= err as Error;
+          inbound.destroy();
+        }
       }),
     );
   });
@@ -125,6 +135,7 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
       for (const s of open) s.destroy();
     },
     refused: () => refused,
+    error: () => failure,
     close: () => {
       for (const s of open) s.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));

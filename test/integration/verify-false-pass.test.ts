@@ -105,6 +105,9 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
   let runId = "";
   onTestFinished(async () => {
     await (await relay).close();
+    // A Metadata answer the relay could not rewrite fails the test that met it, not the worker.
+    const failure = (await relay).error();
+    if (failure) throw failure;
     const left = await leftovers(runId);
     const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
@@ -538,11 +541,11 @@ describe("writ verify ends, and cleans up", () => {
     expect(closed.sort()).toEqual(["billing#1", "helpdesk#1"]);
   }, 120_000);
 
-  it("the CLI stopped while systems(env) runs closes the systems it makes before it exits 130 (a second signal would quit at once)", async () => {
+  /** A tools module whose systems(env) waits for a setup the test releases (a file), then makes one system whose close() is recorded. */
+  function slowSystemsModule(): { released: string; closedFile: string; module: string } {
     const dir = mkdtempSync(join(tmpdir(), "writ-verify-slow-systems-"));
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const [released, closedFile, module] = [join(dir, "released"), join(dir, "closed"), join(dir, "slow-systems.mjs")];
-    // systems(env) waits for a setup the test releases (a file), then makes one system whose close() is recorded.
     writeFileSync(
       module,
       `import { appendFileSync, existsSync } from "node:fs";
@@ -555,6 +558,11 @@ export async function systems() {
 }
 `,
     );
+    return { released, closedFile, module };
+  }
+
+  it("the CLI stopped while systems(env) runs closes the systems it makes before it exits 130 (a second signal would quit at once)", async () => {
+    const { released, closedFile, module } = slowSystemsModule();
     const { cli, seen } = spawnVerify(module, ".writ/verify-slow-systems-test.log");
     await waitFor(() => seen.stderr.includes("slow systems: making"), { timeoutMs: 60_000, message: () => seen.stderr });
     cli.kill("SIGINT");
@@ -565,5 +573,17 @@ export async function systems() {
     const [code, killedBy] = await waitFor(() => seen.exited, { timeoutMs: 30_000, message: () => `still running: ${seen.stderr}` });
     expect({ code, killedBy }, seen.stderr).toEqual({ code: 130, killedBy: null });
     expect(readFileSync(closedFile, "utf8")).toBe("closed\n");
+  }, 120_000);
+
+  it("a second signal of the other kind (SIGINT, then SIGTERM) ends the CLI at once while it waits to close the systems", async () => {
+    const { module } = slowSystemsModule();
+    const { cli, seen } = spawnVerify(module, ".writ/verify-second-signal-test.log");
+    await waitFor(() => seen.stderr.includes("slow systems: making"), { timeoutMs: 60_000, message: () => seen.stderr });
+    cli.kill("SIGINT");
+    await waitFor(() => seen.stderr.includes("closing the systems systems(env) is still making"), { timeoutMs: 30_000, message: () => seen.stderr });
+    // Before, SIGTERM only aborted the run again, and the CLI went on waiting for systems(env) (never released here).
+    cli.kill("SIGTERM");
+    const [code, killedBy] = await waitFor(() => seen.exited, { timeoutMs: 20_000, message: () => `still running after a second signal: ${seen.stderr}` });
+    expect({ code, killedBy }, seen.stderr).toEqual({ code: null, killedBy: "SIGTERM" });
   }, 120_000);
 });
