@@ -110,8 +110,9 @@ export function writLangChainTool<P extends Record<string, unknown>>(
       const call = toolCall(config);
       const entity = spec.entity(params);
       const { bases = memoryBases, runId: fallbackRunId, recallFromMessages = true, ...run } = await resolve(context, call);
-      const runId = call.threadId ?? fallbackRunId;
-      if (!runId) {
+      // An empty thread id is none (as in Python): the context's run id is taken, and checked, instead.
+      const runId = hasRunId(call.threadId) ? call.threadId : fallbackRunId;
+      if (!hasRunId(runId)) {
         throw new Error(`writ tool ${spec.tool.name}: no run id (no configurable.thread_id, no runId in the context); a random one would defeat deduplication`);
       }
       checkThreadRunIds(call, runId, run.stepId);
@@ -164,7 +165,7 @@ export function writLangChainReadTool(spec: WritReadToolSpec, context: WritThrea
       const run = await resolve(context, call);
       // As the write tools do: a run whose ids no intent can carry is refused at its first call, before a read the
       // model would go on from to a write that fails. A read with no run id at all (outside a graph) is served.
-      const runId = call.threadId ?? run.runId;
+      const runId = hasRunId(call.threadId) ? call.threadId : run.runId;
       if (hasRunId(runId)) checkThreadRunIds(call, runId, run.stepId);
       const entity = { type: spec.recordType, id };
       return asToolOutput(toReadResult(entity, await readForTool(run, entity)));
@@ -200,7 +201,7 @@ function threadIdOf(value: unknown): string | undefined {
 
 /** {@link checkRunIds}, naming where the run id came from: the thread, or the context's `runId`. */
 function checkThreadRunIds(call: LangChainToolCall, runId: string, stepId: string | undefined): void {
-  checkRunIds({ runId, stepId }, { runId: call.threadId === undefined ? "runId" : "configurable.thread_id", stepId: "stepId" });
+  checkRunIds({ runId, stepId }, { runId: hasRunId(call.threadId) ? "configurable.thread_id" : "runId", stepId: "stepId" });
 }
 
 async function resolve(source: WritThreadContextSource, call: LangChainToolCall): Promise<WritThreadContext> {

@@ -20,7 +20,7 @@ export interface RecordedIntent {
 /** The record that carried intent `intentId` on the intents topic. */
 export async function recordedIntent(h: Replaying, intentId: string): Promise<RecordedIntent> {
   const kafka = new Kafka({ brokers: brokers(), clientId: `replayer-${h.id}`, logLevel: logLevel.NOTHING });
-  // An idle fetch ends after 500 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
+  // An idle fetch ends after 100 ms, not kafkajs's 5 s: disconnect() waits for the fetch in flight.
   const reader = kafka.consumer({ groupId: `writ.test-replayer.${randomUUID()}`, maxWaitTimeInMs: 100 });
   let found: RecordedIntent | undefined;
   await reader.connect();
