@@ -155,6 +155,11 @@ export class LedgerReader {
         await heartbeat();
       },
     });
+    if (this.stopped) {
+      // Stopped while this consumer was being made: it is not left running past the stop.
+      await consumer.disconnect().catch(() => undefined);
+      throw this.stoppedError();
+    }
     this.consumer = consumer;
     this.failure = null;
     // Nothing is read until a restore asks for its partition. kafkajs keeps pauses in the group's state, which a
@@ -308,15 +313,20 @@ export class LedgerReader {
 
   /** Reads `partition` from `from` (its first offset if null or below it) to the marker `nonce`. */
   private async read(partition: number, nonce: string, timeoutMs: number, from: number | null, signal: AbortSignal | undefined, take: Restore["take"]): Promise<void> {
+    // A stop begun before or during any await here (its disconnect may still be under way) would leave this restore
+    // waiting out its deadline on a consumer going away, holding the owner's producer open after the router stopped;
+    // and a consumer started after the stop would outlive it.
+    if (this.stopped) throw this.stoppedError(partition);
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
-    // A stop begun meanwhile (its disconnect still under way) would leave this restore waiting out its deadline
-    // on a consumer going away, holding the owner's producer open after the router stopped.
-    if (this.stopped) throw new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, context: { partition } });
+    if (this.stopped) throw this.stoppedError(partition);
     const consumer = this.consumer;
     if (!consumer) throw new WritError("ledger_restore_timeout", "ledger reader is not running", { retriable: true, context: { partition } });
     this.restores.get(partition)?.reject(new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true }));
     const offsets = await this.admin.fetchTopicOffsets(this.topic);
+    if (this.stopped) throw this.stoppedError(partition);
+    // Replaced meanwhile (kafkajs gave up on it): the next restore starts the new one.
+    if (this.consumer !== consumer) throw new WritError("ledger_restore_timeout", "ledger reader restarted during the restore", { retriable: true, context: { partition } });
     const first = offsets.find((o) => o.partition === partition)?.low ?? "0";
     const low = from !== null && BigInt(from) > BigInt(first) ? String(from) : first;
     return new Promise((resolve, reject) => {
@@ -358,11 +368,15 @@ export class LedgerReader {
     });
   }
 
+  private stoppedError(partition?: number): WritError {
+    return new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, ...(partition === undefined ? {} : { context: { partition } }) });
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     for (const [p, r] of this.restores) {
       this.restores.delete(p);
-      r.reject(new WritError("ledger_restore_timeout", "ledger reader stopped", { retriable: true, context: { partition: p } }));
+      r.reject(this.stoppedError(p));
     }
     const consumer = this.consumer;
     this.consumer = null;

@@ -58,6 +58,10 @@ export interface RestoredPartition {
  */
 export async function restorePartition(ctx: OwnerContext, partition: number, log: Logger, released: () => boolean): Promise<RestoredPartition> {
   const { kafka, config, reader, admin, encoder } = ctx;
+  // A released owner (a revoke, the router stopping) goes no further: no fencing, no restore, no heal.
+  const stillOpen = () => {
+    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+  };
   // First, needing no ledger: a partition it refuses (retried every 30 s while another group cannot be told) is
   // neither fenced, nor given a marker in the ledger partition another group may share, nor read. Looking before the
   // restore rather than after it keeps checkTakeUp's argument (the look still comes after this member's join).
@@ -70,9 +74,9 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
   });
   try {
     // Connecting runs InitProducerId, which fences whoever holds this partition now: a released owner must not.
-    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    stillOpen();
     await producer.connect();
-    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    stillOpen();
     const nonce = randomUUID();
     // InitProducerId fences the previous owner and aborts its open transaction; the marker is written
     // with the new epoch, and its commit marker also closes a transaction of this id left hanging on
@@ -86,8 +90,9 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     });
     await transact(ctx, partition, producer, [{ topic: config.topics.ledger, partition, key: markerKey(partition), value: marker }], null, null, undefined, NOT_ISOLATED);
     // Released during the marker's transaction (the router stopping, a revoke): no restore on readers going away.
-    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    stillOpen();
     const restored = await reader.restore(partition, nonce, config.restoreTimeoutMs);
+    stillOpen();
     // `pending` entries acknowledged in a transaction that was then aborted (its owner crashed or the transaction
     // failed): their PATCH may have gone out. Taken up as in doubt, like committed ones, and committed again.
     const inDoubt = ctx.ablateInDoubtScan ? new Map<string, LedgerIntentEntry>() : await ctx.inDoubtReader.scanInDoubt(partition, nonce, config.restoreTimeoutMs, restored);
@@ -107,7 +112,7 @@ export async function restorePartition(ctx: OwnerContext, partition: number, log
     const targets = await healTargets(ctx, ledger, partition);
     const heal = [...again, ...targets];
     // A closed owner commits no heal: its successor heals what it finds.
-    if (released()) throw new WritError("producer_fenced", "released while opening", { retriable: true });
+    stillOpen();
     if (heal.length > 0) await transact(ctx, partition, producer, heal, null, null, undefined, NOT_ISOLATED);
     const groupOffset = await startOffset(admin, config.groupId, config.topics.intents, partition);
     // The ledger's progress entry went in with the last committed results; the group's offset lags it (or,

@@ -105,15 +105,15 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
   let runId = "";
   onTestFinished(async () => {
     await (await relay).close();
-    // A Metadata answer the relay could not rewrite fails the test that met it, not the worker.
-    const failure = (await relay).error();
-    if (failure) throw failure;
     const left = await leftovers(runId);
     const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
     await admin.deleteGroups(left.groups).catch(() => undefined);
     if (left.topics.length > 0) await admin.deleteTopics({ topics: left.topics });
     await admin.disconnect();
+    // A Metadata answer the relay could not rewrite fails the test that met it, not the worker (after the cleanup).
+    const failure = (await relay).error();
+    if (failure) throw failure;
   });
   const run = relay.then(async (r) => {
     const cutting = wrapped((inner) =>

@@ -172,7 +172,7 @@ describe("a read with no run id is served by every read tool; a present non-stri
     expect(reads()).toBe(0);
   });
 
-  it("LangChain's write tool refuses a context run id of 0 naming runId (a plain error before), and takes an empty thread id for none, as Python does", async () => {
+  it("LangChain's write tool refuses a context run id of 0 naming runId (a plain error before), and an empty thread id is none, as in Python", async () => {
     const { client, sent } = scripted(() => applied);
     const { read } = counted();
     await expect(writLangChainTool(tagTicketSpec, { client, versions: new VersionBook(), read, runId: 0 } as never).invoke({ ticketId: "T-42", tag: "vip" })).rejects.toMatchObject({
@@ -180,7 +180,7 @@ describe("a read with no run id is served by every read tool; a present non-stri
       context: { field: "runId" },
     });
     expect(sent).toHaveLength(0);
-    // thread_id "" is none: the context's run id is the run (before, "" was taken as the run and refused).
+    // thread_id "" is none (threadIdOf already made it so): the context's run id is the run.
     await writLangChainTool(tagTicketSpec, { client, versions: new VersionBook(), read, runId: "run-ctx" }).invoke({ ticketId: "T-42", tag: "vip" }, { configurable: { thread_id: "" } });
     expect(sent.map((intent) => intent.runId)).toEqual(["run-ctx"]);
   });

@@ -12,13 +12,17 @@ function leaderElection(): Error {
 /** A kafkajs consumer as the reader uses it, recording its calls; `subscribe` fails while `failing` says so. */
 function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = async () => undefined) {
   const consumers: { calls: string[] }[] = [];
+  const crashes: ((event: unknown) => void)[] = [];
   const kafka = {
     consumer: () => {
       const calls: string[] = [];
       consumers.push({ calls });
       return {
         events: { CRASH: "consumer.crash", GROUP_JOIN: "consumer.group_join" },
-        on: () => () => undefined,
+        on: (event: string, handler: (event: unknown) => void) => {
+          if (event === "consumer.crash") crashes.push(handler);
+          return () => undefined;
+        },
         connect: async () => void calls.push("connect"),
         subscribe: async () => {
           calls.push("subscribe");
@@ -35,7 +39,20 @@ function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = a
       };
     },
   };
-  return { kafka: kafka as unknown as Kafka, consumers };
+  return { kafka: kafka as unknown as Kafka, consumers, crashes };
+}
+
+/** A reader of one-partition ledger "writ.ledger" on the fakes; `offsets` is the admin's fetchTopicOffsets. */
+function readerOn(kafka: Kafka, offsets: () => Promise<{ partition: number; low: string; high: string }[]> = async () => [{ partition: 0, low: "0", high: "5" }]) {
+  return new LedgerReader({
+    kafka,
+    admin: { fetchTopicOffsets: offsets } as unknown as Admin,
+    topic: "writ.ledger",
+    partitions: 1,
+    codec: {} as WireCodec,
+    log: createLogger({ level: "silent", name: "test" }),
+    groupId: "writ.ledger-reader.test",
+  });
 }
 
 describe("the ledger reader's start", () => {
@@ -71,20 +88,42 @@ describe("the ledger reader's start", () => {
     let endDisconnect = () => undefined as void;
     const disconnected = new Promise<void>((resolve) => (endDisconnect = resolve));
     const { kafka } = fakeKafka(() => false, () => disconnected);
-    const reader = new LedgerReader({
-      kafka,
-      admin: { fetchTopicOffsets: async () => [{ partition: 0, low: "0", high: "5" }] } as unknown as Admin,
-      topic: "writ.ledger",
-      partitions: 1,
-      codec: {} as WireCodec,
-      log: createLogger({ level: "silent", name: "test" }),
-      groupId: "writ.ledger-reader.test",
-    });
+    const reader = readerOn(kafka);
     await reader.start();
     const stopping = reader.stop();
     // An owner opened while the router stops: its restore must not wait 30 s on a consumer going away.
     await expect(reader.restore(0, "nonce", 30_000)).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
     endDisconnect();
     await stopping;
+  });
+
+  it("a stop while a restore asks for the topic's offsets refuses that restore at once, not at its deadline", async () => {
+    let asked = () => undefined as void;
+    const asking = new Promise<void>((resolve) => (asked = resolve));
+    let answer = () => undefined as void;
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    const { kafka } = fakeKafka(() => false);
+    const reader = readerOn(kafka, async () => {
+      asked();
+      await answered;
+      return [{ partition: 0, low: "0", high: "5" }];
+    });
+    await reader.start();
+    const restoring = reader.restore(0, "nonce", 30_000);
+    await asking;
+    await reader.stop();
+    answer();
+    await expect(restoring).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
+  });
+
+  it("a restore after kafkajs gave up on the consumer and the reader stopped starts no consumer of its own", async () => {
+    const { kafka, consumers, crashes } = fakeKafka(() => false);
+    const reader = readerOn(kafka);
+    await reader.start();
+    crashes[0]!({ payload: { error: new Error("gone"), restart: false } });
+    await reader.stop();
+    await expect(reader.restore(0, "nonce", 30_000)).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
+    // Only the first consumer was ever made: none connected after the stop, to outlive it.
+    expect(consumers).toHaveLength(1);
   });
 });
