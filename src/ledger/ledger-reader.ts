@@ -62,6 +62,9 @@ export class LedgerReader {
   private consumer: Consumer | null = null;
   private starting: Promise<void> | null = null;
   private readonly restores = new Map<number, Restore>();
+  /** Per partition, the latest read asked for (a count of calls): an older read still awaiting gives way to it. */
+  private readonly latest = new Map<number, number>();
+  private calls = 0;
   private readonly kafka: Kafka;
   private readonly admin: Admin;
   private readonly topic: string;
@@ -134,6 +137,11 @@ export class LedgerReader {
       // Not left connected: the next start builds a consumer of its own.
       await consumer.disconnect().catch(() => undefined);
       throw err;
+    }
+    if (this.stopped) {
+      // Stopped while it connected: it does not join the group.
+      await consumer.disconnect().catch(() => undefined);
+      throw this.stoppedError();
     }
     await consumer.run({
       autoCommit: false,
@@ -252,7 +260,11 @@ export class LedgerReader {
   }
 
   private finish(partition: number, restore: Restore, err: Error | null): void {
-    if (this.restores.get(partition) !== restore) return;
+    if (this.restores.get(partition) !== restore) {
+      // No longer the partition's restore (superseded, or the reader stopped): its deadline or abort still settles it.
+      if (err) restore.reject(err);
+      return;
+    }
     this.restores.delete(partition);
     try {
       this.consumer?.pause([{ topic: this.topic, partitions: [partition] }]);
@@ -317,14 +329,20 @@ export class LedgerReader {
     // waiting out its deadline on a consumer going away, holding the owner's producer open after the router stopped;
     // and a consumer started after the stop would outlive it.
     if (this.stopped) throw this.stoppedError(partition);
+    // The newest read of a partition wins: an owner closed mid-restore and its successor on this process may overlap,
+    // and the older read, still awaiting below, must neither displace the newer one nor be left unsettled.
+    const call = ++this.calls;
+    this.latest.set(partition, call);
+    const superseded = () => new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true, context: { partition } });
+    this.supersede(partition, superseded());
     if (this.failure) this.log.warn({ err: this.failure }, "ledger reader was down; starting it again");
     await this.start();
     if (this.stopped) throw this.stoppedError(partition);
     const consumer = this.consumer;
     if (!consumer) throw new WritError("ledger_restore_timeout", "ledger reader is not running", { retriable: true, context: { partition } });
-    this.restores.get(partition)?.reject(new WritError("ledger_restore_timeout", "superseded by a newer restore", { retriable: true }));
     const offsets = await this.admin.fetchTopicOffsets(this.topic);
     if (this.stopped) throw this.stoppedError(partition);
+    if (this.latest.get(partition) !== call) throw superseded();
     // Replaced meanwhile (kafkajs gave up on it): the next restore starts the new one.
     if (this.consumer !== consumer) throw new WritError("ledger_restore_timeout", "ledger reader restarted during the restore", { retriable: true, context: { partition } });
     const first = offsets.find((o) => o.partition === partition)?.low ?? "0";
@@ -357,6 +375,7 @@ export class LedgerReader {
         },
       };
       signal?.addEventListener("abort", onAbort, { once: true });
+      this.supersede(partition, superseded());
       this.restores.set(partition, restore);
       try {
         consumer.seek({ topic: this.topic, partition, offset: low });
@@ -366,6 +385,12 @@ export class LedgerReader {
         this.log.debug({ err, partition }, "ledger reader not joined; the restore starts on its next join");
       }
     });
+  }
+
+  /** Ends partition `partition`'s restore, if one is registered, with `err`. */
+  private supersede(partition: number, err: WritError): void {
+    const earlier = this.restores.get(partition);
+    if (earlier) this.finish(partition, earlier, err);
   }
 
   private stoppedError(partition?: number): WritError {

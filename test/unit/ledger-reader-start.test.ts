@@ -2,6 +2,7 @@ import type { Admin, Kafka } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import type { WireCodec } from "../../src/codec.ts";
 import { LedgerReader } from "../../src/ledger/ledger-reader.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { createLogger } from "../../src/logger.ts";
 
 /** What kafkajs's admin says of a partition whose leader is being elected: a retriable protocol error. */
@@ -10,7 +11,7 @@ function leaderElection(): Error {
 }
 
 /** A kafkajs consumer as the reader uses it, recording its calls; `subscribe` fails while `failing` says so. */
-function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = async () => undefined) {
+function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = async () => undefined, subscribing: () => Promise<void> = async () => undefined) {
   const consumers: { calls: string[] }[] = [];
   const crashes: ((event: unknown) => void)[] = [];
   const kafka = {
@@ -26,6 +27,7 @@ function fakeKafka(failing: () => boolean, disconnected: () => Promise<void> = a
         connect: async () => void calls.push("connect"),
         subscribe: async () => {
           calls.push("subscribe");
+          await subscribing();
           if (failing()) throw leaderElection();
         },
         run: async () => void calls.push("run"),
@@ -125,5 +127,62 @@ describe("the ledger reader's start", () => {
     await expect(reader.restore(0, "nonce", 30_000)).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
     // Only the first consumer was ever made: none connected after the stop, to outlive it.
     expect(consumers).toHaveLength(1);
+  });
+
+  it("of two overlapping restores of a partition the newer wins: the older, whose offsets came last, is refused, and neither is left unsettled", async () => {
+    const { kafka } = fakeKafka(() => false);
+    let answerFirst = () => undefined as void;
+    const firstAnswered = new Promise<void>((resolve) => (answerFirst = resolve));
+    let looks = 0;
+    const reader = readerOn(kafka, async () => {
+      // The first look-up (the older restore's) is held until the newer restore is registered.
+      if (++looks === 1) await firstAnswered;
+      return [{ partition: 0, low: "0", high: "5" }];
+    });
+    await reader.start();
+    const older = reader.restore(0, "older", 30_000);
+    const newer = reader.restore(0, "newer", 30_000);
+    const newerSettled = newer.then(
+      () => "resolved",
+      (err: Error) => err.message,
+    );
+    await waitFor(() => looks === 2, { timeoutMs: 10_000, message: "the newer restore never looked its offsets up" });
+    answerFirst();
+    await expect(older).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "superseded by a newer restore" });
+    // The newer one is still the partition's restore: the stop ends it (before, it was displaced and never settled).
+    await reader.stop();
+    expect(await newerSettled).toBe("ledger reader stopped");
+  });
+
+  it("a stop while the consumer connects: it never joins the group, and is disconnected", async () => {
+    let subscribed = () => undefined as void;
+    const subscribing = new Promise<void>((resolve) => (subscribed = resolve));
+    const { kafka, consumers } = fakeKafka(() => false, async () => undefined, () => subscribing);
+    const reader = readerOn(kafka);
+    const starting = reader.start();
+    await waitFor(() => consumers[0]?.calls.includes("subscribe"), { timeoutMs: 10_000, message: "the consumer never subscribed" });
+    await reader.stop();
+    subscribed();
+    await expect(starting).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
+    expect(consumers.map((c) => c.calls)).toEqual([["connect", "subscribe", "disconnect"]]);
+  });
+
+  it("a consumer kafkajs gave up on during a restore's offsets look-up: the restore is refused at once, not registered on it", async () => {
+    let answer = () => undefined as void;
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    let asked = false;
+    const { kafka, crashes } = fakeKafka(() => false);
+    const reader = readerOn(kafka, async () => {
+      asked = true;
+      await answered;
+      return [{ partition: 0, low: "0", high: "5" }];
+    });
+    await reader.start();
+    const restoring = reader.restore(0, "nonce", 30_000);
+    await waitFor(() => asked, { timeoutMs: 10_000, message: "the restore never looked its offsets up" });
+    crashes[0]!({ payload: { error: new Error("gone"), restart: false } });
+    answer();
+    await expect(restoring).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader restarted during the restore" });
+    await reader.stop();
   });
 });
