@@ -42,14 +42,19 @@ const opaque = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (en
   wrapped(wrap)(env).map(({ config: _hidden, ...rest }: SystemOfRecord & { config?: unknown }) => rest as SystemOfRecord);
 
 /**
- * The records server as another API has it, at a URL of its own: each request forwarded with its method mapped by
- * `method`, each answer given back through `answer` (default: as it came). The URL is closed when the test ends.
+ * An HTTP server of the test's own in front of `target`: a request `intercept` answers (returning true) stays there;
+ * each other is forwarded with its method mapped by `method`, and its answer given back through `answer` (default:
+ * as it came). Resolves with its origin; closed when the test ends.
  */
-async function asApi(server: DemoRecordsServer, opts: { method?: (m: string) => string; answer?: (from: IncomingMessage, res: ServerResponse) => void } = {}): Promise<string> {
+async function forwarding(
+  target: string,
+  opts: { intercept?: (req: IncomingMessage, res: ServerResponse) => boolean; method?: (m: string) => string; answer?: (from: IncomingMessage, res: ServerResponse) => void } = {},
+): Promise<string> {
+  const upstream = new URL(target);
   const api = createServer((req, res) => {
-    const upstream = new URL(server.url);
+    if (opts.intercept?.(req, res)) return;
     const method = opts.method?.(req.method ?? "GET") ?? req.method;
-    const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method, headers: req.headers }, (from) => {
+    const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method, headers: { ...req.headers, host: upstream.host } }, (from) => {
       if (opts.answer) return opts.answer(from, res);
       res.writeHead(from.statusCode ?? 502, from.headers);
       from.pipe(res);
@@ -61,6 +66,9 @@ async function asApi(server: DemoRecordsServer, opts: { method?: (m: string) => 
   onTestFinished(() => new Promise<void>((resolve) => api.close(() => resolve())));
   return `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
 }
+
+/** The records server as another API has it, at a URL of its own (see {@link forwarding}). */
+const asApi = (server: DemoRecordsServer, opts: Parameters<typeof forwarding>[1] = {}) => forwarding(server.url, opts);
 
 type Patch = SystemOfRecord["patch"];
 /** An adapter's patch that sends the owner's PATCH and then does `then` with the outcome (`again` sends one more). */
@@ -410,22 +418,14 @@ describe("writ verify ends, and cleans up", () => {
     // The registry as a login that may register schemas but not list subjects sees it; everything else passes through.
     const real = new URL(registryUrl()!);
     let listed = 0;
-    const registry = createServer((req, res) => {
-      if (req.method === "GET" && req.url?.endsWith("/subjects")) {
+    const url = `${await forwarding(real.href, {
+      intercept: (req, res) => {
+        if (req.method !== "GET" || !req.url?.endsWith("/subjects")) return false;
         listed++;
         res.writeHead(403, { "content-type": "application/json" }).end('{"error_code":40301,"message":"not authorized to list subjects"}');
-        return;
-      }
-      const out = request({ host: real.hostname, port: real.port, path: req.url, method: req.method, headers: { ...req.headers, host: real.host } }, (from) => {
-        res.writeHead(from.statusCode ?? 502, from.headers);
-        from.pipe(res);
-      });
-      out.on("error", () => res.destroy());
-      req.pipe(out);
-    });
-    await new Promise<void>((resolve) => registry.listen(0, "127.0.0.1", resolve));
-    onTestFinished(() => new Promise<void>((resolve) => registry.close(() => resolve())));
-    const url = `http://127.0.0.1:${(registry.address() as AddressInfo).port}${real.pathname}`;
+        return true;
+      },
+    })}${real.pathname}`;
 
     const report = await verifyAgainst(server, { schemaRegistryUrl: url, only: ["refund_payment"], scenarios: ["race"] });
     expect(report.ok).toBe(false);
