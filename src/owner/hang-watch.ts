@@ -41,6 +41,8 @@ export const HANG_RUNBOOK = "README.md#runbook-a-hanging-transaction";
  */
 export class HangWatch {
   private readonly watches = new Map<string, Watch>();
+  /** Topics that failed when asked alone, asked after the others when a round falls back to one topic at a time. */
+  private readonly failedAlone = new Set<string>();
   private readonly probe: OffsetProbe;
   private readonly health: HealthBoard;
   private readonly log: Logger;
@@ -110,24 +112,31 @@ export class HangWatch {
   /**
    * The probe's answer for `partitions`; when it fails, topic by topic, so that one topic it cannot read (deleted
    * since it was listed, a partition without a leader: the probe answers all or nothing) does not blind the watch
-   * to the others, the ledger's among them. Throws when the first topics asked alone fail too (an outage).
+   * to the others, the ledger's among them. Throws when the first topics asked alone fail too (an outage). Topics
+   * that failed alone before are asked last, so that two of them cannot end every round before the others are read.
    */
   private async endOffsets(partitions: readonly TopicPartition[]): Promise<EndOffsets[]> {
     try {
-      return await this.probe.endOffsets(partitions);
+      const ends = await this.probe.endOffsets(partitions);
+      this.failedAlone.clear();
+      return ends;
     } catch (err) {
       const byTopic = new Map<string, TopicPartition[]>();
       for (const tp of partitions) byTopic.set(tp.topic, [...(byTopic.get(tp.topic) ?? []), tp]);
       if (byTopic.size < 2) throw err;
+      for (const topic of this.failedAlone) if (!byTopic.has(topic)) this.failedAlone.delete(topic);
+      const order = [...byTopic.keys()].sort((a, b) => Number(this.failedAlone.has(a)) - Number(this.failedAlone.has(b)));
       const ends: EndOffsets[] = [];
       const unread: string[] = [];
       // One topic at a time: hundreds of reply topics must not become hundreds of requests at once. The first two
       // failing with nothing read is an outage, not a topic: the round ends there instead of trying every topic.
-      for (const [topic, tps] of byTopic) {
+      for (const topic of order) {
         try {
-          ends.push(...(await this.probe.endOffsets(tps)));
+          ends.push(...(await this.probe.endOffsets(byTopic.get(topic) ?? [])));
+          this.failedAlone.delete(topic);
         } catch {
           unread.push(topic);
+          this.failedAlone.add(topic);
           if (ends.length === 0 && unread.length >= 2) throw err;
         }
       }

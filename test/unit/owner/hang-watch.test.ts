@@ -202,6 +202,23 @@ describe("HangWatch", () => {
     expect(healed).toEqual(["writ.replies.agent-1-0"]);
   });
 
+  it("asks topics that failed alone last, so two unreadable topics ahead of the ledger blind it for one round only", async () => {
+    const gone = [
+      { topic: "writ.replies.gone-1", partition: 0 },
+      { topic: "writ.replies.gone-2", partition: 0 },
+    ];
+    for (const tp of gone) probe.unreadable.add(tp.topic);
+    probe.set(LEDGER_3, 42, 50);
+    const round = [...gone, LEDGER_3];
+    // The first round cannot tell two deleted topics from an outage: it ends after them.
+    await expect(at(0, round)).rejects.toThrow(/UNKNOWN_TOPIC_OR_PARTITION/);
+    await at(1, round);
+    expect(await at(HEAL_AFTER + 1, round)).toEqual([{ ...LEDGER_3, lastStable: "42", highWatermark: "50" }]);
+    expect(healed).toEqual(["writ.ledger-3"]);
+    await at(REPORT_AFTER + 1, round);
+    expect(health.health().problems.map((p) => p.key)).toEqual(["hang:writ.ledger:3"]);
+  });
+
   it("fails the round, after two topics asked alone, when nothing can be read (an outage: not one request per topic)", async () => {
     const others = Array.from({ length: 50 }, (_, i) => ({ topic: `writ.replies.agent-${i + 2}`, partition: 0 }));
     for (const tp of [LEDGER_3, REPLIES_0, ...others]) probe.unreadable.add(tp.topic);
