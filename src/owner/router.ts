@@ -119,6 +119,8 @@ export interface Router {
   ready(): boolean;
   /** This router's metrics in Prometheus text format (as `/metrics` serves them; a registry of its own per router). */
   metrics(): Promise<string>;
+  /** The port the health endpoints listen on (the kernel's pick when `healthPort` is 0); undefined without them. */
+  healthPort(): number | undefined;
   stop(): Promise<void>;
 }
 
@@ -588,6 +590,10 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     health: () => health.health(),
     ready: () => health.ready().ready,
     metrics: () => metrics.text(),
+    healthPort: () => {
+      const address = server?.address();
+      return typeof address === "object" && address !== null ? address.port : undefined;
+    },
     async stop() {
       if (stopped) return;
       stopped = true;

@@ -3,7 +3,6 @@ import { describe, expect, it } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import type { ConflictReply, Reply } from "../../src/schemas/reply.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
-import { freePort } from "../../src/testing/free-port.ts";
 import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, startHarness } from "../helpers/writ-harness.ts";
@@ -47,9 +46,9 @@ describe("metrics on a real broker", () => {
       createHttpSystemOfRecord({ name: "billing", baseUrl: proxy.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
       createHttpSystemOfRecord({ name: "helpdesk", baseUrl: proxy.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
     ];
-    const port = await freePort();
-    const router = await h.startRouter({ config: { ...h.config, healthPort: port }, systems });
-    const base = `http://127.0.0.1:${port}`;
+    // Port 0: the health server takes the kernel's pick and keeps it (a port picked free and bound later can be taken between).
+    const router = await h.startRouter({ config: { ...h.config, healthPort: 0 }, systems });
+    const base = `http://127.0.0.1:${router.healthPort()}`;
     await waitFor(async () => (await fetch(`${base}/readyz`)).status === 200, { message: "readyz" });
     const agent = await h.client("metrics-agent");
     const replyTopic = `writ.replies.metrics-agent.${h.id}`;
