@@ -30,7 +30,6 @@ import { faultOwnerEnv, faultTopics } from "./owner-env.ts";
 import { RecordsProcess } from "./records-process.ts";
 import { seededRng } from "./rng.ts";
 import { versionChains } from "./check-outcome.ts";
-import { freePort } from "../../src/testing/free-port.ts";
 
 export interface LeaseCaseOptions {
   root: string;
@@ -94,7 +93,7 @@ export async function runLeaseCase(opts: LeaseCaseOptions): Promise<LeaseCaseRes
   const logDir = join(opts.root, ".writ", `faults-${id}`);
   rmSync(logDir, { recursive: true, force: true });
   mkdirSync(logDir, { recursive: true });
-  const records = new RecordsProcess({ root: opts.root, port: await freePort(), dbPath: join(logDir, "records.db"), logFile: join(logDir, "records.log") });
+  const records = new RecordsProcess({ root: opts.root, dbPath: join(logDir, "records.db"), logFile: join(logDir, "records.log") });
   // Only writ may stop a duplicate: the suite's records server runs with its own Idempotency-Key dedupe off.
   await records.start();
   const triple = (t: number) => ({

@@ -10,8 +10,8 @@ import type { DemoFaultInput } from "../../src/testing/demo-records-server.ts";
 import { DemoRecordsStore } from "../../src/testing/demo-records-store.ts";
 
 export class RecordsProcess {
-  readonly url: string;
-  private readonly port: number;
+  /** Chosen by the first start (port 0: the kernel's pick, bound at once); every restart binds it again. */
+  private port: number | null = null;
   private readonly dbPath: string;
   private readonly logFile: string;
   private readonly script: string;
@@ -20,20 +20,25 @@ export class RecordsProcess {
   downMs = 0;
   outages = 0;
 
-  constructor(opts: { root: string; port: number; dbPath: string; logFile: string }) {
-    this.port = opts.port;
+  constructor(opts: { root: string; dbPath: string; logFile: string }) {
     this.dbPath = opts.dbPath;
     this.logFile = opts.logFile;
     this.script = join(opts.root, "src", "testing", "demo-records-server-main.ts");
-    this.url = `http://127.0.0.1:${opts.port}`;
   }
 
+  /** Its address, once started. */
+  get url(): string {
+    if (this.port === null) throw new Error("the records server has no address before its first start");
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Starts the server (again) and resolves once it listens: it logs its url then. */
   async start(): Promise<void> {
     const log = createWriteStream(this.logFile, { flags: "a" });
     const proc = spawn(process.execPath, [this.script], {
       env: {
         ...process.env,
-        RECORDS_PORT: String(this.port),
+        RECORDS_PORT: String(this.port ?? 0),
         RECORDS_DB: this.dbPath,
         // writ's dedupe is what the suite measures: the server applies a repeated key again.
         RECORDS_HONOUR_IDEMPOTENCY_KEY: "false",
@@ -45,17 +50,7 @@ export class RecordsProcess {
     proc.stderr!.pipe(log, { end: false });
     proc.once("exit", () => log.end());
     this.proc = proc;
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline) {
-      if (proc.exitCode !== null) throw new Error(`records server exited with ${proc.exitCode}; see ${this.logFile}`);
-      const ok = await fetch(`${this.url}/_admin/stats`, { signal: AbortSignal.timeout(1000) }).then(
-        (r) => r.ok,
-        () => false,
-      );
-      if (ok) return;
-      await sleep(100);
-    }
-    throw new Error(`records server did not serve within 30 s; see ${this.logFile}`);
+    this.port = await listeningPort(proc, this.logFile);
   }
 
   /** A hard outage: SIGKILL, down for `ms`, then the same server on the same port and database. */
@@ -116,4 +111,26 @@ export class RecordsProcess {
       }
     }
   }
+}
+
+/** The port of the url `proc` logs once it listens; rejects when it exits first, or after 30 s. */
+function listeningPort(proc: ChildProcess, logFile: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const done = (end: () => void) => {
+      clearTimeout(timer);
+      proc.stdout!.off("data", onData);
+      proc.off("exit", onExit);
+      end();
+    };
+    const onData = (chunk: Buffer) => {
+      out += chunk.toString("utf8");
+      const url = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
+      if (url) done(() => resolve(Number(url[1])));
+    };
+    const onExit = (code: number | null) => done(() => reject(new Error(`records server exited with ${code}; see ${logFile}`)));
+    const timer = setTimeout(() => done(() => reject(new Error(`records server did not listen within 30 s; see ${logFile}`))), 30_000);
+    proc.stdout!.on("data", onData);
+    proc.once("exit", onExit);
+  });
 }

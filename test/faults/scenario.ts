@@ -7,7 +7,6 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
 import { createLogger } from "../../src/logger.ts";
-import { freePort } from "../../src/testing/free-port.ts";
 import { runAgent, type PlannedIntent } from "./agent-load.ts";
 import { checkOutcome, type Outcome } from "./check-outcome.ts";
 import { diagnose } from "./diagnose.ts";
@@ -63,7 +62,7 @@ export async function runScenario(
   const logDir = join(opts.root, ".writ", `faults-${id}`);
   rmSync(logDir, { recursive: true, force: true });
   mkdirSync(logDir, { recursive: true });
-  const records = new RecordsProcess({ root: opts.root, port: await freePort(), dbPath: join(logDir, "records.db"), logFile: join(logDir, "records.log") });
+  const records = new RecordsProcess({ root: opts.root, dbPath: join(logDir, "records.db"), logFile: join(logDir, "records.log") });
   await records.start();
 
   const entities: { type: string; id: string }[] = [];

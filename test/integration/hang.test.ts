@@ -6,6 +6,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { RouterConfig, parseConfig } from "../../src/config.ts";
 import { HANG_RUNBOOK } from "../../src/owner/hang-watch.ts";
+import { createOffsetProbe } from "../../src/owner/offset-probe.ts";
 import { CONTROL_HEADER, HEAL_KEY } from "../../src/schemas/control.ts";
 import { ensureTopics, routerTopics } from "../../src/topics.ts";
 import { brokers, readVersion, refundIntent, startHarness } from "../helpers/writ-harness.ts";
@@ -49,6 +50,12 @@ describe("hanging transactions on reply partitions", () => {
     expect((blocked as { message: string }).message).toMatch(new RegExp(`blocked by an open transaction at offset ${offset}`));
 
     await txn.abort();
+    // The abort's markers are written after it returns: unblocked once the partition's last stable offset is its end.
+    const probe = createOffsetProbe({ brokers: brokers(), clientId: `hang-test-${h.id}`, log: pino({ level: "silent" }) });
+    onTestFinished(() => probe.close?.());
+    await waitFor(async () => (await probe.endOffsets([{ topic: replyTopic, partition: 0 }])).every((e) => e.lastStable === e.highWatermark), {
+      message: `${replyTopic}-0 still blocked after the abort`,
+    });
     const unknown = await agent.submit(refundIntent(`run-${randomUUID()}`, version), { timeoutMs: 3000 });
     expect(unknown.status).toBe("unknown");
   });

@@ -5,7 +5,9 @@ import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { createWritClient } from "../../producers/writ-client.ts";
 import { partitionFor } from "../../src/kafka/partition.ts";
 import { createLogger } from "../../src/logger.ts";
+import type { Reply } from "../../src/schemas/reply.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 
 const refund = (runId: string, version: string, amountCents = 700) => ({
@@ -60,9 +62,22 @@ describe("the trust boundary on a real broker", () => {
 
     const applied = await signedClient.submit(refund(`run-${randomUUID()}`, version));
     expect(applied).toMatchObject({ status: "applied" });
-    // Answered before the owner authenticated the record: the client holds that rejection until the deadline
-    // (another answer to the intent id would win), so a short one keeps the test from waiting 30 s.
-    const refused = await unsignedClient.submit(refund(`run-${randomUUID()}`, version, 900), { timeoutMs: 5_000 });
+    // Answered before the owner authenticated the record: the client's submit holds that rejection until its
+    // deadline (another answer to the intent id would win; test/unit/client/writ-client.test.ts shows the hold),
+    // so the test waits for the answer itself, as the client reads it on its registered topic, not for the deadline.
+    const unsigned = unsignedClient.buildIntent(refund(`run-${randomUUID()}`, version, 900));
+    const answers: Reply[] = [];
+    const reading = new AbortController();
+    onTestFinished(() => reading.abort());
+    void (async () => {
+      for await (const r of unsignedClient.replies({ signal: reading.signal })) answers.push(r);
+    })();
+    // Its result is the hold above, settled when the client closes at the test's end; a failed send is shown.
+    let sendFailed: unknown;
+    void unsignedClient.submit(unsigned).catch((err: unknown) => (sendFailed = err));
+    const refused = await waitFor(() => answers.find((r) => r.intentId === unsigned.intentId), {
+      message: () => `a reply to ${unsigned.intentId}; got ${JSON.stringify(answers)}${sendFailed === undefined ? "" : `; the submit threw ${String(sendFailed)}`}`,
+    });
     expect(refused).toMatchObject({ status: "rejected", reason: "unauthenticated" });
     const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
     expect(dead.map((d) => d.reason)).toEqual(["unauthenticated"]);

@@ -5,7 +5,7 @@
 // is switched off, because Kafka 4.4 with its defaults refuses to create one.
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -21,6 +21,7 @@ import { HealthBoard } from '../../src/owner/health.ts';
 import { createOffsetProbe } from '../../src/owner/offset-probe.ts';
 import { isPortFree } from '../../src/testing/free-port.ts';
 import { KAFKA_LIBS } from '../../src/testing/local-stack.ts';
+import { PORT_CLASH } from '../../src/testing/stack-process.ts';
 import { waitFor } from '../helpers/wait-for.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -547,9 +548,60 @@ describe('txn-admin against the shared Kafka 4.4 broker', () => {
  * Two adjacent free ports (local-stack puts the controller on port + 1) below the OS's ephemeral range, as every
  * stack's (src/testing/local-stack.ts's header says why); a port the kernel picks for port 0 lies inside it.
  */
-async function freePortPair(): Promise<number> {
-  for (let port = 22692; port < 22792; port += 2) if ((await isPortFree(port)) && (await isPortFree(port + 1))) return port;
-  throw new Error('no two adjacent free ports in 22692-22792');
+async function freePortPair(from = 22692): Promise<number> {
+  for (let port = from; port < 22792; port += 2) if ((await isPortFree(port)) && (await isPortFree(port + 1))) return port;
+  throw new Error(`no two adjacent free ports in ${from}-22792`);
+}
+
+/** The cluster id a stack dir's single node was formatted with. */
+const clusterIdIn = (dir: string): string | undefined => {
+  const meta = join(dir, 'kafka-data', 'meta.properties');
+  return existsSync(meta) ? /^cluster\.id=(.+)$/m.exec(readFileSync(meta, 'utf8'))?.[1]?.trim() : undefined;
+};
+
+/** The cluster id of the broker answering on `port`, or undefined. */
+async function clusterIdAt(port: number): Promise<string | undefined> {
+  const admin = new Kafka({ clientId: 'writ-txn-admin-test-whose', brokers: [`127.0.0.1:${port}`], logLevel: logLevel.NOTHING, retry: { retries: 2 } }).admin();
+  try {
+    await admin.connect();
+    return (await admin.describeCluster()).clusterId;
+  } catch {
+    return undefined;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/**
+ * A private broker, in a temp stack dir, on the first pair of ports free when looked at. Another run's broker (two
+ * runs on one machine both look at 22692 first) can bind the pair before this JVM does: the JVM then exits on the
+ * clash after local-stack's own retries on the same ports, or local-stack's start even takes the other broker, which
+ * answers there, for it. Either way, it is stopped and the next free pair tried, in a new dir; only a broker of this
+ * dir's cluster id is used (its config is changed below).
+ */
+async function startPrivateBroker(): Promise<{ dir: string; env: NodeJS.ProcessEnv; port: number }> {
+  let from = 22692;
+  for (let attempt = 1; ; attempt++) {
+    const dir = mkdtempSync(join(tmpdir(), 'writ-txn-admin-broker-'));
+    const port = await freePortPair(from);
+    const env: NodeJS.ProcessEnv = { ...process.env, WRIT_LOCAL_STACK_DIR: dir, WRIT_LOCAL_KAFKA_PORT: String(port) };
+    delete env['KAFKA_BROKERS'];
+    const started = await run(NODE, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(LOCAL_STACK)}); await m.startBroker({ timeoutMs: 150000 });`], env, 170_000);
+    const ours = clusterIdIn(dir);
+    const answering = started.code === 0 ? await clusterIdAt(port) : undefined;
+    if (answering !== undefined && answering === ours) return { dir, env, port };
+    const clash =
+      started.code === 0 || ['broker.log', 'broker.out'].some((f) => existsSync(join(dir, f)) && PORT_CLASH.test(readFileSync(join(dir, f), 'utf8')));
+    await stopPrivateStack(dir, env);
+    const why = started.code === 0 ? `the broker answering there is of cluster ${answering}, not of this dir's ${ours}` : started.stderr;
+    if (!clash || attempt >= 3) throw new Error(`private broker did not start on ${port} (attempt ${attempt}): ${why}`);
+    from = port + 2;
+  }
+}
+
+async function stopPrivateStack(dir: string, env: NodeJS.ProcessEnv): Promise<void> {
+  await run(NODE, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(LOCAL_STACK)}); await m.stopStack({ log: () => {} });`], env, 60_000);
+  rmSync(dir, { recursive: true, force: true });
 }
 
 describe('hanging transactions on a broker without partition verification', () => {
@@ -558,13 +610,9 @@ describe('hanging transactions on a broker without partition verification', () =
   let brokers: string[] = [];
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'writ-txn-admin-broker-'));
-    const port = await freePortPair();
-    env = { ...process.env, WRIT_LOCAL_STACK_DIR: dir, WRIT_LOCAL_KAFKA_PORT: String(port) };
-    delete env['KAFKA_BROKERS'];
-    const started = await run(NODE, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(LOCAL_STACK)}); await m.startBroker({ timeoutMs: 150000 });`], env, 170_000);
-    if (started.code !== 0) throw new Error(`private broker did not start: ${started.stderr}`);
-    brokers = [`127.0.0.1:${port}`];
+    const broker = await startPrivateBroker();
+    ({ dir, env } = broker);
+    brokers = [`127.0.0.1:${broker.port}`];
 
     const kafka = new Kafka({ clientId: 'writ-txn-admin-test-config', brokers, logLevel: level });
     const admin = kafka.admin();
@@ -590,12 +638,11 @@ describe('hanging transactions on a broker without partition verification', () =
     } finally {
       await admin.disconnect();
     }
-  }, 180_000);
+  }, 600_000); // up to three starts (startPrivateBroker), each bounded
 
   afterAll(async () => {
     if (dir === '') return;
-    await run(NODE, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(LOCAL_STACK)}); await m.stopStack({ log: () => {} });`], env, 60_000);
-    rmSync(dir, { recursive: true, force: true });
+    await stopPrivateStack(dir, env);
   }, 90_000);
 
   /** A transaction open on `topic[partition]` whose coordinator state is Empty: it never heard of the partition. */

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { connect, createServer, type Socket } from "node:net";
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { freePort } from "../../src/testing/free-port.ts";
 import { isSelfConnection, retryOnPortClash, tcpOpen } from "../../src/testing/local-stack.ts";
 
@@ -50,25 +50,42 @@ describe("retryOnPortClash", () => {
   });
 });
 
+/**
+ * A connection from 127.0.0.1:`port` to itself, on a port found free. Another process may take that port between
+ * the look and the connect's bind (EADDRINUSE): then another port, a few times.
+ */
+async function selfConnection(): Promise<Socket> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      return await new Promise<Socket>((resolve, reject) => {
+        const s = connect({ host: "127.0.0.1", port, localAddress: "127.0.0.1", localPort: port });
+        s.once("connect", () => resolve(s));
+        s.once("error", reject);
+      });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EADDRINUSE" || attempt >= 5) throw err;
+    }
+  }
+}
+
 describe("readiness probes and connections to themselves", () => {
   // A connect to a port nobody listens on, from that same port, succeeds (TCP simultaneous open) and holds the
   // port: made here on purpose, as Linux's port choice made it for the broker probe of kafka:up.
   it("a connection whose two ends are one address and port is told apart from one to a listener", async () => {
-    const port = await freePort();
-    const self = await new Promise<Socket>((resolve, reject) => {
-      const s = connect({ host: "127.0.0.1", port, localAddress: "127.0.0.1", localPort: port });
-      s.once("connect", () => resolve(s));
-      s.once("error", reject);
-    });
+    const self = await selfConnection();
     try {
       expect(isSelfConnection(self)).toBe(true);
+      // Probed while the self-connection holds the port, so no other process can listen there meanwhile.
+      expect(await tcpOpen("127.0.0.1", self.localPort!, 500)).toBe(false);
     } finally {
       self.destroy();
     }
-    expect(await tcpOpen("127.0.0.1", port, 500)).toBe(false);
 
+    // A listener on a port of its own: the kernel's pick for port 0, held from the start.
     const server = createServer((s) => s.destroy());
-    await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
     try {
       const real = await new Promise<Socket>((resolve, reject) => {
         const s = connect({ host: "127.0.0.1", port });
