@@ -80,11 +80,13 @@ export const FORWARDED_HEADER = "writ-forwarded-from";
  *    in a string or key, no number past the double range), since its key,
  *    fingerprints and signature are computed over it (`not_canonical`), within
  *    maxIntentBytes too (`too_large`);
- * 4. with an agent registry: the signature of the agent the intent names, the
- *    agent's reply topic, and the agent's tools;
+ * 4. with an agent registry: the signature of the agent the intent names;
  * 5. without one: an allowed reply topic prefix;
- * 6. the reply topic must exist; the tool, record type, params and patch
- *    operations; the intent key, recomputed from the intent's own fields.
+ * 6. the reply topic must exist (with a registry: the agent's registered one);
+ *    the intent's date (`stale`, `clock_skew`); with a registry, the intent's
+ *    reply topic must be the agent's, and the tool one of its tools; the tool,
+ *    record type, params and patch operations; the intent key, recomputed from
+ *    the intent's own fields.
  *
  * Bad input is answered here, with a machine-readable reason and a dead letter
  * where the record itself is bad, and the partition moves on. Replies go only
@@ -169,9 +171,6 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), header, agent.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by agent ${agent.id}: ${check.reason}`);
     signed = sha256Hex(canonical.text);
-    if (intent.replyTo !== agent.replyTopic) {
-      return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `agent ${agent.id} answers on ${agent.replyTopic}, not ${intent.replyTo.slice(0, 249)}`);
-    }
   } else if (!replyTopicAllowed(intent.replyTo, deps)) {
     return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);
   }
@@ -179,15 +178,20 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `reply topic ${(agent?.replyTopic ?? intent.replyTo).slice(0, 249)} does not exist; the agent's client (or an operator) creates it, owners never do`);
   }
 
+  // A refusal of signed bytes carries them: the owner remembers it when the state it was decided on may change (refusals.ts).
   const reject = (reason: RejectReason, msg: string, details?: unknown): Admission => {
     const out = answered(reason, { reply: reply(reason, details) }, msg);
     return signed !== undefined && out.kind === "answered" ? { ...out, signed: { digest: signed, intent } } : out;
   };
   const admitted = (a: Admission): Admission => (signed !== undefined && a.kind === "admitted" ? { kind: "admitted", admitted: { ...a.admitted, signed } } : a);
-  // Its date first: a refusal remembered for these bytes (tool_not_allowed) is kept from it, so bytes dated past the
-  // allowed clock skew are refused clock_skew before anything else, remembered dated at the skew's end (refusals.ts).
+  // Its date first: a refusal remembered for these bytes (any below) is kept from it, so bytes dated past the allowed
+  // clock skew are refused clock_skew before anything else, remembered dated at the skew's end (refusals.ts).
   const unfresh = freshnessRefusal(intent, deps.now().getTime(), deps.config.ledgerRetentionHours);
   if (unfresh) return reject(unfresh.reason, unfresh.message);
+  // Answered on the registered topic (a registry registers the intent's own later: remembered, as refusals after it).
+  if (agent && intent.replyTo !== agent.replyTopic) {
+    return reject("reply_topic_not_registered", `agent ${agent.id} answers on ${agent.replyTopic}, not ${intent.replyTo.slice(0, 249)}`);
+  }
   const tool = deps.tools.get(intent.tool);
   if (!tool) return reject("unknown_tool", `no write tool named ${intent.tool.slice(0, 128)} is admitted`);
   if (agent && !agent.mayCall(tool.name)) return reject("tool_not_allowed", `agent ${agent.id} may not call ${tool.name}`);

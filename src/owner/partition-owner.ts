@@ -419,10 +419,12 @@ export class PartitionOwner {
       slot.trace = IntentTrace.start(message, source, admission.kind === "admitted" ? admission.admitted : undefined, slot.times.accepted);
       if (admission.kind === "answered") {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
-        // A refusal of signed bytes: answered as they were refused before, or remembered for them (refusals.ts).
+        // A refusal of signed bytes: answered as they were refused before, or remembered for them (refusals.ts), on
+        // the topic admission answers on: the registered one, which the intent's own may not be.
         const { signed } = admission;
+        const topic = admission.effects.replies[0]?.topic;
         const now = new Date();
-        const answer = signed ? (repeatedRefusal(session.ledger, signed, now) ?? rememberRefusal(signed, admission.effects, now)) : admission.effects;
+        const answer = signed && topic ? (repeatedRefusal(session.ledger, signed, now, topic) ?? rememberRefusal(signed, admission.effects, now)) : admission.effects;
         this.track(session, this.settle(session, slot, answer));
         continue;
       }

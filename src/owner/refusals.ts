@@ -9,7 +9,7 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
  * Refusals of signed intents, remembered for their bytes (README threat model, docs/architecture.md §9.1).
  *
  * Some refusals write no ledger entry, and the state they were decided on passes: the lease is released, the tool
- * granted, the undone write applied. The agent was told nothing happened and moved on; the same signed bytes
+ * deployed or granted, the agent's reply topic registered, the record created, the undone write applied. The agent was told nothing happened and moved on; the same signed bytes
  * produced again (copied from writ.intents, a retry layer, a redrive) would then be decided again and written. So
  * the refusal is kept in the ledger under the digest of the signed bytes (intent id and `createdAt` included), in the
  * transaction that carries its reply, and those bytes are answered it again, `duplicate: true`, until the ledger's
@@ -19,15 +19,46 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
  */
 
 /**
- * Refusals given without a ledger entry, on a state that may change: remembered for the signed bytes they refused.
- * `clock_skew` too: the owner's clock catches up with the bytes' `createdAt` (their entry is dated at most the skew
- * ahead, so it outlives their stale cutoff for a `createdAt` up to the skew and maxIntentAgeMs's margin ahead).
+ * Refusals given without a ledger entry for the intent key, on a state that may change: remembered for the signed
+ * bytes they refused. The state is the records' and the ledger's, the owners' deploy (the tools, their declarations)
+ * and the agent registry:
+ * - admission, on the deploy and the registry: `reply_topic_not_registered` (the agent's topic registered later),
+ *   `unknown_tool` (deployed later), `tool_not_allowed` (granted), `entity_type_mismatch`, `params_invalid` (the
+ *   tool's params schema), `patch_path_not_allowed` and `patch_op_not_allowed` (its paths), `intent_key_mismatch` (its
+ *   `intentFields` and `keyScope`), and a create's `external_id_mismatch`, `delta_mismatch` and `not_canonical` (its
+ *   `create` functions build the record these are checked against). A lease's or an undo's `params_invalid` and
+ *   `intent_key_mismatch` depend on the bytes alone: remembered with the rest, answered the same either way;
+ * - `clock_skew`: the owner's clock catches up with the bytes' `createdAt` (their entry is dated at most the skew
+ *   ahead, so it outlives their stale cutoff for a `createdAt` up to the skew and maxIntentAgeMs's margin ahead);
+ * - as the intent runs, on the ledger and the record: `leased`, `lease_not_held`, a lease acquire's
+ *   `entity_not_found` (the record created since) and `sor_protocol` (the system fixed), the undo's `undo_*`, and
+ *   `key_reused_with_different_params` (the key's entry changes with a resolution; its fingerprint with the tool's
+ *   free-text params).
+ *
+ * Not remembered: refusals before the signature is checked (anyone may produce those bytes; dead-lettered, to be sent
+ * back once fixed, as are `processing_failed`'s), and refusals that write an entry for the key (a repeat is answered
+ * from it). `stale` only grows staler, but for a longer ledger retention, which makes swept bytes of any outcome
+ * fresh again (applied ones too): remembering it would close nothing, at an entry for each old copy produced again.
+ * `lease_replayed` stands until its bytes are stale (docs/architecture.md §10).
  */
 export const REMEMBERED_REFUSALS: ReadonlySet<string> = new Set<RejectReason>([
   "clock_skew",
+  "reply_topic_not_registered",
+  "unknown_tool",
+  "tool_not_allowed",
+  "entity_type_mismatch",
+  "params_invalid",
+  "patch_path_not_allowed",
+  "patch_op_not_allowed",
+  "intent_key_mismatch",
+  "external_id_mismatch",
+  "delta_mismatch",
+  "not_canonical",
   "leased",
   "lease_not_held",
-  "tool_not_allowed",
+  "entity_not_found",
+  "sor_protocol",
+  "key_reused_with_different_params",
   "undo_target_unknown",
   "undo_target_mismatch",
   "undo_target_not_applied",
@@ -76,15 +107,16 @@ export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, 
 }
 
 /**
- * The answer to signed bytes refused before (the same refusal, `duplicate: true`, nothing else), or null. On the
- * intent's reply topic, which admission checked is its agent's registered one now.
+ * The answer to signed bytes refused before (the same refusal, `duplicate: true`, nothing else), or null. On `topic`:
+ * the agent's registered reply topic, which is the intent's own once admission passed it (not before: it may be
+ * refused `reply_topic_not_registered` again).
  */
-export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: Date): Effects | null {
+export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: Date, topic: string = signed.intent.replyTo): Effects | null {
   const entry = ledger.get(refusalLedgerKey(signed.digest));
   const { intent } = signed;
   const outcome = entry?.outcome;
   if (entry?.status !== "done" || outcome?.status !== "rejected" || entry.intentId !== intent.intentId || entry.refusedIntentKey !== intent.intentKey) return null;
   // Reasons are open (an owner of a later version may have written one this one does not know): carried as written.
   const reply = { ...rejectedReply(intent.intentId, intent.intentKey, outcome.reason as RejectReason, outcome.message, now.toISOString()), duplicate: true };
-  return effects({ replies: [{ topic: intent.replyTo, value: reply }] });
+  return effects({ replies: [{ topic, value: reply }] });
 }

@@ -10,7 +10,11 @@ import { changeId } from "../../src/keys.ts";
 import { createLogger } from "../../src/logger.ts";
 import { WireCodec } from "../../src/codec.ts";
 import { isControlRecord } from "../../src/schemas/control.ts";
+import { entityKey } from "../../src/schemas/common.ts";
+import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
+import { SIGNATURE_HEADER, signIntent } from "../../src/security/signing.ts";
+import { declareWriteTool } from "../../src/tools.ts";
 import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { produceAgain, recordedIntent } from "../helpers/intent-replay.ts";
@@ -24,17 +28,18 @@ async function signedHarness(grants: Record<string, string[]>) {
   h.records.seed("payment", "pay_R", { amountCents: 100_000, refunds: [] });
   const keys = Object.fromEntries(Object.keys(grants).map((a) => [a, generateKeyPairSync("ed25519")]));
   const topicOf = (agent: string) => `writ.replies.${agent}.${h.id}`;
-  const registry = (g: Record<string, string[]>) =>
+  /** The registry granting `g`; each agent answered on `topics[agent]`, else its own topic. */
+  const registry = (g: Record<string, string[]>, topics: Record<string, string> = {}) =>
     AgentRegistry.from({
       agents: Object.fromEntries(
-        Object.entries(g).map(([agent, tools]) => [agent, { keys: [{ id: "k1", publicKey: keys[agent]!.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools, replyTopic: topicOf(agent) }]),
+        Object.entries(g).map(([agent, tools]) => [agent, { keys: [{ id: "k1", publicKey: keys[agent]!.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools, replyTopic: topics[agent] ?? topicOf(agent) }]),
       ),
     });
-  const client = async (agent: string) => {
+  const client = async (agent: string, replyTopic = topicOf(agent)) => {
     const c = await createWritClient({
       brokers: brokers(),
       agentId: agent,
-      replyTopic: topicOf(agent),
+      replyTopic,
       intentsTopic: h.config.topics.intents,
       schemaRegistryUrl: registryUrl(),
       submitTimeoutMs: 30_000,
@@ -46,7 +51,18 @@ async function signedHarness(grants: Record<string, string[]>) {
   };
   const { version } = await readVersion(h.records, "payment", "pay_R");
   const refundInput = { tool: refundPayment, entity: { type: "payment", id: "pay_R" }, runId: "run-b", stepId: "refund", baseVersion: version, delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 2500, reason: "late" as const } }], params: { amountCents: 2500, reason: "late" } };
-  return { h, registry, client, topicOf, refundInput };
+  /** `intent` signed with `agent`'s key, produced as a client outside writ's would (plain JSON): what a retry layer sends. */
+  const produceSigned = async (agent: string, intent: WriteIntent) => {
+    const producer = new Kafka({ brokers: brokers(), clientId: `signer-${h.id}`, logLevel: logLevel.NOTHING }).producer();
+    await producer.connect();
+    try {
+      const headers = { [SIGNATURE_HEADER]: signIntent(intent, { keyId: "k1", privateKey: keys[agent]!.privateKey }) };
+      await producer.send({ topic: h.config.topics.intents, messages: [{ key: entityKey(intent.entity), value: JSON.stringify(intent), headers }] });
+    } finally {
+      await producer.disconnect();
+    }
+  };
+  return { h, registry, client, topicOf, refundInput, produceSigned };
 }
 
 /** The answers on reply topic `topic`, as they arrive, decoded: [intentId, status, reason, duplicate]. A live list. */
@@ -136,5 +152,102 @@ describe("refused signed intents on a real broker", () => {
     const applied = await billing.submit(refundInput, { onLeased: "answer" });
     expect(applied).toMatchObject({ status: "applied", via: "patch", duplicate: false, intentKey: refund.intentKey });
     expect(h.records.patchRequests(refund.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+  });
+
+  it("refusal-replay-deploy: intents refused `unknown_tool` and `patch_path_not_allowed`, produced again after a deploy of the tool and of its wider paths, get the same refusals; nothing is written", async () => {
+    const { h, registry, client, topicOf, refundInput } = await signedHarness({ billing: ["refund_payment", "tag_ticket"] });
+    const agents = registry({ billing: ["refund_payment", "tag_ticket"] });
+    h.records.seed("ticket", "T-R", { subject: "s", status: "open", tags: [] });
+    const ticket = await readVersion(h.records, "ticket", "T-R");
+    // The owners as first deployed: no refund_payment, and a tag_ticket that may set only a ticket's status.
+    const statusOnly = declareWriteTool({ ...tagTicket, allowedPaths: ["/status"] });
+    const first = await h.startRouter({ agents, tools: [statusOnly, noteAccount] });
+    const billing = await client("billing");
+    const replies = await watchReplies(h, topicOf("billing"));
+    const refund = billing.buildIntent(refundInput);
+    const tag = billing.buildIntent({ tool: tagTicket, entity: { type: "ticket", id: "T-R" }, runId: "run-b", stepId: "tag", baseVersion: ticket.version, delta: [{ op: "replace", path: "/tags", value: ["vip"] }], params: { tag: "vip" } });
+    expect(await billing.submit(refund)).toMatchObject({ status: "rejected", reason: "unknown_tool", duplicate: false });
+    expect(await billing.submit(tag)).toMatchObject({ status: "rejected", reason: "patch_path_not_allowed", duplicate: false });
+    const recorded = [await recordedIntent(h, refund.intentId), await recordedIntent(h, tag.intentId)];
+
+    // The tool deployed, tag_ticket's paths widened (owners restarted with them); the same bytes again.
+    await first.stop();
+    await h.startRouter({ agents });
+    for (const bytes of recorded) await produceAgain(h, bytes);
+    const of = (id: string) => replies.filter(([i]) => i === id).map(([, ...rest]) => rest);
+    await waitFor(() => of(refund.intentId).length >= 2 && of(tag.intentId).length >= 2, { timeoutMs: 30_000, message: () => `the replays' answers (${replies.length} answers seen)` });
+    expect(of(refund.intentId)).toEqual([
+      ["rejected", "unknown_tool", false],
+      ["rejected", "unknown_tool", true],
+    ]);
+    expect(of(tag.intentId)).toEqual([
+      ["rejected", "patch_path_not_allowed", false],
+      ["rejected", "patch_path_not_allowed", true],
+    ]);
+    expect(h.records.patchRequests()).toEqual([]);
+    expect((await readVersion(h.records, "ticket", "T-R")).state.tags).toEqual([]);
+
+    // A new submission of the refund (a new intent id) is decided on the owners as they are now: applied once.
+    expect(await billing.submit(refundInput)).toMatchObject({ status: "applied", via: "patch", duplicate: false, intentKey: refund.intentKey });
+    expect(h.records.patchRequests(refund.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+  });
+
+  it("refusal-replay-register: an intent refused `reply_topic_not_registered` is answered so again on the registered topic, and after its topic is registered, as a repeat; nothing is written", async () => {
+    const { h, registry, client, topicOf, refundInput, produceSigned } = await signedHarness({ billing: ["refund_payment"] });
+    // The agent's new reply topic, which its client uses before the registry says so.
+    const newTopic = `writ.replies.billing-new.${h.id}`;
+    const [registered, moved] = [await client("billing"), await client("billing", newTopic)];
+    const first = await h.startRouter({ agents: registry({ billing: ["refund_payment"] }) });
+    const [onRegistered, onNew] = [await watchReplies(h, registered.replyTopic), await watchReplies(h, newTopic)];
+    const refund = moved.buildIntent(refundInput);
+    expect(refund.replyTo).toBe(newTopic);
+    await produceSigned("billing", refund);
+    const mine = (seen: typeof onNew) => seen.filter(([id]) => id === refund.intentId).map(([, ...rest]) => rest);
+    await waitFor(() => mine(onRegistered).length >= 1, { timeoutMs: 30_000, message: "the refusal on the registered reply topic" });
+    const bytes = await recordedIntent(h, refund.intentId);
+
+    // Again while the registry still names the old topic: answered there, never on the topic the intent names.
+    await produceAgain(h, bytes);
+    await waitFor(() => mine(onRegistered).length >= 2, { timeoutMs: 30_000, message: () => `the first replay's answer (${mine(onRegistered).length} answers seen)` });
+    // The agent's reply topic registered (owners restarted with the new registry); the same bytes again.
+    await first.stop();
+    await h.startRouter({ agents: registry({ billing: ["refund_payment"] }, { billing: newTopic }) });
+    await produceAgain(h, bytes);
+    await waitFor(() => mine(onNew).length >= 1, { timeoutMs: 30_000, message: () => `the second replay's answer (${mine(onNew).length} answers seen)` });
+    expect(mine(onRegistered)).toEqual([
+      ["rejected", "reply_topic_not_registered", false],
+      ["rejected", "reply_topic_not_registered", true],
+    ]);
+    expect(mine(onNew)).toEqual([["rejected", "reply_topic_not_registered", true]]);
+    expect(h.records.patchRequests()).toEqual([]);
+
+    const applied = await moved.submit(refundInput);
+    expect(applied).toMatchObject({ status: "applied", via: "patch", duplicate: false, intentKey: refund.intentKey });
+    expect(h.records.patchRequests(refund.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+  });
+
+  it("refusal-replay-record: a lease acquire refused `entity_not_found`, produced again once the record exists, gets the same refusal: no lease is taken", async () => {
+    const { h, client, registry, topicOf } = await signedHarness({ resolver: ["refund_payment"], billing: ["refund_payment"] });
+    await h.startRouter({ agents: registry({ resolver: ["refund_payment"], billing: ["refund_payment"] }) });
+    const [resolver, billing] = await Promise.all([client("resolver"), client("billing")]);
+    const replies = await watchReplies(h, topicOf("resolver"));
+    const entity = { type: "payment", id: "pay_N" };
+    const change = changeId({ agentId: "resolver", runId: `run-${randomUUID().slice(0, 8)}`, stepId: "c" });
+    const acquire = buildLeaseIntent({ change, op: "acquire", entity, tool: "refund_payment", agentId: "resolver", runId: "r", stepId: "s/acquire", replyTo: resolver.replyTopic, ttlMs: 60_000 });
+    expect(await resolver.submit(acquire)).toMatchObject({ status: "rejected", reason: "entity_not_found", duplicate: false });
+
+    // The payment is created since (the record's state changed); the acquire's bytes again.
+    h.records.seed("payment", "pay_N", { amountCents: 100_000, refunds: [] });
+    await produceAgain(h, await recordedIntent(h, acquire.intentId));
+    const mine = () => replies.filter(([id]) => id === acquire.intentId).map(([, ...rest]) => rest);
+    await waitFor(() => mine().length >= 2, { timeoutMs: 30_000, message: () => `the replay's answer (${mine().length} answers seen)` });
+    expect(mine()).toEqual([
+      ["rejected", "entity_not_found", false],
+      ["rejected", "entity_not_found", true],
+    ]);
+    // No lease was taken: another agent's refund of the payment is applied, not refused `leased`.
+    const { version } = await readVersion(h.records, "payment", "pay_N");
+    const refund = { tool: refundPayment, entity, runId: "run-n", stepId: "refund", baseVersion: version, delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 100, reason: "late" as const } }], params: { amountCents: 100, reason: "late" } };
+    expect(await billing.submit(refund, { onLeased: "answer" })).toMatchObject({ status: "applied", via: "patch" });
   });
 });

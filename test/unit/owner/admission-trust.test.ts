@@ -174,7 +174,8 @@ describe("admission with an agent registry", () => {
     const gone: AdmissionDeps = { ...deps({ agents: registry }), replyTopics: { exists: async (t) => t === "writ.replies.bob" } };
     const v = intent("alice", { replyTo: "writ.replies.bob" });
     const a = answer(await admit(record(v, { headers: signed(v) }), source(), gone));
-    expect(a).toMatchObject({ reason: "reply_topic_not_registered", replies: [], dead: ["reply_topic_missing"] });
+    // Its registered topic's absence first: the refusal of the topic it names would have nowhere to go either.
+    expect(a).toMatchObject({ reason: "reply_topic_missing", replies: [], dead: ["reply_topic_missing"] });
   });
 
   it("an agent may call only its tools", async () => {

@@ -4,12 +4,15 @@ import { generateKeyPairSync } from "node:crypto";
 import type { KafkaMessage } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
+import type { RejectReason } from "../../../src/errors.ts";
 import { WireCodec } from "../../../src/codec.ts";
 import { intentKey } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type Admission, type AdmissionDeps, admit, maxIntentAgeMs } from "../../../src/owner/admission.ts";
 import { effects, rejectedReply } from "../../../src/owner/effects.ts";
 import { REMEMBERED_REFUSALS, rememberRefusal, repeatedRefusal, type SignedIntent } from "../../../src/owner/refusals.ts";
+import { z } from "zod";
+import { entityKey } from "../../../src/schemas/common.ts";
 import { LedgerEntry, type LedgerIntentEntry, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
@@ -22,18 +25,20 @@ import { addTag } from "./pipeline-fixtures.ts";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const REPLY_TO = "writ.replies.alice";
+/** The reply topic the registry named for alice before her client's (REPLY_TO) was registered. */
+const OLD_REPLY_TO = "writ.replies.alice-old";
 // The agent may call add_tag; close_ticket is the tool a grant changes.
 const closeTicket = declareWriteTool({ ...addTag, name: "close_ticket" });
 const tools = admitTools([addTag, closeTicket], [new FakeSystem("helpdesk")], { sorTimeoutMs: 1_000 });
 const alice = generateKeyPairSync("ed25519");
-const registry = (grants: string[]) =>
-  AgentRegistry.from({ agents: { alice: { keys: [{ id: "k1", publicKey: alice.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: grants, replyTopic: REPLY_TO } } });
+const registry = (grants: string[], replyTopic = REPLY_TO) =>
+  AgentRegistry.from({ agents: { alice: { keys: [{ id: "k1", publicKey: alice.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: grants, replyTopic } } });
 
 const deps = (agents?: AgentRegistry): AdmissionDeps => ({
   config: { maxIntentBytes: 262_144, maxJsonDepth: 32, replyTopicPrefix: "writ.replies.", ledgerRetentionHours: 24, topics: { intents: "writ.intents" } },
   codec: new WireCodec({}),
   tools,
-  replyTopics: { exists: async (t) => t === REPLY_TO },
+  replyTopics: { exists: async (t) => t === REPLY_TO || t === OLD_REPLY_TO },
   now: () => NOW,
   ...(agents ? { agents } : {}),
   partitions: 1,
@@ -49,7 +54,7 @@ function closeIntent(intentId: string): WriteIntent {
 }
 
 const record = (v: WriteIntent): KafkaMessage =>
-  ({ key: Buffer.from("ticket:T-1"), value: Buffer.from(JSON.stringify(v)), timestamp: "0", attributes: 0, offset: "7", headers: { [SIGNATURE_HEADER]: signIntent(v, { keyId: "k1", privateKey: alice.privateKey }) } }) as KafkaMessage;
+  ({ key: Buffer.from(entityKey(v.entity)), value: Buffer.from(JSON.stringify(v)), timestamp: "0", attributes: 0, offset: "7", headers: { [SIGNATURE_HEADER]: signIntent(v, { keyId: "k1", privateKey: alice.privateKey }) } }) as KafkaMessage;
 const source = { topic: "writ.intents", partition: 0, offset: "7" };
 
 function signedOf(a: Admission): SignedIntent | undefined {
@@ -121,6 +126,67 @@ describe("refused signed intents: remembered for their bytes", () => {
     expect(ledger.expired(new Date(Date.parse(out.refusal!.updatedAt) + 1), 10)).toEqual([out.refusal!.intentKey]);
   });
 
+  // What admission decides on besides the bytes: the owners' deploy (their tools, as declared) and the agent registry.
+  // Each case refuses the same signed bytes on one and admits them on the next: the first refusal must stand.
+  const openCase = declareWriteTool({
+    name: "open_case",
+    recordType: "case",
+    params: z.object({ orderRef: z.string(), subject: z.string() }),
+    intentFields: ["orderRef"],
+    create: { externalId: (p) => `order-${p.orderRef}`, body: (p) => ({ subject: p.subject }) },
+    keyScope: "run",
+    system: "helpdesk",
+    reconcile: "idempotency-key",
+  });
+  const openIntent = (): WriteIntent => {
+    const entity = { type: "case", id: "order-7" };
+    const params = { orderRef: "7", subject: "late" };
+    const key = intentKey({ tool: { name: "open_case", keyScope: "run", intentFields: ["orderRef"] }, agentId: "alice", runId: "r", stepId: "s", entity, params });
+    return { intentId: "i-open", intentKey: key, entity, tool: "open_case", agent: { id: "alice", runId: "r", stepId: "s" }, baseVersion: "absent", delta: [{ op: "add", path: "", value: { subject: "late" } }], params, replyTo: REPLY_TO, createdAt: NOW.toISOString() };
+  };
+  const everything = registry(["add_tag", "close_ticket", "open_case"]);
+  const deployed = (declarations: Parameters<typeof admitTools>[0], agents = everything): AdmissionDeps => ({
+    ...deps(agents),
+    tools: admitTools(declarations, [new FakeSystem("helpdesk")], { sorTimeoutMs: 1_000 }),
+  });
+  const now = deployed([addTag, closeTicket, openCase]);
+  const cases: { reason: RejectReason; before: AdmissionDeps; intent?: WriteIntent; topic?: string }[] = [
+    { reason: "reply_topic_not_registered", before: deployed([addTag, closeTicket, openCase], registry(["add_tag", "close_ticket"], OLD_REPLY_TO)), topic: OLD_REPLY_TO },
+    { reason: "unknown_tool", before: deployed([addTag]) },
+    { reason: "entity_type_mismatch", before: deployed([addTag, declareWriteTool({ ...closeTicket, recordType: "case" })]) },
+    { reason: "params_invalid", before: deployed([addTag, declareWriteTool({ ...closeTicket, params: z.object({ tag: z.string().max(2) }) })]) },
+    { reason: "patch_path_not_allowed", before: deployed([addTag, declareWriteTool({ ...closeTicket, allowedPaths: ["/status"] })]) },
+    { reason: "patch_op_not_allowed", before: deployed([addTag, declareWriteTool({ ...closeTicket, allowedPaths: [{ path: "/tags/-", ops: ["replace"] }] })]) },
+    { reason: "intent_key_mismatch", before: deployed([addTag, declareWriteTool({ ...closeTicket, keyScope: "global" })]) },
+    { reason: "external_id_mismatch", before: deployed([declareWriteTool({ ...openCase, create: { ...openCase.create!, externalId: (p) => `case-${p.orderRef}` } })]), intent: openIntent() },
+    // A body RFC 8785 cannot write (a lone surrogate): nothing to check the delta against.
+    { reason: "not_canonical", before: deployed([declareWriteTool({ ...openCase, create: { ...openCase.create!, body: () => ({ subject: "\ud800" }) } })]), intent: openIntent() },
+    { reason: "delta_mismatch", before: deployed([declareWriteTool({ ...openCase, create: { ...openCase.create!, body: (p) => ({ subject: p.subject, status: "open" }) } })]), intent: openIntent() },
+  ];
+  for (const c of cases) {
+    it(`${c.reason}: refused on what the owners were deployed with (or registered), the same signed bytes are refused again once that changed, as a repeat`, async () => {
+      const v = c.intent ?? closeIntent("i-1");
+      const refused = await admit(record(v), source, c.before);
+      expect(refused).toMatchObject({ kind: "answered", reason: c.reason });
+      if (refused.kind !== "answered") return;
+      // Answered on the agent's registered topic, not one the intent names.
+      expect(refused.effects.replies.map((r) => r.topic)).toEqual([c.topic ?? REPLY_TO]);
+      const signed = signedOf(refused)!;
+      expect(signed.digest).toBe(sha256Hex(canonicalJson(v)));
+      const entry = rememberRefusal(signed, refused.effects, NOW).refusal;
+      expect(entry).toMatchObject({ intentKey: refusalLedgerKey(signed.digest), outcome: { status: "rejected", reason: c.reason } });
+      const ledger = new PartitionLedger(0, [[entry!.intentKey, entry!]]);
+      // Refused so again before the change: answered where admission answers, as the repeat it is.
+      const before = repeatedRefusal(ledger, signed, NOW, refused.effects.replies[0]!.topic)!;
+      expect(before.replies.map((r) => [r.topic, r.value])).toEqual([[c.topic ?? REPLY_TO, expect.objectContaining({ reason: c.reason, duplicate: true })]]);
+
+      const again = await admit(record(v), source, now);
+      expect(again.kind).toBe("admitted");
+      const repeat = repeatedRefusal(ledger, signedOf(again)!, NOW);
+      expect(repeat!.replies.map((r) => [r.topic, Reply.parse(r.value)])).toEqual([[REPLY_TO, expect.objectContaining({ status: "rejected", reason: c.reason, duplicate: true, intentId: v.intentId })]]);
+    });
+  }
+
   it("only an authenticated intent's refusal is remembered: without an agent registry admission carries no digest", async () => {
     const a = await admit(record(closeIntent("i-1")), source, deps());
     expect(a.kind).toBe("admitted");
@@ -132,12 +198,25 @@ describe("refused signed intents: remembered for their bytes", () => {
     const signed = { digest: "d".repeat(64), intent: closeIntent("i-1") };
     const refusing = (reason: Parameters<typeof rejectedReply>[2], extra = {}) =>
       rememberRefusal(signed, effects({ replies: [{ topic: REPLY_TO, value: { ...rejectedReply("i-1", signed.intent.intentKey, reason, "m", NOW.toISOString()), ...extra } }] }), NOW).refusal;
-    for (const reason of ["clock_skew", "leased", "lease_not_held", "tool_not_allowed", "undo_target_unknown", "undo_target_mismatch", "undo_target_not_applied", "undo_not_declared"] as const) {
+    // On the deploy or the registry; on the ledger or the record; on the clock.
+    const remembered = [
+      ...["reply_topic_not_registered", "unknown_tool", "tool_not_allowed", "entity_type_mismatch", "params_invalid", "patch_path_not_allowed"],
+      ...["patch_op_not_allowed", "intent_key_mismatch", "external_id_mismatch", "delta_mismatch", "not_canonical"],
+      ...["leased", "lease_not_held", "entity_not_found", "sor_protocol", "key_reused_with_different_params", "undo_target_unknown"],
+      ...["undo_target_mismatch", "undo_target_not_applied", "undo_not_declared", "clock_skew"],
+    ] as RejectReason[];
+    for (const reason of remembered) {
       expect(REMEMBERED_REFUSALS.has(reason)).toBe(true);
       expect(refusing(reason)?.outcome).toMatchObject({ status: "rejected", reason });
     }
-    // Refusals a later state does not change (they are answered so again), a repeat, a settled one (its own entry).
-    for (const reason of ["params_invalid", "stale", "lease_replayed", "sor_rejected", "intent_key_mismatch"] as const) expect(refusing(reason)).toBeUndefined();
+    expect(REMEMBERED_REFUSALS.size).toBe(remembered.length);
+    // Refusals a later state does not turn into a write (stale, lease_replayed), one dead-lettered to be sent back
+    // once its fault is fixed (processing_failed), ones always written with an entry of the key's, a repeat, a settled one.
+    for (const reason of ["stale", "lease_replayed", "processing_failed", "sor_rejected", "patch_not_applicable", "undo_failed"] as const) expect(refusing(reason)).toBeUndefined();
+    // key_reused_with_different_params keeps the key's entry dated again (`kept`) beside it: both are written.
+    const kept = { kind: "intent", intentKey: signed.intent.intentKey } as LedgerIntentEntry;
+    const reused = effects({ kept, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", signed.intent.intentKey, "key_reused_with_different_params", "m", NOW.toISOString()) }] });
+    expect(rememberRefusal(signed, reused, NOW)).toMatchObject({ kept, refusal: { outcome: { reason: "key_reused_with_different_params" } } });
     expect(refusing("leased", { duplicate: true })).toBeUndefined();
     const settled = effects({ ledger: { kind: "intent" } as LedgerIntentEntry, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] });
     expect(rememberRefusal(signed, settled, NOW).refusal).toBeUndefined();
@@ -162,6 +241,10 @@ describe("refused signed intents: remembered for their bytes", () => {
     expect(a).toMatchObject({ kind: "answered", reason: "clock_skew" });
     if (a.kind !== "answered") return;
     expect(rememberRefusal(a.signed, a.effects, NOW).refusal).toMatchObject({ outcome: { reason: "clock_skew" }, updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
+    // Nor remembered for a reply topic not registered, which came before the date: its entry dated at the bytes'
+    // createdAt capped at the skew, swept long before the bytes are admissible, which a registry change would make.
+    const elsewhere = await admit(record(future), source, deps(registry(["add_tag", "close_ticket"], OLD_REPLY_TO)));
+    expect(elsewhere).toMatchObject({ kind: "answered", reason: "clock_skew" });
     // However its bytes reached it, a refusal's entry is dated no later than the skew admission allows.
     const far = rememberRefusal({ digest: "f".repeat(64), intent: future }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-future", future.intentKey, "tool_not_allowed", "m", NOW.toISOString()) }] }), NOW).refusal!;
     expect(Date.parse(far.updatedAt)).toBe(NOW.getTime() + 300_000);
