@@ -8,6 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
+import { onStopSignals } from "../src/cli/signals.ts";
 import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
@@ -69,13 +70,22 @@ interface SpecsModule {
 
 hideKafkajsTimeoutWarning();
 const log = createLogger({ name: "writ-mcp" });
+// Lines logged just before the process ends itself, written at once.
+const lastWords = createLogger({ name: "writ-mcp", sync: true });
 let client: WritClient | undefined;
 let close: (() => Promise<void>) | undefined;
 
 let stopping = false;
+// SIGINT or SIGTERM: a clean stop; a second signal, of either kind, or one during a stop begun otherwise (stdin
+// closed, the reply consumer gone), ends the process at once.
+const signals = onStopSignals(
+  (signal) => void stop(signal),
+  (signal) => lastWords.warn({ signal }, "second signal: exiting without a clean stop"),
+);
 async function stop(reason: string, code = 0): Promise<void> {
   if (stopping) return;
   stopping = true;
+  signals.stopping();
   log.info({ reason }, "stopping");
   await close?.().catch(() => undefined);
   await client?.close().catch(() => undefined);
@@ -147,8 +157,6 @@ try {
     log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);
   }
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  process.on("SIGINT", () => void stop("SIGINT"));
 } catch (err) {
   log.fatal({ err }, err instanceof WritError ? err.message : "MCP server failed to start");
   await client?.close().catch(() => undefined);

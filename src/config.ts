@@ -169,6 +169,13 @@ export const RouterConfig = z
     /** Consumer session timeout. ms. */
     sessionTimeoutMs: timerMs(6_000).default(30_000),
     /**
+     * How long `writ owner` gives its clean stop (after SIGTERM or SIGINT: in-flight intents finish, producers close,
+     * the group is left) before it exits with status 1 without one; what was in flight is then the next owner's to
+     * reconcile, as after a crash. Keep it under the supervisor's own bound (Kubernetes' terminationGracePeriodSeconds,
+     * Docker's stop grace period), so the owner says why it ends. ms. A program running startRouter bounds router.stop() itself.
+     */
+    stopTimeoutMs: timerMs(1).default(25_000),
+    /**
      * Kafka transaction protocol of the owners' producers. `auto` speaks transactions v2 (KIP-890: Produce adds
      * its partitions, EndTxn bumps the epoch; two requests per transaction instead of three) when the cluster
      * has `transaction.version` 2 finalized, as Kafka 4.0+ does by default, and v1 (kafkajs's own) otherwise.
@@ -397,6 +404,7 @@ export const ROUTER_ENV = {
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   stuckAfterFailures: "WRIT_STUCK_AFTER_FAILURES",
   sessionTimeoutMs: "WRIT_SESSION_TIMEOUT_MS",
+  stopTimeoutMs: "WRIT_STOP_TIMEOUT_MS",
   transactionProtocol: "WRIT_TRANSACTION_PROTOCOL",
   transactionSpacingMs: "WRIT_TRANSACTION_SPACING_MS",
   transactionTimeoutMs: "WRIT_TRANSACTION_TIMEOUT_MS",
@@ -435,6 +443,7 @@ const NUMERIC = new Set([
   "maxProcessingAttempts",
   "stuckAfterFailures",
   "sessionTimeoutMs",
+  "stopTimeoutMs",
   "transactionSpacingMs",
   "transactionTimeoutMs",
   "lsoCheckIntervalMs",

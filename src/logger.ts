@@ -45,11 +45,14 @@ export const REDACT_PATHS = [
 /**
  * The root logger: JSON lines on stderr, so stdout stays free for a
  * program's own output (the demo's account and its closing JSON line).
+ * `sync`: each line is written before the call returns, for a process's last
+ * words (a line logged just before it ends itself by a signal would otherwise
+ * be lost); the default writes in the background.
  */
-export function createLogger(opts: { level?: string; name?: string } = {}): Logger {
+export function createLogger(opts: { level?: string; name?: string; sync?: boolean } = {}): Logger {
   return pino(
     { name: opts.name ?? "writ", level: opts.level ?? process.env.LOG_LEVEL ?? "info", redact: REDACT_PATHS },
-    pino.destination(2),
+    opts.sync ? pino.destination({ dest: 2, sync: true }) : pino.destination(2),
   );
 }
 

@@ -9,13 +9,16 @@ import { createLogger } from "../logger.ts";
 import { startRouter } from "../owner/router.ts";
 import { printable } from "../printable.ts";
 import { parseCommandArgs, UsageError, type Command } from "./common.ts";
+import { onStopSignals } from "./signals.ts";
 import { loadToolsModule, systemsOf } from "./tools-module.ts";
 
 const USAGE = `usage: writ owner --tools <module> [--brokers <list>] [--registry <url>]
 
 Runs the owners of writ.intents for the write tools of <module>: a module exporting tools (declared write
 tools) and systems(env) (their systems of record). Joins the owners' consumer group, creates the contract
-topics that are missing, and runs until SIGTERM or SIGINT (then leaves the group cleanly).
+topics that are missing, and runs until SIGTERM or SIGINT: then it stops cleanly (in-flight intents finish, the
+producers close, it leaves the group), within WRIT_STOP_TIMEOUT_MS (default 25000). A second SIGTERM or SIGINT
+while it stops ends it at once, without a clean stop.
 
   --tools <module>     the tools module (default $WRIT_TOOLS_MODULE; one of the two is required). A path,
                        resolved against the working directory: .js, or .ts on a Node that strips types
@@ -30,10 +33,11 @@ KAFKA_SSL_CA_FILE, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWOR
 SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD(_FILE), SCHEMA_REGISTRY_CA_FILE.
 Logs: JSON lines on stderr (level $LOG_LEVEL, default info).
 
-Exit status: 0 stopped by a signal, 1 the owner could not start or gave up (a supervisor restarts it),
-2 bad usage or configuration (a missing tools module, an invalid WRIT_* variable, a tool declaration the
-owners do not admit, systems(env) that throws or does not return an array of systems of record); these
-print one line on stderr naming what to fix, and a restart does not help.`;
+Exit status: 0 stopped cleanly after a signal, 1 the owner could not start or gave up (a supervisor restarts
+it), or its stop failed or outlasted WRIT_STOP_TIMEOUT_MS, 2 bad usage or configuration (a missing tools
+module, an invalid WRIT_* variable, a tool declaration the owners do not admit, systems(env) that throws or
+does not return an array of systems of record); these print one line on stderr naming what to fix, and a
+restart does not help. Ended by a second signal: 130 (SIGINT), 143 (SIGTERM), as killed by it.`;
 
 async function main(argv: string[]): Promise<number> {
   let args;
@@ -48,6 +52,8 @@ async function main(argv: string[]): Promise<number> {
   }
   if (args === undefined) return 0;
   const log = createLogger({ name: "writ-owner" });
+  // Lines logged just before the process ends itself, written at once.
+  const lastWords = createLogger({ name: "writ-owner", sync: true });
   const env: NodeJS.ProcessEnv = { ...process.env };
   if (args.values.brokers !== undefined) env.KAFKA_BROKERS = args.values.brokers;
   if (args.values.registry !== undefined) env.SCHEMA_REGISTRY_URL = args.values.registry;
@@ -103,21 +109,25 @@ async function main(argv: string[]): Promise<number> {
 
   const started = router;
   return new Promise<number>((resolveExit) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      log.info({ signal }, "stopping");
-      started.stop().then(
-        () => resolveExit(0),
-        (err: unknown) => {
-          log.error({ err }, "owner did not stop cleanly");
+    onStopSignals(
+      (signal) => {
+        log.info({ signal }, "stopping");
+        // A stop that hangs (a system of record that never answers an intent in flight, brokers gone) ends within
+        // WRIT_STOP_TIMEOUT_MS: what was in flight is the next owner's to reconcile, as after a crash.
+        const deadline = setTimeout(() => {
+          lastWords.error({ signal, stopTimeoutMs: config.stopTimeoutMs }, "owner did not stop within WRIT_STOP_TIMEOUT_MS; exiting without a clean stop");
           resolveExit(1);
-        },
-      );
-    };
-    process.on("SIGTERM", () => stop("SIGTERM"));
-    process.on("SIGINT", () => stop("SIGINT"));
+        }, config.stopTimeoutMs);
+        started.stop().then(
+          () => resolveExit(0),
+          (err: unknown) => {
+            log.error({ err }, "owner did not stop cleanly");
+            resolveExit(1);
+          },
+        ).finally(() => clearTimeout(deadline));
+      },
+      (signal) => lastWords.warn({ signal }, "second signal: exiting without a clean stop"),
+    );
   });
 }
 

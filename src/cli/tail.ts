@@ -6,6 +6,7 @@ import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { WireSchemaName } from "../schemas/index.ts";
 import { brokersFrom, commandLogger, connectionFor, intFlag, kafkaFor, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { onStopSignals } from "./signals.ts";
 import { readTopics, topicsWithPrefix, type TopicRecord } from "./topic-reader.ts";
 
 const KINDS = {
@@ -39,7 +40,8 @@ are shown with the reason. Reads committed records only (read_committed), as wri
   --registry <url>      Confluent-API schema registry to decode framed values (default $SCHEMA_REGISTRY_URL)
   -h, --help            this text
 
-Exit status: 0 done (or interrupted while following), 2 bad usage or could not run.`;
+Exit status: 0 done (or interrupted while following), 2 bad usage or could not run; a second SIGINT or SIGTERM
+while it stops ends it at once (130, 143).`;
 
 export interface DecodedRecord {
   topic: string;
@@ -162,10 +164,9 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
 
+  // The first SIGINT or SIGTERM ends the read (exit 0); a second, of either kind, ends the process at once.
   const controller = new AbortController();
-  const onSignal = () => controller.abort();
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  const signals = onStopSignals(() => controller.abort());
   try {
     const { unfinished } = await readTopics({
       kafka,
@@ -181,8 +182,7 @@ async function main(argv: string[]): Promise<number> {
     });
     if (unfinished.length > 0) log.warn({ partitions: unfinished }, `stopped before the end of ${unfinished.join(", ")}: nothing arrived for 15 s`);
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    signals.dispose();
   }
   return 0;
 }

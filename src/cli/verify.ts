@@ -13,6 +13,7 @@ import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
 import { DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, runVerify } from "../verify/verify.ts";
 import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
+import { onStopSignals, SIGNAL_EXIT_STATUS } from "./signals.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
        npm run verify -- --tools <module> [options]
@@ -107,17 +108,10 @@ async function main(argv: string[]): Promise<number> {
   let exitCode = 2;
   // Ctrl-C or SIGTERM: the run stops and deletes its topics and groups (a second signal ends the process at once).
   const stop = new AbortController();
-  const signals = { SIGINT: 130, SIGTERM: 143 } as const;
-  let stoppedBy: keyof typeof signals | null = null;
-  const onSignal = (name: keyof typeof signals) => () => {
-    // Either signal once: the next, of either kind, takes its default action and ends the process at once.
-    for (const [other, handler] of Object.entries(handlers)) process.off(other, handler);
-    stoppedBy = name;
+  const signals = onStopSignals((name) => {
     process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again to quit at once)\n`);
     stop.abort(new Error(`stopped by ${name}`));
-  };
-  const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
-  for (const [name, handler] of Object.entries(handlers)) process.once(name, handler);
+  });
   try {
     if (demo) {
       const { startDemoRecordsServer } = await import("../testing/demo-records-server.ts");
@@ -174,14 +168,14 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${JSON.stringify(report)}\n`);
     exitCode = report.ok ? 0 : 1;
   } catch (err) {
-    if (stoppedBy !== null) exitCode = signals[stoppedBy];
+    if (signals.first !== null) exitCode = SIGNAL_EXIT_STATUS[signals.first];
     else {
       process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       exitCode = 2;
     }
   } finally {
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
-    for (const [name, handler] of Object.entries(handlers)) process.off(name, handler);
+    signals.dispose();
   }
   return exitCode;
 }

@@ -17,6 +17,7 @@ import {
   UsageError,
   type Command,
 } from "../cli/common.ts";
+import { onStopSignals } from "../cli/signals.ts";
 import { printable } from "../printable.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS, listenFault, probeListen } from "../listen.ts";
 import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
@@ -76,7 +77,8 @@ writ.dlq and the reply topics: when the cluster has no authorizer, or a principa
 (--owner-principal) may write one, it logs a warning and the page shows a banner (records on those topics
 may be forged); so it does when no ACL lets the owners write one of writ's topics.
 
-Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start.`;
+Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start; a second SIGINT or SIGTERM while it
+stops ends it at once (130, 143).`;
 
 async function main(argv: string[]): Promise<number> {
   const parsed = parseCommandArgs(
@@ -175,12 +177,17 @@ async function main(argv: string[]): Promise<number> {
     `writ console: listening on ${server.url}/ (${operatorToken === undefined ? "read-only" : `operator role as ${operatorId}`}); open ${server.url}/#token=<your token>\n`,
   );
 
-  await new Promise<void>((resolve) => {
-    process.once("SIGINT", () => resolve());
-    process.once("SIGTERM", () => resolve());
-  });
-  process.stderr.write("writ console: stopping\n");
+  // A second SIGINT or SIGTERM while the console closes (its event streams, its Kafka clients) ends it at once.
+  let stopAsked = () => {};
+  const stop = new Promise<void>((resolve) => (stopAsked = resolve));
+  const signals = onStopSignals(
+    () => stopAsked(),
+    (signal) => process.stderr.write(`writ console: second signal (${signal}): exiting without a clean stop\n`),
+  );
+  await stop;
+  process.stderr.write("writ console: stopping (again to quit at once)\n");
   await server.close();
+  signals.dispose();
   return 0;
 }
 

@@ -4,12 +4,13 @@
  * Env: `RECORDS_PORT` (default 4010), `RECORDS_HOST` (default 127.0.0.1),
  * `RECORDS_DB` (SQLite file, default `.writ/records.db`; `:memory:` allowed),
  * `RECORDS_ENFORCE_IF_MATCH`, `RECORDS_HONOUR_IDEMPOTENCY_KEY` (`true`/`false`,
- * default true). Stops on SIGTERM/SIGINT.
+ * default true). Stops on SIGTERM/SIGINT; a second one ends it at once.
  */
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { pino } from "pino";
 import { z } from "zod";
+import { onStopSignals } from "../cli/signals.ts";
 import { startDemoRecordsServer } from "./demo-records-server.ts";
 
 const unset = (v: unknown) => (v === "" ? undefined : v);
@@ -24,7 +25,8 @@ const Env = z.object({
   RECORDS_HONOUR_IDEMPOTENCY_KEY: flag,
 });
 
-const log = pino({ name: "demo-records-server" });
+// Written at once: a line logged as a second signal ends the process is not lost.
+const log = pino({ name: "demo-records-server" }, pino.destination({ dest: 1, sync: true }));
 
 const env = Env.safeParse(process.env);
 if (!env.success) {
@@ -49,18 +51,19 @@ const server = await startDemoRecordsServer({
 });
 log.info({ url: server.url, db: RECORDS_DB, ...server.config() }, `demo records server listening on ${server.url}`);
 
-let stopping = false;
-async function stop(signal: NodeJS.Signals): Promise<void> {
-  if (stopping) return;
-  stopping = true;
-  await server.close();
-  log.info({ signal }, "demo records server stopped");
-}
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  process.once(signal, (s: NodeJS.Signals) => {
-    stop(s).catch((err: unknown) => {
-      log.error({ err }, "demo records server failed to stop cleanly");
-      process.exitCode = 1;
-    });
-  });
-}
+// A second signal, of either kind, while the server closes (a request held by a fault) ends the process at once.
+const signals = onStopSignals(
+  (signal) => {
+    server
+      .close()
+      .then(() => {
+        signals.dispose();
+        log.info({ signal }, "demo records server stopped");
+      })
+      .catch((err: unknown) => {
+        log.error({ err }, "demo records server failed to stop cleanly");
+        process.exitCode = 1;
+      });
+  },
+  (signal) => log.warn({ signal }, "second signal: exiting without a clean stop"),
+);

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import * as demoTools from "../../examples/demo-tools.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
+import { commandEnv } from "../helpers/command-env.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { createTopicsWithLeaders } from "../helpers/topics.ts";
 
@@ -34,22 +35,14 @@ const extraTopics: string[] = [];
 
 /** The environment of every command: this run's topics and group, nothing from the caller's WRIT_* or LOG_LEVEL. */
 function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("WRIT_") && k !== "LOG_LEVEL"));
-  return {
-    ...base,
-    KAFKA_BROKERS: brokers,
-    SCHEMA_REGISTRY_URL: registry,
-    WRIT_INTENTS_TOPIC: topics.intents,
-    WRIT_LEDGER_TOPIC: topics.ledger,
-    WRIT_HUMAN_TOPIC: topics.human,
-    WRIT_DLQ_TOPIC: topics.dlq,
+  return commandEnv(brokers, registry, topics, {
     WRIT_GROUP_ID: `cli-${id}.owners`,
     WRIT_INTENT_PARTITIONS: "2",
     WRIT_SOR_TIMEOUT_MS: "1500",
     WRIT_SESSION_TIMEOUT_MS: "10000",
     RECORDS_URL: records.url,
     ...extra,
-  };
+  });
 }
 
 interface Run {

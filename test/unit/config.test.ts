@@ -60,6 +60,7 @@ describe("routerConfigFromEnv", () => {
       "WRIT_HANG_HEAL_AFTER_MS",
       "WRIT_TRANSACTION_TIMEOUT_MS",
       "WRIT_SESSION_TIMEOUT_MS",
+      "WRIT_STOP_TIMEOUT_MS",
     ]) {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", [variable]: "3000000000" }), variable).toThrow(new RegExp(`${variable} \\(\\w+\\): at most 2147483647`));
     }
@@ -131,6 +132,14 @@ describe("routerConfigFromEnv", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: "3600000" }).sorRetryAfterMaxMs).toBe(3_600_000);
     for (const bad of ["-1", "3600001", "1.5", "1m"]) {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SOR_RETRY_AFTER_MAX_MS: bad }), bad).toThrow(/WRIT_SOR_RETRY_AFTER_MAX_MS \(sorRetryAfterMaxMs\)/);
+    }
+  });
+
+  it("bounds writ owner's clean stop: 25 s by default (under Kubernetes' default grace period of 30 s), at least 1 ms", () => {
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).stopTimeoutMs).toBe(25_000);
+    expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STOP_TIMEOUT_MS: "90000" }).stopTimeoutMs).toBe(90_000);
+    for (const bad of ["0", "-1", "1.5", "30s"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STOP_TIMEOUT_MS: bad }), bad).toThrow(/WRIT_STOP_TIMEOUT_MS \(stopTimeoutMs\)/);
     }
   });
 
