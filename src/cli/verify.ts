@@ -11,11 +11,12 @@ import { REDACT_PATHS } from "../logger.ts";
 import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
-import { DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, runVerify } from "../verify/verify.ts";
+import { cleanupVerifyRun, DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, leftoversLine, runVerify, type VerifyLeftovers } from "../verify/verify.ts";
 import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
 import { onStopSignals, SIGNAL_EXIT_STATUS } from "./signals.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
+       writ verify --cleanup <run-id> [--brokers <list>] [--json]
        npm run verify -- --tools <module> [options]
 
 Runs your declared write tools against your staging system of record under duplicate submission,
@@ -36,6 +37,9 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --demo                start the demo records server in-process and set RECORDS_URL; --tools defaults to
                         examples/verify-fixture.ts; without brokers, start or reuse the local broker
   --demo-without-if-match  the same, with the records server's If-Match enforcement off (shows a lost update)
+  --cleanup <run-id>    delete what an ended run left on the cluster (its topics writ.verify.<run>.* and
+                        writ.replies.verify.<run>.*, its consumer groups) and nothing else; a run whose cleanup
+                        Kafka did not answer names this command
   -h, --help            this text
 
 HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
@@ -43,7 +47,10 @@ that systems(env) reads. Systems that are not HTTP get faults simulated at the a
 
 Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run (also
 Kafka or the registry lost mid-run), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
-and groups.`;
+and groups. Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
+what was left and the --cleanup command. --cleanup: 0 deleted (or nothing left), 1 groups that still have
+members are left (run it again after their session timeout; the topics are deleted), 2 bad usage or Kafka
+unreachable.`;
 
 /** writ's repository root (examples/ lives there; the package does not ship it). */
 function repoRoot(): string {
@@ -65,6 +72,7 @@ const OPTIONS = {
   "log-file": { type: "string" },
   demo: { type: "boolean", default: false },
   "demo-without-if-match": { type: "boolean", default: false },
+  cleanup: { type: "string" },
 } as const;
 
 async function main(argv: string[]): Promise<number> {
@@ -75,6 +83,7 @@ async function main(argv: string[]): Promise<number> {
   const parsed = parseOrExit("verify", argv, OPTIONS, USAGE);
   if (typeof parsed === "number") return parsed;
   const args = parsed.values;
+  if (args.cleanup !== undefined) return cleanup(args.cleanup, args.brokers ?? process.env.KAFKA_BROKERS, args.json);
 
   const demo = args.demo || args["demo-without-if-match"];
   let tools = args.tools;
@@ -106,6 +115,8 @@ async function main(argv: string[]): Promise<number> {
   let brokers = args.brokers ?? process.env.KAFKA_BROKERS;
   let registry = args.registry ?? (process.env.SCHEMA_REGISTRY_URL || undefined);
   let exitCode = 2;
+  // What the run left on the cluster, where Kafka did not answer its cleanup.
+  let leftovers: VerifyLeftovers | undefined;
   // Ctrl-C or SIGTERM: the run stops and deletes its topics and groups (a second signal ends the process at once).
   const stop = new AbortController();
   const signals = onStopSignals((name) => {
@@ -163,6 +174,7 @@ async function main(argv: string[]): Promise<number> {
         process.stderr.write("writ verify: closing the systems systems(env) is still making, once made (again to quit at once)\n");
         cleanups.push(() => closing);
       },
+      onLeftovers: (left) => void (leftovers = left),
     });
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
@@ -173,11 +185,43 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       exitCode = 2;
     }
+    // No report: what the run left is said on its own, on stderr and as a JSON line.
+    if (leftovers) {
+      process.stderr.write(`writ verify: ${leftoversLine(leftovers)}\n`);
+      const error = err instanceof WritError ? { code: err.code, message: err.message } : { message: err instanceof Error ? err.message : String(err) };
+      process.stdout.write(`${JSON.stringify({ ok: false, runId: leftovers.runId, error, leftovers })}\n`);
+    }
   } finally {
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
     signals.dispose();
   }
   return exitCode;
+}
+
+/** `writ verify --cleanup <run-id>`: deletes an ended run's topics and groups, nothing else. */
+async function cleanup(runId: string, brokers: string | undefined, json: boolean): Promise<number> {
+  if (brokers === undefined || brokers.trim() === "") {
+    process.stderr.write("writ verify: no Kafka: give --brokers host:port (or set KAFKA_BROKERS)\n");
+    return 2;
+  }
+  try {
+    const list = brokers.split(",").map((b) => b.trim()).filter(Boolean);
+    // SASL/TLS from the environment, as for a run.
+    const { kafka } = connectionSecurityFromEnv(process.env, undefined);
+    const done = await cleanupVerifyRun({ runId, brokers: list, ...(kafka === undefined ? {} : { kafka }) });
+    if (json) process.stdout.write(`${JSON.stringify(done)}\n`);
+    else if (done.topics.length + done.groups.length + done.busy.length === 0) process.stdout.write(`nothing of verify run ${runId} is left on the cluster\n`);
+    else process.stdout.write(`deleted verify run ${runId}'s topics ${done.topics.join(", ") || "(none)"}; groups ${done.groups.join(", ") || "(none)"}\n`);
+    if (done.busy.length === 0) return 0;
+    process.stderr.write(
+      `writ verify: groups ${done.busy.join(", ")} still have members (consumers of the run that could not leave); ` +
+        "the broker drops them after their session timeout (30 s at most): run this again then\n",
+    );
+    return 1;
+  } catch (err) {
+    process.stderr.write(`writ verify: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 2;
+  }
 }
 
 export const verifyCommand: Command = {

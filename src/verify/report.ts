@@ -50,12 +50,22 @@ export interface ScenarioReport {
   durationMs: number;
 }
 
+/**
+ * `pass`: every scenario asked for ran and passed; `fail`: one failed, or none could run (`problems`); `incomplete`:
+ * the run stopped (Kafka, the registry or the owner lost) before all of them ran, and those that ran passed.
+ */
+export type ToolStatus = "pass" | "fail" | "incomplete";
+
 export interface ToolReport {
   tool: string;
   system: string;
   /** `<type>:<id>` the scenarios wrote to. */
   entity: string;
+  /** True only when `status` is `pass`. */
   ok: boolean;
+  status: ToolStatus;
+  /** The scenarios the run stopped before (the one under way included); present when it stopped in this tool. */
+  notRun?: ScenarioName[];
   /** Sum of the scenarios' effects: the records created / changes made on staging by this run. */
   effects: number;
   conflicts: number;
@@ -81,6 +91,32 @@ export interface VerifyReport {
    * or a tool's name for all its scenarios). Without an earlier failure the run is not reported: it could not run.
    */
   interrupted?: { reason: string; notRun: string[] };
+  /** Tools by status; `notRun`: tools of which no scenario ran (the run stopped before them). */
+  summary: { pass: number; fail: number; incomplete: number; notRun: number };
+  /** Present when the run's topics and groups could not be deleted at its end (Kafka did not answer). */
+  leftovers?: VerifyLeftovers;
+}
+
+/** What a run left on the cluster because Kafka did not answer its cleanup, and how to delete it later. */
+export interface VerifyLeftovers {
+  runId: string;
+  /** Why they could not be deleted. */
+  reason: string;
+  /** `writ.verify.<run>.*` and the agents' reply topics `writ.replies.verify.<run>.*`. */
+  topics: string[];
+  /** The owner's groups by name; the agents' reply groups, whose names end in a random id, as `writ.client.verify-<run>-*`. */
+  groups: string[];
+  /** The command that deletes them once Kafka answers: `writ verify --cleanup <run> --brokers <list>`. */
+  cleanup: string;
+}
+
+/** A tool's status as the table and the report's lines show it. */
+const SHOWN: Record<ToolStatus, string> = { pass: "pass", fail: "FAIL", incomplete: "incomplete" };
+
+/** The line that says what a run left on the cluster and the command that deletes it. */
+export function leftoversLine(left: VerifyLeftovers): string {
+  const names = [left.topics.length > 0 ? `topics ${left.topics.join(", ")}` : "", left.groups.length > 0 ? `groups ${left.groups.join(", ")}` : ""].filter(Boolean);
+  return `left on the cluster (${left.reason}): ${names.join("; ")}; delete them with: ${left.cleanup}`;
 }
 
 function pad(text: string, width: number): string {
@@ -100,10 +136,13 @@ export function formatReport(report: VerifyReport): string {
     lines.push(`  system ${s.name}: ${s.faultInjection === "proxy" ? `faults injected by the HTTP proxy in front of ${s.upstream}` : "not HTTP: faults simulated at the adapter"}`);
   }
   if (report.interrupted) lines.push(`  stopped early: ${report.interrupted.reason}`, `  not run: ${report.interrupted.notRun.join(", ")}`);
+  const { pass, fail, incomplete, notRun } = report.summary;
+  lines.push(`  tools: ${pass} pass, ${fail} FAIL, ${incomplete} incomplete, ${notRun} not run`);
+  if (report.leftovers) lines.push(`  ${leftoversLine(report.leftovers)}`);
   lines.push("");
   const rows: string[][] = [["tool", "scenario", "result", "effects", "conflicts", "lost", "PATCHes", "replies"]];
   for (const t of report.tools) {
-    if (t.scenarios.length === 0) rows.push([t.tool, "-", "FAIL", "-", "-", "-", "-", t.problems.join("; ")]);
+    if (t.scenarios.length === 0 && !t.notRun) rows.push([t.tool, "-", "FAIL", "-", "-", "-", "-", t.problems.join("; ")]);
     for (const s of t.scenarios) {
       rows.push([
         t.tool,
@@ -116,12 +155,14 @@ export function formatReport(report: VerifyReport): string {
         s.replies.join(", "),
       ]);
     }
+    for (const s of t.notRun ?? []) rows.push([t.tool, s, "not run", "-", "-", "-", "-", ""]);
   }
   lines.push(...table(rows));
   lines.push("");
   lines.push("effects: found at the system of record / expected (one per change reported applied)");
   for (const t of report.tools) {
-    lines.push(`${t.tool} on ${t.entity}: ${t.ok ? "pass" : "FAIL"}; ${t.effects} effect(s) written, ${t.conflicts} conflict(s) seen, ${t.lostUpdates.length} lost update(s)`);
+    const notRun = t.notRun ? ` (not run: ${t.notRun.join(", ")})` : "";
+    lines.push(`${t.tool} on ${t.entity}: ${SHOWN[t.status]}${notRun}; ${t.effects} effect(s) written, ${t.conflicts} conflict(s) seen, ${t.lostUpdates.length} lost update(s)`);
     for (const p of t.problems) lines.push(`  problem: ${p}`);
     for (const s of t.scenarios) {
       for (const p of s.problems) lines.push(`  ${s.scenario}: ${p}`);

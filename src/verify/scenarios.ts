@@ -9,6 +9,9 @@ import type { ToolVerifyFixture } from "./fixture.ts";
 import type { HookedPatch, InstrumentedSystem } from "./instrumented-system.ts";
 import type { DuplicateEffect, LostUpdate, ScenarioName, ScenarioReport } from "./report.ts";
 
+/** What a scenario does with an agent's client: build intents and submit them. */
+export type ScenarioAgent = Pick<WritClient, "buildIntent" | "submit" | "submitAll">;
+
 /** What a scenario gets: one tool, its fixture, the system both directly and as the owner sees it, and the agents. */
 export interface ScenarioContext {
   runId: string;
@@ -22,7 +25,7 @@ export interface ScenarioContext {
   proxy: FaultProxy | null;
   /** The HTTP method of the system's writes on the wire (PATCH, or POST where the API takes that). */
   writeMethod: string;
-  agents: { agent: WritClient; agentA: WritClient; agentB: WritClient };
+  agents: { agent: ScenarioAgent; agentA: ScenarioAgent; agentB: ScenarioAgent };
   /** Deadline of each submit. ms. */
   submitTimeoutMs: number;
   /** Deadline of verify's own reads and writes. ms. */

@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
 import { withDeadline } from "../deadline.ts";
-import { createWritClient, type WritClient } from "../../producers/writ-client.ts";
+import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { WritError } from "../errors.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { ledgerReaderGroups, startRouter, type Router } from "../owner/router.ts";
@@ -14,11 +14,11 @@ import type { WriteToolDeclaration } from "../tools.ts";
 import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
 import type { ToolVerifyFixture, VerifyModule } from "./fixture.ts";
 import { instrumentSystem, type InstrumentedSystem } from "./instrumented-system.ts";
-import { SCENARIOS, type ScenarioName, type ScenarioReport, type ToolReport, type VerifyReport } from "./report.ts";
-import { commitThenFault, duplicateSubmission, moduleCall, race, type ScenarioContext } from "./scenarios.ts";
+import { SCENARIOS, type ScenarioName, type ScenarioReport, type ToolReport, type VerifyLeftovers, type VerifyReport } from "./report.ts";
+import { commitThenFault, duplicateSubmission, moduleCall, race, type ScenarioAgent, type ScenarioContext } from "./scenarios.ts";
 
-export type { VerifyReport, ToolReport, ScenarioReport, LostUpdate, ScenarioName } from "./report.ts";
-export { formatReport, SCENARIOS } from "./report.ts";
+export type { VerifyReport, ToolReport, ScenarioReport, LostUpdate, ScenarioName, VerifyLeftovers } from "./report.ts";
+export { formatReport, leftoversLine, SCENARIOS } from "./report.ts";
 
 export interface VerifyOptions {
   /** A tools module path (resolved from the working directory) or its exports: `tools`, `systems(env)`, `verify`. */
@@ -45,7 +45,7 @@ export interface VerifyOptions {
   scenarios?: readonly ScenarioName[];
   /** The owner's system-of-record deadline. ms. Default 2000. Faults do not depend on it: the proxy holds an answer until the owner gives up. */
   sorTimeoutMs?: number;
-  /** Deadline of each agent submit. ms. Default 60 000. */
+  /** Deadline of each agent submit. ms. Default 60 000. One that ends without a reply is followed at once by the outage check. */
   submitTimeoutMs?: number;
   /**
    * Hard deadline of each call verify makes into the module: `systems(env)`, a fixture's `prepare` and `effects`,
@@ -70,6 +70,12 @@ export interface VerifyOptions {
    * makes once made (runVerify has already rejected): a caller that ends the process next awaits it first.
    */
   onStopClosing?: (closing: Promise<void>) => void;
+  /**
+   * Called, before runVerify settles, when the run's topics and groups could not be deleted at its end (Kafka lost
+   * and still gone), however the run ended: what is left and the command that deletes it later. A report carries
+   * it too (`leftovers`).
+   */
+  onLeftovers?: (left: VerifyLeftovers) => void;
 }
 
 /** Rejects with the signal's reason once it aborts; never settles without one. */
@@ -197,8 +203,9 @@ async function closeRouted(r: Routed, moduleTimeoutMs: number): Promise<void> {
   await Promise.all(r.all.map((s) => (typeof s.close === "function" ? moduleCall(`${s.name}.close()`, moduleTimeoutMs, () => s.close!()).catch(() => undefined) : undefined)));
 }
 
+/** A tool none of whose scenarios ran, for `problems` (there is always one). */
 function emptyToolReport(tool: string, system: string, entity: string, problems: string[]): ToolReport {
-  return { tool, system, entity, ok: problems.length === 0, effects: 0, conflicts: 0, lostUpdates: [], scenarios: [], problems };
+  return { tool, system, entity, ok: false, status: "fail", effects: 0, conflicts: 0, lostUpdates: [], scenarios: [], problems };
 }
 
 /** The owner's system-of-record deadline in a verify run, ms. */
@@ -218,7 +225,8 @@ export function defaultModuleTimeoutMs(sorTimeoutMs: number): number {
  * unreachable, also when lost mid-run, tools not admitted); a tool that
  * misbehaves is a failed report. Lost mid-run after a scenario had already
  * failed, it returns that failed report, with `interrupted` naming what did
- * not run.
+ * not run and the tool cut short `incomplete`. Topics and groups its cleanup
+ * could not delete are given to `onLeftovers` (and the report's `leftovers`).
  *
  * @example
  * const report = await runVerify({ tools: "./my-tools.ts", brokers: "kafka:9092", env: { ...process.env, CRM_URL: staging } });
@@ -278,20 +286,15 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     }
     throw err;
   }
-  const topics = {
-    intents: `writ.verify.${runId}.intents`,
-    ledger: `writ.verify.${runId}.ledger`,
-    human: `writ.verify.${runId}.human`,
-    dlq: `writ.verify.${runId}.dlq`,
-  };
-  const replyTopic = (agent: string) => `writ.replies.verify.${runId}.${agent}`;
-  const ownerGroup = `writ.verify.${runId}`;
-  const instanceId = `writ-verify-${runId}`;
+  const { topics, replyTopic, ownerGroup, instanceId, agentId } = runNames(runId);
   let starting: Promise<Router> | null = null;
   let making: Promise<WritClient>[] = [];
   // The owner's consumer stopped for good (Kafka failed it, or another group of owners runs on the topic): every
   // scenario after that fails for writ's reasons.
   let ownerStopped: Error | null = null;
+  // The report, once made (its cleanup may add what it left), and whether the run is over (its clients closing).
+  let result: VerifyReport | undefined;
+  let over = false;
   const outage = () => outageNow({ brokers, security: opts.kafka, topics: [topics.intents, topics.ledger], registry: connection, ownerStopped });
   try {
     progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
@@ -321,7 +324,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
     // only for its seconds (a reply still ends a fetch at once).
     const client = (agent: string) =>
-      createWritClient({ brokers, agentId: `verify-${agent}`, replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
+      createWritClient({ brokers, agentId: agentId(agent), replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
     making = [client("agent"), client("agent-a"), client("agent-b")];
     const [agent, agentA, agentB] = await until(Promise.all(making));
 
@@ -333,7 +336,9 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     for (const tool of selected) {
       // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
       const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
-      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, outage, agents: { agent: agent!, agentA: agentA!, agentB: agentB! } };
+      const watch = (c: WritClient) => watched(c, outage, () => over);
+      const agents = { agent: watch(agent!), agentA: watch(agentA!), agentB: watch(agentB!) };
+      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, outage, agents };
       try {
         tools.push(await until(verifyTool(tool, fixture, run)));
       } catch (err) {
@@ -341,16 +346,19 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
         if (err.report.scenarios.length > 0) tools.push(err.report);
         // Nothing failed yet: the run proved nothing, and could not run (exit 2). A failure already proven is
         // reported (exit 1), not hidden behind the outage that came after it; what did not run is named.
-        if (tools.every((t) => t.ok)) throw err.outage;
+        if (!tools.some((t) => t.status === "fail")) throw err.outage;
         const after = selected.slice(selected.indexOf(tool) + 1).map((t) => t.name);
         interrupted = { reason: err.outage.message, notRun: [...err.notRun.map((s) => `${tool.name} ${s}`), ...after] };
         progress(`stopped: ${err.outage.message}; not run: ${interrupted.notRun.join(", ")}`);
         break;
       }
     }
-    return {
+    const ran = new Set(tools.map((t) => t.tool));
+    const count = (status: ToolReport["status"]) => tools.filter((t) => t.status === status).length;
+    result = {
       ok: tools.every((t) => t.ok) && interrupted === undefined,
       ...(interrupted === undefined ? {} : { interrupted }),
+      summary: { pass: count("pass"), fail: count("fail"), incomplete: count("incomplete"), notRun: selected.filter((t) => !ran.has(t.name)).length },
       runId,
       startedAt,
       durationMs: Date.now() - started,
@@ -361,31 +369,115 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
       }),
       tools,
     };
+    return result;
   } finally {
+    // Submits that end without a reply now are the clients closing, not an outage to look for.
+    over = true;
     // Each client and the owner that started, also those still starting when the run failed or was stopped; side
     // by side, as each waits for its consumers' fetches in flight.
     await Promise.all([...making.map((m) => m.then((c) => c.close()).catch(() => undefined)), starting?.then((r) => r.stop()).catch(() => undefined)]);
     await closeRouted(routed, moduleTimeoutMs);
-    // The owner's consumer groups (its own and its ledger readers') outlive it on the cluster; the agents delete theirs.
-    const groups = [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId }))];
-    if (!opts.keepTopics) await deleteLeftovers(brokers, opts.kafka, [...Object.values(topics), ...["agent", "agent-a", "agent-b"].map(replyTopic)], groups);
+    // The topics, and the consumer groups that outlive their consumers (the owner's and its ledger readers'; an
+    // agent's, where its own delete did not get through). Once the owner was started, topics may exist.
+    if (!opts.keepTopics && starting !== null) {
+      let left: Omit<VerifyLeftovers, "runId" | "cleanup"> | null;
+      try {
+        const { busy } = await cleanupVerifyRun({ runId, brokers, ...(opts.kafka === undefined ? {} : { kafka: opts.kafka }) });
+        left = busy.length === 0 ? null : { reason: "consumers that could not leave (Kafka was lost) still hold these groups", topics: [], groups: busy };
+      } catch (err) {
+        // Kafka did not answer (lost mid-run and still gone): the run says what it may have left, and how to delete it.
+        left = {
+          reason: causes(err),
+          topics: [...Object.values(topics), ...AGENTS.map(replyTopic)],
+          groups: [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId })), `writ.client.${agentId("*")}`],
+        };
+      }
+      if (left !== null) {
+        const named: VerifyLeftovers = { runId, ...left, cleanup: `writ verify --cleanup ${runId} --brokers ${brokers.join(",")}` };
+        if (result) result.leftovers = named;
+        opts.onLeftovers?.(named);
+      }
+    }
   }
 }
 
-async function deleteLeftovers(brokers: string[], security: KafkaSecurity | undefined, topics: string[], groups: string[]): Promise<void> {
-  const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers, ...kafkaConnection(security), logLevel: logLevel.NOTHING }).admin();
-  try {
+/** The run's three agents: one for the single-writer scenarios, two for the race. */
+const AGENTS = ["agent", "agent-a", "agent-b"] as const;
+
+/** The names of run `runId`'s topics and groups: every one carries the run id, so its cleanup finds them all. */
+function runNames(runId: string) {
+  return {
+    topics: {
+      intents: `writ.verify.${runId}.intents`,
+      ledger: `writ.verify.${runId}.ledger`,
+      human: `writ.verify.${runId}.human`,
+      dlq: `writ.verify.${runId}.dlq`,
+    },
+    replyTopic: (agent: string) => `writ.replies.verify.${runId}.${agent}`,
+    ownerGroup: `writ.verify.${runId}`,
+    instanceId: `writ-verify-${runId}`,
+    // An agent's reply group is `writ.client.<agentId>.<random id>`.
+    agentId: (agent: string) => `verify-${runId}-${agent}`,
+  };
+}
+
+/** A run id as runVerify makes them: the cleanup deletes nothing for any other. */
+const RUN_ID = /^wv-[0-9a-f]{6}$/;
+
+/** What {@link cleanupVerifyRun} deleted, and the groups it could not delete yet. */
+export interface VerifyCleanup {
+  runId: string;
+  topics: string[];
+  groups: string[];
+  /**
+   * Groups that still have members: consumers of the run that could not leave (Kafka was lost), which the broker
+   * drops after their session timeout (30 s at most); run it again then.
+   */
+  busy: string[];
+}
+
+/** The groups of a failed DeleteGroups that still have members; throws for any other failure. */
+function busyGroups(err: unknown): string[] {
+  const failed = (err as { groups?: { groupId: string; error?: { type?: string } }[] }).groups;
+  if (!Array.isArray(failed)) throw err;
+  // One deleted since it was listed is gone, as asked.
+  const left = failed.filter((g) => g.error?.type !== "GROUP_ID_NOT_FOUND");
+  if (left.some((g) => g.error?.type !== "NON_EMPTY_GROUP")) throw err;
+  return left.map((g) => g.groupId);
+}
+
+/**
+ * Deletes what verify run `runId` (`wv-` and six hex digits, as a report names it) has on the cluster: its topics
+ * (`writ.verify.<run>.*`, `writ.replies.verify.<run>.*`) and consumer groups (`writ.verify.<run>` and
+ * `writ.verify.<run>.*`, the agents' `writ.client.verify-<run>-*`), nothing else. For a run that has ended: what
+ * `writ verify --cleanup` runs, and each run at its end. A group that still has members is left and named (`busy`);
+ * the topics go all the same. Rejects `config_invalid` for any other id, `kafka_failed` when Kafka does not answer
+ * within 15 s.
+ */
+export async function cleanupVerifyRun(opts: { runId: string; brokers: string[]; kafka?: KafkaSecurity }): Promise<VerifyCleanup> {
+  const { runId } = opts;
+  if (!RUN_ID.test(runId)) throw configError(`${JSON.stringify(runId)} is not a verify run id (wv- and six hex digits, as the report names it)`, "runId");
+  const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers: opts.brokers, ...kafkaConnection(opts.kafka), logLevel: logLevel.NOTHING, retry: { retries: 2 } }).admin();
+  const deleting = (async (): Promise<VerifyCleanup> => {
     await admin.connect();
-    const existingGroups = new Set((await admin.listGroups()).groups.map((g) => g.groupId));
-    const ourGroups = groups.filter((g) => existingGroups.has(g));
-    if (ourGroups.length > 0) await admin.deleteGroups(ourGroups).catch(() => undefined);
-    const existing = new Set(await admin.listTopics());
-    const ours = topics.filter((t) => existing.has(t));
-    if (ours.length > 0) await admin.deleteTopics({ topics: ours, timeout: 10_000 });
-  } catch {
-    // Best effort: leftovers are named writ.verify.<runId>.* and hold only this run's test intents.
+    const groups = (await admin.listGroups()).groups
+      .map((g) => g.groupId)
+      .filter((g) => g === `writ.verify.${runId}` || g.startsWith(`writ.verify.${runId}.`) || g.startsWith(`writ.client.verify-${runId}-`));
+    const busy = groups.length === 0 ? [] : await admin.deleteGroups(groups).then(() => [], busyGroups);
+    const topics = (await admin.listTopics()).filter((t) => t.startsWith(`writ.verify.${runId}.`) || t.startsWith(`writ.replies.verify.${runId}.`));
+    if (topics.length > 0) await admin.deleteTopics({ topics, timeout: 10_000 });
+    return { runId, topics, groups: groups.filter((g) => !busy.includes(g)), busy };
+  })();
+  deleting.catch(() => undefined); // raced below; past the deadline nobody awaits it
+  try {
+    return await withDeadline(deleting, OUTAGE_PROBE_MS, () => {
+      throw new Error(`no answer within ${OUTAGE_PROBE_MS} ms`);
+    });
+  } catch (err) {
+    throw new WritError("kafka_failed", `could not delete verify run ${runId}'s topics and groups (brokers ${opts.brokers.join(",")}): ${causes(err)}`, { retriable: true, cause: err });
   } finally {
-    await admin.disconnect().catch(() => undefined);
+    // Under the deadline too: kafkajs's disconnect waits for a request in flight (its 30 s request timeout).
+    await withDeadline(admin.disconnect(), OUTAGE_PROBE_MS, () => undefined).catch(() => undefined);
   }
 }
 
@@ -443,6 +535,33 @@ export async function outageNow(probe: OutageProbe): Promise<WritError | null> {
     return new WritError("registry_unavailable", "the schema registry was lost during the run", { retriable: true, cause: err });
   }
   return null;
+}
+
+/**
+ * An agent as the scenarios use it: a submit that ends without a reply (unknown, blocked) asks at once whether
+ * Kafka, the registry and the owner still serve the run, and where they do not, throws that outage, so the scenario
+ * stops as not run there instead of waiting out its other submits' deadlines first. Not once the run is over: its
+ * clients closing end their submits without a reply.
+ */
+function watched(client: WritClient, outage: () => Promise<WritError | null>, over: () => boolean): ScenarioAgent {
+  const check = async (replies: SubmitResult[]): Promise<void> => {
+    if (over() || !replies.some((r) => r.status === "unknown" || r.status === "blocked")) return;
+    const down = await outage();
+    if (down) throw new WritError(down.code, `${down.message}, seen when a submit got no reply`, { retriable: down.retriable, cause: down.cause });
+  };
+  return {
+    buildIntent: (input) => client.buildIntent(input),
+    submit: async (intent, opts) => {
+      const reply = await client.submit(intent, opts);
+      await check([reply]);
+      return reply;
+    },
+    submitAll: async (intents, opts) => {
+      const replies = await client.submitAll(intents, opts);
+      await check(replies);
+      return replies;
+    },
+  };
 }
 
 const INFRASTRUCTURE = new Set<string>(["registry_unavailable", "kafka_failed", "reply_consumer_stopped", "client_closed"]);
@@ -538,13 +657,17 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     moduleTimeoutMs: run.moduleTimeoutMs,
   };
   const reports: ScenarioReport[] = [];
-  const report = (): ToolReport => {
+  // `notRun`: the scenarios a stop left out. A tool whose scenarios so far passed is then incomplete, not a pass.
+  const report = (notRun: ScenarioName[] = []): ToolReport => {
     const lostUpdates = reports.flatMap((r) => r.lostUpdates);
+    const status = !reports.every((r) => r.ok) ? "fail" : notRun.length > 0 ? "incomplete" : "pass";
     return {
       tool: tool.name,
       system: tool.system,
       entity: entityKey(entity),
-      ok: reports.every((r) => r.ok),
+      ok: status === "pass",
+      status,
+      ...(notRun.length > 0 ? { notRun } : {}),
       effects: reports.reduce((n, r) => n + r.effects, 0),
       conflicts: reports.reduce((n, r) => n + r.conflicts, 0),
       lostUpdates,
@@ -553,12 +676,10 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     };
   };
   // The scenarios run so far go with it: a failure they proved is still reported.
-  const interrupted = (code: WritError["code"], cause: unknown, scenario: ScenarioName) =>
-    new ToolInterrupted(
-      new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }),
-      report(),
-      run.scenarios.slice(run.scenarios.indexOf(scenario)),
-    );
+  const interrupted = (code: WritError["code"], cause: unknown, scenario: ScenarioName) => {
+    const notRun = run.scenarios.slice(run.scenarios.indexOf(scenario));
+    return new ToolInterrupted(new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }), report(notRun), notRun);
+  };
   for (const scenario of run.scenarios) {
     // A stopped run has stopped waiting for this tool: the scenarios left are not started.
     if (run.signal?.aborted) break;

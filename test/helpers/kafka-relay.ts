@@ -13,6 +13,8 @@ export interface KafkaRelay {
   readonly broker: string;
   /** From now on every connection is dropped, open ones at once: the broker is gone for the clients behind the relay. */
   cut(): void;
+  /** Connections are relayed again: the broker is back. */
+  restore(): void;
   /** Connections dropped since the cut. */
   refused(): number;
   /** The first Metadata answer the relay could not rewrite (more than one broker, a flexible version), if any. */
@@ -133,6 +135,9 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
     cut: () => {
       down = true;
       for (const s of open) s.destroy();
+    },
+    restore: () => {
+      down = false;
     },
     refused: () => refused,
     error: () => failure,

@@ -1,22 +1,24 @@
 // writ verify must FAIL wherever a guarantee does not hold for the user's adapter and system, and never hang or
 // leave its consumer groups behind. Each case here is an adapter or system that breaks a guarantee in a way the
 // final record alone does not show (an append commutes), or a module that gave verify nothing to prove.
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
+import { promisify } from "node:util";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
 import { openTicket } from "../../examples/demo-tools.ts";
+import type { JsonPatchOp } from "../../src/schemas/common.ts";
 import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
-import { formatReport, runVerify, type VerifyReport } from "../../src/verify/verify.ts";
+import { formatReport, runVerify, type VerifyLeftovers, type VerifyReport } from "../../src/verify/verify.ts";
 import { startKafkaRelay } from "../helpers/kafka-relay.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";
@@ -103,12 +105,13 @@ async function leftovers(runId: string): Promise<{ groups: string[]; topics: str
 }
 
 /**
- * A run whose owner and agents reach the shared broker through a relay that the first PATCH to a `cuts` system
- * (default: any) cuts: the intent was read and recorded pending; its outcome and reply cannot be. The run's
- * leftovers, which verify could not delete through the cut relay, are deleted on the broker itself.
+ * A run whose owner and agents reach the shared broker through a relay that the first PATCH that `cuts` (default:
+ * any) cuts: the intent was read and recorded pending; its outcome and reply cannot be. The run's leftovers, which
+ * verify could not delete through the cut relay, are deleted on the broker itself. `tools` may replace the demo's
+ * fixtures, not its systems.
  */
-function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters<typeof runVerify>[0]> & { cuts?: string }) {
-  const { cuts, ...opts } = extra;
+function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters<typeof runVerify>[0]> & { cuts?: (system: string, ops: readonly JsonPatchOp[]) => boolean }) {
+  const { cuts, tools, ...opts } = extra;
   const relay = startKafkaRelay(brokers()[0]!);
   let runId = "";
   onTestFinished(async () => {
@@ -125,16 +128,16 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
   });
   const run = relay.then(async (r) => {
     const cutting = wrapped((inner) =>
-      cuts !== undefined && inner.name !== cuts ? {} : {
+      ({
         patch: (...call) => {
-          r.cut();
+          if (cuts?.(inner.name, call[1]) ?? true) r.cut();
           return inner.patch(...call);
         },
-      },
+      }),
     );
     return verifyAgainst(server, {
       brokers: [r.broker],
-      tools: { ...demoFixture, systems: cutting },
+      tools: { ...demoFixture, ...(typeof tools === "object" ? tools : {}), systems: cutting },
       submitTimeoutMs: 5000,
       // The owner's and agents' reconnect errors are expected here.
       logger: pino({ level: "silent" }),
@@ -434,30 +437,77 @@ describe("writ verify ends, and cleans up", () => {
     expect(listed).toBeGreaterThan(0);
   }, 120_000);
 
-  it("Kafka lost in the middle of a scenario stops the run as not run (exit 2), not as the tool failing a guarantee", async () => {
+  it("Kafka lost in the middle of a scenario stops the run as not run (exit 2) at the first submit left without a reply, and names what it left and how to delete it", async () => {
     const server = await records();
-    const { relay, run } = verifyCuttingKafka(server, { only: ["tag_ticket"], scenarios: ["duplicate-submission"] });
+    let left: VerifyLeftovers | null = null;
+    // Counted after the cut: the scenario's own count of its effects, which comes after all its submits.
+    let cut = false;
+    let counted = 0;
+    const tagTicket = demoFixture.verify.tag_ticket;
+    const verify = { ...demoFixture.verify, tag_ticket: { ...tagTicket, effects: (a: Parameters<typeof tagTicket.effects>[0]) => ((counted += cut ? 1 : 0), tagTicket.effects(a)) } };
+    const { relay, run } = verifyCuttingKafka(server, {
+      only: ["tag_ticket"],
+      scenarios: ["duplicate-submission"],
+      tools: { ...demoFixture, verify },
+      cuts: () => (cut = true),
+      onLeftovers: (l) => void (left = l),
+    });
 
     await expect(run).rejects.toMatchObject({
       code: "kafka_failed",
-      message: expect.stringMatching(/^writ verify could not run \(tag_ticket duplicate-submission\): Kafka was lost during the run/),
+      message: expect.stringMatching(/^writ verify could not run \(tag_ticket duplicate-submission\): Kafka was lost during the run \(brokers [^)]+\), seen when a submit got no reply/),
     });
     // The outage came mid-scenario: the owner's PATCH had reached the records server, and the relay refused Kafka after.
     expect(server.stats().patchRequests).toBeGreaterThan(0);
     expect((await relay).refused()).toBeGreaterThan(0);
+    // The run stopped at its first submit with no reply: before, it submitted again and waited that out too, then counted.
+    expect(counted).toBe(0);
+
+    // The broker was still gone at the cleanup: the run named what it left, as the broker itself has it.
+    const { runId } = left!;
+    const there = await leftovers(runId);
+    expect(there.topics.length).toBeGreaterThan(0);
+    expect(left!.topics).toEqual(expect.arrayContaining(there.topics));
+    for (const g of there.groups) expect(left!.groups.some((name) => name === g || (name.endsWith("*") && g.startsWith(name.slice(0, -1)))), g).toBe(true);
+    expect(left!.cleanup).toBe(`writ verify --cleanup ${runId} --brokers ${(await relay).broker}`);
+    // The broker back, the command it named deletes them.
+    (await relay).restore();
+    // Not spawnSync: the relay runs in this process. Exit 1 where a group still has members that could not leave
+    // through the cut relay (the broker drops them after their session timeout): those it names.
+    const cleanup = await promisify(execFile)(process.execPath, ["src/cli/main.ts", ...left!.cleanup.split(" ").slice(1), "--json"], { timeout: 60_000 }).catch(
+      (err: { code: number; stdout: string; stderr: string }) => (expect(err.code, err.stderr).toBe(1), err),
+    );
+    const done = JSON.parse(cleanup.stdout) as { topics: string[]; groups: string[]; busy: string[] };
+    expect(done.topics.sort()).toEqual(there.topics.sort());
+    const after = await leftovers(runId);
+    expect(after.topics).toEqual([]);
+    expect(done.busy).toEqual(expect.arrayContaining(after.groups));
   }, 240_000);
 
-  it("Kafka lost after a tool already failed: the failure is reported (exit 1), and what did not run is named, not hidden behind 'could not run'", async () => {
+  it("Kafka lost after a tool already failed: the failure is reported (exit 1), the tool cut short is incomplete, not a pass, and what did not run is named", async () => {
     const server = await records();
-    // refund_payment fails the race on its own (If-Match ignored); then tag_ticket's first PATCH cuts Kafka.
+    // refund_payment fails the race on its own (If-Match ignored); tag_ticket passes duplicate-submission, then its
+    // race's first PATCH cuts Kafka.
     server.setConfig({ enforceIfMatch: false });
-    const { relay, run } = verifyCuttingKafka(server, { only: ["refund_payment", "tag_ticket"], scenarios: ["race", "duplicate-submission"], cuts: "helpdesk" });
+    const cuts = (system: string, ops: readonly JsonPatchOp[]) => system === "helpdesk" && JSON.stringify(ops).includes("-race-");
+    const { relay, run } = verifyCuttingKafka(server, { only: ["refund_payment", "tag_ticket"], scenarios: ["duplicate-submission", "race"], cuts });
     const report = await run;
 
     expect(scenario(report, "refund_payment", "race")).toMatchObject({ ok: false, problems: [expect.stringContaining("does not enforce If-Match")] });
     expect(report.ok).toBe(false);
-    expect(report.interrupted).toMatchObject({ reason: expect.stringMatching(/^writ verify could not run \(tag_ticket race\): Kafka was lost during the run/), notRun: ["tag_ticket race", "tag_ticket duplicate-submission"] });
-    expect(formatReport(report)).toContain("not run: tag_ticket race, tag_ticket duplicate-submission");
+    expect(report.interrupted).toMatchObject({ reason: expect.stringMatching(/^writ verify could not run \(tag_ticket race\): Kafka was lost during the run/), notRun: ["tag_ticket race"] });
+    // Before, tag_ticket showed pass (ok: true), its race left out only in the "not run" line.
+    const tag = report.tools.find((t) => t.tool === "tag_ticket")!;
+    expect(tag).toMatchObject({ ok: false, status: "incomplete", notRun: ["race"], scenarios: [{ scenario: "duplicate-submission", ok: true }] });
+    expect(report.summary).toEqual({ pass: 0, fail: 1, incomplete: 1, notRun: 0 });
+    const text = formatReport(report);
+    expect(text).toContain("not run: tag_ticket race");
+    expect(text).toContain("tools: 0 pass, 1 FAIL, 1 incomplete, 0 not run");
+    expect(text).toContain("tag_ticket on ticket:T-verify: incomplete (not run: race)");
+    expect(text).toMatch(/tag_ticket\s+race\s+not run/);
+    // The broker still gone at the cleanup: the report names what is left and the command.
+    expect(report.leftovers).toMatchObject({ runId: report.runId, cleanup: `writ verify --cleanup ${report.runId} --brokers ${(await relay).broker}` });
+    expect(text).toContain(`delete them with: writ verify --cleanup ${report.runId}`);
     expect((await relay).refused()).toBeGreaterThan(0);
   }, 240_000);
 

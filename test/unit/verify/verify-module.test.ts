@@ -3,11 +3,19 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import * as demoFixture from "../../../examples/verify-fixture.ts";
 import { WritError } from "../../../src/errors.ts";
-import { defaultModuleTimeoutMs, outageNow, runVerify } from "../../../src/verify/verify.ts";
+import { cleanupVerifyRun, defaultModuleTimeoutMs, outageNow, runVerify } from "../../../src/verify/verify.ts";
 import { ROOT } from "../../helpers/build.ts";
 
 // What runVerify refuses before it reaches Kafka (KAFKA_BROKERS=127.0.0.1:9 in the unit run: nothing listens).
 const verify = (tools: Parameters<typeof runVerify>[0]["tools"]) => runVerify({ tools, brokers: "127.0.0.1:9", env: {} });
+
+/** `writ verify <args> --brokers 127.0.0.1:9` from the sources: its exit code and stderr. */
+const verifyCli = (args: string[]) =>
+  new Promise<{ code: number; stderr: string }>((resolve) => {
+    execFile(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "verify", ...args, "--brokers", "127.0.0.1:9"], { timeout: 30_000 }, (err, _out, stderr) =>
+      resolve({ code: err === null ? 0 : typeof err.code === "number" ? err.code : 1, stderr }),
+    );
+  });
 
 describe("runVerify: the module as given", () => {
   it("refuses a tools export that holds something other than tool declarations, naming it", async () => {
@@ -33,12 +41,7 @@ describe("the module deadline", () => {
   });
 
   it("the CLI refuses --module-timeout-ms under --sor-timeout-ms (it would cut off a correct adapter), exit 2, before Kafka", async () => {
-    const run = (args: string[]) =>
-      new Promise<{ code: number; stderr: string }>((resolve) => {
-        execFile(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "verify", "--tools", "./none.ts", "--brokers", "127.0.0.1:9", ...args], { timeout: 30_000 }, (err, _out, stderr) =>
-          resolve({ code: err === null ? 0 : typeof err.code === "number" ? err.code : 1, stderr }),
-        );
-      });
+    const run = (args: string[]) => verifyCli(["--tools", "./none.ts", ...args]);
     const short = await run(["--sor-timeout-ms", "5000", "--module-timeout-ms", "1000"]);
     expect([short.code, short.stderr]).toEqual([2, expect.stringContaining("--module-timeout-ms 1000 is under the system-of-record deadline (--sor-timeout-ms 5000)")]);
     const underDefault = await run(["--module-timeout-ms", "1500"]);
@@ -58,5 +61,15 @@ describe("the outage probe, when the owner has stopped", () => {
 
   it("says Kafka failed its consumer when a kafkajs error stopped it", async () => {
     expect(await probe(new Error("The group member needs to have a valid member id"))).toMatchObject({ code: "kafka_failed", message: "the owner stopped: Kafka failed its consumer" });
+  });
+});
+
+describe("the cleanup of a verify run", () => {
+  it("deletes only what a run id as verify makes names: any other is refused before Kafka (config_invalid, exit 2)", async () => {
+    for (const runId of ["writ", "wv-", "wv-abc12", "wv-abc1234", "wv-ABC123", "wv-abc123.intents", ""]) {
+      await expect(cleanupVerifyRun({ runId, brokers: ["127.0.0.1:9"] }), runId).rejects.toMatchObject({ code: "config_invalid", context: { field: "runId" } });
+    }
+    const cli = await verifyCli(["--cleanup", "writ"]);
+    expect([cli.code, cli.stderr]).toEqual([2, expect.stringContaining('"writ" is not a verify run id')]);
   });
 });
