@@ -12,7 +12,7 @@ import { onStopSignals } from "../src/cli/signals.ts";
 import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
-import { createLogger } from "../src/logger.ts";
+import { createLogger, type Logger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
@@ -69,9 +69,17 @@ interface SpecsModule {
 }
 
 hideKafkajsTimeoutWarning();
-const log = createLogger({ name: "writ-mcp" });
+let log: Logger;
 // Lines logged just before the process ends itself, written at once.
-const lastWords = createLogger({ name: "writ-mcp", sync: true });
+let lastWords: Logger;
+try {
+  log = createLogger({ name: "writ-mcp" });
+  lastWords = createLogger({ name: "writ-mcp", sync: true });
+} catch (err) {
+  // A bad LOG_LEVEL: no logger to say it with, so one line on stderr naming the variable.
+  process.stderr.write(`writ-mcp: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}
 let client: WritClient | undefined;
 let close: (() => Promise<void>) | undefined;
 

@@ -1,6 +1,26 @@
 import { pino, type Logger } from "pino";
+import { WritError } from "./errors.ts";
+import { printable } from "./printable.ts";
 
 export type { Logger };
+
+/** What `LOG_LEVEL` takes: pino's levels, and `silent`. */
+export const LOG_LEVELS: readonly string[] = [...Object.keys(pino.levels.values), "silent"];
+
+/**
+ * The level `LOG_LEVEL` names, or `fallback` when it is unset or empty. Any other value is a `config_invalid`
+ * error naming the variable: pino would throw "default level:verbose must be included in custom levels" from the
+ * first logger made, a stack trace (and from an owner exit 1, which a supervisor restarts) instead of exit 2.
+ */
+export function logLevelFromEnv(fallback: string, env: NodeJS.ProcessEnv = process.env): string {
+  const raw = env.LOG_LEVEL;
+  if (raw === undefined || raw === "") return fallback;
+  if (LOG_LEVELS.includes(raw)) return raw;
+  throw new WritError("config_invalid", `invalid configuration: LOG_LEVEL: one of ${LOG_LEVELS.join(", ")}, got "${printable(raw.slice(0, 40))}"`, {
+    retriable: false,
+    context: { field: "LOG_LEVEL" },
+  });
+}
 
 /**
  * Paths pino blanks out: credentials and anything a tool marks secret.
@@ -48,10 +68,11 @@ export const REDACT_PATHS = [
  * `sync`: each line is written before the call returns, for a process's last
  * words (a line logged just before it ends itself by a signal would otherwise
  * be lost); the default writes in the background.
+ * Its level: `opts.level`, else `LOG_LEVEL`, else info.
  */
 export function createLogger(opts: { level?: string; name?: string; sync?: boolean } = {}): Logger {
   return pino(
-    { name: opts.name ?? "writ", level: opts.level ?? process.env.LOG_LEVEL ?? "info", redact: REDACT_PATHS },
+    { name: opts.name ?? "writ", level: opts.level ?? logLevelFromEnv("info"), redact: REDACT_PATHS },
     opts.sync ? pino.destination({ dest: 2, sync: true }) : pino.destination(2),
   );
 }

@@ -15,7 +15,7 @@ import { DEFAULT_OWNER_PRINCIPAL, ownerPrincipals } from "../doctor/acls.ts";
 import { WritError } from "../errors.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
-import { REDACT_PATHS } from "../logger.ts";
+import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
 import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { resolutionBounds } from "../schemas/resolution.ts";
@@ -122,7 +122,7 @@ export function describeError(err: unknown): string {
  * {@link PERSISTING_MS} does one warning say so (again at most once a minute).
  */
 export function commandLogger(name: string): Logger {
-  const level = process.env.LOG_LEVEL || "warn";
+  const level = logLevelFromEnv("warn");
   const verbose = level === "debug" || level === "trace";
   let streakStart = 0;
   let lastKafkaError = 0;

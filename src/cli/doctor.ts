@@ -9,7 +9,7 @@ import { topicName } from "../config.ts";
 import { CONTRACT_TOPICS, DEFAULT_OLDER_THAN_MS, DEFAULT_REPLY_PREFIX, doctorExitCode, formatDoctorReport, runDoctor } from "../doctor/doctor.ts";
 import { WritError } from "../errors.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
-import { createLogger } from "../logger.ts";
+import { createLogger, logLevelFromEnv } from "../logger.ts";
 import { jsonLine } from "../printable.ts";
 import { connectionSecurityFromEnv, kafkaConnection } from "../security/transport.ts";
 import { DEFAULT_OWNER_PRINCIPAL } from "../doctor/acls.ts";
@@ -88,7 +88,9 @@ async function main(argv: string[]): Promise<number> {
   let prefix: string;
   let topicNames: { intents: string; ledger: string; human: string; dlq: string };
   let owners: string[];
+  let level: string;
   try {
+    level = logLevelFromEnv("silent");
     prefix = args.prefix ?? replyPrefixFromEnv();
     topicNames = contractTopicsFromEnv();
     owners = ownerPrincipalsFrom(args["owner-principal"]);
@@ -108,7 +110,7 @@ async function main(argv: string[]): Promise<number> {
 
   // The error that stops a run is reported on its own; kafkajs's logs (each failed connection attempt, …) go to
   // stderr as pino JSON lines only when $LOG_LEVEL asks for them.
-  const logger = createLogger({ name: "writ-doctor", level: process.env.LOG_LEVEL ?? "silent" });
+  const logger = createLogger({ name: "writ-doctor", level });
   process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 
   try {

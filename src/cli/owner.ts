@@ -51,17 +51,20 @@ async function main(argv: string[]): Promise<number> {
     throw err;
   }
   if (args === undefined) return 0;
-  const log = createLogger({ name: "writ-owner" });
-  // Lines logged just before the process ends itself, written at once.
-  const lastWords = createLogger({ name: "writ-owner", sync: true });
   const env: NodeJS.ProcessEnv = { ...process.env };
   if (args.values.brokers !== undefined) env.KAFKA_BROKERS = args.values.brokers;
   if (args.values.registry !== undefined) env.SCHEMA_REGISTRY_URL = args.values.registry;
 
+  let log;
+  let lastWords;
   let config;
   let tools;
   let systems;
   try {
+    // LOG_LEVEL is checked here, as every other setting (a bad one is config_invalid naming it)
+    log = createLogger({ name: "writ-owner" });
+    // Lines logged just before the process ends itself, written at once.
+    lastWords = createLogger({ name: "writ-owner", sync: true });
     // As every command that talks to Kafka says it (brokersFrom); the checks of the value are the config's.
     if ((env.KAFKA_BROKERS ?? "").trim() === "") throw new UsageError("no Kafka: give --brokers host:port[,…] (or set KAFKA_BROKERS)");
     tools = await loadToolsModule(args.values.tools, env);

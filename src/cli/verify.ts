@@ -7,7 +7,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { WritError } from "../errors.ts";
-import { REDACT_PATHS } from "../logger.ts";
+import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
@@ -145,7 +145,7 @@ async function main(argv: string[]): Promise<number> {
     const logFile = resolve(args["log-file"] ?? ".writ/verify.log");
     mkdirSync(dirname(logFile), { recursive: true });
     const logger = pino(
-      { name: "writ-verify", level: process.env.LOG_LEVEL ?? "warn", redact: REDACT_PATHS },
+      { name: "writ-verify", level: logLevelFromEnv("warn"), redact: REDACT_PATHS },
       pino.destination({ dest: logFile, sync: true }),
     );
     process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";

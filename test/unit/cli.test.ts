@@ -7,6 +7,7 @@ import { UNREADABLE_BATCH_HEADER } from "../../src/kafka/unreadable-batches.ts";
 import { shownUrl } from "../../src/cli/verify.ts";
 import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
+import { logLevelFromEnv } from "../../src/logger.ts";
 import { jsonLine, printable } from "../../src/printable.ts";
 import { nested } from "../helpers/nested.ts";
 
@@ -244,6 +245,38 @@ describe("writ owner without Kafka", () => {
       stderr.mockRestore();
       vi.unstubAllEnvs();
     }
+  });
+});
+
+describe("LOG_LEVEL", () => {
+  it("a level pino does not know stops writ owner and the commands at start, one line naming LOG_LEVEL (exit 2), not pino's stack trace", async () => {
+    const { ownerCommand } = await import("../../src/cli/owner.ts");
+    const { tailCommand } = await import("../../src/cli/tail.ts");
+    const { doctorCommand } = await import("../../src/cli/doctor.ts");
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    vi.stubEnv("LOG_LEVEL", "verbose");
+    const said = 'invalid configuration: LOG_LEVEL: one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n';
+    try {
+      expect(await ownerCommand.main(["--brokers", "127.0.0.1:9", "--tools", "/nonexistent/tools.js"])).toBe(2);
+      expect(written.join("")).toBe(`writ owner: ${said}`);
+      written.length = 0;
+      expect(await tailCommand.main(["replies", "--brokers", "127.0.0.1:9"])).toBe(2);
+      expect(written.join("")).toBe(`writ tail: ${said}`);
+      written.length = 0;
+      expect(await doctorCommand.main(["--brokers", "127.0.0.1:9"])).toBe(2);
+      expect(written.join("")).toBe(`writ doctor: ${said}`);
+    } finally {
+      stderr.mockRestore();
+      vi.unstubAllEnvs();
+    }
+  });
+
+  it("takes pino's levels and silent; unset or empty is the caller's default", () => {
+    for (const level of ["trace", "debug", "info", "warn", "error", "fatal", "silent"]) expect(logLevelFromEnv("info", { LOG_LEVEL: level })).toBe(level);
+    expect(logLevelFromEnv("warn", {})).toBe("warn");
+    expect(logLevelFromEnv("warn", { LOG_LEVEL: "" })).toBe("warn");
+    expect(() => logLevelFromEnv("info", { LOG_LEVEL: "INFO\x1b[2J" })).toThrow(/^invalid configuration: LOG_LEVEL: one of .*, got "INFO\\x1b\[2J"$/);
   });
 });
 

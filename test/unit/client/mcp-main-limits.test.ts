@@ -38,6 +38,10 @@ describe("the MCP server's configuration, under the owners' variable names where
     expect(await mcpMainStderr({ WRIT_INTENTS_TOPIC: "x\ny" })).toContain("WRIT_INTENTS_TOPIC (intentsTopic)");
   });
 
+  it("refuses a LOG_LEVEL pino does not know in one line naming it, not with pino's stack trace", async () => {
+    expect(await mcpMainStderr({ LOG_LEVEL: "verbose" })).toBe('writ-mcp: invalid configuration: LOG_LEVEL: one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n');
+  });
+
   it("refuses WRIT_RUN_ID longer than an intent carries (256 characters), naming it, before anything connects", async () => {
     expect(await mcpMainStderr({ WRIT_RUN_ID: "r".repeat(257) })).toContain("WRIT_RUN_ID (runId)");
   });
