@@ -132,7 +132,8 @@ export const wrappedBody = (what: string) =>
       path: ["extra"],
     });
 
-export const Pem = z.union([z.string().min(1), z.instanceof(Uint8Array)], { error: "must be a PEM string or a Buffer" });
+// z.custom, not z.instanceof: that types it Uint8Array<ArrayBuffer>, which refuses Node's Buffer (Buffer<ArrayBufferLike>).
+export const Pem = z.union([z.string().min(1), z.custom<Uint8Array>((v) => v instanceof Uint8Array)], { error: "must be a PEM string or a Buffer" });
 
 /**
  * Options of {@link createHttpSystemOfRecord}. Paths are templates: `{type}`,

@@ -143,9 +143,11 @@ describe.skipIf(!hasOpenssl())("http adapter: tls against a local HTTPS server (
     }
   });
 
-  it("the same CA as Buffers works too", async () => {
+  it("the same CA as Buffers works too, typed as Node's Buffer (docs/http-adapter.md: string | Buffer)", async () => {
     const api = await https();
-    const system = sor(api.url, { tls: { ca: Buffer.from(pki.ca) } });
+    // Node's `Buffer` is Buffer<ArrayBufferLike>: the option's type must take it, not only Buffer.from's Buffer<ArrayBuffer>.
+    const ca: Buffer = Buffer.from(pki.ca);
+    const system = sor(api.url, { tls: { ca } });
     try {
       expect(await system.read(T1, quick)).toMatchObject({ version: '"1"' });
     } finally {
