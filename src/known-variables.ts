@@ -26,7 +26,7 @@ const ELSEWHERE = [
   // docker-compose.yml (the tools folder it mounts) and scripts/ensure-deps.cjs
   "WRIT_TOOLS_DIR",
   "WRIT_CHROMIUM",
-  // the Python client and its examples (python/src/writ_client), which may share an owner's environment
+  // the Python client, its examples and its tests (python/src/writ_client, python/tests), which may share an owner's environment
   "WRIT_SIGNING_SEED",
   "WRIT_REPO",
   "WRIT_EXAMPLE_START",

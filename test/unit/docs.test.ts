@@ -1,21 +1,25 @@
 // Keeps docs/ true to the code where that is cheap to check: every metric the
 // code registers is documented with its type and labels; every section a code
 // comment cites ("docs/architecture.md §3.2") exists; every reply status and
-// reason, dead-letter reason and header is in the wire contract; every relative
-// link (and its anchor) and every § reference inside docs/ resolves.
+// reason, dead-letter reason and header is in the wire contract; every variable
+// writ reads is documented, with the owners' defaults; every relative link (and
+// its anchor) and every § reference in the READMEs and docs/ resolves.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
+import { MCP_ENV } from "../../producers/mcp-env.ts";
 import { MAX_TIMER_MS, ROUTER_ENV, RouterConfig } from "../../src/config.ts";
 import { DEAD_LETTER_REASONS, ESCALATION_REASONS, REJECT_REASONS } from "../../src/errors.ts";
 import { INTENT_OUTCOMES } from "../../src/metrics/outcome.ts";
 import { RouterMetrics } from "../../src/metrics/router-metrics.ts";
+import { KNOWN_WRIT_VARIABLES } from "../../src/known-variables.ts";
 import { FORWARDED_HEADER } from "../../src/owner/admission.ts";
 import { FORWARDED_NULL_HEADERS, HEAL_KEY } from "../../src/owner/records.ts";
 import { CONTROL_HEADER } from "../../src/schemas/control.ts";
 import { KIND_HEADER } from "../../src/schemas/resolution.ts";
 import { SIGNATURE_HEADER } from "../../src/security/signing.ts";
+import { SECURITY_VARIABLES } from "../../src/security/transport.ts";
 import { TRACEPARENT_HEADER, TRACESTATE_HEADER } from "../../src/tracing/trace-context.ts";
 import { anchors, prose, sections } from "../helpers/markdown.ts";
 
@@ -108,6 +112,52 @@ describe("README's settings table states every owner variable's bounds", () => {
       expect(row, `no row for ${variable}`).toBeDefined();
       const said = bounded ? new RegExp(`\\b${min}(?: \\([^)]*\\))? to ${max}\\b`) : new RegExp(`at least ${min}\\b`);
       expect(row).toMatch(said);
+    });
+  }
+});
+
+describe("README documents every variable writ reads, and names none it does not", () => {
+  const readme = read(join(root, "README.md"));
+  /** Table rows of README.md by the variables their first cell names. */
+  const rowsOf = (variable: string) => readme.split("\n").filter((line) => line.startsWith("| ") && line.split(" | ")[0]!.includes(`\`${variable}\``));
+  const tabled = [...new Set([...Object.values(ROUTER_ENV), ...Object.values(MCP_ENV), ...SECURITY_VARIABLES])];
+
+  it("finds the variables", () => {
+    expect(tabled.length).toBeGreaterThan(50);
+  });
+  it("every setting of the owners, the MCP server and their SASL/TLS has a row in a README table", () => {
+    expect(tabled.filter((v) => rowsOf(v).length === 0)).toEqual([]);
+  });
+
+  it("every other WRIT_ variable writ reads is named in README.md, docs/*.md or python/README.md", () => {
+    const documented = [readme, read(join(root, "python", "README.md")), ...docs.map(read)].join("\n");
+    expect([...KNOWN_WRIT_VARIABLES].filter((v) => !new RegExp(`\\b${v}\\b`).test(documented))).toEqual([]);
+  });
+
+  it("every WRIT_ variable the docs name is one writ, its tests or its bench read", () => {
+    const named = new Set([readme, read(join(root, "python", "README.md")), ...docs.map(read)].flatMap((text) => [...text.matchAll(/\bWRIT_[A-Z0-9]+(?:_[A-Z0-9]+)*\b/g)].map((m) => m[0])));
+    // harness variables (the fault suite's crash point, the console test's screenshot) are read under test/ and bench/
+    const harness = ["test", "bench"].flatMap((d) => sources(join(root, d))).map(read).join("\n");
+    expect([...named].filter((v) => !KNOWN_WRIT_VARIABLES.has(v) && !new RegExp(`\\b${v}\\b`).test(harness))).toEqual([]);
+  });
+
+  // The default column, where it gives values only (`5000`, or `5000`, `10000` for a row of two variables).
+  const defaults = RouterConfig.parse({ brokers: "127.0.0.1:9092" }) as Record<string, unknown>;
+  const again = RouterConfig.parse({ brokers: "127.0.0.1:9092" }) as Record<string, unknown>;
+  const valueOf = (config: Record<string, unknown>, field: string): unknown => field.split(".").reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], config);
+  for (const [field, variable] of Object.entries(ROUTER_ENV)) {
+    const code = valueOf(defaults, field);
+    // no default, or one made afresh each time (the instance id's random part)
+    if (code === undefined || JSON.stringify(code) !== JSON.stringify(valueOf(again, field))) continue;
+    it(`${variable}: the README's default is the code's, ${JSON.stringify(code)}`, () => {
+      const row = rowsOf(variable)[0];
+      expect(row, `no row for ${variable}`).toBeDefined();
+      const [names = "", given = ""] = row!.split(" | ");
+      if (!/^(`[^`]*`)(, `[^`]*`)*$/.test(given.trim())) return;
+      const variables = [...names.matchAll(/`([A-Z0-9_]+)`/g)].map((m) => m[1]);
+      const values = [...given.matchAll(/`([^`]*)`/g)].map((m) => m[1]);
+      const said = values.length === variables.length ? values[variables.indexOf(variable)] : values.join(", ");
+      expect(said).toBe(Array.isArray(code) ? code.join(",") : String(code));
     });
   }
 });
