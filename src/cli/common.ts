@@ -25,6 +25,8 @@ import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, ty
 /** A command: `main` resolves with the process's exit status. */
 export interface Command {
   usage: string;
+  /** The flags `main` parses (besides -h/--help), for the test that keeps them and `usage` (and the README) in step. */
+  options: Options;
   main(argv: string[]): Promise<number>;
 }
 
@@ -33,7 +35,7 @@ export class UsageError extends Error {
   override readonly name = "UsageError";
 }
 
-type Options = NonNullable<ParseArgsConfig["options"]>;
+export type Options = NonNullable<ParseArgsConfig["options"]>;
 
 /**
  * `parseArgs`, strict, with `-h/--help` added; unknown or malformed options

@@ -68,21 +68,19 @@ function sourceArg(raw: string): string {
   return atOffset(Number(m[1]), m[2]!);
 }
 
+const REDRIVE_OPTIONS = {
+  reason: { type: "string", multiple: true },
+  source: { type: "string", multiple: true },
+  all: { type: "boolean" },
+  "dry-run": { type: "boolean" },
+  max: { type: "string" },
+  json: { type: "boolean" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+} as const;
+
 async function redrive(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(
-    argv,
-    {
-      reason: { type: "string", multiple: true },
-      source: { type: "string", multiple: true },
-      all: { type: "boolean" },
-      "dry-run": { type: "boolean" },
-      max: { type: "string" },
-      json: { type: "boolean" },
-      brokers: { type: "string" },
-      registry: { type: "string" },
-    },
-    USAGE,
-  );
+  const parsed = parseCommandArgs(argv, REDRIVE_OPTIONS, USAGE);
   if (parsed === undefined) return 0;
   const a = parsed.values;
   const reasons = new Set(a.reason ?? []);
@@ -219,5 +217,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const dlqCommand: Command = {
   usage: USAGE,
+  options: REDRIVE_OPTIONS,
   main: (argv) => runCommand("dlq", USAGE, () => main(argv)),
 };

@@ -142,5 +142,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const doctorCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main,
 };

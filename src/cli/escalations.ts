@@ -67,12 +67,10 @@ export function table(rows: string[][]): string {
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n");
 }
 
+const LIST_OPTIONS = { json: { type: "boolean" }, open: { type: "boolean" }, "ledger-topic": { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } } as const;
+
 async function list(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(
-    argv,
-    { json: { type: "boolean" }, open: { type: "boolean" }, "ledger-topic": { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } },
-    USAGE,
-  );
+  const parsed = parseCommandArgs(argv, LIST_OPTIONS, USAGE);
   if (parsed === undefined) return 0;
   const a = parsed.values;
   const brokers = brokersFrom(a.brokers);
@@ -176,29 +174,26 @@ function where(f: { topic: string; partition: number; offset: string }): string 
   return `${f.topic}[${f.partition}]@${f.offset}`;
 }
 
+const RESOLVE_OPTIONS = {
+  apply: { type: "boolean" },
+  discard: { type: "boolean" },
+  return: { type: "boolean" },
+  message: { type: "string" },
+  "base-version": { type: "string" },
+  delta: { type: "string" },
+  "delta-file": { type: "string" },
+  operator: { type: "string" },
+  "reply-topic": { type: "string" },
+  "signing-key": { type: "string" },
+  "key-id": { type: "string" },
+  "timeout-ms": { type: "string" },
+  timeout: { type: "string" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+} as const;
+
 async function resolve(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(
-    argv,
-    {
-      apply: { type: "boolean" },
-      discard: { type: "boolean" },
-      return: { type: "boolean" },
-      message: { type: "string" },
-      "base-version": { type: "string" },
-      delta: { type: "string" },
-      "delta-file": { type: "string" },
-      operator: { type: "string" },
-      "reply-topic": { type: "string" },
-      "signing-key": { type: "string" },
-      "key-id": { type: "string" },
-      "timeout-ms": { type: "string" },
-      timeout: { type: "string" },
-      brokers: { type: "string" },
-      registry: { type: "string" },
-    },
-    USAGE,
-    true,
-  );
+  const parsed = parseCommandArgs(argv, RESOLVE_OPTIONS, USAGE, true);
   if (parsed === undefined) return 0;
   const a = parsed.values;
   const [escalationId, ...extra] = parsed.positionals;
@@ -271,5 +266,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const escalationsCommand: Command = {
   usage: USAGE,
+  options: { ...LIST_OPTIONS, ...RESOLVE_OPTIONS },
   main: (argv) => runCommand("escalations", USAGE, () => main(argv)),
 };

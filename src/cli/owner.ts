@@ -39,10 +39,12 @@ module, an invalid WRIT_* variable, a tool declaration the owners do not admit, 
 does not return an array of systems of record); these print one line on stderr naming what to fix, and a
 restart does not help. Ended by a second signal: 130 (SIGINT), 143 (SIGTERM), as killed by it.`;
 
+const OPTIONS = { tools: { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } } as const;
+
 async function main(argv: string[]): Promise<number> {
   let args;
   try {
-    args = parseCommandArgs(argv, { tools: { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } }, USAGE);
+    args = parseCommandArgs(argv, OPTIONS, USAGE);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`writ owner: ${err.message}\n${USAGE.split("\n")[0]}\n`);
@@ -136,5 +138,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const ownerCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main,
 };

@@ -260,5 +260,6 @@ export async function send(
 
 export const submitCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main: (argv) => runCommand("submit", USAGE, () => main(argv)),
 };

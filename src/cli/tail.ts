@@ -122,21 +122,18 @@ function describeRecord(schema: WireSchemaName, d: DecodedRecord): string {
   }
 }
 
+const OPTIONS = {
+  topic: { type: "string", multiple: true },
+  "from-beginning": { type: "boolean" },
+  lines: { type: "string", short: "n" },
+  follow: { type: "boolean", short: "f" },
+  json: { type: "boolean" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+} as const;
+
 async function main(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(
-    argv,
-    {
-      topic: { type: "string", multiple: true },
-      "from-beginning": { type: "boolean" },
-      lines: { type: "string", short: "n" },
-      follow: { type: "boolean", short: "f" },
-      json: { type: "boolean" },
-      brokers: { type: "string" },
-      registry: { type: "string" },
-    },
-    USAGE,
-    true,
-  );
+  const parsed = parseCommandArgs(argv, OPTIONS, USAGE, true);
   if (parsed === undefined) return 0;
   const [kindArg, ...extra] = parsed.positionals;
   if (kindArg === undefined) throw new UsageError("which topic? replies, human, dlq or ledger");
@@ -189,5 +186,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const tailCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main: (argv) => runCommand("tail", USAGE, () => main(argv)),
 };

@@ -197,8 +197,10 @@ function format(report: TopicsReport): string {
   return lines.join("\n");
 }
 
+const OPTIONS = { brokers: { type: "string" }, json: { type: "boolean" } } as const;
+
 async function main(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(argv, { brokers: { type: "string" }, json: { type: "boolean" } }, USAGE, true);
+  const parsed = parseCommandArgs(argv, OPTIONS, USAGE, true);
   if (parsed === undefined) return 0;
   const [action, ...extra] = parsed.positionals;
   if (action !== "ensure" && action !== "check") throw new UsageError(action === undefined ? "ensure or check?" : `unknown action ${action}; ensure or check`);
@@ -247,5 +249,6 @@ async function main(argv: string[]): Promise<number> {
 
 export const topicsCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main: (argv) => runCommand("topics", USAGE, () => main(argv)),
 };

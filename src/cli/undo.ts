@@ -91,5 +91,6 @@ async function findInLedger(brokers: string[], registry: string | undefined, top
 
 export const undoCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main: (argv) => runCommand("undo", USAGE, () => main(argv)),
 };

@@ -226,6 +226,7 @@ async function cleanup(runId: string, brokers: string | undefined, json: boolean
 
 export const verifyCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main,
 };
 

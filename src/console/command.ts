@@ -80,32 +80,30 @@ may be forged); so it does when no ACL lets the owners write one of writ's topic
 Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start; a second SIGINT or SIGTERM while it
 stops ends it at once (130, 143).`;
 
+const OPTIONS = {
+  token: { type: "string" },
+  "operator-token": { type: "string" },
+  operator: { type: "string" },
+  "signing-key": { type: "string" },
+  "key-id": { type: "string" },
+  "reply-topic": { type: "string" },
+  host: { type: "string" },
+  port: { type: "string" },
+  "allowed-host": { type: "string", multiple: true },
+  backlog: { type: "string" },
+  "from-beginning": { type: "boolean" },
+  keep: { type: "string" },
+  "discover-ms": { type: "string" },
+  "lag-ms": { type: "string" },
+  "headers-timeout-ms": { type: "string" },
+  "max-connections-per-address": { type: "string" },
+  brokers: { type: "string" },
+  registry: { type: "string" },
+  "owner-principal": { type: "string", multiple: true },
+} as const;
+
 async function main(argv: string[]): Promise<number> {
-  const parsed = parseCommandArgs(
-    argv,
-    {
-      token: { type: "string" },
-      "operator-token": { type: "string" },
-      operator: { type: "string" },
-      "signing-key": { type: "string" },
-      "key-id": { type: "string" },
-      "reply-topic": { type: "string" },
-      host: { type: "string" },
-      port: { type: "string" },
-      "allowed-host": { type: "string", multiple: true },
-      backlog: { type: "string" },
-      "from-beginning": { type: "boolean" },
-      keep: { type: "string" },
-      "discover-ms": { type: "string" },
-      "lag-ms": { type: "string" },
-      "headers-timeout-ms": { type: "string" },
-      "max-connections-per-address": { type: "string" },
-      brokers: { type: "string" },
-      registry: { type: "string" },
-      "owner-principal": { type: "string", multiple: true },
-    },
-    USAGE,
-  );
+  const parsed = parseCommandArgs(argv, OPTIONS, USAGE);
   if (parsed === undefined) return 0;
   const a = parsed.values;
   const token = a.token ?? process.env.WRIT_CONSOLE_TOKEN;
@@ -193,6 +191,7 @@ async function main(argv: string[]): Promise<number> {
 
 export const consoleCommand: Command = {
   usage: USAGE,
+  options: OPTIONS,
   main: (argv) => runCommand("console", USAGE, () => main(argv)),
 };
 

@@ -1,4 +1,7 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describe, expect, it, vi } from "vitest";
+import { COMMANDS } from "../../src/cli/commands.ts";
 import { clientSettingsFromEnv, commandLogger, groupIdFromEnv, intFlag, maxMessageBytesFromEnv, msFlag, replyPrefixFromEnv, topicFromEnv, UsageError } from "../../src/cli/common.ts";
 import { table } from "../../src/cli/escalations.ts";
 import { decodeRecord, formatRecord } from "../../src/cli/tail.ts";
@@ -9,7 +12,58 @@ import { decisionLine } from "../../src/console/command.ts";
 import { formatDoctorReport } from "../../src/doctor/doctor.ts";
 import { logLevelFromEnv } from "../../src/logger.ts";
 import { jsonLine, printable } from "../../src/printable.ts";
+import { prose } from "../helpers/markdown.ts";
 import { nested } from "../helpers/nested.ts";
+
+describe("each command's flags: what it parses, what its usage says and what the docs give it", () => {
+  const root = resolve(import.meta.dirname, "..", "..");
+  const commands = Promise.all(Object.entries(COMMANDS).map(async ([name, c]) => [name, await c.load()] as const));
+  /** A command's flags, long and short, -h/--help included. */
+  const flagsOf = (options: Record<string, { short?: string }>): Set<string> =>
+    new Set(["help", "h", ...Object.entries(options).flatMap(([long, o]) => (o.short === undefined ? [long] : [long, o.short]))]);
+  const flagsIn = (text: string): string[] => [...text.matchAll(/(?<![\w-])--?([a-z][a-z-]*[a-z]|[a-z])(?![\w-])/g)].map((m) => m[1]!);
+
+  it("finds the commands", async () => {
+    expect((await commands).length).toBeGreaterThanOrEqual(10);
+  });
+
+  it("every flag a command parses is in its usage, and every flag its usage defines (synopsis, option lines) it parses", async () => {
+    const problems: string[] = [];
+    for (const [name, command] of await commands) {
+      const parsed = flagsOf(command.options);
+      for (const flag of Object.keys(command.options)) if (!command.usage.includes(`--${flag}`)) problems.push(`writ ${name}: --${flag} is not in its usage`);
+      const [synopsis = "", ...rest] = command.usage.split("\n\n");
+      const optionLines = rest.join("\n").split("\n").flatMap((line) => /^\s+((?:-\w, )?--[a-z][a-z-]*)/.exec(line)?.[1] ?? []);
+      for (const flag of flagsIn(`${synopsis}\n${optionLines.join("\n")}`)) if (!parsed.has(flag)) problems.push(`writ ${name}: its usage defines --${flag}, which it does not parse`);
+    }
+    expect(problems).toEqual([]);
+  });
+
+  it("the flags README.md, python/README.md and docs/*.md give a writ command (in code) are flags it parses", async () => {
+    const byName = new Map(await commands);
+    const docs = ["README.md", join("python", "README.md"), ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => join("docs", f))];
+    const invocation = new RegExp(`\\bwrit (${[...byName.keys()].join("|")})\\b([^\`|;&#]*)`, "g");
+    const problems: string[] = [];
+    let seen = 0;
+    for (const doc of docs) {
+      const text = readFileSync(join(root, doc), "utf8");
+      // the code in it: fenced blocks (what prose() leaves out) and inline code spans
+      const fenced = [...text.matchAll(/^(```|~~~)[^\n]*\n([\s\S]*?)^\1/gm)].flatMap((m) => m[2]!.split("\n"));
+      const code = [...fenced, ...[...prose(text).matchAll(/`([^`\n]+)`/g)].map((m) => m[1]!)];
+      for (const snippet of code) {
+        for (const m of snippet.matchAll(invocation)) {
+          const parsed = flagsOf(byName.get(m[1]!)!.options);
+          for (const flag of flagsIn(m[2]!)) {
+            seen++;
+            if (!parsed.has(flag)) problems.push(`${doc}: writ ${m[1]} … --${flag}`);
+          }
+        }
+      }
+    }
+    expect(seen).toBeGreaterThan(30);
+    expect(problems).toEqual([]);
+  });
+});
 
 describe("intFlag, msFlag", () => {
   it("takes an integer within its bounds and names the flag otherwise", () => {
