@@ -59,9 +59,17 @@ describe("docs/operations.md documents every metric", () => {
       const metric = registered.find((m) => m.name === name);
       if (!metric) return;
       expect(row).toContain(`| ${String(metric.type)} |`);
-      for (const label of metric.labelNames ?? []) expect(row, `label ${label} of ${name}`).toContain(`\`${label}\``);
+      // the labels column names exactly the metric's labels
+      const labels = [...row!.split("|")[3]!.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]);
+      expect(labels.sort(), `labels of ${name}`).toEqual([...(metric.labelNames ?? [])].sort());
     });
   }
+  it("names no metric the code does not register, here or in README.md's table", () => {
+    const known = new Set([...registered.map((m) => m.name), ...elsewhere]);
+    const rows = [operations, read(join(root, "README.md"))].flatMap((doc) => [...doc.matchAll(/^\| `(writ_[a-z0-9_]+)` \|/gm)].map((m) => m[1]!));
+    expect(rows.length).toBeGreaterThan(2 * 20);
+    expect(rows.filter((name) => !known.has(name))).toEqual([]);
+  });
 });
 
 describe("README's metrics table has every metric and every outcome", () => {
