@@ -29,12 +29,17 @@ export class ConsoleAuth {
   private readonly reader: Buffer;
   private readonly operator: Buffer | null;
 
-  /** A config error unless both tokens are acceptable and differ; the CLI calls it before it touches the network. */
-  static check(token: string, operatorToken?: string): void {
-    checkToken("the console token", token);
+  /**
+   * A config error unless both tokens are acceptable and differ; the CLI calls it before it touches the network,
+   * with `names` saying where each came from (its flag or variable).
+   */
+  static check(token: string, operatorToken?: string, names = { token: "the console token", operatorToken: "the operator token" }): void {
+    checkToken(names.token, token);
     if (operatorToken !== undefined) {
-      checkToken("the operator token", operatorToken);
-      if (operatorToken === token) throw new WritError("config_invalid", "the operator token must differ from the read-only token", { retriable: false, context: { field: "operatorToken" } });
+      checkToken(names.operatorToken, operatorToken);
+      if (operatorToken === token) {
+        throw new WritError("config_invalid", `${names.operatorToken} must differ from the read-only token`, { retriable: false, context: { field: names.operatorToken } });
+      }
     }
   }
 

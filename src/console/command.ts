@@ -124,7 +124,10 @@ async function main(argv: string[]): Promise<number> {
   const ownerPrincipals = ownerPrincipalsFrom(a["owner-principal"]);
   const host = a.host ?? "127.0.0.1";
   // Every flag is checked before the port is: a bad token or number is named as such even when the port is taken.
-  ConsoleAuth.check(token, operatorToken);
+  ConsoleAuth.check(token, operatorToken, {
+    token: a.token !== undefined ? "--token" : "WRIT_CONSOLE_TOKEN",
+    operatorToken: a["operator-token"] !== undefined ? "--operator-token" : "WRIT_CONSOLE_OPERATOR_TOKEN",
+  });
   const settings = {
     allowedHosts: a["allowed-host"] ?? [],
     backlog: a["from-beginning"] ? ("all" as const) : intFlag("backlog", a.backlog, 1000),

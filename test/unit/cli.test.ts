@@ -435,6 +435,33 @@ describe("--signing-key of the commands that send (submit, undo, escalations res
   }, 120_000);
 });
 
+describe("writ console's tokens", () => {
+  it("a token too short, or the operator's the same as the read-only one, is refused naming its flag or variable (exit 2)", async () => {
+    const { consoleCommand } = await import("../../src/console/command.ts");
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (written.push(String(chunk)), true));
+    const run = async (argv: string[], env: Record<string, string | undefined>): Promise<string> => {
+      written.length = 0;
+      for (const [name, value] of Object.entries(env)) vi.stubEnv(name, value);
+      try {
+        expect(await consoleCommand.main(["--brokers", "127.0.0.1:9", ...argv])).toBe(2);
+        return written.join("");
+      } finally {
+        vi.unstubAllEnvs();
+      }
+    };
+    const long = "t".repeat(16);
+    try {
+      expect(await run([], { WRIT_CONSOLE_TOKEN: "short" })).toBe("writ console: WRIT_CONSOLE_TOKEN must be at least 16 characters (it is 5)\n");
+      expect(await run(["--token", "short"], { WRIT_CONSOLE_TOKEN: undefined })).toBe("writ console: --token must be at least 16 characters (it is 5)\n");
+      expect(await run([], { WRIT_CONSOLE_TOKEN: long, WRIT_CONSOLE_OPERATOR_TOKEN: "op" })).toBe("writ console: WRIT_CONSOLE_OPERATOR_TOKEN must be at least 16 characters (it is 2)\n");
+      expect(await run(["--operator-token", long], { WRIT_CONSOLE_TOKEN: long })).toBe("writ console: --operator-token must differ from the read-only token\n");
+    } finally {
+      stderr.mockRestore();
+    }
+  });
+});
+
 describe("writ console's address", () => {
   it("a --port in use or a --host that is not this machine's is a usage error naming the flag, before anything connects (exit 2)", async () => {
     const { createServer } = await import("node:net");
