@@ -38,6 +38,8 @@ export class RecordsProcess {
     const proc = spawn(process.execPath, [this.script], {
       env: {
         ...process.env,
+        // Only 127.0.0.1 in tests (and the url the start waits for names it), whatever the environment says.
+        RECORDS_HOST: "127.0.0.1",
         RECORDS_PORT: String(this.port ?? 0),
         RECORDS_DB: this.dbPath,
         // writ's dedupe is what the suite measures: the server applies a repeated key again.
