@@ -8,14 +8,16 @@ export type { Logger };
 export const LOG_LEVELS: readonly string[] = [...Object.keys(pino.levels.values), "silent"];
 
 /**
- * The level `LOG_LEVEL` names, or `fallback` when it is unset or empty. Any other value is a `config_invalid`
+ * The level `LOG_LEVEL` names (in any case), or `fallback` when it is unset or empty. Any other value is a `config_invalid`
  * error naming the variable: pino would throw "default level:verbose must be included in custom levels" from the
  * first logger made, a stack trace (and from an owner exit 1, which a supervisor restarts) instead of exit 2.
  */
 export function logLevelFromEnv(fallback: string, env: NodeJS.ProcessEnv = process.env): string {
   const raw = env.LOG_LEVEL;
-  if (raw === undefined || raw === "") return fallback;
-  if (LOG_LEVELS.includes(raw)) return raw;
+  if (raw === undefined || raw.trim() === "") return fallback;
+  // Any case, as pino takes it (`INFO`, a shared deployment's habit), and surrounding blanks.
+  const level = raw.trim().toLowerCase();
+  if (LOG_LEVELS.includes(level)) return level;
   throw new WritError("config_invalid", `invalid configuration: LOG_LEVEL: one of ${LOG_LEVELS.join(", ")}, got "${printable(raw.slice(0, 40))}"`, {
     retriable: false,
     context: { field: "LOG_LEVEL" },

@@ -95,7 +95,7 @@ export async function runCommand(name: string, usage: string, body: () => Promis
     }
     const kafka = err instanceof Error && err.name.startsWith("KafkaJS") ? "Kafka: " : "";
     process.stderr.write(`writ ${name}: ${kafka}${describeError(err)}\n`);
-    if (process.env.LOG_LEVEL === "debug" && err instanceof Error && err.stack) process.stderr.write(`${err.stack}\n`);
+    if (process.env.LOG_LEVEL?.trim().toLowerCase() === "debug" && err instanceof Error && err.stack) process.stderr.write(`${err.stack}\n`);
     return failCode;
   }
 }
@@ -297,7 +297,7 @@ export function kafkaFor(brokers: string[], clientId: string, log: Logger, secur
     clientId,
     brokers,
     ...kafkaConnection(security),
-    logLevel: process.env.LOG_LEVEL === "debug" || process.env.LOG_LEVEL === "trace" ? logLevel.DEBUG : logLevel.WARN,
+    logLevel: ["debug", "trace"].includes(process.env.LOG_LEVEL?.trim().toLowerCase() ?? "") ? logLevel.DEBUG : logLevel.WARN,
     logCreator: kafkaLogCreator(log),
     connectionTimeout: 3000,
     retry: { retries: 5, initialRetryTime: 300, maxRetryTime: 3000 },

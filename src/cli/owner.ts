@@ -75,7 +75,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (err) {
     // One plain line: the message names the flag or variable to fix.
     process.stderr.write(`writ owner: ${err instanceof Error ? err.message : String(err)}\n`);
-    if (process.env.LOG_LEVEL === "debug" && err instanceof Error) process.stderr.write(`${err.stack}\n`);
+    if (process.env.LOG_LEVEL?.trim().toLowerCase() === "debug" && err instanceof Error) process.stderr.write(`${err.stack}\n`);
     return 2;
   }
 

@@ -220,7 +220,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     clientId: "writ-console",
     brokers: opts.brokers,
     ...kafkaConnection(connection.kafka),
-    logLevel: process.env.LOG_LEVEL === "debug" ? logLevel.DEBUG : logLevel.WARN,
+    logLevel: process.env.LOG_LEVEL?.trim().toLowerCase() === "debug" ? logLevel.DEBUG : logLevel.WARN,
     logCreator: kafkaLogCreator(log),
     connectionTimeout: 3000,
     retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 5000 },

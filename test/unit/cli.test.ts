@@ -330,6 +330,9 @@ describe("LOG_LEVEL", () => {
     for (const level of ["trace", "debug", "info", "warn", "error", "fatal", "silent"]) expect(logLevelFromEnv("info", { LOG_LEVEL: level })).toBe(level);
     expect(logLevelFromEnv("warn", {})).toBe("warn");
     expect(logLevelFromEnv("warn", { LOG_LEVEL: "" })).toBe("warn");
+    // Any case and surrounding blanks, as pino itself took them before the check (a shared LOG_LEVEL=INFO).
+    expect(logLevelFromEnv("warn", { LOG_LEVEL: "INFO" })).toBe("info");
+    expect(logLevelFromEnv("warn", { LOG_LEVEL: " Debug " })).toBe("debug");
     expect(() => logLevelFromEnv("info", { LOG_LEVEL: "INFO\x1b[2J" })).toThrow(/^invalid configuration: LOG_LEVEL: one of .*, got "INFO\\x1b\[2J"$/);
   });
 });
