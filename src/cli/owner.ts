@@ -81,6 +81,16 @@ async function main(argv: string[]): Promise<number> {
 
   // A misspelt setting (…_HEALTH_PROT) would otherwise be ignored without a word; others' own WRIT_ variables are fine.
   for (const unknown of unknownWritVariables(env)) log.warn({ variable: unknown.variable, suggestion: unknown.suggestion }, unknown.message);
+  // The clean stop waits up to three WRIT_SOR_TIMEOUT_MS for writes in flight and one more for the transaction's
+  // abort: a shorter WRIT_STOP_TIMEOUT_MS may end it first (safe: the next owner reconciles), which the operator
+  // should know before a deploy, not from the stop's error line.
+  const stopNeedsMs = 4 * config.sorTimeoutMs;
+  if (config.stopTimeoutMs < stopNeedsMs) {
+    log.warn(
+      { stopTimeoutMs: config.stopTimeoutMs, sorTimeoutMs: config.sorTimeoutMs },
+      `WRIT_STOP_TIMEOUT_MS (${config.stopTimeoutMs}) is below four WRIT_SOR_TIMEOUT_MS (${stopNeedsMs}): a stop may end before writes in flight finish (the next owner reconciles them); raise it to at least ${stopNeedsMs}, and the supervisor's grace period above it`,
+    );
+  }
 
   let router;
   try {

@@ -124,10 +124,12 @@ describe("writ owner whose clean stop hangs", () => {
   }
 
   it("a SIGINT, then a SIGTERM, ends it at once (143)", async () => {
-    const run = await ownerWithIntentInFlight();
+    // A bound that covers four WRIT_SOR_TIMEOUT_MS: nothing said of it at start.
+    const run = await ownerWithIntentInFlight({ WRIT_STOP_TIMEOUT_MS: "480000" });
     await run.signal("SIGINT", true);
     await run.signal("SIGTERM");
     expect(status(await run.exited()), run.stderr()).toBe(143);
+    expect(run.stderr()).not.toContain("is below four WRIT_SOR_TIMEOUT_MS");
   });
 
   it("with no second signal it ends once WRIT_STOP_TIMEOUT_MS has passed: exit 1, saying so", async () => {
@@ -138,5 +140,8 @@ describe("writ owner whose clean stop hangs", () => {
     const line = run.stderr().split("\n").find((l) => l.includes("did not stop within WRIT_STOP_TIMEOUT_MS"));
     expect(JSON.parse(line!)).toMatchObject({ level: 50, signal: "SIGTERM", stopTimeoutMs: 1000 });
     expect(run.stderr()).not.toContain('"msg":"router stopped"');
+    // Said at start already: 1 s is below the four WRIT_SOR_TIMEOUT_MS the clean stop may take.
+    const warned = run.stderr().split("\n").find((l) => l.includes("is below four WRIT_SOR_TIMEOUT_MS"));
+    expect(JSON.parse(warned!)).toMatchObject({ level: 40, stopTimeoutMs: 1000, sorTimeoutMs: 120_000 });
   });
 });
