@@ -1,10 +1,11 @@
 import type { KafkaMessage } from "kafkajs";
 import { sha256Hex } from "../canonical-json.ts";
-import type { DeadLetterReason, RejectReason } from "../errors.ts";
+import { type DeadLetterReason, ESCALATION_REASONS, REJECT_REASONS, type RejectReason } from "../errors.ts";
 import { deadLetterKey, type DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
-import type { LedgerIntentEntry, LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
+import type { LedgerIntentEntry, LedgerLeaseEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
+import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { OutRecord } from "./produce-limits.ts";
 
 /**
@@ -59,6 +60,32 @@ export function rejectedReply(
   details?: unknown,
 ): Reply {
   return { status: "rejected", intentId, intentKey, duplicate: false, at, reason, message, ...(details === undefined ? {} : { details }) };
+}
+
+/** The reply a repeat of `intent` (by `tool`) gets from the key's stored outcome: the same answer, marked duplicate, without record state. */
+export function replayedReply(intent: WriteIntent, tool: string, stored: Exclude<StoredOutcome, { status: "conflict" }>, at: string): Reply {
+  const base = { intentId: intent.intentId, intentKey: intent.intentKey, duplicate: true, at };
+  switch (stored.status) {
+    case "applied":
+      return {
+        ...base,
+        status: "applied",
+        entity: intent.entity,
+        state: null,
+        version: stored.version,
+        via: stored.via === "patch" || stored.via === "create" ? stored.via : "reconcile",
+        tool,
+        ...(intent.undo ? { undoOf: intent.undo.intentKey } : {}),
+      };
+    case "rejected": {
+      const reason = (REJECT_REASONS as readonly string[]).includes(stored.reason) ? (stored.reason as RejectReason) : "sor_rejected";
+      return { ...base, status: "rejected", reason, message: stored.message };
+    }
+    case "escalated": {
+      const reason = ESCALATION_REASONS.find((r) => r === stored.reason) ?? "outcome_unknown";
+      return { ...base, status: "escalated", entity: intent.entity, reason, message: stored.message, escalationId: stored.escalationId };
+    }
+  }
 }
 
 /**

@@ -1,19 +1,20 @@
 import { randomUUID } from "node:crypto";
 import { canonicalJson } from "../canonical-json.ts";
 import type { RouterConfig } from "../config.ts";
-import { ESCALATION_REASONS, type EscalationReason, REJECT_REASONS, type RejectReason, WritError } from "../errors.ts";
+import { type EscalationReason, type RejectReason, WritError } from "../errors.ts";
 import { escalatedIntentDigest } from "../keys.ts";
 import { type LedgerView, reopenable } from "../ledger/ledger-state.ts";
 import type { Logger } from "../logger.ts";
 import { entityKey, JsonPatch, type JsonPatchOp, Version, type Versioned } from "../schemas/common.ts";
 import type { LedgerIntentEntry, StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
+import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import { type AdmittedIntent, MAX_CLOCK_SKEW_MS } from "./admission.ts";
 import { classifyAttempt, mayHaveWritten } from "./classify.ts";
 import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
-import { type Effects, effects, rejectedReply } from "./effects.ts";
+import { type Effects, effects, rejectedReply, replayedReply } from "./effects.ts";
 
 /** The fields a log line about one intent's write carries. */
 type LogBindings = Readonly<Record<string, string>>;
@@ -133,7 +134,7 @@ export class IntentPipeline {
   }
 
   /** The ledger key of an intent: its intent key (per submission under the ledger ablation). */
-  ledgerKey(a: AdmittedIntent): string {
+  ledgerKey(a: { intent: Pick<WriteIntent, "intentKey" | "intentId"> }): string {
     return this.deps.ablateLedger ? `${a.intent.intentKey}#${a.intent.intentId}` : a.intent.intentKey;
   }
 
@@ -732,28 +733,7 @@ export class IntentPipeline {
 
   /** The reply a repeat gets from a stored outcome: the same answer, marked duplicate, without record state. */
   private replayed(a: AdmittedIntent, stored: Exclude<StoredOutcome, { status: "conflict" }>): Reply {
-    const base = { intentId: a.intent.intentId, intentKey: a.intent.intentKey, duplicate: true, at: this.now().toISOString() };
-    switch (stored.status) {
-      case "applied":
-        return {
-          ...base,
-          status: "applied",
-          entity: a.intent.entity,
-          state: null,
-          version: stored.version,
-          via: stored.via === "patch" || stored.via === "create" ? stored.via : "reconcile",
-          tool: a.tool.name,
-          ...(a.intent.undo ? { undoOf: a.intent.undo.intentKey } : {}),
-        };
-      case "rejected": {
-        const reason = (REJECT_REASONS as readonly string[]).includes(stored.reason) ? (stored.reason as RejectReason) : "sor_rejected";
-        return { ...base, status: "rejected", reason, message: stored.message };
-      }
-      case "escalated": {
-        const reason = ESCALATION_REASONS.find((r) => r === stored.reason) ?? "outcome_unknown";
-        return { ...base, status: "escalated", entity: a.intent.entity, reason, message: stored.message, escalationId: stored.escalationId };
-      }
-    }
+    return replayedReply(a.intent, a.tool.name, stored, this.now().toISOString());
   }
 }
 

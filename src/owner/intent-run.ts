@@ -58,16 +58,19 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
   while (session.active) {
     try {
       if (slot.result) return await host.settle(session, slot, slot.result);
-      // These signed bytes were refused before, on a state that may have passed: the same refusal, decided once.
-      const again = slot.gate === undefined && signed ? repeatedRefusal(session.ledger, signed, new Date()) : null;
+      slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
+      const plan = slot.plan;
+      // These signed bytes were refused before, on a state that may have passed: the same refusal, decided once. But
+      // the key's own entry comes first: its outcome repeated, or its pending write taken up and reconciled (a
+      // write that stands is never answered "nothing written"); the memory answers only what the entry does not.
+      const keyAnswers = plan !== undefined && (plan.kind === "write" ? plan.state.inherited : session.ledger.get(pipeline.ledgerKey(a)) !== undefined);
+      const again = slot.gate === undefined && signed && !keyAnswers ? repeatedRefusal(session.ledger, signed, new Date()) : null;
       if (again) {
         slot.result = again;
         return await host.settle(session, slot, again);
       }
       // A record's lease, looked at once as the intent starts: the record's intents run one at a time.
       slot.gate ??= host.leaseGate(session, a);
-      slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
-      const plan = slot.plan;
       // Not for a write already under way (its `pending` entry durable: this run passed the gate). One an earlier run
       // left pending (its transaction did not commit) may have written too, but the gate is asked again: a restore
       // decides the record's lease intents afresh, so another change may hold the lease now. Refused outright, the
@@ -95,7 +98,7 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       }
       if (!session.active) return;
       if (step.kind === "settled") {
-        slot.result = rememberRefusal(signed, step.effects, new Date());
+        slot.result = rememberRefusal(signed, step.effects, new Date(), session.ledger.get(pipeline.ledgerKey(a)));
         await host.settle(session, slot, slot.result);
         return;
       }

@@ -19,7 +19,7 @@ import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
-import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
+import { answerRefused } from "./refusals.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
 
 export { transactionalIdFor } from "./partition-restore.ts";
@@ -419,12 +419,12 @@ export class PartitionOwner {
       slot.trace = IntentTrace.start(message, source, admission.kind === "admitted" ? admission.admitted : undefined, slot.times.accepted);
       if (admission.kind === "answered") {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
-        // A refusal of signed bytes: answered as they were refused before, or remembered for them (refusals.ts), on
-        // the topic admission answers on: the registered one, which the intent's own may not be.
+        // A refusal of signed bytes: answered from their key's entry when it holds them, else as they were refused
+        // before, or remembered for them (refusals.ts), on the topic admission answers on: the registered one, which
+        // the intent's own may not be.
         const { signed } = admission;
         const topic = admission.effects.replies[0]?.topic;
-        const now = new Date();
-        const answer = signed && topic ? (repeatedRefusal(session.ledger, signed, now, topic) ?? rememberRefusal(signed, admission.effects, now)) : admission.effects;
+        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic) : admission.effects;
         this.track(session, this.settle(session, slot, answer));
         continue;
       }

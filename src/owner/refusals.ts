@@ -3,7 +3,8 @@ import { MAX_CLOCK_SKEW_MS } from "./admission.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import { type LedgerIntentEntry, refusalLedgerKey } from "../schemas/ledger-entry.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
-import { type Effects, effects, rejectedReply } from "./effects.ts";
+import { entityKey } from "../schemas/common.ts";
+import { type Effects, effects, rejectedReply, replayedReply } from "./effects.ts";
 
 /**
  * Refusals of signed intents, remembered for their bytes (README threat model, docs/architecture.md §9.1).
@@ -16,6 +17,12 @@ import { type Effects, effects, rejectedReply } from "./effects.ts";
  * sweep drops it: a retention after it was written, past the intent's `stale` cutoff. A new submission of the same
  * intent key (a new intent id, as the clients' retries of `leased` send) is another digest, decided on the state then.
  * Only intents whose signature checked out are remembered (an agent registry): their bytes are the agent's own.
+ *
+ * The intent key's own entry comes first: a write that stands (or may stand) is never answered "nothing written".
+ * Bytes admitted before and refused now (another deploy, the registry changed: a redelivery after a restart, a copy
+ * from writ.intents) are answered from the key's entry when it holds their submission; while the key's entry is
+ * pending, or holds their submission, no refusal is remembered for them, and as an intent runs the memory is asked
+ * only when the key's entry does not answer it (classify's repeat, a pending write taken up and reconciled).
  */
 
 /**
@@ -72,14 +79,26 @@ export interface SignedIntent {
 }
 
 /**
- * `out` with the refusal's entry added when it refuses the signed intent for a remembered reason and writes nothing
- * else to the ledger; else `out` as it is.
+ * Whether the intent key's entry holds this submission: its intent id, of its agent, tool and record. The agent
+ * signed the intent key with the rest, but only a known tool checks it against the intent's fields: another agent
+ * naming a key it does not own is never answered from it.
  */
-export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, now: Date): Effects {
+export function holdsSubmission(entry: LedgerIntentEntry | undefined, intent: WriteIntent): entry is LedgerIntentEntry {
+  if (entry?.intentId !== intent.intentId || entry.agentId !== intent.agent.id || entry.tool !== intent.tool) return false;
+  return entityKey(entry.entity) === entityKey(intent.entity);
+}
+
+/**
+ * `out` with the refusal's entry added when it refuses the signed intent for a remembered reason and writes nothing
+ * else to the ledger; else `out` as it is. Not while `keyEntry`, the intent key's entry, is pending (a write of the key
+ * may have happened: these bytes again take it up and reconcile) or holds this very submission (it answers them).
+ */
+export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): Effects {
   const first = out.replies[0];
   const reply = first?.value;
   if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return out;
   if (out.ledger || out.lease || out.refusal || !REMEMBERED_REFUSALS.has(reply.reason)) return out;
+  if (keyEntry?.status === "pending" || holdsSubmission(keyEntry, signed.intent)) return out;
   const { intent, digest } = signed;
   // The sweep drops it a retention after `updatedAt`: from `createdAt` when that is ahead of this clock, so it is
   // kept past the intent's `stale` cutoff whatever the retention; never more than the clock skew admission allows
@@ -119,4 +138,23 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
   // Reasons are open (an owner of a later version may have written one this one does not know): carried as written.
   const reply = { ...rejectedReply(intent.intentId, intent.intentKey, outcome.reason as RejectReason, outcome.message, now.toISOString()), duplicate: true };
   return effects({ replies: [{ topic, value: reply }] });
+}
+
+/**
+ * The answer to signed bytes admission refused (`refused`, a reply on `topic`, the agent's registered reply topic),
+ * `key` their intent key's ledger key. When that entry holds their submission (admitted before, on another deploy or
+ * registry), it decides: settled, its outcome again, `duplicate: true`, as classify answers a repeat (the write
+ * stands whatever this deploy admits); pending or conflicted, this refusal, not remembered (a copy an owner admits
+ * takes the entry up: reconciles, or answers the conflict). Else the refusal remembered for them, else this one,
+ * remembered when it may be.
+ */
+export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): Effects {
+  const entry = ledger.get(key);
+  if (holdsSubmission(entry, signed.intent)) {
+    const stored = entry.outcome;
+    if (entry.status !== "done" || stored === undefined || stored.status === "conflict") return refused;
+    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
+    return effects({ replies: [{ topic, value: reply }], redelivered: true });
+  }
+  return repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry);
 }

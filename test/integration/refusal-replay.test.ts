@@ -192,6 +192,38 @@ describe("refused signed intents on a real broker", () => {
     expect(h.records.patchRequests(refund.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
   });
 
+  it("refusal-replay-applied: an applied intent produced again to owners deployed without its tool is answered applied (a repeat), not unknown_tool, and nothing is remembered: again once the tool is back, applied; one PATCH in all", async () => {
+    const { h, registry, client, topicOf, refundInput } = await signedHarness({ billing: ["refund_payment"] });
+    const agents = registry({ billing: ["refund_payment"] });
+    const first = await h.startRouter({ agents });
+    const billing = await client("billing");
+    const replies = await watchReplies(h, topicOf("billing"));
+    const refund = billing.buildIntent(refundInput);
+    const applied = await billing.submit(refund);
+    expect(applied).toMatchObject({ status: "applied", via: "patch", duplicate: false });
+    const bytes = await recordedIntent(h, refund.intentId);
+    const mine = () => replies.filter(([id]) => id === refund.intentId).map(([, ...rest]) => rest);
+
+    // A rollback to owners without refund_payment; the refund's bytes again (a redelivery, a copy from writ.intents).
+    await first.stop();
+    const rolledBack = await h.startRouter({ agents, tools: [tagTicket, noteAccount] });
+    await produceAgain(h, bytes);
+    await waitFor(() => mine().length >= 2, { timeoutMs: 30_000, message: () => `the first replay's answer (${mine().length} answers seen)` });
+    expect(mine()).toEqual([
+      ["applied", "", false],
+      ["applied", "", true],
+    ]);
+    expect(await rolledBack.metrics()).not.toMatch(/writ_refusals_remembered_total\{reason="unknown_tool"\} [1-9]/);
+    // The tool deployed again; the same bytes once more.
+    await rolledBack.stop();
+    await h.startRouter({ agents });
+    await produceAgain(h, bytes);
+    await waitFor(() => mine().length >= 3, { timeoutMs: 30_000, message: () => `the second replay's answer (${mine().length} answers seen)` });
+    expect(mine().slice(2)).toEqual([["applied", "", true]]);
+    expect(h.records.patchRequests(refund.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_R")).state.refunds).toEqual([{ amountCents: 2500, reason: "late" }]);
+  });
+
   it("refusal-replay-register: an intent refused `reply_topic_not_registered` is answered so again on the registered topic, and after its topic is registered, as a repeat; nothing is written", async () => {
     const { h, registry, client, topicOf, refundInput, produceSigned } = await signedHarness({ billing: ["refund_payment"] });
     // The agent's new reply topic, which its client uses before the registry says so.

@@ -14,6 +14,7 @@ import type { OwnerContext } from "../../../src/owner/owner-context.ts";
 import { PartitionOwner } from "../../../src/owner/partition-owner.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
 import { intentKey } from "../../../src/keys.ts";
+import type { AgentRegistry } from "../../../src/security/agent-registry.ts";
 import type { AdmittedTool } from "../../../src/tools.ts";
 import { version } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
@@ -59,13 +60,24 @@ export function restoredWith(entries: [string, RestoredEntry][] = []) {
   return { producer: recordingProducer(), ledger: new PartitionLedger(0, entries), next: 0n, groupOffset: 0n, healed: 0, inDoubt: 0 };
 }
 
+/** The committed ledger entries the mocked restore of {@link restoreMock} hands the next owner; emptied after each test. */
+export const restoring = { entries: [] as [string, unknown][] };
+
+/**
+ * partition-restore.ts as a test file mocks it to restore {@link restoring}'s entries:
+ * `vi.mock("../../../src/owner/partition-restore.ts", async () => (await import("./partition-owner-harness.ts")).restoreMock())`.
+ */
+export function restoreMock() {
+  return { transactionalIdFor: () => "test", restorePartition: async () => restoredWith(restoring.entries as [string, RestoredEntry][]) };
+}
+
 /**
  * An owner of partition 0 with writ's defaults, no linger; `codec` may stand in for the registry's, `config`
- * overrides settings, `tools` are the ones admission knows (none by default), `log` takes its log lines, `observe`
- * its metrics hooks.
+ * overrides settings, `tools` are the ones admission knows (none by default), `agents` its agent registry (none by
+ * default), `log` takes its log lines, `observe` its metrics hooks.
  */
 export function ownerWith(
-  opts: { codec?: WireCodec; config?: Partial<RouterConfigInput>; tools?: ReadonlyMap<string, AdmittedTool>; log?: Logger; observe?: OwnerContext["observe"] } = {},
+  opts: { codec?: WireCodec; config?: Partial<RouterConfigInput>; tools?: ReadonlyMap<string, AdmittedTool>; agents?: AgentRegistry; log?: Logger; observe?: OwnerContext["observe"] } = {},
 ): PartitionOwner {
   const config = parseConfig(RouterConfig, { brokers: ["127.0.0.1:9"], commitLingerMs: 0, offsetCommitIntervalMs: 0, ...opts.config }, "router");
   const codec = opts.codec ?? new WireCodec({});
@@ -75,7 +87,7 @@ export function ownerWith(
     codec,
     encoder: new RecordEncoder(codec, config),
     pipeline: new IntentPipeline({ config, log }),
-    admission: { config, codec, tools: opts.tools ?? new Map(), replyTopics: { exists: async () => true }, now: () => new Date(), partitions: 1 },
+    admission: { config, codec, tools: opts.tools ?? new Map(), replyTopics: { exists: async () => true }, now: () => new Date(), partitions: 1, ...(opts.agents ? { agents: opts.agents } : {}) },
     intake: { pause: () => undefined, resume: () => undefined, seek: () => undefined },
     lease: { confirmed: () => true },
     health: new HealthBoard(),
@@ -155,10 +167,11 @@ export function addTagIntentJson(stepId: string): string {
   });
 }
 
-/** After each test of the file: no transactions recorded, mocks (a frozen clock, spies) restored. */
+/** After each test of the file: no transactions recorded, nothing to restore, mocks (a frozen clock, spies) restored. */
 export function resetAfterEach(): void {
   afterEach(() => {
     txns.length = 0;
+    restoring.entries = [];
     vi.restoreAllMocks();
   });
 }

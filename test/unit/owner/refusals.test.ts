@@ -77,7 +77,7 @@ describe("refused signed intents: remembered for their bytes", () => {
     const signed = signedOf(refused)!;
     // The digest of what the agent signed: intent id and createdAt included.
     expect(signed.digest).toBe(sha256Hex(canonicalJson(v)));
-    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW);
+    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW, undefined);
     expect(out.refusal).toMatchObject({ kind: "intent", intentKey: refusalLedgerKey(signed.digest), status: "done", intentId: "i-1", refusedIntentKey: v.intentKey, outcome: { status: "rejected", reason: "tool_not_allowed" } });
     expect(LedgerEntry.parse(out.refusal)).toEqual(out.refusal);
     // Written under its own key: the intent key's entry is untouched (a new submission of the key classifies as new).
@@ -111,7 +111,7 @@ describe("refused signed intents: remembered for their bytes", () => {
     const refused = await admit(record(ahead), source, deps(granted));
     expect(refused).toMatchObject({ kind: "answered", reason: "clock_skew" });
     const signed = signedOf(refused)!;
-    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW);
+    const out = rememberRefusal(signed, (refused as Extract<Admission, { kind: "answered" }>).effects, NOW, undefined);
     expect(out.refusal).toMatchObject({ intentKey: refusalLedgerKey(signed.digest), outcome: { status: "rejected", reason: "clock_skew" } });
     const ledger = new PartitionLedger(0, [[refusalLedgerKey(signed.digest), out.refusal!]]);
     // An hour on, the bytes are within the skew: admitted, and answered as refused before.
@@ -173,7 +173,7 @@ describe("refused signed intents: remembered for their bytes", () => {
       expect(refused.effects.replies.map((r) => r.topic)).toEqual([c.topic ?? REPLY_TO]);
       const signed = signedOf(refused)!;
       expect(signed.digest).toBe(sha256Hex(canonicalJson(v)));
-      const entry = rememberRefusal(signed, refused.effects, NOW).refusal;
+      const entry = rememberRefusal(signed, refused.effects, NOW, undefined).refusal;
       expect(entry).toMatchObject({ intentKey: refusalLedgerKey(signed.digest), outcome: { status: "rejected", reason: c.reason } });
       const ledger = new PartitionLedger(0, [[entry!.intentKey, entry!]]);
       // Refused so again before the change: answered where admission answers, as the repeat it is.
@@ -191,13 +191,13 @@ describe("refused signed intents: remembered for their bytes", () => {
     const a = await admit(record(closeIntent("i-1")), source, deps());
     expect(a.kind).toBe("admitted");
     expect(signedOf(a)).toBeUndefined();
-    expect(rememberRefusal(undefined, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] }), NOW).refusal).toBeUndefined();
+    expect(rememberRefusal(undefined, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] }), NOW, undefined).refusal).toBeUndefined();
   });
 
   it("remembers the refusals given without a ledger entry on a state that may pass, and nothing else", () => {
     const signed = { digest: "d".repeat(64), intent: closeIntent("i-1") };
     const refusing = (reason: Parameters<typeof rejectedReply>[2], extra = {}) =>
-      rememberRefusal(signed, effects({ replies: [{ topic: REPLY_TO, value: { ...rejectedReply("i-1", signed.intent.intentKey, reason, "m", NOW.toISOString()), ...extra } }] }), NOW).refusal;
+      rememberRefusal(signed, effects({ replies: [{ topic: REPLY_TO, value: { ...rejectedReply("i-1", signed.intent.intentKey, reason, "m", NOW.toISOString()), ...extra } }] }), NOW, undefined).refusal;
     // On the deploy or the registry; on the ledger or the record; on the clock.
     const remembered = [
       ...["reply_topic_not_registered", "unknown_tool", "tool_not_allowed", "entity_type_mismatch", "params_invalid", "patch_path_not_allowed"],
@@ -216,15 +216,15 @@ describe("refused signed intents: remembered for their bytes", () => {
     // key_reused_with_different_params keeps the key's entry dated again (`kept`) beside it: both are written.
     const kept = { kind: "intent", intentKey: signed.intent.intentKey } as LedgerIntentEntry;
     const reused = effects({ kept, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", signed.intent.intentKey, "key_reused_with_different_params", "m", NOW.toISOString()) }] });
-    expect(rememberRefusal(signed, reused, NOW)).toMatchObject({ kept, refusal: { outcome: { reason: "key_reused_with_different_params" } } });
+    expect(rememberRefusal(signed, reused, NOW, undefined)).toMatchObject({ kept, refusal: { outcome: { reason: "key_reused_with_different_params" } } });
     expect(refusing("leased", { duplicate: true })).toBeUndefined();
     const settled = effects({ ledger: { kind: "intent" } as LedgerIntentEntry, replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", "k", "leased", "m", NOW.toISOString()) }] });
-    expect(rememberRefusal(signed, settled, NOW).refusal).toBeUndefined();
+    expect(rememberRefusal(signed, settled, NOW, undefined).refusal).toBeUndefined();
   });
 
   it("kept past the intent's stale cutoff (a retention after the later of the refusal and its createdAt), then swept", () => {
     const ahead = { ...closeIntent("i-1"), createdAt: new Date(NOW.getTime() + 240_000).toISOString() };
-    const entry = rememberRefusal({ digest: "e".repeat(64), intent: ahead }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", ahead.intentKey, "leased", "m", NOW.toISOString()) }] }), NOW).refusal!;
+    const entry = rememberRefusal({ digest: "e".repeat(64), intent: ahead }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-1", ahead.intentKey, "leased", "m", NOW.toISOString()) }] }), NOW, undefined).refusal!;
     expect(entry.updatedAt).toBe(ahead.createdAt);
     const retentionMs = 3_600_000;
     expect(Date.parse(entry.updatedAt) + retentionMs).toBeGreaterThan(Date.parse(ahead.createdAt) + maxIntentAgeMs(ahead, 1));
@@ -240,13 +240,13 @@ describe("refused signed intents: remembered for their bytes", () => {
     const a = await admit(record(future), source, deps(registry(["add_tag"])));
     expect(a).toMatchObject({ kind: "answered", reason: "clock_skew" });
     if (a.kind !== "answered") return;
-    expect(rememberRefusal(a.signed, a.effects, NOW).refusal).toMatchObject({ outcome: { reason: "clock_skew" }, updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
+    expect(rememberRefusal(a.signed, a.effects, NOW, undefined).refusal).toMatchObject({ outcome: { reason: "clock_skew" }, updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
     // Nor remembered for a reply topic not registered, which came before the date: its entry dated at the bytes'
     // createdAt capped at the skew, swept long before the bytes are admissible, which a registry change would make.
     const elsewhere = await admit(record(future), source, deps(registry(["add_tag", "close_ticket"], OLD_REPLY_TO)));
     expect(elsewhere).toMatchObject({ kind: "answered", reason: "clock_skew" });
     // However its bytes reached it, a refusal's entry is dated no later than the skew admission allows.
-    const far = rememberRefusal({ digest: "f".repeat(64), intent: future }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-future", future.intentKey, "tool_not_allowed", "m", NOW.toISOString()) }] }), NOW).refusal!;
+    const far = rememberRefusal({ digest: "f".repeat(64), intent: future }, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply("i-future", future.intentKey, "tool_not_allowed", "m", NOW.toISOString()) }] }), NOW, undefined).refusal!;
     expect(Date.parse(far.updatedAt)).toBe(NOW.getTime() + 300_000);
     // So an entry written after it is swept once due: the sweep stops at the first entry not yet due.
     const ledger = new PartitionLedger(0);
@@ -267,7 +267,7 @@ describe("refused signed intents: remembered for their bytes", () => {
       replyTo: "w".repeat(249),
     } as WriteIntent;
     const reply = rejectedReply(worst.intentId, worst.intentKey, "undo_target_not_applied", "\u0001".repeat(5_000), NOW.toISOString(), { status: "pending" });
-    const entry = rememberRefusal({ digest: "0".repeat(64), intent: worst }, effects({ replies: [{ topic: worst.replyTo, value: reply }] }), NOW).refusal!;
+    const entry = rememberRefusal({ digest: "0".repeat(64), intent: worst }, effects({ replies: [{ topic: worst.replyTo, value: reply }] }), NOW, undefined).refusal!;
     expect(entry.outcome).toMatchObject({ message: "\u0001".repeat(2_000) });
     expect(Buffer.byteLength(JSON.stringify(entry)) + Buffer.byteLength(entry.intentKey)).toBeLessThan(LEDGER_ENTRY_FIELDS_BYTES);
   });

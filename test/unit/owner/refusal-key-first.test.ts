@@ -1,0 +1,180 @@
+// A refusal remembered for signed bytes (refusals.ts) must never outrank their intent key's own entry. Signed bytes
+// applied, then a copy of them (a redelivery after a restart: the offset commit lags by design; a copy from
+// writ.intents) reaching an owner deployed without the tool, was answered `unknown_tool`, "nothing written", for a
+// write that stands, and that refusal was remembered: once the tool was back, the memory answered before the key's
+// entry, so the agent kept hearing "rejected" for up to 23 h. With the key's entry pending (an owner died mid-PATCH),
+// the memory kept every later copy from taking that entry up and reconciling it.
+import { generateKeyPairSync } from "node:crypto";
+import type { KafkaMessage } from "kafkajs";
+import { describe, expect, it, vi } from "vitest";
+import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
+import { intentFingerprints } from "../../../src/owner/admission.ts";
+import { effects, rejectedReply } from "../../../src/owner/effects.ts";
+import type { PartitionOwner } from "../../../src/owner/partition-owner.ts";
+import { rememberRefusal } from "../../../src/owner/refusals.ts";
+import { LedgerEntry, type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
+import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { AgentRegistry } from "../../../src/security/agent-registry.ts";
+import { SIGNATURE_HEADER, signIntent } from "../../../src/security/signing.ts";
+import { admitTools } from "../../../src/tools.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
+import { FakeSystem } from "./fake-system.ts";
+import { addTagIntentJson, ownerWith, resetAfterEach, restoring, txns } from "./partition-owner-harness.ts";
+import { addTag } from "./pipeline-fixtures.ts";
+
+vi.mock("../../../src/owner/partition-restore.ts", async () => (await import("./partition-owner-harness.ts")).restoreMock());
+resetAfterEach();
+
+const T1 = { type: "ticket", id: "T-1" };
+const REPLY_TO = "writ.replies.agent-1";
+const agentKey = generateKeyPairSync("ed25519");
+const agents = AgentRegistry.from({
+  agents: { "agent-1": { keys: [{ id: "k1", publicKey: agentKey.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: ["add_tag"], replyTopic: REPLY_TO } },
+});
+/** X: agent-1's add_tag of "vip" on T-1, signed. */
+const X = JSON.parse(addTagIntentJson("s1")) as WriteIntent;
+const signedRecord = (offset: number, v: WriteIntent = X): KafkaMessage =>
+  ({ offset: String(offset), key: Buffer.from("ticket:T-1"), value: Buffer.from(JSON.stringify(v)), headers: { [SIGNATURE_HEADER]: signIntent(v, { keyId: "k1", privateKey: agentKey.privateKey }) }, timestamp: String(Date.now()), attributes: 0 }) as KafkaMessage;
+
+/** An owner of the deploy `tools` (none: one without add_tag), restored with `entries`, running. */
+async function ownerOf(sor: FakeSystem | null, entries: Map<string, unknown>): Promise<PartitionOwner> {
+  restoring.entries = [...entries];
+  const owner = ownerWith({ agents, ...(sor ? { tools: admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }) } : {}) });
+  owner.start();
+  await waitFor(() => owner.state === "running", { timeoutMs: 5_000, message: "the owner never opened its partition" });
+  return owner;
+}
+
+/** X delivered at `offset`, settled (its offset committed), the owner closed. */
+async function deliverX(owner: PartitionOwner, offset: number): Promise<void> {
+  owner.accept([signedRecord(offset)], String(offset));
+  await waitFor(() => txns.some((t) => t.committed && t.offset === String(offset + 1)), { timeoutMs: 10_000, message: `offset ${offset} never settled` });
+  await owner.close();
+}
+
+/** The ledger as the committed transactions left it, over `from`: what the next owner restores. */
+function ledgerAfter(from: Map<string, unknown>): Map<string, unknown> {
+  const ledger = new Map(from);
+  for (const r of txns.filter((t) => t.committed).flatMap((t) => t.records)) {
+    if (r.topic !== "writ.ledger" || r.key === null) continue;
+    if (r.value === null) ledger.delete(r.key);
+    else ledger.set(r.key, LedgerEntry.parse(JSON.parse(r.value.toString("utf8"))));
+  }
+  return ledger;
+}
+
+/** The answers to X so far: [status, reason or version, duplicate]. */
+const answers = () =>
+  txns
+    .filter((t) => t.committed)
+    .flatMap((t) => t.records)
+    .filter((r) => r.topic === REPLY_TO)
+    .map((r) => JSON.parse(r.value!.toString("utf8")) as { intentId: string; status: string; reason?: string; version?: string; duplicate: boolean })
+    .filter((a) => a.intentId === X.intentId)
+    .map((a) => [a.status, a.reason ?? a.version, a.duplicate]);
+
+const refusalKeys = (ledger: Map<string, unknown>) => [...ledger.keys()].filter((k) => k.startsWith("__refused__:"));
+
+/** The refusal of X an owner from before this fix remembered (answered unknown_tool on a deploy without add_tag). */
+function rememberedUnknownTool(): [string, LedgerIntentEntry] {
+  const reply = rejectedReply(X.intentId, X.intentKey, "unknown_tool", "no write tool named add_tag is admitted", new Date().toISOString());
+  const digest = sha256Hex(canonicalJson(X));
+  const entry = rememberRefusal({ digest, intent: X }, effects({ replies: [{ topic: REPLY_TO, value: reply }] }), new Date(), undefined).refusal!;
+  expect(entry.intentKey).toBe(refusalLedgerKey(digest));
+  return [entry.intentKey, entry];
+}
+
+/** X's entry as an owner that died after staging it left it: pending, its PATCH maybe sent. */
+function pendingX(sor: FakeSystem): LedgerIntentEntry {
+  const { fingerprint, deltaFingerprint } = intentFingerprints(admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }).get("add_tag")!, X);
+  const attempts = [{ baseVersion: X.baseVersion, deltaFingerprint }];
+  return { kind: "intent", intentKey: X.intentKey, intentId: X.intentId, status: "pending", entity: T1, tool: "add_tag", agentId: "agent-1", fingerprint, attempts, cycles: 0, replyTo: REPLY_TO, updatedAt: new Date().toISOString() };
+}
+
+describe("the intent key's own entry comes before a refusal remembered for the same signed bytes", () => {
+  it("X applied; a copy on a deploy without the tool is answered applied (duplicate), nothing remembered; with the tool back, applied again, also over a refusal an earlier owner remembered", async () => {
+    const sor = new FakeSystem("helpdesk");
+    sor.seed(T1, { tags: [] });
+    await deliverX(await ownerOf(sor, new Map()), 0);
+    expect(answers()).toEqual([["applied", '"2"', false]]);
+    const applied = ledgerAfter(new Map());
+    expect(applied.get(X.intentKey)).toMatchObject({ status: "done", intentId: X.intentId, outcome: { status: "applied", version: '"2"' } });
+
+    // A rollback to a deploy without add_tag; X is delivered again (its offset was not committed yet).
+    await deliverX(await ownerOf(null, applied), 1);
+    expect(answers()).toEqual([
+      ["applied", '"2"', false],
+      ["applied", '"2"', true],
+    ]);
+    const afterRollback = ledgerAfter(applied);
+    expect(refusalKeys(afterRollback)).toEqual([]);
+
+    // The tool deployed again; X once more: the key's entry answers it.
+    await deliverX(await ownerOf(sor, afterRollback), 2);
+    // And on a ledger where an owner before this fix remembered X's refusal beside the key's entry.
+    await deliverX(await ownerOf(sor, new Map([...afterRollback, rememberedUnknownTool()])), 3);
+    expect(answers().slice(2)).toEqual([
+      ["applied", '"2"', true],
+      ["applied", '"2"', true],
+    ]);
+    expect(sor.patchCount(T1)).toBe(1);
+    expect(sor.current(T1)?.state).toEqual({ tags: ["vip"] });
+  });
+
+  it("X pending (its owner died mid-PATCH, the PATCH landed): a copy refused on a deploy without the tool is not remembered, and a copy with the tool takes the entry up and reconciles it, also over a refusal an earlier owner remembered", async () => {
+    const sor = new FakeSystem("helpdesk");
+    sor.seed(T1, { tags: [] });
+    const pending = pendingX(sor);
+    // The PATCH reached the system before its owner died: the lookup by the intent key knows it.
+    sor.change(T1, [{ op: "add", path: "/tags/-", value: "vip" }], X.intentKey);
+    const inDoubt = new Map<string, unknown>([[X.intentKey, pending]]);
+
+    await deliverX(await ownerOf(null, inDoubt), 0);
+    expect(answers()).toEqual([["rejected", "unknown_tool", false]]);
+    const afterRefusal = ledgerAfter(inDoubt);
+    expect(refusalKeys(afterRefusal)).toEqual([]);
+    expect(afterRefusal.get(X.intentKey)).toMatchObject({ status: "pending" });
+
+    // The tool back, on a ledger where an owner before this fix remembered X's refusal: X is taken up and reconciled.
+    await deliverX(await ownerOf(sor, new Map([...afterRefusal, rememberedUnknownTool()])), 1);
+    expect(answers()[1]).toEqual(["applied", '"2"', false]);
+    expect(ledgerAfter(afterRefusal).get(X.intentKey)).toMatchObject({ status: "done", outcome: { status: "applied", version: '"2"' } });
+    expect(sor.patchCount(T1)).toBe(0);
+    expect(sor.commitsOf(X.intentKey)).toBe(1);
+  });
+
+  it("while the key's entry is pending no refusal is remembered for the bytes: X taken up and refused leased after its reconcile found it not applied, and a resubmission refused at admission", async () => {
+    const sor = new FakeSystem("helpdesk");
+    sor.seed(T1, { tags: [] });
+    // Another change holds T-1's lease; X's PATCH never reached the system.
+    const now = Date.now();
+    const held: LedgerLeaseEntry = {
+      kind: "lease",
+      entity: T1,
+      change: "c".repeat(64),
+      agentId: "agent-2",
+      replyTo: "writ.replies.agent-2",
+      acquiredAt: new Date(now - 60_000).toISOString(),
+      expiresAt: new Date(now + 600_000).toISOString(),
+      updatedAt: new Date(now - 60_000).toISOString(),
+    };
+    const inDoubt = new Map<string, unknown>([
+      [X.intentKey, pendingX(sor)],
+      [leaseLedgerKey("ticket:T-1"), held],
+    ]);
+    await deliverX(await ownerOf(sor, inDoubt), 0);
+    expect(answers()).toEqual([["rejected", "leased", false]]);
+    const after = ledgerAfter(inDoubt);
+    expect(after.get(X.intentKey)).toMatchObject({ status: "pending" });
+    expect(refusalKeys(after)).toEqual([]);
+
+    // The agent resubmits (a new intent id, the same key) to an owner deployed without the tool.
+    const resubmitted = { ...X, intentId: "s1-again" };
+    const owner = await ownerOf(null, after);
+    owner.accept([signedRecord(1, resubmitted)], "1");
+    await waitFor(() => txns.some((t) => t.committed && t.offset === "2"), { timeoutMs: 10_000, message: "the resubmission never settled" });
+    await owner.close();
+    expect(refusalKeys(ledgerAfter(after))).toEqual([]);
+    expect(sor.patchCount(T1)).toBe(0);
+  });
+});
