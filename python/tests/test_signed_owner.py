@@ -8,13 +8,16 @@ signed by a key the registry does not list for the agent, is refused
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from writ_client import AppliedReply, Ed25519Signer, RejectedReply, WritClient
+from writ_client import AppliedReply, Ed25519Signer, RejectedReply, SubmitResult, WritClient
 from writ_client.devstack import ChildProcess, RecordsAdmin, Stack, start_owner
 
 from .conftest import REPO, RUN, _delete_topics, reply_topic, topics_of
@@ -127,44 +130,95 @@ def test_the_rotated_key_in_pem_form_verifies_too(
     assert isinstance(reply, AppliedReply), reply
 
 
-@pytest.mark.parametrize("how", ["unsigned", "unknown key id", "wrong key for the key id"])
-def test_an_intent_not_signed_by_the_agent_is_refused_unauthenticated(
-    how: str, stack: Stack, signed_topics: dict[str, str], agent_reply_topic: str, signed_owner: ChildProcess, records: RecordsAdmin, uid: str
-) -> None:
-    signer = {
-        "unsigned": None,
-        "unknown key id": Ed25519Signer.generate(key_id="not-registered"),
-        "wrong key for the key id": Ed25519Signer.generate(key_id=SIGNER.key_id),
-    }[how]
-    pid = f"pay_uns_{uid}"
-    seeded = seed_payment(records, pid)
-    with _client(stack, signed_topics, agent_reply_topic, signer=signer) as c:
-        # A rejection given before the signature is checked ends a submit only at its deadline (it may answer a forged
-        # record naming this intent id), so the deadline is short here.
-        reply = c.submit(refund_input(pid, seeded["version"]), timeout=10)
+# Signers the registry does not list for the agent: the owner refuses what they sign `unauthenticated`.
+NOT_THE_AGENTS = {
+    "unsigned": None,
+    "unknown key id": Ed25519Signer.generate(key_id="not-registered"),
+    "wrong key for the key id": Ed25519Signer.generate(key_id=SIGNER.key_id),
+}
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A submission sent by :func:`refusals`: the record it names, and its answer to come."""
+
+    entity_id: str
+    answer: concurrent.futures.Future[SubmitResult]
+    #: The intent key of the escalated intent an operator's resolution names (the operator's case only).
+    escalated_key: str = ""
+
+
+@pytest.fixture(scope="module")
+def refusals(
+    stack: Stack,
+    signed_topics: dict[str, str],
+    agent_reply_topic: str,
+    operator_reply_topic: str,
+    signed_client: WritClient,
+    records: RecordsAdmin,
+) -> Iterator[dict[str, Refused]]:
+    """The submissions refused before their signature holds, each from a client of its own, sent at once.
+
+    Such a refusal ends a call only at its deadline (it may answer a forged record naming this intent id), so the
+    deadline is short (10 s), and each call waits all of it: sent together they wait 10 s, not 10 s each. Keyed by
+    NOT_THE_AGENTS's cases, and ``operator`` for the unsigned resolution of an escalation."""
+    run = uuid.uuid4().hex[:8]
+    jobs: dict[str, tuple[str, Callable[[], SubmitResult], str]] = {}
+    for n, (how, signer) in enumerate(NOT_THE_AGENTS.items()):
+        pid = f"pay_uns_{n}_{run}"
+        seeded = seed_payment(records, pid)
+
+        def submit(signer: Ed25519Signer | None = signer, pid: str = pid, version: str = seeded["version"]) -> SubmitResult:
+            with _client(stack, signed_topics, agent_reply_topic, signer=signer) as c:
+                return c.submit(refund_input(pid, version), timeout=10)
+
+        jobs[how] = (pid, submit, "")
+    tid = f"T-sig-unsigned-{run}"
+    escalated, _ = escalate(signed_client, records, tid)
+
+    def resolve_unsigned() -> SubmitResult:
+        with _client(stack, signed_topics, operator_reply_topic, agent=OPERATOR, signer=None) as ops:
+            [found] = [r.escalation for r in ops.read_escalations(topic=signed_topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
+            return ops.resolve(found, "apply", timeout=10)
+
+    jobs["operator"] = (tid, resolve_unsigned, escalated.intent_key)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        yield {how: Refused(entity, pool.submit(job), key) for how, (entity, job, key) in jobs.items()}
+
+
+@pytest.mark.parametrize("how", list(NOT_THE_AGENTS))
+def test_an_intent_not_signed_by_the_agent_is_refused_unauthenticated(how: str, refusals: dict[str, Refused], records: RecordsAdmin) -> None:
+    refused = refusals[how]
+    reply = refused.answer.result(timeout=120)
     assert isinstance(reply, RejectedReply), reply
     assert reply.reason == "unauthenticated", reply
-    assert records.read("payment", pid)["state"]["refunds"] == []
+    assert records.read("payment", refused.entity_id)["state"]["refunds"] == []
     assert records.patch_requests(reply.intent_key) == 0
 
 
 @pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
 def test_an_operators_resolution_is_carried_out_only_when_signed_by_the_operator(
-    signed: bool, stack: Stack, signed_topics: dict[str, str], operator_reply_topic: str, signed_client: WritClient, records: RecordsAdmin, uid: str
+    signed: bool, stack: Stack, signed_topics: dict[str, str], operator_reply_topic: str, signed_client: WritClient, records: RecordsAdmin, uid: str, request: pytest.FixtureRequest
 ) -> None:
-    tid = f"T-sig-{signed}-{uid}"
-    escalated, _ = escalate(signed_client, records, tid)
-    with _client(stack, signed_topics, operator_reply_topic, agent=OPERATOR, signer=OPERATOR_SIGNER if signed else None) as ops:
-        [found] = [r.escalation for r in ops.read_escalations(topic=signed_topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
-        # Unsigned: refused before the signature holds, so the answer ends the call only at its deadline.
-        answer = ops.resolve(found, "apply", timeout=30 if signed else 10)
+    if signed:
+        tid = f"T-sig-{signed}-{uid}"
+        escalated, _ = escalate(signed_client, records, tid)
+        with _client(stack, signed_topics, operator_reply_topic, agent=OPERATOR, signer=OPERATOR_SIGNER) as ops:
+            [found] = [r.escalation for r in ops.read_escalations(topic=signed_topics["human"]) if r.escalation.escalation_id == escalated.escalation_id]
+            answer = ops.resolve(found, "apply", timeout=30)
+        escalated_key = escalated.intent_key
+    else:
+        # Unsigned: refused before the signature holds, so the answer ends the call only at its deadline (see refusals).
+        refused: Refused = request.getfixturevalue("refusals")["operator"]
+        tid, escalated_key = refused.entity_id, refused.escalated_key
+        answer = refused.answer.result(timeout=120)
     assert isinstance(answer, (AppliedReply, RejectedReply)), answer
     if signed:
         assert isinstance(answer, AppliedReply) and answer.resolved_by == OPERATOR, answer
-        assert records.patch_requests(escalated.intent_key) == 1
+        assert records.patch_requests(escalated_key) == 1
     else:
         assert isinstance(answer, RejectedReply) and answer.reason == "unauthenticated", answer
-        assert records.patch_requests(escalated.intent_key) == 0
+        assert records.patch_requests(escalated_key) == 0
         assert records.read("ticket", tid)["state"]["tags"] == []
 
 
