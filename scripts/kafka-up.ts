@@ -8,6 +8,9 @@
 //                                       # start, ACLs) on 19492, registry over HTTPS with basic auth on 18481,
 //                                       # in .cache/run-secure (src/testing/secure-stack.ts); prints the owner's
 //                                       # variables and the agents' and admin's password files
+//   npm run kafka:up -- --secure --tenant T
+//                                       # the same, with tenant T's users, names and ACLs (made at start; a
+//                                       # running stack without T is an error); prints T's variables
 //
 // WRIT_LOCAL_STACK_DIR, WRIT_LOCAL_KAFKA_PORT and WRIT_LOCAL_REGISTRY_PORT still override the dir and ports.
 import { join, resolve } from 'node:path';
@@ -32,14 +35,16 @@ if (process.argv.includes('--secure')) {
   }
   const { ensureStack } = await import('../src/testing/local-stack.ts');
   const t0 = Date.now();
+  const at = process.argv.indexOf('--tenant');
+  const tenant = at < 0 ? '' : (process.argv[at + 1] ?? '');
   try {
-    const { started, secure } = await ensureStack({ secure: true });
-    const s = secure!;
+    const { started, secure } = await ensureStack({ secure: { tenants: at < 0 ? [] : [tenant] } });
+    const s = at < 0 ? secure! : secure!.tenant(tenant);
     process.stderr.write(`[secure-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: npm run kafka:down -- --secure\n`);
-    process.stdout.write(`# the owners (SCRAM user writ-owner); CA: ${s.caFile}\n`);
+    process.stdout.write(`# the owners (SCRAM user ${s.users['writ-owner'].username}${tenant === '' ? '' : `, tenant ${tenant}`}); CA: ${s.caFile}\n`);
     for (const [k, v] of Object.entries(s.env('writ-owner'))) process.stdout.write(`${k}=${v}\n`);
     for (const user of ['agent-a', 'agent-b', 'admin'] as const) {
-      process.stdout.write(`# ${user === 'admin' ? 'admin (super user: writ topics, tail, escalations, doctor)' : `agent ${user}`}: KAFKA_SASL_USERNAME=${user} KAFKA_SASL_PASSWORD_FILE=${s.users[user].passwordFile}\n`);
+      process.stdout.write(`# ${user === 'admin' ? 'admin (super user: writ topics, tail, escalations, doctor)' : `agent ${user}`}: KAFKA_SASL_USERNAME=${s.users[user].username} KAFKA_SASL_PASSWORD_FILE=${s.users[user].passwordFile}\n`);
     }
     process.exit(0);
   } catch (err) {

@@ -3,14 +3,25 @@
 // unit files, mostly waiting on timers and sockets) leaves a core idle. Either failing fails the run; a type
 // error is reported as soon as tsc ends, and vitest still finishes (and stops the broker it started).
 // Arguments go to `vitest run`, as they did with `tsc --noEmit && vitest run`.
+//
+// A full run (no arguments) also starts the secure stack (src/testing/secure-stack.ts: SASL_SSL, ACLs, an HTTPS
+// registry) once, in the background once the type check is done, for the suites that run over it: test/integration/secure.test.ts and
+// doctor-acls.test.ts, each of which would otherwise start and stop its own (about 11 s each), and the Python suite
+// when .ci/run keeps it (WRIT_KEEP_STACK=1). Each of those suites is a tenant of its own (test/helpers/secure-tenants.ts)
+// or the stack's own users, so none sees another's users, topics or ACLs. WRIT_SECURE_STACK_DIR and its ports name
+// it to them (inherited; the stack's lock makes one that comes while it starts wait); it is stopped at the end,
+// whatever the outcome, unless WRIT_KEEP_STACK=1 (then by whoever set it: `npm run kafka:down -- --secure`).
 import { spawn } from "node:child_process";
 import { join } from "node:path";
+import { SECURE_TENANTS } from "../test/helpers/secure-tenants.ts";
 
 const root = join(import.meta.dirname, "..");
 const children = new Set();
+let stopping = false;
 // A signal to `npm test` (Ctrl-C, npm passing on a SIGTERM) goes to both: none is left running on its own.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.on(signal, () => {
+    stopping = true;
     for (const child of children) child.kill(signal);
   });
 }
@@ -30,6 +41,36 @@ const typecheck = run([join(root, "node_modules", "typescript", "bin", "tsc"), "
   if (code !== 0) console.error(`npm test: the type check (tsc --noEmit) failed (exit ${code}); the tests go on, and the run fails`);
   return code;
 });
-const tests = run([join(root, "node_modules", "vitest", "vitest.mjs"), "run", ...process.argv.slice(2)]);
+const shareSecure = process.argv.length === 2;
+if (shareSecure) {
+  // Its own dir and ports, below the ephemeral range as every stack's (src/testing/local-stack.ts's header says
+  // why), unless the caller names another; named before vitest starts, which passes them on to its files.
+  process.env.WRIT_SECURE_STACK_DIR ||= join(root, ".cache", "run-secure-shared");
+  process.env.WRIT_SECURE_KAFKA_PORT ||= "22392";
+  process.env.WRIT_SECURE_REGISTRY_PORT ||= "22381";
+}
+const tests = run([join(root, "node_modules", "vitest", "vitest.mjs"), "run", ...process.argv.slice(2)]).finally(() => {
+  stopping = true;
+});
+// Started once the type check is done: the plain stack vitest's global setup starts, which every file waits
+// for, is up by then, and the unit files (a minute and more) leave time before the first file that needs it.
+const secure = !shareSecure
+  ? Promise.resolve(undefined)
+  : typecheck.then(async () => {
+      if (stopping) return undefined;
+      const { ensureSecureStack } = await import("../src/testing/secure-stack.ts");
+      const { hideKafkajsTimeoutWarning } = await import("../src/node-warnings.ts");
+      hideKafkajsTimeoutWarning();
+      const log = (line) => console.log(`[secure-stack] ${line}`);
+      // A start that fails is said here; the suites then start it themselves and fail with the reason if they cannot.
+      return ensureSecureStack({ tenants: Object.values(SECURE_TENANTS), log }).catch((err) => {
+        console.error(`npm test: the shared secure stack did not start: ${err instanceof Error ? err.message : String(err)}`);
+        return undefined;
+      });
+    });
 const [tscCode, vitestCode] = await Promise.all([typecheck, tests]);
+const stack = await secure;
+if (stack?.started && process.env.WRIT_KEEP_STACK !== "1") {
+  await stack.stop().catch((err) => console.error(`npm test: stopping the shared secure stack failed: ${err instanceof Error ? err.message : String(err)}`));
+}
 process.exit(tscCode !== 0 ? 1 : vitestCode);

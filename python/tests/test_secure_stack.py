@@ -5,10 +5,15 @@ made at start) with ACLs enforced by the broker, and the Apicurio registry over
 HTTPS with basic auth, started here with ``node scripts/kafka-up.ts --secure``
 in a dir and on ports of its own (``.cache/run-secure-py``, 22892-22894 and
 22881), beside the plain stack the other tests share; stopped at the end when
-this module started it (``WRIT_KEEP_STACK=1`` keeps it). An owner (SCRAM user
-``writ-owner``) runs with an agent registry; the Python client is agent-a,
-configured from the same environment variables as the TypeScript CLI
-(``WritClient.from_env``), signing its intents.
+this module started it (``WRIT_KEEP_STACK=1`` keeps it). When
+``WRIT_SECURE_STACK_DIR`` (with ``WRIT_SECURE_KAFKA_PORT`` and
+``WRIT_SECURE_REGISTRY_PORT``) names a stack, as in CI, where the TypeScript
+suites' stack is kept for this one, that stack is used. The module is its own
+tenant of the stack (TENANT: SCRAM users, topics, groups and ACLs of its own,
+``test/helpers/secure-tenants.ts``), so nothing of another suite's is in its
+way. An owner (the tenant's ``writ-owner``) runs with an agent registry; the
+Python client is the tenant's agent-a, configured from the same environment
+variables as the TypeScript CLI (``WritClient.from_env``), signing its intents.
 
 Skipped with ``WRIT_SKIP_SECURE=1``, or when Java or openssl is missing.
 """
@@ -22,6 +27,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -34,6 +40,8 @@ from .test_client import refund_input, seed_payment
 
 KAFKA_PORT = 22892
 REGISTRY_PORT = 22881
+#: This module's tenant of the secure stack (test/helpers/secure-tenants.ts names it for the shared stack).
+TENANT = "py-secure"
 SIGNER = Ed25519Signer.generate(key_id="agent-a-py-1")
 
 pytestmark = pytest.mark.skipif(
@@ -45,7 +53,13 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def secure() -> Iterator[SecureStack]:
     t0 = time.monotonic()
-    s = ensure_secure_stack(REPO, dir=REPO / ".cache" / "run-secure-py", kafka_port=KAFKA_PORT, registry_port=REGISTRY_PORT)
+    shared = os.environ.get("WRIT_SECURE_STACK_DIR", "")
+    if shared:
+        # the shared stack's dir and ports, as scripts/test.mjs and src/testing/secure-stack.ts take them
+        layout = {"dir": shared, "kafka_port": int(os.environ.get("WRIT_SECURE_KAFKA_PORT") or 19492), "registry_port": int(os.environ.get("WRIT_SECURE_REGISTRY_PORT") or 18481)}
+    else:
+        layout = {"dir": REPO / ".cache" / "run-secure-py", "kafka_port": KAFKA_PORT, "registry_port": REGISTRY_PORT}
+    s = ensure_secure_stack(REPO, tenant=TENANT, **layout)
     print(f"[secure-stack] {'started' if s.started else 'reused'} in {time.monotonic() - t0:.1f} s")
     yield s
     if s.started and not os.environ.get("WRIT_KEEP_STACK"):
@@ -57,16 +71,24 @@ def secure_owner(secure: SecureStack, records_server: ChildProcess, tmp_path_fac
     registry = tmp_path_factory.mktemp("secure-agents") / "agents.json"
     registry.write_text(
         json.dumps(
-            {"agents": {"agent-a": {"keys": [{"id": SIGNER.key_id, "publicKey": SIGNER.public_key_pem()}], "tools": ["refund_payment"], "replyTopic": "writ.replies.agent-a"}}}
+            {
+                "agents": {
+                    secure.users["agent-a"]: {
+                        "keys": [{"id": SIGNER.key_id, "publicKey": SIGNER.public_key_pem()}],
+                        "tools": ["refund_payment"],
+                        "replyTopic": secure.reply_topic("agent-a"),
+                    }
+                }
+            }
         )
     )
     child = start_owner(
         REPO,
         Stack(secure.brokers, secure.registry_url),
         records_url=records_server.info["url"],
-        # The ACLs of the secure stack are for the default names.
-        topics={"intents": "writ.intents", "ledger": "writ.ledger", "human": "writ.human", "dlq": "writ.dlq"},
-        group_id="writ.owners",
+        # The ACLs of the secure stack are for the tenant's names.
+        topics=secure.topics,
+        group_id=secure.group_id,
         intent_partitions=2,
         env={**secure.owner_env, "WRIT_AGENT_REGISTRY": str(registry), "WRIT_INSTANCE_ID": f"py-secure-owner-{uuid.uuid4().hex[:6]}"},
         timeout=180,
@@ -80,12 +102,25 @@ def _registry_password(secure: SecureStack) -> str:
         return f.read().strip()
 
 
+def _agent_a(secure: SecureStack, **kw: Any) -> WritClient:
+    """The tenant's agent-a, from the environment an agent of the stack gets."""
+    agent = secure.users["agent-a"]
+    return WritClient.from_env(agent_id=agent, reply_topic=secure.reply_topic("agent-a"), env=secure.env(agent), **kw)
+
+
+def _secrets(secure: SecureStack) -> list[str]:
+    return [secure.password(u) for u in secure.password_files] + [_registry_password(secure)]
+
+
 def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
-    secure: SecureStack, secure_owner: ChildProcess, records: RecordsAdmin, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    secure: SecureStack,
+    secure_owner: ChildProcess,
+    records: RecordsAdmin,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    env = secure.env("agent-a")
-    client = WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env, signer=SIGNER)
+    client = _agent_a(secure, signer=SIGNER)
     assert client.kafka_security is not None and client.kafka_security.security_protocol == "SASL_SSL"
     assert client.producer_config()["sasl.mechanism"] == "SCRAM-SHA-512"
     assert client.producer_config()["ssl.ca.location"] == secure.ca_file
@@ -98,11 +133,11 @@ def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
         assert isinstance(reply, AppliedReply), reply
         assert records.patch_requests(reply.intent_key) == 1
         # unsigned, with the same credentials: the owner refuses it
-        with WritClient.from_env(agent_id="agent-a", reply_topic="writ.replies.agent-a", env=env) as unsigned:
+        with _agent_a(secure) as unsigned:
             # Refused before the signature holds: the answer ends the submit only at its deadline.
             refused = unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=15)
         assert isinstance(refused, RejectedReply) and refused.reason == "unauthenticated", refused
-    secrets = [secure.password(u) for u in secure.password_files] + [_registry_password(secure)]
+    secrets = _secrets(secure)
     out, err = capfd.readouterr()
     for text in (caplog.text, out, err, repr(client.kafka_security), repr(client.schema_registry_auth)):
         for secret in secrets:
@@ -112,8 +147,11 @@ def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
 def test_a_wrong_password_fails_at_start_without_showing_it(secure: SecureStack, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.DEBUG)
     wrong = f"wrong-{uuid.uuid4()}"
-    security = KafkaSecurity(ssl_ca=secure.ca_file, sasl_username="agent-a", sasl_password=wrong)
-    client = WritClient(brokers=secure.brokers, agent_id="agent-a", reply_topic="writ.replies.agent-a", kafka_security=security)
+    agent = secure.users["agent-a"]
+    security = KafkaSecurity(ssl_ca=secure.ca_file, sasl_username=agent, sasl_password=wrong)
+    client = WritClient(
+        brokers=secure.brokers, agent_id=agent, reply_topic=secure.reply_topic("agent-a"), reply_topic_prefix=secure.reply_prefix, kafka_security=security
+    )
     t0 = time.monotonic()
     with pytest.raises(KafkaException) as err:
         client.start()
@@ -121,24 +159,26 @@ def test_a_wrong_password_fails_at_start_without_showing_it(secure: SecureStack,
     assert time.monotonic() - t0 < 60
     text = str(err.value)
     assert err.value.args[0].code() == KafkaError._AUTHENTICATION, text
-    assert "could not authenticate to the Kafka brokers as agent-a (SCRAM-SHA-512)" in text and "invalid credentials" in text, text
+    assert f"could not authenticate to the Kafka brokers as {agent} (SCRAM-SHA-512)" in text and "invalid credentials" in text, text
     out, errout = capfd.readouterr()
     for t in (text, caplog.text, out, errout, repr(security)):
         assert wrong not in t
 
 
 def test_the_broker_refuses_agent_b_another_agents_reply_topic(secure: SecureStack) -> None:
-    """The ACLs: agent-b may create and read only reply topics prefixed writ.replies.agent-b."""
-    client = WritClient.from_env(agent_id="agent-b", reply_topic="writ.replies.agent-a", env=secure.env("agent-b"))
+    """The ACLs: agent-b may create and read only reply topics prefixed with the reply prefix and its own name."""
+    agent_b = secure.users["agent-b"]
+    client = WritClient.from_env(agent_id=agent_b, reply_topic=secure.reply_topic("agent-a"), env=secure.env(agent_b))
     with pytest.raises(KafkaException) as err:
         client.start()
     client.close()
     assert err.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err.value
-    assert "not authorized to create the reply topic writ.replies.agent-a" in str(err.value)
+    assert f"not authorized to create the reply topic {secure.reply_topic('agent-a')}" in str(err.value)
 
 
 def test_the_registry_holds_the_schema_the_python_client_registered(secure: SecureStack, secure_owner: ChildProcess) -> None:
-    """Over HTTPS with basic auth: writ.intents-value is there (registered by this client or the owner: one schema, the same text)."""
+    """Over HTTPS with basic auth: the intents topic's value subject is there (registered by this client or the owner: one
+    schema, the same text)."""
     from writ_client import RegistryAuth, RegistryTls, WireCodec
 
     codec = WireCodec(
@@ -146,10 +186,11 @@ def test_the_registry_holds_the_schema_the_python_client_registered(secure: Secu
         auth=RegistryAuth(secure.owner_env["SCHEMA_REGISTRY_USERNAME"], _registry_password(secure)),
         tls=RegistryTls(ca=secure.owner_env["SCHEMA_REGISTRY_CA_FILE"]),
     )
+    intents = secure.topics["intents"]
     status, subjects = codec._http("GET", f"{codec.registry_url}/subjects", None)
-    assert status == 200 and "writ.intents-value" in subjects, subjects
+    assert status == 200 and f"{intents}-value" in subjects, subjects
     # registering the same text again returns the id it has: the Python and TypeScript texts are one schema
-    assert isinstance(codec.schema_id("writ.intents", "WriteIntent"), int)
-    status, versions = codec._http("GET", f"{codec.registry_url}/subjects/writ.intents-value/versions", None)
+    assert isinstance(codec.schema_id(intents, "WriteIntent"), int)
+    status, versions = codec._http("GET", f"{codec.registry_url}/subjects/{intents}-value/versions", None)
     assert status == 200 and len(versions) == 1, versions
 

@@ -636,6 +636,7 @@ export {
   singleNodeProperties,
   waitForPortsClosed,
   clusterId,
+  withLock,
   JAVA,
   HOST,
 };

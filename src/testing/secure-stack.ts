@@ -19,6 +19,16 @@
 // SCRAM users are created when the storage is formatted (kafka-storage format
 // --add-scram, KIP-900); ACLs once the node serves, by the admin user.
 //
+// Tenants (`tenants`, named at start): several test suites share one stack
+// (one start instead of one each) without seeing each other's state. Tenant
+// `t` has SCRAM users of its own (`t-writ-owner`, `t-agent-a`, `t-agent-b`;
+// `admin` stays the one super user), topics, groups and transactional ids
+// under `t.` (`t.writ.intents`, `t.writ.replies.`, `t.writ.owners`), and the
+// same ACLs as the stack's own users on the README's names, for its names
+// only: no ACL of one tenant names a topic or group of another, or the
+// README's. A start and a reuse hold `<dir>/stack.lock`, so a user that comes
+// while another is starting the stack waits, then reuses it.
+//
 // Library module: importing it has no side effects.
 
 import { randomBytes } from 'node:crypto';
@@ -48,6 +58,7 @@ import {
   tailOf,
   tcpOpen,
   waitForPortsClosed,
+  withLock,
   type ComponentSpec,
 } from './local-stack.ts';
 
@@ -56,6 +67,7 @@ export const SECURE_USERS = ['admin', 'writ-owner', 'agent-a', 'agent-b'] as con
 export type SecureUserName = (typeof SECURE_USERS)[number];
 /** The two agents of the stack. */
 export const SECURE_AGENTS = ['agent-a', 'agent-b'] as const;
+export type SecureAgentName = (typeof SECURE_AGENTS)[number];
 /** The registry's basic-auth user. */
 export const REGISTRY_USER = 'writ';
 
@@ -68,7 +80,37 @@ export interface SecureStackOptions {
   registryPort?: number;
   /** Start the registry too. Default true. */
   registry?: boolean;
+  /**
+   * Tenants (see the header): made when this call starts the stack; a stack
+   * that runs without one of them is not reused (an error says so).
+   */
+  tenants?: readonly string[];
   log?: (line: string) => void;
+}
+
+const TENANT_NAME = /^[a-z][a-z0-9-]{0,31}$/;
+
+/** The names of a tenant's users (by role) and resources; tenant '' is the stack's own, with the README's names. */
+export interface SecureTenantNames {
+  users: Record<SecureUserName, string>;
+  topics: { intents: string; ledger: string; human: string; dlq: string };
+  replyPrefix: string;
+  groupId: string;
+}
+
+function checkTenant(tenant: string): void {
+  if (!TENANT_NAME.test(tenant)) throw new Error(`secure stack tenant ${JSON.stringify(tenant)}: lower case letters, digits and '-', starting with a letter, at most 32`);
+}
+
+export function secureTenantNames(tenant: string): SecureTenantNames {
+  if (tenant !== '') checkTenant(tenant);
+  const p = tenant === '' ? '' : `${tenant}.`;
+  return {
+    users: Object.fromEntries(SECURE_USERS.map((role) => [role, tenant === '' || role === 'admin' ? role : `${tenant}-${role}`])) as Record<SecureUserName, string>,
+    topics: { intents: `${p}writ.intents`, ledger: `${p}writ.ledger`, human: `${p}writ.human`, dlq: `${p}writ.dlq` },
+    replyPrefix: `${p}writ.replies.`,
+    groupId: `${p}writ.owners`,
+  };
 }
 
 export interface SecureUser {
@@ -79,20 +121,36 @@ export interface SecureUser {
   mechanism: 'scram-sha-512';
 }
 
-/** What a client of the secure stack needs: the CA, the users and their passwords. */
-export interface SecureStackInfo {
+/** What a client of one tenant of the secure stack needs: the CA, the users and their passwords, the names. */
+export interface SecureTenant extends Omit<SecureTenantNames, 'users'> {
+  /** '' for the stack's own users and the README's names. */
+  name: string;
   dir: string;
   brokers: string[];
   /** `https://127.0.0.1:<port>/apis/ccompat/v7`, or '' without a registry. */
   registryUrl: string;
   /** The CA certificate (PEM) the broker's and the registry's certificates are signed by. */
   caFile: string;
+  /** By role; `admin` is the stack's super user, the same for every tenant. */
   users: Record<SecureUserName, SecureUser>;
   registryAuth: { username: string; password: string; passwordFile: string };
   /** writ's `kafka` config (src/security/transport.ts) for `user`: TLS with the CA, SCRAM-SHA-512. */
   kafka(user: SecureUserName | SecureUser): { ssl: { ca: string }; sasl: { mechanism: 'scram-sha-512'; username: string; password: string } };
-  /** The environment variables of an owner, agent or CLI acting as `user` (passwords through their *_FILE variables). */
+  /**
+   * The environment variables of an owner, agent or CLI acting as `user` (passwords through their *_FILE
+   * variables); a tenant's also name its topics, group and reply prefix (WRIT_INTENTS_TOPIC and the rest).
+   */
   env(user: SecureUserName): Record<string, string>;
+  /** An agent's reply topic: the reply prefix and its user name, which is its agent id. */
+  replyTopic(agent: SecureAgentName): string;
+}
+
+/** The stack's own users and names (tenant ''), and its tenants. */
+export interface SecureStackInfo extends SecureTenant {
+  /** The tenants the stack was started with. */
+  tenants: string[];
+  /** Tenant `name`'s users and names; throws when the stack was started without it. */
+  tenant(name: string): SecureTenant;
 }
 
 function portOption(value: number | undefined, variable: string, fallback: number): number {
@@ -116,6 +174,9 @@ interface Layout {
   log4jFile: string;
   logFile: string;
   caFile: string;
+  /** The tenants of the running stack, one a line (written once it serves). */
+  tenantsFile: string;
+  lockFile: string;
   broker: ComponentSpec;
   registry: ComponentSpec;
 }
@@ -141,6 +202,8 @@ function layout(opts: SecureStackOptions): Layout {
     log4jFile: join(dir, 'log4j2.xml'),
     logFile: join(dir, 'broker.log'),
     caFile: join(tlsDir, 'ca.pem'),
+    tenantsFile: join(dir, 'tenants'),
+    lockFile: join(dir, 'stack.lock'),
     broker: { name: 'secure broker', pidFile: join(dir, 'broker.pid'), outFile: join(dir, 'broker.out'), signature: () => ['kafka.Kafka', propsFile] },
     registry: {
       name: 'secure registry',
@@ -199,24 +262,46 @@ function passwordFile(l: Layout, user: string): string {
   return join(l.secretsDir, `${user}.password`);
 }
 
+/** Every SCRAM user of the stack's own and its tenants' (`admin` once). */
+function scramUsers(tenants: readonly string[]): string[] {
+  return [...new Set(['', ...tenants].flatMap((t) => Object.values(secureTenantNames(t).users)))];
+}
+
 /** New random passwords for every user and the registry, one file each (0600). */
-function makePasswords(l: Layout): void {
+function makePasswords(l: Layout, tenants: readonly string[]): void {
   rmSync(l.secretsDir, { recursive: true, force: true });
   mkdirSync(l.secretsDir, { recursive: true, mode: 0o700 });
-  for (const user of [...SECURE_USERS, `registry-${REGISTRY_USER}`]) writeSecret(passwordFile(l, user), `${newPassword()}\n`);
+  for (const user of [...scramUsers(tenants), `registry-${REGISTRY_USER}`]) writeSecret(passwordFile(l, user), `${newPassword()}\n`);
 }
 
 function readPassword(l: Layout, user: string): string {
   return readFileSync(passwordFile(l, user), 'utf8').trim();
 }
 
-function info(l: Layout, withRegistry: boolean): SecureStackInfo {
+function tenantInfo(l: Layout, withRegistry: boolean, name: string): SecureTenant {
+  const names = secureTenantNames(name);
   const users = Object.fromEntries(
-    SECURE_USERS.map((u) => [u, { username: u, password: readPassword(l, u), passwordFile: passwordFile(l, u), mechanism: 'scram-sha-512' as const }]),
+    SECURE_USERS.map((role) => {
+      const username = names.users[role];
+      return [role, { username, password: readPassword(l, username), passwordFile: passwordFile(l, username), mechanism: 'scram-sha-512' as const }];
+    }),
   ) as Record<SecureUserName, SecureUser>;
   const registryAuth = { username: REGISTRY_USER, password: withRegistry ? readPassword(l, `registry-${REGISTRY_USER}`) : '', passwordFile: passwordFile(l, `registry-${REGISTRY_USER}`) };
   const registryUrl = withRegistry ? l.registryUrl : '';
+  // The README's names are every writ program's defaults; a tenant's are said.
+  const tenantEnv: Record<string, string> = name === '' ? {} : {
+    WRIT_INTENTS_TOPIC: names.topics.intents,
+    WRIT_LEDGER_TOPIC: names.topics.ledger,
+    WRIT_HUMAN_TOPIC: names.topics.human,
+    WRIT_DLQ_TOPIC: names.topics.dlq,
+    WRIT_GROUP_ID: names.groupId,
+    WRIT_REPLY_TOPIC_PREFIX: names.replyPrefix,
+  };
   return {
+    topics: names.topics,
+    replyPrefix: names.replyPrefix,
+    groupId: names.groupId,
+    name,
     dir: l.dir,
     brokers: [l.address],
     registryUrl,
@@ -238,7 +323,22 @@ function info(l: Layout, withRegistry: boolean): SecureStackInfo {
         ...(withRegistry
           ? { SCHEMA_REGISTRY_URL: registryUrl, SCHEMA_REGISTRY_USERNAME: registryAuth.username, SCHEMA_REGISTRY_PASSWORD_FILE: registryAuth.passwordFile, SCHEMA_REGISTRY_CA_FILE: l.caFile }
           : {}),
+        ...tenantEnv,
       };
+    },
+    replyTopic(agent) {
+      return `${names.replyPrefix}${users[agent].username}`;
+    },
+  };
+}
+
+function info(l: Layout, withRegistry: boolean, tenants: readonly string[]): SecureStackInfo {
+  return {
+    ...tenantInfo(l, withRegistry, ''),
+    tenants: [...tenants],
+    tenant(name) {
+      if (!tenants.includes(name)) throw new Error(`the secure stack in ${l.dir} was started without tenant ${JSON.stringify(name)} (its tenants: ${tenants.join(', ') || 'none'})`);
+      return tenantInfo(l, withRegistry, name);
     },
   };
 }
@@ -268,16 +368,20 @@ export interface AclRule {
  *   topic (prefixed `writ.replies.<agent>`), and use only its own consumer
  *   groups (prefixed `writ.client.<agent>.`).
  * Idempotent producers need no cluster permission (Kafka >= 2.8: WRITE on a topic suffices).
+ * `topics` and the rest: another tenant's names (secureTenantNames).
  */
-export function secureStackAcls(opts: { owner?: string; agents?: readonly string[]; groupId?: string; replyPrefix?: string } = {}): AclRule[] {
+export function secureStackAcls(
+  opts: { owner?: string; agents?: readonly string[]; groupId?: string; replyPrefix?: string; topics?: SecureTenantNames['topics'] } = {},
+): AclRule[] {
   const owner = `User:${opts.owner ?? 'writ-owner'}`;
   const group = opts.groupId ?? 'writ.owners';
   const replies = opts.replyPrefix ?? 'writ.replies.';
+  const topics = opts.topics ?? secureTenantNames('').topics;
   const rules: AclRule[] = [
-    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.intents', operations: ['READ', 'WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
-    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.ledger', operations: ['READ', 'WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
-    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.human', operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
-    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.dlq', operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
+    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: topics.intents, operations: ['READ', 'WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
+    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: topics.ledger, operations: ['READ', 'WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
+    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: topics.human, operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
+    { principal: owner, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: topics.dlq, operations: ['WRITE', 'DESCRIBE', 'CREATE', 'DESCRIBE_CONFIGS'] },
     { principal: owner, resourceType: 'TOPIC', patternType: 'PREFIXED', resourceName: replies, operations: ['WRITE', 'DESCRIBE', 'DESCRIBE_CONFIGS'] },
     { principal: owner, resourceType: 'GROUP', patternType: 'PREFIXED', resourceName: group, operations: ['READ', 'DESCRIBE'] },
     { principal: owner, resourceType: 'TRANSACTIONAL_ID', patternType: 'PREFIXED', resourceName: group, operations: ['WRITE', 'DESCRIBE'] },
@@ -285,12 +389,20 @@ export function secureStackAcls(opts: { owner?: string; agents?: readonly string
   for (const agent of opts.agents ?? SECURE_AGENTS) {
     const p = `User:${agent}`;
     rules.push(
-      { principal: p, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: 'writ.intents', operations: ['WRITE', 'DESCRIBE'] },
+      { principal: p, resourceType: 'TOPIC', patternType: 'LITERAL', resourceName: topics.intents, operations: ['WRITE', 'DESCRIBE'] },
       { principal: p, resourceType: 'TOPIC', patternType: 'PREFIXED', resourceName: `${replies}${agent}`, operations: ['CREATE', 'READ', 'DESCRIBE'] },
       { principal: p, resourceType: 'GROUP', patternType: 'PREFIXED', resourceName: `writ.client.${agent}.`, operations: ['READ', 'DESCRIBE', 'DELETE'] },
     );
   }
   return rules;
+}
+
+/** Every ACL rule the stack makes at start: its own users' on the README's names, and each tenant's on its names. */
+export function secureStackAclRules(tenants: readonly string[]): AclRule[] {
+  return ['', ...tenants].flatMap((t) => {
+    const n = secureTenantNames(t);
+    return secureStackAcls({ owner: n.users['writ-owner'], agents: SECURE_AGENTS.map((a) => n.users[a]), groupId: n.groupId, replyPrefix: n.replyPrefix, topics: n.topics });
+  });
 }
 
 function aclEntries(rules: AclRule[]): AclEntry[] {
@@ -340,13 +452,14 @@ function brokerProps(l: Layout): Record<string, string | number | boolean> {
 }
 
 /** Formats the storage with the SCRAM users (SCRAM-SHA-512 and -256 for each). */
-async function formatStorage(l: Layout, log: (line: string) => void): Promise<void> {
+async function formatStorage(l: Layout, log: (line: string) => void, tenants: readonly string[]): Promise<void> {
   const id = clusterId();
-  const scram = SECURE_USERS.flatMap((u) => {
+  const users = scramUsers(tenants);
+  const scram = users.flatMap((u) => {
     const pw = readPassword(l, u);
     return ['--add-scram', `SCRAM-SHA-512=[name=${u},password=${pw}]`, '--add-scram', `SCRAM-SHA-256=[name=${u},password=${pw}]`];
   });
-  log(`formatting KRaft storage in ${l.dataDir} with SCRAM users ${SECURE_USERS.join(', ')}`);
+  log(`formatting KRaft storage in ${l.dataDir} with SCRAM users ${users.join(', ')}`);
   try {
     await runOrThrow(JAVA, [...javaBrokerArgs(l), '-XX:TieredStopAtLevel=1', 'kafka.tools.StorageTool', 'format', '-t', id, '-c', l.propsFile, '--standalone', ...scram], l.dir, 'kafka-storage format');
   } catch (err) {
@@ -393,11 +506,11 @@ async function waitForBroker(l: Layout, pid: number | undefined, timeoutMs: numb
   throw new Error(`secure broker ${l.address} did not answer describeCluster within ${timeoutMs} ms.\n--- ${l.logFile}\n${tailOf(l.logFile)}`);
 }
 
-async function createAcls(l: Layout): Promise<number> {
+async function createAcls(l: Layout, tenants: readonly string[]): Promise<number> {
   const admin = adminKafka(l, 10_000).admin();
   try {
     await admin.connect();
-    const entries = aclEntries(secureStackAcls());
+    const entries = aclEntries(secureStackAclRules(tenants));
     await admin.createAcls({ acl: entries });
     return entries.length;
   } finally {
@@ -405,7 +518,7 @@ async function createAcls(l: Layout): Promise<number> {
   }
 }
 
-async function startBroker(l: Layout, log: (line: string) => void): Promise<void> {
+async function startBroker(l: Layout, log: (line: string) => void, tenants: readonly string[]): Promise<void> {
   await ensureKafkaJars(log);
   await stopComponent(l.broker, log);
   rmSync(l.dataDir, { recursive: true, force: true });
@@ -415,14 +528,14 @@ async function startBroker(l: Layout, log: (line: string) => void): Promise<void
   }
   writeBrokerFiles(l, brokerProps(l), 'src/testing/secure-stack.ts');
   const t0 = Date.now();
-  await formatStorage(l, log);
+  await formatStorage(l, log, tenants);
   await retryOnPortClash('secure broker', [l.logFile, l.broker.outFile], async () => {
     const child = spawnDetached(l.broker, JAVA, [...javaBrokerArgs(l), 'kafka.Kafka', l.propsFile], l.dir);
     log(`secure broker starting (pid ${child.pid}), log: ${l.logFile}`);
     await waitForBroker(l, child.pid, 90_000);
   }, log);
-  const acls = await createAcls(l);
-  log(`secure broker serves SASL_SSL on ${l.address} with ${acls} ACL entries (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  const acls = await createAcls(l, tenants);
+  log(`secure broker serves SASL_SSL on ${l.address} with ${acls} ACL entries${tenants.length > 0 ? ` (tenants ${tenants.join(', ')})` : ''} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
 // ---------------------------------------------------------------------------
@@ -498,39 +611,64 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
 // Public API
 
 /**
- * Starts (or reuses, when ours already serves in `dir`) the secure stack.
- * A fresh start makes a new CA, certificates and passwords; `stop()` stops
- * what this call started. One user at a time per stack dir: unlike the plain
- * stack, there is no lease between processes.
+ * Starts (or reuses, when ours already serves in `dir`) the secure stack. A
+ * broker that serves is reused, or is an error when it lacks the registry or
+ * a tenant asked for: it is never restarted under whoever uses it. A fresh
+ * start makes a new CA, certificates and passwords; `stop()` stops what this
+ * call started, so the process that started a stack others reuse stops it
+ * (unlike the plain stack, there are no leases between processes). Holds the
+ * stack dir's lock meanwhile.
  */
 export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<EnsureStackResult> {
   const log = opts.log ?? ((line: string) => process.stderr.write(`[secure-stack] ${line}\n`));
   const l = layout(opts);
   const withRegistry = opts.registry !== false;
-  mkdirSync(l.dir, { recursive: true });
-  const brokerUp = ownedPid(l.broker) !== undefined && (await brokerServes(l));
-  const registryUp = !withRegistry || (brokerUp && ownedPid(l.registry) !== undefined && (await registryServes(l)));
+  const asked = [...new Set(opts.tenants ?? [])];
+  for (const t of asked) checkTenant(t); // before anything starts
   const started: ('broker' | 'registry')[] = [];
-  if (brokerUp) log(`reusing the secure broker at ${l.address}`);
-  if (brokerUp && withRegistry && registryUp) log(`reusing the secure registry at ${l.registryUrl}`);
-  if (!brokerUp || !registryUp) {
-    // certificates and passwords are new for each start: whatever of ours still runs goes first
-    await Promise.all([stopComponent(l.broker, log), stopComponent(l.registry, log)]);
-    await waitForPortsClosed([l.kafkaPort, l.controllerPort, l.internalPort, l.registryPort], 5000);
-    const t0 = Date.now();
-    await makeCertificates(l);
-    makePasswords(l);
-    log(`made a CA (${l.caFile}), broker and registry certificates and passwords (${Date.now() - t0} ms)`);
-    const tasks: Promise<void>[] = [startBroker(l, log).then(() => void started.push('broker'))];
-    if (withRegistry) tasks.push(startRegistry(l, log).then(() => void started.push('registry')));
-    const results = await Promise.allSettled(tasks);
-    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failure !== undefined) {
-      await Promise.all([stopComponent(l.broker, log), stopComponent(l.registry, log)]).catch(() => undefined);
-      throw failure.reason;
-    }
-  }
-  const secure = info(l, withRegistry);
+  const tenants = await withLock(
+    log,
+    async () => {
+      const brokerUp = ownedPid(l.broker) !== undefined && (await brokerServes(l));
+      if (brokerUp) {
+        // A stack that serves may be someone else's to use (its starter stops it): it is reused as it is, or not
+        // at all. Its certificates, users and tenants are made at start, so it is never restarted for what it lacks.
+        const running = existsSync(l.tenantsFile) ? readFileSync(l.tenantsFile, 'utf8').split('\n').filter((t) => t !== '') : [];
+        const missing = [
+          ...(withRegistry && !(ownedPid(l.registry) !== undefined && (await registryServes(l))) ? ['its registry'] : []),
+          ...asked.filter((t) => !running.includes(t)).map((t) => `tenant ${t}`),
+        ];
+        if (missing.length > 0) {
+          throw new Error(
+            `the secure stack in ${l.dir} runs without ${missing.join(', ')} (its tenants: ${running.join(', ') || 'none'}); ` +
+              `stop it (WRIT_SECURE_STACK_DIR=${l.dir} npm run kafka:down -- --secure) or use another dir (WRIT_SECURE_STACK_DIR, WRIT_SECURE_KAFKA_PORT, WRIT_SECURE_REGISTRY_PORT)`,
+          );
+        }
+        log(`reusing the secure broker at ${l.address}${withRegistry ? ` and registry at ${l.registryUrl}` : ''}`);
+        return running;
+      }
+      // certificates and passwords are new for each start: whatever of ours still runs (not serving) goes first
+      await Promise.all([stopComponent(l.broker, log), stopComponent(l.registry, log)]);
+      await waitForPortsClosed([l.kafkaPort, l.controllerPort, l.internalPort, l.registryPort], 5000);
+      rmSync(l.tenantsFile, { force: true });
+      const t0 = Date.now();
+      await makeCertificates(l);
+      makePasswords(l, asked);
+      log(`made a CA (${l.caFile}), broker and registry certificates and passwords (${Date.now() - t0} ms)`);
+      const tasks: Promise<void>[] = [startBroker(l, log, asked).then(() => void started.push('broker'))];
+      if (withRegistry) tasks.push(startRegistry(l, log).then(() => void started.push('registry')));
+      const results = await Promise.allSettled(tasks);
+      const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failure !== undefined) {
+        await Promise.all([stopComponent(l.broker, log), stopComponent(l.registry, log)]).catch(() => undefined);
+        throw failure.reason;
+      }
+      writeFileSync(l.tenantsFile, asked.map((t) => `${t}\n`).join(''));
+      return asked;
+    },
+    l.lockFile,
+  );
+  const secure = info(l, withRegistry, tenants);
   let stopped = false;
   return {
     endpoints: { brokers: secure.brokers, registryUrl: secure.registryUrl },

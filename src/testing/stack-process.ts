@@ -295,15 +295,15 @@ export async function waitForRegistry(url: string, timeoutMs: number, pid?: numb
 }
 
 // ---------------------------------------------------------------------------
-// Cross-process lock (kafka:up and a vitest run may race)
+// Cross-process lock (kafka:up and a vitest run may race); `lockFile` is another stack's (the secure stack's)
 
-export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>): Promise<T> {
-  mkdirSync(RUN_DIR, { recursive: true });
+export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>, lockFile = LOCK_FILE): Promise<T> {
+  mkdirSync(dirname(lockFile), { recursive: true });
   const deadline = Date.now() + 10 * 60_000;
   let announced = false;
   for (;;) {
     try {
-      const fd = openSync(LOCK_FILE, 'wx');
+      const fd = openSync(lockFile, 'wx');
       writeFileSync(fd, `${process.pid}\n`);
       closeSync(fd);
       break;
@@ -311,18 +311,18 @@ export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       let holder = NaN;
       try {
-        holder = Number(readFileSync(LOCK_FILE, 'utf8').trim());
+        holder = Number(readFileSync(lockFile, 'utf8').trim());
       } catch {
         // vanished or half-written; retry
       }
       const deadHolder = Number.isInteger(holder) && holder > 0 && !isAlive(holder);
       // a lock file without a pid for 10 s: its writer died between create and write
-      const orphaned = !(holder > 0) && Date.now() - (statSync(LOCK_FILE, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 10_000;
+      const orphaned = !(holder > 0) && Date.now() - (statSync(lockFile, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 10_000;
       if (deadHolder || orphaned) {
-        rmSync(LOCK_FILE, { force: true });
+        rmSync(lockFile, { force: true });
         continue;
       }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${LOCK_FILE} (held by pid ${holder})`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lockFile} (held by pid ${holder})`);
       if (!announced) {
         log(`waiting for another process (pid ${holder}) that is starting the stack`);
         announced = true;
@@ -333,7 +333,7 @@ export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>
   try {
     return await fn();
   } finally {
-    rmSync(LOCK_FILE, { force: true });
+    rmSync(lockFile, { force: true });
   }
 }
 

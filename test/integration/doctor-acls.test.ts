@@ -1,7 +1,10 @@
 // Who may write writ's trusted topics (src/doctor/acls.ts), as `writ doctor` and `writ console` report it,
 // against real brokers: the shared plain broker (no authorizer: DescribeAcls answers SECURITY_DISABLED) and the
 // secure single node (StandardAuthorizer with the README's ACLs; `ensureStack({ secure })`'s default dir and
-// port, so a stack from `npm run kafka:up -- --secure` is reused, and one this file starts is stopped after).
+// port, or WRIT_SECURE_STACK_DIR's, so a stack from `npm run kafka:up -- --secure` or the one `npm test` starts
+// for the secure suites is reused, and one this file starts is stopped after). Its principals are the stack's
+// own users, on the README's names: the other suites on a shared stack are tenants (test/helpers/secure-tenants.ts),
+// whose users, topics and ACLs are named apart, so what this file checks is its own.
 // On the secure node one extra ACL lets agent-a Write writ.human; it is removed after the test.
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";

@@ -2,11 +2,14 @@
 // a CA made at start) with ACLs enforced by the broker (StandardAuthorizer), and the Apicurio registry
 // over HTTPS with basic auth (Quarkus's embedded users: Apicurio 3's own basic auth needs an OIDC server,
 // Quarkus's does not). src/testing/secure-stack.ts starts both in beforeAll (its own dir and ports, beside
-// the shared plain stack) and they are stopped afterwards.
+// the shared plain stack) and they are stopped afterwards; or, when WRIT_SECURE_STACK_DIR names one (`npm test`
+// starts one for the secure suites: scripts/test.mjs), that stack is used and left running.
 //
-// An owner (the CLI, as a process, SCRAM user writ-owner), agent-a (an in-process client and `writ submit`,
-// SCRAM user agent-a), agent-b (the MCP server over HTTP with a bearer token, SCRAM user agent-b), a client
-// with a wrong password. Every log line they write is captured and searched for every secret at the end.
+// The file acts as its own tenant of the stack (TENANT): SCRAM users, topics, groups and ACLs of its own, so
+// no other suite on a shared stack sees or touches what it does. An owner (the CLI, as a process, the
+// tenant's writ-owner), agent-a (an in-process client and `writ submit`, the tenant's agent-a), agent-b (the
+// MCP server over HTTP with a bearer token, the tenant's agent-b), a client with a wrong password. Every log
+// line they write is captured and searched for every secret at the end.
 import { spawn, type ChildProcess } from "node:child_process";
 import { generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -22,26 +25,30 @@ import { WireCodec } from "../../src/codec.ts";
 import { REDACT_PATHS, type Logger } from "../../src/logger.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { ensureStack, type EnsureStackResult } from "../../src/testing/local-stack.ts";
-import type { SecureStackInfo } from "../../src/testing/secure-stack.ts";
+import type { SecureAgentName, SecureTenant } from "../../src/testing/secure-stack.ts";
 import { ROOT } from "../helpers/build.ts";
+import { SECURE_TENANTS } from "../helpers/secure-tenants.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 
-const STACK_DIR = join(ROOT, ".cache", "run-secure-test");
-// Below the ephemeral range, as every stack's (src/testing/local-stack.ts's header says why).
-const KAFKA_PORT = 22592;
-const REGISTRY_PORT = 22581;
+// The file's own stack, when no shared one is named. Below the ephemeral range, as every stack's
+// (src/testing/local-stack.ts's header says why).
+const OWN_STACK = { dir: join(ROOT, ".cache", "run-secure-test"), kafkaPort: 22592, registryPort: 22581 };
+const SHARED = (process.env.WRIT_SECURE_STACK_DIR ?? "") !== "";
+/** The ports ensureSecureStack takes: the shared stack's (its variables, else its defaults) or this file's. */
+const PORTS = SHARED ? { kafka: Number(process.env.WRIT_SECURE_KAFKA_PORT || 19492), registry: Number(process.env.WRIT_SECURE_REGISTRY_PORT || 18481) } : { kafka: OWN_STACK.kafkaPort, registry: OWN_STACK.registryPort };
+const TENANT = SECURE_TENANTS.secureTest;
 const MCP_TOKEN = `mcp-token-${randomUUID()}`;
 const WRONG_PASSWORD = `wrong-${randomUUID()}`;
 
 let stack: EnsureStackResult | undefined;
-let s: SecureStackInfo;
+let s: SecureTenant;
 let records: DemoRecordsServer;
 let owner: ChildProcess | undefined;
 let ownerLog = "";
 const logDir = mkdtempSync(join(tmpdir(), "writ-secure-logs-"));
 /** Every log captured, by what wrote it: searched for secrets at the end. */
 const logs = new Map<string, () => string>();
-const keys: Record<"agent-a" | "agent-b", { privateKey: KeyObject; pem: string; publicPem: string }> = {
+const keys: Record<SecureAgentName, { privateKey: KeyObject; pem: string; publicPem: string }> = {
   "agent-a": keyPair(),
   "agent-b": keyPair(),
 };
@@ -82,13 +89,18 @@ function run(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promis
   });
 }
 
-function agentClient(agent: "agent-a" | "agent-b", name: string, overrides: { password?: string } = {}) {
+/** An agent's id: its SCRAM user's name (the ACLs name its reply topics and groups after it). */
+const agentId = (agent: SecureAgentName) => s.users[agent].username;
+
+function agentClient(agent: SecureAgentName, name: string, overrides: { password?: string } = {}) {
   const user = s.users[agent];
   return createWritClient({
     brokers: s.brokers,
     kafka: s.kafka({ ...user, ...(overrides.password ? { password: overrides.password } : {}) }),
-    agentId: agent,
-    replyTopic: `writ.replies.${agent}`,
+    agentId: agentId(agent),
+    replyTopic: s.replyTopic(agent),
+    replyTopicPrefix: s.replyPrefix,
+    intentsTopic: s.topics.intents,
     schemaRegistryUrl: s.registryUrl,
     schemaRegistryAuth: { username: s.registryAuth.username, password: s.registryAuth.password },
     schemaRegistryTls: { ca: s.caFile },
@@ -109,19 +121,19 @@ const refund = (runId: string, version: string, amountCents: number) => ({
 });
 
 /** A kafkajs client as `user` (for what writ's own clients would not try). */
-function rawKafka(user: "agent-a" | "agent-b") {
+function rawKafka(user: SecureAgentName) {
   return new Kafka({ clientId: `secure-test-${user}`, brokers: s.brokers, ...sslSasl(user), logLevel: logLevel.NOTHING, retry: { retries: 1 } });
 }
-function sslSasl(user: "agent-a" | "agent-b") {
-  return { ssl: { ca: [readFileSync(s.caFile, "utf8")] }, sasl: { mechanism: "scram-sha-512" as const, username: user, password: s.users[user].password } };
+function sslSasl(user: SecureAgentName) {
+  return { ssl: { ca: [readFileSync(s.caFile, "utf8")] }, sasl: { mechanism: "scram-sha-512" as const, username: s.users[user].username, password: s.users[user].password } };
 }
 
 beforeAll(async () => {
   const t0 = Date.now();
-  stack = await ensureStack({ secure: { dir: STACK_DIR, kafkaPort: KAFKA_PORT, registryPort: REGISTRY_PORT }, log: (l) => console.log(`[secure-stack] ${l}`) });
+  stack = await ensureStack({ secure: { ...(SHARED ? {} : OWN_STACK), tenants: [TENANT] }, log: (l) => console.log(`[secure-stack] ${l}`) });
   startSeconds = (Date.now() - t0) / 1000;
   console.log(`[secure-stack] ${stack.started ? "started" : "reused"} in ${startSeconds.toFixed(1)} s`);
-  s = stack.secure!;
+  s = stack.secure!.tenant(TENANT);
   records = await startDemoRecordsServer({ port: 0 });
   records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
 
@@ -130,7 +142,7 @@ beforeAll(async () => {
     registryFile,
     JSON.stringify({
       agents: Object.fromEntries(
-        (["agent-a", "agent-b"] as const).map((a) => [a, { keys: [{ id: `${a}-1`, publicKey: keys[a].publicPem }], tools: ["refund_payment", "tag_ticket"], replyTopic: `writ.replies.${a}` }]),
+        (["agent-a", "agent-b"] as const).map((a) => [agentId(a), { keys: [{ id: `${a}-1`, publicKey: keys[a].publicPem }], tools: ["refund_payment", "tag_ticket"], replyTopic: s.replyTopic(a) }]),
       ),
     }),
   );
@@ -166,8 +178,8 @@ afterAll(async () => {
 
 describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
   it("the secure stack starts in reasonable time (CA, certificates, SCRAM users, ACLs, HTTPS registry)", () => {
-    expect(s.brokers).toEqual([`127.0.0.1:${KAFKA_PORT}`]);
-    expect(s.registryUrl).toBe(`https://127.0.0.1:${REGISTRY_PORT}/apis/ccompat/v7`);
+    expect(s.brokers).toEqual([`127.0.0.1:${PORTS.kafka}`]);
+    expect(s.registryUrl).toBe(`https://127.0.0.1:${PORTS.registry}/apis/ccompat/v7`);
     if (stack?.started) expect(startSeconds).toBeLessThan(90);
   });
 
@@ -189,7 +201,7 @@ describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
     try {
       const ok = await get(`${s.registryAuth.username}:${s.registryAuth.password}`);
       expect(ok.status).toBe(200);
-      expect(await ok.json()).toEqual(expect.arrayContaining(["writ.intents-value", "writ.replies.agent-a-value"]));
+      expect(await ok.json()).toEqual(expect.arrayContaining([`${s.topics.intents}-value`, `${s.replyTopic("agent-a")}-value`]));
       expect((await get()).status).toBe(401);
       expect((await get(`${s.registryAuth.username}:${WRONG_PASSWORD}`)).status).toBe(401);
     } finally {
@@ -223,14 +235,14 @@ describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
     });
     const args = ["src/cli/main.ts", "submit", "--tools", "examples/demo-tools.ts", "--tool", "refund_payment", "--entity", "payment:pay_1", "--base-version", version];
     const more = ["--delta", JSON.stringify([{ op: "add", path: "/refunds/-", value: { amountCents: 800, reason: "late" } }]), "--params", JSON.stringify({ amountCents: 800, reason: "late" })];
-    const who = ["--run-id", `cli-${randomUUID()}`, "--step-id", "s1", "--agent", "agent-a", "--signing-key", keyFile, "--key-id", "agent-a-1", "--timeout-ms", "30000"];
+    const who = ["--run-id", `cli-${randomUUID()}`, "--step-id", "s1", "--agent", agentId("agent-a"), "--signing-key", keyFile, "--key-id", "agent-a-1", "--timeout-ms", "30000"];
     const r = await run([...args, ...more, ...who], env);
     logs.set("writ submit (stdout and stderr)", () => r.stdout + r.stderr);
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout.trim())).toMatchObject({ status: "applied" });
     // an operator (the admin user) reads agent-a's replies with `writ tail`, kafkajs's own debug logs on
     const tail = await run(
-      ["src/cli/main.ts", "tail", "replies", "--topic", "writ.replies.agent-a", "-n", "5", "--json"],
+      ["src/cli/main.ts", "tail", "replies", "--topic", s.replyTopic("agent-a"), "-n", "5", "--json"],
       childEnv({ ...s.env("admin"), KAFKA_SASL_PASSWORD_FILE: "", KAFKA_SASL_PASSWORD: s.users.admin.password }),
     );
     logs.set("writ tail as admin, LOG_LEVEL=debug (stdout and stderr)", () => tail.stdout + tail.stderr);
@@ -244,10 +256,10 @@ describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
     const agentB = await agentClient("agent-b", "client agent-b");
     clients.push(agentB);
     // consuming agent-a's reply topic in agent-b's own group
-    const consumer = rawKafka("agent-b").consumer({ groupId: `writ.client.agent-b.${randomUUID()}` });
+    const consumer = rawKafka("agent-b").consumer({ groupId: `writ.client.${agentId("agent-b")}.${randomUUID()}` });
     await consumer.connect();
     try {
-      const err = await consumer.subscribe({ topic: "writ.replies.agent-a", fromBeginning: true }).then(
+      const err = await consumer.subscribe({ topic: s.replyTopic("agent-a"), fromBeginning: true }).then(
         () => undefined,
         (e: unknown) => e as { type?: string; message: string },
       );
@@ -271,26 +283,34 @@ describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
     }).admin();
     await admin.connect();
     try {
-      const err = await admin.fetchOffsets({ groupId: `writ.client.agent-a.${randomUUID()}`, topics: ["writ.replies.agent-b"] }).then(
+      const err = await admin.fetchOffsets({ groupId: `writ.client.${agentId("agent-a")}.${randomUUID()}`, topics: [s.replyTopic("agent-b")] }).then(
         () => undefined,
         (e: unknown) => e as Error,
       );
       expect(err?.message).toMatch(/group coordinator/);
       expect(answers).toContain("GROUP_AUTHORIZATION_FAILED");
       // its own groups are fine
-      await expect(admin.fetchOffsets({ groupId: `writ.client.agent-b.${randomUUID()}`, topics: ["writ.replies.agent-b"] })).resolves.toBeDefined();
+      await expect(admin.fetchOffsets({ groupId: `writ.client.${agentId("agent-b")}.${randomUUID()}`, topics: [s.replyTopic("agent-b")] })).resolves.toBeDefined();
     } finally {
       await admin.disconnect();
     }
     // a writ client of agent-b pointed at agent-a's reply topic
-    const stolen = await createWritClient({ brokers: s.brokers, kafka: s.kafka("agent-b"), agentId: "agent-b", replyTopic: "writ.replies.agent-a", logger: fileLogger("client agent-b on agent-a's topic") }).then(
+    const stolen = await createWritClient({
+      brokers: s.brokers,
+      kafka: s.kafka("agent-b"),
+      agentId: agentId("agent-b"),
+      replyTopic: s.replyTopic("agent-a"),
+      replyTopicPrefix: s.replyPrefix,
+      intentsTopic: s.topics.intents,
+      logger: fileLogger("client agent-b on agent-a's topic"),
+    }).then(
       (c) => {
         clients.push(c);
         return undefined;
       },
       (e: unknown) => e as { type?: string; message: string },
     );
-    expect(stolen?.message).toBe("creating topics failed: writ.replies.agent-a: TOPIC_AUTHORIZATION_FAILED");
+    expect(stolen?.message).toBe(`creating topics failed: ${s.replyTopic("agent-a")}: TOPIC_AUTHORIZATION_FAILED`);
   });
 
   it("a client with a wrong password fails to connect with a clear error that does not contain the password", async () => {
@@ -319,7 +339,7 @@ describe("SASL/SCRAM, TLS and ACLs on a secure broker", () => {
         ...s.env("agent-b"),
         KAFKA_SASL_PASSWORD_FILE: "",
         KAFKA_SASL_PASSWORD: s.users["agent-b"].password,
-        WRIT_MCP_AGENT_ID: "agent-b",
+        WRIT_MCP_AGENT_ID: agentId("agent-b"),
         WRIT_MCP_TOKEN: MCP_TOKEN,
         RECORDS_URL: records.url,
       }),

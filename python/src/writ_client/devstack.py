@@ -132,11 +132,13 @@ class SecureStack:
     ca_file: str
     #: The owners' variables (SCRAM user ``writ-owner``): KAFKA_BROKERS, KAFKA_SSL_CA_FILE, KAFKA_SASL_*, SCHEMA_REGISTRY_*.
     owner_env: Mapping[str, str]
-    #: User name → the file holding its password (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``).
+    #: User name → the file holding its password (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``, or a tenant's).
     password_files: Mapping[str, str]
     started: bool = False
     #: The variables that chose its dir and ports (for :func:`stop_secure_stack`).
     layout_env: Mapping[str, str] = field(default_factory=dict)
+    #: Role (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``) → user name: the role itself, or the tenant's user.
+    users: Mapping[str, str] = field(default_factory=dict)
 
     def env(self, user: str) -> dict[str, str]:
         """The variables of a client acting as ``user`` (its password through ``KAFKA_SASL_PASSWORD_FILE``)."""
@@ -145,20 +147,41 @@ class SecureStack:
     def password(self, user: str) -> str:
         return Path(self.password_files[user]).read_text("utf-8").strip()
 
+    @property
+    def topics(self) -> dict[str, str]:
+        """The owners' topics (``intents``, ``ledger``, ``human``, ``dlq``): a tenant's, or the defaults."""
+        return {k: self.owner_env.get(f"WRIT_{k.upper()}_TOPIC", f"writ.{k}") for k in ("intents", "ledger", "human", "dlq")}
+
+    @property
+    def group_id(self) -> str:
+        return self.owner_env.get("WRIT_GROUP_ID", "writ.owners")
+
+    @property
+    def reply_prefix(self) -> str:
+        return self.owner_env.get("WRIT_REPLY_TOPIC_PREFIX", "writ.replies.")
+
+    def reply_topic(self, agent: str) -> str:
+        """The reply topic the ACLs give ``agent`` (a role: ``agent-a``, ``agent-b``): the reply prefix and its user name."""
+        return self.reply_prefix + self.users[agent]
+
 
 def _secure_layout(dir: str | os.PathLike[str], kafka_port: int, registry_port: int) -> dict[str, str]:
     return {"WRIT_SECURE_STACK_DIR": str(Path(dir).resolve()), "WRIT_SECURE_KAFKA_PORT": str(kafka_port), "WRIT_SECURE_REGISTRY_PORT": str(registry_port)}
 
 
-def ensure_secure_stack(repo: Path, *, dir: str | os.PathLike[str], kafka_port: int, registry_port: int, timeout: float = 300) -> SecureStack:
+def ensure_secure_stack(
+    repo: Path, *, dir: str | os.PathLike[str], kafka_port: int, registry_port: int, tenant: str = "", timeout: float = 300
+) -> SecureStack:
     """``node scripts/kafka-up.ts --secure`` in ``dir`` on ``kafka_port`` (and the two ports above it) and ``registry_port``.
 
     Starts the stack, or reuses the one of ours that serves there. Needs Java,
     openssl and the checkout's ``node_modules``. The passwords stay in files.
+    ``tenant``: that tenant's users, topics and ACLs (``src/testing/secure-stack.ts``;
+    made at start, and a running stack without it is an error).
     """
     layout = _secure_layout(dir, kafka_port, registry_port)
     out = subprocess.run(
-        [node_binary(repo), "scripts/kafka-up.ts", "--secure"],
+        [node_binary(repo), "scripts/kafka-up.ts", "--secure", *(["--tenant", tenant] if tenant else [])],
         cwd=repo,
         env={**os.environ, **layout},
         capture_output=True,
@@ -169,9 +192,13 @@ def ensure_secure_stack(repo: Path, *, dir: str | os.PathLike[str], kafka_port: 
     if out.returncode != 0:
         raise RuntimeError(f"scripts/kafka-up.ts --secure failed ({out.returncode}):\n{out.stderr[-3000:]}")
     owner_env = dict(re.findall(r"^([A-Z_]+)=(.*)$", out.stdout, flags=re.M))
-    files = dict(re.findall(r"^# [^\n]*?KAFKA_SASL_USERNAME=(\S+) KAFKA_SASL_PASSWORD_FILE=(\S+)", out.stdout, flags=re.M))
+    # "# agent agent-a: KAFKA_SASL_USERNAME=… KAFKA_SASL_PASSWORD_FILE=…", "# admin (…): KAFKA_SASL_USERNAME=…"
+    lines = re.findall(r"^# (?:agent )?([a-z-]+)\b[^\n]*?KAFKA_SASL_USERNAME=(\S+) KAFKA_SASL_PASSWORD_FILE=(\S+)", out.stdout, flags=re.M)
     if not owner_env.get("KAFKA_BROKERS") or not owner_env.get("KAFKA_SSL_CA_FILE"):
         raise RuntimeError(f"scripts/kafka-up.ts --secure printed no KAFKA_BROKERS / KAFKA_SSL_CA_FILE:\n{out.stdout[-2000:]}")
+    users = {role: user for role, user, _ in lines}
+    files = {user: file for _, user, file in lines}
+    users["writ-owner"] = owner_env["KAFKA_SASL_USERNAME"]
     files[owner_env["KAFKA_SASL_USERNAME"]] = owner_env["KAFKA_SASL_PASSWORD_FILE"]
     return SecureStack(
         brokers=owner_env["KAFKA_BROKERS"],
@@ -181,6 +208,7 @@ def ensure_secure_stack(repo: Path, *, dir: str | os.PathLike[str], kafka_port: 
         password_files=files,
         started=re.search(r"\[secure-stack\] started in", out.stderr) is not None,
         layout_env=layout,
+        users=users,
     )
 
 
