@@ -20,6 +20,7 @@ Skipped with ``WRIT_SKIP_SECURE=1``, or when Java or openssl is missing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from writ_client import AppliedReply, Ed25519Signer, KafkaSecurity, RejectedReply, WritClient
+from writ_client import AppliedReply, Ed25519Signer, KafkaSecurity, RejectedReply, SubmitResult, WritClient
 from writ_client.devstack import ChildProcess, RecordsAdmin, SecureStack, Stack, ensure_secure_stack, start_owner, stop_secure_stack
 
 from .conftest import REPO
@@ -108,6 +109,45 @@ def _agent_a(secure: SecureStack, **kw: Any) -> WritClient:
     return WritClient.from_env(agent_id=agent, reply_topic=secure.reply_topic("agent-a"), env=secure.env(agent), **kw)
 
 
+class _Kept(logging.Handler):
+    """Keeps every record's text (with its exception) for a secrets check."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(self.format(record))
+
+
+@pytest.fixture(scope="module")
+def unsigned_refusal(secure: SecureStack, secure_owner: ChildProcess, records: RecordsAdmin) -> Iterator[tuple[str, concurrent.futures.Future[SubmitResult], _Kept]]:
+    """agent-a's intent, with agent-a's credentials and no signature, sent in a thread as the module's first test starts.
+
+    The owner refuses it before its signature holds, and such an answer ends a submit only at its deadline (it may
+    answer a forged record naming this intent id): in a thread, that wait runs beside the tests after the first (a
+    wrong password waits out a request timeout too) rather than before them. Everything logged while it runs, by
+    anyone, at DEBUG (this client's librdkafka lines too, through ``logger``), is kept for the secrets check."""
+    kept = _Kept()
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(kept)
+    pid = f"pay_sec_uns_{uuid.uuid4().hex[:8]}"
+    seeded = seed_payment(records, pid)
+
+    def submit() -> SubmitResult:
+        with _agent_a(secure, kafka_config={"logger": logging.getLogger("writ.test.unsigned-librdkafka")}) as unsigned:
+            return unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=15)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            yield pid, pool.submit(submit), kept
+    finally:
+        root.removeHandler(kept)
+        root.setLevel(level)
+
+
 def _secrets(secure: SecureStack) -> list[str]:
     return [secure.password(u) for u in secure.password_files] + [_registry_password(secure)]
 
@@ -116,6 +156,7 @@ def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
     secure: SecureStack,
     secure_owner: ChildProcess,
     records: RecordsAdmin,
+    unsigned_refusal: tuple[str, concurrent.futures.Future[SubmitResult], _Kept],
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -132,11 +173,7 @@ def test_agent_a_from_the_environment_submits_signed_over_sasl_ssl(
         reply = client.submit(refund_input(pid, seeded["version"]), timeout=60)
         assert isinstance(reply, AppliedReply), reply
         assert records.patch_requests(reply.intent_key) == 1
-        # unsigned, with the same credentials: the owner refuses it
-        with _agent_a(secure) as unsigned:
-            # Refused before the signature holds: the answer ends the submit only at its deadline.
-            refused = unsigned.submit(refund_input(pid, seeded["version"], step="other-step"), timeout=15)
-        assert isinstance(refused, RejectedReply) and refused.reason == "unauthenticated", refused
+    # the same without its signature: unsigned_refusal, started with this test, answered in the last one
     secrets = _secrets(secure)
     out, err = capfd.readouterr()
     for text in (caplog.text, out, err, repr(client.kafka_security), repr(client.schema_registry_auth)):
@@ -161,8 +198,10 @@ def test_a_wrong_password_fails_at_start_without_showing_it(secure: SecureStack,
     assert err.value.args[0].code() == KafkaError._AUTHENTICATION, text
     assert f"could not authenticate to the Kafka brokers as {agent} (SCRAM-SHA-512)" in text and "invalid credentials" in text, text
     out, errout = capfd.readouterr()
+    # the stack's secrets too: the unsigned refusal's client may log meanwhile
     for t in (text, caplog.text, out, errout, repr(security)):
-        assert wrong not in t
+        for secret in [wrong, *_secrets(secure)]:
+            assert secret not in t
 
 
 def test_the_broker_refuses_agent_b_another_agents_reply_topic(secure: SecureStack) -> None:
@@ -193,4 +232,19 @@ def test_the_registry_holds_the_schema_the_python_client_registered(secure: Secu
     assert isinstance(codec.schema_id(intents, "WriteIntent"), int)
     status, versions = codec._http("GET", f"{codec.registry_url}/subjects/{intents}-value/versions", None)
     assert status == 200 and len(versions) == 1, versions
+
+
+def test_agent_as_intent_without_its_signature_is_refused_unauthenticated(
+    secure: SecureStack, records: RecordsAdmin, unsigned_refusal: tuple[str, concurrent.futures.Future[SubmitResult], _Kept]
+) -> None:
+    """Last: the answer to unsigned_refusal's intent, sent as the first test started (its deadline is 15 s)."""
+    pid, answer, kept = unsigned_refusal
+    refused = answer.result(timeout=120)
+    assert isinstance(refused, RejectedReply) and refused.reason == "unauthenticated", refused
+    assert records.patch_requests(refused.intent_key) == 0
+    assert records.read("payment", pid)["state"]["refunds"] == []
+    # what was logged while it ran, its librdkafka lines and writ_client's at DEBUG among them, holds no secret
+    for text in kept.texts:
+        for secret in _secrets(secure):
+            assert secret not in text
 
