@@ -18,7 +18,8 @@ Runs the owners of writ.intents for the write tools of <module>: a module export
 tools) and systems(env) (their systems of record). Joins the owners' consumer group, creates the contract
 topics that are missing, and runs until SIGTERM or SIGINT: then it stops cleanly (in-flight intents finish, the
 producers close, it leaves the group), within WRIT_STOP_TIMEOUT_MS (default 25000). A second SIGTERM or SIGINT
-while it stops ends it at once, without a clean stop.
+while it stops ends it at once, without a clean stop; one within 1 s of the first is the same request (under
+npm run or npx one Ctrl-C arrives twice: from the terminal and forwarded by npm).
 
   --tools <module>     the tools module (default $WRIT_TOOLS_MODULE; one of the two is required). A path,
                        resolved against the working directory: .js, or .ts on a Node that strips types
@@ -142,6 +143,7 @@ async function main(argv: string[]): Promise<number> {
         ).finally(() => clearTimeout(deadline));
       },
       (signal) => lastWords.warn({ signal }, "second signal: exiting without a clean stop"),
+      (signal) => log.debug({ signal }, "signal within 1 s of the first: the same stop request"),
     );
   });
 }

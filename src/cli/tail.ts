@@ -41,7 +41,7 @@ are shown with the reason. Reads committed records only (read_committed), as wri
   -h, --help            this text
 
 Exit status: 0 done (or interrupted while following), 2 bad usage or could not run; a second SIGINT or SIGTERM
-while it stops ends it at once (130, 143).`;
+while it stops, 1 s or more after the first (one sooner is the same request), ends it at once (130, 143).`;
 
 export interface DecodedRecord {
   topic: string;
@@ -161,7 +161,7 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
 
-  // The first SIGINT or SIGTERM ends the read (exit 0); a second, of either kind, ends the process at once.
+  // The first SIGINT or SIGTERM ends the read (exit 0); a second, of either kind, 1 s or more later, ends the process at once.
   const controller = new AbortController();
   const signals = onStopSignals(() => controller.abort());
   try {

@@ -120,7 +120,7 @@ async function main(argv: string[]): Promise<number> {
   // Ctrl-C or SIGTERM: the run stops and deletes its topics and groups (a second signal ends the process at once).
   const stop = new AbortController();
   const signals = onStopSignals((name) => {
-    process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again to quit at once)\n`);
+    process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again, 1 s on, to quit at once)\n`);
     stop.abort(new Error(`stopped by ${name}`));
   });
   try {
@@ -171,7 +171,7 @@ async function main(argv: string[]): Promise<number> {
       // Stopped while systems(env) runs: the systems it makes are closed before the process ends (bounded by the
       // module deadline; a second signal quits at once).
       onStopClosing: (closing) => {
-        process.stderr.write("writ verify: closing the systems systems(env) is still making, once made (again to quit at once)\n");
+        process.stderr.write("writ verify: closing the systems systems(env) is still making, once made (again, 1 s on, to quit at once)\n");
         cleanups.push(() => closing);
       },
       onLeftovers: (left) => void (leftovers = left),

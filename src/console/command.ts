@@ -78,7 +78,7 @@ writ.dlq and the reply topics: when the cluster has no authorizer, or a principa
 may be forged); so it does when no ACL lets the owners write one of writ's topics.
 
 Exit status: 0 stopped (SIGINT, SIGTERM), 2 bad usage or could not start; a second SIGINT or SIGTERM while it
-stops ends it at once (130, 143).`;
+stops, 1 s or more after the first (one sooner is the same request), ends it at once (130, 143).`;
 
 const OPTIONS = {
   token: { type: "string" },
@@ -186,7 +186,7 @@ async function main(argv: string[]): Promise<number> {
     (signal) => process.stderr.write(`writ console: second signal (${signal}): exiting without a clean stop\n`),
   );
   await stop;
-  process.stderr.write("writ console: stopping (again to quit at once)\n");
+  process.stderr.write("writ console: stopping (again, 1 s on, to quit at once)\n");
   await server.close();
   signals.dispose();
   return 0;

@@ -4,7 +4,7 @@
  * Env: `RECORDS_PORT` (default 4010), `RECORDS_HOST` (default 127.0.0.1),
  * `RECORDS_DB` (SQLite file, default `.writ/records.db`; `:memory:` allowed),
  * `RECORDS_ENFORCE_IF_MATCH`, `RECORDS_HONOUR_IDEMPOTENCY_KEY` (`true`/`false`,
- * default true). Stops on SIGTERM/SIGINT; a second one ends it at once.
+ * default true). Stops on SIGTERM/SIGINT; a second one (1 s or more after the first) ends it at once.
  */
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";

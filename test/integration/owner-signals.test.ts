@@ -1,16 +1,19 @@
 // How the built `writ owner` stops when its clean stop hangs: an intent's PATCH is in flight at a system of record
 // that commits it and does not answer (the stop waits for a write in flight up to three system-of-record
 // deadlines, here minutes). A second
-// SIGTERM, or a second Ctrl-C, ends the process at once (143, 130) with a warning; without one, the owner ends
-// by itself once WRIT_STOP_TIMEOUT_MS has passed (exit 1), saying so.
+// SIGTERM, or a second Ctrl-C, 1 s or more after the first (SAME_REQUEST_MS: one sooner is the same request, as
+// test/unit/cli-signals.test.ts shows), ends the process at once (143, 130) with a warning; without one, the owner
+// ends by itself once WRIT_STOP_TIMEOUT_MS has passed (exit 1), saying so.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { constants } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, inject, it, onTestFinished } from "vitest";
 import { tagTicket } from "../../examples/demo-tools.ts";
 import { createWritClient } from "../../producers/writ-client.ts";
+import { SAME_REQUEST_MS } from "../../src/cli/signals.ts";
 import { createLogger } from "../../src/logger.ts";
 import { startDemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
@@ -88,8 +91,12 @@ async function ownerWithIntentInFlight(extra: Record<string, string> = {}) {
   return {
     owner,
     stderr: () => stderr,
-    /** Sends `signal`; for a first one, waits until the owner says it is stopping. */
+    /**
+     * Sends `signal`; for a first one, waits until the owner says it is stopping; a later one is sent once
+     * SAME_REQUEST_MS has passed since (sooner it would be the first again).
+     */
     async signal(signal: NodeJS.Signals, first = false) {
+      if (!first) await sleep(SAME_REQUEST_MS + 50);
       owner.kill(signal);
       if (first) await waitFor(() => stderr.includes(`"signal":"${signal}","msg":"stopping"`), { timeoutMs: 10_000, message: () => `no "stopping" line:\n${stderr}` });
     },

@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
@@ -14,6 +15,7 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../examples/verify-fixture.ts";
 import { openTicket } from "../../examples/demo-tools.ts";
+import { SAME_REQUEST_MS } from "../../src/cli/signals.ts";
 import type { JsonPatchOp } from "../../src/schemas/common.ts";
 import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
@@ -637,3 +639,5 @@ export async function systems() {
     expect({ code, killedBy }, seen.stderr).toEqual({ code: null, killedBy: "SIGTERM" });
   }, 120_000);
 });
+    // Sent past the window in which it would be the first request again.
+    await sleep(SAME_REQUEST_MS + 50);
