@@ -8,7 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { onStopSignals } from "../src/cli/signals.ts";
+import { onStopSignals, SIGNAL_EXIT_STATUS } from "../src/cli/signals.ts";
 import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
@@ -84,20 +84,23 @@ let client: WritClient | undefined;
 let close: (() => Promise<void>) | undefined;
 
 let stopping = false;
-// SIGINT or SIGTERM: a clean stop; a second signal, of either kind, or one during a stop begun otherwise (stdin
-// closed, the reply consumer gone), ends the process at once.
+// SIGINT or SIGTERM: a clean stop, exit 0 once the server served, else (still starting) the signal's status, as
+// killed by it; a second signal, of either kind, or one during a stop begun otherwise (stdin closed, the reply
+// consumer gone), ends the process at once.
 const signals = onStopSignals(
-  (signal) => void stop(signal),
+  (signal) => void stop(signal, close === undefined ? SIGNAL_EXIT_STATUS[signal] : 0),
   (signal) => lastWords.warn({ signal }, "second signal: exiting without a clean stop"),
+  (signal) => log.debug({ signal }, "signal within 1 s of the first: the same stop request"),
 );
-async function stop(reason: string, code = 0): Promise<void> {
+async function stop(reason: string, code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
   signals.stopping();
   log.info({ reason }, "stopping");
   await close?.().catch(() => undefined);
   await client?.close().catch(() => undefined);
-  process.exit(code);
+  // Never below a status already set: a stop that met a failure stays a failure.
+  process.exit(Math.max(code, Number(process.exitCode ?? 0)));
 }
 
 try {
@@ -155,7 +158,7 @@ try {
     close = stdio.close;
     log.info({ runId: stdio.runId, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on stdio");
     // The client closing our stdin is the end of the session.
-    process.stdin.once("end", () => void stop("stdin closed"));
+    process.stdin.once("end", () => void stop("stdin closed", 0));
   } else {
     if (config.token === undefined) {
       throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
@@ -166,8 +169,10 @@ try {
     process.stderr.write(`writ MCP server: ${http.url}\n`);
   }
 } catch (err) {
+  // The process ends with 1 now: a signal meanwhile starts no stop of its own (which would exit 0).
+  process.exitCode = 1;
+  stopping = true;
   log.fatal({ err }, err instanceof WritError ? err.message : "MCP server failed to start");
   await client?.close().catch(() => undefined);
-  process.exitCode = 1;
   setTimeout(() => process.exit(1), 100).unref();
 }

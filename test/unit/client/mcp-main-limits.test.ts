@@ -1,27 +1,45 @@
 // The MCP server process reads the owners' admission bounds under the owners'
 // variable names (producers/mcp-main.ts). Its configuration is checked before
-// anything connects, so a bad value shows without a broker.
-import { spawn } from "node:child_process";
-import { resolve } from "node:path";
-import { describe, expect, it } from "vitest";
+// anything connects, so a bad value shows without a broker. And how it exits on a
+// signal before it serves.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { waitFor } from "../../helpers/wait-for.ts";
 
-/** Runs the MCP server with `env` until it exits (killed if it has not within waitFor's bound); its stderr. */
-async function mcpMainStderr(env: Record<string, string>): Promise<string> {
+/**
+ * Runs the MCP server with `env` until it exits (killed if it has not within waitFor's bound): its stderr and
+ * exit. `onStderr` sees its stderr so far at each chunk.
+ */
+async function runMcpMain(env: Record<string, string>, onStderr: (stderr: string, child: ChildProcess) => void = () => undefined) {
   const child = spawn(process.execPath, [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"], {
     env: { PATH: process.env.PATH ?? "", KAFKA_BROKERS: "127.0.0.1:9", LOG_LEVEL: "error", ...env },
     stdio: ["pipe", "ignore", "pipe"],
   });
   let stderr = "";
-  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-  let exited = false;
-  child.on("exit", () => (exited = true));
+  child.stderr.on("data", (chunk: Buffer) => ((stderr += chunk.toString()), onStderr(stderr, child)));
+  let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  child.on("exit", (code, signal) => (exit = { code, signal }));
   try {
-    await waitFor(() => exited, { timeoutMs: 20_000, message: () => `the MCP server did not exit; stderr: ${stderr}` });
+    await waitFor(() => exit, { timeoutMs: 20_000, message: () => `the MCP server did not exit; stderr: ${stderr}` });
   } finally {
-    if (!exited) child.kill();
+    if (!exit) child.kill("SIGKILL");
   }
-  return stderr;
+  return { stderr, ...exit! };
+}
+
+async function mcpMainStderr(env: Record<string, string>): Promise<string> {
+  return (await runMcpMain(env)).stderr;
+}
+
+/** A WRIT_TOOL_SPECS_MODULE whose body is `code`. */
+function specsModule(code: string): string {
+  const dir = mkdtempSync(join(tmpdir(), "writ-mcp-specs-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, "specs.mjs"), code);
+  return join(dir, "specs.mjs");
 }
 
 describe("the MCP server's configuration, under the owners' variable names where they share a setting", () => {
@@ -44,5 +62,26 @@ describe("the MCP server's configuration, under the owners' variable names where
 
   it("refuses WRIT_RUN_ID longer than an intent carries (256 characters), naming it, before anything connects", async () => {
     expect(await mcpMainStderr({ WRIT_RUN_ID: "r".repeat(257) })).toContain("WRIT_RUN_ID (runId)");
+  });
+});
+
+describe("the MCP server stopped before it serves", () => {
+  it("SIGTERM while it starts (its tools module still loading) ends it as killed by the signal (143), not 0", async () => {
+    const module = specsModule('process.stderr.write("specs: loading\\n");\nawait new Promise(() => setInterval(() => {}, 1000));\n');
+    let sent = false;
+    const exit = await runMcpMain({ WRIT_TOOL_SPECS_MODULE: module }, (stderr, child) => {
+      if (!sent && stderr.includes("specs: loading")) sent = child.kill("SIGTERM");
+    });
+    // Before, its stop exited 0: a supervisor took a start cut short for a clean end.
+    expect({ code: exit.code, signal: exit.signal }, exit.stderr).toEqual({ code: 143, signal: null });
+  });
+
+  it("a signal that comes as its start has failed leaves the failure's exit 1, not 0", async () => {
+    // The signal is sent before the module throws; its handler runs once the failure is handled (the next turn of
+    // the event loop), inside the 100 ms the failed start waits before it exits.
+    const module = specsModule('process.kill(process.pid, "SIGTERM");\nthrow new Error("specs: broken");\n');
+    const exit = await runMcpMain({ WRIT_TOOL_SPECS_MODULE: module });
+    expect(exit.stderr).toContain("specs: broken");
+    expect({ code: exit.code, signal: exit.signal }, exit.stderr).toEqual({ code: 1, signal: null });
   });
 });
