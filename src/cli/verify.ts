@@ -16,7 +16,7 @@ import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./comm
 import { onStopSignals, SIGNAL_EXIT_STATUS } from "./signals.ts";
 
 const USAGE = `usage: writ verify --tools <module> [options]
-       writ verify --cleanup <run-id> [--brokers <list>] [--json]
+       writ verify --cleanup <run-id> [--force] [--brokers <list>] [--json]
        npm run verify -- --tools <module> [options]
 
 Runs your declared write tools against your staging system of record under duplicate submission,
@@ -39,7 +39,9 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --demo-without-if-match  the same, with the records server's If-Match enforcement off (shows a lost update)
   --cleanup <run-id>    delete what an ended run left on the cluster (its topics writ.verify.<run>.* and
                         writ.replies.verify.<run>.*, its consumer groups) and nothing else; a run whose cleanup
-                        Kafka did not answer names this command
+                        Kafka did not answer names this command. Deletes nothing while a group of the run has
+                        members (the run may still be going)
+  --force               with --cleanup: delete the topics and the groups without members even so
   -h, --help            this text
 
 HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
@@ -49,8 +51,8 @@ Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify
 Kafka or the registry lost mid-run), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
 and groups. Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
 what was left and the --cleanup command. --cleanup: 0 deleted (or nothing left), 1 groups that still have
-members are left (run it again after their session timeout; the topics are deleted), 2 bad usage or Kafka
-unreachable.`;
+members (nothing deleted; run it again after their session timeout, 30 s at most, or with --force: the
+rest deleted), 2 bad usage or Kafka unreachable.`;
 
 /** writ's repository root (examples/ lives there; the package does not ship it). */
 function repoRoot(): string {
@@ -73,6 +75,7 @@ const OPTIONS = {
   demo: { type: "boolean", default: false },
   "demo-without-if-match": { type: "boolean", default: false },
   cleanup: { type: "string" },
+  force: { type: "boolean", default: false },
 } as const;
 
 async function main(argv: string[]): Promise<number> {
@@ -83,7 +86,8 @@ async function main(argv: string[]): Promise<number> {
   const parsed = parseOrExit("verify", argv, OPTIONS, USAGE);
   if (typeof parsed === "number") return parsed;
   const args = parsed.values;
-  if (args.cleanup !== undefined) return cleanup(args.cleanup, args.brokers ?? process.env.KAFKA_BROKERS, args.json);
+  if (args.cleanup !== undefined) return cleanup(args.cleanup, args.brokers ?? process.env.KAFKA_BROKERS, args.json, args.force);
+  if (args.force) return fail("--force goes only with --cleanup");
 
   const demo = args.demo || args["demo-without-if-match"];
   let tools = args.tools;
@@ -198,8 +202,8 @@ async function main(argv: string[]): Promise<number> {
   return exitCode;
 }
 
-/** `writ verify --cleanup <run-id>`: deletes an ended run's topics and groups, nothing else. */
-async function cleanup(runId: string, brokers: string | undefined, json: boolean): Promise<number> {
+/** `writ verify --cleanup <run-id> [--force]`: deletes an ended run's topics and groups, nothing else. */
+async function cleanup(runId: string, brokers: string | undefined, json: boolean, force: boolean): Promise<number> {
   if (brokers === undefined || brokers.trim() === "") {
     process.stderr.write("writ verify: no Kafka: give --brokers host:port (or set KAFKA_BROKERS)\n");
     return 2;
@@ -208,14 +212,17 @@ async function cleanup(runId: string, brokers: string | undefined, json: boolean
     const list = brokers.split(",").map((b) => b.trim()).filter(Boolean);
     // SASL/TLS from the environment, as for a run.
     const { kafka } = connectionSecurityFromEnv(process.env, undefined);
-    const done = await cleanupVerifyRun({ runId, brokers: list, ...(kafka === undefined ? {} : { kafka }) });
+    const done = await cleanupVerifyRun({ runId, brokers: list, force, ...(kafka === undefined ? {} : { kafka }) });
     if (json) process.stdout.write(`${JSON.stringify(done)}\n`);
     else if (done.topics.length + done.groups.length + done.busy.length === 0) process.stdout.write(`nothing of verify run ${runId} is left on the cluster\n`);
-    else process.stdout.write(`deleted verify run ${runId}'s topics ${done.topics.join(", ") || "(none)"}; groups ${done.groups.join(", ") || "(none)"}\n`);
+    else if (done.topics.length + done.groups.length > 0) process.stdout.write(`deleted verify run ${runId}'s topics ${done.topics.join(", ") || "(none)"}; groups ${done.groups.join(", ") || "(none)"}\n`);
     if (done.busy.length === 0) return 0;
+    const groups = `groups ${done.busy.join(", ")} still have members`;
     process.stderr.write(
-      `writ verify: groups ${done.busy.join(", ")} still have members (consumers of the run that could not leave); ` +
-        "the broker drops them after their session timeout (30 s at most): run this again then\n",
+      force
+        ? `writ verify: ${groups} (left; the rest deleted): the broker drops consumers that could not leave after their session timeout (30 s at most): run this again then\n`
+        : `writ verify: ${groups}: deleted nothing, as the run may still be going. If it has ended, they are consumers that could not leave (Kafka was lost), ` +
+            "which the broker drops after their session timeout (30 s at most): run this again then, or with --force to delete the rest now\n",
     );
     return 1;
   } catch (err) {

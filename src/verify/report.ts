@@ -104,8 +104,10 @@ export interface VerifyLeftovers {
   reason: string;
   /** `writ.verify.<run>.*` and the agents' reply topics `writ.replies.verify.<run>.*`. */
   topics: string[];
-  /** The owner's groups by name; the agents' reply groups, whose names end in a random id, as `writ.client.verify-<run>-*`. */
+  /** The owner's groups, by name. */
   groups: string[];
+  /** Groups named by what their names start with: the agents' reply groups, `writ.client.verify-<run>-` and a random id. */
+  groupPrefixes: string[];
   /** The command that deletes them once Kafka answers: `writ verify --cleanup <run> --brokers <list>`. */
   cleanup: string;
 }
@@ -115,7 +117,11 @@ const SHOWN: Record<ToolStatus, string> = { pass: "pass", fail: "FAIL", incomple
 
 /** The line that says what a run left on the cluster and the command that deletes it. */
 export function leftoversLine(left: VerifyLeftovers): string {
-  const names = [left.topics.length > 0 ? `topics ${left.topics.join(", ")}` : "", left.groups.length > 0 ? `groups ${left.groups.join(", ")}` : ""].filter(Boolean);
+  const names = [
+    left.topics.length > 0 ? `topics ${left.topics.join(", ")}` : "",
+    left.groups.length > 0 ? `groups ${left.groups.join(", ")}` : "",
+    left.groupPrefixes.length > 0 ? `groups whose names start with ${left.groupPrefixes.join(", ")}` : "",
+  ].filter(Boolean);
   return `left on the cluster (${left.reason}): ${names.join("; ")}; delete them with: ${left.cleanup}`;
 }
 

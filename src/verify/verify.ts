@@ -382,14 +382,17 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     if (!opts.keepTopics && starting !== null) {
       let left: Omit<VerifyLeftovers, "runId" | "cleanup"> | null;
       try {
-        const { busy } = await cleanupVerifyRun({ runId, brokers, ...(opts.kafka === undefined ? {} : { kafka: opts.kafka }) });
-        left = busy.length === 0 ? null : { reason: "consumers that could not leave (Kafka was lost) still hold these groups", topics: [], groups: busy };
+        // force: the run has ended, so members left in its groups are its own consumers that could not leave.
+        const { busy } = await cleanupVerifyRun({ runId, brokers, force: true, ...(opts.kafka === undefined ? {} : { kafka: opts.kafka }) });
+        left = busy.length === 0 ? null : { reason: "consumers that could not leave (Kafka was lost) hold these groups until the broker drops them, after their session timeout (30 s at most)", topics: [], groups: busy, groupPrefixes: [] };
       } catch (err) {
         // Kafka did not answer (lost mid-run and still gone): the run says what it may have left, and how to delete it.
         left = {
           reason: causes(err),
           topics: [...Object.values(topics), ...AGENTS.map(replyTopic)],
-          groups: [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId })), `writ.client.${agentId("*")}`],
+          groups: [ownerGroup, ...Object.values(ledgerReaderGroups({ groupId: ownerGroup, instanceId }))],
+          // The agents' reply groups end in a random id: named by what they start with.
+          groupPrefixes: [`writ.client.${agentId("")}`],
         };
       }
       if (left !== null) {
@@ -427,11 +430,13 @@ const RUN_ID = /^wv-[0-9a-f]{6}$/;
 /** What {@link cleanupVerifyRun} deleted, and the groups it could not delete yet. */
 export interface VerifyCleanup {
   runId: string;
+  /** Deleted: none where `busy` stopped it (without `force`). */
   topics: string[];
   groups: string[];
   /**
-   * Groups that still have members: consumers of the run that could not leave (Kafka was lost), which the broker
-   * drops after their session timeout (30 s at most); run it again then.
+   * Groups that still have members: a run still going (its id copied from another job's log), or consumers of an
+   * ended run that could not leave (Kafka was lost), which the broker drops after their session timeout (30 s at
+   * most). Without `force` nothing was deleted; with it the rest was.
    */
   busy: string[];
 }
@@ -450,11 +455,12 @@ function busyGroups(err: unknown): string[] {
  * Deletes what verify run `runId` (`wv-` and six hex digits, as a report names it) has on the cluster: its topics
  * (`writ.verify.<run>.*`, `writ.replies.verify.<run>.*`) and consumer groups (`writ.verify.<run>` and
  * `writ.verify.<run>.*`, the agents' `writ.client.verify-<run>-*`), nothing else. For a run that has ended: what
- * `writ verify --cleanup` runs, and each run at its end. A group that still has members is left and named (`busy`);
- * the topics go all the same. Rejects `config_invalid` for any other id, `kafka_failed` when Kafka does not answer
- * within 15 s.
+ * `writ verify --cleanup` runs, and each run at its end (with `force`). Where a group still has members (`busy`)
+ * the run may still be going, and its owner would lose its topics mid-run: nothing is deleted, unless `force`,
+ * which deletes the topics and the groups without members all the same. Rejects `config_invalid` for any other
+ * id, `kafka_failed` when Kafka does not answer within 15 s.
  */
-export async function cleanupVerifyRun(opts: { runId: string; brokers: string[]; kafka?: KafkaSecurity }): Promise<VerifyCleanup> {
+export async function cleanupVerifyRun(opts: { runId: string; brokers: string[]; kafka?: KafkaSecurity; force?: boolean }): Promise<VerifyCleanup> {
   const { runId } = opts;
   if (!RUN_ID.test(runId)) throw configError(`${JSON.stringify(runId)} is not a verify run id (wv- and six hex digits, as the report names it)`, "runId");
   const admin = new Kafka({ clientId: "writ-verify-cleanup", brokers: opts.brokers, ...kafkaConnection(opts.kafka), logLevel: logLevel.NOTHING, retry: { retries: 2 } }).admin();
@@ -463,10 +469,15 @@ export async function cleanupVerifyRun(opts: { runId: string; brokers: string[];
     const groups = (await admin.listGroups()).groups
       .map((g) => g.groupId)
       .filter((g) => g === `writ.verify.${runId}` || g.startsWith(`writ.verify.${runId}.`) || g.startsWith(`writ.client.verify-${runId}-`));
+    const held = groups.length === 0 ? [] : (await admin.describeGroups(groups)).groups.filter((g) => g.members.length > 0).map((g) => g.groupId);
+    if (held.length > 0 && !opts.force) return { runId, topics: [], groups: [], busy: held };
+    // A consumer that joined since it was described fails its group's delete (NON_EMPTY_GROUP): busy all the same.
     const busy = groups.length === 0 ? [] : await admin.deleteGroups(groups).then(() => [], busyGroups);
+    const deleted = groups.filter((g) => !busy.includes(g));
+    if (busy.length > 0 && !opts.force) return { runId, topics: [], groups: deleted, busy };
     const topics = (await admin.listTopics()).filter((t) => t.startsWith(`writ.verify.${runId}.`) || t.startsWith(`writ.replies.verify.${runId}.`));
     if (topics.length > 0) await admin.deleteTopics({ topics, timeout: 10_000 });
-    return { runId, topics, groups: groups.filter((g) => !busy.includes(g)), busy };
+    return { runId, topics, groups: deleted, busy };
   })();
   deleting.catch(() => undefined); // raced below; past the deadline nobody awaits it
   try {

@@ -11,7 +11,8 @@ const left: VerifyLeftovers = {
   runId: "wv-0a1b2c",
   reason: "could not delete verify run wv-0a1b2c's topics and groups (brokers 127.0.0.1:9): no answer within 15000 ms",
   topics: ["writ.verify.wv-0a1b2c.intents", "writ.replies.verify.wv-0a1b2c.agent"],
-  groups: ["writ.verify.wv-0a1b2c", "writ.client.verify-wv-0a1b2c-*"],
+  groups: ["writ.verify.wv-0a1b2c"],
+  groupPrefixes: ["writ.client.verify-wv-0a1b2c-"],
   cleanup: "writ verify --cleanup wv-0a1b2c --brokers 127.0.0.1:9",
 };
 
@@ -47,7 +48,7 @@ describe("writ verify lost Kafka and could not delete its topics", () => {
     });
     expect(err.join("")).toContain(
       "writ verify: left on the cluster (could not delete verify run wv-0a1b2c's topics and groups (brokers 127.0.0.1:9): no answer within 15000 ms): topics writ.verify.wv-0a1b2c.intents, writ.replies.verify.wv-0a1b2c.agent; " +
-        "groups writ.verify.wv-0a1b2c, writ.client.verify-wv-0a1b2c-*; delete them with: writ verify --cleanup wv-0a1b2c --brokers 127.0.0.1:9",
+        "groups writ.verify.wv-0a1b2c; groups whose names start with writ.client.verify-wv-0a1b2c-; delete them with: writ verify --cleanup wv-0a1b2c --brokers 127.0.0.1:9",
     );
   });
 });

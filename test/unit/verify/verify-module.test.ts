@@ -71,5 +71,7 @@ describe("the cleanup of a verify run", () => {
     }
     const cli = await verifyCli(["--cleanup", "writ"]);
     expect([cli.code, cli.stderr]).toEqual([2, expect.stringContaining('"writ" is not a verify run id')]);
+    const force = await verifyCli(["--tools", "./none.ts", "--force"]);
+    expect([force.code, force.stderr]).toEqual([2, expect.stringContaining("--force goes only with --cleanup")]);
   });
 });
