@@ -129,6 +129,12 @@ export const DEAD_LETTER_REASONS = [
    * whose max.message.bytes is small): not written; it is in the dead letter's `undelivered`, the outcome in the ledger.
    */
   "undeliverable",
+  /**
+   * A signed intent refused at admission (a deploy without its tool, narrower declarations, a registry change) whose
+   * intent key's entry holds it with its write in doubt (pending; conflicted after an unknown outcome): no reply, for
+   * "nothing written" could be false. Sent back once owners admit it, it is reconciled.
+   */
+  "outcome_unknown",
 ] as const;
 export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
 

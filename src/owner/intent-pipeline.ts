@@ -64,7 +64,8 @@ export interface UndoTarget {
 
 /** What the ledger says to do with an admitted intent (step 2), decided once. */
 export type Plan =
-  | { kind: "settled"; effects: Effects; note: string }
+  /** `fromEntry`: a repeat answered from the key's entry (its stored outcome), not a refusal decided now. */
+  | { kind: "settled"; effects: Effects; note: string; fromEntry?: boolean }
   /** A repeat of an attempt that was answered `conflict`: it is answered again with the record as it is now. */
   | { kind: "repeat-conflict"; entry: LedgerIntentEntry; stored: Extract<StoredOutcome, { status: "conflict" }>; undo?: UndoTarget }
   /** Record `pending` durably (step 3), then write. */
@@ -155,7 +156,7 @@ export class IntentPipeline {
         if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
         return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
       }
-      const settled = this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger"));
+      const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger")), fromEntry: true };
       if (entry.intentId === intent.intentId) settled.effects.redelivered = true;
       return settled;
     }
@@ -177,6 +178,8 @@ export class IntentPipeline {
       tool: a.tool.name,
       agentId: intent.agent.id,
       fingerprint: a.fingerprint,
+      // The very bytes this entry answers at admission (refusals.ts); a later submission of the key replaces it.
+      ...(a.signed !== undefined ? { signedDigest: a.signed } : {}),
       attempts: attempts.slice(-16),
       cycles: entry?.cycles ?? 0,
       replyTo: intent.replyTo,

@@ -11,7 +11,8 @@ import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
 import { type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
-import { rememberRefusal, repeatedRefusal } from "./refusals.ts";
+import { rememberRefusal, repeatedRefusal, type SignedIntent, submissionIn } from "./refusals.ts";
+import type { Plan } from "./intent-pipeline.ts";
 import type { Resolver } from "./resolution.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
 
@@ -61,9 +62,10 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
       const plan = slot.plan;
       // These signed bytes were refused before, on a state that may have passed: the same refusal, decided once. But
-      // the key's own entry comes first: its outcome repeated, or its pending write taken up and reconciled (a
-      // write that stands is never answered "nothing written"); the memory answers only what the entry does not.
-      const keyAnswers = plan !== undefined && (plan.kind === "write" ? plan.state.inherited : session.ledger.get(pipeline.ledgerKey(a)) !== undefined);
+      // the key's own entry comes first: its outcome repeated, or its pending write taken up and reconciled when it
+      // may be these bytes' (a write that stands is never answered "nothing written"); the memory answers all else,
+      // a refusal decided now (key reuse, an undo's) and another submission's pending write included.
+      const keyAnswers = signed !== undefined && plan !== undefined && keyEntryAnswers(plan, signed, session.ledger.get(pipeline.ledgerKey(a)));
       const again = slot.gate === undefined && signed && !keyAnswers ? repeatedRefusal(session.ledger, signed, new Date()) : null;
       if (again) {
         slot.result = again;
@@ -137,6 +139,13 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       return;
     }
   }
+}
+
+/** Whether the key's entry answers signed bytes as they run: a repeat of its outcome, or its in-doubt write theirs to take up. */
+function keyEntryAnswers(plan: Plan, signed: SignedIntent, entry: LedgerIntentEntry | undefined): boolean {
+  if (plan.kind === "settled") return plan.fromEntry === true;
+  if (plan.kind === "repeat-conflict") return true;
+  return plan.state.inherited && submissionIn(entry, signed) !== "other";
 }
 
 /** A person's decision on an escalation: planned against the ledger, and written like an intent (pending first). */

@@ -20,9 +20,10 @@ import { type Effects, effects, rejectedReply, replayedReply } from "./effects.t
  *
  * The intent key's own entry comes first: a write that stands (or may stand) is never answered "nothing written".
  * Bytes admitted before and refused now (another deploy, the registry changed: a redelivery after a restart, a copy
- * from writ.intents) are answered from the key's entry when it holds their submission; while the key's entry is
- * pending, or holds their submission, no refusal is remembered for them, and as an intent runs the memory is asked
- * only when the key's entry does not answer it (classify's repeat, a pending write taken up and reconciled).
+ * from writ.intents) are answered from the key's entry when it was written for those very bytes (its `signedDigest`),
+ * and dead-lettered `outcome_unknown` without a reply while its write is in doubt; while the key's entry is pending,
+ * or may hold their submission, no refusal is remembered for them, and as an intent runs the memory is asked unless
+ * the key's entry answers it (classify's repeat from the entry, a pending write of theirs taken up and reconciled).
  */
 
 /**
@@ -79,13 +80,22 @@ export interface SignedIntent {
 }
 
 /**
- * Whether the intent key's entry holds this submission: its intent id, of its agent, tool and record. The agent
- * signed the intent key with the rest, but only a known tool checks it against the intent's fields: another agent
- * naming a key it does not own is never answered from it.
+ * Whether the intent key's entry holds this submission: `this` when it was written for these very signed bytes (its
+ * `signedDigest`); `maybe` when an owner before that field wrote it for the same intent id, agent, tool and record
+ * (its content cannot be told apart: never answered from, never remembered against); else `other`. The intent id
+ * alone never decides: the agent may sign other content under it (a changed delta), which the entry does not answer.
  */
-export function holdsSubmission(entry: LedgerIntentEntry | undefined, intent: WriteIntent): entry is LedgerIntentEntry {
-  if (entry?.intentId !== intent.intentId || entry.agentId !== intent.agent.id || entry.tool !== intent.tool) return false;
-  return entityKey(entry.entity) === entityKey(intent.entity);
+export function submissionIn(entry: LedgerIntentEntry | undefined, signed: SignedIntent): "this" | "maybe" | "other" {
+  const { intent } = signed;
+  if (entry?.intentId !== intent.intentId || entry.agentId !== intent.agent.id || entry.tool !== intent.tool) return "other";
+  if (entityKey(entry.entity) !== entityKey(intent.entity)) return "other";
+  if (entry.signedDigest === undefined) return "maybe";
+  return entry.signedDigest === signed.digest ? "this" : "other";
+}
+
+/** Whether a write of the key's entry may stand unsettled: pending, or a conflict after a request whose outcome was unknown. */
+function inDoubt(entry: LedgerIntentEntry): boolean {
+  return entry.status === "pending" || (entry.outcome?.status === "conflict" && entry.outcome.mayHaveWritten === true);
 }
 
 /**
@@ -98,7 +108,7 @@ export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, 
   const reply = first?.value;
   if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return out;
   if (out.ledger || out.lease || out.refusal || !REMEMBERED_REFUSALS.has(reply.reason)) return out;
-  if (keyEntry?.status === "pending" || holdsSubmission(keyEntry, signed.intent)) return out;
+  if (keyEntry?.status === "pending" || submissionIn(keyEntry, signed) !== "other") return out;
   const { intent, digest } = signed;
   // The sweep drops it a retention after `updatedAt`: from `createdAt` when that is ahead of this clock, so it is
   // kept past the intent's `stale` cutoff whatever the retention; never more than the clock skew admission allows
@@ -140,21 +150,27 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
   return effects({ replies: [{ topic, value: reply }] });
 }
 
+/** What admission's refusal of signed bytes becomes (refusals.ts answerRefused). */
+export type RefusedAnswer = { kind: "answer"; effects: Effects } | { kind: "in_doubt"; status: LedgerIntentEntry["status"] };
+
 /**
  * The answer to signed bytes admission refused (`refused`, a reply on `topic`, the agent's registered reply topic),
  * `key` their intent key's ledger key. When that entry holds their submission (admitted before, on another deploy or
  * registry), it decides: settled, its outcome again, `duplicate: true`, as classify answers a repeat (the write
- * stands whatever this deploy admits); pending or conflicted, this refusal, not remembered (a copy an owner admits
- * takes the entry up: reconciles, or answers the conflict). Else the refusal remembered for them, else this one,
- * remembered when it may be.
+ * stands whatever this deploy admits). When it may hold it and its write is in doubt (pending, or a conflict after an
+ * unknown outcome), `in_doubt`: never "nothing written" for a write that may stand (the caller dead-letters the record,
+ * to be sent back once owners admit it: they reconcile the entry). Else, when it may hold it, this refusal, not
+ * remembered. Else the refusal remembered for them, else this one, remembered when it may be.
  */
-export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): Effects {
+export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): RefusedAnswer {
   const entry = ledger.get(key);
-  if (holdsSubmission(entry, signed.intent)) {
+  const held = submissionIn(entry, signed);
+  if (entry && held !== "other") {
+    if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
     const stored = entry.outcome;
-    if (entry.status !== "done" || stored === undefined || stored.status === "conflict") return refused;
+    if (held === "maybe" || entry.status !== "done" || stored === undefined || stored.status === "conflict") return { kind: "answer", effects: refused };
     const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
-    return effects({ replies: [{ topic, value: reply }], redelivered: true });
+    return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
   }
-  return repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry);
+  return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
 }

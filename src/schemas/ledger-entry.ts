@@ -72,6 +72,12 @@ export const LedgerIntentEntry = z.looseObject({
   agentId: z.string().optional(),
   /** sha256 over tool, entity and the non-free-text params. */
   fingerprint: z.string(),
+  /**
+   * sha256 of the canonical JSON the agent signed, of the submission `intentId` names (with an agent registry): the
+   * entry answers those very bytes when an owner refuses them at admission (src/owner/refusals.ts), never other
+   * content signed under the same intent id. Absent in entries of unsigned intents and of owners before it.
+   */
+  signedDigest: z.string().optional(),
   /** The latest attempts (base version, delta fingerprint), at most 16. */
   attempts: z.array(Attempt).min(1).max(64),
   /** Conflict cycles seen so far. */

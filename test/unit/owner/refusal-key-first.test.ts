@@ -11,7 +11,7 @@ import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
 import { intentFingerprints } from "../../../src/owner/admission.ts";
 import { effects, rejectedReply } from "../../../src/owner/effects.ts";
 import type { PartitionOwner } from "../../../src/owner/partition-owner.ts";
-import { rememberRefusal } from "../../../src/owner/refusals.ts";
+import { answerRefused, rememberRefusal, submissionIn } from "../../../src/owner/refusals.ts";
 import { LedgerEntry, type LedgerIntentEntry, type LedgerLeaseEntry, leaseLedgerKey, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { AgentRegistry } from "../../../src/security/agent-registry.ts";
@@ -84,12 +84,40 @@ function rememberedUnknownTool(): [string, LedgerIntentEntry] {
   return [entry.intentKey, entry];
 }
 
-/** X's entry as an owner that died after staging it left it: pending, its PATCH maybe sent. */
-function pendingX(sor: FakeSystem): LedgerIntentEntry {
+/**
+ * X's entry as an owner that died after staging it left it: pending, its PATCH maybe sent. `signed`: with X's digest
+ * (an owner of this version); without, as owners before `signedDigest` wrote it.
+ */
+function pendingX(sor: FakeSystem, signed = false): LedgerIntentEntry {
   const { fingerprint, deltaFingerprint } = intentFingerprints(admitTools([addTag], [sor], { sorTimeoutMs: 1_000 }).get("add_tag")!, X);
   const attempts = [{ baseVersion: X.baseVersion, deltaFingerprint }];
-  return { kind: "intent", intentKey: X.intentKey, intentId: X.intentId, status: "pending", entity: T1, tool: "add_tag", agentId: "agent-1", fingerprint, attempts, cycles: 0, replyTo: REPLY_TO, updatedAt: new Date().toISOString() };
+  const digest = signed ? { signedDigest: sha256Hex(canonicalJson(X)) } : {};
+  return { kind: "intent", intentKey: X.intentKey, intentId: X.intentId, status: "pending", entity: T1, tool: "add_tag", agentId: "agent-1", fingerprint, ...digest, attempts, cycles: 0, replyTo: REPLY_TO, updatedAt: new Date().toISOString() };
 }
+
+/** T-1's lease, held by another agent's change. */
+function heldLease(): [string, LedgerLeaseEntry] {
+  const now = Date.now();
+  const held: LedgerLeaseEntry = {
+    kind: "lease",
+    entity: T1,
+    change: "c".repeat(64),
+    agentId: "agent-2",
+    replyTo: "writ.replies.agent-2",
+    acquiredAt: new Date(now - 60_000).toISOString(),
+    expiresAt: new Date(now + 600_000).toISOString(),
+    updatedAt: new Date(now - 60_000).toISOString(),
+  };
+  return [leaseLedgerKey("ticket:T-1"), held];
+}
+
+/** The dead letters committed so far: [reason, the record they hold]. */
+const deadLetters = () =>
+  txns
+    .filter((t) => t.committed)
+    .flatMap((t) => t.records)
+    .filter((r) => r.topic === "writ.dlq")
+    .map((r) => JSON.parse(r.value!.toString("utf8")) as { reason: string; valueBase64: string; headers: Record<string, string> });
 
 describe("the intent key's own entry comes before a refusal remembered for the same signed bytes", () => {
   it("X applied; a copy on a deploy without the tool is answered applied (duplicate), nothing remembered; with the tool back, applied again, also over a refusal an earlier owner remembered", async () => {
@@ -121,47 +149,63 @@ describe("the intent key's own entry comes before a refusal remembered for the s
     expect(sor.current(T1)?.state).toEqual({ tags: ["vip"] });
   });
 
-  it("X pending (its owner died mid-PATCH, the PATCH landed): a copy refused on a deploy without the tool is not remembered, and a copy with the tool takes the entry up and reconciles it, also over a refusal an earlier owner remembered", async () => {
+  for (const signed of [true, false]) {
+    it(`X pending (its owner died mid-PATCH, the PATCH landed; ${signed ? "" : "no signedDigest: "}an owner ${signed ? "of this version" : "before it"} wrote it): a copy refused on a deploy without the tool gets no "nothing written" (dead-lettered outcome_unknown, nothing remembered), and the dead letter sent back with the tool takes the entry up and reconciles it, also over a refusal an earlier owner remembered`, async () => {
+      const sor = new FakeSystem("helpdesk");
+      sor.seed(T1, { tags: [] });
+      const pending = pendingX(sor, signed);
+      // The PATCH reached the system before its owner died: the lookup by the intent key knows it.
+      sor.change(T1, [{ op: "add", path: "/tags/-", value: "vip" }], X.intentKey);
+      const inDoubt = new Map<string, unknown>([[X.intentKey, pending]]);
+
+      await deliverX(await ownerOf(null, inDoubt), 0);
+      expect(answers()).toEqual([]);
+      expect(deadLetters().map((d) => d.reason)).toEqual(["outcome_unknown"]);
+      const afterRefusal = ledgerAfter(inDoubt);
+      expect(refusalKeys(afterRefusal)).toEqual([]);
+      expect(afterRefusal.get(X.intentKey)).toMatchObject({ status: "pending" });
+
+      // The tool back, on a ledger where an owner before this fix remembered X's refusal: the dead letter is sent
+      // back (its value and headers, as `writ dlq redrive` does), X is taken up and reconciled.
+      const [dead] = deadLetters();
+      const redriven = { ...signedRecord(1), value: Buffer.from(dead!.valueBase64, "base64"), headers: dead!.headers } as KafkaMessage;
+      const owner = await ownerOf(sor, new Map([...afterRefusal, rememberedUnknownTool()]));
+      owner.accept([redriven], "1");
+      await waitFor(() => txns.some((t) => t.committed && t.offset === "2"), { timeoutMs: 10_000, message: "the redriven record never settled" });
+      await owner.close();
+      expect(answers()).toEqual([["applied", '"2"', false]]);
+      expect(ledgerAfter(afterRefusal).get(X.intentKey)).toMatchObject({ status: "done", outcome: { status: "applied", version: '"2"' } });
+      expect(sor.patchCount(T1)).toBe(0);
+      expect(sor.commitsOf(X.intentKey)).toBe(1);
+    });
+  }
+
+  it("X conflicted after a request whose outcome was unknown (mayHaveWritten): a copy refused on a deploy without the tool is dead-lettered outcome_unknown, not answered; without the mark, refused unremembered (nothing of it was written)", async () => {
     const sor = new FakeSystem("helpdesk");
-    sor.seed(T1, { tags: [] });
-    const pending = pendingX(sor);
-    // The PATCH reached the system before its owner died: the lookup by the intent key knows it.
-    sor.change(T1, [{ op: "add", path: "/tags/-", value: "vip" }], X.intentKey);
-    const inDoubt = new Map<string, unknown>([[X.intentKey, pending]]);
+    const conflicted = (mayHaveWritten: boolean): LedgerIntentEntry => ({
+      ...pendingX(sor, true),
+      status: "conflicted",
+      cycles: 1,
+      outcome: { status: "conflict", cycle: 1, version: '"5"', at: new Date().toISOString(), ...(mayHaveWritten ? { mayHaveWritten } : {}) },
+    });
+    const maybe = new Map<string, unknown>([[X.intentKey, conflicted(true)]]);
+    await deliverX(await ownerOf(null, maybe), 0);
+    expect(answers()).toEqual([]);
+    expect(deadLetters().map((d) => d.reason)).toEqual(["outcome_unknown"]);
+    expect(refusalKeys(ledgerAfter(maybe))).toEqual([]);
 
-    await deliverX(await ownerOf(null, inDoubt), 0);
+    const settled = new Map<string, unknown>([[X.intentKey, conflicted(false)]]);
+    await deliverX(await ownerOf(null, settled), 1);
     expect(answers()).toEqual([["rejected", "unknown_tool", false]]);
-    const afterRefusal = ledgerAfter(inDoubt);
-    expect(refusalKeys(afterRefusal)).toEqual([]);
-    expect(afterRefusal.get(X.intentKey)).toMatchObject({ status: "pending" });
-
-    // The tool back, on a ledger where an owner before this fix remembered X's refusal: X is taken up and reconciled.
-    await deliverX(await ownerOf(sor, new Map([...afterRefusal, rememberedUnknownTool()])), 1);
-    expect(answers()[1]).toEqual(["applied", '"2"', false]);
-    expect(ledgerAfter(afterRefusal).get(X.intentKey)).toMatchObject({ status: "done", outcome: { status: "applied", version: '"2"' } });
-    expect(sor.patchCount(T1)).toBe(0);
-    expect(sor.commitsOf(X.intentKey)).toBe(1);
+    expect(deadLetters()).toHaveLength(1);
+    expect(refusalKeys(ledgerAfter(settled))).toEqual([]);
   });
 
   it("while the key's entry is pending no refusal is remembered for the bytes: X taken up and refused leased after its reconcile found it not applied, and a resubmission refused at admission", async () => {
     const sor = new FakeSystem("helpdesk");
     sor.seed(T1, { tags: [] });
     // Another change holds T-1's lease; X's PATCH never reached the system.
-    const now = Date.now();
-    const held: LedgerLeaseEntry = {
-      kind: "lease",
-      entity: T1,
-      change: "c".repeat(64),
-      agentId: "agent-2",
-      replyTo: "writ.replies.agent-2",
-      acquiredAt: new Date(now - 60_000).toISOString(),
-      expiresAt: new Date(now + 600_000).toISOString(),
-      updatedAt: new Date(now - 60_000).toISOString(),
-    };
-    const inDoubt = new Map<string, unknown>([
-      [X.intentKey, pendingX(sor)],
-      [leaseLedgerKey("ticket:T-1"), held],
-    ]);
+    const inDoubt = new Map<string, unknown>([[X.intentKey, pendingX(sor)], heldLease()]);
     await deliverX(await ownerOf(sor, inDoubt), 0);
     expect(answers()).toEqual([["rejected", "leased", false]]);
     const after = ledgerAfter(inDoubt);
@@ -177,4 +221,90 @@ describe("the intent key's own entry comes before a refusal remembered for the s
     expect(refusalKeys(ledgerAfter(after))).toEqual([]);
     expect(sor.patchCount(T1)).toBe(0);
   });
+
+  it("the same intent id signed with other content is not the key's entry's submission: X applied, then Y (its delta changed) and Y2 (its params changed) under X's intent id and key get their own refusals, never applied", async () => {
+    const sor = new FakeSystem("helpdesk");
+    sor.seed(T1, { tags: [] });
+    await deliverX(await ownerOf(sor, new Map()), 0);
+    const applied = ledgerAfter(new Map());
+    expect(applied.get(X.intentKey)).toMatchObject({ status: "done", signedDigest: sha256Hex(canonicalJson(X)) });
+
+    const Y = { ...X, delta: [{ op: "replace", path: "/status", value: "closed" }] } as WriteIntent;
+    const Y2 = { ...X, params: { tag: "other" }, delta: [{ op: "add", path: "/tags/-", value: "other" }] } as WriteIntent;
+    const deliver = async (owner: PartitionOwner, offset: number, v: WriteIntent) => {
+      owner.accept([signedRecord(offset, v)], String(offset));
+      await waitFor(() => txns.some((t) => t.committed && t.offset === String(offset + 1)), { timeoutMs: 10_000, message: `offset ${offset} never settled` });
+      await owner.close();
+    };
+    await deliver(await ownerOf(sor, applied), 1, Y);
+    await deliver(await ownerOf(sor, applied), 2, Y2);
+    await deliver(await ownerOf(null, applied), 3, Y);
+    expect(answers()).toEqual([
+      ["applied", '"2"', false],
+      ["rejected", "patch_path_not_allowed", false],
+      ["rejected", "intent_key_mismatch", false],
+      ["rejected", "unknown_tool", false],
+    ]);
+    expect(sor.patchCount(T1)).toBe(1);
+  });
+
+  it("a refusal remembered for X (leased) answers X's copy after another submission wrote the key's entry: not decided again as key reuse, and not overwritten", async () => {
+    const sor = new FakeSystem("helpdesk");
+    sor.seed(T1, { tags: [] });
+    const leased = new Map<string, unknown>([heldLease()]);
+    await deliverX(await ownerOf(sor, leased), 0);
+    expect(answers()).toEqual([["rejected", "leased", false]]);
+    const remembered = ledgerAfter(leased);
+    const [refusalKey] = refusalKeys(remembered);
+    expect(remembered.get(refusalKey!)).toMatchObject({ outcome: { status: "rejected", reason: "leased" } });
+
+    // The lease released; another submission of the key (other params, as an older client built it) applied.
+    remembered.delete(heldLease()[0]);
+    const other: LedgerIntentEntry = {
+      ...pendingX(sor),
+      intentId: "another-submission",
+      fingerprint: "f".repeat(64),
+      attempts: [{ baseVersion: X.baseVersion, deltaFingerprint: "e".repeat(64) }],
+      status: "done",
+      outcome: { status: "applied", version: '"2"', via: "patch", at: new Date().toISOString() },
+    };
+    remembered.set(X.intentKey, other);
+    await deliverX(await ownerOf(sor, remembered), 1);
+    expect(answers()[1]).toEqual(["rejected", "leased", true]);
+    expect(ledgerAfter(remembered).get(refusalKey!)).toMatchObject({ outcome: { status: "rejected", reason: "leased" } });
+    expect(sor.patchCount(T1)).toBe(0);
+  });
+});
+
+describe("whose submission the key's entry holds (submissionIn)", () => {
+  const digest = sha256Hex(canonicalJson(X));
+  const sor = new FakeSystem("helpdesk");
+  const refusedOf = (v: WriteIntent) => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(v.intentId, v.intentKey, "unknown_tool", "no write tool named add_tag is admitted", new Date().toISOString()) }] });
+  const view = (entry: LedgerIntentEntry) => ({ get: (k: string) => (k === entry.intentKey ? entry : undefined), size: 1 });
+  const appliedX: LedgerIntentEntry = { ...pendingX(sor, true), status: "done", outcome: { status: "applied", version: '"2"', via: "patch", at: new Date().toISOString() } };
+  const foreign: [string, WriteIntent][] = [
+    ["another agent", { ...X, agent: { ...X.agent, id: "agent-2" }, replyTo: "writ.replies.agent-2" }],
+    ["another tool", { ...X, tool: "remove_tag" }],
+    ["another record", { ...X, entity: { type: "ticket", id: "T-2" } }],
+  ];
+
+  it("the very signed bytes: this; other content under the intent id: other; an entry without signedDigest: maybe", () => {
+    expect(submissionIn(appliedX, { digest, intent: X })).toBe("this");
+    expect(submissionIn(appliedX, { digest: "0".repeat(64), intent: X })).toBe("other");
+    expect(submissionIn(pendingX(sor), { digest, intent: X })).toBe("maybe");
+    expect(submissionIn(undefined, { digest, intent: X })).toBe("other");
+  });
+
+  for (const [what, v] of foreign) {
+    it(`${what} naming X's intent id and key gets nothing from X's entry: its own refusal, remembered, also while X's entry (of an owner before signedDigest) is pending`, () => {
+      const signed = { digest: sha256Hex(canonicalJson(v)), intent: v };
+      expect(submissionIn({ ...pendingX(sor), signedDigest: undefined }, signed)).toBe("other");
+      for (const entry of [appliedX, { ...pendingX(sor), status: "done" as const, outcome: appliedX.outcome }]) {
+        const answer = answerRefused(view(entry), X.intentKey, signed, refusedOf(v), new Date(), REPLY_TO);
+        expect(answer.kind === "answer" && answer.effects.replies.map((r) => [r.value.status, r.value.duplicate])).toEqual([["rejected", false]]);
+        expect(answer.kind === "answer" && answer.effects.refusal?.outcome).toMatchObject({ reason: "unknown_tool" });
+      }
+      expect(answerRefused(view(pendingX(sor)), X.intentKey, signed, refusedOf(v), new Date(), REPLY_TO)).toMatchObject({ kind: "answer", effects: { replies: [{ value: { status: "rejected" } }] } });
+    });
+  }
 });
