@@ -153,24 +153,47 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
 /** What admission's refusal of signed bytes becomes (refusals.ts answerRefused). */
 export type RefusedAnswer = { kind: "answer"; effects: Effects } | { kind: "in_doubt"; status: LedgerIntentEntry["status"] };
 
+/** Refusals of bytes too old or dated too far ahead to run: no redrive could reconcile anything with them. */
+const UNRUNNABLE: ReadonlySet<string> = new Set(["stale", "clock_skew"]);
+
 /**
  * The answer to signed bytes admission refused (`refused`, a reply on `topic`, the agent's registered reply topic),
- * `key` their intent key's ledger key. When that entry holds their submission (admitted before, on another deploy or
- * registry), it decides: settled, its outcome again, `duplicate: true`, as classify answers a repeat (the write
- * stands whatever this deploy admits). When it may hold it and its write is in doubt (pending, or a conflict after an
- * unknown outcome), `in_doubt`: never "nothing written" for a write that may stand (the caller dead-letters the record,
- * to be sent back once owners admit it: they reconcile the entry). Else, when it may hold it, this refusal, not
- * remembered. Else the refusal remembered for them, else this one, remembered when it may be.
+ * `key` their intent key's ledger key.
+ * - The key's write, by the same agent, tool and record, may stand unsettled (pending, or a conflict after an unknown
+ *   outcome): `in_doubt`, whatever submission of the key these bytes are (the clients ask again under a fresh intent
+ *   id after `unknown`), never "nothing written"; the caller dead-letters the record, to be sent back once owners
+ *   admit it: they reconcile the entry. Bytes too old or too far ahead to run (`stale`, `clock_skew`) keep their
+ *   refusal: sent back, they would be refused so again.
+ * - The entry holds these very bytes (its signed digest) and is settled: its outcome again, `duplicate: true`, as
+ *   classify answers a repeat (the write stands whatever this deploy admits).
+ * - An entry written before digests were kept, with these bytes' intent id, agent, tool and record and a write that
+ *   stands (applied, escalated): `in_doubt` too, for these bytes cannot be told from others under that id; any other
+ *   such entry: this refusal, not remembered.
+ * - Else the refusal remembered for them, else this one, remembered when it may be.
  */
 export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): RefusedAnswer {
   const entry = ledger.get(key);
+  const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : undefined;
+  if (entry && sameSubmitter(entry, signed) && inDoubt(entry) && !UNRUNNABLE.has(reason ?? "")) return { kind: "in_doubt", status: entry.status };
   const held = submissionIn(entry, signed);
   if (entry && held !== "other") {
-    if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
     const stored = entry.outcome;
-    if (held === "maybe" || entry.status !== "done" || stored === undefined || stored.status === "conflict") return { kind: "answer", effects: refused };
-    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
-    return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
+    if (entry.status === "done" && stored !== undefined && (stored.status === "applied" || stored.status === "escalated")) {
+      if (held === "maybe") return { kind: "in_doubt", status: entry.status };
+      const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
+      return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
+    }
+    if (held === "this" && entry.status === "done" && stored?.status === "rejected") {
+      const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
+      return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
+    }
+    return { kind: "answer", effects: refused };
   }
   return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
+}
+
+/** Whether the key's entry is a write by the signed intent's agent, of its tool, on its record (a key is its agent's). */
+function sameSubmitter(entry: LedgerIntentEntry, signed: SignedIntent): boolean {
+  const { intent } = signed;
+  return entry.agentId === intent.agent.id && entry.tool === intent.tool && entityKey(entry.entity) === entityKey(intent.entity);
 }

@@ -219,6 +219,10 @@ describe("the intent key's own entry comes before a refusal remembered for the s
     await waitFor(() => txns.some((t) => t.committed && t.offset === "2"), { timeoutMs: 10_000, message: "the resubmission never settled" });
     await owner.close();
     expect(refusalKeys(ledgerAfter(after))).toEqual([]);
+    // Not "rejected unknown_tool" (final to the clients, whose change() would then compensate the steps before it
+    // while this write may stand): dead-lettered outcome_unknown, no answer.
+    expect(deadLetters().map((d) => d.reason)).toEqual(["outcome_unknown"]);
+    expect(ledgerAfter(after).get(X.intentKey)).toMatchObject({ status: "pending" });
     expect(sor.patchCount(T1)).toBe(0);
   });
 
@@ -293,6 +297,29 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
     expect(submissionIn(appliedX, { digest: "0".repeat(64), intent: X })).toBe("other");
     expect(submissionIn(pendingX(sor), { digest, intent: X })).toBe("maybe");
     expect(submissionIn(undefined, { digest, intent: X })).toBe("other");
+  });
+
+  const refusedFor = (v: WriteIntent, reason: "unknown_tool" | "stale") => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(v.intentId, v.intentKey, reason, reason, new Date().toISOString()) }] });
+
+  it("the key's write in doubt, by the same agent, tool and record: any submission of the key refused at admission is in doubt (a fresh intent id too: the clients ask again so after unknown), but not bytes too old or too far ahead to run", () => {
+    const again = { ...X, intentId: "s1-again" };
+    const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
+    for (const entry of [pendingX(sor, true), pendingX(sor)]) {
+      expect(answerRefused(view(entry), X.intentKey, { digest, intent: X }, refusedFor(X, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
+      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
+      // Sent back, stale bytes would be refused stale again: a dead letter no redrive settles. Their refusal stands.
+      const stale = answerRefused(view(entry), X.intentKey, { digest, intent: X }, refusedFor(X, "stale"), new Date(), REPLY_TO);
+      expect(stale.kind === "answer" && stale.effects.replies.map((r) => [r.value.status, r.value.status === "rejected" && r.value.reason])).toEqual([["rejected", "stale"]]);
+    }
+  });
+
+  it("an entry without signedDigest (an owner before it) holding a write that stands, under these bytes' intent id: in doubt, never 'nothing written'; one holding a refusal: this refusal, not remembered", () => {
+    const legacyApplied: LedgerIntentEntry = { ...appliedX, signedDigest: undefined };
+    expect(answerRefused(view(legacyApplied), X.intentKey, { digest, intent: X }, refusedOf(X), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
+    const legacyRefused: LedgerIntentEntry = { ...legacyApplied, outcome: { status: "rejected", reason: "patch_not_applicable", message: "m", at: new Date().toISOString() } };
+    const answer = answerRefused(view(legacyRefused), X.intentKey, { digest, intent: X }, refusedOf(X), new Date(), REPLY_TO);
+    expect(answer.kind === "answer" && answer.effects.replies.map((r) => [r.value.status, r.value.status === "rejected" && r.value.reason])).toEqual([["rejected", "unknown_tool"]]);
+    expect(answer.kind === "answer" && answer.effects.refusal).toBeUndefined();
   });
 
   for (const [what, v] of foreign) {
