@@ -662,5 +662,3 @@ export async function systems() {
     expect({ code, killedBy }, seen.stderr).toEqual({ code: null, killedBy: "SIGTERM" });
   }, 120_000);
 });
-    // Sent past the window in which it would be the first request again.
-    await sleep(SAME_REQUEST_MS + 50);
