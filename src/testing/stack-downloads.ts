@@ -4,8 +4,14 @@
 
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { KAFKA_VERSION, LOG4J_VERSION, APICURIO_VERSION, DEPENDENCY_PLUGIN, DEPENDENCY_PLUGIN_COPY, KAFKA_HOME, KAFKA_LIBS, APICURIO_HOME, MARKER } from './stack-layout.ts';
-import { runOrThrow } from './stack-process.ts';
+import { KAFKA_VERSION, LOG4J_VERSION, APICURIO_VERSION, DEPENDENCY_PLUGIN, DEPENDENCY_PLUGIN_COPY, KAFKA_HOME, KAFKA_LIBS, APICURIO_HOME, MARKER, CACHE_DIR } from './stack-layout.ts';
+import { runOrThrow, withLock } from './stack-process.ts';
+
+/**
+ * Held while a download runs: two stacks starting at once (`npm test`'s global setup and the secure stack it starts
+ * beside it) would otherwise download into one folder, each wiping it first.
+ */
+const DOWNLOAD_LOCK = join(CACHE_DIR, 'download.lock');
 
 // ---------------------------------------------------------------------------
 // Downloads (Maven only; idempotent, a marker file is written last)
@@ -56,8 +62,14 @@ export function kafkaPom(): string {
 `;
 }
 
+const kafkaReady = () => existsSync(join(KAFKA_HOME, MARKER)) && existsSync(join(KAFKA_LIBS, `kafka-tools-${KAFKA_VERSION}.jar`));
+
 export async function ensureKafkaJars(log: (l: string) => void): Promise<void> {
-  if (existsSync(join(KAFKA_HOME, MARKER)) && existsSync(join(KAFKA_LIBS, `kafka-tools-${KAFKA_VERSION}.jar`))) return;
+  if (kafkaReady()) return;
+  await withLock(log, async () => (kafkaReady() ? undefined : downloadKafkaJars(log)), DOWNLOAD_LOCK);
+}
+
+async function downloadKafkaJars(log: (l: string) => void): Promise<void> {
   const t0 = Date.now();
   log(`downloading Kafka ${KAFKA_VERSION} jars with mvn into ${KAFKA_LIBS}`);
   rmSync(KAFKA_LIBS, { recursive: true, force: true });
@@ -87,11 +99,13 @@ export function findRegistryJar(): string | undefined {
   return runner === undefined ? undefined : join(APICURIO_HOME, runner);
 }
 
+const apicurioReady = () => (existsSync(join(APICURIO_HOME, MARKER)) ? findRegistryJar() : undefined);
+
 export async function ensureApicurio(log: (l: string) => void): Promise<string> {
-  if (existsSync(join(APICURIO_HOME, MARKER))) {
-    const jar = findRegistryJar();
-    if (jar !== undefined) return jar;
-  }
+  return apicurioReady() ?? (await withLock(log, async () => apicurioReady() ?? downloadApicurio(log), DOWNLOAD_LOCK));
+}
+
+async function downloadApicurio(log: (l: string) => void): Promise<string> {
   const t0 = Date.now();
   log(`downloading Apicurio Registry ${APICURIO_VERSION} with mvn into ${APICURIO_HOME}`);
   rmSync(APICURIO_HOME, { recursive: true, force: true });
