@@ -44,10 +44,11 @@ const typecheck = run([join(root, "node_modules", "typescript", "bin", "tsc"), "
 const shareSecure = process.argv.length === 2;
 if (shareSecure) {
   // Its own dir and ports, below the ephemeral range as every stack's (src/testing/local-stack.ts's header says
-  // why), unless the caller names another; named before vitest starts, which passes them on to its files.
-  process.env.WRIT_SECURE_STACK_DIR ||= join(root, ".cache", "run-secure-shared");
-  process.env.WRIT_SECURE_KAFKA_PORT ||= "22392";
-  process.env.WRIT_SECURE_REGISTRY_PORT ||= "22381";
+  // why), whatever a developer's shell names for a secure stack of their own (which has no tenants of these
+  // suites); named before vitest starts, which passes them on to its files. .ci/run names the same ones.
+  process.env.WRIT_SECURE_STACK_DIR = join(root, ".cache", "run-secure-shared");
+  process.env.WRIT_SECURE_KAFKA_PORT = "22392";
+  process.env.WRIT_SECURE_REGISTRY_PORT = "22381";
 }
 const tests = run([join(root, "node_modules", "vitest", "vitest.mjs"), "run", ...process.argv.slice(2)]).finally(() => {
   stopping = true;
