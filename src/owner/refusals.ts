@@ -156,6 +156,9 @@ export type RefusedAnswer = { kind: "answer"; effects: Effects } | { kind: "in_d
 /** Refusals of bytes too old or dated too far ahead to run: no redrive could reconcile anything with them. */
 const UNRUNNABLE: ReadonlySet<string> = new Set(["stale", "clock_skew"]);
 
+/** Refusals given without weighing the intent's content: no such tool here, or not one its agent may call. */
+const UNWEIGHED: ReadonlySet<string> = new Set(["unknown_tool", "tool_not_allowed"]);
+
 /**
  * The answer to signed bytes admission refused (`refused`, a reply on `topic`, the agent's registered reply topic),
  * `key` their intent key's ledger key.
@@ -166,29 +169,35 @@ const UNRUNNABLE: ReadonlySet<string> = new Set(["stale", "clock_skew"]);
  *   refusal: sent back, they would be refused so again.
  * - The entry holds these very bytes (its signed digest) and is settled: its outcome again, `duplicate: true`, as
  *   classify answers a repeat (the write stands whatever this deploy admits).
- * - An entry written before digests were kept, with these bytes' intent id, agent, tool and record and a write that
- *   stands (applied, escalated): `in_doubt` too, for these bytes cannot be told from others under that id; any other
- *   such entry: this refusal, not remembered.
+ * - The key's write stands (applied, escalated) and these bytes may be its submission: an entry written before
+ *   digests were kept under their intent id, or a retry under a fresh intent id refused without its content weighed
+ *   (`unknown_tool`, `tool_not_allowed`): `in_doubt` too (not `stale`, `clock_skew`). Else, for an entry under their
+ *   intent id: this refusal, not remembered.
  * - Else the refusal remembered for them, else this one, remembered when it may be.
  */
 export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): RefusedAnswer {
   const entry = ledger.get(key);
-  const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : undefined;
-  if (entry && sameSubmitter(entry, signed) && inDoubt(entry) && !UNRUNNABLE.has(reason ?? "")) return { kind: "in_doubt", status: entry.status };
+  if (!entry || !sameSubmitter(entry, signed)) return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
+  const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : "";
   const held = submissionIn(entry, signed);
-  if (entry && held !== "other") {
-    const stored = entry.outcome;
-    if (entry.status === "done" && stored !== undefined && (stored.status === "applied" || stored.status === "escalated")) {
-      if (held === "maybe") return { kind: "in_doubt", status: entry.status };
-      const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
-      return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
-    }
-    if (held === "this" && entry.status === "done" && stored?.status === "rejected") {
-      const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
-      return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
-    }
-    return { kind: "answer", effects: refused };
+  const stored = entry.outcome;
+  // Its own bytes: the entry's settled outcome, whatever this deploy says of them.
+  if (held === "this" && entry.status === "done" && stored !== undefined && stored.status !== "conflict") {
+    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
+    return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
   }
+  if (!UNRUNNABLE.has(reason)) {
+    if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
+    // A write of the key that stands, and bytes that may be its submission: an entry from before signedDigest under
+    // their intent id, or a retry under a fresh intent id (as the clients send after `unknown`) that no owner here
+    // could weigh (no such tool, or not the agent's): decided once owners admit them (a repeat, or key reuse),
+    // never "nothing written" now. Other content signed under the entry's intent id is not its submission, and a
+    // refusal of content by the tool as deployed stands (sent back, it would be so again).
+    const stands = entry.status === "done" && (stored?.status === "applied" || stored?.status === "escalated");
+    const freshRetry = entry.intentId !== signed.intent.intentId && UNWEIGHED.has(reason);
+    if (stands && (held === "maybe" || freshRetry)) return { kind: "in_doubt", status: entry.status };
+  }
+  if (held !== "other") return { kind: "answer", effects: refused };
   return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
 }
 

@@ -322,6 +322,24 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
     expect(answer.kind === "answer" && answer.effects.refusal).toBeUndefined();
   });
 
+  it("the key's write applied (or escalated): a retry under a fresh intent id refused unweighed (no such tool) is in doubt, not 'nothing written'; refused for its content, or stale, it keeps its refusal", () => {
+    const again = { ...X, intentId: "s1-again" };
+    const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
+    const escalatedX: LedgerIntentEntry = { ...appliedX, outcome: { status: "escalated", reason: "outcome_unknown", message: "m", escalationId: "e1", at: new Date().toISOString() } };
+    for (const entry of [appliedX, escalatedX]) {
+      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
+      const content = answerRefused(view(entry), X.intentKey, signedAgain, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(again.intentId, again.intentKey, "patch_path_not_allowed", "m", new Date().toISOString()) }] }), new Date(), REPLY_TO);
+      expect(content.kind === "answer" && content.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["patch_path_not_allowed"]);
+      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "stale"), new Date(), REPLY_TO)).toMatchObject({ kind: "answer" });
+    }
+  });
+
+  it("an entry without signedDigest holding a write that stands: bytes too old to run keep their refusal (a redrive would refuse them stale again)", () => {
+    const legacyApplied: LedgerIntentEntry = { ...appliedX, signedDigest: undefined };
+    const stale = answerRefused(view(legacyApplied), X.intentKey, { digest, intent: X }, refusedFor(X, "stale"), new Date(), REPLY_TO);
+    expect(stale.kind === "answer" && stale.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["stale"]);
+  });
+
   for (const [what, v] of foreign) {
     it(`${what} naming X's intent id and key gets nothing from X's entry: its own refusal, remembered, also while X's entry (of an owner before signedDigest) is pending`, () => {
       const signed = { digest: sha256Hex(canonicalJson(v)), intent: v };
