@@ -428,7 +428,7 @@ export class PartitionOwner {
         if (answer.kind === "in_doubt") {
           // Their key's write may stand unsettled: no "nothing written" for it. Dead-lettered with the reason, the
           // agent's submit sees no answer (unknown); sent back once owners admit it, it is reconciled (intent-run.ts).
-          const why = `refused ${admission.reason} at admission, but its intent key's ${answer.status} entry holds a write of this agent that may have happened; send it back once owners admit it (it is reconciled)`;
+          const why = `refused ${admission.reason} at admission, but its intent key's ${answer.status} entry holds a write of its tool on its record that may have happened (or may be this submission's); send it back once owners admit it (it is reconciled)`;
           this.log.warn({ offset: message.offset, intentKey: signed!.intent.intentKey, reason: admission.reason, entry: answer.status }, "intent refused at admission while its write is in doubt; dead-lettered outcome_unknown, no reply");
           this.track(session, this.settle(session, slot, effects({ deadLetters: [deadLetterOf(message, source, "outcome_unknown", why, new Date().toISOString())] })));
           continue;

@@ -153,26 +153,25 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
 /** What admission's refusal of signed bytes becomes (refusals.ts answerRefused). */
 export type RefusedAnswer = { kind: "answer"; effects: Effects } | { kind: "in_doubt"; status: LedgerIntentEntry["status"] };
 
-/** Refusals of bytes too old or dated too far ahead to run: no redrive could reconcile anything with them. */
-const UNRUNNABLE: ReadonlySet<string> = new Set(["stale", "clock_skew"]);
-
-/** Refusals given without weighing the intent's content: no such tool here, or not one its agent may call. */
-const UNWEIGHED: ReadonlySet<string> = new Set(["unknown_tool", "tool_not_allowed"]);
+/**
+ * Refusals of bytes too old to run: no redrive could reconcile anything with them. (`clock_skew` bytes run once the
+ * owner's clock catches up with them: in doubt like any other.)
+ */
+const UNRUNNABLE: ReadonlySet<string> = new Set(["stale"]);
 
 /**
  * The answer to signed bytes admission refused (`refused`, a reply on `topic`, the agent's registered reply topic),
  * `key` their intent key's ledger key.
- * - The key's write, by the same agent, tool and record, may stand unsettled (pending, or a conflict after an unknown
- *   outcome): `in_doubt`, whatever submission of the key these bytes are (the clients ask again under a fresh intent
- *   id after `unknown`), never "nothing written"; the caller dead-letters the record, to be sent back once owners
- *   admit it: they reconcile the entry. Bytes too old or too far ahead to run (`stale`, `clock_skew`) keep their
- *   refusal: sent back, they would be refused so again.
  * - The entry holds these very bytes (its signed digest) and is settled: its outcome again, `duplicate: true`, as
  *   classify answers a repeat (the write stands whatever this deploy admits).
- * - The key's write stands (applied, escalated) and these bytes may be its submission: an entry written before
- *   digests were kept under their intent id, or a retry under a fresh intent id refused without its content weighed
- *   (`unknown_tool`, `tool_not_allowed`): `in_doubt` too (not `stale`, `clock_skew`). Else, for an entry under their
- *   intent id: this refusal, not remembered.
+ * - The key's write, of these bytes' tool on their record (sameSubmitter), may stand unsettled (pending, or a conflict
+ *   after an unknown outcome): `in_doubt`, whatever submission of the key these bytes are (the clients ask again
+ *   under a fresh intent id after `unknown`), never "nothing written"; the caller dead-letters the record, to be sent
+ *   back once owners admit it: they reconcile the entry. So too when the key's write stands (applied, escalated) and
+ *   these bytes may be its submission: an entry written before digests were kept under their intent id, or a retry
+ *   under a fresh intent id (decided once owners admit it: a repeat, or key reuse). Bytes too old to run (`stale`)
+ *   keep their refusal: sent back, they would be refused so again. Else, for an entry under their intent id: this
+ *   refusal, not remembered.
  * - Else the refusal remembered for them, else this one, remembered when it may be.
  */
 export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): RefusedAnswer {
@@ -189,20 +188,24 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
   if (!UNRUNNABLE.has(reason)) {
     if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
     // A write of the key that stands, and bytes that may be its submission: an entry from before signedDigest under
-    // their intent id, or a retry under a fresh intent id (as the clients send after `unknown`) that no owner here
-    // could weigh (no such tool, or not the agent's): decided once owners admit them (a repeat, or key reuse),
-    // never "nothing written" now. Other content signed under the entry's intent id is not its submission, and a
-    // refusal of content by the tool as deployed stands (sent back, it would be so again).
+    // their intent id, or a retry under a fresh intent id (as the clients send after `unknown`, rebuilding the step:
+    // the same key, its content refused by this deploy or not weighed at all): decided once owners admit them (a
+    // repeat, or key reuse; past the retention, stale), never "nothing written" now. Other content signed under the
+    // entry's own intent id is not its submission.
     const stands = entry.status === "done" && (stored?.status === "applied" || stored?.status === "escalated");
-    const freshRetry = entry.intentId !== signed.intent.intentId && UNWEIGHED.has(reason);
-    if (stands && (held === "maybe" || freshRetry)) return { kind: "in_doubt", status: entry.status };
+    if (stands && (held === "maybe" || entry.intentId !== signed.intent.intentId)) return { kind: "in_doubt", status: entry.status };
   }
   if (held !== "other") return { kind: "answer", effects: refused };
   return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
 }
 
-/** Whether the key's entry is a write by the signed intent's agent, of its tool, on its record (a key is its agent's). */
+/**
+ * Whether the key's entry is a write of the signed intent's tool on its record: the key is theirs (it names its agent,
+ * but for a tool of `keyScope: "global"`, whose key is every agent's: one write of the key, whoever asked). Bytes naming
+ * a key that is not theirs only keep their own record from an answer (dead-lettered); an entry answers bytes only
+ * when it holds them (submissionIn: their agent, intent id and digest).
+ */
 function sameSubmitter(entry: LedgerIntentEntry, signed: SignedIntent): boolean {
   const { intent } = signed;
-  return entry.agentId === intent.agent.id && entry.tool === intent.tool && entityKey(entry.entity) === entityKey(intent.entity);
+  return entry.tool === intent.tool && entityKey(entry.entity) === entityKey(intent.entity);
 }

@@ -301,12 +301,16 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
 
   const refusedFor = (v: WriteIntent, reason: "unknown_tool" | "stale") => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(v.intentId, v.intentKey, reason, reason, new Date().toISOString()) }] });
 
-  it("the key's write in doubt, by the same agent, tool and record: any submission of the key refused at admission is in doubt (a fresh intent id too: the clients ask again so after unknown), but not bytes too old or too far ahead to run", () => {
+  it("the key's write in doubt, of the same tool on the same record: any submission of the key refused at admission is in doubt (a fresh intent id too: the clients ask again so after unknown; bytes dated ahead too), but not bytes too old to run", () => {
     const again = { ...X, intentId: "s1-again" };
     const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
     for (const entry of [pendingX(sor, true), pendingX(sor)]) {
       expect(answerRefused(view(entry), X.intentKey, { digest, intent: X }, refusedFor(X, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
       expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
+      // Dated ahead of this owner's clock: they run once it catches up (a copy then takes the entry up), so no
+      // "nothing written" now either.
+      const ahead = effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(X.intentId, X.intentKey, "clock_skew", "m", new Date().toISOString()) }] });
+      expect(answerRefused(view(entry), X.intentKey, { digest, intent: X }, ahead, new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
       // Sent back, stale bytes would be refused stale again: a dead letter no redrive settles. Their refusal stands.
       const stale = answerRefused(view(entry), X.intentKey, { digest, intent: X }, refusedFor(X, "stale"), new Date(), REPLY_TO);
       expect(stale.kind === "answer" && stale.effects.replies.map((r) => [r.value.status, r.value.status === "rejected" && r.value.reason])).toEqual([["rejected", "stale"]]);
@@ -322,14 +326,15 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
     expect(answer.kind === "answer" && answer.effects.refusal).toBeUndefined();
   });
 
-  it("the key's write applied (or escalated): a retry under a fresh intent id refused unweighed (no such tool) is in doubt, not 'nothing written'; refused for its content, or stale, it keeps its refusal", () => {
+  it("the key's write applied (or escalated): a retry under a fresh intent id (the step rebuilt after unknown) refused by this deploy, for its content or unweighed, or dated ahead, is in doubt, not 'nothing written'; stale, it keeps its refusal", () => {
     const again = { ...X, intentId: "s1-again" };
     const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
     const escalatedX: LedgerIntentEntry = { ...appliedX, outcome: { status: "escalated", reason: "outcome_unknown", message: "m", escalationId: "e1", at: new Date().toISOString() } };
+    const refusedAs = (reason: string) => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(again.intentId, again.intentKey, reason as "unknown_tool", "m", new Date().toISOString()) }] });
     for (const entry of [appliedX, escalatedX]) {
-      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "unknown_tool"), new Date(), REPLY_TO)).toMatchObject({ kind: "in_doubt" });
-      const content = answerRefused(view(entry), X.intentKey, signedAgain, effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(again.intentId, again.intentKey, "patch_path_not_allowed", "m", new Date().toISOString()) }] }), new Date(), REPLY_TO);
-      expect(content.kind === "answer" && content.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["patch_path_not_allowed"]);
+      for (const reason of ["unknown_tool", "tool_not_allowed", "patch_path_not_allowed", "params_invalid", "clock_skew"]) {
+        expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedAs(reason), new Date(), REPLY_TO), reason).toMatchObject({ kind: "in_doubt" });
+      }
       expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedFor(again, "stale"), new Date(), REPLY_TO)).toMatchObject({ kind: "answer" });
     }
   });
@@ -341,7 +346,7 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
   });
 
   for (const [what, v] of foreign) {
-    it(`${what} naming X's intent id and key gets nothing from X's entry: its own refusal, remembered, also while X's entry (of an owner before signedDigest) is pending`, () => {
+    it(`${what} naming X's intent id and key gets nothing from X's entry: its own refusal, remembered; while X's entry (of an owner before signedDigest) is pending, ${what === "another agent" ? "its own record dead-lettered (the key's write is its tool's on its record: for a global key scope, every agent's)" : "its own refusal"}`, () => {
       const signed = { digest: sha256Hex(canonicalJson(v)), intent: v };
       expect(submissionIn({ ...pendingX(sor), signedDigest: undefined }, signed)).toBe("other");
       for (const entry of [appliedX, { ...pendingX(sor), status: "done" as const, outcome: appliedX.outcome }]) {
@@ -349,7 +354,9 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
         expect(answer.kind === "answer" && answer.effects.replies.map((r) => [r.value.status, r.value.duplicate])).toEqual([["rejected", false]]);
         expect(answer.kind === "answer" && answer.effects.refusal?.outcome).toMatchObject({ reason: "unknown_tool" });
       }
-      expect(answerRefused(view(pendingX(sor)), X.intentKey, signed, refusedOf(v), new Date(), REPLY_TO)).toMatchObject({ kind: "answer", effects: { replies: [{ value: { status: "rejected" } }] } });
+      const whilePending = answerRefused(view(pendingX(sor)), X.intentKey, signed, refusedOf(v), new Date(), REPLY_TO);
+      if (what === "another agent") expect(whilePending).toMatchObject({ kind: "in_doubt" });
+      else expect(whilePending).toMatchObject({ kind: "answer", effects: { replies: [{ value: { status: "rejected" } }] } });
     });
   }
 });
