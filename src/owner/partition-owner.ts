@@ -7,7 +7,7 @@ import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import { intentOutcome } from "../metrics/outcome.ts";
 import type { PartitionFigures } from "../metrics/router-metrics.ts";
 import { IntentTrace } from "../tracing/spans.ts";
-import { type Admission, type AdmittedIntent, admit, mayHaveRepliedOn } from "./admission.ts";
+import { type Admission, type AdmittedIntent, admit, intentFingerprints, mayHaveRepliedOn, maxIntentAgeMs } from "./admission.ts";
 import { CommitLoop } from "./commit-loop.ts";
 import { type RunHost, runIntent } from "./intent-run.ts";
 import { deadLetterOf, effects, type Effects } from "./effects.ts";
@@ -19,7 +19,8 @@ import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
-import { answerRefused } from "./refusals.ts";
+import { answerRefused, type RefusedFacts } from "./refusals.ts";
+import type { WriteIntent } from "../schemas/write-intent.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
 
 export { transactionalIdFor } from "./partition-restore.ts";
@@ -337,6 +338,23 @@ export class PartitionOwner {
     await session.producer.disconnect().catch(() => undefined);
   }
 
+  /**
+   * What answerRefused weighs besides the ledger: the bytes' fingerprint where their tool is deployed here (bytes of
+   * other content than the key's write can never be its submission: admitted, they would be key reuse), and whether
+   * they are dated further ahead than any ledger retention (a redrive would never run them).
+   */
+  private refusedFacts(intent: WriteIntent): RefusedFacts {
+    const tool = this.ctx.admission.tools.get(intent.tool);
+    let fingerprint: string | undefined;
+    try {
+      fingerprint = tool ? intentFingerprints(tool, intent).fingerprint : undefined;
+    } catch {
+      // no canonical form of its params: nothing to compare
+    }
+    const farAhead = Date.parse(intent.createdAt) - Date.now() > maxIntentAgeMs(intent, this.ctx.config.ledgerRetentionHours);
+    return { ...(fingerprint !== undefined ? { fingerprint } : {}), farAhead };
+  }
+
   /** The outage backoff after `failures` in a row (the partition's own by default): doubling, capped, ±20 % jitter. */
   private backoffMs(failures = this.failuresInARow): number {
     const { outageBackoffInitialMs, outageBackoffMaxMs } = this.ctx.config;
@@ -424,7 +442,7 @@ export class PartitionOwner {
         // the intent's own may not be.
         const { signed } = admission;
         const topic = admission.effects.replies[0]?.topic;
-        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic) : { kind: "answer" as const, effects: admission.effects };
+        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, this.refusedFacts(signed.intent)) : { kind: "answer" as const, effects: admission.effects };
         if (answer.kind === "in_doubt") {
           // Their key's write may stand unsettled: no "nothing written" for it. Dead-lettered with the reason, the
           // agent's submit sees no answer (unknown); sent back once owners admit it, it is reconciled (intent-run.ts).

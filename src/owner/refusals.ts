@@ -150,6 +150,14 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
   return effects({ replies: [{ topic, value: reply }] });
 }
 
+/** What the owner knows of refused bytes besides the ledger (partition-owner.ts refusedFacts). */
+export interface RefusedFacts {
+  /** Their fingerprint, where their tool is deployed here (intentFingerprints). */
+  fingerprint?: string;
+  /** Dated further ahead of the owner's clock than an intent may be old: no redrive would run them. */
+  farAhead?: boolean;
+}
+
 /** What admission's refusal of signed bytes becomes (refusals.ts answerRefused). */
 export type RefusedAnswer = { kind: "answer"; effects: Effects } | { kind: "in_doubt"; status: LedgerIntentEntry["status"] };
 
@@ -174,7 +182,7 @@ const UNRUNNABLE: ReadonlySet<string> = new Set(["stale"]);
  *   refusal, not remembered.
  * - Else the refusal remembered for them, else this one, remembered when it may be.
  */
-export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string): RefusedAnswer {
+export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string, facts: RefusedFacts = {}): RefusedAnswer {
   const entry = ledger.get(key);
   if (!entry || !sameSubmitter(entry, signed)) return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
   const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : "";
@@ -185,7 +193,12 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
     const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
     return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
   }
-  if (!UNRUNNABLE.has(reason)) {
+  // Bytes that can never run (stale; dated further ahead than a ledger retention), or of other content than the
+  // key's write (where the tool is deployed here to tell: admitted, they would be refused as key reuse), are not that
+  // write's submission: their refusal is as final as an owner admitting them would make it.
+  const neverRuns = UNRUNNABLE.has(reason) || (reason === "clock_skew" && facts.farAhead === true);
+  const otherContent = facts.fingerprint !== undefined && facts.fingerprint !== entry.fingerprint;
+  if (!neverRuns && !otherContent) {
     if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
     // A write of the key that stands, and bytes that may be its submission: an entry from before signedDigest under
     // their intent id, or a retry under a fresh intent id (as the clients send after `unknown`, rebuilding the step:

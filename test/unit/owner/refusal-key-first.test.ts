@@ -249,6 +249,13 @@ describe("the intent key's own entry comes before a refusal remembered for the s
       ["rejected", "intent_key_mismatch", false],
       ["rejected", "unknown_tool", false],
     ]);
+    // Y2 again under a fresh intent id (a model calling the tool again in the run with other params): its content is
+    // not the key's write's (the tool here tells by its fingerprint), so its refusal is final at once, as an owner
+    // admitting it would answer key reuse; never a dead letter for a write it cannot be.
+    await deliver(await ownerOf(sor, applied), 4, { ...Y2, intentId: "s1-y2" });
+    const y2 = txns.filter((t) => t.committed).flatMap((t) => t.records).filter((r) => r.topic === REPLY_TO).map((r) => JSON.parse(r.value!.toString("utf8")) as { intentId: string; status: string; reason?: string });
+    expect(y2.filter((a) => a.intentId === "s1-y2").map((a) => [a.status, a.reason])).toEqual([["rejected", "intent_key_mismatch"]]);
+    expect(deadLetters()).toEqual([]);
     expect(sor.patchCount(T1)).toBe(1);
   });
 
@@ -343,6 +350,20 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
     const legacyApplied: LedgerIntentEntry = { ...appliedX, signedDigest: undefined };
     const stale = answerRefused(view(legacyApplied), X.intentKey, { digest, intent: X }, refusedFor(X, "stale"), new Date(), REPLY_TO);
     expect(stale.kind === "answer" && stale.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["stale"]);
+  });
+
+  it("bytes of other content than the key's write (the tool deployed here tells by the fingerprint), or dated further ahead than any retention, keep their refusal: they can never be its submission, or never run", () => {
+    const again = { ...X, intentId: "s1-again" };
+    const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
+    const refusedAs = (reason: string) => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(again.intentId, again.intentKey, reason as "params_invalid", "m", new Date().toISOString()) }] });
+    for (const entry of [appliedX, pendingX(sor, true)]) {
+      const other = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, { fingerprint: "0".repeat(64) });
+      expect(other.kind === "answer" && other.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["params_invalid"]);
+      // The same content (a step rebuilt after unknown): in doubt.
+      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, { fingerprint: entry.fingerprint })).toMatchObject({ kind: "in_doubt" });
+      const ahead = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("clock_skew"), new Date(), REPLY_TO, { farAhead: true });
+      expect(ahead.kind === "answer" && ahead.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["clock_skew"]);
+    }
   });
 
   for (const [what, v] of foreign) {
