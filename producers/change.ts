@@ -70,7 +70,10 @@ export type ChangeResult =
   | { status: "applied"; change: string; steps: Reply[] }
   /** A step was not applied; every step applied before it was undone. Nothing of the change remains. */
   | { status: "compensated"; change: string; failed: { step: string; result: SubmitResult }; undone: Reply[] }
-  /** A record stayed leased to another change for `waitForLeaseMs`, or could not be leased; nothing was written. */
+  /**
+   * A record stayed leased to another change for `waitForLeaseMs`, or could not be leased (`lease_limit`: the agent
+   * holds as many leases as owners allow); nothing was written.
+   */
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
    * Not settled: an intent's outcome stayed unknown, or an undo was not applied. Some steps may stand.
@@ -81,6 +84,8 @@ export type ChangeResult =
 const isApplied = (r: SubmitResult): r is Extract<Reply, { status: "applied" }> => r.status === "applied";
 const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === "blocked";
 const isLeased = (r: SubmitResult) => r.status === "rejected" && r.reason === "leased";
+/** A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses. */
+const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
 
 /** The WriteIntent that takes (`acquire`) or gives back (`release`) a record's lease for a change. */
 export function buildLeaseIntent(i: {
@@ -128,8 +133,8 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
   }
   // One lease per record, taken in entity-key order, named by the first step's tool on that record.
   // `current`: the record as the change last read or wrote it (unknown after a repeat, or a reply too large for the broker);
-  // `lastVersion`: the version it last saw.
-  const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number; lastVersion?: string }>();
+  // `lastVersion`: the version it last saw; `holdEnded`: a renewal was refused lease_hold_exceeded (never renewed again).
+  const records = new Map<string, { entity: EntityRef; tool: string; current?: Versioned; grantedAt?: number; lastVersion?: string; holdEnded?: boolean }>();
   for (const s of input.steps) if (!records.has(entityKey(s.entity))) records.set(entityKey(s.entity), { entity: s.entity, tool: s.tool.name });
   const order = [...records.keys()].sort();
   const lease = (key: string, op: "acquire" | "release") => {
@@ -155,26 +160,34 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
       r.grantedAt = Date.now();
       r.lastVersion ??= result.version;
     }
+    if (isHoldExceeded(result)) records.get(key)!.holdEnded = true;
     return result;
   };
   /**
    * Renews every lease past half its life (its acquire again, which also reads the record). A record whose
    * version moved past the last one the change saw there was written by someone else while the lease had
-   * lapsed: the change no longer holds it as it was, and stops (null: all held, nothing moved).
+   * lapsed: the change no longer holds it as it was, and stops (null: all held, nothing moved). A lease held
+   * as long as owners allow is not renewed (lease_hold_exceeded, returned once the others are renewed): it
+   * stays the change's until it lapses, and the change stops going forward; its undos may still run under it.
    */
   const renew = async (): Promise<SubmitResult | null> => {
+    let holdEnded: SubmitResult | null = null;
     for (const key of order) {
       const r = records.get(key)!;
-      if (r.grantedAt === undefined || Date.now() - r.grantedAt <= ttlMs / 2) continue;
+      if (r.grantedAt === undefined || r.holdEnded || Date.now() - r.grantedAt <= ttlMs / 2) continue;
       const seen = r.lastVersion;
       const renewed = await acquire(key, settleWithinMs);
+      if (isHoldExceeded(renewed)) {
+        holdEnded ??= renewed;
+        continue;
+      }
       if (!isApplied(renewed)) return renewed;
       if (seen !== undefined && renewed.version !== seen) {
         const message = `the lease of ${key} lapsed and the record was written meanwhile (${seen} → ${renewed.version}); the change no longer holds it as it left it`;
         return { status: "rejected", intentId: renewed.intentId, intentKey: renewed.intentKey, duplicate: false, at: new Date().toISOString(), reason: "lease_not_held", message };
       }
     }
-    return null;
+    return holdEnded;
   };
   const releaseAll = async () => {
     // All at once, each asked again while its outcome is unknown: a lease left behind expires, and reads as a stalled agent.
@@ -235,8 +248,10 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     }
     const undone: Reply[] = [];
     for (const { step, reply } of [...applied].reverse()) {
+      // A lease past its longest hold is still the change's until it lapses: its undo runs under it (refused
+      // lease_not_held, nothing written, once it has lapsed).
       const lapsed = await renew();
-      if (lapsed) {
+      if (lapsed && !isHoldExceeded(lapsed)) {
         const left = applied.filter((x) => !undone.some((u) => u.status === "applied" && u.undoOf === x.reply.intentKey)).map((x) => x.step.name);
         return { status: "incomplete", change, message: `compensating: ${lapsed.status === "rejected" ? lapsed.message : `a lease could not be renewed (${lapsed.status})`}; steps ${left.join(", ")} stand`, applied: left, result: lapsed };
       }

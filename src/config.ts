@@ -3,6 +3,7 @@ import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
 import { printable } from "./printable.ts";
 import { RESOLUTION_FIELDS_BYTES, resolutionBounds } from "./schemas/resolution.ts";
+import { MIN_LEASE_TTL_MS } from "./schemas/write-intent.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { defaultResponseBudgetBytes } from "./sor/response-budget.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
@@ -157,6 +158,18 @@ export const RouterConfig = z
      * registry at this rate, and the records carrying them wait their turn.
      */
     registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(DEFAULT_REGISTRY_LOOKUPS_PER_S),
+    /**
+     * Longest one change may hold a record's lease, from its grant (`acquiredAt`). ms. A renewal past it is refused
+     * `lease_hold_exceeded` and the lease lapses at its expiry, so no agent holds a record longer than this and one
+     * time to live (at most 600 s). Generous: above the slowest change an agent should make, owner failovers included.
+     */
+    leaseMaxHoldMs: timerMs(MIN_LEASE_TTL_MS).default(900_000),
+    /**
+     * Leases one agent may hold at once (unexpired, unreleased) on the records of one intents partition; an acquire
+     * past it is refused `lease_limit`. Per partition: a partition's leases are in its own ledger partition, which
+     * whichever owner holds it restores and decides on alone (docs/architecture.md §10.3).
+     */
+    maxLeasesPerAgent: z.number().int().min(1).max(100_000).default(64),
     /** Rounds of PATCH → unknown → reconcile "not applied" → PATCH before escalating. */
     unknownRounds: z.number().int().min(1).max(20).default(3),
     /**
@@ -400,6 +413,8 @@ export const ROUTER_ENV = {
   outageBackoffMaxMs: "WRIT_OUTAGE_BACKOFF_MAX_MS",
   sorRetryAfterMaxMs: "WRIT_SOR_RETRY_AFTER_MAX_MS",
   registryLookupsPerSecond: "WRIT_REGISTRY_LOOKUPS_PER_S",
+  leaseMaxHoldMs: "WRIT_LEASE_MAX_HOLD_MS",
+  maxLeasesPerAgent: "WRIT_MAX_LEASES_PER_AGENT",
   unknownRounds: "WRIT_UNKNOWN_ROUNDS",
   maxProcessingAttempts: "WRIT_MAX_PROCESSING_ATTEMPTS",
   stuckAfterFailures: "WRIT_STUCK_AFTER_FAILURES",
@@ -439,6 +454,8 @@ const NUMERIC = new Set([
   "outageBackoffMaxMs",
   "sorRetryAfterMaxMs",
   "registryLookupsPerSecond",
+  "leaseMaxHoldMs",
+  "maxLeasesPerAgent",
   "unknownRounds",
   "maxProcessingAttempts",
   "stuckAfterFailures",

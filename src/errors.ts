@@ -101,6 +101,16 @@ export const REJECT_REASONS = [
    */
   "lease_replayed",
   /**
+   * A lease acquire of an agent that already holds `WRIT_MAX_LEASES_PER_AGENT` unexpired leases on the records of the
+   * record's partition (`details`: `held`, `max`). Nothing taken; the agent's other changes must end first.
+   */
+  "lease_limit",
+  /**
+   * A renewal of a lease its change has held for `WRIT_LEASE_MAX_HOLD_MS` since its grant (`details`: `acquiredAt`,
+   * `maxHoldMs`, `expiresAt`). Not renewed: the lease stays the change's until it lapses at `expiresAt`.
+   */
+  "lease_hold_exceeded",
+  /**
    * An intent created longer ago than the ledger keeps intents (a lease intent: than a lease lasts): past that its
    * repeat could not be recognized, so it is not acted on. Signed bytes replayed later meet this.
    */

@@ -4,6 +4,7 @@ at the records server (its own Idempotency-Key dedupe off)."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 from writ_client import (
@@ -11,6 +12,7 @@ from writ_client import (
     ChangeApplied,
     ChangeCompensated,
     ChangeInput,
+    ChangeNotStarted,
     ChangeStep,
     KeyedTool,
     RejectedReply,
@@ -156,3 +158,67 @@ def test_a_wait_that_is_not_a_number_of_seconds_is_refused_naming_it_before_anyt
         else:
             raise AssertionError(f"{field}={value} was taken")
     assert sent == []
+
+
+def _scripted_change_client(refuse: Any) -> tuple[WritClient, list[Any]]:
+    """A client whose owners are a script (no broker): ``refuse(intent)`` gives a rejection reason, else applied."""
+    client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
+    sent: list[Any] = []
+
+    def submit(intent: Any, *, timeout: Any = None, on_leased: Any = "wait") -> Any:
+        sent.append(intent)
+        base = {"intentId": intent.intent_id, "intentKey": intent.intent_key, "duplicate": False, "at": "2026-01-01T00:00:00.000Z"}
+        reason = refuse(intent)
+        if reason is not None:
+            return RejectedReply.model_validate({**base, "status": "rejected", "reason": reason, "message": reason})
+        lease = intent.lease is not None and intent.lease.op in ("acquire", "release")
+        undo = {"undoOf": intent.undo.intent_key} if intent.undo is not None else {}
+        return AppliedReply.model_validate({**base, "status": "applied", "entity": intent.entity.model_dump(), "state": {}, "version": '"v1"', "via": "lease" if lease else "patch", **undo})
+
+    client.submit = submit  # type: ignore[method-assign]
+    return client, sent
+
+
+def _trace(sent: list[Any]) -> list[str]:
+    return [f"{'undo' if i.undo is not None else i.lease.op} {i.entity.id}" for i in sent]
+
+
+def test_a_renewal_past_the_longest_hold_stops_the_change_and_its_undos_run_under_the_lease_still_held(monkeypatch: Any) -> None:
+    # A clock of the script's: each step or undo takes 0.6 s of a 1 s lease, so every lease is renewed before the next.
+    import writ_client.change as change_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(change_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: None))
+    acquires: dict[str, int] = {}
+
+    def refuse(i: Any) -> str | None:
+        if i.lease is not None and i.lease.op == "step":
+            clock[0] += 0.6
+        if i.lease is None or i.lease.op != "acquire":
+            return None
+        acquires[i.entity.id] = acquires.get(i.entity.id, 0) + 1
+        # T-1's second renewal (before the third step) is past the longest hold owners allow.
+        return "lease_hold_exceeded" if i.entity.id == "T-1" and acquires["T-1"] >= 3 else None
+
+    client, sent = _scripted_change_client(refuse)
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    steps_ = [ChangeStep(id_, tool, {"type": "ticket", "id": id_}, {}, [{"op": "add", "path": "/a", "value": 1}]) for id_ in ("T-3", "T-1", "T-2")]
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=steps_, lease_ttl=1.0))
+    assert isinstance(result, ChangeCompensated), result
+    assert result.failed_step == "T-2" and isinstance(result.result, RejectedReply) and result.result.reason == "lease_hold_exceeded"
+    # Refused once: the other leases renewed, T-2 never written, the steps undone (T-1's under its lease still held),
+    # T-1 never asked again, every lease released.
+    assert _trace(sent)[3:] == [
+        *["step T-3", "acquire T-1", "acquire T-2", "acquire T-3", "step T-1", "acquire T-1", "acquire T-2", "acquire T-3"],
+        *["undo T-1", "acquire T-2", "acquire T-3", "undo T-3", "release T-1", "release T-2", "release T-3"],
+    ]
+
+
+def test_an_acquire_past_the_agents_lease_limit_ends_the_change_not_started_releasing_what_it_took() -> None:
+    client, sent = _scripted_change_client(lambda i: "lease_limit" if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" else None)
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    steps_ = [ChangeStep(id_, tool, {"type": "ticket", "id": id_}, {}, [{"op": "add", "path": "/a", "value": 1}]) for id_ in ("T-3", "T-1", "T-2")]
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=steps_))
+    assert isinstance(result, ChangeNotStarted), result
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "lease_limit"
+    assert _trace(sent) == ["acquire T-1", "acquire T-2", "release T-1"]

@@ -92,6 +92,12 @@ export class PartitionLedger implements LedgerView {
   private readonly leasesCommitted = new Map<string, LedgerLeaseEntry>();
   private leasesStaged = new Map<string, LedgerLeaseEntry | null>();
   private leasesSending = new Map<string, LedgerLeaseEntry | null>();
+  /**
+   * Each agent's leases held as the owner sees them now (the newest layer: kept as leases are staged and restored,
+   * never scanned from the layers), by ledger key, with their expiry (ms); and grants decided, not yet staged
+   * ({@link claimLease}). What an acquire counts against `WRIT_MAX_LEASES_PER_AGENT`.
+   */
+  private readonly agentLeases = new Map<string, Map<string, number>>();
 
   /**
    * The intents offset the last committed transaction recorded (its first
@@ -112,7 +118,10 @@ export class PartitionLedger implements LedgerView {
     this.committed = new Map();
     for (const [key, entry] of restored) {
       if (!underItsKey(key, entry)) this.foreign++;
-      else if (entry.kind === "lease") this.leasesCommitted.set(key, entry);
+      else if (entry.kind === "lease") {
+        this.indexLease(key, this.leasesCommitted.get(key), heldBy(entry));
+        this.leasesCommitted.set(key, entry);
+      }
       // Another partition's progress (never written by an owner) says nothing about this one.
       else if (entry.kind === "progress") {
         if (entry.partition !== partition) continue;
@@ -134,8 +143,31 @@ export class PartitionLedger implements LedgerView {
   /** Stages a lease for the next transaction: granted or renewed (an entry), or released (null, a tombstone). */
   stageLease(entityKey: string, entry: LedgerLeaseEntry | null): void {
     const key = leaseLedgerKey(entityKey);
+    this.indexLease(key, this.lease(entityKey), heldBy(entry));
     this.leasesStaged.delete(key);
     this.leasesStaged.set(key, entry);
+  }
+
+  /**
+   * Leases `agentId` holds at `now` (ms) on this partition's records, unexpired and unreleased, grants decided for it
+   * and not yet staged included. Expired ones are dropped as the count finds them (an expiry passes for good), so an
+   * acquire walks only the agent's leases live at its last count and those granted since, not every lapsed one again.
+   */
+  leasesHeldBy(agentId: string, now: number): number {
+    const held = this.agentLeases.get(agentId);
+    if (!held) return 0;
+    for (const [key, expiresAt] of held) if (!(expiresAt > now)) held.delete(key);
+    if (held.size === 0) this.agentLeases.delete(agentId);
+    return held.size;
+  }
+
+  /**
+   * Counts a lease of record `entityKey` granted to `agentId` until `expiresAt` (ms) from its decision on: it is staged
+   * only once its reply is encoded, and the agent's other acquires of the partition run meanwhile. A grant never
+   * staged (its result could not be encoded) counts until its expiry.
+   */
+  claimLease(entityKey: string, agentId: string, expiresAt: number): void {
+    this.indexLease(leaseLedgerKey(entityKey), undefined, { agentId, expiresAt });
   }
 
   /** Leases as the owner sees them now whose expiry (a released one's: its last replay marker's) is before `now` (ms), at most `limit`. */
@@ -297,6 +329,19 @@ export class PartitionLedger implements LedgerView {
     return this.expiryVisits;
   }
 
+  /** Moves ledger key `key` in the per-agent count from the lease the owner saw (`before`) to the one held now, if any. */
+  private indexLease(key: string, before: LedgerLeaseEntry | undefined, after: { agentId: string; expiresAt: number } | null): void {
+    if (before && before.releasedAt === undefined) {
+      const held = this.agentLeases.get(before.agentId);
+      held?.delete(key);
+      if (held?.size === 0) this.agentLeases.delete(before.agentId);
+    }
+    if (!after) return;
+    let held = this.agentLeases.get(after.agentId);
+    if (!held) this.agentLeases.set(after.agentId, (held = new Map()));
+    held.set(key, after.expiresAt);
+  }
+
   private applyCommitted(key: string, change: LedgerChange): void {
     this.pendingSince.delete(key);
     if (change?.status === "pending") this.pendingSince.set(key, Date.parse(change.updatedAt) || Date.now());
@@ -326,6 +371,11 @@ function earliest(times: ReadonlyMap<string, number>): number | null {
   let out: number | null = null;
   for (const t of times.values()) if (out === null || t < out) out = t;
   return out;
+}
+
+/** Who holds a lease entry, and until when (ms); null for a released one (or a tombstone). */
+function heldBy(entry: LedgerLeaseEntry | null): { agentId: string; expiresAt: number } | null {
+  return entry && entry.releasedAt === undefined ? { agentId: entry.agentId, expiresAt: Date.parse(entry.expiresAt) } : null;
 }
 
 /** When a lease entry may go: a held lease at its expiry, a released one once its replay markers are past. */

@@ -109,6 +109,12 @@ export class RouterMetrics {
     labelNames: ["record_type"] as const,
     registers: [this.registry],
   });
+  private readonly leasesRefused = new Counter({
+    name: "writ_leases_refused_total",
+    help: "Lease acquires refused by a bound, by reason: lease_limit (the agent holds WRIT_MAX_LEASES_PER_AGENT leases on the partition's records), lease_hold_exceeded (a renewal past WRIT_LEASE_MAX_HOLD_MS from the grant). A steady rise is an agent hoarding records, or changes slower than the bounds allow. Counted when decided (a failed transaction may count one twice).",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
   private readonly refusalsRemembered = new Counter({
     name: "writ_refusals_remembered_total",
     help: "Refusals of signed intents remembered for their bytes (a ledger entry each, kept a retention), by reason: a steady rise of tool_not_allowed is an agent sending what it may not; of leased, writers waiting out leases.",
@@ -281,6 +287,9 @@ export class RouterMetrics {
     },
     leaseExpired: (_partition: number, recordType: string) => {
       this.leasesExpired.inc({ record_type: recordType });
+    },
+    leaseRefused: (_partition: number, reason: "lease_limit" | "lease_hold_exceeded") => {
+      this.leasesRefused.inc({ reason });
     },
     refusalRemembered: (_partition: number, reason: string) => {
       // Reasons are the owner's own (REMEMBERED_REFUSALS): a bounded label.

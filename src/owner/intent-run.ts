@@ -10,7 +10,7 @@ import type { AdmittedIntent } from "./admission.ts";
 import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts";
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
-import { type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
+import { type LeaseBounds, type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
 import { rememberRefusal, repeatedRefusal, type SignedIntent, submissionIn } from "./refusals.ts";
 import type { Plan } from "./intent-pipeline.ts";
 import type { Resolver } from "./resolution.ts";
@@ -39,6 +39,12 @@ export interface RunHost {
   outagePause(session: Session, slot: Slot, retryAfterMs?: number): Promise<void>;
   /** The lease gate of an intent (an expired lease it finds is released). */
   leaseGate(session: Session, a: AdmittedIntent): LeaseGate;
+}
+
+/** The bounds of what one agent holds by leases, on this partition's ledger. */
+function leaseBounds(host: RunHost, session: Session): LeaseBounds {
+  const { config, observe } = host.ctx;
+  return { ledger: session.ledger, maxHoldMs: config.leaseMaxHoldMs, maxPerAgent: config.maxLeasesPerAgent, refused: (reason) => observe?.leaseRefused?.(host.partition, reason) };
 }
 
 export async function runIntent(host: RunHost, session: Session, slot: Slot): Promise<void> {
@@ -84,7 +90,7 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       if (inherited && gateRefusal) plan.state.gateRefusal = gateRefusal;
       const refusal = gateRefusal && !inherited ? leaseRefusalReply(a, gateRefusal, new Date().toISOString()) : null;
       let step;
-      if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers);
+      if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers, leaseBounds(host, session));
       else if (plan.kind === "settled") step = plan;
       else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
       else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);

@@ -72,18 +72,31 @@ export function leaseRefusalReply(a: AdmittedIntent, why: NonNullable<ReturnType
   return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, why.reason, why.message, at, why.details) }] });
 }
 
+/** What bounds what one agent holds by leases (WRIT_LEASE_MAX_HOLD_MS, WRIT_MAX_LEASES_PER_AGENT). */
+export interface LeaseBounds {
+  /** The record's ledger partition: its agents' leases, counted. */
+  ledger: Pick<PartitionLedger, "leasesHeldBy" | "claimLease">;
+  /** Longest a change holds one lease from its grant: past it, no renewal. ms. */
+  maxHoldMs: number;
+  /** Most leases one agent holds at once on the partition's records. */
+  maxPerAgent: number;
+  /** An acquire refused by a bound. */
+  refused?(reason: "lease_limit" | "lease_hold_exceeded"): void;
+}
+
 /**
  * A lease intent (`acquire` or `release`), settled: an acquire reads the
  * record (its reply carries the state and version the change builds on) and
- * grants or renews the lease; a release gives it back. Both are idempotent:
- * a repeat of an acquire renews, a release of a lease not held is answered as
- * a repeat.
+ * grants or renews the lease, within `bounds`; a release gives it back. Both
+ * are idempotent: a repeat of an acquire renews, a release of a lease not held
+ * is answered as a repeat.
  */
 export async function settleLeaseIntent(
   a: AdmittedIntent,
   gate: LeaseGate,
   now: Date,
   headers: Readonly<Record<string, string>>,
+  bounds?: LeaseBounds,
 ): Promise<Step> {
   const { intent, tool } = a;
   const lease = intent.lease!;
@@ -122,6 +135,8 @@ export async function settleLeaseIntent(
     const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
     return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
   }
+  const bound = bounds && leaseBoundRefusal(a, gate, bounds, now.getTime());
+  if (bound) return reply(bound);
   let current;
   try {
     current = await tool.system.read(intent.entity, { timeoutMs: tool.timeoutMs, headers });
@@ -133,6 +148,12 @@ export async function settleLeaseIntent(
   const badVersion = unkeepableVersion(current.version);
   if (badVersion !== null) return reply(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${badVersion}`, at));
   const expiresAt = new Date(now.getTime() + (lease.ttlMs ?? DEFAULT_LEASE_TTL_MS)).toISOString();
+  if (bounds && gate.kind !== "mine") {
+    // Asked again, the grant counted at once: the agent's other acquires of the partition ran while this one read.
+    const over = leaseBoundRefusal(a, gate, bounds, now.getTime());
+    if (over) return reply(over);
+    bounds.ledger.claimLease(a.entityKey, intent.agent.id, Date.parse(expiresAt));
+  }
   const entry: LedgerLeaseEntry = {
     kind: "lease",
     entity: intent.entity,
@@ -151,6 +172,29 @@ export async function settleLeaseIntent(
     { ...base, status: "applied", duplicate: false, state: current.state, version: current.version, lease: { change: lease.change, expiresAt } },
     { lease: { entityKey: a.entityKey, entry } },
   );
+}
+
+/**
+ * The refusal of an acquire past a bound (before its record is read, so it costs the system nothing), or null. A
+ * renewal (the lease is the change's) past `maxHoldMs` from its grant is `lease_hold_exceeded`: not renewed, the lease
+ * stays the change's until it lapses, so the change can still undo its steps under it (docs/architecture.md §10.3).
+ * A new grant to an agent holding `maxPerAgent` live leases on the partition's records is `lease_limit`.
+ */
+function leaseBoundRefusal(a: AdmittedIntent, gate: LeaseGate, bounds: LeaseBounds, now: number): Reply | null {
+  const { intent } = a;
+  const at = new Date(now).toISOString();
+  if (gate.kind === "mine") {
+    const { acquiredAt, expiresAt } = gate.lease;
+    if (!(now > Date.parse(acquiredAt) + bounds.maxHoldMs)) return null;
+    bounds.refused?.("lease_hold_exceeded");
+    const msg = `this change has held the lease of ${a.entityKey.slice(0, 300)} since ${acquiredAt}, the longest owners let a change hold one (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): not renewed. It stays the change's until ${expiresAt}, then lapses; end the change before then`;
+    return rejectedReply(intent.intentId, intent.intentKey, "lease_hold_exceeded", msg, at, { acquiredAt, maxHoldMs: bounds.maxHoldMs, expiresAt });
+  }
+  const held = bounds.ledger.leasesHeldBy(intent.agent.id, now);
+  if (held < bounds.maxPerAgent) return null;
+  bounds.refused?.("lease_limit");
+  const msg = `agent ${intent.agent.id.slice(0, 128)} holds ${held} leases on records of the partition of ${a.entityKey.slice(0, 300)}, the most owners let one agent hold there (WRIT_MAX_LEASES_PER_AGENT, ${bounds.maxPerAgent}); nothing was taken. Its other changes must end first`;
+  return rejectedReply(intent.intentId, intent.intentKey, "lease_limit", msg, at, { held, max: bounds.maxPerAgent });
 }
 
 /** Most replay marks a record's lease entry keeps (the latest): releases or lapses of as many changes within an acquire's age. */

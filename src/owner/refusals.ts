@@ -39,7 +39,9 @@ import { type Effects, effects, rejectedReply, replayedReply } from "./effects.t
  * - `clock_skew`: the owner's clock catches up with the bytes' `createdAt` (their entry is dated at most the skew
  *   ahead, so it outlives their stale cutoff for a `createdAt` up to the skew and maxIntentAgeMs's margin ahead);
  * - as the intent runs, on the ledger and the record: `leased`, `lease_not_held`, a lease acquire's
- *   `entity_not_found` (the record created since) and `sor_protocol` (the system fixed), the undo's `undo_*`, and
+ *   `entity_not_found` (the record created since), `sor_protocol` (the system fixed), `lease_limit` (the agent's
+ *   other leases ended) and `lease_hold_exceeded` (the lease lapsed: the lapse marks only the acquires it granted, so
+ *   the refused renewal's bytes would take the record anew, its hold begun again), the undo's `undo_*`, and
  *   `key_reused_with_different_params` (the key's entry changes with a resolution; its fingerprint with the tool's
  *   free-text params).
  *
@@ -64,6 +66,8 @@ export const REMEMBERED_REFUSALS: ReadonlySet<string> = new Set<RejectReason>([
   "not_canonical",
   "leased",
   "lease_not_held",
+  "lease_limit",
+  "lease_hold_exceeded",
   "entity_not_found",
   "sor_protocol",
   "key_reused_with_different_params",

@@ -213,6 +213,84 @@ describe("changes that span records on a real broker", () => {
     expect((await readVersion(h.records, "ticket", "T-10")).state.tags).toEqual(["damaged", "vip", "urgent"]);
   });
 
+  it("lease-limit: an agent holding WRIT_MAX_LEASES_PER_AGENT leases on a partition is refused lease_limit, nothing taken, also by the next owner; its change() ends not_started, releasing what it took; another agent's acquire and writes go on", async () => {
+    // One partition: every record's lease is counted on the same ledger partition.
+    const h = await startHarness({ tools: TOOLS, intentPartitions: 1 });
+    h.records.setConfig({ honourIdempotencyKey: false });
+    const ids = ["a", "b", "c", "d", "e", "f"];
+    for (const n of ids) h.records.seed("ticket", `T-cap-${n}`, { status: "open", tags: ["damaged"] });
+    const config = { ...h.config, maxLeasesPerAgent: 2 };
+    const first = await h.startRouter({ config });
+    const [hoarder, support] = await Promise.all([h.client("hoarder"), h.client("support")]);
+    const change = changeId({ agentId: "hoarder", runId: run(), stepId: "hold" });
+    const ticket = (n: string) => ({ type: "ticket", id: `T-cap-${n}` });
+    const acquire = (client: WritClient, chg: string, n: string) => client.submit(leaseIntent(client, chg, "acquire", ticket(n), "tag_ticket", 60_000));
+    const tag = async (n: string, t: string) => {
+      const { version, state } = await readVersion(h.records, "ticket", `T-cap-${n}`);
+      return support.submit({ tool: tagTicket, entity: ticket(n), runId: run(), stepId: t, baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), t] }], params: { tag: t } }, { onLeased: "answer" });
+    };
+
+    expect(await acquire(hoarder, change, "a")).toMatchObject({ status: "applied", via: "lease" });
+    expect(await acquire(hoarder, change, "b")).toMatchObject({ status: "applied", via: "lease" });
+    const refused = await acquire(hoarder, change, "c");
+    expect(refused).toMatchObject({ status: "rejected", reason: "lease_limit", details: { held: 2, max: 2 } });
+    // Nothing was taken: another agent's write of the record is applied at once, written once; a leased one waits.
+    const write = await tag("c", "vip");
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
+    expect(await tag("a", "vip")).toMatchObject({ status: "rejected", reason: "leased" });
+    // The limit is each agent's: another agent's acquire is granted.
+    expect(await acquire(support, changeId({ agentId: "support", runId: run(), stepId: "hold" }), "d")).toMatchObject({ status: "applied", via: "lease" });
+    expect(await first.metrics()).toMatch(/^writ_leases_refused_total\{reason="lease_limit"\} 1$/m);
+
+    // Another owner takes over: the count is restored with the partition's ledger.
+    await first.stop();
+    await h.startRouter({ config });
+    expect(await acquire(hoarder, change, "c")).toMatchObject({ status: "rejected", reason: "lease_limit", details: { held: 2, max: 2 } });
+
+    // One lease given back, a change over two more records: the first taken, the second refused, the first released.
+    expect(await hoarder.submit(leaseIntent(hoarder, change, "release", ticket("b"), "tag_ticket"))).toMatchObject({ status: "applied", duplicate: false });
+    const steps = ["e", "f"].map((n) => ({ name: n, tool: tagTicket, entity: ticket(n), params: { tag: "hoarded" }, delta: [{ op: "replace" as const, path: "/tags", value: ["damaged", "hoarded"] }] }));
+    const result = await hoarder.change({ runId: run(), stepId: "more", steps, leaseTtlMs: 60_000 });
+    expect(result).toMatchObject({ status: "not_started", entity: ticket("f"), result: { status: "rejected", reason: "lease_limit" } });
+    const other = await tag("e", "vip");
+    expect(other).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, other.intentKey)).toEqual(["applied"]);
+    expect(h.records.patchRequests().filter((r) => r.id === "T-cap-e" || r.id === "T-cap-f").map((r) => r.outcome)).toEqual(["applied"]);
+  });
+
+  it("lease-max-hold: renewals of a lease past WRIT_LEASE_MAX_HOLD_MS from its grant are refused lease_hold_exceeded; it lapses at its expiry and another agent's write waiting for it is applied", async () => {
+    const h = await harness();
+    h.records.seed("ticket", "T-hold", { status: "open", tags: ["damaged"] });
+    const router = await h.startRouter({ config: { ...h.config, leaseMaxHoldMs: 1000 } });
+    const [holder, support] = await Promise.all([h.client("holder"), h.client("support")]);
+    const change = changeId({ agentId: "holder", runId: run(), stepId: "hold" });
+    const ticket = { type: "ticket", id: "T-hold" };
+    const acquire = () => holder.submit(leaseIntent(holder, change, "acquire", ticket, "tag_ticket", 2000));
+    let last = (await acquire()) as AppliedReply;
+    expect(last).toMatchObject({ status: "applied", via: "lease" });
+
+    // The agent renews for as long as it likes: owners stop renewing a second after the grant.
+    const refused = await waitFor(
+      async () => {
+        const r = await acquire();
+        if (r.status === "applied") last = r;
+        return r.status === "rejected" ? r : undefined;
+      },
+      { timeoutMs: 20_000, message: "no renewal was refused: the lease is held as long as its agent renews it" },
+    );
+    expect(refused).toMatchObject({ status: "rejected", reason: "lease_hold_exceeded", details: { maxHoldMs: 1000, expiresAt: last.lease!.expiresAt } });
+
+    // Not renewed, it lapses at its expiry: the other agent's write, waiting it out, is applied, written once.
+    const { version, state } = await readVersion(h.records, "ticket", "T-hold");
+    const write = await support.submit({ tool: tagTicket, entity: ticket, runId: run(), stepId: "vip", baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), "vip"] }], params: { tag: "vip" } }, { timeoutMs: 30_000 });
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
+    const metrics = await router.metrics();
+    expect(metrics).toMatch(/^writ_leases_refused_total\{reason="lease_hold_exceeded"\} [1-9]/m);
+    expect(metrics).toMatch(/^writ_leases_expired_total\{record_type="ticket"\} 1$/m);
+  });
+
   it("a step the system refuses: the steps applied before it are undone, newest first, and nothing of the change remains", async () => {
     const h = await harness();
     seedThree(h.records, "3");

@@ -65,6 +65,17 @@ async function signedHarness(grants: Record<string, string[]>) {
   return { h, registry, client, topicOf, refundInput, produceSigned };
 }
 
+/**
+ * Intent `intentId`'s bytes, recorded off the intents topic, produced again once: its answers on `replies` (the
+ * original's and the replay's), [status, reason, duplicate].
+ */
+async function replayOnce(h: H, replies: [string, string, string, boolean][], intentId: string): Promise<[string, string, boolean][]> {
+  await produceAgain(h, await recordedIntent(h, intentId));
+  const mine = () => replies.filter(([id]) => id === intentId).map(([, ...rest]) => rest);
+  await waitFor(() => mine().length >= 2, { timeoutMs: 30_000, message: () => `the replay's answer (${mine().length} answers seen)` });
+  return mine();
+}
+
 /** The answers on reply topic `topic`, as they arrive, decoded: [intentId, status, reason, duplicate]. A live list. */
 async function watchReplies(h: H, topic: string): Promise<[string, string, string, boolean][]> {
   const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
@@ -270,10 +281,7 @@ describe("refused signed intents on a real broker", () => {
 
     // The payment is created since (the record's state changed); the acquire's bytes again.
     h.records.seed("payment", "pay_N", { amountCents: 100_000, refunds: [] });
-    await produceAgain(h, await recordedIntent(h, acquire.intentId));
-    const mine = () => replies.filter(([id]) => id === acquire.intentId).map(([, ...rest]) => rest);
-    await waitFor(() => mine().length >= 2, { timeoutMs: 30_000, message: () => `the replay's answer (${mine().length} answers seen)` });
-    expect(mine()).toEqual([
+    expect(await replayOnce(h, replies, acquire.intentId)).toEqual([
       ["rejected", "entity_not_found", false],
       ["rejected", "entity_not_found", true],
     ]);
@@ -281,5 +289,37 @@ describe("refused signed intents on a real broker", () => {
     const { version } = await readVersion(h.records, "payment", "pay_N");
     const refund = { tool: refundPayment, entity, runId: "run-n", stepId: "refund", baseVersion: version, delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 100, reason: "late" as const } }], params: { amountCents: 100, reason: "late" } };
     expect(await billing.submit(refund, { onLeased: "answer" })).toMatchObject({ status: "applied", via: "patch" });
+  });
+
+  it("refusal-replay-hold: a renewal refused `lease_hold_exceeded`, produced again once its lease lapsed, gets the same refusal: the record is not taken anew", async () => {
+    const { h, client, registry, topicOf, refundInput } = await signedHarness({ resolver: ["refund_payment"], billing: ["refund_payment"] });
+    await h.startRouter({ agents: registry({ resolver: ["refund_payment"], billing: ["refund_payment"] }), config: { ...h.config, leaseMaxHoldMs: 1000 } });
+    const [resolver, billing] = await Promise.all([client("resolver"), client("billing")]);
+    const replies = await watchReplies(h, topicOf("resolver"));
+    const entity = { type: "payment", id: "pay_R" };
+    const change = changeId({ agentId: "resolver", runId: `run-${randomUUID().slice(0, 8)}`, stepId: "c" });
+    const acquire = () => buildLeaseIntent({ change, op: "acquire", entity, tool: "refund_payment", agentId: "resolver", runId: "r", stepId: "s/acquire", replyTo: resolver.replyTopic, ttlMs: 2000 });
+    expect(await resolver.submit(acquire())).toMatchObject({ status: "applied", via: "lease" });
+    // Renewed until owners refuse: a second after the grant.
+    const refused = await waitFor(
+      async () => {
+        const intent = acquire();
+        return (await resolver.submit(intent)).status === "rejected" ? intent : undefined;
+      },
+      { timeoutMs: 20_000, message: "no renewal was refused" },
+    );
+    // The lease lapses: another agent's refund, waiting it out, is applied.
+    expect(await billing.submit(refundInput, { timeoutMs: 30_000 })).toMatchObject({ status: "applied", via: "patch" });
+
+    // The refused renewal's bytes again: refused so again, nothing taken (the lapse marked only the acquires it granted).
+    expect(await replayOnce(h, replies, refused.intentId)).toEqual([
+      ["rejected", "lease_hold_exceeded", false],
+      ["rejected", "lease_hold_exceeded", true],
+    ]);
+    const { version } = await readVersion(h.records, "payment", "pay_R");
+    const next = { ...refundInput, stepId: "refund-2", baseVersion: version, delta: [{ op: "add" as const, path: "/refunds/-", value: { amountCents: 100, reason: "late" as const } }], params: { amountCents: 100, reason: "late" } };
+    const write = await billing.submit(next, { onLeased: "answer" });
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(h.records.patchRequests(write.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
   });
 });

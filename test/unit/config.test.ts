@@ -135,6 +135,19 @@ describe("routerConfigFromEnv", () => {
     }
   });
 
+  it("bounds what one agent holds by leases: 15 minutes' hold (at least a second), 64 leases a partition (1 to 100,000) by default", () => {
+    const defaults = routerConfigFromEnv({ KAFKA_BROKERS: "a:1" });
+    expect([defaults.leaseMaxHoldMs, defaults.maxLeasesPerAgent]).toEqual([900_000, 64]);
+    const set = routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEASE_MAX_HOLD_MS: "1000", WRIT_MAX_LEASES_PER_AGENT: "1" });
+    expect([set.leaseMaxHoldMs, set.maxLeasesPerAgent]).toEqual([1000, 1]);
+    for (const bad of ["999", "-1", "1.5", "15m"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEASE_MAX_HOLD_MS: bad }), bad).toThrow(/WRIT_LEASE_MAX_HOLD_MS \(leaseMaxHoldMs\)/);
+    }
+    for (const bad of ["0", "100001", "2.5", "many"]) {
+      expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_MAX_LEASES_PER_AGENT: bad }), bad).toThrow(/WRIT_MAX_LEASES_PER_AGENT \(maxLeasesPerAgent\)/);
+    }
+  });
+
   it("bounds writ owner's clean stop: 25 s by default (under Kubernetes' default grace period of 30 s), at least 1 ms", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).stopTimeoutMs).toBe(25_000);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_STOP_TIMEOUT_MS: "90000" }).stopTimeoutMs).toBe(90_000);

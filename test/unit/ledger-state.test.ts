@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { PartitionLedger } from "../../src/ledger/ledger-state.ts";
-import { LedgerEntry, type LedgerIntentEntry } from "../../src/schemas/ledger-entry.ts";
+import { LedgerEntry, type LedgerIntentEntry, type LedgerLeaseEntry } from "../../src/schemas/ledger-entry.ts";
 
 const entry = (status: LedgerIntentEntry["status"], opts: { key?: string; at?: string; replyTo?: string } = {}): LedgerIntentEntry => ({
   kind: "intent",
@@ -162,5 +162,80 @@ describe("PartitionLedger", () => {
     ledger.takeStaged();
     ledger.committedSending();
     expect(ledger.replyTopics()).toEqual(["writ.replies.x"]);
+  });
+});
+
+describe("PartitionLedger: each agent's leases, counted for WRIT_MAX_LEASES_PER_AGENT", () => {
+  const T0 = Date.parse("2025-06-01T12:00:00.000Z");
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const lease = (id: string, agentId: string, expiresAt: number, extra: Partial<LedgerLeaseEntry> = {}): LedgerLeaseEntry => ({
+    kind: "lease",
+    entity: { type: "ticket", id },
+    change: "c".repeat(64),
+    agentId,
+    replyTo: "writ.replies.a",
+    acquiredAt: iso(T0),
+    expiresAt: iso(expiresAt),
+    updatedAt: iso(T0),
+    ...extra,
+  });
+  const released = (id: string, agentId: string) => lease(id, agentId, T0, { releasedAt: iso(T0), released: [{ change: "c".repeat(64), agentId, before: iso(T0), until: iso(T0 + 900_000) }] });
+  const restored = (...entries: LedgerLeaseEntry[]): [string, LedgerLeaseEntry][] => entries.map((e) => [`__lease__:ticket:${e.entity.id}`, e]);
+
+  it("restore: the live, unreleased leases of each agent, the last entry of a record standing", () => {
+    const ledger = new PartitionLedger(0, [
+      ...restored(lease("T-1", "a", T0 + 60_000), lease("T-2", "a", T0 + 60_000), lease("T-3", "b", T0 + 60_000), released("T-4", "a"), lease("T-5", "a", T0)),
+      // T-2 later taken by b (a's lease lapsed, and was freed): a's entry is gone
+      ...restored(lease("T-2", "b", T0 + 120_000)),
+    ]);
+    expect(ledger.leasesHeldBy("a", T0)).toBe(1);
+    expect(ledger.leasesHeldBy("b", T0)).toBe(2);
+    expect(ledger.leasesHeldBy("nobody", T0)).toBe(0);
+    // An expired lease is not counted (at its expiry, as the gate finds it lapsed), though still in the ledger.
+    expect(ledger.leasesHeldBy("b", T0 + 60_000)).toBe(1);
+    expect(ledger.lease("ticket:T-3")).toMatchObject({ agentId: "b" });
+    expect(ledger.leasesHeldBy("b", T0 + 120_000)).toBe(0);
+  });
+
+  it("staged, sending, committed: a grant counts from its staging, a renewal moves its expiry, a release, a lapse or another agent's grant ends it", () => {
+    const ledger = new PartitionLedger(0, restored(lease("T-1", "a", T0 + 60_000)));
+    ledger.stageLease("ticket:T-2", lease("T-2", "a", T0 + 60_000));
+    expect(ledger.leasesHeldBy("a", T0)).toBe(2);
+    ledger.takeStaged();
+    expect(ledger.leasesHeldBy("a", T0)).toBe(2);
+    // Renewed while its grant is in flight: staged over sending, one lease, expiring later.
+    ledger.stageLease("ticket:T-2", lease("T-2", "a", T0 + 180_000));
+    expect(ledger.leasesHeldBy("a", T0)).toBe(2);
+    ledger.committedSending();
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect(ledger.leasesHeldBy("a", T0 + 60_000)).toBe(1);
+    // Released (the entry stays, freed): not counted.
+    ledger.stageLease("ticket:T-2", released("T-2", "a"));
+    expect(ledger.leasesHeldBy("a", T0 + 60_000)).toBe(0);
+    // Another agent's grant on a record after a's lease there lapsed: b's, not a's.
+    ledger.stageLease("ticket:T-3", lease("T-3", "a", T0 + 120_000));
+    expect(ledger.leasesHeldBy("a", T0 + 60_000)).toBe(1);
+    ledger.stageLease("ticket:T-3", null);
+    ledger.stageLease("ticket:T-3", lease("T-3", "b", T0 + 180_000));
+    ledger.stageLease("ticket:T-1", lease("T-1", "b", T0 + 180_000));
+    expect([ledger.leasesHeldBy("a", T0 + 60_000), ledger.leasesHeldBy("b", T0 + 60_000)]).toEqual([0, 2]);
+    ledger.takeStaged();
+    ledger.committedSending();
+    expect([ledger.leasesHeldBy("a", T0 + 60_000), ledger.leasesHeldBy("b", T0 + 60_000)]).toEqual([0, 2]);
+  });
+
+  it("a grant claimed before its staging counts at once, once; one never staged counts until its expiry", () => {
+    const ledger = new PartitionLedger(0);
+    ledger.claimLease("ticket:T-1", "a", T0 + 60_000);
+    expect(ledger.leasesHeldBy("a", T0)).toBe(1);
+    ledger.stageLease("ticket:T-1", lease("T-1", "a", T0 + 60_000));
+    expect(ledger.leasesHeldBy("a", T0)).toBe(1);
+    ledger.claimLease("ticket:T-2", "a", T0 + 30_000);
+    expect(ledger.leasesHeldBy("a", T0)).toBe(2);
+    expect(ledger.leasesHeldBy("a", T0 + 30_000)).toBe(1);
+    // Expired entries dropped from the count stay so: the lapse staged later (freed) changes nothing.
+    ledger.stageLease("ticket:T-2", null);
+    expect(ledger.leasesHeldBy("a", T0)).toBe(1);
   });
 });

@@ -149,6 +149,11 @@ def _leased(r: SubmitResult) -> bool:
     return isinstance(r, RejectedReply) and r.reason == "leased"
 
 
+def _hold_exceeded(r: SubmitResult) -> bool:
+    """A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses."""
+    return isinstance(r, RejectedReply) and r.reason == "lease_hold_exceeded"
+
+
 def build_lease_intent(
     *,
     change: str,
@@ -185,6 +190,8 @@ class _Record:
     current: Versioned | None = None
     granted_at: float | None = None
     last_version: str | None = None
+    #: A renewal was refused ``lease_hold_exceeded``: never renewed again.
+    hold_ended: bool = False
 
 
 def _rejected(like: SubmitResult, reason: str, message: str) -> RejectedReply:
@@ -248,22 +255,30 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
             r.granted_at = time.monotonic()
             if r.last_version is None:
                 r.last_version = result.version
+        if _hold_exceeded(result):
+            records[key].hold_ended = True
         return result
 
     def renew() -> SubmitResult | None:
         """Renews every lease past half its life (its acquire again, which also reads the record). A record whose
-        version moved past the last one the change saw there was written while the lease had lapsed: stop."""
+        version moved past the last one the change saw there was written while the lease had lapsed: stop. A lease
+        held as long as owners allow is not renewed (``lease_hold_exceeded``, returned once the others are renewed):
+        it stays the change's until it lapses; the change stops going forward, its undos may still run under it."""
+        hold_ended: SubmitResult | None = None
         for key in order:
             r = records[key]
-            if r.granted_at is None or time.monotonic() - r.granted_at <= c.lease_ttl / 2:
+            if r.granted_at is None or r.hold_ended or time.monotonic() - r.granted_at <= c.lease_ttl / 2:
                 continue
             seen = r.last_version
             renewed = acquire(key, c.settle_within)
+            if _hold_exceeded(renewed):
+                hold_ended = hold_ended or renewed
+                continue
             if not isinstance(renewed, AppliedReply):
                 return renewed
             if seen is not None and renewed.version != seen:
                 return _rejected(renewed, "lease_not_held", f"the lease of {key} lapsed and the record was written meanwhile ({seen} → {renewed.version}); the change no longer holds it as it left it")
-        return None
+        return hold_ended
 
     def release_all() -> None:
         # Each asked again while its outcome is unknown: a lease left behind expires, and reads as a stalled agent.
@@ -303,8 +318,10 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
             return ChangeIncomplete(change=change, message=f"step {failed_step} {why}; call change() again to resume", applied=[s.name for s, _ in applied], result=result)
         undone: list[AppliedReply] = []
         for s, reply in reversed(applied):
+            # A lease past its longest hold is still the change's until it lapses: its undo runs under it (refused
+            # lease_not_held, nothing written, once it has lapsed).
             lapsed = renew()
-            if lapsed is not None:
+            if lapsed is not None and not _hold_exceeded(lapsed):
                 why = lapsed.message if isinstance(lapsed, RejectedReply) else f"a lease could not be renewed ({lapsed.status})"
                 left = standing(undone)
                 return ChangeIncomplete(change=change, message=f"compensating: {why}; steps {', '.join(left)} stand", applied=left, result=lapsed)

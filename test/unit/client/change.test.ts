@@ -1,7 +1,7 @@
 // The change coordinator (producers/change.ts) against a scripted client: the
 // order of its intents, and how it ends on each kind of answer. The owner's
 // side and the records are tested on the real broker (test/integration/leases.test.ts).
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { runChange, type ChangeInput } from "../../../producers/change.ts";
 import type { SubmitResult, WritClient } from "../../../producers/writ-client.ts";
@@ -155,6 +155,39 @@ describe("a change that spans records, from its client's side", () => {
     expect(result).toMatchObject({ status: "compensated", failed: { step: "T-1", result: { reason: "lease_not_held" } } });
     expect(trace(sent)).toContain("undo T-3");
     expect(sent.some((i) => i.lease?.op === "step" && !i.undo && i.entity.id === "T-1")).toBe(false);
+  });
+
+  it("a renewal refused lease_hold_exceeded stops the change going forward; its undos run under the lease it still holds, never renewed again: compensated", async () => {
+    // A clock of the script's: each step takes 600 ms of a 1 s lease, so every lease is renewed before the next.
+    let clock = Date.parse("2025-01-01T00:00:00.000Z");
+    const now = vi.spyOn(Date, "now").mockImplementation(() => clock);
+    try {
+      const acquires = new Map<string, number>();
+      const { client, sent } = scripted((i) => {
+        if (i.lease?.op === "step") clock += 600;
+        if (i.lease?.op !== "acquire") return undefined;
+        acquires.set(i.entity.id, (acquires.get(i.entity.id) ?? 0) + 1);
+        // T-1's second renewal (before the third step) is past the longest hold.
+        return i.entity.id === "T-1" && acquires.get("T-1")! >= 3 ? { ...rejected(i, "lease_hold_exceeded"), details: { acquiredAt: "2025-01-01T00:00:00.000Z", maxHoldMs: 1000 } } : undefined;
+      });
+      const result = await runChange(client, input({ leaseTtlMs: 1000 }));
+      expect(result).toMatchObject({ status: "compensated", failed: { step: "T-2", result: { reason: "lease_hold_exceeded" } } });
+      // Refused once: the other leases renewed, T-2 never written, the steps undone (T-1's under its lease still held),
+      // T-1 never asked again, every lease released.
+      expect(trace(sent).slice(3)).toEqual([
+        ...["step T-3", "acquire T-1", "acquire T-2", "acquire T-3", "step T-1", "acquire T-1", "acquire T-2", "acquire T-3"],
+        ...["undo T-1", "acquire T-2", "acquire T-3", "undo T-3", "release T-1", "release T-2", "release T-3"],
+      ]);
+    } finally {
+      now.mockRestore();
+    }
+  });
+
+  it("an acquire refused lease_limit (the agent holds as many leases as owners allow) ends the change not_started at once, the leases it took released, nothing written", async () => {
+    const { client, sent } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "lease_limit") : undefined));
+    const result = await runChange(client, input());
+    expect(result).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "lease_limit" } });
+    expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "release T-1"]);
   });
 
   it("a release without an answer is asked again", async () => {

@@ -20,7 +20,7 @@ import { Escalation } from "../../../src/schemas/escalation.ts";
 import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
 import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
-import { type LeaseGate, lapsedLease, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
+import { type LeaseBounds, type LeaseGate, lapsedLease, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem, outage, version } from "./fake-system.ts";
 
@@ -868,6 +868,80 @@ describe("leases of changes that span records: the owner's gate", () => {
     const bFreed = { ...bHeld, releasedAt: late.toISOString(), expiresAt: late.toISOString() };
     const later = new Date(until + 2);
     expect(settled(await settleLeaseIntent(a, leaseGate(ledgerWith(bFreed), a, later.getTime()), later, {})).replies[0]!.value).toMatchObject({ reason: "stale" });
+  });
+});
+
+describe("leases of changes that span records: what one agent may hold", () => {
+  const change = "c".repeat(64);
+  const T2: EntityRef = { type: "ticket", id: "T-2" };
+  const at = NOW.getTime();
+  const acquire = async (entity: EntityRef, agentId = "agent-1", chg = change) =>
+    admittedOk(wire({ tool: "tag_ticket", entity, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(chg, "acquire", entity), lease: { change: chg, op: "acquire", ttlMs: 30_000 } }, agentId));
+  const held = (id: string, agentId: string, expiresAt: number, acquiredAt = at): [string, LedgerLeaseEntry] => [
+    `__lease__:ticket:${id}`,
+    { kind: "lease", entity: { type: "ticket", id }, change: "f".repeat(64), agentId, replyTo: REPLY_TO, acquiredAt: new Date(acquiredAt).toISOString(), expiresAt: new Date(expiresAt).toISOString(), updatedAt: NOW.toISOString() },
+  ];
+  const bounded = (ledger: PartitionLedger, extra: Partial<LeaseBounds> = {}): LeaseBounds & { seen: string[] } => {
+    const seen: string[] = [];
+    return { ledger, maxHoldMs: 900_000, maxPerAgent: 2, refused: (reason) => void seen.push(reason), seen, ...extra };
+  };
+  /** Settles `a` as its owner would: gated on `ledger`, its granted lease staged there. */
+  const run = async (ledger: PartitionLedger, a: AdmittedIntent, bounds: LeaseBounds, now = NOW) => {
+    const out = settled(await settleLeaseIntent(a, leaseGate(ledger, a, now.getTime()), now, {}, bounds));
+    if (out.lease) ledger.stageLease(out.lease.entityKey, out.lease.entry);
+    return out;
+  };
+
+  it("lease_limit: an agent holding its most live leases on the partition is refused a new one, nothing read or taken; another agent's acquire is granted; an expired lease does not count", async () => {
+    helpdesk.seed(T2, { status: "open", tags: [] });
+    const ledger = new PartitionLedger(0, [held("T-8", "agent-1", at + 60_000), held("T-9", "agent-1", at + 60_000), held("T-7", "agent-1", at)]);
+    const bounds = bounded(ledger);
+    const refused = await run(ledger, await acquire(T1), bounds);
+    expect(refused.replies[0]!.value).toMatchObject({ status: "rejected", reason: "lease_limit", details: { held: 2, max: 2 }, message: expect.stringContaining("WRIT_MAX_LEASES_PER_AGENT") });
+    Reply.parse(refused.replies[0]!.value);
+    expect(refused.lease).toBeUndefined();
+    expect(helpdesk.reads).toEqual([]);
+    expect(bounds.seen).toEqual(["lease_limit"]);
+    // Another agent: its own count.
+    expect((await run(ledger, await acquire(T1, "agent-2", "e".repeat(64)), bounds)).replies[0]!.value).toMatchObject({ status: "applied", via: "lease" });
+    // One of agent-1's leases past its expiry: no longer counted, so a new grant fits.
+    const later = new Date(at + 60_000);
+    expect((await run(ledger, await acquire(T2), bounds, later)).replies[0]!.value).toMatchObject({ status: "applied", via: "lease" });
+    expect(ledger.leasesHeldBy("agent-1", later.getTime())).toBe(1);
+  });
+
+  it("lease_limit: a grant decided but not yet staged counts (the agent's acquires of other records run meanwhile)", async () => {
+    helpdesk.seed(T2, { status: "open", tags: [] });
+    const ledger = new PartitionLedger(0);
+    const bounds = bounded(ledger, { maxPerAgent: 1 });
+    // Both gated free, the first settled without being staged (its reply still being encoded).
+    const [a1, a2] = [await acquire(T1), await acquire(T2)];
+    const [g1, g2] = [leaseGate(ledger, a1, at), leaseGate(ledger, a2, at)];
+    expect(settled(await settleLeaseIntent(a1, g1, NOW, {}, bounds)).replies[0]!.value).toMatchObject({ status: "applied" });
+    expect(settled(await settleLeaseIntent(a2, g2, NOW, {}, bounds)).replies[0]!.value).toMatchObject({ status: "rejected", reason: "lease_limit", details: { held: 1, max: 1 } });
+  });
+
+  it("lease_hold_exceeded: a renewal up to maxHoldMs after the grant renews; past it is refused with acquiredAt, maxHoldMs and expiresAt, nothing staged (the lease lapses at its expiry)", async () => {
+    const ledger = new PartitionLedger(0);
+    const bounds = bounded(ledger, { maxHoldMs: 20_000 });
+    const a = await acquire(T1);
+    const granted = (await run(ledger, a, bounds)).lease!.entry!;
+    const edge = new Date(at + 20_000);
+    const renewed = await run(ledger, a, bounds, edge);
+    expect(renewed.lease!.entry).toMatchObject({ acquiredAt: granted.acquiredAt, expiresAt: new Date(at + 50_000).toISOString() });
+    const past = new Date(at + 20_001);
+    const refused = await run(ledger, a, bounds, past);
+    expect(refused.replies[0]!.value).toMatchObject({
+      status: "rejected",
+      reason: "lease_hold_exceeded",
+      details: { acquiredAt: NOW.toISOString(), maxHoldMs: 20_000, expiresAt: new Date(at + 50_000).toISOString() },
+    });
+    Reply.parse(refused.replies[0]!.value);
+    expect(refused.lease).toBeUndefined();
+    expect(bounds.seen).toEqual(["lease_hold_exceeded"]);
+    // Still the change's until it lapses: another change's write is answered leased, the change's steps pass.
+    expect(leaseGate(ledger, a, past.getTime())).toMatchObject({ kind: "mine" });
+    expect(leaseGate(ledger, a, at + 50_000)).toMatchObject({ kind: "free", expired: { change } });
   });
 });
 
