@@ -67,11 +67,15 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       if (slot.result) return await host.settle(session, slot, slot.result);
       slot.plan ??= isLeaseOp(a.intent.lease) ? undefined : pipeline.classify(a, session.ledger);
       const plan = slot.plan;
+      // The key's entry, looked up once per try (signed bytes only): the key's intents run one at a time, and this
+      // run's own `pending` entry changes it only where the result writes the key's entry too, or it was pending
+      // already (inherited).
+      const keyEntry = signed === undefined ? undefined : session.ledger.get(pipeline.ledgerKey(a));
       // These signed bytes were refused before, on a state that may have passed: the same refusal, decided once. But
       // the key's own entry comes first: its outcome repeated, or its pending write taken up and reconciled when it
       // may be these bytes' (a write that stands is never answered "nothing written"); the memory answers all else,
       // a refusal decided now (key reuse, an undo's) and another submission's pending write included.
-      const keyAnswers = signed !== undefined && plan !== undefined && keyEntryAnswers(plan, signed, session.ledger.get(pipeline.ledgerKey(a)));
+      const keyAnswers = signed !== undefined && plan !== undefined && keyEntryAnswers(plan, signed, keyEntry);
       const again = slot.gate === undefined && signed && !keyAnswers ? repeatedRefusal(session.ledger, signed, new Date()) : null;
       if (again) {
         slot.result = again;
@@ -106,7 +110,7 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       }
       if (!session.active) return;
       if (step.kind === "settled") {
-        slot.result = rememberRefusal(signed, step.effects, new Date(), session.ledger.get(pipeline.ledgerKey(a)));
+        slot.result = rememberRefusal(signed, step.effects, new Date(), keyEntry);
         await host.settle(session, slot, slot.result);
         return;
       }

@@ -442,7 +442,7 @@ export class PartitionOwner {
         // the intent's own may not be.
         const { signed } = admission;
         const topic = admission.effects.replies[0]?.topic;
-        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, this.refusedFacts(signed.intent)) : { kind: "answer" as const, effects: admission.effects };
+        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, () => this.refusedFacts(signed.intent)) : { kind: "answer" as const, effects: admission.effects };
         if (answer.kind === "in_doubt") {
           // Their key's write may stand unsettled: no "nothing written" for it. Dead-lettered with the reason, the
           // agent's submit sees no answer (unknown); sent back once owners admit it, it is reconciled (intent-run.ts).

@@ -154,7 +154,7 @@ export function repeatedRefusal(ledger: LedgerView, signed: SignedIntent, now: D
   return effects({ replies: [{ topic, value: reply }] });
 }
 
-/** What the owner knows of refused bytes besides the ledger (partition-owner.ts refusedFacts). */
+/** What the owner knows of refused bytes besides the ledger (partition-owner.ts refusedFacts), asked only when weighed. */
 export interface RefusedFacts {
   /** Their fingerprint, where their tool is deployed here (intentFingerprints). */
   fingerprint?: string;
@@ -185,10 +185,11 @@ const UNRUNNABLE: ReadonlySet<string> = new Set(["stale"]);
  *   keep their refusal: sent back, they would be refused so again. Else, for an entry under their intent id: this
  *   refusal, not remembered.
  * - Else the refusal remembered for them, else this one, remembered when it may be.
+ * `facts` is asked only where the key's entry is a write of theirs that does not answer them.
  */
-export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string, facts: RefusedFacts = {}): RefusedAnswer {
+export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string, facts: () => RefusedFacts = noFacts): RefusedAnswer {
   const entry = ledger.get(key);
-  if (!entry || !sameSubmitter(entry, signed)) return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
+  if (!entry || !sameSubmitter(entry, signed)) return { kind: "answer", effects: asRefusedBefore(ledger, signed, refused, now, topic, entry) };
   const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : "";
   const held = submissionIn(entry, signed);
   const stored = entry.outcome;
@@ -200,8 +201,9 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
   // Bytes that can never run (stale; dated further ahead than a ledger retention), or of other content than the
   // key's write (where the tool is deployed here to tell: admitted, they would be refused as key reuse), are not that
   // write's submission: their refusal is as final as an owner admitting them would make it.
-  const neverRuns = UNRUNNABLE.has(reason) || (reason === "clock_skew" && facts.farAhead === true);
-  const otherContent = facts.fingerprint !== undefined && facts.fingerprint !== entry.fingerprint;
+  const known = UNRUNNABLE.has(reason) ? null : facts();
+  const neverRuns = known === null || (reason === "clock_skew" && known.farAhead === true);
+  const otherContent = known?.fingerprint !== undefined && known.fingerprint !== entry.fingerprint;
   if (!neverRuns && !otherContent) {
     if (inDoubt(entry)) return { kind: "in_doubt", status: entry.status };
     // A write of the key that stands, and bytes that may be its submission: an entry from before signedDigest under
@@ -213,7 +215,16 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
     if (stands && (held === "maybe" || entry.intentId !== signed.intent.intentId)) return { kind: "in_doubt", status: entry.status };
   }
   if (held !== "other") return { kind: "answer", effects: refused };
-  return { kind: "answer", effects: repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, entry) };
+  return { kind: "answer", effects: asRefusedBefore(ledger, signed, refused, now, topic, entry) };
+}
+
+/** The refusal remembered for signed bytes (on `topic`), else `refused`, remembered when it may be (`keyEntry`: their key's). */
+function asRefusedBefore(ledger: LedgerView, signed: SignedIntent, refused: Effects, now: Date, topic: string, keyEntry: LedgerIntentEntry | undefined): Effects {
+  return repeatedRefusal(ledger, signed, now, topic) ?? rememberRefusal(signed, refused, now, keyEntry);
+}
+
+function noFacts(): RefusedFacts {
+  return {};
 }
 
 /**

@@ -357,11 +357,11 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
     const signedAgain = { digest: sha256Hex(canonicalJson(again)), intent: again };
     const refusedAs = (reason: string) => effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(again.intentId, again.intentKey, reason as "params_invalid", "m", new Date().toISOString()) }] });
     for (const entry of [appliedX, pendingX(sor, true)]) {
-      const other = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, { fingerprint: "0".repeat(64) });
+      const other = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, () => ({ fingerprint: "0".repeat(64) }));
       expect(other.kind === "answer" && other.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["params_invalid"]);
       // The same content (a step rebuilt after unknown): in doubt.
-      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, { fingerprint: entry.fingerprint })).toMatchObject({ kind: "in_doubt" });
-      const ahead = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("clock_skew"), new Date(), REPLY_TO, { farAhead: true });
+      expect(answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("params_invalid"), new Date(), REPLY_TO, () => ({ fingerprint: entry.fingerprint }))).toMatchObject({ kind: "in_doubt" });
+      const ahead = answerRefused(view(entry), X.intentKey, signedAgain, refusedAs("clock_skew"), new Date(), REPLY_TO, () => ({ farAhead: true }));
       expect(ahead.kind === "answer" && ahead.effects.replies.map((r) => r.value.status === "rejected" && r.value.reason)).toEqual(["clock_skew"]);
     }
   });
