@@ -15,6 +15,7 @@ import { deltaOutOfBounds, KIND_HEADER, resolutionBounds, resolutionSubject, typ
 import type { AdmittedTool } from "../tools.ts";
 import { scopeRefusal } from "./delta-check.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
+import type { SignedIntent } from "./refusals.ts";
 
 /** An intent that passed the gate: decoded, bounded, its tool admitted and its change within the tool's paths. */
 export interface AdmittedIntent {
@@ -37,10 +38,17 @@ export interface AdmittedIntent {
 
 export type Admission =
   | { kind: "admitted"; admitted: AdmittedIntent }
-  /** A person's decision on an escalation (see src/schemas/resolution.ts), from an operator allowed to make it. */
-  | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string }
-  /** `signed`: a refusal of an authenticated intent, which the owner may remember for its bytes (refusals.ts). */
-  | { kind: "answered"; effects: Effects; reason: string; signed?: { digest: string; intent: WriteIntent } }
+  /**
+   * A person's decision on an escalation (see src/schemas/resolution.ts), from an operator allowed to make it.
+   * `signed`: its bytes, once the operator's signature checked out (with an agent registry only), as a refusal of
+   * them is remembered (signedResolution).
+   */
+  | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedIntent }
+  /**
+   * `signed`: a refusal of an authenticated intent, which the owner may remember for its bytes (refusals.ts);
+   * `resolution`: of an authenticated resolution, as signedResolution gives it (refusals.ts answerRefusedResolution).
+   */
+  | { kind: "answered"; effects: Effects; reason: string; signed?: SignedIntent<WriteIntent>; resolution?: SignedIntent }
   /** Correctly keyed, on another partition than its key's (another client's partitioner): its owner partition gets it. */
   | { kind: "forward"; partition: number }
   /** A heal record (src/schemas/control.ts) an owner's transaction left here: no intent, nothing to answer; its offset passes. */
@@ -374,18 +382,28 @@ export function maxIntentAgeMs(intent: Pick<WriteIntent, "lease">, ledgerRetenti
   return retention - Math.min(Math.max(retention / 24, 2 * MAX_CLOCK_SKEW_MS), retention / 2);
 }
 
-/** Why an intent is too old, or dated ahead of the owner's clock (`now`, ms), to act on; null when it is neither. */
-export function freshnessRefusal(intent: WriteIntent, now: number, ledgerRetentionHours: number): { reason: "stale" | "clock_skew"; message: string } | null {
+/**
+ * Why an intent (or a resolution, `of`) is too old, or dated ahead of the owner's clock (`now`, ms), to act on; null
+ * when it is neither. A resolution is dated as an intent is: a refusal remembered for its bytes outlives them.
+ */
+export function freshnessRefusal(
+  intent: Pick<WriteIntent, "createdAt" | "lease">,
+  now: number,
+  ledgerRetentionHours: number,
+  of: "intent" | "resolution" = "intent",
+): { reason: "stale" | "clock_skew"; message: string } | null {
   const created = Date.parse(intent.createdAt);
+  const who = of === "intent" ? "agent" : "operator";
   if (created - now > MAX_CLOCK_SKEW_MS) {
-    return { reason: "clock_skew", message: `the intent was created at ${intent.createdAt}, more than ${MAX_CLOCK_SKEW_MS / 60_000} minutes after the owner's clock (${new Date(now).toISOString()}): check the agent's clock` };
+    return { reason: "clock_skew", message: `the ${of} was created at ${intent.createdAt}, more than ${MAX_CLOCK_SKEW_MS / 60_000} minutes after the owner's clock (${new Date(now).toISOString()}): check the ${who}'s clock` };
   }
   const limit = maxIntentAgeMs(intent, ledgerRetentionHours);
   if (now - created <= limit) return null;
   const what = isLeaseOp(intent.lease) ? "a lease lasts at most" : "the owners' ledger keeps an intent (WRIT_LEDGER_RETENTION_HOURS) less a margin:";
+  const again = of === "intent" ? "Submit it again (a new submission) if the write still holds" : "Decide again (a new resolution) if the escalation is still open";
   return {
     reason: "stale",
-    message: `the intent was created at ${intent.createdAt}, longer ago than ${what} ${Math.round(limit / 60_000)} minutes; past that a repeat of it could not be recognized, so it is not acted on. Submit it again (a new submission) if the write still holds`,
+    message: `the ${of} was created at ${intent.createdAt}, longer ago than ${what} ${Math.round(limit / 60_000)} minutes; past that a repeat of it could not be recognized, so it is not acted on. ${again}`,
   };
 }
 
@@ -417,9 +435,10 @@ type Answer = (
 
 /**
  * A resolution passes the same gate as an intent (bounds, framing, key and
- * partition, canonical form, signature of the operator it names), and the
- * operator must be allowed the `writ.resolve` tool and answer on its
- * registered reply topic.
+ * partition, canonical form, signature of the operator it names, its date), and
+ * the operator must be allowed the `writ.resolve` tool and answer on its
+ * registered reply topic. Refusals after the signature carry its bytes, which
+ * the owner remembers them for (refusals.ts).
  * Whether the escalation is open is the owner's to check, with its ledger.
  */
 async function admitResolution(message: KafkaMessage, source: SourceRef, deps: AdmissionDeps, answered: Answer): Promise<Admission> {
@@ -445,19 +464,41 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   if (home !== source.partition) return { kind: "forward", partition: home };
   const canonical = canonicalText(decoded.raw);
   if ("problem" in canonical) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `resolution refused: ${canonical.problem}`);
+  // The bytes the operator signed, once the signature is checked: what a refusal of them is remembered under.
+  let signed: SignedIntent | undefined;
   if (deps.agents) {
     if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by operator ${operator.id}: ${check.reason}`);
-    if (!operator.tools.has(RESOLVE_TOOL)) return answered("tool_not_allowed", { reply: reply("tool_not_allowed") }, `${operator.id} may not resolve escalations (${RESOLVE_TOOL})`);
-    if (r.replyTo !== operator.replyTopic) return answered("reply_topic_not_registered", { reply: reply("reply_topic_not_registered") }, `operator ${operator.id} answers on ${operator.replyTopic}`);
+    signed = signedResolution(r, sha256Hex(canonical.text));
   } else if (!replyTopicAllowed(r.replyTo, deps)) {
     return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);
   }
-  if (!replyTarget) return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `operator reply topic ${r.replyTo.slice(0, 249)} does not exist`);
+  if (!replyTarget) return answered("reply_topic_missing", { dead: "reply_topic_missing" }, `operator reply topic ${(operator?.replyTopic ?? r.replyTo).slice(0, 249)} does not exist`);
+  // A refusal of signed bytes carries them: the owner remembers it for them (refusals.ts rememberResolutionRefusal).
+  const reject = (reason: RejectReason, msg: string): Admission => {
+    const out = answered(reason, { reply: reply(reason) }, msg);
+    return signed !== undefined && out.kind === "answered" ? { ...out, resolution: signed } : out;
+  };
+  // Its date first, as an intent's: a refusal remembered for these bytes is kept until they are stale.
+  const unfresh = freshnessRefusal({ createdAt: r.createdAt }, deps.now().getTime(), deps.config.ledgerRetentionHours, "resolution");
+  if (unfresh) return reject(unfresh.reason, unfresh.message);
+  if (operator && !operator.tools.has(RESOLVE_TOOL)) return reject("tool_not_allowed", `${operator.id} may not resolve escalations (${RESOLVE_TOOL})`);
+  if (operator && r.replyTo !== operator.replyTopic) return reject("reply_topic_not_registered", `operator ${operator.id} answers on ${operator.replyTopic}`);
   const tool = deps.tools.get(r.intent.tool);
-  if (!tool) return answered("unknown_tool", { reply: reply("unknown_tool") }, `no write tool named ${r.intent.tool.slice(0, 128)} is admitted`);
-  return { kind: "resolution", resolution: r, tool, entityKey: key, replyTo: replyTarget };
+  if (!tool) return reject("unknown_tool", `no write tool named ${r.intent.tool.slice(0, 128)} is admitted`);
+  return { kind: "resolution", resolution: r, tool, entityKey: key, replyTo: replyTarget, ...(signed ? { signed } : {}) };
+}
+
+/**
+ * A signed resolution as a refusal of it is remembered (refusals.ts): under its resolution id, on the escalated
+ * intent's key, tool and record, the operator's, answered on the operator's reply topic. Its canonical JSON
+ * (`kind: "resolution"` in it) is never an intent's: the digests do not meet.
+ */
+function signedResolution(r: Resolution, digest: string): SignedIntent {
+  const { intentKey, entity, tool } = r.intent;
+  const intent = { intentId: r.resolutionId, intentKey, entity, tool, agent: { id: r.operator.id }, baseVersion: r.baseVersion ?? r.intent.baseVersion, createdAt: r.createdAt, replyTo: r.replyTo };
+  return { digest, intent };
 }
 
 /** A parsed value's members, or none: what a record that failed validation claims is read from this. */

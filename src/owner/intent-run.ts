@@ -11,7 +11,7 @@ import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
 import { type LeaseBounds, type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
-import { rememberRefusal, repeatedRefusal, type SignedIntent, submissionIn } from "./refusals.ts";
+import { rememberRefusal, rememberResolutionRefusal, repeatedRefusal, type SignedIntent, submissionIn } from "./refusals.ts";
 import type { Plan } from "./intent-pipeline.ts";
 import type { Resolver } from "./resolution.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
@@ -168,20 +168,32 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
     durable: pending.wait,
     headers: { "x-writ-owner": `${config.instanceId} p${host.partition} s${session.seq}` },
   };
+  const key = res.resolution.intent.intentKey;
+  // A refusal of its signed bytes is remembered for them (refusals.ts): whatever changes later (a grant, a deploy, the
+  // record), they are answered so again, never carried out after the operator heard they were not.
+  const settle = (out: Effects) => {
+    slot.result = rememberResolutionRefusal(res.signed, out, new Date(), out.ledger ?? session.ledger.get(key));
+    return host.settle(session, slot, slot.result);
+  };
   while (session.active) {
     try {
       if (slot.result) return await host.settle(session, slot, slot.result);
+      // Refused before: that refusal again, asked before anything is decided for them.
+      const again = res.plan === undefined && res.signed ? repeatedRefusal(session.ledger, res.signed, new Date(), res.replyTo) : null;
+      if (again) {
+        slot.result = again;
+        return await host.settle(session, slot, again);
+      }
       res.plan ??= host.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
       const plan = res.plan;
-      if (plan.kind === "settled") return await host.settle(session, slot, plan.effects);
+      if (plan.kind === "settled") return await settle(plan.effects);
       if (!pending.staged) pending.stage(plan.pending, { resolution: true });
       const step = await host.resolver.apply(res.resolution, res.tool, res.replyTo, plan, exec);
       await pending.wait();
       if (!session.active) return;
       if (step.kind === "settled") {
         host.log.info({ escalationId: res.resolution.escalationId, decision: res.resolution.decision, note: step.note }, "escalation resolution carried out");
-        slot.result = step.effects;
-        return await host.settle(session, slot, step.effects);
+        return await settle(step.effects);
       }
       // A request that may have reached the system (an unknown outcome that asked for a wait): the next try
       // reconciles before anything, as a resumed apply does, and never writes blind.
@@ -206,7 +218,7 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
         const reply = rejectedReply(res.resolution.resolutionId, res.resolution.intent.intentKey, "processing_failed", `the resolution failed: ${(err as Error).message}`.slice(0, 2000), at);
         // The escalation stays open: put the entry back if this resolution had reopened it.
         const back = res.plan?.kind === "apply" ? { ledger: { ...res.plan.entry, updatedAt: at } } : {};
-        return await host.settle(session, slot, effects({ ...back, replies: [{ topic: res.replyTo, value: reply }] }));
+        return await settle(effects({ ...back, replies: [{ topic: res.replyTo, value: reply }] }));
       }
       await host.pause(session, slot.failures);
     }

@@ -11,6 +11,7 @@ import type { AdmittedIntent } from "./admission.ts";
 import type { Effects } from "./effects.ts";
 import type { Plan } from "./intent-pipeline.ts";
 import type { LeaseGate } from "./record-leases.ts";
+import type { SignedIntent } from "./refusals.ts";
 import type { ResolvePlan } from "./resolution.ts";
 import type { OutRecord } from "./records.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
@@ -36,8 +37,8 @@ export interface Slot {
    * this again and never runs the intent again: the write it carries may already be at the system of record.
    */
   result?: Effects;
-  /** A person's decision on an escalation, instead of an intent (see resolution.ts). */
-  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; plan?: ResolvePlan };
+  /** A person's decision on an escalation, instead of an intent (see resolution.ts); `signed`: its bytes, authenticated (refusals.ts). */
+  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedIntent; plan?: ResolvePlan };
   /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
   times: { accepted: number; started?: number; durable?: number; settled?: number };
   /** Its `writ.process` span, and what its staged result came to (for metrics, at commit). */

@@ -19,7 +19,7 @@ import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
-import { answerRefused, type RefusedFacts } from "./refusals.ts";
+import { answerRefused, answerRefusedResolution, type RefusedFacts } from "./refusals.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
 
@@ -439,10 +439,15 @@ export class PartitionOwner {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
         // A refusal of signed bytes: answered from their key's entry when it holds them, else as they were refused
         // before, or remembered for them (refusals.ts), on the topic admission answers on: the registered one, which
-        // the intent's own may not be.
-        const { signed } = admission;
+        // the intent's own may not be. A signed resolution's: as refused before, or remembered.
+        const { signed, resolution } = admission;
         const topic = admission.effects.replies[0]?.topic;
-        const answer = signed && topic ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, () => this.refusedFacts(signed.intent)) : { kind: "answer" as const, effects: admission.effects };
+        const answer =
+          resolution && topic
+            ? { kind: "answer" as const, effects: answerRefusedResolution(session.ledger, resolution, admission.effects, new Date(), topic) }
+            : signed && topic
+              ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, () => this.refusedFacts(signed.intent))
+              : { kind: "answer" as const, effects: admission.effects };
         if (answer.kind === "in_doubt") {
           // Their key's write may stand unsettled: no "nothing written" for it. Dead-lettered with the reason, the
           // agent's submit sees no answer (unknown); sent back once owners admit it, it is reconciled (intent-run.ts).
@@ -473,7 +478,8 @@ export class PartitionOwner {
         continue;
       }
       if (admission.kind === "resolution") {
-        slot.resolution = { resolution: admission.resolution, tool: admission.tool, entityKey: admission.entityKey, replyTo: admission.replyTo };
+        const { resolution, tool, replyTo, signed } = admission;
+        slot.resolution = { resolution, tool, entityKey: admission.entityKey, replyTo, ...(signed ? { signed } : {}) };
         // Serialized with the escalated intent's record and key, like any intent of theirs.
         this.scheduler.add(slot, [admission.entityKey, keyQueue(admission.resolution.intent.intentKey)], admission.tool.system.name);
         this.startReady(session);

@@ -2,6 +2,7 @@ import type { RejectReason } from "../errors.ts";
 import { MAX_CLOCK_SKEW_MS } from "./admission.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
 import { type LedgerIntentEntry, refusalLedgerKey } from "../schemas/ledger-entry.ts";
+import type { RejectedReply } from "../schemas/reply.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type Effects, effects, rejectedReply, replayedReply } from "./effects.ts";
@@ -17,6 +18,8 @@ import { type Effects, effects, rejectedReply, replayedReply } from "./effects.t
  * sweep drops it: a retention after it was written, past the intent's `stale` cutoff. A new submission of the same
  * intent key (a new intent id, as the clients' retries of `leased` send) is another digest, decided on the state then.
  * Only intents whose signature checked out are remembered (an agent registry): their bytes are the agent's own.
+ * So are an operator's signed resolutions (rememberResolutionRefusal): refused, then produced again once a grant, a
+ * deploy or the record let them, they were carried out after the operator had been told they were not.
  *
  * The intent key's own entry comes first: a write that stands (or may stand) is never answered "nothing written".
  * Bytes admitted before and refused now (another deploy, the registry changed: a redelivery after a restart, a copy
@@ -77,10 +80,13 @@ export const REMEMBERED_REFUSALS: ReadonlySet<string> = new Set<RejectReason>([
   "undo_not_declared",
 ]);
 
-/** An authenticated intent and the sha256 of the canonical JSON its agent signed. */
-export interface SignedIntent {
+/** What a refusal of signed bytes is remembered under and answered with: an intent's fields (a resolution's, admission.ts signedResolution). */
+export type SignedAsk = Pick<WriteIntent, "intentId" | "intentKey" | "entity" | "tool" | "baseVersion" | "createdAt" | "replyTo"> & { agent: Pick<WriteIntent["agent"], "id"> };
+
+/** An authenticated intent (or resolution) and the sha256 of the canonical JSON its agent (or operator) signed. */
+export interface SignedIntent<T extends SignedAsk = SignedAsk> {
   digest: string;
-  intent: WriteIntent;
+  intent: T;
 }
 
 /**
@@ -108,19 +114,45 @@ function inDoubt(entry: LedgerIntentEntry): boolean {
  * may have happened: these bytes again take it up and reconcile) or holds this very submission (it answers them).
  */
 export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): Effects {
+  const refused = refusalIn(signed, out, keyEntry);
+  if (!refused || out.ledger || !REMEMBERED_REFUSALS.has(refused.value.reason) || submissionIn(keyEntry, signed!) !== "other") return out;
+  return { ...out, refusal: refusalEntry(signed!, refused, now) };
+}
+
+/**
+ * `out` with the refusal's entry added when it refuses a signed resolution (admission.ts signedResolution), for any reason but
+ * `stale`: an operator's decision is carried out once or refused once, never carried out later on the same bytes
+ * (another deploy, grant or record state), after the operator was told it was not. Beside the escalation's entry put
+ * back open (an apply's refusal), which answers nothing of these bytes: a resolution is planned afresh each time. Not
+ * while `keyEntry`, the escalation's entry as `out` leaves it, is pending: an apply of it under way, perhaps these
+ * bytes' own, which they take up again once admitted (Resolver.plan `resumed`).
+ */
+export function rememberResolutionRefusal(signed: SignedIntent | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): Effects {
+  const refused = refusalIn(signed, out, keyEntry);
+  if (!refused || UNRUNNABLE.has(refused.value.reason)) return out;
+  return { ...out, refusal: refusalEntry(signed!, refused, now) };
+}
+
+/** `out`'s one reply when it is a first refusal of signed bytes that may be remembered (no lease written, its key's entry not pending), else null. */
+function refusalIn(signed: SignedIntent | undefined, out: Effects, keyEntry: LedgerIntentEntry | undefined): { topic: string; value: RejectedReply } | null {
   const first = out.replies[0];
   const reply = first?.value;
-  if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return out;
-  if (out.ledger || out.lease || out.refusal || !REMEMBERED_REFUSALS.has(reply.reason)) return out;
-  if (keyEntry?.status === "pending" || submissionIn(keyEntry, signed) !== "other") return out;
+  if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return null;
+  if (out.lease || out.refusal || keyEntry?.status === "pending") return null;
+  return { topic: first.topic, value: reply };
+}
+
+/** The ledger entry remembering `refused`, the refusal of `signed` (refusalLedgerKey of its digest). */
+function refusalEntry(signed: SignedIntent, refused: { topic: string; value: RejectedReply }, now: Date): LedgerIntentEntry {
   const { intent, digest } = signed;
+  const reply = refused.value;
   // The sweep drops it a retention after `updatedAt`: from `createdAt` when that is ahead of this clock, so it is
   // kept past the intent's `stale` cutoff whatever the retention; never more than the clock skew admission allows
   // ahead (it refuses later dates first), for the sweep walks entries in the order written and stops at the first
   // not yet due: one dated years ahead would keep every later entry of the partition for good.
   const t = now.getTime();
   const updatedAt = new Date(Math.min(Math.max(t, Date.parse(intent.createdAt) || 0), t + MAX_CLOCK_SKEW_MS)).toISOString();
-  const entry: LedgerIntentEntry = {
+  return {
     kind: "intent",
     intentKey: refusalLedgerKey(digest),
     intentId: intent.intentId,
@@ -132,11 +164,10 @@ export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, 
     attempts: [{ baseVersion: intent.baseVersion, deltaFingerprint: digest }],
     cycles: 0,
     outcome: { status: "rejected", reason: reply.reason, message: reply.message.slice(0, 2000), at: reply.at },
-    replyTo: first.topic,
+    replyTo: refused.topic,
     updatedAt,
     refusedIntentKey: intent.intentKey,
   };
-  return { ...out, refusal: entry };
 }
 
 /**
@@ -187,7 +218,7 @@ const UNRUNNABLE: ReadonlySet<string> = new Set(["stale"]);
  * - Else the refusal remembered for them, else this one, remembered when it may be.
  * `facts` is asked only where the key's entry is a write of theirs that does not answer them.
  */
-export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent, refused: Effects, now: Date, topic: string, facts: () => RefusedFacts = noFacts): RefusedAnswer {
+export function answerRefused(ledger: LedgerView, key: string, signed: SignedIntent<WriteIntent>, refused: Effects, now: Date, topic: string, facts: () => RefusedFacts = noFacts): RefusedAnswer {
   const entry = ledger.get(key);
   if (!entry || !sameSubmitter(entry, signed)) return { kind: "answer", effects: asRefusedBefore(ledger, signed, refused, now, topic, entry) };
   const reason = refused.replies[0]?.value.status === "rejected" ? refused.replies[0].value.reason : "";
@@ -216,6 +247,15 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
   }
   if (held !== "other") return { kind: "answer", effects: refused };
   return { kind: "answer", effects: asRefusedBefore(ledger, signed, refused, now, topic, entry) };
+}
+
+/**
+ * The answer to a signed resolution admission refused (`refused`, a reply on `topic`, the operator's registered reply
+ * topic): the refusal remembered for its bytes, else this one, remembered (rememberResolutionRefusal). Never from the
+ * escalated intent's entry, which holds the agent's submission, not the operator's.
+ */
+export function answerRefusedResolution(ledger: LedgerView, signed: SignedIntent, refused: Effects, now: Date, topic: string): Effects {
+  return repeatedRefusal(ledger, signed, now, topic) ?? rememberResolutionRefusal(signed, refused, now, ledger.get(signed.intent.intentKey));
 }
 
 /** The refusal remembered for signed bytes (on `topic`), else `refused`, remembered when it may be (`keyEntry`: their key's). */

@@ -14,8 +14,9 @@ import { entityKey } from "../../src/schemas/common.ts";
 import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
 import { SIGNATURE_HEADER, signIntent } from "../../src/security/signing.ts";
+import type { Escalation } from "../../src/schemas/escalation.ts";
 import { declareWriteTool } from "../../src/tools.ts";
-import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
+import { brokers, escalateTicket, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { produceAgain, recordedIntent } from "../helpers/intent-replay.ts";
 
@@ -321,5 +322,52 @@ describe("refused signed intents on a real broker", () => {
     const write = await billing.submit(next, { onLeased: "answer" });
     expect(write).toMatchObject({ status: "applied", via: "patch" });
     expect(h.records.patchRequests(write.intentKey).map((r) => r.outcome)).toEqual(["applied"]);
+  });
+
+  it("resolution-replay: an operator's apply refused `tool_not_allowed` (no writ.resolve yet) and one refused `patch_path_not_allowed` (owners rolled back to narrower paths), produced again after the grant and the paths' return, get the same refusals; nothing is written; a new apply is applied once", async () => {
+    const { h, registry, client, topicOf } = await signedHarness({ billing: ["tag_ticket"], ops: ["tag_ticket"] });
+    const granted = registry({ billing: ["tag_ticket"], ops: ["tag_ticket", "writ.resolve"] });
+    let owners = await h.startRouter({ agents: registry({ billing: ["tag_ticket"], ops: ["tag_ticket"] }) });
+    const [billing, ops] = [await client("billing"), await client("ops")];
+    const replies = await watchReplies(h, topicOf("ops"));
+    const cases: Escalation[] = [];
+    for (const ticket of ["T-RA", "T-RB"]) {
+      const escalated = await escalateTicket(h, billing, ticket);
+      cases.push(await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", cases.length + 1)).find((e) => e.intent.intentKey === escalated.intentKey), { message: `the escalation of ${ticket}` }));
+    }
+    const [a, b] = cases as [Escalation, Escalation];
+    const applies = (e: Escalation) => h.records.patchRequests(e.intent.intentKey).filter((r) => r.outcome === "applied");
+
+    // T-RA's apply while the operator may not resolve; T-RB's once granted, on owners whose tag_ticket may set only a
+    // ticket's status (its change, the tags, is refused at the apply, and the escalation stays open).
+    const refusedA = await ops.resolve(a, { decision: "apply" });
+    expect(refusedA).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: false });
+    await owners.stop();
+    owners = await h.startRouter({ agents: granted, tools: [declareWriteTool({ ...tagTicket, allowedPaths: ["/status"] })] });
+    const refusedB = await ops.resolve(b, { decision: "apply" });
+    expect(refusedB).toMatchObject({ status: "rejected", reason: "patch_path_not_allowed", duplicate: false });
+    const recorded = [await recordedIntent(h, refusedA.intentId), await recordedIntent(h, refusedB.intentId)];
+
+    // tag_ticket's paths back (owners restarted, the operator granted); both resolutions' bytes again.
+    await owners.stop();
+    await h.startRouter({ agents: granted });
+    for (const bytes of recorded) await produceAgain(h, bytes);
+    const of = (id: string) => replies.filter(([i]) => i === id).map(([, ...rest]) => rest);
+    await waitFor(() => of(refusedA.intentId).length >= 2 && of(refusedB.intentId).length >= 2, { timeoutMs: 30_000, message: () => `the replays' answers (${replies.length} answers seen)` });
+    expect(of(refusedA.intentId)).toEqual([
+      ["rejected", "tool_not_allowed", false],
+      ["rejected", "tool_not_allowed", true],
+    ]);
+    expect(of(refusedB.intentId)).toEqual([
+      ["rejected", "patch_path_not_allowed", false],
+      ["rejected", "patch_path_not_allowed", true],
+    ]);
+    expect([...applies(a), ...applies(b)]).toEqual([]);
+    for (const ticket of ["T-RA", "T-RB"]) expect((await readVersion(h.records, "ticket", ticket)).state.tags).toEqual([]);
+
+    // The escalation is still open: a new decision on it (a new resolution) is carried out, written once.
+    expect(await ops.resolve(a, { decision: "apply" })).toMatchObject({ status: "applied", via: "patch", duplicate: false });
+    expect(applies(a)).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", "T-RA")).state.tags).toEqual(["needs-human"]);
   });
 });

@@ -343,7 +343,8 @@ describe("the ledger's order per key", () => {
     gated.progress.open();
     gated.deadLetter.open();
     vi.spyOn(Resolver.prototype, "apply").mockRejectedValue(new Error("a bug"));
-    const record = intentRecord(0, JSON.stringify(c.resolution));
+    // Dated now: the owner runs on the real clock, and dates a resolution as an intent (stale past the retention).
+    const record = intentRecord(0, JSON.stringify({ ...c.resolution, createdAt: new Date().toISOString() }));
     record.headers = { [KIND_HEADER]: Buffer.from("resolution") };
     const { owner, log } = await failingOnce(new Map([[c.tool.name, c.tool]]), gated, record, c.key, "resolution failed");
     await until(() => changesOf(c.key).length === 2, () => JSON.stringify(committedLedger("sent")) + log.join(""));

@@ -10,11 +10,12 @@ import { intentKey } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type Admission, type AdmissionDeps, admit, maxIntentAgeMs } from "../../../src/owner/admission.ts";
 import { effects, rejectedReply } from "../../../src/owner/effects.ts";
-import { REMEMBERED_REFUSALS, rememberRefusal, repeatedRefusal, type SignedIntent } from "../../../src/owner/refusals.ts";
+import { answerRefusedResolution, REMEMBERED_REFUSALS, rememberRefusal, rememberResolutionRefusal, repeatedRefusal, type SignedIntent } from "../../../src/owner/refusals.ts";
 import { z } from "zod";
 import { entityKey } from "../../../src/schemas/common.ts";
 import { LedgerEntry, type LedgerIntentEntry, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
+import type { Resolution } from "../../../src/schemas/resolution.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { AgentRegistry } from "../../../src/security/agent-registry.ts";
 import { SIGNATURE_HEADER, signIntent } from "../../../src/security/signing.ts";
@@ -270,5 +271,101 @@ describe("refused signed intents: remembered for their bytes", () => {
     const entry = rememberRefusal({ digest: "0".repeat(64), intent: worst }, effects({ replies: [{ topic: worst.replyTo, value: reply }] }), NOW, undefined).refusal!;
     expect(entry.outcome).toMatchObject({ message: "\u0001".repeat(2_000) });
     expect(Buffer.byteLength(JSON.stringify(entry)) + Buffer.byteLength(entry.intentKey)).toBeLessThan(LEDGER_ENTRY_FIELDS_BYTES);
+  });
+});
+
+// An operator's resolution is signed bytes too: refused (a grant, a deploy, the record), then produced again once that
+// passed, it was carried out after the operator had been told it was not (test/integration/refusal-replay.test.ts).
+describe("refused signed resolutions: remembered for their bytes", () => {
+  /** Alice, as an operator, applying the escalation of her close_ticket of T-1. */
+  const resolutionOf = (resolutionId: string, createdAt = NOW.toISOString()): Resolution => {
+    const intent = closeIntent("i-esc");
+    return { kind: "resolution", resolutionId, escalationId: "esc-1", intent, decision: "apply", baseVersion: '"2"', operator: { id: "alice" }, replyTo: REPLY_TO, entity: { type: "ticket", id: "T-1" }, createdAt };
+  };
+  const resolutionRecord = (r: Resolution): KafkaMessage => ({ ...record(r as unknown as WriteIntent), headers: { "writ-kind": Buffer.from("resolution"), [SIGNATURE_HEADER]: signIntent(r, { keyId: "k1", privateKey: alice.privateKey }) } }) as KafkaMessage;
+  const answered = (a: Admission) => {
+    if (a.kind !== "answered") throw new Error(`expected answered, got ${a.kind}`);
+    return a;
+  };
+  /** The escalation's entry: open, or an apply of it under way. */
+  const escalated = (status: "done" | "pending"): LedgerIntentEntry => ({
+    kind: "intent",
+    intentKey: closeIntent("i-esc").intentKey,
+    intentId: "i-esc",
+    status,
+    entity: { type: "ticket", id: "T-1" },
+    tool: "close_ticket",
+    agentId: "alice",
+    fingerprint: "a".repeat(64),
+    attempts: [{ baseVersion: '"1"', deltaFingerprint: "b".repeat(64) }],
+    cycles: 2,
+    outcome: { status: "escalated", reason: "conflict_cycles_exhausted", message: "m", escalationId: "esc-1", at: NOW.toISOString() },
+    replyTo: REPLY_TO,
+    updatedAt: NOW.toISOString(),
+  });
+
+  it("tool_not_allowed (no writ.resolve): remembered under the digest of the operator's signed bytes, and answered so again once granted, as a repeat under its resolution id", async () => {
+    const r = resolutionOf("res-1");
+    const refused = answered(await admit(resolutionRecord(r), source, deps(registry(["add_tag", "close_ticket"]))));
+    expect(refused.reason).toBe("tool_not_allowed");
+    expect(refused.signed).toBeUndefined();
+    expect(refused.resolution).toMatchObject({ digest: sha256Hex(canonicalJson(r)), intent: { intentId: "res-1", intentKey: r.intent.intentKey, agent: { id: "alice" }, baseVersion: '"2"' } });
+    const ledger = new PartitionLedger(0, [[r.intent.intentKey, escalated("done")]]);
+    const out = answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO);
+    expect(out.refusal).toMatchObject({ intentKey: refusalLedgerKey(refused.resolution!.digest), intentId: "res-1", refusedIntentKey: r.intent.intentKey, outcome: { reason: "tool_not_allowed" } });
+    expect(LedgerEntry.parse(out.refusal)).toEqual(out.refusal);
+    committed(ledger, out.refusal!);
+    // The escalation's entry is untouched: still open to a new decision.
+    expect(ledger.get(r.intent.intentKey)).toEqual(escalated("done"));
+
+    // Granted since: admitted, with its bytes; the memory answers them before anything is planned.
+    const again = await admit(resolutionRecord(r), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])));
+    expect(again).toMatchObject({ kind: "resolution", signed: { digest: refused.resolution!.digest } });
+    const repeat = repeatedRefusal(ledger, (again as Extract<Admission, { kind: "resolution" }>).signed!, NOW, REPLY_TO)!;
+    expect(Reply.parse(repeat.replies[0]!.value)).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: true, intentId: "res-1", intentKey: r.intent.intentKey });
+    // Refused at admission again (another owner not granting it yet): the same, nothing more remembered.
+    expect(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO)).toMatchObject({ replies: [{ value: { reason: "tool_not_allowed", duplicate: true } }] });
+    expect(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO).refusal).toBeUndefined();
+    // A new decision (a new resolution id, signed anew): another digest, decided on the state now.
+    const anew = await admit(resolutionRecord(resolutionOf("res-2")), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])));
+    expect(repeatedRefusal(ledger, (anew as Extract<Admission, { kind: "resolution" }>).signed!, NOW, REPLY_TO)).toBeNull();
+    // Without a registry nothing is signed, and nothing remembered.
+    expect(await admit(resolutionRecord(r), source, deps())).not.toHaveProperty("signed");
+  });
+
+  it("dated as an intent is: stale past maxIntentAgeMs (not remembered), clock_skew ahead (remembered, dated at most the skew ahead), before the grant; the memory outlives the bytes", async () => {
+    const old = resolutionOf("res-old", new Date(NOW.getTime() - maxIntentAgeMs({}, 24) - 1).toISOString());
+    const stale = answered(await admit(resolutionRecord(old), source, deps(registry(["add_tag"]))));
+    expect(stale).toMatchObject({ reason: "stale", resolution: { intent: { intentId: "res-old" } } });
+    expect(stale.effects.replies[0]!.value).toMatchObject({ intentId: "res-old", message: expect.stringContaining("Decide again (a new resolution)") });
+    expect(answerRefusedResolution(new PartitionLedger(0), stale.resolution!, stale.effects, NOW, REPLY_TO).refusal).toBeUndefined();
+
+    const ahead = resolutionOf("res-ahead", "2099-01-01T00:00:00.000Z");
+    const skewed = answered(await admit(resolutionRecord(ahead), source, deps(registry(["add_tag"]))));
+    expect(skewed.reason).toBe("clock_skew");
+    expect(answerRefusedResolution(new PartitionLedger(0), skewed.resolution!, skewed.effects, NOW, REPLY_TO).refusal).toMatchObject({ updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
+    // Any resolution admitted now is stale before a refusal remembered for it now is swept (a 24 h retention).
+    const fresh = resolutionOf("res-fresh", new Date(NOW.getTime() + 300_000).toISOString());
+    expect((await admit(resolutionRecord(fresh), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])))).kind).toBe("resolution");
+    expect(Date.parse(fresh.createdAt) + maxIntentAgeMs({}, 24)).toBeLessThan(NOW.getTime() + 24 * 3_600_000);
+  });
+
+  it("an apply's refusal is remembered beside the escalation put back open; not while an apply of it is under way, not a decision carried out, not stale", () => {
+    const signed = { digest: "d".repeat(64), intent: { ...closeIntent("res-1"), agent: { id: "ops" } } };
+    const refusal = (reason: RejectReason) => ({ topic: REPLY_TO, value: rejectedReply("res-1", signed.intent.intentKey, reason, "m", NOW.toISOString()) });
+    const reopened = effects({ ledger: escalated("done"), replies: [refusal("patch_path_not_allowed")] });
+    expect(rememberResolutionRefusal(signed, reopened, NOW, reopened.ledger)).toMatchObject({ ledger: escalated("done"), refusal: { intentId: "res-1", agentId: "ops", outcome: { reason: "patch_path_not_allowed" } } });
+    // Reasons are open: any but stale (a later version's, an owner's own such as resolution_not_applicable).
+    for (const reason of ["resolution_not_applicable", "resolution_conflict", "entity_not_found", "processing_failed", "clock_skew"] as RejectReason[]) {
+      expect(rememberResolutionRefusal(signed, effects({ replies: [refusal(reason)] }), NOW, escalated("done")).refusal, reason).toBeDefined();
+    }
+    expect(rememberResolutionRefusal(signed, effects({ replies: [refusal("stale")] }), NOW, undefined).refusal).toBeUndefined();
+    expect(rememberResolutionRefusal(signed, effects({ replies: [refusal("resolution_not_applicable")] }), NOW, escalated("pending")).refusal).toBeUndefined();
+    expect(rememberResolutionRefusal(undefined, reopened, NOW, reopened.ledger).refusal).toBeUndefined();
+    // A discard carried out answers the agent and the operator: nothing to remember (the escalation is closed).
+    const discarded = effects({ ledger: { ...escalated("done"), outcome: { status: "rejected", reason: "escalation_discarded", message: "m", at: NOW.toISOString() } }, replies: [refusal("escalation_discarded"), { ...refusal("escalation_discarded"), topic: "writ.replies.agent" }] });
+    expect(rememberResolutionRefusal(signed, discarded, NOW, discarded.ledger).refusal).toBeUndefined();
+    // An intent's memory keeps its rule: a refusal written with an entry of its key is not remembered.
+    expect(rememberRefusal(signed, reopened, NOW, reopened.ledger).refusal).toBeUndefined();
   });
 });
