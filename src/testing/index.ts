@@ -23,6 +23,7 @@ export {
   ensureStack,
   stopStack,
   waitForBroker,
+  PortServedByAnotherCluster,
   startBroker,
   stopBroker,
   killBroker,

@@ -35,14 +35,14 @@ import { dirname, join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import type { SecureStackInfo, SecureStackOptions } from './secure-stack.ts';
 import { type BrokerCount, APICURIO_HOME, RUN_DIR, BROKER_DATA, SERVER_PROPERTIES, SIZE_FILE, HOST, BROKER_PORT, REGISTRY_PORT, LOCAL_BROKER, LOCAL_REGISTRY_URL, JAVA, type Component, type ComponentSpec, COMPONENTS, BROKER_LOG, type NodeLayout, nodeLayout, clusterLayout, brokerCount, stackSize, noop, defaultLog } from './stack-layout.ts';
-import { sleep, tail, runOrThrow, isAlive, ownedPid, waitForExit, signal, stopComponent, retryOnPortClash, spawnDetached, waitForPortsClosed, tcpOpen, brokerServes, waitForBroker, waitForNode, registryServes, waitForRegistry, withLock, autostopFile, takeLease, otherLiveLeases } from './stack-process.ts';
+import { sleep, tail, runOrThrow, isAlive, ownedPid, waitForExit, signal, stopComponent, retryOnPortClash, spawnDetached, waitForPortsClosed, tcpOpen, brokerServes, waitForBroker, waitForNode, formattedClusterId, registryServes, waitForRegistry, withLock, autostopFile, takeLease, otherLiveLeases } from './stack-process.ts';
 import { ensureKafkaJars, ensureApicurio } from './stack-downloads.ts';
 import { javaBrokerArgs, singleNodeProperties, writeBrokerConfig } from './stack-broker-config.ts';
 
 // Split out of this module (layout, processes, downloads, broker files); exported from here as before, for
 // writ/testing, the scripts and the tests.
 export { KAFKA_VERSION, APICURIO_VERSION, CACHE_DIR, KAFKA_LIBS, RUN_DIR, BROKER_PORT, REGISTRY_PORT, LOCAL_BROKER, LOCAL_REGISTRY_URL, type BrokerCount } from './stack-layout.ts';
-export { isSelfConnection, waitForBroker } from './stack-process.ts';
+export { isSelfConnection, waitForBroker, PortServedByAnotherCluster } from './stack-process.ts';
 export { brokerProperties, writeBrokerFiles, javaBrokerArgs } from './stack-broker-config.ts';
 
 export interface StackEndpoints {
@@ -106,7 +106,8 @@ async function launchBroker(log: (l: string) => void, timeoutMs: number): Promis
   await retryOnPortClash('broker', [BROKER_LOG, COMPONENTS.broker.outFile], async () => {
     const child = spawnDetached(COMPONENTS.broker, JAVA, [...javaBrokerArgs(), 'kafka.Kafka', SERVER_PROPERTIES], RUN_DIR);
     log(`broker starting (pid ${child.pid}), log: ${BROKER_LOG}`);
-    await waitForBroker([LOCAL_BROKER], timeoutMs, child.pid);
+    // only a broker of this dir's cluster is ours: another stack's may answer on the port this JVM failed to bind
+    await waitForNode(nodeLayout(1, 1), timeoutMs, child.pid, [], [LOCAL_BROKER], formattedClusterId(BROKER_DATA));
   }, log);
   log(`broker serves ${LOCAL_BROKER} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
@@ -132,7 +133,7 @@ async function launchClusterNode(node: NodeLayout, log: (l: string) => void, tim
   await retryOnPortClash(node.spec.name, [node.logFile, node.spec.outFile], async () => {
     const child = spawnDetached(node.spec, JAVA, [...javaBrokerArgs(node), 'kafka.Kafka', node.propsFile], node.dir);
     log(`${node.spec.name} starting (pid ${child.pid}), log: ${node.logFile}`);
-    await waitForNode(node, timeoutMs, child.pid, expectIds);
+    await waitForNode(node, timeoutMs, child.pid, expectIds, [node.address], formattedClusterId(node.dataDir));
   }, log);
   log(`${node.spec.name} serves ${node.address} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
@@ -509,7 +510,10 @@ export function resumeBroker(nodeId: number): number {
  * (Re)starts a local broker (`nodeId`, default the only/first node) on the same
  * data dir and ports (no wipe; the single node is formatted only if its data dir
  * never was) and waits until it serves; a node of the three-node cluster until it
- * is a live (unfenced) broker again. No-op if it already serves.
+ * is a live (unfenced) broker again. No-op if it already serves. Only the JVM it
+ * started, answering as the cluster formatted into its data dir, counts: when
+ * another stack's broker holds the port, it fails (PortServedByAnotherCluster,
+ * naming both cluster ids) instead of taking that broker for its own.
  */
 export async function startBroker(opts: StackOptions & { timeoutMs?: number; nodeId?: number } = {}): Promise<void> {
   const log = opts.log ?? noop;

@@ -136,6 +136,8 @@ export async function retryOnPortClash(what: string, logFiles: readonly string[]
     try {
       return await launch();
     } catch (err) {
+      // another stack's broker serves there: its port stays taken, and a start again would bind no better
+      if (err instanceof PortServedByAnotherCluster) throw err;
       const clash = logFiles.some((f) => existsSync(f) && PORT_CLASH.test(readFileSync(f, 'utf8').slice(-1_000_000)));
       if (!clash || attempt >= attempts) throw err;
       for (const f of logFiles) if (existsSync(f)) renameSync(f, `${f}.port-clash-${attempt}`);
@@ -210,8 +212,17 @@ export async function listening(brokers: string[]): Promise<boolean> {
   return true;
 }
 
-/** One describeCluster round trip: the live (unfenced) broker ids and the controller, or undefined. */
-export async function describe(brokers: string[], timeoutMs = 5000): Promise<{ brokerIds: number[]; controller: number } | undefined> {
+/** What a broker says of its cluster in a describeCluster answer. */
+export interface ClusterAnswer {
+  clusterId: string;
+  /** The live (registered, unfenced) brokers. */
+  brokerIds: number[];
+  /** -1 while there is none. */
+  controller: number;
+}
+
+/** One describeCluster round trip: the cluster id, the live (unfenced) broker ids and the controller, or undefined. */
+export async function describe(brokers: string[], timeoutMs = 5000): Promise<ClusterAnswer | undefined> {
   const kafka = new Kafka({
     clientId: 'writ-local-stack',
     brokers,
@@ -224,7 +235,7 @@ export async function describe(brokers: string[], timeoutMs = 5000): Promise<{ b
   try {
     await admin.connect();
     const cluster = await admin.describeCluster();
-    return { brokerIds: cluster.brokers.map((b) => b.nodeId).sort((a, b) => a - b), controller: cluster.controller ?? -1 };
+    return { clusterId: cluster.clusterId, brokerIds: cluster.brokers.map((b) => b.nodeId).sort((a, b) => a - b), controller: cluster.controller ?? -1 };
   } catch {
     return undefined;
   } finally {
@@ -237,11 +248,40 @@ export async function describe(brokers: string[], timeoutMs = 5000): Promise<{ b
  * broker, and with every id in `expectIds` among the live brokers.
  */
 export async function brokerServes(brokers: string[], expectIds: number[] = [], timeoutMs = 5000): Promise<boolean> {
+  return (await askNode(brokers, expectIds, undefined, timeoutMs)) === 'serves';
+}
+
+/**
+ * What a start waiting for a node makes of one describeCluster answer (undefined: none yet). `serves`: a controller
+ * and every id of `expectIds` among the live brokers, and, when `clusterId` is given (the one formatted into the
+ * node's data dir), that cluster. A broker of another cluster is another stack's that holds the port: its JVM,
+ * which failed to bind, must not be taken to serve through it.
+ */
+export function judgeNodeAnswer(answer: ClusterAnswer | undefined, expectIds: readonly number[], clusterId: string | undefined): 'serves' | 'not yet' | { otherCluster: string } {
+  if (answer === undefined) return 'not yet';
+  if (clusterId !== undefined && answer.clusterId !== clusterId) return { otherCluster: answer.clusterId };
+  const serves = answer.brokerIds.length > 0 && answer.controller >= 0 && expectIds.every((id) => answer.brokerIds.includes(id));
+  return serves ? 'serves' : 'not yet';
+}
+
+async function askNode(brokers: string[], expectIds: readonly number[], clusterId: string | undefined, timeoutMs = 5000): Promise<ReturnType<typeof judgeNodeAnswer>> {
   // kafkajs would hold a connection to itself for its whole request timeout; check for a listener first.
-  if (!(await listening(brokers))) return false;
-  const cluster = await describe(brokers, timeoutMs);
-  if (cluster === undefined) return false;
-  return cluster.brokerIds.length > 0 && cluster.controller >= 0 && expectIds.every((id) => cluster.brokerIds.includes(id));
+  if (!(await listening(brokers))) return 'not yet';
+  return judgeNodeAnswer(await describe(brokers, timeoutMs), expectIds, clusterId);
+}
+
+/** The cluster id `kafka-storage format` wrote into a node's data dir (its meta.properties), or undefined. */
+export function formattedClusterId(dataDir: string): string | undefined {
+  try {
+    return /^cluster\.id=(.+)$/m.exec(readFileSync(join(dataDir, 'meta.properties'), 'utf8'))?.[1]?.trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/** A node's port answers as a broker of another cluster than the one in the node's data dir. */
+export class PortServedByAnotherCluster extends Error {
+  override name = 'PortServedByAnotherCluster';
 }
 
 /**
@@ -254,18 +294,32 @@ export async function waitForBroker(brokers: string[] = [LOCAL_BROKER], timeoutM
 
 /**
  * Waits until node `node` (or `via`) answers describeCluster listing every id in
- * `expectIds` as a live (registered, unfenced) broker.
+ * `expectIds` as a live (registered, unfenced) broker, and, with `clusterId`
+ * (a start: the id in the node's data dir), as a broker of that cluster while
+ * its JVM `pid` lives. Another cluster's answer there fails the start with
+ * PortServedByAnotherCluster once the JVM has exited (or at the deadline).
  */
-export async function waitForNode(node: NodeLayout, timeoutMs: number, pid: number | undefined, expectIds: number[], via: string[] = [node.address]): Promise<void> {
+export async function waitForNode(node: NodeLayout, timeoutMs: number, pid: number | undefined, expectIds: number[], via: string[] = [node.address], clusterId?: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   const logs = (): string => `--- ${node.spec.outFile}\n${tail(node.spec.outFile)}\n--- ${node.logFile}\n${tail(node.logFile)}`;
+  let other: string | undefined;
+  const taken = (why: string): Error =>
+    new PortServedByAnotherCluster(
+      `${node.spec.name}: ${via.join(',')} answers as a broker of cluster ${other}, not of this stack's cluster ${clusterId} (${node.dataDir}): ` +
+        `another stack's broker holds the port, and ${why} (give this stack a dir and ports of its own: WRIT_LOCAL_STACK_DIR, WRIT_LOCAL_KAFKA_PORT).\n${logs()}`,
+    );
   while (Date.now() < deadline) {
-    if (await brokerServes(via, expectIds)) return;
+    const answer = await askNode(via, expectIds, clusterId);
+    // ours only while the JVM started lives: a JVM of this dir that did not die yet when this one failed answers too
+    if (answer === 'serves' && (pid === undefined || isAlive(pid))) return;
+    if (typeof answer === 'object') other = answer.otherCluster;
     if (pid !== undefined && !isAlive(pid)) {
+      if (other !== undefined) throw taken(`this JVM (pid ${pid}) exited`);
       throw new Error(`${node.spec.name} JVM (pid ${pid}) exited during startup.\n${logs()}`);
     }
     await sleep(500);
   }
+  if (other !== undefined) throw taken(`this JVM did not serve within ${timeoutMs} ms`);
   const what = expectIds.length > 0 ? ` listing brokers ${expectIds.join(',')}` : '';
   throw new Error(`${node.spec.name} ${via.join(',')} did not answer describeCluster${what} within ${timeoutMs} ms.\n${logs()}`);
 }

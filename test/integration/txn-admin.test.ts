@@ -575,9 +575,9 @@ async function clusterIdAt(port: number): Promise<string | undefined> {
 /**
  * A private broker, in a temp stack dir, on the first pair of ports free when looked at. Another run's broker (two
  * runs on one machine both look at 22692 first) can bind the pair before this JVM does: the JVM then exits on the
- * clash after local-stack's own retries on the same ports, or local-stack's start even takes the other broker, which
- * answers there, for it. Either way, it is stopped and the next free pair tried, in a new dir; only a broker of this
- * dir's cluster id is used (its config is changed below).
+ * clash after local-stack's own retries on the same ports, or local-stack's start fails at once as the other broker
+ * answers there (PortServedByAnotherCluster). Either way, it is stopped and the next free pair tried, in a new dir;
+ * the cluster id is checked here too, since only a broker of this dir is ever to be reconfigured (below).
  */
 async function startPrivateBroker(): Promise<{ dir: string; env: NodeJS.ProcessEnv; port: number }> {
   let from = 22692;

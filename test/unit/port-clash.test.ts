@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { freePort } from "../../src/testing/free-port.ts";
-import { isSelfConnection, retryOnPortClash, tcpOpen } from "../../src/testing/local-stack.ts";
+import { isSelfConnection, PortServedByAnotherCluster, retryOnPortClash, tcpOpen } from "../../src/testing/local-stack.ts";
 
 describe("retryOnPortClash", () => {
   it("starts again after a JVM exited on a taken port, keeping the failed attempt's log beside", async () => {
@@ -47,6 +47,20 @@ describe("retryOnPortClash", () => {
       }, () => undefined, 2),
     ).rejects.toThrow("still taken");
     expect(launches).toBe(3);
+  });
+
+  it("another stack's broker answering on the port is no passing clash: thrown at once", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-port-clash-"));
+    const logFile = join(dir, "broker.log");
+    let launches = 0;
+    const taken = retryOnPortClash("broker", [logFile], async () => {
+      launches++;
+      // the JVM's log says the port was taken, as after a passing clash
+      writeFileSync(logFile, "org.apache.kafka.common.KafkaException: Socket server failed to bind to 127.0.0.1:19093: Address already in use.\n");
+      throw new PortServedByAnotherCluster("broker: 127.0.0.1:19092 answers as a broker of cluster pQ0h8r3WS6-7LNz1Zy0aBg");
+    }, () => undefined);
+    await expect(taken).rejects.toThrow(PortServedByAnotherCluster);
+    expect(launches).toBe(1);
   });
 });
 
