@@ -10,7 +10,9 @@
 // when .ci/run keeps it (WRIT_KEEP_STACK=1). Each of those suites is a tenant of its own (test/helpers/secure-tenants.ts)
 // or the stack's own users, so none sees another's users, topics or ACLs. WRIT_SECURE_STACK_DIR and its ports name
 // it to them (inherited; the stack's lock makes one that comes while it starts wait); it is stopped at the end,
-// whatever the outcome, unless WRIT_KEEP_STACK=1 (then by whoever set it: `npm run kafka:down -- --secure`).
+// whatever the outcome, unless WRIT_KEEP_STACK=1 (then by whoever set it: `npm run kafka:down -- --secure`). One
+// left running by a run that was killed is reused where it serves: ensureSecureStack starts its registry again
+// if that died, and the whole stack afresh if its broker does not serve or its start never finished.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { SECURE_TENANTS } from "../test/helpers/secure-tenants.ts";

@@ -563,6 +563,7 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
   const jar = await ensureApicurio(log);
   await stopComponent(l.registry, log);
   rmSync(l.registry.outFile, { force: true });
+  await waitForPortsClosed([l.registryPort, l.registryPort + 1], 5000); // a registry of ours that was killed a moment ago
   if (await tcpOpen(HOST, l.registryPort)) throw new Error(`port ${l.registryPort} is in use (set WRIT_SECURE_REGISTRY_PORT)`);
   // Quarkus reads ./config/application.properties from its working directory: the password stays off the command line.
   const configDir = join(l.dir, 'config');
@@ -612,12 +613,16 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
 
 /**
  * Starts (or reuses, when ours already serves in `dir`) the secure stack. A
- * broker that serves is reused, or is an error when it lacks the registry or
- * a tenant asked for: it is never restarted under whoever uses it. A fresh
- * start makes a new CA, certificates and passwords; `stop()` stops what this
- * call started, so the process that started a stack others reuse stops it
- * (unlike the plain stack, there are no leases between processes). Holds the
- * stack dir's lock meanwhile.
+ * broker that serves, of a stack whose start finished (its tenants file is
+ * written last), is reused, or is an error when it lacks a tenant asked for:
+ * it is never restarted under whoever uses it. Its registry, when asked for
+ * and not serving (it died, or the stack was started without it), is started
+ * again with the stack's certificate and password (and no schemas: its
+ * database is in memory). A broker that does not serve, or whose start never
+ * finished (its starter was killed meanwhile), means a fresh start: a new CA,
+ * certificates and passwords. `stop()` stops what this call started, so the
+ * process that started a stack others reuse stops it (unlike the plain stack,
+ * there are no leases between processes). Holds the stack dir's lock meanwhile.
  */
 export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<EnsureStackResult> {
   const log = opts.log ?? ((line: string) => process.stderr.write(`[secure-stack] ${line}\n`));
@@ -629,22 +634,34 @@ export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<
   const tenants = await withLock(
     log,
     async () => {
-      const brokerUp = ownedPid(l.broker) !== undefined && (await brokerServes(l));
-      if (brokerUp) {
-        // A stack that serves may be someone else's to use (its starter stops it): it is reused as it is, or not
-        // at all. Its certificates, users and tenants are made at start, so it is never restarted for what it lacks.
-        const running = existsSync(l.tenantsFile) ? readFileSync(l.tenantsFile, 'utf8').split('\n').filter((t) => t !== '') : [];
-        const missing = [
-          ...(withRegistry && !(ownedPid(l.registry) !== undefined && (await registryServes(l))) ? ['its registry'] : []),
-          ...asked.filter((t) => !running.includes(t)).map((t) => `tenant ${t}`),
-        ];
+      const brokerRuns = ownedPid(l.broker) !== undefined && (await brokerServes(l));
+      // The tenants file is written once the start is done (ACLs made): a broker without it is a start whose
+      // process was killed before the end (the start holds this lock, so none is under way), and is started afresh.
+      const finished = existsSync(l.tenantsFile);
+      if (brokerRuns && !finished) log(`the secure broker at ${l.address} serves, but its start never finished (no ${l.tenantsFile}); starting the stack afresh`);
+      if (brokerRuns && finished) {
+        // A stack that serves may be someone else's to use (its starter stops it): its broker is reused as it is,
+        // or not at all. Its certificates, users and tenants are made at start, so it is never restarted for what
+        // it lacks.
+        const running = readFileSync(l.tenantsFile, 'utf8').split('\n').filter((t) => t !== '');
+        const missing = asked.filter((t) => !running.includes(t));
         if (missing.length > 0) {
           throw new Error(
-            `the secure stack in ${l.dir} runs without ${missing.join(', ')} (its tenants: ${running.join(', ') || 'none'}); ` +
+            `the secure stack in ${l.dir} runs without ${missing.map((t) => `tenant ${t}`).join(', ')} (its tenants: ${running.join(', ') || 'none'}); ` +
               `stop it (WRIT_SECURE_STACK_DIR=${l.dir} npm run kafka:down -- --secure) or use another dir (WRIT_SECURE_STACK_DIR, WRIT_SECURE_KAFKA_PORT, WRIT_SECURE_REGISTRY_PORT)`,
           );
         }
-        log(`reusing the secure broker at ${l.address}${withRegistry ? ` and registry at ${l.registryUrl}` : ''}`);
+        // Its registry is another matter: one that died (a SIGKILLed run, an OOM) is no one's to use any more, and
+        // is started again with the stack's certificate and password.
+        if (withRegistry && !(ownedPid(l.registry) !== undefined && (await registryServes(l)))) {
+          log(`the secure broker at ${l.address} serves, its registry does not; starting the registry again`);
+          await startRegistry(l, log).catch(async (err: unknown) => {
+            await stopComponent(l.registry, log).catch(() => undefined);
+            throw err;
+          });
+          started.push('registry');
+        }
+        log(`reusing the secure broker at ${l.address}${withRegistry ? ` and ${started.includes('registry') ? 'restarted ' : ''}registry at ${l.registryUrl}` : ''}`);
         return running;
       }
       // certificates and passwords are new for each start: whatever of ours still runs (not serving) goes first
