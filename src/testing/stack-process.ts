@@ -61,6 +61,54 @@ export function isAlive(pid: number): boolean {
   }
 }
 
+/**
+ * When process `pid` started: field 22 of /proc/<pid>/stat (clock ticks after boot), or undefined where there is
+ * no /proc or no such process. With the pid it names one process: a pid is handed out again once its process is
+ * gone, a start time never.
+ */
+export function processStartTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // fields 3 and on follow the ")" that closes the command name (which may hold spaces)
+    const start = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    return start !== undefined && /^\d+$/.test(start) ? start : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A process as a lock or lease file names it: its pid and, where known, its start time. */
+export interface ProcessRecord {
+  pid: number;
+  startTime?: string;
+}
+
+/** This process's record: `<pid> <start time>` (the pid alone where the start time is not known). */
+export function ownRecord(): string {
+  const start = processStartTime(process.pid);
+  return start === undefined ? `${process.pid}` : `${process.pid} ${start}`;
+}
+
+/** The record in a lock or lease file's text; undefined when it holds none (half-written). */
+export function parseRecord(text: string): ProcessRecord | undefined {
+  const m = /^(\d+)(?: (\d+))?\s*$/.exec(text);
+  const pid = Number(m?.[1]);
+  if (m === null || !Number.isSafeInteger(pid) || pid <= 0) return undefined;
+  return m[2] === undefined ? { pid } : { pid, startTime: m[2] };
+}
+
+/**
+ * Whether the process a record names still runs: its pid is alive and, when the record has a start time and the
+ * pid's can be read, started then. A pid handed to another process since (a runner SIGKILLed, its pid reused)
+ * holds nothing.
+ */
+export function recordAlive(record: ProcessRecord): boolean {
+  if (!isAlive(record.pid)) return false;
+  if (record.startTime === undefined) return true;
+  const now = processStartTime(record.pid);
+  return now === undefined || now === record.startTime;
+}
+
 export function cmdline(pid: number): string | undefined {
   try {
     return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
@@ -351,34 +399,39 @@ export async function waitForRegistry(url: string, timeoutMs: number, pid?: numb
 // ---------------------------------------------------------------------------
 // Cross-process lock (kafka:up and a vitest run may race); `lockFile` is another stack's (the secure stack's)
 
-export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>, lockFile = LOCK_FILE): Promise<T> {
+/**
+ * Runs `fn` holding `lockFile` (created exclusively, holding this process's pid and start time). A lock whose
+ * holder is gone (its pid dead, or now another process's) is taken over; a live holder is waited for, up to
+ * `waitMs` (10 minutes: a start that downloads the jars).
+ */
+export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>, lockFile = LOCK_FILE, waitMs = 10 * 60_000): Promise<T> {
   mkdirSync(dirname(lockFile), { recursive: true });
-  const deadline = Date.now() + 10 * 60_000;
+  const deadline = Date.now() + waitMs;
   let announced = false;
   for (;;) {
     try {
       const fd = openSync(lockFile, 'wx');
-      writeFileSync(fd, `${process.pid}\n`);
+      writeFileSync(fd, `${ownRecord()}\n`);
       closeSync(fd);
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      let holder = NaN;
+      let holder: ProcessRecord | undefined;
       try {
-        holder = Number(readFileSync(lockFile, 'utf8').trim());
+        holder = parseRecord(readFileSync(lockFile, 'utf8'));
       } catch {
-        // vanished or half-written; retry
+        // vanished; retry
       }
-      const deadHolder = Number.isInteger(holder) && holder > 0 && !isAlive(holder);
+      const deadHolder = holder !== undefined && !recordAlive(holder);
       // a lock file without a pid for 10 s: its writer died between create and write
-      const orphaned = !(holder > 0) && Date.now() - (statSync(lockFile, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 10_000;
+      const orphaned = holder === undefined && Date.now() - (statSync(lockFile, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 10_000;
       if (deadHolder || orphaned) {
         rmSync(lockFile, { force: true });
         continue;
       }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lockFile} (held by pid ${holder})`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lockFile} (held by pid ${holder?.pid ?? '?'})`);
       if (!announced) {
-        log(`waiting for another process (pid ${holder}) that is starting the stack`);
+        log(`waiting for another process (pid ${holder?.pid ?? '?'}) that is starting the stack`);
         announced = true;
       }
       await sleep(250);
@@ -407,19 +460,30 @@ export function autostopFile(component: Component): string {
 export function takeLease(): string {
   mkdirSync(LEASE_DIR, { recursive: true });
   const file = join(LEASE_DIR, `${process.pid}.${randomBytes(4).toString('hex')}`);
-  writeFileSync(file, `${process.pid}\n`);
+  writeFileSync(file, `${ownRecord()}\n`);
   return file;
 }
 
-/** Lease files of other processes (or other ensureStack calls) that are still alive; dead ones are pruned. */
+/**
+ * Lease files of other processes (or other ensureStack calls) that are still alive; those of processes gone (a
+ * dead pid, or one reused since: the start time in the file differs) are pruned.
+ */
 export function otherLiveLeases(mine: string): string[] {
   if (!existsSync(LEASE_DIR)) return [];
   const live: string[] = [];
   for (const name of readdirSync(LEASE_DIR)) {
     const file = join(LEASE_DIR, name);
     if (file === mine) continue;
+    let text = '';
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      // vanished, or pruned by another process meanwhile
+    }
+    // the file's name has the pid too: a file still empty is read by it, without a start time
     const pid = Number(name.split('.')[0]);
-    if (Number.isInteger(pid) && pid > 0 && isAlive(pid)) live.push(file);
+    const record = parseRecord(text) ?? (Number.isSafeInteger(pid) && pid > 0 ? { pid } : undefined);
+    if (record !== undefined && recordAlive(record)) live.push(file);
     else rmSync(file, { force: true });
   }
   return live;
