@@ -18,13 +18,13 @@
 // WRIT_LOCAL_KAFKA_PORT for a second stack (`npm run kafka:up -- --brokers 3`
 // uses .cache/run-3 and port 19192).
 //
-// Every stack's ports (these, the secure stack's, the fault suite's, the test
-// files' own) lie below the range the OS draws the local ports of outgoing
-// connections from (32768-60999 on Linux; 49152+ on macOS and Windows). A port
-// of that range can be given to a client's or a sibling node's connection as
-// its local port and held while the JVM is binding it: seen for node 2 of a
-// three-node stack on 49192+ (a sibling's long-lived connection held 49194 through
-// five starts), and for secure.test.ts's broker on 39592-39594 beside the other
+// Every stack's ports (these, the secure stack's, the fault suite's and its
+// records server's, the test files' own) lie below the range the OS draws the
+// local ports of outgoing connections from (32768-60999 on Linux; 49152+ on
+// macOS and Windows). A port of that range can be given to a client's or a
+// sibling node's connection as its local port and held while the JVM is
+// binding it: seen for node 2 of a three-node stack on 49192+ (a sibling's
+// long-lived connection held 49194 through five starts), and for secure.test.ts's broker on 39592-39594 beside the other
 // integration tests' hundreds of client connections.
 //
 // Library module: importing it has no side effects.

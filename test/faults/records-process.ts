@@ -9,21 +9,36 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { DemoFaultInput } from "../../src/testing/demo-records-server.ts";
 import { DemoRecordsStore } from "../../src/testing/demo-records-store.ts";
 
+/**
+ * Where the first start draws its port from: above every fixed port of the stacks and the test files (all below
+ * 23000), and below the range the OS draws the local ports of outgoing connections from (32768 and up on Linux,
+ * 49152 and up on macOS). The kernel's pick for port 0 lies inside that range: while the server was down in an
+ * outage, any connection (an owner's to the broker, the suite's own) could be given that port as its local port,
+ * and the restart on it failed. Below the range, only a listener can take it, and none binds to a port drawn here.
+ */
+export const RECORDS_PORTS = { from: 23000, to: 32767 } as const;
+
+function drawPort(): number {
+  return RECORDS_PORTS.from + Math.floor(Math.random() * (RECORDS_PORTS.to - RECORDS_PORTS.from + 1));
+}
+
 export class RecordsProcess {
-  /** Chosen by the first start (port 0: the kernel's pick, bound at once); every restart binds it again. */
+  /** Drawn by the first start (another draw when a listener holds it); every restart binds it again. */
   private port: number | null = null;
   private readonly dbPath: string;
   private readonly logFile: string;
   private readonly script: string;
+  private readonly draw: () => number;
   private proc: ChildProcess | null = null;
   /** Total ms the server was down (killed and not yet serving again). */
   downMs = 0;
   outages = 0;
 
-  constructor(opts: { root: string; dbPath: string; logFile: string }) {
+  constructor(opts: { root: string; dbPath: string; logFile: string; drawPort?: () => number }) {
     this.dbPath = opts.dbPath;
     this.logFile = opts.logFile;
     this.script = join(opts.root, "src", "testing", "demo-records-server-main.ts");
+    this.draw = opts.drawPort ?? drawPort;
   }
 
   /** Its address, once started. */
@@ -32,15 +47,29 @@ export class RecordsProcess {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  /** Starts the server (again) and resolves once it listens: it logs its url then. */
+  /** Starts the server (again, on its port) and resolves once it listens: it logs its url then. */
   async start(): Promise<void> {
+    if (this.port !== null) return this.launch(this.port);
+    for (let attempt = 1; ; attempt++) {
+      const port = this.draw();
+      try {
+        await this.launch(port);
+        this.port = port;
+        return;
+      } catch (err) {
+        if (!(err instanceof PortTaken) || attempt >= 10) throw err;
+      }
+    }
+  }
+
+  private async launch(port: number): Promise<void> {
     const log = createWriteStream(this.logFile, { flags: "a" });
     const proc = spawn(process.execPath, [this.script], {
       env: {
         ...process.env,
         // Only 127.0.0.1 in tests (and the url the start waits for names it), whatever the environment says.
         RECORDS_HOST: "127.0.0.1",
-        RECORDS_PORT: String(this.port ?? 0),
+        RECORDS_PORT: String(port),
         RECORDS_DB: this.dbPath,
         // writ's dedupe is what the suite measures: the server applies a repeated key again.
         RECORDS_HONOUR_IDEMPOTENCY_KEY: "false",
@@ -52,7 +81,7 @@ export class RecordsProcess {
     proc.stderr!.pipe(log, { end: false });
     proc.once("exit", () => log.end());
     this.proc = proc;
-    this.port = await listeningPort(proc, this.logFile);
+    await listeningOn(proc, port, this.logFile);
   }
 
   /** A hard outage: SIGKILL, down for `ms`, then the same server on the same port and database. */
@@ -115,8 +144,11 @@ export class RecordsProcess {
   }
 }
 
-/** The port of the url `proc` logs once it listens; rejects when it exits first, or after 30 s. */
-function listeningPort(proc: ChildProcess, logFile: string): Promise<number> {
+/** The records server exited at start because a listener held its port. */
+class PortTaken extends Error {}
+
+/** Resolves once `proc` logs its url on `port`; rejects when it exits first (PortTaken when the port was held), or after 30 s. */
+function listeningOn(proc: ChildProcess, port: number, logFile: string): Promise<void> {
   return new Promise((resolve, reject) => {
     let out = "";
     const done = (end: () => void) => {
@@ -127,10 +159,10 @@ function listeningPort(proc: ChildProcess, logFile: string): Promise<number> {
     };
     const onData = (chunk: Buffer) => {
       out += chunk.toString("utf8");
-      const url = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
-      if (url) done(() => resolve(Number(url[1])));
+      if (out.includes(`"url":"http://127.0.0.1:${port}"`)) done(resolve);
     };
-    const onExit = (code: number | null) => done(() => reject(new Error(`records server exited with ${code}; see ${logFile}`)));
+    const onExit = (code: number | null) =>
+      done(() => reject(out.includes("EADDRINUSE") ? new PortTaken(`port ${port} is taken; see ${logFile}`) : new Error(`records server exited with ${code}; see ${logFile}`)));
     const timer = setTimeout(() => done(() => reject(new Error(`records server did not listen within 30 s; see ${logFile}`))), 30_000);
     proc.stdout!.on("data", onData);
     proc.once("exit", onExit);
