@@ -11,7 +11,7 @@
 // server, replies (conflicts) on the agents' reply topics, escalations on
 // writ.human.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, openSync } from "node:fs";
+import { mkdirSync, openSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { createIntentInput, createWritClient, type SubmitResult, type WritClient } from "../producers/writ-client.ts";
@@ -22,7 +22,6 @@ import { intentKey, undoIntentKey } from "../src/keys.ts";
 import type { ChangeInput, ChangeResult } from "../producers/change.ts";
 import { noteAccount, openTicket, refundPayment, tagTicket } from "./demo-tools.ts";
 import { runExample, startLocalStack } from "./example-stack.ts";
-import { freePort } from "../src/testing/free-port.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const logDir = join(root, ".writ");
@@ -34,8 +33,11 @@ const read = (type: string, id: string) => stack.read<any>(type, id);
 const demoStartedAt = Date.now();
 const demoRun = `demo-${demoStartedAt.toString(36)}`;
 const owners: ChildProcess[] = [];
-/** Each owner serves /metrics, /healthz and /readyz on its own port (WRIT_HEALTH_PORT). */
-const metricsPorts: number[] = [];
+/**
+ * Each owner serves /metrics, /healthz and /readyz on a port of its own: WRIT_HEALTH_PORT=0, the kernel's pick
+ * bound at once, read back from the owner's log (a port found free and handed over could be taken meanwhile).
+ */
+const metricsPorts: Promise<number>[] = [];
 const clients: WritClient[] = [];
 stack.onShutdown(stopAgentsAndOwners);
 
@@ -50,7 +52,7 @@ async function main(): Promise<Record<string, number>> {
   records.seed("ticket", "T-44", { subject: "Parcel arrived damaged", status: "open", tags: ["billing"] });
   records.seed("account", "c-81", { name: "Ada Lovelace", notes: [] });
 
-  for (const n of [1, 2]) owners.push(startOwner(n, await freePort()));
+  for (const n of [1, 2]) owners.push(startOwner(n));
   say("  started 2 owner processes (consumer group writ.owners; one writer per partition)");
   const logger = createLogger({ level: "warn", name: "demo-agent" });
   const client = async (agentId: string) =>
@@ -385,7 +387,7 @@ async function reportMetrics(): Promise<void> {
 
 async function metricsAndReplies() {
   const samples: { name: string; labels: string; value: number }[] = [];
-  for (const port of metricsPorts) {
+  for (const port of await Promise.all(metricsPorts)) {
     const res = await fetch(`http://127.0.0.1:${port}/metrics`);
     if (!res.ok) throw new Error(`owner /metrics on port ${port} answered ${res.status}`);
     for (const line of (await res.text()).split("\n")) {
@@ -423,10 +425,10 @@ async function metricsAndReplies() {
 }
 
 
-function startOwner(n: number, metricsPort: number): ChildProcess {
-  metricsPorts.push(metricsPort);
-  const out = openSync(join(logDir, `demo-owner-${n}.log`), "w");
-  return spawn(process.execPath, [join(root, "consumers", "owner-main.ts")], {
+function startOwner(n: number): ChildProcess {
+  const logFile = join(logDir, `demo-owner-${n}.log`);
+  const out = openSync(logFile, "w");
+  const owner = spawn(process.execPath, [join(root, "consumers", "owner-main.ts")], {
     env: {
       ...process.env,
       KAFKA_BROKERS: brokers.join(","),
@@ -436,11 +438,29 @@ function startOwner(n: number, metricsPort: number): ChildProcess {
       WRIT_SOR_TIMEOUT_MS: "1500",
       WRIT_INSTANCE_ID: `demo-owner-${n}`,
       WRIT_HEALTH_HOST: "127.0.0.1",
-      WRIT_HEALTH_PORT: String(metricsPort),
-      LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
+      WRIT_HEALTH_PORT: "0",
+      // info at least: its "health endpoints serving" line names the port it got (the log is its file, not the demo's output)
+      LOG_LEVEL: /^(trace|debug)$/i.test(process.env.LOG_LEVEL ?? "") ? process.env.LOG_LEVEL! : "info",
     },
     stdio: ["ignore", out, out],
   });
+  const port = healthPort(owner, logFile);
+  port.catch(() => undefined); // awaited by the metrics check; a failure is said there
+  metricsPorts.push(port);
+  return owner;
+}
+
+/** The port of an owner's health endpoints, from its log line "health endpoints serving"; rejects if it exits first, or after 120 s. */
+async function healthPort(owner: ChildProcess, logFile: string): Promise<number> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const line = readFileSync(logFile, "utf8").split("\n").find((l) => l.includes('"msg":"health endpoints serving"'));
+    const port = line === undefined ? undefined : /"address":"127\.0\.0\.1:(\d+)"/.exec(line)?.[1];
+    if (port !== undefined) return Number(port);
+    if (owner.exitCode !== null || owner.signalCode !== null) throw new Error(`owner exited (${owner.exitCode ?? owner.signalCode}) before its health endpoints served; see ${logFile}`);
+    if (Date.now() > deadline) throw new Error(`owner's health endpoints did not serve within 120 s; see ${logFile}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 async function countEscalations(): Promise<number> {
