@@ -598,8 +598,15 @@ class WritClient:
             [NewTopic(self.reply_topic, num_partitions=self.reply_topic_partitions, replication_factor=self.replication_factor)],
             request_timeout=15,
         )
+        created = futures[self.reply_topic]
+        # librdkafka logs in again after a refused login until the request times out; its error_cb (served by poll)
+        # says at once that the credentials or the TLS setup are wrong: the start ends there (start() says why).
+        while not created.done():
+            self._admin.poll(0.1)
+            if self._auth_error is not None:
+                raise KafkaException(self._auth_error)
         try:
-            futures[self.reply_topic].result()
+            created.result()
         except KafkaException as err:
             code = err.args[0].code()
             if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
