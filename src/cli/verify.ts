@@ -49,7 +49,8 @@ that systems(env) reads. Systems that are not HTTP get faults simulated at the a
 
 Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run (also
 Kafka or the registry lost mid-run), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
-and groups. Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
+and groups; once the owner is starting, a stopped run prints its report: what ran, and what did not run
+("interrupted"; status incomplete where nothing failed). Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
 what was left and the --cleanup command. --cleanup: 0 deleted (or nothing left), 1 groups that still have
 members (nothing deleted; run it again after their session timeout, 30 s at most, or with --force: the
 rest deleted), 2 bad usage or Kafka unreachable.`;
@@ -121,7 +122,8 @@ async function main(argv: string[]): Promise<number> {
   let exitCode = 2;
   // What the run left on the cluster, where Kafka did not answer its cleanup.
   let leftovers: VerifyLeftovers | undefined;
-  // Ctrl-C or SIGTERM: the run stops and deletes its topics and groups (a second signal ends the process at once).
+  // Ctrl-C or SIGTERM: the run stops, deletes its topics and groups and reports what ran (a second signal ends the
+  // process at once).
   const stop = new AbortController();
   const signals = onStopSignals((name) => {
     process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again, 1 s on, to quit at once)\n`);
@@ -180,9 +182,10 @@ async function main(argv: string[]): Promise<number> {
       },
       onLeftovers: (left) => void (leftovers = left),
     });
+    // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
-    exitCode = report.ok ? 0 : 1;
+    exitCode = signals.first !== null ? SIGNAL_EXIT_STATUS[signals.first] : report.ok ? 0 : 1;
   } catch (err) {
     if (signals.first !== null) exitCode = SIGNAL_EXIT_STATUS[signals.first];
     else {

@@ -52,7 +52,7 @@ export interface ScenarioReport {
 
 /**
  * `pass`: every scenario asked for ran and passed; `fail`: one failed, or none could run (`problems`); `incomplete`:
- * the run stopped (Kafka, the registry or the owner lost) before all of them ran, and those that ran passed.
+ * the run stopped (Kafka, the registry or the owner lost, or Ctrl-C) before all of them ran, and those that ran passed.
  */
 export type ToolStatus = "pass" | "fail" | "incomplete";
 
@@ -76,7 +76,13 @@ export interface ToolReport {
 }
 
 export interface VerifyReport {
+  /** True only when `status` is `pass`. */
   ok: boolean;
+  /**
+   * `pass`: every tool passed; `fail`: a tool failed (also where the run then stopped); `incomplete`: none failed,
+   * and the run stopped (`interrupted`) or a tool is `incomplete`.
+   */
+  status: ToolStatus;
   /** Prefix of every mark this run wrote, e.g. `wv-3f9a1c`. */
   runId: string;
   startedAt: string;
@@ -86,9 +92,10 @@ export interface VerifyReport {
   systems: { name: string; faultInjection: "proxy" | "adapter"; upstream: string | null }[];
   tools: ToolReport[];
   /**
-   * Present when Kafka, the registry or the owner failed after a scenario had already failed on its own: the
-   * failures proven until then are reported (the run fails), and what did not run is named (`<tool> <scenario>`,
-   * or a tool's name for all its scenarios). Without an earlier failure the run is not reported: it could not run.
+   * Present when the run was stopped (`signal`: Ctrl-C, SIGTERM), or when Kafka, the registry or the owner failed
+   * after a scenario had already failed on its own: what ran until then is reported, and what did not run is named
+   * (`<tool> <scenario>`, or a tool's name for all its scenarios). Lost without an earlier failure, the run is not
+   * reported: it could not run.
    */
   interrupted?: { reason: string; notRun: string[] };
   /** Tools by status; `notRun`: tools of which no scenario ran (the run stopped before them). */
@@ -137,7 +144,7 @@ function table(rows: string[][]): string[] {
 /** The report as a readable table, then one paragraph per failure. */
 export function formatReport(report: VerifyReport): string {
   const lines: string[] = [];
-  lines.push(`writ verify ${report.runId}: ${report.ok ? "PASS" : "FAIL"} (${(report.durationMs / 1000).toFixed(1)} s, Kafka ${report.brokers.join(",")})`);
+  lines.push(`writ verify ${report.runId}: ${SHOWN[report.status].toUpperCase()} (${(report.durationMs / 1000).toFixed(1)} s, Kafka ${report.brokers.join(",")})`);
   for (const s of report.systems) {
     lines.push(`  system ${s.name}: ${s.faultInjection === "proxy" ? `faults injected by the HTTP proxy in front of ${s.upstream}` : "not HTTP: faults simulated at the adapter"}`);
   }

@@ -61,8 +61,10 @@ export interface VerifyOptions {
   onProgress?: (line: string) => void;
   /**
    * Stops the run early (Ctrl-C): the scenario under way is abandoned, the owner, agents and proxies stop, the
-   * topics and groups are deleted as at the end of a run, and runVerify rejects with the signal's reason. Also
-   * while the module is still loading or `systems(env)` still running: the systems it makes are closed once made.
+   * topics and groups are deleted as at the end of a run, and runVerify resolves with the report of what ran:
+   * `interrupted` gives the signal's reason and names what did not run (status `incomplete`, or `fail` where a
+   * scenario had failed). Stopped before the owner starts (the module still loading, `systems(env)` still
+   * running), it rejects with the signal's reason, and the systems `systems(env)` makes are closed once made.
    */
   signal?: AbortSignal;
   /**
@@ -224,8 +226,9 @@ export function defaultModuleTimeoutMs(sorTimeoutMs: number): number {
  * Throws only when it cannot run (bad module, Kafka or the registry
  * unreachable, also when lost mid-run, tools not admitted); a tool that
  * misbehaves is a failed report. Lost mid-run after a scenario had already
- * failed, it returns that failed report, with `interrupted` naming what did
- * not run and the tool cut short `incomplete`. Topics and groups its cleanup
+ * failed, or stopped by `signal` once the owner is starting, it returns the
+ * report of what ran, with `interrupted` naming what did not run and the tool
+ * cut short `incomplete`. Topics and groups its cleanup
  * could not delete are given to `onLeftovers` (and the report's `leftovers`).
  *
  * @example
@@ -287,6 +290,11 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     throw err;
   }
   const { topics, replyTopic, ownerGroup, instanceId, agentId } = runNames(runId);
+  const tools: ToolReport[] = [];
+  let interrupted: VerifyReport["interrupted"];
+  if (opts.only !== undefined) {
+    for (const tool of creates) tools.push(emptyToolReport(tool.name, tool.system, "-", ["a create tool: writ verify proves changes to existing records, not creates"]));
+  }
   let starting: Promise<Router> | null = null;
   let making: Promise<WritClient>[] = [];
   // The owner's consumer stopped for good (Kafka failed it, or another group of owners runs on the topic): every
@@ -297,66 +305,70 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   let over = false;
   const outage = () => outageNow({ brokers, security: opts.kafka, topics: [topics.intents, topics.ledger], registry: connection, ownerStopped });
   try {
-    progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
-    starting = startRouter({
-      config: {
-        brokers,
-        ...connection,
-        groupId: ownerGroup,
-        clientId: "writ-verify",
-        instanceId,
-        intentPartitions: 1,
-        ...topicSettings,
-        topics,
-        sorTimeoutMs,
-        sessionTimeoutMs: 10_000,
-      },
-      tools: selected,
-      systems: [...routed.owned.values()],
-      logger,
-      onFatal: (err) => void (ownerStopped ??= err),
-    }, {
-      // Idle fetches of 100 ms, not 500: the owner lives for this run only; its first intents are read sooner
-      // after its partition opens, and its stop waits less (RouterInternals.fetchMaxWaitMs).
-      fetchMaxWaitMs: 100,
-    });
-    await until(starting);
-    // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
-    // only for its seconds (a reply still ends a fetch at once).
-    const client = (agent: string) =>
-      createWritClient({ brokers, agentId: agentId(agent), replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
-    making = [client("agent"), client("agent-a"), client("agent-b")];
-    const [agent, agentA, agentB] = await until(Promise.all(making));
+    try {
+      progress(`${runId}: starting an owner on ${brokers.join(",")} (topics writ.verify.${runId}.*)`);
+      starting = startRouter({
+        config: {
+          brokers,
+          ...connection,
+          groupId: ownerGroup,
+          clientId: "writ-verify",
+          instanceId,
+          intentPartitions: 1,
+          ...topicSettings,
+          topics,
+          sorTimeoutMs,
+          sessionTimeoutMs: 10_000,
+        },
+        tools: selected,
+        systems: [...routed.owned.values()],
+        logger,
+        onFatal: (err) => void (ownerStopped ??= err),
+      }, {
+        // Idle fetches of 100 ms, not 500: the owner lives for this run only; its first intents are read sooner
+        // after its partition opens, and its stop waits less (RouterInternals.fetchMaxWaitMs).
+        fetchMaxWaitMs: 100,
+      });
+      await until(starting);
+      // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
+      // only for its seconds (a reply still ends a fetch at once).
+      const client = (agent: string) =>
+        createWritClient({ brokers, agentId: agentId(agent), replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
+      making = [client("agent"), client("agent-a"), client("agent-b")];
+      const [agent, agentA, agentB] = await until(Promise.all(making));
 
-    const tools: ToolReport[] = [];
-    let interrupted: VerifyReport["interrupted"];
-    if (opts.only !== undefined) {
-      for (const tool of creates) tools.push(emptyToolReport(tool.name, tool.system, "-", ["a create tool: writ verify proves changes to existing records, not creates"]));
-    }
-    for (const tool of selected) {
-      // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
-      const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
-      const watch = (c: WritClient) => watched(c, outage, () => over);
-      const agents = { agent: watch(agent!), agentA: watch(agentA!), agentB: watch(agentB!) };
-      const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, outage, agents };
-      try {
-        tools.push(await until(verifyTool(tool, fixture, run)));
-      } catch (err) {
-        if (!(err instanceof ToolInterrupted)) throw err;
-        if (err.report.scenarios.length > 0) tools.push(err.report);
-        // Nothing failed yet: the run proved nothing, and could not run (exit 2). A failure already proven is
-        // reported (exit 1), not hidden behind the outage that came after it; what did not run is named.
-        if (!tools.some((t) => t.status === "fail")) throw err.outage;
-        const after = selected.slice(selected.indexOf(tool) + 1).map((t) => t.name);
-        interrupted = { reason: err.outage.message, notRun: [...err.notRun.map((s) => `${tool.name} ${s}`), ...after] };
-        progress(`stopped: ${err.outage.message}; not run: ${interrupted.notRun.join(", ")}`);
-        break;
+      for (const tool of selected) {
+        // Own keys only: a tool named `constructor` or `toString` has no fixture, whatever Object.prototype holds.
+        const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
+        const watch = (c: WritClient) => watched(c, outage, () => over);
+        const agents = { agent: watch(agent!), agentA: watch(agentA!), agentB: watch(agentB!) };
+        const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, until, outage, agents };
+        try {
+          tools.push(await verifyTool(tool, fixture, run));
+        } catch (err) {
+          if (!(err instanceof ToolInterrupted)) throw err;
+          if (err.report.scenarios.length > 0) tools.push(err.report);
+          // Lost with nothing failed yet: the run proved nothing, and could not run (exit 2). A failure already
+          // proven is reported (exit 1), not hidden behind the outage that came after it; a stop reports what ran.
+          // Either way what did not run is named.
+          if (err.outage !== null && !tools.some((t) => t.status === "fail")) throw err.outage;
+          const after = selected.slice(selected.indexOf(tool) + 1).map((t) => t.name);
+          interrupted = { reason: err.message, notRun: [...err.notRun.map((s) => `${tool.name} ${s}`), ...after] };
+          progress(`stopped: ${err.message}; not run: ${interrupted.notRun.join(", ")}`);
+          break;
+        }
       }
+    } catch (err) {
+      // Stopped while the owner or the agents were starting: no scenario ran, and the report says so.
+      if (!opts.signal?.aborted) throw err;
+      interrupted = { reason: causes(opts.signal.reason), notRun: selected.filter((t) => !tools.some((r) => r.tool === t.name)).map((t) => t.name) };
     }
     const ran = new Set(tools.map((t) => t.tool));
     const count = (status: ToolReport["status"]) => tools.filter((t) => t.status === status).length;
+    const status = runStatus(tools, interrupted);
     result = {
-      ok: tools.every((t) => t.ok) && interrupted === undefined,
+      ok: status === "pass",
+      status,
       ...(interrupted === undefined ? {} : { interrupted }),
       summary: { pass: count("pass"), fail: count("fail"), incomplete: count("incomplete"), notRun: selected.filter((t) => !ran.has(t.name)).length },
       runId,
@@ -604,6 +616,8 @@ interface ToolRun {
   scenarios: readonly ScenarioName[];
   progress: (line: string) => void;
   signal: AbortSignal | undefined;
+  /** Awaits `work` until the signal, if any, aborts (then rejects with its reason). */
+  until: <T>(work: Promise<T>) => Promise<T>;
   /** Why Kafka, the registry or the owner cannot serve the run now, or null. */
   outage: () => Promise<WritError | null>;
   agents: ScenarioContext["agents"];
@@ -619,22 +633,35 @@ function fixtureProblem(name: string, fixture: unknown): string | null {
   return null;
 }
 
-/** Kafka, the registry or the owner failed during a tool's scenario: the run cannot go on. */
+/** Kafka, the registry or the owner failed during a tool's scenario, or the run was stopped: it cannot go on. */
 class ToolInterrupted extends Error {
-  readonly outage: WritError;
+  /** What failed; null where the run was stopped (the signal). */
+  readonly outage: WritError | null;
   /** The tool's scenarios that ran before it. */
   readonly report: ToolReport;
   /** The scenario under way and those after it. */
   readonly notRun: ScenarioName[];
-  constructor(outage: WritError, report: ToolReport, notRun: ScenarioName[]) {
-    super(outage.message, { cause: outage });
-    this.outage = outage;
+  constructor(why: { outage: WritError } | { stopped: unknown }, report: ToolReport, notRun: ScenarioName[]) {
+    const cause = "outage" in why ? why.outage : why.stopped;
+    super(causes(cause), { cause });
+    this.outage = "outage" in why ? why.outage : null;
     this.report = report;
     this.notRun = notRun;
   }
 }
 
+/**
+ * `fail` where a tool failed (a failure proven is never hidden); else `incomplete` where one is, or the run
+ * stopped before every tool ran; else `pass`.
+ */
+function runStatus(tools: readonly ToolReport[], interrupted: VerifyReport["interrupted"]): VerifyReport["status"] {
+  if (tools.some((t) => t.status === "fail")) return "fail";
+  return interrupted !== undefined || tools.some((t) => t.status === "incomplete") ? "incomplete" : "pass";
+}
+
 async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, run: ToolRun): Promise<ToolReport> {
+  // Stopped between tools: this one is not started.
+  if (run.signal?.aborted) throw new ToolInterrupted({ stopped: run.signal.reason }, emptyToolReport(tool.name, tool.system, "-", []), [...run.scenarios]);
   if (exported === undefined) {
     return emptyToolReport(tool.name, tool.system, "-", [`no verify fixture: add \`${tool.name}\` to the module's \`verify\` export`]);
   }
@@ -644,29 +671,6 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
   const entity: EntityRef = { type: tool.recordType, id: fixture.entityId };
   const direct = run.routed.direct.get(tool.system)!;
   const owned = run.routed.owned.get(tool.system)!;
-  try {
-    if (fixture.prepare) await moduleCall("the fixture's prepare()", run.moduleTimeoutMs, () => fixture.prepare!({ entity, system: direct, env: run.env }));
-    const read = await moduleCall(`${direct.name}.read(${entityKey(entity)})`, run.moduleTimeoutMs, () => direct.read(entity, { timeoutMs: run.sorTimeoutMs }));
-    if (read === null) {
-      return emptyToolReport(tool.name, tool.system, entityKey(entity), [`${entityKey(entity)} does not exist on ${tool.system}: create it, or give the fixture a prepare()`]);
-    }
-  } catch (err) {
-    return emptyToolReport(tool.name, tool.system, entityKey(entity), [`preparing ${entityKey(entity)} failed: ${err instanceof Error ? err.message : String(err)}`]);
-  }
-  const ctx: ScenarioContext = {
-    runId: `${run.runId}-${tool.name.replace(/[^a-zA-Z0-9]/g, "").slice(0, 8).toLowerCase()}`,
-    tool,
-    fixture,
-    entity,
-    direct,
-    owned,
-    proxy: run.routed.proxyOf.get(tool.system) ?? null,
-    writeMethod: run.routed.writeMethod.get(tool.system) ?? "PATCH",
-    agents: run.agents,
-    submitTimeoutMs: run.submitTimeoutMs,
-    sorTimeoutMs: run.sorTimeoutMs,
-    moduleTimeoutMs: run.moduleTimeoutMs,
-  };
   const reports: ScenarioReport[] = [];
   // `notRun`: the scenarios a stop left out. A tool whose scenarios so far passed is then incomplete, not a pass.
   const report = (notRun: ScenarioName[] = []): ToolReport => {
@@ -689,19 +693,50 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
   // The scenarios run so far go with it: a failure they proved is still reported.
   const interrupted = (code: WritError["code"], cause: unknown, scenario: ScenarioName) => {
     const notRun = run.scenarios.slice(run.scenarios.indexOf(scenario));
-    return new ToolInterrupted(new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }), report(notRun), notRun);
+    return new ToolInterrupted({ outage: new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }) }, report(notRun), notRun);
+  };
+  // Stopped (Ctrl-C) during `scenario`: the scenarios before it are reported, it and those after it as not run.
+  const stopped = (scenario: ScenarioName) => {
+    const notRun = run.scenarios.slice(run.scenarios.indexOf(scenario));
+    return new ToolInterrupted({ stopped: run.signal?.reason }, report(notRun), notRun);
+  };
+  try {
+    if (fixture.prepare) await run.until(moduleCall("the fixture's prepare()", run.moduleTimeoutMs, () => fixture.prepare!({ entity, system: direct, env: run.env })));
+    const read = await run.until(moduleCall(`${direct.name}.read(${entityKey(entity)})`, run.moduleTimeoutMs, () => direct.read(entity, { timeoutMs: run.sorTimeoutMs })));
+    if (read === null) {
+      return emptyToolReport(tool.name, tool.system, entityKey(entity), [`${entityKey(entity)} does not exist on ${tool.system}: create it, or give the fixture a prepare()`]);
+    }
+  } catch (err) {
+    if (run.signal?.aborted) throw stopped(run.scenarios[0]!);
+    return emptyToolReport(tool.name, tool.system, entityKey(entity), [`preparing ${entityKey(entity)} failed: ${err instanceof Error ? err.message : String(err)}`]);
+  }
+  const ctx: ScenarioContext = {
+    runId: `${run.runId}-${tool.name.replace(/[^a-zA-Z0-9]/g, "").slice(0, 8).toLowerCase()}`,
+    tool,
+    fixture,
+    entity,
+    direct,
+    owned,
+    proxy: run.routed.proxyOf.get(tool.system) ?? null,
+    writeMethod: run.routed.writeMethod.get(tool.system) ?? "PATCH",
+    agents: run.agents,
+    submitTimeoutMs: run.submitTimeoutMs,
+    sorTimeoutMs: run.sorTimeoutMs,
+    moduleTimeoutMs: run.moduleTimeoutMs,
   };
   for (const scenario of run.scenarios) {
-    // A stopped run has stopped waiting for this tool: the scenarios left are not started.
-    if (run.signal?.aborted) break;
+    // The scenario under way is abandoned at a stop (its submits end as the run's clients close).
+    if (run.signal?.aborted) throw stopped(scenario);
     const t0 = Date.now();
     let r: ScenarioReport;
     try {
-      r =
-        scenario === "duplicate-submission" ? await duplicateSubmission(ctx)
-        : scenario === "race" ? await race(ctx)
-        : await commitThenFault(ctx, scenario);
+      r = await run.until(
+        scenario === "duplicate-submission" ? duplicateSubmission(ctx)
+        : scenario === "race" ? race(ctx)
+        : commitThenFault(ctx, scenario),
+      );
     } catch (err) {
+      if (run.signal?.aborted) throw stopped(scenario);
       // Kafka or the registry failing is verify not running, not the tool failing a guarantee: the run stops (exit 2).
       const outage = infrastructureError(err);
       if (outage) throw interrupted(outage.code, err, scenario);
@@ -710,7 +745,10 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     if (!r.ok) {
       // A broker or the registry lost during the scenario shows as replies that never came (unknown), not as an
       // error: asked now, an outage is verify not running (exit 2), not the tool failing a guarantee.
-      const down = await run.outage();
+      const down = await run.until(run.outage()).catch((err: unknown) => {
+        if (run.signal?.aborted) throw stopped(scenario);
+        throw err;
+      });
       if (down) throw interrupted(down.code, down, scenario);
     }
     run.progress(`${tool.name} ${scenario}: ${r.ok ? "pass" : "FAIL"} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);

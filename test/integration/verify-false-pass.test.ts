@@ -21,6 +21,7 @@ import type { PatchOutcome, SystemOfRecord } from "../../src/sor/adapter.ts";
 import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../src/testing/demo-records-server.ts";
 import { formatReport, runVerify, type VerifyLeftovers, type VerifyReport } from "../../src/verify/verify.ts";
+import { BUILT_CLI, ROOT, ensureBuilt } from "../helpers/build.ts";
 import { startKafkaRelay } from "../helpers/kafka-relay.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl } from "../helpers/writ-harness.ts";
@@ -553,26 +554,57 @@ describe("writ verify ends, and cleans up", () => {
     expect(await leftovers(report.runId)).toEqual({ groups: [], topics: [] });
   }, 120_000);
 
-  it("Ctrl-C in the middle of a run: the CLI deletes the run's topics and groups, and exits 130", async () => {
+  it.each([
+    ["SIGINT", 130, "text"],
+    ["SIGTERM", 143, "--json"],
+  ] as const)("%s in the middle of a run: the built CLI prints the report of what ran, the rest not run (incomplete), deletes the run's topics and groups, and exits %i (%s)", async (signal, exitCode, output) => {
+    ensureBuilt();
+    const server = await records();
+    const json = output === "--json";
+    // The built CLI, on a Node that strips the types of the .ts tools module.
     const cli = spawn(
       process.execPath,
-      ["src/cli/main.ts", "verify", "--demo", "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), "--log-file", ".writ/verify-sigint-test.log"],
-      { stdio: ["ignore", "pipe", "pipe"] },
+      [BUILT_CLI, "verify", "--tools", "examples/verify-fixture.ts", "--tool", "tag_ticket", "--brokers", brokers().join(","), ...(registryUrl() ? ["--registry", registryUrl()!] : []), ...(json ? ["--json"] : []), "--log-file", `.writ/verify-${signal}-test.log`],
+      { cwd: ROOT, env: { ...process.env, RECORDS_URL: server.url }, stdio: ["ignore", "pipe", "pipe"] },
     );
     onTestFinished(() => void cli.kill("SIGKILL"));
-    let stderr = "";
+    let [stdout, stderr] = ["", ""];
+    cli.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
     cli.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
-    const exited = once(cli, "exit");
-    // Stopped once its topics exist and a scenario is done: the owner, the agents and the proxy are all running.
-    const runId = await waitFor(() => /duplicate-submission: pass/.test(stderr) && /(wv-[0-9a-f]{6}): starting an owner/.exec(stderr)?.[1], { timeoutMs: 60_000, message: () => stderr });
-    expect((await leftovers(runId)).topics.length).toBeGreaterThan(0);
-    cli.kill("SIGINT");
-    const [code, signal] = (await exited) as [number | null, string | null];
+    const exited = once(cli, "close");
+    // Stopped once a scenario is done and the next under way: without --json its progress line says so; with it
+    // (no progress), the records server has the next scenario's PATCH.
+    const tagged = (mark: string) => server.history("ticket", "T-verify").some((h) => JSON.stringify(h.ops ?? []).includes(mark));
+    await waitFor(() => (json ? tagged("-tagticke-ctt") : stderr.includes("tag_ticket duplicate-submission: pass")), { timeoutMs: 90_000, message: () => stderr });
+    cli.kill(signal);
+    const [code, killedBy] = (await exited) as [number | null, string | null];
 
-    expect({ code, signal }, stderr).toEqual({ code: 130, signal: null });
-    expect(stderr).toContain("writ verify: stopped by SIGINT");
-    expect(await leftovers(runId)).toEqual({ groups: [], topics: [] });
-  }, 120_000);
+    expect({ code, killedBy }, stderr).toEqual({ code: exitCode, killedBy: null });
+    expect(stderr).toContain(`writ verify: stopped by ${signal}`);
+    // Before, nothing on stdout: the run's report was lost with the stop.
+    const report = JSON.parse(stdout.trim().split("\n").at(-1)!) as VerifyReport;
+    const all = ["duplicate-submission", "commit-then-timeout", "commit-then-drop", "race"];
+    const tool = report.tools[0]!;
+    const ran = tool.scenarios.map((s) => s.scenario);
+    expect(report).toMatchObject({ ok: false, status: "incomplete", summary: { pass: 0, fail: 0, incomplete: 1, notRun: 0 } });
+    expect(tool).toMatchObject({ tool: "tag_ticket", ok: false, status: "incomplete", scenarios: [{ scenario: "duplicate-submission", ok: true }] });
+    // What ran, then what did not: the scenario under way and those after it.
+    expect([...ran, ...tool.notRun!]).toEqual(all);
+    expect(tool.notRun).toContain("race");
+    expect(report.interrupted).toEqual({ reason: `stopped by ${signal}`, notRun: tool.notRun!.map((s) => `tag_ticket ${s}`) });
+    // Counted at the records server: the scenario reported done left its mark once.
+    const tags = (await readVersion(server, "ticket", "T-verify")).state.tags as string[];
+    expect(tags.filter((t) => t === `${report.runId}-tagticke-dup`)).toHaveLength(tool.scenarios[0]!.effects);
+    expect(tool.scenarios[0]!.effects).toBe(1);
+    if (json) expect(stdout.trim().split("\n")).toHaveLength(1);
+    else {
+      expect(stdout).toContain(`writ verify ${report.runId}: INCOMPLETE`);
+      expect(stdout).toContain(`stopped early: stopped by ${signal}`);
+      expect(stdout).toMatch(/tag_ticket\s+duplicate-submission\s+pass/);
+      expect(stdout).toMatch(/tag_ticket\s+race\s+not run/);
+    }
+    expect(await leftovers(report.runId)).toEqual({ groups: [], topics: [] });
+  }, 150_000);
   it.each([
     ["SIGINT", 130],
     ["SIGTERM", 143],
