@@ -5,7 +5,7 @@ import { RECORD_MAX_DEPTH, WireCodec } from "../src/codec.ts";
 import { ClientConfig, MAX_TIMER_MS, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
-import { kafkaLogCreator } from "../src/kafka-log.ts";
+import { kafkaLogging, type KafkaLogTap } from "../src/kafka-log.ts";
 import { intentKey } from "../src/keys.ts";
 import { componentLogger, createLogger, type Logger } from "../src/logger.ts";
 import { createOffsetProbe } from "../src/owner/offset-probe.ts";
@@ -120,11 +120,13 @@ export async function createWritClient(
      * fails from then on, so a long-lived process should create a new client, or exit for its supervisor.
      */
     onStopped?: (err: WritError) => void;
+    /** Every kafkajs log entry of the client, of any level (`writ verify` records connection errors from it). */
+    kafkaLogTap?: KafkaLogTap;
   },
 ): Promise<WritClient> {
   // kafkajs's harmless negative timer would print a TimeoutNegativeWarning in every program that uses a client.
   hideKafkajsTimeoutWarning();
-  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, ...raw } = input;
+  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, kafkaLogTap, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
   const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };
   // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
@@ -135,8 +137,7 @@ export async function createWritClient(
     clientId: config.clientId ?? `writ-client-${config.agentId}`,
     brokers: config.brokers,
     ...kafkaConnection(config.kafka),
-    logLevel: logLevel.WARN,
-    logCreator: kafkaLogCreator(log),
+    ...kafkaLogging(log, logLevel.WARN, kafkaLogTap),
   });
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
   const admin = kafka.admin();

@@ -101,6 +101,7 @@ export class WireCodec {
    */
   private readonly lookupBudget: TokenBucket;
   private readonly onLookup: ((lookup: SchemaIdLookup) => void) | undefined;
+  private readonly onUnreachable: ((err: WritError) => void) | undefined;
 
   /**
    * `onSchemaRefused`: the registry refused to register a schema (409, an
@@ -112,6 +113,8 @@ export class WireCodec {
    *
    * `registryLookupsPerSecond` (default {@link DEFAULT_REGISTRY_LOOKUPS_PER_S}, as many saved up): the
    * budget of lookups of schema ids not seen yet; `onLookup` hears each one. `lookupClock` is for tests.
+   *
+   * `onUnreachable`: the registry did not answer, or answered 5xx or 429 (an outage, not a refusal), each time.
    */
   constructor(opts: {
     schemaRegistryUrl?: string | undefined;
@@ -120,10 +123,12 @@ export class WireCodec {
     onSchemaRefused?: (subject: string, message: string | null) => void;
     registryLookupsPerSecond?: number | undefined;
     onLookup?: (lookup: SchemaIdLookup) => void;
+    onUnreachable?: (err: WritError) => void;
     lookupClock?: BucketClock;
   }) {
     this.onSchemaRefused = opts.onSchemaRefused;
     this.onLookup = opts.onLookup;
+    this.onUnreachable = opts.onUnreachable;
     this.lookupBudget = new TokenBucket({ perSecond: opts.registryLookupsPerSecond ?? DEFAULT_REGISTRY_LOOKUPS_PER_S, ...(opts.lookupClock ? { clock: opts.lookupClock } : {}) });
     const clock = opts.lookupClock;
     this.now = clock ? () => clock.now() : () => performance.now();
@@ -243,7 +248,7 @@ export class WireCodec {
     try {
       await this.registry.getSchema(id);
     } catch (err) {
-      throw new WritError("registry_unavailable", `could not load schema ${id} of ${subject} from the registry`, { retriable: true, cause: err });
+      throw this.unreachable(new WritError("registry_unavailable", `could not load schema ${id} of ${subject} from the registry`, { retriable: true, cause: err }));
     }
     return id;
   }
@@ -266,15 +271,22 @@ export class WireCodec {
         signal: AbortSignal.timeout(10_000),
       });
     } catch (err) {
-      throw new WritError("registry_unavailable", `could not reach the schema registry to register ${subject}`, { retriable: true, cause: err });
+      throw this.unreachable(new WritError("registry_unavailable", `could not reach the schema registry to register ${subject}`, { retriable: true, cause: err }));
     }
     const body = (await res.json().catch(() => ({}))) as { id?: unknown; message?: unknown };
     if (res.ok && typeof body.id === "number") return body.id;
-    throw new WritError("registry_unavailable", `registering ${subject} failed: ${res.status} ${String(body.message ?? "")}`, {
+    const failed = new WritError("registry_unavailable", `registering ${subject} failed: ${res.status} ${String(body.message ?? "")}`, {
       // 409 is an incompatible schema: a deploy problem, not a passing fault.
       retriable: res.status >= 500 || res.status === 429,
       context: { subject, status: res.status },
     });
+    throw failed.retriable ? this.unreachable(failed) : failed;
+  }
+
+  /** `err`, an outage of the registry, once `onUnreachable` has heard it. */
+  private unreachable(err: WritError): WritError {
+    this.onUnreachable?.(err);
+    return err;
   }
 
   /**
@@ -320,14 +332,16 @@ export class WireCodec {
     try {
       res = await this.transport.fetch(`${this.registryUrl}/schemas/ids/${id}/versions`, { headers: this.transport.headers, signal: AbortSignal.timeout(10_000) });
     } catch (err) {
-      throw new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err });
+      throw this.unreachable(new WritError("registry_unavailable", `could not look up schema id ${id}`, { retriable: true, cause: err }));
     }
     // Not found; 400 and 422 are answers about the id itself (a registry that refuses a negative one, say),
     // which would otherwise hold its partition for good as an outage. 401, 403 and 5xx stay outages.
     if (res.status === 404 || res.status === 400 || res.status === 422) return null;
     const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
     if (!res.ok || !Array.isArray(body)) {
-      throw new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
+      const failed = new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
+      // 401 and 403 are the registry answering (a login it refuses), not an outage of it.
+      throw res.status >= 500 || res.status === 429 ? this.unreachable(failed) : failed;
     }
     return new Set(body.map((v) => String(v.subject)));
   }

@@ -22,3 +22,40 @@ export function kafkaLogCreator(root: Logger): logCreator {
       else child.debug(extra, message);
     };
 }
+
+/** One kafkajs log entry as a tap sees it, of any level, before kafkaLogCreator demotes or drops it. */
+export interface KafkaLogEntry {
+  namespace: string;
+  level: logLevel;
+  message: string;
+  /** The entry's fields: `broker`, `error`, `retryCount`, … */
+  extra: Record<string, unknown>;
+}
+
+export type KafkaLogTap = (entry: KafkaLogEntry) => void;
+
+/**
+ * kafkajs's `logLevel` and `logCreator` for a client that logs to `root` at `level`. With a `tap`, every entry of
+ * every level goes to it too (writ verify records connection errors with it, and kafkajs says a broker closed a
+ * connection only at debug level); only those within `level` go on to `root`.
+ */
+export function kafkaLogging(root: Logger, level: logLevel, tap?: KafkaLogTap): { logLevel: logLevel; logCreator: logCreator } {
+  if (tap === undefined) return { logLevel: level, logCreator: kafkaLogCreator(root) };
+  const creator = kafkaLogCreator(root);
+  return {
+    logLevel: logLevel.DEBUG,
+    logCreator: (given) => {
+      const log = creator(given);
+      return (entry) => {
+        const { message, ...extra } = entry.log;
+        // A tap that throws must not reach kafkajs, which logs from its connection and retry paths.
+        try {
+          tap({ namespace: entry.namespace, level: entry.level, message, extra });
+        } catch {
+          // the entry is still logged below
+        }
+        if (entry.level <= level) log(entry);
+      };
+    },
+  };
+}

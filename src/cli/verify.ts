@@ -1,7 +1,7 @@
 // `writ verify`: proves a module's write tools against a staging system of
 // record before they get production credentials. Usage: `writ verify --help`.
 // stdout: the table, then one JSON line (the report); progress on stderr;
-// owner logs in a file. Exit 0 = pass, 1 = a scenario failed, 2 = could not run, 130/143 = stopped by a signal.
+// owner logs in a file. Exit 0 = pass, 1 = a scenario failed, 2 = could not run (or judge), 130/143 = stopped by a signal.
 import { existsSync, mkdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -11,7 +11,7 @@ import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
-import { cleanupVerifyRun, DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, leftoversLine, runVerify, type VerifyLeftovers } from "../verify/verify.ts";
+import { cleanupVerifyRun, DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, leftoversLine, runVerify, type VerifyLeftovers, type VerifyReport } from "../verify/verify.ts";
 import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
 import { onStopSignals, SIGNAL_EXIT_STATUS } from "./signals.ts";
 
@@ -47,13 +47,20 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
 HTTP systems of record are reached through a fault proxy: their base URL must come from an environment variable
 that systems(env) reads. Systems that are not HTTP get faults simulated at the adapter.
 
+A scenario that failed while Kafka, the registry or its system of record failed (a connection error seen
+during it, even one over by then) is "incomplete", naming the outage, not blamed on the tool; unless it found
+harm at the system of record (a lost update, a duplicate, a stale write let through), which no outage explains.
+
 Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run (also
-Kafka or the registry lost mid-run), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
+Kafka or the registry lost mid-run, or a scenario incomplete and none failed), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
 and groups; once the owner is starting, a stopped run prints its report: what ran, and what did not run
 ("interrupted"; status incomplete where nothing failed). Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
 what was left and the --cleanup command. --cleanup: 0 deleted (or nothing left), 1 groups that still have
 members (nothing deleted; run it again after their session timeout, 30 s at most, or with --force: the
 rest deleted), 2 bad usage or Kafka unreachable.`;
+
+/** A run's status as its exit status: `incomplete` (nothing failed, something not judged) is "could not run". */
+const EXIT_STATUS: Readonly<Record<VerifyReport["status"], number>> = { pass: 0, fail: 1, incomplete: 2 };
 
 /** writ's repository root (examples/ lives there; the package does not ship it). */
 function repoRoot(): string {
@@ -185,7 +192,7 @@ async function main(argv: string[]): Promise<number> {
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
-    exitCode = signals.first !== null ? SIGNAL_EXIT_STATUS[signals.first] : report.ok ? 0 : 1;
+    exitCode = signals.first !== null ? SIGNAL_EXIT_STATUS[signals.first] : EXIT_STATUS[report.status];
   } catch (err) {
     if (signals.first !== null) exitCode = SIGNAL_EXIT_STATUS[signals.first];
     else {

@@ -3,7 +3,7 @@ import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
 import { checkAgentRegistryRequired, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
-import { kafkaLogCreator } from "../kafka-log.ts";
+import { kafkaLogging, type KafkaLogTap } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
@@ -107,6 +107,10 @@ export interface RouterInternals {
    * ended: a test's first intent waited up to this long after every owner start, and every stop waited for it too.
    */
   fetchMaxWaitMs?: number;
+  /** Every kafkajs log entry of the router's clients, of any level (`writ verify` records connection errors from it). */
+  kafkaLogTap?: KafkaLogTap;
+  /** The schema registry did not answer, or answered 5xx or 429 (`writ verify` records it as an outage). */
+  onRegistryUnreachable?: (err: WritError) => void;
 }
 
 export interface Router {
@@ -170,8 +174,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     brokers: config.brokers,
     // SASL and TLS (config.kafka): the ledger reader and every producer and admin of this router come from this client.
     ...kafkaConnection(config.kafka),
-    logLevel: logLevel.WARN,
-    logCreator: kafkaLogCreator(log),
+    ...kafkaLogging(log, logLevel.WARN, internals.kafkaLogTap),
     retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
   });
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
@@ -197,6 +200,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     schemaRegistryAuth: config.schemaRegistryAuth,
     schemaRegistryTls: config.schemaRegistryTls,
     registryLookupsPerSecond: config.registryLookupsPerSecond,
+    ...(internals.onRegistryUnreachable === undefined ? {} : { onUnreachable: internals.onRegistryUnreachable }),
     onLookup: (lookup) => {
       metrics.registryLookup(lookup);
       if (lookup.waitedMs > 0) lookupWaits.note(lookup.waitedMs);

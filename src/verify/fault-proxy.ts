@@ -62,6 +62,8 @@ export interface FaultProxyOptions {
   host?: string;
   /** Default 0: an ephemeral port. */
   port?: number;
+  /** A request the upstream could not be reached for (answered 502): `writ verify` records it as the system's outage. */
+  onUnreachable?: (request: { method: string; path: string }, message: string) => void;
 }
 
 export interface FaultProxy {
@@ -190,8 +192,10 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
     try {
       answer = await forward(req, body);
     } catch (err) {
+      const detail = err instanceof Error ? err.message : String(err);
+      opts.onUnreachable?.({ method, path }, detail);
       res.writeHead(502, { "content-type": "application/problem+json" });
-      res.end(JSON.stringify({ title: "upstream unreachable", status: 502, detail: err instanceof Error ? err.message : String(err) }));
+      res.end(JSON.stringify({ title: "upstream unreachable", status: 502, detail }));
       return;
     }
     entry.upstreamStatus = answer.status;

@@ -29,7 +29,20 @@ export interface DuplicateEffect {
 
 export interface ScenarioReport {
   scenario: ScenarioName;
+  /** True only when `status` is `pass`. */
   ok: boolean;
+  /**
+   * `pass`; `fail`: a problem below; `incomplete`: it failed while Kafka, the registry or its system of record
+   * failed (`outage`), with nothing proven at the system of record (`harm`), so the failure may be the outage's.
+   */
+  status: ToolStatus;
+  /** What failed during it, where that makes it `incomplete`: what, who saw it, the first message, how many signs. */
+  outage?: string;
+  /**
+   * A problem is proven at the system of record or on the wire (a lost update, a duplicate effect or write, a
+   * stale write let through, an outcome the adapter made up): no outage excuses it, so it stays `fail`.
+   */
+  harm: boolean;
   /** Effects of this scenario's changes, counted at the system of record after it ran. */
   effects: number;
   /** Effects there should be: one per change reported applied. */
@@ -52,7 +65,8 @@ export interface ScenarioReport {
 
 /**
  * `pass`: every scenario asked for ran and passed; `fail`: one failed, or none could run (`problems`); `incomplete`:
- * the run stopped (Kafka, the registry or the owner lost, or Ctrl-C) before all of them ran, and those that ran passed.
+ * none failed, and one failed during an outage of Kafka, the registry or the system of record (its `outage`), or
+ * the run stopped (Kafka, the registry or the owner lost, or Ctrl-C) before all of them ran.
  */
 export type ToolStatus = "pass" | "fail" | "incomplete";
 
@@ -160,7 +174,7 @@ export function formatReport(report: VerifyReport): string {
       rows.push([
         t.tool,
         s.scenario,
-        s.ok ? "pass" : "FAIL",
+        SHOWN[s.status],
         `${s.effects}/${s.expectedEffects}`,
         String(s.conflicts),
         String(s.lostUpdates.length),
@@ -178,6 +192,7 @@ export function formatReport(report: VerifyReport): string {
     lines.push(`${t.tool} on ${t.entity}: ${SHOWN[t.status]}${notRun}; ${t.effects} effect(s) written, ${t.conflicts} conflict(s) seen, ${t.lostUpdates.length} lost update(s)`);
     for (const p of t.problems) lines.push(`  problem: ${p}`);
     for (const s of t.scenarios) {
+      if (s.outage !== undefined) lines.push(`  ${s.scenario}: not judged: it failed during an outage of ${s.outage}; run it again`);
       for (const p of s.problems) lines.push(`  ${s.scenario}: ${p}`);
       for (const n of s.notes) lines.push(`  ${s.scenario}: note: ${n}`);
     }

@@ -130,9 +130,31 @@ async function settle(ctx: ScenarioContext, changes: Change[]) {
 function report(
   scenario: ScenarioName,
   started: number,
-  fields: Omit<ScenarioReport, "scenario" | "ok" | "durationMs">,
+  fields: Omit<ScenarioReport, "scenario" | "ok" | "status" | "outage" | "durationMs">,
 ): ScenarioReport {
-  return { scenario, ok: fields.problems.length === 0, ...fields, durationMs: Date.now() - started };
+  const ok = fields.problems.length === 0;
+  return { scenario, ok, status: ok ? "pass" : "fail", ...fields, durationMs: Date.now() - started };
+}
+
+/**
+ * The problems of a scenario, and whether one of them is harm proven at the system of record or on the wire (a lost
+ * update, a duplicate effect or write, a stale write let through, an outcome the adapter made up), which no outage
+ * explains; the others (a reply or an effect that did not come) an outage may.
+ */
+class Problems {
+  readonly list: string[] = [];
+  harm = false;
+
+  /** Harm proven at the system of record or on the wire. */
+  proven(...problems: string[]): void {
+    if (problems.length > 0) this.harm = true;
+    this.list.push(...problems);
+  }
+
+  /** Something that should have happened did not. */
+  missing(...problems: string[]): void {
+    this.list.push(...problems);
+  }
 }
 
 /**
@@ -151,11 +173,14 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
   const settled = await settle(ctx, [
     { writer: "agent", mark, change: input.delta, reportedApplied: applied.length > 0 ? `writ replied applied ${applied.length} times` : null },
   ]);
-  const problems = [...settled.problems];
-  if (applied.length !== replies.length) problems.push(`every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
-  if (settled.effects !== 1) problems.push(`${replies.length} submissions of one intent left ${settled.effects} effects at the system of record; want exactly 1`);
-  if (applied.filter((r) => !r.duplicate).length > 1) problems.push("more than one reply was a fresh (non-duplicate) write");
-  problems.push(...writtenOnce(ctx, first.intentKey, "agent"));
+  const problems = new Problems();
+  problems.proven(...settled.problems);
+  if (applied.length !== replies.length) problems.missing(`every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
+  const effectsProblem = `${replies.length} submissions of one intent left ${settled.effects} effects at the system of record; want exactly 1`;
+  if (settled.effects > 1) problems.proven(effectsProblem);
+  else if (settled.effects !== 1) problems.missing(effectsProblem);
+  if (applied.filter((r) => !r.duplicate).length > 1) problems.proven("more than one reply was a fresh (non-duplicate) write");
+  problems.proven(...writtenOnce(ctx, first.intentKey, "agent"));
   return report("duplicate-submission", started, {
     effects: settled.effects,
     expectedEffects: 1,
@@ -165,7 +190,8 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
     patchesSent: patchesSent(ctx, first.intentKey),
     replies: replies.map(describeReply),
     faultInjection: null,
-    problems,
+    problems: problems.list,
+    harm: problems.harm,
     notes: [],
   });
 }
@@ -235,14 +261,17 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
   const settled = await settle(ctx, [
     { writer: "agent", mark, change: input.delta, reportedApplied: first.status === "applied" ? `writ replied applied at ${first.version} via ${first.via}` : null },
   ]);
-  const problems = [...settled.problems];
-  if (!fired) problems.push(`the fault never fired: no ${ctx.writeMethod} for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
-  if (first.status !== "applied") problems.push(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
-  else if (fired && first.via !== "reconcile") problems.push(notReconciled(ctx, kind, intent.intentKey, first.via));
-  if (settled.effects !== 1) problems.push(`${settled.effects} effects at the system of record after ${kind}; want exactly 1`);
-  problems.push(...writtenOnce(ctx, intent.intentKey, "agent"));
+  const problems = new Problems();
+  problems.proven(...settled.problems);
+  if (!fired) problems.missing(`the fault never fired: no ${ctx.writeMethod} for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
+  if (first.status !== "applied") problems.missing(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
+  else if (fired && first.via !== "reconcile") problems.proven(notReconciled(ctx, kind, intent.intentKey, first.via));
+  const effectsProblem = `${settled.effects} effects at the system of record after ${kind}; want exactly 1`;
+  if (settled.effects > 1) problems.proven(effectsProblem);
+  else if (settled.effects !== 1) problems.missing(effectsProblem);
+  problems.proven(...writtenOnce(ctx, intent.intentKey, "agent"));
   const retry = replies[1];
-  if (retry && !(retry.status === "applied" && retry.duplicate)) problems.push(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
+  if (retry && !(retry.status === "applied" && retry.duplicate)) problems.missing(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
   return report(kind, started, {
     effects: settled.effects,
     expectedEffects: 1,
@@ -252,7 +281,8 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
     patchesSent: patchesSent(ctx, intent.intentKey),
     replies: replies.map(describeReply),
     faultInjection: ctx.proxy ? "proxy" : "adapter",
-    problems,
+    problems: problems.list,
+    harm: problems.harm,
     notes: [],
   });
 }
@@ -402,20 +432,21 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   });
   if (o) changes.push({ writer: "outside-writer", mark: outsideMark, change: o.change, reportedApplied: o.appliedAt === null ? null : `the system answered 2xx at ${o.appliedAt}` });
   const settled = await settle(ctx, changes);
-  const problems = [...settled.problems];
+  const problems = new Problems();
+  problems.proven(...settled.problems);
   if (hookFired && o !== null) {
     const verdict = ifMatchVerdict(ctx, o, ctx.owned.hookedPatch(ctx.entity));
-    problems.push(...verdict.problems);
+    problems.proven(...verdict.problems);
     notes.push(...verdict.notes);
   }
-  if (o === null || o.appliedAt === null) problems.push(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
+  if (o === null || o.appliedAt === null) problems.missing(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
   for (const r of results) {
     const last = r.replies.at(-1)!;
-    if (last.status === "rejected" || last.status === "unknown") problems.push(`${r.writer}: ${describeReply(last)}`);
+    if (last.status === "rejected" || last.status === "unknown") problems.missing(`${r.writer}: ${describeReply(last)}`);
     if (last.status === "escalated") notes.push(`${r.writer} was escalated to a human (${last.reason}); its change is not required in the record`);
   }
   if (!results.some((r) => r.replies.at(-1)!.status === "applied")) notes.push("no agent's change was applied (maxConflictCycles below 2?): only the outside writer's change was checked");
-  for (const r of results) for (const key of new Set(r.replies.map((x) => x.intentKey))) problems.push(...writtenOnce(ctx, key, r.writer));
+  for (const r of results) for (const key of new Set(r.replies.map((x) => x.intentKey))) problems.proven(...writtenOnce(ctx, key, r.writer));
   const agentConflicts = results.reduce((n, r) => n + r.replies.filter((x) => x.status === "conflict").length, 0);
   return report("race", started, {
     effects: settled.effects,
@@ -428,7 +459,8 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
       o ? [`outside-writer: ${o.appliedAt ? `2xx at ${o.appliedAt}` : `failed (${o.failure})`}${o.conflicts ? ` after ${o.conflicts}×412` : ""}`] : [],
     ),
     faultInjection: null,
-    problems,
+    problems: problems.list,
+    harm: problems.harm,
     notes,
   });
 }

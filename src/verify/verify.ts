@@ -14,6 +14,7 @@ import type { WriteToolDeclaration } from "../tools.ts";
 import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
 import type { ToolVerifyFixture, VerifyModule } from "./fixture.ts";
 import { instrumentSystem, type InstrumentedSystem } from "./instrumented-system.ts";
+import { attributeFailure, OutageWatch } from "./outages.ts";
 import { SCENARIOS, type ScenarioName, type ScenarioReport, type ToolReport, type VerifyLeftovers, type VerifyReport } from "./report.ts";
 import { commitThenFault, duplicateSubmission, moduleCall, race, type ScenarioAgent, type ScenarioContext } from "./scenarios.ts";
 
@@ -150,8 +151,11 @@ interface Routed {
   all: SystemOfRecord[];
 }
 
-/** Builds the systems twice: directly (the truth), and through one fault proxy per upstream origin (what the owner uses). */
-async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTimeoutMs: number, signal: AbortSignal | undefined): Promise<Routed> {
+/**
+ * Builds the systems twice: directly (the truth), and through one fault proxy per upstream origin (what the owner
+ * uses). A proxy that cannot reach its upstream tells `outages`.
+ */
+async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTimeoutMs: number, signal: AbortSignal | undefined, outages: OutageWatch): Promise<Routed> {
   const systemsOf = async (e: NodeJS.ProcessEnv): Promise<SystemOfRecord[]> => {
     const list: unknown = await moduleCall("the module's systems(env)", moduleTimeoutMs, () => mod.systems(e));
     if (!Array.isArray(list) || list.some((x) => typeof x !== "object" || x === null || typeof (x as { name?: unknown }).name !== "string")) {
@@ -170,7 +174,11 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTim
       const base = httpBaseUrl(s);
       if (base === null) continue;
       const origin = new URL(base).origin;
-      if (!proxies.has(origin)) proxies.set(origin, await startFaultProxy({ upstream: origin }));
+      if (proxies.has(origin)) continue;
+      const names = directList.filter((d) => httpBaseUrl(d)?.startsWith(origin)).map((d) => d.name).join(", ");
+      const onUnreachable = (req: { method: string; path: string }, message: string) =>
+        outages.note({ what: `the system of record ${names} (${origin})`, seenBy: "the fault proxy", message: `${req.method} ${req.path}: ${message}` });
+      proxies.set(origin, await startFaultProxy({ upstream: origin, onUnreachable }));
     }
     signal?.throwIfAborted();
     const ownedList = proxies.size > 0 ? await systemsOf(redirectEnv(env, proxies)) : directList;
@@ -276,7 +284,10 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     throw configError(`no tool to verify: ${named.length === 0 ? "the module declares no tools" : "every tool of the module is a create tool, which writ verify does not prove"}`, "tools");
   }
 
-  const routing = routeSystems(mod, env, moduleTimeoutMs, opts.signal);
+  // Signs of Kafka, the registry or a system failing, as they happen: a scenario that failed during one is not
+  // blamed on the tool (outageNow, asked after it failed, misses an outage over by then).
+  const outages = new OutageWatch();
+  const routing = routeSystems(mod, env, moduleTimeoutMs, opts.signal, outages);
   let routed: Routed;
   try {
     routed = await until(routing);
@@ -328,12 +339,24 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
         // Idle fetches of 100 ms, not 500: the owner lives for this run only; its first intents are read sooner
         // after its partition opens, and its stop waits less (RouterInternals.fetchMaxWaitMs).
         fetchMaxWaitMs: 100,
+        kafkaLogTap: outages.kafkaTap("the owner"),
+        onRegistryUnreachable: (err) => outages.note({ what: "the schema registry", seenBy: "the owner", message: causes(err) }),
       });
       await until(starting);
       // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
       // only for its seconds (a reply still ends a fetch at once).
       const client = (agent: string) =>
-        createWritClient({ brokers, agentId: agentId(agent), replyTopic: replyTopic(agent), intentsTopic: topics.intents, ...connection, ...topicSettings, replyFetchMaxWaitMs: 100, logger });
+        createWritClient({
+          brokers,
+          agentId: agentId(agent),
+          replyTopic: replyTopic(agent),
+          intentsTopic: topics.intents,
+          ...connection,
+          ...topicSettings,
+          replyFetchMaxWaitMs: 100,
+          logger,
+          kafkaLogTap: outages.kafkaTap(agent),
+        });
       making = [client("agent"), client("agent-a"), client("agent-b")];
       const [agent, agentA, agentB] = await until(Promise.all(making));
 
@@ -342,7 +365,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
         const fixture: unknown = Object.hasOwn(mod.verify, tool.name) ? mod.verify[tool.name] : undefined;
         const watch = (c: WritClient) => watched(c, outage, () => over);
         const agents = { agent: watch(agent!), agentA: watch(agentA!), agentB: watch(agentB!) };
-        const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, until, outage, agents };
+        const run = { runId, routed, env, sorTimeoutMs, submitTimeoutMs, moduleTimeoutMs, scenarios, progress, signal: opts.signal, until, outage, outages, agents };
         try {
           tools.push(await verifyTool(tool, fixture, run));
         } catch (err) {
@@ -620,6 +643,8 @@ interface ToolRun {
   until: <T>(work: Promise<T>) => Promise<T>;
   /** Why Kafka, the registry or the owner cannot serve the run now, or null. */
   outage: () => Promise<WritError | null>;
+  /** Signs of Kafka, the registry or a system failing, as they happened. */
+  outages: OutageWatch;
   agents: ScenarioContext["agents"];
 }
 
@@ -675,7 +700,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
   // `notRun`: the scenarios a stop left out. A tool whose scenarios so far passed is then incomplete, not a pass.
   const report = (notRun: ScenarioName[] = []): ToolReport => {
     const lostUpdates = reports.flatMap((r) => r.lostUpdates);
-    const status = !reports.every((r) => r.ok) ? "fail" : notRun.length > 0 ? "incomplete" : "pass";
+    const status = reports.some((r) => r.status === "fail") ? "fail" : notRun.length > 0 || reports.some((r) => r.status === "incomplete") ? "incomplete" : "pass";
     return {
       tool: tool.name,
       system: tool.system,
@@ -728,6 +753,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     // The scenario under way is abandoned at a stop (its submits end as the run's clients close).
     if (run.signal?.aborted) throw stopped(scenario);
     const t0 = Date.now();
+    const from = run.outages.mark();
     let r: ScenarioReport;
     try {
       r = await run.until(
@@ -750,8 +776,11 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
         throw err;
       });
       if (down) throw interrupted(down.code, down, scenario);
+      // Back by now, but one failed during the scenario: what did not come may be the outage's, not the tool's.
+      r = attributeFailure(r, run.outages.since(from));
     }
-    run.progress(`${tool.name} ${scenario}: ${r.ok ? "pass" : "FAIL"} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
+    const shown = r.status === "incomplete" ? `incomplete, during an outage of ${r.outage}` : r.ok ? "pass" : "FAIL";
+    run.progress(`${tool.name} ${scenario}: ${shown} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
     reports.push(r);
   }
   return report();
@@ -761,6 +790,8 @@ function failedToRun(scenario: ScenarioName, err: unknown, t0: number): Scenario
   return {
     scenario,
     ok: false,
+    status: "fail",
+    harm: false,
     effects: 0,
     expectedEffects: 0,
     conflicts: 0,

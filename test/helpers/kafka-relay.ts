@@ -11,8 +11,12 @@ const METADATA = 3;
 export interface KafkaRelay {
   /** `127.0.0.1:<port>`: give it as the only broker. */
   readonly broker: string;
-  /** From now on every connection is dropped, open ones at once: the broker is gone for the clients behind the relay. */
-  cut(): void;
+  /**
+   * From now on every connection is dropped, open ones at once: the broker is gone for the clients behind the relay.
+   * `spare`: new connections of the clients whose id (the client id of their first request) it accepts are
+   * relayed all the same, as for a client that asks only after the broker is back.
+   */
+  cut(opts?: { spare?: (clientId: string) => boolean }): void;
   /** Connections are relayed again: the broker is back. */
   restore(): void;
   /** Connections dropped since the cut. */
@@ -79,23 +83,56 @@ export function rewriteMetadata(frame: Buffer, version: number, host: string, po
   return Buffer.concat([size, body]);
 }
 
+/** The client id in a request's header (api key, version, correlation id, client id), or null where there is none. */
+function clientIdOf(frame: Buffer): string | null {
+  if (frame.length < 14) return null;
+  const length = frame.readInt16BE(12);
+  return length < 0 || frame.length < 14 + length ? null : frame.toString("utf8", 14, 14 + length);
+}
+
 /** Starts a relay to `target` (`host:port`) on an ephemeral port of 127.0.0.1. */
 export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
   const [targetHost, targetPort] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
   let down = false;
+  let spare: ((clientId: string) => boolean) | undefined;
   let refused = 0;
   let failure: Error | null = null;
   let port = 0;
   const open = new Set<Socket>();
+  const refuse = (inbound: Socket) => {
+    refused++;
+    inbound.destroy();
+  };
   const server = createServer((inbound) => {
     open.add(inbound);
     inbound.on("close", () => open.delete(inbound));
     inbound.on("error", () => undefined);
-    if (down) {
-      refused++;
-      inbound.destroy();
+    if (!down) {
+      relay(inbound);
       return;
     }
+    if (spare === undefined) return refuse(inbound);
+    // Its first request says who it is: relayed, that request first, if spared; else dropped.
+    const spared = spare;
+    let forward: ((frame: Buffer) => void) | null = null;
+    let refusedHere = false;
+    inbound.on(
+      "data",
+      frames((frame) => {
+        if (forward) return forward(frame);
+        if (refusedHere) return;
+        const id = clientIdOf(frame);
+        if (id === null || !spared(id)) {
+          refusedHere = true;
+          return refuse(inbound);
+        }
+        forward = relay(inbound, false);
+        forward(frame);
+      }),
+    );
+  });
+  /** Relays `inbound` to the broker: each request frame goes through what it returns (read here unless `read` is false). */
+  function relay(inbound: Socket, read = true): (frame: Buffer) => void {
     const outbound = connect(targetPort, targetHost);
     open.add(outbound);
     outbound.on("close", () => open.delete(outbound));
@@ -104,13 +141,11 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
     outbound.on("close", () => inbound.destroy());
     // Correlation id → version of each Metadata request in flight on this connection.
     const metadata = new Map<number, number>();
-    inbound.on(
-      "data",
-      frames((frame) => {
-        if (frame.length >= 12 && frame.readInt16BE(4) === METADATA) metadata.set(frame.readInt32BE(8), frame.readInt16BE(6));
-        outbound.write(frame);
-      }),
-    );
+    const request = (frame: Buffer) => {
+      if (frame.length >= 12 && frame.readInt16BE(4) === METADATA) metadata.set(frame.readInt32BE(8), frame.readInt16BE(6));
+      outbound.write(frame);
+    };
+    if (read) inbound.on("data", frames(request));
     outbound.on(
       "data",
       frames((frame) => {
@@ -127,13 +162,15 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
         }
       }),
     );
-  });
+    return request;
+  }
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   port = (server.address() as AddressInfo).port;
   return {
     broker: `127.0.0.1:${port}`,
-    cut: () => {
+    cut: (opts = {}) => {
       down = true;
+      spare = opts.spare;
       for (const s of open) s.destroy();
     },
     restore: () => {

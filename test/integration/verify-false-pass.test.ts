@@ -111,10 +111,14 @@ async function leftovers(runId: string): Promise<{ groups: string[]; topics: str
  * A run whose owner and agents reach the shared broker through a relay that the first PATCH that `cuts` (default:
  * any) cuts: the intent was read and recorded pending; its outcome and reply cannot be. The run's leftovers, which
  * verify could not delete through the cut relay, are deleted on the broker itself. `tools` may replace the demo's
- * fixtures, not its systems.
+ * fixtures, not its systems. `spare`: the client ids the cut leaves through (see KafkaRelay.cut); `blip`: the cut
+ * is restored at once (the connections open at the cut are dropped, nothing more).
  */
-function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters<typeof runVerify>[0]> & { cuts?: (system: string, ops: readonly JsonPatchOp[]) => boolean }) {
-  const { cuts, tools, ...opts } = extra;
+function verifyCuttingKafka(
+  server: DemoRecordsServer,
+  extra: Partial<Parameters<typeof runVerify>[0]> & { cuts?: (system: string, ops: readonly JsonPatchOp[]) => boolean; spare?: (clientId: string) => boolean; blip?: boolean },
+) {
+  const { cuts, tools, spare, blip, onProgress, ...opts } = extra;
   const relay = startKafkaRelay(brokers()[0]!);
   let runId = "";
   onTestFinished(async () => {
@@ -133,7 +137,10 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
     const cutting = wrapped((inner) =>
       ({
         patch: (...call) => {
-          if (cuts?.(inner.name, call[1]) ?? true) r.cut();
+          if (cuts?.(inner.name, call[1]) ?? true) {
+            r.cut(spare ? { spare } : {});
+            if (blip) r.restore();
+          }
           return inner.patch(...call);
         },
       }),
@@ -144,7 +151,10 @@ function verifyCuttingKafka(server: DemoRecordsServer, extra: Partial<Parameters
       submitTimeoutMs: 5000,
       // The owner's and agents' reconnect errors are expected here.
       logger: pino({ level: "silent" }),
-      onProgress: (line) => (runId ||= /^(wv-[0-9a-f]{6}): starting an owner/.exec(line)?.[1] ?? ""),
+      onProgress: (line) => {
+        runId ||= /^(wv-[0-9a-f]{6}): starting an owner/.exec(line)?.[1] ?? "";
+        onProgress?.(line);
+      },
       ...opts,
     });
   });
@@ -533,6 +543,78 @@ describe("writ verify ends, and cleans up", () => {
     expect(report.leftovers).toMatchObject({ runId: report.runId, cleanup: `writ verify --cleanup ${report.runId} --brokers ${(await relay).broker}` });
     expect(text).toContain(`delete them with: writ verify --cleanup ${report.runId}`);
     expect((await relay).refused()).toBeGreaterThan(0);
+  }, 240_000);
+
+  it("Kafka lost during a scenario and back by the time it failed: the scenario is incomplete, naming the outage, not blamed on the tool", async () => {
+    const server = await records();
+    // Counted at the records server: every PATCH that reaches it is a write (no Idempotency-Key dedupe).
+    server.setConfig({ honourIdempotencyKey: false });
+    let restored = false;
+    // The owner's first PATCH cuts Kafka for the owner and the agents, not for verify's outage probe: to it Kafka
+    // is back, as it is for a broker that returned before verify asked. Restored once the scenario is judged.
+    const { relay, run } = verifyCuttingKafka(server, {
+      only: ["tag_ticket"],
+      scenarios: ["duplicate-submission"],
+      spare: (clientId) => clientId === "writ-verify-probe",
+      onProgress: (line) => {
+        if (line.startsWith("tag_ticket duplicate-submission:")) void relay.then((r) => (r.restore(), (restored = true)));
+      },
+    });
+    const report = await run;
+
+    const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
+    // Before, status fail (ok: false, exit 1): the tool blamed for replies the outage kept from coming.
+    expect(dup, formatReport(report)).toMatchObject({ ok: false, status: "incomplete", harm: false, outage: expect.stringMatching(/^Kafka \(seen by [^)]*the owner/) });
+    expect(dup.problems.join("\n")).toContain("every submission should be answered applied; got unknown");
+    expect(report).toMatchObject({ ok: false, status: "incomplete", summary: { pass: 0, fail: 0, incomplete: 1, notRun: 0 } });
+    expect(report.interrupted).toBeUndefined();
+    expect(report.tools[0]).toMatchObject({ tool: "tag_ticket", ok: false, status: "incomplete" });
+    const text = formatReport(report);
+    expect(text).toContain(`writ verify ${report.runId}: INCOMPLETE`);
+    expect(text).toMatch(/duplicate-submission: not judged: it failed during an outage of Kafka/);
+    expect(text).toMatch(/tag_ticket\s+duplicate-submission\s+incomplete/);
+    // The owner's write committed once at the records server before the cut; nothing wrote it again.
+    const patches = server.history("ticket", "T-verify").filter((h) => h.kind === "patch" && JSON.stringify(h.ops).includes(`${report.runId}-tagticke-dup`));
+    expect(patches).toHaveLength(1);
+    expect((await relay).refused()).toBeGreaterThan(0);
+    expect(restored).toBe(true);
+  }, 240_000);
+
+  it("a system of record the fault proxy cannot reach during a scenario: incomplete, naming the system, not blamed on the tool", async () => {
+    const server = await records();
+    // The system as the owner reaches it: every write's connection dropped unanswered (a staging API going down
+    // mid-request); reads go through, and verify's own reads reach it directly.
+    const apiUrl = await asApi(server, {
+      intercept: (req) => {
+        if (req.method !== "PATCH") return false;
+        req.socket.destroy();
+        return true;
+      },
+    });
+    const report = await verifyAgainst(server, { env: { RECORDS_URL: apiUrl }, only: ["tag_ticket"], scenarios: ["duplicate-submission"], submitTimeoutMs: 5000 });
+
+    const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
+    // Before, a failure of the tool (exit 1) for a write its system never took.
+    expect(dup, formatReport(report)).toMatchObject({ status: "incomplete", harm: false, outage: expect.stringMatching(/^the system of record [^(]*helpdesk[^(]* \(http:\/\/127\.0\.0\.1:\d+\) \(seen by the fault proxy: PATCH \/records\/ticket\/T-verify: /) });
+    expect(report).toMatchObject({ ok: false, status: "incomplete" });
+    // Counted at the records server: no write reached it.
+    expect(server.patchRequests()).toEqual([]);
+  }, 240_000);
+
+  it("a dropped broker connection during a scenario the tool failed on its own (a stale write let through) leaves it failed: no outage explains that", async () => {
+    const server = await records();
+    server.setConfig({ enforceIfMatch: false });
+    // Every connection of the owner and the agents is dropped at the owner's first PATCH of the race, and taken
+    // again at once: kafkajs says so only at debug level (the broker closed a connection).
+    const cuts = (_system: string, ops: readonly JsonPatchOp[]) => JSON.stringify(ops).includes("-race-");
+    const { run } = verifyCuttingKafka(server, { only: ["refund_payment"], scenarios: ["race"], cuts, blip: true });
+    const report = await run;
+
+    const race = scenario(report, "refund_payment", "race")!;
+    expect(race, formatReport(report)).toMatchObject({ ok: false, status: "fail", harm: true, problems: expect.arrayContaining([expect.stringContaining("does not enforce If-Match")]) });
+    expect(race.outage).toBeUndefined();
+    expect(race.notes).toContainEqual(expect.stringMatching(/^an outage during it \(Kafka \(seen by .*the broker closed a connection.*\) does not explain what the system of record shows$/));
+    expect(report).toMatchObject({ ok: false, status: "fail" });
   }, 240_000);
 
   it("a hostile verify export (a fixture that is null) fails that tool and verifies the others", async () => {
