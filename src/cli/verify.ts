@@ -28,9 +28,10 @@ commit-then-timeout, commit-then-drop and a race with an outside writer, and cou
   --tool <name>         only this tool (repeatable)
   --scenario <name>     only this scenario (repeatable): ${SCENARIOS.join(", ")}
   --sor-timeout-ms <n>  the owner's system-of-record deadline (default 2000)
-  --module-timeout-ms <n>  hard deadline of each call into your module (systems(env), a fixture's prepare and
-                        effects, your adapters past their own timeoutMs); default the longer of 30000 and twice
-                        --sor-timeout-ms plus 5000; one under --sor-timeout-ms is refused
+  --module-timeout-ms <n>  hard deadline of each call into your module (its import, systems(env), a fixture's
+                        prepare and effects, your adapters past their own timeoutMs); default the longer of 30000
+                        and twice --sor-timeout-ms plus 5000; one under --sor-timeout-ms is refused. An import
+                        still running then (a top-level await that never settles) ends verify, exit 2
   --json                print only the JSON report
   --keep-topics         leave the run's topics (writ.verify.<run>.*) and consumer groups on the cluster
   --log-file <path>     owner and client logs (default .writ/verify.log; level $LOG_LEVEL, default warn)

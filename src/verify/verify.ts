@@ -49,9 +49,11 @@ export interface VerifyOptions {
   /** Deadline of each agent submit. ms. Default 60 000. One that ends without a reply is followed at once by the outage check. */
   submitTimeoutMs?: number;
   /**
-   * Hard deadline of each call verify makes into the module: `systems(env)`, a fixture's `prepare` and `effects`,
-   * the adapters' own `read`/`patch`/`close` (past their `timeoutMs`, for one that ignores it). ms. Default 30 000,
-   * or twice `sorTimeoutMs` plus 5 000 where that is longer (an adapter within its own deadline is not cut off).
+   * Hard deadline of each call verify makes into the module: its import (a module given by path), `systems(env)`,
+   * a fixture's `prepare` and `effects`, the adapters' own `read`/`patch`/`close` (past their `timeoutMs`, for one
+   * that ignores it). ms. Default 30 000, or twice `sorTimeoutMs` plus 5 000 where that is longer (an adapter
+   * within its own deadline is not cut off). An import past it is left pending (it cannot be cancelled) and the
+   * run rejects `config_invalid`: a process that must end should exit.
    */
   moduleTimeoutMs?: number;
   /** Leave verify's topics on the cluster. Default false: they are deleted at the end. */
@@ -107,9 +109,29 @@ function configError(message: string, field: string): WritError {
   return new WritError("config_invalid", `writ verify: ${message}`, { retriable: false, context: { field } });
 }
 
-async function loadModule(tools: string | VerifyModule): Promise<VerifyModule> {
+/**
+ * Imports the tools module at `path` within `ms`. An ESM import cannot be cancelled: one whose top-level code never
+ * settles (an await on a connection that never comes) is left pending, and the run is refused, naming the
+ * deadline; the CLI then ends the process, which the pending import would otherwise hold.
+ */
+function importModule(path: string, ms: number): Promise<unknown> {
+  return withDeadline(
+    import(pathToFileURL(resolve(path)).href) as Promise<unknown>,
+    ms,
+    () => {
+      throw configError(
+        `the tools module ${path} did not finish loading within ${ms} ms (--module-timeout-ms, moduleTimeoutMs in runVerify; ` +
+          "give it more where loading takes longer): its top-level code has not settled (an await that never resolves?), and an import cannot be cancelled",
+        "moduleTimeoutMs",
+      );
+    },
+    { holdOpen: true },
+  );
+}
+
+async function loadModule(tools: string | VerifyModule, moduleTimeoutMs: number): Promise<VerifyModule> {
   const where = typeof tools === "string" ? tools : "the tools module";
-  const mod = (typeof tools === "string" ? await import(pathToFileURL(resolve(tools)).href) : tools) as Partial<VerifyModule>;
+  const mod = (typeof tools === "string" ? await importModule(tools, moduleTimeoutMs) : tools) as Partial<VerifyModule>;
   if (!Array.isArray(mod.tools) || typeof mod.systems !== "function") throw configError(`${where} must export tools[] and systems(env)`, "tools");
   const notTool = mod.tools.findIndex((t: unknown) => typeof t !== "object" || t === null || typeof (t as { name?: unknown }).name !== "string");
   if (notTool >= 0) throw configError(`${where}: tools[${notTool}] is not a tool declaration (an object with a name)`, "tools");
@@ -271,7 +293,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   // Awaited until the signal, if any, aborts; what it starts is still stopped in `finally` (kept below).
   const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);
   // The module's import and its systems(env) may take long (a slow setup, a connection): a stop is not left waiting for them.
-  const mod = await until(loadModule(opts.tools));
+  const mod = await until(loadModule(opts.tools, moduleTimeoutMs));
   const unknown = (opts.only ?? []).filter((n) => !mod.tools.some((t) => t.name === n));
   if (unknown.length > 0) throw configError(`no tool named ${unknown.join(", ")} in the module`, "only");
   // The scenarios are those of a change to an existing record; a create tool is not proved here (yet): left out,

@@ -1,6 +1,8 @@
 import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../../examples/verify-fixture.ts";
 import { WritError } from "../../../src/errors.ts";
 import { cleanupVerifyRun, defaultModuleTimeoutMs, outageNow, runVerify } from "../../../src/verify/verify.ts";
@@ -30,6 +32,35 @@ describe("runVerify: the module as given", () => {
     await expect(
       runVerify({ tools: { ...demoFixture, systems: () => new Promise<never>(() => undefined) }, brokers: "127.0.0.1:9", env: {}, moduleTimeoutMs: 200 }),
     ).rejects.toThrow("the module's systems(env) did not answer within 200 ms");
+  });
+});
+
+/** A tools module whose top-level await never settles; `holding`: a timer keeps the process alive meanwhile. */
+function neverLoading(holding: boolean): string {
+  const dir = mkdtempSync(join(tmpdir(), "writ-verify-hung-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  const module = join(dir, "hung-tools.mjs");
+  writeFileSync(module, `${holding ? "setInterval(() => undefined, 1000);\n" : ""}await new Promise(() => undefined);\nexport const tools = [];\n`);
+  return module;
+}
+
+describe("a tools module whose import never finishes", () => {
+  it("is refused once the module deadline passes, naming it: runVerify rejects config_invalid, the import left pending", async () => {
+    await expect(runVerify({ tools: neverLoading(false), brokers: "127.0.0.1:9", env: {}, moduleTimeoutMs: 200 })).rejects.toMatchObject({
+      code: "config_invalid",
+      context: { field: "moduleTimeoutMs" },
+      message: expect.stringMatching(/did not finish loading within 200 ms \(--module-timeout-ms, moduleTimeoutMs in runVerify; .*\): its top-level code has not settled/),
+    });
+  });
+
+  it.each([
+    ["a timer holds the process open", true],
+    ["nothing holds the process open", false],
+  ])("ends the CLI with exit 2 and says why, not a hang nor Node's unsettled top-level await (%s)", async (_, holding) => {
+    // Before: with a timer, verify waited for ever (killed here at 30 s); without, Node ended it with 13 and a warning.
+    const run = await verifyCli(["--tools", neverLoading(holding), "--module-timeout-ms", "2000"]);
+    expect(run.code, run.stderr).toBe(2);
+    expect(run.stderr).toMatch(/^writ verify: the tools module \S+hung-tools\.mjs did not finish loading within 2000 ms \(--module-timeout-ms/m);
   });
 });
 
