@@ -284,7 +284,17 @@ class KafkaWritClient implements WritClient {
     this.agentId = config.agentId;
     this.log = log;
     this.probe = probe;
-    this.codec = new WireCodec({ schemaRegistryUrl: config.schemaRegistryUrl, schemaRegistryAuth: config.schemaRegistryAuth, schemaRegistryTls: config.schemaRegistryTls });
+    this.codec = new WireCodec({
+      schemaRegistryUrl: config.schemaRegistryUrl,
+      schemaRegistryAuth: config.schemaRegistryAuth,
+      schemaRegistryTls: config.schemaRegistryTls,
+      // Owners never register the subjects only clients write (intents, resolutions): a level there that refuses
+      // writ's schema is seen here alone. The values go as plain JSON, which owners read; someone should know.
+      onSchemaRefused: (subject, message) => {
+        if (message === null) log.info({ subject }, "the schema registry accepted the schema again; values are framed again");
+        else log.warn({ subject, reason: message }, "the schema registry refused a schema; values of this subject are written as plain JSON until it accepts it (check the subject's compatibility level: docs/operations.md §6.7)");
+      },
+    });
     // The producer's own retries stay on (they are safe: idempotent producer); it never re-sends at the writ layer.
     // The Java-compatible murmur2 partitioner: an entity key lands on the same partition from any Kafka client.
     this.producer = kafka.producer({

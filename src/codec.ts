@@ -33,7 +33,10 @@ export type DecodeResult<T> =
   | { ok: true; value: T; framed: boolean; raw: unknown }
   | { ok: false; reason: "undecodable" | "schema_invalid" | "schema_subject_mismatch" | "too_deep"; message: string; parsed?: unknown };
 
-/** How long values of a subject whose schema the registry refused go unframed before registering is tried again. */
+/**
+ * How long values of a subject whose schema the registry refused go unframed before registering is tried again
+ * (by the next value, or, while the refusal is reported, by the codec itself).
+ */
 export const REFUSED_RETRY_MS = 60_000;
 
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
@@ -76,7 +79,9 @@ export class WireCodec {
   /** Schema id per subject and schema; null: the registry refused the schema, values go unframed for now. */
   private readonly ids = new Map<string, Promise<number | null>>();
   private readonly onSchemaRefused: ((subject: string, message: string | null) => void) | undefined;
+  /** Subject|schema pairs whose registration the registry refused, until it accepts one. */
   private readonly refused = new Set<string>();
+  private readonly refusedRetryMs: number;
   /**
    * Schema ids seen in framed values: the subjects of ids the registry knows (ids are immutable, so
    * for good), and when an unknown one was last asked. Any producer can frame a value with any
@@ -108,8 +113,13 @@ export class WireCodec {
    * incompatible change under the subject's compatibility level, or another
    * 4xx). Values of that subject are then written as plain JSON, which every
    * writ reader accepts, so no partition stops on a registry's configuration;
-   * registration is tried again after {@link REFUSED_RETRY_MS}, and the
-   * callback hears `null` once it succeeds.
+   * the callback hears the first refusal, and `null` once registering succeeds.
+   * Registration is tried again every {@link REFUSED_RETRY_MS}
+   * (`refusedRetryMs`, for tests) without waiting for a value of the subject:
+   * one an owner writes seldom (writ.human-value, writ.dlq-value, an idle
+   * reply topic's) would otherwise stay refused, and reported, for hours after
+   * its operator set the level right. Without the callback, the next value
+   * after that time tries again.
    *
    * `registryLookupsPerSecond` (default {@link DEFAULT_REGISTRY_LOOKUPS_PER_S}, as many saved up): the
    * budget of lookups of schema ids not seen yet; `onLookup` hears each one. `lookupClock` is for tests.
@@ -125,8 +135,10 @@ export class WireCodec {
     onLookup?: (lookup: SchemaIdLookup) => void;
     onUnreachable?: (err: WritError) => void;
     lookupClock?: BucketClock;
+    refusedRetryMs?: number;
   }) {
     this.onSchemaRefused = opts.onSchemaRefused;
+    this.refusedRetryMs = opts.refusedRetryMs ?? REFUSED_RETRY_MS;
     this.onLookup = opts.onLookup;
     this.onUnreachable = opts.onUnreachable;
     this.lookupBudget = new TokenBucket({ perSecond: opts.registryLookupsPerSecond ?? DEFAULT_REGISTRY_LOOKUPS_PER_S, ...(opts.lookupClock ? { clock: opts.lookupClock } : {}) });
@@ -215,24 +227,39 @@ export class WireCodec {
 
   private schemaId(subject: string, name: WireSchemaName): Promise<number | null> {
     const cacheKey = `${subject}|${name}`;
-    let id = this.ids.get(cacheKey);
-    if (!id) {
-      id = retry(() => this.registerAndLoad(subject, name), { maxAttempts: 4, initialDelayMs: 200 }).then((registered) => {
-        if (this.refused.delete(cacheKey)) this.onSchemaRefused?.(subject, null);
-        return registered;
-      }, (err: unknown) => {
-        const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
-        if (typeof status !== "number" || status < 400 || status >= 500 || status === 429) throw err;
-        // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
+    const cached = this.ids.get(cacheKey);
+    if (cached) return cached;
+    const id: Promise<number | null> = retry(() => this.registerAndLoad(subject, name), { maxAttempts: 4, initialDelayMs: 200 }).then((registered) => {
+      if (this.refused.delete(cacheKey)) this.onSchemaRefused?.(subject, null);
+      return registered;
+    }, (err: unknown) => {
+      const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
+      if (typeof status !== "number" || status < 400 || status >= 500 || status === 429) throw err;
+      // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
+      if (!this.refused.has(cacheKey)) {
         this.refused.add(cacheKey);
         this.onSchemaRefused?.(subject, (err as Error).message);
-        setTimeout(() => this.ids.delete(cacheKey), REFUSED_RETRY_MS).unref();
-        return null;
-      });
-      id.catch(() => this.ids.delete(cacheKey));
-      this.ids.set(cacheKey, id);
-    }
+      }
+      this.askAgainLater(subject, name, id);
+      return null;
+    });
+    id.catch(() => this.ids.delete(cacheKey));
+    this.ids.set(cacheKey, id);
     return id;
+  }
+
+  /**
+   * After a refusal: forgets it once {@link REFUSED_RETRY_MS} has passed, so that the next value asks the registry
+   * again; while the refusal is reported (`onSchemaRefused`), asks it then itself, until it accepts the schema.
+   */
+  private askAgainLater(subject: string, name: WireSchemaName, refusal: Promise<number | null> | undefined): void {
+    const cacheKey = `${subject}|${name}`;
+    setTimeout(() => {
+      if (this.ids.get(cacheKey) === refusal) this.ids.delete(cacheKey);
+      if (!this.onSchemaRefused || !this.refused.has(cacheKey)) return;
+      // Refused again schedules the next try itself; an unreachable registry (retriable: thrown) does not.
+      this.schemaId(subject, name).catch(() => this.askAgainLater(subject, name, undefined));
+    }, this.refusedRetryMs).unref();
   }
 
   /**

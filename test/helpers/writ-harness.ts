@@ -50,7 +50,8 @@ export interface Harness {
   routers: Router[];
   /** An owner of this harness's topics; `internals`: the fault suite's seams (ablations, a held commit). */
   startRouter(extra?: Partial<RouterOptions>, internals?: RouterInternals): Promise<Router>;
-  client(agentId: string): Promise<WritClient>;
+  /** `extra`: the client's other options (its logger, say). */
+  client(agentId: string, extra?: Partial<Parameters<typeof createWritClient>[0]>): Promise<WritClient>;
   /** Reads every value of a topic so far, decoded; waits until `count` are there. */
   readTopic<N extends WireSchemaName>(topic: string, name: N, count: number): Promise<z.output<(typeof WIRE_SCHEMAS)[N]>[]>;
   /** The ledger's committed records from its start, as they arrive (key, and whether a tombstone): a live list. */
@@ -96,7 +97,7 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
       onTestFinished(() => router.stop());
       return router;
     },
-    async client(agentId) {
+    async client(agentId, extra = {}) {
       const client = await createWritClient({
         brokers: brokers(),
         agentId,
@@ -107,6 +108,7 @@ export async function startHarness(opts: { tools: WriteToolDeclaration<any>[]; i
         // As the owners' idle fetches above: close() waits for the reply consumer's fetch in flight.
         replyFetchMaxWaitMs: 100,
         logger: quietLogger(),
+        ...extra,
       });
       onTestFinished(() => client.close());
       return client;

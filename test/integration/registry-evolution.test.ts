@@ -4,18 +4,24 @@
 // member added to an `additionalProperties: {}` object, which Confluent refuses; test/unit/registered-schema.test.ts
 // holds the property Confluent's rules need.)
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { WireCodec } from "../../src/codec.ts";
 import { jsonSchemaOf, registeredSchema } from "../../src/json-schema.ts";
 import { LedgerIntentEntry, LedgerLeaseEntry, LedgerMarker, LedgerProgress, type LedgerEntry } from "../../src/schemas/ledger-entry.ts";
+import { ccompat, deletedAfterTest } from "../helpers/registry-subjects.ts";
+import { waitFor } from "../helpers/wait-for.ts";
 import { registryUrl } from "../helpers/writ-harness.ts";
 
-const ccompat = (path: string, method = "GET", body?: unknown) =>
-  fetch(`${registryUrl()}${path}`, { method, headers: { "content-type": "application/vnd.schemaregistry.v1+json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
 const register = (subject: string, schema: unknown) => ccompat(`/subjects/${subject}/versions`, "POST", { schemaType: "JSON", schema: JSON.stringify(schema) });
 const setLevel = async (subject: string, compatibility: string) => expect((await ccompat(`/config/${subject}`, "PUT", { compatibility })).status).toBe(200);
-const ledgerTopic = () => `writ.evolve.${randomUUID().slice(0, 8)}`;
+/** A ledger topic of the test's own; its subject is deleted when the test finishes. */
+const ledgerTopic = () => {
+  const topic = `writ.evolve.${randomUUID().slice(0, 8)}`;
+  deletedAfterTest(`${topic}-value`);
+  return topic;
+};
 
 /** What writ registered before this change: zod's JSON Schema as it is, optional members typed. */
 const previousGeneration = (schema: z.ZodType) => ({
@@ -74,22 +80,51 @@ describe("registered schemas evolve under the subject's compatibility level", ()
   }
 
   // The upgrade widens members that were typed (registered as `{}` now): BACKWARD, not FORWARD. A FULL subject's
-  // operator lets it through once (docs/wire-contract.md §9); FULL holds for the additions after it.
+  // operator lets it through once, as docs/operations.md §6.7 says: the level that accepts it, the schema registered
+  // at once from schemas/<name>.json (the body its jq command sends), the level restored; the owner's problem clears
+  // on its own next try, with no value written. FULL holds for the additions after it.
   it("a FULL subject refuses the first upgrade until its operator lets it through once; later optional fields pass FULL", async () => {
     const topic = ledgerTopic();
     const subject = `${topic}-value`;
     expect((await register(subject, previousGeneration(LEDGER_NOW))).status).toBe(200);
     await setLevel(subject, "FULL");
-    const refused = await encodeLedger(topic);
-    expect(refused.bytes[0]).toBe("{".charCodeAt(0));
-    expect(refused.told).toHaveLength(1);
-    expect(refused.told[0]).toMatch(/409/);
+    const told: (string | null)[] = [];
+    const codec = new WireCodec({ schemaRegistryUrl: registryUrl(), onSchemaRefused: (_s, m) => told.push(m), refusedRetryMs: 100 });
+    expect((await codec.encode(topic, "LedgerEntry", marker()))[0]).toBe("{".charCodeAt(0));
+    expect(told).toHaveLength(1);
+    expect(told[0]).toMatch(/409/);
     await setLevel(subject, "BACKWARD");
-    const upgraded = await encodeLedger(topic);
-    expect(upgraded.told).toEqual([]);
-    expect(upgraded.bytes[0]).toBe(0);
+    const file = JSON.parse(readFileSync(new URL("../../schemas/LedgerEntry.json", import.meta.url), "utf8")) as unknown;
+    const res = await register(subject, file);
+    expect(res.status, await res.clone().text()).toBe(200);
+    const { id } = (await res.json()) as { id: number };
     await setLevel(subject, "FULL");
-    const res = await register(subject, nextSchema);
-    expect(res.status, await res.text()).toBe(200);
+    await waitFor(() => told.at(-1) === null, { message: () => JSON.stringify(told) });
+    const bytes = await codec.encode(topic, "LedgerEntry", marker());
+    expect(bytes[0]).toBe(0);
+    expect(bytes.readInt32BE(1)).toBe(id);
+    const next = await register(subject, nextSchema);
+    expect(next.status, await next.text()).toBe(200);
+  });
+
+  // Mixed versions (docs/operations.md §6.7): an older process's schema, typed members, narrows what a newer one
+  // registered first, refused at BACKWARD; on a subject that held it before the upgrade it is an earlier version,
+  // whose id the registry returns at any level.
+  it("an older writ's schema is refused on a subject a newer one created, and accepted where it was registered before the upgrade", async () => {
+    const created = ledgerTopic();
+    expect((await register(`${created}-value`, jsonSchemaOf("LedgerEntry"))).status).toBe(200);
+    await setLevel(`${created}-value`, "BACKWARD");
+    const refused = await register(`${created}-value`, previousGeneration(LEDGER_NOW));
+    expect(refused.status, await refused.text()).toBe(409);
+
+    const upgraded = ledgerTopic();
+    const before = await register(`${upgraded}-value`, previousGeneration(LEDGER_NOW));
+    const { id: oldId } = (await before.json()) as { id: number };
+    await setLevel(`${upgraded}-value`, "BACKWARD");
+    expect((await register(`${upgraded}-value`, jsonSchemaOf("LedgerEntry"))).status).toBe(200);
+    await setLevel(`${upgraded}-value`, "FULL");
+    const rolledBack = await register(`${upgraded}-value`, previousGeneration(LEDGER_NOW));
+    expect(rolledBack.status).toBe(200);
+    expect(((await rolledBack.json()) as { id: number }).id).toBe(oldId);
   });
 });

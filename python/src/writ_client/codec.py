@@ -5,7 +5,9 @@ With a schema registry (its Confluent-compatible REST API, e.g. Apicurio's
 a big-endian int32, then the JSON; the schema id is the one registered under
 subject ``<topic>-value`` for writ's JSON Schema of the value (one
 ``POST /subjects/<subject>/versions`` per subject: registering a schema the
-subject already has returns its id). Without a registry, plain JSON. Decoding
+subject already has returns its id). Without a registry, plain JSON; when the
+registry refuses the schema (a 4xx such as 409: the subject's compatibility
+level), plain JSON too, with one warning, as TypeScript's codec does. Decoding
 accepts both. HTTP(S) with urllib (no dependency beyond the standard library),
 with basic auth (:class:`~writ_client.security.RegistryAuth`) and TLS settings
 (:class:`~writ_client.security.RegistryTls`) when given; error messages name
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import struct
 import threading
@@ -44,6 +47,11 @@ SchemaName = Literal["WriteIntent", "Reply", "Resolution", "Escalation"]
 MAX_KNOWN_SCHEMA_IDS = 4096
 MAX_UNKNOWN_SCHEMA_IDS = 1024
 UNKNOWN_SCHEMA_ID_TTL = 30.0
+#: How long values of a subject whose schema the registry refused go as plain JSON before registering is tried
+#: again (TypeScript's ``REFUSED_RETRY_MS``).
+REFUSED_RETRY = 60.0
+
+_log = logging.getLogger("writ_client")
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -181,6 +189,8 @@ class WireCodec:
         #: Whether encode() frames; default: with a registry. Decoding reads both whenever a registry is known.
         self._frame = self.registry_url != "" if frame is None else frame
         self._ids: dict[str, int] = {}
+        #: Subjects whose schema the registry refused, and when it last did.
+        self._refused: dict[str, float] = {}
         self._known: LruDict[int, bool] = LruDict(MAX_KNOWN_SCHEMA_IDS)
         #: Unknown ids and when the registry said so.
         self._unknown: LruDict[int, float] = LruDict(MAX_UNKNOWN_SCHEMA_IDS)
@@ -195,11 +205,15 @@ class WireCodec:
         """``value`` as JSON, framed with the id of ``name``'s schema under ``subject`` (default ``<topic>-value``) when framing.
 
         A resolution shares the intents topic with intents: it is registered under ``<intents topic>-Resolution``.
+        When the registry refuses the schema (a 4xx but 429: the subject's compatibility level, most often), the value
+        is plain JSON, which owners read like a framed one; a warning says so once, and registering is tried again
+        after :data:`REFUSED_RETRY`. Raises :class:`RegistryError` only when the registry cannot be reached.
         """
         body = encode_json(value)
         if not self.framed:
             return body
-        return struct.pack(">Bi", MAGIC_BYTE, self.schema_id(topic, name, subject=subject)) + body
+        schema_id = self._framing_id(topic, name, f"{topic}-value" if subject is None else subject)
+        return body if schema_id is None else struct.pack(">Bi", MAGIC_BYTE, schema_id) + body
 
     def decode(self, data: bytes | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         """The JSON value in ``data`` (framed or plain). Raises :class:`DecodeError`; :class:`RegistryError` when the registry cannot be asked.
@@ -253,6 +267,35 @@ class WireCodec:
                 delay *= 2
         with self._lock:
             self._ids[subject] = schema_id
+        return schema_id
+
+    def _framing_id(self, topic: str, name: SchemaName, subject: str) -> int | None:
+        """The schema id to frame with, or None while the registry refuses the schema (as TypeScript's codec does: a
+        subject an operator left at a level that refuses writ's schema must not stop a resolution or an intent)."""
+        with self._lock:
+            refused_at = self._refused.get(subject)
+        if refused_at is not None and time.monotonic() - refused_at < REFUSED_RETRY:
+            return None
+        try:
+            schema_id = self.schema_id(topic, name, subject=subject)
+        except RegistryError as err:
+            if err.status is None or not 400 <= err.status < 500 or err.status == 429:
+                raise
+            with self._lock:
+                first = subject not in self._refused
+                self._refused[subject] = time.monotonic()
+            if first:
+                _log.warning(
+                    "the schema registry refused the schema of %s; its values are written as plain JSON until it accepts it "
+                    "(check the subject's compatibility level: docs/operations.md §6.7): %s",
+                    subject,
+                    err,
+                )
+            return None
+        with self._lock:
+            was_refused = self._refused.pop(subject, None) is not None
+        if was_refused:
+            _log.info("the schema registry accepted the schema of %s again; its values are framed again", subject)
         return schema_id
 
     def _register(self, subject: str, name: SchemaName) -> int:
