@@ -9,7 +9,9 @@ import { IsoTime, openReason } from "./common.ts";
  * bytes, its length and its sha256, enough to find and fetch it from the
  * source offset. An intent whose reply (or escalation) its topic cannot take
  * is dead-lettered `undeliverable`, with that reply in `undelivered`.
- * Compatibility rule: FULL (loose objects, open reasons).
+ * Compatibility (docs/wire-contract.md §9, with the registry levels that
+ * accept each change): optional members and reasons only; readers tolerate
+ * members and reasons they do not know.
  */
 export const DeadLetter = z.looseObject({
   reason: openReason(DEAD_LETTER_REASONS),

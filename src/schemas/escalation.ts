@@ -7,7 +7,8 @@ import { WriteIntent } from "./write-intent.ts";
  * Escalation: a case for a human.
  *
  * Topic `writ.human`; key the entity key. Written in the owner's batch
- * transaction with the `escalated` reply. Compatibility rule: FULL (loose objects, open reasons).
+ * transaction with the `escalated` reply. Compatibility (docs/wire-contract.md §9, with the registry levels that
+ * accept each change): optional members and reasons only; readers tolerate members and reasons they do not know.
  */
 export const Escalation = z
   .looseObject({

@@ -198,8 +198,10 @@ export function leaseLedgerKey(entityKey: string): string {
  * LedgerEntry: topic `writ.ledger`, compacted; key the intent key (markers:
  * `__marker__:<p>`, progress `__progress__:<p>`, leases `__lease__:<type>:<id>`, refusals `__refused__:<sha256>`); partition p holds the ledger of intents partition p and is
  * produced with an explicit partition, in the owner's transactions only.
- * Entries past the retention window are tombstoned. Compatibility rule: FULL
- * (objects are loose: unknown fields are kept, never refused).
+ * Entries past the retention window are tombstoned. Compatibility
+ * (docs/wire-contract.md §9, with the registry levels that accept each
+ * change): optional members and kinds of entry only; objects are loose, so
+ * an older owner keeps and re-writes the fields a newer one added.
  */
 export const LedgerEntry = z.discriminatedUnion("kind", [LedgerIntentEntry, LedgerMarker, LedgerProgress, LedgerLeaseEntry]);
 export type LedgerEntry = z.infer<typeof LedgerEntry>;

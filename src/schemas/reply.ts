@@ -76,10 +76,12 @@ export const EscalatedReply = z
  * Reply: the owner's answer on the agent's reply topic.
  *
  * Topic: the intent's `replyTo` (prefix `writ.replies.` by default); key the
- * intent id. Compatibility rule: FULL. Objects are loose, so a field added
- * later never breaks a reader, and reasons are open (a new reason reaches old
- * readers as its status); a new status is a breaking change. Records with
- * the `writ-control` header are not replies (see `control.ts`).
+ * intent id. Compatibility (docs/wire-contract.md §9, which also says which
+ * registry levels accept each change): writers add optional members and
+ * reasons only; readers tolerate members they do not know (objects are loose)
+ * and reasons they do not know (a new reason reaches old readers as its
+ * status); a new status is a breaking change. Records with the
+ * `writ-control` header are not replies (see `control.ts`).
  */
 export const Reply = z.discriminatedUnion("status", [AppliedReply, ConflictReply, RejectedReply, EscalatedReply]);
 export type Reply = z.infer<typeof Reply>;

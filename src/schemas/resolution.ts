@@ -32,7 +32,9 @@ export function resolutionSubject(intentsTopic: string): string {
  * The agent gets the outcome on its reply topic (with the escalated intent's
  * id), the ledger records it (a repeat of the intent is answered with it), and
  * the operator gets a reply on `replyTo` keyed by `resolutionId`.
- * Compatibility rule: FULL (loose objects).
+ * Compatibility (docs/wire-contract.md §9, with the registry levels that
+ * accept each change): optional members only; readers tolerate members they
+ * do not know (loose objects; the intent it carries is an intent's, closed).
  */
 export const Resolution = z.looseObject({
   kind: z.literal("resolution"),

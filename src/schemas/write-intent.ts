@@ -53,9 +53,10 @@ export type IntentLease = z.infer<typeof IntentLease>;
  * WriteIntent: what an agent's write tool publishes.
  *
  * Topic `writ.intents` (configurable); key `<recordType>:<id>` so that every
- * entity lands on one partition and has one writer. Compatibility rule:
- * FULL: new optional fields only; owners accept intents from older clients,
- * and drop fields they do not know from newer ones.
+ * entity lands on one partition and has one writer. Compatibility
+ * (docs/wire-contract.md §9): new optional fields only; owners accept intents
+ * from older clients, and drop fields they do not know from newer ones (the
+ * objects are closed: such a field is accepted at BACKWARD, not FORWARD/FULL).
  */
 export const WriteIntent = z
   .object({
