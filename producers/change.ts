@@ -28,7 +28,8 @@ import { buildUndoIntent } from "./writ-client.ts";
  * Every intent of a change has a key derived from the change, so calling
  * `change()` again with the same run and step resumes it after a crash: the
  * leases are the change's own again, and applied steps are answered from the
- * ledger.
+ * ledger. A resumed change whose lease is not taken again does not end
+ * `not_started` when it is known to have run (see {@link ChangeResult}).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -71,21 +72,42 @@ export type ChangeResult =
   /** A step was not applied; every step applied before it was undone. Nothing of the change remains. */
   | { status: "compensated"; change: string; failed: { step: string; result: SubmitResult }; undone: Reply[] }
   /**
-   * A record stayed leased to another change for `waitForLeaseMs`, or could not be leased (`lease_limit`: the agent
-   * holds as many leases as owners allow); nothing was written.
+   * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
+   * could not be leased (`lease_limit`: the agent holds as many leases as owners allow); nothing was written. Never
+   * the answer to a change known to have run: one whose lease is refused `lease_hold_exceeded` (it holds it), or
+   * `lease_cooldown` after its own hold, or that this client left `incomplete` before, ends `incomplete`. A client
+   * started anew (after a crash) does not know what an earlier one left: a change it resumes whose lease another
+   * change took meanwhile ends `not_started` for this call, and its earlier steps may stand.
    */
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
-   * Not settled: an intent's outcome stayed unknown, or an undo was not applied. Some steps may stand.
-   * Call `change()` again with the same input to resume it; its leases expire meanwhile.
+   * Not settled: an intent's outcome stayed unknown, or an undo was not applied, or a resumed change could not take
+   * its leases again. Some steps may stand (`applied`: those known; all of them when a resume finds the change ran but
+   * not which). Call `change()` again with the same input to resume it; its leases expire meanwhile.
    */
   | { status: "incomplete"; change: string; message: string; applied: string[]; result: SubmitResult };
 
 const isApplied = (r: SubmitResult): r is Extract<Reply, { status: "applied" }> => r.status === "applied";
 const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === "blocked";
-const isLeased = (r: SubmitResult) => r.status === "rejected" && r.reason === "leased";
+/** A record another change holds, or owners keep from this agent for a while (`lease_cooldown`): waited out. */
+const isHeldOff = (r: SubmitResult) => r.status === "rejected" && (r.reason === "leased" || r.reason === "lease_cooldown");
 /** A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses. */
 const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
+/** A field of a refusal's `details`, when it is a string. */
+const detail = (r: SubmitResult, field: string): string | undefined => {
+  const d = r.status === "rejected" ? (r.details as Record<string, unknown> | undefined) : undefined;
+  return typeof d === "object" && d !== null && typeof d[field] === "string" ? d[field] : undefined;
+};
+
+/** Most changes one client remembers having left `incomplete` (the latest). */
+const MAX_LEFT_INCOMPLETE = 10_000;
+
+/**
+ * The changes each client left `incomplete`, with their steps that may stand: calling `change()` again resumes one,
+ * and an acquire refused then must not be answered `not_started` ("nothing was written"). In the client's memory
+ * only: a client started anew does not know them.
+ */
+const leftIncomplete = new WeakMap<object, Map<string, string[]>>();
 
 /** The WriteIntent that takes (`acquire`) or gives back (`release`) a record's lease for a change. */
 export function buildLeaseIntent(i: {
@@ -116,6 +138,19 @@ export function buildLeaseIntent(i: {
 
 /** Runs a change for `client` (see `WritClient.change`). */
 export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
+  const result = await runChangeOnce(client, input);
+  let left = leftIncomplete.get(client);
+  if (result.status !== "incomplete") left?.delete(result.change);
+  else {
+    if (!left) leftIncomplete.set(client, (left = new Map()));
+    left.delete(result.change);
+    left.set(result.change, result.applied);
+    if (left.size > MAX_LEFT_INCOMPLETE) left.delete(left.keys().next().value!);
+  }
+  return result;
+}
+
+async function runChangeOnce(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
   const change = changeId({ agentId: client.agentId, runId: input.runId, stepId: input.stepId });
   // Checked before anything is sent: a NaN deadline never runs out (asked again without end), and a time to live
   // owners do not admit would end the change at its first acquire.
@@ -151,7 +186,7 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     }
   };
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
-    const result = await settle(() => lease(key, "acquire"), within, (r) => isUnsettled(r) || isLeased(r));
+    const result = await settle(() => lease(key, "acquire"), within, (r) => isUnsettled(r) || isHeldOff(r));
     if (isApplied(result)) {
       const r = records.get(key)!;
       // A reply too large for the broker carries the version without the record (`truncated`): taken as the
@@ -195,12 +230,31 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
     await Promise.all(held.map((k) => settle(() => lease(k, "release"), 30_000).catch(() => undefined)));
   };
 
+  /**
+   * How the change ends when a record's lease is not taken before its first step. `not_started` says nothing of the
+   * change was written: not when it is known to have run. A refusal `lease_hold_exceeded` says the change holds the
+   * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
+   * held the record lately; this client's memory, that it left the change `incomplete`. Each ends it `incomplete`.
+   */
+  const notTaken = (key: string, got: SubmitResult): ChangeResult => {
+    const earlier = leftIncomplete.get(client)?.get(change);
+    const ranBefore = isHoldExceeded(got) || (got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change);
+    if (!isUnsettled(got) && !ranBefore && earlier === undefined) return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
+    // Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
+    const applied = earlier ?? (ranBefore ? input.steps.map((s) => s.name) : []);
+    const standing = applied.length > 0 ? `steps ${applied.join(", ")} may stand` : "no step is known to stand";
+    let message: string;
+    if (isUnsettled(got)) message = `no answer to the lease acquire of ${key}${earlier === undefined ? "" : ` (a change left incomplete before: ${standing})`}`;
+    else if (isHoldExceeded(got)) message = `this change has held the lease of ${key} as long as owners allow (WRIT_LEASE_MAX_HOLD_MS), so it ran before and ${standing}; the lease is not renewed and lapses at ${detail(got, "expiresAt") ?? "its expiry"}: call change() again after then to resume`;
+    else if (ranBefore) message = `this change held ${key} as long as owners allow, so it ran before and ${standing}; the record is kept from this agent until ${detail(got, "until") ?? "the cool-down ends"}: call change() again after then to resume`;
+    else message = `this change was left incomplete before (${standing}), and the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
+    return { status: "incomplete", change, message, applied, result: got };
+  };
   for (const key of order) {
     const got = await acquire(key, waitForLeaseMs);
     if (!isApplied(got)) {
       await releaseAll();
-      if (isUnsettled(got)) return { status: "incomplete", change, message: `no answer to the lease acquire of ${key}`, applied: [], result: got };
-      return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
+      return notTaken(key, got);
     }
   }
 

@@ -3,7 +3,7 @@ import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
 import { printable } from "./printable.ts";
 import { RESOLUTION_FIELDS_BYTES, resolutionBounds } from "./schemas/resolution.ts";
-import { MIN_LEASE_TTL_MS } from "./schemas/write-intent.ts";
+import { MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS } from "./schemas/write-intent.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
 import { defaultResponseBudgetBytes } from "./sor/response-budget.ts";
 import { KafkaSecurity, checkRegistryFields, registryFields, securityInputFromEnv, securityVariableOf } from "./security/transport.ts";
@@ -159,9 +159,12 @@ export const RouterConfig = z
      */
     registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(DEFAULT_REGISTRY_LOOKUPS_PER_S),
     /**
-     * Longest one change may hold a record's lease, from its grant (`acquiredAt`). ms. A renewal past it is refused
-     * `lease_hold_exceeded` and the lease lapses at its expiry, so no agent holds a record longer than this and one
-     * time to live (at most 600 s). Generous: above the slowest change an agent should make, owner failovers included.
+     * Longest one agent may hold a record by leases at a stretch, from its grant (`acquiredAt`; a lease it takes again
+     * within LEASE_COOLDOWN_MS of its last one ending continues that hold). ms. A renewal past it is refused
+     * `lease_hold_exceeded` and the lease lapses at its expiry; then the record is kept from the agent for the cool-down
+     * (`lease_cooldown`), so no agent holds a record longer than this and one time to live (at most 600 s) without
+     * leaving it to others for 10 s. Generous: above the slowest change an agent should make, owner failovers
+     * included. Below the longest time to live (600 s) one grant outlasts it: warned at start (configWarnings).
      */
     leaseMaxHoldMs: timerMs(MIN_LEASE_TTL_MS).default(900_000),
     /**
@@ -504,6 +507,22 @@ export function checkAgentRegistryRequired(config: Pick<RouterConfig, "requireAg
     "invalid router configuration: WRIT_AGENT_REGISTRY (agentRegistryPath): required, since WRIT_REQUIRE_AGENT_REGISTRY (requireAgentRegistry) is true; without an agent registry owners verify no signature and any producer may write as any agent",
     { retriable: false, context: { field: "WRIT_AGENT_REGISTRY" } },
   );
+}
+
+/**
+ * What in a valid router config is likely a mistake, one line each naming the fields, logged at start (not refused:
+ * tests and demos bound holds to seconds). A longest hold below the longest lease time to live an agent may ask
+ * (`lease.ttlMs` of an acquire: a client's leaseTtlMs or lease_ttl, up to 600 s) does not bound a lease to it: one
+ * grant lasts its whole time to live.
+ */
+export function configWarnings(config: Pick<RouterConfig, "leaseMaxHoldMs">): string[] {
+  const out: string[] = [];
+  if (config.leaseMaxHoldMs < MAX_LEASE_TTL_MS) {
+    out.push(
+      `WRIT_LEASE_MAX_HOLD_MS (leaseMaxHoldMs, ${config.leaseMaxHoldMs} ms) is below the longest lease time to live an agent may ask (an acquire's lease.ttlMs, up to ${MAX_LEASE_TTL_MS} ms): one grant holds a record for its whole time to live, past the longest hold, and a change renewing past half of it may be refused its first renewal (lease_hold_exceeded). Keep it at or above ${MAX_LEASE_TTL_MS} ms, or your changes' leaseTtlMs well below it`,
+    );
+  }
+  return out;
 }
 
 /** `true`/`1`/`yes`, `false`/`0`/`no` (any case); anything else is left for the schema to refuse, naming the variable. */

@@ -106,10 +106,18 @@ export const REJECT_REASONS = [
    */
   "lease_limit",
   /**
-   * A renewal of a lease its change has held for `WRIT_LEASE_MAX_HOLD_MS` since its grant (`details`: `acquiredAt`,
+   * A renewal of a lease its change has held for `WRIT_LEASE_MAX_HOLD_MS` since its grant (or since the grant of its
+   * agent's lease of the record that ended less than `LEASE_COOLDOWN_MS` before it: one hold) (`details`: `acquiredAt`,
    * `maxHoldMs`, `expiresAt`). Not renewed: the lease stays the change's until it lapses at `expiresAt`.
    */
   "lease_hold_exceeded",
+  /**
+   * A lease acquire of an agent whose own lease of the record ended less than `LEASE_COOLDOWN_MS` (10 s) ago, its hold
+   * of the record (continued across its leases taken again within that time) past `WRIT_LEASE_MAX_HOLD_MS`
+   * (`details`: `acquiredAt`, `maxHoldMs`, `until`, `change`: the change whose lease ended). Nothing taken; the record
+   * is the agent's to acquire again from `until`.
+   */
+  "lease_cooldown",
   /**
    * An intent created longer ago than the ledger keeps intents (a lease intent: than a lease lasts): past that its
    * repeat could not be recognized, so it is not acted on. Signed bytes replayed later meet this.

@@ -11,6 +11,7 @@ from writ_client import (
     AppliedReply,
     ChangeApplied,
     ChangeCompensated,
+    ChangeIncomplete,
     ChangeInput,
     ChangeNotStarted,
     ChangeStep,
@@ -21,7 +22,7 @@ from writ_client import (
 )
 from writ_client.change import build_lease_intent
 from writ_client.devstack import RecordsAdmin
-from writ_client.models import EntityRef
+from writ_client.models import EntityRef, UnknownOutcome
 
 from .test_client import REFUND, TAG, seed_payment
 
@@ -161,7 +162,8 @@ def test_a_wait_that_is_not_a_number_of_seconds_is_refused_naming_it_before_anyt
 
 
 def _scripted_change_client(refuse: Any) -> tuple[WritClient, list[Any]]:
-    """A client whose owners are a script (no broker): ``refuse(intent)`` gives a rejection reason, else applied."""
+    """A client whose owners are a script (no broker): ``refuse(intent)`` gives a rejection reason (or reason and
+    details, or ``"unknown"``: no answer), else applied."""
     client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
     sent: list[Any] = []
 
@@ -169,8 +171,13 @@ def _scripted_change_client(refuse: Any) -> tuple[WritClient, list[Any]]:
         sent.append(intent)
         base = {"intentId": intent.intent_id, "intentKey": intent.intent_key, "duplicate": False, "at": "2026-01-01T00:00:00.000Z"}
         reason = refuse(intent)
+        if reason == "unknown":
+            return UnknownOutcome(intent_id=intent.intent_id, intent_key=intent.intent_key, message="no reply")
+        details = None
+        if isinstance(reason, tuple):
+            reason, details = reason
         if reason is not None:
-            return RejectedReply.model_validate({**base, "status": "rejected", "reason": reason, "message": reason})
+            return RejectedReply.model_validate({**base, "status": "rejected", "reason": reason, "message": reason, "details": details})
         lease = intent.lease is not None and intent.lease.op in ("acquire", "release")
         undo = {"undoOf": intent.undo.intent_key} if intent.undo is not None else {}
         return AppliedReply.model_validate({**base, "status": "applied", "entity": intent.entity.model_dump(), "state": {}, "version": '"v1"', "via": "lease" if lease else "patch", **undo})
@@ -222,3 +229,78 @@ def test_an_acquire_past_the_agents_lease_limit_ends_the_change_not_started_rele
     assert isinstance(result, ChangeNotStarted), result
     assert isinstance(result.result, RejectedReply) and result.result.reason == "lease_limit"
     assert _trace(sent) == ["acquire T-1", "acquire T-2", "release T-1"]
+
+
+def _three_steps() -> list[ChangeStep]:
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    return [ChangeStep(id_, tool, {"type": "ticket", "id": id_}, {}, [{"op": "add", "path": "/a", "value": 1}]) for id_ in ("T-3", "T-1", "T-2")]
+
+
+def test_a_resumed_change_whose_lease_is_refused_lease_hold_exceeded_before_its_first_step_ends_incomplete_never_not_started() -> None:
+    # Its earlier run applied T-3 and lost T-1's answer; resumed, the owner still holds its lease of T-2 past the
+    # longest hold: it ran, so its steps may stand ("nothing was written" would be false).
+    expires_at = "2026-01-01T00:05:00.000Z"
+
+    def refuse(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            return ("lease_hold_exceeded", {"acquiredAt": "2026-01-01T00:00:00.000Z", "maxHoldMs": 1000, "expiresAt": expires_at})
+        return None
+
+    client, sent = _scripted_change_client(refuse)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    assert isinstance(result, ChangeIncomplete), result
+    assert result.applied == ["T-3", "T-1", "T-2"] and expires_at in result.message
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "lease_hold_exceeded"
+    assert _trace(sent) == ["acquire T-1", "acquire T-2", "release T-1"]
+
+
+def test_a_change_this_client_left_incomplete_resumed_while_a_record_is_leased_or_at_the_lease_limit_ends_incomplete_a_new_client_does_not_know() -> None:
+    for reason in ("leased", "lease_limit"):
+        resumed = [False]
+
+        def refuse(i: Any, reason: str = reason) -> Any:
+            if not resumed[0] and i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1":
+                return "unknown"
+            if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                return reason
+            return None
+
+        client, sent = _scripted_change_client(refuse)
+        first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), settle_within=0))
+        assert isinstance(first, ChangeIncomplete) and first.applied == ["T-3"], first
+        resumed[0] = True
+        before = len(sent)
+        again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(again, ChangeIncomplete) and again.applied == ["T-3"], (reason, again)
+        assert isinstance(again.result, RejectedReply) and again.result.reason == reason
+        assert not [t for t in _trace(sent[before:]) if t.startswith("step")]
+        # Another client (the agent restarted after a crash) has no memory of it.
+        fresh, _ = _scripted_change_client(lambda i, reason=reason: reason if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" else None)
+        assert isinstance(fresh.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0)), ChangeNotStarted)
+
+
+def test_an_acquire_refused_lease_cooldown_is_waited_out_and_one_naming_this_change_ends_it_incomplete(monkeypatch: Any) -> None:
+    import writ_client.change as change_module
+
+    monkeypatch.setattr(change_module, "time", SimpleNamespace(monotonic=change_module.time.monotonic, sleep=lambda s: None))
+    refusals = [2]
+
+    def waited(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" and refusals[0] > 0:
+            refusals[0] -= 1
+            return ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change})
+        return None
+
+    client, sent = _scripted_change_client(waited)
+    assert isinstance(client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps())), ChangeApplied)
+    assert _trace(sent).count("acquire T-2") == 3
+    for own in (True, False):
+
+        def cooling(i: Any, own: bool = own) -> Any:
+            if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                return ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change if own else "f" * 64})
+            return None
+
+        other, _ = _scripted_change_client(cooling)
+        result = other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(result, ChangeIncomplete if own else ChangeNotStarted), (own, result)

@@ -1,6 +1,7 @@
 import { WritError } from "../errors.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LedgerIntentEntry, type LedgerLeaseEntry, type LedgerProgress, leaseLedgerKey } from "../schemas/ledger-entry.ts";
+import { LEASE_COOLDOWN_MS } from "../schemas/write-intent.ts";
 
 export type LedgerStatus = LedgerIntentEntry["status"];
 
@@ -378,8 +379,12 @@ function heldBy(entry: LedgerLeaseEntry | null): { agentId: string; expiresAt: n
   return entry && entry.releasedAt === undefined ? { agentId: entry.agentId, expiresAt: Date.parse(entry.expiresAt) } : null;
 }
 
-/** When a lease entry may go: a held lease at its expiry, a released one once its replay markers are past. */
+/**
+ * When a lease entry may go: a held lease at its expiry, a released one once its replay markers and its cool-down
+ * (what a grant to its agent is decided on, record-leases.ts) are past.
+ */
 function leaseEndsAt(entry: LedgerLeaseEntry): number {
   if (entry.releasedAt === undefined) return Date.parse(entry.expiresAt);
-  return (entry.released ?? []).reduce((end, m) => Math.max(end, Date.parse(m.until)), Date.parse(entry.expiresAt));
+  const coolsAt = Date.parse(entry.releasedAt) + LEASE_COOLDOWN_MS;
+  return (entry.released ?? []).reduce((end, m) => Math.max(end, Date.parse(m.until)), Math.max(Date.parse(entry.expiresAt), coolsAt));
 }

@@ -76,8 +76,8 @@ export interface OwnerContext {
     forwarded?(partition: number): void;
     /** A record's lease expired and was released (its change did not end in time). */
     leaseExpired?(partition: number, recordType: string): void;
-    /** A lease acquire refused by a bound: its agent at its lease limit, or its change past the longest hold. */
-    leaseRefused?(partition: number, reason: "lease_limit" | "lease_hold_exceeded"): void;
+    /** A lease acquire refused by a bound: its agent at its lease limit, its change past the longest hold, or its agent in the cool-down after it. */
+    leaseRefused?(partition: number, reason: "lease_limit" | "lease_hold_exceeded" | "lease_cooldown"): void;
     /** A refusal of signed bytes staged to be remembered for them (refusals.ts), by its reason. */
     refusalRemembered?(partition: number, reason: string): void;
     /** The partition was taken up and runs (ms: fence, marker, ledger restore, heal). */

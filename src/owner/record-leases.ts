@@ -1,7 +1,7 @@
 import type { PartitionLedger } from "../ledger/ledger-state.ts";
 import type { LedgerLeaseEntry } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
-import { DEFAULT_LEASE_TTL_MS } from "../schemas/write-intent.ts";
+import { DEFAULT_LEASE_TTL_MS, LEASE_COOLDOWN_MS } from "../schemas/write-intent.ts";
 import { type AdmittedIntent, freshnessRefusal, LEASE_INTENT_MAX_AGE_MS } from "./admission.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { isOutage, type Step, unkeepableVersion } from "./intent-pipeline.ts";
@@ -72,17 +72,20 @@ export function leaseRefusalReply(a: AdmittedIntent, why: NonNullable<ReturnType
   return effects({ replies: [{ topic: intent.replyTo, value: rejectedReply(intent.intentId, intent.intentKey, why.reason, why.message, at, why.details) }] });
 }
 
-/** What bounds what one agent holds by leases (WRIT_LEASE_MAX_HOLD_MS, WRIT_MAX_LEASES_PER_AGENT). */
+/** What bounds what one agent holds by leases (WRIT_LEASE_MAX_HOLD_MS and its cool-down, WRIT_MAX_LEASES_PER_AGENT). */
 export interface LeaseBounds {
   /** The record's ledger partition: its agents' leases, counted. */
   ledger: Pick<PartitionLedger, "leasesHeldBy" | "claimLease">;
-  /** Longest a change holds one lease from its grant: past it, no renewal. ms. */
+  /** Longest an agent holds one record at a stretch, from its grant: past it, no renewal, and a cool-down. ms. */
   maxHoldMs: number;
   /** Most leases one agent holds at once on the partition's records. */
   maxPerAgent: number;
   /** An acquire refused by a bound. */
-  refused?(reason: "lease_limit" | "lease_hold_exceeded"): void;
+  refused?(reason: LeaseBoundReason): void;
 }
+
+/** Why an acquire was refused by a bound. */
+export type LeaseBoundReason = "lease_limit" | "lease_hold_exceeded" | "lease_cooldown";
 
 /**
  * A lease intent (`acquire` or `release`), settled: an acquire reads the
@@ -135,7 +138,9 @@ export async function settleLeaseIntent(
     const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
     return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
   }
-  const bound = bounds && leaseBoundRefusal(a, gate, bounds, now.getTime());
+  // The agent's own lease of the record that ended within the cool-down: a new grant continues its hold.
+  const earlier = gate.kind === "free" ? heldLately(gate.released, intent.agent.id, now.getTime()) : null;
+  const bound = bounds && leaseBoundRefusal(a, gate, bounds, now.getTime(), earlier);
   if (bound) return reply(bound);
   let current;
   try {
@@ -150,7 +155,7 @@ export async function settleLeaseIntent(
   const expiresAt = new Date(now.getTime() + (lease.ttlMs ?? DEFAULT_LEASE_TTL_MS)).toISOString();
   if (bounds && gate.kind !== "mine") {
     // Asked again, the grant counted at once: the agent's other acquires of the partition ran while this one read.
-    const over = leaseBoundRefusal(a, gate, bounds, now.getTime());
+    const over = leaseBoundRefusal(a, gate, bounds, now.getTime(), earlier);
     if (over) return reply(over);
     bounds.ledger.claimLease(a.entityKey, intent.agent.id, Date.parse(expiresAt));
   }
@@ -160,7 +165,9 @@ export async function settleLeaseIntent(
     change: lease.change,
     agentId: intent.agent.id,
     replyTo: intent.replyTo,
-    acquiredAt: gate.kind === "mine" ? gate.lease.acquiredAt : at,
+    // A renewal keeps its grant's; a grant soon after the agent's own lease of the record ended continues that hold
+    // (released and taken again at once, the hold would start anew and never reach the bound).
+    acquiredAt: gate.kind === "mine" ? gate.lease.acquiredAt : (earlier?.acquiredAt ?? at),
     expiresAt,
     updatedAt: at,
     // The latest acquire's createdAt (a replayed older one renewing it moves nothing back): if the lease lapses,
@@ -175,20 +182,39 @@ export async function settleLeaseIntent(
 }
 
 /**
+ * The agent's own lease of the record (`released`: the entry its last lease left) if it ended less than
+ * {@link LEASE_COOLDOWN_MS} before `now`: its hold's start, its end (`releasedAt`: a release, or a lapse's expiry) and
+ * its change. Null for another agent's, an older one, or none.
+ */
+function heldLately(released: LedgerLeaseEntry | undefined, agentId: string, now: number): { acquiredAt: string; until: number; change: string } | null {
+  if (released?.releasedAt === undefined || released.agentId !== agentId) return null;
+  const until = Date.parse(released.releasedAt) + LEASE_COOLDOWN_MS;
+  return now < until ? { acquiredAt: released.acquiredAt, until, change: released.change } : null;
+}
+
+/**
  * The refusal of an acquire past a bound (before its record is read, so it costs the system nothing), or null. A
  * renewal (the lease is the change's) past `maxHoldMs` from its grant is `lease_hold_exceeded`: not renewed, the lease
  * stays the change's until it lapses, so the change can still undo its steps under it (docs/architecture.md §10.3).
+ * A new grant that would continue the agent's hold of the record (`earlier`: its own lease of it ended within the
+ * cool-down) past `maxHoldMs` is `lease_cooldown`: the record is kept from it until the cool-down after that end.
  * A new grant to an agent holding `maxPerAgent` live leases on the partition's records is `lease_limit`.
  */
-function leaseBoundRefusal(a: AdmittedIntent, gate: LeaseGate, bounds: LeaseBounds, now: number): Reply | null {
+function leaseBoundRefusal(a: AdmittedIntent, gate: LeaseGate, bounds: LeaseBounds, now: number, earlier: ReturnType<typeof heldLately>): Reply | null {
   const { intent } = a;
   const at = new Date(now).toISOString();
   if (gate.kind === "mine") {
     const { acquiredAt, expiresAt } = gate.lease;
     if (!(now > Date.parse(acquiredAt) + bounds.maxHoldMs)) return null;
     bounds.refused?.("lease_hold_exceeded");
-    const msg = `this change has held the lease of ${a.entityKey.slice(0, 300)} since ${acquiredAt}, the longest owners let a change hold one (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): not renewed. It stays the change's until ${expiresAt}, then lapses; end the change before then`;
+    const msg = `this change has held the lease of ${a.entityKey.slice(0, 300)} since ${acquiredAt} (with its agent's leases of it taken again within ${LEASE_COOLDOWN_MS} ms of the last one's end), the longest owners let one agent hold a record (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): not renewed. It stays the change's until ${expiresAt}, then lapses; end the change before then`;
     return rejectedReply(intent.intentId, intent.intentKey, "lease_hold_exceeded", msg, at, { acquiredAt, maxHoldMs: bounds.maxHoldMs, expiresAt });
+  }
+  if (earlier !== null && now > Date.parse(earlier.acquiredAt) + bounds.maxHoldMs) {
+    bounds.refused?.("lease_cooldown");
+    const until = new Date(earlier.until).toISOString();
+    const msg = `agent ${intent.agent.id.slice(0, 128)} has held ${a.entityKey.slice(0, 300)} since ${earlier.acquiredAt}, past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): it is kept from the agent until ${until}, so other agents' writes and changes get it; nothing was taken. Acquire it again after then`;
+    return rejectedReply(intent.intentId, intent.intentKey, "lease_cooldown", msg, at, { acquiredAt: earlier.acquiredAt, maxHoldMs: bounds.maxHoldMs, until, change: earlier.change });
   }
   const held = bounds.ledger.leasesHeldBy(intent.agent.id, now);
   if (held < bounds.maxPerAgent) return null;
@@ -214,17 +240,21 @@ export function lapsedLease(lease: LedgerLeaseEntry, now: number): LedgerLeaseEn
 }
 
 /**
- * The entry a lease leaves when it ends (released, or lapsed): free (`releasedAt`; its `expiresAt` the end, so an
- * older owner sees it lapsed), with `mark` for its change (replacing an earlier one of the change and agent) and the
- * marks it carried still in force at `now`, the latest {@link MAX_RELEASE_MARKERS}. Null (a tombstone) when no mark
- * is in force: no acquire one refuses can be admitted any more.
+ * The entry a lease leaves when it ends (released, or lapsed): free (`releasedAt`, when it ended: its release, or its
+ * own expiry for a lapse found later; `expiresAt` now, so an older owner sees it lapsed), its agent, change and
+ * `acquiredAt` kept (what the cool-down after it is decided on, §10.3), with `mark` for its change (replacing an
+ * earlier one of the change and agent) and the marks it carried still in force at `now`, the latest
+ * {@link MAX_RELEASE_MARKERS}. Null (a tombstone) when no mark is in force and its cool-down is past: no acquire one
+ * refuses can be admitted any more, and no grant to its agent continues its hold.
  */
 function freedLease(lease: LedgerLeaseEntry, mark: ReplayMark | null, now: number): LedgerLeaseEntry | null {
   const kept = liveMarks(lease, now).filter((m) => mark === null || m.change !== mark.change || m.agentId !== mark.agentId);
   const marks = (mark !== null && Date.parse(mark.until) >= now ? [...kept, mark] : kept).slice(-MAX_RELEASE_MARKERS);
-  if (marks.length === 0) return null;
+  const ended = lease.releasedAt ?? new Date(Math.min(now, Date.parse(lease.expiresAt))).toISOString();
+  if (marks.length === 0 && !(Date.parse(ended) + LEASE_COOLDOWN_MS > now)) return null;
   const at = new Date(now).toISOString();
-  return { ...lease, expiresAt: at, updatedAt: at, releasedAt: at, released: marks };
+  const { released: _carried, ...rest } = lease;
+  return { ...rest, expiresAt: at, updatedAt: at, releasedAt: ended, ...(marks.length > 0 ? { released: marks } : {}) };
 }
 
 /**

@@ -44,7 +44,8 @@ import { type Effects, effects, rejectedReply, replayedReply } from "./effects.t
  * - as the intent runs, on the ledger and the record: `leased`, `lease_not_held`, a lease acquire's
  *   `entity_not_found` (the record created since), `sor_protocol` (the system fixed), `lease_limit` (the agent's
  *   other leases ended) and `lease_hold_exceeded` (the lease lapsed: the lapse marks only the acquires it granted, so
- *   the refused renewal's bytes would take the record anew, its hold begun again), the undo's `undo_*`, and
+ *   the refused renewal's bytes would take the record anew, its hold begun again), `lease_cooldown` (the cool-down
+ *   passed: its bytes would take the record at a time its agent did not ask for), the undo's `undo_*`, and
  *   `key_reused_with_different_params` (the key's entry changes with a resolution; its fingerprint with the tool's
  *   free-text params).
  *
@@ -71,6 +72,7 @@ export const REMEMBERED_REFUSALS: ReadonlySet<string> = new Set<RejectReason>([
   "lease_not_held",
   "lease_limit",
   "lease_hold_exceeded",
+  "lease_cooldown",
   "entity_not_found",
   "sor_protocol",
   "key_reused_with_different_params",

@@ -1,7 +1,7 @@
 import type { Server } from "node:http";
 import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
-import { checkAgentRegistryRequired, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
+import { checkAgentRegistryRequired, configWarnings, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogging, type KafkaLogTap } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
@@ -178,6 +178,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
   });
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
+  for (const warning of configWarnings(config)) log.warn(warning);
   // A lookup that waited for the budget: someone frames values with ids this process has not seen, faster than
   // WRIT_REGISTRY_LOOKUPS_PER_S. Said at most once a minute, with how many waited since it was last said.
   const lookupWaits = {

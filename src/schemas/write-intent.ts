@@ -26,6 +26,15 @@ export const DEFAULT_LEASE_TTL_MS = 60_000;
 /** Longest lease an agent may ask for: a lease points at a running change, never a parking spot. */
 export const MAX_LEASE_TTL_MS = 600_000;
 
+/**
+ * How long a record stays out of an agent's reach once that agent's lease of it ended past the owners' longest hold
+ * (WRIT_LEASE_MAX_HOLD_MS), and how long after any of its leases of it ends a new grant to it continues that lease's
+ * hold (docs/architecture.md §10.3). Over four times the longest wait between a client's asks for a leased record (2 s,
+ * +20 %): every client waiting for the record asks again while the agent is kept off it. Fixed, not a setting: every
+ * owner replaying a partition's ledger decides the same from the lease entry alone.
+ */
+export const LEASE_COOLDOWN_MS = 10_000;
+
 /** Longest run id and step id an intent carries (its `agent.runId`, `agent.stepId`). */
 export const MAX_RUN_ID_LENGTH = 256;
 

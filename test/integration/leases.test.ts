@@ -291,6 +291,71 @@ describe("changes that span records on a real broker", () => {
     expect(metrics).toMatch(/^writ_leases_expired_total\{record_type="ticket"\} 1$/m);
   });
 
+  it("lease-cooldown: an agent whose hold of a record passed WRIT_LEASE_MAX_HOLD_MS cannot take it straight back, by a new acquire once it lapsed nor by releasing and acquiring again: refused lease_cooldown, another agent's write is applied meanwhile; after the cool-down it may", async () => {
+    const h = await harness();
+    for (const id of ["T-cool-a", "T-cool-b"]) h.records.seed("ticket", id, { status: "open", tags: ["damaged"] });
+    const router = await h.startRouter({ config: { ...h.config, leaseMaxHoldMs: 1000 } });
+    const [holder, support] = await Promise.all([h.client("holder"), h.client("support")]);
+    const ticket = (id: string) => ({ type: "ticket", id });
+    const newChange = () => changeId({ agentId: "holder", runId: run(), stepId: "hold" });
+    const acquire = (change: string, id: string) => holder.submit(leaseIntent(holder, change, "acquire", ticket(id), "tag_ticket", 2000));
+    const tag = async (id: string, t: string) => {
+      const { version, state } = await readVersion(h.records, "ticket", id);
+      return support.submit({ tool: tagTicket, entity: ticket(id), runId: run(), stepId: t, baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), t] }], params: { tag: t } }, { onLeased: "answer" });
+    };
+
+    // A: held and renewed until a renewal is refused; once the lease lapsed, a new change of the same agent asks
+    // for the record again (a raw acquire loop: every answer but `leased` ends it).
+    const first = newChange();
+    expect(await acquire(first, "T-cool-a")).toMatchObject({ status: "applied", via: "lease" });
+    await waitFor(async () => (await acquire(first, "T-cool-a")).status === "rejected", { timeoutMs: 20_000, message: "no renewal was refused lease_hold_exceeded" });
+    const again = newChange();
+    const retaken = await waitFor(
+      async () => {
+        const r = await acquire(again, "T-cool-a");
+        return r.status === "rejected" && r.reason === "leased" ? undefined : r;
+      },
+      { intervalMs: 0, timeoutMs: 20_000, message: "the lapsed lease was never let go" },
+    );
+    // Without the cool-down: granted at once, and the agent holds the record again for as long again.
+    expect(retaken).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 1000, change: first } });
+    // Nothing was taken: the other agent's write is applied at once, written once.
+    const write = await tag("T-cool-a", "vip");
+    expect(write).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
+
+    // B: released and acquired again at once by a new change, and again: the hold goes on across the agent's
+    // leases, so past the longest hold the next acquire is refused (without it, granted every time).
+    let last = newChange();
+    expect(await acquire(last, "T-cool-b")).toMatchObject({ status: "applied", via: "lease" });
+    const cooled = await waitFor(
+      async () => {
+        expect(await holder.submit(leaseIntent(holder, last, "release", ticket("T-cool-b"), "tag_ticket"))).toMatchObject({ status: "applied", duplicate: false });
+        last = newChange();
+        const r = await acquire(last, "T-cool-b");
+        return r.status === "rejected" ? r : undefined;
+      },
+      { timeoutMs: 20_000, message: "an agent releasing and acquiring again was granted the record without end" },
+    );
+    expect(cooled).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 1000 } });
+    const other = await tag("T-cool-b", "vip");
+    expect(other).toMatchObject({ status: "applied", via: "patch" });
+    expect(patches(h.records, other.intentKey)).toEqual(["applied"]);
+    expect(await router.metrics()).toMatch(/^writ_leases_refused_total\{reason="lease_cooldown"\} [1-9]/m);
+
+    // The cool-down ends: from its `until`, the agent is granted the record again.
+    const until = Date.parse((retaken as { details: { until: string } }).details.until);
+    const granted = await waitFor(
+      async () => {
+        if (Date.now() < until) return undefined;
+        const r = await acquire(newChange(), "T-cool-a");
+        return r.status === "applied" ? r : undefined;
+      },
+      { timeoutMs: 30_000, message: "the record stayed kept from the agent past the cool-down" },
+    );
+    expect(granted).toMatchObject({ status: "applied", via: "lease" });
+  });
+
   it("a step the system refuses: the steps applied before it are undone, newest first, and nothing of the change remains", async () => {
     const h = await harness();
     seedThree(h.records, "3");

@@ -1,6 +1,6 @@
 import { getHeapStatistics } from "node:v8";
 import { describe, expect, it } from "vitest";
-import { ClientConfig, parseConfig, routerConfigFromEnv } from "../../src/config.ts";
+import { ClientConfig, configWarnings, parseConfig, routerConfigFromEnv } from "../../src/config.ts";
 import { startRouter } from "../../src/owner/router.ts";
 
 describe("routerConfigFromEnv", () => {
@@ -146,6 +146,15 @@ describe("routerConfigFromEnv", () => {
     for (const bad of ["0", "100001", "2.5", "many"]) {
       expect(() => routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_MAX_LEASES_PER_AGENT: bad }), bad).toThrow(/WRIT_MAX_LEASES_PER_AGENT \(maxLeasesPerAgent\)/);
     }
+  });
+
+  it("warns at start, naming both, when WRIT_LEASE_MAX_HOLD_MS is below the longest lease time to live an agent may ask (600 s): one grant outlasts the hold", () => {
+    expect(configWarnings(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }))).toEqual([]);
+    expect(configWarnings(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEASE_MAX_HOLD_MS: "600000" }))).toEqual([]);
+    const [warning, ...rest] = configWarnings(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_LEASE_MAX_HOLD_MS: "599999" }));
+    expect(rest).toEqual([]);
+    expect(warning).toMatch(/WRIT_LEASE_MAX_HOLD_MS \(leaseMaxHoldMs, 599999 ms\)/);
+    expect(warning).toMatch(/lease\.ttlMs, up to 600000 ms/);
   });
 
   it("bounds writ owner's clean stop: 25 s by default (under Kubernetes' default grace period of 30 s), at least 1 ms", () => {

@@ -18,7 +18,9 @@ steps:
 Every intent of a change has a key derived from the change, so calling
 :meth:`WritClient.change` again with the same run and step resumes it after a
 crash: the leases are the change's own again, and applied steps are answered
-from the ledger. The wire form is the TypeScript client's, byte for byte
+from the ledger. A resumed change whose lease is not taken again does not end
+``not_started`` when it is known to have run (see :class:`ChangeNotStarted`).
+The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
 
@@ -28,6 +30,7 @@ import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -114,7 +117,15 @@ class ChangeCompensated:
 
 @dataclass(frozen=True)
 class ChangeNotStarted:
-    """A record stayed leased to another change for ``wait_for_lease``, or could not be leased; nothing was written."""
+    """A record stayed leased to another change (or kept from this agent, ``lease_cooldown``) for ``wait_for_lease``,
+    or could not be leased (``lease_limit``); nothing was written.
+
+    Never the answer to a change known to have run: one whose lease is refused ``lease_hold_exceeded`` (it holds it),
+    or ``lease_cooldown`` after its own hold, or that this client left incomplete before, ends
+    :class:`ChangeIncomplete`. A client started anew (after a crash) does not know what an earlier one left: a change it
+    resumes whose lease another change took meanwhile ends ``not_started`` for this call, and its earlier steps may
+    stand.
+    """
 
     change: str
     entity: EntityRef
@@ -124,8 +135,9 @@ class ChangeNotStarted:
 
 @dataclass(frozen=True)
 class ChangeIncomplete:
-    """Not settled: an intent's outcome stayed unknown, a step was escalated, or an undo was not applied. The steps
-    in ``applied`` may stand. Calling :meth:`WritClient.change` again with the same input resumes it."""
+    """Not settled: an intent's outcome stayed unknown, a step was escalated, an undo was not applied, or a resumed
+    change could not take its leases again. The steps in ``applied`` may stand (all of them when a resume finds the
+    change ran but not which). Calling :meth:`WritClient.change` again with the same input resumes it."""
 
     change: str
     message: str
@@ -145,8 +157,26 @@ def _unsettled(r: SubmitResult) -> bool:
     return r.status in ("unknown", "blocked")
 
 
-def _leased(r: SubmitResult) -> bool:
-    return isinstance(r, RejectedReply) and r.reason == "leased"
+def _held_off(r: SubmitResult) -> bool:
+    """A record another change holds, or owners keep from this agent for a while (``lease_cooldown``): waited out."""
+    return isinstance(r, RejectedReply) and r.reason in ("leased", "lease_cooldown")
+
+
+def _detail(r: SubmitResult, field: str) -> str | None:
+    """A field of a refusal's ``details``, when it is a string."""
+    d = r.details if isinstance(r, RejectedReply) else None
+    v = d.get(field) if isinstance(d, dict) else None
+    return v if isinstance(v, str) else None
+
+
+#: Most changes one client remembers having left incomplete (the latest).
+_MAX_LEFT_INCOMPLETE = 10_000
+
+#: The changes each client left incomplete, with their steps that may stand: calling change() again resumes one, and
+#: an acquire refused then must not be answered not_started ("nothing was written"). In the client's memory only: a
+#: client started anew does not know them.
+_left_incomplete: weakref.WeakKeyDictionary[Any, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+_left_lock = threading.Lock()
 
 
 def _hold_exceeded(r: SubmitResult) -> bool:
@@ -200,6 +230,23 @@ def _rejected(like: SubmitResult, reason: str, message: str) -> RejectedReply:
 
 def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]) -> ChangeResult:
     """Runs a change for ``client`` (see :meth:`WritClient.change`)."""
+    result = _run_change_once(client, change_input)
+    with _left_lock:
+        left = _left_incomplete.get(client)
+        if not isinstance(result, ChangeIncomplete):
+            if left is not None:
+                left.pop(result.change, None)
+        else:
+            if left is None:
+                left = _left_incomplete.setdefault(client, {})
+            left.pop(result.change, None)
+            left[result.change] = list(result.applied)
+            if len(left) > _MAX_LEFT_INCOMPLETE:
+                del left[next(iter(left))]
+    return result
+
+
+def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str, Any]) -> ChangeResult:
     from .client import backoff_until
 
     c = change_input if isinstance(change_input, ChangeInput) else ChangeInput(**dict(change_input))
@@ -246,7 +293,7 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
             round_ += 1
 
     def acquire(key: str, within: float) -> SubmitResult:
-        result = settle(lambda: lease(key, "acquire"), within, lambda r: _unsettled(r) or _leased(r))
+        result = settle(lambda: lease(key, "acquire"), within, lambda r: _unsettled(r) or _held_off(r))
         if isinstance(result, AppliedReply):
             r = records[key]
             # A reply too large for the broker carries the version without the record (`truncated`): taken as the
@@ -289,13 +336,42 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
                 except Exception:  # noqa: BLE001 - a lease not released expires; the change's outcome stands
                     pass
 
+    def not_taken(key: str, got: SubmitResult) -> ChangeResult:
+        """How the change ends when a record's lease is not taken before its first step. ``not_started`` says nothing
+        of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
+        holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
+        change, that it held the record lately; this client's memory, that it left the change incomplete. Each ends it
+        incomplete."""
+        with _left_lock:
+            earlier = (_left_incomplete.get(client) or {}).get(change)
+        ran_before = _hold_exceeded(got) or (isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change)
+        if not _unsettled(got) and not ran_before and earlier is None:
+            return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
+        # Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
+        applied_names = list(earlier) if earlier is not None else [s.name for s in steps] if ran_before else []
+        standing = f"steps {', '.join(applied_names)} may stand" if applied_names else "no step is known to stand"
+        if _unsettled(got):
+            message = f"no answer to the lease acquire of {key}" + ("" if earlier is None else f" (a change left incomplete before: {standing})")
+        elif _hold_exceeded(got):
+            message = (
+                f"this change has held the lease of {key} as long as owners allow (WRIT_LEASE_MAX_HOLD_MS), so it ran before and {standing}; "
+                f"the lease is not renewed and lapses at {_detail(got, 'expiresAt') or 'its expiry'}: call change() again after then to resume"
+            )
+        elif ran_before:
+            message = (
+                f"this change held {key} as long as owners allow, so it ran before and {standing}; "
+                f"the record is kept from this agent until {_detail(got, 'until') or 'the cool-down ends'}: call change() again after then to resume"
+            )
+        else:
+            why = got.reason if isinstance(got, RejectedReply) else got.status
+            message = f"this change was left incomplete before ({standing}), and the lease of {key} was not taken now ({why}): call change() again to resume"
+        return ChangeIncomplete(change=change, message=message, applied=applied_names, result=got)
+
     for key in order:
         got = acquire(key, c.wait_for_lease)
         if not _applied(got):
             release_all()
-            if _unsettled(got):
-                return ChangeIncomplete(change=change, message=f"no answer to the lease acquire of {key}", applied=[], result=got)
-            return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
+            return not_taken(key, got)
 
     applied: list[tuple[ChangeStep, AppliedReply]] = []
 

@@ -190,6 +190,53 @@ describe("a change that spans records, from its client's side", () => {
     expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "release T-1"]);
   });
 
+  it("resume: a change whose lease is refused lease_hold_exceeded before its first step (it holds it from its earlier run) ends incomplete, never not_started: every step may stand; resume after the lease lapses", async () => {
+    // The scenario: step T-3 applied, T-1's outcome unknown; the harness resumes, and the owner still holds the
+    // change's lease of T-2 past the longest hold.
+    const expiresAt = "2025-01-01T00:05:00.000Z";
+    const { client, sent } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? { ...rejected(i, "lease_hold_exceeded"), details: { acquiredAt: "2025-01-01T00:00:00.000Z", maxHoldMs: 1000, expiresAt } } : undefined));
+    const result = await runChange(client, input());
+    expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "lease_hold_exceeded" } });
+    expect(result.status === "incomplete" && result.message).toContain(expiresAt);
+    // Asked once (never renewed again), nothing written, the lease it took now released.
+    expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "release T-1"]);
+  });
+
+  it("resume: a change this client left incomplete, resumed while a record is leased to another change or the agent is at its lease limit, ends incomplete with the steps it knows may stand, never not_started; a client started anew does not know it", async () => {
+    for (const reason of ["leased", "lease_limit"]) {
+      let resumed = false;
+      const { client, sent } = scripted((i) => {
+        if (!resumed && i.lease?.op === "step" && i.entity.id === "T-1") return { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" };
+        if (resumed && i.lease?.op === "acquire" && i.entity.id === "T-2") return rejected(i, reason);
+        return undefined;
+      });
+      const first = await runChange(client, input({ settleWithinMs: 1 }));
+      expect(first).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+      resumed = true;
+      const before = sent.length;
+      const again = await runChange(client, input({ waitForLeaseMs: 1 }));
+      expect(again, reason).toMatchObject({ status: "incomplete", applied: ["T-3"], result: { reason } });
+      expect(trace(sent.slice(before)).filter((t) => t.startsWith("step"))).toEqual([]);
+      // Still incomplete: asked again, it says the same.
+      expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+      // Another client (the agent restarted after a crash) has no memory of it.
+      const fresh = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, reason) : undefined));
+      expect(await runChange(fresh.client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started" });
+    }
+  });
+
+  it("an acquire refused lease_cooldown is waited out like a leased record; one naming this change (it held the record lately) ends it incomplete, one naming another change of the agent not_started", async () => {
+    let refusals = 2;
+    const waited = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" && refusals-- > 0 ? { ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } } : undefined));
+    expect((await runChange(waited.client, input())).status).toBe("applied");
+    expect(trace(waited.sent).filter((t) => t === "acquire T-2")).toHaveLength(3);
+    for (const own of [true, false]) {
+      const { client } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? { ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: own ? i.lease.change : "f".repeat(64) } } : undefined));
+      const result = await runChange(client, input({ waitForLeaseMs: 1 }));
+      expect(result, `own: ${own}`).toMatchObject(own ? { status: "incomplete", applied: ["T-3", "T-1", "T-2"] } : { status: "not_started", entity: ticket("T-2") });
+    }
+  });
+
   it("a release without an answer is asked again", async () => {
     let lost = 0;
     const { client, sent } = scripted((i) => (i.lease?.op === "release" && i.entity.id === "T-3" && lost++ === 0 ? { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" } : undefined));

@@ -19,7 +19,7 @@ import { type EntityRef, type JsonPatchOp, type Versioned, entityKey } from "../
 import { Escalation } from "../../../src/schemas/escalation.ts";
 import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
-import { ABSENT_VERSION, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { ABSENT_VERSION, LEASE_COOLDOWN_MS, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { type LeaseBounds, type LeaseGate, lapsedLease, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem, outage, version } from "./fake-system.ts";
@@ -814,7 +814,8 @@ describe("leases of changes that span records: the owner's gate", () => {
     expect(gate).toMatchObject({ kind: "free", expired: { change: mine } });
     const lapsed = (gate as { released: LedgerLeaseEntry }).released;
     LedgerEntry.parse(lapsed);
-    expect(lapsed).toMatchObject({ releasedAt: new Date(lapseAt).toISOString(), expiresAt: new Date(lapseAt).toISOString() });
+    // Ended at its own expiry (what the cool-down after it counts from), found lapsed later.
+    expect(lapsed).toMatchObject({ releasedAt: held3.expiresAt, expiresAt: new Date(lapseAt).toISOString() });
     expect(lapsed.released).toEqual([...bReleased.released!, { change: mine, agentId: "agent-1", before: renewal.intent.createdAt, until: "2025-06-01T12:15:10.000Z" }]);
     expect(leaseRefusal(plain, gate, NOW.toISOString())).toBeNull();
     expect(ledgerWith(lapsed).leaseCount).toBe(0);
@@ -942,6 +943,90 @@ describe("leases of changes that span records: what one agent may hold", () => {
     // Still the change's until it lapses: another change's write is answered leased, the change's steps pass.
     expect(leaseGate(ledger, a, past.getTime())).toMatchObject({ kind: "mine" });
     expect(leaseGate(ledger, a, at + 50_000)).toMatchObject({ kind: "free", expired: { change } });
+  });
+  describe("the cool-down after a hold past maxHoldMs", () => {
+    const c2 = "d".repeat(64);
+    const c3 = "a".repeat(64);
+    /** An acquire or release of `chg` by `agentId` made at `when` (ms). */
+    const intentAt = async (op: "acquire" | "release", chg: string, when: number, agentId = "agent-1") => {
+      const lease = op === "acquire" ? { change: chg, op, ttlMs: 30_000 } : { change: chg, op };
+      const a = await admittedOk(wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(chg, op, T1), lease }, agentId));
+      a.intent.createdAt = new Date(when).toISOString();
+      return a;
+    };
+    /** As the owner runs a lease intent at `when`: a lapsed lease its gate finds is freed first, the result staged. */
+    const at_ = async (ledger: PartitionLedger, a: AdmittedIntent, bounds: LeaseBounds, when: number) => {
+      const gate = leaseGate(ledger, a, when);
+      if (gate.kind === "free" && gate.expired) ledger.stageLease(entityKey(T1), gate.released ?? null);
+      const out = settled(await settleLeaseIntent(a, gate, new Date(when), {}, bounds));
+      if (out.lease) ledger.stageLease(out.lease.entityKey, out.lease.entry);
+      return out;
+    };
+    const reply = (out: Effects) => out.replies[0]!.value;
+
+    it("lease_cooldown: a lease that lapsed past maxHoldMs keeps the record from its agent (any change of it) for LEASE_COOLDOWN_MS after its expiry, nothing read or taken, also on a ledger restored from it; another agent is granted; then the agent's hold starts anew", async () => {
+      const ledger = new PartitionLedger(0);
+      const bounds = bounded(ledger, { maxHoldMs: 20_000 });
+      expect(reply(await at_(ledger, await intentAt("acquire", change, at), bounds, at))).toMatchObject({ status: "applied" });
+      expect(reply(await at_(ledger, await intentAt("acquire", change, at + 20_001), bounds, at + 20_001))).toMatchObject({ reason: "lease_hold_exceeded" });
+      // Lapsed at at + 30 s. Five seconds on, a new change of the same agent asks for the record: kept from it until
+      // the cool-down after the lapse, the record not read.
+      const reads = helpdesk.reads.length;
+      const refused = await at_(ledger, await intentAt("acquire", c2, at + 35_000), bounds, at + 35_000);
+      const until = new Date(at + 30_000 + LEASE_COOLDOWN_MS).toISOString();
+      expect(reply(refused)).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { acquiredAt: NOW.toISOString(), maxHoldMs: 20_000, until, change }, message: expect.stringContaining("WRIT_LEASE_MAX_HOLD_MS") });
+      Reply.parse(reply(refused));
+      expect(refused.lease).toBeUndefined();
+      expect(helpdesk.reads.length).toBe(reads);
+      expect(bounds.seen).toEqual(["lease_hold_exceeded", "lease_cooldown"]);
+      // What decides it is the ledger's entry: an owner restoring the partition decides the same.
+      const freed = ledger.lease(entityKey(T1))!;
+      LedgerEntry.parse(freed);
+      expect(freed).toMatchObject({ agentId: "agent-1", change, acquiredAt: NOW.toISOString(), releasedAt: new Date(at + 30_000).toISOString() });
+      const restored = new PartitionLedger(0, [[`__lease__:${entityKey(T1)}`, freed]]);
+      const restoredBounds = bounded(restored, { maxHoldMs: 20_000 });
+      expect(reply(await at_(restored, await intentAt("acquire", c3, at + 39_999), restoredBounds, at + 39_999))).toMatchObject({ reason: "lease_cooldown", details: { until } });
+      // Another agent is not kept from it.
+      expect(reply(await at_(restored, await intentAt("acquire", c3, at + 36_000, "agent-2"), restoredBounds, at + 36_000))).toMatchObject({ status: "applied", via: "lease" });
+      // From the cool-down's end, the agent's new grant begins a new hold.
+      const after = await at_(ledger, await intentAt("acquire", c2, at + 30_000 + LEASE_COOLDOWN_MS), bounds, at + 30_000 + LEASE_COOLDOWN_MS);
+      expect(reply(after)).toMatchObject({ status: "applied", via: "lease" });
+      expect(after.lease!.entry).toMatchObject({ change: c2, acquiredAt: until });
+    });
+
+    it("released and taken again within LEASE_COOLDOWN_MS, the agent's hold goes on (acquiredAt kept): renewed past maxHoldMs it is refused, taken again it is lease_cooldown; a gap of LEASE_COOLDOWN_MS begins a new hold", async () => {
+      const ledger = new PartitionLedger(0);
+      const bounds = bounded(ledger, { maxHoldMs: 20_000 });
+      await at_(ledger, await intentAt("acquire", change, at), bounds, at);
+      await at_(ledger, await intentAt("release", change, at + 19_000), bounds, at + 19_000);
+      // Another change of the agent takes it half a second later: the same hold, begun at the first grant.
+      const again = await at_(ledger, await intentAt("acquire", c2, at + 19_500), bounds, at + 19_500);
+      expect(again.lease!.entry).toMatchObject({ change: c2, acquiredAt: NOW.toISOString() });
+      expect(reply(await at_(ledger, await intentAt("acquire", c2, at + 20_001), bounds, at + 20_001))).toMatchObject({ reason: "lease_hold_exceeded", details: { acquiredAt: NOW.toISOString() } });
+      await at_(ledger, await intentAt("release", c2, at + 21_000), bounds, at + 21_000);
+      expect(reply(await at_(ledger, await intentAt("acquire", c3, at + 21_001), bounds, at + 21_001))).toMatchObject({ reason: "lease_cooldown", details: { until: new Date(at + 21_000 + LEASE_COOLDOWN_MS).toISOString(), change: c2 } });
+      // A hold within the bound, released and taken again after a full cool-down: a new hold.
+      const fresh = new PartitionLedger(0);
+      const freshBounds = bounded(fresh, { maxHoldMs: 20_000 });
+      await at_(fresh, await intentAt("acquire", change, at), freshBounds, at);
+      await at_(fresh, await intentAt("release", change, at + 19_000), freshBounds, at + 19_000);
+      const later = await at_(fresh, await intentAt("acquire", c2, at + 19_000 + LEASE_COOLDOWN_MS), freshBounds, at + 19_000 + LEASE_COOLDOWN_MS);
+      expect(later.lease!.entry).toMatchObject({ acquiredAt: new Date(at + 19_000 + LEASE_COOLDOWN_MS).toISOString() });
+    });
+
+    it("a freed lease whose replay marks are past stays for its cool-down (the sweep takes it after), then is a tombstone", () => {
+      // Its latest acquire made long before (its mark's `until` already past when it lapsed).
+      const old = new Date(at - 20 * 60_000).toISOString();
+      const lease: LedgerLeaseEntry = { kind: "lease", entity: T1, change, agentId: "agent-1", replyTo: REPLY_TO, acquiredAt: old, expiresAt: NOW.toISOString(), updatedAt: old, lastAcquireCreatedAt: old };
+      const freed = lapsedLease(lease, at + 1_000)!;
+      expect(freed).toMatchObject({ releasedAt: NOW.toISOString() });
+      expect(freed.released).toBeUndefined();
+      const ledger = new PartitionLedger(0, [[`__lease__:${entityKey(T1)}`, freed]]);
+      expect(ledger.expiredLeases(at + LEASE_COOLDOWN_MS - 1, 10)).toEqual([]);
+      expect(ledger.expiredLeases(at + LEASE_COOLDOWN_MS + 1, 10)).toEqual([freed]);
+      expect(lapsedLease(freed, at + LEASE_COOLDOWN_MS + 1)).toBeNull();
+      expect(lapsedLease(lease, at + LEASE_COOLDOWN_MS + 1)).toBeNull();
+    });
   });
 });
 

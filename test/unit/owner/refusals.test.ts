@@ -203,7 +203,7 @@ describe("refused signed intents: remembered for their bytes", () => {
     const remembered = [
       ...["reply_topic_not_registered", "unknown_tool", "tool_not_allowed", "entity_type_mismatch", "params_invalid", "patch_path_not_allowed"],
       ...["patch_op_not_allowed", "intent_key_mismatch", "external_id_mismatch", "delta_mismatch", "not_canonical"],
-      ...["leased", "lease_not_held", "lease_limit", "lease_hold_exceeded", "entity_not_found", "sor_protocol", "key_reused_with_different_params", "undo_target_unknown"],
+      ...["leased", "lease_not_held", "lease_limit", "lease_hold_exceeded", "lease_cooldown", "entity_not_found", "sor_protocol", "key_reused_with_different_params", "undo_target_unknown"],
       ...["undo_target_mismatch", "undo_target_not_applied", "undo_not_declared", "clock_skew"],
     ] as RejectReason[];
     for (const reason of remembered) {
