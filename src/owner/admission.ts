@@ -15,7 +15,7 @@ import { deltaOutOfBounds, KIND_HEADER, resolutionBounds, resolutionSubject, typ
 import type { AdmittedTool } from "../tools.ts";
 import { scopeRefusal } from "./delta-check.ts";
 import { type Effects, type SourceRef, deadLetterOf, effects, rejectedReply } from "./effects.ts";
-import type { SignedIntent } from "./refusals.ts";
+import type { SignedIntent, SignedResolution } from "./refusals.ts";
 
 /** An intent that passed the gate: decoded, bounded, its tool admitted and its change within the tool's paths. */
 export interface AdmittedIntent {
@@ -43,12 +43,12 @@ export type Admission =
    * `signed`: its bytes, once the operator's signature checked out (with an agent registry only), as a refusal of
    * them is remembered (signedResolution).
    */
-  | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedIntent }
+  | { kind: "resolution"; resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedResolution }
   /**
    * `signed`: a refusal of an authenticated intent, which the owner may remember for its bytes (refusals.ts);
    * `resolution`: of an authenticated resolution, as signedResolution gives it (refusals.ts answerRefusedResolution).
    */
-  | { kind: "answered"; effects: Effects; reason: string; signed?: SignedIntent<WriteIntent>; resolution?: SignedIntent }
+  | { kind: "answered"; effects: Effects; reason: string; signed?: SignedIntent<WriteIntent>; resolution?: SignedResolution }
   /** Correctly keyed, on another partition than its key's (another client's partitioner): its owner partition gets it. */
   | { kind: "forward"; partition: number }
   /** A heal record (src/schemas/control.ts) an owner's transaction left here: no intent, nothing to answer; its offset passes. */
@@ -465,7 +465,7 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   const canonical = canonicalText(decoded.raw);
   if ("problem" in canonical) return answered("not_canonical", { dead: "not_canonical", reply: reply("not_canonical") }, `resolution refused: ${canonical.problem}`);
   // The bytes the operator signed, once the signature is checked: what a refusal of them is remembered under.
-  let signed: SignedIntent | undefined;
+  let signed: SignedResolution | undefined;
   if (deps.agents) {
     if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
@@ -492,12 +492,13 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
 
 /**
  * A signed resolution as a refusal of it is remembered (refusals.ts): under its resolution id, on the escalated
- * intent's key, tool and record, the operator's, answered on the operator's reply topic. Its canonical JSON
- * (`kind: "resolution"` in it) is never an intent's: the digests do not meet.
+ * intent's key, tool and record, the operator's, answered on the operator's reply topic; with its decision (an apply
+ * stages the escalation's pending entry, under its digest). Its canonical JSON (`kind: "resolution"` in it) is never
+ * an intent's: the digests do not meet.
  */
-function signedResolution(r: Resolution, digest: string): SignedIntent {
+function signedResolution(r: Resolution, digest: string): SignedResolution {
   const { intentKey, entity, tool } = r.intent;
-  const intent = { intentId: r.resolutionId, intentKey, entity, tool, agent: { id: r.operator.id }, baseVersion: r.baseVersion ?? r.intent.baseVersion, createdAt: r.createdAt, replyTo: r.replyTo };
+  const intent = { intentId: r.resolutionId, intentKey, entity, tool, agent: { id: r.operator.id }, baseVersion: r.baseVersion ?? r.intent.baseVersion, createdAt: r.createdAt, replyTo: r.replyTo, decision: r.decision };
   return { digest, intent };
 }
 

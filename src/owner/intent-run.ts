@@ -11,7 +11,7 @@ import { deadLetterOf, effects, rejectedReply, type Effects } from "./effects.ts
 import type { OwnerContext } from "./owner-context.ts";
 import type { Session, Slot } from "./owner-session.ts";
 import { type LeaseBounds, type LeaseGate, leaseRefusalOf, leaseRefusalReply, settleLeaseIntent } from "./record-leases.ts";
-import { rememberRefusal, rememberResolutionRefusal, repeatedRefusal, type SignedIntent, submissionIn } from "./refusals.ts";
+import { rememberRefusal, rememberResolutionRefusal, repeatedRefusal, resolutionInDoubt, type SignedIntent, submissionIn } from "./refusals.ts";
 import type { Plan } from "./intent-pipeline.ts";
 import type { Resolver } from "./resolution.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
@@ -170,9 +170,13 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
   };
   const key = res.resolution.intent.intentKey;
   // A refusal of its signed bytes is remembered for them (refusals.ts): whatever changes later (a grant, a deploy, the
-  // record), they are answered so again, never carried out after the operator heard they were not.
+  // record), they are answered so again, never carried out after the operator heard they were not. While the
+  // escalation's pending apply may be theirs, no reply: dead-lettered, to be sent back and reconcile it.
   const settle = (out: Effects) => {
-    slot.result = rememberResolutionRefusal(res.signed, out, new Date(), out.ledger ?? session.ledger.get(key));
+    const answer = rememberResolutionRefusal(res.signed, out, new Date(), out.ledger ?? session.ledger.get(key));
+    if (answer.kind === "in_doubt") host.log.warn({ escalationId: res.resolution.escalationId, intentKey: key }, "resolution refused while its apply may be under way; dead-lettered outcome_unknown, no reply");
+    const source = { topic: config.topics.intents, partition: host.partition, offset: slot.message.offset };
+    slot.result = answer.kind === "answer" ? answer.effects : resolutionInDoubt(slot.message, source, out, new Date());
     return host.settle(session, slot, slot.result);
   };
   while (session.active) {
@@ -184,7 +188,7 @@ async function runResolution(host: RunHost, session: Session, slot: Slot, res: N
         slot.result = again;
         return await host.settle(session, slot, again);
       }
-      res.plan ??= host.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger);
+      res.plan ??= host.resolver.plan(res.resolution, res.tool, res.replyTo, session.ledger, res.signed?.digest);
       const plan = res.plan;
       if (plan.kind === "settled") return await settle(plan.effects);
       if (!pending.staged) pending.stage(plan.pending, { resolution: true });

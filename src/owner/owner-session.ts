@@ -11,7 +11,7 @@ import type { AdmittedIntent } from "./admission.ts";
 import type { Effects } from "./effects.ts";
 import type { Plan } from "./intent-pipeline.ts";
 import type { LeaseGate } from "./record-leases.ts";
-import type { SignedIntent } from "./refusals.ts";
+import type { SignedResolution } from "./refusals.ts";
 import type { ResolvePlan } from "./resolution.ts";
 import type { OutRecord } from "./records.ts";
 import type { OwnerProducer, OwnerTransaction } from "./transactions.ts";
@@ -38,7 +38,7 @@ export interface Slot {
    */
   result?: Effects;
   /** A person's decision on an escalation, instead of an intent (see resolution.ts); `signed`: its bytes, authenticated (refusals.ts). */
-  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedIntent; plan?: ResolvePlan };
+  resolution?: { resolution: Resolution; tool: AdmittedTool; entityKey: string; replyTo: string; signed?: SignedResolution; plan?: ResolvePlan };
   /** When it was fetched, started, had its pending entry durable, and was settled (ms; for the debug timeline). */
   times: { accepted: number; started?: number; durable?: number; settled?: number };
   /** Its `writ.process` span, and what its staged result came to (for metrics, at commit). */

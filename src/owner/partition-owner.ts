@@ -19,7 +19,7 @@ import { restorePartition } from "./partition-restore.ts";
 import { forwardOf, type OutRecord } from "./records.ts";
 import { entityKey } from "../schemas/common.ts";
 import { type LeaseGate, lapsedLease, leaseGate } from "./record-leases.ts";
-import { answerRefused, answerRefusedResolution, type RefusedFacts } from "./refusals.ts";
+import { answerRefused, answerRefusedResolution, type RefusedFacts, resolutionInDoubt } from "./refusals.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { sorResponseBudget } from "../sor/response-budget.ts";
 
@@ -439,15 +439,20 @@ export class PartitionOwner {
         this.log.warn({ offset: message.offset, reason: admission.reason }, "intent answered at admission");
         // A refusal of signed bytes: answered from their key's entry when it holds them, else as they were refused
         // before, or remembered for them (refusals.ts), on the topic admission answers on: the registered one, which
-        // the intent's own may not be. A signed resolution's: as refused before, or remembered.
+        // the intent's own may not be. A signed resolution's: as refused before, or remembered, but while the
+        // escalation's pending apply may be theirs, dead-lettered outcome_unknown without a reply (refusals.ts).
         const { signed, resolution } = admission;
         const topic = admission.effects.replies[0]?.topic;
+        if (resolution && topic) {
+          const answer = answerRefusedResolution(session.ledger, resolution, admission.effects, new Date(), topic);
+          if (answer.kind === "in_doubt") this.log.warn({ offset: message.offset, intentKey: resolution.intent.intentKey, reason: admission.reason }, "resolution refused at admission while its apply may be under way; dead-lettered outcome_unknown, no reply");
+          this.track(session, this.settle(session, slot, answer.kind === "answer" ? answer.effects : resolutionInDoubt(message, source, admission.effects, new Date())));
+          continue;
+        }
         const answer =
-          resolution && topic
-            ? { kind: "answer" as const, effects: answerRefusedResolution(session.ledger, resolution, admission.effects, new Date(), topic) }
-            : signed && topic
-              ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, () => this.refusedFacts(signed.intent))
-              : { kind: "answer" as const, effects: admission.effects };
+          signed && topic
+            ? answerRefused(session.ledger, this.ctx.pipeline.ledgerKey(signed), signed, admission.effects, new Date(), topic, () => this.refusedFacts(signed.intent))
+            : { kind: "answer" as const, effects: admission.effects };
         if (answer.kind === "in_doubt") {
           // Their key's write may stand unsettled: no "nothing written" for it. Dead-lettered with the reason, the
           // agent's submit sees no answer (unknown); sent back once owners admit it, it is reconciled (intent-run.ts).

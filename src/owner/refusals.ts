@@ -5,7 +5,8 @@ import { type LedgerIntentEntry, refusalLedgerKey } from "../schemas/ledger-entr
 import type { RejectedReply } from "../schemas/reply.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { entityKey } from "../schemas/common.ts";
-import { type Effects, effects, rejectedReply, replayedReply } from "./effects.ts";
+import type { KafkaMessage } from "kafkajs";
+import { deadLetterOf, type Effects, effects, rejectedReply, replayedReply, type SourceRef } from "./effects.ts";
 
 /**
  * Refusals of signed intents, remembered for their bytes (README threat model, docs/architecture.md §9.1).
@@ -91,6 +92,9 @@ export interface SignedIntent<T extends SignedAsk = SignedAsk> {
   intent: T;
 }
 
+/** A signed resolution as its refusal is remembered (admission.ts signedResolution), with its decision: only an apply stages a pending entry. */
+export type SignedResolution = SignedIntent<SignedAsk & { decision: "apply" | "discard" | "return" }>;
+
 /**
  * Whether the intent key's entry holds this submission: `this` when it was written for these very signed bytes (its
  * `signedDigest`); `maybe` when an owner before that field wrote it for the same intent id, agent, tool and record
@@ -116,31 +120,59 @@ function inDoubt(entry: LedgerIntentEntry): boolean {
  * may have happened: these bytes again take it up and reconcile) or holds this very submission (it answers them).
  */
 export function rememberRefusal(signed: SignedIntent | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): Effects {
-  const refused = refusalIn(signed, out, keyEntry);
-  if (!refused || out.ledger || !REMEMBERED_REFUSALS.has(refused.value.reason) || submissionIn(keyEntry, signed!) !== "other") return out;
+  const refused = refusalIn(signed, out);
+  if (!refused || out.ledger || keyEntry?.status === "pending" || !REMEMBERED_REFUSALS.has(refused.value.reason) || submissionIn(keyEntry, signed!) !== "other") return out;
   return { ...out, refusal: refusalEntry(signed!, refused, now) };
 }
 
 /**
- * `out` with the refusal's entry added when it refuses a signed resolution (admission.ts signedResolution), for any reason but
- * `stale`: an operator's decision is carried out once or refused once, never carried out later on the same bytes
- * (another deploy, grant or record state), after the operator was told it was not. Beside the escalation's entry put
- * back open (an apply's refusal), which answers nothing of these bytes: a resolution is planned afresh each time. Not
- * while `keyEntry`, the escalation's entry as `out` leaves it, is pending: an apply of it under way, perhaps these
- * bytes' own, which they take up again once admitted (Resolver.plan `resumed`).
+ * What a refusal of a signed resolution (admission.ts signedResolution) becomes, `keyEntry` the escalation's entry as
+ * `out` leaves it. For any reason but `stale`, `out` with the refusal's entry added: an operator's decision is carried
+ * out once or refused once, never carried out later on the same bytes (another deploy, grant or record state), after
+ * the operator was told it was not. Beside the escalation's entry put back open (an apply's refusal), which answers
+ * nothing of these bytes: a resolution is planned afresh each time. Also while another resolution's apply holds the
+ * entry `pending`: it may end in a conflict that opens the escalation again, to these bytes too. `in_doubt` while the
+ * pending apply may be theirs (resolutionApplyOf): its write may have happened, so never "nothing written"; the
+ * caller dead-letters them `outcome_unknown`, without a reply, and sent back once owners admit them they take that
+ * apply up and reconcile it (Resolver.plan `resumed`). `stale` bytes never run again: their refusal, unremembered.
  */
-export function rememberResolutionRefusal(signed: SignedIntent | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): Effects {
-  const refused = refusalIn(signed, out, keyEntry);
-  if (!refused || UNRUNNABLE.has(refused.value.reason)) return out;
-  return { ...out, refusal: refusalEntry(signed!, refused, now) };
+export function rememberResolutionRefusal(signed: SignedResolution | undefined, out: Effects, now: Date, keyEntry: LedgerIntentEntry | undefined): RefusedAnswer {
+  const refused = refusalIn(signed, out);
+  if (!refused || UNRUNNABLE.has(refused.value.reason)) return { kind: "answer", effects: out };
+  if (resolutionApplyOf(keyEntry, signed!) !== "other") return { kind: "in_doubt", status: "pending" };
+  return { kind: "answer", effects: { ...out, refusal: refusalEntry(signed!, refused, now) } };
 }
 
-/** `out`'s one reply when it is a first refusal of signed bytes that may be remembered (no lease written, its key's entry not pending), else null. */
-function refusalIn(signed: SignedIntent | undefined, out: Effects, keyEntry: LedgerIntentEntry | undefined): { topic: string; value: RejectedReply } | null {
+/**
+ * Whether the escalation's entry is an apply under way (`pending`, its escalated outcome kept) of these signed
+ * resolution bytes: `this` when it was staged for their digest (`resolutionDigest`); `maybe` when an owner before
+ * that field staged it (whose apply it is cannot be told); else `other`: another resolution's apply, an intent's
+ * write, no apply at all, or bytes that are not an apply (a discard or a return stages no entry).
+ */
+export function resolutionApplyOf(entry: LedgerIntentEntry | undefined, signed: SignedResolution): "this" | "maybe" | "other" {
+  if (signed.intent.decision !== "apply" || entry?.status !== "pending" || entry.outcome?.status !== "escalated") return "other";
+  if (entry.resolutionDigest === undefined) return "maybe";
+  return entry.resolutionDigest === signed.digest ? "this" : "other";
+}
+
+/**
+ * What signed resolution bytes refused (`refused`, its one reply) while the escalation's pending apply may be theirs
+ * become (rememberResolutionRefusal `in_doubt`): their record (`message`, from `source`) dead-lettered
+ * `outcome_unknown`, no reply; the operator's client ends `unknown`, as an intent's in doubt does.
+ */
+export function resolutionInDoubt(message: KafkaMessage, source: SourceRef, refused: Effects, now: Date): Effects {
+  const first = refused.replies[0]?.value;
+  const reason = first?.status === "rejected" ? first.reason : "";
+  const why = `refused ${reason}, but the escalation's pending apply may be this resolution's and may have written; send it back once owners admit it (it takes that apply up and reconciles it)`;
+  return effects({ deadLetters: [deadLetterOf(message, source, "outcome_unknown", why, now.toISOString())] });
+}
+
+/** `out`'s one reply when it is a first refusal of signed bytes that may be remembered (no lease written), else null. */
+function refusalIn(signed: SignedIntent | undefined, out: Effects): { topic: string; value: RejectedReply } | null {
   const first = out.replies[0];
   const reply = first?.value;
   if (!signed || !first || reply?.status !== "rejected" || reply.duplicate || out.replies.length !== 1) return null;
-  if (out.lease || out.refusal || keyEntry?.status === "pending") return null;
+  if (out.lease || out.refusal) return null;
   return { topic: first.topic, value: reply };
 }
 
@@ -253,11 +285,13 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
 
 /**
  * The answer to a signed resolution admission refused (`refused`, a reply on `topic`, the operator's registered reply
- * topic): the refusal remembered for its bytes, else this one, remembered (rememberResolutionRefusal). Never from the
- * escalated intent's entry, which holds the agent's submission, not the operator's.
+ * topic): the refusal remembered for its bytes, else this one, remembered, or `in_doubt` while the escalation's
+ * pending apply may be theirs (rememberResolutionRefusal). Never from the escalated intent's entry, which holds the
+ * agent's submission, not the operator's.
  */
-export function answerRefusedResolution(ledger: LedgerView, signed: SignedIntent, refused: Effects, now: Date, topic: string): Effects {
-  return repeatedRefusal(ledger, signed, now, topic) ?? rememberResolutionRefusal(signed, refused, now, ledger.get(signed.intent.intentKey));
+export function answerRefusedResolution(ledger: LedgerView, signed: SignedResolution, refused: Effects, now: Date, topic: string): RefusedAnswer {
+  const again = repeatedRefusal(ledger, signed, now, topic);
+  return again ? { kind: "answer", effects: again } : rememberResolutionRefusal(signed, refused, now, ledger.get(signed.intent.intentKey));
 }
 
 /** The refusal remembered for signed bytes (on `topic`), else `refused`, remembered when it may be (`keyEntry`: their key's). */

@@ -37,8 +37,13 @@ export class Resolver {
     this.retryAfterMaxMs = opts.retryAfterMaxMs;
   }
 
-  plan(r: Resolution, tool: AdmittedTool, replyTo: string, ledger: LedgerView): ResolvePlan {
-    const entry = ledger.get(r.intent.intentKey);
+  /**
+   * `signedDigest`: the digest of the operator's signed bytes (admission.ts signedResolution), kept on the pending
+   * entry an apply stages (`resolutionDigest`): whose apply is under way, which a refusal of other bytes is weighed by
+   * (refusals.ts rememberResolutionRefusal).
+   */
+  plan(r: Resolution, tool: AdmittedTool, replyTo: string, ledger: LedgerView, signedDigest?: string): ResolvePlan {
+    const entry = withoutApplier(ledger.get(r.intent.intentKey));
     const at = this.now().toISOString();
     const toOperator = (reason: RejectReason, message: string): ResolvePlan => ({
       kind: "settled",
@@ -78,7 +83,8 @@ export class Resolver {
       // A create or an undo is not a delta an operator can rebase onto the record as it is now.
       if (tool.create || r.intent.undo) return toOperator("resolution_not_applicable", `an escalated ${r.intent.undo ? "undo" : "create"} cannot be applied by an operator: discard it, or return it to its agent to decide again`);
       if (r.baseVersion === undefined) return toOperator("params_invalid", "apply needs the baseVersion the operator decided on");
-      return { kind: "apply", entry: { ...entry, status: "done" }, pending: { ...entry, status: "pending", updatedAt: at }, resumed };
+      const pending: LedgerIntentEntry = { ...entry, status: "pending", updatedAt: at, ...(signedDigest === undefined ? {} : { resolutionDigest: signedDigest }) };
+      return { kind: "apply", entry: { ...entry, status: "done" }, pending, resumed };
     }
     const reason: RejectReason = r.decision === "discard" ? "escalation_discarded" : "returned_by_operator";
     const message =
@@ -247,6 +253,13 @@ export class Resolver {
       note,
     };
   }
+}
+
+/** `entry` without `resolutionDigest`: whose apply it was pending for is no part of what a resolution writes back. */
+function withoutApplier(entry: LedgerIntentEntry | undefined): LedgerIntentEntry | undefined {
+  if (entry?.resolutionDigest === undefined) return entry;
+  const { resolutionDigest: _, ...rest } = entry;
+  return rest;
 }
 
 function digestIs(intent: Resolution["intent"], digest: string): boolean {

@@ -78,6 +78,13 @@ export const LedgerIntentEntry = z.looseObject({
    * content signed under the same intent id. Absent in entries of unsigned intents and of owners before it.
    */
   signedDigest: z.string().optional(),
+  /**
+   * On an operator's apply under way (`pending`, the escalated outcome kept): the digest of the canonical JSON the
+   * operator signed, of the resolution whose apply staged it. A refusal of other signed resolution bytes is
+   * remembered while it is pending, never one of these bytes' (src/owner/refusals.ts). Absent on other entries, on
+   * applies of unsigned resolutions and of owners before it (whose apply it is cannot be told).
+   */
+  resolutionDigest: z.string().optional(),
   /** The latest attempts (base version, delta fingerprint), at most 16. */
   attempts: z.array(Attempt).min(1).max(64),
   /** Conflict cycles seen so far. */

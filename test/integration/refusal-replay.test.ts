@@ -15,7 +15,9 @@ import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
 import { SIGNATURE_HEADER, signIntent } from "../../src/security/signing.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
+import { createHttpSystemOfRecord } from "../../src/sor/http-adapter.ts";
 import { declareWriteTool } from "../../src/tools.ts";
+import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { brokers, escalateTicket, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { produceAgain, recordedIntent } from "../helpers/intent-replay.ts";
@@ -369,5 +371,57 @@ describe("refused signed intents on a real broker", () => {
     expect(await ops.resolve(a, { decision: "apply" })).toMatchObject({ status: "applied", via: "patch", duplicate: false });
     expect(applies(a)).toHaveLength(1);
     expect((await readVersion(h.records, "ticket", "T-RA")).state.tags).toEqual(["needs-human"]);
+  });
+
+  it("resolution-pending-replay: an operator's apply refused `tool_not_allowed` while another operator's apply of the escalation is pending through an outage of the records system, produced again once that apply ended in a conflict and the operator is granted, gets the same refusal; nothing is written", async () => {
+    const before = { billing: ["tag_ticket"], ops: ["tag_ticket", "writ.resolve"], lead: ["tag_ticket"] };
+    const { h, registry, client, topicOf } = await signedHarness(before);
+    // The helpdesk behind a proxy that answers 503 while down: an outage that holds an apply's pending entry.
+    const proxy = await startRecordingProxy(h.records.url);
+    const systems = () => [
+      createHttpSystemOfRecord({ name: "billing", baseUrl: h.records.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+      createHttpSystemOfRecord({ name: "helpdesk", baseUrl: proxy.url, idempotencyKeys: true, idempotencyLookupPath: "/idempotency-keys/{key}" }),
+    ];
+    const config = { ...h.config, outageBackoffInitialMs: 50, outageBackoffMaxMs: 500 };
+    const owners = await h.startRouter({ agents: registry(before), systems: systems(), config });
+    const [billing, ops, lead] = [await client("billing"), await client("ops"), await client("lead")];
+    const replies = await watchReplies(h, topicOf("lead"));
+    const escalated = await escalateTicket(h, billing, "T-RP");
+    const e = await waitFor(async () => (await h.readTopic(h.config.topics.human, "Escalation", 1)).find((x) => x.intent.intentKey === escalated.intentKey), { message: "the escalation of T-RP" });
+    const applies = () => h.records.patchRequests(e.intent.intentKey).filter((r) => r.outcome === "applied");
+
+    // Ops applies the escalation while the helpdesk is down: its pending entry staged, its reads answered 503. A second
+    // read comes after an outage pause, which follows the pending entry's acknowledgement.
+    proxy.down = true;
+    const first = ops.resolve(e, { decision: "apply" });
+    const reads = () => proxy.seen.filter((r) => r.status === 503 && r.path === "/records/ticket/T-RP").length;
+    await waitFor(() => reads() >= 2, { timeoutMs: 30_000, message: () => `ops's apply meeting the outage (${reads()} reads)` });
+    // The ticket changes meanwhile, outside writ; lead, not yet allowed to resolve, decides on it: refused.
+    h.records.seed("ticket", "T-RP", { status: "reopened", tags: [] });
+    const now = await readVersion(h.records, "ticket", "T-RP");
+    const refused = await lead.resolve(e, { decision: "apply", baseVersion: now.version });
+    expect(refused).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: false });
+    // The helpdesk is back: ops's apply meets the changed ticket, and the escalation is open again.
+    proxy.down = false;
+    expect(await first).toMatchObject({ status: "rejected", reason: "resolution_conflict" });
+    const bytes = await recordedIntent(h, refused.intentId);
+
+    // Lead granted writ.resolve (owners restarted with the registry); lead's refused resolution's bytes again.
+    await owners.stop();
+    await h.startRouter({ agents: registry({ ...before, lead: ["tag_ticket", "writ.resolve"] }), systems: systems(), config });
+    await produceAgain(h, bytes);
+    const mine = () => replies.filter(([id]) => id === refused.intentId).map(([, ...rest]) => rest);
+    await waitFor(() => mine().length >= 2, { timeoutMs: 30_000, message: () => `the replay's answer (${mine().length} answers seen)` });
+    expect(mine()).toEqual([
+      ["rejected", "tool_not_allowed", false],
+      ["rejected", "tool_not_allowed", true],
+    ]);
+    expect(applies()).toEqual([]);
+    expect((await readVersion(h.records, "ticket", "T-RP")).state.tags).toEqual([]);
+
+    // The escalation is still open: lead's new decision (a new resolution) is carried out, written once.
+    expect(await lead.resolve(e, { decision: "apply", baseVersion: now.version })).toMatchObject({ status: "applied", via: "patch", duplicate: false });
+    expect(applies()).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", "T-RP")).state.tags).toEqual(["needs-human"]);
   });
 });

@@ -10,7 +10,19 @@ import { intentKey } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type Admission, type AdmissionDeps, admit, maxIntentAgeMs } from "../../../src/owner/admission.ts";
 import { effects, rejectedReply } from "../../../src/owner/effects.ts";
-import { answerRefusedResolution, REMEMBERED_REFUSALS, rememberRefusal, rememberResolutionRefusal, repeatedRefusal, type SignedIntent } from "../../../src/owner/refusals.ts";
+import {
+  answerRefusedResolution,
+  type RefusedAnswer,
+  REMEMBERED_REFUSALS,
+  rememberRefusal,
+  rememberResolutionRefusal,
+  repeatedRefusal,
+  resolutionApplyOf,
+  resolutionInDoubt,
+  type SignedIntent,
+  type SignedResolution,
+} from "../../../src/owner/refusals.ts";
+import { Resolver } from "../../../src/owner/resolution.ts";
 import { z } from "zod";
 import { entityKey } from "../../../src/schemas/common.ts";
 import { LedgerEntry, type LedgerIntentEntry, refusalLedgerKey } from "../../../src/schemas/ledger-entry.ts";
@@ -21,6 +33,7 @@ import { AgentRegistry } from "../../../src/security/agent-registry.ts";
 import { SIGNATURE_HEADER, signIntent } from "../../../src/security/signing.ts";
 import { LEDGER_ENTRY_FIELDS_BYTES } from "../../../src/topics.ts";
 import { admitTools, declareWriteTool } from "../../../src/tools.ts";
+import { escalatedCase, OPS_REPLIES, T1 } from "./escalated-case.ts";
 import { FakeSystem } from "./fake-system.ts";
 import { addTag } from "./pipeline-fixtures.ts";
 
@@ -287,6 +300,11 @@ describe("refused signed resolutions: remembered for their bytes", () => {
     if (a.kind !== "answered") throw new Error(`expected answered, got ${a.kind}`);
     return a;
   };
+  /** The effects of an answer; throws on `in_doubt`. */
+  const answerOf = (a: RefusedAnswer) => {
+    if (a.kind !== "answer") throw new Error(`expected an answer, got ${a.kind}`);
+    return a.effects;
+  };
   /** The escalation's entry: open, or an apply of it under way. */
   const escalated = (status: "done" | "pending"): LedgerIntentEntry => ({
     kind: "intent",
@@ -311,7 +329,7 @@ describe("refused signed resolutions: remembered for their bytes", () => {
     expect(refused.signed).toBeUndefined();
     expect(refused.resolution).toMatchObject({ digest: sha256Hex(canonicalJson(r)), intent: { intentId: "res-1", intentKey: r.intent.intentKey, agent: { id: "alice" }, baseVersion: '"2"' } });
     const ledger = new PartitionLedger(0, [[r.intent.intentKey, escalated("done")]]);
-    const out = answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO);
+    const out = answerOf(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO));
     expect(out.refusal).toMatchObject({ intentKey: refusalLedgerKey(refused.resolution!.digest), intentId: "res-1", refusedIntentKey: r.intent.intentKey, outcome: { reason: "tool_not_allowed" } });
     expect(LedgerEntry.parse(out.refusal)).toEqual(out.refusal);
     committed(ledger, out.refusal!);
@@ -324,8 +342,8 @@ describe("refused signed resolutions: remembered for their bytes", () => {
     const repeat = repeatedRefusal(ledger, (again as Extract<Admission, { kind: "resolution" }>).signed!, NOW, REPLY_TO)!;
     expect(Reply.parse(repeat.replies[0]!.value)).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: true, intentId: "res-1", intentKey: r.intent.intentKey });
     // Refused at admission again (another owner not granting it yet): the same, nothing more remembered.
-    expect(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO)).toMatchObject({ replies: [{ value: { reason: "tool_not_allowed", duplicate: true } }] });
-    expect(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO).refusal).toBeUndefined();
+    expect(answerOf(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO))).toMatchObject({ replies: [{ value: { reason: "tool_not_allowed", duplicate: true } }] });
+    expect(answerOf(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO)).refusal).toBeUndefined();
     // A new decision (a new resolution id, signed anew): another digest, decided on the state now.
     const anew = await admit(resolutionRecord(resolutionOf("res-2")), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])));
     expect(repeatedRefusal(ledger, (anew as Extract<Admission, { kind: "resolution" }>).signed!, NOW, REPLY_TO)).toBeNull();
@@ -338,34 +356,132 @@ describe("refused signed resolutions: remembered for their bytes", () => {
     const stale = answered(await admit(resolutionRecord(old), source, deps(registry(["add_tag"]))));
     expect(stale).toMatchObject({ reason: "stale", resolution: { intent: { intentId: "res-old" } } });
     expect(stale.effects.replies[0]!.value).toMatchObject({ intentId: "res-old", message: expect.stringContaining("Decide again (a new resolution)") });
-    expect(answerRefusedResolution(new PartitionLedger(0), stale.resolution!, stale.effects, NOW, REPLY_TO).refusal).toBeUndefined();
+    expect(answerOf(answerRefusedResolution(new PartitionLedger(0), stale.resolution!, stale.effects, NOW, REPLY_TO)).refusal).toBeUndefined();
 
     const ahead = resolutionOf("res-ahead", "2099-01-01T00:00:00.000Z");
     const skewed = answered(await admit(resolutionRecord(ahead), source, deps(registry(["add_tag"]))));
     expect(skewed.reason).toBe("clock_skew");
-    expect(answerRefusedResolution(new PartitionLedger(0), skewed.resolution!, skewed.effects, NOW, REPLY_TO).refusal).toMatchObject({ updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
+    expect(answerOf(answerRefusedResolution(new PartitionLedger(0), skewed.resolution!, skewed.effects, NOW, REPLY_TO)).refusal).toMatchObject({ updatedAt: new Date(NOW.getTime() + 300_000).toISOString() });
     // Any resolution admitted now is stale before a refusal remembered for it now is swept (a 24 h retention).
     const fresh = resolutionOf("res-fresh", new Date(NOW.getTime() + 300_000).toISOString());
     expect((await admit(resolutionRecord(fresh), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])))).kind).toBe("resolution");
     expect(Date.parse(fresh.createdAt) + maxIntentAgeMs({}, 24)).toBeLessThan(NOW.getTime() + 24 * 3_600_000);
   });
 
-  it("an apply's refusal is remembered beside the escalation put back open; not while an apply of it is under way, not a decision carried out, not stale", () => {
-    const signed = { digest: "d".repeat(64), intent: { ...closeIntent("res-1"), agent: { id: "ops" } } };
+  it("an apply's refusal is remembered beside the escalation put back open; not a decision carried out, not stale", () => {
+    const signed: SignedResolution = { digest: "d".repeat(64), intent: { ...closeIntent("res-1"), agent: { id: "ops" }, decision: "apply" } };
     const refusal = (reason: RejectReason) => ({ topic: REPLY_TO, value: rejectedReply("res-1", signed.intent.intentKey, reason, "m", NOW.toISOString()) });
     const reopened = effects({ ledger: escalated("done"), replies: [refusal("patch_path_not_allowed")] });
-    expect(rememberResolutionRefusal(signed, reopened, NOW, reopened.ledger)).toMatchObject({ ledger: escalated("done"), refusal: { intentId: "res-1", agentId: "ops", outcome: { reason: "patch_path_not_allowed" } } });
+    expect(answerOf(rememberResolutionRefusal(signed, reopened, NOW, reopened.ledger))).toMatchObject({ ledger: escalated("done"), refusal: { intentId: "res-1", agentId: "ops", outcome: { reason: "patch_path_not_allowed" } } });
     // Reasons are open: any but stale (a later version's, an owner's own such as resolution_not_applicable).
     for (const reason of ["resolution_not_applicable", "resolution_conflict", "entity_not_found", "processing_failed", "clock_skew"] as RejectReason[]) {
-      expect(rememberResolutionRefusal(signed, effects({ replies: [refusal(reason)] }), NOW, escalated("done")).refusal, reason).toBeDefined();
+      expect(answerOf(rememberResolutionRefusal(signed, effects({ replies: [refusal(reason)] }), NOW, escalated("done"))).refusal, reason).toBeDefined();
     }
-    expect(rememberResolutionRefusal(signed, effects({ replies: [refusal("stale")] }), NOW, undefined).refusal).toBeUndefined();
-    expect(rememberResolutionRefusal(signed, effects({ replies: [refusal("resolution_not_applicable")] }), NOW, escalated("pending")).refusal).toBeUndefined();
-    expect(rememberResolutionRefusal(undefined, reopened, NOW, reopened.ledger).refusal).toBeUndefined();
+    expect(answerOf(rememberResolutionRefusal(signed, effects({ replies: [refusal("stale")] }), NOW, undefined)).refusal).toBeUndefined();
+    expect(answerOf(rememberResolutionRefusal(undefined, reopened, NOW, reopened.ledger)).refusal).toBeUndefined();
     // A discard carried out answers the agent and the operator: nothing to remember (the escalation is closed).
     const discarded = effects({ ledger: { ...escalated("done"), outcome: { status: "rejected", reason: "escalation_discarded", message: "m", at: NOW.toISOString() } }, replies: [refusal("escalation_discarded"), { ...refusal("escalation_discarded"), topic: "writ.replies.agent" }] });
-    expect(rememberResolutionRefusal(signed, discarded, NOW, discarded.ledger).refusal).toBeUndefined();
+    expect(answerOf(rememberResolutionRefusal(signed, discarded, NOW, discarded.ledger)).refusal).toBeUndefined();
     // An intent's memory keeps its rule: a refusal written with an entry of its key is not remembered.
     expect(rememberRefusal(signed, reopened, NOW, reopened.ledger).refusal).toBeUndefined();
+  });
+
+  // The review's case: operator A's apply R1 pending through an outage; operator B's R2 refused tool_not_allowed
+  // meanwhile; R1 ends in resolution_conflict (the escalation open again); B granted; R2's bytes again. Before, the
+  // pending entry held no resolution id, R2's refusal was not remembered, and R2 was carried out.
+  it("refused while another resolution's apply holds the escalation pending: remembered, and answered so once that apply reopened the escalation and the operator is granted", async () => {
+    const ledger = new PartitionLedger(0, [[closeIntent("i-esc").intentKey, escalated("done")]]);
+    // R1's apply under way: its pending entry staged under R1's digest.
+    const r1 = { digest: "1".repeat(64) };
+    ledger.stage({ ...escalated("pending"), resolutionDigest: r1.digest }, { resolution: true });
+    const r2 = resolutionOf("res-2");
+    const refused = answered(await admit(resolutionRecord(r2), source, deps(registry(["add_tag", "close_ticket"]))));
+    expect(refused.reason).toBe("tool_not_allowed");
+    expect(refused.resolution!.intent.decision).toBe("apply");
+    const out = answerOf(answerRefusedResolution(ledger, refused.resolution!, refused.effects, NOW, REPLY_TO));
+    expect(out).toMatchObject({ replies: [{ value: { reason: "tool_not_allowed", duplicate: false } }], refusal: { intentKey: refusalLedgerKey(refused.resolution!.digest), intentId: "res-2" } });
+    committed(ledger, out.refusal!);
+    // R1 refused by its apply: the escalation open again (its entry as it was, no applier's digest).
+    committed(ledger, escalated("done"));
+    const granted = await admit(resolutionRecord(r2), source, deps(registry(["add_tag", "close_ticket", "writ.resolve"])));
+    expect(granted).toMatchObject({ kind: "resolution", signed: { digest: refused.resolution!.digest } });
+    const repeat = repeatedRefusal(ledger, (granted as Extract<Admission, { kind: "resolution" }>).signed!, NOW, REPLY_TO);
+    expect(repeat?.replies[0]?.value).toMatchObject({ status: "rejected", reason: "tool_not_allowed", duplicate: true, intentId: "res-2" });
+  });
+
+  it("refused while the escalation's pending apply may be their own (its digest, or none: an older owner's): in doubt, neither answered nor remembered; a discard, a return, an intent's pending write or stale bytes are not", async () => {
+    const r = resolutionOf("res-1");
+    const refused = answered(await admit(resolutionRecord(r), source, deps(registry(["add_tag", "close_ticket"]))));
+    const mine = refused.resolution!;
+    const withEntry = (entry: LedgerIntentEntry) => new PartitionLedger(0, [[r.intent.intentKey, entry]]);
+    const ownApply = { ...escalated("pending"), resolutionDigest: mine.digest };
+    const olderOwners = escalated("pending");
+    expect(resolutionApplyOf(ownApply, mine)).toBe("this");
+    expect(resolutionApplyOf(olderOwners, mine)).toBe("maybe");
+    expect(resolutionApplyOf({ ...ownApply, resolutionDigest: "e".repeat(64) }, mine)).toBe("other");
+    for (const entry of [ownApply, olderOwners]) {
+      expect(answerRefusedResolution(withEntry(entry), mine, refused.effects, NOW, REPLY_TO)).toEqual({ kind: "in_doubt", status: "pending" });
+    }
+    // What the owner then does with the record: dead-lettered outcome_unknown, whole, no reply.
+    const inDoubt = resolutionInDoubt(resolutionRecord(r), source, refused.effects, NOW);
+    expect(inDoubt.replies).toEqual([]);
+    expect(inDoubt.refusal).toBeUndefined();
+    expect(inDoubt.deadLetters).toMatchObject([{ value: { reason: "outcome_unknown", message: expect.stringContaining("refused tool_not_allowed"), source } }]);
+    // Refused as its apply runs (a settled plan over its own pending entry): the same.
+    const reply = { topic: REPLY_TO, value: rejectedReply("res-1", r.intent.intentKey, "resolution_not_applicable", "m", NOW.toISOString()) };
+    expect(rememberResolutionRefusal(mine, effects({ replies: [reply] }), NOW, ownApply).kind).toBe("in_doubt");
+
+    // Bytes that never run again keep their refusal, unremembered.
+    const stale = answered(await admit(resolutionRecord(resolutionOf("res-1", new Date(NOW.getTime() - maxIntentAgeMs({}, 24) - 1).toISOString())), source, deps(registry(["add_tag"]))));
+    const staleOwn = { ...escalated("pending"), resolutionDigest: stale.resolution!.digest };
+    expect(answerOf(answerRefusedResolution(withEntry(staleOwn), stale.resolution!, stale.effects, NOW, REPLY_TO))).toMatchObject({ replies: [{ value: { reason: "stale" } }] });
+    expect(answerOf(answerRefusedResolution(withEntry(staleOwn), stale.resolution!, stale.effects, NOW, REPLY_TO)).refusal).toBeUndefined();
+
+    // A discard or a return stages no entry: never the apply under way, so its refusal is remembered (the plan's
+    // "an apply was under way", and at admission), whatever staged the entry.
+    for (const decision of ["discard", "return"] as const) {
+      const d = { ...resolutionOf(`res-${decision}`), decision };
+      delete (d as Partial<Resolution>).baseVersion;
+      const discard = answered(await admit(resolutionRecord(d), source, deps(registry(["add_tag", "close_ticket"]))));
+      expect(discard.resolution!.intent.decision).toBe(decision);
+      expect(answerOf(answerRefusedResolution(withEntry(olderOwners), discard.resolution!, discard.effects, NOW, REPLY_TO)).refusal, decision).toMatchObject({ intentId: `res-${decision}` });
+      const notApplicable = effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(`res-${decision}`, r.intent.intentKey, "resolution_not_applicable", "an apply was under way", NOW.toISOString()) }] });
+      expect(answerOf(rememberResolutionRefusal(discard.resolution!, notApplicable, NOW, ownApply)).refusal, decision).toMatchObject({ outcome: { reason: "resolution_not_applicable" } });
+    }
+    // An intent's write pending on the key (no escalation recorded): no apply at all.
+    const { outcome: _, ...intentPending } = escalated("pending");
+    expect(answerOf(answerRefusedResolution(withEntry(intentPending), mine, refused.effects, NOW, REPLY_TO)).refusal).toMatchObject({ intentId: "res-1" });
+  });
+
+  it("an apply stages the escalation's pending entry under the digest of its signed bytes; put back open or closed, the entry drops it; a resumed apply stages its own", async () => {
+    const { tool, key, resolution, ledger, sor } = escalatedCase(addTag, { status: "done", state: { tags: [] }, delta: [{ op: "add", path: "/tags/-", value: "vip" }] });
+    const resolver = new Resolver({ now: () => NOW });
+    const plan = resolver.plan(resolution, tool, OPS_REPLIES, ledger, "1".repeat(64));
+    if (plan.kind !== "apply") throw new Error(plan.kind);
+    expect(plan.pending).toMatchObject({ status: "pending", resolutionDigest: "1".repeat(64) });
+    expect(plan.entry).not.toHaveProperty("resolutionDigest");
+    expect(LedgerEntry.parse(plan.pending)).toEqual(plan.pending);
+    // Unsigned (no registry): none.
+    const unsigned = resolver.plan(resolution, tool, OPS_REPLIES, ledger);
+    expect(unsigned.kind === "apply" && unsigned.pending).not.toHaveProperty("resolutionDigest");
+    ledger.stage(plan.pending, { resolution: true });
+
+    // Another resolution takes the pending apply up (resumed): staged under its own digest, never the first's kept.
+    const other = { ...resolution, resolutionId: "res-2", operator: { id: "lead" } };
+    const resumed = resolver.plan(other, tool, OPS_REPLIES, ledger, "2".repeat(64));
+    if (resumed.kind !== "apply") throw new Error(resumed.kind);
+    expect(resumed).toMatchObject({ resumed: true, pending: { resolutionDigest: "2".repeat(64) } });
+    expect(resumed.entry).not.toHaveProperty("resolutionDigest");
+    // The record changed since the operator decided: the escalation put back open, without an applier's digest.
+    sor.change(T1, [{ op: "add", path: "/tags/-", value: "other" }]);
+    const ctx = { mayWrite: () => true, durable: async () => undefined, headers: {} };
+    const step = await resolver.apply(other, tool, OPS_REPLIES, resumed, ctx);
+    expect(step).toMatchObject({ kind: "settled", effects: { ledger: { status: "done", outcome: { status: "escalated" } }, replies: [{ value: { reason: "resolution_conflict" } }] } });
+    expect(step.kind === "settled" && step.effects.ledger).not.toHaveProperty("resolutionDigest");
+    // An open entry that kept a digest (an older owner re-writes members it does not know): a discard closes it without.
+    const kept = new PartitionLedger(0, [[key, { ...ledger.get(key)!, status: "done", resolutionDigest: "1".repeat(64) }]]);
+    const discard = resolver.plan({ ...resolution, resolutionId: "res-3", decision: "discard" }, tool, OPS_REPLIES, kept, "3".repeat(64));
+    expect(discard).toMatchObject({ kind: "settled", effects: { ledger: { status: "done", outcome: { status: "rejected", reason: "escalation_discarded" } } } });
+    expect(discard.kind === "settled" && discard.effects.ledger).not.toHaveProperty("resolutionDigest");
   });
 });
