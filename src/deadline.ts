@@ -19,3 +19,22 @@ export function withDeadline<T, U = never>(work: Promise<T>, ms: number, onExpir
   });
   return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * Imports the ES module at `url` within `ms`, else throws `onExpiry(why)`'s error (`why`: what a person reads of the
+ * cause, for the error's message, after what names the module and its deadline). An import cannot be cancelled: one
+ * whose top-level code never settles (an await on a connection that never comes) is left pending, and the caller
+ * should end the process, which that import may otherwise hold. The deadline holds the process open meanwhile: with
+ * nothing else to wait on, Node would end it first (exit 13, "unsettled top-level await"), without saying which
+ * module or setting.
+ */
+export function importWithin(url: string, ms: number, onExpiry: (why: string) => Error): Promise<unknown> {
+  return withDeadline(
+    import(url) as Promise<unknown>,
+    ms,
+    () => {
+      throw onExpiry("its top-level code has not settled (an await that never resolves?), and an import cannot be cancelled");
+    },
+    { holdOpen: true },
+  );
+}

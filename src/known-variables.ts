@@ -10,6 +10,7 @@ import { MCP_ENV } from "../producers/mcp-env.ts";
 const ELSEWHERE = [
   // the writ command: src/cli/tools-module.ts, src/cli/common.ts, src/console/command.ts
   "WRIT_TOOLS_MODULE",
+  "WRIT_TOOLS_IMPORT_TIMEOUT_MS",
   "WRIT_OWNER_PRINCIPALS",
   "WRIT_CONSOLE_TOKEN",
   "WRIT_CONSOLE_OPERATOR_TOKEN",

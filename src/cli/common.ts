@@ -187,8 +187,8 @@ const CONTRACT_TOPIC_ENV = {
 const CONTRACT_TOPIC_DEFAULTS = TopicsConfig.parse({});
 
 /** A setting from the owners' environment variable, checked as owners check it: a configuration error (exit 2) naming the variable. */
-function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric = false): T {
-  const raw = process.env[variable];
+export function fromEnv<T>(variable: string, schema: z.ZodType<T>, fallback: T, numeric = false, env: NodeJS.ProcessEnv = process.env): T {
+  const raw = env[variable];
   if (raw === undefined || raw === "") return fallback;
   const checked = schema.safeParse(numeric ? envNumber(raw) : raw, { reportInput: true });
   if (!checked.success) {

@@ -22,7 +22,8 @@ while it stops ends it at once, without a clean stop; one within 1 s of the firs
 npm run or npx one Ctrl-C arrives twice: from the terminal and forwarded by npm).
 
   --tools <module>     the tools module (default $WRIT_TOOLS_MODULE; one of the two is required). A path,
-                       resolved against the working directory: .js, or .ts on a Node that strips types
+                       resolved against the working directory: .js, or .ts on a Node that strips types.
+                       Its import may take WRIT_TOOLS_IMPORT_TIMEOUT_MS (default 30000)
   --brokers <list>     Kafka brokers host:port[,…] (default $KAFKA_BROKERS)
   --registry <url>     Confluent-API schema registry (default $SCHEMA_REGISTRY_URL; unset = plain JSON)
   -h, --help           this text
@@ -36,9 +37,9 @@ Logs: JSON lines on stderr (level $LOG_LEVEL, default info).
 
 Exit status: 0 stopped cleanly after a signal, 1 the owner could not start or gave up (a supervisor restarts
 it), or its stop failed or outlasted WRIT_STOP_TIMEOUT_MS, 2 bad usage or configuration (a missing tools
-module, an invalid WRIT_* variable, a tool declaration the owners do not admit, systems(env) that throws or
-does not return an array of systems of record); these print one line on stderr naming what to fix, and a
-restart does not help. Ended by a second signal: 130 (SIGINT), 143 (SIGTERM), as killed by it.`;
+module or one whose import outlasts WRIT_TOOLS_IMPORT_TIMEOUT_MS, an invalid WRIT_* variable, a tool
+declaration the owners do not admit, systems(env) that throws or does not return an array of systems of
+record); these print one line on stderr naming what to fix, and a restart does not help. Ended by a second signal: 130 (SIGINT), 143 (SIGTERM), as killed by it.`;
 
 const OPTIONS = { tools: { type: "string" }, brokers: { type: "string" }, registry: { type: "string" } } as const;
 

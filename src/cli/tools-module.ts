@@ -4,9 +4,12 @@
 import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { timerMs } from "../config.ts";
+import { importWithin } from "../deadline.ts";
 import { WritError } from "../errors.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import type { WriteToolDeclaration } from "../tools.ts";
+import { fromEnv } from "./common.ts";
 
 export interface ToolsModule {
   tools: WriteToolDeclaration<any>[];
@@ -20,14 +23,21 @@ function configError(message: string, field: ToolsSource): WritError {
   return new WritError("config_invalid", message, { retriable: false, context: { field } });
 }
 
+/** How long the tools module's import may take (its top-level code: a connection it awaits) by default. ms. */
+export const DEFAULT_TOOLS_IMPORT_TIMEOUT_MS = 30_000;
+
 /**
  * The module named by `--tools` (`flag`), else by `$WRIT_TOOLS_MODULE`. A
  * missing name, a missing file, a module that fails to load and one without
  * `tools[]` and `systems(env)` are configuration errors naming the flag or
  * variable. A path is resolved against the working directory; a `.ts` module
  * needs a Node that strips types (>= 22.18) and must not live under node_modules.
+ * An import not finished within `$WRIT_TOOLS_IMPORT_TIMEOUT_MS` (checked first)
+ * is one too, naming the module and the variable; it is left pending (an import
+ * cannot be cancelled), so the command should end the process.
  */
 export async function loadToolsModule(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<{ module: ToolsModule; path: string; source: ToolsSource }> {
+  const importTimeoutMs = fromEnv("WRIT_TOOLS_IMPORT_TIMEOUT_MS", timerMs(1), DEFAULT_TOOLS_IMPORT_TIMEOUT_MS, true, env);
   const source: ToolsSource = flag !== undefined ? "--tools" : "WRIT_TOOLS_MODULE";
   const spec = flag ?? env.WRIT_TOOLS_MODULE;
   if (spec === undefined || spec.trim() === "") {
@@ -35,10 +45,20 @@ export async function loadToolsModule(flag: string | undefined, env: NodeJS.Proc
   }
   const path = spec.startsWith("file:") ? new URL(spec).pathname : isAbsolute(spec) ? spec : resolve(spec);
   if (!existsSync(path)) throw configError(`tools module ${spec} (${source}) not found at ${path}`, source);
+  let late: WritError | undefined;
+  const imported = importWithin(pathToFileURL(path).href, importTimeoutMs, (why) => {
+    late = new WritError(
+      "config_invalid",
+      `tools module ${spec} (${source}) did not finish loading within ${importTimeoutMs} ms (WRIT_TOOLS_IMPORT_TIMEOUT_MS; give it more where loading takes longer): ${why}`,
+      { retriable: false, context: { field: "WRIT_TOOLS_IMPORT_TIMEOUT_MS" } },
+    );
+    return late;
+  });
   let mod: Partial<ToolsModule>;
   try {
-    mod = (await import(pathToFileURL(path).href)) as Partial<ToolsModule>;
+    mod = (await imported) as Partial<ToolsModule>;
   } catch (err) {
+    if (err === late) throw err;
     const code = (err as { code?: unknown } | null)?.code;
     const message =
       code === "ERR_UNKNOWN_FILE_EXTENSION" && /\.[mc]?ts$/.test(path)

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
-import { withDeadline } from "../deadline.ts";
+import { importWithin, withDeadline } from "../deadline.ts";
 import { createWritClient, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { WritError } from "../errors.ts";
 import { createLogger, type Logger } from "../logger.ts";
@@ -115,17 +115,11 @@ function configError(message: string, field: string): WritError {
  * deadline; the CLI then ends the process, which the pending import would otherwise hold.
  */
 function importModule(path: string, ms: number): Promise<unknown> {
-  return withDeadline(
-    import(pathToFileURL(resolve(path)).href) as Promise<unknown>,
-    ms,
-    () => {
-      throw configError(
-        `the tools module ${path} did not finish loading within ${ms} ms (--module-timeout-ms, moduleTimeoutMs in runVerify; ` +
-          "give it more where loading takes longer): its top-level code has not settled (an await that never resolves?), and an import cannot be cancelled",
-        "moduleTimeoutMs",
-      );
-    },
-    { holdOpen: true },
+  return importWithin(pathToFileURL(resolve(path)).href, ms, (why) =>
+    configError(
+      `the tools module ${path} did not finish loading within ${ms} ms (--module-timeout-ms, moduleTimeoutMs in runVerify; give it more where loading takes longer): ${why}`,
+      "moduleTimeoutMs",
+    ),
   );
 }
 

@@ -279,6 +279,25 @@ describe("the built writ CLI (plain node, no type stripping)", () => {
     expect(typescript.stderr).toContain("does not strip types from a TypeScript module: that needs Node >= 22.18");
   });
 
+  it.each([
+    ["a timer holds the process open", true],
+    ["nothing holds the process open", false],
+  ])("writ owner whose tools module's import never finishes ends with exit 2 naming the module and WRIT_TOOLS_IMPORT_TIMEOUT_MS, not a hang nor Node's unsettled top-level await (%s)", async (_, holding) => {
+    // Before: with a timer, the owner waited for ever (killed here at 30 s); without, Node ended it with 13 and a warning.
+    const module = join(mkdtempSync(join(tmpdir(), "writ-cli-hung-")), "hung-tools.mjs");
+    writeFileSync(module, `${holding ? "setInterval(() => undefined, 1000);\n" : ""}await new Promise(() => undefined);\nexport const tools = [];\n`);
+    const run = await writ(["owner", "--tools", module], { env: env({ WRIT_TOOLS_IMPORT_TIMEOUT_MS: "2000" }), timeoutMs: 30_000 });
+    const plain = lines(run.stderr).filter((l) => !l.startsWith("{"));
+    expect([run.code, plain.length], run.stderr).toEqual([2, 1]);
+    expect(plain[0]).toMatch(/^writ owner: tools module \S+hung-tools\.mjs \(--tools\) did not finish loading within 2000 ms \(WRIT_TOOLS_IMPORT_TIMEOUT_MS; .*\): its top-level code has not settled/);
+  });
+
+  it("writ owner refuses an invalid WRIT_TOOLS_IMPORT_TIMEOUT_MS before importing the module, naming it", async () => {
+    const run = await writ(["owner", "--tools", COMPOSE_TOOLS], { env: env({ WRIT_TOOLS_IMPORT_TIMEOUT_MS: "30s" }) });
+    expect(run.code, run.stderr).toBe(2);
+    expect(run.stderr).toMatch(/^writ owner: WRIT_TOOLS_IMPORT_TIMEOUT_MS: .*got "30s"/m);
+  });
+
   it("writ owner: a tool declaration the owners do not admit, or systems(env) that throws or returns no array, is a configuration error: exit 2, one plain line naming the tool and the field", async () => {
     // Each module changes the demo's tag_ticket (examples/compose/tools.js) or its systems(env); a supervisor must not restart these.
     const dir = mkdtempSync(join(tmpdir(), "writ-cli-decl-"));
