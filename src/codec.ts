@@ -55,6 +55,13 @@ const MAX_KNOWN_SCHEMA_IDS = 4096;
 const MAX_UNKNOWN_SCHEMA_IDS = 1024;
 const UNKNOWN_SCHEMA_ID_TTL_MS = 30_000;
 /**
+ * A "no" younger than UNKNOWN_SCHEMA_ID_TTL_MS is asked again this long after, when a lookup token is saved up:
+ * an id framed early (a hostile record with the id the registry hands out next) would otherwise dead-letter a
+ * producer's values framed with it, registered since, for the rest of the TTL. A flood of one id costs at most one
+ * lookup a second, and only tokens no fresh id waits for.
+ */
+const UNKNOWN_SCHEMA_ID_RECHECK_MS = 1_000;
+/**
  * Registry lookups of schema ids a process has not seen, a second, unless the caller says otherwise
  * (owners: WRIT_REGISTRY_LOOKUPS_PER_S). Any producer can frame values with fresh int32s; without a bound,
  * each partition's owner would send the registry one request per such record, as fast as it answers.
@@ -92,7 +99,8 @@ export class WireCodec {
   /**
    * When an id was last asked about, for the ids whose answer was "no": unknown to the registry, or not registered
    * under a subject a value needed. Both may change (an id registered since; one schema text registered under another
-   * subject, which gets the same id), so "no" is asked again after UNKNOWN_SCHEMA_ID_TTL_MS, never cached for good.
+   * subject, which gets the same id), so "no" is asked again after UNKNOWN_SCHEMA_ID_TTL_MS, never cached for good,
+   * and sooner (UNKNOWN_SCHEMA_ID_RECHECK_MS) where the lookup budget has a token to spare.
    */
   private readonly unknownIds = new LruMap<number, number>(MAX_UNKNOWN_SCHEMA_IDS);
   private readonly now: () => number;
@@ -324,12 +332,15 @@ export class WireCodec {
     if (!this.registry) return Promise.resolve(null);
     const known = this.knownIds.get(id);
     if (known && (subject === undefined || known.has(subject))) return Promise.resolve(known);
-    const askedAt = this.unknownIds.get(id);
-    if (askedAt !== undefined && this.now() - askedAt < UNKNOWN_SCHEMA_ID_TTL_MS) return Promise.resolve(known ?? null);
     let lookup = this.lookups.get(id);
     if (!lookup) {
+      const askedAt = this.unknownIds.get(id);
+      const age = askedAt === undefined ? Number.POSITIVE_INFINITY : this.now() - askedAt;
+      // A young "no" stands unless it is a second old and a token is saved up (taken here: the lookup takes no other).
+      const spareToken = age < UNKNOWN_SCHEMA_ID_TTL_MS && age >= UNKNOWN_SCHEMA_ID_RECHECK_MS && this.lookupBudget.tryTake();
+      if (age < UNKNOWN_SCHEMA_ID_TTL_MS && !spareToken) return Promise.resolve(known ?? null);
       lookup = (async () => {
-        const waitedMs = await this.lookupBudget.take();
+        const waitedMs = spareToken ? 0 : await this.lookupBudget.take();
         try {
           const subjects = await this.askSubjects(id);
           this.onLookup?.({ outcome: subjects === null ? "unknown" : "known", waitedMs });

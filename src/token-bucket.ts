@@ -1,5 +1,5 @@
 /**
- * A token bucket whose `take()` waits its turn instead of refusing: `perSecond` tokens a second, at most
+ * A token bucket whose `take()` waits its turn instead of refusing (`tryTake()` refuses): `perSecond` tokens a second, at most
  * `burst` saved up. A take that finds no token reserves the next one (the balance goes below zero), so
  * takers are served in the order they came and none waits longer than the takers ahead of it need.
  *
@@ -34,13 +34,28 @@ export class TokenBucket {
 
   /** Takes a token, waiting for it when none is saved up. Resolves to the ms waited (0: none). */
   async take(): Promise<number> {
-    const now = this.clock.now();
-    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) * this.perSecond) / 1000);
-    this.last = now;
+    this.refill();
     this.tokens -= 1;
     if (this.tokens >= 0) return 0;
     const waitMs = Math.ceil((-this.tokens * 1000) / this.perSecond);
     await this.clock.sleep(waitMs);
     return waitMs;
+  }
+
+  /**
+   * Takes a token only if one is saved up right now: true if taken, false (nothing taken, nothing reserved) if not.
+   * For work that may as well be skipped: it never takes a token a waiting `take()` has reserved.
+   */
+  tryTake(): boolean {
+    this.refill();
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+
+  private refill(): void {
+    const now = this.clock.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) * this.perSecond) / 1000);
+    this.last = now;
   }
 }

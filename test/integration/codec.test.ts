@@ -148,8 +148,10 @@ describe("WireCodec against the real schema registry", () => {
   it("remembers at most 1,024 unknown schema ids: a flood of fresh ids costs lookups, not memory", async () => {
     const registry = new URL(registryUrl() ?? "");
     const proxy = await startRecordingProxy(registry.origin);
-    // A budget no lookup here waits for: this is about the caches (the budget is the next test's).
-    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, registryLookupsPerSecond: 1_000_000 });
+    // A budget no lookup here waits for: this is about the caches (the budget is the next test's). Its clock stands
+    // still: no answer here gets old enough to be asked again.
+    const clock = { now: () => 0, sleep: async () => undefined };
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, registryLookupsPerSecond: 1_000_000, lookupClock: clock });
     const body = Buffer.from(JSON.stringify(intent()));
     // Ids no registry has handed out (they count up from 1); 3,000 of them, as a hostile producer would frame values.
     const ids = Array.from({ length: 3000 }, (_, i) => 0x7f000000 + i);
@@ -167,7 +169,7 @@ describe("WireCodec against the real schema registry", () => {
     const lookups = () => proxy.seen.filter((r) => /\/schemas\/ids\/\d+\/versions$/.test(r.path)).length;
     await decodeAll(ids);
     expect(lookups()).toBe(3000);
-    // The latest 1,024 are remembered (asked again only after 30 s); the oldest were let go and are asked again.
+    // The latest 1,024 are remembered (not asked again within a second); the oldest were let go and are asked again.
     await decodeAll(ids.slice(-1000));
     expect(lookups()).toBe(3000);
     await decodeAll(ids.slice(0, 500));
@@ -211,7 +213,7 @@ describe("WireCodec against the real schema registry", () => {
   // the registry (staging's `stg.intents-value`) registers writ's next schema first, a record framed with that id
   // reaches this owner, and when this deployment's clients register the same schema under its subject, the owner had
   // cached the id's subjects for good: every intent they framed was dead-lettered schema_subject_mismatch until a restart.
-  it("an id seen under another subject only is asked again after a while: it may be registered under this one since", async () => {
+  it("an id seen under another subject only is asked again a second later: it may be registered under this one since", async () => {
     const registry = new URL(registryUrl() ?? "");
     const proxy = await startRecordingProxy(registry.origin);
     let now = 0;
@@ -230,11 +232,12 @@ describe("WireCodec against the real schema registry", () => {
 
     expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: false, reason: "schema_subject_mismatch" });
     expect(((await (await ccompat(`/subjects/${subject}/versions`, schema)).json()) as { id: number }).id).toBe(id);
-    // Within a while the answer stands (a flood of such records costs no lookups)...
+    // Within a second the answer stands (a flood of such records costs no lookups)...
+    now += 999;
     expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: false, reason: "schema_subject_mismatch" });
     expect(lookups()).toBe(1);
-    // ...then the registry is asked again, and the id's new subject counts.
-    now += 30_000;
+    // ...then, a token saved up, the registry is asked again, and the id's new subject counts.
+    now += 1;
     expect(await codec.decode("WriteIntent", bytes, { subject })).toMatchObject({ ok: true, framed: true });
     expect(lookups()).toBe(2);
     // Known under the subject now: for good, with no more lookups.
@@ -242,6 +245,113 @@ describe("WireCodec against the real schema registry", () => {
     expect((await codec.decode("WriteIntent", bytes, { subject })).ok).toBe(true);
     expect((await codec.decode("WriteIntent", bytes, { subject: other })).ok).toBe(true);
     expect(lookups()).toBe(2);
+  });
+
+  /** A codec on a registry behind a recording proxy, its lookup clock turned by the test; framed values of any id. */
+  async function turnedCodec(registryLookupsPerSecond?: number) {
+    const registry = new URL(registryUrl() ?? "");
+    const proxy = await startRecordingProxy(registry.origin);
+    const clock = { now: 0, sleeps: [] as { ms: number; release: () => void }[] };
+    const lookupClock = { now: () => clock.now, sleep: (ms: number) => new Promise<void>((release) => clock.sleeps.push({ ms, release })) };
+    const codec = new WireCodec({ schemaRegistryUrl: `${proxy.url}${registry.pathname}`, registryLookupsPerSecond, lookupClock });
+    const subject = `writ.codec.${randomUUID().slice(0, 8)}-value`;
+    const framed = (id: number) => {
+      const header = Buffer.alloc(5);
+      header.writeInt32BE(id, 1);
+      return Buffer.concat([header, Buffer.from(JSON.stringify(intent()))]);
+    };
+    const lookupsOf = (id: number) => proxy.seen.filter((r) => r.path.endsWith(`/schemas/ids/${id}/versions`)).length;
+    /** `n` records framed with `id` at once: each dead-lettered undecodable. */
+    const flood = async (id: number, n: number) => {
+      const results = await Promise.all(Array.from({ length: n }, () => codec.decode("WriteIntent", framed(id), { subject })));
+      expect(results.every((r) => !r.ok && r.reason === "undecodable")).toBe(true);
+    };
+    return { codec, clock, subject, framed, lookupsOf, flood };
+  }
+
+  // A record framed with the id the registry hands out next (hostile, or a producer's that raced its registration)
+  // made the owner cache "unknown" for 30 s: once a producer registered its new schema, which got that id, every
+  // intent it framed with it was dead-lettered undecodable for the rest of those 30 s.
+  it("an id unknown, then registered, is asked again a second later when a token is saved up, and decodes", async () => {
+    const { codec, clock, subject, framed, lookupsOf } = await turnedCodec();
+    const register = async (on: string) => {
+      const schema = { schemaType: "JSON", schema: JSON.stringify({ $schema: "http://json-schema.org/draft-07/schema#", type: "object", title: `next-${randomUUID()}` }) };
+      const res = await fetch(`${registryUrl()}/subjects/${on}/versions`, { method: "POST", headers: { "content-type": "application/vnd.schemaregistry.v1+json" }, body: JSON.stringify(schema) });
+      return ((await res.json()) as { id: number }).id;
+    };
+    // The registry counts ids up. Other tests on the shared registry may take the next id first: then again with theirs' next.
+    let id = 0;
+    for (let tries = 0; tries < 10 && id === 0; tries++) {
+      const next = (await register(`writ.codec.${randomUUID().slice(0, 8)}-value`)) + 1;
+      expect(await codec.decode("WriteIntent", framed(next), { subject })).toMatchObject({ ok: false, reason: "undecodable", message: `schema id ${next} is not in the registry` });
+      if ((await register(subject)) === next) id = next;
+    }
+    expect(id, "an id seen unknown, then registered under the subject").not.toBe(0);
+    expect(lookupsOf(id)).toBe(1);
+    // Within a second the "unknown" stands...
+    clock.now += 999;
+    expect(await codec.decode("WriteIntent", framed(id), { subject })).toMatchObject({ ok: false, reason: "undecodable" });
+    expect(lookupsOf(id)).toBe(1);
+    // ...a second after it, with tokens saved up, the registry is asked again: the producer's values decode, not 29 s later.
+    clock.now += 1;
+    expect(await codec.decode("WriteIntent", framed(id), { subject })).toMatchObject({ ok: true, framed: true });
+    expect(lookupsOf(id)).toBe(2);
+  });
+
+  it("a flood of one unknown id costs at most one lookup a second, tokens to spare or not", async () => {
+    // The default budget: 100 tokens saved up, which the repeats could take but do not.
+    const { clock, lookupsOf, flood } = await turnedCodec();
+    const id = 0x7e000001;
+    // [ms on, records at once, lookups so far]: repeats within the second cost nothing; a second on, one lookup,
+    // however many records ask at once; then none again for a second.
+    const steps = [
+      [0, 1, 1],
+      [0, 50, 1],
+      [999, 50, 1],
+      [1, 50, 2],
+      [500, 50, 2],
+      [500, 50, 3],
+    ] as const;
+    for (const [ms, records, lookups] of steps) {
+      clock.now += ms;
+      await flood(id, records);
+      expect(lookupsOf(id), `at ${clock.now} ms`).toBe(lookups);
+    }
+    expect(clock.sleeps).toHaveLength(0);
+  });
+
+  it("a young unknown id is asked again only with a token saved up, never one a fresh id waits for; past 30 s as any", async () => {
+    // One token a second, one saved up.
+    const { codec, clock, subject, framed, lookupsOf, flood } = await turnedCodec(1);
+    const id = 0x7e100001;
+    await flood(id, 1);
+    clock.now += 1000;
+    await flood(id, 1);
+    expect(lookupsOf(id)).toBe(2);
+    // A second later a fresh id took the token first: the "unknown" stands, no lookup, no wait.
+    clock.now += 1000;
+    expect(await codec.decode("WriteIntent", framed(0x7e100002), { subject })).toMatchObject({ ok: false, reason: "undecodable" });
+    await flood(id, 50);
+    expect(lookupsOf(id)).toBe(2);
+    // A fresh id waiting its turn keeps the token it waits for: the flood does not take it when it comes.
+    const fresh = codec.decode("WriteIntent", framed(0x7e100003), { subject });
+    await waitFor(() => clock.sleeps.length === 1, { message: "the fresh id waits for a token" });
+    clock.now += 1000;
+    await flood(id, 50);
+    expect(lookupsOf(id)).toBe(2);
+    clock.sleeps[0]!.release();
+    expect(await fresh).toMatchObject({ ok: false, reason: "undecodable" });
+    expect(lookupsOf(0x7e100003)).toBe(1);
+    // Past 30 s the id is asked again as any unseen one: waiting its turn for a token when none is saved up.
+    clock.now += 30_000;
+    expect(await codec.decode("WriteIntent", framed(0x7e100004), { subject })).toMatchObject({ ok: false, reason: "undecodable" });
+    const again = flood(id, 50);
+    await waitFor(() => clock.sleeps.length === 2, { message: "the old unknown id waits for a token" });
+    expect(lookupsOf(id)).toBe(2);
+    clock.now += 1000;
+    clock.sleeps[1]!.release();
+    await again;
+    expect(lookupsOf(id)).toBe(3);
   });
 
   it("a reader without a registry reads framed values (zod checks them); an owner without one refuses them", async () => {

@@ -40,6 +40,27 @@ describe("TokenBucket", () => {
     expect(await slow.take()).toBe(2000);
   });
 
+  it("tryTake takes a token only if one is saved up, never one a waiting take() reserved, and never waits", async () => {
+    const clock = turnedClock();
+    const bucket = new TokenBucket({ perSecond: 10, burst: 2, clock });
+    expect(bucket.tryTake()).toBe(true);
+    expect(bucket.tryTake()).toBe(true);
+    expect(bucket.tryTake()).toBe(false);
+    clock.t += 50; // half a token back: still none whole
+    expect(bucket.tryTake()).toBe(false);
+    clock.t += 50;
+    expect(bucket.tryTake()).toBe(true);
+    // A refused tryTake reserves nothing: the next take() waits no longer for it.
+    expect(bucket.tryTake()).toBe(false);
+    expect(await bucket.take()).toBe(100);
+    // The token that take() waits for is its own: it comes, tryTake finds none.
+    clock.t += 100;
+    expect(bucket.tryTake()).toBe(false);
+    clock.t += 100;
+    expect(bucket.tryTake()).toBe(true);
+    expect(clock.slept).toEqual([100]);
+  });
+
   it("refuses a rate that is not a positive number", () => {
     for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY]) expect(() => new TokenBucket({ perSecond: bad }), String(bad)).toThrow(RangeError);
   });
