@@ -85,6 +85,8 @@ export interface SecureStackOptions {
    * that runs without one of them is not reused (an error says so).
    */
   tenants?: readonly string[];
+  /** How long a registry of a reused stack that runs but does not answer is waited for before that is an error. Default 30 s. */
+  registryWaitMs?: number;
   log?: (line: string) => void;
 }
 
@@ -608,6 +610,28 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
   log(`secure registry serves ${l.registryUrl} (HTTPS, basic auth; ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 }
 
+/**
+ * A registry of ours that does not answer: 'gone' when its process is not there (or goes while waited for), 'serves'
+ * once it answers within `waitMs`; an error when it runs and still does not answer then.
+ */
+async function registryStillRuns(l: Layout, waitMs: number, log: (line: string) => void): Promise<'gone' | 'serves'> {
+  const pid = ownedPid(l.registry);
+  if (pid === undefined) return 'gone';
+  log(`the secure registry (pid ${pid}) runs but does not answer ${l.registryUrl}/subjects; waiting up to ${Math.round(waitMs / 1000)} s`);
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    if (ownedPid(l.registry) === undefined) return 'gone';
+    if (await registryServes(l)) return 'serves';
+    if (Date.now() > deadline) {
+      throw new Error(
+        `the secure registry of ${l.dir} (pid ${pid}) runs but did not answer ${l.registryUrl}/subjects within ${Math.round(waitMs / 1000)} s; ` +
+          `it is not replaced under whoever uses it: stop the stack (WRIT_SECURE_STACK_DIR=${l.dir} npm run kafka:down -- --secure) or see ${l.registry.outFile}`,
+      );
+    }
+    await sleep(300);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Public API
 
@@ -616,9 +640,10 @@ async function startRegistry(l: Layout, log: (line: string) => void): Promise<vo
  * broker that serves, of a stack whose start finished (its tenants file is
  * written last), is reused, or is an error when it lacks a tenant asked for:
  * it is never restarted under whoever uses it. Its registry, when asked for
- * and not serving (it died, or the stack was started without it), is started
+ * and not running (it died, or the stack was started without it), is started
  * again with the stack's certificate and password (and no schemas: its
- * database is in memory). A broker that does not serve, or whose start never
+ * database is in memory); one that runs but does not answer is waited for
+ * (`registryWaitMs`), then an error, never replaced. A broker that does not serve, or whose start never
  * finished (its starter was killed meanwhile), means a fresh start: a new CA,
  * certificates and passwords. `stop()` stops what this call started, so the
  * process that started a stack others reuse stops it (unlike the plain stack,
@@ -630,6 +655,7 @@ export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<
   const withRegistry = opts.registry !== false;
   const asked = [...new Set(opts.tenants ?? [])];
   for (const t of asked) checkTenant(t); // before anything starts
+  const registryWaitMs = opts.registryWaitMs ?? 30_000;
   const started: ('broker' | 'registry')[] = [];
   const tenants = await withLock(
     log,
@@ -652,8 +678,9 @@ export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<
           );
         }
         // Its registry is another matter: one that died (a SIGKILLed run, an OOM) is no one's to use any more, and
-        // is started again with the stack's certificate and password.
-        if (withRegistry && !(ownedPid(l.registry) !== undefined && (await registryServes(l)))) {
+        // is started again with the stack's certificate and password. One that runs but is slow to answer (GC, a
+        // loaded machine) is waited for, never replaced: its in-memory database holds its users' schemas.
+        if (withRegistry && !(await registryServes(l)) && (await registryStillRuns(l, registryWaitMs, log)) === 'gone') {
           log(`the secure broker at ${l.address} serves, its registry does not; starting the registry again`);
           await startRegistry(l, log).catch(async (err: unknown) => {
             await stopComponent(l.registry, log).catch(() => undefined);

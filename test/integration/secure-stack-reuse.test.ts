@@ -1,14 +1,15 @@
 // A secure stack left running by a run that was killed (npm test's shared one, scripts/test.mjs) is reused by the
 // next run only where it serves (src/testing/secure-stack.ts ensureSecureStack): a registry that died is started
-// again, and a stack whose start never finished (no tenants file: its starter was killed mid-start) is started
-// afresh. Both used to be errors ("runs without its registry", "runs without tenant …"), failing every secure suite
-// until someone ran kafka:down. A stack of its own: its dir and ports, below the ephemeral range.
+// again (one that runs but does not answer is waited for, never replaced), and a stack whose start never finished
+// (no tenants file: its starter was killed mid-start) is started afresh. Both used to be errors ("runs without its
+// registry", "runs without tenant …"), failing every secure suite until someone ran kafka:down. A stack of its own:
+// its dir and ports, below the ephemeral range.
 import { readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Agent, fetch } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ensureSecureStack, stopSecureStack, type SecureStackOptions } from '../../src/testing/secure-stack.ts';
-import { isAlive } from '../../src/testing/stack-process.ts';
+import { isAlive, signal } from '../../src/testing/stack-process.ts';
 import type { EnsureStackResult } from '../../src/testing/local-stack.ts';
 
 import { waitFor } from '../helpers/wait-for.ts';
@@ -38,7 +39,7 @@ describe('reusing a secure stack left running', () => {
     rmSync(DIR, { recursive: true, force: true });
   });
 
-  it('its registry died: the broker is reused and the registry started again; a start that never finished: started afresh', async () => {
+  it('its registry paused: waited for, not replaced; died: the broker is reused and the registry started again; a start that never finished: started afresh', async () => {
     await stopSecureStack({ dir: DIR, log: () => undefined }); // a stack of an earlier run of this file
     const first = await ensureSecureStack(OPTS);
     expect(first.started).toBe(true);
@@ -47,6 +48,25 @@ describe('reusing a secure stack left running', () => {
     // read now: a tenant's users are read from the stack's files when asked for
     const password = first.secure!.tenant('reuse').users['agent-a'].password;
     expect(await registryStatus(first)).toBe(200);
+
+    // the registry runs but does not answer (paused, as a JVM in a long GC or on a loaded machine can seem): it is
+    // someone's in use, with their schemas in its in-memory database, so it is waited for, never replaced
+    process.kill(registry, 'SIGSTOP');
+    let waited: Promise<EnsureStackResult> | undefined;
+    try {
+      await expect(ensureSecureStack({ ...OPTS, registryWaitMs: 1000 })).rejects.toThrow(/runs but did not answer/);
+      expect(pidOf('registry')).toBe(registry);
+      expect(isAlive(registry)).toBe(true);
+      said.length = 0;
+      waited = ensureSecureStack(OPTS);
+      await waitFor(() => said.some((l) => l.includes(`(pid ${registry}) runs but does not answer`)), { message: () => `not waiting for the paused registry: ${said.join(' | ')}` });
+    } finally {
+      signal(registry, 'SIGCONT'); // quiet when it is gone: the assertion that failed says why
+    }
+    const resumed = await waited!;
+    expect(resumed.started).toBe(false);
+    expect(pidOf('registry')).toBe(registry);
+    expect(pidOf('broker')).toBe(broker);
 
     // the registry dies, as a runner's would with it; the broker goes on serving
     process.kill(registry, 'SIGKILL');
