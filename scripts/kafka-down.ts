@@ -1,7 +1,8 @@
 // npm run kafka:down — stop the broker(s) and registry started by kafka:up (or by a
 // test run that was interrupted), found through the pid files in .cache/run.
 // `npm run kafka:down -- --brokers 3` stops the three-node stack of
-// `npm run kafka:up -- --brokers 3` (.cache/run-3).
+// `npm run kafka:up -- --brokers 3` (.cache/run-3). `--secure` stops the secure stack, `--secure --registry-only`
+// its registry alone.
 import { join, resolve } from 'node:path';
 
 const argv = process.argv.slice(2);
@@ -9,7 +10,8 @@ if (argv.includes('--secure')) {
   // the secure stack of `npm run kafka:up -- --secure` (.cache/run-secure, src/testing/secure-stack.ts)
   const { stopSecureStack } = await import('../src/testing/secure-stack.ts');
   try {
-    const { broker, registry } = await stopSecureStack();
+    // --registry-only: the registry a `kafka:up -- --secure` started again for a broker others use
+    const { broker, registry } = await stopSecureStack({ registryOnly: argv.includes('--registry-only') });
     const parts = [...(broker === undefined ? [] : [`secure broker (pid ${broker})`]), ...(registry === undefined ? [] : [`secure registry (pid ${registry})`])];
     process.stdout.write(parts.length > 0 ? `stopped ${parts.join(', ')}\n` : 'nothing to stop\n');
     process.exit(0);

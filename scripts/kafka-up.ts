@@ -11,6 +11,8 @@
 //   npm run kafka:up -- --secure --tenant T
 //                                       # the same, with tenant T's users, names and ACLs (made at start; a
 //                                       # running stack without T is an error); prints T's variables
+//   A secure stack that runs is reused; one whose registry died gets it started again ("registry restarted",
+//   not "started": `npm run kafka:down -- --secure --registry-only` stops it alone, the broker being others').
 //
 // WRIT_LOCAL_STACK_DIR, WRIT_LOCAL_KAFKA_PORT and WRIT_LOCAL_REGISTRY_PORT still override the dir and ports.
 import { join, resolve } from 'node:path';
@@ -38,9 +40,14 @@ if (process.argv.includes('--secure')) {
   const at = process.argv.indexOf('--tenant');
   const tenant = at < 0 ? '' : (process.argv[at + 1] ?? '');
   try {
-    const { started, secure } = await ensureStack({ secure: { tenants: at < 0 ? [] : [tenant] } });
+    const { startedParts = [], secure } = await ensureStack({ secure: { tenants: at < 0 ? [] : [tenant] } });
     const s = at < 0 ? secure! : secure!.tenant(tenant);
-    process.stderr.write(`[secure-stack] ${started ? 'started' : 'already running'} in ${((Date.now() - t0) / 1000).toFixed(1)} s; stop with: npm run kafka:down -- --secure\n`);
+    const took = `in ${((Date.now() - t0) / 1000).toFixed(1)} s`;
+    // "started" only when the broker was: whoever reads it (python/src/writ_client/devstack.py) then stops the whole
+    // stack, which a reuse that started only a dead registry again must not do under the broker's other users.
+    if (startedParts.includes('broker')) process.stderr.write(`[secure-stack] started ${took}; stop with: npm run kafka:down -- --secure\n`);
+    else if (startedParts.includes('registry')) process.stderr.write(`[secure-stack] registry restarted ${took} (the broker was running); stop it alone with: npm run kafka:down -- --secure --registry-only\n`);
+    else process.stderr.write(`[secure-stack] already running ${took}; stop with: npm run kafka:down -- --secure\n`);
     process.stdout.write(`# the owners (SCRAM user ${s.users['writ-owner'].username}${tenant === '' ? '' : `, tenant ${tenant}`}); CA: ${s.caFile}\n`);
     for (const [k, v] of Object.entries(s.env('writ-owner'))) process.stdout.write(`${k}=${v}\n`);
     for (const user of ['agent-a', 'agent-b', 'admin'] as const) {

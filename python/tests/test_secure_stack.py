@@ -5,10 +5,11 @@ made at start) with ACLs enforced by the broker, and the Apicurio registry over
 HTTPS with basic auth, started here with ``node scripts/kafka-up.ts --secure``
 in a dir and on ports of its own (``.cache/run-secure-py``, 22892-22894 and
 22881), beside the plain stack the other tests share; stopped at the end when
-this module started it (``WRIT_KEEP_STACK=1`` keeps it). When
-``WRIT_SECURE_STACK_DIR`` (with ``WRIT_SECURE_KAFKA_PORT`` and
-``WRIT_SECURE_REGISTRY_PORT``) names a stack, as in CI, where the TypeScript
-suites' stack is kept for this one, that stack is used. The module is its own
+this module started it, or only its registry when it started just that again
+(``WRIT_KEEP_STACK=1`` keeps it). When ``WRIT_SECURE_STACK_DIR`` (with
+``WRIT_SECURE_KAFKA_PORT`` and ``WRIT_SECURE_REGISTRY_PORT``) names a stack, as
+in CI, where the TypeScript suites' stack is kept for this one, that stack is
+used. The module is its own
 tenant of the stack (TENANT: SCRAM users, topics, groups and ACLs of its own,
 ``test/helpers/secure-tenants.ts``), so nothing of another suite's is in its
 way. An owner (the tenant's ``writ-owner``) runs with an agent registry; the
@@ -61,10 +62,10 @@ def secure() -> Iterator[SecureStack]:
     else:
         layout = {"dir": REPO / ".cache" / "run-secure-py", "kafka_port": KAFKA_PORT, "registry_port": REGISTRY_PORT}
     s = ensure_secure_stack(REPO, tenant=TENANT, **layout)
-    print(f"[secure-stack] {'started' if s.started else 'reused'} in {time.monotonic() - t0:.1f} s")
+    print(f"[secure-stack] {'started' if s.started else 'reused, its registry started again' if s.registry_restarted else 'reused'} in {time.monotonic() - t0:.1f} s")
     yield s
-    if s.started and not os.environ.get("WRIT_KEEP_STACK"):
-        stop_secure_stack(REPO, s)
+    if not os.environ.get("WRIT_KEEP_STACK"):
+        stop_secure_stack(REPO, s)  # what this module started: nothing of a stack it reused as it was
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,8 @@ export interface EnsureStackResult {
   started: boolean;
   /** Stops exactly what this call started (no-op when nothing was started). */
   stop: () => Promise<void>;
+  /** With `secure`: what this call started. A reused broker whose registry it started again gives `['registry']`. */
+  startedParts?: readonly ('broker' | 'registry')[];
   /** With `secure`: the CA, the SCRAM users and their passwords, the registry's credentials (src/testing/secure-stack.ts). */
   secure?: SecureStackInfo;
 }

@@ -717,6 +717,7 @@ export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<
   return {
     endpoints: { brokers: secure.brokers, registryUrl: secure.registryUrl },
     started: started.length > 0,
+    startedParts: [...started],
     secure,
     stop: async () => {
       if (stopped) return;
@@ -726,10 +727,13 @@ export async function ensureSecureStack(opts: SecureStackOptions = {}): Promise<
   };
 }
 
-/** Stops the secure stack in `dir` (broker and registry), whoever started it. Returns their pids. */
-export async function stopSecureStack(opts: Pick<SecureStackOptions, 'dir' | 'kafkaPort' | 'registryPort' | 'log'> = {}): Promise<{ broker?: number; registry?: number }> {
+/**
+ * Stops the secure stack in `dir` (broker and registry), whoever started it. Returns their pids. `registryOnly`: its
+ * registry alone (one a reuse started again: the broker is others').
+ */
+export async function stopSecureStack(opts: Pick<SecureStackOptions, 'dir' | 'kafkaPort' | 'registryPort' | 'log'> & { registryOnly?: boolean } = {}): Promise<{ broker?: number; registry?: number }> {
   const log = opts.log ?? ((line: string) => process.stderr.write(`[secure-stack] ${line}\n`));
   const l = layout(opts);
-  const [broker, registry] = await Promise.all([stopComponent(l.broker, log), stopComponent(l.registry, log)]);
+  const [broker, registry] = await Promise.all([opts.registryOnly === true ? undefined : stopComponent(l.broker, log), stopComponent(l.registry, log)]);
   return { ...(broker === undefined ? {} : { broker }), ...(registry === undefined ? {} : { registry }) };
 }

@@ -134,7 +134,11 @@ class SecureStack:
     owner_env: Mapping[str, str]
     #: User name → the file holding its password (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``, or a tenant's).
     password_files: Mapping[str, str]
+    #: True when this call started the stack (its broker): :func:`stop_secure_stack` then stops it all.
     started: bool = False
+    #: True when this call found the broker running and only started its registry again (it had died):
+    #: :func:`stop_secure_stack` then stops that registry alone, the broker being others'.
+    registry_restarted: bool = False
     #: The variables that chose its dir and ports (for :func:`stop_secure_stack`).
     layout_env: Mapping[str, str] = field(default_factory=dict)
     #: Role (``agent-a``, ``agent-b``, ``admin``, ``writ-owner``) → user name: the role itself, or the tenant's user.
@@ -206,16 +210,21 @@ def ensure_secure_stack(
         ca_file=owner_env["KAFKA_SSL_CA_FILE"],
         owner_env=owner_env,
         password_files=files,
-        started=re.search(r"\[secure-stack\] started in", out.stderr) is not None,
+        started=re.search(r"^\[secure-stack\] started in", out.stderr, flags=re.M) is not None,
+        registry_restarted=re.search(r"^\[secure-stack\] registry restarted in", out.stderr, flags=re.M) is not None,
         layout_env=layout,
         users=users,
     )
 
 
 def stop_secure_stack(repo: Path, stack: SecureStack, *, timeout: float = 120) -> None:
-    """``node scripts/kafka-down.ts --secure`` for that stack's dir and ports. Call it only for a stack you started."""
+    """Stops what :func:`ensure_secure_stack` started for ``stack``: the whole stack (``node scripts/kafka-down.ts
+    --secure`` for its dir and ports) when it started it, its registry alone (``--registry-only``) when it only
+    started that again for a broker that ran; nothing when it reused the stack as it was."""
+    if not stack.started and not stack.registry_restarted:
+        return
     subprocess.run(
-        [node_binary(repo), "scripts/kafka-down.ts", "--secure"],
+        [node_binary(repo), "scripts/kafka-down.ts", "--secure", *([] if stack.started else ["--registry-only"])],
         cwd=repo,
         env={**os.environ, **stack.layout_env},
         capture_output=True,
