@@ -95,6 +95,29 @@ MAX_UNREAD_REPLIES = 1024
 #: How long the probe of the reply partitions' ends at a submit's deadline may take, for the whole batch.
 _PROBE_TIMEOUT = 10.0
 
+#: How long a refused login or TLS setup must stand, reported by every bootstrap broker, before start() gives up
+#: without waiting for the reply topic request's 15 s timeout. librdkafka reports a broker's refusal once (an identical
+#: one again only after 30 s) and logs in again meanwhile, so a refusal that passes (a SCRAM user created a moment
+#: ago, not yet known to every broker) ends with the request done, and one misconfigured broker among others never
+#: counts for all of them.
+_REFUSAL_GRACE_S = 2.0
+#: The broker an error_cb text names: ``sasl_ssl://host:port/bootstrap: …`` or ``…/<node id>: …``.
+_ERROR_BROKER = re.compile(r"^(?:[A-Za-z_]+://)?([^/\s]+)/(?:bootstrap|-?\d+): ")
+
+
+def _broker_address(name: str) -> str:
+    """``host:port`` of a bootstrap entry or an error's broker, lower case, without its protocol (default port 9092)."""
+    address = re.sub(r"^[A-Za-z_]+://", "", name.strip()).lower()
+    return address if re.search(r":\d+$", address) else f"{address}:9092"
+
+
+def _refused_for_good(refused_at: Mapping[str, float], bootstrap: str, now: float, grace: float = _REFUSAL_GRACE_S) -> bool:
+    """Whether start() ends at the brokers' refusals (``refused_at``: address → when it first refused the login or TLS
+    setup): every bootstrap broker refused, the last of them at least ``grace`` seconds ago, the request still pending."""
+    wanted = {_broker_address(b) for b in bootstrap.split(",") if b.strip()}
+    return bool(wanted) and wanted <= refused_at.keys() and now - max(refused_at[b] for b in wanted) >= grace
+
+
 #: Rejections an owner with an agent registry answers before the record's signature is verified (or when it fails):
 #: anyone who can produce to ``writ.intents`` can have one sent to this agent's reply topic for an intent id it knows.
 #: Such a rejection does not end a submit at once: an answer from the signed intent itself wins until the deadline,
@@ -401,6 +424,8 @@ class WritClient:
         self._consumer: Consumer | None = None
         self._reply_partitions = 0
         self._auth_error: KafkaError | None = None
+        #: Broker address → when it first refused the login or the TLS setup (error_cb), for start()'s decision.
+        self._refused_at: dict[str, float] = {}
         self._last_error: KafkaError | None = None
         self._started = False
         self._closed = False
@@ -459,12 +484,16 @@ class WritClient:
         return {"bootstrap.servers": self.brokers, "client.id": self.client_id, **self._security_conf(), **self._extra, **more}
 
     def _on_kafka_error(self, err: KafkaError) -> None:
-        """librdkafka's error callback: remembers the first authentication or TLS failure, and the last error (for :meth:`start`'s error)."""
+        """librdkafka's error callback: remembers the first authentication or TLS failure, which brokers refused and when,
+        and the last error (for :meth:`start`'s error)."""
         self._last_error = err
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and self._auth_error is None:
-            self._auth_error = err
-            # librdkafka's text names the broker, the mechanism and the reason, never the password.
-            _log.warning("Kafka connection refused: %s", err.str())
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            named = _ERROR_BROKER.match(err.str())
+            self._refused_at.setdefault(_broker_address(named.group(1)) if named else err.str(), time.monotonic())
+            if self._auth_error is None:
+                self._auth_error = err
+                # librdkafka's text names the broker, the mechanism and the reason, never the password.
+                _log.warning("Kafka connection refused: %s", err.str())
 
     def _raise_connection_error(self, err: KafkaException) -> None:
         """Replaces a timeout that hides why the brokers could not be reached (authentication, TLS, transport) by that reason."""
@@ -600,10 +629,12 @@ class WritClient:
         )
         created = futures[self.reply_topic]
         # librdkafka logs in again after a refused login until the request times out; its error_cb (served by poll)
-        # says at once that the credentials or the TLS setup are wrong: the start ends there (start() says why).
+        # says that the credentials or the TLS setup are refused: once every bootstrap broker has refused for a while
+        # (_REFUSAL_GRACE_S), the start ends there (start() says why). A refusal by some only, or one that passes,
+        # leaves the request to decide.
         while not created.done():
             self._admin.poll(0.1)
-            if self._auth_error is not None:
+            if self._auth_error is not None and _refused_for_good(self._refused_at, self.brokers, time.monotonic()):
                 raise KafkaException(self._auth_error)
         try:
             created.result()
