@@ -3,27 +3,49 @@
 // real one (the process is killed; connections are refused) while its SQLite file keeps every
 // committed write for the checks afterwards.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream } from "node:fs";
+import { createWriteStream, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { DemoFaultInput } from "../../src/testing/demo-records-server.ts";
 import { DemoRecordsStore } from "../../src/testing/demo-records-store.ts";
 
 /**
- * Where the first start draws its port from: above every fixed port of the stacks and the test files (all below
- * 23000), and below the range the OS draws the local ports of outgoing connections from (32768 and up on Linux,
- * 49152 and up on macOS). The kernel's pick for port 0 lies inside that range: while the server was down in an
- * outage, any connection (an owner's to the broker, the suite's own) could be given that port as its local port,
- * and the restart on it failed. Below the range, only a listener can take it, and none binds to a port drawn here.
+ * The first port of the range the OS draws the local ports of outgoing connections from: Linux's
+ * /proc/sys/net/ipv4/ip_local_port_range (32768-60999 by default), else 32768 (below macOS's 49152).
  */
-export const RECORDS_PORTS = { from: 23000, to: 32767 } as const;
+export function ephemeralFrom(rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"): number {
+  try {
+    const from = Number(readFileSync(rangeFile, "utf8").trim().split(/\s+/)[0]);
+    if (Number.isInteger(from) && from > 0 && from <= 65535) return from;
+  } catch {
+    // no /proc (macOS): its range starts higher still
+  }
+  return 32768;
+}
+
+/**
+ * Where the first start draws its port from: above every fixed port of the stacks and the test files (the highest
+ * 22997, test/faults/run-hang-case.ts), at most 32767 (above lie fixed ports such as the console's 39200), and below
+ * `ephemeral`, the start of the range the OS draws the local ports of outgoing connections from. The kernel's pick
+ * for port 0 lies inside that range: while the server was down in an outage, any connection (an owner's to the
+ * broker, the suite's own) could be given that port as its local port, and the restart on it failed. Below the
+ * range, only a listener can take it, and none binds to a port drawn here.
+ * null when the range starts at 23000 or lower: no port is clear of both the fixed ports and the range, and the
+ * server takes the kernel's pick (port 0), which a connection may hold when an outage's restart binds it again.
+ */
+export function recordsPorts(ephemeral: number): { from: number; to: number } | null {
+  return ephemeral > 23000 ? { from: 23000, to: Math.min(ephemeral - 1, 32767) } : null;
+}
+
+export const RECORDS_PORTS = recordsPorts(ephemeralFrom());
 
 function drawPort(): number {
+  if (RECORDS_PORTS === null) return 0;
   return RECORDS_PORTS.from + Math.floor(Math.random() * (RECORDS_PORTS.to - RECORDS_PORTS.from + 1));
 }
 
 export class RecordsProcess {
-  /** Drawn by the first start (another draw when a listener holds it); every restart binds it again. */
+  /** Drawn by the first start (another draw when a listener holds it; the kernel's pick for a draw of 0); every restart binds it again. */
   private port: number | null = null;
   private readonly dbPath: string;
   private readonly logFile: string;
@@ -49,12 +71,13 @@ export class RecordsProcess {
 
   /** Starts the server (again, on its port) and resolves once it listens: it logs its url then. */
   async start(): Promise<void> {
-    if (this.port !== null) return this.launch(this.port);
+    if (this.port !== null) {
+      await this.launch(this.port);
+      return;
+    }
     for (let attempt = 1; ; attempt++) {
-      const port = this.draw();
       try {
-        await this.launch(port);
-        this.port = port;
+        this.port = await this.launch(this.draw());
         return;
       } catch (err) {
         if (!(err instanceof PortTaken) || attempt >= 10) throw err;
@@ -62,7 +85,8 @@ export class RecordsProcess {
     }
   }
 
-  private async launch(port: number): Promise<void> {
+  /** Starts the server on `port` (0: the kernel's pick); resolves with the port it listens on. */
+  private async launch(port: number): Promise<number> {
     const log = createWriteStream(this.logFile, { flags: "a" });
     const proc = spawn(process.execPath, [this.script], {
       env: {
@@ -81,7 +105,7 @@ export class RecordsProcess {
     proc.stderr!.pipe(log, { end: false });
     proc.once("exit", () => log.end());
     this.proc = proc;
-    await listeningOn(proc, port, this.logFile);
+    return listeningOn(proc, port, this.logFile);
   }
 
   /** A hard outage: SIGKILL, down for `ms`, then the same server on the same port and database. */
@@ -147,8 +171,11 @@ export class RecordsProcess {
 /** The records server exited at start because a listener held its port. */
 class PortTaken extends Error {}
 
-/** Resolves once `proc` logs its url on `port`; rejects when it exits first (PortTaken when the port was held), or after 30 s. */
-function listeningOn(proc: ChildProcess, port: number, logFile: string): Promise<void> {
+/**
+ * Resolves with the port once `proc` logs its url on `port` (any port for 0); rejects when it exits first (PortTaken
+ * when the port was held), or after 30 s.
+ */
+function listeningOn(proc: ChildProcess, port: number, logFile: string): Promise<number> {
   return new Promise((resolve, reject) => {
     let out = "";
     const done = (end: () => void) => {
@@ -159,7 +186,8 @@ function listeningOn(proc: ChildProcess, port: number, logFile: string): Promise
     };
     const onData = (chunk: Buffer) => {
       out += chunk.toString("utf8");
-      if (out.includes(`"url":"http://127.0.0.1:${port}"`)) done(resolve);
+      const url = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
+      if (url !== null && (port === 0 || Number(url[1]) === port)) done(() => resolve(Number(url[1])));
     };
     const onExit = (code: number | null) =>
       done(() => reject(out.includes("EADDRINUSE") ? new PortTaken(`port ${port} is taken; see ${logFile}`) : new Error(`records server exited with ${code}; see ${logFile}`)));

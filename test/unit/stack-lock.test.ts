@@ -2,13 +2,24 @@
 // a lock left by a process that was killed, whose pid another process got since, held every start for its
 // 10 minutes' wait, and such a lease kept its stack from ever being stopped by its last user.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+
+/** Every dir this file makes, removed at its end. */
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "writ-stack-lock-"));
+  dirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
 
 // The leases' dir is read from the environment at import.
-process.env["WRIT_LOCAL_STACK_DIR"] = mkdtempSync(join(tmpdir(), "writ-stack-lock-"));
+process.env["WRIT_LOCAL_STACK_DIR"] = tempDir();
 const { LEASE_DIR, otherLiveLeases, ownRecord, parseRecord, processStartTime, recordAlive, takeLease, withLock } = await import("../../src/testing/stack-process.ts");
 
 const linux = process.platform === "linux";
@@ -19,7 +30,7 @@ const otherStart = String(Number(ownStart ?? 0) + 1);
 const deadPid = spawnSync(process.execPath, ["-e", ""]).pid;
 
 function lockFile(content: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), "writ-stack-lock-")), "stack.lock");
+  const file = join(tempDir(), "stack.lock");
   writeFileSync(file, content);
   return file;
 }
