@@ -160,7 +160,8 @@ export const RouterConfig = z
     registryLookupsPerSecond: z.number().int().min(1).max(10_000).default(DEFAULT_REGISTRY_LOOKUPS_PER_S),
     /**
      * Longest one agent may hold a record by leases at a stretch, from its grant (`acquiredAt`; a lease it takes again
-     * within LEASE_COOLDOWN_MS of its last one ending continues that hold). ms. A renewal past it is refused
+     * within LEASE_COOLDOWN_MS of its last one ending continues that hold, unless its time to live would outrun it:
+     * refused `lease_cooldown` then, the agent's next grant begins a new hold). ms. A renewal past it is refused
      * `lease_hold_exceeded` and the lease lapses at its expiry; then the record is kept from the agent for the cool-down
      * (`lease_cooldown`), so no agent holds a record longer than this and one time to live (at most 600 s) without
      * leaving it to others for 10 s. Generous: above the slowest change an agent should make, owner failovers

@@ -113,7 +113,8 @@ export const REJECT_REASONS = [
   "lease_hold_exceeded",
   /**
    * A lease acquire of an agent whose own lease of the record ended less than `LEASE_COOLDOWN_MS` (10 s) ago, its hold
-   * of the record (continued across its leases taken again within that time) past `WRIT_LEASE_MAX_HOLD_MS`
+   * of the record (continued across its leases taken again within that time) past `WRIT_LEASE_MAX_HOLD_MS`, or to be
+   * past it within the acquire's time to live
    * (`details`: `acquiredAt`, `maxHoldMs`, `until`, `change`: the change whose lease ended). Nothing taken; the record
    * is the agent's to acquire again from `until`.
    */

@@ -111,7 +111,7 @@ export class RouterMetrics {
   });
   private readonly leasesRefused = new Counter({
     name: "writ_leases_refused_total",
-    help: "Lease acquires refused by a bound, by reason: lease_limit (the agent holds WRIT_MAX_LEASES_PER_AGENT leases on the partition's records), lease_hold_exceeded (a renewal past WRIT_LEASE_MAX_HOLD_MS from the grant), lease_cooldown (a new grant to an agent whose hold of the record ended past it, within the cool-down after). A steady rise is an agent hoarding records, or changes slower than the bounds allow. Counted when decided (a failed transaction may count one twice).",
+    help: "Lease acquires refused by a bound, by reason: lease_limit (the agent holds WRIT_MAX_LEASES_PER_AGENT leases on the partition's records), lease_hold_exceeded (a renewal past WRIT_LEASE_MAX_HOLD_MS from the grant), lease_cooldown (a new grant to an agent within the cool-down after its lease of the record ended, its hold past it or to be past it within the grant's time to live). A steady rise is an agent hoarding records, or changes slower than the bounds allow. Counted when decided (a failed transaction may count one twice).",
     labelNames: ["reason"] as const,
     registers: [this.registry],
   });

@@ -197,7 +197,9 @@ function heldLately(released: LedgerLeaseEntry | undefined, agentId: string, now
  * renewal (the lease is the change's) past `maxHoldMs` from its grant is `lease_hold_exceeded`: not renewed, the lease
  * stays the change's until it lapses, so the change can still undo its steps under it (docs/architecture.md §10.3).
  * A new grant that would continue the agent's hold of the record (`earlier`: its own lease of it ended within the
- * cool-down) past `maxHoldMs` is `lease_cooldown`: the record is kept from it until the cool-down after that end.
+ * cool-down) past `maxHoldMs` within its time to live is `lease_cooldown`: the record is kept from it until the
+ * cool-down after that end, then a grant begins a new hold. So a continuation granted is never refused at a renewal
+ * within its first time to live.
  * A new grant to an agent holding `maxPerAgent` live leases on the partition's records is `lease_limit`.
  */
 function leaseBoundRefusal(a: AdmittedIntent, gate: LeaseGate, bounds: LeaseBounds, now: number, earlier: ReturnType<typeof heldLately>): Reply | null {
@@ -210,10 +212,13 @@ function leaseBoundRefusal(a: AdmittedIntent, gate: LeaseGate, bounds: LeaseBoun
     const msg = `this change has held the lease of ${a.entityKey.slice(0, 300)} since ${acquiredAt} (with its agent's leases of it taken again within ${LEASE_COOLDOWN_MS} ms of the last one's end), the longest owners let one agent hold a record (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): not renewed. It stays the change's until ${expiresAt}, then lapses; end the change before then`;
     return rejectedReply(intent.intentId, intent.intentKey, "lease_hold_exceeded", msg, at, { acquiredAt, maxHoldMs: bounds.maxHoldMs, expiresAt });
   }
-  if (earlier !== null && now > Date.parse(earlier.acquiredAt) + bounds.maxHoldMs) {
+  // A continuation granted must live its whole first time to live within the hold: granted nearer the bound, its
+  // first renewal would be refused lease_hold_exceeded and its change compensated after holding the record seconds.
+  // Refused instead, the agent waits out the cool-down (at most LEASE_COOLDOWN_MS) and begins a new hold.
+  if (earlier !== null && now + (intent.lease?.ttlMs ?? DEFAULT_LEASE_TTL_MS) > Date.parse(earlier.acquiredAt) + bounds.maxHoldMs) {
     bounds.refused?.("lease_cooldown");
     const until = new Date(earlier.until).toISOString();
-    const msg = `agent ${intent.agent.id.slice(0, 128)} has held ${a.entityKey.slice(0, 300)} since ${earlier.acquiredAt}, past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms): it is kept from the agent until ${until}, so other agents' writes and changes get it; nothing was taken. Acquire it again after then`;
+    const msg = `agent ${intent.agent.id.slice(0, 128)} has held ${a.entityKey.slice(0, 300)} since ${earlier.acquiredAt}: a lease granted now would run past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS, ${bounds.maxHoldMs} ms) within its time to live, so it is kept from the agent until ${until}, and other agents' writes and changes get it; nothing was taken. Acquire it again after then`;
     return rejectedReply(intent.intentId, intent.intentKey, "lease_cooldown", msg, at, { acquiredAt: earlier.acquiredAt, maxHoldMs: bounds.maxHoldMs, until, change: earlier.change });
   }
   const held = bounds.ledger.leasesHeldBy(intent.agent.id, now);

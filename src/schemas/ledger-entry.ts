@@ -150,10 +150,11 @@ export type LedgerProgress = z.infer<typeof LedgerProgress>;
 /**
  * A record's lease, held by a change that spans records: written when the
  * change acquires it (or renews it); when it is released or found lapsed,
- * kept free with the marks of the acquires it refuses as replays, and
- * tombstoned once they are past. Key `leaseLedgerKey(entity key)`, in the
- * ledger partition of the record's intents partition: the record's owner is
- * the lease's only writer.
+ * kept free with the marks of the acquires it refuses as replays and what the
+ * cool-down after it is decided on (its agent, change, `acquiredAt`,
+ * `releasedAt`), and tombstoned once the marks and the cool-down are past. Key
+ * `leaseLedgerKey(entity key)`, in the ledger partition of the record's
+ * intents partition: the record's owner is the lease's only writer.
  */
 export const LedgerLeaseEntry = z.looseObject({
   kind: z.literal("lease"),
@@ -163,7 +164,9 @@ export const LedgerLeaseEntry = z.looseObject({
   /** The agent whose change it is: only its intents use the lease. */
   agentId: z.string(),
   replyTo: z.string(),
+  /** The start of its agent's stretch on the record: its grant, or an earlier lease's it continues (docs/architecture.md §10.3). */
   acquiredAt: IsoTime,
+  /** Held: when it lapses unless renewed. Freed: when it was freed (past, so an owner from before `releasedAt` sees it lapsed). */
   expiresAt: IsoTime,
   updatedAt: IsoTime,
   /**
@@ -172,9 +175,11 @@ export const LedgerLeaseEntry = z.looseObject({
    */
   lastAcquireCreatedAt: IsoTime.optional(),
   /**
-   * Set when its change released it, or the owner found it lapsed: the lease is free, and the entry stays (its
-   * `expiresAt` the end, so an older owner sees it lapsed) for `released` until the last of it is past. Absent:
-   * held, until `expiresAt`.
+   * Set when its change released it, or the owner found it lapsed: the lease is free, and this is its end (the
+   * release; a lapse's own `expiresAt`, however late it was found), from which the cool-down for its agent counts.
+   * The entry stays until `released` is past and that cool-down (LEASE_COOLDOWN_MS) too. Absent: held, until
+   * `expiresAt`. An owner from before it sees a freed entry lapsed at its `expiresAt`, ignores the cool-down and
+   * tombstones an entry without `released` at once.
    */
   releasedAt: IsoTime.optional(),
   /**
@@ -182,7 +187,8 @@ export const LedgerLeaseEntry = z.looseObject({
    * `before` (the release's `createdAt`, or a lapsed lease's `lastAcquireCreatedAt`: the same agent's clock) came
    * before that end, so it is a replay of signed bytes and refused `lease_replayed`, until `until` (`before` + the
    * lease intents' age window), past which admission refuses it `stale`. Kept across the record's later leases and
-   * their lapses; absent in entries of owners before it.
+   * their lapses; absent when none is in force (a freed entry kept for its cool-down alone), and in entries of owners
+   * before it.
    */
   released: z.array(z.looseObject({ change: z.string(), agentId: z.string(), before: IsoTime, until: IsoTime })).max(64).optional(),
 });

@@ -294,11 +294,12 @@ describe("changes that span records on a real broker", () => {
   it("lease-cooldown: an agent whose hold of a record passed WRIT_LEASE_MAX_HOLD_MS cannot take it straight back, by a new acquire once it lapsed nor by releasing and acquiring again: refused lease_cooldown, another agent's write is applied meanwhile; after the cool-down it may", async () => {
     const h = await harness();
     for (const id of ["T-cool-a", "T-cool-b"]) h.records.seed("ticket", id, { status: "open", tags: ["damaged"] });
-    const router = await h.startRouter({ config: { ...h.config, leaseMaxHoldMs: 1000 } });
+    // A hold longer than B's time to live: B's leases taken again continue the hold while theirs ends within it.
+    const router = await h.startRouter({ config: { ...h.config, leaseMaxHoldMs: 3000 } });
     const [holder, support] = await Promise.all([h.client("holder"), h.client("support")]);
     const ticket = (id: string) => ({ type: "ticket", id });
     const newChange = () => changeId({ agentId: "holder", runId: run(), stepId: "hold" });
-    const acquire = (change: string, id: string) => holder.submit(leaseIntent(holder, change, "acquire", ticket(id), "tag_ticket", 2000));
+    const acquire = (change: string, id: string, ttlMs = 2000) => holder.submit(leaseIntent(holder, change, "acquire", ticket(id), "tag_ticket", ttlMs));
     const tag = async (id: string, t: string) => {
       const { version, state } = await readVersion(h.records, "ticket", id);
       return support.submit({ tool: tagTicket, entity: ticket(id), runId: run(), stepId: t, baseVersion: version, delta: [{ op: "replace", path: "/tags", value: [...(state.tags as string[]), t] }], params: { tag: t } }, { onLeased: "answer" });
@@ -318,26 +319,27 @@ describe("changes that span records on a real broker", () => {
       { intervalMs: 0, timeoutMs: 20_000, message: "the lapsed lease was never let go" },
     );
     // Without the cool-down: granted at once, and the agent holds the record again for as long again.
-    expect(retaken).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 1000, change: first } });
+    expect(retaken).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 3000, change: first } });
     // Nothing was taken: the other agent's write is applied at once, written once.
     const write = await tag("T-cool-a", "vip");
     expect(write).toMatchObject({ status: "applied", via: "patch" });
     expect(patches(h.records, write.intentKey)).toEqual(["applied"]);
 
     // B: released and acquired again at once by a new change, and again: the hold goes on across the agent's
-    // leases, so past the longest hold the next acquire is refused (without it, granted every time).
+    // leases, so once a lease taken again would outlive the longest hold the acquire is refused (without it,
+    // granted every time).
     let last = newChange();
-    expect(await acquire(last, "T-cool-b")).toMatchObject({ status: "applied", via: "lease" });
+    expect(await acquire(last, "T-cool-b", 1000)).toMatchObject({ status: "applied", via: "lease" });
     const cooled = await waitFor(
       async () => {
         expect(await holder.submit(leaseIntent(holder, last, "release", ticket("T-cool-b"), "tag_ticket"))).toMatchObject({ status: "applied", duplicate: false });
         last = newChange();
-        const r = await acquire(last, "T-cool-b");
+        const r = await acquire(last, "T-cool-b", 1000);
         return r.status === "rejected" ? r : undefined;
       },
       { timeoutMs: 20_000, message: "an agent releasing and acquiring again was granted the record without end" },
     );
-    expect(cooled).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 1000 } });
+    expect(cooled).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { maxHoldMs: 3000 } });
     const other = await tag("T-cool-b", "vip");
     expect(other).toMatchObject({ status: "applied", via: "patch" });
     expect(patches(h.records, other.intentKey)).toEqual(["applied"]);

@@ -19,7 +19,7 @@ import { type EntityRef, type JsonPatchOp, type Versioned, entityKey } from "../
 import { Escalation } from "../../../src/schemas/escalation.ts";
 import { LedgerEntry, LedgerIntentEntry, type LedgerLeaseEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
-import { ABSENT_VERSION, LEASE_COOLDOWN_MS, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
+import { ABSENT_VERSION, DEFAULT_LEASE_TTL_MS, LEASE_COOLDOWN_MS, LEASE_VERSION, LEDGER_VERSION, WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { type LeaseBounds, type LeaseGate, lapsedLease, leaseGate, leaseRefusal, settleLeaseIntent } from "../../../src/owner/record-leases.ts";
 import { type AdmittedTool, admitTools, declareWriteTool } from "../../../src/tools.ts";
 import { FakeSystem, outage, version } from "./fake-system.ts";
@@ -948,8 +948,8 @@ describe("leases of changes that span records: what one agent may hold", () => {
     const c2 = "d".repeat(64);
     const c3 = "a".repeat(64);
     /** An acquire or release of `chg` by `agentId` made at `when` (ms). */
-    const intentAt = async (op: "acquire" | "release", chg: string, when: number, agentId = "agent-1") => {
-      const lease = op === "acquire" ? { change: chg, op, ttlMs: 30_000 } : { change: chg, op };
+    const intentAt = async (op: "acquire" | "release", chg: string, when: number, agentId = "agent-1", ttlMs = 30_000) => {
+      const lease = op === "acquire" ? { change: chg, op, ttlMs } : { change: chg, op };
       const a = await admittedOk(wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(chg, op, T1), lease }, agentId));
       a.intent.createdAt = new Date(when).toISOString();
       return a;
@@ -996,22 +996,78 @@ describe("leases of changes that span records: what one agent may hold", () => {
 
     it("released and taken again within LEASE_COOLDOWN_MS, the agent's hold goes on (acquiredAt kept): renewed past maxHoldMs it is refused, taken again it is lease_cooldown; a gap of LEASE_COOLDOWN_MS begins a new hold", async () => {
       const ledger = new PartitionLedger(0);
-      const bounds = bounded(ledger, { maxHoldMs: 20_000 });
+      const bounds = bounded(ledger, { maxHoldMs: 60_000 });
       await at_(ledger, await intentAt("acquire", change, at), bounds, at);
       await at_(ledger, await intentAt("release", change, at + 19_000), bounds, at + 19_000);
-      // Another change of the agent takes it half a second later: the same hold, begun at the first grant.
+      // Another change of the agent takes it half a second later: the same hold, begun at the first grant (its
+      // 30 s time to live ends within the hold).
       const again = await at_(ledger, await intentAt("acquire", c2, at + 19_500), bounds, at + 19_500);
       expect(again.lease!.entry).toMatchObject({ change: c2, acquiredAt: NOW.toISOString() });
-      expect(reply(await at_(ledger, await intentAt("acquire", c2, at + 20_001), bounds, at + 20_001))).toMatchObject({ reason: "lease_hold_exceeded", details: { acquiredAt: NOW.toISOString() } });
-      await at_(ledger, await intentAt("release", c2, at + 21_000), bounds, at + 21_000);
-      expect(reply(await at_(ledger, await intentAt("acquire", c3, at + 21_001), bounds, at + 21_001))).toMatchObject({ reason: "lease_cooldown", details: { until: new Date(at + 21_000 + LEASE_COOLDOWN_MS).toISOString(), change: c2 } });
+      expect(reply(await at_(ledger, await intentAt("acquire", c2, at + 45_000), bounds, at + 45_000))).toMatchObject({ status: "applied" });
+      expect(reply(await at_(ledger, await intentAt("acquire", c2, at + 60_000), bounds, at + 60_000))).toMatchObject({ status: "applied" });
+      expect(reply(await at_(ledger, await intentAt("acquire", c2, at + 60_001), bounds, at + 60_001))).toMatchObject({ reason: "lease_hold_exceeded", details: { acquiredAt: NOW.toISOString() } });
+      await at_(ledger, await intentAt("release", c2, at + 61_000), bounds, at + 61_000);
+      expect(reply(await at_(ledger, await intentAt("acquire", c3, at + 61_001), bounds, at + 61_001))).toMatchObject({ reason: "lease_cooldown", details: { until: new Date(at + 61_000 + LEASE_COOLDOWN_MS).toISOString(), change: c2 } });
       // A hold within the bound, released and taken again after a full cool-down: a new hold.
       const fresh = new PartitionLedger(0);
-      const freshBounds = bounded(fresh, { maxHoldMs: 20_000 });
+      const freshBounds = bounded(fresh, { maxHoldMs: 60_000 });
       await at_(fresh, await intentAt("acquire", change, at), freshBounds, at);
       await at_(fresh, await intentAt("release", change, at + 19_000), freshBounds, at + 19_000);
       const later = await at_(fresh, await intentAt("acquire", c2, at + 19_000 + LEASE_COOLDOWN_MS), freshBounds, at + 19_000 + LEASE_COOLDOWN_MS);
       expect(later.lease!.entry).toMatchObject({ acquiredAt: new Date(at + 19_000 + LEASE_COOLDOWN_MS).toISOString() });
+    });
+
+    it("a grant that would continue the agent's hold past maxHoldMs within its time to live is lease_cooldown, nothing read or taken: a continuation granted always lives its first time to live; after the cool-down a new hold begins", async () => {
+      const ledger = new PartitionLedger(0);
+      const bounds = bounded(ledger, { maxHoldMs: 60_000 });
+      await at_(ledger, await intentAt("acquire", change, at), bounds, at);
+      await at_(ledger, await intentAt("release", change, at + 29_000), bounds, at + 29_000);
+      // At 30.001 s its 30 s would end at 60.001 s, past the hold: its first renewal would be refused.
+      const reads = helpdesk.reads.length;
+      const refused = await at_(ledger, await intentAt("acquire", c2, at + 30_001), bounds, at + 30_001);
+      expect(reply(refused)).toMatchObject({ status: "rejected", reason: "lease_cooldown", details: { acquiredAt: NOW.toISOString(), maxHoldMs: 60_000, until: new Date(at + 29_000 + LEASE_COOLDOWN_MS).toISOString(), change } });
+      expect(refused.lease).toBeUndefined();
+      expect(helpdesk.reads.length).toBe(reads);
+      // At its edge (its time to live ends at the hold's end) it is granted, and renewed up to it.
+      const edge = new PartitionLedger(0);
+      const edgeBounds = bounded(edge, { maxHoldMs: 60_000 });
+      await at_(edge, await intentAt("acquire", change, at), edgeBounds, at);
+      await at_(edge, await intentAt("release", change, at + 29_000), edgeBounds, at + 29_000);
+      expect((await at_(edge, await intentAt("acquire", c2, at + 30_000), edgeBounds, at + 30_000)).lease!.entry).toMatchObject({ acquiredAt: NOW.toISOString() });
+      expect(reply(await at_(edge, await intentAt("acquire", c2, at + 59_999), edgeBounds, at + 59_999))).toMatchObject({ status: "applied", lease: { expiresAt: new Date(at + 89_999).toISOString() } });
+      // The refused agent asks again at the cool-down's end: a new hold.
+      const after = await at_(ledger, await intentAt("acquire", c2, at + 29_000 + LEASE_COOLDOWN_MS), bounds, at + 29_000 + LEASE_COOLDOWN_MS);
+      expect(after.lease!.entry).toMatchObject({ change: c2, acquiredAt: new Date(at + 29_000 + LEASE_COOLDOWN_MS).toISOString() });
+    });
+
+    it("an agent running 40 s changes back to back on one record, 5 s apart, with the default hold and time to live: no change is refused at a renewal; past the hold one waits out a cool-down and a new hold begins", async () => {
+      const ledger = new PartitionLedger(0);
+      const bounds = bounded(ledger);
+      const ttlMs = DEFAULT_LEASE_TTL_MS;
+      const seen: string[] = [];
+      let t = at;
+      let holds = 1;
+      for (let n = 1; t < at + 2 * bounds.maxHoldMs; n++) {
+        const chg = n.toString(16).padStart(64, "0");
+        // Asked as the client asks: again with its backoff while kept from the record.
+        let got = reply(await at_(ledger, await intentAt("acquire", chg, t, "agent-1", ttlMs), bounds, t));
+        while (got.status === "rejected" && got.reason === "lease_cooldown") {
+          seen.push(`cool-down at ${t - at}`);
+          t += 2_000;
+          got = reply(await at_(ledger, await intentAt("acquire", chg, t, "agent-1", ttlMs), bounds, t));
+          if (got.status === "applied") holds++;
+        }
+        expect(got, `change ${n} at ${t - at} ms`).toMatchObject({ status: "applied" });
+        // Its renewal before its second step, half its time to live on.
+        t += ttlMs / 2;
+        expect(reply(await at_(ledger, await intentAt("acquire", chg, t, "agent-1", ttlMs), bounds, t)), `renewal of change ${n} at ${t - at} ms`).toMatchObject({ status: "applied" });
+        t += 10_000;
+        await at_(ledger, await intentAt("release", chg, t), bounds, t);
+        t += 5_000;
+      }
+      expect(holds).toBeGreaterThan(1);
+      expect(seen.length).toBeGreaterThan(0);
+      expect(bounds.seen.every((r) => r === "lease_cooldown")).toBe(true);
     });
 
     it("a freed lease whose replay marks are past stays for its cool-down (the sweep takes it after), then is a tombstone", () => {
