@@ -67,7 +67,11 @@ export interface ChangeInput {
 }
 
 export type ChangeResult =
-  /** Every step applied; `steps` holds their replies in step order. */
+  /**
+   * Every step applied; `steps` holds their replies in step order. A change this client saw applied, called again
+   * when a lease cannot be taken, is answered from its memory: its steps' replies as repeats (`duplicate`, no state),
+   * as they are answered when the leases are taken again.
+   */
   | { status: "applied"; change: string; steps: Reply[] }
   /** A step was not applied; every step applied before it was undone. Nothing of the change remains. */
   | { status: "compensated"; change: string; failed: { step: string; result: SubmitResult }; undone: Reply[] }
@@ -75,9 +79,11 @@ export type ChangeResult =
    * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
    * could not be leased (`lease_limit`: the agent holds as many leases as owners allow); nothing was written. Never
    * the answer to a change known to have run: one whose lease is refused `lease_hold_exceeded` (it holds it), or
-   * `lease_cooldown` after its own hold, or that this client left `incomplete` before, ends `incomplete`. A client
-   * started anew (after a crash) does not know what an earlier one left: a change it resumes whose lease another
-   * change took meanwhile ends `not_started` for this call, and its earlier steps may stand.
+   * `lease_cooldown` after its own hold, or that this client left `incomplete` before (or whose run threw after a step
+   * was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw `compensated` has
+   * nothing standing: `not_started` is true of it. A client started anew (after a crash) does not know what an earlier
+   * one left: a change it resumes whose lease another change took meanwhile ends `not_started` for this call, and its
+   * earlier steps may stand.
    */
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
@@ -99,15 +105,49 @@ const detail = (r: SubmitResult, field: string): string | undefined => {
   return typeof d === "object" && d !== null && typeof d[field] === "string" ? d[field] : undefined;
 };
 
-/** Most changes one client remembers having left `incomplete` (the latest). */
-const MAX_LEFT_INCOMPLETE = 10_000;
+/** Most changes one client remembers having run (the latest). */
+const MAX_REMEMBERED = 10_000;
 
 /**
- * The changes each client left `incomplete`, with their steps that may stand: calling `change()` again resumes one,
- * and an acquire refused then must not be answered `not_started` ("nothing was written"). In the client's memory
- * only: a client started anew does not know them.
+ * How a change this client ran ended, as far as it knows: `incomplete` (also a run that threw after a step was
+ * built to be sent), with the steps that may stand; `applied`, with its steps' replies as repeats (`duplicate`, no
+ * state: what a run that takes its leases again is answered); `compensated`, nothing of it standing.
  */
-const leftIncomplete = new WeakMap<object, Map<string, string[]>>();
+type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied"; steps: Reply[] } | { ended: "compensated" };
+
+/**
+ * The changes each client ran: calling `change()` again runs one again (a resume, or a repeat of a settled one), and
+ * an acquire refused then must not be answered `not_started` ("nothing was written") over steps that stand. In the
+ * client's memory only: a client started anew does not know them.
+ */
+const runBefore = new WeakMap<object, Map<string, RunBefore>>();
+
+/** What a run got to, kept as it goes: when it throws, what it leaves is remembered from it, and its leases released. */
+interface Progress {
+  change?: string;
+  /** A step or undo was built to be sent: from then on the change may have written. */
+  stepSent: boolean;
+  /** Steps built to be sent and not known to be unwritten (refused, or undone since). */
+  standing: Set<string>;
+  /** Steps undone by an applied undo. */
+  undone: Set<string>;
+  /** Releases the leases the run took. */
+  releaseAll?: () => Promise<void>;
+}
+
+/** An applied reply as a repeat of it is answered: without the record's state (kept in memory, and stale). */
+const asRepeat = (r: Reply): Reply =>
+  r.status !== "applied"
+    ? { ...r }
+    : { status: "applied", intentId: r.intentId, intentKey: r.intentKey, duplicate: true, at: r.at, entity: { ...r.entity }, state: null, version: r.version, via: r.via, ...(r.tool !== undefined ? { tool: r.tool } : {}), ...(r.undoOf !== undefined ? { undoOf: r.undoOf } : {}) };
+
+function remember(client: object, change: string, what: RunBefore): void {
+  let known = runBefore.get(client);
+  if (!known) runBefore.set(client, (known = new Map()));
+  known.delete(change);
+  known.set(change, what);
+  if (known.size > MAX_REMEMBERED) known.delete(known.keys().next().value!);
+}
 
 /** The WriteIntent that takes (`acquire`) or gives back (`release`) a record's lease for a change. */
 export function buildLeaseIntent(i: {
@@ -138,20 +178,39 @@ export function buildLeaseIntent(i: {
 
 /** Runs a change for `client` (see `WritClient.change`). */
 export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
-  const result = await runChangeOnce(client, input);
-  let left = leftIncomplete.get(client);
-  if (result.status !== "incomplete") left?.delete(result.change);
-  else {
-    if (!left) leftIncomplete.set(client, (left = new Map()));
-    left.delete(result.change);
-    left.set(result.change, result.applied);
-    if (left.size > MAX_LEFT_INCOMPLETE) left.delete(left.keys().next().value!);
+  const progress: Progress = { stepSent: false, standing: new Set(), undone: new Set() };
+  let result: ChangeResult;
+  try {
+    result = await runChangeOnce(client, input, progress);
+  } catch (err) {
+    // Thrown (a delta function; a submit not sent, too large, or its reply consumer stopped): before any step, nothing
+    // of this run was written, and its leases are released as a change not started releases them. After, steps may
+    // stand: the change is remembered as left incomplete, its leases left to expire as an incomplete change's are
+    // (a resume takes them again), so calling change() again never answers not_started over them.
+    if (!progress.stepSent) await progress.releaseAll?.();
+    else if (progress.change !== undefined) rememberThrown(client, progress.change, input, progress);
+    throw err;
   }
+  if (result.status === "incomplete") remember(client, result.change, { ended: "incomplete", standing: [...result.applied] });
+  else if (result.status === "applied") remember(client, result.change, { ended: "applied", steps: result.steps.map(asRepeat) });
+  else if (result.status === "compensated") remember(client, result.change, { ended: "compensated" });
+  // not_started: true of the change (nothing known of it, or compensated), so what is known stays.
   return result;
 }
 
-async function runChangeOnce(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
+/** What a run that threw after a step was built leaves: the steps that may stand, with those an earlier run left. */
+function rememberThrown(client: object, change: string, input: ChangeInput, progress: Progress): void {
+  const earlier = runBefore.get(client)?.get(change);
+  // An applied change run again is answered from the ledger: it stays applied unless this run undid a step.
+  if (earlier?.ended === "applied" && progress.undone.size === 0) return;
+  const before = new Set(earlier?.ended === "incomplete" ? earlier.standing : earlier?.ended === "applied" ? input.steps.map((s) => s.name) : []);
+  const standing = input.steps.map((s) => s.name).filter((n) => (before.has(n) || progress.standing.has(n)) && !progress.undone.has(n));
+  remember(client, change, { ended: "incomplete", standing });
+}
+
+async function runChangeOnce(client: WritClient & { readonly replyTopic: string }, input: ChangeInput, progress: Progress): Promise<ChangeResult> {
   const change = changeId({ agentId: client.agentId, runId: input.runId, stepId: input.stepId });
+  progress.change = change;
   // Checked before anything is sent: a NaN deadline never runs out (asked again without end), and a time to live
   // owners do not admit would end the change at its first acquire.
   const ttlMs = wholeMs("leaseTtlMs", input.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS, MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS);
@@ -229,16 +288,21 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     const held = order.filter((k) => records.get(k)!.grantedAt !== undefined);
     await Promise.all(held.map((k) => settle(() => lease(k, "release"), 30_000).catch(() => undefined)));
   };
+  progress.releaseAll = releaseAll;
 
   /**
    * How the change ends when a record's lease is not taken before its first step. `not_started` says nothing of the
    * change was written: not when it is known to have run. A refusal `lease_hold_exceeded` says the change holds the
    * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
-   * held the record lately; this client's memory, that it left the change `incomplete`. Each ends it `incomplete`.
+   * held the record lately; this client's memory, that it left the change `incomplete` (or threw in it). Each ends it
+   * `incomplete`. A change this client saw `applied` is answered so again, as taking its leases again would answer
+   * it (its steps repeats); one it saw `compensated` has nothing standing, so `not_started` is true of it.
    */
   const notTaken = (key: string, got: SubmitResult): ChangeResult => {
-    const earlier = leftIncomplete.get(client)?.get(change);
-    const ranBefore = isHoldExceeded(got) || (got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change);
+    const known = runBefore.get(client)?.get(change);
+    if (known?.ended === "applied") return { status: "applied", change, steps: known.steps.map(asRepeat) };
+    const earlier = known?.ended === "incomplete" ? [...known.standing] : undefined;
+    const ranBefore = known?.ended !== "compensated" && (isHoldExceeded(got) || (got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change));
     if (!isUnsettled(got) && !ranBefore && earlier === undefined) return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
     // Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
     const applied = earlier ?? (ranBefore ? input.steps.map((s) => s.name) : []);
@@ -262,6 +326,8 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
   const stepIntent = (s: ChangeStep, current: Versioned): WriteIntent => {
     const delta = typeof s.delta === "function" ? s.delta(current) : s.delta;
     const intent = client.buildIntent({ tool: s.tool, entity: s.entity, runId: input.runId, stepId: `${input.stepId}/${s.name}`, baseVersion: current.version, delta, params: s.params });
+    progress.stepSent = true;
+    progress.standing.add(s.name);
     return { ...intent, lease: { change, op: "step" } };
   };
   for (const s of input.steps) {
@@ -285,6 +351,8 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
       base = r.current ?? { state: null, version: read.version };
     }
     const result = await settle(() => stepIntent(s, base!), settleWithinMs);
+    // Refused or in conflict: not written (an unknown or escalated one may be).
+    if (result.status === "rejected" || result.status === "conflict") progress.standing.delete(s.name);
     if (!isApplied(result)) return compensate(s.name, result);
     applied.push({ step: s, reply: result });
     r.lastVersion = result.version;
@@ -320,6 +388,10 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
         lease: { change, op: "step" as const },
       });
       const got = await settle(undo, settleWithinMs);
+      if (isApplied(got)) {
+        progress.undone.add(step.name);
+        progress.standing.delete(step.name);
+      }
       if (!isApplied(got)) {
         const left = applied.filter((x) => !undone.some((u) => u.status === "applied" && u.undoOf === x.reply.intentKey)).map((x) => x.step.name);
         return { status: "incomplete", change, message: `the undo of step ${step.name} was not applied (${got.status}); steps ${left.join(", ")} stand`, applied: left, result: got };

@@ -3,6 +3,7 @@ at the records server (its own Idempotency-Key dedupe off)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -304,3 +305,116 @@ def test_an_acquire_refused_lease_cooldown_is_waited_out_and_one_naming_this_cha
         other, _ = _scripted_change_client(cooling)
         result = other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
         assert isinstance(result, ChangeIncomplete if own else ChangeNotStarted), (own, result)
+
+
+def test_a_run_that_raises_after_a_step_was_sent_is_remembered_leases_left_to_expire_and_called_again_while_leased_ends_incomplete() -> None:
+    from writ_client.client import ClientClosed, IntentRefused
+
+    def broken_delta(current: Any) -> Any:
+        raise RuntimeError("the harness's delta broke")
+
+    raisers: list[tuple[str, Any, list[str]]] = [
+        ("delta function", None, ["T-3"]),
+        ("too_large", IntentRefused("too_large", "not sent"), ["T-3", "T-1"]),
+        ("client_closed", ClientClosed(), ["T-3", "T-1"]),
+    ]
+    for what, error, standing in raisers:
+        resumed = [False]
+
+        def refuse(i: Any, error: Any = error) -> Any:
+            if not resumed[0] and error is not None and i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1":
+                raise error
+            if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                return "leased"
+            return None
+
+        client, sent = _scripted_change_client(refuse)
+        steps_ = [dataclasses.replace(s, delta=broken_delta) if what == "delta function" and s.name == "T-1" else s for s in _three_steps()]
+        try:
+            client.change(ChangeInput(run_id="r", step_id="s", steps=steps_))
+        except Exception:  # noqa: BLE001 - what each raiser raises
+            pass
+        else:
+            raise AssertionError(f"{what}: the change did not raise")
+        # Its leases left to expire, as an incomplete change's are: a resume takes them again.
+        assert not [t for t in _trace(sent) if t.startswith("release")], what
+        resumed[0] = True
+        again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(again, ChangeIncomplete) and again.applied == standing, (what, again)
+        assert isinstance(again.result, RejectedReply) and again.result.reason == "leased"
+
+
+def test_a_run_that_raises_before_any_step_is_sent_releases_its_leases_and_called_again_while_leased_is_not_started() -> None:
+    resumed = [False]
+    client, sent = _scripted_change_client(lambda i: "leased" if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" else None)
+
+    def broken_delta(current: Any) -> Any:
+        raise RuntimeError("the harness's delta broke")
+
+    steps_ = [dataclasses.replace(s, delta=broken_delta) if s.name == "T-3" else s for s in _three_steps()]
+    try:
+        client.change(ChangeInput(run_id="r", step_id="s", steps=steps_))
+    except RuntimeError as err:
+        assert "delta broke" in str(err)
+    else:
+        raise AssertionError("the change did not raise")
+    assert _trace(sent) == ["acquire T-1", "acquire T-2", "acquire T-3", "release T-1", "release T-2", "release T-3"]
+    resumed[0] = True
+    assert isinstance(client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0)), ChangeNotStarted)
+
+
+def test_a_change_this_client_saw_applied_called_again_while_leased_is_answered_applied_and_one_it_saw_compensated_not_started() -> None:
+    again = [False]
+    client, _ = _scripted_change_client(lambda i: "leased" if again[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" else None)
+    first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    assert isinstance(first, ChangeApplied), first
+    again[0] = True
+    repeat = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(repeat, ChangeApplied), repeat
+    assert [(r.intent_key, r.duplicate, r.state) for r in repeat.steps] == [(r.intent_key, True, None) for r in first.steps]
+    # Compensated after its hold ran out, called again within the cool-down: refused lease_cooldown naming it, yet
+    # nothing of it stands.
+    refuse = [False]
+
+    def script(i: Any) -> Any:
+        if not refuse[0] and i.lease is not None and i.lease.op == "step" and i.undo is None and i.entity.id == "T-2":
+            return "patch_not_applicable"
+        if refuse[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            return ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change})
+        return None
+
+    other, _ = _scripted_change_client(script)
+    assert isinstance(other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps())), ChangeCompensated)
+    refuse[0] = True
+    result = other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(result, ChangeNotStarted) and isinstance(result.result, RejectedReply) and result.result.reason == "lease_cooldown", result
+
+
+def test_what_the_client_remembers_of_a_change_is_its_own_changing_a_result_it_returned_changes_no_later_answer() -> None:
+    resumed = [False]
+
+    def refuse(i: Any) -> Any:
+        if not resumed[0] and i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1":
+            return "unknown"
+        if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            return "leased"
+        return None
+
+    client, _ = _scripted_change_client(refuse)
+    first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), settle_within=0))
+    assert isinstance(first, ChangeIncomplete) and first.applied == ["T-3"], first
+    first.applied[0] = "tampered"
+    resumed[0] = True
+    second = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(second, ChangeIncomplete) and second.applied == ["T-3"], second
+    second.applied.clear()
+    third = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(third, ChangeIncomplete) and third.applied == ["T-3"], third
+    leased = [False]
+    done, _ = _scripted_change_client(lambda i: "leased" if leased[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2" else None)
+    applied = done.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    assert isinstance(applied, ChangeApplied)
+    applied.steps[0].version = "tampered"
+    leased[0] = True
+    answered = done.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(answered, ChangeApplied) and [r.version for r in answered.steps] == ['"v1"', '"v1"', '"v1"'], answered

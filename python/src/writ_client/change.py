@@ -32,6 +32,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -97,7 +98,11 @@ class ChangeInput:
 
 @dataclass(frozen=True)
 class ChangeApplied:
-    """Every step applied; ``steps`` holds their replies in step order."""
+    """Every step applied; ``steps`` holds their replies in step order.
+
+    A change this client saw applied, called again when a lease cannot be taken, is answered from its memory: its
+    steps' replies as repeats (``duplicate``, no state), as they are answered when the leases are taken again.
+    """
 
     change: str
     steps: list[AppliedReply]
@@ -121,10 +126,11 @@ class ChangeNotStarted:
     or could not be leased (``lease_limit``); nothing was written.
 
     Never the answer to a change known to have run: one whose lease is refused ``lease_hold_exceeded`` (it holds it),
-    or ``lease_cooldown`` after its own hold, or that this client left incomplete before, ends
-    :class:`ChangeIncomplete`. A client started anew (after a crash) does not know what an earlier one left: a change it
-    resumes whose lease another change took meanwhile ends ``not_started`` for this call, and its earlier steps may
-    stand.
+    or ``lease_cooldown`` after its own hold, or that this client left incomplete before (or whose run raised after a
+    step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered :class:`ChangeApplied`.
+    One it saw compensated has nothing standing: ``not_started`` is true of it. A client started anew (after a crash)
+    does not know what an earlier one left: a change it resumes whose lease another change took meanwhile ends
+    ``not_started`` for this call, and its earlier steps may stand.
     """
 
     change: str
@@ -169,14 +175,59 @@ def _detail(r: SubmitResult, field: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-#: Most changes one client remembers having left incomplete (the latest).
-_MAX_LEFT_INCOMPLETE = 10_000
+#: Most changes one client remembers having run (the latest).
+_MAX_REMEMBERED = 10_000
 
-#: The changes each client left incomplete, with their steps that may stand: calling change() again resumes one, and
-#: an acquire refused then must not be answered not_started ("nothing was written"). In the client's memory only: a
-#: client started anew does not know them.
-_left_incomplete: weakref.WeakKeyDictionary[Any, dict[str, list[str]]] = weakref.WeakKeyDictionary()
-_left_lock = threading.Lock()
+
+@dataclass(frozen=True)
+class _RunBefore:
+    """How a change this client ran ended, as far as it knows: ``incomplete`` (also a run that raised after a step was
+    built to be sent), with the steps that may stand; ``applied``, with its steps' replies as repeats (``duplicate``,
+    no state: what a run that takes its leases again is answered); ``compensated``, nothing of it standing."""
+
+    ended: Literal["incomplete", "applied", "compensated"]
+    standing: tuple[str, ...] = ()
+    steps: tuple[AppliedReply, ...] = ()
+
+
+#: The changes each client ran: calling change() again runs one again (a resume, or a repeat of a settled one), and an
+#: acquire refused then must not be answered not_started ("nothing was written") over steps that stand. In the
+#: client's memory only: a client started anew does not know them.
+_run_before: weakref.WeakKeyDictionary[Any, dict[str, _RunBefore]] = weakref.WeakKeyDictionary()
+_run_lock = threading.Lock()
+
+
+def _as_repeat(r: AppliedReply) -> AppliedReply:
+    """An applied reply as a repeat of it is answered: without the record's state (kept in memory, and stale)."""
+    return AppliedReply(
+        intent_id=r.intent_id, intent_key=r.intent_key, duplicate=True, at=r.at, status="applied", entity=r.entity.model_copy(), state=None, version=r.version, via=r.via, tool=r.tool, undo_of=r.undo_of
+    )
+
+
+def _remember(client: Any, change: str, what: _RunBefore) -> None:
+    with _run_lock:
+        known = _run_before.get(client)
+        if known is None:
+            known = _run_before.setdefault(client, {})
+        known.pop(change, None)
+        known[change] = what
+        if len(known) > _MAX_REMEMBERED:
+            del known[next(iter(known))]
+
+
+@dataclass
+class _Progress:
+    """What a run got to, kept as it goes: when it raises, what it leaves is remembered from it, its leases released."""
+
+    change: str | None = None
+    #: A step or undo was built to be sent: from then on the change may have written.
+    step_sent: bool = False
+    #: Steps built to be sent and not known to be unwritten (refused, or undone since).
+    standing: set[str] = dataclasses.field(default_factory=set)
+    #: Steps undone by an applied undo.
+    undone: set[str] = dataclasses.field(default_factory=set)
+    #: Releases the leases the run took.
+    release_all: Callable[[], None] | None = None
 
 
 def _hold_exceeded(r: SubmitResult) -> bool:
@@ -230,23 +281,46 @@ def _rejected(like: SubmitResult, reason: str, message: str) -> RejectedReply:
 
 def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]) -> ChangeResult:
     """Runs a change for ``client`` (see :meth:`WritClient.change`)."""
-    result = _run_change_once(client, change_input)
-    with _left_lock:
-        left = _left_incomplete.get(client)
-        if not isinstance(result, ChangeIncomplete):
-            if left is not None:
-                left.pop(result.change, None)
-        else:
-            if left is None:
-                left = _left_incomplete.setdefault(client, {})
-            left.pop(result.change, None)
-            left[result.change] = list(result.applied)
-            if len(left) > _MAX_LEFT_INCOMPLETE:
-                del left[next(iter(left))]
+    progress = _Progress()
+    try:
+        result = _run_change_once(client, change_input, progress)
+    except Exception:
+        # Raised (a delta function; a submit too large, or of a closed client): before any step, nothing of this run
+        # was written, and its leases are released as a change not started releases them. After, steps may stand: the
+        # change is remembered as left incomplete, its leases left to expire as an incomplete change's are (a resume
+        # takes them again), so calling change() again never answers not_started over them.
+        if not progress.step_sent:
+            if progress.release_all is not None:
+                progress.release_all()
+        elif progress.change is not None:
+            _remember_raised(client, progress.change, change_input, progress)
+        raise
+    if isinstance(result, ChangeIncomplete):
+        _remember(client, result.change, _RunBefore("incomplete", standing=tuple(result.applied)))
+    elif isinstance(result, ChangeApplied):
+        _remember(client, result.change, _RunBefore("applied", steps=tuple(_as_repeat(r) for r in result.steps)))
+    elif isinstance(result, ChangeCompensated):
+        _remember(client, result.change, _RunBefore("compensated"))
+    # not_started: true of the change (nothing known of it, or compensated), so what is known stays.
     return result
 
 
-def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str, Any]) -> ChangeResult:
+def _remember_raised(client: Any, change: str, change_input: ChangeInput | Mapping[str, Any], progress: _Progress) -> None:
+    """What a run that raised after a step was built leaves: the steps that may stand, with those an earlier run left."""
+    with _run_lock:
+        earlier = (_run_before.get(client) or {}).get(change)
+    undone = progress.undone
+    # An applied change run again is answered from the ledger: it stays applied unless this run undid a step.
+    if earlier is not None and earlier.ended == "applied" and not undone:
+        return
+    steps = change_input.steps if isinstance(change_input, ChangeInput) else change_input["steps"]
+    names = [s.name if isinstance(s, ChangeStep) else s["name"] for s in steps]
+    before = set(earlier.standing) if earlier is not None and earlier.ended == "incomplete" else set(names) if earlier is not None and earlier.ended == "applied" else set()
+    standing = [n for n in names if (n in before or n in progress.standing) and n not in undone]
+    _remember(client, change, _RunBefore("incomplete", standing=tuple(standing)))
+
+
+def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str, Any], progress: _Progress) -> ChangeResult:
     from .client import backoff_until
 
     c = change_input if isinstance(change_input, ChangeInput) else ChangeInput(**dict(change_input))
@@ -266,6 +340,7 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
     if not 1000 <= ttl_ms <= MAX_LEASE_TTL_MS:
         raise ValueError(f"change: lease_ttl must be 1 to {MAX_LEASE_TTL_MS // 1000} seconds, got {c.lease_ttl!r}")
     change = change_id(agent_id=client.agent_id, run_id=c.run_id, step_id=c.step_id)
+    progress.change = change
     # One lease per record, taken in entity-key order, named by the first step's tool on that record.
     records: dict[str, _Record] = {}
     for s in steps:
@@ -336,15 +411,22 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
                 except Exception:  # noqa: BLE001 - a lease not released expires; the change's outcome stands
                     pass
 
+    progress.release_all = release_all
+
     def not_taken(key: str, got: SubmitResult) -> ChangeResult:
         """How the change ends when a record's lease is not taken before its first step. ``not_started`` says nothing
         of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
         holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
-        change, that it held the record lately; this client's memory, that it left the change incomplete. Each ends it
-        incomplete."""
-        with _left_lock:
-            earlier = (_left_incomplete.get(client) or {}).get(change)
-        ran_before = _hold_exceeded(got) or (isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change)
+        change, that it held the record lately; this client's memory, that it left the change incomplete (or raised in
+        it). Each ends it incomplete. A change this client saw applied is answered so again, as taking its leases again
+        would answer it (its steps repeats); one it saw compensated has nothing standing, so not_started is true of it."""
+        with _run_lock:
+            known = (_run_before.get(client) or {}).get(change)
+        if known is not None and known.ended == "applied":
+            return ChangeApplied(change=change, steps=[_as_repeat(r) for r in known.steps])
+        earlier = list(known.standing) if known is not None and known.ended == "incomplete" else None
+        compensated = known is not None and known.ended == "compensated"
+        ran_before = not compensated and (_hold_exceeded(got) or (isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change))
         if not _unsettled(got) and not ran_before and earlier is None:
             return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
         # Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
@@ -380,6 +462,8 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         intent = client.build_intent(
             {"tool": s.tool, "entity": s.entity, "run_id": c.run_id, "step_id": f"{c.step_id}/{s.name}", "base_version": current.version, "delta": list(delta), "params": dict(s.params)}
         )
+        progress.step_sent = True
+        progress.standing.add(s.name)
         return intent.model_copy(update={"lease": IntentLease(change=change, op="step")})
 
     def standing(undone: list[AppliedReply]) -> list[str]:
@@ -409,6 +493,9 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
                 return intent.model_copy(update={"lease": IntentLease(change=change, op="step")})
 
             got = settle(undo, c.settle_within)
+            if isinstance(got, AppliedReply):
+                progress.undone.add(s.name)
+                progress.standing.discard(s.name)
             if not isinstance(got, AppliedReply):
                 left = standing(undone)
                 return ChangeIncomplete(change=change, message=f"the undo of step {s.name} was not applied ({got.status}); steps {', '.join(left)} stand", applied=left, result=got)
@@ -436,6 +523,9 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             # A fixed delta needs only the version the lease read.
             base = r.current or Versioned(state=None, version=read.version)
         result = settle(lambda s=s, base=base: step_intent(s, base), c.settle_within)
+        # Refused or in conflict: not written (an unknown or escalated one may be).
+        if result.status in ("rejected", "conflict"):
+            progress.standing.discard(s.name)
         if not isinstance(result, AppliedReply):
             return compensate(s.name, result)
         applied.append((s, result))

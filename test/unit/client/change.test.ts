@@ -5,6 +5,7 @@ import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { runChange, type ChangeInput } from "../../../producers/change.ts";
 import type { SubmitResult, WritClient } from "../../../producers/writ-client.ts";
+import { WritError } from "../../../src/errors.ts";
 import { intentKey } from "../../../src/keys.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
@@ -235,6 +236,85 @@ describe("a change that spans records, from its client's side", () => {
       const result = await runChange(client, input({ waitForLeaseMs: 1 }));
       expect(result, `own: ${own}`).toMatchObject(own ? { status: "incomplete", applied: ["T-3", "T-1", "T-2"] } : { status: "not_started", entity: ticket("T-2") });
     }
+  });
+
+  it("a run that throws after a step was sent (a delta function, a submit not sent or its reply consumer stopped) is remembered with the steps that may stand, its leases left to expire: called again while a record is leased, incomplete, never not_started", async () => {
+    const throwers: [string, (i: WriteIntent) => void, string[]][] = [
+      ["delta function", () => undefined, ["T-3"]],
+      ["not_sent", () => { throw new WritError("not_sent", "nothing was sent", { retriable: true }); }, ["T-3", "T-1"]],
+      ["reply_consumer_stopped", () => { throw new WritError("reply_consumer_stopped", "stopped", { retriable: false }); }, ["T-3", "T-1"]],
+    ];
+    for (const [what, submitThrows, standing] of throwers) {
+      let resumed = false;
+      const { client, sent } = scripted((i) => {
+        if (!resumed && i.lease?.op === "step" && i.entity.id === "T-1") submitThrows(i);
+        if (resumed && i.lease?.op === "acquire" && i.entity.id === "T-2") return rejected(i, "leased");
+        return undefined;
+      });
+      const steps = input().steps.map((s) => (what === "delta function" && s.name === "T-1" ? { ...s, delta: () => { throw new Error("the harness's delta broke"); } } : s));
+      await expect(runChange(client, input({ steps })), what).rejects.toThrow();
+      // Its leases left to expire, as an incomplete change's are: a resume takes them again.
+      expect(trace(sent).filter((t) => t.startsWith("release")), what).toEqual([]);
+      resumed = true;
+      expect(await runChange(client, input({ waitForLeaseMs: 1 })), what).toMatchObject({ status: "incomplete", applied: standing, result: { reason: "leased" } });
+    }
+  });
+
+  it("a run that throws before any step is sent wrote nothing: the leases it took are released, and called again while a record is leased it is not_started", async () => {
+    let resumed = false;
+    const { client, sent } = scripted((i) => (resumed && i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
+    const steps = input().steps.map((s) => (s.name === "T-3" ? { ...s, delta: () => { throw new Error("the harness's delta broke"); } } : s));
+    await expect(runChange(client, input({ steps }))).rejects.toThrow(/delta broke/);
+    expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "acquire T-3", "release T-1", "release T-2", "release T-3"]);
+    resumed = true;
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+  });
+
+  it("a change this client saw applied, called again while a record is leased, is answered applied from what it knows (its steps as repeats), never not_started; one it saw compensated is not_started, nothing of it standing", async () => {
+    let again = false;
+    const { client } = scripted((i) => (again && i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
+    const first = await runChange(client, input());
+    expect(first.status).toBe("applied");
+    again = true;
+    const repeat = await runChange(client, input({ waitForLeaseMs: 1 }));
+    const keys = first.status === "applied" ? first.steps.map((r) => r.intentKey) : [];
+    expect(repeat).toMatchObject({ status: "applied", steps: keys.map((intentKey) => ({ status: "applied", intentKey, duplicate: true, state: null })) });
+    // Compensated after its hold ran out, called again within the cool-down: refused lease_cooldown naming it, yet
+    // nothing of it stands.
+    let refuse = false;
+    const other = scripted((i) => {
+      if (!refuse && i.lease?.op === "step" && !i.undo && i.entity.id === "T-2") return rejected(i, "patch_not_applicable");
+      if (refuse && i.lease?.op === "acquire" && i.entity.id === "T-2") return { ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } };
+      return undefined;
+    });
+    expect((await runChange(other.client, input())).status).toBe("compensated");
+    refuse = true;
+    expect(await runChange(other.client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "lease_cooldown" } });
+  });
+
+  it("what the client remembers of a change is its own: changing a result it returned changes no later answer", async () => {
+    let resumed = false;
+    const { client } = scripted((i) => {
+      if (!resumed && i.lease?.op === "step" && i.entity.id === "T-1") return { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" };
+      if (resumed && i.lease?.op === "acquire" && i.entity.id === "T-2") return rejected(i, "leased");
+      return undefined;
+    });
+    const first = await runChange(client, input({ settleWithinMs: 1 }));
+    expect(first).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+    if (first.status === "incomplete") first.applied.splice(0, 1, "tampered");
+    resumed = true;
+    const second = await runChange(client, input({ waitForLeaseMs: 1 }));
+    expect(second).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+    if (second.status === "incomplete") second.applied.length = 0;
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+    // An applied change's replies, changed by the caller, are not what it is answered with later.
+    let leased = false;
+    const done = scripted((i) => (leased && i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
+    const applied = await runChange(done.client, input());
+    if (applied.status === "applied") (applied.steps[0] as { version: string }).version = "tampered";
+    leased = true;
+    const answered = await runChange(done.client, input({ waitForLeaseMs: 1 }));
+    expect(answered.status === "applied" && answered.steps.map((r) => (r as { version: string }).version)).toEqual(['"v2"', '"v2"', '"v2"']);
   });
 
   it("a release without an answer is asked again", async () => {
