@@ -788,6 +788,8 @@ class KafkaWritClient implements WritClient {
     this.stopped ??= new WritError("client_closed", "this client was closed; create a new one", { retriable: false });
     this.endWaiting("client_closed");
     this.commits?.stop();
+    // No more background tries of a refused subject: they would go on for the life of the process.
+    this.codec.close();
     await this.consumer.disconnect().catch(() => undefined);
     await this.deleteGroup();
     await this.producer.disconnect().catch(() => undefined);

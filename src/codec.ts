@@ -89,6 +89,9 @@ export class WireCodec {
   /** Subject|schema pairs whose registration the registry refused, until it accepts one. */
   private readonly refused = new Set<string>();
   private readonly refusedRetryMs: number;
+  /** The background tries' timers ({@link askAgainLater}), cleared by {@link close}. */
+  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  private closed = false;
   /**
    * Schema ids seen in framed values: the subjects of ids the registry knows (ids are immutable, so
    * for good), and when an unknown one was last asked. Any producer can frame a value with any
@@ -126,8 +129,8 @@ export class WireCodec {
    * (`refusedRetryMs`, for tests) without waiting for a value of the subject:
    * one an owner writes seldom (writ.human-value, writ.dlq-value, an idle
    * reply topic's) would otherwise stay refused, and reported, for hours after
-   * its operator set the level right. Without the callback, the next value
-   * after that time tries again.
+   * its operator set the level right, until {@link close}. Without the
+   * callback, the next value after that time tries again.
    *
    * `registryLookupsPerSecond` (default {@link DEFAULT_REGISTRY_LOOKUPS_PER_S}, as many saved up): the
    * budget of lookups of schema ids not seen yet; `onLookup` hears each one. `lookupClock` is for tests.
@@ -238,7 +241,7 @@ export class WireCodec {
     const cached = this.ids.get(cacheKey);
     if (cached) return cached;
     const id: Promise<number | null> = retry(() => this.registerAndLoad(subject, name), { maxAttempts: 4, initialDelayMs: 200 }).then((registered) => {
-      if (this.refused.delete(cacheKey)) this.onSchemaRefused?.(subject, null);
+      if (this.refused.delete(cacheKey) && !this.closed) this.onSchemaRefused?.(subject, null);
       return registered;
     }, (err: unknown) => {
       const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
@@ -246,7 +249,7 @@ export class WireCodec {
       // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
       if (!this.refused.has(cacheKey)) {
         this.refused.add(cacheKey);
-        this.onSchemaRefused?.(subject, (err as Error).message);
+        if (!this.closed) this.onSchemaRefused?.(subject, (err as Error).message);
       }
       this.askAgainLater(subject, name, id);
       return null;
@@ -262,12 +265,31 @@ export class WireCodec {
    */
   private askAgainLater(subject: string, name: WireSchemaName, refusal: Promise<number | null> | undefined): void {
     const cacheKey = `${subject}|${name}`;
-    setTimeout(() => {
+    if (this.closed) {
       if (this.ids.get(cacheKey) === refusal) this.ids.delete(cacheKey);
-      if (!this.onSchemaRefused || !this.refused.has(cacheKey)) return;
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      if (this.ids.get(cacheKey) === refusal) this.ids.delete(cacheKey);
+      if (this.closed || !this.onSchemaRefused || !this.refused.has(cacheKey)) return;
       // Refused again schedules the next try itself; an unreachable registry (retriable: thrown) does not.
       this.schemaId(subject, name).catch(() => this.askAgainLater(subject, name, undefined));
     }, this.refusedRetryMs).unref();
+    this.retryTimers.add(timer);
+  }
+
+  /**
+   * Stops the background tries of refused subjects, and the callbacks: a stopped router or a closed client would
+   * otherwise ask the registry every {@link REFUSED_RETRY_MS} for the life of the process while a subject stays
+   * refused (and keep this codec, and a stopped router's health board, alive with it). Values may still be
+   * encoded and decoded; a refused subject is then asked again by its next value.
+   */
+  close(): void {
+    this.closed = true;
+    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.retryTimers.clear();
+    for (const cacheKey of this.refused) this.ids.delete(cacheKey);
   }
 
   /**

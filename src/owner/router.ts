@@ -605,6 +605,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       clearInterval(sweeper);
       clearInterval(watcher);
       clearInterval(othersWatch);
+      // Its background tries of refused subjects would outlive the router, and set its health.
+      codec.close();
       await Promise.all([...owners.keys()].map(release));
       consumer = null;
       // Side by side: each waits for its fetch in flight, and with every owner closed no restore needs the readers.

@@ -5,24 +5,11 @@ import { SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
 import Ajv from "ajv";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { WireCodec } from "../../src/codec.ts";
-import type { WriteIntent } from "../../src/schemas/write-intent.ts";
 import { startRecordingProxy } from "../helpers/recording-proxy.ts";
 import { ccompat, refusingSubject } from "../helpers/registry-subjects.ts";
+import { sampleIntent as intent } from "../helpers/sample-intent.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { registryUrl } from "../helpers/writ-harness.ts";
-
-const intent = (): WriteIntent => ({
-  intentId: randomUUID(),
-  intentKey: "a".repeat(64),
-  entity: { type: "ticket", id: "T-1" },
-  tool: "tag_ticket",
-  agent: { id: "a", runId: "r", stepId: "s" },
-  baseVersion: '"v1"',
-  delta: [{ op: "add", path: "/tags/-", value: "x" }],
-  params: { tag: "x" },
-  replyTo: "writ.replies.a",
-  createdAt: new Date().toISOString(),
-});
 
 describe("WireCodec against the real schema registry", () => {
   it("registers under <topic>-value, frames in the Confluent wire format and decodes back", async () => {

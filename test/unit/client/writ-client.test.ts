@@ -3,10 +3,11 @@
 // requests that complete when the test says. What the owners answer on a real
 // broker is tested in test/integration.
 import type { Message } from "kafkajs";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { z } from "zod";
 import { modelResultOf } from "../../../producers/adapters/tool-bridge.ts";
 import { createWritClient, MAX_UNREAD_REPLIES, type IntentInput, type WritClient } from "../../../producers/writ-client.ts";
+import { WireCodec } from "../../../src/codec.ts";
 import { rejectedReply } from "../../../src/owner/effects.ts";
 import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
@@ -192,6 +193,16 @@ describe("the agent client's reply consumer", () => {
     fakes.deletedGroups.length = 0;
     await writ.close();
     expect(fakes.deletedGroups).toEqual([expect.stringMatching(/^writ\.client\.agent-1\.[0-9a-f-]{36}$/)]);
+  });
+
+  // Regression: the codec's background tries of a refused subject (every 60 s) outlived the client. What close()
+  // stops is shown at a fake registry in test/unit/codec-registry.test.ts; here, that the client's close asks it to.
+  it("closing the client closes its codec (no background registry tries left behind)", async () => {
+    const closing = vi.spyOn(WireCodec.prototype, "close");
+    onTestFinished(() => closing.mockRestore());
+    const writ = await client();
+    await writ.close();
+    expect(closing).toHaveBeenCalledTimes(1);
   });
 
   it("waits replyFetchMaxWaitMs on a quiet reply topic (close() waits for that fetch), 1000 ms unless set; a value out of 10 to 10000 is refused naming the field", async () => {

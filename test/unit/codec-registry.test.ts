@@ -1,0 +1,73 @@
+// WireCodec against a fake schema registry (node:http): what it asks, counted at the fake, and what it does with
+// each answer. No broker, no real registry.
+import { randomUUID } from "node:crypto";
+import type { ServerResponse } from "node:http";
+import { describe, expect, it } from "vitest";
+import { WireCodec } from "../../src/codec.ts";
+import { json, startStub, type SeenRequest } from "../helpers/http-stub.ts";
+import { sampleIntent as intent } from "../helpers/sample-intent.ts";
+import { waitFor } from "../helpers/wait-for.ts";
+
+/** A registry whose registrations `answer` decides (by subject); ids it hands out are served back by GET. */
+async function fakeRegistry(answer: (subject: string, res: ServerResponse) => void) {
+  const stub = await startStub((req, res) => {
+    const registering = /^\/subjects\/([^/]+)\/versions$/.exec(req.path);
+    if (req.method === "POST" && registering) return answer(decodeURIComponent(registering[1]!), res);
+    if (req.method === "GET" && /^\/schemas\/ids\/\d+$/.test(req.path)) return json(res, 200, { schemaType: "JSON", schema: "{}" });
+    json(res, 404, { error_code: 404, message: "HTTP 404 Not Found" });
+  });
+  const registrations = (subject: string) => stub.seen.filter((r: SeenRequest) => r.method === "POST" && r.path === `/subjects/${encodeURIComponent(subject)}/versions`).length;
+  return { url: stub.url, registrations };
+}
+
+const incompatible = (res: ServerResponse) => json(res, 409, { error_code: 409, message: "Schema being registered is incompatible with an earlier schema" });
+
+describe("WireCodec.close", () => {
+  // Regression: the background tries of a refused subject (every REFUSED_RETRY_MS while onSchemaRefused is set) had
+  // no end: each stopped router and closed client asked the registry for the life of the process. A second codec,
+  // not closed, on the same interval is the clock: once it has asked four more times, the closed one would have too.
+  it("asks the registry nothing more once closed, while the subject stays refused", async () => {
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const subject = `${topic}-value`;
+    const clockTopic = `writ.clock.${randomUUID().slice(0, 8)}`;
+    const clockSubject = `${clockTopic}-value`;
+    // Each refusal of `subject` is held until the test lets it go: close() then comes with no try in flight.
+    const held: ServerResponse[] = [];
+    const registry = await fakeRegistry((s, res) => (s === subject && registrationsOf() >= 2 ? held.push(res) : incompatible(res)));
+    const registrationsOf = () => registry.registrations(subject);
+    const told: (string | null)[] = [];
+    const codec = new WireCodec({ schemaRegistryUrl: registry.url, onSchemaRefused: (_s, m) => told.push(m), refusedRetryMs: 20 });
+    const clock = new WireCodec({ schemaRegistryUrl: registry.url, onSchemaRefused: () => undefined, refusedRetryMs: 20 });
+    expect((await codec.encode(topic, "WriteIntent", intent()))[0]).toBe("{".charCodeAt(0));
+    expect(told).toHaveLength(1);
+    // The background try, held at the registry.
+    await waitFor(() => held.length === 1, { message: () => `${registrationsOf()} registrations` });
+    codec.close();
+    incompatible(held[0]!);
+    await clock.encode(clockTopic, "WriteIntent", intent());
+    await waitFor(() => registry.registrations(clockSubject) >= 5, { message: () => `${registry.registrations(clockSubject)} registrations of the clock's subject` });
+    clock.close();
+    expect(registrationsOf()).toBe(2);
+    expect(told).toHaveLength(1);
+  });
+
+  // A stopped router's callback cleared its health board and logged: a try in flight at close() says nothing after it.
+  it("says nothing after close, when a try in flight finds the schema accepted", async () => {
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const subject = `${topic}-value`;
+    const held: ServerResponse[] = [];
+    const registry = await fakeRegistry((s, res) => {
+      const n = registry.registrations(s);
+      return n === 1 ? incompatible(res) : n === 2 ? held.push(res) : json(res, 200, { id: 7 });
+    });
+    const told: (string | null)[] = [];
+    const codec = new WireCodec({ schemaRegistryUrl: registry.url, onSchemaRefused: (_s, m) => told.push(m), refusedRetryMs: 20 });
+    await codec.encode(topic, "WriteIntent", intent());
+    await waitFor(() => held.length === 1, { message: () => `${registry.registrations(subject)} registrations` });
+    codec.close();
+    json(held[0]!, 200, { id: 7 });
+    // Accepted: its values are framed again (asked by the value, the try's answer forgotten with the refusal).
+    await waitFor(async () => (await codec.encode(topic, "WriteIntent", intent()))[0] === 0);
+    expect(told).toHaveLength(1);
+  });
+});
