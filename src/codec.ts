@@ -39,6 +39,15 @@ export type DecodeResult<T> =
  */
 export const REFUSED_RETRY_MS = 60_000;
 
+/**
+ * A registration's answers that refuse the schema itself: 409, incompatible under the subject's compatibility level;
+ * 422, a schema the registry holds invalid. Any other 4xx is about writ's request (its login, its URL), not the schema.
+ */
+const SCHEMA_REFUSALS: ReadonlySet<number> = new Set([409, 422]);
+
+/** Where a registry's credentials are set, for the messages of a login it refuses. */
+const REGISTRY_CREDENTIALS = "SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD (a client's schemaRegistryAuth)";
+
 /** Nesting accepted by {@link WireCodec.decode} unless the caller says otherwise. */
 export const DEFAULT_MAX_DEPTH = 64;
 
@@ -118,12 +127,16 @@ export class WireCodec {
   private readonly lookupBudget: TokenBucket;
   private readonly onLookup: ((lookup: SchemaIdLookup) => void) | undefined;
   private readonly onUnreachable: ((err: WritError) => void) | undefined;
+  private readonly onRegistryFault: ((message: string | null) => void) | undefined;
+  /** A registry fault ({@link onRegistryFault}) was reported and no registration has succeeded since. */
+  private faulted = false;
 
   /**
    * `onSchemaRefused`: the registry refused to register a schema (409, an
-   * incompatible change under the subject's compatibility level, or another
-   * 4xx). Values of that subject are then written as plain JSON, which every
-   * writ reader accepts, so no partition stops on a registry's configuration;
+   * incompatible change under the subject's compatibility level, or 422, a
+   * schema it holds invalid). Values of that subject are then written as plain
+   * JSON, which every writ reader accepts, so no partition stops on a
+   * registry's configuration;
    * the callback hears the first refusal, and `null` once registering succeeds.
    * Registration is tried again every {@link REFUSED_RETRY_MS}
    * (`refusedRetryMs`, for tests) without waiting for a value of the subject:
@@ -135,7 +148,11 @@ export class WireCodec {
    * `registryLookupsPerSecond` (default {@link DEFAULT_REGISTRY_LOOKUPS_PER_S}, as many saved up): the
    * budget of lookups of schema ids not seen yet; `onLookup` hears each one. `lookupClock` is for tests.
    *
-   * `onUnreachable`: the registry did not answer, or answered 5xx or 429 (an outage, not a refusal), each time.
+   * `onUnreachable`: the registry did not answer, or answered 5xx, 408 or 429 (an outage, not a refusal), each time.
+   *
+   * `onRegistryFault`: the registry refused writ's own requests, whatever the schema: its login (401, 403), or no
+   * such path (404: SCHEMA_REGISTRY_URL is not its Confluent-compatible API). A deploy's to fix: encode throws it,
+   * not retriable (no value goes unframed for it). Heard at the first, `null` once a registration succeeds again.
    */
   constructor(opts: {
     schemaRegistryUrl?: string | undefined;
@@ -145,6 +162,7 @@ export class WireCodec {
     registryLookupsPerSecond?: number | undefined;
     onLookup?: (lookup: SchemaIdLookup) => void;
     onUnreachable?: (err: WritError) => void;
+    onRegistryFault?: (message: string | null) => void;
     lookupClock?: BucketClock;
     refusedRetryMs?: number;
   }) {
@@ -152,6 +170,7 @@ export class WireCodec {
     this.refusedRetryMs = opts.refusedRetryMs ?? REFUSED_RETRY_MS;
     this.onLookup = opts.onLookup;
     this.onUnreachable = opts.onUnreachable;
+    this.onRegistryFault = opts.onRegistryFault;
     this.lookupBudget = new TokenBucket({ perSecond: opts.registryLookupsPerSecond ?? DEFAULT_REGISTRY_LOOKUPS_PER_S, ...(opts.lookupClock ? { clock: opts.lookupClock } : {}) });
     const clock = opts.lookupClock;
     this.now = clock ? () => clock.now() : () => performance.now();
@@ -242,10 +261,11 @@ export class WireCodec {
     if (cached) return cached;
     const id: Promise<number | null> = retry(() => this.registerAndLoad(subject, name), { maxAttempts: 4, initialDelayMs: 200 }).then((registered) => {
       if (this.refused.delete(cacheKey) && !this.closed) this.onSchemaRefused?.(subject, null);
+      this.fault(null);
       return registered;
     }, (err: unknown) => {
       const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
-      if (typeof status !== "number" || status < 400 || status >= 500 || status === 429) throw err;
+      if (typeof status !== "number" || !SCHEMA_REFUSALS.has(status)) throw err;
       // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
       if (!this.refused.has(cacheKey)) {
         this.refused.add(cacheKey);
@@ -332,12 +352,31 @@ export class WireCodec {
     }
     const body = (await res.json().catch(() => ({}))) as { id?: unknown; message?: unknown };
     if (res.ok && typeof body.id === "number") return body.id;
-    const failed = new WritError("registry_unavailable", `registering ${subject} failed: ${res.status} ${String(body.message ?? "")}`, {
-      // 409 is an incompatible schema: a deploy problem, not a passing fault.
-      retriable: res.status >= 500 || res.status === 429,
-      context: { subject, status: res.status },
-    });
+    const status = res.status;
+    const answer = `${status} ${String(body.message ?? "")}`.trim().slice(0, 500);
+    const context = { subject, status };
+    if (status === 401 || status === 403) {
+      const who = status === 401 ? "refused writ's login" : "refused writ's user the registration";
+      throw this.registryFault(`the schema registry ${who} of ${subject} (${answer}): check ${REGISTRY_CREDENTIALS}, and that the user may register schemas`, context);
+    }
+    if (status === 404) {
+      throw this.registryFault(`the schema registry has no ${new URL(url).pathname} (404 registering ${subject}): SCHEMA_REGISTRY_URL must be its Confluent-compatible API (Apicurio: …/apis/ccompat/v7)`, context);
+    }
+    // 409 and 422 refuse the schema (a deploy's problem, not a passing fault); 408, 429 and 5xx are an outage.
+    const failed = new WritError("registry_unavailable", `registering ${subject} failed: ${answer}`, { retriable: status >= 500 || status === 429 || status === 408, context });
     throw failed.retriable ? this.unreachable(failed) : failed;
+  }
+
+  /** A refusal of writ's own request ({@link onRegistryFault}), reported once until a registration succeeds. */
+  private registryFault(message: string, context: Record<string, unknown>): WritError {
+    this.fault(message);
+    return new WritError("registry_unavailable", message, { retriable: false, context });
+  }
+
+  private fault(message: string | null): void {
+    if (this.faulted === (message !== null)) return;
+    this.faulted = message !== null;
+    if (!this.closed) this.onRegistryFault?.(message);
   }
 
   /** `err`, an outage of the registry, once `onUnreachable` has heard it. */
@@ -399,8 +438,10 @@ export class WireCodec {
     if (res.status === 404 || res.status === 400 || res.status === 422) return null;
     const body = (await res.json().catch(() => null)) as { subject?: unknown }[] | null;
     if (!res.ok || !Array.isArray(body)) {
-      const failed = new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}`, { retriable: true, context: { status: res.status } });
-      // 401 and 403 are the registry answering (a login it refuses), not an outage of it.
+      const login = res.status === 401 || res.status === 403;
+      const hint = login ? `: the schema registry refused writ's ${res.status === 401 ? "login" : "user"}; check ${REGISTRY_CREDENTIALS}` : "";
+      const failed = new WritError("registry_unavailable", `looking up schema id ${id} answered ${res.status}${hint}`, { retriable: true, context: { status: res.status } });
+      // 401 and 403 are the registry answering (a login it refuses), not an outage of it: the record waits all the same.
       throw res.status >= 500 || res.status === 429 ? this.unreachable(failed) : failed;
     }
     return new Set(body.map((v) => String(v.subject)));

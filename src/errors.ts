@@ -220,15 +220,17 @@ export function isRetriable(err: unknown): boolean {
 }
 
 /**
- * True when the schema registry could not be reached: a retriable
- * `registry_unavailable` WritError, itself or as the cause of one a retry
- * gave up on (`retries_exhausted`). An outage of the registry pauses the work
- * that needs it; it is never a failure of that work.
+ * True when the schema registry cannot serve the work: a `registry_unavailable`
+ * WritError, itself or as the cause of one a retry gave up on
+ * (`retries_exhausted`). Retriable, it could not be reached; not retriable, it
+ * refuses writ's own requests (its login, its URL: a deploy's to fix, which an
+ * owner's health names). Either says nothing about the work: it pauses, and is
+ * never failed (a dead letter would need the registry too).
  */
 export function isRegistryOutage(err: unknown): boolean {
   let current: unknown = err;
   for (let seen = 0; current instanceof WritError && seen < 16; seen++) {
-    if (current.code === "registry_unavailable") return current.retriable;
+    if (current.code === "registry_unavailable") return true;
     if (current.code !== "retries_exhausted") return false;
     current = current.cause;
   }

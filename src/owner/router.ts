@@ -216,6 +216,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       health.problem(`schema:${subject}`, `the registry refused the schema (values go unframed meanwhile): ${message}`);
       log.error({ subject, reason: message }, "the schema registry refused a schema; values of this subject are written as plain JSON until it accepts it (check the subject's compatibility level)");
     },
+    // Its login or URL refused: the work that writes there pauses (isRegistryOutage) until it is put right.
+    onRegistryFault: (message) => {
+      if (message === null) {
+        health.clear("schema-registry");
+        log.info("the schema registry registers writ's schemas again; paused work goes on");
+        return;
+      }
+      health.problem("schema-registry", message);
+      log.error({ reason: message }, "the schema registry refuses writ's requests (SCHEMA_REGISTRY_URL, SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD); the work that writes a value waits until it accepts them");
+    },
   });
   // Partition owners share this admin and open concurrently after a rebalance: its requests go one at a time.
   const admin: Admin = serialAdmin(kafka.admin());

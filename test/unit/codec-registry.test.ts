@@ -2,8 +2,9 @@
 // each answer. No broker, no real registry.
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { WireCodec } from "../../src/codec.ts";
+import { isRegistryOutage, isRetriable, type WritError } from "../../src/errors.ts";
 import { json, startStub, type SeenRequest } from "../helpers/http-stub.ts";
 import { sampleIntent as intent } from "../helpers/sample-intent.ts";
 import { waitFor } from "../helpers/wait-for.ts";
@@ -69,5 +70,77 @@ describe("WireCodec.close", () => {
     // Accepted: its values are framed again (asked by the value, the try's answer forgotten with the refusal).
     await waitFor(async () => (await codec.encode(topic, "WriteIntent", intent()))[0] === 0);
     expect(told).toHaveLength(1);
+  });
+});
+
+describe("WireCodec: what each answer to a registration means", () => {
+  /** A codec against a registry answering every registration `status`, and what it heard. */
+  async function answering(status: number) {
+    const registry = await fakeRegistry((_s, res) => json(res, status, { error_code: status, message: `answer ${status}` }));
+    const heard = { refused: [] as (string | null)[], faults: [] as (string | null)[], unreachable: 0 };
+    const codec = new WireCodec({
+      schemaRegistryUrl: registry.url,
+      onSchemaRefused: (_s, m) => heard.refused.push(m),
+      onRegistryFault: (m) => heard.faults.push(m),
+      onUnreachable: () => heard.unreachable++,
+      refusedRetryMs: 3_600_000,
+    });
+    onTestFinished(() => codec.close());
+    const topic = `writ.codec.${randomUUID().slice(0, 8)}`;
+    const encoded = codec.encode(topic, "WriteIntent", intent()).then(
+      (bytes) => ({ bytes }),
+      (err: unknown) => ({ err: err as WritError }),
+    );
+    return { outcome: await encoded, heard, registrations: () => registry.registrations(`${topic}-value`) };
+  }
+
+  // 409 (incompatible under the subject's level) and 422 (a schema the registry holds invalid) refuse the schema:
+  // its values go as plain JSON, which every writ reader accepts, and the refusal is reported.
+  it.each([409, 422])("%i refuses the schema: plain JSON, reported as a refusal", async (status) => {
+    const { outcome, heard, registrations } = await answering(status);
+    expect("bytes" in outcome && outcome.bytes[0]).toBe("{".charCodeAt(0));
+    expect(heard.refused).toEqual([expect.stringContaining(String(status))]);
+    expect(heard.faults).toEqual([]);
+    expect(registrations()).toBe(1);
+  });
+
+  // Regression: any 4xx but 429 was a refusal, so a wrong password, a user without the role or a wrong URL path
+  // silently wrote plain JSON for good, told to "check the subject's compatibility level". Now they throw at once,
+  // not retriable, naming what to put right, and the codec's owner hears it (owners: a health problem).
+  it.each([
+    [401, /SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD/],
+    [403, /SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD/],
+    [404, /no \/subjects\/writ\.codec\.[0-9a-f]{8}-value\/versions .*SCHEMA_REGISTRY_URL/],
+  ])("%i refuses writ's request: thrown, not retriable, naming what to put right", async (status, names) => {
+    const { outcome, heard, registrations } = await answering(status);
+    expect("err" in outcome && outcome.err).toMatchObject({ code: "registry_unavailable", retriable: false, message: expect.stringMatching(names) });
+    expect(heard.faults).toEqual([expect.stringMatching(names)]);
+    expect(heard.refused).toEqual([]);
+    expect(heard.unreachable).toBe(0);
+    expect(registrations()).toBe(1);
+  });
+
+  // An outage of the registry: tried again, then thrown retriable (under the retry that gave up), never plain JSON.
+  it.each([408, 429, 500, 503])("%i is an outage: retried, then thrown as one", async (status) => {
+    const { outcome, heard, registrations } = await answering(status);
+    expect("err" in outcome && isRegistryOutage(outcome.err) && isRetriable((outcome.err as WritError).cause)).toBe(true);
+    expect(heard.refused).toEqual([]);
+    expect(heard.faults).toEqual([]);
+    expect(registrations()).toBe(4);
+    expect(heard.unreachable).toBe(4);
+  });
+
+  it("hears the end of a fault once a registration succeeds", async () => {
+    let status = 401;
+    const registry = await fakeRegistry((_s, res) => (status === 200 ? json(res, 200, { id: 7 }) : json(res, status, { error_code: status, message: "unauthorized" })));
+    const faults: (string | null)[] = [];
+    const codec = new WireCodec({ schemaRegistryUrl: registry.url, onRegistryFault: (m) => faults.push(m) });
+    await expect(codec.encode("writ.a", "WriteIntent", intent())).rejects.toMatchObject({ retriable: false });
+    // Said once while it lasts.
+    await expect(codec.encode("writ.b", "WriteIntent", intent())).rejects.toMatchObject({ retriable: false });
+    expect(faults).toEqual([expect.stringContaining("401")]);
+    status = 200;
+    expect((await codec.encode("writ.a", "WriteIntent", intent()))[0]).toBe(0);
+    expect(faults).toEqual([expect.stringContaining("401"), null]);
   });
 });

@@ -7,8 +7,12 @@ describe("isRegistryOutage", () => {
     expect(isRegistryOutage(down)).toBe(true);
     expect(isRegistryOutage(new WritError("retries_exhausted", "gave up after 4 attempts", { retriable: false, cause: down }))).toBe(true);
   });
-  it("is not a refusal by the registry, another error, or a registry error under something else", () => {
-    expect(isRegistryOutage(new WritError("registry_unavailable", "409", { retriable: false }))).toBe(false);
+  // A registry refusing writ's login or URL says nothing about the record either: failed, its dead letter (framed
+  // too) would fail as well, and the record be passed with nothing written. Owners pause it, and their health says why.
+  it("is also a registry that refuses writ's own requests (not retriable: its login, its URL)", () => {
+    expect(isRegistryOutage(new WritError("registry_unavailable", "401: check SCHEMA_REGISTRY_USERNAME", { retriable: false, context: { status: 401 } }))).toBe(true);
+  });
+  it("is not another error, or a registry error under something else", () => {
     expect(isRegistryOutage(new WritError("codec_failed", "bad", { retriable: false, cause: down }))).toBe(false);
     expect(isRegistryOutage(new Error("boom", { cause: down }))).toBe(false);
     expect(isRegistryOutage(undefined)).toBe(false);

@@ -6,8 +6,10 @@ a big-endian int32, then the JSON; the schema id is the one registered under
 subject ``<topic>-value`` for writ's JSON Schema of the value (one
 ``POST /subjects/<subject>/versions`` per subject: registering a schema the
 subject already has returns its id). Without a registry, plain JSON; when the
-registry refuses the schema (a 4xx such as 409: the subject's compatibility
-level), plain JSON too, with one warning, as TypeScript's codec does. Decoding
+registry refuses the schema (409: the subject's compatibility level; 422: a
+schema it holds invalid), plain JSON too, with one warning, as TypeScript's
+codec does. A registry that refuses writ's login (401, 403) or has no such path
+(404) raises :class:`RegistryError`, not retriable, naming what to put right. Decoding
 accepts both. HTTP(S) with urllib (no dependency beyond the standard library),
 with basic auth (:class:`~writ_client.security.RegistryAuth`) and TLS settings
 (:class:`~writ_client.security.RegistryTls`) when given; error messages name
@@ -50,6 +52,10 @@ UNKNOWN_SCHEMA_ID_TTL = 30.0
 #: How long values of a subject whose schema the registry refused go as plain JSON before registering is tried
 #: again (TypeScript's ``REFUSED_RETRY_MS``).
 REFUSED_RETRY = 60.0
+#: A registration's answers that refuse the schema itself (TypeScript's ``SCHEMA_REFUSALS``): 409, incompatible under
+#: the subject's compatibility level; 422, a schema the registry holds invalid. Any other 4xx is about writ's request.
+SCHEMA_REFUSALS = frozenset({409, 422})
+_CREDENTIALS = "schema_registry_auth (SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD)"
 
 _log = logging.getLogger("writ_client")
 
@@ -205,9 +211,10 @@ class WireCodec:
         """``value`` as JSON, framed with the id of ``name``'s schema under ``subject`` (default ``<topic>-value``) when framing.
 
         A resolution shares the intents topic with intents: it is registered under ``<intents topic>-Resolution``.
-        When the registry refuses the schema (a 4xx but 429: the subject's compatibility level, most often), the value
-        is plain JSON, which owners read like a framed one; a warning says so once, and registering is tried again
-        after :data:`REFUSED_RETRY`. Raises :class:`RegistryError` only when the registry cannot be reached.
+        When the registry refuses the schema (409 or 422: the subject's compatibility level, most often), the value is
+        plain JSON, which owners read like a framed one; a warning says so once, and registering is tried again after
+        :data:`REFUSED_RETRY`. Raises :class:`RegistryError` when the registry cannot be reached (``retriable``), or
+        refuses writ's request (401, 403: its credentials; 404: its URL; not ``retriable``).
         """
         body = encode_json(value)
         if not self.framed:
@@ -279,7 +286,7 @@ class WireCodec:
         try:
             schema_id = self.schema_id(topic, name, subject=subject)
         except RegistryError as err:
-            if err.status is None or not 400 <= err.status < 500 or err.status == 429:
+            if err.status not in SCHEMA_REFUSALS:
                 raise
             with self._lock:
                 first = subject not in self._refused
@@ -305,8 +312,23 @@ class WireCodec:
         if 200 <= status < 300 and isinstance(body, dict) and isinstance(body.get("id"), int):
             return body["id"]
         message = body.get("message", "") if isinstance(body, dict) else ""
-        # 409 is an incompatible schema: a deploy problem, not a passing fault.
-        raise RegistryError(f"registering {subject} failed: {status} {message}", retriable=status >= 500 or status == 429, status=status)
+        answer = f"{status} {message}".strip()[:500]
+        if status in (401, 403):
+            who = "login" if status == 401 else "user the registration"
+            raise RegistryError(
+                f"the schema registry refused writ's {who} of {subject} ({answer}): check {_CREDENTIALS}, and that the user may register schemas",
+                retriable=False,
+                status=status,
+            )
+        if status == 404:
+            raise RegistryError(
+                f"the schema registry has no {urllib.parse.urlsplit(url).path} (404 registering {subject}): schema_registry_url "
+                "(SCHEMA_REGISTRY_URL) must be its Confluent-compatible API (Apicurio: .../apis/ccompat/v7)",
+                retriable=False,
+                status=status,
+            )
+        # 409 and 422 refuse the schema (a deploy's problem, not a passing fault); 408, 429 and 5xx are an outage.
+        raise RegistryError(f"registering {subject} failed: {answer}", retriable=status >= 500 or status in (408, 429), status=status)
 
     def schema_id_exists(self, schema_id: int) -> bool:
         if not self.registry_url:
@@ -327,7 +349,9 @@ class WireCodec:
             known = True
         else:
             # 401/403: the credentials (schema_registry_auth) are wrong or lack a role; no retry fixes that.
-            raise RegistryError(f"looking up schema id {schema_id} answered {status}", retriable=status not in (401, 403), status=status)
+            login = status in (401, 403)
+            hint = f": the schema registry refused writ's {'login' if status == 401 else 'user'}; check {_CREDENTIALS}" if login else ""
+            raise RegistryError(f"looking up schema id {schema_id} answered {status}{hint}", retriable=not login, status=status)
         with self._lock:
             if known:
                 self._known.set(schema_id, True)
