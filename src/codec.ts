@@ -40,10 +40,16 @@ export type DecodeResult<T> =
 export const REFUSED_RETRY_MS = 60_000;
 
 /**
- * A registration's answers that refuse the schema itself: 409, incompatible under the subject's compatibility level;
- * 422, a schema the registry holds invalid. Any other 4xx is about writ's request (its login, its URL), not the schema.
+ * Whether a registration's 4xx answer leaves the subject's values to go as plain JSON (a refusal): 409, incompatible
+ * under the subject's compatibility level; 422, a schema the registry holds invalid; 403, writ's user may not
+ * register under this subject (a registry's per-subject roles); any other 4xx a registry gives a schema it will not
+ * take. Not 401 (the login: every request fails, framed values cannot be read either), 404 (not the registry's API:
+ * SCHEMA_REGISTRY_URL), 408 or 429 (an outage). A refusal stops nothing: one subject a registry will not take must
+ * not hold the partitions whose values it frames.
  */
-const SCHEMA_REFUSALS: ReadonlySet<number> = new Set([409, 422]);
+export function isSchemaRefusal(status: number): boolean {
+  return status >= 400 && status < 500 && status !== 401 && status !== 404 && status !== 408 && status !== 429;
+}
 
 /** Where a registry's credentials are set, for the messages of a login it refuses. */
 const REGISTRY_CREDENTIALS = "SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD (a client's schemaRegistryAuth)";
@@ -150,9 +156,10 @@ export class WireCodec {
    *
    * `onUnreachable`: the registry did not answer, or answered 5xx, 408 or 429 (an outage, not a refusal), each time.
    *
-   * `onRegistryFault`: the registry refused writ's own requests, whatever the schema: its login (401, 403), or no
-   * such path (404: SCHEMA_REGISTRY_URL is not its Confluent-compatible API). A deploy's to fix: encode throws it,
-   * not retriable (no value goes unframed for it). Heard at the first, `null` once a registration succeeds again.
+   * `onRegistryFault`: the registry refused writ's own requests, whatever the schema: its login (401), or no
+   * such path (404: SCHEMA_REGISTRY_URL is not its Confluent-compatible API): a deploy's to fix, encode throws it,
+   * not retriable (no value goes unframed for it); or a user without the role for one subject (403), whose values
+   * go as plain JSON as for a refusal ({@link isSchemaRefusal}). Heard at the first, `null` once a registration succeeds again.
    */
   constructor(opts: {
     schemaRegistryUrl?: string | undefined;
@@ -265,7 +272,7 @@ export class WireCodec {
       return registered;
     }, (err: unknown) => {
       const status = err instanceof WritError ? (err.context as { status?: unknown } | undefined)?.status : undefined;
-      if (typeof status !== "number" || !SCHEMA_REFUSALS.has(status)) throw err;
+      if (typeof status !== "number" || !isSchemaRefusal(status)) throw err;
       // Refused for good (until an operator changes the subject): unframed for a while, then asked again.
       if (!this.refused.has(cacheKey)) {
         this.refused.add(cacheKey);
@@ -362,7 +369,8 @@ export class WireCodec {
     if (status === 404) {
       throw this.registryFault(`the schema registry has no ${new URL(url).pathname} (404 registering ${subject}): SCHEMA_REGISTRY_URL must be its Confluent-compatible API (Apicurio: …/apis/ccompat/v7)`, context);
     }
-    // 409 and 422 refuse the schema (a deploy's problem, not a passing fault); 408, 429 and 5xx are an outage.
+    // A refusal of the schema (isSchemaRefusal: plain JSON, a deploy's problem, not a passing fault); 408, 429 and
+    // 5xx are an outage.
     const failed = new WritError("registry_unavailable", `registering ${subject} failed: ${answer}`, { retriable: status >= 500 || status === 429 || status === 408, context });
     throw failed.retriable ? this.unreachable(failed) : failed;
   }

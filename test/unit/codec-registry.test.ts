@@ -94,9 +94,10 @@ describe("WireCodec: what each answer to a registration means", () => {
     return { outcome: await encoded, heard, registrations: () => registry.registrations(`${topic}-value`) };
   }
 
-  // 409 (incompatible under the subject's level) and 422 (a schema the registry holds invalid) refuse the schema:
-  // its values go as plain JSON, which every writ reader accepts, and the refusal is reported.
-  it.each([409, 422])("%i refuses the schema: plain JSON, reported as a refusal", async (status) => {
+  // 409 (incompatible under the subject's level), 422 (a schema the registry holds invalid) and any other 4xx a
+  // registry gives a schema it will not take (400, 413) refuse the schema: its values go as plain JSON, which every
+  // writ reader accepts, and the refusal is reported.
+  it.each([409, 422, 400, 413])("%i refuses the schema: plain JSON, reported as a refusal", async (status) => {
     const { outcome, heard, registrations } = await answering(status);
     expect("bytes" in outcome && outcome.bytes[0]).toBe("{".charCodeAt(0));
     expect(heard.refused).toEqual([expect.stringContaining(String(status))]);
@@ -104,12 +105,21 @@ describe("WireCodec: what each answer to a registration means", () => {
     expect(registrations()).toBe(1);
   });
 
-  // Regression: any 4xx but 429 was a refusal, so a wrong password, a user without the role or a wrong URL path
-  // silently wrote plain JSON for good, told to "check the subject's compatibility level". Now they throw at once,
-  // not retriable, naming what to put right, and the codec's owner hears it (owners: a health problem).
+  // A user the registry does not let register under this subject (per-subject roles): plain JSON too, so one subject
+  // holds no partition, and also heard as a fault of writ's request (owners: a health problem naming the role).
+  it("403 refuses writ's user the subject: plain JSON, reported as a refusal and as a fault naming the role", async () => {
+    const { outcome, heard, registrations } = await answering(403);
+    expect("bytes" in outcome && outcome.bytes[0]).toBe("{".charCodeAt(0));
+    expect(heard.refused).toEqual([expect.stringMatching(/may register schemas/)]);
+    expect(heard.faults).toEqual([expect.stringMatching(/SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD/)]);
+    expect(registrations()).toBe(1);
+  });
+
+  // Regression: any 4xx but 429 was a refusal, so a wrong password or a wrong URL path silently wrote plain JSON for
+  // good, told to "check the subject's compatibility level". Now they throw at once, not retriable, naming what to
+  // put right, and the codec's owner hears it (owners: a health problem).
   it.each([
     [401, /SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD/],
-    [403, /SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD/],
     [404, /no \/subjects\/writ\.codec\.[0-9a-f]{8}-value\/versions .*SCHEMA_REGISTRY_URL/],
   ])("%i refuses writ's request: thrown, not retriable, naming what to put right", async (status, names) => {
     const { outcome, heard, registrations } = await answering(status);

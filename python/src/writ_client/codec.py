@@ -7,8 +7,9 @@ subject ``<topic>-value`` for writ's JSON Schema of the value (one
 ``POST /subjects/<subject>/versions`` per subject: registering a schema the
 subject already has returns its id). Without a registry, plain JSON; when the
 registry refuses the schema (409: the subject's compatibility level; 422: a
-schema it holds invalid), plain JSON too, with one warning, as TypeScript's
-codec does. A registry that refuses writ's login (401, 403) or has no such path
+schema it holds invalid; 403: a user without the role for the subject; any other
+4xx but 401, 404, 408 and 429: :func:`is_schema_refusal`), plain JSON too, with one
+warning, as TypeScript's codec does. A registry that refuses writ's login (401) or has no such path
 (404) raises :class:`RegistryError`, not retriable, naming what to put right. Decoding
 accepts both. HTTP(S) with urllib (no dependency beyond the standard library),
 with basic auth (:class:`~writ_client.security.RegistryAuth`) and TLS settings
@@ -52,9 +53,13 @@ UNKNOWN_SCHEMA_ID_TTL = 30.0
 #: How long values of a subject whose schema the registry refused go as plain JSON before registering is tried
 #: again (TypeScript's ``REFUSED_RETRY_MS``).
 REFUSED_RETRY = 60.0
-#: A registration's answers that refuse the schema itself (TypeScript's ``SCHEMA_REFUSALS``): 409, incompatible under
-#: the subject's compatibility level; 422, a schema the registry holds invalid. Any other 4xx is about writ's request.
-SCHEMA_REFUSALS = frozenset({409, 422})
+def is_schema_refusal(status: int) -> bool:
+    """Whether a registration's 4xx answer leaves the subject's values to go as plain JSON (TypeScript's
+    ``isSchemaRefusal``): 409, 422, 403 (writ's user may not register under this subject) and any other 4xx a
+    registry gives a schema it will not take; not 401 (the login), 404 (the URL), 408 or 429 (an outage)."""
+    return 400 <= status < 500 and status not in (401, 404, 408, 429)
+
+
 _CREDENTIALS = "schema_registry_auth (SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD)"
 
 _log = logging.getLogger("writ_client")
@@ -211,10 +216,11 @@ class WireCodec:
         """``value`` as JSON, framed with the id of ``name``'s schema under ``subject`` (default ``<topic>-value``) when framing.
 
         A resolution shares the intents topic with intents: it is registered under ``<intents topic>-Resolution``.
-        When the registry refuses the schema (409 or 422: the subject's compatibility level, most often), the value is
+        When the registry refuses the schema (:func:`is_schema_refusal`: 409 or 422, the subject's compatibility level
+        most often; 403, a user without the role for the subject), the value is
         plain JSON, which owners read like a framed one; a warning says so once, and registering is tried again after
         :data:`REFUSED_RETRY`. Raises :class:`RegistryError` when the registry cannot be reached (``retriable``), or
-        refuses writ's request (401, 403: its credentials; 404: its URL; not ``retriable``).
+        refuses writ's request (401: its credentials; 404: its URL; not ``retriable``).
         """
         body = encode_json(value)
         if not self.framed:
@@ -286,7 +292,7 @@ class WireCodec:
         try:
             schema_id = self.schema_id(topic, name, subject=subject)
         except RegistryError as err:
-            if err.status not in SCHEMA_REFUSALS:
+            if err.status is None or not is_schema_refusal(err.status):
                 raise
             with self._lock:
                 first = subject not in self._refused

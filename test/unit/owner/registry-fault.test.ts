@@ -1,4 +1,4 @@
-// An owner whose schema registry refuses writ's own request (a user without the role for one subject: 403): the
+// An owner whose schema registry refuses writ's own request (its login: 401): the
 // record's result waits, as in an outage, and nothing is passed over. The codec is writ's, against a fake registry.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
@@ -18,13 +18,13 @@ afterEach(() => {
 const committed = () => txns.filter((t) => t.committed);
 
 describe("an owner whose registry refuses writ's request", () => {
-  // Regression: only a retriable registry error paused the work. A 401/403/404 at registration now throws, not
+  // Regression: only a retriable registry error paused the work. A 401 or 404 at registration now throws, not
   // retriable (before, it silently wrote plain JSON); taken for a fault of the record, the dead letter it would become
   // needs the registry too, so the record's offset passed with nothing written for it.
   it("holds the record's dead letter until the registry lets writ register, then writes it", async () => {
     let denied = true;
     const registry = await startStub((req, res) => {
-      if (req.method === "POST" && req.path === "/subjects/writ.dlq-value/versions" && denied) return json(res, 403, { error_code: 40301, message: "User cannot access the resource." });
+      if (req.method === "POST" && req.path === "/subjects/writ.dlq-value/versions" && denied) return json(res, 401, { error_code: 40101, message: "Unauthorized" });
       if (req.method === "POST") return json(res, 200, { id: 7 });
       json(res, 200, { schemaType: "JSON", schema: "{}" });
     });
