@@ -34,7 +34,8 @@ The intent:
   --tool-call-id <id>    carried for correlation only
 
 The intent key is built (as owners recompute it) from the tool's key scope and intent fields, taken from
-  --tools <module>       a tools module exporting tools[] (default $WRIT_TOOLS_MODULE), or from
+  --tools <module>       a tools module exporting tools[] (default $WRIT_TOOLS_MODULE); its import may take
+                         WRIT_TOOLS_IMPORT_TIMEOUT_MS (default 30000). Or from
   --key-scope run|global and --intent-fields <a,b> (names of params; empty for none)
 
 Where it goes:

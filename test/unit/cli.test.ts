@@ -27,6 +27,12 @@ describe("each command's flags: what it parses, what its usage says and what the
     expect((await commands).length).toBeGreaterThanOrEqual(10);
   });
 
+  it("the usage of each command that imports a tools module with --tools names the variable that bounds the import (verify has --module-timeout-ms)", async () => {
+    const byName = new Map(await commands);
+    for (const name of ["owner", "submit"]) expect(byName.get(name)!.usage, name).toContain("WRIT_TOOLS_IMPORT_TIMEOUT_MS");
+    expect(byName.get("verify")!.usage).toContain("--module-timeout-ms");
+  });
+
   it("every flag a command parses is in its usage, and every flag its usage defines (synopsis, option lines) it parses", async () => {
     const problems: string[] = [];
     for (const [name, command] of await commands) {
