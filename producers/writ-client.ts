@@ -53,7 +53,7 @@ const noReplyBecause = (reason: NoReplyReason): string => (reason === "client_cl
  * owner answers it on this agent's reply topic. So such a rejection does not settle a submit at once: the
  * submit waits on for another answer to its intent id until its deadline, and returns this one only then.
  */
-const PROVISIONAL_REASONS: ReadonlySet<string> = new Set([
+export const PROVISIONAL_REASONS: ReadonlySet<string> = new Set([
   "undecodable",
   "schema_invalid",
   "schema_subject_mismatch",

@@ -49,13 +49,19 @@ HTTP systems of record are reached through a fault proxy: their base URL must co
 that systems(env) reads. Systems that are not HTTP get faults simulated at the adapter.
 
 A scenario that failed while Kafka, the registry or its system of record failed (a connection error seen
-during it, even one over by then) is "incomplete", naming the outage, not blamed on the tool; unless it found
-harm at the system of record (a lost update, a duplicate, a stale write let through), which no outage explains.
+during it, even one over by then; a connection the broker closed, or a request kafkajs retried, only beside
+one) is "incomplete", naming the outage, where that outage explains every problem it found: any outage a reply
+or an effect that did not come, only its system of record's a rejection or an escalation. Never harm at the
+system of record (a lost update, a duplicate, a stale write let through, a change rejected yet made), nor a
+failure of the tool, its adapter or its fixture (an Idempotency-Key the fault could not match, an effects()
+that does not count). A race whose stale PATCH did not come back 412 or 2xx (a 502, say) is "incomplete":
+If-Match was not exercised.
 
 Exit status: 0 every scenario passed, 1 a scenario failed, 2 bad usage or verify could not run (also
 Kafka or the registry lost mid-run, or a scenario incomplete and none failed), 130 (143) stopped by Ctrl-C (SIGTERM) after deleting the run's topics
 and groups; once the owner is starting, a stopped run prints its report: what ran, and what did not run
-("interrupted"; status incomplete where nothing failed). Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
+("interrupted"; status incomplete where nothing failed). A signal once every scenario was judged (while the
+run deletes its topics) stops nothing: the exit status is the report's. Where Kafka did not answer the run's cleanup, a line on stderr and the JSON (its "leftovers") name
 what was left and the --cleanup command. --cleanup: 0 deleted (or nothing left), 1 groups that still have
 members (nothing deleted; run it again after their session timeout, 30 s at most, or with --force: the
 rest deleted), 2 bad usage or Kafka unreachable.`;
@@ -193,7 +199,9 @@ async function main(argv: string[]): Promise<number> {
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
-    exitCode = signals.first !== null ? SIGNAL_EXIT_STATUS[signals.first] : EXIT_STATUS[report.status];
+    // The signal's status where it cut the run short (the report says so); one that came once every scenario was
+    // judged (the run deleting its topics) stopped nothing, and the status is the report's, as its JSON says.
+    exitCode = signals.first !== null && report.interrupted?.stopped === true ? SIGNAL_EXIT_STATUS[signals.first] : EXIT_STATUS[report.status];
   } catch (err) {
     if (signals.first !== null) exitCode = SIGNAL_EXIT_STATUS[signals.first];
     else {

@@ -33,16 +33,31 @@ export interface ScenarioReport {
   ok: boolean;
   /**
    * `pass`; `fail`: a problem below; `incomplete`: it failed while Kafka, the registry or its system of record
-   * failed (`outage`), with nothing proven at the system of record (`harm`), so the failure may be the outage's.
+   * failed (`outage`), and that outage can explain every problem (`outageCanExplain`), or it found no problem but
+   * did not exercise what it is there to prove (`notExercised`).
    */
   status: ToolStatus;
   /** What failed during it, where that makes it `incomplete`: what, who saw it, the first message, how many signs. */
   outage?: string;
   /**
    * A problem is proven at the system of record or on the wire (a lost update, a duplicate effect or write, a
-   * stale write let through, an outcome the adapter made up): no outage excuses it, so it stays `fail`.
+   * stale write let through, an outcome the adapter made up, a rejection of a change the system shows made): no
+   * outage excuses it, so it stays `fail`.
    */
   harm: boolean;
+  /**
+   * Which outage, seen during the scenario, can explain every one of its problems: `any` (replies or effects that
+   * did not come: Kafka or the registry carrying them, or the system of record taking them, failed), `system` (a
+   * rejection or an escalation: only the system of record failing leads an owner to one), `none` (harm, a failure
+   * of the tool, its adapter or its fixture, such as an Idempotency-Key the fault could not match, or no problem).
+   */
+  outageCanExplain: OutageExplains;
+  /**
+   * Why the scenario, though it found no problem, proved nothing of what it is there for (the race: the owner's
+   * stale PATCH did not come back 412 nor 2xx, so If-Match was not exercised): `incomplete`, never a pass; run it
+   * again.
+   */
+  notExercised?: string;
   /** Effects of this scenario's changes, counted at the system of record after it ran. */
   effects: number;
   /** Effects there should be: one per change reported applied. */
@@ -62,6 +77,9 @@ export interface ScenarioReport {
   notes: string[];
   durationMs: number;
 }
+
+/** Which outage can explain a failed scenario's problems: see {@link ScenarioReport.outageCanExplain}. */
+export type OutageExplains = "any" | "system" | "none";
 
 /**
  * `pass`: every scenario asked for ran and passed; `fail`: one failed, or none could run (`problems`); `incomplete`:
@@ -108,10 +126,10 @@ export interface VerifyReport {
   /**
    * Present when the run was stopped (`signal`: Ctrl-C, SIGTERM), or when Kafka, the registry or the owner failed
    * after a scenario had already failed on its own: what ran until then is reported, and what did not run is named
-   * (`<tool> <scenario>`, or a tool's name for all its scenarios). Lost without an earlier failure, the run is not
-   * reported: it could not run.
+   * (`<tool> <scenario>`, or a tool's name where none of its scenarios ran). Lost without an earlier failure, the
+   * run is not reported: it could not run. `stopped`: true where the signal stopped it, false where an outage did.
    */
-  interrupted?: { reason: string; notRun: string[] };
+  interrupted?: { reason: string; notRun: string[]; stopped: boolean };
   /** Tools by status; `notRun`: tools of which no scenario ran (the run stopped before them). */
   summary: { pass: number; fail: number; incomplete: number; notRun: number };
   /** Present when the run's topics and groups could not be deleted at its end (Kafka did not answer). */
@@ -193,6 +211,8 @@ export function formatReport(report: VerifyReport): string {
     for (const p of t.problems) lines.push(`  problem: ${p}`);
     for (const s of t.scenarios) {
       if (s.outage !== undefined) lines.push(`  ${s.scenario}: not judged: it failed during an outage of ${s.outage}; run it again`);
+      else if (s.notExercised !== undefined && s.status === "incomplete") lines.push(`  ${s.scenario}: not judged: ${s.notExercised}; run it again`);
+      if (s.notExercised !== undefined && (s.status !== "incomplete" || s.outage !== undefined)) lines.push(`  ${s.scenario}: note: ${s.notExercised}`);
       for (const p of s.problems) lines.push(`  ${s.scenario}: ${p}`);
       for (const n of s.notes) lines.push(`  ${s.scenario}: note: ${n}`);
     }

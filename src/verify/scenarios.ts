@@ -1,13 +1,13 @@
 import { randomUUID } from "node:crypto";
 import { withDeadline } from "../deadline.ts";
-import type { IntentInput, SubmitResult, WritClient } from "../../producers/writ-client.ts";
+import { PROVISIONAL_REASONS, type IntentInput, type SubmitResult, type WritClient } from "../../producers/writ-client.ts";
 import { entityKey, type EntityRef, type JsonPatchOp, type Versioned } from "../schemas/common.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
 import type { WriteToolDeclaration } from "../tools.ts";
 import type { FaultProxy, ProxyFaultKind } from "./fault-proxy.ts";
 import type { ToolVerifyFixture } from "./fixture.ts";
 import type { HookedPatch, InstrumentedSystem } from "./instrumented-system.ts";
-import type { DuplicateEffect, LostUpdate, ScenarioName, ScenarioReport } from "./report.ts";
+import type { DuplicateEffect, LostUpdate, OutageExplains, ScenarioName, ScenarioReport } from "./report.ts";
 
 /** What a scenario does with an agent's client: build intents and submit them. */
 export type ScenarioAgent = Pick<WritClient, "buildIntent" | "submit" | "submitAll">;
@@ -96,6 +96,7 @@ async function settle(ctx: ScenarioContext, changes: Change[]) {
   const final = await readSystem(ctx);
   const lostUpdates: LostUpdate[] = [];
   const duplicates: DuplicateEffect[] = [];
+  const byMark = new Map<string, number>();
   let effects = 0;
   for (const c of changes) {
     const n: unknown = await moduleCall(`the fixture's effects()`, ctx.moduleTimeoutMs, () =>
@@ -106,6 +107,7 @@ async function settle(ctx: ScenarioContext, changes: Change[]) {
       throw new Error(`the fixture's effects() gave ${JSON.stringify(n) ?? String(n)} for ${c.mark}: it must count the mark's occurrences (0, 1, 2, ...), so a duplicate shows as 2`);
     }
     effects += n;
+    byMark.set(c.mark, n);
     if (n > 1) duplicates.push({ writer: c.writer, mark: c.mark, effects: n });
     if (n === 0 && c.reportedApplied !== null) {
       lostUpdates.push({
@@ -124,37 +126,102 @@ async function settle(ctx: ScenarioContext, changes: Change[]) {
     ...lostUpdates.map((l) => `lost update: ${l.message}`),
     ...duplicates.map((d) => `duplicate: ${d.writer}'s change ${d.mark} is in the record ${d.effects} times`),
   ];
-  return { final, effects, expectedEffects, lostUpdates, duplicates, problems };
+  return { final, effects, byMark, expectedEffects, lostUpdates, duplicates, problems };
 }
 
 function report(
   scenario: ScenarioName,
   started: number,
-  fields: Omit<ScenarioReport, "scenario" | "ok" | "status" | "outage" | "durationMs">,
+  problems: Problems,
+  fields: Omit<ScenarioReport, "scenario" | "ok" | "status" | "outage" | "durationMs" | "problems" | "harm" | "outageCanExplain">,
 ): ScenarioReport {
-  const ok = fields.problems.length === 0;
-  return { scenario, ok, status: ok ? "pass" : "fail", ...fields, durationMs: Date.now() - started };
+  const status = problems.list.length > 0 ? "fail" : fields.notExercised !== undefined ? "incomplete" : "pass";
+  return {
+    scenario,
+    ok: status === "pass",
+    status,
+    ...fields,
+    problems: problems.list,
+    harm: problems.harm,
+    outageCanExplain: problems.outageCanExplain(),
+    durationMs: Date.now() - started,
+  };
 }
 
+const EXPLAINS_LESS: Record<OutageExplains, number> = { none: 0, system: 1, any: 2 };
+
 /**
- * The problems of a scenario, and whether one of them is harm proven at the system of record or on the wire (a lost
- * update, a duplicate effect or write, a stale write let through, an outcome the adapter made up), which no outage
- * explains; the others (a reply or an effect that did not come) an outage may.
+ * The problems of a scenario, each with the outage that can explain it, so that one seen during the scenario
+ * makes it `incomplete` only where it explains every problem: harm proven at the system of record or on the wire
+ * (a lost update, a duplicate effect or write, a stale write let through, an outcome the adapter made up, a
+ * rejection of a change the system shows made) none does; nor the tool's, its adapter's or its fixture's failures;
+ * a reply or an effect that did not come, any outage (of Kafka or the registry carrying it, of the system of record
+ * taking it); a rejection or an escalation, only the system of record failing (an owner never refuses for Kafka).
  */
 class Problems {
   readonly list: string[] = [];
   harm = false;
+  private explains: OutageExplains = "any";
+
+  private add(explains: OutageExplains, problems: string[]): void {
+    if (problems.length === 0) return;
+    this.list.push(...problems);
+    if (EXPLAINS_LESS[explains] < EXPLAINS_LESS[this.explains]) this.explains = explains;
+  }
 
   /** Harm proven at the system of record or on the wire. */
   proven(...problems: string[]): void {
     if (problems.length > 0) this.harm = true;
-    this.list.push(...problems);
+    this.add("none", problems);
   }
 
-  /** Something that should have happened did not. */
-  missing(...problems: string[]): void {
-    this.list.push(...problems);
+  /** What the tool, its adapter or its fixture got wrong, which no outage makes happen. */
+  wrong(...problems: string[]): void {
+    this.add("none", problems);
   }
+
+  /** A reply or an effect that should have come did not. */
+  missing(...problems: string[]): void {
+    this.add("any", problems);
+  }
+
+  /** What only the system of record failing can explain (it did not answer the outside writer). */
+  systemFailed(...problems: string[]): void {
+    this.add("system", problems);
+  }
+
+  /** A problem about `replies` that are not what they should be: what can explain it follows from what they were. */
+  replied(replies: readonly SubmitResult[], problem: string): void {
+    const explains = replies.map(replyExplainedBy).reduce((a, b) => (EXPLAINS_LESS[b] < EXPLAINS_LESS[a] ? b : a), "any");
+    this.add(explains, [problem]);
+  }
+
+  /** Which outage can explain every problem; `none` where there is none. */
+  outageCanExplain(): OutageExplains {
+    return this.list.length === 0 ? "none" : this.explains;
+  }
+}
+
+/**
+ * Which outage can explain a reply that is not the one wanted: no reply (unknown, or blocked behind an open
+ * transaction), any; a rejection or an escalation, only the system of record's (an owner that cannot reach it
+ * reconciles and tries again, and may end escalated); a conflict or an `applied`, none.
+ */
+function replyExplainedBy(r: SubmitResult): OutageExplains {
+  if (r.status === "unknown" || r.status === "blocked") return "any";
+  return r.status === "rejected" || r.status === "escalated" ? "system" : "none";
+}
+
+/**
+ * A rejection of a change the system of record shows made: a lie no outage excuses, since an owner rejects only
+ * where no write of the intent can have gone out. Not a provisional one (an answer to a record the owner could not
+ * authenticate, which need not be this intent), nor an escalation: writ escalates where the write may have been made,
+ * and says so to the person who checks it.
+ */
+function rejectedYetMade(writer: string, replies: readonly SubmitResult[], effects: number): string[] {
+  const rejected = replies.filter((r) => r.status === "rejected" && !PROVISIONAL_REASONS.has(r.reason));
+  if (effects === 0 || rejected.length === 0) return [];
+  return [`${writer}'s change is in the system of record (${effects} effect(s)), yet writ answered ${rejected.map(describeReply).join(", ")}: a change reported not made that was made`];
 }
 
 /**
@@ -175,13 +242,15 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
   ]);
   const problems = new Problems();
   problems.proven(...settled.problems);
-  if (applied.length !== replies.length) problems.missing(`every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
+  problems.proven(...rejectedYetMade("agent", replies, settled.effects));
+  const notApplied = replies.filter((r) => r.status !== "applied");
+  if (notApplied.length > 0) problems.replied(notApplied, `every submission should be answered applied; got ${replies.map(describeReply).join(", ")}`);
   const effectsProblem = `${replies.length} submissions of one intent left ${settled.effects} effects at the system of record; want exactly 1`;
   if (settled.effects > 1) problems.proven(effectsProblem);
   else if (settled.effects !== 1) problems.missing(effectsProblem);
   if (applied.filter((r) => !r.duplicate).length > 1) problems.proven("more than one reply was a fresh (non-duplicate) write");
   problems.proven(...writtenOnce(ctx, first.intentKey, "agent"));
-  return report("duplicate-submission", started, {
+  return report("duplicate-submission", started, problems, {
     effects: settled.effects,
     expectedEffects: 1,
     conflicts: replies.filter((r) => r.status === "conflict").length,
@@ -190,8 +259,6 @@ export async function duplicateSubmission(ctx: ScenarioContext): Promise<Scenari
     patchesSent: patchesSent(ctx, first.intentKey),
     replies: replies.map(describeReply),
     faultInjection: null,
-    problems: problems.list,
-    harm: problems.harm,
     notes: [],
   });
 }
@@ -263,16 +330,26 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
   ]);
   const problems = new Problems();
   problems.proven(...settled.problems);
-  if (!fired) problems.missing(`the fault never fired: no ${ctx.writeMethod} for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`);
-  if (first.status !== "applied") problems.missing(`the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
+  problems.proven(...rejectedYetMade("agent", replies, settled.effects));
+  if (!fired) {
+    const never = `the fault never fired: no ${ctx.writeMethod} for this intent committed (first reply: ${describeReply(first)}), so nothing was tested`;
+    // The change is there, so its write committed where the fault could not take it (at the proxy: a write without
+    // the intent key as Idempotency-Key, or not on the system's write method; at the adapter: one its patch did not
+    // answer applied). Else it never committed, for the reason the reply gives.
+    const unmatched = ctx.proxy ? `did not carry the intent key as Idempotency-Key on a ${ctx.writeMethod}` : "was not answered applied by the adapter";
+    if (settled.effects > 0) problems.wrong(`${never}, yet the change is in the record: the write that made it ${unmatched}`);
+    else problems.replied([first], never);
+  }
+  if (first.status !== "applied") problems.replied([first], `the owner should settle the unknown outcome as applied; it answered ${describeReply(first)}`);
   else if (fired && first.via !== "reconcile") problems.proven(notReconciled(ctx, kind, intent.intentKey, first.via));
   const effectsProblem = `${settled.effects} effects at the system of record after ${kind}; want exactly 1`;
   if (settled.effects > 1) problems.proven(effectsProblem);
-  else if (settled.effects !== 1) problems.missing(effectsProblem);
+  // A write the fault fired on committed: its effect missing is not an outage's.
+  else if (settled.effects !== 1) (fired ? problems.wrong(`${effectsProblem}, though the write committed`) : problems.missing(effectsProblem));
   problems.proven(...writtenOnce(ctx, intent.intentKey, "agent"));
   const retry = replies[1];
-  if (retry && !(retry.status === "applied" && retry.duplicate)) problems.missing(`the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
-  return report(kind, started, {
+  if (retry && !(retry.status === "applied" && retry.duplicate)) problems.replied([retry], `the resubmission should be a duplicate answered from the ledger; got ${describeReply(retry)}`);
+  return report(kind, started, problems, {
     effects: settled.effects,
     expectedEffects: 1,
     conflicts: replies.filter((r) => r.status === "conflict").length,
@@ -281,8 +358,6 @@ export async function commitThenFault(ctx: ScenarioContext, kind: ProxyFaultKind
     patchesSent: patchesSent(ctx, intent.intentKey),
     replies: replies.map(describeReply),
     faultInjection: ctx.proxy ? "proxy" : "adapter",
-    problems: problems.list,
-    harm: problems.harm,
     notes: [],
   });
 }
@@ -309,6 +384,8 @@ interface OutsideWrite {
   appliedAt: string | null;
   conflicts: number;
   failure: string | null;
+  /** The system did not answer it (`unavailable`, `unknown`): an outage of it may explain the race not run. */
+  unanswered?: boolean;
 }
 
 /** Another integration's write, straight to the system of record: PATCH with If-Match; on 412 read again and redo, as a careful client does. */
@@ -324,7 +401,8 @@ async function outsideWrite(ctx: ScenarioContext, read: Versioned, mark: string)
     );
     if (outcome.kind === "applied") return { change, base, appliedAt: outcome.version, conflicts, failure: null };
     if (outcome.kind !== "precondition_failed") {
-      return { change, base: null, appliedAt: null, conflicts, failure: `${outcome.kind}${"message" in outcome ? `: ${outcome.message}` : ""}` };
+      const unanswered = outcome.kind === "unavailable" || outcome.kind === "unknown";
+      return { change, base: null, appliedAt: null, conflicts, failure: `${outcome.kind}${"message" in outcome ? `: ${outcome.message}` : ""}`, unanswered };
     }
     conflicts++;
     current = outcome.current ?? (await readDirect(ctx));
@@ -341,31 +419,32 @@ async function outsideWrite(ctx: ScenarioContext, read: Versioned, mark: string)
  * never changes); its next read-modify-write tool would lose updates.
  * Judged at the wire (the proxy) where there is one, else at the adapter.
  * Where the stale PATCH said nothing either way (it ended unknown or
- * unavailable, threw, or left no answer), a note says so: a pass then rests on
- * the final record alone.
+ * unavailable, a 502 from the proxy, threw, or left no answer), If-Match was
+ * not exercised: the race is `incomplete`, never a pass on the final record
+ * alone, which a system that ignores If-Match passes too.
  */
-function ifMatchVerdict(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): { problems: string[]; notes: string[] } {
-  if (o.appliedAt === null || o.base === null) return { problems: [], notes: [] };
+function ifMatchVerdict(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPatch | null): { problems: string[]; notExercised?: string } {
+  if (o.appliedAt === null || o.base === null) return { problems: [] };
   if (o.appliedAt === o.base) {
     const problem =
       `the system's version did not change on a write: the outside writer's PATCH with If-Match ${o.base} was answered 2xx at ${o.appliedAt}, ` +
       "so If-Match cannot tell a record changed in between from one that was not (a lost update waits for the first read-modify-write)";
-    return { problems: [problem], notes: [] };
+    return { problems: [problem] };
   }
   if (hooked === null || hooked.ifMatch !== o.base) {
-    return { problems: [], notes: ["If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it"] };
+    return { problems: [], notExercised: "If-Match was not exercised: the owner's PATCH after the outside writer's write was not sent with the version before it" };
   }
   const stale = `the owner's PATCH with If-Match ${hooked.ifMatch}, sent after the outside writer's write had moved the record to ${o.appliedAt}`;
   const status = staleOnWire(ctx, hooked);
   if (status !== null && status >= 200 && status < 300) {
-    return { problems: [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`], notes: [] };
+    return { problems: [`the system answered ${status} to ${stale}: it does not enforce If-Match (RFC 9110 §13.1.1 wants 412), so a read-modify-write overwrites changes made in between`] };
   }
   if (hooked.outcome === "applied") {
     const problem = `the adapter reported applied for ${stale}${status === null ? "" : ` (the system answered ${status}: did the adapter write it again on its own?)`}; a stale write must come back precondition_failed`;
-    return { problems: [problem], notes: [] };
+    return { problems: [problem] };
   }
-  if (status === 412 || hooked.outcome === "precondition_failed") return { problems: [], notes: [] };
-  return { problems: [], notes: [`If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412; run the race again to check it`] };
+  if (status === 412 || hooked.outcome === "precondition_failed") return { problems: [] };
+  return { problems: [], notExercised: `If-Match was not exercised: the owner's stale PATCH ended ${hooked.outcome}${status === null ? "" : ` (the system answered ${status})`}, not 412` };
 }
 
 /**
@@ -434,21 +513,28 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
   const settled = await settle(ctx, changes);
   const problems = new Problems();
   problems.proven(...settled.problems);
+  let notExercised: string | undefined = hookFired ? undefined : "If-Match was not exercised: the owner sent no PATCH";
   if (hookFired && o !== null) {
     const verdict = ifMatchVerdict(ctx, o, ctx.owned.hookedPatch(ctx.entity));
     problems.proven(...verdict.problems);
-    notes.push(...verdict.notes);
+    notExercised = verdict.notExercised;
   }
-  if (o === null || o.appliedAt === null) problems.missing(`the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`);
+  if (o === null || o.appliedAt === null) {
+    const problem = `the outside writer could not write (${o?.failure ?? "did not run"}), so the race was not exercised`;
+    // Only the system not answering it is an outage's; a refusal, 412s without end, or its fixture or adapter failing is not.
+    if (o?.unanswered) problems.systemFailed(problem);
+    else problems.wrong(problem);
+  }
   for (const r of results) {
     const last = r.replies.at(-1)!;
-    if (last.status === "rejected" || last.status === "unknown") problems.missing(`${r.writer}: ${describeReply(last)}`);
+    problems.proven(...rejectedYetMade(r.writer, [last], settled.byMark.get(r.mark) ?? 0));
+    if (last.status === "rejected" || last.status === "unknown" || last.status === "blocked") problems.replied([last], `${r.writer}: ${describeReply(last)}`);
     if (last.status === "escalated") notes.push(`${r.writer} was escalated to a human (${last.reason}); its change is not required in the record`);
   }
   if (!results.some((r) => r.replies.at(-1)!.status === "applied")) notes.push("no agent's change was applied (maxConflictCycles below 2?): only the outside writer's change was checked");
   for (const r of results) for (const key of new Set(r.replies.map((x) => x.intentKey))) problems.proven(...writtenOnce(ctx, key, r.writer));
   const agentConflicts = results.reduce((n, r) => n + r.replies.filter((x) => x.status === "conflict").length, 0);
-  return report("race", started, {
+  return report("race", started, problems, {
     effects: settled.effects,
     expectedEffects: settled.expectedEffects,
     conflicts: agentConflicts + (o?.conflicts ?? 0),
@@ -459,8 +545,7 @@ export async function race(ctx: ScenarioContext): Promise<ScenarioReport> {
       o ? [`outside-writer: ${o.appliedAt ? `2xx at ${o.appliedAt}` : `failed (${o.failure})`}${o.conflicts ? ` after ${o.conflicts}×412` : ""}`] : [],
     ),
     faultInjection: null,
-    problems: problems.list,
-    harm: problems.harm,
     notes,
+    ...(notExercised === undefined ? {} : { notExercised }),
   });
 }

@@ -157,7 +157,7 @@ function redirectEnv(env: NodeJS.ProcessEnv, proxies: ReadonlyMap<string, FaultP
   return out;
 }
 
-interface Routed {
+export interface Routed {
   direct: Map<string, SystemOfRecord>;
   owned: Map<string, InstrumentedSystem>;
   proxies: Map<string, FaultProxy>;
@@ -193,7 +193,7 @@ async function routeSystems(mod: VerifyModule, env: NodeJS.ProcessEnv, moduleTim
       if (proxies.has(origin)) continue;
       const names = directList.filter((d) => httpBaseUrl(d)?.startsWith(origin)).map((d) => d.name).join(", ");
       const onUnreachable = (req: { method: string; path: string }, message: string) =>
-        outages.note({ what: `the system of record ${names} (${origin})`, seenBy: "the fault proxy", message: `${req.method} ${req.path}: ${message}` });
+        outages.note({ what: `the system of record ${names} (${origin})`, source: "system", seenBy: "the fault proxy", message: `${req.method} ${req.path}: ${message}` });
       proxies.set(origin, await startFaultProxy({ upstream: origin, onUnreachable }));
     }
     signal?.throwIfAborted();
@@ -356,7 +356,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
         // after its partition opens, and its stop waits less (RouterInternals.fetchMaxWaitMs).
         fetchMaxWaitMs: 100,
         kafkaLogTap: outages.kafkaTap("the owner"),
-        onRegistryUnreachable: (err) => outages.note({ what: "the schema registry", seenBy: "the owner", message: causes(err) }),
+        onRegistryUnreachable: (err) => outages.note({ what: "the schema registry", source: "registry", seenBy: "the owner", message: causes(err) }),
       });
       await until(starting);
       // Idle fetches of 100 ms: each client's close() waits for the one in flight, and a run's three clients live
@@ -391,8 +391,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
           // proven is reported (exit 1), not hidden behind the outage that came after it; a stop reports what ran.
           // Either way what did not run is named.
           if (err.outage !== null && !tools.some((t) => t.status === "fail")) throw err.outage;
-          const after = selected.slice(selected.indexOf(tool) + 1).map((t) => t.name);
-          interrupted = { reason: err.message, notRun: [...err.notRun.map((s) => `${tool.name} ${s}`), ...after] };
+          interrupted = interruptedIn(err, selected.slice(selected.indexOf(tool) + 1).map((t) => t.name));
           progress(`stopped: ${err.message}; not run: ${interrupted.notRun.join(", ")}`);
           break;
         }
@@ -400,7 +399,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
     } catch (err) {
       // Stopped while the owner or the agents were starting: no scenario ran, and the report says so.
       if (!opts.signal?.aborted) throw err;
-      interrupted = { reason: causes(opts.signal.reason), notRun: selected.filter((t) => !tools.some((r) => r.tool === t.name)).map((t) => t.name) };
+      interrupted = { reason: causes(opts.signal.reason), notRun: selected.filter((t) => !tools.some((r) => r.tool === t.name)).map((t) => t.name), stopped: true };
     }
     const ran = new Set(tools.map((t) => t.tool));
     const count = (status: ToolReport["status"]) => tools.filter((t) => t.status === status).length;
@@ -628,13 +627,16 @@ function watched(client: WritClient, outage: () => Promise<WritError | null>, ov
 
 const INFRASTRUCTURE = new Set<string>(["registry_unavailable", "kafka_failed", "reply_consumer_stopped", "client_closed"]);
 
-/** The WritError, in `err` or its causes, that says Kafka or the schema registry failed the run. */
-function infrastructureError(err: unknown): WritError | null {
+/** The WritError with one of `codes`, in `err` or its causes, if any. */
+function writErrorIn(err: unknown, codes: ReadonlySet<string>): WritError | null {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
-    if (e instanceof WritError && INFRASTRUCTURE.has(e.code)) return e;
+    if (e instanceof WritError && codes.has(e.code)) return e;
   }
   return null;
 }
+
+/** The WritError, in `err` or its causes, that says Kafka or the schema registry failed the run. */
+const infrastructureError = (err: unknown): WritError | null => writErrorIn(err, INFRASTRUCTURE);
 
 /** An error's message and its causes', e.g. `gave up after 4 attempts: could not reach the schema registry …`. */
 function causes(err: unknown): string {
@@ -645,7 +647,8 @@ function causes(err: unknown): string {
   return parts.join(": ");
 }
 
-interface ToolRun {
+/** What verifyTool runs a tool's scenarios with. Exported for its tests. */
+export interface ToolRun {
   runId: string;
   routed: Routed;
   env: NodeJS.ProcessEnv;
@@ -674,8 +677,19 @@ function fixtureProblem(name: string, fixture: unknown): string | null {
   return null;
 }
 
+/**
+ * A run's `interrupted`, cut short in `err.report`'s tool: what did not run of it (`<tool> <scenario>`; its name
+ * where none of its scenarios ran, as the tools `after` it are named, and as summary.notRun counts them).
+ * Exported for its tests.
+ */
+export function interruptedIn(err: ToolInterrupted, after: readonly string[]): NonNullable<VerifyReport["interrupted"]> {
+  const tool = err.report.tool;
+  const cut = err.report.scenarios.length === 0 ? [tool] : err.notRun.map((s) => `${tool} ${s}`);
+  return { reason: err.message, notRun: [...cut, ...after], stopped: err.outage === null };
+}
+
 /** Kafka, the registry or the owner failed during a tool's scenario, or the run was stopped: it cannot go on. */
-class ToolInterrupted extends Error {
+export class ToolInterrupted extends Error {
   /** What failed; null where the run was stopped (the signal). */
   readonly outage: WritError | null;
   /** The tool's scenarios that ran before it. */
@@ -700,7 +714,11 @@ function runStatus(tools: readonly ToolReport[], interrupted: VerifyReport["inte
   return interrupted !== undefined || tools.some((t) => t.status === "incomplete") ? "incomplete" : "pass";
 }
 
-async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, run: ToolRun): Promise<ToolReport> {
+/**
+ * Runs one tool's scenarios: its report, or a ToolInterrupted where an outage or a stop cut them short (with the
+ * report of those that ran). Exported for its tests.
+ */
+export async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, run: ToolRun): Promise<ToolReport> {
   // Stopped between tools: this one is not started.
   if (run.signal?.aborted) throw new ToolInterrupted({ stopped: run.signal.reason }, emptyToolReport(tool.name, tool.system, "-", []), [...run.scenarios]);
   if (exported === undefined) {
@@ -731,14 +749,15 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
       problems: [],
     };
   };
-  // The scenarios run so far go with it: a failure they proved is still reported.
-  const interrupted = (code: WritError["code"], cause: unknown, scenario: ScenarioName) => {
-    const notRun = run.scenarios.slice(run.scenarios.indexOf(scenario));
-    return new ToolInterrupted({ outage: new WritError(code, `writ verify could not run (${tool.name} ${scenario}): ${causes(cause)}`, { retriable: true, cause }) }, report(notRun), notRun);
+  // The scenarios run so far go with it: a failure they proved is still reported. `at`: the first scenario not run.
+  const interrupted = (code: WritError["code"], cause: unknown, at: number) => {
+    const notRun = run.scenarios.slice(at);
+    const where = at < run.scenarios.length ? `writ verify could not run (${tool.name} ${run.scenarios[at]})` : `writ verify could not go on after ${tool.name} ${run.scenarios[at - 1]}`;
+    return new ToolInterrupted({ outage: new WritError(code, `${where}: ${causes(cause)}`, { retriable: true, cause }) }, report(notRun), notRun);
   };
-  // Stopped (Ctrl-C) during `scenario`: the scenarios before it are reported, it and those after it as not run.
-  const stopped = (scenario: ScenarioName) => {
-    const notRun = run.scenarios.slice(run.scenarios.indexOf(scenario));
+  // Stopped (Ctrl-C) before scenario `at`: the scenarios before it are reported, it and those after it as not run.
+  const stopped = (at: number) => {
+    const notRun = run.scenarios.slice(at);
     return new ToolInterrupted({ stopped: run.signal?.reason }, report(notRun), notRun);
   };
   try {
@@ -748,7 +767,7 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
       return emptyToolReport(tool.name, tool.system, entityKey(entity), [`${entityKey(entity)} does not exist on ${tool.system}: create it, or give the fixture a prepare()`]);
     }
   } catch (err) {
-    if (run.signal?.aborted) throw stopped(run.scenarios[0]!);
+    if (run.signal?.aborted) throw stopped(0);
     return emptyToolReport(tool.name, tool.system, entityKey(entity), [`preparing ${entityKey(entity)} failed: ${err instanceof Error ? err.message : String(err)}`]);
   }
   const ctx: ScenarioContext = {
@@ -765,9 +784,9 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
     sorTimeoutMs: run.sorTimeoutMs,
     moduleTimeoutMs: run.moduleTimeoutMs,
   };
-  for (const scenario of run.scenarios) {
+  for (const [i, scenario] of run.scenarios.entries()) {
     // The scenario under way is abandoned at a stop (its submits end as the run's clients close).
-    if (run.signal?.aborted) throw stopped(scenario);
+    if (run.signal?.aborted) throw stopped(i);
     const t0 = Date.now();
     const from = run.outages.mark();
     let r: ScenarioReport;
@@ -778,31 +797,45 @@ async function verifyTool(tool: WriteToolDeclaration<any>, exported: unknown, ru
         : commitThenFault(ctx, scenario),
       );
     } catch (err) {
-      if (run.signal?.aborted) throw stopped(scenario);
+      if (run.signal?.aborted) throw stopped(i);
       // Kafka or the registry failing is verify not running, not the tool failing a guarantee: the run stops (exit 2).
       const outage = infrastructureError(err);
-      if (outage) throw interrupted(outage.code, err, scenario);
+      if (outage) throw interrupted(outage.code, err, i);
       r = failedToRun(scenario, err, t0);
     }
+    // Judged by the signs seen during it (an outage over by now may explain what did not come), and reported before
+    // anything else is awaited: a stop or an outage found next keeps a failure it proved.
+    r = attributeFailure(r, run.outages.since(from));
+    reports.push(r);
     if (!r.ok) {
       // A broker or the registry lost during the scenario shows as replies that never came (unknown), not as an
-      // error: asked now, an outage is verify not running (exit 2), not the tool failing a guarantee.
+      // error, and may have left no sign yet: asked now. Down, it is verify not running (exit 2): a failure it can
+      // explain is not judged (the scenario is not run); one it cannot stands, and the scenarios after it are not run.
       const down = await run.until(run.outage()).catch((err: unknown) => {
-        if (run.signal?.aborted) throw stopped(scenario);
+        if (run.signal?.aborted) throw stopped(i + 1);
         throw err;
       });
-      if (down) throw interrupted(down.code, down, scenario);
-      // Back by now, but one failed during the scenario: what did not come may be the outage's, not the tool's.
-      r = attributeFailure(r, run.outages.since(from));
+      if (down) {
+        const theOutages = r.outageCanExplain === "any";
+        if (theOutages) reports.pop();
+        throw interrupted(down.code, down, theOutages ? i : i + 1);
+      }
     }
-    const shown = r.status === "incomplete" ? `incomplete, during an outage of ${r.outage}` : r.ok ? "pass" : "FAIL";
+    const shown =
+      r.status === "incomplete" ? (r.outage !== undefined ? `incomplete, during an outage of ${r.outage}` : `incomplete: ${r.notExercised ?? "not judged"}`)
+      : r.ok ? "pass"
+      : "FAIL";
     run.progress(`${tool.name} ${scenario}: ${shown} (${r.effects}/${r.expectedEffects} effects, ${r.conflicts} conflicts, ${r.lostUpdates.length} lost)`);
-    reports.push(r);
   }
   return report();
 }
 
-function failedToRun(scenario: ScenarioName, err: unknown, t0: number): ScenarioReport {
+/**
+ * A scenario that threw: the tool's, its adapter's or its fixture's failure (an effects() that gives no count, a
+ * change() that throws, a call past the module deadline), which no outage explains; but where the adapter said its
+ * system could not be reached (`sor_unavailable`), that system's outage can. Exported for its tests.
+ */
+export function failedToRun(scenario: ScenarioName, err: unknown, t0: number): ScenarioReport {
   return {
     scenario,
     ok: false,
@@ -817,7 +850,11 @@ function failedToRun(scenario: ScenarioName, err: unknown, t0: number): Scenario
     replies: [],
     faultInjection: null,
     problems: [`could not run: ${causes(err)}`],
+    outageCanExplain: writErrorIn(err, SOR_UNAVAILABLE) ? "system" : "none",
     notes: [],
     durationMs: Date.now() - t0,
   };
 }
+
+/** An adapter's error that says its system of record did not answer. */
+const SOR_UNAVAILABLE = new Set<string>(["sor_unavailable"]);

@@ -1,5 +1,6 @@
 // `writ verify`'s exit status follows the report's status: a run with a scenario not judged (an outage during it)
-// and nothing failed is "could not run" (2), not a pass and not the tool failing (1).
+// and nothing failed is "could not run" (2), not a pass and not the tool failing (1). A signal gives 130 (143) only
+// where it cut the run short: one that comes once every scenario was judged stops nothing.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,21 +8,46 @@ import { describe, expect, it, onTestFinished, vi } from "vitest";
 import type { VerifyReport } from "../../../src/verify/verify.ts";
 
 let status: VerifyReport["status"] = "pass";
+let interrupted: VerifyReport["interrupted"];
+/** A signal the run gets while it runs (its cleanup, say), if any. */
+let signal: "SIGINT" | "SIGTERM" | null = null;
 
 vi.mock("../../../src/verify/verify.ts", async (importOriginal) => ({
   ...(await importOriginal<typeof import("../../../src/verify/verify.ts")>()),
-  runVerify: async (): Promise<VerifyReport> => ({
-    ok: status === "pass",
-    status,
-    runId: "wv-0a1b2c",
-    startedAt: "2026-01-01T00:00:00.000Z",
-    durationMs: 1,
-    brokers: ["127.0.0.1:9"],
-    systems: [],
-    tools: [],
-    summary: { pass: 0, fail: 0, incomplete: 0, notRun: 0 },
-  }),
+  runVerify: async (): Promise<VerifyReport> => {
+    // As Node delivers one: the listener gets its name.
+    if (signal !== null) process.emit(signal, signal);
+    return {
+      ok: status === "pass",
+      status,
+      ...(interrupted === undefined ? {} : { interrupted }),
+      runId: "wv-0a1b2c",
+      startedAt: "2026-01-01T00:00:00.000Z",
+      durationMs: 1,
+      brokers: ["127.0.0.1:9"],
+      systems: [],
+      tools: [],
+      summary: { pass: 0, fail: 0, incomplete: 0, notRun: 0 },
+    };
+  },
 }));
+
+/** `writ verify --json`: its exit status and the report it printed. */
+async function verify(): Promise<{ code: number; report: VerifyReport }> {
+  const { verifyCommand } = await import("../../../src/cli/verify.ts");
+  const dir = mkdtempSync(join(tmpdir(), "writ-verify-exit-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  const out: string[] = [];
+  const stdout = vi.spyOn(process.stdout, "write").mockImplementation((c: string | Uint8Array) => (out.push(String(c)), true));
+  const stderr = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+  try {
+    const code = await verifyCommand.main(["--tools", "./tools.ts", "--brokers", "127.0.0.1:9", "--json", "--log-file", join(dir, "verify.log")]);
+    return { code, report: JSON.parse(out.join("")) as VerifyReport };
+  } finally {
+    stdout.mockRestore();
+    stderr.mockRestore();
+  }
+}
 
 describe("writ verify's exit status", () => {
   it.each([
@@ -30,18 +56,32 @@ describe("writ verify's exit status", () => {
     ["incomplete", 2],
   ] as const)("%s: %i, with the report printed", async (given, code) => {
     status = given;
-    const { verifyCommand } = await import("../../../src/cli/verify.ts");
-    const dir = mkdtempSync(join(tmpdir(), "writ-verify-exit-"));
-    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
-    const out: string[] = [];
-    const stdout = vi.spyOn(process.stdout, "write").mockImplementation((c: string | Uint8Array) => (out.push(String(c)), true));
-    const stderr = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
-    try {
-      expect(await verifyCommand.main(["--tools", "./tools.ts", "--brokers", "127.0.0.1:9", "--json", "--log-file", join(dir, "verify.log")])).toBe(code);
-    } finally {
-      stdout.mockRestore();
-      stderr.mockRestore();
+    interrupted = undefined;
+    signal = null;
+    const run = await verify();
+    expect(run.code).toBe(code);
+    expect(run.report).toMatchObject({ status: given });
+  });
+
+  it.each([
+    ["pass", 0],
+    ["fail", 1],
+  ] as const)("a signal once every scenario was judged (the run deleting its topics) stops nothing: the report's %s, %i", async (given, code) => {
+    status = given;
+    interrupted = undefined;
+    signal = "SIGINT";
+    // Before: 130, while the JSON said pass.
+    const run = await verify();
+    expect([run.code, run.report.status]).toEqual([code, given]);
+  });
+
+  it("a signal that cut the run short: 130 (SIGINT), 143 (SIGTERM), the report saying what did not run", async () => {
+    for (const [sig, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+      status = "incomplete";
+      interrupted = { reason: `stopped by ${sig}`, notRun: ["tag_ticket race"], stopped: true };
+      signal = sig;
+      const run = await verify();
+      expect([run.code, run.report.interrupted]).toEqual([code, interrupted]);
     }
-    expect(JSON.parse(out.join(""))).toMatchObject({ status: given });
   });
 });

@@ -10,10 +10,12 @@ import { WireCodec } from "../../../src/codec.ts";
 import type { WritError } from "../../../src/errors.ts";
 import { kafkaLogging, type KafkaLogEntry } from "../../../src/kafka-log.ts";
 import { startFaultProxy } from "../../../src/verify/fault-proxy.ts";
-import { attributeFailure, describeOutage, kafkaOutageMessage, OutageWatch, type OutageSign } from "../../../src/verify/outages.ts";
+import { attributeFailure, describeOutage, kafkaOutageSign, OutageWatch, type OutageSign, type OutageSigns } from "../../../src/verify/outages.ts";
 import { formatReport, type ScenarioReport, type VerifyReport } from "../../../src/verify/report.ts";
 
 const entry = (namespace: string, level: logLevel, message: string, extra: Record<string, unknown> = {}): KafkaLogEntry => ({ namespace, level, message, extra });
+/** The sign's message, where the entry is one. */
+const kafkaOutageMessage = (e: KafkaLogEntry) => kafkaOutageSign(e)?.message ?? null;
 
 describe("the kafkajs log entries that are signs of a broker outage", () => {
   it("a connection the broker closed (said only at debug level), a connection refused or timed out, a request timed out, and what kafkajs retries or crashes on for them", () => {
@@ -64,18 +66,67 @@ describe("the kafkajs log entries that are signs of a broker outage", () => {
   });
 });
 
+describe("Kafka's routine: a connection the broker closed, a request kafkajs retries", () => {
+  const closed = entry("Connection", logLevel.DEBUG, "Kafka server has closed connection", { broker: "127.0.0.1:9092" });
+  const retriedTimeout = entry("Producer", logLevel.ERROR, "Request Produce(key: 0, version: 7) timed out", { retryCount: 0, retryTime: 300 });
+  const retriedClose = entry("Producer", logLevel.ERROR, "Failed to send messages: Closed connection", { retryCount: 1 });
+  const refused = entry("Connection", logLevel.ERROR, "Connection error: connect ECONNREFUSED 127.0.0.1:9092");
+
+  it("is routine: a connection error, a failed connect or a crash (a request kafkajs gave up on) is not, retried or not", () => {
+    for (const e of [closed, retriedTimeout, retriedClose]) expect(kafkaOutageSign(e), e.message).toMatchObject({ routine: true });
+    const notRoutine = [
+      refused,
+      entry("BrokerPool", logLevel.ERROR, "Failed to connect to seed broker, trying another broker from the list: Connection error: connect ECONNREFUSED", { retryCount: 2 }),
+      // A connect whose connection was taken and closed at once (a broker going down, a load balancer without one).
+      entry("BrokerPool", logLevel.ERROR, "Closed connection", { retryCount: 0 }),
+      entry("Connection", logLevel.ERROR, "Connection timeout"),
+      entry("Connection", logLevel.ERROR, "Connection error: read ECONNRESET"),
+      entry("Consumer", logLevel.ERROR, "Crash: KafkaJSNumberOfRetriesExceeded: Request Fetch(key: 1, version: 11) timed out", { retryCount: 5 }),
+    ];
+    for (const e of notRoutine) expect(kafkaOutageSign(e), e.message).toMatchObject({ routine: false });
+  });
+
+  it("alone during a failed scenario, is no outage: the scenario stays a failure (an adapter that never answers, a scenario long enough for an idle close)", () => {
+    const watch = new OutageWatch();
+    const from = watch.mark();
+    for (const e of [closed, retriedTimeout, retriedClose]) watch.kafkaTap("the owner")(e);
+    expect(watch.since(from)).toMatchObject({ count: 0, signs: [] });
+    // Before, the broker's idle close alone made it incomplete.
+    expect(attributeFailure(scenarioReport(), watch.since(from))).toMatchObject({ status: "fail" });
+  });
+
+  it("beside a connection error during the same scenario, counts with it", () => {
+    const watch = new OutageWatch();
+    watch.kafkaTap("agent")(refused);
+    const from = watch.mark();
+    watch.kafkaTap("the owner")(closed);
+    // A connection error of the scenario before does not make this one's close count.
+    expect(watch.since(from).count).toBe(0);
+    watch.kafkaTap("agent-a")(refused);
+    expect(watch.since(from)).toMatchObject({ count: 2, bySource: { kafka: 2 } });
+    expect(attributeFailure(scenarioReport(), watch.since(from))).toMatchObject({
+      status: "incomplete",
+      outage: "Kafka (seen by the owner, agent-a: the broker closed a connection (127.0.0.1:9092)); 2 signs in all",
+    });
+  });
+});
+
 describe("the outage watch", () => {
-  const sign = (n: number, what = "Kafka"): OutageSign => ({ what, seenBy: "the owner", message: `sign ${n}` });
+  const sign = (n: number, what = "Kafka"): OutageSign => ({ what, source: "kafka", seenBy: "the owner", message: `sign ${n}` });
 
   it("gives the signs since a mark: those of one scenario, not the one before", () => {
     const watch = new OutageWatch();
     watch.note(sign(1));
     const from = watch.mark();
-    expect(watch.since(from)).toEqual({ count: 0, signs: [] });
+    expect(watch.since(from)).toEqual({ count: 0, bySource: { kafka: 0, registry: 0, system: 0 }, signs: [] });
     watch.note(sign(2));
     watch.kafkaTap("agent-a")(entry("Connection", logLevel.ERROR, "Connection timeout"));
     watch.kafkaTap("agent-a")(entry("Connection", logLevel.DEBUG, "Request Fetch(key: 1, version: 11)"));
-    expect(watch.since(from)).toEqual({ count: 2, signs: [sign(2), { what: "Kafka", seenBy: "agent-a", message: "Connection timeout" }] });
+    expect(watch.since(from)).toEqual({
+      count: 2,
+      bySource: { kafka: 2, registry: 0, system: 0 },
+      signs: [sign(2), { what: "Kafka", source: "kafka", seenBy: "agent-a", message: "Connection timeout", routine: false }],
+    });
   });
 
   it("keeps a bounded number of signs, and still counts every one (a long outage logs one per reconnect)", () => {
@@ -92,9 +143,9 @@ describe("the outage watch", () => {
     const text = describeOutage({
       count: 3,
       signs: [
-        { what: "Kafka", seenBy: "the owner", message: "Connection timeout" },
-        { what: "Kafka", seenBy: "agent", message: "Closed connection" },
-        { what: "the schema registry", seenBy: "the owner", message: "could not look up schema id 7" },
+        { what: "Kafka", source: "kafka", seenBy: "the owner", message: "Connection timeout" },
+        { what: "Kafka", source: "kafka", seenBy: "agent", message: "Closed connection" },
+        { what: "the schema registry", source: "registry", seenBy: "the owner", message: "could not look up schema id 7" },
       ],
     });
     expect(text).toBe("Kafka (seen by the owner, agent: Connection timeout); the schema registry (seen by the owner: could not look up schema id 7); 3 signs in all");
@@ -107,6 +158,7 @@ function scenarioReport(fields: Partial<ScenarioReport> = {}): ScenarioReport {
     ok: false,
     status: "fail",
     harm: false,
+    outageCanExplain: "any",
     effects: 1,
     expectedEffects: 1,
     conflicts: 0,
@@ -123,11 +175,11 @@ function scenarioReport(fields: Partial<ScenarioReport> = {}): ScenarioReport {
 }
 
 describe("a failed scenario, and the signs seen during it", () => {
-  const kafka = { count: 2, signs: [{ what: "Kafka", seenBy: "the owner", message: "Closed connection" }] };
+  const kafka: OutageSigns = { count: 2, bySource: { kafka: 2, registry: 0, system: 0 }, signs: [{ what: "Kafka", source: "kafka", seenBy: "the owner", message: "Closed connection" }] };
 
   it("with none, stays a failure of the tool", () => {
     const failed = scenarioReport();
-    expect(attributeFailure(failed, { count: 0, signs: [] })).toBe(failed);
+    expect(attributeFailure(failed, { count: 0, bySource: { kafka: 0, registry: 0, system: 0 }, signs: [] })).toBe(failed);
   });
 
   it("with some, and only replies or effects that did not come, is incomplete, naming the outage", () => {
@@ -135,9 +187,30 @@ describe("a failed scenario, and the signs seen during it", () => {
   });
 
   it("with some, but harm proven at the system of record, stays a failure, with a note naming the outage", () => {
-    const lost = attributeFailure(scenarioReport({ harm: true, problems: ["lost update: …"] }), kafka);
+    const lost = attributeFailure(scenarioReport({ harm: true, outageCanExplain: "none", problems: ["lost update: …"] }), kafka);
     expect(lost).toMatchObject({ status: "fail", notes: ["an outage during it (Kafka (seen by the owner: Closed connection); 2 signs in all) does not explain what the system of record shows"] });
     expect(lost.outage).toBeUndefined();
+  });
+
+  it("a rejection or an escalation (outageCanExplain system): only the system of record's outage explains it, not Kafka's nor the registry's", () => {
+    const refused = scenarioReport({ outageCanExplain: "system", replies: ["rejected (sor_rejected: 422)"], problems: ["the owner should settle …; it answered rejected (sor_rejected: 422)"] });
+    const registry: OutageSigns = { count: 1, bySource: { kafka: 0, registry: 1, system: 0 }, signs: [{ what: "the schema registry", source: "registry", seenBy: "the owner", message: "503" }] };
+    // Before: incomplete for either.
+    for (const transport of [kafka, registry]) {
+      expect(attributeFailure(refused, transport)).toMatchObject({ status: "fail", notes: [expect.stringMatching(/does not explain a rejection or an escalation, which only the system of record failing leads to$/)] });
+    }
+    const system: OutageSign = { what: "the system of record helpdesk (http://127.0.0.1:1)", source: "system", seenBy: "the fault proxy", message: "PATCH /records/ticket/T-1: ECONNREFUSED" };
+    const both: OutageSigns = { count: 3, bySource: { kafka: 2, registry: 0, system: 1 }, signs: [...kafka.signs, system] };
+    // Named by the outage that explains it alone.
+    expect(attributeFailure(refused, both)).toMatchObject({ status: "incomplete", outage: "the system of record helpdesk (http://127.0.0.1:1) (seen by the fault proxy: PATCH /records/ticket/T-1: ECONNREFUSED)" });
+  });
+
+  it("a failure of the tool or its fixture (outageCanExplain none) stays a failure beside any outage", () => {
+    const own = scenarioReport({ outageCanExplain: "none", problems: ["the fault never fired: …"] });
+    const system: OutageSigns = { count: 1, bySource: { kafka: 0, registry: 0, system: 1 }, signs: [{ what: "the system of record helpdesk", source: "system", seenBy: "the fault proxy", message: "502" }] };
+    for (const signs of [kafka, system]) {
+      expect(attributeFailure(own, signs)).toMatchObject({ status: "fail", notes: [expect.stringMatching(/does not explain its problems, which are the tool's, its adapter's or its fixture's$/)] });
+    }
   });
 
   it("a scenario that passed is left as it is", () => {
