@@ -1,11 +1,24 @@
 import { logLevel, type logCreator } from "kafkajs";
 import { componentLogger, type Logger } from "./logger.ts";
 
+/**
+ * A kafkajs log entry's message as text. kafkajs 2.2.4 passes an Error itself as the message where a broker's
+ * connect fails for good (BrokerPool, `logger.error(e, …)`: an authentication error on a broker other than the
+ * seed, say); a handler that took it for a string threw inside kafkajs's catch, so the client failed with that
+ * TypeError instead of the broker's error.
+ */
+export function kafkaLogText(message: unknown): string {
+  if (typeof message === "string") return message;
+  if (message instanceof Error) return `${message.name}: ${message.message}`;
+  return String(message);
+}
+
 /** Routes kafkajs's own logs into pino, as structured fields. */
 export function kafkaLogCreator(root: Logger): logCreator {
   return () =>
     ({ namespace, level, log }) => {
-      const { message, ...extra } = log;
+      const { message: raw, ...extra } = log;
+      const message = kafkaLogText(raw);
       const child = componentLogger(root, "kafkajs", { namespace });
       // kafkajs logs every retriable broker answer (coordinator loading, concurrent transactions) as an error
       // before it retries; those are not ours to alarm on.
@@ -47,7 +60,8 @@ export function kafkaLogging(root: Logger, level: logLevel, tap?: KafkaLogTap): 
     logCreator: (given) => {
       const log = creator(given);
       return (entry) => {
-        const { message, ...extra } = entry.log;
+        const { message: raw, ...extra } = entry.log;
+        const message = kafkaLogText(raw);
         // A tap that throws must not reach kafkajs, which logs from its connection and retry paths.
         try {
           tap({ namespace: entry.namespace, level: entry.level, message, extra });

@@ -6,7 +6,7 @@ import { Writable } from "node:stream";
 import { logLevel } from "kafkajs";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { kafkaLogCreator } from "../../../src/kafka-log.ts";
+import { kafkaLogCreator, kafkaLogging } from "../../../src/kafka-log.ts";
 import { componentLogger } from "../../../src/logger.ts";
 import { routerLogger } from "../../../src/owner/router.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
@@ -95,6 +95,24 @@ describe("owner log lines", () => {
     expect(parsed.find((l) => String(l.msg).includes("partition restored"))).toMatchObject({ component: "partition-owner", instance: "owner-test", partition: 0 });
     expect(parsed.find((l) => l.msg === "broker went away")).toMatchObject({ component: "kafkajs", namespace: "Connection", instance: "owner-test" });
     expect(parsed.find((l) => l.msg === "router line")).toMatchObject({ component: "router", instance: "owner-test" });
+  });
+
+  // kafkajs 2.2.4's BrokerPool logs a connect that failed for good with the Error itself as the message
+  // (`logger.error(e, { retryCount, retryTime, stack })`): taken for a string, the handler threw inside kafkajs's
+  // catch, and the client failed with that TypeError instead of the broker's error (an authentication failure).
+  it("a kafkajs entry whose message is an Error is logged with its text, and the handler does not throw", () => {
+    const { root, lines } = capturing();
+    const error = new Error("SASL SCRAM-SHA-512 authentication failed");
+    error.name = "KafkaJSSASLAuthenticationError";
+    const entry = { namespace: "BrokerPool", level: logLevel.ERROR, label: "ERROR", log: { message: error as unknown as string, timestamp: "t", logger: "kafkajs", retryCount: 0 } };
+    expect(() => kafkaLogCreator(root)(logLevel.ERROR)(entry)).not.toThrow();
+    const tapped: string[] = [];
+    expect(() => kafkaLogging(root, logLevel.ERROR, (e) => tapped.push(e.message)).logCreator(logLevel.ERROR)(entry)).not.toThrow();
+    expect(tapped).toEqual(["KafkaJSSASLAuthenticationError: SASL SCRAM-SHA-512 authentication failed"]);
+    expect(lines.map((l) => (JSON.parse(l) as { msg: string }).msg)).toEqual([
+      "KafkaJSSASLAuthenticationError: SASL SCRAM-SHA-512 authentication failed",
+      "KafkaJSSASLAuthenticationError: SASL SCRAM-SHA-512 authentication failed",
+    ]);
   });
 
   it("a component made under a plain child of another keeps the child's bindings, and rebinding a key writes it once", () => {
