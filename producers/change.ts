@@ -70,10 +70,14 @@ export type ChangeResult =
   /**
    * Every step applied; `steps` holds their replies in step order. A change this client saw applied, called again
    * when a lease cannot be taken, is answered from its memory: its steps' replies as repeats (`duplicate`, no state),
-   * as they are answered when the leases are taken again.
+   * as they are answered when the leases are taken again. The memory does not see a step undone since (`writ undo`,
+   * `client.undo()`): only owners do, when the leases are taken again (the change then ends `compensated`).
    */
   | { status: "applied"; change: string; steps: Reply[] }
-  /** A step was not applied; every step applied before it was undone. Nothing of the change remains. */
+  /**
+   * A step was not applied, or was answered as undone since (`undoneBy`: the change was compensated before, by a run
+   * this client does not remember); every step this run applied before it was undone. Nothing of the change remains.
+   */
   | { status: "compensated"; change: string; failed: { step: string; result: SubmitResult }; undone: Reply[] }
   /**
    * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
@@ -107,6 +111,8 @@ const detail = (r: SubmitResult, field: string): string | undefined => {
 
 /** Most changes one client remembers having run (the latest). */
 const MAX_REMEMBERED = 10_000;
+/** Most steps over those changes (a 50-step change kept 10,000 times would hold 500,000 replies). */
+const MAX_REMEMBERED_STEPS = 100_000;
 
 /**
  * How a change this client ran ended, as far as it knows: `incomplete` (also a run that threw after a step was
@@ -120,7 +126,10 @@ type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied
  * an acquire refused then must not be answered `not_started` ("nothing was written") over steps that stand. In the
  * client's memory only: a client started anew does not know them.
  */
-const runBefore = new WeakMap<object, Map<string, RunBefore>>();
+const runBefore = new WeakMap<object, { changes: Map<string, RunBefore>; steps: number }>();
+
+/** What one remembered change weighs against MAX_REMEMBERED_STEPS: its steps kept, and itself. */
+const weight = (r: RunBefore) => 1 + (r.ended === "applied" ? r.steps.length : r.ended === "incomplete" ? r.standing.length : 0);
 
 /** What a run got to, kept as it goes: when it throws, what it leaves is remembered from it, and its leases released. */
 interface Progress {
@@ -143,10 +152,18 @@ const asRepeat = (r: Reply): Reply =>
 
 function remember(client: object, change: string, what: RunBefore): void {
   let known = runBefore.get(client);
-  if (!known) runBefore.set(client, (known = new Map()));
-  known.delete(change);
-  known.set(change, what);
-  if (known.size > MAX_REMEMBERED) known.delete(known.keys().next().value!);
+  if (!known) runBefore.set(client, (known = { changes: new Map(), steps: 0 }));
+  const earlier = known.changes.get(change);
+  if (earlier) known.steps -= weight(earlier);
+  known.changes.delete(change);
+  known.changes.set(change, what);
+  known.steps += weight(what);
+  // The oldest go first; the latest is kept whatever it weighs.
+  while (known.changes.size > 1 && (known.changes.size > MAX_REMEMBERED || known.steps > MAX_REMEMBERED_STEPS)) {
+    const [oldest, r] = known.changes.entries().next().value!;
+    known.changes.delete(oldest);
+    known.steps -= weight(r);
+  }
 }
 
 /** The WriteIntent that takes (`acquire`) or gives back (`release`) a record's lease for a change. */
@@ -200,7 +217,7 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
 
 /** What a run that threw after a step was built leaves: the steps that may stand, with those an earlier run left. */
 function rememberThrown(client: object, change: string, input: ChangeInput, progress: Progress): void {
-  const earlier = runBefore.get(client)?.get(change);
+  const earlier = runBefore.get(client)?.changes.get(change);
   // An applied change run again is answered from the ledger: it stays applied unless this run undid a step.
   if (earlier?.ended === "applied" && progress.undone.size === 0) return;
   const before = new Set(earlier?.ended === "incomplete" ? earlier.standing : earlier?.ended === "applied" ? input.steps.map((s) => s.name) : []);
@@ -299,7 +316,7 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * it (its steps repeats); one it saw `compensated` has nothing standing, so `not_started` is true of it.
    */
   const notTaken = (key: string, got: SubmitResult): ChangeResult => {
-    const known = runBefore.get(client)?.get(change);
+    const known = runBefore.get(client)?.changes.get(change);
     if (known?.ended === "applied") return { status: "applied", change, steps: known.steps.map(asRepeat) };
     const earlier = known?.ended === "incomplete" ? [...known.standing] : undefined;
     const ranBefore = known?.ended !== "compensated" && (isHoldExceeded(got) || (got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change));
@@ -354,6 +371,12 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     // Refused or in conflict: not written (an unknown or escalated one may be).
     if (result.status === "rejected" || result.status === "conflict") progress.standing.delete(s.name);
     if (!isApplied(result)) return compensate(s.name, result);
+    if (result.undoneBy !== undefined) {
+      // A repeat of a step an applied undo compensated: this change was compensated before (by a run this client
+      // does not remember). Going on would write the later steps without this one; nothing of it stands instead.
+      progress.standing.delete(s.name);
+      return compensate(s.name, result);
+    }
     applied.push({ step: s, reply: result });
     r.lastVersion = result.version;
     r.current = result.state === null || result.duplicate ? undefined : { state: result.state, version: result.version };

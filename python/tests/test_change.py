@@ -164,7 +164,7 @@ def test_a_wait_that_is_not_a_number_of_seconds_is_refused_naming_it_before_anyt
 
 def _scripted_change_client(refuse: Any) -> tuple[WritClient, list[Any]]:
     """A client whose owners are a script (no broker): ``refuse(intent)`` gives a rejection reason (or reason and
-    details, or ``"unknown"``: no answer), else applied."""
+    details, or ``"unknown"``: no answer), else applied (with the fields of a dict it gives, e.g. ``undoneBy``)."""
     client = WritClient(brokers="127.0.0.1:1", agent_id="a", reply_topic="writ.replies.a")
     sent: list[Any] = []
 
@@ -175,13 +175,16 @@ def _scripted_change_client(refuse: Any) -> tuple[WritClient, list[Any]]:
         if reason == "unknown":
             return UnknownOutcome(intent_id=intent.intent_id, intent_key=intent.intent_key, message="no reply")
         details = None
+        extra = reason if isinstance(reason, dict) else {}
+        if isinstance(reason, dict):
+            reason = None
         if isinstance(reason, tuple):
             reason, details = reason
         if reason is not None:
             return RejectedReply.model_validate({**base, "status": "rejected", "reason": reason, "message": reason, "details": details})
         lease = intent.lease is not None and intent.lease.op in ("acquire", "release")
         undo = {"undoOf": intent.undo.intent_key} if intent.undo is not None else {}
-        return AppliedReply.model_validate({**base, "status": "applied", "entity": intent.entity.model_dump(), "state": {}, "version": '"v1"', "via": "lease" if lease else "patch", **undo})
+        return AppliedReply.model_validate({**base, "status": "applied", "entity": intent.entity.model_dump(), "state": {}, "version": '"v1"', "via": "lease" if lease else "patch", **undo, **extra})
 
     client.submit = submit  # type: ignore[method-assign]
     return client, sent
@@ -388,6 +391,66 @@ def test_a_change_this_client_saw_applied_called_again_while_leased_is_answered_
     refuse[0] = True
     result = other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
     assert isinstance(result, ChangeNotStarted) and isinstance(result.result, RejectedReply) and result.result.reason == "lease_cooldown", result
+
+
+def test_a_change_compensated_before_run_again_by_a_client_that_does_not_remember_it_ends_compensated_no_later_step_sent() -> None:
+    # The owners answer the earlier run's key of T-3's step as its repeat: applied, and undone since.
+    undone = {"duplicate": True, "state": None, "undoneBy": "undo-of-T-3"}
+    client, sent = _scripted_change_client(lambda i: undone if i.lease is not None and i.lease.op == "step" and i.undo is None and i.entity.id == "T-3" else None)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    assert isinstance(result, ChangeCompensated), result
+    assert result.failed_step == "T-3" and isinstance(result.result, AppliedReply) and result.result.undone_by == "undo-of-T-3" and result.undone == []
+    assert _trace(sent) == ["acquire T-1", "acquire T-2", "acquire T-3", "step T-3", "release T-1", "release T-2", "release T-3"]
+
+
+def test_a_later_step_answered_undone_by_undoes_the_steps_this_run_applied_before_it_and_ends_compensated() -> None:
+    undone = {"duplicate": True, "state": None, "undoneBy": "undo-of-T-1"}
+    client, sent = _scripted_change_client(lambda i: undone if i.lease is not None and i.lease.op == "step" and i.undo is None and i.entity.id == "T-1" else None)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    assert isinstance(result, ChangeCompensated), result
+    assert result.failed_step == "T-1" and [u.undo_of is not None for u in result.undone] == [True]
+    assert _trace(sent)[3:] == ["step T-3", "step T-1", "undo T-3", "release T-1", "release T-2", "release T-3"]
+
+
+def test_the_memory_is_bounded_by_the_steps_it_keeps_a_change_of_that_many_steps_pushes_an_older_one_out(monkeypatch: Any) -> None:
+    import writ_client.change as change_module
+
+    # 100,000 steps as the bound is, in a test's time: the bound made 1,000.
+    monkeypatch.setattr(change_module, "_MAX_REMEMBERED_STEPS", 1_000)
+    leased = [False]
+    client, _ = _scripted_change_client(lambda i: "leased" if leased[0] and i.lease is not None and i.lease.op == "acquire" else None)
+    small = ChangeInput(run_id="r", step_id="small", steps=_three_steps()[:1])
+    assert isinstance(client.change(small), ChangeApplied)
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    big = ChangeInput(run_id="r", step_id="big", steps=[ChangeStep(f"s{n}", tool, {"type": "ticket", "id": "T-1"}, {}, [{"op": "add", "path": "/a", "value": 1}]) for n in range(1_000)])
+    assert isinstance(client.change(big), ChangeApplied)
+    leased[0] = True
+    # The big change is the latest: kept whatever it weighs. The small one was pushed out.
+    assert isinstance(client.change(dataclasses.replace(big, wait_for_lease=0)), ChangeApplied)
+    assert isinstance(client.change(dataclasses.replace(small, wait_for_lease=0)), ChangeNotStarted)
+
+
+def test_a_keyboard_interrupt_after_a_step_was_sent_is_remembered_as_incomplete_like_any_error() -> None:
+    resumed = [False]
+
+    def refuse(i: Any) -> Any:
+        if not resumed[0] and i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1":
+            raise KeyboardInterrupt
+        if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            return "leased"
+        return None
+
+    client, sent = _scripted_change_client(refuse)
+    try:
+        client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps()))
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the change did not raise")
+    assert not [t for t in _trace(sent) if t.startswith("release")]
+    resumed[0] = True
+    again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(again, ChangeIncomplete) and again.applied == ["T-3", "T-1"], again
 
 
 def test_what_the_client_remembers_of_a_change_is_its_own_changing_a_result_it_returned_changes_no_later_answer() -> None:

@@ -1,3 +1,5 @@
+import { undoIntentKey } from "../keys.ts";
+import type { LedgerView } from "../ledger/ledger-state.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
 
 /** What the ledger says to do with an intent whose key it may already hold (step 2; see docs/architecture.md §3.2). */
@@ -42,4 +44,15 @@ export function classifyAttempt(entry: LedgerIntentEntry | undefined, a: Attempt
 export function mayHaveWritten(entry: LedgerIntentEntry | undefined): boolean {
   if (entry?.status === "pending") return true;
   return entry?.status === "conflicted" && entry.outcome?.status === "conflict" && entry.outcome.mayHaveWritten === true;
+}
+
+/**
+ * The intent key of the applied undo of the write keyed `key`, if its record's ledger holds one (an undo of a record
+ * is on the same partition). Asked only when a repeat is answered `applied`: a change compensated before and run
+ * again by a client that does not remember it must hear that the step no longer stands (docs/architecture.md §10).
+ */
+export function appliedUndoOf(ledger: LedgerView, key: string): string | undefined {
+  const undoKey = undoIntentKey(key);
+  const undo = ledger.get(undoKey);
+  return undo?.undoOf === key && undo.status === "done" && undo.outcome?.status === "applied" ? undoKey : undefined;
 }

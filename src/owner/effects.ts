@@ -62,8 +62,11 @@ export function rejectedReply(
   return { status: "rejected", intentId, intentKey, duplicate: false, at, reason, message, ...(details === undefined ? {} : { details }) };
 }
 
-/** The reply a repeat of `intent` (by `tool`) gets from the key's stored outcome: the same answer, marked duplicate, without record state. */
-export function replayedReply(intent: WriteIntent, tool: string, stored: Exclude<StoredOutcome, { status: "conflict" }>, at: string): Reply {
+/**
+ * The reply a repeat of `intent` (by `tool`) gets from the key's stored outcome: the same answer, marked duplicate,
+ * without record state. `undoneBy`: the key of an applied undo of this write (classify.ts appliedUndoOf).
+ */
+export function replayedReply(intent: WriteIntent, tool: string, stored: Exclude<StoredOutcome, { status: "conflict" }>, at: string, undoneBy?: string): Reply {
   const base = { intentId: intent.intentId, intentKey: intent.intentKey, duplicate: true, at };
   switch (stored.status) {
     case "applied":
@@ -76,6 +79,7 @@ export function replayedReply(intent: WriteIntent, tool: string, stored: Exclude
         via: stored.via === "patch" || stored.via === "create" ? stored.via : "reconcile",
         tool,
         ...(intent.undo ? { undoOf: intent.undo.intentKey } : {}),
+        ...(undoneBy !== undefined ? { undoneBy } : {}),
       };
     case "rejected": {
       const reason = (REJECT_REASONS as readonly string[]).includes(stored.reason) ? (stored.reason as RejectReason) : "sor_rejected";

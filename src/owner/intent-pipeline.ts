@@ -12,7 +12,7 @@ import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { PatchOutcome, ReconcileResult } from "../sor/adapter.ts";
 import { isCommutative } from "../tools.ts";
 import { type AdmittedIntent, MAX_CLOCK_SKEW_MS } from "./admission.ts";
-import { classifyAttempt, mayHaveWritten } from "./classify.ts";
+import { appliedUndoOf, classifyAttempt, mayHaveWritten } from "./classify.ts";
 import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply, replayedReply } from "./effects.ts";
 
@@ -156,7 +156,9 @@ export class IntentPipeline {
         if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
         return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
       }
-      const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored), "repeat answered from the ledger")), fromEntry: true };
+      // Only here, on a repeat of an applied write, is its undo looked up: an ordinary write costs nothing more.
+      const undoneBy = stored.status === "applied" && !intent.undo && entry.undoOf === undefined ? appliedUndoOf(ledger, intent.intentKey) : undefined;
+      const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored, undoneBy), "repeat answered from the ledger")), fromEntry: true };
       if (entry.intentId === intent.intentId) settled.effects.redelivered = true;
       return settled;
     }
@@ -735,8 +737,8 @@ export class IntentPipeline {
   }
 
   /** The reply a repeat gets from a stored outcome: the same answer, marked duplicate, without record state. */
-  private replayed(a: AdmittedIntent, stored: Exclude<StoredOutcome, { status: "conflict" }>): Reply {
-    return replayedReply(a.intent, a.tool.name, stored, this.now().toISOString());
+  private replayed(a: AdmittedIntent, stored: Exclude<StoredOutcome, { status: "conflict" }>, undoneBy?: string): Reply {
+    return replayedReply(a.intent, a.tool.name, stored, this.now().toISOString(), undoneBy);
   }
 }
 

@@ -6,6 +6,7 @@ import type { RejectedReply } from "../schemas/reply.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import { entityKey } from "../schemas/common.ts";
 import type { KafkaMessage } from "kafkajs";
+import { appliedUndoOf } from "./classify.ts";
 import { deadLetterOf, type Effects, effects, rejectedReply, replayedReply, type SourceRef } from "./effects.ts";
 
 /**
@@ -260,7 +261,8 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
   const stored = entry.outcome;
   // Its own bytes: the entry's settled outcome, whatever this deploy says of them.
   if (held === "this" && entry.status === "done" && stored !== undefined && stored.status !== "conflict") {
-    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString());
+    const undoneBy = stored.status === "applied" && !signed.intent.undo && entry.undoOf === undefined ? appliedUndoOf(ledger, signed.intent.intentKey) : undefined;
+    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString(), undoneBy);
     return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
   }
   // Bytes that can never run (stale; dated further ahead than a ledger retention), or of other content than the

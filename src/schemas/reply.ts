@@ -28,6 +28,11 @@ export const AppliedReply = z
     /** Set on the reply to an undo: the intent key of the write it compensated. */
     undoOf: z.string().optional(),
     /**
+     * Set on a repeat (`duplicate`) of a write that an applied undo has compensated since: that undo's intent key.
+     * The write is answered applied, as it was, but its effect no longer stands (a change compensated before).
+     */
+    undoneBy: z.string().optional(),
+    /**
      * Set on the reply to a lease intent (`via: "lease"`: nothing was written; `state` and `version` are the
      * record as the owner read it): the change, and until when it holds the lease (absent once released).
      * Only an agent that sends lease intents gets one.

@@ -101,7 +101,9 @@ class ChangeApplied:
     """Every step applied; ``steps`` holds their replies in step order.
 
     A change this client saw applied, called again when a lease cannot be taken, is answered from its memory: its
-    steps' replies as repeats (``duplicate``, no state), as they are answered when the leases are taken again.
+    steps' replies as repeats (``duplicate``, no state), as they are answered when the leases are taken again. The
+    memory does not see a step undone since (``writ undo``, :meth:`WritClient.undo`): only owners do, when the leases
+    are taken again (the change then ends compensated).
     """
 
     change: str
@@ -111,7 +113,9 @@ class ChangeApplied:
 
 @dataclass(frozen=True)
 class ChangeCompensated:
-    """A step was not applied (``failed_step``, its ``result``); every step applied before it was undone."""
+    """A step was not applied (``failed_step``, its ``result``), or was answered as undone since (``undone_by``: the
+    change was compensated before, by a run this client does not remember); every step this run applied before it was
+    undone. Nothing of the change remains."""
 
     change: str
     failed_step: str
@@ -177,6 +181,8 @@ def _detail(r: SubmitResult, field: str) -> str | None:
 
 #: Most changes one client remembers having run (the latest).
 _MAX_REMEMBERED = 10_000
+#: Most steps over those changes (a 50-step change kept 10,000 times would hold 500,000 replies).
+_MAX_REMEMBERED_STEPS = 100_000
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,8 @@ class _RunBefore:
 #: acquire refused then must not be answered not_started ("nothing was written") over steps that stand. In the
 #: client's memory only: a client started anew does not know them.
 _run_before: weakref.WeakKeyDictionary[Any, dict[str, _RunBefore]] = weakref.WeakKeyDictionary()
+#: What each client's remembered changes weigh against _MAX_REMEMBERED_STEPS.
+_run_steps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _run_lock = threading.Lock()
 
 
@@ -204,15 +212,26 @@ def _as_repeat(r: AppliedReply) -> AppliedReply:
     )
 
 
+def _weight(r: _RunBefore) -> int:
+    """What one remembered change weighs against _MAX_REMEMBERED_STEPS: its steps kept, and itself."""
+    return 1 + len(r.steps) + len(r.standing)
+
+
 def _remember(client: Any, change: str, what: _RunBefore) -> None:
     with _run_lock:
         known = _run_before.get(client)
         if known is None:
             known = _run_before.setdefault(client, {})
-        known.pop(change, None)
+        steps = _run_steps.get(client, 0)
+        earlier = known.pop(change, None)
+        if earlier is not None:
+            steps -= _weight(earlier)
         known[change] = what
-        if len(known) > _MAX_REMEMBERED:
-            del known[next(iter(known))]
+        steps += _weight(what)
+        # The oldest go first; the latest is kept whatever it weighs.
+        while len(known) > 1 and (len(known) > _MAX_REMEMBERED or steps > _MAX_REMEMBERED_STEPS):
+            steps -= _weight(known.pop(next(iter(known))))
+        _run_steps[client] = steps
 
 
 @dataclass
@@ -284,8 +303,8 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
     progress = _Progress()
     try:
         result = _run_change_once(client, change_input, progress)
-    except Exception:
-        # Raised (a delta function; a submit too large, or of a closed client): before any step, nothing of this run
+    except BaseException:
+        # Raised (a delta function; a submit too large, or of a closed client; a KeyboardInterrupt): before any step, nothing of this run
         # was written, and its leases are released as a change not started releases them. After, steps may stand: the
         # change is remembered as left incomplete, its leases left to expire as an incomplete change's are (a resume
         # takes them again), so calling change() again never answers not_started over them.
@@ -527,6 +546,11 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         if result.status in ("rejected", "conflict"):
             progress.standing.discard(s.name)
         if not isinstance(result, AppliedReply):
+            return compensate(s.name, result)
+        if result.undone_by is not None:
+            # A repeat of a step an applied undo compensated: this change was compensated before (by a run this client
+            # does not remember). Going on would write the later steps without this one; nothing of it stands instead.
+            progress.standing.discard(s.name)
             return compensate(s.name, result)
         applied.append((s, result))
         r.last_version = result.version

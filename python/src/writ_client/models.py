@@ -308,6 +308,9 @@ class AppliedReply(_ReplyBase):
     tool: str | None = None
     #: On the reply to an undo: the key of the intent it compensated.
     undo_of: str | None = None
+    #: On a repeat (``duplicate``) of a write an applied undo compensated since: that undo's intent key. The write
+    #: is answered applied, as it was, but its effect no longer stands (a change compensated before).
+    undone_by: str | None = None
     #: On the reply to a lease intent (``via == "lease"``): ``{"change", "expiresAt"}``, or ``{"change", "released": True}``.
     lease: dict[str, Any] | None = None
     #: When an operator's ``apply`` of an escalation wrote it (:meth:`WritClient.resolve`): the operator's id.

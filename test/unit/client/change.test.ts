@@ -292,6 +292,40 @@ describe("a change that spans records, from its client's side", () => {
     expect(await runChange(other.client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "lease_cooldown" } });
   });
 
+  it("a change compensated before, run again by a client that does not remember it: its first step answered applied but undoneBy ends it compensated, no later step sent", async () => {
+    // The owners answer the earlier run's key of T-3's step as its repeat: applied, and undone since.
+    const { client, sent, applied } = scripted((i) => (i.lease?.op === "step" && !i.undo && i.entity.id === "T-3" ? applied(i, { duplicate: true, state: null, undoneBy: "undo-of-T-3" }) : undefined));
+    const result = await runChange(client, input());
+    expect(result).toMatchObject({ status: "compensated", failed: { step: "T-3", result: { status: "applied", undoneBy: "undo-of-T-3" } }, undone: [] });
+    // Nothing went forward, nothing was undone by this run, the leases were released.
+    expect(trace(sent)).toEqual(["acquire T-1", "acquire T-2", "acquire T-3", "step T-3", "release T-1", "release T-2", "release T-3"]);
+  });
+
+  it("a later step answered undoneBy (undone since): the steps this run applied before it are undone, and the change ends compensated", async () => {
+    const { client, sent, applied } = scripted((i) => {
+      if (i.lease?.op === "step" && !i.undo && i.entity.id === "T-1") return applied(i, { duplicate: true, state: null, undoneBy: "undo-of-T-1" });
+      return undefined;
+    });
+    const result = await runChange(client, input());
+    expect(result).toMatchObject({ status: "compensated", failed: { step: "T-1", result: { undoneBy: "undo-of-T-1" } } });
+    expect(result.status === "compensated" ? result.undone.map((u) => u.status) : []).toEqual(["applied"]);
+    expect(trace(sent).slice(3)).toEqual(["step T-3", "step T-1", "undo T-3", "release T-1", "release T-2", "release T-3"]);
+  });
+
+  it("the memory is bounded by the steps it keeps: a change of 100,000 steps run after another pushes the older out (called again while leased: not_started)", async () => {
+    let leased = false;
+    const { client } = scripted((i) => (leased && i.lease?.op === "acquire" ? rejected(i, "leased") : undefined));
+    const small = input({ stepId: "small", steps: [input().steps[0]!] });
+    expect((await runChange(client, small)).status).toBe("applied");
+    const step = input().steps[1]!;
+    const big = input({ stepId: "big", steps: Array.from({ length: 100_000 }, (_, n) => ({ ...step, name: `s${n}` })) });
+    expect((await runChange(client, big)).status).toBe("applied");
+    leased = true;
+    // The big change is the latest: kept whatever it weighs. The small one was pushed out.
+    expect((await runChange(client, { ...big, waitForLeaseMs: 1 })).status).toBe("applied");
+    expect(await runChange(client, { ...small, waitForLeaseMs: 1 })).toMatchObject({ status: "not_started" });
+  });
+
   it("what the client remembers of a change is its own: changing a result it returned changes no later answer", async () => {
     let resumed = false;
     const { client } = scripted((i) => {

@@ -344,6 +344,26 @@ describe("undo: the pipeline", () => {
     expect(helpdesk.patches).toHaveLength(2);
   });
 
+  it("a repeat of a write an applied undo compensated is answered applied with undoneBy (the undo's key), nothing written; before the undo, without it", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const write = await tagged(p, ledger);
+    // Before any undo: a plain repeat.
+    const before = await run(p, await admittedOk(tagIntent("vip", version(2), ["billing"])), ledger);
+    expect(before.reply).toMatchObject({ status: "applied", duplicate: true });
+    expect(before.reply).not.toHaveProperty("undoneBy");
+    await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    // A client that does not remember the change sends the step again, on the version the undo left.
+    const again = await run(p, await admittedOk(tagIntent("vip", version(3), ["billing"])), ledger);
+    expect(again.reply).toMatchObject({ status: "applied", duplicate: true, intentKey: write.intentKey, undoneBy: undoIntentKey(write.intentKey) });
+    expect(helpdesk.commitsOf(write.intentKey)).toBe(1);
+    expect(helpdesk.patches).toHaveLength(2);
+    // The undo's own repeat says what it undid, not undoneBy.
+    const undoAgain = await run(p, await admittedOk(undoIntent(write.intentKey)), ledger);
+    expect(undoAgain.reply).toMatchObject({ status: "applied", duplicate: true, undoOf: write.intentKey });
+    expect(undoAgain.reply).not.toHaveProperty("undoneBy");
+  });
+
   it("after a newer change: a conflict carrying the current state, nothing written; asked again, the same conflict", async () => {
     const p = pipelineWith();
     const ledger = new PartitionLedger(0);

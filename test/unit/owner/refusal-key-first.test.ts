@@ -8,6 +8,7 @@ import { generateKeyPairSync } from "node:crypto";
 import type { KafkaMessage } from "kafkajs";
 import { describe, expect, it, vi } from "vitest";
 import { canonicalJson, sha256Hex } from "../../../src/canonical-json.ts";
+import { undoIntentKey } from "../../../src/keys.ts";
 import { intentFingerprints } from "../../../src/owner/admission.ts";
 import { effects, rejectedReply } from "../../../src/owner/effects.ts";
 import type { PartitionOwner } from "../../../src/owner/partition-owner.ts";
@@ -380,4 +381,25 @@ describe("whose submission the key's entry holds (submissionIn)", () => {
       else expect(whilePending).toMatchObject({ kind: "answer", effects: { replies: [{ value: { status: "rejected" } }] } });
     });
   }
+});
+
+describe("signed bytes refused on a deploy without their tool, whose key's write an undo compensated since", () => {
+  it("are answered applied (duplicate) with undoneBy, the undo's key, as an owner with the tool answers a repeat", () => {
+    const sor = new FakeSystem("helpdesk");
+    const at = new Date().toISOString();
+    const digest = sha256Hex(canonicalJson(X));
+    const x: LedgerIntentEntry = { ...pendingX(sor, true), status: "done", outcome: { status: "applied", version: '"2"', via: "patch", at } };
+    const undoKey = undoIntentKey(X.intentKey);
+    const undo: LedgerIntentEntry = { ...x, intentKey: undoKey, intentId: "undo-1", signedDigest: undefined, undoOf: X.intentKey, outcome: { status: "applied", version: '"3"', via: "patch", at } };
+    const refused = effects({ replies: [{ topic: REPLY_TO, value: rejectedReply(X.intentId, X.intentKey, "unknown_tool", "no write tool named add_tag is admitted", at) }] });
+    const answer = (entries: LedgerIntentEntry[]) => {
+      const map = new Map(entries.map((e) => [e.intentKey, e]));
+      const got = answerRefused({ get: (k) => map.get(k), size: map.size }, X.intentKey, { digest, intent: X }, refused, new Date(), REPLY_TO);
+      if (got.kind !== "answer") throw new Error(`expected an answer, got ${got.kind}`);
+      return got.effects.replies[0]!.value;
+    };
+    expect(answer([x])).toMatchObject({ status: "applied", duplicate: true, version: '"2"' });
+    expect(answer([x])).not.toHaveProperty("undoneBy");
+    expect(answer([x, undo])).toMatchObject({ status: "applied", duplicate: true, version: '"2"', undoneBy: undoKey });
+  });
 });
