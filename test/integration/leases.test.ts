@@ -516,4 +516,36 @@ describe("changes that span records on a real broker", () => {
     expect((await readVersion(h.records, "ticket", "T-5")).state.tags).toEqual(["damaged", "refunded"]);
     expect((await readVersion(h.records, "account", "acc_5")).state.notes).toHaveLength(1);
   });
+  it("a compensated change run again by a client that does not remember it (a harness resuming before it recorded the result) ends compensated: the step it failed at is not written on the record's new version", async () => {
+    const h = await harness();
+    seedThree(h.records, "6");
+    await h.startRouter();
+    const input = resolveDamagedOrder("6", run());
+    // The first life of the agent: the refund applied, the ticket's tag met a conflict, the refund was undone.
+    h.records.setFaults([{ kind: "412-storm", times: 1, match: { type: "ticket", id: "T-6" } }]);
+    const first = await h.client("resolver");
+    const compensated = await first.change(input);
+    expect(compensated).toMatchObject({ status: "compensated", failed: { step: "tag", result: { status: "conflict" } } });
+    if (compensated.status !== "compensated") return;
+    const tagKey = compensated.failed.result.intentKey;
+    const refundKey = (compensated.undone[0] as AppliedReply).undoOf!;
+    await first.close();
+    // Meanwhile another agent writes the ticket: the tag's conflicted key now meets a new base version.
+    const support = await h.client("support");
+    const ticket = await readVersion(h.records, "ticket", "T-6");
+    expect(await support.submit({ tool: tagTicket, entity: { type: "ticket", id: "T-6" }, runId: run(), stepId: "vip", baseVersion: ticket.version, delta: [{ op: "replace", path: "/tags", value: [...(ticket.state.tags as string[]), "vip"] }], params: { tag: "vip" } })).toMatchObject({ status: "applied" });
+
+    // Its second life, knowing nothing of the first, runs the change again with the same input.
+    const again = await (await h.client("resolver")).change(input);
+
+    expect(again).toMatchObject({ status: "compensated", failed: { step: "refund", result: { status: "applied", duplicate: true, intentKey: refundKey, undoneBy: undoIntentKey(refundKey) } }, undone: [] });
+    // At the records server: the refund written once and undone once; the tag and the note never written.
+    expect(patches(h.records, refundKey)).toEqual(["applied"]);
+    expect(patches(h.records, undoIntentKey(refundKey))).toEqual(["applied"]);
+    expect(patches(h.records, tagKey)).not.toContain("applied");
+    expect(h.records.patchRequests().filter((r) => r.type === "account")).toEqual([]);
+    expect((await readVersion(h.records, "payment", "pay_6")).state.reversals).toEqual([{ reverses: refundKey, amountCents: 2500, reason: "damaged" }]);
+    expect((await readVersion(h.records, "ticket", "T-6")).state.tags).toEqual(["damaged", "vip"]);
+    expect((await readVersion(h.records, "account", "acc_6")).state.notes).toEqual([]);
+  });
 });
