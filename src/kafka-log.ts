@@ -43,16 +43,24 @@ export interface KafkaLogEntry {
   message: string;
   /** The entry's fields: `broker`, `error`, `retryCount`, … */
   extra: Record<string, unknown>;
+  /** Which of a router's kafkajs clients logged it, where it has more than one: `owner-groups-watch`. */
+  client?: string;
 }
 
 export type KafkaLogTap = (entry: KafkaLogEntry) => void;
 
 /**
+ * The `client` of a router's entries from its minute's watch for other groups of owners (router.ts), a client of
+ * its own with the router's clientId and `-owner-groups-watch`: its ListGroups asks every broker in the metadata.
+ */
+export const OWNER_GROUPS_WATCH = "owner-groups-watch";
+
+/**
  * kafkajs's `logLevel` and `logCreator` for a client that logs to `root` at `level`. With a `tap`, every entry of
  * every level goes to it too (writ verify records connection errors with it, and kafkajs says a broker closed a
- * connection only at debug level); only those within `level` go on to `root`.
+ * connection only at debug level), named `client` where given; only those within `level` go on to `root`.
  */
-export function kafkaLogging(root: Logger, level: logLevel, tap?: KafkaLogTap): { logLevel: logLevel; logCreator: logCreator } {
+export function kafkaLogging(root: Logger, level: logLevel, tap?: KafkaLogTap, client?: string): { logLevel: logLevel; logCreator: logCreator } {
   if (tap === undefined) return { logLevel: level, logCreator: kafkaLogCreator(root) };
   const creator = kafkaLogCreator(root);
   return {
@@ -64,7 +72,7 @@ export function kafkaLogging(root: Logger, level: logLevel, tap?: KafkaLogTap): 
         const message = kafkaLogText(raw);
         // A tap that throws must not reach kafkajs, which logs from its connection and retry paths.
         try {
-          tap({ namespace: entry.namespace, level: entry.level, message, extra });
+          tap({ namespace: entry.namespace, level: entry.level, message, extra, ...(client === undefined ? {} : { client }) });
         } catch {
           // the entry is still logged below
         }

@@ -3,7 +3,7 @@ import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
 import { checkAgentRegistryRequired, configWarnings, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
-import { kafkaLogging, type KafkaLogTap } from "../kafka-log.ts";
+import { kafkaLogging, OWNER_GROUPS_WATCH, type KafkaLogTap } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
 import type { SystemOfRecord } from "../sor/adapter.ts";
@@ -58,6 +58,18 @@ export interface RouterOptions {
  */
 export function ledgerReaderGroups(config: Pick<RouterConfig, "groupId" | "instanceId">): { restore: string; scan: string } {
   return { restore: `${config.groupId}.ledger-reader.${config.instanceId}`, scan: `${config.groupId}.ledger-scan.${config.instanceId}` };
+}
+
+/** An admin connected at its first use; a connect that failed is tried again at the next. */
+function connectedOnDemand(admin: Admin): () => Promise<Admin> {
+  let connecting: Promise<void> | null = null;
+  return () => {
+    connecting ??= admin.connect().catch((err: unknown) => {
+      connecting = null;
+      throw err;
+    });
+    return connecting.then(() => admin);
+  };
 }
 
 /** Test-only switches of the fault suite's ablation controls; not part of the public API (src/index.ts does not export them). */
@@ -169,14 +181,16 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   });
   if (config.healthPort !== undefined) await checkHealthAddress(config.healthHost, config.healthPort);
   registerCompressionCodecs();
-  const kafka = new Kafka({
-    clientId: config.clientId,
-    brokers: config.brokers,
-    // SASL and TLS (config.kafka): the ledger reader and every producer and admin of this router come from this client.
-    ...kafkaConnection(config.kafka),
-    ...kafkaLogging(log, logLevel.WARN, internals.kafkaLogTap),
-    retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
-  });
+  const kafkaClient = (clientId: string, client?: string) =>
+    new Kafka({
+      clientId,
+      brokers: config.brokers,
+      // SASL and TLS (config.kafka): the ledger reader and every producer and admin of this router come from these clients.
+      ...kafkaConnection(config.kafka),
+      ...kafkaLogging(log, logLevel.WARN, internals.kafkaLogTap, client),
+      retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
+    });
+  const kafka = kafkaClient(config.clientId);
   for (const warning of transportWarnings(config.kafka, config)) log.warn(warning);
   for (const warning of configWarnings(config)) log.warn(warning);
   // A lookup that waited for the budget: someone frames values with ids this process has not seen, faster than
@@ -298,17 +312,15 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   /** Joins of this member so far: a take-up look from before its latest join is not used (single-writer.ts, checkTakeUp). */
   let joins = 0;
   let takeUpLook: { join: number; at: number; result: Promise<OwnerGroupsLook> } | null = null;
-  // An admin of its own for looking at other consumer groups (the take-up looks, the minute's watch): describing many
-  // groups must not queue ahead of the partition owners' opens on the shared, one-request-at-a-time admin.
+  // An admin of its own for looking at other consumer groups (the take-up looks): describing many groups must not
+  // queue ahead of the partition owners' opens on the shared, one-request-at-a-time admin.
   const groupsAdmin = kafka.admin();
-  let groupsAdminConnecting: Promise<void> | null = null;
-  const groupsAdminReady = (): Promise<Admin> => {
-    groupsAdminConnecting ??= groupsAdmin.connect().catch((err: unknown) => {
-      groupsAdminConnecting = null;
-      throw err;
-    });
-    return groupsAdminConnecting.then(() => groupsAdmin);
-  };
+  const groupsAdminReady = connectedOnDemand(groupsAdmin);
+  // The minute's watch, on a client of its own (OWNER_GROUPS_WATCH): ListGroups asks every broker in the metadata,
+  // also ones that lead nothing of this owner's, and its log entries are named so that `writ verify` can tell a
+  // broker the run never uses from an outage of the run's own (a failed round changes nothing; the next one retries).
+  const watchAdmin = kafkaClient(`${config.clientId}-${OWNER_GROUPS_WATCH}`, OWNER_GROUPS_WATCH).admin();
+  const watchAdminReady = connectedOnDemand(watchAdmin);
   /** Other groups of owners of this intents topic for a restore's take-up check: one look per join, for up to 5 s. */
   const ownerGroups = (): Promise<OwnerGroupsLook> => {
     const now = Date.now();
@@ -549,7 +561,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
   let heldAgainst: string[] = [];
   const enforce = !internals.ablateSingleWriter && !internals.ablateTakeUp;
   const lookForOthers = async () => {
-    const groupsAdmin = await groupsAdminReady();
+    const groupsAdmin = await watchAdminReady();
     const { owners: others, undetermined } = await otherOwnerGroups(groupsAdmin, config, undefined, groupMemory);
     // A group that kept rebalancing while described neither starts a hold nor ends one; the next round tells.
     if (others.length === 0 && undetermined.length > 0) {
@@ -623,7 +635,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       await Promise.all([c.disconnect().catch(() => undefined), reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
       await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
-      await groupsAdmin.disconnect().catch(() => undefined);
+      await Promise.all([groupsAdmin.disconnect().catch(() => undefined), watchAdmin.disconnect().catch(() => undefined)]);
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("router stopped");
     },

@@ -1,5 +1,5 @@
 import { logLevel } from "kafkajs";
-import type { KafkaLogEntry } from "../kafka-log.ts";
+import { OWNER_GROUPS_WATCH, type KafkaLogEntry } from "../kafka-log.ts";
 import type { OutageExplains, ScenarioReport } from "./report.ts";
 
 /**
@@ -86,9 +86,16 @@ export class OutageWatch {
     return { count: bySource.kafka + bySource.registry + bySource.system, bySource, signs };
   }
 
-  /** A kafkajs log tap for a client of the run: its connection errors, as signs `seenBy` it. */
+  /**
+   * A kafkajs log tap for a client of the run: its connection errors, as signs `seenBy` it. Not the owner's watch
+   * for other groups of owners (OWNER_GROUPS_WATCH): its ListGroups connects to every broker in the metadata each
+   * minute, and one the run never uses (a broker unreachable from here that leads none of its partitions) would
+   * excuse every scenario; a failed round of it changes nothing for the run. The take-up look a partition's open
+   * waits for is the owner's own client, and counts.
+   */
   kafkaTap(seenBy: string): (entry: KafkaLogEntry) => void {
     return (entry) => {
+      if (entry.client === OWNER_GROUPS_WATCH) return;
       const sign = kafkaOutageSign(entry);
       if (sign !== null) this.note({ what: "Kafka", source: "kafka", seenBy, ...sign });
     };

@@ -5,6 +5,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment, tagTicket } from "../../examples/demo-tools.ts";
 import { readWholeTopic } from "../../src/cli/topic-reader.ts";
 import { WireCodec } from "../../src/codec.ts";
+import { OWNER_GROUPS_WATCH, type KafkaLogEntry } from "../../src/kafka-log.ts";
 import { RouterConfig, parseConfig } from "../../src/config.ts";
 import type { Router, RouterInternals } from "../../src/owner/router.ts";
 import { ensureTopics, routerTopics } from "../../src/topics.ts";
@@ -140,6 +141,18 @@ async function ledgerMarkers(h: Harness, kafka: Kafka): Promise<string[]> {
 const noWatch = { ownerGroupsCheckMs: 3_600_000 };
 
 describe("one group of owners per intents topic", () => {
+  it("the minute's watch asks on a client of its own, named in its log entries (writ verify counts no broker only it reaches); the take-up look is the owner's own client", async () => {
+    const seen: KafkaLogEntry[] = [];
+    const { first } = await firstGroup({ ownerGroupsCheckMs: 250, kafkaLogTap: (e) => void seen.push(e) });
+    await owning(first);
+    const listGroups = (e: KafkaLogEntry) => e.namespace === "Connection" && e.message.startsWith("Request ListGroups");
+    await waitFor(() => seen.some((e) => listGroups(e) && e.client === OWNER_GROUPS_WATCH), { timeoutMs: 30_000, message: () => "no ListGroups from the watch's client" });
+    const fromWatch = seen.filter((e) => e.client === OWNER_GROUPS_WATCH && e.namespace === "Connection");
+    expect(new Set(fromWatch.map((e) => e.extra.clientId))).toEqual(new Set([`${first.config.clientId}-${OWNER_GROUPS_WATCH}`]));
+    // The take-up look of the partition's open (a ledger with no progress entry): unnamed, so its errors count.
+    expect(seen.some((e) => listGroups(e) && e.client === undefined && e.extra.clientId === first.config.clientId)).toBe(true);
+  });
+
   it("an owner of another group refuses to start beside a running one, whatever ledger it is given", async () => {
     const { h, group, sameLedger, ownLedger } = await setUp();
     for (const other of [ownLedger, sameLedger]) {

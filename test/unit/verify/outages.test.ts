@@ -8,7 +8,7 @@ import { pino } from "pino";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { WireCodec } from "../../../src/codec.ts";
 import type { WritError } from "../../../src/errors.ts";
-import { kafkaLogging, type KafkaLogEntry } from "../../../src/kafka-log.ts";
+import { kafkaLogging, OWNER_GROUPS_WATCH, type KafkaLogEntry } from "../../../src/kafka-log.ts";
 import { startFaultProxy } from "../../../src/verify/fault-proxy.ts";
 import { attributeFailure, describeOutage, kafkaOutageSign, OutageWatch, type OutageSign, type OutageSigns } from "../../../src/verify/outages.ts";
 import { formatReport, type ScenarioReport, type VerifyReport } from "../../../src/verify/report.ts";
@@ -63,6 +63,26 @@ describe("the kafkajs log entries that are signs of a broker outage", () => {
       throw new Error("tap");
     }).logCreator(logLevel.DEBUG);
     expect(() => throwing({ namespace: "Connection", level: logLevel.ERROR, label: "ERROR", log: { timestamp: "", message: "Connection timeout" } })).not.toThrow();
+  });
+});
+
+describe("the owner's minute's watch for other groups of owners", () => {
+  it("is no sign: its ListGroups reaches every broker in the metadata, also one the run never uses; the owner's own clients' errors still are", () => {
+    const watch = new OutageWatch();
+    const from = watch.mark();
+    const logger = pino({ level: "silent" });
+    // As the router makes them: the watch's client named, the owner's other clients not.
+    const watchLog = kafkaLogging(logger, logLevel.WARN, watch.kafkaTap("the owner"), OWNER_GROUPS_WATCH).logCreator(logLevel.DEBUG);
+    const ownerLog = kafkaLogging(logger, logLevel.WARN, watch.kafkaTap("the owner")).logCreator(logLevel.DEBUG);
+    const unreachable = { timestamp: "", message: "Connection error: getaddrinfo ENOTFOUND kafka-3.internal", broker: "kafka-3.internal:9092", clientId: "writ-verify-owner-groups-watch" };
+    watchLog({ namespace: "Connection", level: logLevel.ERROR, label: "ERROR", log: unreachable });
+    watchLog({ namespace: "BrokerPool", level: logLevel.ERROR, label: "ERROR", log: { timestamp: "", message: "Failed to connect to broker: Connection error: getaddrinfo ENOTFOUND kafka-3.internal" } });
+    expect(watch.since(from)).toMatchObject({ count: 0, signs: [] });
+    // A tool that never answers stays a failure, however often the watch fails.
+    expect(attributeFailure(scenarioReport(), watch.since(from))).toMatchObject({ status: "fail" });
+    // The same error from the owner's own client (its take-up look, its consumer) counts.
+    ownerLog({ namespace: "Connection", level: logLevel.ERROR, label: "ERROR", log: { ...unreachable, clientId: "writ-verify" } });
+    expect(watch.since(from)).toMatchObject({ count: 1, bySource: { kafka: 1 } });
   });
 });
 
