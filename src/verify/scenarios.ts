@@ -453,8 +453,20 @@ function ifMatchVerdict(ctx: ScenarioContext, o: OutsideWrite, hooked: HookedPat
  * Idempotency-Key with the new version, and that retry's 200 is not an answer to the stale one.
  */
 function staleOnWire(ctx: ScenarioContext, hooked: HookedPatch): number | null {
-  const wire = ctx.proxy?.requests().find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey && r.ifMatch === hooked.ifMatch);
+  const version = entityTagOpaque(hooked.ifMatch);
+  const wire = ctx.proxy
+    ?.requests()
+    .find((r) => r.method === ctx.writeMethod && r.idempotencyKey === hooked.idempotencyKey && r.ifMatch !== null && entityTagOpaque(r.ifMatch) === version);
   return wire?.upstreamStatus ?? null;
+}
+
+/**
+ * A version as an If-Match value compares: without a weak prefix and its quotes. The owner carries a raw version
+ * (`v3`, from a body) where the HTTP adapter sends it quoted (`"v3"`).
+ */
+function entityTagOpaque(value: string): string {
+  const tag = value.trim().replace(/^W\//, "");
+  return tag.length >= 2 && tag.startsWith('"') && tag.endsWith('"') ? tag.slice(1, -1) : tag;
 }
 
 /**

@@ -213,6 +213,39 @@ describe("the race: If-Match not exercised, and the outside writer that could no
     expect(report).toMatchObject({ ok: false, status: "incomplete", notExercised: expect.stringMatching(/^If-Match was not exercised: the owner's stale PATCH ended unknown, not 412$/) });
   });
 
+  it("a stale PATCH the system applied (2xx) is found on the wire by its If-Match quoted, though the owner carried the version raw: a failure, not incomplete", async () => {
+    // A system whose ETags are unquoted (`v3`): the adapter carries the version raw and sends If-Match `"v3"`.
+    let viaUrl = "";
+    const unquoted = async (records: string): Promise<string> => {
+      const upstream = new URL(records);
+      const api = createServer((req, res) => {
+        const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (from) => {
+          const etag = from.headers.etag;
+          res.writeHead(from.statusCode ?? 502, { ...from.headers, ...(typeof etag === "string" ? { etag: etag.replaceAll('"', "") } : {}) });
+          from.pipe(res);
+        });
+        req.pipe(out);
+      });
+      await new Promise<void>((resolve) => api.listen(0, "127.0.0.1", resolve));
+      onTestFinished(() => new Promise<void>((resolve) => api.close(() => resolve())));
+      viaUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
+      return viaUrl;
+    };
+    // Refunds append, which commutes: the final record loses nothing, only If-Match tells.
+    const { ctx, proxy, server } = await staging(carefulOwner(), { tool: "refund_payment", via: unquoted });
+    // The outside writer's adapter as the owner's (raw versions), past the fault proxy.
+    ctx.direct = demoFixture.systems({ RECORDS_URL: viaUrl }).find((s) => s.name === "billing")!;
+    // It ignores If-Match, and the stale PATCH's answer is lost on the way back: the adapter ends unknown.
+    server.setConfig({ enforceIfMatch: false, honourIdempotencyKey: false });
+    proxy.arm({ kind: "commit-then-drop", match: { idempotencyKey: `ik-${ctx.runId}-race-a` } });
+    const report = await race(ctx);
+    const stale = proxy.requests().find((r) => r.method === "PATCH" && r.idempotencyKey === `ik-${ctx.runId}-race-a`);
+    expect(stale).toMatchObject({ ifMatch: expect.stringMatching(/^"v\d+"$/), upstreamStatus: 200, fault: "commit-then-drop" });
+    // Before: the wire lookup compared `v1` with `"v1"`, missed, and the adapter's unknown made it incomplete.
+    expect(report).toMatchObject({ status: "fail", problems: [expect.stringMatching(/^the system answered 200 to the owner's PATCH with If-Match v\d+, sent after/)] });
+    expect(attributeFailure(report, seen(KAFKA, SYSTEM)).status).toBe("fail");
+  });
+
   it("an outside writer whose fixture throws is the fixture's failure, which no outage explains", async () => {
     const { ctx } = await staging(carefulOwner(), {
       fixture: {
