@@ -203,7 +203,9 @@ async function main(argv: string[]): Promise<number> {
     // judged (the run deleting its topics) stopped nothing, and the status is the report's, as its JSON says.
     exitCode = signals.first !== null && report.interrupted?.stopped === true ? SIGNAL_EXIT_STATUS[signals.first] : EXIT_STATUS[report.status];
   } catch (err) {
-    if (signals.first !== null) exitCode = SIGNAL_EXIT_STATUS[signals.first];
+    // The signal's status only where it is why the run ended: Kafka lost with nothing failed, a Ctrl-C coming during
+    // the cleanup that follows, is still said, and could not run (2).
+    if (signals.first !== null && stop.signal.aborted && err === stop.signal.reason) exitCode = SIGNAL_EXIT_STATUS[signals.first];
     else {
       process.stderr.write(err instanceof WritError ? `${err.message}\n` : `writ verify: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       exitCode = 2;
