@@ -62,7 +62,11 @@ export interface FaultProxyOptions {
   host?: string;
   /** Default 0: an ephemeral port. */
   port?: number;
-  /** A request the upstream could not be reached for (answered 502): `writ verify` records it as the system's outage. */
+  /**
+   * A request the upstream could not be reached for (no connection made: refused, no such host, unroutable, timed
+   * out; answered 502): `writ verify` records it as the system's outage. A connection the upstream took and then
+   * dropped is answered 502 too, but not said here: the request itself may be why (a malformed one, say).
+   */
   onUnreachable?: (request: { method: string; path: string }, message: string) => void;
 }
 
@@ -113,6 +117,13 @@ function readAll(stream: IncomingMessage): Promise<Buffer> {
     stream.on("end", () => resolve(Buffer.concat(chunks)));
     stream.on("error", reject);
   });
+}
+
+/** An upstream no connection could be made to (the error as it came, before any byte was sent). */
+class Unreached extends Error {
+  constructor(cause: Error) {
+    super(cause.message, { cause });
+  }
 }
 
 interface Armed {
@@ -168,13 +179,20 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
       const headers = forwardable(req.headers);
       headers.host = upstream.host;
       if (body.length > 0) headers["content-length"] = body.length;
+      // A connection of its own for each request (agent: false): a kept-alive one the upstream closed as idle just as
+      // a request went out on it fails that request, which would read as the system going away.
       const out = send(
-        { protocol: upstream.protocol, hostname: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
+        { protocol: upstream.protocol, hostname: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent: false },
         (res) => {
           readAll(res).then((b) => resolve({ status: res.statusCode ?? 502, headers: forwardable(res.headers), body: b }), reject);
         },
       );
-      out.on("error", reject);
+      let connected = false;
+      out.on("socket", (socket) => {
+        if (socket.connecting) socket.once("connect", () => void (connected = true));
+        else connected = true;
+      });
+      out.on("error", (err) => reject(connected ? err : new Unreached(err)));
       out.end(body);
     });
   }
@@ -193,7 +211,7 @@ export async function startFaultProxy(opts: FaultProxyOptions): Promise<FaultPro
       answer = await forward(req, body);
     } catch (err) {
       const detail = err instanceof Error ? err.message : String(err);
-      opts.onUnreachable?.({ method, path }, detail);
+      if (err instanceof Unreached) opts.onUnreachable?.({ method, path }, detail);
       res.writeHead(502, { "content-type": "application/problem+json" });
       res.end(JSON.stringify({ title: "upstream unreachable", status: 502, detail }));
       return;

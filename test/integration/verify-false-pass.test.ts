@@ -4,7 +4,7 @@
 import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -53,11 +53,11 @@ const opaque = (wrap: (inner: SystemOfRecord) => Partial<SystemOfRecord>) => (en
  */
 async function forwarding(
   target: string,
-  opts: { intercept?: (req: IncomingMessage, res: ServerResponse) => boolean; method?: (m: string) => string; answer?: (from: IncomingMessage, res: ServerResponse) => void } = {},
+  opts: { intercept?: (req: IncomingMessage, res: ServerResponse, api: Server) => boolean; method?: (m: string) => string; answer?: (from: IncomingMessage, res: ServerResponse) => void } = {},
 ): Promise<string> {
   const upstream = new URL(target);
-  const api = createServer((req, res) => {
-    if (opts.intercept?.(req, res)) return;
+  const api: Server = createServer((req, res) => {
+    if (opts.intercept?.(req, res, api)) return;
     const method = opts.method?.(req.method ?? "GET") ?? req.method;
     const out = request({ host: upstream.hostname, port: upstream.port, path: req.url, method, headers: { ...req.headers, host: upstream.host } }, (from) => {
       if (opts.answer) return opts.answer(from, res);
@@ -583,20 +583,26 @@ describe("writ verify ends, and cleans up", () => {
 
   it("a system of record the fault proxy cannot reach during a scenario: incomplete, naming the system, not blamed on the tool", async () => {
     const server = await records();
-    // The system as the owner reaches it: every write's connection dropped unanswered (a staging API going down
-    // mid-request); reads go through, and verify's own reads reach it directly.
+    // The staging API goes down at the first write: that write's connection dropped unanswered, and nothing connects
+    // after it (refused), neither the owner's calls through the fault proxy nor verify's own.
     const apiUrl = await asApi(server, {
-      intercept: (req) => {
+      intercept: (req, _res, api) => {
         if (req.method !== "PATCH") return false;
-        req.socket.destroy();
+        api.close();
+        api.closeAllConnections();
         return true;
       },
     });
     const report = await verifyAgainst(server, { env: { RECORDS_URL: apiUrl }, only: ["tag_ticket"], scenarios: ["duplicate-submission"], submitTimeoutMs: 5000 });
 
     const dup = scenario(report, "tag_ticket", "duplicate-submission")!;
-    // Before, a failure of the tool (exit 1) for a write its system never took.
-    expect(dup, formatReport(report)).toMatchObject({ status: "incomplete", harm: false, outage: expect.stringMatching(/^the system of record [^(]*helpdesk[^(]* \(http:\/\/127\.0\.0\.1:\d+\) \(seen by the fault proxy: PATCH \/records\/ticket\/T-verify: /) });
+    // Before, a failure of the tool (exit 1) for a write its system never took. A connection dropped after it was
+    // made is no sign (the request may be why): the refused connects after it are.
+    expect(dup, formatReport(report)).toMatchObject({
+      status: "incomplete",
+      harm: false,
+      outage: expect.stringMatching(/^the system of record [^(]*helpdesk[^(]* \(http:\/\/127\.0\.0\.1:\d+\) \(seen by the fault proxy: [A-Z]+ \/[^:]*: connect ECONNREFUSED/),
+    });
     expect(report).toMatchObject({ ok: false, status: "incomplete" });
     // Counted at the records server: no write reached it.
     expect(server.patchRequests()).toEqual([]);

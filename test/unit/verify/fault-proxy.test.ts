@@ -1,3 +1,5 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { startDemoRecordsServer, type DemoRecordsServer } from "../../../src/testing/demo-records-server.ts";
 import { startFaultProxy, type FaultProxy } from "../../../src/verify/fault-proxy.ts";
@@ -10,6 +12,16 @@ async function setup(): Promise<{ records: DemoRecordsServer; proxy: FaultProxy 
   onTestFinished(() => proxy.close());
   records.seed("ticket", "T-1", { status: "open", tags: [] });
   return { records, proxy };
+}
+
+/** `server` listening on an ephemeral port of 127.0.0.1, closed after the test: its URL. */
+async function listening(server: Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  onTestFinished(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 const patchTag = (base: string, tag: string, headers: Record<string, string>, signal?: AbortSignal) =>
@@ -96,6 +108,32 @@ describe("fault proxy in front of the demo records server", () => {
     await records.close();
     const res = await fetch(`${proxy.url}/records/ticket/T-1`);
     expect(res.status).toBe(502);
+  });
+
+  it("an upstream that takes the connection and drops the request is a 502, but not said unreachable: the request may be why", async () => {
+    let dropped = 0;
+    const upstream = createServer((req) => void (dropped++, req.socket.destroy()));
+    const url = await listening(upstream);
+    const seen: string[] = [];
+    const proxy = await startFaultProxy({ upstream: url, onUnreachable: (req, message) => void seen.push(`${req.method} ${req.path}: ${message}`) });
+    onTestFinished(() => proxy.close());
+    const res = await fetch(`${proxy.url}/records/ticket/T-1`, { method: "PATCH", body: "not json" });
+    expect([res.status, dropped]).toEqual([502, 1]);
+    expect(proxy.requests()).toMatchObject([{ method: "PATCH", upstreamStatus: null }]);
+    // Before: "PATCH /records/ticket/T-1: socket hang up", a sign of the system's outage that excused the tool.
+    expect(seen).toEqual([]);
+  });
+
+  it("forwards each request on a connection of its own: none goes out on a kept-alive one the upstream may be closing", async () => {
+    const connections: number[] = [];
+    const upstream = createServer((_req, res) => void res.end("ok"));
+    upstream.on("connection", () => void connections.push(connections.length));
+    const url = await listening(upstream);
+    const proxy = await startFaultProxy({ upstream: url });
+    onTestFinished(() => proxy.close());
+    for (let i = 0; i < 3; i++) expect((await fetch(`${proxy.url}/records/ticket/T-1`)).status).toBe(200);
+    // Before: one connection, kept alive by Node's global agent, for all three.
+    expect(connections).toHaveLength(3);
   });
 
   it("refuses an upstream that is not http(s)", async () => {
