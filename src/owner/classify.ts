@@ -47,11 +47,14 @@ export function mayHaveWritten(entry: LedgerIntentEntry | undefined): boolean {
 }
 
 /**
- * The intent key of the applied undo of the write keyed `key`, if its record's ledger holds one (an undo of a record
- * is on the same partition). Asked only when a repeat is answered `applied`: a change compensated before and run
- * again by a client that does not remember it must hear that the step no longer stands (docs/architecture.md §10).
+ * The intent key of the applied undo of `intent`, a repeat whose key's `entry` settled it `applied`, if its record's
+ * ledger holds one (an undo of a record is on the same partition); never for an undo itself. Asked only when a repeat
+ * is answered from the key's entry: a change compensated before and run again by a client that does not remember it
+ * must hear that the step no longer stands (docs/architecture.md §10).
  */
-export function appliedUndoOf(ledger: LedgerView, key: string): string | undefined {
+export function appliedUndoOf(ledger: LedgerView, intent: { intentKey: string; undo?: unknown }, entry: LedgerIntentEntry): string | undefined {
+  if (entry.outcome?.status !== "applied" || intent.undo || entry.undoOf !== undefined) return undefined;
+  const key = intent.intentKey;
   const undoKey = undoIntentKey(key);
   const undo = ledger.get(undoKey);
   return undo?.undoOf === key && undo.status === "done" && undo.outcome?.status === "applied" ? undoKey : undefined;

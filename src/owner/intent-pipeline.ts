@@ -157,8 +157,7 @@ export class IntentPipeline {
         return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
       }
       // Only here, on a repeat of an applied write, is its undo looked up: an ordinary write costs nothing more.
-      const undoneBy = stored.status === "applied" && !intent.undo && entry.undoOf === undefined ? appliedUndoOf(ledger, intent.intentKey) : undefined;
-      const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored, undoneBy), "repeat answered from the ledger")), fromEntry: true };
+      const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored, appliedUndoOf(ledger, intent, entry)), "repeat answered from the ledger")), fromEntry: true };
       if (entry.intentId === intent.intentId) settled.effects.redelivered = true;
       return settled;
     }

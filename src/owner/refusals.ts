@@ -261,8 +261,7 @@ export function answerRefused(ledger: LedgerView, key: string, signed: SignedInt
   const stored = entry.outcome;
   // Its own bytes: the entry's settled outcome, whatever this deploy says of them.
   if (held === "this" && entry.status === "done" && stored !== undefined && stored.status !== "conflict") {
-    const undoneBy = stored.status === "applied" && !signed.intent.undo && entry.undoOf === undefined ? appliedUndoOf(ledger, signed.intent.intentKey) : undefined;
-    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString(), undoneBy);
+    const reply = replayedReply(signed.intent, entry.tool, stored, now.toISOString(), appliedUndoOf(ledger, signed.intent, entry));
     return { kind: "answer", effects: effects({ replies: [{ topic, value: reply }], redelivered: true }) };
   }
   // Bytes that can never run (stale; dated further ahead than a ledger retention), or of other content than the
