@@ -4,15 +4,26 @@
 //
 //   node scripts/promtool.ts test rules deploy/prometheus/writ-alerts.test.yml
 //
+// `node scripts/promtool.ts --build-in-background` only builds it, at the lowest CPU priority (nice 19): `npm test`
+// starts that at its beginning (scripts/test.mjs), so the build (about 3.5 minutes of a clean machine's wall time)
+// runs beside the tests on the cores they leave idle instead of holding up the integration files, one at a
+// time, while test/integration/alert-rules-promtool.test.ts waits for it.
+//
 // Needs Go on the PATH. The first build downloads Prometheus's module graph (about 1.4 GB into Go's module
-// cache) and compiles it: about 3 minutes on two cores; later builds from Go's caches take seconds.
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+// cache) and compiles it: about 3 minutes on two cores; later builds from Go's caches take seconds. One build at a
+// time: a process that needs promtool while another builds it waits for that build (a lock file beside the
+// binary, taken over when its holder is gone).
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
+import { withLock } from "../src/testing/stack-process.ts";
 
 /** Prometheus v3.5.0 (prom/prometheus:v3.5.0 in docker-compose.yml): Go modules of Prometheus 3.x are v0.3xx. */
 export const PROMETHEUS_MODULE_VERSION = "v0.305.0";
 const MODULE = "github.com/prometheus/prometheus";
+/** How long a process that needs promtool waits for another's build: a clean machine's, on cores the tests share. */
+const BUILD_WAIT_MS = 20 * 60_000;
 
 const repoRoot = resolve(import.meta.dirname, "..");
 
@@ -21,15 +32,61 @@ export function promtoolPath(root = repoRoot): string {
   return join(root, ".cache", "promtool", PROMETHEUS_MODULE_VERSION, "promtool");
 }
 
-/** The path of promtool, built first when missing. Throws with go's own output when it cannot be built. */
-export function ensurePromtool(root = repoRoot, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): string {
+/** A command's exit and output (both streams, the last 4,000 characters kept for an error). */
+function run(cmd: string, args: string[], opts: { cwd?: string; env: NodeJS.ProcessEnv }): Promise<{ code: number | string; stdout: string; output: string }> {
+  return new Promise((done) => {
+    const child = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let output = "";
+    const keep = (s: string) => (output = (output + s).slice(-4000));
+    child.stdout.on("data", (c: Buffer) => {
+      stdout += c.toString();
+      keep(c.toString());
+    });
+    child.stderr.on("data", (c: Buffer) => keep(c.toString()));
+    child.on("error", (err) => done({ code: err.message, stdout, output }));
+    child.on("close", (code, signal) => done({ code: code ?? signal ?? "?", stdout, output }));
+  });
+}
+
+/**
+ * The path of promtool, built first when missing (or the build another process holds the lock for waited for).
+ * Rejects with go's own output when it cannot be built.
+ */
+export async function ensurePromtool(root = repoRoot, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<string> {
   const bin = promtoolPath(root);
   if (existsSync(bin)) return bin;
-  const go = spawnSync("go", ["version"], { encoding: "utf8" });
-  if (go.status !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.error?.message ?? go.stderr.trim()})`);
-  // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind.
-  const staging = join(root, ".cache", "promtool", `${PROMETHEUS_MODULE_VERSION}.building-${process.pid}`);
-  rmSync(staging, { recursive: true, force: true });
+  const dir = join(root, ".cache", "promtool");
+  const lock = join(dir, `${PROMETHEUS_MODULE_VERSION}.lock`);
+  let waited = false;
+  return withLock(
+    (line) => {
+      waited = true;
+      log(`[promtool] ${line}`);
+    },
+    async () => {
+      if (existsSync(bin)) {
+        if (waited) log(`[promtool] built by the other process: ${bin}`);
+        return bin;
+      }
+      await build(root, bin, log);
+      return bin;
+    },
+    lock,
+    BUILD_WAIT_MS,
+    "building promtool",
+  );
+}
+
+async function build(root: string, bin: string, log: (line: string) => void): Promise<void> {
+  const go = await run("go", ["version"], { env: process.env });
+  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim()})`);
+  const dir = join(root, ".cache", "promtool");
+  // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind. Holding
+  // the lock, the staging directories of builds that were cut short are ours to remove.
+  mkdirSync(dir, { recursive: true });
+  for (const name of readdirSync(dir)) if (name.startsWith(`${PROMETHEUS_MODULE_VERSION}.building-`)) rmSync(join(dir, name), { recursive: true, force: true });
+  const staging = join(dir, `${PROMETHEUS_MODULE_VERSION}.building-${process.pid}`);
   mkdirSync(staging, { recursive: true });
   const t0 = Date.now();
   log(`[promtool] building ${MODULE}/cmd/promtool@${PROMETHEUS_MODULE_VERSION} with ${go.stdout.trim()} (once; kept in ${bin})`);
@@ -37,34 +94,33 @@ export function ensurePromtool(root = repoRoot, log: (line: string) => void = (l
   const env = { ...process.env, GOFLAGS: "", CGO_ENABLED: "0" };
   // Prometheus's go.mod has a replace directive, which `go install <pkg>@<version>` refuses: the module is
   // downloaded (checked against the Go checksum database) and built as the main module, its own go.mod and go.sum in force.
-  const downloaded = spawnSync("go", ["mod", "download", "-json", `${MODULE}@${PROMETHEUS_MODULE_VERSION}`], { encoding: "utf8", env, maxBuffer: 16 * 1024 * 1024 });
-  const dir = downloaded.status === 0 ? (JSON.parse(downloaded.stdout) as { Dir?: string }).Dir : undefined;
-  if (dir === undefined) throw new Error(`promtool: go mod download failed (exit ${downloaded.status ?? downloaded.signal}): ${(downloaded.stderr || downloaded.stdout).trim().slice(-4000)}`);
-  const built = spawnSync("go", ["build", "-trimpath", "-ldflags", "-s -w", "-o", join(staging, "promtool"), "./cmd/promtool"], {
-    cwd: dir,
-    encoding: "utf8",
-    env,
-    maxBuffer: 64 * 1024 * 1024,
-  });
-  if (built.status !== 0 || !existsSync(join(staging, "promtool"))) {
+  const downloaded = await run("go", ["mod", "download", "-json", `${MODULE}@${PROMETHEUS_MODULE_VERSION}`], { env });
+  const moduleDir = downloaded.code === 0 ? (JSON.parse(downloaded.stdout) as { Dir?: string }).Dir : undefined;
+  if (moduleDir === undefined) throw new Error(`promtool: go mod download failed (exit ${downloaded.code}): ${downloaded.output.trim()}`);
+  const built = await run("go", ["build", "-trimpath", "-ldflags", "-s -w", "-o", join(staging, "promtool"), "./cmd/promtool"], { cwd: moduleDir, env });
+  if (built.code !== 0 || !existsSync(join(staging, "promtool"))) {
     rmSync(staging, { recursive: true, force: true });
-    throw new Error(`promtool: go build failed (exit ${built.status ?? built.signal}): ${(built.stderr || built.stdout).trim().slice(-4000)}`);
+    throw new Error(`promtool: go build failed (exit ${built.code}): ${built.output.trim()}`);
   }
   mkdirSync(join(bin, ".."), { recursive: true });
   renameSync(join(staging, "promtool"), bin);
   rmSync(staging, { recursive: true, force: true });
   log(`[promtool] built in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
-  return bin;
 }
 
 if (import.meta.filename === process.argv[1]) {
+  const background = process.argv[2] === "--build-in-background";
+  // The lowest priority, inherited by go and its compilers: the build takes only what the tests leave idle.
+  if (background) setPriority(19);
   let bin: string;
   try {
-    bin = ensurePromtool();
+    bin = await ensurePromtool();
   } catch (err) {
     process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(2);
   }
-  const run = spawnSync(bin, process.argv.slice(2), { stdio: "inherit" });
-  process.exit(run.status ?? 1);
+  if (background) process.exit(0);
+  const { spawnSync } = await import("node:child_process");
+  const ran = spawnSync(bin, process.argv.slice(2), { stdio: "inherit" });
+  process.exit(ran.status ?? 1);
 }

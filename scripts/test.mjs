@@ -14,17 +14,30 @@
 // left running by a run that was killed is reused where it serves: ensureSecureStack starts its registry again
 // if that died, and the whole stack afresh if its broker does not serve or its start never finished.
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { SECURE_TENANTS } from "../test/helpers/secure-tenants.ts";
 
 const root = join(import.meta.dirname, "..");
 const children = new Set();
 let stopping = false;
+/** The background build of promtool (below), a process group of its own: go and its compilers stop with it. */
+let promtoolBuild;
+function stopPromtoolBuild() {
+  if (promtoolBuild?.pid !== undefined && promtoolBuild.exitCode === null && promtoolBuild.signalCode === null) {
+    try {
+      process.kill(-promtoolBuild.pid, "SIGTERM");
+    } catch {
+      // already gone
+    }
+  }
+}
 // A signal to `npm test` (Ctrl-C, npm passing on a SIGTERM) goes to both: none is left running on its own.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.on(signal, () => {
     stopping = true;
     for (const child of children) child.kill(signal);
+    stopPromtoolBuild();
   });
 }
 const run = (args) =>
@@ -52,6 +65,18 @@ if (shareSecure) {
   process.env.WRIT_SECURE_KAFKA_PORT = "22392";
   process.env.WRIT_SECURE_REGISTRY_PORT = "22381";
 }
+// A full run on a machine without promtool (a clean clone) builds it in the background from the start, at nice 19
+// (scripts/promtool.ts): about 3.5 minutes of Go's download and compile that test/integration/alert-rules-promtool.test.ts
+// would otherwise spend while every other integration file waits (they run one at a time). That file waits for the
+// build (a lock file), and starts it itself if this one failed or was not started. Stopped, with go's children, when
+// `npm test` ends first.
+if (shareSecure) {
+  const { promtoolPath } = await import("./promtool.ts");
+  if (!existsSync(promtoolPath(root))) {
+    promtoolBuild = spawn(process.execPath, [join(root, "scripts", "promtool.ts"), "--build-in-background"], { cwd: root, stdio: "inherit", detached: true });
+    promtoolBuild.on("error", (err) => console.error(`npm test: building promtool in the background: ${err.message}`));
+  }
+}
 const tests = run([join(root, "node_modules", "vitest", "vitest.mjs"), "run", ...process.argv.slice(2)]).finally(() => {
   stopping = true;
 });
@@ -72,6 +97,7 @@ const secure = !shareSecure
       });
     });
 const [tscCode, vitestCode] = await Promise.all([typecheck, tests]);
+stopPromtoolBuild();
 const stack = await secure;
 if (stack?.started && process.env.WRIT_KEEP_STACK !== "1") {
   await stack.stop().catch((err) => console.error(`npm test: stopping the shared secure stack failed: ${err instanceof Error ? err.message : String(err)}`));

@@ -402,9 +402,15 @@ export async function waitForRegistry(url: string, timeoutMs: number, pid?: numb
 /**
  * Runs `fn` holding `lockFile` (created exclusively, holding this process's pid and start time). A lock whose
  * holder is gone (its pid dead, or now another process's) is taken over; a live holder is waited for, up to
- * `waitMs` (10 minutes: a start that downloads the jars).
+ * `waitMs` (10 minutes: a start that downloads the jars); `doing` says what the holder is doing, for the wait's line.
  */
-export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>, lockFile = LOCK_FILE, waitMs = 10 * 60_000): Promise<T> {
+export async function withLock<T>(
+  log: (l: string) => void,
+  fn: () => Promise<T>,
+  lockFile = LOCK_FILE,
+  waitMs = 10 * 60_000,
+  doing = 'starting the stack',
+): Promise<T> {
   mkdirSync(dirname(lockFile), { recursive: true });
   const deadline = Date.now() + waitMs;
   let announced = false;
@@ -431,7 +437,7 @@ export async function withLock<T>(log: (l: string) => void, fn: () => Promise<T>
       }
       if (Date.now() > deadline) throw new Error(`timed out waiting for ${lockFile} (held by pid ${holder?.pid ?? '?'})`);
       if (!announced) {
-        log(`waiting for another process (pid ${holder?.pid ?? '?'}) that is starting the stack`);
+        log(`waiting for another process (pid ${holder?.pid ?? '?'}) that is ${doing}`);
         announced = true;
       }
       await sleep(250);
