@@ -8,6 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
+import { exitWhenWritten } from "../src/cli/exit.ts";
 import { onStopSignals, SIGNAL_EXIT_STATUS } from "../src/cli/signals.ts";
 import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor, replyTopicPrefix, timerMs, topicName } from "../src/config.ts";
 import { WritError } from "../src/errors.ts";
@@ -99,8 +100,9 @@ async function stop(reason: string, code: number): Promise<void> {
   log.info({ reason }, "stopping");
   await close?.().catch(() => undefined);
   await client?.close().catch(() => undefined);
-  // Never below a status already set: a stop that met a failure stays a failure.
-  process.exit(Math.max(code, Number(process.exitCode ?? 0)));
+  // Never below a status already set: a stop that met a failure stays a failure. The last answers on stdout (the
+  // MCP client's) are written out first (src/cli/exit.ts).
+  await exitWhenWritten(Math.max(code, Number(process.exitCode ?? 0)));
 }
 
 try {

@@ -6,6 +6,7 @@
 import { hideKafkajsTimeoutWarning } from "../node-warnings.ts";
 import { COMMANDS } from "./commands.ts";
 import { packageVersion } from "./common.ts";
+import { exitWhenWritten } from "./exit.ts";
 
 function usage(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(12)} ${c.summary}`);
@@ -67,5 +68,5 @@ process.stdout.on("error", (err: NodeJS.ErrnoException) => {
 hideKafkajsTimeoutWarning();
 process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 const code = await main(process.argv.slice(2));
-// kafkajs and pino leave timers behind; the command is done, so leave now (stdout and stderr are written synchronously to files and pipes).
-process.exit(code);
+// kafkajs and pino leave timers behind; the command is done, so leave once its output is out (src/cli/exit.ts).
+await exitWhenWritten(code);
