@@ -42,6 +42,7 @@ import { runMemory, type MemoryResult } from "./memory.ts";
 import { runTxnFloor, type TxnFloorResult } from "./txn-floor.ts";
 import { makePlan, percentile, round, say, SCENARIOS, type Plan, type Scenario } from "./workload.ts";
 import { runWrit } from "./writ-run.ts";
+import { exitWhenWritten } from "../src/cli/exit.ts";
 
 /** The owner's default spacing of its v2 transactions (WRIT_TRANSACTION_SPACING_MS), which the transaction floor uses too. */
 const OWNER_SPACING_MS = RouterConfig.shape.transactionSpacingMs.parse(undefined);
@@ -392,4 +393,5 @@ if (memory) {
 }
 
 if (stack.started) await stack.stop();
-process.exit(failed ? 1 : 0);
+// Its JSON lines are read through pipes (CI's tee and grep): out before the exit (src/cli/exit.ts).
+await exitWhenWritten(failed ? 1 : 0);

@@ -18,6 +18,7 @@ import { startDemoRecordsServer, type DemoRecordsServer } from "../src/testing/d
 import { createHttpSystemOfRecord } from "../src/sor/http-adapter.ts";
 import type { WriteToolDeclaration } from "../src/tools.ts";
 import { systems, tools as demoTools } from "./demo-tools.ts";
+import { exitWhenWritten } from "../src/cli/exit.ts";
 
 /** A record as the records server holds it now: its JSON and its ETag. */
 export interface RecordRead<S = unknown> {
@@ -215,7 +216,8 @@ export async function runExample<R>(stack: Pick<LocalStack, "label" | "shutdown"
     exitCode = 1;
     await stack.shutdown().catch(() => undefined);
   }
-  process.exit(exitCode);
+  // The result line is read through a pipe (CI, a user's jq): out before the exit (src/cli/exit.ts).
+  return exitWhenWritten(exitCode);
 }
 
 /** GET `/records/<type>/<id>` at the records server: the JSON and the ETag. */

@@ -14,10 +14,10 @@
 // time: a process that needs promtool while another builds it waits for that build (a lock file beside the
 // binary, taken over when its holder is gone).
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
-import { withLock } from "../src/testing/stack-process.ts";
+import { isAlive, withLock } from "../src/testing/stack-process.ts";
 
 /** Prometheus v3.5.0 (prom/prometheus:v3.5.0 in docker-compose.yml): Go modules of Prometheus 3.x are v0.3xx. */
 export const PROMETHEUS_MODULE_VERSION = "v0.305.0";
@@ -80,12 +80,15 @@ export async function ensurePromtool(root = repoRoot, log: (line: string) => voi
 
 async function build(root: string, bin: string, log: (line: string) => void): Promise<void> {
   const go = await run("go", ["version"], { env: process.env });
-  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim()})`);
+  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim() || go.code})`);
   const dir = join(root, ".cache", "promtool");
-  // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind. Holding
-  // the lock, the staging directories of builds that were cut short are ours to remove.
+  // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind. The
+  // staging directories of builds cut short (their pid gone) are removed; a live one's is left alone.
   mkdirSync(dir, { recursive: true });
-  for (const name of readdirSync(dir)) if (name.startsWith(`${PROMETHEUS_MODULE_VERSION}.building-`)) rmSync(join(dir, name), { recursive: true, force: true });
+  const prefix = `${PROMETHEUS_MODULE_VERSION}.building-`;
+  for (const name of readdirSync(dir)) {
+    if (name.startsWith(prefix) && !isAlive(Number(name.slice(prefix.length)))) rmSync(join(dir, name), { recursive: true, force: true });
+  }
   const staging = join(dir, `${PROMETHEUS_MODULE_VERSION}.building-${process.pid}`);
   mkdirSync(staging, { recursive: true });
   const t0 = Date.now();
@@ -108,10 +111,29 @@ async function build(root: string, bin: string, log: (line: string) => void): Pr
   log(`[promtool] built in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
 
+/**
+ * The lowest CPU priority for this process and what it starts (go and its compilers inherit it), so the build takes
+ * only what the tests leave idle. Nice alone is not enough where it leads a session of its own (npm test starts it
+ * detached, to stop go's children with it): with the kernel's scheduler autogroups (Linux's default on desktops and
+ * many VMs), each session is scheduled as one group against the others, and a nice-19 process alone in its group
+ * got as much CPU as the tests' two busy processes together. So the session's autogroup is made nice 19 too, only
+ * when this process leads that session (never a caller's terminal session).
+ */
+export function lowestPriority(): void {
+  setPriority(19);
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    // Fields after the command's parenthesised name: state, ppid, pgrp, session, …
+    const session = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
+    if (session === process.pid) writeFileSync("/proc/self/autogroup", "19");
+  } catch {
+    // no autogroups (or no /proc): nice is what the scheduler goes by
+  }
+}
+
 if (import.meta.filename === process.argv[1]) {
   const background = process.argv[2] === "--build-in-background";
-  // The lowest priority, inherited by go and its compilers: the build takes only what the tests leave idle.
-  if (background) setPriority(19);
+  if (background) lowestPriority();
   let bin: string;
   try {
     bin = await ensurePromtool();

@@ -61,12 +61,16 @@ async function main(argv: string[]): Promise<number> {
 
 // A reader that stops early (`writ tail … | head`): the rest of the output has nowhere to go, so the command
 // ends quietly, as Unix tools do, instead of with an unhandled EPIPE's stack trace.
+// Once the command has its status, a reader gone while its last output is written keeps that status (a failure
+// stays a failure).
+let status: number | undefined;
 process.stdout.on("error", (err: NodeJS.ErrnoException) => {
-  if (err.code === "EPIPE") process.exit(0);
+  if (err.code === "EPIPE") process.exit(status ?? 0);
   throw err;
 });
 hideKafkajsTimeoutWarning();
 process.env.KAFKAJS_NO_PARTITIONER_WARNING ??= "1";
 const code = await main(process.argv.slice(2));
+status = code;
 // kafkajs and pino leave timers behind; the command is done, so leave once its output is out (src/cli/exit.ts).
 await exitWhenWritten(code);

@@ -46,6 +46,28 @@ describe("a command's exit waits for its output to be taken", () => {
     expect(r.code).toBe(3);
   });
 
+  it("a reader gone while the output is queued: the command's own status, no unhandled EPIPE", async () => {
+    // No 'error' listener of the child's own (the owner's and the MCP server's mains have none): before, the EPIPE
+    // was an unhandled 'error' event (a stack trace, exit 1) instead of the command's status.
+    const script = `
+      const { exitWhenWritten } = await import(${JSON.stringify(EXIT)});
+      process.stdout.write("x".repeat(4 * 1024 * 1024));
+      process.stderr.write("written\\n");
+      await exitWhenWritten(3);
+    `;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.pause();
+    let stderr = "";
+    child.stderr.on("data", (c: Buffer) => {
+      stderr += c.toString();
+      // the reader goes away without reading
+      if (stderr.includes("written")) child.stdout.destroy();
+    });
+    const code = await new Promise<number | null>((done) => child.on("close", (c) => done(c)));
+    expect(stderr).not.toContain("EPIPE");
+    expect(code).toBe(3);
+  });
+
   it("the writ command ends through it", () => {
     const main = readFileSync(join(ROOT, "src", "cli", "main.ts"), "utf8");
     expect(main).toMatch(/await exitWhenWritten\(code\);\s*$/);
