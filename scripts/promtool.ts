@@ -80,7 +80,7 @@ export async function ensurePromtool(root = repoRoot, log: (line: string) => voi
 
 async function build(root: string, bin: string, log: (line: string) => void): Promise<void> {
   const go = await run("go", ["version"], { env: process.env });
-  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim() || go.code})`);
+  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim() || (typeof go.code === "number" ? `exit ${go.code}` : go.code)})`);
   const dir = join(root, ".cache", "promtool");
   // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind. The
   // staging directories of builds cut short (their pid gone) are removed; a live one's is left alone.
@@ -125,9 +125,19 @@ export function lowestPriority(): void {
     const stat = readFileSync("/proc/self/stat", "utf8");
     // Fields after the command's parenthesised name: state, ppid, pgrp, session, …
     const session = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
-    if (session === process.pid) writeFileSync("/proc/self/autogroup", "19");
+    if (session !== process.pid) return;
+    // The kernel refuses a user without CAP_SYS_ADMIN an autogroup write within 100 ms of any other (EAGAIN).
+    for (let attempt = 1; ; attempt++) {
+      try {
+        writeFileSync("/proc/self/autogroup", "19");
+        return;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "EAGAIN" || attempt === 5) throw err;
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 110);
+      }
+    }
   } catch {
-    // no autogroups (or no /proc): nice is what the scheduler goes by
+    // no autogroups (or no /proc, or not allowed): nice is what the scheduler goes by
   }
 }
 
