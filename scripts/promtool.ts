@@ -13,11 +13,11 @@
 // cache) and compiles it: about 3 minutes on two cores; later builds from Go's caches take seconds. One build at a
 // time: a process that needs promtool while another builds it waits for that build (a lock file beside the
 // binary, taken over when its holder is gone).
-import { spawn } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
-import { isAlive, withLock } from "../src/testing/stack-process.ts";
+import { isAlive, run, withLock } from "../src/testing/stack-process.ts";
 
 /** Prometheus v3.5.0 (prom/prometheus:v3.5.0 in docker-compose.yml): Go modules of Prometheus 3.x are v0.3xx. */
 export const PROMETHEUS_MODULE_VERSION = "v0.305.0";
@@ -30,23 +30,6 @@ const repoRoot = resolve(import.meta.dirname, "..");
 /** Where the built promtool is kept (git-ignored). */
 export function promtoolPath(root = repoRoot): string {
   return join(root, ".cache", "promtool", PROMETHEUS_MODULE_VERSION, "promtool");
-}
-
-/** A command's exit and output (both streams, the last 4,000 characters kept for an error). */
-function run(cmd: string, args: string[], opts: { cwd?: string; env: NodeJS.ProcessEnv }): Promise<{ code: number | string; stdout: string; output: string }> {
-  return new Promise((done) => {
-    const child = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let output = "";
-    const keep = (s: string) => (output = (output + s).slice(-4000));
-    child.stdout.on("data", (c: Buffer) => {
-      stdout += c.toString();
-      keep(c.toString());
-    });
-    child.stderr.on("data", (c: Buffer) => keep(c.toString()));
-    child.on("error", (err) => done({ code: err.message, stdout, output }));
-    child.on("close", (code, signal) => done({ code: code ?? signal ?? "?", stdout, output }));
-  });
 }
 
 /**
@@ -69,7 +52,7 @@ export async function ensurePromtool(root = repoRoot, log: (line: string) => voi
         if (waited) log(`[promtool] built by the other process: ${bin}`);
         return bin;
       }
-      await build(root, bin, log);
+      await build(dir, bin, log);
       return bin;
     },
     lock,
@@ -78,10 +61,11 @@ export async function ensurePromtool(root = repoRoot, log: (line: string) => voi
   );
 }
 
-async function build(root: string, bin: string, log: (line: string) => void): Promise<void> {
-  const go = await run("go", ["version"], { env: process.env });
-  if (go.code !== 0) throw new Error(`promtool: building it needs Go on the PATH (go version: ${go.output.trim() || (typeof go.code === "number" ? `exit ${go.code}` : go.code)})`);
-  const dir = join(root, ".cache", "promtool");
+/** Builds promtool into `bin`, in `dir` (.cache/promtool/), holding the lock. */
+async function build(dir: string, bin: string, log: (line: string) => void): Promise<void> {
+  const needsGo = (why: string) => new Error(`promtool: building it needs Go on the PATH (go version: ${why})`);
+  const go = await run("go", ["version"], process.cwd()).catch((err: Error) => Promise.reject(needsGo(err.message)));
+  if (go.code !== 0) throw needsGo(go.output.trim() || `exit ${go.code}`);
   // Built into a directory of its own, then moved: a build cut short leaves no half-written binary behind. The
   // staging directories of builds cut short (their pid gone) are removed; a live one's is left alone.
   mkdirSync(dir, { recursive: true });
@@ -97,13 +81,13 @@ async function build(root: string, bin: string, log: (line: string) => void): Pr
   const env = { ...process.env, GOFLAGS: "", CGO_ENABLED: "0" };
   // Prometheus's go.mod has a replace directive, which `go install <pkg>@<version>` refuses: the module is
   // downloaded (checked against the Go checksum database) and built as the main module, its own go.mod and go.sum in force.
-  const downloaded = await run("go", ["mod", "download", "-json", `${MODULE}@${PROMETHEUS_MODULE_VERSION}`], { env });
+  const downloaded = await run("go", ["mod", "download", "-json", `${MODULE}@${PROMETHEUS_MODULE_VERSION}`], process.cwd(), env);
   const moduleDir = downloaded.code === 0 ? (JSON.parse(downloaded.stdout) as { Dir?: string }).Dir : undefined;
-  if (moduleDir === undefined) throw new Error(`promtool: go mod download failed (exit ${downloaded.code}): ${downloaded.output.trim()}`);
-  const built = await run("go", ["build", "-trimpath", "-ldflags", "-s -w", "-o", join(staging, "promtool"), "./cmd/promtool"], { cwd: moduleDir, env });
+  if (moduleDir === undefined) throw new Error(`promtool: go mod download failed (exit ${downloaded.code}): ${downloaded.output.trim().slice(-4000)}`);
+  const built = await run("go", ["build", "-trimpath", "-ldflags", "-s -w", "-o", join(staging, "promtool"), "./cmd/promtool"], moduleDir, env);
   if (built.code !== 0 || !existsSync(join(staging, "promtool"))) {
     rmSync(staging, { recursive: true, force: true });
-    throw new Error(`promtool: go build failed (exit ${built.code}): ${built.output.trim()}`);
+    throw new Error(`promtool: go build failed (exit ${built.code}): ${built.output.trim().slice(-4000)}`);
   }
   mkdirSync(join(bin, ".."), { recursive: true });
   renameSync(join(staging, "promtool"), bin);
@@ -152,7 +136,6 @@ if (import.meta.filename === process.argv[1]) {
     process.exit(2);
   }
   if (background) process.exit(0);
-  const { spawnSync } = await import("node:child_process");
   const ran = spawnSync(bin, process.argv.slice(2), { stdio: "inherit" });
   process.exit(ran.status ?? 1);
 }

@@ -28,14 +28,19 @@ export function tail(file: string, lines = 40): string {
   }
 }
 
-export function run(cmd: string, args: string[], cwd: string): Promise<{ code: number; output: string }> {
+/** `cmd` run to its end: its exit code, stdout and stderr as they came (`output`), and stdout alone. */
+export function run(cmd: string, args: string[], cwd: string, env?: NodeJS.ProcessEnv): Promise<{ code: number; output: string; stdout: string }> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    let stdout = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      output += d.toString();
+    });
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     child.on('error', reject);
-    child.on('close', (code) => resolvePromise({ code: code ?? 1, output }));
+    child.on('close', (code) => resolvePromise({ code: code ?? 1, output, stdout }));
   });
 }
 
