@@ -56,7 +56,7 @@ export interface EnsureStackResult {
   started: boolean;
   /** Stops exactly what this call started (no-op when nothing was started). */
   stop: () => Promise<void>;
-  /** With `secure`: what this call started. A reused broker whose registry it started again gives `['registry']`. */
+  /** What this call started. A reused broker whose registry it started again gives `['registry']`. */
   startedParts?: readonly ('broker' | 'registry')[];
   /** With `secure`: the CA, the SCRAM users and their passwords, the registry's credentials (src/testing/secure-stack.ts). */
   secure?: SecureStackInfo;
@@ -353,6 +353,7 @@ export async function ensureStack(opts: EnsureStackOptions = {}): Promise<Ensure
   return {
     endpoints,
     started: mine.length > 0,
+    startedParts: mine,
     stop: async () => {
       if (stopped) return;
       stopped = true;
