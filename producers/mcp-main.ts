@@ -156,6 +156,14 @@ try {
   });
   const options = { client, tools: mod.specs, read: recordsReader(mod.specs, mod.readers(process.env)), logger: log };
   if (args.stdio) {
+    // The client gone (its end of our stdout closed) while an answer is written: the session is over, as when it
+    // closes our stdin, and the stop is as clean; any other failure to write is one (exit 1). Without this, EPIPE
+    // was an unhandled 'error' event: a stack trace and exit 1, the client's consumer left to its session timeout.
+    process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code === "EPIPE") return void stop("stdout closed", 0);
+      log.error({ err }, "writing to stdout failed; stopping");
+      void stop("stdout failed", 1);
+    });
     const stdio = await serveWritMcpStdio({ ...options, ...(config.runId ? { runId: config.runId } : {}) });
     close = stdio.close;
     log.info({ runId: stdio.runId, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on stdio");

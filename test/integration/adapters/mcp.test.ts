@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { request } from "node:http";
 import { resolve } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -7,6 +8,7 @@ import { describe, expect, it, onTestFailed, onTestFinished } from "vitest";
 import { readers, specs } from "../../../examples/demo-tool-specs.ts";
 import { RUN_ID_META_KEY, startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
 import { putRecord, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl, type Harness } from "../../helpers/writ-harness.ts";
 
 const conversation = () => `conv-${Math.random().toString(36).slice(2, 10)}`;
@@ -68,6 +70,44 @@ describe("MCP server on a real broker", () => {
     expect(retry).toMatchObject({ status: "applied", duplicate: true, version: '"v2"' });
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([{ amountCents: 500, reason: "damaged" }]);
     expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+  });
+
+  // An MCP host that goes away closes its end of the server's stdout, and may do so before its stdin: an answer
+  // written then met EPIPE as an unhandled 'error' event (a stack trace, exit 1, no clean stop).
+  it("stdio-client-gone: the client closing the server's stdout ends the server cleanly (exit 0), not with an unhandled EPIPE", async () => {
+    const h = await startDemoHarness({ payment: true });
+    const child = spawn(process.execPath, [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"], {
+      env: {
+        PATH: process.env.PATH ?? "",
+        KAFKA_BROKERS: brokers().join(","),
+        ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
+        WRIT_INTENTS_TOPIC: h.config.topics.intents,
+        WRIT_MCP_AGENT_ID: `mcp-agent-gone-${h.id}`,
+        RECORDS_URL: h.records.url,
+        WRIT_RUN_ID: conversation(),
+        LOG_LEVEL: "info",
+      },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    onTestFinished(() => void child.kill("SIGKILL"));
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    child.on("exit", (code, signal) => (exit = { code, signal }));
+    const send = (message: object) => child.stdin.write(`${JSON.stringify(message)}\n`);
+    send({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "gone", version: "0" } } });
+    await waitFor(() => stdout.includes('"id":1'), { timeoutMs: 30_000, message: () => `no answer to initialize; stderr: ${stderr}` });
+
+    // The client's end of stdout closed; its stdin stays open, so only a failed write tells the server.
+    child.stdout.destroy();
+    for (let id = 2; id < 42; id++) send({ jsonrpc: "2.0", id, method: "tools/list", params: {} });
+    await waitFor(() => exit, { timeoutMs: 30_000, message: () => `the MCP server did not stop; stderr: ${stderr}` });
+
+    expect(exit, stderr).toEqual({ code: 0, signal: null });
+    expect(stderr).toContain('"reason":"stdout closed"');
+    expect(stderr).not.toContain("Unhandled 'error' event");
   });
 
   it("http-retry: two calls in one MCP session (run id = session id) write once", async () => {
