@@ -11,7 +11,8 @@ import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { connectionSecurityFromEnv } from "../security/transport.ts";
 import type { DemoRecordsServer } from "../testing/demo-records-server.ts";
 import { SCENARIOS, type ScenarioName } from "../verify/report.ts";
-import { cleanupVerifyRun, DEFAULT_VERIFY_SOR_TIMEOUT_MS, formatReport, leftoversLine, runVerify, type VerifyLeftovers, type VerifyReport } from "../verify/verify.ts";
+import { watchForStall, type StallWatch } from "./stall-watch.ts";
+import { cleanupVerifyRun, DEFAULT_VERIFY_SOR_TIMEOUT_MS, defaultModuleTimeoutMs, formatReport, leftoversLine, runVerify, type VerifyLeftovers, type VerifyReport } from "../verify/verify.ts";
 import { clientSettingsFromEnv, msFlag, parseOrExit, type Command } from "./common.ts";
 import { onStopSignals, SIGNAL_EXIT_STATUS } from "./signals.ts";
 
@@ -139,6 +140,7 @@ async function main(argv: string[]): Promise<number> {
   // Ctrl-C or SIGTERM: the run stops, deletes its topics and groups and reports what ran (a second signal ends the
   // process at once).
   const stop = new AbortController();
+  let stall: StallWatch | undefined;
   const signals = onStopSignals((name) => {
     process.stderr.write(`writ verify: stopped by ${name}; deleting the run's topics and groups (again, 1 s on, to quit at once)\n`);
     stop.abort(new Error(`stopped by ${name}`));
@@ -174,6 +176,12 @@ async function main(argv: string[]): Promise<number> {
     // The owners' WRIT_REPLICATION_FACTOR for verify's topics: one replica is refused where min.insync.replicas is 2.
     const { replicationFactor } = clientSettingsFromEnv();
     progress(`tools ${tools}; Kafka ${brokers}${connection.kafka?.sasl ? ` (SASL ${connection.kafka.sasl.mechanism} as ${connection.kafka.sasl.username})` : ""}; registry ${registry === undefined ? "none (plain JSON)" : shownUrl(registry)}; logs ${logFile}`);
+    // The module's code runs on this thread: a synchronous loop there would hold the process past every deadline.
+    const limitMs = moduleTimeoutMs ?? defaultModuleTimeoutMs(sorTimeoutMs ?? DEFAULT_VERIFY_SOR_TIMEOUT_MS);
+    stall = watchForStall(
+      limitMs,
+      `writ verify: stopped: the process's JavaScript ran for ${limitMs} ms without yielding (--module-timeout-ms): most likely a synchronous loop in the tools module's code (its top level, systems(env), an adapter or a fixture). A deadline cannot cut off a synchronous call, so verify ends itself (SIGKILL, exit 137)`,
+    );
     const report = await runVerify({
       tools,
       brokers,
@@ -195,6 +203,7 @@ async function main(argv: string[]): Promise<number> {
         cleanups.push(() => closing);
       },
       onLeftovers: (left) => void (leftovers = left),
+      onRunId: (runId) => stall?.leaves(`. Run ${runId} may have left topics and groups on the cluster: writ verify --cleanup ${runId} --brokers ${brokers} deletes them`),
     });
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
@@ -217,6 +226,7 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${JSON.stringify({ ok: false, runId: leftovers.runId, error, leftovers })}\n`);
     }
   } finally {
+    stall?.stop();
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
     signals.dispose();
   }

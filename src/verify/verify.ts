@@ -81,6 +81,8 @@ export interface VerifyOptions {
    * it too (`leftovers`).
    */
   onLeftovers?: (left: VerifyLeftovers) => void;
+  /** Called with the run's id once it has one, before anything of the run is made on the cluster (its names carry it). */
+  onRunId?: (runId: string) => void;
 }
 
 /** Rejects with the signal's reason once it aborts; never settles without one. */
@@ -283,6 +285,7 @@ export async function runVerify(opts: VerifyOptions): Promise<VerifyReport> {
   };
   const topicSettings = opts.replicationFactor === undefined ? {} : { replicationFactor: opts.replicationFactor };
   const runId = `wv-${randomBytes(3).toString("hex")}`;
+  opts.onRunId?.(runId);
   const stopped = abortion(opts.signal);
   // Awaited until the signal, if any, aborts; what it starts is still stopped in `finally` (kept below).
   const until = <T>(work: Promise<T>): Promise<T> => (opts.signal ? Promise.race([work, stopped]) : work);

@@ -1,12 +1,14 @@
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { describe, expect, it, onTestFinished } from "vitest";
 import * as demoFixture from "../../../examples/verify-fixture.ts";
 import { WritError } from "../../../src/errors.ts";
 import { cleanupVerifyRun, defaultModuleTimeoutMs, outageNow, runVerify } from "../../../src/verify/verify.ts";
 import { ROOT } from "../../helpers/build.ts";
+import { waitFor } from "../../helpers/wait-for.ts";
 
 // What runVerify refuses before it reaches Kafka (KAFKA_BROKERS=127.0.0.1:9 in the unit run: nothing listens).
 const verify = (tools: Parameters<typeof runVerify>[0]["tools"]) => runVerify({ tools, brokers: "127.0.0.1:9", env: {} });
@@ -61,6 +63,38 @@ describe("a tools module whose import never finishes", () => {
     const run = await verifyCli(["--tools", neverLoading(holding), "--module-timeout-ms", "2000"]);
     expect(run.code, run.stderr).toBe(2);
     expect(run.stderr).toMatch(/^writ verify: the tools module \S+hung-tools\.mjs did not finish loading within 2000 ms \(--module-timeout-ms/m);
+  });
+});
+
+/** A tools module that spins for ever (a synchronous loop) at `where`: its top level, or in systems(env). */
+function spinning(where: "top level" | "systems(env)"): string {
+  const dir = mkdtempSync(join(tmpdir(), "writ-verify-spin-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  const module = join(dir, "spinning-tools.mjs");
+  // The demo's tools and fixtures, its systems(env) replaced: the module passes every check before that call.
+  const demo = JSON.stringify(pathToFileURL(join(ROOT, "examples", "verify-fixture.ts")).href);
+  writeFileSync(module, where === "top level" ? "for (;;) {}\nexport const tools = [];\n" : `export * from ${demo};\nexport function systems() { for (;;) {} }\n`);
+  return module;
+}
+
+describe("a tools module whose code never yields", () => {
+  // A deadline is a timer, and no timer fires while a synchronous loop runs: before, verify hung for good, deaf to
+  // Ctrl-C (or SIGTERM). A worker thread watches the loop and ends the process, saying why.
+  it.each(["top level", "systems(env)"] as const)("ends the CLI (SIGKILL) once the module deadline passes, saying why on stderr (a loop at its %s)", async (where) => {
+    const child = spawn(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "verify", "--tools", spinning(where), "--module-timeout-ms", "2000", "--brokers", "127.0.0.1:9"], { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    child.on("exit", (code, signal) => (exit = { code, signal }));
+    try {
+      // Its own end, not this test's: a process still there at the deadline fails the test (and is killed below).
+      await waitFor(() => exit, { timeoutMs: 30_000, message: () => `writ verify did not end; stderr: ${stderr}` });
+    } finally {
+      if (!exit) child.kill("SIGKILL");
+    }
+    const run = { ...exit!, stderr };
+    expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: null, signal: "SIGKILL" });
+    expect(run.stderr).toContain("writ verify: stopped: the process's JavaScript ran for 2000 ms without yielding (--module-timeout-ms)");
   });
 });
 

@@ -1,0 +1,60 @@
+// A watch, from a worker thread, on the main thread's event loop, for a command that runs code it does not own.
+// `writ verify` calls into the user's tools module (its import, systems(env), adapters, fixtures) under deadlines,
+// but a deadline is a timer, and a timer never fires while that code runs a synchronous loop: the process would hang
+// for good, deaf to Ctrl-C (a signal handler is JavaScript too, on the same thread). The worker's own loop still
+// turns: when the main thread has not turned its loop for the deadline, the worker says why on stderr and ends the
+// process with SIGKILL, the one way out of a thread that never yields.
+import { Worker } from "node:worker_threads";
+
+/** How often the main thread marks that its loop turned. ms. */
+const BEAT_MS = 200;
+
+// Plain JavaScript (an eval worker is CommonJS, and must run from the built package too, where no .ts is loaded).
+// The deadline counts the worker's own ticks, not the wall clock: a machine suspended and resumed (a laptop's lid)
+// wakes both threads, and the main one beats within BEAT_MS, before the worker has ticked enough to act.
+const WORKER = `
+const { parentPort, workerData } = require("node:worker_threads");
+const { writeSync } = require("node:fs");
+const beat = new Int32Array(workerData.beat);
+let seen = Atomics.load(beat, 0);
+let still = 0;
+let leftover = "";
+parentPort.on("message", (m) => { if (typeof m === "string") leftover = m; });
+setInterval(() => {
+  const now = Atomics.load(beat, 0);
+  if (now !== seen) { seen = now; still = 0; return; }
+  still++;
+  if (still * workerData.tickMs < workerData.limitMs) return;
+  try { writeSync(2, workerData.message + leftover + "\\n"); } catch {}
+  process.kill(process.pid, "SIGKILL");
+}, workerData.tickMs);
+`;
+
+export interface StallWatch {
+  /** Text added to the message said at a stall (what the run leaves behind, once known). */
+  leaves(text: string): void;
+  stop(): void;
+}
+
+/**
+ * Starts the watch: a main thread whose loop does not turn for `limitMs` ends the process (SIGKILL) once `message`
+ * (and what {@link StallWatch.leaves} gave last) is written to stderr. Neither the beat nor the worker keeps the
+ * process alive.
+ */
+export function watchForStall(limitMs: number, message: string): StallWatch {
+  const shared = new SharedArrayBuffer(4);
+  const beat = new Int32Array(shared);
+  const timer = setInterval(() => Atomics.add(beat, 0, 1), BEAT_MS);
+  timer.unref();
+  const worker = new Worker(WORKER, { eval: true, workerData: { beat: shared, limitMs, tickMs: Math.min(1_000, Math.max(BEAT_MS * 2, Math.floor(limitMs / 10))), message } });
+  worker.unref();
+  // A worker that fails to start or dies leaves the command as it was without the watch.
+  worker.on("error", () => undefined);
+  return {
+    leaves: (text) => worker.postMessage(text),
+    stop: () => {
+      clearInterval(timer);
+      void worker.terminate();
+    },
+  };
+}
