@@ -10,7 +10,8 @@ import { intentKey } from "../src/keys.ts";
 import { componentLogger, createLogger, type Logger } from "../src/logger.ts";
 import { createOffsetProbe } from "../src/owner/offset-probe.ts";
 import type { EndOffsets, OffsetProbe } from "../src/owner/hang-watch.ts";
-import { entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
+import { Audience, entityKey, type EntityRef, type JsonPatchOp } from "../src/schemas/common.ts";
+import { printable } from "../src/printable.ts";
 import { isControlRecord } from "../src/schemas/control.ts";
 import { partitionFor } from "../src/kafka/partition.ts";
 import { prepareSigner, SIGNATURE_HEADER, signIntent, type IntentSigner } from "../src/security/signing.ts";
@@ -109,6 +110,12 @@ export async function createWritClient(
     /** Signs every intent (Ed25519, `writ-signature` header): required where owners run with an agent registry. */
     signer?: IntentSigner;
     /**
+     * The deployment this client signs for: its owners' `WRIT_SIGNING_AUDIENCE` (1–128 of A-Z a-z 0-9 . _ : / -). Put
+     * in every intent and resolution it signs (lease and undo intents too), so owners of another deployment that lists
+     * the same key refuse them. Needs `signer`: an audience nobody signs protects nothing.
+     */
+    audience?: string;
+    /**
      * The owners' `maxIntentBytes` (default 262 144): a larger encoded intent is refused here, `too_large`,
      * since owners dead-letter it without a reply. Set it to the owners' value when they run with another.
      */
@@ -126,11 +133,12 @@ export async function createWritClient(
 ): Promise<WritClient> {
   // kafkajs's harmless negative timer would print a TimeoutNegativeWarning in every program that uses a client.
   hideKafkajsTimeoutWarning();
-  const { logger, offsetProbe, signer: rawSigner, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, kafkaLogTap, ...raw } = input;
+  const { logger, offsetProbe, signer: rawSigner, audience: rawAudience, maxIntentBytes = DEFAULT_MAX_INTENT_BYTES, maxJsonDepth = DEFAULT_MAX_JSON_DEPTH, onStopped, kafkaLogTap, ...raw } = input;
   const config = parseConfig(ClientConfig, raw, "client");
   const limits: AdmissionLimits = { maxIntentBytes: positiveInteger("maxIntentBytes", maxIntentBytes), maxJsonDepth: positiveInteger("maxJsonDepth", maxJsonDepth) };
   // Checked and parsed once, here: a bad key fails the client's start, and no submit parses PEM again.
   const signer = rawSigner ? prepareSigner(rawSigner) : undefined;
+  const audience = signingAudienceOf(rawAudience, rawSigner !== undefined);
   const log = componentLogger(logger ?? createLogger(), "writ-client", { agent: config.agentId });
   registerCompressionCodecs();
   const kafka = new Kafka({
@@ -168,13 +176,33 @@ export async function createWritClient(
     await setter.connect();
     await setter.setOffsets({ groupId, topic: config.replyTopic, partitions: start }).finally(() => setter.disconnect());
   }
-  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer, onStopped);
+  const client = new KafkaWritClient(config, kafka, log, probe, replyPartitions, groupId, limits, signer, onStopped, audience);
   // A start that fails (a reply consumer that stops before it joins its group) leaves no connection behind.
   await client.start().catch(async (err: unknown) => {
     await client.close();
     throw err;
   });
   return client;
+}
+
+/**
+ * A client's `audience` checked (config_invalid, field `audience`): one of {@link Audience}, and only with a signer,
+ * since owners check it only on signed records. Shared by every writ component that signs (the CLI, the console).
+ */
+export function signingAudienceOf(audience: unknown, hasSigner: boolean): string | undefined {
+  if (audience === undefined) return undefined;
+  const checked = Audience.safeParse(audience);
+  if (!checked.success) {
+    const got = typeof audience === "string" ? `, got ${JSON.stringify(printable(audience.slice(0, 64)))}${audience.length > 64 ? "…" : ""}` : `, got ${typeof audience}`;
+    throw new WritError("config_invalid", `audience must be 1–128 of A-Z a-z 0-9 . _ : / -${got}`, { retriable: false, context: { field: "audience" } });
+  }
+  if (!hasSigner) {
+    throw new WritError("config_invalid", "audience needs a signer (signer, or --signing-key and --key-id): owners check the audience of signed records only, so an unsigned one protects nothing", {
+      retriable: false,
+      context: { field: "audience" },
+    });
+  }
+  return checked.data;
 }
 
 /** `work`'s result, or a retriable `not_sent` when `deadline` passes first (what it prepares was never sent). */
@@ -253,6 +281,8 @@ class KafkaWritClient implements WritClient {
   private lastProbe: { at: number; ends: Promise<EndOffsets[] | null> } | null = null;
 
   private readonly signer: IntentSigner | undefined;
+  /** Put in every intent and resolution this client signs (`createWritClient`'s `audience`). */
+  private readonly audience: string | undefined;
   /** Concurrent submits share produce requests (see SendCoalescer). */
   private readonly sends: SendCoalescer;
 
@@ -273,8 +303,10 @@ class KafkaWritClient implements WritClient {
     limits: AdmissionLimits,
     signer?: IntentSigner,
     onStopped?: (err: WritError) => void,
+    audience?: string,
   ) {
     this.onStopped = onStopped;
+    this.audience = audience;
     this.kafka = kafka;
     this.groupId = groupId;
     this.signer = signer;
@@ -364,7 +396,24 @@ class KafkaWritClient implements WritClient {
       params: i.params,
       replyTo: this.config.replyTopic,
       createdAt: new Date().toISOString(),
+      ...(this.audience !== undefined ? { audience: this.audience } : {}),
     };
+  }
+
+  /**
+   * `intent` with this client's audience, as it is signed and sent: intents built elsewhere (lease and undo intents,
+   * a whole intent given to submit) get it too. One that names another audience is refused (config_invalid): it
+   * would be signed for a deployment this client is not configured for.
+   */
+  private withAudience(intent: WriteIntent): WriteIntent {
+    if (this.audience === undefined || intent.audience === this.audience) return intent;
+    if (intent.audience !== undefined) {
+      throw new WritError("config_invalid", `the intent names audience ${JSON.stringify(printable(String(intent.audience).slice(0, 128)))}, not this client's (${this.audience}); nothing was sent`, {
+        retriable: false,
+        context: { field: "audience", intentKey: intent.intentKey },
+      });
+    }
+    return { ...intent, audience: this.audience };
   }
 
   get replyTopic(): string {
@@ -457,9 +506,11 @@ class KafkaWritClient implements WritClient {
    * deadline passed before the intents were produced; resolves `unknown` when it passed with their
    * request in flight, or before a reply.
    */
-  private async sendAndWait(intents: WriteIntent[], deadline: number): Promise<SubmitResult[]> {
+  private async sendAndWait(given: WriteIntent[], deadline: number): Promise<SubmitResult[]> {
     // No reply can be read: nothing is sent (the caller hears why now, not at its deadline).
     if (this.stopped) throw this.stopped;
+    // Signed for this client's deployment (its audience), whoever built the intent.
+    const intents = given.map((intent) => this.withAudience(intent));
     // Owners dead-letter an intent nested too deep without a reply: the caller hears it now, nothing is sent.
     for (const intent of intents) this.checkDepth(intent, intent.intentKey);
     // Owners refuse an intent with no canonical form anywhere in it (`not_canonical`): the caller hears it now, nothing is sent.
@@ -609,6 +660,7 @@ class KafkaWritClient implements WritClient {
       // The record's type and id only: what else the intent's entity carries is in the intent already.
       entity: { type: escalation.intent.entity.type, id: escalation.intent.entity.id },
       createdAt: new Date().toISOString(),
+      ...(this.audience !== undefined ? { audience: this.audience } : {}),
     };
     this.checkDepth(resolution, resolution.intent.intentKey, "resolution");
     const unbounded = deltaOutOfBounds(resolution.delta, resolutionBounds(this.limits).delta);

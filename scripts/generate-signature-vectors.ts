@@ -113,6 +113,11 @@ const INPUTS: VectorInput[] = [
     intentJson: json({ ...refundIntent, delta: [{ op: "replace", path: "/limit", value: "INF" }] }).replace('"INF"', "1e400"),
     error: "not_canonical",
   },
+  {
+    name: "audience: signed for one deployment (its owners' WRIT_SIGNING_AUDIENCE), the member covered as any other",
+    keyId: "test-2026-11",
+    intentJson: json({ ...refundIntent, audience: "acme:billing/prod-eu-1" }),
+  },
 ];
 
 function errorCode(fn: () => unknown): string | null {

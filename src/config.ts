@@ -2,6 +2,7 @@ import { z } from "zod";
 import { DEFAULT_REGISTRY_LOOKUPS_PER_S } from "./codec.ts";
 import { WritError } from "./errors.ts";
 import { printable } from "./printable.ts";
+import { Audience } from "./schemas/common.ts";
 import { RESOLUTION_FIELDS_BYTES, resolutionBounds } from "./schemas/resolution.ts";
 import { MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS } from "./schemas/write-intent.ts";
 import { LEDGER_MIN_COMPACTION_LAG_MS } from "./topics.ts";
@@ -234,6 +235,13 @@ export const RouterConfig = z
      * development run open, with a warning); true in production, so a registry left unset stops the owner.
      */
     requireAgentRegistry: z.boolean().default(false),
+    /**
+     * The audience this deployment's signed intents and resolutions must name (their `audience`, 1–128 of
+     * A-Z a-z 0-9 . _ : / -): one without it, or with another, is refused `unauthenticated` as a bad signature is, so
+     * bytes an agent signed for another deployment (staging, another region or tenant) that lists the same key cannot
+     * be replayed here. Needs an agent registry (without one no signature is verified). Unset: any audience, or none.
+     */
+    signingAudience: Audience.optional(),
     /** Names this process in ledger markers, logs and the `x-writ-owner` header of its writes. */
     instanceId: z
       .string()
@@ -435,6 +443,7 @@ export const ROUTER_ENV = {
   healthMaxConnectionsPerAddress: "WRIT_HEALTH_MAX_CONNECTIONS_PER_ADDRESS",
   agentRegistryPath: "WRIT_AGENT_REGISTRY",
   requireAgentRegistry: "WRIT_REQUIRE_AGENT_REGISTRY",
+  signingAudience: "WRIT_SIGNING_AUDIENCE",
   instanceId: "WRIT_INSTANCE_ID",
 } as const;
 
@@ -499,10 +508,19 @@ export function routerConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Route
 
 /**
  * Throws `config_invalid` naming WRIT_AGENT_REGISTRY when the config requires an agent registry
- * (WRIT_REQUIRE_AGENT_REGISTRY) and the owner has none (`hasRegistry`): it would verify no signature.
+ * (WRIT_REQUIRE_AGENT_REGISTRY) and the owner has none (`hasRegistry`): it would verify no signature; and naming
+ * WRIT_SIGNING_AUDIENCE and WRIT_AGENT_REGISTRY when an audience is set without one, since no signature would bind it.
  */
-export function checkAgentRegistryRequired(config: Pick<RouterConfig, "requireAgentRegistry">, hasRegistry: boolean): void {
-  if (!config.requireAgentRegistry || hasRegistry) return;
+export function checkAgentRegistryRequired(config: Pick<RouterConfig, "requireAgentRegistry" | "signingAudience">, hasRegistry: boolean): void {
+  if (hasRegistry) return;
+  if (config.signingAudience !== undefined) {
+    throw new WritError(
+      "config_invalid",
+      "invalid router configuration: WRIT_SIGNING_AUDIENCE (signingAudience) needs an agent registry, WRIT_AGENT_REGISTRY (agentRegistryPath): without one owners verify no signature, and an audience nobody signed protects nothing",
+      { retriable: false, context: { field: "WRIT_SIGNING_AUDIENCE" } },
+    );
+  }
+  if (!config.requireAgentRegistry) return;
   throw new WritError(
     "config_invalid",
     "invalid router configuration: WRIT_AGENT_REGISTRY (agentRegistryPath): required, since WRIT_REQUIRE_AGENT_REGISTRY (requireAgentRegistry) is true; without an agent registry owners verify no signature and any producer may write as any agent",

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from writ_client import (
     SIGNATURE_HEADER,
+    AudienceInvalid,
     CanonicalJsonError,
     Ed25519Signer,
     EntityRef,
@@ -21,11 +22,13 @@ from writ_client import (
     SigningError,
     WritClient,
     WriteIntent,
+    build_resolution,
     canonical_json,
     sign_intent,
     signed_bytes,
     verify_intent_signature,
 )
+from writ_client.change import build_lease_intent
 from writ_client.signing import public_key_from
 
 from .conftest import REPO
@@ -256,3 +259,79 @@ def test_an_intent_field_with_no_canonical_form_is_refused_when_building() -> No
     with pytest.raises(CanonicalJsonError) as err:
         _client().build_intent(_input(params={"amountCents": float("nan"), "reason": "damaged"}))
     assert err.value.code == "not_canonical"
+
+
+# -- the audience (the owners' WRIT_SIGNING_AUDIENCE, wire contract §7) -----------------------------------------------
+
+AUDIENCE_VECTOR = next(v for v in VECTORS["vectors"] if v["name"].startswith("audience:"))
+
+
+def test_the_audience_vector_covers_the_audience() -> None:
+    """The audience is one more signed member: the vector verifies, and the same bytes under another audience (or none) do not."""
+    k = KEYS[AUDIENCE_VECTOR["keyId"]]
+    intent = json.loads(AUDIENCE_VECTOR["intentJson"])
+    assert intent["audience"] == "acme:billing/prod-eu-1"
+    header = AUDIENCE_VECTOR["expected"]["header"]
+    keys = {k["keyId"]: public_key_from(k["publicKeyPem"])}
+    assert sign_intent(intent, Ed25519Signer.from_seed(k["seedBase64"], key_id=k["keyId"])) == header
+    assert verify_intent_signature(intent, header, keys) == (True, k["keyId"])
+    assert verify_intent_signature({**intent, "audience": "acme:billing/staging"}, header, keys)[0] is False
+    assert verify_intent_signature({m: x for m, x in intent.items() if m != "audience"}, header, keys)[0] is False
+    # The model keeps it (it would otherwise refuse the member, or drop it and break the signature).
+    assert canonical_json(WriteIntent.model_validate(intent).to_wire()) == AUDIENCE_VECTOR["expected"]["canonical"]
+
+
+def test_an_audience_needs_a_signer_and_the_alphabet() -> None:
+    with pytest.raises(AudienceInvalid, match="needs a signer") as err:
+        _client(audience="prod")
+    assert err.value.code == "config_invalid" and err.value.field == "audience"
+    signer = Ed25519Signer.generate(key_id="k1")
+    for bad in ("", "x" * 129, "prod eu", "prod\x1b[2J", 7):
+        with pytest.raises(AudienceInvalid, match="1–128"):
+            _client(signer=signer, audience=bad)
+    assert _client(signer=signer, audience="a" * 128).audience == "a" * 128
+    assert _client(signer=signer).audience is None
+
+
+def test_the_client_signs_its_audience_into_every_intent_and_resolution() -> None:
+    signer = Ed25519Signer.from_seed(KEYS["test-2026-11"]["seedBase64"], key_id="test-2026-11")
+    keys = {"test-2026-11": signer.public_key}
+    client = _client(signer=signer, audience="acme:billing/prod-eu-1")
+    built = client.build_intent(_input())
+    assert built.audience == "acme:billing/prod-eu-1"
+    undo = client.build_undo({"intent_key": "a" * 64, "entity": {"type": "payment", "id": "pay_1001"}, "tool": "refund_payment"})
+    lease = build_lease_intent(
+        change="b" * 64, op="acquire", entity=EntityRef(type="payment", id="pay_1001"), tool="refund_payment", agent_id="billing-agent", run_id="r", step_id="s", reply_to="writ.replies.billing-agent"
+    )
+    for intent in (built, undo, lease):
+        stamped = client._with_audience(intent)
+        wire, headers = client._prepare(stamped)
+        assert wire["audience"] == "acme:billing/prod-eu-1"
+        sent = json.loads(client.codec.encode(client.intents_topic, "WriteIntent", wire))
+        assert verify_intent_signature(sent, headers[0][1], keys) == (True, "test-2026-11")
+        assert verify_intent_signature({**sent, "audience": "acme:billing/staging"}, headers[0][1], keys)[0] is False
+    with pytest.raises(AudienceInvalid, match="not this client's"):
+        client._with_audience(built.model_copy(update={"audience": "staging"}))
+    # Without an audience nothing is added (the member stays off the wire).
+    plain = _client(signer=signer)
+    assert "audience" not in plain._prepare(plain._with_audience(plain.build_intent(_input())))[0]
+    wire = build_resolution(
+        {"escalationId": "esc-1", "reason": "conflict_cycles_exhausted", "message": "m", "intent": built.to_wire(), "cycles": 2, "current": None, "at": "2026-11-05T10:15:30.123Z"},
+        "discard",
+        operator="billing-agent",
+        reply_to="writ.replies.billing-agent",
+        audience="acme:billing/prod-eu-1",
+    )
+    assert wire["audience"] == "acme:billing/prod-eu-1"
+    header = sign_intent(wire, signer)
+    assert verify_intent_signature(wire, header, keys)[0] is True
+    assert verify_intent_signature({**wire, "audience": "staging"}, header, keys)[0] is False
+
+
+def test_from_env_takes_the_owners_audience_for_a_signing_client() -> None:
+    signer = Ed25519Signer.generate(key_id="k1")
+    env = {"KAFKA_BROKERS": "127.0.0.1:1", "WRIT_SIGNING_AUDIENCE": "prod"}
+    assert WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, signer=signer).audience == "prod"
+    assert WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, signer=signer, audience="staging").audience == "staging"
+    # Not signing: nothing to bind it to, and the owners' variable may share the environment.
+    assert WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env).audience is None

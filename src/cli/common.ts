@@ -17,7 +17,7 @@ import { registerCompressionCodecs } from "../kafka/compression.ts";
 import { kafkaLogCreator } from "../kafka-log.ts";
 import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
-import { JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
+import { Audience, JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { resolutionBounds } from "../schemas/resolution.ts";
 import { prepareSigner, type IntentSigner } from "../security/signing.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
@@ -402,4 +402,23 @@ export function signerFromFlags(keyFile: string | undefined, keyId: string | und
     if (!(err instanceof WritError)) throw err;
     throw new UsageError(err.context.field === "keyId" ? `--key-id: ${err.message}` : `--signing-key ${keyFile}: ${err.message}`);
   }
+}
+
+/**
+ * What a command that signs gives its client: the signer of `--signing-key` and `--key-id`, and the audience it signs
+ * for, `--audience` or else `$WRIT_SIGNING_AUDIENCE` (the owners' variable: a command run beside them signs for their
+ * deployment). `--audience` without a signer is a usage error (an audience nobody signs protects nothing); the
+ * variable is used only when the command signs. Checked before anything connects.
+ */
+export function signingFromFlags(a: { "signing-key"?: string | undefined; "key-id"?: string | undefined; audience?: string | undefined }): { signer?: IntentSigner; audience?: string } {
+  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
+  if (a.audience !== undefined) {
+    if (signer === undefined) throw new UsageError("--audience goes with --signing-key and --key-id: owners check the audience of signed records only");
+    const checked = Audience.safeParse(a.audience);
+    if (!checked.success) throw new UsageError(`--audience: 1–128 of A-Z a-z 0-9 . _ : / -, got "${printable(a.audience.slice(0, 128))}"`);
+    return { signer, audience: checked.data };
+  }
+  if (signer === undefined) return {};
+  const audience = fromEnv("WRIT_SIGNING_AUDIENCE", Audience.optional(), undefined);
+  return audience === undefined ? { signer } : { signer, audience };
 }

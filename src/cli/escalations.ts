@@ -5,7 +5,7 @@ import { WireCodec } from "../codec.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonPatchFlag, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonPatchFlag, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signingFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { decodeRecord } from "./tail.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
 import { readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
@@ -13,7 +13,7 @@ import { readWholeTopic, topicsWithPrefix } from "./topic-reader.ts";
 const USAGE = `usage: writ escalations list [--open [--ledger-topic <topic>]] [--json] [--brokers <list>] [--registry <url>]
        writ escalations resolve <escalation id> --apply|--discard|--return [--message <text>] [--base-version <etag>]
                                 [--delta <json patch> | --delta-file <file|->] [--operator <id>] [--reply-topic <topic>]
-                                [--signing-key <pem file> --key-id <id>] [--timeout-ms <ms>]
+                                [--signing-key <pem file> --key-id <id> [--audience <a>]] [--timeout-ms <ms>]
 
 list      every escalation on writ.human ($WRIT_HUMAN_TOPIC): reason, entity, tool, intent key, message,
           escalation id and age, oldest first. Reads committed records from the beginning of the topic to
@@ -39,7 +39,8 @@ resolve   a person's decision on one escalation, carried out by the record's own
           and the operations allowed there, as an agent's delta: beyond them the owner refuses,
           patch_path_not_allowed / patch_op_not_allowed, nothing written.
           The operator (--operator, default writ-operator) must be allowed "writ.resolve" where owners run
-          with an agent registry, and sign with its key (--signing-key, --key-id). --timeout-ms: how long
+          with an agent registry, and sign with its key (--signing-key, --key-id), for the owners' audience
+          (--audience, default $WRIT_SIGNING_AUDIENCE, where they set one). --timeout-ms: how long
           to wait for the owner's answer (default 30000 ms; --timeout, its earlier name, is still taken).
 
   --json              one JSON object per escalation per line (the Escalation, plus topic, partition, offset)
@@ -186,6 +187,7 @@ const RESOLVE_OPTIONS = {
   "reply-topic": { type: "string" },
   "signing-key": { type: "string" },
   "key-id": { type: "string" },
+  audience: { type: "string" },
   "timeout-ms": { type: "string" },
   timeout: { type: "string" },
   brokers: { type: "string" },
@@ -200,7 +202,7 @@ async function resolve(argv: string[]): Promise<number> {
   if (escalationId === undefined || extra.length > 0) throw new UsageError("resolve takes one escalation id");
   const decisions = (["apply", "discard", "return"] as const).filter((d) => a[d] === true);
   if (decisions.length !== 1) throw new UsageError("give exactly one of --apply, --discard, --return");
-  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
+  const signing = signingFromFlags(a);
   if (!a.apply && (a.delta !== undefined || a["delta-file"] !== undefined)) throw new UsageError(`--${a.delta !== undefined ? "delta" : "delta-file"} goes with --apply`);
   const delta = jsonPatchFlag("delta", a.delta, a["delta-file"]);
   if (a["timeout-ms"] !== undefined && a.timeout !== undefined) throw new UsageError("give --timeout-ms (or --timeout, its earlier name), not both");
@@ -232,7 +234,7 @@ async function resolve(argv: string[]): Promise<number> {
     ...clientSettingsFromEnv(),
     ...connection,
     logger: log,
-    ...(signer !== undefined ? { signer } : {}),
+    ...signing,
   });
   try {
     const reply = await client.resolve(

@@ -8,7 +8,7 @@ import type { KeyScope, KeyedTool } from "../keys.ts";
 import { jsonLine, printable } from "../printable.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { WriteIntent } from "../schemas/write-intent.ts";
-import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { clientSettingsFromEnv, brokersFrom, commandLogger, connectionFor, jsonFlag, jsonPatchOf, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signingFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { loadToolsModule } from "./tools-module.ts";
 
 const USAGE = `usage: writ submit --intent <file|-|json> [options]
@@ -47,6 +47,8 @@ Where it goes:
   --timeout-ms <n>       how long to wait for the reply (default 30000)
   --signing-key <file>   sign the intent with this Ed25519 private key (PEM), for owners with an agent
                          registry; with --key-id <id>, the key's id in the registry
+  --audience <a>         the deployment the signed intent is for: the owners' WRIT_SIGNING_AUDIENCE
+                         (default $WRIT_SIGNING_AUDIENCE when signing)
   -h, --help             this text
 
 SASL/TLS to Kafka and the registry's basic auth and TLS come from the environment: KAFKA_SSL,
@@ -65,6 +67,7 @@ export const SEND_OPTIONS = {
   "timeout-ms": { type: "string" },
   "signing-key": { type: "string" },
   "key-id": { type: "string" },
+  audience: { type: "string" },
 } as const;
 
 const OPTIONS = {
@@ -145,7 +148,7 @@ async function main(argv: string[]): Promise<number> {
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
   const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
-  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
+  const signing = signingFromFlags(a);
   const file = a.intent === undefined ? {} : readIntentFile(a.intent);
 
   // A whole WriteIntent is sent as it is (flags may not change it: its key and ids are what make it a repeat).
@@ -153,7 +156,7 @@ async function main(argv: string[]): Promise<number> {
   if (a.intent !== undefined && "intentId" in file) {
     if (!whole.success) throw new UsageError(`--intent: not a valid WriteIntent: ${whole.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
     const intent = whole.data;
-    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
+    return send(intent.agent.id, intent.replyTo, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], ...signing });
   }
 
   // A misspelt field (baseVerison) would otherwise be dropped, and the intent refused for the field it was meant to be.
@@ -204,7 +207,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const agent = a.agent ?? "writ-cli";
   const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
-  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
+  return send(agent, replyTopic, input, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], ...signing });
 }
 
 /** The key-relevant part of the tool: from the tools module, else from --key-scope/--intent-fields. */
@@ -234,7 +237,7 @@ export async function send(
   agentId: string,
   replyTopic: string,
   intent: IntentInput | WriteIntent,
-  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined; signer?: IntentSigner | undefined },
+  opts: { brokers: string[]; registry: string | undefined; timeoutMs: number; intentsTopic: string | undefined; signer?: IntentSigner | undefined; audience?: string | undefined },
 ): Promise<number> {
   const log = commandLogger("submit");
   const client = await createWritClient({
@@ -247,6 +250,7 @@ export async function send(
     // SASL/TLS and the registry's URL, basic auth and TLS, validated (from the environment and --registry)
     ...connectionFor(opts.registry),
     ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
+    ...(opts.audience !== undefined ? { audience: opts.audience } : {}),
     logger: log,
   });
   let result: SubmitResult;

@@ -4,7 +4,7 @@
 import { buildUndoIntent } from "../../producers/writ-client.ts";
 import { WireCodec } from "../codec.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
-import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signerFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
+import { brokersFrom, commandLogger, connectionFor, kafkaFor, msFlag, parseCommandArgs, registryFrom, replyPrefixFromEnv, runCommand, signingFromFlags, topicFromEnv, UsageError, type Command } from "./common.ts";
 import { send, SEND_OPTIONS } from "./submit.ts";
 import { latestLedgerEntries } from "./ledger-lookup.ts";
 
@@ -33,6 +33,7 @@ Where it goes:
   --intents-topic <t>    default $WRIT_INTENTS_TOPIC or writ.intents
   --timeout-ms <n>       how long to wait for the reply (default 30000)
   --signing-key <file>   sign the undo with this Ed25519 private key (PEM), with --key-id <id>
+  --audience <a>         the deployment it is signed for (default $WRIT_SIGNING_AUDIENCE when signing)
   -h, --help             this text
 
 SASL/TLS to Kafka and the registry's basic auth and TLS come from the environment, as for writ submit.
@@ -56,7 +57,7 @@ async function main(argv: string[]): Promise<number> {
   if (!/^[0-9a-f]{64}$/.test(key)) throw new UsageError(`${key.slice(0, 80)} is not an intent key (64 lower-case hex characters)`);
   const a = parsed.values;
   if ((a.entity === undefined) !== (a.tool === undefined)) throw new UsageError("--entity and --tool go together (without both, they are read from the ledger)");
-  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
+  const signing = signingFromFlags(a);
   const brokers = brokersFrom(a.brokers);
   const registry = registryFrom(a.registry);
   const timeoutMs = msFlag("timeout-ms", a["timeout-ms"], 30_000, 1);
@@ -78,7 +79,7 @@ async function main(argv: string[]): Promise<number> {
   const agent = a.agent ?? "writ-cli";
   const replyTopic = a["reply-topic"] ?? `${replyPrefixFromEnv()}${agent}`;
   const intent = buildUndoIntent({ undone, agentId: agent, runId: a["run-id"] ?? "writ-cli-undo", stepId: `undo-${key.slice(0, 16)}`, replyTo: replyTopic });
-  return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], signer });
+  return send(agent, replyTopic, intent, { brokers, registry, timeoutMs, intentsTopic: a["intents-topic"], ...signing });
 }
 
 /** The intent's latest entry in the ledger topic; null when it is not there or its last record is a tombstone. */

@@ -13,7 +13,7 @@ import {
   registryFrom,
   replyPrefixFromEnv,
   runCommand,
-  signerFromFlags,
+  signingFromFlags,
   UsageError,
   type Command,
 } from "../cli/common.ts";
@@ -46,6 +46,8 @@ or send back (403); the operator token can.
   --operator <id>           the agent id decisions are sent as (default writ-operator). Where owners run with
                             an agent registry it must be allowed "writ.resolve" and sign with its key:
   --signing-key <pem file>  the operator's Ed25519 private key (with --key-id <id>)
+  --audience <a>            the deployment its decisions are signed for: the owners' WRIT_SIGNING_AUDIENCE
+                            (default $WRIT_SIGNING_AUDIENCE when signing)
   --reply-topic <topic>     the operator's reply topic (default <reply prefix><operator>)
   --host <addr>             address to bind (default 127.0.0.1)
   --port <n>                port (default 39200; 0 takes a free one)
@@ -86,6 +88,7 @@ const OPTIONS = {
   operator: { type: "string" },
   "signing-key": { type: "string" },
   "key-id": { type: "string" },
+  audience: { type: "string" },
   "reply-topic": { type: "string" },
   host: { type: "string" },
   port: { type: "string" },
@@ -109,10 +112,10 @@ async function main(argv: string[]): Promise<number> {
   const token = a.token ?? process.env.WRIT_CONSOLE_TOKEN;
   if (!token) throw new UsageError("the console needs a token: --token or WRIT_CONSOLE_TOKEN (at least 16 characters)");
   const operatorToken = a["operator-token"] ?? (process.env.WRIT_CONSOLE_OPERATOR_TOKEN || undefined);
-  if (operatorToken === undefined && (a.operator !== undefined || a["signing-key"] !== undefined || a["reply-topic"] !== undefined)) {
-    throw new UsageError("--operator, --signing-key and --reply-topic need the operator role: give --operator-token (or WRIT_CONSOLE_OPERATOR_TOKEN)");
+  if (operatorToken === undefined && (a.operator !== undefined || a["signing-key"] !== undefined || a.audience !== undefined || a["reply-topic"] !== undefined)) {
+    throw new UsageError("--operator, --signing-key, --audience and --reply-topic need the operator role: give --operator-token (or WRIT_CONSOLE_OPERATOR_TOKEN)");
   }
-  const signer = signerFromFlags(a["signing-key"], a["key-id"]);
+  const signing = signingFromFlags(a);
   const port = intFlag("port", a.port, 39200, 0, 65535);
   const brokers = brokersFrom(a.brokers);
   const connection = connectionFor(registryFrom(a.registry));
@@ -158,7 +161,7 @@ async function main(argv: string[]): Promise<number> {
       id: operatorId,
       settings: clientSettingsFromEnv(),
       ...(a["reply-topic"] ? { replyTopic: a["reply-topic"] } : {}),
-      ...(signer !== undefined ? { signer } : {}),
+      ...signing,
     },
     host,
     port,

@@ -73,11 +73,12 @@ export interface ConsoleOptions {
   /** The operator token: resolving needs it. Without it the console is read-only. */
   operatorToken?: string;
   /**
-   * The agent id escalations are resolved as (default `writ-operator`), its reply topic and signing key; in
+   * The agent id escalations are resolved as (default `writ-operator`), its reply topic, signing key and the audience
+   * it signs for (the owners' `WRIT_SIGNING_AUDIENCE`; only with `signer`); in
    * `settings`, the owners' admission bounds and the replication factor of the reply topic when the console
    * creates it (`writ console` takes them from the owners' variables).
    */
-  operator?: { id?: string; replyTopic?: string; signer?: IntentSigner; settings?: { maxIntentBytes?: number; maxJsonDepth?: number; replicationFactor?: number } };
+  operator?: { id?: string; replyTopic?: string; signer?: IntentSigner; audience?: string; settings?: { maxIntentBytes?: number; maxJsonDepth?: number; replicationFactor?: number } };
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 0: an ephemeral port. */
@@ -240,6 +241,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       ...connection,
       logger: log,
       ...(opts.operator?.signer ? { signer: opts.operator.signer } : {}),
+      ...(opts.operator?.audience !== undefined ? { audience: opts.operator.audience } : {}),
       ...opts.operator?.settings,
     });
   }

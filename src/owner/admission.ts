@@ -4,6 +4,7 @@ import type { RouterConfig } from "../config.ts";
 import { canonicalJson, sha256Hex } from "../canonical-json.ts";
 import { type DeadLetterReason, type RejectReason, WritError } from "../errors.ts";
 import { partitionFor } from "../kafka/partition.ts";
+import { printable } from "../printable.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
 import { deltaFingerprint, intentKey, leaseIntentKey, paramsFingerprint, undoFingerprint, undoIntentKey } from "../keys.ts";
 import type { AgentRegistry, RegisteredAgent } from "../security/agent-registry.ts";
@@ -60,7 +61,8 @@ export interface ReplyTopicDirectory {
 }
 
 export interface AdmissionDeps {
-  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix" | "ledgerRetentionHours"> & { topics: Pick<RouterConfig["topics"], "intents"> };
+  config: Pick<RouterConfig, "maxIntentBytes" | "maxJsonDepth" | "replyTopicPrefix" | "ledgerRetentionHours"> &
+    Partial<Pick<RouterConfig, "signingAudience">> & { topics: Pick<RouterConfig["topics"], "intents"> };
   codec: WireCodec;
   tools: ReadonlyMap<string, AdmittedTool>;
   replyTopics: ReplyTopicDirectory;
@@ -178,6 +180,9 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
     const header = headerText(message.headers?.[SIGNATURE_HEADER]);
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), header, agent.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by agent ${agent.id}: ${check.reason}`);
+    // Only once the signature holds: a producer without the agent's key learns nothing of the audience required.
+    const audience = audienceRefusal(intent.audience, deps.config.signingAudience, "intent");
+    if (audience) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated", audience.details) }, `agent ${agent.id}: ${audience.message}`);
     signed = sha256Hex(canonical.text);
   } else if (!replyTopicAllowed(intent.replyTo, deps)) {
     return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);
@@ -361,6 +366,35 @@ function admitLease(intent: WriteIntent, tool: AdmittedTool, key: string, reject
   return { kind: "admitted", admitted: { intent, tool, entityKey: key, fingerprint, deltaFingerprint: fingerprint, params: {} } };
 }
 
+/** Most characters of a received audience a refusal quotes (the schema bounds it to as many; hostile bytes all the same). */
+const AUDIENCE_QUOTED = 128;
+
+/**
+ * Why a signed intent or resolution is not for this deployment, or null: its `audience` (signed with it) must be the
+ * owners' `WRIT_SIGNING_AUDIENCE` (`required`) exactly, when they set one. Unset, any audience or none is accepted.
+ * `details` is the reply's machine-readable part: `problem` `audience_missing` or `audience_mismatch`, and on a
+ * mismatch the audience received (bounded and printable); never the one required.
+ */
+export function audienceRefusal(
+  audience: unknown,
+  required: string | undefined,
+  of: "intent" | "resolution",
+): { message: string; details: { problem: "audience_missing" } | { problem: "audience_mismatch"; received: string } } | null {
+  if (required === undefined || audience === required) return null;
+  if (audience === undefined) {
+    return {
+      message: `audience_missing: the ${of} is signed for no audience, and this deployment admits only signed records that name its own (WRIT_SIGNING_AUDIENCE); set the signer's audience`,
+      details: { problem: "audience_missing" },
+    };
+  }
+  const text = typeof audience === "string" ? audience : String(typeof audience);
+  const received = printable(text.length > AUDIENCE_QUOTED ? `${text.slice(0, AUDIENCE_QUOTED)}…` : text);
+  return {
+    message: `audience_mismatch: the ${of} is signed for audience ${JSON.stringify(received)}, another deployment's (this one requires its own, WRIT_SIGNING_AUDIENCE); signed bytes are not replayed across deployments`,
+    details: { problem: "audience_mismatch", received },
+  };
+}
+
 /** How far ahead of the owner's clock an intent's `createdAt` may be. ms. */
 export const MAX_CLOCK_SKEW_MS = 300_000;
 
@@ -455,7 +489,8 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
   if (unbounded) return answered(unbounded.reason, { dead: unbounded.reason }, `resolution: ${unbounded.message}`);
   const operator = deps.agents?.get(r.operator.id);
   const replyTarget = await replyTopicOf(deps, operator, r.replyTo);
-  const reply = (reason: RejectReason) => (replyTarget ? { topic: replyTarget, intentId: r.resolutionId, intentKey: r.intent.intentKey, reason } : undefined);
+  const reply = (reason: RejectReason, details?: unknown) =>
+    replyTarget ? { topic: replyTarget, intentId: r.resolutionId, intentKey: r.intent.intentKey, reason, ...(details === undefined ? {} : { details }) } : undefined;
   const key = entityKey(r.intent.entity);
   const recordKey = message.key === null || message.key === undefined ? null : message.key.toString("utf8");
   if (recordKey === null) return answered("key_missing", { dead: "key_missing", reply: reply("key_missing") }, "a resolution is keyed by the escalated intent's entity; the record has no key");
@@ -470,6 +505,8 @@ async function admitResolution(message: KafkaMessage, source: SourceRef, deps: A
     if (!operator) return answered("unauthenticated", { dead: "unauthenticated" }, `operator ${r.operator.id.slice(0, 128)} is not in the agent registry`);
     const check = verifySignatureOver(Buffer.from(canonical.text, "utf8"), headerText(message.headers?.[SIGNATURE_HEADER]), operator.keys);
     if (!check.ok) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated") }, `not signed by operator ${operator.id}: ${check.reason}`);
+    const audience = audienceRefusal(r.audience, deps.config.signingAudience, "resolution");
+    if (audience) return answered("unauthenticated", { dead: "unauthenticated", reply: reply("unauthenticated", audience.details) }, `operator ${operator.id}: ${audience.message}`);
     signed = signedResolution(r, sha256Hex(canonical.text));
   } else if (!replyTopicAllowed(r.replyTo, deps)) {
     return answered("reply_topic_not_allowed", { dead: "reply_topic_not_allowed" }, `reply topic must start with ${deps.config.replyTopicPrefix}`);

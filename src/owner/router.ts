@@ -271,6 +271,11 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     }
   }
   if (!agents) log.warn("no agent registry: any producer may submit intents as any agent (set WRIT_AGENT_REGISTRY in production, and WRIT_REQUIRE_AGENT_REGISTRY=true so an owner without one refuses to start)");
+  if (config.signingAudience !== undefined) {
+    log.info({ signingAudience: config.signingAudience }, "signed intents and resolutions must name this deployment's audience (WRIT_SIGNING_AUDIENCE); others are dead-lettered unauthenticated");
+  } else if (agents) {
+    log.info("no signing audience (WRIT_SIGNING_AUDIENCE unset): a signed intent or resolution is admitted whatever audience it names, or none");
+  }
 
   const encoder = new RecordEncoder(codec, config, { log, onSize: metrics.sizeRefusal });
   const topicDirectory = new TopicDirectory(admin, { ...(internals.ablateTopicLimits ? {} : { limits: encoder.limits }), log });

@@ -37,6 +37,14 @@ export function parseJsonPatch(value: unknown): { ok: true; patch: JsonPatchOp[]
   return { ok: false, problem: `${issue?.message ?? "invalid"}${at}` };
 }
 
+/**
+ * The deployment a signature is meant for (an intent's or a resolution's `audience`, an owner's
+ * `WRIT_SIGNING_AUDIENCE`): 1–128 of `A-Z a-z 0-9 . _ : / -`, e.g. `prod-eu-1` or `acme:billing/prod`. Signed with the
+ * rest of the record, so bytes signed for one deployment are refused by the owners of another that require theirs
+ * (docs/wire-contract.md §7).
+ */
+export const Audience = z.string().regex(/^[A-Za-z0-9._:/-]{1,128}$/, "1–128 of A-Z a-z 0-9 . _ : / -");
+
 /** An opaque HTTP entity tag as the system of record sent it, quotes included (RFC 9110 §8.8.3). */
 export const Version = z.string().min(1).max(256);
 

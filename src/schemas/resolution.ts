@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { jsonDepth } from "../canonical-json.ts";
-import { EntityRef, IsoTime, JsonPatch, Version } from "./common.ts";
+import { Audience, EntityRef, IsoTime, JsonPatch, Version } from "./common.ts";
 import { WriteIntent } from "./write-intent.ts";
 
 /** Header that marks a record on the intents topic as a {@link Resolution}, not a WriteIntent. */
@@ -53,6 +53,8 @@ export const Resolution = z.looseObject({
   replyTo: z.string().min(1).max(249),
   entity: EntityRef,
   createdAt: IsoTime,
+  /** The deployment the operator signed the resolution for (its owners' `WRIT_SIGNING_AUDIENCE`), as an intent's `audience`. */
+  audience: Audience.optional(),
 });
 export type Resolution = z.infer<typeof Resolution>;
 
@@ -75,8 +77,9 @@ export interface ResolutionBounds extends JsonBounds {
 
 /**
  * Bytes a resolution may take beside its intent and its delta: its ids (128 characters each), `baseVersion` (256),
- * `message` (2,000), `replyTo` (249), `entity` (`type` and `id`: 64 and 256), `createdAt`, member names and the
- * registry's 5-byte framing. 17,177 bytes at most as JSON, every character escaped as `\u00XX`; the rest is margin.
+ * `message` (2,000), `replyTo` (249), `entity` (`type` and `id`: 64 and 256), `createdAt`, `audience` (128, none
+ * escaped), member names and the registry's 5-byte framing. 17,319 bytes at most as JSON, every other character
+ * escaped as `\u00XX`; the rest is margin.
  */
 export const RESOLUTION_FIELDS_BYTES = 20 * 1024;
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { EntityRef, IsoTime, JsonPatchOp, Version } from "./common.ts";
+import { Audience, EntityRef, IsoTime, JsonPatchOp, Version } from "./common.ts";
 
 /**
  * The `baseVersion` of a create (a tool that declares `create`): the agent
@@ -108,6 +108,12 @@ export const WriteIntent = z
      * the key `leaseIntentKey(change, op, entity)`.
      */
     lease: IntentLease.optional(),
+    /**
+     * The deployment the agent signed the intent for (its owners' `WRIT_SIGNING_AUDIENCE`). Owners that require an
+     * audience refuse a signed intent without theirs (`unauthenticated`), so signed bytes read from one deployment's
+     * topic cannot be replayed on another that lists the same agent key. Covered by the signature as every member is.
+     */
+    audience: Audience.optional(),
   })
   .refine((i) => (i.delta.length === 0) === (i.undo !== undefined || isLeaseOp(i.lease)), {
     message: "the delta must have at least one operation (only an undo, a lease acquire or a lease release has none)",

@@ -7,6 +7,7 @@ import { partitionFor } from "../../src/kafka/partition.ts";
 import { createLogger } from "../../src/logger.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { AgentRegistry } from "../../src/security/agent-registry.ts";
+import { SIGNATURE_HEADER, signIntent } from "../../src/security/signing.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, readVersion, registryUrl, startHarness } from "../helpers/writ-harness.ts";
 
@@ -82,5 +83,68 @@ describe("the trust boundary on a real broker", () => {
     const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
     expect(dead.map((d) => d.reason)).toEqual(["unauthenticated"]);
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  /**
+   * Deployment "prod" (WRIT_SIGNING_AUDIENCE=prod) and the agent's key registered there as on staging: the bytes the
+   * agent signed for staging, read from staging's intents topic and produced to prod's, verify (same key) and must
+   * still not write. `audience` is prod's owners' signingAudience; the intent is produced as a replayer would, its
+   * value and signature header unchanged.
+   */
+  async function replayDeployment(audience: string | undefined) {
+    const h = await startHarness({ tools: [refundPayment, tagTicket], intentPartitions: 2 });
+    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+    const key = generateKeyPairSync("ed25519");
+    const replyTopic = `writ.replies.signer.${h.id}`;
+    const agents = AgentRegistry.from({
+      agents: { signer: { keys: [{ id: "k1", publicKey: key.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: ["refund_payment"], replyTopic } },
+    });
+    await h.startRouter({ agents, config: { ...h.config, ...(audience === undefined ? {} : { signingAudience: audience }) } });
+    const signer = { keyId: "k1", privateKey: key.privateKey };
+    // Prod's own client (it also creates the agent's reply topic, where refusals are answered).
+    const prod = await h.client("signer", { replyTopic, signer, audience: "prod" });
+    const { version } = await readVersion(h.records, "payment", "pay_1");
+    // What the agent signed for staging (its client there has audience "staging"), as it sits on staging's topic.
+    const staging = { ...prod.buildIntent(refund(`run-${randomUUID()}`, version, 900)), audience: "staging" };
+    const kafka = new Kafka({ clientId: "replayer", brokers: brokers(), logLevel: logLevel.NOTHING });
+    const producer = kafka.producer();
+    await producer.connect();
+    onTestFinished(() => producer.disconnect());
+    const replay = () =>
+      producer.send({
+        topic: h.config.topics.intents,
+        messages: [{ key: "payment:pay_1", value: JSON.stringify(staging), headers: { [SIGNATURE_HEADER]: signIntent(staging, signer) } }],
+      });
+    return { h, prod, staging, replay, replyTopic, version };
+  }
+
+  it("signing-audience: an intent signed for another deployment's audience, replayed here with its signature, is dead-lettered unauthenticated and writes nothing; one signed for this deployment is applied", async () => {
+    const { h, prod, staging, replay, replyTopic, version } = await replayDeployment("prod");
+    await replay();
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead.map((d) => d.reason)).toEqual(["unauthenticated"]);
+    expect(dead[0]!.message).toMatch(/audience_mismatch: the intent is signed for audience "staging"/);
+    const refusal = (await h.readTopic(replyTopic, "Reply", 1)).find((r) => r.intentId === staging.intentId);
+    expect(refusal).toMatchObject({ status: "rejected", reason: "unauthenticated", details: { problem: "audience_mismatch", received: "staging" } });
+    // Nothing reached the system of record for it.
+    expect(h.records.patchRequests(staging.intentKey)).toHaveLength(0);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(0);
+
+    // The same write signed for this deployment (prod's client puts its audience in) is applied, once.
+    const own = prod.buildIntent(refund(`run-${randomUUID()}`, version, 700));
+    expect(own.audience).toBe("prod");
+    expect(await prod.submit(own)).toMatchObject({ status: "applied" });
+    expect(h.records.patchRequests(own.intentKey)).toHaveLength(1);
+    expect(h.records.patchRequests(staging.intentKey)).toHaveLength(0);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([expect.objectContaining({ amountCents: 700 })]);
+  });
+
+  it("signing-audience control: owners without WRIT_SIGNING_AUDIENCE apply the very replay the audience stops", async () => {
+    const { h, staging, replay, replyTopic } = await replayDeployment(undefined);
+    await replay();
+    const replies = await h.readTopic(replyTopic, "Reply", 1);
+    expect(replies.find((r) => r.intentId === staging.intentId)).toMatchObject({ status: "applied" });
+    expect(h.records.patchRequests(staging.intentKey)).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([expect.objectContaining({ amountCents: 900 })]);
   });
 });

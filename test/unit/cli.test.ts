@@ -444,6 +444,36 @@ describe("--signing-key of the commands that send (submit, undo, escalations res
   }, 120_000);
 });
 
+describe("--audience of the commands that sign (signingFromFlags)", () => {
+  it("--audience, else $WRIT_SIGNING_AUDIENCE when signing; --audience without a key, or one outside the alphabet, is a usage error naming the flag; a bad variable names the variable", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { generateKeyPairSync } = await import("node:crypto");
+    const { tmpdir } = await import("node:os");
+    const { signingFromFlags } = await import("../../src/cli/common.ts");
+    const key = join(mkdtempSync(join(tmpdir(), "writ-audience-")), "agent.pem");
+    writeFileSync(key, generateKeyPairSync("ed25519").privateKey.export({ format: "pem", type: "pkcs8" }));
+    const signing = { "signing-key": key, "key-id": "k1" };
+    try {
+      vi.stubEnv("WRIT_SIGNING_AUDIENCE", undefined);
+      expect(signingFromFlags({})).toEqual({});
+      expect(signingFromFlags(signing)).not.toHaveProperty("audience");
+      expect(signingFromFlags({ ...signing, audience: "acme:billing/prod-eu-1" }).audience).toBe("acme:billing/prod-eu-1");
+      expect(() => signingFromFlags({ audience: "prod" })).toThrow(UsageError);
+      expect(() => signingFromFlags({ audience: "prod" })).toThrow(/--audience goes with --signing-key and --key-id/);
+      expect(() => signingFromFlags({ ...signing, audience: "prod\u001b[2J" })).toThrow(/^--audience: 1–128 of A-Z a-z 0-9 \. _ : \/ -, got "prod\\x1b\[2J"$/);
+      vi.stubEnv("WRIT_SIGNING_AUDIENCE", "prod");
+      expect(signingFromFlags(signing).audience).toBe("prod");
+      expect(signingFromFlags({ ...signing, audience: "staging" }).audience).toBe("staging");
+      // Not signing: the owners' variable in a shared environment gives an unsigned command no audience.
+      expect(signingFromFlags({})).toEqual({});
+      vi.stubEnv("WRIT_SIGNING_AUDIENCE", "prod eu");
+      expect(() => signingFromFlags(signing)).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "WRIT_SIGNING_AUDIENCE" } }));
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});
+
 describe("writ console's tokens", () => {
   it("a token too short, or the operator's the same as the read-only one, is refused naming its flag or variable (exit 2)", async () => {
     const { consoleCommand } = await import("../../src/console/command.ts");

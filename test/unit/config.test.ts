@@ -32,6 +32,27 @@ describe("routerConfigFromEnv", () => {
     await expect(startRouter({ config: { brokers: ["127.0.0.1:9"], requireAgentRegistry: true }, tools: [], systems: [] })).rejects.toThrow(/WRIT_AGENT_REGISTRY \(agentRegistryPath\): required/);
   });
 
+
+  it("WRIT_SIGNING_AUDIENCE: 1–128 of A-Z a-z 0-9 . _ : / -, and only with an agent registry (naming both variables)", async () => {
+    const registry = { KAFKA_BROKERS: "a:1", WRIT_AGENT_REGISTRY: "/etc/writ/agents.json" };
+    expect(routerConfigFromEnv(registry).signingAudience).toBeUndefined();
+    expect(routerConfigFromEnv({ ...registry, WRIT_SIGNING_AUDIENCE: "acme:billing/prod-eu-1" }).signingAudience).toBe("acme:billing/prod-eu-1");
+    expect(routerConfigFromEnv({ ...registry, WRIT_SIGNING_AUDIENCE: "a".repeat(128) }).signingAudience).toHaveLength(128);
+    for (const bad of ["a".repeat(129), "prod eu", "prod\u001b[2J", "prod,eu", "é"]) {
+      expect(() => routerConfigFromEnv({ ...registry, WRIT_SIGNING_AUDIENCE: bad }), bad).toThrow(/WRIT_SIGNING_AUDIENCE \(signingAudience\): 1–128 of A-Z a-z 0-9 \. _ : \/ -/);
+    }
+    // Without a registry no signature is verified, so an audience would check nothing: refused, not ignored.
+    let thrown: unknown;
+    try {
+      routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_SIGNING_AUDIENCE: "prod" });
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toMatchObject({ code: "config_invalid", context: { field: "WRIT_SIGNING_AUDIENCE" } });
+    expect((thrown as Error).message).toMatch(/WRIT_SIGNING_AUDIENCE \(signingAudience\) needs an agent registry, WRIT_AGENT_REGISTRY/);
+    // In code too, before anything connects (this broker is never dialled).
+    await expect(startRouter({ config: { brokers: ["127.0.0.1:9"], signingAudience: "prod" }, tools: [], systems: [] })).rejects.toThrow(/WRIT_SIGNING_AUDIENCE \(signingAudience\) needs an agent registry/);
+  });
   it("bounds how long pending entries alone hold a transaction open by the hang watch's patience", () => {
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1" }).openPendingMaxMs).toBe(250);
     expect(routerConfigFromEnv({ KAFKA_BROKERS: "a:1", WRIT_OPEN_PENDING_MAX_MS: "1500" }).openPendingMaxMs).toBe(1500);

@@ -118,6 +118,18 @@ describe("intent signature golden vectors", () => {
     expect(header("unknown member: a member the schema does not declare is covered too")).not.toBe(base);
   });
 
+  it("the audience vector: the audience is signed, so the same bytes for another deployment (or none) do not verify", () => {
+    const v = file.vectors.find((x) => x.name.startsWith("audience:"));
+    if (!v || v.expected.error !== undefined) throw new Error("no audience vector");
+    const intent = JSON.parse(v.intentJson) as Record<string, unknown>;
+    expect(intent.audience).toBe("acme:billing/prod-eu-1");
+    const keys = new Map([[v.keyId, publicKeyFrom(keyOf(v.keyId).publicKeyPem)]]);
+    expect(verifyIntentSignature(intent, v.expected.header, keys)).toMatchObject({ ok: true });
+    expect(verifyIntentSignature({ ...intent, audience: "acme:billing/staging" }, v.expected.header, keys)).toMatchObject({ ok: false });
+    const { audience: _, ...without } = intent;
+    expect(verifyIntentSignature(without, v.expected.header, keys)).toMatchObject({ ok: false });
+  });
+
   it("a signer is refused at preparation for a bad key id or a key that is not Ed25519, naming the field", () => {
     const k = file.keys[0]!;
     expect(() => prepareSigner({ keyId: "bad key id", privateKey: k.privateKeyPem })).toThrow(expect.objectContaining({ code: "config_invalid", context: { field: "keyId" } }));

@@ -32,7 +32,7 @@ from .models import (
 )
 from .partitioner import murmur2, partition_for
 from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, SecurityConfigError
-from .signing import SIGNATURE_HEADER, Ed25519Signer, IntentSigner, SigningError, sign_intent, signed_bytes, verify_intent_signature
+from .signing import SIGNATURE_HEADER, AudienceInvalid, Ed25519Signer, IntentSigner, SigningError, check_audience, sign_intent, signed_bytes, verify_intent_signature
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,7 @@ __all__ = [
     "RESOLUTION_FIELDS_BYTES",
     "SIGNATURE_HEADER",
     "AppliedReply",
+    "AudienceInvalid",
     "BlockedOutcome",
     "CanonicalJsonError",
     "ChangeApplied",
@@ -90,6 +91,7 @@ __all__ = [
     "build_resolution",
     "canonical_json",
     "change_id",
+    "check_audience",
     "create_input",
     "entity_key",
     "intent_key",

@@ -76,7 +76,7 @@ from .models import (
 )
 from .partitioner import partition_for
 from .security import ConnectionSecurity, KafkaSecurity, RegistryAuth, RegistryTls, transport_warnings
-from .signing import SIGNATURE_HEADER, IntentSigner, SigningError, sign_intent
+from .signing import SIGNATURE_HEADER, AudienceInvalid, IntentSigner, SigningError, check_audience, sign_intent
 
 if TYPE_CHECKING:
     from .change import ChangeInput, ChangeResult
@@ -308,6 +308,7 @@ class WritClient:
         replication_factor: int = 1,
         submit_timeout: float = 30.0,
         signer: IntentSigner | None = None,
+        audience: str | None = None,
         frame_values: bool | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         kafka_security: KafkaSecurity | None = None,
@@ -334,6 +335,10 @@ class WritClient:
             submit_timeout: default deadline of :meth:`submit`, seconds.
             signer: signs every intent (Ed25519, ``writ-signature`` header), e.g.
                 :class:`~writ_client.signing.Ed25519Signer`; required where owners run with an agent registry.
+            audience: the deployment this client signs for: its owners' ``WRIT_SIGNING_AUDIENCE`` (1–128 of
+                ``A-Z a-z 0-9 . _ : / -``). Put in every intent and resolution it signs (lease and undo intents too),
+                so owners of another deployment that lists the same key refuse them. Needs ``signer``
+                (:class:`~writ_client.signing.AudienceInvalid` otherwise: an unsigned audience protects nothing).
             frame_values: produce framed (True) or plain JSON (False) values; default: framed with a registry.
             kafka_config: extra librdkafka settings for the admin client, producer and consumer
                 (timeouts…); the producer's idempotence, ``acks=all`` and partitioner stay as they are.
@@ -353,6 +358,7 @@ class WritClient:
                 raise TypeError("signer must have a key_id and a sign(data) -> bytes method (e.g. Ed25519Signer)")
             if not isinstance(signer.key_id, str) or not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", signer.key_id):
                 raise SigningError("signing key id must be 1–64 of A-Z a-z 0-9 . _ : -")
+        self.audience = check_audience(audience, has_signer=signer is not None)
         if isinstance(schema_registry_auth, tuple):
             schema_registry_auth = RegistryAuth(*schema_registry_auth)
         self.kafka_security = kafka_security
@@ -443,8 +449,8 @@ class WritClient:
         the owners are given other ones (``WRIT_INTENTS_TOPIC``, ``WRIT_HUMAN_TOPIC``, ``WRIT_LEDGER_TOPIC``,
         ``WRIT_REPLY_TOPIC_PREFIX``), and
         the owners' admission bounds where they are not the defaults (``WRIT_MAX_INTENT_BYTES``,
-        ``WRIT_MAX_JSON_DEPTH``); a setting given as an argument wins over its variable. Other arguments go to the
-        constructor.
+        ``WRIT_MAX_JSON_DEPTH``), and with a ``signer=`` the owners' ``WRIT_SIGNING_AUDIENCE`` as ``audience``; a
+        setting given as an argument wins over its variable. Other arguments go to the constructor.
         """
         env = os.environ if env is None else env
         if "brokers" not in kwargs:
@@ -468,6 +474,9 @@ class WritClient:
                 if not re.fullmatch(r"[1-9][0-9]{0,9}", text):
                     raise ValueError(f"{variable} must be a positive integer, got {text!r:.40}")
                 kwargs[arg] = int(text)
+        # The owners' audience, for a client that signs (an unsigned one has none to give: owners check signed records only).
+        if "audience" not in kwargs and kwargs.get("signer") is not None and (env.get("WRIT_SIGNING_AUDIENCE") or "").strip():
+            kwargs["audience"] = env["WRIT_SIGNING_AUDIENCE"].strip()
         security = ConnectionSecurity.from_env(env)
         kwargs.setdefault("kafka_security", security.kafka)
         kwargs.setdefault("schema_registry_auth", security.schema_registry_auth)
@@ -789,6 +798,7 @@ class WritClient:
             params=i.params,
             reply_to=self.reply_topic,
             created_at=iso_now(),
+            audience=self.audience,
         )
 
     def submit(
@@ -855,6 +865,8 @@ class WritClient:
 
     def _send_and_wait(self, built: list[WriteIntent], deadline: float) -> list[SubmitResult]:
         """Sends the intents and waits for their replies until ``deadline`` (monotonic), then probes for the rest."""
+        # Signed for this client's deployment (its audience), whoever built the intent (lease and undo intents too).
+        built = [self._with_audience(intent) for intent in built]
         # What goes on the wire, checked (and signed), encoded and size-checked before anything waits or is sent.
         records = [self._record(intent, *self._prepare(intent)) for intent in built]
         with self._lock:
@@ -1044,7 +1056,9 @@ class WritClient:
         self._check_open()
         wait = self.submit_timeout if timeout is None else _seconds("timeout", timeout)
         deadline = time.monotonic() + wait
-        wire = build_resolution(escalation, decision, operator=self.agent_id, reply_to=self.reply_topic, base_version=base_version, delta=delta, message=message)
+        wire = build_resolution(
+            escalation, decision, operator=self.agent_id, reply_to=self.reply_topic, base_version=base_version, delta=delta, message=message, audience=self.audience
+        )
         what = f"resolution {wire['resolutionId']}"
         # A resolution carries its intent whole one level down, and may carry a change as large: its own bounds.
         bounds = resolution_bounds(self.max_intent_bytes, self.max_json_depth)
@@ -1129,6 +1143,14 @@ class WritClient:
         if record is None or name is None:
             raise unknown(f"the reply of {key[:64]} does not name its {'tool' if record is not None else 'record'}")
         return key, EntityRef(type=record.type, id=record.id), name
+
+    def _with_audience(self, intent: WriteIntent) -> WriteIntent:
+        """``intent`` with this client's audience; one that names another is refused (:class:`AudienceInvalid`)."""
+        if self.audience is None or intent.audience == self.audience:
+            return intent
+        if intent.audience is not None:
+            raise AudienceInvalid(f"intent {intent.intent_id} names audience {intent.audience!r}, not this client's ({self.audience}); nothing was sent")
+        return intent.model_copy(update={"audience": self.audience})
 
     def _remember(self, intent: WriteIntent) -> None:
         """Notes a submitted intent's record and tool by its key (the caller holds the lock)."""

@@ -10,6 +10,7 @@ answers the operator under the resolution's id; the agent hears the outcome on i
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -98,13 +99,15 @@ def build_resolution(
     base_version: str | None = None,
     delta: Sequence[JsonPatchOp | Mapping[str, Any]] | None = None,
     message: str | None = None,
+    audience: str | None = None,
 ) -> dict[str, Any]:
     """The resolution's JSON object as it goes on the wire (what the operator's signature covers).
 
     ``apply`` writes the escalated intent on the record as it is at ``base_version`` (default: the version the
     escalation showed; a record changed since is ``resolution_conflict``, nothing written), with ``delta`` when
     given (else the owner rebuilds the tool's change from the intent's params); ``discard`` writes nothing;
-    ``return`` hands it back to the agent. ``message`` goes to the agent.
+    ``return`` hands it back to the agent. ``message`` goes to the agent. ``audience``: the deployment the operator
+    signs it for (the owners' ``WRIT_SIGNING_AUDIENCE``), 1 to 128 of ``A-Z a-z 0-9 . _ : / -``.
     """
     e = escalation if isinstance(escalation, Escalation) else Escalation.model_validate(escalation)
     if decision not in _DECISIONS:
@@ -136,6 +139,10 @@ def build_resolution(
     # The record's type and id only: what else the intent's entity carries is in the intent already.
     entity = e.intent["entity"]
     resolution.update({"operator": {"id": operator}, "replyTo": reply_to, "entity": {"type": entity["type"], "id": entity["id"]}, "createdAt": iso_now()})
+    if audience is not None:
+        if not (isinstance(audience, str) and re.fullmatch(r"[A-Za-z0-9._:/-]{1,128}", audience)):
+            raise ValueError("audience must be 1–128 of A-Z a-z 0-9 . _ : / -")
+        resolution["audience"] = audience
     return resolution
 
 

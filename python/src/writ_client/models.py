@@ -257,6 +257,8 @@ class WriteIntent(_Wire):
     undo: UndoRef | None = None
     #: Only on the intents of a change that spans records (:meth:`WritClient.change`).
     lease: IntentLease | None = None
+    #: The deployment the intent is signed for (the owners' ``WRIT_SIGNING_AUDIENCE``): the client's ``audience=``.
+    audience: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
 
     @model_validator(mode="after")
     def _delta_unless_undo_or_lease(self) -> WriteIntent:
@@ -266,10 +268,10 @@ class WriteIntent(_Wire):
         return self
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        """As pydantic's, without ``undo`` and ``lease`` when they are not set (owners take no ``null`` there). Not a
+        """As pydantic's, without ``undo``, ``lease`` and ``audience`` when they are not set (owners take no ``null`` there). Not a
         wrap serializer: that would turn the UnicodeEncodeError of a lone surrogate, which
         :meth:`WritClient.submit` handles, into a serialization error."""
-        return _without_unset(self, ("undo", "lease"), super().model_dump, kwargs)
+        return _without_unset(self, ("undo", "lease", "audience"), super().model_dump, kwargs)
 
     @field_validator("created_at")
     @classmethod

@@ -11,7 +11,10 @@ signed intents (wire contract §7, ``docs/wire-contract.md``; TypeScript:
   ``agent.id``;
 * the header is ``writ-signature: ed25519 <key id> <base64 signature>``: key
   id 1 to 64 of ``A-Z a-z 0-9 . _ : -``, the 64-byte signature in standard
-  base64 with padding.
+  base64 with padding;
+* owners that set ``WRIT_SIGNING_AUDIENCE`` admit a signed intent or
+  resolution only when its ``audience`` member (signed with the rest) is
+  theirs: :func:`check_audience` checks a client's ``audience=``.
 
 The golden vectors in ``test/fixtures/signature-vectors.json`` (written by
 ``scripts/generate-signature-vectors.ts``) pin the bytes for both languages.
@@ -34,9 +37,11 @@ from .canonical import canonical_json
 
 __all__ = [
     "SIGNATURE_HEADER",
+    "AudienceInvalid",
     "Ed25519Signer",
     "IntentSigner",
     "SigningError",
+    "check_audience",
     "public_key_from",
     "sign_intent",
     "signed_bytes",
@@ -49,6 +54,8 @@ SIGNATURE_HEADER = "writ-signature"
 # Matched with fullmatch: `$` would also match before a trailing newline.
 _KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _SIGNATURE_B64 = re.compile(r"[A-Za-z0-9+/]{86}==")
+#: An ``audience``: 1 to 128 of ``A-Z a-z 0-9 . _ : / -`` (TypeScript's ``Audience``, src/schemas/common.ts).
+_AUDIENCE = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 
 
 class SigningError(ValueError):
@@ -56,6 +63,31 @@ class SigningError(ValueError):
 
     The message names what is wrong, never the key material.
     """
+
+
+class AudienceInvalid(SigningError):
+    """A client's ``audience=`` that cannot be used (TypeScript's ``config_invalid`` naming the field ``audience``): not
+    1 to 128 of ``A-Z a-z 0-9 . _ : / -``, or given without a signer (owners check the audience of signed records only,
+    so an unsigned one protects nothing)."""
+
+    code = "config_invalid"
+    field = "audience"
+
+
+def check_audience(audience: object, *, has_signer: bool) -> str | None:
+    """``audience`` checked for a client that signs (``has_signer``); None stays None.
+
+    The deployment the client signs for: its owners' ``WRIT_SIGNING_AUDIENCE``. Put in every intent and resolution it
+    signs, so that owners of another deployment listing the same key refuse them (``unauthenticated``).
+    """
+    if audience is None:
+        return None
+    if not isinstance(audience, str) or not _AUDIENCE.fullmatch(audience):
+        shown = repr(audience[:64]) if isinstance(audience, str) else type(audience).__name__
+        raise AudienceInvalid(f"audience must be 1–128 of A-Z a-z 0-9 . _ : / -, got {shown}")
+    if not has_signer:
+        raise AudienceInvalid("audience needs a signer (signer=): owners check the audience of signed records only, so an unsigned one protects nothing")
+    return audience
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 // drives by hand: the reply consumer's events and messages, and produce
 // requests that complete when the test says. What the owners answer on a real
 // broker is tested in test/integration.
+import { generateKeyPairSync } from "node:crypto";
 import type { Message } from "kafkajs";
 import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { z } from "zod";
@@ -13,6 +14,9 @@ import type { EndOffsets } from "../../../src/owner/hang-watch.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
 import type { WriteIntent } from "../../../src/schemas/write-intent.ts";
 import { declareWriteTool } from "../../../src/tools.ts";
+import { buildLeaseIntent } from "../../../producers/change.ts";
+import { changeId } from "../../../src/keys.ts";
+import { SIGNATURE_HEADER, verifyIntentSignature, type IntentSigner } from "../../../src/security/signing.ts";
 import { createLogger } from "../../../src/logger.ts";
 
 /** The kafkajs pieces of the client under test, as the fake Kafka below made them. */
@@ -120,7 +124,9 @@ const probe = {
 };
 
 const clients: WritClient[] = [];
-async function client(options: { maxJsonDepth?: number; maxIntentBytes?: number; replyFetchMaxWaitMs?: number; onStopped?: (err: Error) => void } = {}): Promise<WritClient> {
+async function client(
+  options: { maxJsonDepth?: number; maxIntentBytes?: number; replyFetchMaxWaitMs?: number; onStopped?: (err: Error) => void; signer?: IntentSigner; audience?: string } = {},
+): Promise<WritClient> {
   fakes.produced.length = 0;
   const c = await createWritClient({ brokers: ["127.0.0.1:9"], agentId: "agent-1", replyTopic: "writ.replies.agent-1", offsetProbe: probe, logger: createLogger({ level: "silent" }), ...options });
   clients.push(c);
@@ -563,5 +569,77 @@ describe("replies()", () => {
     await expect(it.next()).resolves.toMatchObject({ value: { intentId: "id-6" } });
     await it.return!(undefined);
     expect(listening(writ)).toBe(0);
+  });
+});
+
+describe("the audience a client signs for (its owners' WRIT_SIGNING_AUDIENCE)", () => {
+  const pair = generateKeyPairSync("ed25519");
+  const signer: IntentSigner = { keyId: "k1", privateKey: pair.privateKey };
+  const keys = new Map([["k1", pair.publicKey]]);
+  /** The last record produced: its value as sent and its signature header. */
+  const lastRecord = () => {
+    const m = fakes.produced.at(-1)!.messages[0]!;
+    return { value: JSON.parse(String(m.value)) as Record<string, unknown>, header: String((m.headers as Record<string, unknown>)[SIGNATURE_HEADER]) };
+  };
+
+  it("an audience without a signer, or outside 1–128 of A-Z a-z 0-9 . _ : / -, is config_invalid naming the field", async () => {
+    await expect(client({ audience: "prod" })).rejects.toMatchObject({ code: "config_invalid", context: { field: "audience" } });
+    for (const bad of ["", "a".repeat(129), "prod eu", "prod\u001b[2J"]) {
+      await expect(client({ signer, audience: bad }), JSON.stringify(bad)).rejects.toMatchObject({ code: "config_invalid", context: { field: "audience" } });
+    }
+  });
+
+  it("is in every intent it signs, inside the signed bytes: the same intent with another audience fails verification", async () => {
+    const writ = await client({ signer, audience: "acme:billing/prod-eu-1" });
+    expect(writ.buildIntent(input()).audience).toBe("acme:billing/prod-eu-1");
+    await waitingSubmit(writ);
+    const { value, header } = lastRecord();
+    expect(value.audience).toBe("acme:billing/prod-eu-1");
+    expect(verifyIntentSignature(value, header, keys)).toEqual({ ok: true, keyId: "k1" });
+    expect(verifyIntentSignature({ ...value, audience: "acme:billing/staging" }, header, keys)).toMatchObject({ ok: false });
+    const { audience: _, ...without } = value;
+    expect(verifyIntentSignature(without, header, keys)).toMatchObject({ ok: false });
+  });
+
+  it("intents built elsewhere get it too (a lease acquire, an undo, a whole intent given to submit); one naming another audience is refused, nothing sent", async () => {
+    const writ = await client({ signer, audience: "prod" });
+    const lease = buildLeaseIntent({ change: changeId({ agentId: "agent-1", runId: "run-1", stepId: "s1" }), op: "acquire", entity: { type: "ticket", id: "T-1" }, tool: "add_note", agentId: "agent-1", runId: "run-1", stepId: "s1/acquire", replyTo: "writ.replies.agent-1" });
+    expect(lease.audience).toBeUndefined();
+    await waitingSubmit(writ, lease);
+    expect(lastRecord().value).toMatchObject({ lease: { op: "acquire" }, audience: "prod" });
+    expect(verifyIntentSignature(lastRecord().value, lastRecord().header, keys)).toMatchObject({ ok: true });
+
+    const before = fakes.produced.length;
+    void writ.undo({ intentKey: "a".repeat(64), entity: { type: "ticket", id: "T-1" }, tool: "add_note" }, { timeoutMs: 3_600_000 }).catch(() => undefined);
+    await waitFor(() => fakes.produced.length === before + 1);
+    fakes.produced[before]!.done();
+    expect(lastRecord().value).toMatchObject({ undo: { intentKey: "a".repeat(64) }, audience: "prod" });
+    expect(verifyIntentSignature(lastRecord().value, lastRecord().header, keys)).toMatchObject({ ok: true });
+
+    const sent = fakes.produced.length;
+    await expect(writ.submit({ ...writ.buildIntent(input()), audience: "staging" })).rejects.toMatchObject({ code: "config_invalid", context: { field: "audience" } });
+    expect(fakes.produced.length).toBe(sent);
+  });
+
+  it("is in every resolution it signs, covered by the signature", async () => {
+    const writ = await client({ signer, audience: "prod" });
+    await waitingSubmit(writ);
+    const intent = lastRecord().value;
+    const escalation = { escalationId: "esc-1", reason: "conflict_cycles_exhausted", message: "two conflict cycles", intent, cycles: 2, current: null, at: "2025-01-01T00:00:00.000Z" };
+    const before = fakes.produced.length;
+    void writ.resolve(escalation as never, { decision: "discard" }, { timeoutMs: 3_600_000 }).catch(() => undefined);
+    await waitFor(() => fakes.produced.length === before + 1);
+    fakes.produced[before]!.done();
+    const { value, header } = lastRecord();
+    expect(value).toMatchObject({ kind: "resolution", audience: "prod" });
+    expect(verifyIntentSignature(value, header, keys)).toMatchObject({ ok: true });
+    expect(verifyIntentSignature({ ...value, audience: "staging" }, header, keys)).toMatchObject({ ok: false });
+  });
+
+  it("without an audience a signing client sends none (as before)", async () => {
+    const writ = await client({ signer });
+    await waitingSubmit(writ);
+    expect(lastRecord().value).not.toHaveProperty("audience");
+    expect(verifyIntentSignature(lastRecord().value, lastRecord().header, keys)).toMatchObject({ ok: true });
   });
 });
