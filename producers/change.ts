@@ -29,7 +29,9 @@ import { buildUndoIntent } from "./writ-client.ts";
  * `change()` again with the same run and step resumes it after a crash: the
  * leases are the change's own again, and applied steps are answered from the
  * ledger. A resumed change whose lease is not taken again does not end
- * `not_started` when it is known to have run (see {@link ChangeResult}).
+ * `not_started` when it is known to have run (see {@link ChangeResult}): by
+ * this client's memory, or by its owners (`details.heldBefore` on a refused
+ * acquire: the change held the record before, within the last 15 minutes).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -83,11 +85,13 @@ export type ChangeResult =
    * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
    * could not be leased (`lease_limit`: the agent holds as many leases as owners allow); nothing was written. Never
    * the answer to a change known to have run: one whose lease is refused `lease_hold_exceeded` (it holds it), or
-   * `lease_cooldown` after its own hold, or that this client left `incomplete` before (or whose run threw after a step
-   * was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw `compensated` has
-   * nothing standing: `not_started` is true of it. A client started anew (after a crash) does not know what an earlier
-   * one left: a change it resumes whose lease another change took meanwhile ends `not_started` for this call, and its
-   * earlier steps may stand.
+   * `lease_cooldown` after its own hold, or with `details.heldBefore` (owners say it held the record before: an
+   * earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
+   * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
+   * `compensated` or `not_started` has nothing standing: `not_started` is true of it. Owners keep what says a change
+   * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed): a client
+   * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
+   * for this call, and the earlier run's steps may stand.
    */
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
@@ -103,6 +107,8 @@ const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === 
 const isHeldOff = (r: SubmitResult) => r.status === "rejected" && (r.reason === "leased" || r.reason === "lease_cooldown");
 /** A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses. */
 const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
+/** Owners say the change held the record before (`details.heldBefore`): only the exact boolean true counts. */
+const saysHeldBefore = (r: SubmitResult) => r.status === "rejected" && typeof r.details === "object" && r.details !== null && (r.details as Record<string, unknown>).heldBefore === true;
 /** A field of a refusal's `details`, when it is a string. */
 const detail = (r: SubmitResult, field: string): string | undefined => {
   const d = r.status === "rejected" ? (r.details as Record<string, unknown> | undefined) : undefined;
@@ -117,9 +123,11 @@ const MAX_REMEMBERED_STEPS = 100_000;
 /**
  * How a change this client ran ended, as far as it knows: `incomplete` (also a run that threw after a step was
  * built to be sent), with the steps that may stand; `applied`, with its steps' replies as repeats (`duplicate`, no
- * state: what a run that takes its leases again is answered); `compensated`, nothing of it standing.
+ * state: what a run that takes its leases again is answered); `compensated` or `not_started`, nothing of it standing
+ * (the leases a not_started run took and released leave owners' marks that it held the records: this says they
+ * speak of no step).
  */
-type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied"; steps: Reply[] } | { ended: "compensated" };
+type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied"; steps: Reply[] } | { ended: "compensated" | "not_started" };
 
 /**
  * The changes each client ran: calling `change()` again runs one again (a resume, or a repeat of a settled one), and
@@ -211,7 +219,8 @@ export async function runChange(client: WritClient & { readonly replyTopic: stri
   if (result.status === "incomplete") remember(client, result.change, { ended: "incomplete", standing: [...result.applied] });
   else if (result.status === "applied") remember(client, result.change, { ended: "applied", steps: result.steps.map(asRepeat) });
   else if (result.status === "compensated") remember(client, result.change, { ended: "compensated" });
-  // not_started: true of the change (nothing known of it, or compensated), so what is known stays.
+  // not_started: true of the change (nothing known of it, or compensated): nothing stands, whatever marks its leases left.
+  else remember(client, result.change, { ended: "not_started" });
   return result;
 }
 
@@ -261,8 +270,13 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
       await backoffUntil(round, deadline);
     }
   };
+  /** Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run). */
+  let heldBefore = false;
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
-    const result = await settle(() => lease(key, "acquire"), within, (r) => isUnsettled(r) || isHeldOff(r));
+    const result = await settle(() => lease(key, "acquire"), within, (r) => {
+      if (saysHeldBefore(r)) heldBefore = true;
+      return isUnsettled(r) || isHeldOff(r);
+    });
     if (isApplied(result)) {
       const r = records.get(key)!;
       // A reply too large for the broker carries the version without the record (`truncated`): taken as the
@@ -311,15 +325,19 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * How the change ends when a record's lease is not taken before its first step. `not_started` says nothing of the
    * change was written: not when it is known to have run. A refusal `lease_hold_exceeded` says the change holds the
    * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
-   * held the record lately; this client's memory, that it left the change `incomplete` (or threw in it). Each ends it
-   * `incomplete`. A change this client saw `applied` is answered so again, as taking its leases again would answer
-   * it (its steps repeats); one it saw `compensated` has nothing standing, so `not_started` is true of it.
+   * held the record lately; `details.heldBefore` on any refusal of this run's acquires, that it held that record
+   * before (its leases are all taken before its first step, so an earlier run may have written); this client's
+   * memory, that it left the change `incomplete` (or threw in it). Each ends it `incomplete`. A change this client saw
+   * `applied` is answered so again, as taking its leases again would answer it (its steps repeats); one it saw
+   * `compensated` or `not_started` has nothing standing, so `not_started` is true of it.
    */
   const notTaken = (key: string, got: SubmitResult): ChangeResult => {
     const known = runBefore.get(client)?.changes.get(change);
     if (known?.ended === "applied") return { status: "applied", change, steps: known.steps.map(asRepeat) };
     const earlier = known?.ended === "incomplete" ? [...known.standing] : undefined;
-    const ranBefore = known?.ended !== "compensated" && (isHoldExceeded(got) || (got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change));
+    const nothingStands = known?.ended === "compensated" || known?.ended === "not_started";
+    const cooledOwn = got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change;
+    const ranBefore = !nothingStands && (isHoldExceeded(got) || cooledOwn || heldBefore);
     if (!isUnsettled(got) && !ranBefore && earlier === undefined) return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
     // Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
     const applied = earlier ?? (ranBefore ? input.steps.map((s) => s.name) : []);
@@ -327,7 +345,8 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     let message: string;
     if (isUnsettled(got)) message = `no answer to the lease acquire of ${key}${earlier === undefined ? "" : ` (a change left incomplete before: ${standing})`}`;
     else if (isHoldExceeded(got)) message = `this change has held the lease of ${key} as long as owners allow (WRIT_LEASE_MAX_HOLD_MS), so it ran before and ${standing}; the lease is not renewed and lapses at ${detail(got, "expiresAt") ?? "its expiry"}: call change() again after then to resume`;
-    else if (ranBefore) message = `this change held ${key} as long as owners allow, so it ran before and ${standing}; the record is kept from this agent until ${detail(got, "until") ?? "the cool-down ends"}: call change() again after then to resume`;
+    else if (cooledOwn) message = `this change held ${key} as long as owners allow, so it ran before and ${standing}; the record is kept from this agent until ${detail(got, "until") ?? "the cool-down ends"}: call change() again after then to resume`;
+    else if (ranBefore && earlier === undefined) message = `owners say this change held its records before (an earlier run, whose lease ended), so it may have written and ${standing}; the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
     else message = `this change was left incomplete before (${standing}), and the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
     return { status: "incomplete", change, message, applied, result: got };
   };

@@ -90,7 +90,12 @@ export const REJECT_REASONS = [
    * changed since, gave a change too large to carry in a reply (over WRIT_MAX_INTENT_BYTES): nothing was undone.
    */
   "undo_failed",
-  /** The record's lease is held by a change that spans records (another change, or another agent's): submit again once it ends. `details.expiresAt` says when it lapses at the latest. */
+  /**
+   * The record's lease is held by a change that spans records (another change, or another agent's): submit again once
+   * it ends. `details.expiresAt` says when it lapses at the latest. A lease acquire refused (so, or by a bound below)
+   * carries `details.heldBefore: true` when its own change and agent held the record before, within the replay mark's
+   * life: an earlier run of the change may have written.
+   */
   "leased",
   /** A step of a change whose lease on the record is not held (never acquired, released, or expired): nothing was written. */
   "lease_not_held",

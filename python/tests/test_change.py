@@ -283,6 +283,79 @@ def test_a_change_this_client_left_incomplete_resumed_while_a_record_is_leased_o
         assert isinstance(fresh.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0)), ChangeNotStarted)
 
 
+def test_a_client_started_anew_whose_acquire_is_refused_held_before_ends_incomplete_never_not_started_and_without_it_not_started(monkeypatch: Any) -> None:
+    import re
+
+    import writ_client.change as change_module
+
+    monkeypatch.setattr(change_module, "time", SimpleNamespace(monotonic=change_module.time.monotonic, sleep=lambda s: None))
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("leased", {"expiresAt": "2026-01-01T00:01:00.000Z"}),
+        ("lease_limit", {"held": 64, "max": 64}),
+        ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": "f" * 64}),
+    ]
+    for reason, details in cases:
+
+        def told(i: Any, reason: str = reason, details: dict[str, Any] = details) -> Any:
+            if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                return (reason, {**details, "heldBefore": True})
+            return None
+
+        client, sent = _scripted_change_client(told)
+        result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(result, ChangeIncomplete), (reason, result)
+        assert result.applied == ["T-3", "T-1", "T-2"] and re.search(r"held its records before.*may have written", result.message), result
+        assert isinstance(result.result, RejectedReply) and result.result.reason == reason
+        assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"], reason
+        # The control: the same refusal without it (or with anything but the boolean true: bytes from Kafka are hostile).
+        for hostile in (None, "true", 1, {"heldBefore": True}):
+
+            def plain(i: Any, reason: str = reason, details: dict[str, Any] = details, hostile: Any = hostile) -> Any:
+                if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                    return (reason, dict(details) if hostile is None else {**details, "heldBefore": hostile})
+                return None
+
+            fresh, _ = _scripted_change_client(plain)
+            answer = fresh.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+            assert isinstance(answer, ChangeNotStarted), (reason, hostile, answer)
+    # Said while the record was waited for: known, even when the last refusal does not say it.
+    refusals = [0]
+
+    def waited(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            refusals[0] += 1
+            return ("leased", {"heldBefore": True} if refusals[0] == 1 else {})
+        return None
+
+    client, _ = _scripted_change_client(waited)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0.3))
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+    assert refusals[0] > 1
+
+
+def test_a_change_this_client_saw_not_started_is_not_started_again_when_a_refusal_says_held_before() -> None:
+    # First run: T-2 leased to another change (T-1 taken and released). Again: T-1 taken by that change, which the
+    # owner says this change held before (its mark from the release): nothing of it stands all the same.
+    again = [False]
+
+    def script(i: Any) -> Any:
+        if i.lease is None or i.lease.op != "acquire":
+            return None
+        if not again[0] and i.entity.id == "T-2":
+            return "leased"
+        if again[0] and i.entity.id == "T-1":
+            return ("leased", {"heldBefore": True})
+        return None
+
+    client, sent = _scripted_change_client(script)
+    first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(first, ChangeNotStarted) and first.entity.id == "T-2", first
+    assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"]
+    again[0] = True
+    second = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(second, ChangeNotStarted) and second.entity.id == "T-1", second
+
+
 def test_an_acquire_refused_lease_cooldown_is_waited_out_and_one_naming_this_change_ends_it_incomplete(monkeypatch: Any) -> None:
     import writ_client.change as change_module
 

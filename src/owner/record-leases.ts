@@ -44,7 +44,7 @@ export function leaseGate(ledger: Pick<PartitionLedger, "lease">, a: AdmittedInt
  * when it may go on: another change's lease is `leased`; a step of a change
  * that does not hold the lease is `lease_not_held`.
  */
-export function leaseRefusalOf(a: AdmittedIntent, gate: LeaseGate): { reason: "leased" | "lease_not_held"; message: string; details?: { expiresAt: string } } | null {
+export function leaseRefusalOf(a: AdmittedIntent, gate: LeaseGate): { reason: "leased" | "lease_not_held"; message: string; details?: { expiresAt: string; heldBefore?: true } } | null {
   const { intent } = a;
   if (gate.kind === "held") {
     const message = `${a.entityKey.slice(0, 300)} is leased to a change that spans records until ${gate.lease.expiresAt} at the latest; nothing was written. Submit again once it ends.`;
@@ -118,6 +118,12 @@ export async function settleLeaseIntent(
   const markers = liveMarks(gate.kind === "free" ? gate.released : gate.lease, now.getTime());
   // An acquire or release of this change made before one of its earlier leases of the record ended: a replay.
   const replayed = markers.find((m) => m.change === lease.change && m.agentId === intent.agent.id && Date.parse(intent.createdAt) <= Date.parse(m.before));
+  // A mark of this change and agent in force: the change held the record before (its lease released, or lapsed), and
+  // its leases are all taken before its first step, so an earlier run of it may have written. A refused acquire says
+  // so (`details.heldBefore`): its client, started anew, must not answer "nothing was written". Never another agent's.
+  const heldBefore = lease.op === "acquire" && markers.some((m) => m.change === lease.change && m.agentId === intent.agent.id);
+  /** An acquire's refusal, `details.heldBefore` added when the change held the record before. */
+  const refuse = (value: Reply): Step => reply(heldBefore && value.status === "rejected" ? { ...value, details: { ...(value.details as object | undefined), heldBefore: true } } : value);
   if (lease.op === "release") {
     if (gate.kind !== "mine") return reply({ ...base, status: "applied", duplicate: true, state: null, version: "unknown", lease: { change: lease.change, released: true } });
     // The release that ended an earlier lease, its bytes produced again: the lease the change holds now (taken
@@ -132,8 +138,8 @@ export async function settleLeaseIntent(
     const released = freedLease(gate.lease, replayMark(lease.change, intent.agent.id, intent.createdAt), now.getTime());
     return reply({ ...base, status: "applied", duplicate: false, state: null, version: "unknown", lease: { change: lease.change, released: true } }, { lease: { entityKey: a.entityKey, entry: released } });
   }
-  const refused = leaseRefusal(a, gate, at);
-  if (refused) return { kind: "settled", effects: refused, note: "lease refused" };
+  const held = leaseRefusalOf(a, gate);
+  if (held) return { kind: "settled", effects: leaseRefusalReply(a, heldBefore ? { ...held, details: { ...held.details!, heldBefore: true } } : held, at), note: "lease refused" };
   if (replayed) {
     const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
     return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
@@ -141,22 +147,22 @@ export async function settleLeaseIntent(
   // The agent's own lease of the record that ended within the cool-down: a new grant continues its hold.
   const earlier = gate.kind === "free" ? heldLately(gate.released, intent.agent.id, now.getTime()) : null;
   const bound = bounds && leaseBoundRefusal(a, gate, bounds, now.getTime(), earlier);
-  if (bound) return reply(bound);
+  if (bound) return refuse(bound);
   let current;
   try {
     current = await tool.system.read(intent.entity, { timeoutMs: tool.timeoutMs, headers });
   } catch (err) {
     if (isOutage(err)) return { kind: "retry-later", reason: (err as Error).message, notSent: true };
-    return reply(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000), at));
+    return refuse(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${(err as Error)?.message ?? String(err)}`.slice(0, 2000), at));
   }
-  if (current === null) return reply(rejectedReply(intent.intentId, intent.intentKey, "entity_not_found", `${a.entityKey.slice(0, 300)} does not exist; a change leases records that exist`, at));
+  if (current === null) return refuse(rejectedReply(intent.intentId, intent.intentKey, "entity_not_found", `${a.entityKey.slice(0, 300)} does not exist; a change leases records that exist`, at));
   const badVersion = unkeepableVersion(current.version);
-  if (badVersion !== null) return reply(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${badVersion}`, at));
+  if (badVersion !== null) return refuse(rejectedReply(intent.intentId, intent.intentKey, "sor_protocol", `the system of record broke the protocol: ${badVersion}`, at));
   const expiresAt = new Date(now.getTime() + (lease.ttlMs ?? DEFAULT_LEASE_TTL_MS)).toISOString();
   if (bounds && gate.kind !== "mine") {
     // Asked again, the grant counted at once: the agent's other acquires of the partition ran while this one read.
     const over = leaseBoundRefusal(a, gate, bounds, now.getTime(), earlier);
-    if (over) return reply(over);
+    if (over) return refuse(over);
     bounds.ledger.claimLease(a.entityKey, intent.agent.id, Date.parse(expiresAt));
   }
   const entry: LedgerLeaseEntry = {

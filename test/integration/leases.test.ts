@@ -516,6 +516,56 @@ describe("changes that span records on a real broker", () => {
     expect((await readVersion(h.records, "ticket", "T-5")).state.tags).toEqual(["damaged", "refunded"]);
     expect((await readVersion(h.records, "account", "acc_5")).state.notes).toHaveLength(1);
   });
+  it("resume-held-before: a change whose agent crashed after its first step, another change holding its first record when a new client (no memory) resumes it, ends incomplete, never not_started (owners: details.heldBefore); the step is written once", async () => {
+    const h = await harness();
+    seedThree(h.records, "13");
+    await h.startRouter();
+    // A change of two records: refund the payment, tag the ticket.
+    const input = { ...resolveDamagedOrder("13", run()), waitForLeaseMs: 1_000 };
+    input.steps = input.steps.slice(0, 2);
+    const [refund, tag] = input.steps;
+    const payment = refund!.entity;
+    // The first life of the agent: it took both leases (entity-key order, a short time to live), applied the refund,
+    // and died without releasing them.
+    const first = await h.client("resolver");
+    const change = changeId({ agentId: "resolver", runId: input.runId, stepId: input.stepId });
+    for (const s of [refund!, tag!]) expect(await first.submit(leaseIntent(first, change, "acquire", s.entity, s.tool.name, 2_000))).toMatchObject({ status: "applied", via: "lease" });
+    const before = await readVersion(h.records, "payment", "pay_13");
+    const step = { ...first.buildIntent({ tool: refundPayment, entity: payment, runId: input.runId, stepId: `${input.stepId}/refund`, baseVersion: before.version, delta: refund!.delta as never, params: refund!.params }), lease: { change, op: "step" as const } };
+    expect(await first.submit(step)).toMatchObject({ status: "applied", via: "patch" });
+    await first.close();
+
+    // Another agent's change takes the payment once the crashed change's lease lapsed.
+    const support = await h.client("support");
+    const other = changeId({ agentId: "support", runId: run(), stepId: "audit" });
+    await waitFor(async () => (await support.submit(leaseIntent(support, other, "acquire", payment, "refund_payment", 60_000), { onLeased: "answer" })).status === "applied", {
+      timeoutMs: 30_000,
+      message: "the other change never took the payment after the crashed change's lease lapsed",
+    });
+
+    // The agent's second life, knowing nothing of the first, resumes the change: its acquire is refused leased, and
+    // the owner says the change held the record before.
+    const resumed = await (await h.client("resolver")).change(input);
+
+    expect(resumed).toMatchObject({ status: "incomplete", change, applied: ["refund", "tag"], result: { status: "rejected", reason: "leased", details: { heldBefore: true } } });
+    // At the records server: the refund written once, the ticket never.
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_13")).state.refunds).toHaveLength(1);
+    expect(h.records.patchRequests().filter((r) => r.type === "ticket")).toEqual([]);
+
+    // The other change done, the change is resumed to its end: the refund answered from the ledger, still written once.
+    expect(await support.submit(leaseIntent(support, other, "release", payment, "refund_payment"))).toMatchObject({ status: "applied", duplicate: false });
+    const finished = await (await h.client("resolver")).change(input);
+    expect(finished).toMatchObject({ status: "applied" });
+    expect(finished.status === "applied" && finished.steps.map((s) => [s.intentKey === step.intentKey, s.duplicate])).toEqual([
+      [true, true],
+      [false, false],
+    ]);
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_13")).state.refunds).toHaveLength(1);
+    expect((await readVersion(h.records, "ticket", "T-13")).state.tags).toEqual(["damaged", "refunded"]);
+  });
+
   it("a compensated change run again by a client that does not remember it (a harness resuming before it recorded the result) ends compensated: the step it failed at is not written on the record's new version", async () => {
     const h = await harness();
     seedThree(h.records, "6");

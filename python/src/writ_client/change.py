@@ -19,7 +19,9 @@ Every intent of a change has a key derived from the change, so calling
 :meth:`WritClient.change` again with the same run and step resumes it after a
 crash: the leases are the change's own again, and applied steps are answered
 from the ledger. A resumed change whose lease is not taken again does not end
-``not_started`` when it is known to have run (see :class:`ChangeNotStarted`).
+``not_started`` when it is known to have run (see :class:`ChangeNotStarted`):
+by this client's memory, or by its owners (``details.heldBefore`` on a refused
+acquire: the change held the record before, within the last 15 minutes).
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -130,11 +132,13 @@ class ChangeNotStarted:
     or could not be leased (``lease_limit``); nothing was written.
 
     Never the answer to a change known to have run: one whose lease is refused ``lease_hold_exceeded`` (it holds it),
-    or ``lease_cooldown`` after its own hold, or that this client left incomplete before (or whose run raised after a
-    step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered :class:`ChangeApplied`.
-    One it saw compensated has nothing standing: ``not_started`` is true of it. A client started anew (after a crash)
-    does not know what an earlier one left: a change it resumes whose lease another change took meanwhile ends
-    ``not_started`` for this call, and its earlier steps may stand.
+    or ``lease_cooldown`` after its own hold, or with ``details.heldBefore`` (owners say it held the record before: an
+    earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
+    after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
+    :class:`ChangeApplied`. One it saw compensated or not started has nothing standing: ``not_started`` is true of it.
+    Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
+    acquire when it lapsed): a client started anew that resumes a change later than that, whose lease another change
+    took meanwhile, ends ``not_started`` for this call, and the earlier run's steps may stand.
     """
 
     change: str
@@ -172,6 +176,12 @@ def _held_off(r: SubmitResult) -> bool:
     return isinstance(r, RejectedReply) and r.reason in ("leased", "lease_cooldown")
 
 
+def _says_held_before(r: SubmitResult) -> bool:
+    """Owners say the change held the record before (``details.heldBefore``): only the exact boolean true counts."""
+    d = r.details if isinstance(r, RejectedReply) else None
+    return isinstance(d, dict) and d.get("heldBefore") is True
+
+
 def _detail(r: SubmitResult, field: str) -> str | None:
     """A field of a refusal's ``details``, when it is a string."""
     d = r.details if isinstance(r, RejectedReply) else None
@@ -189,9 +199,11 @@ _MAX_REMEMBERED_STEPS = 100_000
 class _RunBefore:
     """How a change this client ran ended, as far as it knows: ``incomplete`` (also a run that raised after a step was
     built to be sent), with the steps that may stand; ``applied``, with its steps' replies as repeats (``duplicate``,
-    no state: what a run that takes its leases again is answered); ``compensated``, nothing of it standing."""
+    no state: what a run that takes its leases again is answered); ``compensated`` or ``not_started``, nothing of it
+    standing (the leases a not_started run took and released leave owners' marks that it held the records: this says
+    they speak of no step)."""
 
-    ended: Literal["incomplete", "applied", "compensated"]
+    ended: Literal["incomplete", "applied", "compensated", "not_started"]
     standing: tuple[str, ...] = ()
     steps: tuple[AppliedReply, ...] = ()
 
@@ -320,7 +332,9 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
         _remember(client, result.change, _RunBefore("applied", steps=tuple(_as_repeat(r) for r in result.steps)))
     elif isinstance(result, ChangeCompensated):
         _remember(client, result.change, _RunBefore("compensated"))
-    # not_started: true of the change (nothing known of it, or compensated), so what is known stays.
+    else:
+        # not_started: true of the change (nothing known of it, or compensated): nothing stands, whatever marks its leases left.
+        _remember(client, result.change, _RunBefore("not_started"))
     return result
 
 
@@ -386,8 +400,16 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             time.sleep(backoff_until(round_, deadline))
             round_ += 1
 
+    #: Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run).
+    held_before = [False]
+
+    def ask_again(r: SubmitResult) -> bool:
+        if _says_held_before(r):
+            held_before[0] = True
+        return _unsettled(r) or _held_off(r)
+
     def acquire(key: str, within: float) -> SubmitResult:
-        result = settle(lambda: lease(key, "acquire"), within, lambda r: _unsettled(r) or _held_off(r))
+        result = settle(lambda: lease(key, "acquire"), within, ask_again)
         if isinstance(result, AppliedReply):
             r = records[key]
             # A reply too large for the broker carries the version without the record (`truncated`): taken as the
@@ -436,16 +458,19 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         """How the change ends when a record's lease is not taken before its first step. ``not_started`` says nothing
         of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
         holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
-        change, that it held the record lately; this client's memory, that it left the change incomplete (or raised in
-        it). Each ends it incomplete. A change this client saw applied is answered so again, as taking its leases again
-        would answer it (its steps repeats); one it saw compensated has nothing standing, so not_started is true of it."""
+        change, that it held the record lately; ``details.heldBefore`` on any refusal of this run's acquires, that it
+        held that record before (its leases are all taken before its first step, so an earlier run may have written);
+        this client's memory, that it left the change incomplete (or raised in it). Each ends it incomplete. A change
+        this client saw applied is answered so again, as taking its leases again would answer it (its steps repeats);
+        one it saw compensated or not started has nothing standing, so not_started is true of it."""
         with _run_lock:
             known = (_run_before.get(client) or {}).get(change)
         if known is not None and known.ended == "applied":
             return ChangeApplied(change=change, steps=[_as_repeat(r) for r in known.steps])
         earlier = list(known.standing) if known is not None and known.ended == "incomplete" else None
-        compensated = known is not None and known.ended == "compensated"
-        ran_before = not compensated and (_hold_exceeded(got) or (isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change))
+        nothing_stands = known is not None and known.ended in ("compensated", "not_started")
+        cooled_own = isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change
+        ran_before = not nothing_stands and (_hold_exceeded(got) or cooled_own or held_before[0])
         if not _unsettled(got) and not ran_before and earlier is None:
             return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
         # Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
@@ -458,10 +483,16 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
                 f"this change has held the lease of {key} as long as owners allow (WRIT_LEASE_MAX_HOLD_MS), so it ran before and {standing}; "
                 f"the lease is not renewed and lapses at {_detail(got, 'expiresAt') or 'its expiry'}: call change() again after then to resume"
             )
-        elif ran_before:
+        elif cooled_own:
             message = (
                 f"this change held {key} as long as owners allow, so it ran before and {standing}; "
                 f"the record is kept from this agent until {_detail(got, 'until') or 'the cool-down ends'}: call change() again after then to resume"
+            )
+        elif ran_before and earlier is None:
+            why = got.reason if isinstance(got, RejectedReply) else got.status
+            message = (
+                f"owners say this change held its records before (an earlier run, whose lease ended), so it may have written and {standing}; "
+                f"the lease of {key} was not taken now ({why}): call change() again to resume"
             )
         else:
             why = got.reason if isinstance(got, RejectedReply) else got.status

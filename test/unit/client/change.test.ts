@@ -226,6 +226,47 @@ describe("a change that spans records, from its client's side", () => {
     }
   });
 
+  it("resume by a client started anew: an acquire refused with details.heldBefore (owners: the change held the record before) ends incomplete, every step may stand, the leases it took released; without it, not_started", async () => {
+    const heldBefore = (i: WriteIntent, reason: string, details: Record<string, unknown>) => ({ ...rejected(i, reason), details }) as SubmitResult;
+    for (const [reason, details] of [
+      ["leased", { expiresAt: "2025-01-01T00:01:00.000Z" }],
+      ["lease_limit", { held: 64, max: 64 }],
+      ["lease_cooldown", { until: "2025-01-01T00:00:10.000Z", change: "f".repeat(64) }],
+    ] as const) {
+      const told = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, { ...details, heldBefore: true }) : undefined));
+      const result = await runChange(told.client, input({ waitForLeaseMs: 1 }));
+      expect(result, reason).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason } });
+      expect(result.status === "incomplete" && result.message, reason).toMatch(/held its records before.*may have written/);
+      expect(trace(told.sent).filter((t) => !t.startsWith("acquire")), reason).toEqual(["release T-1"]);
+      // The control: the same refusal without it (or with anything but the boolean true: bytes from Kafka are hostile).
+      for (const hostile of [undefined, "true", 1, { heldBefore: true }]) {
+        const plain = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, hostile === undefined ? { ...details } : { ...details, heldBefore: hostile }) : undefined));
+        expect(await runChange(plain.client, input({ waitForLeaseMs: 1 })), `${reason} ${JSON.stringify(hostile)}`).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason } });
+      }
+    }
+    // Said while the record was waited for: known, even when the last refusal does not say it.
+    let refusals = 0;
+    const waited = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, "leased", refusals++ === 0 ? { heldBefore: true } : {}) : undefined));
+    expect(await runChange(waited.client, input({ waitForLeaseMs: 300 }))).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"] });
+    expect(refusals).toBeGreaterThan(1);
+  });
+
+  it("a change this client saw not_started (its leases taken and released leave owners' marks) is not_started again when a refusal says heldBefore: nothing of it stands", async () => {
+    let again = false;
+    const { client, sent } = scripted((i) => {
+      if (i.lease?.op !== "acquire") return undefined;
+      // First run: T-2 leased to another change (T-1 taken and released). Again: T-1 taken by that change, which the
+      // owner says this change held before (its mark from the release).
+      if (!again && i.entity.id === "T-2") return rejected(i, "leased");
+      if (again && i.entity.id === "T-1") return { ...rejected(i, "leased"), details: { heldBefore: true } } as SubmitResult;
+      return undefined;
+    });
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+    expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
+    again = true;
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-1") });
+  });
+
   it("an acquire refused lease_cooldown is waited out like a leased record; one naming this change (it held the record lately) ends it incomplete, one naming another change of the agent not_started", async () => {
     let refusals = 2;
     const waited = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" && refusals-- > 0 ? { ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } } : undefined));

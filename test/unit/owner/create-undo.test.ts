@@ -890,6 +890,57 @@ describe("leases of changes that span records: the owner's gate", () => {
     const later = new Date(until + 2);
     expect(settled(await settleLeaseIntent(a, leaseGate(ledgerWith(bFreed), a, later.getTime()), later, {})).replies[0]!.value).toMatchObject({ reason: "stale" });
   });
+
+  it("heldBefore: an acquire refused while a mark of its change and agent is in force says the change held the record before; not for another agent's mark of the change id, another change's, a mark past, or a replay", async () => {
+    // The change held the record (its client crashed; here: released), then another agent's change took it.
+    const a = await acquire(mine);
+    const granted = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {})).lease!.entry!;
+    const r = await release();
+    r.intent.createdAt = new Date(at + 5_000).toISOString();
+    const released = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(granted), r, at + 5_000), new Date(at + 5_000), {})).lease!.entry!;
+    const acquireBy = async (change: string, agentId: string, when: number) => {
+      const x = await admittedOk(
+        wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(change, "acquire", T1), lease: { change, op: "acquire", ttlMs: 600_000 } }, agentId),
+      );
+      x.intent.createdAt = new Date(when).toISOString();
+      return x;
+    };
+    const t1 = at + 10_000;
+    const b = await acquireBy(other, "agent-2", t1);
+    const taken = settled(await settleLeaseIntent(b, leaseGate(ledgerWith(released), b, t1), new Date(t1), {})).lease!.entry!;
+    expect(taken).toMatchObject({ change: other, agentId: "agent-2", released: [{ change: mine, agentId: "agent-1" }] });
+    const answer = async (x: AdmittedIntent, entry: LedgerLeaseEntry, when: number) => settled(await settleLeaseIntent(x, leaseGate(ledgerWith(entry), x, when), new Date(when), {})).replies[0]!.value;
+    // The change resumed by a client that does not remember it (a new acquire, made after its release): leased, held before.
+    const t2 = at + 60_000;
+    const resumed = await answer(await acquireBy(mine, "agent-1", t2), taken, t2);
+    expect(resumed).toMatchObject({ status: "rejected", reason: "leased", details: { expiresAt: taken.expiresAt, heldBefore: true } });
+    Reply.parse(resumed);
+    // The same change id from another agent (its own change): not told of agent-1's.
+    const sameIdOtherAgent = await answer(await acquireBy(mine, "agent-3", t2), taken, t2);
+    expect(sameIdOtherAgent).toMatchObject({ status: "rejected", reason: "leased", details: { expiresAt: taken.expiresAt } });
+    expect((sameIdOtherAgent as { details: object }).details).not.toHaveProperty("heldBefore");
+    // Another change of the same agent: nothing of this one said.
+    const anotherChange = await answer(await acquireBy("a".repeat(64), "agent-1", t2), taken, t2);
+    expect((anotherChange as { details: object }).details).not.toHaveProperty("heldBefore");
+    // A mark of the same change id by another agent does not speak for agent-1.
+    const otherAgentsMark = { ...taken, released: [{ change: mine, agentId: "agent-3", before: new Date(at).toISOString(), until: new Date(at + 15 * 60_000).toISOString() }] };
+    expect((await answer(await acquireBy(mine, "agent-1", t2), otherAgentsMark, t2)) as { details: object }).not.toHaveProperty("details.heldBefore");
+    // The mark in force up to its `until` (the release + 15 minutes), not after: then the change's past is not known.
+    const until = Date.parse(released.released![0]!.until);
+    expect(until).toBe(at + 5_000 + 15 * 60_000);
+    const stillHeld = { ...taken, expiresAt: new Date(until + 60_000).toISOString() };
+    expect(await answer(await acquireBy(mine, "agent-1", until), stillHeld, until)).toMatchObject({ reason: "leased", details: { heldBefore: true } });
+    const past = await answer(await acquireBy(mine, "agent-1", until + 1), stillHeld, until + 1);
+    expect(past).toMatchObject({ status: "rejected", reason: "leased" });
+    expect((past as { details: object }).details).not.toHaveProperty("heldBefore");
+    // A replay of the change's old acquire is lease_replayed (old bytes), never told heldBefore.
+    const replay = await answer(a, released, t2);
+    expect(replay).toMatchObject({ reason: "lease_replayed" });
+    expect(replay).not.toHaveProperty("details");
+    // Other refusals of the acquire say it too: the record gone since.
+    helpdesk.delete(T1);
+    expect(await answer(await acquireBy(mine, "agent-1", t2), released, t2)).toMatchObject({ reason: "entity_not_found", details: { heldBefore: true } });
+  });
 });
 
 describe("leases of changes that span records: what one agent may hold", () => {
@@ -929,6 +980,24 @@ describe("leases of changes that span records: what one agent may hold", () => {
     const later = new Date(at + 60_000);
     expect((await run(ledger, await acquire(T2), bounds, later)).replies[0]!.value).toMatchObject({ status: "applied", via: "lease" });
     expect(ledger.leasesHeldBy("agent-1", later.getTime())).toBe(1);
+  });
+
+  it("lease_limit and lease_cooldown say heldBefore when a mark of the acquire's change and agent is in force; not for another agent's", async () => {
+    const mark = (agentId: string) => ({ change, agentId, before: new Date(at - 60_000).toISOString(), until: new Date(at - 60_000 + 15 * 60_000).toISOString() });
+    const freed = (agentId: string, releasedAt = at - 60_000): [string, LedgerLeaseEntry] => [
+      `__lease__:${entityKey(T1)}`,
+      { ...held("T-1", "agent-9", at - 60_000, at - 120_000)[1], entity: T1, releasedAt: new Date(releasedAt).toISOString(), released: [mark(agentId)] },
+    ];
+    for (const [agentId, told] of [["agent-1", true], ["agent-2", false]] as const) {
+      const ledger = new PartitionLedger(0, [held("T-8", "agent-1", at + 60_000), held("T-9", "agent-1", at + 60_000), freed(agentId)]);
+      const refused = (await run(ledger, await acquire(T1), bounded(ledger))).replies[0]!.value;
+      expect(refused).toMatchObject({ status: "rejected", reason: "lease_limit", details: { held: 2, max: 2 } });
+      expect("heldBefore" in (refused as { details: object }).details, agentId).toBe(told);
+      if (told) expect(refused).toMatchObject({ details: { heldBefore: true } });
+    }
+    // lease_cooldown: agent-1's other change held the record past the hold and ended 5 s ago; this change's mark is kept too.
+    const ledger = new PartitionLedger(0, [[`__lease__:${entityKey(T1)}`, { ...freed("agent-1", at - 5_000)[1], agentId: "agent-1", change: "d".repeat(64), acquiredAt: new Date(at - 900_000).toISOString() }]]);
+    expect((await run(ledger, await acquire(T1), bounded(ledger))).replies[0]!.value).toMatchObject({ reason: "lease_cooldown", details: { change: "d".repeat(64), heldBefore: true } });
   });
 
   it("lease_limit: a grant decided but not yet staged counts (the agent's acquires of other records run meanwhile)", async () => {
