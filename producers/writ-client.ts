@@ -65,7 +65,17 @@ export const PROVISIONAL_REASONS: ReadonlySet<string> = new Set([
   "unauthenticated",
 ]);
 
-const isProvisional = (reply: Reply): reply is Extract<Reply, { status: "rejected" }> => reply.status === "rejected" && PROVISIONAL_REASONS.has(reply.reason);
+/**
+ * An `unauthenticated` refusal for the audience (`details.problem` `audience_missing` or `audience_mismatch`) is given
+ * only once the signature verified (src/owner/admission.ts): the record is bytes this agent signed, with this intent id,
+ * so it is this client's own submission, and the answer is final. Held to the deadline, it made every submit of a client
+ * whose audience is not the owners' wait its whole deadline for an answer that never changes.
+ */
+const AUDIENCE_PROBLEMS: ReadonlySet<unknown> = new Set(["audience_missing", "audience_mismatch"]);
+const audienceRefusal = (reply: Extract<Reply, { status: "rejected" }>): boolean =>
+  reply.reason === "unauthenticated" && typeof reply.details === "object" && reply.details !== null && AUDIENCE_PROBLEMS.has((reply.details as { problem?: unknown }).problem);
+
+const isProvisional = (reply: Reply): reply is Extract<Reply, { status: "rejected" }> => reply.status === "rejected" && PROVISIONAL_REASONS.has(reply.reason) && !audienceRefusal(reply);
 
 /** A held provisional rejection, returned at the deadline because nothing else answered: its message says it may not answer this client's record. */
 const heldAtDeadline = (provisional: Extract<Reply, { status: "rejected" }>, what: "intent" | "resolution"): Extract<Reply, { status: "rejected" }> => ({
@@ -408,7 +418,7 @@ class KafkaWritClient implements WritClient {
   private withAudience(intent: WriteIntent): WriteIntent {
     if (this.audience === undefined || intent.audience === this.audience) return intent;
     if (intent.audience !== undefined) {
-      throw new WritError("config_invalid", `the intent names audience ${JSON.stringify(printable(String(intent.audience).slice(0, 128)))}, not this client's (${this.audience}); nothing was sent`, {
+      throw new WritError("config_invalid", `the intent names audience ${JSON.stringify(printable((typeof intent.audience === "string" ? intent.audience : typeof intent.audience).slice(0, 128)))}, not this client's (${this.audience}); nothing was sent`, {
         retriable: false,
         context: { field: "audience", intentKey: intent.intentKey },
       });

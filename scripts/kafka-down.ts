@@ -1,8 +1,8 @@
 // npm run kafka:down — stop the broker(s) and registry started by kafka:up (or by a
 // test run that was interrupted), found through the pid files in .cache/run.
 // `npm run kafka:down -- --brokers 3` stops the three-node stack of
-// `npm run kafka:up -- --brokers 3` (.cache/run-3). `--secure` stops the secure stack, `--secure --registry-only`
-// its registry alone.
+// `npm run kafka:up -- --brokers 3` (.cache/run-3). `--registry-only` stops the registry alone; `--secure` stops
+// the secure stack, `--secure --registry-only` its registry alone.
 import { join, resolve } from 'node:path';
 
 const argv = process.argv.slice(2);
@@ -30,7 +30,8 @@ if (brokers === '3') process.env['WRIT_LOCAL_STACK_DIR'] ??= join(resolve(import
 const { stopStack } = await import('../src/testing/local-stack.ts');
 
 try {
-  const { broker, nodes, registry } = await stopStack();
+  // --registry-only: the registry a `kafka:up` started again for a broker others use
+  const { broker, nodes, registry } = await stopStack({ registryOnly: argv.includes('--registry-only') });
   const parts: string[] = [];
   if (broker !== undefined) parts.push(`broker (pid ${broker})`);
   for (const [id, pid] of Object.entries(nodes ?? {})) parts.push(`broker node ${id} (pid ${pid})`);

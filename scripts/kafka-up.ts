@@ -80,7 +80,7 @@ try {
   // "started" only when the broker was, as the secure stack's line above says it: a registry started again beside
   // a broker others use is said as such.
   if (startedParts.includes('broker')) process.stderr.write(`[local-stack] started ${took}; stop with: ${down}\n`);
-  else if (startedParts.includes('registry')) process.stderr.write(`[local-stack] registry restarted ${took} (the broker was running); stop with: ${down}\n`);
+  else if (startedParts.includes('registry')) process.stderr.write(`[local-stack] registry restarted ${took} (the broker was running); stop it alone with: ${brokers === 3 ? 'npm run kafka:down -- --brokers 3 --registry-only' : 'npm run kafka:down -- --registry-only'}\n`);
   else process.stderr.write(`[local-stack] already running ${took}; stop with: ${down}\n`);
   process.stdout.write(`KAFKA_BROKERS=${endpoints.brokers.join(',')}\n`);
   process.stdout.write(`SCHEMA_REGISTRY_URL=${endpoints.registryUrl}\n`);

@@ -48,8 +48,9 @@ def vectors() -> dict[str, Any]:
 def stack() -> Iterator[Stack]:
     s = ensure_stack(REPO)
     yield s
-    if s.started and not os.environ.get("WRIT_KEEP_STACK"):
-        stop_stack(REPO)
+    if (s.started or s.registry_restarted) and not os.environ.get("WRIT_KEEP_STACK"):
+        # Only what this session started: a registry started again beside a running broker is stopped alone.
+        stop_stack(REPO, registry_only=not s.started)
 
 
 @pytest.fixture(scope="session")

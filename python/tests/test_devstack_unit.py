@@ -78,3 +78,36 @@ def test_a_stack_it_reused_as_it_was_is_left_running(node: FakeNode, tmp_path: P
     stack, downs = _up_then_down(node, RUNNING, tmp_path)
     assert (stack.started, stack.registry_restarted) == (False, False)
     assert downs == []
+
+
+PLAIN_OUT = "KAFKA_BROKERS=127.0.0.1:19092\nSCHEMA_REGISTRY_URL=http://127.0.0.1:18081/apis/ccompat/v7\n"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "started", "restarted", "down"),
+    [
+        ("[local-stack] started in 9.2 s; stop with: npm run kafka:down\n", True, False, [["scripts/kafka-down.ts"]]),
+        (
+            "[local-stack] registry restarted in 4.7 s (the broker was running); stop it alone with: npm run kafka:down -- --registry-only\n",
+            False,
+            True,
+            [["scripts/kafka-down.ts", "--registry-only"]],
+        ),
+        ("[local-stack] already running in 0.1 s; stop with: npm run kafka:down\n", False, False, []),
+    ],
+)
+def test_the_plain_stack_too_stops_only_what_it_started(
+    node: FakeNode, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stderr: str, started: bool, restarted: bool, down: list[list[str]]
+) -> None:
+    monkeypatch.delenv("KAFKA_BROKERS", raising=False)
+    node.up_stderr = stderr
+    monkeypatch.setattr(
+        node, "run", lambda cmd, **kw: (node.calls.append(cmd[1:]), subprocess.CompletedProcess(cmd, 0, PLAIN_OUT if "scripts/kafka-up.ts" in cmd else "", stderr))[1]
+    )
+    monkeypatch.setattr(devstack.subprocess, "run", node.run)
+    stack = devstack.ensure_stack(tmp_path)
+    assert (stack.started, stack.registry_restarted) == (started, restarted)
+    # What the suite's session fixture does (conftest.py): stop only what this call started.
+    if stack.started or stack.registry_restarted:
+        devstack.stop_stack(tmp_path, registry_only=not stack.started)
+    assert [c for c in node.calls if "scripts/kafka-down.ts" in c] == down

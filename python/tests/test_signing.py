@@ -335,3 +335,6 @@ def test_from_env_takes_the_owners_audience_for_a_signing_client() -> None:
     assert WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env, signer=signer, audience="staging").audience == "staging"
     # Not signing: nothing to bind it to, and the owners' variable may share the environment.
     assert WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env=env).audience is None
+    # Read as owners read it: a value they refuse (" prod") is refused naming the variable, never trimmed into another.
+    with pytest.raises(AudienceInvalid, match="WRIT_SIGNING_AUDIENCE"):
+        WritClient.from_env(agent_id="a", reply_topic="writ.replies.a", env={**env, "WRIT_SIGNING_AUDIENCE": " prod"}, signer=signer)

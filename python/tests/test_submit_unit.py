@@ -237,6 +237,24 @@ def test_a_lone_provisional_rejection_is_the_result_at_the_deadline() -> None:
     assert client._waiting == {} and client._provisional == {}
 
 
+def test_a_refusal_for_the_audience_settles_a_submit_at_once() -> None:
+    # Given only once the signature verified: final. Other unauthenticated refusals, and look-alike details, are held.
+    client = started_client()
+
+    def answer(intent: dict[str, Any]) -> None:
+        client._dispatch(rejected(intent, "unauthenticated"))
+        look_alike = rejected(intent, "unauthenticated").model_copy(update={"details": {"problem": ["audience_mismatch"]}})
+        client._dispatch(look_alike)
+        client._dispatch(rejected(intent, "unauthenticated").model_copy(update={"details": {"problem": "audience_mismatch", "received": "staging"}}))
+
+    client._producer = RefusingProducer(b"none", reply=answer)
+    result = client.submit(intent_input(), timeout=30)
+    assert result.status == "rejected" and result.reason == "unauthenticated"
+    assert result.details == {"problem": "audience_mismatch", "received": "staging"}
+    assert "not this client's" not in result.message
+    assert client._waiting == {} and client._provisional == {}
+
+
 def test_an_ordinary_rejection_still_settles_a_submit_at_once() -> None:
     client = started_client()
     client._producer = RefusingProducer(b"none", reply=lambda intent: client._dispatch(rejected(intent, "params_invalid")))

@@ -4,6 +4,7 @@
 // for good, deaf to Ctrl-C (a signal handler is JavaScript too, on the same thread). The worker's own loop still
 // turns: when the main thread has not turned its loop for the deadline, the worker says why on stderr and ends the
 // process with SIGKILL, the one way out of a thread that never yields.
+import { url as inspectorUrl } from "node:inspector";
 import { Worker } from "node:worker_threads";
 
 /** How often the main thread marks that its loop turned. ms. */
@@ -19,39 +20,62 @@ const beat = new Int32Array(workerData.beat);
 let seen = Atomics.load(beat, 0);
 let still = 0;
 let leftover = "";
-parentPort.on("message", (m) => { if (typeof m === "string") leftover = m; });
+let runId = null;
+parentPort.on("message", (m) => {
+  if (m && typeof m.leaves === "string") leftover = m.leaves;
+  if (m && typeof m.runId === "string") runId = m.runId;
+});
 setInterval(() => {
   const now = Atomics.load(beat, 0);
   if (now !== seen) { seen = now; still = 0; return; }
   still++;
   if (still * workerData.tickMs < workerData.limitMs) return;
   try { writeSync(2, workerData.message + leftover + "\\n"); } catch {}
+  // The line a program reading stdout gets from every other failure (the command's --json).
+  if (workerData.jsonLine) {
+    try { writeSync(1, JSON.stringify({ ok: false, ...(runId === null ? {} : { runId }), error: { code: "stalled", message: workerData.message } }) + "\\n"); } catch {}
+  }
   process.kill(process.pid, "SIGKILL");
 }, workerData.tickMs);
 `;
 
 export interface StallWatch {
-  /** Text added to the message said at a stall (what the run leaves behind, once known). */
-  leaves(text: string): void;
+  /** What the run may leave behind, once known: its id (in the JSON line) and the text added to the message. */
+  leaves(runId: string, text: string): void;
   stop(): void;
 }
 
+/** No watch: where none can run (below), the command runs as it would without one. */
+const UNWATCHED: StallWatch = { leaves: () => undefined, stop: () => undefined };
+
 /**
  * Starts the watch: a main thread whose loop does not turn for `limitMs` ends the process (SIGKILL) once `message`
- * (and what {@link StallWatch.leaves} gave last) is written to stderr. Neither the beat nor the worker keeps the
- * process alive.
+ * (and what {@link StallWatch.leaves} gave last) is written to stderr, and with `jsonLine` a JSON line
+ * `{ok: false, runId?, error: {code: "stalled", message}}` to stdout. Neither the beat nor the worker keeps the
+ * process alive. Not under a debugger (the inspector open): a developer paused at a breakpoint in the module holds
+ * the loop as a synchronous loop does, and must not be killed for it.
  */
-export function watchForStall(limitMs: number, message: string): StallWatch {
+export function watchForStall(limitMs: number, message: string, opts: { jsonLine?: boolean } = {}): StallWatch {
+  if (inspectorUrl() !== undefined) return UNWATCHED;
   const shared = new SharedArrayBuffer(4);
   const beat = new Int32Array(shared);
+  let worker: Worker;
+  try {
+    worker = new Worker(WORKER, {
+      eval: true,
+      workerData: { beat: shared, limitMs, tickMs: Math.min(1_000, Math.max(BEAT_MS * 2, Math.floor(limitMs / 10))), message, jsonLine: opts.jsonLine === true },
+    });
+  } catch {
+    // A worker refused (Node's permission model without --allow-worker): the command runs unwatched, as before.
+    return UNWATCHED;
+  }
   const timer = setInterval(() => Atomics.add(beat, 0, 1), BEAT_MS);
   timer.unref();
-  const worker = new Worker(WORKER, { eval: true, workerData: { beat: shared, limitMs, tickMs: Math.min(1_000, Math.max(BEAT_MS * 2, Math.floor(limitMs / 10))), message } });
   worker.unref();
   // A worker that fails to start or dies leaves the command as it was without the watch.
   worker.on("error", () => undefined);
   return {
-    leaves: (text) => worker.postMessage(text),
+    leaves: (runId, text) => worker.postMessage({ runId, leaves: text }),
     stop: () => {
       clearInterval(timer);
       void worker.terminate();

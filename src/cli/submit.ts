@@ -22,7 +22,8 @@ The intent:
   --intent <file|-|json> a JSON file (- for stdin), or the JSON itself when it starts with { (e.g.
                          --intent '{"tool":"tag_ticket",…}'; a file named so: ./{…}), with the fields below
                          in camelCase (tool, entity as {"type","id"} or "type:id", baseVersion, delta,
-                         params, runId, stepId, toolCallId), or a whole WriteIntent (then sent as it is);
+                         params, runId, stepId, toolCallId), or a whole WriteIntent (then sent as it is,
+                         with --audience's added when it has none; one naming another is refused);
                          flags override its fields
   --tool <name>          the write tool
   --entity <type:id>     the record, e.g. ticket:T-42
@@ -151,7 +152,8 @@ async function main(argv: string[]): Promise<number> {
   const signing = signingFromFlags(a);
   const file = a.intent === undefined ? {} : readIntentFile(a.intent);
 
-  // A whole WriteIntent is sent as it is (flags may not change it: its key and ids are what make it a repeat).
+  // A whole WriteIntent is sent as it is (flags may not change it: its key and ids are what make it a repeat), but for
+  // the signing audience, which the client adds to one that names none.
   const whole = WriteIntent.safeParse(file);
   if (a.intent !== undefined && "intentId" in file) {
     if (!whole.success) throw new UsageError(`--intent: not a valid WriteIntent: ${whole.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);

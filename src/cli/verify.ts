@@ -181,6 +181,7 @@ async function main(argv: string[]): Promise<number> {
     stall = watchForStall(
       limitMs,
       `writ verify: stopped: the process's JavaScript ran for ${limitMs} ms without yielding (--module-timeout-ms): most likely a synchronous loop in the tools module's code (its top level, systems(env), an adapter or a fixture). A deadline cannot cut off a synchronous call, so verify ends itself (SIGKILL, exit 137)`,
+      { jsonLine: args.json },
     );
     const report = await runVerify({
       tools,
@@ -203,7 +204,7 @@ async function main(argv: string[]): Promise<number> {
         cleanups.push(() => closing);
       },
       onLeftovers: (left) => void (leftovers = left),
-      onRunId: (runId) => stall?.leaves(`. Run ${runId} may have left topics and groups on the cluster: writ verify --cleanup ${runId} --brokers ${brokers} deletes them`),
+      onRunId: (runId) => stall?.leaves(runId, `. Run ${runId} may have left topics and groups on the cluster: writ verify --cleanup ${runId} --brokers ${brokers} deletes them`),
     });
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);

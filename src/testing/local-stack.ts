@@ -432,8 +432,14 @@ async function clusterUp(nodes: NodeLayout[], log: (l: string) => void): Promise
  * are gone. Returns the pids it stopped:
  * `broker` for the single node, `nodes` (pid by node id) for the three nodes.
  */
-export async function stopStack(opts: StackOptions = {}): Promise<{ broker?: number; nodes?: Record<number, number>; registry?: number }> {
+export async function stopStack(opts: StackOptions & { registryOnly?: boolean } = {}): Promise<{ broker?: number; nodes?: Record<number, number>; registry?: number }> {
   const log = opts.log ?? defaultLog;
+  if (opts.registryOnly) {
+    // The registry a `kafka:up` started again beside a broker others use: that alone.
+    const registry = await stopComponent(COMPONENTS.registry, log);
+    rmSync(autostopFile('registry'), { force: true });
+    return registry === undefined ? {} : { registry };
+  }
   const single = nodeLayout(1, 1);
   const [broker, nodes, registry] = await Promise.all([
     stopComponent(single.spec, log),

@@ -126,6 +126,18 @@ PROVISIONAL_REJECTIONS: frozenset[str] = frozenset(
     {"unauthenticated", "schema_invalid", "schema_subject_mismatch", "undecodable", "key_missing", "key_mismatch", "not_canonical", "too_deep"}
 )
 
+#: ``details.problem`` of an ``unauthenticated`` refusal for the audience: owners give it only once the signature
+#: verified, so it answers bytes this agent signed with this intent id (its own submission) and is final, not held.
+_AUDIENCE_PROBLEMS = frozenset({"audience_missing", "audience_mismatch"})
+
+
+def _provisional(reply: Reply) -> bool:
+    """Whether ``reply`` is a rejection owners give before they authenticated the record (held to the deadline)."""
+    if not isinstance(reply, RejectedReply) or reply.reason not in PROVISIONAL_REJECTIONS:
+        return False
+    details = reply.details
+    return not (reply.reason == "unauthenticated" and isinstance(details, dict) and isinstance(details.get("problem"), str) and details["problem"] in _AUDIENCE_PROBLEMS)
+
 #: librdkafka's default ``message.max.bytes``, and a bound on what a record adds to its key, value and headers.
 _MESSAGE_MAX_BYTES = 1_000_000
 _RECORD_OVERHEAD = 128
@@ -475,8 +487,13 @@ class WritClient:
                     raise ValueError(f"{variable} must be a positive integer, got {text!r:.40}")
                 kwargs[arg] = int(text)
         # The owners' audience, for a client that signs (an unsigned one has none to give: owners check signed records only).
-        if "audience" not in kwargs and kwargs.get("signer") is not None and (env.get("WRIT_SIGNING_AUDIENCE") or "").strip():
-            kwargs["audience"] = env["WRIT_SIGNING_AUDIENCE"].strip()
+        # As owners read it: only an empty value is unset; " prod" is refused naming the variable, not quietly trimmed
+        # into an audience the owners (which refuse it) would never have.
+        if "audience" not in kwargs and kwargs.get("signer") is not None and env.get("WRIT_SIGNING_AUDIENCE"):
+            try:
+                kwargs["audience"] = check_audience(env["WRIT_SIGNING_AUDIENCE"], has_signer=True)
+            except AudienceInvalid as err:
+                raise AudienceInvalid(f"WRIT_SIGNING_AUDIENCE: {err}") from None
         security = ConnectionSecurity.from_env(env)
         kwargs.setdefault("kafka_security", security.kafka)
         kwargs.setdefault("schema_registry_auth", security.schema_registry_auth)
@@ -761,7 +778,7 @@ class WritClient:
         with self._lock:
             waiters = list(self._waiting.get(reply.intent_id, ()))
             listeners = list(self._listeners)
-            if isinstance(reply, RejectedReply) and reply.reason in PROVISIONAL_REJECTIONS:
+            if _provisional(reply):
                 # Possibly an answer to a forged record naming this intent id: keep waiting for another answer.
                 for waiter in waiters:
                     self._provisional.setdefault(waiter, reply)

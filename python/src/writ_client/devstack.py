@@ -99,6 +99,9 @@ class Stack:
     registry_url: str
     #: True when this call started the local stack (``stop_stack`` then stops it); False when it was running or named by the environment.
     started: bool = False
+    #: True when this call found the broker running and only started its registry again (it had died):
+    #: ``stop_stack(registry_only=True)`` then stops that registry alone, the broker being others'.
+    registry_restarted: bool = False
 
 
 def ensure_stack(repo: Path, *, timeout: float = 300) -> Stack:
@@ -115,12 +118,16 @@ def ensure_stack(repo: Path, *, timeout: float = 300) -> Stack:
     if not env.get("KAFKA_BROKERS"):
         raise RuntimeError(f"scripts/kafka-up.ts printed no KAFKA_BROKERS:\n{out.stdout[-2000:]}")
     started = re.search(r"\[local-stack\] started in", out.stderr) is not None
-    return Stack(env["KAFKA_BROKERS"].strip(), env.get("SCHEMA_REGISTRY_URL", "").strip(), started)
+    registry_restarted = re.search(r"\[local-stack\] registry restarted in", out.stderr) is not None
+    return Stack(env["KAFKA_BROKERS"].strip(), env.get("SCHEMA_REGISTRY_URL", "").strip(), started, registry_restarted)
 
 
-def stop_stack(repo: Path, *, timeout: float = 120) -> None:
-    """``node scripts/kafka-down.ts``: stops the local stack (through its pid files). Call it only for a stack you started."""
-    subprocess.run([node_binary(repo), "scripts/kafka-down.ts"], cwd=repo, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+def stop_stack(repo: Path, *, timeout: float = 120, registry_only: bool = False) -> None:
+    """``node scripts/kafka-down.ts``: stops the local stack (through its pid files). Call it only for a stack you started.
+
+    ``registry_only``: the registry alone (``Stack.registry_restarted``: the broker was running, and is others')."""
+    args = [node_binary(repo), "scripts/kafka-down.ts", *(["--registry-only"] if registry_only else [])]
+    subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
 
 @dataclass(frozen=True)

@@ -636,6 +636,23 @@ describe("the audience a client signs for (its owners' WRIT_SIGNING_AUDIENCE)", 
     expect(verifyIntentSignature({ ...value, audience: "staging" }, header, keys)).toMatchObject({ ok: false });
   });
 
+  it("an owner's refusal for the audience settles the submit at once: given only once the signature verified, it is final", async () => {
+    const writ = await client({ signer, audience: "staging" });
+    const { waiting, settled, sent } = await waitingSubmit(writ);
+    const at = "2025-01-01T00:00:00.000Z";
+    // The control: an unauthenticated refusal of another kind is held (it may answer another producer's record).
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "not signed by agent agent-1: no signature", at));
+    expect(settled()).toBe(false);
+    // details that only look like it are held too.
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "x", at, { problem: ["audience_mismatch"] }));
+    expect(settled()).toBe(false);
+    await deliver(rejectedReply(sent.intentId, sent.intentKey, "unauthenticated", "agent agent-1: audience_mismatch: …", at, { problem: "audience_mismatch", received: "staging" }));
+    await waitFor(settled);
+    const result = await waiting;
+    expect(result).toMatchObject({ status: "rejected", reason: "unauthenticated", details: { problem: "audience_mismatch", received: "staging" } });
+    expect((result as { message: string }).message).not.toMatch(/not this client's/);
+  });
+
   it("without an audience a signing client sends none (as before)", async () => {
     const writ = await client({ signer });
     await waitingSubmit(writ);

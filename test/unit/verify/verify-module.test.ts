@@ -80,10 +80,14 @@ function spinning(where: "top level" | "systems(env)"): string {
 describe("a tools module whose code never yields", () => {
   // A deadline is a timer, and no timer fires while a synchronous loop runs: before, verify hung for good, deaf to
   // Ctrl-C (or SIGTERM). A worker thread watches the loop and ends the process, saying why.
-  it.each(["top level", "systems(env)"] as const)("ends the CLI (SIGKILL) once the module deadline passes, saying why on stderr (a loop at its %s)", async (where) => {
-    const child = spawn(process.execPath, [join(ROOT, "src", "cli", "main.ts"), "verify", "--tools", spinning(where), "--module-timeout-ms", "2000", "--brokers", "127.0.0.1:9"], { stdio: ["ignore", "ignore", "pipe"] });
+  it.each(["top level", "systems(env)"] as const)("ends the CLI (SIGKILL) once the module deadline passes, saying why on stderr, and with --json on stdout (a loop at its %s)", async (where) => {
+    const json = where === "systems(env)";
+    const args = ["verify", "--tools", spinning(where), "--module-timeout-ms", "2000", "--brokers", "127.0.0.1:9", ...(json ? ["--json"] : [])];
+    const child = spawn(process.execPath, [join(ROOT, "src", "cli", "main.ts"), ...args], { stdio: ["ignore", "pipe", "pipe"] });
     let stderr = "";
+    let stdout = "";
     child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
     child.on("exit", (code, signal) => (exit = { code, signal }));
     try {
@@ -95,6 +99,10 @@ describe("a tools module whose code never yields", () => {
     const run = { ...exit!, stderr };
     expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: null, signal: "SIGKILL" });
     expect(run.stderr).toContain("writ verify: stopped: the process's JavaScript ran for 2000 ms without yielding (--module-timeout-ms)");
+    if (json) {
+      // The run had its id by then (systems(env) comes after it): the line names it, as other failures' lines do.
+      expect(JSON.parse(stdout.trim().split("\n").at(-1)!)).toMatchObject({ ok: false, runId: expect.stringMatching(/^wv-[0-9a-f]{6}$/), error: { code: "stalled" } });
+    } else expect(stdout).toBe("");
   });
 });
 
