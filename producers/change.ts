@@ -107,8 +107,14 @@ const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === 
 const isHeldOff = (r: SubmitResult) => r.status === "rejected" && (r.reason === "leased" || r.reason === "lease_cooldown");
 /** A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses. */
 const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
-/** Owners say the change held the record before (`details.heldBefore`): only the exact boolean true counts. */
-const saysHeldBefore = (r: SubmitResult) => r.status === "rejected" && typeof r.details === "object" && r.details !== null && (r.details as Record<string, unknown>).heldBefore === true;
+/**
+ * Owners say the change held the record before: a refused acquire's `details.heldBefore`, a granted one's
+ * `lease.heldBefore`. Only the exact boolean true counts.
+ */
+const saysHeldBefore = (r: SubmitResult) => {
+  const said = r.status === "rejected" ? r.details : r.status === "applied" ? r.lease : undefined;
+  return typeof said === "object" && said !== null && (said as Record<string, unknown>).heldBefore === true;
+};
 /** A field of a refusal's `details`, when it is a string. */
 const detail = (r: SubmitResult, field: string): string | undefined => {
   const d = r.status === "rejected" ? (r.details as Record<string, unknown> | undefined) : undefined;
@@ -270,7 +276,11 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
       await backoffUntil(round, deadline);
     }
   };
-  /** Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run). */
+  /**
+   * Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
+   * held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
+   * keeps its latest marks only) while the granted one's lives.
+   */
   let heldBefore = false;
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
     const result = await settle(() => lease(key, "acquire"), within, (r) => {
@@ -325,8 +335,9 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * How the change ends when a record's lease is not taken before its first step. `not_started` says nothing of the
    * change was written: not when it is known to have run. A refusal `lease_hold_exceeded` says the change holds the
    * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
-   * held the record lately; `details.heldBefore` on any refusal of this run's acquires, that it held that record
-   * before (its leases are all taken before its first step, so an earlier run may have written); this client's
+   * held the record lately; `heldBefore` on any answer to this run's acquires (a refusal's `details`, a grant's
+   * `lease`), that it held that record before (its leases are all taken before its first step, so an earlier run may
+   * have written); this client's
    * memory, that it left the change `incomplete` (or threw in it). Each ends it `incomplete`. A change this client saw
    * `applied` is answered so again, as taking its leases again would answer it (its steps repeats); one it saw
    * `compensated` or `not_started` has nothing standing, so `not_started` is true of it.

@@ -177,8 +177,9 @@ def _held_off(r: SubmitResult) -> bool:
 
 
 def _says_held_before(r: SubmitResult) -> bool:
-    """Owners say the change held the record before (``details.heldBefore``): only the exact boolean true counts."""
-    d = r.details if isinstance(r, RejectedReply) else None
+    """Owners say the change held the record before: a refused acquire's ``details.heldBefore``, a granted one's
+    ``lease.heldBefore``. Only the exact boolean true counts."""
+    d = r.details if isinstance(r, RejectedReply) else r.lease if isinstance(r, AppliedReply) else None
     return isinstance(d, dict) and d.get("heldBefore") is True
 
 
@@ -400,7 +401,9 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             time.sleep(backoff_until(round_, deadline))
             round_ += 1
 
-    #: Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run).
+    #: Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
+    #: held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
+    #: keeps its latest marks only) while the granted one's lives.
     held_before = [False]
 
     def ask_again(r: SubmitResult) -> bool:
@@ -458,8 +461,8 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         """How the change ends when a record's lease is not taken before its first step. ``not_started`` says nothing
         of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
         holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
-        change, that it held the record lately; ``details.heldBefore`` on any refusal of this run's acquires, that it
-        held that record before (its leases are all taken before its first step, so an earlier run may have written);
+        change, that it held the record lately; ``heldBefore`` on any answer to this run's acquires (a refusal's
+        ``details``, a grant's ``lease``), that it held that record before (its leases are all taken before its first step, so an earlier run may have written);
         this client's memory, that it left the change incomplete (or raised in it). Each ends it incomplete. A change
         this client saw applied is answered so again, as taking its leases again would answer it (its steps repeats);
         one it saw compensated or not started has nothing standing, so not_started is true of it."""
