@@ -30,8 +30,12 @@ import { buildUndoIntent } from "./writ-client.ts";
  * leases are the change's own again, and applied steps are answered from the
  * ledger. A resumed change whose lease is not taken again does not end
  * `not_started` when it is known to have run (see {@link ChangeResult}): by
- * this client's memory, or by its owners (`details.heldBefore` on a refused
- * acquire: the change held the record before, within the last 15 minutes).
+ * this client's memory, or by its owners (`heldBefore` on an acquire's answer: a
+ * refusal's `details`, a grant's `lease`; the change held the record before,
+ * while the record keeps that mark: 15 minutes from its release, or for a lapse
+ * from the lease's latest acquire by the agent's clock, and only among the
+ * record's latest 64 marks). This client's memory of a `not_started` run
+ * overrides the owners' (the marks are that run's own releases).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -85,11 +89,12 @@ export type ChangeResult =
    * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
    * could not be leased (`lease_limit`: the agent holds as many leases as owners allow); nothing was written. Never
    * the answer to a change known to have run: one whose lease is refused `lease_hold_exceeded` (it holds it), or
-   * `lease_cooldown` after its own hold, or with `details.heldBefore` (owners say it held the record before: an
-   * earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
+   * `lease_cooldown` after its own hold, or after `heldBefore` on an answer to its acquires (owners say it held a
+   * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
    * `compensated` or `not_started` has nothing standing: `not_started` is true of it. Owners keep what says a change
-   * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed): a client
+   * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
+   * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
    * for this call, and the earlier run's steps may stand.
    */

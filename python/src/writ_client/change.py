@@ -20,8 +20,12 @@ Every intent of a change has a key derived from the change, so calling
 crash: the leases are the change's own again, and applied steps are answered
 from the ledger. A resumed change whose lease is not taken again does not end
 ``not_started`` when it is known to have run (see :class:`ChangeNotStarted`):
-by this client's memory, or by its owners (``details.heldBefore`` on a refused
-acquire: the change held the record before, within the last 15 minutes).
+by this client's memory, or by its owners (``heldBefore`` on an acquire's answer:
+a refusal's ``details``, a grant's ``lease``; the change held the record before,
+while the record keeps that mark: 15 minutes from its release, or for a lapse
+from the lease's latest acquire by the agent's clock, and only among the
+record's latest 64 marks). This client's memory of a ``not_started`` run
+overrides the owners' (the marks are that run's own releases).
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -132,12 +136,13 @@ class ChangeNotStarted:
     or could not be leased (``lease_limit``); nothing was written.
 
     Never the answer to a change known to have run: one whose lease is refused ``lease_hold_exceeded`` (it holds it),
-    or ``lease_cooldown`` after its own hold, or with ``details.heldBefore`` (owners say it held the record before: an
-    earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
+    or ``lease_cooldown`` after its own hold, or after ``heldBefore`` on an answer to its acquires (owners say it held
+    a record before: an earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
     :class:`ChangeApplied`. One it saw compensated or not started has nothing standing: ``not_started`` is true of it.
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
-    acquire when it lapsed): a client started anew that resumes a change later than that, whose lease another change
+    acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
+    version says nothing: a client started anew that resumes a change later than that, whose lease another change
     took meanwhile, ends ``not_started`` for this call, and the earlier run's steps may stand.
     """
 
