@@ -30,8 +30,12 @@ import { buildUndoIntent } from "./writ-client.ts";
  * leases are the change's own again, and applied steps are answered from the
  * ledger. A resumed change whose lease is not taken again does not end
  * `not_started` when it is known to have run (see {@link ChangeResult}): by
- * this client's memory, or by its owners (`details.heldBefore` on a refused
- * acquire: the change held the record before, within the last 15 minutes).
+ * this client's memory, or by its owners (`heldBefore` on an acquire's answer: a
+ * refusal's `details`, a grant's `lease`; the change held the record before,
+ * while the record keeps that mark: 15 minutes from its release, or for a lapse
+ * from the lease's latest acquire by the agent's clock, and only among the
+ * record's latest 64 marks). This client's memory of a `not_started` run
+ * overrides the owners' (the marks are that run's own releases).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -85,11 +89,12 @@ export type ChangeResult =
    * A record stayed leased to another change (or kept from this agent, `lease_cooldown`) for `waitForLeaseMs`, or
    * could not be leased (`lease_limit`: the agent holds as many leases as owners allow); nothing was written. Never
    * the answer to a change known to have run: one whose lease is refused `lease_hold_exceeded` (it holds it), or
-   * `lease_cooldown` after its own hold, or with `details.heldBefore` (owners say it held the record before: an
-   * earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
+   * `lease_cooldown` after its own hold, or after `heldBefore` on an answer to its acquires (owners say it held a
+   * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
    * `compensated` or `not_started` has nothing standing: `not_started` is true of it. Owners keep what says a change
-   * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed): a client
+   * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
+   * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
    * for this call, and the earlier run's steps may stand.
    */
@@ -107,8 +112,14 @@ const isUnsettled = (r: SubmitResult) => r.status === "unknown" || r.status === 
 const isHeldOff = (r: SubmitResult) => r.status === "rejected" && (r.reason === "leased" || r.reason === "lease_cooldown");
 /** A renewal past the longest hold owners allow (WRIT_LEASE_MAX_HOLD_MS): the lease stays the change's until it lapses. */
 const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
-/** Owners say the change held the record before (`details.heldBefore`): only the exact boolean true counts. */
-const saysHeldBefore = (r: SubmitResult) => r.status === "rejected" && typeof r.details === "object" && r.details !== null && (r.details as Record<string, unknown>).heldBefore === true;
+/**
+ * Owners say the change held the record before: a refused acquire's `details.heldBefore`, a granted one's
+ * `lease.heldBefore`. Only the exact boolean true counts.
+ */
+const saysHeldBefore = (r: SubmitResult) => {
+  const said = r.status === "rejected" ? r.details : r.status === "applied" ? r.lease : undefined;
+  return typeof said === "object" && said !== null && (said as Record<string, unknown>).heldBefore === true;
+};
 /** A field of a refusal's `details`, when it is a string. */
 const detail = (r: SubmitResult, field: string): string | undefined => {
   const d = r.status === "rejected" ? (r.details as Record<string, unknown> | undefined) : undefined;
@@ -270,7 +281,11 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
       await backoffUntil(round, deadline);
     }
   };
-  /** Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run). */
+  /**
+   * Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
+   * held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
+   * keeps its latest marks only) while the granted one's lives.
+   */
   let heldBefore = false;
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
     const result = await settle(() => lease(key, "acquire"), within, (r) => {
@@ -325,8 +340,9 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * How the change ends when a record's lease is not taken before its first step. `not_started` says nothing of the
    * change was written: not when it is known to have run. A refusal `lease_hold_exceeded` says the change holds the
    * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
-   * held the record lately; `details.heldBefore` on any refusal of this run's acquires, that it held that record
-   * before (its leases are all taken before its first step, so an earlier run may have written); this client's
+   * held the record lately; `heldBefore` on any answer to this run's acquires (a refusal's `details`, a grant's
+   * `lease`), that it held that record before (its leases are all taken before its first step, so an earlier run may
+   * have written); this client's
    * memory, that it left the change `incomplete` (or threw in it). Each ends it `incomplete`. A change this client saw
    * `applied` is answered so again, as taking its leases again would answer it (its steps repeats); one it saw
    * `compensated` or `not_started` has nothing standing, so `not_started` is true of it.

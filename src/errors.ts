@@ -102,7 +102,8 @@ export const REJECT_REASONS = [
   /**
    * A lease acquire the change already gave back (its release came after it) or let lapse (its lease ran out after
    * it): the signed bytes of an acquire produced again. Nothing taken; a change that wants the record again sends a
-   * new acquire.
+   * new acquire. An acquire refused so carries `details.heldBefore: true` (the mark is its own change's and agent's:
+   * a client started anew whose clock is behind its earlier run's makes such acquires); a release refused so, none.
    */
   "lease_replayed",
   /**

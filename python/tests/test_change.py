@@ -293,6 +293,8 @@ def test_a_client_started_anew_whose_acquire_is_refused_held_before_ends_incompl
         ("leased", {"expiresAt": "2026-01-01T00:01:00.000Z"}),
         ("lease_limit", {"held": 64, "max": 64}),
         ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": "f" * 64}),
+        # A resume whose clock is behind the crashed run's: its acquire predates the lapsed lease's mark.
+        ("lease_replayed", {}),
     ]
     for reason, details in cases:
 
@@ -331,6 +333,31 @@ def test_a_client_started_anew_whose_acquire_is_refused_held_before_ends_incompl
     result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0.3))
     assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
     assert refusals[0] > 1
+
+
+def test_a_client_started_anew_whose_granted_acquire_says_held_before_ends_incomplete_at_a_later_refusal_without_it() -> None:
+    # The refused record's mark is gone (a record keeps its latest marks only); the granted one's says it.
+    import re
+
+    for said in (True, None, "true", 1):
+
+        def script(i: Any, said: Any = said) -> Any:
+            if i.lease is None or i.lease.op != "acquire":
+                return None
+            if i.entity.id == "T-1":
+                return {"lease": {"change": i.lease.change, "expiresAt": "2026-01-01T00:01:00.000Z", **({} if said is None else {"heldBefore": said})}}
+            if i.entity.id == "T-2":
+                return ("leased", {"expiresAt": "2026-01-01T00:01:00.000Z"})
+            return None
+
+        client, sent = _scripted_change_client(script)
+        result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        if said is True:
+            assert isinstance(result, ChangeIncomplete), result
+            assert result.applied == ["T-3", "T-1", "T-2"] and re.search(r"held its records before.*may have written", result.message), result
+        else:
+            assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", (said, result)
+        assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"], said
 
 
 def test_a_change_this_client_saw_not_started_is_not_started_again_when_a_refusal_says_held_before() -> None:

@@ -141,8 +141,10 @@ export async function settleLeaseIntent(
   const held = leaseRefusalOf(a, gate);
   if (held) return { kind: "settled", effects: leaseRefusalReply(a, heldBefore ? { ...held, details: { ...held.details!, heldBefore: true } } : held, at), note: "lease refused" };
   if (replayed) {
+    // The mark is this change's and agent's, so the change held the record before: said as on every refused acquire
+    // (a client started anew whose clock is behind its earlier run's makes acquires the mark takes for replays).
     const msg = `this acquire of ${a.entityKey.slice(0, 300)} was made before its change released the record, or its lease lapsed (the mark: ${replayed.before}): a replay of its bytes; nothing was taken. A change that needs the record again sends a new acquire`;
-    return reply(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
+    return refuse(rejectedReply(intent.intentId, intent.intentKey, "lease_replayed", msg, at));
   }
   // The agent's own lease of the record that ended within the cool-down: a new grant continues its hold.
   const earlier = gate.kind === "free" ? heldLately(gate.released, intent.agent.id, now.getTime()) : null;
@@ -181,8 +183,10 @@ export async function settleLeaseIntent(
     lastAcquireCreatedAt: gate.kind === "mine" && gate.lease.lastAcquireCreatedAt !== undefined && Date.parse(gate.lease.lastAcquireCreatedAt) > Date.parse(intent.createdAt) ? gate.lease.lastAcquireCreatedAt : intent.createdAt,
     ...(markers.length > 0 ? { released: markers } : {}),
   };
+  // Granted while a mark of the change and agent is in force: said too (`lease.heldBefore`), as a refusal says it. Its
+  // other records' marks may be gone (a record keeps the latest marks only), so a refusal there need not say it.
   return reply(
-    { ...base, status: "applied", duplicate: false, state: current.state, version: current.version, lease: { change: lease.change, expiresAt } },
+    { ...base, status: "applied", duplicate: false, state: current.state, version: current.version, lease: { change: lease.change, expiresAt, ...(heldBefore ? { heldBefore: true } : {}) } },
     { lease: { entityKey: a.entityKey, entry } },
   );
 }

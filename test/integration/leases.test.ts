@@ -566,6 +566,49 @@ describe("changes that span records on a real broker", () => {
     expect((await readVersion(h.records, "ticket", "T-13")).state.tags).toEqual(["damaged", "refunded"]);
   });
 
+  it("resume-held-before-grant: the crashed change's mark gone from its second record (64 other changes ended there), the first record's grant says lease.heldBefore and the resume ends incomplete, not not_started; the step is written once", { timeout: 120_000 }, async () => {
+    const h = await harness();
+    seedThree(h.records, "14");
+    await h.startRouter();
+    const input = { ...resolveDamagedOrder("14", run()), waitForLeaseMs: 1_000 };
+    input.steps = input.steps.slice(0, 2);
+    const [refund, tag] = input.steps;
+    const payment = refund!.entity;
+    const ticket = tag!.entity;
+    // The first life of the agent: both leases (payment before ticket, entity-key order), the refund applied, then a crash.
+    const first = await h.client("resolver");
+    const change = changeId({ agentId: "resolver", runId: input.runId, stepId: input.stepId });
+    for (const s of [refund!, tag!]) expect(await first.submit(leaseIntent(first, change, "acquire", s.entity, s.tool.name, 2_000))).toMatchObject({ status: "applied", via: "lease" });
+    const before = await readVersion(h.records, "payment", "pay_14");
+    const step = { ...first.buildIntent({ tool: refundPayment, entity: payment, runId: input.runId, stepId: `${input.stepId}/refund`, baseVersion: before.version, delta: refund!.delta as never, params: refund!.params }), lease: { change, op: "step" as const } };
+    expect(await first.submit(step)).toMatchObject({ status: "applied", via: "patch" });
+    await first.close();
+
+    // The leases lapse; 64 short changes of another agent end on the ticket, so its entry keeps their marks, not the
+    // crashed change's (the latest 64). The payment's entry keeps it.
+    const support = await h.client("support");
+    for (let n = 0; n < 64; n++) {
+      const other = changeId({ agentId: "support", runId: run(), stepId: `short-${n}` });
+      await waitFor(async () => (await support.submit(leaseIntent(support, other, "acquire", ticket, "tag_ticket", 5_000), { onLeased: "answer" })).status === "applied", {
+        timeoutMs: 30_000,
+        message: `short change ${n} never took the ticket`,
+      });
+      expect(await support.submit(leaseIntent(support, other, "release", ticket, "tag_ticket"))).toMatchObject({ status: "applied", duplicate: false });
+    }
+    // Then another change of that agent holds the ticket.
+    const holder = changeId({ agentId: "support", runId: run(), stepId: "audit" });
+    expect(await support.submit(leaseIntent(support, holder, "acquire", ticket, "tag_ticket", 60_000), { onLeased: "answer" })).toMatchObject({ status: "applied" });
+
+    // The agent's second life resumes the change: the payment granted (the owner says the change held it before),
+    // the ticket refused leased with nothing said of this change.
+    const resumed = await (await h.client("resolver")).change(input);
+    expect(resumed).toMatchObject({ status: "incomplete", change, applied: ["refund", "tag"], result: { status: "rejected", reason: "leased" } });
+    expect(resumed.status === "incomplete" && (resumed.result as { details?: object }).details).not.toHaveProperty("heldBefore");
+    expect(patches(h.records, step.intentKey)).toEqual(["applied"]);
+    expect((await readVersion(h.records, "payment", "pay_14")).state.refunds).toHaveLength(1);
+    expect(h.records.patchRequests().filter((r) => r.type === "ticket")).toEqual([]);
+  });
+
   it("a compensated change run again by a client that does not remember it (a harness resuming before it recorded the result) ends compensated: the step it failed at is not written on the record's new version", async () => {
     const h = await harness();
     seedThree(h.records, "6");

@@ -20,8 +20,12 @@ Every intent of a change has a key derived from the change, so calling
 crash: the leases are the change's own again, and applied steps are answered
 from the ledger. A resumed change whose lease is not taken again does not end
 ``not_started`` when it is known to have run (see :class:`ChangeNotStarted`):
-by this client's memory, or by its owners (``details.heldBefore`` on a refused
-acquire: the change held the record before, within the last 15 minutes).
+by this client's memory, or by its owners (``heldBefore`` on an acquire's answer:
+a refusal's ``details``, a grant's ``lease``; the change held the record before,
+while the record keeps that mark: 15 minutes from its release, or for a lapse
+from the lease's latest acquire by the agent's clock, and only among the
+record's latest 64 marks). This client's memory of a ``not_started`` run
+overrides the owners' (the marks are that run's own releases).
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -132,12 +136,13 @@ class ChangeNotStarted:
     or could not be leased (``lease_limit``); nothing was written.
 
     Never the answer to a change known to have run: one whose lease is refused ``lease_hold_exceeded`` (it holds it),
-    or ``lease_cooldown`` after its own hold, or with ``details.heldBefore`` (owners say it held the record before: an
-    earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
+    or ``lease_cooldown`` after its own hold, or after ``heldBefore`` on an answer to its acquires (owners say it held
+    a record before: an earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
     :class:`ChangeApplied`. One it saw compensated or not started has nothing standing: ``not_started`` is true of it.
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
-    acquire when it lapsed): a client started anew that resumes a change later than that, whose lease another change
+    acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
+    version says nothing: a client started anew that resumes a change later than that, whose lease another change
     took meanwhile, ends ``not_started`` for this call, and the earlier run's steps may stand.
     """
 
@@ -177,8 +182,9 @@ def _held_off(r: SubmitResult) -> bool:
 
 
 def _says_held_before(r: SubmitResult) -> bool:
-    """Owners say the change held the record before (``details.heldBefore``): only the exact boolean true counts."""
-    d = r.details if isinstance(r, RejectedReply) else None
+    """Owners say the change held the record before: a refused acquire's ``details.heldBefore``, a granted one's
+    ``lease.heldBefore``. Only the exact boolean true counts."""
+    d = r.details if isinstance(r, RejectedReply) else r.lease if isinstance(r, AppliedReply) else None
     return isinstance(d, dict) and d.get("heldBefore") is True
 
 
@@ -400,7 +406,9 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             time.sleep(backoff_until(round_, deadline))
             round_ += 1
 
-    #: Owners said, refusing one of this run's acquires, that the change held that record before (an earlier run).
+    #: Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
+    #: held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
+    #: keeps its latest marks only) while the granted one's lives.
     held_before = [False]
 
     def ask_again(r: SubmitResult) -> bool:
@@ -458,8 +466,8 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         """How the change ends when a record's lease is not taken before its first step. ``not_started`` says nothing
         of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
         holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
-        change, that it held the record lately; ``details.heldBefore`` on any refusal of this run's acquires, that it
-        held that record before (its leases are all taken before its first step, so an earlier run may have written);
+        change, that it held the record lately; ``heldBefore`` on any answer to this run's acquires (a refusal's
+        ``details``, a grant's ``lease``), that it held that record before (its leases are all taken before its first step, so an earlier run may have written);
         this client's memory, that it left the change incomplete (or raised in it). Each ends it incomplete. A change
         this client saw applied is answered so again, as taking its leases again would answer it (its steps repeats);
         one it saw compensated or not started has nothing standing, so not_started is true of it."""

@@ -313,7 +313,8 @@ class AppliedReply(_ReplyBase):
     #: On a repeat (``duplicate``) of a write an applied undo compensated since: that undo's intent key. The write
     #: is answered applied, as it was, but its effect no longer stands (a change compensated before).
     undone_by: str | None = None
-    #: On the reply to a lease intent (``via == "lease"``): ``{"change", "expiresAt"}``, or ``{"change", "released": True}``.
+    #: On the reply to a lease intent (``via == "lease"``): ``{"change", "expiresAt"}`` (with ``"heldBefore": True`` when
+    #: the change held the record before: an earlier run), or ``{"change", "released": True}``.
     lease: dict[str, Any] | None = None
     #: When an operator's ``apply`` of an escalation wrote it (:meth:`WritClient.resolve`): the operator's id.
     resolved_by: str | None = None

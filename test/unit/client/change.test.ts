@@ -232,6 +232,8 @@ describe("a change that spans records, from its client's side", () => {
       ["leased", { expiresAt: "2025-01-01T00:01:00.000Z" }],
       ["lease_limit", { held: 64, max: 64 }],
       ["lease_cooldown", { until: "2025-01-01T00:00:10.000Z", change: "f".repeat(64) }],
+      // A resume whose clock is behind the crashed run's: its acquire predates the lapsed lease's mark.
+      ["lease_replayed", {}],
     ] as const) {
       const told = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, { ...details, heldBefore: true }) : undefined));
       const result = await runChange(told.client, input({ waitForLeaseMs: 1 }));
@@ -249,6 +251,23 @@ describe("a change that spans records, from its client's side", () => {
     const waited = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, "leased", refusals++ === 0 ? { heldBefore: true } : {}) : undefined));
     expect(await runChange(waited.client, input({ waitForLeaseMs: 300 }))).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"] });
     expect(refusals).toBeGreaterThan(1);
+  });
+
+  it("resume by a client started anew: a granted acquire saying lease.heldBefore (the refused record's mark gone) ends the change incomplete at a later refusal without it; a grant without it, not_started", async () => {
+    for (const said of [true, undefined, "true", 1]) {
+      const { client, sent, applied } = scripted((i) => {
+        if (i.lease?.op !== "acquire") return undefined;
+        if (i.entity.id === "T-1") return applied(i, { lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", ...(said === undefined ? {} : { heldBefore: said }) } } as Partial<Reply>);
+        if (i.entity.id === "T-2") return { ...rejected(i, "leased"), details: { expiresAt: "2025-01-01T00:01:00.000Z" } } as SubmitResult;
+        return undefined;
+      });
+      const result = await runChange(client, input({ waitForLeaseMs: 1 }));
+      if (said === true) {
+        expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+        expect(result.status === "incomplete" && result.message).toMatch(/held its records before.*may have written/);
+      } else expect(result, JSON.stringify(said)).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
+      expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
+    }
   });
 
   it("a change this client saw not_started (its leases taken and released leave owners' marks) is not_started again when a refusal says heldBefore: nothing of it stands", async () => {

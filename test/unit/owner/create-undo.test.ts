@@ -933,13 +933,68 @@ describe("leases of changes that span records: the owner's gate", () => {
     const past = await answer(await acquireBy(mine, "agent-1", until + 1), stillHeld, until + 1);
     expect(past).toMatchObject({ status: "rejected", reason: "leased" });
     expect((past as { details: object }).details).not.toHaveProperty("heldBefore");
-    // A replay of the change's old acquire is lease_replayed (old bytes), never told heldBefore.
+    // A replay of the change's old acquire is lease_replayed (old bytes); the mark is the change's own, so it says
+    // heldBefore too (an acquire of a client whose clock is behind the earlier run's looks the same).
     const replay = await answer(a, released, t2);
-    expect(replay).toMatchObject({ reason: "lease_replayed" });
-    expect(replay).not.toHaveProperty("details");
+    expect(replay).toMatchObject({ reason: "lease_replayed", details: { heldBefore: true } });
     // Other refusals of the acquire say it too: the record gone since.
     helpdesk.delete(T1);
     expect(await answer(await acquireBy(mine, "agent-1", t2), released, t2)).toMatchObject({ reason: "entity_not_found", details: { heldBefore: true } });
+  });
+
+  it("heldBefore, a resume whose clock is behind the crashed run's: its acquire, made before the lapsed lease's mark, is lease_replayed with details.heldBefore; a replayed release is not told", async () => {
+    // P0 took the record (its latest acquire at `at`, its clock) and crashed; the lease lapsed.
+    const a = await acquire(mine, 30_000);
+    const granted = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {})).lease!.entry!;
+    expect(granted.lastAcquireCreatedAt).toBe(NOW.toISOString());
+    // P1, the same agent started anew two minutes later on a clock two minutes behind: its acquire's createdAt is `at`.
+    const t = at + 120_000;
+    const resumed = await acquire(mine, 30_000);
+    resumed.intent.createdAt = new Date(t - 120_000).toISOString();
+    const refused = settled(await settleLeaseIntent(resumed, leaseGate(ledgerWith(granted), resumed, t), new Date(t), {}));
+    expect(refused.replies[0]!.value).toMatchObject({ status: "rejected", reason: "lease_replayed", details: { heldBefore: true } });
+    Reply.parse(refused.replies[0]!.value);
+    expect(refused.lease).toBeUndefined();
+    // A release's replay (the change holds the record again) says nothing of it: a release is not asked whether the change ran.
+    const r = await release();
+    r.intent.createdAt = new Date(at + 5_000).toISOString();
+    const freed = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(granted), r, at + 5_000), new Date(at + 5_000), {})).lease!.entry!;
+    const again = await acquire(mine, 30_000);
+    again.intent.createdAt = new Date(at + 6_000).toISOString();
+    const retaken = settled(await settleLeaseIntent(again, leaseGate(ledgerWith(freed), again, at + 6_000), new Date(at + 6_000), {})).lease!.entry!;
+    const replayedRelease = settled(await settleLeaseIntent(r, leaseGate(ledgerWith(retaken), r, at + 7_000), new Date(at + 7_000), {})).replies[0]!.value;
+    expect(replayedRelease).toMatchObject({ status: "rejected", reason: "lease_replayed" });
+    expect(replayedRelease).not.toHaveProperty("details");
+  });
+
+  it("heldBefore on a grant: an acquire granted while a mark of its change and agent is in force says lease.heldBefore; a first grant, another agent's or another change's does not", async () => {
+    const a = await acquire(mine, 30_000);
+    const first = settled(await settleLeaseIntent(a, leaseGate(ledgerWith(), a, at), NOW, {}));
+    expect(first.replies[0]!.value).toMatchObject({ status: "applied", lease: { change: mine } });
+    expect((first.replies[0]!.value as { lease: object }).lease).not.toHaveProperty("heldBefore");
+    const lapsedEntry = first.lease!.entry!;
+    // The lease lapsed (its agent crashed); a minute later the change is resumed by a client started anew.
+    const t = at + 60_000;
+    const acquireAt = async (change: string, agentId: string) => {
+      const x = await admittedOk(
+        wire({ tool: "tag_ticket", entity: T1, baseVersion: LEASE_VERSION, delta: [], params: {}, intentKey: leaseIntentKey(change, "acquire", T1), lease: { change, op: "acquire", ttlMs: 30_000 } }, agentId),
+      );
+      x.intent.createdAt = new Date(t).toISOString();
+      return settled(await settleLeaseIntent(x, leaseGate(ledgerWith(lapsedEntry), x, t), new Date(t), {}));
+    };
+    const resumed = await acquireAt(mine, "agent-1");
+    expect(resumed.replies[0]!.value).toMatchObject({ status: "applied", via: "lease", lease: { change: mine, expiresAt: new Date(t + 30_000).toISOString(), heldBefore: true } });
+    expect(Reply.parse(resumed.replies[0]!.value)).toMatchObject({ lease: { heldBefore: true } });
+    // The mark stays on the entry (it still refuses the old acquires as replays).
+    expect(resumed.lease!.entry).toMatchObject({ change: mine, released: [{ change: mine, agentId: "agent-1" }] });
+    for (const [change, agentId] of [
+      [mine, "agent-3"],
+      ["a".repeat(64), "agent-1"],
+    ] as const) {
+      const granted = (await acquireAt(change, agentId)).replies[0]!.value;
+      expect(granted, `${change.slice(0, 1)} ${agentId}`).toMatchObject({ status: "applied", lease: { change } });
+      expect((granted as { lease: object }).lease).not.toHaveProperty("heldBefore");
+    }
   });
 });
 
