@@ -20,44 +20,47 @@ const beat = new Int32Array(workerData.beat);
 let seen = Atomics.load(beat, 0);
 let still = 0;
 let leftover = "";
-let runId = null;
+let leftovers = null;
 parentPort.on("message", (m) => {
-  if (m && typeof m.leaves === "string") leftover = m.leaves;
-  if (m && typeof m.runId === "string") runId = m.runId;
+  if (m && typeof m.text === "string") leftover = m.text;
+  if (m && typeof m.leftovers === "object") leftovers = m.leftovers;
 });
 setInterval(() => {
   const now = Atomics.load(beat, 0);
   if (now !== seen) { seen = now; still = 0; return; }
   still++;
   if (still * workerData.tickMs < workerData.limitMs) return;
+  // A debugger attached (at start, or later through SIGUSR1 or inspector.open()): a breakpoint holds the loop too.
+  if (Atomics.load(beat, 1) === 1) return;
   try { writeSync(2, workerData.message + leftover + "\\n"); } catch {}
   // The line a program reading stdout gets from every other failure (the command's --json).
   if (workerData.jsonLine) {
-    try { writeSync(1, JSON.stringify({ ok: false, ...(runId === null ? {} : { runId }), error: { code: "stalled", message: workerData.message } }) + "\\n"); } catch {}
+    const run = leftovers === null ? {} : { runId: leftovers.runId, leftovers };
+    try { writeSync(1, JSON.stringify({ ok: false, ...run, error: { code: "stalled", message: workerData.message } }) + "\\n"); } catch {}
   }
   process.kill(process.pid, "SIGKILL");
 }, workerData.tickMs);
 `;
 
 export interface StallWatch {
-  /** What the run may leave behind, once known: its id (in the JSON line) and the text added to the message. */
-  leaves(runId: string, text: string): void;
+  /** What the run may leave behind, once known: the text added to the message, and what the JSON line says of it. */
+  leaves(text: string, leftovers: { runId: string } & Record<string, unknown>): void;
   stop(): void;
 }
 
-/** No watch: where none can run (below), the command runs as it would without one. */
+/** No watch: where none can run (a worker refused), the command runs as it would without one. */
 const UNWATCHED: StallWatch = { leaves: () => undefined, stop: () => undefined };
 
 /**
  * Starts the watch: a main thread whose loop does not turn for `limitMs` ends the process (SIGKILL) once `message`
  * (and what {@link StallWatch.leaves} gave last) is written to stderr, and with `jsonLine` a JSON line
- * `{ok: false, runId?, error: {code: "stalled", message}}` to stdout. Neither the beat nor the worker keeps the
- * process alive. Not under a debugger (the inspector open): a developer paused at a breakpoint in the module holds
- * the loop as a synchronous loop does, and must not be killed for it.
+ * `{ok: false, runId?, leftovers?, error: {code: "stalled", message}}` to stdout. Neither the beat nor the worker
+ * keeps the process alive. Not while a debugger is attached (the inspector open, as the last beat saw it): a
+ * developer paused at a breakpoint in the module holds the loop as a synchronous loop does, and must not be killed.
  */
 export function watchForStall(limitMs: number, message: string, opts: { jsonLine?: boolean } = {}): StallWatch {
-  if (inspectorUrl() !== undefined) return UNWATCHED;
-  const shared = new SharedArrayBuffer(4);
+  // [0]: the beat; [1]: 1 while the inspector is open.
+  const shared = new SharedArrayBuffer(8);
   const beat = new Int32Array(shared);
   let worker: Worker;
   try {
@@ -69,13 +72,18 @@ export function watchForStall(limitMs: number, message: string, opts: { jsonLine
     // A worker refused (Node's permission model without --allow-worker): the command runs unwatched, as before.
     return UNWATCHED;
   }
-  const timer = setInterval(() => Atomics.add(beat, 0, 1), BEAT_MS);
+  const mark = () => {
+    Atomics.store(beat, 1, inspectorUrl() === undefined ? 0 : 1);
+    Atomics.add(beat, 0, 1);
+  };
+  mark();
+  const timer = setInterval(mark, BEAT_MS);
   timer.unref();
   worker.unref();
   // A worker that fails to start or dies leaves the command as it was without the watch.
   worker.on("error", () => undefined);
   return {
-    leaves: (runId, text) => worker.postMessage({ runId, leaves: text }),
+    leaves: (text, leftovers) => worker.postMessage({ text, leftovers }),
     stop: () => {
       clearInterval(timer);
       void worker.terminate();

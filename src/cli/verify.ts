@@ -204,7 +204,17 @@ async function main(argv: string[]): Promise<number> {
         cleanups.push(() => closing);
       },
       onLeftovers: (left) => void (leftovers = left),
-      onRunId: (runId) => stall?.leaves(runId, `. Run ${runId} may have left topics and groups on the cluster: writ verify --cleanup ${runId} --brokers ${brokers} deletes them`),
+      onRunId: (runId) => {
+        const cleanup = `writ verify --cleanup ${runId} --brokers ${brokers}`;
+        stall?.leaves(`. Run ${runId} may have left topics and groups on the cluster: ${cleanup} deletes them`, {
+          runId,
+          reason: "verify was stopped (stalled) before it could delete what the run made; which topics and groups exist is not known: the cleanup finds them all by the run id",
+          topics: [],
+          groups: [],
+          groupPrefixes: [],
+          cleanup,
+        } satisfies VerifyLeftovers);
+      },
     });
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
@@ -227,8 +237,9 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${JSON.stringify({ ok: false, runId: leftovers.runId, error, leftovers })}\n`);
     }
   } finally {
-    stall?.stop();
+    // The cleanups close what systems(env) made (module code too): still watched.
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    stall?.stop();
     signals.dispose();
   }
   return exitCode;

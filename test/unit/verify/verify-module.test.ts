@@ -83,7 +83,9 @@ describe("a tools module whose code never yields", () => {
   it.each(["top level", "systems(env)"] as const)("ends the CLI (SIGKILL) once the module deadline passes, saying why on stderr, and with --json on stdout (a loop at its %s)", async (where) => {
     const json = where === "systems(env)";
     const args = ["verify", "--tools", spinning(where), "--module-timeout-ms", "2000", "--brokers", "127.0.0.1:9", ...(json ? ["--json"] : [])];
-    const child = spawn(process.execPath, [join(ROOT, "src", "cli", "main.ts"), ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    // Without a NODE_OPTIONS of the caller's (a debugger's --inspect would rightly keep the watch from killing).
+    const { NODE_OPTIONS: _inherited, ...env } = process.env;
+    const child = spawn(process.execPath, [join(ROOT, "src", "cli", "main.ts"), ...args], { stdio: ["ignore", "pipe", "pipe"], env });
     let stderr = "";
     let stdout = "";
     child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
@@ -101,7 +103,9 @@ describe("a tools module whose code never yields", () => {
     expect(run.stderr).toContain("writ verify: stopped: the process's JavaScript ran for 2000 ms without yielding (--module-timeout-ms)");
     if (json) {
       // The run had its id by then (systems(env) comes after it): the line names it, as other failures' lines do.
-      expect(JSON.parse(stdout.trim().split("\n").at(-1)!)).toMatchObject({ ok: false, runId: expect.stringMatching(/^wv-[0-9a-f]{6}$/), error: { code: "stalled" } });
+      const line = JSON.parse(stdout.trim().split("\n").at(-1)!);
+      expect(line).toMatchObject({ ok: false, runId: expect.stringMatching(/^wv-[0-9a-f]{6}$/), error: { code: "stalled" } });
+      expect(line.leftovers).toMatchObject({ runId: line.runId, cleanup: `writ verify --cleanup ${line.runId} --brokers 127.0.0.1:9` });
     } else expect(stdout).toBe("");
   });
 });
