@@ -34,8 +34,11 @@ import { buildUndoIntent } from "./writ-client.ts";
  * refusal's `details`, a grant's `lease`; the change held the record before,
  * while the record keeps that mark: 15 minutes from its release, or for a lapse
  * from the lease's latest acquire by the agent's clock, and only among the
- * record's latest 64 marks). This client's memory of a `not_started` run
- * overrides the owners' (the marks are that run's own releases).
+ * record's latest 64 marks; not counted of a record after one of the run's own
+ * acquires of it had no answer: that lease may have been granted and lapsed).
+ * This client's memory of its `not_started` runs (also a run that threw before
+ * any step was built) overrides the owners' when `heldBefore` is said only of
+ * records those runs took (the marks are their own releases).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -92,7 +95,9 @@ export type ChangeResult =
    * `lease_cooldown` after its own hold, or after `heldBefore` on an answer to its acquires (owners say it held a
    * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
-   * `compensated` or `not_started` has nothing standing: `not_started` is true of it. Owners keep what says a change
+   * `compensated` has nothing standing: `not_started` is true of it; one it saw `not_started` (or whose run threw
+   * before any step was built, no answer saying it ran before) too, unless `heldBefore` is said of a record none of
+   * those runs took (then an earlier run's mark: `incomplete`). Owners keep what says a change
    * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
    * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`

@@ -24,8 +24,11 @@ by this client's memory, or by its owners (``heldBefore`` on an acquire's answer
 a refusal's ``details``, a grant's ``lease``; the change held the record before,
 while the record keeps that mark: 15 minutes from its release, or for a lapse
 from the lease's latest acquire by the agent's clock, and only among the
-record's latest 64 marks). This client's memory of a ``not_started`` run
-overrides the owners' (the marks are that run's own releases).
+record's latest 64 marks; not counted of a record after one of the run's own
+acquires of it had no answer: that lease may have been granted and lapsed).
+This client's memory of its ``not_started`` runs (also a run that raised before
+any step was built) overrides the owners' when ``heldBefore`` is said only of
+records those runs took (the marks are their own releases).
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -139,7 +142,9 @@ class ChangeNotStarted:
     or ``lease_cooldown`` after its own hold, or after ``heldBefore`` on an answer to its acquires (owners say it held
     a record before: an earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
-    :class:`ChangeApplied`. One it saw compensated or not started has nothing standing: ``not_started`` is true of it.
+    :class:`ChangeApplied`. One it saw compensated has nothing standing: ``not_started`` is true of it; one it saw not
+    started (or whose run raised before any step was built, no answer saying it ran before) too, unless ``heldBefore``
+    is said of a record none of those runs took (then an earlier run's mark: :class:`ChangeIncomplete`).
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
     acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
     version says nothing: a client started anew that resumes a change later than that, whose lease another change
