@@ -34,8 +34,11 @@ import { buildUndoIntent } from "./writ-client.ts";
  * refusal's `details`, a grant's `lease`; the change held the record before,
  * while the record keeps that mark: 15 minutes from its release, or for a lapse
  * from the lease's latest acquire by the agent's clock, and only among the
- * record's latest 64 marks). This client's memory of a `not_started` run
- * overrides the owners' (the marks are that run's own releases).
+ * record's latest 64 marks; not counted of a record after one of the run's own
+ * acquires of it had no answer: that lease may have been granted and lapsed).
+ * This client's memory of its `not_started` runs (also a run that threw before
+ * any step was built) overrides the owners' when `heldBefore` is said only of
+ * records those runs took (the marks are their own releases).
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -92,7 +95,9 @@ export type ChangeResult =
    * `lease_cooldown` after its own hold, or after `heldBefore` on an answer to its acquires (owners say it held a
    * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
-   * `compensated` or `not_started` has nothing standing: `not_started` is true of it. Owners keep what says a change
+   * `compensated` has nothing standing: `not_started` is true of it; one it saw `not_started` (or whose run threw
+   * before any step was built, no answer saying it ran before) too, unless `heldBefore` is said of a record none of
+   * those runs took (then an earlier run's mark: `incomplete`). Owners keep what says a change
    * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
    * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
@@ -134,11 +139,17 @@ const MAX_REMEMBERED_STEPS = 100_000;
 /**
  * How a change this client ran ended, as far as it knows: `incomplete` (also a run that threw after a step was
  * built to be sent), with the steps that may stand; `applied`, with its steps' replies as repeats (`duplicate`, no
- * state: what a run that takes its leases again is answered); `compensated` or `not_started`, nothing of it standing
- * (the leases a not_started run took and released leave owners' marks that it held the records: this says they
- * speak of no step).
+ * state: what a run that takes its leases again is answered); `compensated` or `not_started`, nothing of it standing.
+ * A not_started run (also one that threw before any step was built, owners saying nothing of an earlier run) keeps
+ * the records it took (`taken`, with those of this client's earlier not_started runs of the change): its releases,
+ * or lapses, leave owners' marks that it held them, which speak of no step. Marks on other records may be an
+ * earlier run's (a process that crashed), whose steps may stand.
  */
-type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied"; steps: Reply[] } | { ended: "compensated" | "not_started" };
+type RunBefore =
+  | { ended: "incomplete"; standing: string[] }
+  | { ended: "applied"; steps: Reply[] }
+  | { ended: "compensated" }
+  | { ended: "not_started"; taken: string[] };
 
 /**
  * The changes each client ran: calling `change()` again runs one again (a resume, or a repeat of a settled one), and
@@ -148,7 +159,7 @@ type RunBefore = { ended: "incomplete"; standing: string[] } | { ended: "applied
 const runBefore = new WeakMap<object, { changes: Map<string, RunBefore>; steps: number }>();
 
 /** What one remembered change weighs against MAX_REMEMBERED_STEPS: its steps kept, and itself. */
-const weight = (r: RunBefore) => 1 + (r.ended === "applied" ? r.steps.length : r.ended === "incomplete" ? r.standing.length : 0);
+const weight = (r: RunBefore) => 1 + (r.ended === "applied" ? r.steps.length : r.ended === "incomplete" ? r.standing.length : r.ended === "not_started" ? r.taken.length : 0);
 
 /** What a run got to, kept as it goes: when it throws, what it leaves is remembered from it, and its leases released. */
 interface Progress {
@@ -161,6 +172,31 @@ interface Progress {
   undone: Set<string>;
   /** Releases the leases the run took. */
   releaseAll?: () => Promise<void>;
+  /** Records (entity keys) whose lease this run was granted, or may have been (an acquire's outcome unknown). */
+  taken: Set<string>;
+  /**
+   * Records whose answer to one of this run's acquires said `heldBefore` (owners: the change held it before). Not
+   * counted after one of this run's acquires of the record came back unknown or blocked: its own lease may have been
+   * granted then and lapsed, the owner's mark its own.
+   */
+  heldBefore: Set<string>;
+  /** Records one of this run's acquires came back unknown or blocked for. */
+  unsettled: Set<string>;
+  /** An acquire was refused lease_hold_exceeded, or lease_cooldown naming this change: the change ran before. */
+  ranBefore: boolean;
+}
+
+/** The records a remembered run of the change says it took, whose owners' marks then speak of no step. */
+const cleanTaken = (r: RunBefore | undefined): Set<string> | undefined => (r?.ended === "not_started" ? new Set(r.taken) : undefined);
+
+/**
+ * What a not_started run leaves in memory: the records it took, with those of the change's remembered not_started
+ * runs (their marks are this client's too). One remembered compensated stays so (nothing stands, whatever it took).
+ */
+function rememberNotStarted(client: object, change: string, taken: Iterable<string>): void {
+  const earlier = runBefore.get(client)?.changes.get(change);
+  if (earlier?.ended === "compensated") return remember(client, change, earlier);
+  remember(client, change, { ended: "not_started", taken: [...new Set([...(cleanTaken(earlier) ?? []), ...taken])].sort() });
 }
 
 /** An applied reply as a repeat of it is answered: without the record's state (kept in memory, and stale). */
@@ -214,25 +250,42 @@ export function buildLeaseIntent(i: {
 
 /** Runs a change for `client` (see `WritClient.change`). */
 export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
-  const progress: Progress = { stepSent: false, standing: new Set(), undone: new Set() };
+  const progress: Progress = { stepSent: false, standing: new Set(), undone: new Set(), taken: new Set(), heldBefore: new Set(), unsettled: new Set(), ranBefore: false };
   let result: ChangeResult;
   try {
     result = await runChangeOnce(client, input, progress);
   } catch (err) {
     // Thrown (a delta function; a submit not sent, too large, or its reply consumer stopped): before any step, nothing
-    // of this run was written, and its leases are released as a change not started releases them. After, steps may
-    // stand: the change is remembered as left incomplete, its leases left to expire as an incomplete change's are
-    // (a resume takes them again), so calling change() again never answers not_started over them.
-    if (!progress.stepSent) await progress.releaseAll?.();
-    else if (progress.change !== undefined) rememberThrown(client, progress.change, input, progress);
+    // of this run was written, and its leases are released as a change not started releases them; remembered as a
+    // not_started run with the records it took (their marks are its own) when nothing says the change ran before.
+    // After, steps may stand: the change is remembered as left incomplete, its leases left to expire as an incomplete
+    // change's are (a resume takes them again), so calling change() again never answers not_started over them.
+    if (!progress.stepSent) {
+      await progress.releaseAll?.();
+      if (progress.change !== undefined) rememberClean(client, progress.change, progress);
+    } else if (progress.change !== undefined) rememberThrown(client, progress.change, input, progress);
     throw err;
   }
   if (result.status === "incomplete") remember(client, result.change, { ended: "incomplete", standing: [...result.applied] });
   else if (result.status === "applied") remember(client, result.change, { ended: "applied", steps: result.steps.map(asRepeat) });
   else if (result.status === "compensated") remember(client, result.change, { ended: "compensated" });
-  // not_started: true of the change (nothing known of it, or compensated): nothing stands, whatever marks its leases left.
-  else remember(client, result.change, { ended: "not_started" });
+  // not_started: true of the change (nothing known of it, or compensated): nothing stands; the marks its leases left are its own.
+  else rememberNotStarted(client, result.change, progress.taken);
   return result;
+}
+
+/**
+ * A run that threw before any step was built wrote nothing: remembered as not_started, with the records it took,
+ * when this client remembers nothing else of the change (or only not_started runs) and no owner said it ran before:
+ * not when an acquire was refused lease_hold_exceeded (or lease_cooldown naming it), nor when `heldBefore` was said
+ * of a record no remembered run of this client took (an earlier run's mark: its steps may stand).
+ */
+function rememberClean(client: object, change: string, progress: Progress): void {
+  const earlier = runBefore.get(client)?.changes.get(change);
+  if ((earlier !== undefined && earlier.ended !== "not_started") || progress.taken.size === 0 || progress.ranBefore) return;
+  const clean = cleanTaken(earlier) ?? new Set();
+  if ([...progress.heldBefore].some((k) => !clean.has(k))) return;
+  rememberNotStarted(client, change, progress.taken);
 }
 
 /** What a run that threw after a step was built leaves: the steps that may stand, with those an earlier run left. */
@@ -282,17 +335,22 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     }
   };
   /**
-   * Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
-   * held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
-   * keeps its latest marks only) while the granted one's lives.
+   * Owners said, answering one of this run's acquires (granted or refused), that the change held that record before
+   * (an earlier run): kept per record in `progress.heldBefore`. A grant says it too: the refused record's mark may be
+   * gone (a record keeps its latest marks only) while the granted one's lives. Not after an acquire of the record
+   * came back unknown or blocked: this run's own lease may have been granted then and lapsed, leaving the mark.
    */
-  let heldBefore = false;
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
     const result = await settle(() => lease(key, "acquire"), within, (r) => {
-      if (saysHeldBefore(r)) heldBefore = true;
+      if (isUnsettled(r)) {
+        progress.unsettled.add(key);
+        progress.taken.add(key);
+      } else if (saysHeldBefore(r) && !progress.unsettled.has(key)) progress.heldBefore.add(key);
+      if (isHoldExceeded(r) || (r.status === "rejected" && r.reason === "lease_cooldown" && detail(r, "change") === change)) progress.ranBefore = true;
       return isUnsettled(r) || isHeldOff(r);
     });
     if (isApplied(result)) {
+      progress.taken.add(key);
       const r = records.get(key)!;
       // A reply too large for the broker carries the version without the record (`truncated`): taken as the
       // record, its null would be what a step's delta function builds on, and the step would drop the rest.
@@ -342,18 +400,20 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * lease (a resume: its earlier run took it, and its steps may stand); `lease_cooldown` naming this change, that it
    * held the record lately; `heldBefore` on any answer to this run's acquires (a refusal's `details`, a grant's
    * `lease`), that it held that record before (its leases are all taken before its first step, so an earlier run may
-   * have written); this client's
-   * memory, that it left the change `incomplete` (or threw in it). Each ends it `incomplete`. A change this client saw
-   * `applied` is answered so again, as taking its leases again would answer it (its steps repeats); one it saw
-   * `compensated` or `not_started` has nothing standing, so `not_started` is true of it.
+   * have written); this client's memory, that it left the change `incomplete` (or threw in it). Each ends it
+   * `incomplete`. A change this client saw `applied` is answered so again, as taking its leases again would answer it
+   * (its steps repeats); one it saw `compensated` has nothing standing, so `not_started` is true of it; one it saw
+   * `not_started` too, unless `heldBefore` was said of a record none of its remembered not_started runs took (that
+   * mark is not theirs: an earlier run's, whose steps may stand).
    */
   const notTaken = (key: string, got: SubmitResult): ChangeResult => {
     const known = runBefore.get(client)?.changes.get(change);
     if (known?.ended === "applied") return { status: "applied", change, steps: known.steps.map(asRepeat) };
     const earlier = known?.ended === "incomplete" ? [...known.standing] : undefined;
-    const nothingStands = known?.ended === "compensated" || known?.ended === "not_started";
+    const clean = cleanTaken(known);
+    const nothingStands = known?.ended === "compensated" || (clean !== undefined && [...progress.heldBefore].every((k) => clean.has(k)));
     const cooledOwn = got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change;
-    const ranBefore = !nothingStands && (isHoldExceeded(got) || cooledOwn || heldBefore);
+    const ranBefore = !nothingStands && (isHoldExceeded(got) || cooledOwn || progress.heldBefore.size > 0);
     if (!isUnsettled(got) && !ranBefore && earlier === undefined) return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
     // Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
     const applied = earlier ?? (ranBefore ? input.steps.map((s) => s.name) : []);

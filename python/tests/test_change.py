@@ -383,6 +383,160 @@ def test_a_change_this_client_saw_not_started_is_not_started_again_when_a_refusa
     assert isinstance(second, ChangeNotStarted) and second.entity.id == "T-1", second
 
 
+def _grant(i: Any, held_before: Any = True) -> dict[str, Any]:
+    """An acquire's grant (the script's applied reply) whose lease says ``heldBefore``."""
+    return {"lease": {"change": i.lease.change, "expiresAt": "2026-01-01T00:01:00.000Z", "heldBefore": held_before}}
+
+
+def test_the_memory_of_a_not_started_run_speaks_only_for_the_records_it_took_held_before_of_another_ends_incomplete() -> None:
+    # A client started anew resumes a change another process ran (a step on T-1) and crashed in. Run 1: T-1 leased
+    # to another change, no heldBefore (that mark pushed off): not started, nothing taken. Run 2: T-1 granted, T-2
+    # refused with heldBefore (the crashed process's mark): not this client's run's.
+    import re
+
+    run = [1]
+
+    def script(i: Any) -> Any:
+        if i.lease is None or i.lease.op != "acquire":
+            return None
+        if run[0] == 1 and i.entity.id == "T-1":
+            return "leased"
+        if run[0] == 2 and i.entity.id == "T-2":
+            return ("leased", {"heldBefore": True})
+        return None
+
+    client, _ = _scripted_change_client(script)
+    first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(first, ChangeNotStarted) and first.entity.id == "T-1", first
+    run[0] = 2
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "leased"
+    assert re.search(r"held its records before.*may have written", result.message), result
+
+    # The control: marks on records this client's not_started runs took (with those of every such run remembered).
+    again = [1]
+
+    def own(i: Any) -> Any:
+        if i.lease is None or i.lease.op != "acquire":
+            return None
+        if again[0] == 1 and i.entity.id == "T-2":
+            return "leased"  # took T-1
+        if again[0] == 2 and i.entity.id == "T-1":
+            return _grant(i)
+        if again[0] == 2 and i.entity.id == "T-3":
+            return "leased"  # took T-1 and T-2
+        if again[0] == 3 and i.entity.id == "T-1":
+            return _grant(i)
+        if again[0] == 3 and i.entity.id == "T-2":
+            return ("leased", {"heldBefore": True})
+        return None
+
+    mine, _ = _scripted_change_client(own)
+    for n, entity in ((1, "T-2"), (2, "T-3"), (3, "T-2")):
+        again[0] = n
+        got = mine.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(got, ChangeNotStarted) and got.entity.id == entity, (n, got)
+
+
+def test_a_run_that_raises_before_any_step_is_built_is_remembered_not_started_with_the_records_it_took() -> None:
+    # Called again, a grant saying heldBefore on one of them and a refusal on another is not started; not when that
+    # run was itself told heldBefore, or lease_cooldown naming the change.
+    from writ_client.client import IntentRefused
+
+    def broken_delta(current: Any) -> Any:
+        raise RuntimeError("the harness's delta broke")
+
+    # The delta function of the first step (T-3) raises; or the last acquire (T-3) is not sent: T-1 and T-2 taken.
+    raisers: list[tuple[str, Any, list[str]]] = [("delta function", None, ["T-1", "T-2", "T-3"]), ("too_large", IntentRefused("too_large", "not sent"), ["T-1", "T-2"])]
+    for what, error, took in raisers:
+        for told in ("nothing", "heldBefore", "lease_cooldown"):
+            resumed = [False]
+            cooled = [False]
+
+            def script(i: Any, error: Any = error, told: str = told, resumed: list[bool] = resumed, cooled: list[bool] = cooled) -> Any:
+                if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-1":
+                    if resumed[0] or told == "heldBefore":
+                        return _grant(i)
+                    if told == "lease_cooldown" and not cooled[0]:
+                        cooled[0] = True
+                        return ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change})
+                if resumed[0] and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                    return "leased"
+                if not resumed[0] and error is not None and i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-3":
+                    raise error
+                return None
+
+            client, sent = _scripted_change_client(script)
+            steps_ = [dataclasses.replace(s, delta=broken_delta) if what == "delta function" and s.name == "T-3" else s for s in _three_steps()]
+            try:
+                client.change(ChangeInput(run_id="r", step_id="s", steps=steps_, wait_for_lease=1.0))
+            except Exception:  # noqa: BLE001 - what each raiser raises
+                pass
+            else:
+                raise AssertionError(f"{what} {told}: the change did not raise")
+            assert [t for t in _trace(sent) if t.startswith("release")] == [f"release {k}" for k in took], (what, told)
+            resumed[0] = True
+            result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+            if told == "nothing":
+                assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", (what, told, result)
+            else:
+                assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], (what, told, result)
+
+
+def test_held_before_said_of_a_record_after_the_runs_own_acquire_of_it_had_no_answer_is_not_counted() -> None:
+    # Its own lease may have been granted then and lapsed, the owner's mark its own. Said of another record, it counts.
+    for mark_on in ("T-1", "T-2"):
+        lost = [0]
+
+        def script(i: Any, mark_on: str = mark_on, lost: list[int] = lost) -> Any:
+            if i.lease is None or i.lease.op != "acquire":
+                return None
+            if i.entity.id == "T-1":
+                lost[0] += 1
+                if lost[0] == 1:
+                    return "unknown"
+                return _grant(i) if mark_on == "T-1" else None
+            if i.entity.id == "T-2":
+                return ("leased", {"heldBefore": True} if mark_on == "T-2" else {})
+            return None
+
+        client, _ = _scripted_change_client(script)
+        result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0.15))
+        assert lost[0] == 2, mark_on
+        if mark_on == "T-1":
+            assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", result
+        else:
+            assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+
+
+def test_a_grant_whose_held_before_is_not_a_boolean_is_read_by_parse_reply_and_held_before_taken_as_absent() -> None:
+    # Parity with the TypeScript client's reply schema (lease.heldBefore unchecked): the reply is read, its lease
+    # granted and released, and only the exact boolean true counts.
+    from writ_client import parse_reply
+
+    def script(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            return "leased"
+        return None
+
+    client, sent = _scripted_change_client(script)
+    scripted_submit = client.submit
+
+    def submit(intent: Any, **kw: Any) -> Any:
+        got = scripted_submit(intent, **kw)
+        if intent.lease is not None and intent.lease.op == "acquire" and intent.entity.id == "T-1" and isinstance(got, AppliedReply):
+            wire = {**got.model_dump(by_alias=True, exclude_none=True), "lease": {"change": intent.lease.change, "expiresAt": "2026-01-01T00:01:00.000Z", "heldBefore": "true"}}
+            got = parse_reply(wire)
+            assert got.lease == wire["lease"]
+        return got
+
+    client.submit = submit  # type: ignore[method-assign]
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+    assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", result
+    assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"]
+
+
 def test_an_acquire_refused_lease_cooldown_is_waited_out_and_one_naming_this_change_ends_it_incomplete(monkeypatch: Any) -> None:
     import writ_client.change as change_module
 

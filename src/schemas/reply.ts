@@ -37,9 +37,11 @@ export const AppliedReply = z
      * record as the owner read it): the change, and until when it holds the lease (absent once released).
      * `heldBefore` (on a granted acquire): the change and agent held the record before, within its replay mark's
      * life (an earlier run, whose lease was released or lapsed), as a refused acquire's `details.heldBefore` says.
+     * Unchecked here, as `details` is: a reply whose `heldBefore` is not a boolean is still read (its lease granted,
+     * and released); clients count only the exact boolean true.
      * Only an agent that sends lease intents gets one.
      */
-    lease: z.looseObject({ change: z.string(), expiresAt: IsoTime.optional(), released: z.boolean().optional(), heldBefore: z.boolean().optional() }).optional(),
+    lease: z.looseObject({ change: z.string(), expiresAt: IsoTime.optional(), released: z.boolean().optional(), heldBefore: z.unknown().optional() }).optional(),
     /** Set when the state was left out because the reply would exceed the broker's message size. */
     truncated: z.boolean().optional(),
   });

@@ -24,8 +24,11 @@ by this client's memory, or by its owners (``heldBefore`` on an acquire's answer
 a refusal's ``details``, a grant's ``lease``; the change held the record before,
 while the record keeps that mark: 15 minutes from its release, or for a lapse
 from the lease's latest acquire by the agent's clock, and only among the
-record's latest 64 marks). This client's memory of a ``not_started`` run
-overrides the owners' (the marks are that run's own releases).
+record's latest 64 marks; not counted of a record after one of the run's own
+acquires of it had no answer: that lease may have been granted and lapsed).
+This client's memory of its ``not_started`` runs (also a run that raised before
+any step was built) overrides the owners' when ``heldBefore`` is said only of
+records those runs took (the marks are their own releases).
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -139,7 +142,9 @@ class ChangeNotStarted:
     or ``lease_cooldown`` after its own hold, or after ``heldBefore`` on an answer to its acquires (owners say it held
     a record before: an earlier run, whose lease was released or lapsed), or that this client left incomplete before (or whose run raised
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
-    :class:`ChangeApplied`. One it saw compensated or not started has nothing standing: ``not_started`` is true of it.
+    :class:`ChangeApplied`. One it saw compensated has nothing standing: ``not_started`` is true of it; one it saw not
+    started (or whose run raised before any step was built, no answer saying it ran before) too, unless ``heldBefore``
+    is said of a record none of those runs took (then an earlier run's mark: :class:`ChangeIncomplete`).
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
     acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
     version says nothing: a client started anew that resumes a change later than that, whose lease another change
@@ -206,12 +211,15 @@ class _RunBefore:
     """How a change this client ran ended, as far as it knows: ``incomplete`` (also a run that raised after a step was
     built to be sent), with the steps that may stand; ``applied``, with its steps' replies as repeats (``duplicate``,
     no state: what a run that takes its leases again is answered); ``compensated`` or ``not_started``, nothing of it
-    standing (the leases a not_started run took and released leave owners' marks that it held the records: this says
-    they speak of no step)."""
+    standing. A not_started run (also one that raised before any step was built, owners saying nothing of an earlier
+    run) keeps the records it took (``taken``, with those of this client's earlier not_started runs of the change):
+    its releases, or lapses, leave owners' marks that it held them, which speak of no step. Marks on other records may
+    be an earlier run's (a process that crashed), whose steps may stand."""
 
     ended: Literal["incomplete", "applied", "compensated", "not_started"]
     standing: tuple[str, ...] = ()
     steps: tuple[AppliedReply, ...] = ()
+    taken: tuple[str, ...] = ()
 
 
 #: The changes each client ran: calling change() again runs one again (a resume, or a repeat of a settled one), and an
@@ -232,7 +240,7 @@ def _as_repeat(r: AppliedReply) -> AppliedReply:
 
 def _weight(r: _RunBefore) -> int:
     """What one remembered change weighs against _MAX_REMEMBERED_STEPS: its steps kept, and itself."""
-    return 1 + len(r.steps) + len(r.standing)
+    return 1 + len(r.steps) + len(r.standing) + len(r.taken)
 
 
 def _remember(client: Any, change: str, what: _RunBefore) -> None:
@@ -265,6 +273,46 @@ class _Progress:
     undone: set[str] = dataclasses.field(default_factory=set)
     #: Releases the leases the run took.
     release_all: Callable[[], None] | None = None
+    #: Records (entity keys) whose lease this run was granted, or may have been (an acquire's outcome unknown).
+    taken: set[str] = dataclasses.field(default_factory=set)
+    #: Records whose answer to one of this run's acquires said ``heldBefore`` (owners: the change held it before). Not
+    #: counted after one of this run's acquires of the record came back unknown or blocked: its own lease may have been
+    #: granted then and lapsed, the owner's mark its own.
+    held_before: set[str] = dataclasses.field(default_factory=set)
+    #: Records one of this run's acquires came back unknown or blocked for.
+    unsettled: set[str] = dataclasses.field(default_factory=set)
+    #: An acquire was refused lease_hold_exceeded, or lease_cooldown naming this change: the change ran before.
+    ran_before: bool = False
+
+
+def _clean_taken(r: _RunBefore | None) -> set[str] | None:
+    """The records a remembered run of the change says it took, whose owners' marks then speak of no step."""
+    return set(r.taken) if r is not None and r.ended == "not_started" else None
+
+
+def _remember_not_started(client: Any, change: str, taken: set[str]) -> None:
+    """What a not_started run leaves in memory: the records it took, with those of the change's remembered not_started
+    runs (their marks are this client's too). One remembered compensated stays so (nothing stands, whatever it took)."""
+    with _run_lock:
+        earlier = (_run_before.get(client) or {}).get(change)
+    if earlier is not None and earlier.ended == "compensated":
+        _remember(client, change, earlier)
+        return
+    _remember(client, change, _RunBefore("not_started", taken=tuple(sorted((_clean_taken(earlier) or set()) | taken))))
+
+
+def _remember_clean(client: Any, change: str, progress: _Progress) -> None:
+    """A run that raised before any step was built wrote nothing: remembered as not_started, with the records it took,
+    when this client remembers nothing else of the change (or only not_started runs) and no owner said it ran before:
+    not when an acquire was refused lease_hold_exceeded (or lease_cooldown naming it), nor when ``heldBefore`` was said
+    of a record no remembered run of this client took (an earlier run's mark: its steps may stand)."""
+    with _run_lock:
+        earlier = (_run_before.get(client) or {}).get(change)
+    if (earlier is not None and earlier.ended != "not_started") or not progress.taken or progress.ran_before:
+        return
+    if not progress.held_before <= (_clean_taken(earlier) or set()):
+        return
+    _remember_not_started(client, change, progress.taken)
 
 
 def _hold_exceeded(r: SubmitResult) -> bool:
@@ -323,12 +371,15 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
         result = _run_change_once(client, change_input, progress)
     except BaseException:
         # Raised (a delta function; a submit too large, or of a closed client; a KeyboardInterrupt): before any step, nothing of this run
-        # was written, and its leases are released as a change not started releases them. After, steps may stand: the
-        # change is remembered as left incomplete, its leases left to expire as an incomplete change's are (a resume
-        # takes them again), so calling change() again never answers not_started over them.
+        # was written, and its leases are released as a change not started releases them; remembered as a not_started
+        # run with the records it took (their marks are its own) when nothing says the change ran before. After, steps
+        # may stand: the change is remembered as left incomplete, its leases left to expire as an incomplete change's
+        # are (a resume takes them again), so calling change() again never answers not_started over them.
         if not progress.step_sent:
             if progress.release_all is not None:
                 progress.release_all()
+            if progress.change is not None:
+                _remember_clean(client, progress.change, progress)
         elif progress.change is not None:
             _remember_raised(client, progress.change, change_input, progress)
         raise
@@ -339,8 +390,8 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
     elif isinstance(result, ChangeCompensated):
         _remember(client, result.change, _RunBefore("compensated"))
     else:
-        # not_started: true of the change (nothing known of it, or compensated): nothing stands, whatever marks its leases left.
-        _remember(client, result.change, _RunBefore("not_started"))
+        # not_started: true of the change (nothing known of it, or compensated): nothing stands; the marks its leases left are its own.
+        _remember_not_started(client, result.change, progress.taken)
     return result
 
 
@@ -406,19 +457,25 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             time.sleep(backoff_until(round_, deadline))
             round_ += 1
 
-    #: Owners said, answering one of this run's acquires before its first step (granted or refused), that the change
-    #: held that record before (an earlier run). A grant says it too: the refused record's mark may be gone (a record
-    #: keeps its latest marks only) while the granted one's lives.
-    held_before = [False]
-
-    def ask_again(r: SubmitResult) -> bool:
-        if _says_held_before(r):
-            held_before[0] = True
-        return _unsettled(r) or _held_off(r)
-
     def acquire(key: str, within: float) -> SubmitResult:
+        def ask_again(r: SubmitResult) -> bool:
+            # Owners said, answering one of this run's acquires (granted or refused), that the change held that record
+            # before (an earlier run): kept per record in ``progress.held_before``. A grant says it too: the refused
+            # record's mark may be gone (a record keeps its latest marks only) while the granted one's lives. Not after
+            # an acquire of the record came back unknown or blocked: this run's own lease may have been granted then
+            # and lapsed, leaving the mark.
+            if _unsettled(r):
+                progress.unsettled.add(key)
+                progress.taken.add(key)
+            elif _says_held_before(r) and key not in progress.unsettled:
+                progress.held_before.add(key)
+            if _hold_exceeded(r) or (isinstance(r, RejectedReply) and r.reason == "lease_cooldown" and _detail(r, "change") == change):
+                progress.ran_before = True
+            return _unsettled(r) or _held_off(r)
+
         result = settle(lambda: lease(key, "acquire"), within, ask_again)
         if isinstance(result, AppliedReply):
+            progress.taken.add(key)
             r = records[key]
             # A reply too large for the broker carries the version without the record (`truncated`): taken as the
             # record, its None would be what a step's delta function builds on, and the step would drop the rest.
@@ -467,18 +524,21 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         of the change was written: not when it is known to have run. A refusal ``lease_hold_exceeded`` says the change
         holds the lease (a resume: its earlier run took it, and its steps may stand); ``lease_cooldown`` naming this
         change, that it held the record lately; ``heldBefore`` on any answer to this run's acquires (a refusal's
-        ``details``, a grant's ``lease``), that it held that record before (its leases are all taken before its first step, so an earlier run may have written);
-        this client's memory, that it left the change incomplete (or raised in it). Each ends it incomplete. A change
-        this client saw applied is answered so again, as taking its leases again would answer it (its steps repeats);
-        one it saw compensated or not started has nothing standing, so not_started is true of it."""
+        ``details``, a grant's ``lease``), that it held that record before (its leases are all taken before its first
+        step, so an earlier run may have written); this client's memory, that it left the change incomplete (or raised
+        in it). Each ends it incomplete. A change this client saw applied is answered so again, as taking its leases
+        again would answer it (its steps repeats); one it saw compensated has nothing standing, so not_started is true
+        of it; one it saw not started too, unless ``heldBefore`` was said of a record none of its remembered not_started
+        runs took (that mark is not theirs: an earlier run's, whose steps may stand)."""
         with _run_lock:
             known = (_run_before.get(client) or {}).get(change)
         if known is not None and known.ended == "applied":
             return ChangeApplied(change=change, steps=[_as_repeat(r) for r in known.steps])
         earlier = list(known.standing) if known is not None and known.ended == "incomplete" else None
-        nothing_stands = known is not None and known.ended in ("compensated", "not_started")
+        clean = _clean_taken(known)
+        nothing_stands = (known is not None and known.ended == "compensated") or (clean is not None and progress.held_before <= clean)
         cooled_own = isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change
-        ran_before = not nothing_stands and (_hold_exceeded(got) or cooled_own or held_before[0])
+        ran_before = not nothing_stands and (_hold_exceeded(got) or cooled_own or bool(progress.held_before))
         if not _unsettled(got) and not ran_before and earlier is None:
             return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
         # Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.

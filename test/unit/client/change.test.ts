@@ -5,6 +5,7 @@ import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { runChange, type ChangeInput } from "../../../producers/change.ts";
 import type { SubmitResult, WritClient } from "../../../producers/writ-client.ts";
+import { RECORD_MAX_DEPTH, WireCodec } from "../../../src/codec.ts";
 import { WritError } from "../../../src/errors.ts";
 import { intentKey } from "../../../src/keys.ts";
 import type { Reply } from "../../../src/schemas/reply.ts";
@@ -284,6 +285,113 @@ describe("a change that spans records, from its client's side", () => {
     expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
     again = true;
     expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-1") });
+  });
+
+  it("the memory of a not_started run speaks only for the records it took: heldBefore said of another (an earlier process's mark, its step may stand) ends the change incomplete; of records its remembered not_started runs took, not_started", async () => {
+    // A client started anew resumes a change another process ran (a step on T-1) and crashed in. Run 1: T-1 leased
+    // to another change, no heldBefore (that mark pushed off): not_started, nothing taken. Run 2: T-1 granted, T-2
+    // refused with heldBefore (the crashed process's mark): not this client's run's.
+    let run = 1;
+    const { client } = scripted((i) => {
+      if (i.lease?.op !== "acquire") return undefined;
+      if (run === 1 && i.entity.id === "T-1") return rejected(i, "leased");
+      if (run === 2 && i.entity.id === "T-2") return { ...rejected(i, "leased"), details: { heldBefore: true } } as SubmitResult;
+      return undefined;
+    });
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-1") });
+    run = 2;
+    const result = await runChange(client, input({ waitForLeaseMs: 1 }));
+    expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+    expect(result.status === "incomplete" && result.message).toMatch(/held its records before.*may have written/);
+
+    // The control: marks on records this client's not_started runs took (with those of every such run remembered).
+    let again = 1;
+    const own = scripted((i) => {
+      if (i.lease?.op !== "acquire") return undefined;
+      if (again === 1 && i.entity.id === "T-2") return rejected(i, "leased"); // took T-1
+      if (again === 2 && i.entity.id === "T-1") return own.applied(i, { lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", heldBefore: true } } as Partial<Reply>);
+      if (again === 2 && i.entity.id === "T-3") return rejected(i, "leased"); // took T-1 and T-2
+      if (again === 3 && i.entity.id === "T-1") return own.applied(i, { lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", heldBefore: true } } as Partial<Reply>);
+      if (again === 3 && i.entity.id === "T-2") return { ...rejected(i, "leased"), details: { heldBefore: true } } as SubmitResult;
+      return undefined;
+    });
+    for (const [n, entity] of [[1, "T-2"], [2, "T-3"], [3, "T-2"]] as const) {
+      again = n;
+      expect(await runChange(own.client, input({ waitForLeaseMs: 1 })), `run ${n}`).toMatchObject({ status: "not_started", entity: ticket(entity) });
+    }
+  });
+
+  it("a run that throws before any step is built is remembered not_started with the records it took: called again, a grant saying heldBefore on one of them and a refusal on another is not_started; not when that run was itself told heldBefore or lease_cooldown naming the change", async () => {
+    const throwers: [string, (s: ChangeInput["steps"][number]) => ChangeInput["steps"][number], (i: WriteIntent) => void, string[]][] = [
+      ["delta function", (s) => (s.name === "T-3" ? { ...s, delta: () => { throw new Error("the harness's delta broke"); } } : s), () => undefined, ["T-1", "T-2", "T-3"]],
+      // The last acquire not sent: T-1 and T-2 taken.
+      ["not_sent", (s) => s, (i) => { if (i.lease?.op === "acquire" && i.entity.id === "T-3") throw new WritError("not_sent", "nothing was sent", { retriable: true }); }, ["T-1", "T-2"]],
+    ];
+    for (const [what, step, submitThrows, took] of throwers) {
+      for (const told of ["nothing", "heldBefore", "lease_cooldown"] as const) {
+        let resumed = false;
+        let cooled = false;
+        const { client, sent, applied } = scripted((i) => {
+          if (i.lease?.op === "acquire" && i.entity.id === "T-1") {
+            const grant = (heldBefore: boolean) => applied(i, { lease: { change: i.lease!.change, expiresAt: "2025-01-01T00:01:00.000Z", ...(heldBefore ? { heldBefore } : {}) } } as Partial<Reply>);
+            if (resumed) return grant(true);
+            if (told === "heldBefore") return grant(true);
+            if (told === "lease_cooldown" && !cooled) {
+              cooled = true;
+              return { ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } } as SubmitResult;
+            }
+          }
+          if (resumed && i.lease?.op === "acquire" && i.entity.id === "T-2") return rejected(i, "leased");
+          if (!resumed) submitThrows(i);
+          return undefined;
+        });
+        await expect(runChange(client, input({ steps: input().steps.map(step), waitForLeaseMs: 1_000 })), `${what} ${told}`).rejects.toThrow();
+        expect(trace(sent).filter((t) => t.startsWith("release")), `${what} ${told}`).toEqual(took.map((id) => `release ${id}`));
+        resumed = true;
+        const result = await runChange(client, input({ waitForLeaseMs: 1 }));
+        if (told === "nothing") expect(result, `${what} ${told}`).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+        else expect(result, `${what} ${told}`).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"] });
+      }
+    }
+  });
+
+  it("a run's own acquire without an answer (its lease may have been granted and lapsed, the owner's mark its own): heldBefore said of that record later in the run is not counted; of another record, it is", async () => {
+    for (const markOn of ["T-1", "T-2"] as const) {
+      let lost = 0;
+      const { client, applied } = scripted((i) => {
+        if (i.lease?.op !== "acquire") return undefined;
+        if (i.entity.id === "T-1" && lost++ === 0) return { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" };
+        if (i.entity.id === "T-1" && markOn === "T-1") return applied(i, { lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", heldBefore: true } } as Partial<Reply>);
+        if (i.entity.id === "T-2") return { ...rejected(i, "leased"), details: markOn === "T-2" ? { heldBefore: true } : {} } as SubmitResult;
+        return undefined;
+      });
+      const result = await runChange(client, input({ waitForLeaseMs: 150 }));
+      expect(lost, markOn).toBe(2);
+      if (markOn === "T-1") expect(result).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
+      else expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+    }
+  });
+
+  it("a grant whose lease.heldBefore is not a boolean (bytes from Kafka are hostile) is read through the client's reply decoding, and heldBefore taken as absent: the lease granted and released, the change not_started", async () => {
+    const codec = new WireCodec({});
+    const { client, sent } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
+    const decoded: Reply[] = [];
+    const submit = client.submit.bind(client);
+    (client as { submit: typeof client.submit }).submit = async (input, opts) => {
+      const i = input as WriteIntent;
+      const got = await submit(i, opts);
+      if (!(i.lease?.op === "acquire" && i.entity.id === "T-1" && got.status === "applied")) return got;
+      // As producers/writ-client.ts reads a reply off the broker: the codec's decode, whose failure skips the reply.
+      const wire = Buffer.from(JSON.stringify({ ...got, lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", heldBefore: "true" } }));
+      const read = await codec.decode("Reply", wire, { maxDepth: RECORD_MAX_DEPTH });
+      if (!read.ok) return { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: `reply skipped: ${read.message}` };
+      decoded.push(read.value);
+      return read.value;
+    };
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+    expect(decoded.length).toBeGreaterThan(0);
+    expect(decoded[0]).toMatchObject({ status: "applied", lease: { heldBefore: "true" } });
+    expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
   });
 
   it("an acquire refused lease_cooldown is waited out like a leased record; one naming this change (it held the record lately) ends it incomplete, one naming another change of the agent not_started", async () => {
