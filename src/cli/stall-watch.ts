@@ -21,9 +21,11 @@ let seen = Atomics.load(beat, 0);
 let still = 0;
 let leftover = "";
 let leftovers = null;
+let answered = false;
 parentPort.on("message", (m) => {
   if (m && typeof m.text === "string") leftover = m.text;
   if (m && typeof m.leftovers === "object") leftovers = m.leftovers;
+  if (m && m.answered === true) answered = true;
 });
 setInterval(() => {
   const now = Atomics.load(beat, 0);
@@ -34,7 +36,7 @@ setInterval(() => {
   if (Atomics.load(beat, 1) === 1) return;
   try { writeSync(2, workerData.message + leftover + "\\n"); } catch {}
   // The line a program reading stdout gets from every other failure (the command's --json).
-  if (workerData.jsonLine) {
+  if (workerData.jsonLine && !answered) {
     const run = leftovers === null ? {} : { runId: leftovers.runId, leftovers };
     try { writeSync(1, JSON.stringify({ ok: false, ...run, error: { code: "stalled", message: workerData.message } }) + "\\n"); } catch {}
   }
@@ -45,11 +47,13 @@ setInterval(() => {
 export interface StallWatch {
   /** What the run may leave behind, once known: the text added to the message, and what the JSON line says of it. */
   leaves(text: string, leftovers: { runId: string } & Record<string, unknown>): void;
+  /** The command has written its answer on stdout (a report, or its failure's line): a stall after says it on stderr only. */
+  answered(): void;
   stop(): void;
 }
 
 /** No watch: where none can run (a worker refused), the command runs as it would without one. */
-const UNWATCHED: StallWatch = { leaves: () => undefined, stop: () => undefined };
+const UNWATCHED: StallWatch = { leaves: () => undefined, answered: () => undefined, stop: () => undefined };
 
 /**
  * Starts the watch: a main thread whose loop does not turn for `limitMs` ends the process (SIGKILL) once `message`
@@ -84,6 +88,7 @@ export function watchForStall(limitMs: number, message: string, opts: { jsonLine
   worker.on("error", () => undefined);
   return {
     leaves: (text, leftovers) => worker.postMessage({ text, leftovers }),
+    answered: () => worker.postMessage({ answered: true }),
     stop: () => {
       clearInterval(timer);
       void worker.terminate();

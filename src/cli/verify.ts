@@ -237,6 +237,8 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${JSON.stringify({ ok: false, runId: leftovers.runId, error, leftovers })}\n`);
     }
   } finally {
+    // Whatever stdout said (a report, a failure's line) stands: a stall in the cleanups below is said on stderr only.
+    stall?.answered();
     // The cleanups close what systems(env) made (module code too): still watched.
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
     stall?.stop();
