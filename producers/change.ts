@@ -101,8 +101,9 @@ export type ChangeResult =
    * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
    * `compensated` has nothing standing: `not_started` is true of it; one it saw `not_started` (or whose run threw
-   * before any step was built, no answer saying it ran before) too, unless `heldBefore` is said of a record none of
-   * those runs took (then an earlier run's mark: `incomplete`). Owners keep what says a change
+   * before any step was built, no answer saying it ran before) too, unless `heldBefore` (any value but absent, null or
+   * false) is said of a record none of those runs took (then an earlier run's mark: `incomplete`), or an acquire is
+   * refused `lease_hold_exceeded` or `lease_cooldown` naming it. Owners keep what says a change
    * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
    * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
@@ -111,7 +112,8 @@ export type ChangeResult =
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
    * Not settled: an intent's outcome stayed unknown, or an undo was not applied, or a resumed change could not take
-   * its leases again. Some steps may stand (`applied`: those known; all of them when a resume finds the change ran but
+   * its leases again, or lost one (or its read of a record) before a step was sent: compensating would undo only this
+   * run's steps while the earlier run's from that step on may stand. Some steps may stand (`applied`: those known; all of them when a resume finds the change ran but
    * not which). Call `change()` again with the same input to resume it; its leases expire meanwhile.
    */
   | { status: "incomplete"; change: string; message: string; applied: string[]; result: SubmitResult };

@@ -149,7 +149,8 @@ class ChangeNotStarted:
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
     :class:`ChangeApplied`. One it saw compensated has nothing standing: ``not_started`` is true of it; one it saw not
     started (or whose run raised before any step was built, no answer saying it ran before) too, unless ``heldBefore``
-    is said of a record none of those runs took (then an earlier run's mark: :class:`ChangeIncomplete`).
+    (any value but absent, None or False) is said of a record none of those runs took (then an earlier run's mark:
+    :class:`ChangeIncomplete`), or an acquire is refused ``lease_hold_exceeded`` or ``lease_cooldown`` naming it.
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
     acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
     version says nothing: a client started anew that resumes a change later than that, whose lease another change
@@ -165,7 +166,8 @@ class ChangeNotStarted:
 @dataclass(frozen=True)
 class ChangeIncomplete:
     """Not settled: an intent's outcome stayed unknown, a step was escalated, an undo was not applied, or a resumed
-    change could not take its leases again. The steps in ``applied`` may stand (all of them when a resume finds the
+    change could not take its leases again, or lost one (or its read of a record) before a step was sent (compensating
+    would undo only this run's steps while the earlier run's from that step on may stand). The steps in ``applied`` may stand (all of them when a resume finds the
     change ran but not which). Calling :meth:`WritClient.change` again with the same input resumes it."""
 
     change: str
