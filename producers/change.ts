@@ -34,11 +34,16 @@ import { buildUndoIntent } from "./writ-client.ts";
  * refusal's `details`, a grant's `lease`; the change held the record before,
  * while the record keeps that mark: 15 minutes from its release, or for a lapse
  * from the lease's latest acquire by the agent's clock, and only among the
- * record's latest 64 marks; not counted of a record after one of the run's own
- * acquires of it had no answer: that lease may have been granted and lapsed).
- * This client's memory of its `not_started` runs (also a run that threw before
- * any step was built) overrides the owners' when `heldBefore` is said only of
- * records those runs took (the marks are their own releases).
+ * record's latest 64 marks; counted also after one of the run's own acquires
+ * of the record had no answer, and whatever its value but absent, null or
+ * false: unsure, `incomplete`). This client's memory of its `not_started` runs
+ * (also a run that threw before any step was built) overrides the owners' only
+ * when `heldBefore` is said only of records those runs took (the marks are
+ * their own releases), never a refusal `lease_hold_exceeded` or `lease_cooldown`
+ * naming the change. A run known so to be a resume whose lease is lost (or its
+ * read refused) before a step is sent ends `incomplete`, every step possibly
+ * standing: compensating would undo only this run's steps, not the earlier
+ * run's from that step on.
  */
 
 /** One step: a write to one record, built on that record as the change's lease found it. */
@@ -96,8 +101,9 @@ export type ChangeResult =
    * record before: an earlier run, whose lease was released or lapsed), or that this client left `incomplete` before (or whose run threw
    * after a step was built to be sent), ends `incomplete`; one it saw `applied` is answered `applied`. One it saw
    * `compensated` has nothing standing: `not_started` is true of it; one it saw `not_started` (or whose run threw
-   * before any step was built, no answer saying it ran before) too, unless `heldBefore` is said of a record none of
-   * those runs took (then an earlier run's mark: `incomplete`). Owners keep what says a change
+   * before any step was built, no answer saying it ran before) too, unless `heldBefore` (any value but absent, null or
+   * false) is said of a record none of those runs took (then an earlier run's mark: `incomplete`), or an acquire is
+   * refused `lease_hold_exceeded` or `lease_cooldown` naming it. Owners keep what says a change
    * held a record for 15 minutes from its lease's end (its release, or its latest acquire when it lapsed, by the
    * agent's clock), the latest 64 such marks per record; an owner of an earlier writ version says nothing: a client
    * started anew that resumes a change later than that, whose lease another change took meanwhile, ends `not_started`
@@ -106,7 +112,8 @@ export type ChangeResult =
   | { status: "not_started"; change: string; entity: EntityRef; result: SubmitResult }
   /**
    * Not settled: an intent's outcome stayed unknown, or an undo was not applied, or a resumed change could not take
-   * its leases again. Some steps may stand (`applied`: those known; all of them when a resume finds the change ran but
+   * its leases again, or lost one (or its read of a record) before a step was sent: compensating would undo only this
+   * run's steps while the earlier run's from that step on may stand. Some steps may stand (`applied`: those known; all of them when a resume finds the change ran but
    * not which). Call `change()` again with the same input to resume it; its leases expire meanwhile.
    */
   | { status: "incomplete"; change: string; message: string; applied: string[]; result: SubmitResult };
@@ -119,11 +126,14 @@ const isHeldOff = (r: SubmitResult) => r.status === "rejected" && (r.reason === 
 const isHoldExceeded = (r: SubmitResult) => r.status === "rejected" && r.reason === "lease_hold_exceeded";
 /**
  * Owners say the change held the record before: a refused acquire's `details.heldBefore`, a granted one's
- * `lease.heldBefore`. Only the exact boolean true counts.
+ * `lease.heldBefore`. Any value but absent, null or false counts (bytes from Kafka are hostile; reading one as absent
+ * would be the unsafe answer, `not_started`).
  */
 const saysHeldBefore = (r: SubmitResult) => {
   const said = r.status === "rejected" ? r.details : r.status === "applied" ? r.lease : undefined;
-  return typeof said === "object" && said !== null && (said as Record<string, unknown>).heldBefore === true;
+  if (typeof said !== "object" || said === null) return false;
+  const held = (said as Record<string, unknown>).heldBefore;
+  return held !== undefined && held !== null && held !== false;
 };
 /** A field of a refusal's `details`, when it is a string. */
 const detail = (r: SubmitResult, field: string): string | undefined => {
@@ -175,13 +185,11 @@ interface Progress {
   /** Records (entity keys) whose lease this run was granted, or may have been (an acquire's outcome unknown). */
   taken: Set<string>;
   /**
-   * Records whose answer to one of this run's acquires said `heldBefore` (owners: the change held it before). Not
-   * counted after one of this run's acquires of the record came back unknown or blocked: its own lease may have been
-   * granted then and lapsed, the owner's mark its own.
+   * Records whose answer to one of this run's acquires said `heldBefore` (owners: the change held it before). Counted
+   * also after one of this run's acquires of the record came back unknown or blocked (its own lease may then have been
+   * granted and lapsed, the mark its own: unsure, so `incomplete`).
    */
   heldBefore: Set<string>;
-  /** Records one of this run's acquires came back unknown or blocked for. */
-  unsettled: Set<string>;
   /** An acquire was refused lease_hold_exceeded, or lease_cooldown naming this change: the change ran before. */
   ranBefore: boolean;
 }
@@ -189,13 +197,21 @@ interface Progress {
 /** The records a remembered run of the change says it took, whose owners' marks then speak of no step. */
 const cleanTaken = (r: RunBefore | undefined): Set<string> | undefined => (r?.ended === "not_started" ? new Set(r.taken) : undefined);
 
+/** `heldBefore` was said of a record none of the remembered not_started runs took: an earlier run's mark. */
+const heldBeforeElsewhere = (progress: Progress, known: RunBefore | undefined): boolean => {
+  const clean = cleanTaken(known);
+  return [...progress.heldBefore].some((k) => clean === undefined || !clean.has(k));
+};
+
 /**
  * What a not_started run leaves in memory: the records it took, with those of the change's remembered not_started
- * runs (their marks are this client's too). One remembered compensated stays so (nothing stands, whatever it took).
+ * runs (their marks are this client's too). One remembered compensated stays so (nothing stands, whatever it took);
+ * one remembered incomplete or applied too (a run of the change on this client that ended so meanwhile: its steps
+ * stand, and a not_started over it would let a later refusal answer not_started).
  */
 function rememberNotStarted(client: object, change: string, taken: Iterable<string>): void {
   const earlier = runBefore.get(client)?.changes.get(change);
-  if (earlier?.ended === "compensated") return remember(client, change, earlier);
+  if (earlier !== undefined && earlier.ended !== "not_started") return remember(client, change, earlier);
   remember(client, change, { ended: "not_started", taken: [...new Set([...(cleanTaken(earlier) ?? []), ...taken])].sort() });
 }
 
@@ -250,7 +266,7 @@ export function buildLeaseIntent(i: {
 
 /** Runs a change for `client` (see `WritClient.change`). */
 export async function runChange(client: WritClient & { readonly replyTopic: string }, input: ChangeInput): Promise<ChangeResult> {
-  const progress: Progress = { stepSent: false, standing: new Set(), undone: new Set(), taken: new Set(), heldBefore: new Set(), unsettled: new Set(), ranBefore: false };
+  const progress: Progress = { stepSent: false, standing: new Set(), undone: new Set(), taken: new Set(), heldBefore: new Set(), ranBefore: false };
   let result: ChangeResult;
   try {
     result = await runChangeOnce(client, input, progress);
@@ -337,15 +353,14 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
   /**
    * Owners said, answering one of this run's acquires (granted or refused), that the change held that record before
    * (an earlier run): kept per record in `progress.heldBefore`. A grant says it too: the refused record's mark may be
-   * gone (a record keeps its latest marks only) while the granted one's lives. Not after an acquire of the record
-   * came back unknown or blocked: this run's own lease may have been granted then and lapsed, leaving the mark.
+   * gone (a record keeps its latest marks only) while the granted one's lives. Also after an acquire of the record
+   * came back unknown or blocked (this run's own lease may have been granted then and lapsed, leaving the mark; an
+   * earlier run's may live too: unsure, so counted).
    */
   const acquire = async (key: string, within: number): Promise<SubmitResult> => {
     const result = await settle(() => lease(key, "acquire"), within, (r) => {
-      if (isUnsettled(r)) {
-        progress.unsettled.add(key);
-        progress.taken.add(key);
-      } else if (saysHeldBefore(r) && !progress.unsettled.has(key)) progress.heldBefore.add(key);
+      if (isUnsettled(r)) progress.taken.add(key);
+      else if (saysHeldBefore(r)) progress.heldBefore.add(key);
       if (isHoldExceeded(r) || (r.status === "rejected" && r.reason === "lease_cooldown" && detail(r, "change") === change)) progress.ranBefore = true;
       return isUnsettled(r) || isHeldOff(r);
     });
@@ -404,16 +419,15 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
    * `incomplete`. A change this client saw `applied` is answered so again, as taking its leases again would answer it
    * (its steps repeats); one it saw `compensated` has nothing standing, so `not_started` is true of it; one it saw
    * `not_started` too, unless `heldBefore` was said of a record none of its remembered not_started runs took (that
-   * mark is not theirs: an earlier run's, whose steps may stand).
+   * mark is not theirs: an earlier run's, whose steps may stand), or an acquire was refused `lease_hold_exceeded` or
+   * `lease_cooldown` naming the change (in this round or an earlier one).
    */
   const notTaken = (key: string, got: SubmitResult): ChangeResult => {
     const known = runBefore.get(client)?.changes.get(change);
     if (known?.ended === "applied") return { status: "applied", change, steps: known.steps.map(asRepeat) };
     const earlier = known?.ended === "incomplete" ? [...known.standing] : undefined;
-    const clean = cleanTaken(known);
-    const nothingStands = known?.ended === "compensated" || (clean !== undefined && [...progress.heldBefore].every((k) => clean.has(k)));
     const cooledOwn = got.status === "rejected" && got.reason === "lease_cooldown" && detail(got, "change") === change;
-    const ranBefore = !nothingStands && (isHoldExceeded(got) || cooledOwn || progress.heldBefore.size > 0);
+    const ranBefore = known?.ended !== "compensated" && (isHoldExceeded(got) || cooledOwn || progress.ranBefore || heldBeforeElsewhere(progress, known));
     if (!isUnsettled(got) && !ranBefore && earlier === undefined) return { status: "not_started", change, entity: records.get(key)!.entity, result: got };
     // Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
     const applied = earlier ?? (ranBefore ? input.steps.map((s) => s.name) : []);
@@ -422,7 +436,7 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     if (isUnsettled(got)) message = `no answer to the lease acquire of ${key}${earlier === undefined ? "" : ` (a change left incomplete before: ${standing})`}`;
     else if (isHoldExceeded(got)) message = `this change has held the lease of ${key} as long as owners allow (WRIT_LEASE_MAX_HOLD_MS), so it ran before and ${standing}; the lease is not renewed and lapses at ${detail(got, "expiresAt") ?? "its expiry"}: call change() again after then to resume`;
     else if (cooledOwn) message = `this change held ${key} as long as owners allow, so it ran before and ${standing}; the record is kept from this agent until ${detail(got, "until") ?? "the cool-down ends"}: call change() again after then to resume`;
-    else if (ranBefore && earlier === undefined) message = `owners say this change held its records before (an earlier run, whose lease ended), so it may have written and ${standing}; the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
+    else if (ranBefore && earlier === undefined) message = `owners say this change held its records before (an earlier run, whose lease ended${progress.ranBefore ? ", or that it held a lease as long as they allow" : ""}), so it may have written and ${standing}; the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
     else message = `this change was left incomplete before (${standing}), and the lease of ${key} was not taken now (${got.status === "rejected" ? got.reason : got.status}): call change() again to resume`;
     return { status: "incomplete", change, message, applied, result: got };
   };
@@ -435,6 +449,28 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
   }
 
   const applied: { step: ChangeStep; reply: Extract<Reply, { status: "applied" }> }[] = [];
+  // Known, with every lease taken, to be a resume: an earlier run may have written steps this one has not sent yet.
+  const resumedFrom = (() => {
+    const known = runBefore.get(client)?.changes.get(change);
+    if (known?.ended === "incomplete" || known?.ended === "applied") return `this client left it ${known.ended}`;
+    if (known?.ended === "compensated") return undefined;
+    if (progress.ranBefore) return "owners refused a lease as this change's own (lease_cooldown naming it)";
+    if (heldBeforeElsewhere(progress, known)) return "owners say it held its records before";
+    return undefined;
+  })();
+  /**
+   * A resume whose lease is lost (or whose read of a record is not answered applied) before step `name` is sent: an
+   * earlier run's steps from this one on may stand, so compensating (undoing this run's steps only) would answer
+   * `compensated` over them. Ends `incomplete`, every step possibly standing, its leases left to expire as an
+   * incomplete change's are (a resume takes them again). Null when the run is not known to be a resume.
+   */
+  const stopResumed = (name: string, result: SubmitResult): ChangeResult | null => {
+    if (resumedFrom === undefined) return null;
+    const why = result.status === "rejected" ? `${result.reason}: ${result.message}` : result.status;
+    const all = input.steps.map((s) => s.name);
+    const message = `this change ran before (${resumedFrom}), and before step ${name} was sent the run lost its lease or its read of the record (${why}); undoing only this run's steps would leave an earlier run's from ${name} on, so nothing is undone: steps ${all.join(", ")} may stand; call change() again to resume`;
+    return { status: "incomplete", change, message, applied: all, result };
+  };
   const stepIntent = (s: ChangeStep, current: Versioned): WriteIntent => {
     const delta = typeof s.delta === "function" ? s.delta(current) : s.delta;
     const intent = client.buildIntent({ tool: s.tool, entity: s.entity, runId: input.runId, stepId: `${input.stepId}/${s.name}`, baseVersion: current.version, delta, params: s.params });
@@ -446,18 +482,19 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     const key = entityKey(s.entity);
     const r = records.get(key)!;
     const lapsed = await renew();
-    if (lapsed) return compensate(s.name, lapsed);
+    if (lapsed) return stopResumed(s.name, lapsed) ?? compensate(s.name, lapsed);
     // After a repeat (a resumed change), or a reply too large for the broker, the record's state is not known:
     // its acquire again reads it.
     let base = r.current;
     if (base === undefined) {
       const read = await acquire(key, settleWithinMs);
-      if (!isApplied(read)) return compensate(s.name, read);
+      if (!isApplied(read)) return stopResumed(s.name, read) ?? compensate(s.name, read);
       if (read.truncated && typeof s.delta === "function") {
         // Still too large to come back: the change has no reader of its own, and a delta function built on
         // nothing would drop what the record holds. The step is not written; the change is compensated.
         const message = `the state of ${key} is too large to come back in a reply (truncated), so step ${s.name}'s delta function has no record to be built on; nothing was written`;
-        return compensate(s.name, { status: "rejected", intentId: read.intentId, intentKey: read.intentKey, duplicate: false, at: new Date().toISOString(), reason: "state_unavailable", message });
+        const unavailable: SubmitResult = { status: "rejected", intentId: read.intentId, intentKey: read.intentKey, duplicate: false, at: new Date().toISOString(), reason: "state_unavailable", message };
+        return stopResumed(s.name, unavailable) ?? compensate(s.name, unavailable);
       }
       // A fixed delta needs only the version the lease read.
       base = r.current ?? { state: null, version: read.version };

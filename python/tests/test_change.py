@@ -309,17 +309,28 @@ def test_a_client_started_anew_whose_acquire_is_refused_held_before_ends_incompl
         assert result.applied == ["T-3", "T-1", "T-2"] and re.search(r"held its records before.*may have written", result.message), result
         assert isinstance(result.result, RejectedReply) and result.result.reason == reason
         assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"], reason
-        # The control: the same refusal without it (or with anything but the boolean true: bytes from Kafka are hostile).
-        for hostile in (None, "true", 1, {"heldBefore": True}):
+        # Any value but absent, null or false counts (bytes from Kafka are hostile: read as absent, the unsafe answer).
+        for odd in ("true", 1, 0, "", {"heldBefore": True}):
 
-            def plain(i: Any, reason: str = reason, details: dict[str, Any] = details, hostile: Any = hostile) -> Any:
+            def hostile(i: Any, reason: str = reason, details: dict[str, Any] = details, odd: Any = odd) -> Any:
                 if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
-                    return (reason, dict(details) if hostile is None else {**details, "heldBefore": hostile})
+                    return (reason, {**details, "heldBefore": odd})
+                return None
+
+            told_odd, _ = _scripted_change_client(hostile)
+            answer = told_odd.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+            assert isinstance(answer, ChangeIncomplete) and answer.applied == ["T-3", "T-1", "T-2"], (reason, odd, answer)
+        # The control: the same refusal without it, or with null or false.
+        for absent in ("absent", None, False):
+
+            def plain(i: Any, reason: str = reason, details: dict[str, Any] = details, absent: Any = absent) -> Any:
+                if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                    return (reason, dict(details) if absent == "absent" else {**details, "heldBefore": absent})
                 return None
 
             fresh, _ = _scripted_change_client(plain)
             answer = fresh.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
-            assert isinstance(answer, ChangeNotStarted), (reason, hostile, answer)
+            assert isinstance(answer, ChangeNotStarted), (reason, absent, answer)
     # Said while the record was waited for: known, even when the last refusal does not say it.
     refusals = [0]
 
@@ -336,24 +347,25 @@ def test_a_client_started_anew_whose_acquire_is_refused_held_before_ends_incompl
 
 
 def test_a_client_started_anew_whose_granted_acquire_says_held_before_ends_incomplete_at_a_later_refusal_without_it() -> None:
-    # The refused record's mark is gone (a record keeps its latest marks only); the granted one's says it.
+    # The refused record's mark is gone (a record keeps its latest marks only); the granted one's says it (any value but
+    # absent, null or false).
     import re
 
-    for said in (True, None, "true", 1):
+    for said in (True, "absent", "true", 1, None, False):
 
         def script(i: Any, said: Any = said) -> Any:
             if i.lease is None or i.lease.op != "acquire":
                 return None
             if i.entity.id == "T-1":
-                return {"lease": {"change": i.lease.change, "expiresAt": "2026-01-01T00:01:00.000Z", **({} if said is None else {"heldBefore": said})}}
+                return {"lease": {"change": i.lease.change, "expiresAt": "2026-01-01T00:01:00.000Z", **({} if said == "absent" else {"heldBefore": said})}}
             if i.entity.id == "T-2":
                 return ("leased", {"expiresAt": "2026-01-01T00:01:00.000Z"})
             return None
 
         client, sent = _scripted_change_client(script)
         result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
-        if said is True:
-            assert isinstance(result, ChangeIncomplete), result
+        if said not in ("absent", None, False):
+            assert isinstance(result, ChangeIncomplete), (said, result)
             assert result.applied == ["T-3", "T-1", "T-2"] and re.search(r"held its records before.*may have written", result.message), result
         else:
             assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", (said, result)
@@ -484,8 +496,11 @@ def test_a_run_that_raises_before_any_step_is_built_is_remembered_not_started_wi
                 assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], (what, told, result)
 
 
-def test_held_before_said_of_a_record_after_the_runs_own_acquire_of_it_had_no_answer_is_not_counted() -> None:
-    # Its own lease may have been granted then and lapsed, the owner's mark its own. Said of another record, it counts.
+def test_held_before_said_of_a_record_after_the_runs_own_acquire_of_it_had_no_answer_is_counted() -> None:
+    # An earlier run's mark may be the one said (unsure: incomplete). The fault: R0 took T-1 and T-2, wrote its step on
+    # T-1 and crashed; its leases lapsed (marks); another change took T-2. A fresh client resumes: T-1's acquire is lost
+    # (an owner failover), asked again it is granted saying heldBefore (R0's mark), T-2 refused leased until
+    # wait_for_lease: not_started would hide R0's write. Said of another record, it counts too.
     for mark_on in ("T-1", "T-2"):
         lost = [0]
 
@@ -504,15 +519,12 @@ def test_held_before_said_of_a_record_after_the_runs_own_acquire_of_it_had_no_an
         client, _ = _scripted_change_client(script)
         result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0.15))
         assert lost[0] == 2, mark_on
-        if mark_on == "T-1":
-            assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", result
-        else:
-            assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+        assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], (mark_on, result)
 
 
-def test_a_grant_whose_held_before_is_not_a_boolean_is_read_by_parse_reply_and_held_before_taken_as_absent() -> None:
+def test_a_grant_whose_held_before_is_not_a_boolean_is_read_by_parse_reply_and_counted_as_said() -> None:
     # Parity with the TypeScript client's reply schema (lease.heldBefore unchecked): the reply is read, its lease
-    # granted and released, and only the exact boolean true counts.
+    # granted and released, and any value but absent, null or false counts.
     from writ_client import parse_reply
 
     def script(i: Any) -> Any:
@@ -533,8 +545,168 @@ def test_a_grant_whose_held_before_is_not_a_boolean_is_read_by_parse_reply_and_h
 
     client.submit = submit  # type: ignore[method-assign]
     result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
-    assert isinstance(result, ChangeNotStarted) and result.entity.id == "T-2", result
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
     assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["release T-1"]
+
+
+def test_the_memory_of_not_started_runs_never_overrides_a_refusal_lease_hold_exceeded_or_lease_cooldown_naming_the_change(monkeypatch: Any) -> None:
+    import writ_client.change as change_module
+
+    for refusal in ("lease_hold_exceeded", "lease_cooldown"):
+        run = [1]
+
+        def script(i: Any, refusal: str = refusal, run: list[int] = run) -> Any:
+            if i.lease is None or i.lease.op != "acquire" or i.entity.id != "T-2":
+                return None
+            if run[0] == 1:
+                return "leased"  # not started, T-1 taken (its mark this client's)
+            return (refusal, {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change} if refusal == "lease_cooldown" else {"expiresAt": "2026-01-01T00:05:00.000Z"})
+
+        client, _ = _scripted_change_client(script)
+        first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(first, ChangeNotStarted) and first.entity.id == "T-2", first
+        run[0] = 2
+        again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(again, ChangeIncomplete) and again.applied == ["T-3", "T-1", "T-2"], (refusal, again)
+        assert isinstance(again.result, RejectedReply) and again.result.reason == refusal
+    # lease_cooldown naming the change in the first round, then leased to another change until wait_for_lease.
+    monkeypatch.setattr(change_module, "time", SimpleNamespace(monotonic=change_module.time.monotonic, sleep=lambda s: None))
+    refusals = [0]
+
+    def waited(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            refusals[0] += 1
+            return ("lease_cooldown", {"until": "2026-01-01T00:00:10.000Z", "change": i.lease.change}) if refusals[0] == 1 else "leased"
+        return None
+
+    client, _ = _scripted_change_client(waited)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0.3))
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "leased"
+    assert refusals[0] > 1
+
+
+def test_a_run_of_the_change_that_ends_not_started_never_replaces_what_another_run_on_the_client_remembered_incomplete(monkeypatch: Any) -> None:
+    # The other run (another thread) ends incomplete while this one is between reading the memory and writing it: at
+    # the first or second release of the memory's lock after this run's refusal.
+    import writ_client.change as change_module
+    from writ_client.change import _RunBefore
+
+    for at in (1, 2):
+
+        class Hooked:
+            """The memory's lock, whose releases run ``hook`` once, at the ``at``-th release after it is armed."""
+
+            def __init__(self) -> None:
+                self.lock = threading.Lock()
+                self.hook: Any = None
+                self.exits = 0
+
+            def __enter__(self) -> None:
+                self.lock.acquire()
+
+            def __exit__(self, *exc: Any) -> None:
+                self.lock.release()
+                if self.hook is not None:
+                    self.exits += 1
+                    if self.exits == at:
+                        hook, self.hook = self.hook, None
+                        hook()
+
+        hooked = Hooked()
+        monkeypatch.setattr(change_module, "_run_lock", hooked)
+
+        def script(i: Any) -> Any:
+            if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+                if hooked.exits == 0 and hooked.hook is None and not armed[0]:
+                    armed[0] = True
+                    hooked.hook = lambda: change_module._remember(client, change_id(agent_id="a", run_id="r", step_id="s"), _RunBefore("incomplete", standing=("T-3",)))
+                return "leased"
+            return None
+
+        armed = [False]
+        client, _ = _scripted_change_client(script)
+        first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(first, ChangeNotStarted), (at, first)
+        assert hooked.hook is None, at
+        again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+        assert isinstance(again, ChangeIncomplete) and again.applied == ["T-3"], (at, again)
+
+
+def test_a_resume_that_loses_a_lease_or_its_read_before_a_step_is_sent_ends_incomplete_nothing_undone(monkeypatch: Any) -> None:
+    # Owners said heldBefore (or this client left the change incomplete): an earlier run's steps from that step on may
+    # stand, so undoing only this run's would answer compensated over them. Not known to be a resume: compensated.
+    import re
+
+    import writ_client.change as change_module
+
+    for held_before in (True, False):
+        reads = [0]
+
+        def script(i: Any, held_before: bool = held_before, reads: list[int] = reads) -> Any:
+            if i.lease is None or i.lease.op != "acquire":
+                return None
+            if i.entity.id == "T-1":
+                # The read before step T-1 (its acquire came back truncated) is refused: the lease lapsed, another change took it.
+                reads[0] += 1
+                return {**_grant(i, False), "truncated": True, "state": None} if reads[0] == 1 else "leased"
+            if i.entity.id == "T-2":
+                return _grant(i, True) if held_before else None
+            return None
+
+        client, sent = _scripted_change_client(script)
+        result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), settle_within=0))
+        if held_before:
+            assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+            assert isinstance(result.result, RejectedReply) and result.result.reason == "leased"
+            assert re.search(r"ran before.*before step T-1 was sent.*nothing is undone", result.message), result.message
+            assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["step T-3"]
+            again = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
+            assert isinstance(again, ChangeIncomplete) and again.applied == ["T-3", "T-1", "T-2"], again
+        else:
+            assert isinstance(result, ChangeCompensated) and result.failed_step == "T-1", result
+            assert [t for t in _trace(sent) if not t.startswith("acquire")] == ["step T-3", "undo T-3", "release T-1", "release T-2", "release T-3"]
+    # A renewal refused lease_hold_exceeded before step T-2 (each step takes 0.6 s of a 1 s lease), on a resume this
+    # client knows of (it left the change incomplete: T-1's answer lost).
+    clock = [1000.0]
+    monkeypatch.setattr(change_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: None))
+    resumed = [False]
+    acquires: dict[str, int] = {}
+
+    def renewals(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "step":
+            clock[0] += 0.6
+        if not resumed[0] and i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1":
+            return "unknown"
+        if not resumed[0] or i.lease is None or i.lease.op != "acquire":
+            return None
+        acquires[i.entity.id] = acquires.get(i.entity.id, 0) + 1
+        return "lease_hold_exceeded" if i.entity.id == "T-1" and acquires["T-1"] >= 3 else None
+
+    client, sent = _scripted_change_client(renewals)
+    first = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), lease_ttl=1.0, settle_within=0))
+    assert isinstance(first, ChangeIncomplete) and first.applied == ["T-3"], first
+    resumed[0] = True
+    before = len(sent)
+    result = client.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), lease_ttl=1.0, settle_within=0))
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-3", "T-1", "T-2"], result
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "lease_hold_exceeded"
+    assert "this client left it incomplete" in result.message
+    assert [t for t in _trace(sent[before:]) if not t.startswith("acquire")] == ["step T-3", "step T-1"]
+    # A step refused after it was sent on a resume keeps the compensation: owners answer an applied one as a repeat.
+    told = [False]
+
+    def refused(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-1" and not told[0]:
+            told[0] = True
+            return ("leased", {"heldBefore": True})
+        if i.lease is not None and i.lease.op == "step" and i.undo is None and i.entity.id == "T-2":
+            return "patch_not_applicable"
+        return None
+
+    other, _ = _scripted_change_client(refused)
+    compensated = other.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), settle_within=0))
+    assert isinstance(compensated, ChangeCompensated) and compensated.failed_step == "T-2", compensated
 
 
 def test_an_acquire_refused_lease_cooldown_is_waited_out_and_one_naming_this_change_ends_it_incomplete(monkeypatch: Any) -> None:

@@ -38,7 +38,8 @@ export const AppliedReply = z
      * `heldBefore` (on a granted acquire): the change and agent held the record before, within its replay mark's
      * life (an earlier run, whose lease was released or lapsed), as a refused acquire's `details.heldBefore` says.
      * Unchecked here, as `details` is: a reply whose `heldBefore` is not a boolean is still read (its lease granted,
-     * and released); clients count only the exact boolean true.
+     * and released); clients count any value but absent, null or false (read as absent, a hostile value would give
+     * the unsafe answer, `not_started`).
      * Only an agent that sends lease intents gets one.
      */
     lease: z.looseObject({ change: z.string(), expiresAt: IsoTime.optional(), released: z.boolean().optional(), heldBefore: z.unknown().optional() }).optional(),

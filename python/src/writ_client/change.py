@@ -24,11 +24,16 @@ by this client's memory, or by its owners (``heldBefore`` on an acquire's answer
 a refusal's ``details``, a grant's ``lease``; the change held the record before,
 while the record keeps that mark: 15 minutes from its release, or for a lapse
 from the lease's latest acquire by the agent's clock, and only among the
-record's latest 64 marks; not counted of a record after one of the run's own
-acquires of it had no answer: that lease may have been granted and lapsed).
-This client's memory of its ``not_started`` runs (also a run that raised before
-any step was built) overrides the owners' when ``heldBefore`` is said only of
-records those runs took (the marks are their own releases).
+record's latest 64 marks; counted also after one of the run's own acquires of
+the record had no answer, and whatever its value but absent, null or false:
+unsure, ``incomplete``). This client's memory of its ``not_started`` runs (also
+a run that raised before any step was built) overrides the owners' only when
+``heldBefore`` is said only of records those runs took (the marks are their own
+releases), never a refusal ``lease_hold_exceeded`` or ``lease_cooldown`` naming
+the change. A run known so to be a resume whose lease is lost (or its read
+refused) before a step is sent ends ``incomplete``, every step possibly
+standing: compensating would undo only this run's steps, not the earlier run's
+from that step on.
 The wire form is the TypeScript client's, byte for byte
 (``lease_intent_key``, ``change_id``; wire contract §5.8).
 """
@@ -144,7 +149,8 @@ class ChangeNotStarted:
     after a step was built to be sent), ends :class:`ChangeIncomplete`; one it saw applied is answered
     :class:`ChangeApplied`. One it saw compensated has nothing standing: ``not_started`` is true of it; one it saw not
     started (or whose run raised before any step was built, no answer saying it ran before) too, unless ``heldBefore``
-    is said of a record none of those runs took (then an earlier run's mark: :class:`ChangeIncomplete`).
+    (any value but absent, None or False) is said of a record none of those runs took (then an earlier run's mark:
+    :class:`ChangeIncomplete`), or an acquire is refused ``lease_hold_exceeded`` or ``lease_cooldown`` naming it.
     Owners keep what says a change held a record for 15 minutes from its lease's end (its release, or its latest
     acquire when it lapsed, by the agent's clock), the latest 64 such marks per record; an owner of an earlier writ
     version says nothing: a client started anew that resumes a change later than that, whose lease another change
@@ -160,7 +166,8 @@ class ChangeNotStarted:
 @dataclass(frozen=True)
 class ChangeIncomplete:
     """Not settled: an intent's outcome stayed unknown, a step was escalated, an undo was not applied, or a resumed
-    change could not take its leases again. The steps in ``applied`` may stand (all of them when a resume finds the
+    change could not take its leases again, or lost one (or its read of a record) before a step was sent (compensating
+    would undo only this run's steps while the earlier run's from that step on may stand). The steps in ``applied`` may stand (all of them when a resume finds the
     change ran but not which). Calling :meth:`WritClient.change` again with the same input resumes it."""
 
     change: str
@@ -188,9 +195,13 @@ def _held_off(r: SubmitResult) -> bool:
 
 def _says_held_before(r: SubmitResult) -> bool:
     """Owners say the change held the record before: a refused acquire's ``details.heldBefore``, a granted one's
-    ``lease.heldBefore``. Only the exact boolean true counts."""
+    ``lease.heldBefore``. Any value but absent, null (None) or false counts (bytes from Kafka are hostile; reading one
+    as absent would be the unsafe answer, not_started)."""
     d = r.details if isinstance(r, RejectedReply) else r.lease if isinstance(r, AppliedReply) else None
-    return isinstance(d, dict) and d.get("heldBefore") is True
+    if not isinstance(d, dict):
+        return False
+    held = d.get("heldBefore")
+    return held is not None and held is not False
 
 
 def _detail(r: SubmitResult, field: str) -> str | None:
@@ -245,19 +256,29 @@ def _weight(r: _RunBefore) -> int:
 
 def _remember(client: Any, change: str, what: _RunBefore) -> None:
     with _run_lock:
-        known = _run_before.get(client)
-        if known is None:
-            known = _run_before.setdefault(client, {})
-        steps = _run_steps.get(client, 0)
-        earlier = known.pop(change, None)
-        if earlier is not None:
-            steps -= _weight(earlier)
-        known[change] = what
-        steps += _weight(what)
-        # The oldest go first; the latest is kept whatever it weighs.
-        while len(known) > 1 and (len(known) > _MAX_REMEMBERED or steps > _MAX_REMEMBERED_STEPS):
-            steps -= _weight(known.pop(next(iter(known))))
-        _run_steps[client] = steps
+        _put(client, change, what)
+
+
+def _known(client: Any, change: str) -> _RunBefore | None:
+    """What this client remembers of the change (call with _run_lock held)."""
+    return (_run_before.get(client) or {}).get(change)
+
+
+def _put(client: Any, change: str, what: _RunBefore) -> None:
+    """Remembers ``what`` of the change, the latest (call with _run_lock held)."""
+    known = _run_before.get(client)
+    if known is None:
+        known = _run_before.setdefault(client, {})
+    steps = _run_steps.get(client, 0)
+    earlier = known.pop(change, None)
+    if earlier is not None:
+        steps -= _weight(earlier)
+    known[change] = what
+    steps += _weight(what)
+    # The oldest go first; the latest is kept whatever it weighs.
+    while len(known) > 1 and (len(known) > _MAX_REMEMBERED or steps > _MAX_REMEMBERED_STEPS):
+        steps -= _weight(known.pop(next(iter(known))))
+    _run_steps[client] = steps
 
 
 @dataclass
@@ -275,12 +296,10 @@ class _Progress:
     release_all: Callable[[], None] | None = None
     #: Records (entity keys) whose lease this run was granted, or may have been (an acquire's outcome unknown).
     taken: set[str] = dataclasses.field(default_factory=set)
-    #: Records whose answer to one of this run's acquires said ``heldBefore`` (owners: the change held it before). Not
-    #: counted after one of this run's acquires of the record came back unknown or blocked: its own lease may have been
-    #: granted then and lapsed, the owner's mark its own.
+    #: Records whose answer to one of this run's acquires said ``heldBefore`` (owners: the change held it before).
+    #: Counted also after one of this run's acquires of the record came back unknown or blocked (its own lease may then
+    #: have been granted and lapsed, the mark its own: unsure, so incomplete).
     held_before: set[str] = dataclasses.field(default_factory=set)
-    #: Records one of this run's acquires came back unknown or blocked for.
-    unsettled: set[str] = dataclasses.field(default_factory=set)
     #: An acquire was refused lease_hold_exceeded, or lease_cooldown naming this change: the change ran before.
     ran_before: bool = False
 
@@ -290,15 +309,27 @@ def _clean_taken(r: _RunBefore | None) -> set[str] | None:
     return set(r.taken) if r is not None and r.ended == "not_started" else None
 
 
-def _remember_not_started(client: Any, change: str, taken: set[str]) -> None:
-    """What a not_started run leaves in memory: the records it took, with those of the change's remembered not_started
-    runs (their marks are this client's too). One remembered compensated stays so (nothing stands, whatever it took)."""
-    with _run_lock:
-        earlier = (_run_before.get(client) or {}).get(change)
-    if earlier is not None and earlier.ended == "compensated":
-        _remember(client, change, earlier)
+def _held_before_elsewhere(progress: _Progress, known: _RunBefore | None) -> bool:
+    """``heldBefore`` was said of a record none of the remembered not_started runs took: an earlier run's mark."""
+    return not progress.held_before <= (_clean_taken(known) or set())
+
+
+def _put_not_started(client: Any, change: str, taken: set[str]) -> None:
+    """What a not_started run leaves in memory (call with _run_lock held: read, merged and written at once, so a run
+    of the change on this client that ended meanwhile is not overwritten): the records it took, with those of the
+    change's remembered not_started runs (their marks are this client's too). One remembered compensated stays so
+    (nothing stands, whatever it took); one remembered incomplete or applied too (its steps stand, and a not_started
+    over it would let a later refusal answer not_started)."""
+    earlier = _known(client, change)
+    if earlier is not None and earlier.ended != "not_started":
+        _put(client, change, earlier)
         return
-    _remember(client, change, _RunBefore("not_started", taken=tuple(sorted((_clean_taken(earlier) or set()) | taken))))
+    _put(client, change, _RunBefore("not_started", taken=tuple(sorted((_clean_taken(earlier) or set()) | taken))))
+
+
+def _remember_not_started(client: Any, change: str, taken: set[str]) -> None:
+    with _run_lock:
+        _put_not_started(client, change, taken)
 
 
 def _remember_clean(client: Any, change: str, progress: _Progress) -> None:
@@ -307,12 +338,12 @@ def _remember_clean(client: Any, change: str, progress: _Progress) -> None:
     not when an acquire was refused lease_hold_exceeded (or lease_cooldown naming it), nor when ``heldBefore`` was said
     of a record no remembered run of this client took (an earlier run's mark: its steps may stand)."""
     with _run_lock:
-        earlier = (_run_before.get(client) or {}).get(change)
-    if (earlier is not None and earlier.ended != "not_started") or not progress.taken or progress.ran_before:
-        return
-    if not progress.held_before <= (_clean_taken(earlier) or set()):
-        return
-    _remember_not_started(client, change, progress.taken)
+        earlier = _known(client, change)
+        if (earlier is not None and earlier.ended != "not_started") or not progress.taken or progress.ran_before:
+            return
+        if _held_before_elsewhere(progress, earlier):
+            return
+        _put_not_started(client, change, progress.taken)
 
 
 def _hold_exceeded(r: SubmitResult) -> bool:
@@ -396,18 +427,19 @@ def run_change(client: WritClient, change_input: ChangeInput | Mapping[str, Any]
 
 
 def _remember_raised(client: Any, change: str, change_input: ChangeInput | Mapping[str, Any], progress: _Progress) -> None:
-    """What a run that raised after a step was built leaves: the steps that may stand, with those an earlier run left."""
-    with _run_lock:
-        earlier = (_run_before.get(client) or {}).get(change)
+    """What a run that raised after a step was built leaves: the steps that may stand, with those an earlier run left
+    (read and written in one critical section)."""
     undone = progress.undone
-    # An applied change run again is answered from the ledger: it stays applied unless this run undid a step.
-    if earlier is not None and earlier.ended == "applied" and not undone:
-        return
     steps = change_input.steps if isinstance(change_input, ChangeInput) else change_input["steps"]
     names = [s.name if isinstance(s, ChangeStep) else s["name"] for s in steps]
-    before = set(earlier.standing) if earlier is not None and earlier.ended == "incomplete" else set(names) if earlier is not None and earlier.ended == "applied" else set()
-    standing = [n for n in names if (n in before or n in progress.standing) and n not in undone]
-    _remember(client, change, _RunBefore("incomplete", standing=tuple(standing)))
+    with _run_lock:
+        earlier = _known(client, change)
+        # An applied change run again is answered from the ledger: it stays applied unless this run undid a step.
+        if earlier is not None and earlier.ended == "applied" and not undone:
+            return
+        before = set(earlier.standing) if earlier is not None and earlier.ended == "incomplete" else set(names) if earlier is not None and earlier.ended == "applied" else set()
+        standing = [n for n in names if (n in before or n in progress.standing) and n not in undone]
+        _put(client, change, _RunBefore("incomplete", standing=tuple(standing)))
 
 
 def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str, Any], progress: _Progress) -> ChangeResult:
@@ -461,13 +493,12 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         def ask_again(r: SubmitResult) -> bool:
             # Owners said, answering one of this run's acquires (granted or refused), that the change held that record
             # before (an earlier run): kept per record in ``progress.held_before``. A grant says it too: the refused
-            # record's mark may be gone (a record keeps its latest marks only) while the granted one's lives. Not after
-            # an acquire of the record came back unknown or blocked: this run's own lease may have been granted then
-            # and lapsed, leaving the mark.
+            # record's mark may be gone (a record keeps its latest marks only) while the granted one's lives. Also
+            # after an acquire of the record came back unknown or blocked (this run's own lease may have been granted
+            # then and lapsed, leaving the mark; an earlier run's may live too: unsure, so counted).
             if _unsettled(r):
-                progress.unsettled.add(key)
                 progress.taken.add(key)
-            elif _says_held_before(r) and key not in progress.unsettled:
+            elif _says_held_before(r):
                 progress.held_before.add(key)
             if _hold_exceeded(r) or (isinstance(r, RejectedReply) and r.reason == "lease_cooldown" and _detail(r, "change") == change):
                 progress.ran_before = True
@@ -529,16 +560,16 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         in it). Each ends it incomplete. A change this client saw applied is answered so again, as taking its leases
         again would answer it (its steps repeats); one it saw compensated has nothing standing, so not_started is true
         of it; one it saw not started too, unless ``heldBefore`` was said of a record none of its remembered not_started
-        runs took (that mark is not theirs: an earlier run's, whose steps may stand)."""
+        runs took (that mark is not theirs: an earlier run's, whose steps may stand), or an acquire was refused
+        ``lease_hold_exceeded`` or ``lease_cooldown`` naming the change (in this round or an earlier one)."""
         with _run_lock:
-            known = (_run_before.get(client) or {}).get(change)
+            known = _known(client, change)
         if known is not None and known.ended == "applied":
             return ChangeApplied(change=change, steps=[_as_repeat(r) for r in known.steps])
         earlier = list(known.standing) if known is not None and known.ended == "incomplete" else None
-        clean = _clean_taken(known)
-        nothing_stands = (known is not None and known.ended == "compensated") or (clean is not None and progress.held_before <= clean)
         cooled_own = isinstance(got, RejectedReply) and got.reason == "lease_cooldown" and _detail(got, "change") == change
-        ran_before = not nothing_stands and (_hold_exceeded(got) or cooled_own or bool(progress.held_before))
+        compensated_before = known is not None and known.ended == "compensated"
+        ran_before = not compensated_before and (_hold_exceeded(got) or cooled_own or progress.ran_before or _held_before_elsewhere(progress, known))
         if not _unsettled(got) and not ran_before and earlier is None:
             return ChangeNotStarted(change=change, entity=records[key].entity, result=got)
         # Which steps may stand: those this client knows of, else (it ran, nobody here knows how far) every one.
@@ -559,7 +590,8 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         elif ran_before and earlier is None:
             why = got.reason if isinstance(got, RejectedReply) else got.status
             message = (
-                f"owners say this change held its records before (an earlier run, whose lease ended), so it may have written and {standing}; "
+                f"owners say this change held its records before (an earlier run, whose lease ended{', or that it held a lease as long as they allow' if progress.ran_before else ''}), "
+                f"so it may have written and {standing}; "
                 f"the lease of {key} was not taken now ({why}): call change() again to resume"
             )
         else:
@@ -574,6 +606,35 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
             return not_taken(key, got)
 
     applied: list[tuple[ChangeStep, AppliedReply]] = []
+
+    # Known, with every lease taken, to be a resume: an earlier run may have written steps this one has not sent yet.
+    with _run_lock:
+        known = _known(client, change)
+    if known is not None and known.ended in ("incomplete", "applied"):
+        resumed_from: str | None = f"this client left it {known.ended}"
+    elif known is not None and known.ended == "compensated":
+        resumed_from = None
+    elif progress.ran_before:
+        resumed_from = "owners refused a lease as this change's own (lease_cooldown naming it)"
+    elif _held_before_elsewhere(progress, known):
+        resumed_from = "owners say it held its records before"
+    else:
+        resumed_from = None
+
+    def stop_resumed(name: str, result: SubmitResult) -> ChangeResult | None:
+        """A resume whose lease is lost (or whose read of a record is not answered applied) before step ``name`` is
+        sent: an earlier run's steps from this one on may stand, so compensating (undoing this run's steps only) would
+        answer compensated over them. Ends incomplete, every step possibly standing, its leases left to expire as an
+        incomplete change's are (a resume takes them again). None when the run is not known to be a resume."""
+        if resumed_from is None:
+            return None
+        why = f"{result.reason}: {result.message}" if isinstance(result, RejectedReply) else result.status
+        every = [s.name for s in steps]
+        message = (
+            f"this change ran before ({resumed_from}), and before step {name} was sent the run lost its lease or its read of the record ({why}); "
+            f"undoing only this run's steps would leave an earlier run's from {name} on, so nothing is undone: steps {', '.join(every)} may stand; call change() again to resume"
+        )
+        return ChangeIncomplete(change=change, message=message, applied=every, result=result)
 
     def step_intent(s: ChangeStep, current: Versioned) -> WriteIntent:
         delta = s.delta(current) if callable(s.delta) else s.delta
@@ -626,18 +687,19 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         r = records[key]
         lapsed = renew()
         if lapsed is not None:
-            return compensate(s.name, lapsed)
+            return stop_resumed(s.name, lapsed) or compensate(s.name, lapsed)
         # After a repeat (a resumed change), or a reply too large for the broker, the record's state is not known:
         # its acquire again reads it.
         base = r.current
         if base is None:
             read = acquire(key, c.settle_within)
             if not isinstance(read, AppliedReply):
-                return compensate(s.name, read)
+                return stop_resumed(s.name, read) or compensate(s.name, read)
             if read.truncated and callable(s.delta):
                 # Still too large to come back: a delta function built on nothing would drop what the record holds.
                 message = f"the state of {key} is too large to come back in a reply (truncated), so step {s.name}'s delta function has no record to be built on; nothing was written"
-                return compensate(s.name, _rejected(read, "state_unavailable", message))
+                unavailable = _rejected(read, "state_unavailable", message)
+                return stop_resumed(s.name, unavailable) or compensate(s.name, unavailable)
             # A fixed delta needs only the version the lease read.
             base = r.current or Versioned(state=None, version=read.version)
         result = settle(lambda s=s, base=base: step_intent(s, base), c.settle_within)

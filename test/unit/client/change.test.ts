@@ -241,10 +241,15 @@ describe("a change that spans records, from its client's side", () => {
       expect(result, reason).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason } });
       expect(result.status === "incomplete" && result.message, reason).toMatch(/held its records before.*may have written/);
       expect(trace(told.sent).filter((t) => !t.startsWith("acquire")), reason).toEqual(["release T-1"]);
-      // The control: the same refusal without it (or with anything but the boolean true: bytes from Kafka are hostile).
-      for (const hostile of [undefined, "true", 1, { heldBefore: true }]) {
-        const plain = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, hostile === undefined ? { ...details } : { ...details, heldBefore: hostile }) : undefined));
-        expect(await runChange(plain.client, input({ waitForLeaseMs: 1 })), `${reason} ${JSON.stringify(hostile)}`).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason } });
+      // Any value but absent, null or false counts (bytes from Kafka are hostile: read as absent, the unsafe answer).
+      for (const odd of ["true", 1, 0, "", { heldBefore: true }]) {
+        const hostile = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, { ...details, heldBefore: odd }) : undefined));
+        expect(await runChange(hostile.client, input({ waitForLeaseMs: 1 })), `${reason} ${JSON.stringify(odd)}`).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason } });
+      }
+      // The control: the same refusal without it, or with null or false.
+      for (const absent of [undefined, null, false]) {
+        const plain = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? heldBefore(i, reason, absent === undefined ? { ...details } : { ...details, heldBefore: absent }) : undefined));
+        expect(await runChange(plain.client, input({ waitForLeaseMs: 1 })), `${reason} ${JSON.stringify(absent)}`).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason } });
       }
     }
     // Said while the record was waited for: known, even when the last refusal does not say it.
@@ -254,8 +259,8 @@ describe("a change that spans records, from its client's side", () => {
     expect(refusals).toBeGreaterThan(1);
   });
 
-  it("resume by a client started anew: a granted acquire saying lease.heldBefore (the refused record's mark gone) ends the change incomplete at a later refusal without it; a grant without it, not_started", async () => {
-    for (const said of [true, undefined, "true", 1]) {
+  it("resume by a client started anew: a granted acquire saying lease.heldBefore (the refused record's mark gone; any value but absent, null or false) ends the change incomplete at a later refusal without it; a grant without it, not_started", async () => {
+    for (const said of [true, undefined, "true", 1, null, false]) {
       const { client, sent, applied } = scripted((i) => {
         if (i.lease?.op !== "acquire") return undefined;
         if (i.entity.id === "T-1") return applied(i, { lease: { change: i.lease.change, expiresAt: "2025-01-01T00:01:00.000Z", ...(said === undefined ? {} : { heldBefore: said }) } } as Partial<Reply>);
@@ -263,10 +268,10 @@ describe("a change that spans records, from its client's side", () => {
         return undefined;
       });
       const result = await runChange(client, input({ waitForLeaseMs: 1 }));
-      if (said === true) {
+      if (said !== undefined && said !== null && said !== false) {
         expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
         expect(result.status === "incomplete" && result.message).toMatch(/held its records before.*may have written/);
-      } else expect(result, JSON.stringify(said)).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
+      } else expect(result, String(said)).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
       expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
     }
   });
@@ -355,7 +360,10 @@ describe("a change that spans records, from its client's side", () => {
     }
   });
 
-  it("a run's own acquire without an answer (its lease may have been granted and lapsed, the owner's mark its own): heldBefore said of that record later in the run is not counted; of another record, it is", async () => {
+  it("heldBefore said of a record after the run's own acquire of it had no answer is counted (an earlier run's mark may be the one said: unsure, incomplete); of another record too", async () => {
+    // The fault: R0 took T-1 and T-2, wrote its step on T-1 and crashed; its leases lapsed (marks); another change took
+    // T-2. A fresh client resumes: T-1's acquire is lost (an owner failover), asked again it is granted saying
+    // heldBefore (R0's mark), and T-2 is refused leased until waitForLeaseMs: not_started would hide R0's write.
     for (const markOn of ["T-1", "T-2"] as const) {
       let lost = 0;
       const { client, applied } = scripted((i) => {
@@ -367,12 +375,11 @@ describe("a change that spans records, from its client's side", () => {
       });
       const result = await runChange(client, input({ waitForLeaseMs: 150 }));
       expect(lost, markOn).toBe(2);
-      if (markOn === "T-1") expect(result).toMatchObject({ status: "not_started", entity: ticket("T-2"), result: { reason: "leased" } });
-      else expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+      expect(result, markOn).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
     }
   });
 
-  it("a grant whose lease.heldBefore is not a boolean (bytes from Kafka are hostile) is read through the client's reply decoding, and heldBefore taken as absent: the lease granted and released, the change not_started", async () => {
+  it("a grant whose lease.heldBefore is not a boolean (bytes from Kafka are hostile) is read through the client's reply decoding, and counted as said: the lease granted and released, the change incomplete", async () => {
     const codec = new WireCodec({});
     const { client, sent } = scripted((i) => (i.lease?.op === "acquire" && i.entity.id === "T-2" ? rejected(i, "leased") : undefined));
     const decoded: Reply[] = [];
@@ -388,7 +395,7 @@ describe("a change that spans records, from its client's side", () => {
       decoded.push(read.value);
       return read.value;
     };
-    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+    expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
     expect(decoded.length).toBeGreaterThan(0);
     expect(decoded[0]).toMatchObject({ status: "applied", lease: { heldBefore: "true" } });
     expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["release T-1"]);
@@ -517,6 +524,129 @@ describe("a change that spans records, from its client's side", () => {
     leased = true;
     const answered = await runChange(done.client, input({ waitForLeaseMs: 1 }));
     expect(answered.status === "applied" && answered.steps.map((r) => (r as { version: string }).version)).toEqual(['"v2"', '"v2"', '"v2"']);
+  });
+
+  it("the memory of not_started runs never overrides a refusal lease_hold_exceeded or lease_cooldown naming the change, nor one said in an earlier round of the wait", async () => {
+    for (const refusal of ["lease_hold_exceeded", "lease_cooldown"] as const) {
+      let run = 1;
+      const { client } = scripted((i) => {
+        if (i.lease?.op !== "acquire" || i.entity.id !== "T-2") return undefined;
+        if (run === 1) return rejected(i, "leased"); // not_started, T-1 taken (its mark this client's)
+        return { ...rejected(i, refusal), details: refusal === "lease_cooldown" ? { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } : { expiresAt: "2025-01-01T00:05:00.000Z" } } as SubmitResult;
+      });
+      expect(await runChange(client, input({ waitForLeaseMs: 1 }))).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+      run = 2;
+      expect(await runChange(client, input({ waitForLeaseMs: 1 })), refusal).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: refusal } });
+    }
+    // lease_cooldown naming the change in the first round, then leased to another change until waitForLeaseMs.
+    let refusals = 0;
+    const waited = scripted((i) =>
+      i.lease?.op === "acquire" && i.entity.id === "T-2"
+        ? refusals++ === 0
+          ? ({ ...rejected(i, "lease_cooldown"), details: { until: "2025-01-01T00:00:10.000Z", change: i.lease.change } } as SubmitResult)
+          : rejected(i, "leased")
+        : undefined,
+    );
+    expect(await runChange(waited.client, input({ waitForLeaseMs: 300 }))).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+    expect(refusals).toBeGreaterThan(1);
+  });
+
+  it("two runs of one change on one client: one ending not_started never replaces what the other remembered incomplete", async () => {
+    // Run B (T-4, T-5) is refused lease_hold_exceeded on T-5 (incomplete), run A (T-1, T-2) leased on T-2 (not_started);
+    // both read the memory before either writes it, B writes first, then A.
+    const releases = new Map<string, () => void>();
+    const { client, applied } = scripted(() => undefined);
+    const scriptedSubmit = client.submit.bind(client);
+    (client as { submit: typeof client.submit }).submit = async (i, opts) => {
+      const w = i as WriteIntent;
+      if (w.lease?.op === "acquire" && w.entity.id === "T-5") return { ...rejected(w, "lease_hold_exceeded"), details: { expiresAt: "2025-01-01T00:05:00.000Z" } } as SubmitResult;
+      if (w.lease?.op === "acquire" && w.entity.id === "T-2") return rejected(w, "leased");
+      if (w.lease?.op === "release") {
+        await new Promise<void>((resolve) => releases.set(w.entity.id, resolve));
+        return applied(w);
+      }
+      return scriptedSubmit(i, opts);
+    };
+    const over = (ids: string[]) => input({ waitForLeaseMs: 0, steps: ids.map((id) => ({ name: id, tool: tag, entity: ticket(id), params: { tag: id }, delta: [] })) });
+    const b = runChange(client, over(["T-4", "T-5"]));
+    const a = runChange(client, over(["T-1", "T-2"]));
+    await vi.waitFor(() => expect([...releases.keys()].sort()).toEqual(["T-1", "T-4"]));
+    releases.get("T-4")!();
+    releases.get("T-1")!();
+    expect(await b).toMatchObject({ status: "incomplete" });
+    expect(await a).toMatchObject({ status: "not_started", entity: ticket("T-2") });
+    // Called again, refused leased (no mark): the memory still says incomplete.
+    releases.clear();
+    const again = runChange(client, over(["T-1", "T-2"]));
+    await vi.waitFor(() => expect(releases.has("T-1")).toBe(true));
+    releases.get("T-1")!();
+    expect(await again).toMatchObject({ status: "incomplete", result: { reason: "leased" } });
+  });
+
+  it("a resume (owners said heldBefore, or this client left it incomplete) that loses a lease or its read of a record before a step is sent ends incomplete, every step possibly standing, nothing undone; not known to be a resume, compensated", async () => {
+    const grant = (i: WriteIntent, applied: (i: WriteIntent, extra?: Partial<Reply>) => Reply, heldBefore: boolean, extra: Partial<Reply> = {}) =>
+      applied(i, { lease: { change: i.lease!.change, expiresAt: "2025-01-01T00:01:00.000Z", ...(heldBefore ? { heldBefore } : {}) }, ...extra } as Partial<Reply>);
+    // The read before step T-1 (its acquire came back truncated) is refused: the lease lapsed and another change took it.
+    for (const heldBefore of [true, false]) {
+      let reads = 0;
+      const { client, sent, applied } = scripted((i) => {
+        if (i.lease?.op !== "acquire") return undefined;
+        if (i.entity.id === "T-1") return reads++ === 0 ? grant(i, applied, false, { truncated: true, state: null } as Partial<Reply>) : rejected(i, "leased");
+        if (i.entity.id === "T-2") return grant(i, applied, heldBefore);
+        return undefined;
+      });
+      const result = await runChange(client, input({ settleWithinMs: 1 }));
+      if (heldBefore) {
+        expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
+        expect(result.status === "incomplete" && result.message).toMatch(/ran before.*before step T-1 was sent.*nothing is undone/);
+        expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3"]);
+        // Remembered incomplete: called again while a record is leased, incomplete (never not_started).
+        const again = await runChange(client, input({ waitForLeaseMs: 1 }));
+        expect(again).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"] });
+      } else {
+        expect(result).toMatchObject({ status: "compensated", failed: { step: "T-1", result: { reason: "leased" } } });
+        expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3", "undo T-3", "release T-1", "release T-2", "release T-3"]);
+      }
+    }
+    // A renewal refused lease_hold_exceeded before step T-2 (each step takes 600 ms of a 1 s lease), on a resume this
+    // client knows of (it left the change incomplete: T-1's answer lost).
+    let clock = Date.parse("2025-01-01T00:00:00.000Z");
+    const now = vi.spyOn(Date, "now").mockImplementation(() => clock);
+    try {
+      let resumed = false;
+      const acquires = new Map<string, number>();
+      const { client, sent } = scripted((i) => {
+        if (i.lease?.op === "step") clock += 600;
+        if (!resumed && i.lease?.op === "step" && i.entity.id === "T-1") return { status: "unknown", intentId: i.intentId, intentKey: i.intentKey, message: "no reply" };
+        if (!resumed || i.lease?.op !== "acquire") return undefined;
+        acquires.set(i.entity.id, (acquires.get(i.entity.id) ?? 0) + 1);
+        return i.entity.id === "T-1" && acquires.get("T-1")! >= 3 ? { ...rejected(i, "lease_hold_exceeded"), details: { maxHoldMs: 1000 } } : undefined;
+      });
+      expect(await runChange(client, input({ leaseTtlMs: 1000, settleWithinMs: 0 }))).toMatchObject({ status: "incomplete", applied: ["T-3"] });
+      resumed = true;
+      const before = sent.length;
+      const result = await runChange(client, input({ leaseTtlMs: 1000, settleWithinMs: 0 }));
+      expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "lease_hold_exceeded" } });
+      expect(result.status === "incomplete" && result.message).toMatch(/this client left it incomplete/);
+      expect(trace(sent.slice(before)).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3", "step T-1"]);
+      // A step refused after it was sent on a resume keeps the compensation: owners answer an applied one as a repeat.
+      const refused = scripted((i) => {
+        if (i.lease?.op === "acquire" && i.entity.id === "T-1") return { ...rejected(i, "leased"), details: { heldBefore: true } } as SubmitResult;
+        return i.lease?.op === "step" && !i.undo && i.entity.id === "T-2" ? rejected(i, "patch_not_applicable") : undefined;
+      });
+      let first = true;
+      const submit = refused.client.submit.bind(refused.client);
+      (refused.client as { submit: typeof submit }).submit = async (i, opts) => {
+        const w = i as WriteIntent;
+        // T-1 refused saying heldBefore once, then granted.
+        if (w.lease?.op === "acquire" && w.entity.id === "T-1" && !first) return refused.applied(w);
+        if (w.lease?.op === "acquire" && w.entity.id === "T-1") first = false;
+        return submit(i, opts);
+      };
+      expect(await runChange(refused.client, input({ settleWithinMs: 0 }))).toMatchObject({ status: "compensated", failed: { step: "T-2", result: { reason: "patch_not_applicable" } } });
+    } finally {
+      now.mockRestore();
+    }
   });
 
   it("a release without an answer is asked again", async () => {
