@@ -461,14 +461,20 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
   /**
    * A resume whose lease is lost (or whose read of a record is not answered applied) before step `name` is sent: an
    * earlier run's steps from this one on may stand, so compensating (undoing this run's steps only) would answer
-   * `compensated` over them. Ends `incomplete`, every step possibly standing, its leases left to expire as an
-   * incomplete change's are (a resume takes them again). Null when the run is not known to be a resume.
+   * `compensated` over them. Ends `incomplete`, every step possibly standing. Its leases are released: nothing of
+   * this run is in flight, and a resume finds the marks they leave (held on, they would only keep other changes off
+   * the records until they expire, and read as a stalled agent). Known to be a resume when the leases were taken, or
+   * by this client's memory now: another run of the change on this client may have ended since (`applied` or
+   * `incomplete`). Null when the run is not known to be a resume.
    */
-  const stopResumed = (name: string, result: SubmitResult): ChangeResult | null => {
-    if (resumedFrom === undefined) return null;
+  const stopResumed = async (name: string, result: SubmitResult): Promise<ChangeResult | null> => {
+    const now = runBefore.get(client)?.changes.get(change);
+    const from = resumedFrom ?? (now?.ended === "incomplete" || now?.ended === "applied" ? `another run of it on this client ended ${now.ended} meanwhile` : undefined);
+    if (from === undefined) return null;
+    await releaseAll();
     const why = result.status === "rejected" ? `${result.reason}: ${result.message}` : result.status;
     const all = input.steps.map((s) => s.name);
-    const message = `this change ran before (${resumedFrom}), and before step ${name} was sent the run lost its lease or its read of the record (${why}); undoing only this run's steps would leave an earlier run's from ${name} on, so nothing is undone: steps ${all.join(", ")} may stand; call change() again to resume`;
+    const message = `this change ran before (${from}), and before step ${name} was sent the run lost its lease or its read of the record (${why}); undoing only this run's steps would leave an earlier run's from ${name} on, so nothing is undone: steps ${all.join(", ")} may stand; call change() again to resume`;
     return { status: "incomplete", change, message, applied: all, result };
   };
   const stepIntent = (s: ChangeStep, current: Versioned): WriteIntent => {
@@ -482,19 +488,19 @@ async function runChangeOnce(client: WritClient & { readonly replyTopic: string 
     const key = entityKey(s.entity);
     const r = records.get(key)!;
     const lapsed = await renew();
-    if (lapsed) return stopResumed(s.name, lapsed) ?? compensate(s.name, lapsed);
+    if (lapsed) return (await stopResumed(s.name, lapsed)) ?? compensate(s.name, lapsed);
     // After a repeat (a resumed change), or a reply too large for the broker, the record's state is not known:
     // its acquire again reads it.
     let base = r.current;
     if (base === undefined) {
       const read = await acquire(key, settleWithinMs);
-      if (!isApplied(read)) return stopResumed(s.name, read) ?? compensate(s.name, read);
+      if (!isApplied(read)) return (await stopResumed(s.name, read)) ?? compensate(s.name, read);
       if (read.truncated && typeof s.delta === "function") {
         // Still too large to come back: the change has no reader of its own, and a delta function built on
         // nothing would drop what the record holds. The step is not written; the change is compensated.
         const message = `the state of ${key} is too large to come back in a reply (truncated), so step ${s.name}'s delta function has no record to be built on; nothing was written`;
         const unavailable: SubmitResult = { status: "rejected", intentId: read.intentId, intentKey: read.intentKey, duplicate: false, at: new Date().toISOString(), reason: "state_unavailable", message };
-        return stopResumed(s.name, unavailable) ?? compensate(s.name, unavailable);
+        return (await stopResumed(s.name, unavailable)) ?? compensate(s.name, unavailable);
       }
       // A fixed delta needs only the version the lease read.
       base = r.current ?? { state: null, version: read.version };

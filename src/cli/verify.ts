@@ -219,6 +219,7 @@ async function main(argv: string[]): Promise<number> {
     // A stopped run's report too: what ran until the signal, and what did not (`interrupted`).
     if (!args.json) process.stdout.write(`\n${formatReport(report)}\n\n`);
     process.stdout.write(`${JSON.stringify(report)}\n`);
+    stall?.answered();
     // The signal's status where it cut the run short (the report says so); one that came once every scenario was
     // judged (the run deleting its topics) stopped nothing, and the status is the report's, as its JSON says.
     exitCode = signals.first !== null && report.interrupted?.stopped === true ? SIGNAL_EXIT_STATUS[signals.first] : EXIT_STATUS[report.status];
@@ -235,11 +236,11 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`writ verify: ${leftoversLine(leftovers)}\n`);
       const error = err instanceof WritError ? { code: err.code, message: err.message } : { message: err instanceof Error ? err.message : String(err) };
       process.stdout.write(`${JSON.stringify({ ok: false, runId: leftovers.runId, error, leftovers })}\n`);
+      stall?.answered();
     }
   } finally {
-    // Whatever stdout said (a report, a failure's line) stands: a stall in the cleanups below is said on stderr only.
-    stall?.answered();
-    // The cleanups close what systems(env) made (module code too): still watched.
+    // The cleanups close what systems(env) made (module code too): still watched (once stdout has the command's
+    // answer, a stall there is said on stderr only; before, the watch's own line is the answer).
     for (const c of cleanups.reverse()) await c().catch(() => undefined);
     stall?.stop();
     signals.dispose();

@@ -624,14 +624,23 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
     def stop_resumed(name: str, result: SubmitResult) -> ChangeResult | None:
         """A resume whose lease is lost (or whose read of a record is not answered applied) before step ``name`` is
         sent: an earlier run's steps from this one on may stand, so compensating (undoing this run's steps only) would
-        answer compensated over them. Ends incomplete, every step possibly standing, its leases left to expire as an
-        incomplete change's are (a resume takes them again). None when the run is not known to be a resume."""
-        if resumed_from is None:
+        answer compensated over them. Ends incomplete, every step possibly standing. Its leases are released: nothing
+        of this run is in flight, and a resume finds the marks they leave. Known to be a resume when the leases were
+        taken, or by this client's memory now (another run of the change on this client may have ended since, applied
+        or incomplete). None when the run is not known to be a resume."""
+        came_from = resumed_from
+        if came_from is None:
+            with _run_lock:
+                now = _known(client, change)
+            if now is not None and now.ended in ("incomplete", "applied"):
+                came_from = f"another run of it on this client ended {now.ended} meanwhile"
+        if came_from is None:
             return None
+        release_all()
         why = f"{result.reason}: {result.message}" if isinstance(result, RejectedReply) else result.status
         every = [s.name for s in steps]
         message = (
-            f"this change ran before ({resumed_from}), and before step {name} was sent the run lost its lease or its read of the record ({why}); "
+            f"this change ran before ({came_from}), and before step {name} was sent the run lost its lease or its read of the record ({why}); "
             f"undoing only this run's steps would leave an earlier run's from {name} on, so nothing is undone: steps {', '.join(every)} may stand; call change() again to resume"
         )
         return ChangeIncomplete(change=change, message=message, applied=every, result=result)

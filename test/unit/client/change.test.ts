@@ -583,6 +583,42 @@ describe("a change that spans records, from its client's side", () => {
     expect(await again).toMatchObject({ status: "incomplete", result: { reason: "leased" } });
   });
 
+  it("another run of the change on this client that ended applied while this one ran: losing a read before a step then ends incomplete, not compensated over that run's steps", async () => {
+    // Run B takes T-1 and T-2 (T-2's grant too large to come back: read again before its step) and is held at its
+    // step T-1; run A, the same change, runs whole meanwhile (applied, remembered); then B's read of T-2 is refused.
+    let releaseB: () => void = () => undefined;
+    const heldB = new Promise<void>((resolve) => (releaseB = resolve));
+    let bHeld = false;
+    let t2Acquires = 0;
+    let aDone = false;
+    const { client, sent, applied } = scripted(() => undefined);
+    const scriptedSubmit = client.submit.bind(client);
+    (client as { submit: typeof client.submit }).submit = async (i, opts) => {
+      const w = i as WriteIntent;
+      if (w.lease?.op === "acquire" && w.entity.id === "T-2") {
+        t2Acquires++;
+        if (aDone) return rejected(w, "leased");
+        if (t2Acquires === 1) return applied(w, { truncated: true, state: null } as Partial<Reply>);
+      }
+      if (w.lease?.op === "step" && w.entity.id === "T-1" && !bHeld) {
+        bHeld = true;
+        await heldB;
+      }
+      return scriptedSubmit(i, opts);
+    };
+    const two = input({ settleWithinMs: 1, steps: ["T-1", "T-2"].map((id) => ({ name: id, tool: tag, entity: ticket(id), params: { tag: id }, delta: [] })) });
+    const b = runChange(client, two);
+    await vi.waitFor(() => expect(bHeld).toBe(true));
+    expect(await runChange(client, two)).toMatchObject({ status: "applied" });
+    aDone = true;
+    releaseB();
+    const result = await b;
+    // Before, B compensated (undid T-1, which A's run had written too) and answered compensated while A's T-2 stood.
+    expect(result).toMatchObject({ status: "incomplete", applied: ["T-1", "T-2"], result: { reason: "leased" } });
+    expect(result.status === "incomplete" && result.message).toMatch(/another run of it on this client ended applied meanwhile/);
+    expect(trace(sent).filter((t) => t.startsWith("undo"))).toEqual([]);
+  });
+
   it("a resume (owners said heldBefore, or this client left it incomplete) that loses a lease or its read of a record before a step is sent ends incomplete, every step possibly standing, nothing undone; not known to be a resume, compensated", async () => {
     const grant = (i: WriteIntent, applied: (i: WriteIntent, extra?: Partial<Reply>) => Reply, heldBefore: boolean, extra: Partial<Reply> = {}) =>
       applied(i, { lease: { change: i.lease!.change, expiresAt: "2025-01-01T00:01:00.000Z", ...(heldBefore ? { heldBefore } : {}) }, ...extra } as Partial<Reply>);
@@ -599,7 +635,8 @@ describe("a change that spans records, from its client's side", () => {
       if (heldBefore) {
         expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "leased" } });
         expect(result.status === "incomplete" && result.message).toMatch(/ran before.*before step T-1 was sent.*nothing is undone/);
-        expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3"]);
+        // Nothing undone; the leases released (nothing of the run in flight; the marks they leave tell a resume).
+        expect(trace(sent).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3", "release T-1", "release T-2", "release T-3"]);
         // Remembered incomplete: called again while a record is leased, incomplete (never not_started).
         const again = await runChange(client, input({ waitForLeaseMs: 1 }));
         expect(again).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"] });
@@ -628,7 +665,7 @@ describe("a change that spans records, from its client's side", () => {
       const result = await runChange(client, input({ leaseTtlMs: 1000, settleWithinMs: 0 }));
       expect(result).toMatchObject({ status: "incomplete", applied: ["T-3", "T-1", "T-2"], result: { reason: "lease_hold_exceeded" } });
       expect(result.status === "incomplete" && result.message).toMatch(/this client left it incomplete/);
-      expect(trace(sent.slice(before)).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3", "step T-1"]);
+      expect(trace(sent.slice(before)).filter((t) => !t.startsWith("acquire"))).toEqual(["step T-3", "step T-1", "release T-1", "release T-2", "release T-3"]);
       // A step refused after it was sent on a resume keeps the compensation: owners answer an applied one as a repeat.
       const refused = scripted((i) => {
         if (i.lease?.op === "acquire" && i.entity.id === "T-1") return { ...rejected(i, "leased"), details: { heldBefore: true } } as SubmitResult;
