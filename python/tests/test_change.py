@@ -908,3 +908,36 @@ def test_what_the_client_remembers_of_a_change_is_its_own_changing_a_result_it_r
     leased[0] = True
     answered = done.change(ChangeInput(run_id="r", step_id="s", steps=_three_steps(), wait_for_lease=0))
     assert isinstance(answered, ChangeApplied) and [r.version for r in answered.steps] == ['"v1"', '"v1"', '"v1"'], answered
+
+
+def test_another_run_of_the_change_that_ended_applied_meanwhile_makes_a_lost_read_end_incomplete_not_compensated() -> None:
+    # Run B takes T-1 and T-2 (T-2's grant too large to come back: read again before its step); at B's step T-1, run
+    # A, the same change, runs whole (applied, remembered); then B's read of T-2 is refused. B read its memory when its
+    # leases were taken (empty): it must read it again at the stop, or it undoes T-1 and says compensated while A's
+    # T-2 stands (the TypeScript client's twin test in test/unit/client/change.test.ts).
+    tool = KeyedTool(name="t", key_scope="run", intent_fields=())
+    two = ChangeInput(
+        run_id="r", step_id="s", settle_within=0, steps=[ChangeStep(id_, tool, {"type": "ticket", "id": id_}, {}, [{"op": "add", "path": "/a", "value": 1}]) for id_ in ("T-1", "T-2")]
+    )
+    state: dict[str, Any] = {"t2": 0, "a_done": False, "a": None, "in_a": False}
+
+    def refuse(i: Any) -> Any:
+        if i.lease is not None and i.lease.op == "acquire" and i.entity.id == "T-2":
+            state["t2"] += 1
+            if state["a_done"]:
+                return "leased"
+            if state["t2"] == 1:
+                return {"truncated": True, "state": None}
+        if i.lease is not None and i.lease.op == "step" and i.entity.id == "T-1" and state["a"] is None and not state["in_a"]:
+            state["in_a"] = True
+            state["a"] = client.change(two)
+            state["a_done"] = True
+        return None
+
+    client, sent = _scripted_change_client(refuse)
+    result = client.change(two)
+    assert isinstance(state["a"], ChangeApplied), state["a"]
+    assert isinstance(result, ChangeIncomplete) and result.applied == ["T-1", "T-2"], result
+    assert isinstance(result.result, RejectedReply) and result.result.reason == "leased"
+    assert "another run of it on this client ended applied meanwhile" in result.message
+    assert [t for t in _trace(sent) if t.startswith("undo")] == []
