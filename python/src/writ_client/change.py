@@ -625,7 +625,7 @@ def _run_change_once(client: WritClient, change_input: ChangeInput | Mapping[str
         """A resume whose lease is lost (or whose read of a record is not answered applied) before step ``name`` is
         sent: an earlier run's steps from this one on may stand, so compensating (undoing this run's steps only) would
         answer compensated over them. Ends incomplete, every step possibly standing. Its leases are released: nothing
-        of this run is in flight, and a resume finds the marks they leave. Known to be a resume when the leases were
+        of this run is in flight, and a resume finds the marks they leave for the 15 minutes they live. Known to be a resume when the leases were
         taken, or by this client's memory now (another run of the change on this client may have ended since, applied
         or incomplete). None when the run is not known to be a resume."""
         came_from = resumed_from
