@@ -17,4 +17,7 @@ export const MCP_ENV = {
   maxSessions: "WRIT_MCP_MAX_SESSIONS",
   sessionIdleMs: "WRIT_MCP_SESSION_IDLE_MS",
   headersTimeoutMs: "WRIT_MCP_HEADERS_TIMEOUT_MS",
+  signingKeyFile: "WRIT_MCP_SIGNING_KEY_FILE",
+  keyId: "WRIT_MCP_KEY_ID",
+  signingAudience: "WRIT_SIGNING_AUDIENCE",
 } as const;

@@ -4,6 +4,7 @@
 // from the environment (README, "Agent frameworks: OpenAI Agents JS and MCP")
 // and is validated before anything connects. Logs go to stderr: under --stdio,
 // stdout carries MCP messages only.
+import { readFileSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
@@ -15,7 +16,9 @@ import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { Audience } from "../src/schemas/common.ts";
 import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
+import { prepareSigner, type IntentSigner } from "../src/security/signing.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
 import { DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE_MS, recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
@@ -58,8 +61,48 @@ const McpMainConfig = z
     sessionIdleMs: z.number().int().positive().default(DEFAULT_MCP_SESSION_IDLE_MS),
     /** --http only: how long a connection may take to send a request's headers before it is closed. ms. */
     headersTimeoutMs: z.number().int().min(1).max(3_600_000).default(DEFAULT_HEADERS_TIMEOUT_MS),
+    /**
+     * The agent's Ed25519 private key (a PEM file) and its id in the owners' agent registry, together: every intent
+     * the server sends is signed with it. Owners with `WRIT_AGENT_REGISTRY` refuse unsigned intents. Never logged.
+     */
+    signingKeyFile: z.string().min(1).optional(),
+    keyId: z.string().min(1).optional(),
+    /** The deployment the server signs for, under the owners' variable name; used only when it signs. */
+    signingAudience: Audience.optional(),
   })
   .strict();
+
+/** Largest signing key file read: an Ed25519 PEM is about 120 bytes; a path to something else is refused unread. */
+const MAX_KEY_FILE_BYTES = 16 * 1024;
+
+/**
+ * The signer of `WRIT_MCP_SIGNING_KEY_FILE` and `WRIT_MCP_KEY_ID`, with the audience it signs for, read and checked
+ * before anything connects; an error names the variable and never quotes the file.
+ */
+function signingOf(config: { signingKeyFile?: string | undefined; keyId?: string | undefined; signingAudience?: string | undefined }): { signer?: IntentSigner; audience?: string } {
+  const refuse = (variable: string, message: string) => new WritError("config_invalid", `${variable}: ${message}`, { retriable: false, context: { field: variable } });
+  if ((config.signingKeyFile === undefined) !== (config.keyId === undefined)) {
+    const missing = config.keyId === undefined ? ENV.keyId : ENV.signingKeyFile;
+    throw refuse(missing, `${ENV.signingKeyFile} and ${ENV.keyId} go together (the agent's signing key and its id in the owners' agent registry)`);
+  }
+  if (config.signingKeyFile === undefined) return {};
+  let pem: string;
+  try {
+    if (statSync(config.signingKeyFile).size > MAX_KEY_FILE_BYTES) throw refuse(ENV.signingKeyFile, `larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
+    pem = readFileSync(config.signingKeyFile, "utf8");
+  } catch (err) {
+    if (err instanceof WritError) throw err;
+    throw refuse(ENV.signingKeyFile, `${config.signingKeyFile} cannot be read (${(err as NodeJS.ErrnoException).code ?? "unreadable"})`);
+  }
+  let signer: IntentSigner;
+  try {
+    signer = prepareSigner({ keyId: config.keyId!, privateKey: pem });
+  } catch (err) {
+    if (!(err instanceof WritError)) throw err;
+    throw err.context.field === "keyId" ? refuse(ENV.keyId, err.message) : refuse(ENV.signingKeyFile, `${config.signingKeyFile}: ${err.message}`);
+  }
+  return config.signingAudience === undefined ? { signer } : { signer, audience: config.signingAudience };
+}
 
 const ENV = MCP_ENV;
 
@@ -125,6 +168,10 @@ try {
     return field in ENV ? `${ENV[field as keyof typeof ENV]} (${field})` : field;
   });
 
+  const signing = signingOf(config);
+  // Said at start (the key id and audience, never the key): unsigned, owners with an agent registry refuse every write.
+  const signs = signing.signer ? { keyId: signing.signer.keyId, audience: signing.audience ?? null } : false;
+
   const mod = (await import(pathToFileURL(resolve(config.specsModule)).href)) as Partial<SpecsModule>;
   if (!Array.isArray(mod.specs) || typeof mod.readers !== "function") {
     throw new WritError("config_invalid", `WRIT_TOOL_SPECS_MODULE (${config.specsModule}) must export specs[] and readers(env)`, {
@@ -146,6 +193,7 @@ try {
     ...(config.maxJsonDepth !== undefined ? { maxJsonDepth: config.maxJsonDepth } : {}),
     ...(config.replicationFactor !== undefined ? { replicationFactor: config.replicationFactor } : {}),
     ...(config.schemaRegistryUrl ? { schemaRegistryUrl: config.schemaRegistryUrl } : {}),
+    ...signing,
     logger: log,
     // No reply can be read any more, so every tool call would fail: exit (status 1) for the host or a supervisor
     // to start the server again, rather than serve failures.
@@ -166,7 +214,7 @@ try {
     });
     const stdio = await serveWritMcpStdio({ ...options, ...(config.runId ? { runId: config.runId } : {}) });
     close = stdio.close;
-    log.info({ runId: stdio.runId, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on stdio");
+    log.info({ runId: stdio.runId, tools: mod.specs.map((s) => s.tool.name), signs }, "writ MCP server on stdio");
     // The client closing our stdin is the end of the session.
     process.stdin.once("end", () => void stop("stdin closed", 0));
   } else {
@@ -175,7 +223,7 @@ try {
     }
     const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs, headersTimeoutMs: config.headersTimeoutMs });
     close = http.close;
-    log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name) }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
+    log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name), signs }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);
   }
 } catch (err) {

@@ -1,11 +1,15 @@
 import { spawn } from "node:child_process";
+import { generateKeyPairSync } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { request } from "node:http";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { describe, expect, it, onTestFailed, onTestFinished } from "vitest";
 import { readers, specs } from "../../../examples/demo-tool-specs.ts";
+import { AgentRegistry } from "../../../src/security/agent-registry.ts";
 import { RUN_ID_META_KEY, startWritMcpHttpServer, recordsReader } from "../../../producers/adapters/mcp-server.ts";
 import { putRecord, startDemoHarness } from "../../helpers/adapter-fixtures.ts";
 import { waitFor } from "../../helpers/wait-for.ts";
@@ -35,28 +39,56 @@ async function httpServer(h: Harness) {
   return mcp;
 }
 
+/**
+ * The entry point (producers/mcp-main.ts) on stdio for the harness's topics and records, as agent `agentId`, with
+ * `env` added; its stderr is shown if the test fails.
+ */
+async function stdioServer(h: Harness, agentId: string, env: Record<string, string> = {}): Promise<Client> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"],
+    env: {
+      PATH: process.env.PATH ?? "",
+      KAFKA_BROKERS: brokers().join(","),
+      ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
+      WRIT_INTENTS_TOPIC: h.config.topics.intents,
+      WRIT_MCP_AGENT_ID: agentId,
+      RECORDS_URL: h.records.url,
+      WRIT_RUN_ID: conversation(),
+      LOG_LEVEL: "error",
+      ...env,
+    },
+    stderr: "pipe",
+  });
+  let serverStderr = "";
+  transport.stderr?.on("data", (chunk: Buffer) => (serverStderr += chunk.toString()));
+  onTestFailed(() => console.error(`MCP server stderr:\n${serverStderr}`));
+  return connect(transport);
+}
+
+/**
+ * Owners that require signatures (an agent registry listing `agentId` with a fresh key and the reply topic the MCP
+ * server takes by default) and the audience `prod`, over a harness seeded with pay_1; the key's PEM in a file.
+ */
+async function signedDeployment(agentId: (h: Harness) => string) {
+  const h = await startDemoHarness({ payment: true, owner: false });
+  const key = generateKeyPairSync("ed25519");
+  const dir = mkdtempSync(join(tmpdir(), "writ-mcp-signed-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  const keyFile = join(dir, "agent.pem");
+  writeFileSync(keyFile, key.privateKey.export({ type: "pkcs8", format: "pem" }), { mode: 0o600 });
+  const id = agentId(h);
+  const agents = AgentRegistry.from({
+    agents: { [id]: { keys: [{ id: "mcp-k1", publicKey: key.publicKey.export({ type: "spki", format: "pem" }).toString() }], tools: ["refund_payment", "tag_ticket"], replyTopic: `writ.replies.${id}` } },
+  });
+  await h.startRouter({ agents, config: { ...h.config, signingAudience: "prod" } });
+  return { h, id, keyFile };
+}
+
 describe("MCP server on a real broker", () => {
   it("stdio-retry: the entry point writes once across a retry with a reworded note", async () => {
     const h = await startDemoHarness({ payment: true });
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"],
-      env: {
-        PATH: process.env.PATH ?? "",
-        KAFKA_BROKERS: brokers().join(","),
-        ...(registryUrl() ? { SCHEMA_REGISTRY_URL: registryUrl()! } : {}),
-        WRIT_INTENTS_TOPIC: h.config.topics.intents,
-        WRIT_MCP_AGENT_ID: `mcp-agent-${h.id}`,
-        RECORDS_URL: h.records.url,
-        WRIT_RUN_ID: conversation(),
-        LOG_LEVEL: "error",
-      },
-      stderr: "pipe",
-    });
-    let serverStderr = "";
-    transport.stderr?.on("data", (chunk: Buffer) => (serverStderr += chunk.toString()));
-    onTestFailed(() => console.error(`MCP server stderr:\n${serverStderr}`));
-    const client = await connect(transport);
+    const client = await stdioServer(h, `mcp-agent-${h.id}`);
 
     const tools = (await client.listTools()).tools;
     expect(tools.map((t) => t.name).sort()).toEqual(["read_record", "refund_payment", "tag_ticket"]);
@@ -238,5 +270,30 @@ describe("MCP server on a real broker", () => {
     });
     expect(status).toBe(403);
     expect(mcp.sessions()).toBe(0);
+  });
+  // Owners with an agent registry refuse unsigned intents: an MCP server that could not sign served no writes there.
+  it("stdio-signed: with WRIT_MCP_SIGNING_KEY_FILE and WRIT_MCP_KEY_ID the server signs for WRIT_SIGNING_AUDIENCE, and owners requiring signatures and that audience apply its write once", async () => {
+    const { h, id, keyFile } = await signedDeployment((h) => `mcp-signed-${h.id}`);
+    const client = await stdioServer(h, id, { WRIT_MCP_SIGNING_KEY_FILE: keyFile, WRIT_MCP_KEY_ID: "mcp-k1", WRIT_SIGNING_AUDIENCE: "prod" });
+
+    expect(await call(client, "refund_payment", refund)).toMatchObject({ status: "applied", duplicate: false });
+    expect(await call(client, "refund_payment", refund)).toMatchObject({ status: "applied", duplicate: true });
+    const sent = await h.readTopic(h.config.topics.intents, "WriteIntent", 2);
+    expect(sent.map((i) => [i.agent.id, i.audience])).toEqual([[id, "prod"], [id, "prod"]]);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(1);
+  });
+
+  it("stdio-signed control: the same server without the key sends unsigned intents, which those owners dead-letter unauthenticated; nothing is written", async () => {
+    const { h, id } = await signedDeployment((h) => `mcp-unsigned-${h.id}`);
+    // The refusal comes before the owner authenticated the record, so the client holds it to its deadline as a
+    // possibly forged answer (test/integration/trust.test.ts), then gives it: a short deadline.
+    const client = await stdioServer(h, id, { WRIT_SUBMIT_TIMEOUT_MS: "3000", WRIT_SIGNING_AUDIENCE: "prod" });
+
+    expect(await call(client, "refund_payment", refund)).toMatchObject({ status: "rejected", reason: "unauthenticated" });
+    const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
+    expect(dead.map((d) => d.reason)).toEqual(["unauthenticated"]);
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(0);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(0);
   });
 });

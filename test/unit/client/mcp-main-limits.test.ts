@@ -3,6 +3,7 @@
 // anything connects, so a bad value shows without a broker. And how it exits on a
 // signal before it serves.
 import { spawn, type ChildProcess } from "node:child_process";
+import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -58,6 +59,33 @@ describe("the MCP server's configuration, under the owners' variable names where
 
   it("refuses a LOG_LEVEL pino does not know in one line naming it, not with pino's stack trace", async () => {
     expect(await mcpMainStderr({ LOG_LEVEL: "verbose" })).toBe('writ-mcp: invalid configuration: LOG_LEVEL: one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n');
+  });
+
+  it("signs with WRIT_MCP_SIGNING_KEY_FILE and WRIT_MCP_KEY_ID, together, checked before anything connects, naming the variable and never quoting the file", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "writ-mcp-key-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const key = generateKeyPairSync("ed25519");
+    const privatePem = join(dir, "agent.pem");
+    writeFileSync(privatePem, key.privateKey.export({ type: "pkcs8", format: "pem" }));
+    const publicPem = join(dir, "agent.pub.pem");
+    writeFileSync(publicPem, key.publicKey.export({ type: "spki", format: "pem" }));
+    const secretish = join(dir, "not-a-key");
+    writeFileSync(secretish, "hunter2-is-not-a-key\n");
+
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem })).toContain("WRIT_MCP_KEY_ID: WRIT_MCP_SIGNING_KEY_FILE and WRIT_MCP_KEY_ID go together");
+    expect(await mcpMainStderr({ WRIT_MCP_KEY_ID: "k1" })).toContain("WRIT_MCP_SIGNING_KEY_FILE: WRIT_MCP_SIGNING_KEY_FILE and WRIT_MCP_KEY_ID go together");
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "missing.pem"), WRIT_MCP_KEY_ID: "k1" })).toContain("WRIT_MCP_SIGNING_KEY_FILE: " + join(dir, "missing.pem") + " cannot be read (ENOENT)");
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: publicPem, WRIT_MCP_KEY_ID: "k1" })).toMatch(/WRIT_MCP_SIGNING_KEY_FILE: .*agent.pub.pem: signing key \(privateKey\) must be an Ed25519 private key/);
+    const unreadable = await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: secretish, WRIT_MCP_KEY_ID: "k1" });
+    expect(unreadable).toMatch(/WRIT_MCP_SIGNING_KEY_FILE: .*must be an Ed25519 private key/);
+    expect(unreadable).not.toContain("hunter2");
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k 1" })).toContain("WRIT_MCP_KEY_ID: signing key id must be");
+    writeFileSync(join(dir, "big"), "x".repeat(20_000));
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "big"), WRIT_MCP_KEY_ID: "k1" })).toContain("WRIT_MCP_SIGNING_KEY_FILE: larger than 16384 bytes");
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod eu" })).toContain("WRIT_SIGNING_AUDIENCE (signingAudience)");
+    // A good key gets past the checks: the server goes on to connect (to nothing here) and fails there, the key never in its output.
+    const good = await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod", LOG_LEVEL: "info" });
+    expect(good).not.toMatch(/WRIT_MCP_SIGNING_KEY_FILE|WRIT_MCP_KEY_ID|PRIVATE KEY/);
   });
 
   it("refuses WRIT_RUN_ID longer than an intent carries (256 characters), naming it, before anything connects", async () => {
