@@ -104,7 +104,7 @@ export async function settleLeaseIntent(
   const { intent, tool } = a;
   const lease = intent.lease!;
   const at = now.toISOString();
-  const reply = (value: Reply, extra: Partial<Effects> = {}): Step => ({ kind: "settled", effects: effects({ ...extra, replies: [{ topic: intent.replyTo, value }] }), note: `lease ${lease.op}` });
+  const reply = (value: Reply, extra: Partial<Effects> = {}, note = `lease ${lease.op}`): Step => ({ kind: "settled", effects: effects({ ...extra, replies: [{ topic: intent.replyTo, value }] }), note });
   const base = { intentId: intent.intentId, intentKey: intent.intentKey, at, entity: intent.entity, via: "lease" as const, tool: tool.name };
   if (lease.op === "acquire") {
     // Admitted in time, it may have waited past its own deadline (behind its record's intents, an outage): refused
@@ -123,7 +123,7 @@ export async function settleLeaseIntent(
   // so (`details.heldBefore`): its client, started anew, must not answer "nothing was written". Never another agent's.
   const heldBefore = lease.op === "acquire" && markers.some((m) => m.change === lease.change && m.agentId === intent.agent.id);
   /** An acquire's refusal, `details.heldBefore` added when the change held the record before. */
-  const refuse = (value: Reply): Step => reply(heldBefore && value.status === "rejected" ? { ...value, details: { ...(value.details as object | undefined), heldBefore: true } } : value);
+  const refuse = (value: Reply, note?: string): Step => reply(heldBefore && value.status === "rejected" ? { ...value, details: { ...(value.details as object | undefined), heldBefore: true } } : value, {}, note);
   if (lease.op === "release") {
     if (gate.kind !== "mine") return reply({ ...base, status: "applied", duplicate: true, state: null, version: "unknown", lease: { change: lease.change, released: true } });
     // The release that ended an earlier lease, its bytes produced again: the lease the change holds now (taken
@@ -139,7 +139,7 @@ export async function settleLeaseIntent(
     return reply({ ...base, status: "applied", duplicate: false, state: null, version: "unknown", lease: { change: lease.change, released: true } }, { lease: { entityKey: a.entityKey, entry: released } });
   }
   const held = leaseRefusalOf(a, gate);
-  if (held) return { kind: "settled", effects: leaseRefusalReply(a, heldBefore ? { ...held, details: { ...held.details!, heldBefore: true } } : held, at), note: "lease refused" };
+  if (held) return refuse(rejectedReply(intent.intentId, intent.intentKey, held.reason, held.message, at, held.details), "lease refused");
   if (replayed) {
     // The mark is this change's and agent's, so the change held the record before: said as on every refused acquire
     // (a client started anew whose clock is behind its earlier run's makes acquires the mark takes for replays).
