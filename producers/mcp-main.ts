@@ -4,7 +4,7 @@
 // from the environment (README, "Agent frameworks: OpenAI Agents JS and MCP")
 // and is validated before anything connects. Logs go to stderr: under --stdio,
 // stdout carries MCP messages only.
-import { readFileSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
@@ -15,7 +15,9 @@ import { envNumber, maxIntentBytes, maxJsonDepth, parseConfig, replicationFactor
 import { WritError } from "../src/errors.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
+import { unknownWritVariables } from "../src/known-variables.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
+import { printable } from "../src/printable.ts";
 import { Audience } from "../src/schemas/common.ts";
 import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
 import { prepareSigner, type IntentSigner } from "../src/security/signing.ts";
@@ -67,13 +69,43 @@ const McpMainConfig = z
      */
     signingKeyFile: z.string().min(1).optional(),
     keyId: z.string().min(1).optional(),
-    /** The deployment the server signs for, under the owners' variable name; used only when it signs. */
-    signingAudience: Audience.optional(),
+    /** The deployment the server signs for, under the owners' variable name; read and checked only when it signs. */
+    signingAudience: z.string().optional(),
   })
   .strict();
 
 /** Largest signing key file read: an Ed25519 PEM is about 120 bytes; a path to something else is refused unread. */
 const MAX_KEY_FILE_BYTES = 16 * 1024;
+
+/**
+ * The text of the key file, at most {@link MAX_KEY_FILE_BYTES}: a regular file only (a FIFO or a device, whose size
+ * says nothing, such as /dev/stdin, which carries the MCP stream under --stdio, is refused unread), read from the
+ * descriptor its check was made on. Throws the message of a refusal, naming nothing of its content.
+ */
+function readKeyFile(path: string): string {
+  let fd: number;
+  try {
+    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer (a regular file is not affected).
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    throw new Error(`${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? "unreadable"})`);
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw new Error(`${path} is not a regular file: a PEM file holding an Ed25519 private key is`);
+    if (stat.size > MAX_KEY_FILE_BYTES) throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
+    const buffer = Buffer.alloc(MAX_KEY_FILE_BYTES + 1);
+    let length = 0;
+    for (let n; length < buffer.length && (n = readSync(fd, buffer, length, buffer.length - length, null)) > 0; ) length += n;
+    if (length > MAX_KEY_FILE_BYTES) throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
+    return buffer.subarray(0, length).toString("utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === undefined) throw err;
+    throw new Error(`${path} cannot be read (${(err as NodeJS.ErrnoException).code})`);
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /**
  * The signer of `WRIT_MCP_SIGNING_KEY_FILE` and `WRIT_MCP_KEY_ID`, with the audience it signs for, read and checked
@@ -88,11 +120,9 @@ function signingOf(config: { signingKeyFile?: string | undefined; keyId?: string
   if (config.signingKeyFile === undefined) return {};
   let pem: string;
   try {
-    if (statSync(config.signingKeyFile).size > MAX_KEY_FILE_BYTES) throw refuse(ENV.signingKeyFile, `larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
-    pem = readFileSync(config.signingKeyFile, "utf8");
+    pem = readKeyFile(config.signingKeyFile);
   } catch (err) {
-    if (err instanceof WritError) throw err;
-    throw refuse(ENV.signingKeyFile, `${config.signingKeyFile} cannot be read (${(err as NodeJS.ErrnoException).code ?? "unreadable"})`);
+    throw refuse(ENV.signingKeyFile, (err as Error).message);
   }
   let signer: IntentSigner;
   try {
@@ -101,7 +131,10 @@ function signingOf(config: { signingKeyFile?: string | undefined; keyId?: string
     if (!(err instanceof WritError)) throw err;
     throw err.context.field === "keyId" ? refuse(ENV.keyId, err.message) : refuse(ENV.signingKeyFile, `${config.signingKeyFile}: ${err.message}`);
   }
-  return config.signingAudience === undefined ? { signer } : { signer, audience: config.signingAudience };
+  if (config.signingAudience === undefined) return { signer };
+  const audience = Audience.safeParse(config.signingAudience);
+  if (!audience.success) throw refuse(ENV.signingAudience, `1–128 of A-Z a-z 0-9 . _ : / -, got "${printable(config.signingAudience.slice(0, 128))}"`);
+  return { signer, audience: audience.data };
 }
 
 const ENV = MCP_ENV;
@@ -169,8 +202,23 @@ try {
   });
 
   const signing = signingOf(config);
-  // Said at start (the key id and audience, never the key): unsigned, owners with an agent registry refuse every write.
+  // Said at start, before anything connects (the key id and audience, never the key). Unsigned where the owners'
+  // audience is set (they then require signatures), every write would be dead-lettered unauthenticated, each call
+  // answered only at its deadline: warned.
   const signs = signing.signer ? { keyId: signing.signer.keyId, audience: signing.audience ?? null } : false;
+  log.info({ signs }, signs ? "signing intents" : "not signing intents: owners with an agent registry dead-letter them");
+  if (!signs && config.signingAudience !== undefined) {
+    log.warn(
+      { variable: ENV.signingAudience },
+      `${ENV.signingAudience} is set but the server has no signing key (${ENV.signingKeyFile}, ${ENV.keyId}): owners that check an audience require signatures and dead-letter every intent it sends as unauthenticated`,
+    );
+  }
+  // A misspelt variable (the key file's name without its _FILE) would otherwise be ignored in silence.
+  for (const unknown of unknownWritVariables(process.env)) log.warn({ variable: unknown.variable, suggestion: unknown.suggestion }, unknown.message);
+  // --http's token, before anything connects (the client below creates the reply topic).
+  if (args.http && config.token === undefined) {
+    throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
+  }
 
   const mod = (await import(pathToFileURL(resolve(config.specsModule)).href)) as Partial<SpecsModule>;
   if (!Array.isArray(mod.specs) || typeof mod.readers !== "function") {
@@ -218,10 +266,8 @@ try {
     // The client closing our stdin is the end of the session.
     process.stdin.once("end", () => void stop("stdin closed", 0));
   } else {
-    if (config.token === undefined) {
-      throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
-    }
-    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs, headersTimeoutMs: config.headersTimeoutMs });
+    // The token is checked at start, before anything connects.
+    const http = await startWritMcpHttpServer({ ...options, port: config.port, token: config.token!, maxSessions: config.maxSessions, sessionIdleMs: config.sessionIdleMs, headersTimeoutMs: config.headersTimeoutMs });
     close = http.close;
     log.info({ url: http.url, tools: mod.specs.map((s) => s.tool.name), signs }, "writ MCP server on streamable HTTP (run id: the MCP session id)");
     process.stderr.write(`writ MCP server: ${http.url}\n`);

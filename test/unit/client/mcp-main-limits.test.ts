@@ -2,7 +2,7 @@
 // variable names (producers/mcp-main.ts). Its configuration is checked before
 // anything connects, so a bad value shows without a broker. And how it exits on a
 // signal before it serves.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,8 +14,8 @@ import { waitFor } from "../../helpers/wait-for.ts";
  * Runs the MCP server with `env` until it exits (killed if it has not within waitFor's bound): its stderr and
  * exit. `onStderr` sees its stderr so far at each chunk.
  */
-async function runMcpMain(env: Record<string, string>, onStderr: (stderr: string, child: ChildProcess) => void = () => undefined) {
-  const child = spawn(process.execPath, [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), "--stdio"], {
+async function runMcpMain(env: Record<string, string>, onStderr: (stderr: string, child: ChildProcess) => void = () => undefined, args: string[] = ["--stdio"]) {
+  const child = spawn(process.execPath, [resolve(import.meta.dirname, "../../../producers/mcp-main.ts"), ...args], {
     env: { PATH: process.env.PATH ?? "", KAFKA_BROKERS: "127.0.0.1:9", LOG_LEVEL: "error", ...env },
     stdio: ["pipe", "ignore", "pipe"],
   });
@@ -30,6 +30,9 @@ async function runMcpMain(env: Record<string, string>, onStderr: (stderr: string
   }
   return { stderr, ...exit! };
 }
+
+/** An onStderr of {@link runMcpMain} that sends SIGTERM once `line` is on stderr: the start got that far. */
+const stopAt = (line: string) => (stderr: string, child: ChildProcess) => void (stderr.includes(line) && child.kill("SIGTERM"));
 
 async function mcpMainStderr(env: Record<string, string>): Promise<string> {
   return (await runMcpMain(env)).stderr;
@@ -81,11 +84,35 @@ describe("the MCP server's configuration, under the owners' variable names where
     expect(unreadable).not.toContain("hunter2");
     expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k 1" })).toContain("WRIT_MCP_KEY_ID: signing key id must be");
     writeFileSync(join(dir, "big"), "x".repeat(20_000));
-    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "big"), WRIT_MCP_KEY_ID: "k1" })).toContain("WRIT_MCP_SIGNING_KEY_FILE: larger than 16384 bytes");
-    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod eu" })).toContain("WRIT_SIGNING_AUDIENCE (signingAudience)");
-    // A good key gets past the checks: the server goes on to connect (to nothing here) and fails there, the key never in its output.
-    const good = await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod", LOG_LEVEL: "info" });
-    expect(good).not.toMatch(/WRIT_MCP_SIGNING_KEY_FILE|WRIT_MCP_KEY_ID|PRIVATE KEY/);
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "big"), WRIT_MCP_KEY_ID: "k1" })).toContain(`WRIT_MCP_SIGNING_KEY_FILE: ${join(dir, "big")} is larger than 16384 bytes`);
+    // Neither a device nor a FIFO is read (their size says nothing: /dev/zero has no end, a FIFO blocks, /dev/stdin
+    // is the MCP stream itself).
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: "/dev/zero", WRIT_MCP_KEY_ID: "k1" })).toContain("WRIT_MCP_SIGNING_KEY_FILE: /dev/zero is not a regular file");
+    execFileSync("mkfifo", [join(dir, "fifo")]);
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "fifo"), WRIT_MCP_KEY_ID: "k1" })).toContain(`WRIT_MCP_SIGNING_KEY_FILE: ${join(dir, "fifo")} is not a regular file`);
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: dir, WRIT_MCP_KEY_ID: "k1" })).toContain(`WRIT_MCP_SIGNING_KEY_FILE: ${dir} is not a regular file`);
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod eu" })).toContain('WRIT_SIGNING_AUDIENCE: 1–128 of A-Z a-z 0-9 . _ : / -, got \\"prod eu\\"');
+    // A good key gets past the checks: said at start (its id and audience, never the key), before anything connects.
+    const good = await runMcpMain({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k1", WRIT_SIGNING_AUDIENCE: "prod", LOG_LEVEL: "info" }, stopAt("signing intents"));
+    expect(good.stderr).toContain('"signs":{"keyId":"k1","audience":"prod"}');
+    expect(good.stderr).not.toMatch(/PRIVATE KEY|WRIT_MCP_SIGNING_KEY_FILE|WRIT_MCP_KEY_ID/);
+  });
+
+  it("warns at start when it does not sign where the owners check an audience (they then dead-letter every unsigned intent), and of a WRIT_ variable it does not know", async () => {
+    // Read only when it signs: a value owners would refuse does not stop a server that does not sign.
+    const unsigned = await runMcpMain({ WRIT_SIGNING_AUDIENCE: "prod eu", WRIT_MCP_SIGNING_KEYFILE: "/keys/agent.pem", LOG_LEVEL: "info" }, stopAt("unknown setting"));
+    expect(unsigned.stderr).toContain('"signs":false');
+    expect(unsigned.stderr).toContain("WRIT_SIGNING_AUDIENCE is set but the server has no signing key (WRIT_MCP_SIGNING_KEY_FILE, WRIT_MCP_KEY_ID)");
+    expect(unsigned.stderr).toContain("unknown setting WRIT_MCP_SIGNING_KEYFILE (did you mean WRIT_MCP_SIGNING_KEY_FILE?)");
+    expect(unsigned.stderr).not.toContain("1–128");
+  });
+
+  it("--http without WRIT_MCP_TOKEN is refused naming it before anything connects", async () => {
+    // Before, the client connected (and created its reply topic) first: here the unreachable broker's error came instead.
+    const exit = await runMcpMain({}, undefined, ["--http"]);
+    expect(exit.code).toBe(1);
+    expect(exit.stderr).toContain("WRIT_MCP_TOKEN (token): --http needs a bearer token");
+    expect(exit.stderr).not.toMatch(/ECONNREFUSED|KafkaJS|Connection error/i);
   });
 
   it("refuses WRIT_RUN_ID longer than an intent carries (256 characters), naming it, before anything connects", async () => {
