@@ -4,7 +4,6 @@
 // from the environment (README, "Agent frameworks: OpenAI Agents JS and MCP")
 // and is validated before anything connects. Logs go to stderr: under --stdio,
 // stdout carries MCP messages only.
-import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
@@ -20,6 +19,7 @@ import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
 import { printable } from "../src/printable.ts";
 import { Audience } from "../src/schemas/common.ts";
 import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
+import { readKeyFile } from "../src/security/key-file.ts";
 import { prepareSigner, type IntentSigner } from "../src/security/signing.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
@@ -73,39 +73,6 @@ const McpMainConfig = z
     signingAudience: z.string().optional(),
   })
   .strict();
-
-/** Largest signing key file read: an Ed25519 PEM is about 120 bytes; a path to something else is refused unread. */
-const MAX_KEY_FILE_BYTES = 16 * 1024;
-
-/**
- * The text of the key file, at most {@link MAX_KEY_FILE_BYTES}: a regular file only (a FIFO or a device, whose size
- * says nothing, such as /dev/stdin, which carries the MCP stream under --stdio, is refused unread), read from the
- * descriptor its check was made on. Throws the message of a refusal, naming nothing of its content.
- */
-function readKeyFile(path: string): string {
-  let fd: number;
-  try {
-    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer (a regular file is not affected).
-    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  } catch (err) {
-    throw new Error(`${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? "unreadable"})`);
-  }
-  try {
-    const stat = fstatSync(fd);
-    if (!stat.isFile()) throw new Error(`${path} is not a regular file: a PEM file holding an Ed25519 private key is`);
-    if (stat.size > MAX_KEY_FILE_BYTES) throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
-    const buffer = Buffer.alloc(MAX_KEY_FILE_BYTES + 1);
-    let length = 0;
-    for (let n; length < buffer.length && (n = readSync(fd, buffer, length, buffer.length - length, null)) > 0; ) length += n;
-    if (length > MAX_KEY_FILE_BYTES) throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes: not an Ed25519 private key`);
-    return buffer.subarray(0, length).toString("utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === undefined) throw err;
-    throw new Error(`${path} cannot be read (${(err as NodeJS.ErrnoException).code})`);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 /**
  * The signer of `WRIT_MCP_SIGNING_KEY_FILE` and `WRIT_MCP_KEY_ID`, with the audience it signs for, read and checked
@@ -189,6 +156,15 @@ try {
   if (args.stdio === args.http) {
     throw new WritError("config_invalid", "usage: npm run mcp -- --stdio [--run-id ID] | --http [--port N]", { retriable: false, context: { field: "argv" } });
   }
+  // Before the configuration is checked, so a refusal of the pair it belongs to comes with its hint: a misspelt
+  // variable (the key file's name without its _FILE, the key id's without its last _) is otherwise ignored in
+  // silence. The names are all writ's: the owners' variables in a shared environment are not warned of.
+  for (const unknown of unknownWritVariables(process.env)) log.warn({ variable: unknown.variable, suggestion: unknown.suggestion }, unknown.message);
+  // Set but empty (a templating slip) is unset, as every variable here; for the signing key, said: the server would
+  // not sign.
+  for (const name of [ENV.signingKeyFile, ENV.keyId]) {
+    if (process.env[name] === "") log.warn({ variable: name }, `${name} is set but empty, so not set: the server signs nothing unless both ${ENV.signingKeyFile} and ${ENV.keyId} are given`);
+  }
   const input: Record<string, unknown> = {};
   // Numbers are decimal only (envNumber): Number() would take "  " as 0 and "0x50" as 80.
   const numeric = new Set(["submitTimeoutMs", "port", "maxSessions", "sessionIdleMs", "headersTimeoutMs", "maxIntentBytes", "maxJsonDepth", "replicationFactor"]);
@@ -213,8 +189,6 @@ try {
       `${ENV.signingAudience} is set but the server has no signing key (${ENV.signingKeyFile}, ${ENV.keyId}): owners that check an audience require signatures and dead-letter every intent it sends as unauthenticated`,
     );
   }
-  // A misspelt variable (the key file's name without its _FILE) would otherwise be ignored in silence.
-  for (const unknown of unknownWritVariables(process.env)) log.warn({ variable: unknown.variable, suggestion: unknown.suggestion }, unknown.message);
   // --http's token, before anything connects (the client below creates the reply topic).
   if (args.http && config.token === undefined) {
     throw new WritError("config_invalid", "WRIT_MCP_TOKEN (token): --http needs a bearer token (at least 16 characters)", { retriable: false, context: { field: "WRIT_MCP_TOKEN" } });
@@ -227,6 +201,8 @@ try {
       context: { field: "WRIT_TOOL_SPECS_MODULE" },
     });
   }
+  // The record readers, checked against the tools before anything connects (a tool without one is config_invalid).
+  const read = recordsReader(mod.specs, mod.readers(process.env));
   // SASL/TLS to Kafka and the registry's basic auth and TLS (KAFKA_SSL*, KAFKA_SASL_*, SCHEMA_REGISTRY_*), validated
   const connection = connectionSecurityFromEnv(process.env, config.schemaRegistryUrl);
   client = await createWritClient({
@@ -250,7 +226,7 @@ try {
       void stop("reply consumer stopped", 1);
     },
   });
-  const options = { client, tools: mod.specs, read: recordsReader(mod.specs, mod.readers(process.env)), logger: log };
+  const options = { client, tools: mod.specs, read, logger: log };
   if (args.stdio) {
     // The client gone (its end of our stdout closed) while an answer is written: the session is over, as when it
     // closes our stdin, and the stop is as clean; any other failure to write is one (exit 1). Without this, EPIPE

@@ -19,6 +19,7 @@ import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
 import { Audience, JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { resolutionBounds } from "../schemas/resolution.ts";
+import { readKeyFile } from "../security/key-file.ts";
 import { prepareSigner, type IntentSigner } from "../security/signing.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
@@ -392,9 +393,10 @@ export function signerFromFlags(keyFile: string | undefined, keyId: string | und
   if (keyFile === undefined) return undefined;
   let pem: string;
   try {
-    pem = readFileSync(keyFile, "utf8");
+    // A regular file, bounded: --signing-key /dev/stdin or /dev/zero is refused unread.
+    pem = readKeyFile(keyFile);
   } catch (err) {
-    throw new UsageError(`--signing-key ${keyFile}: ${(err as NodeJS.ErrnoException).code ?? "unreadable"}`);
+    throw new UsageError(`--signing-key ${(err as Error).message}`);
   }
   try {
     return prepareSigner({ keyId: keyId!, privateKey: pem });

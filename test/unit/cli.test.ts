@@ -425,7 +425,7 @@ describe("--signing-key of the commands that send (submit, undo, escalations res
     try {
       for (const [name, run] of commands) {
         for (const [key, keyId, expected] of [
-          [missing, "k1", `writ ${name}: --signing-key ${missing}: ENOENT`],
+          [missing, "k1", `writ ${name}: --signing-key ${missing} cannot be read (ENOENT)`],
           [garbage, "k1", `writ ${name}: --signing-key ${garbage}: signing key (privateKey) must be an Ed25519 private key`],
           [publicPem, "k1", `writ ${name}: --signing-key ${publicPem}: signing key (privateKey) must be an Ed25519 private key`],
           [good, "bad key id", `writ ${name}: --key-id: signing key id must be`],
@@ -459,6 +459,9 @@ describe("--audience of the commands that sign (signingFromFlags)", () => {
       expect(signingFromFlags(signing)).not.toHaveProperty("audience");
       expect(signingFromFlags({ ...signing, audience: "acme:billing/prod-eu-1" }).audience).toBe("acme:billing/prod-eu-1");
       expect(() => signingFromFlags({ audience: "prod" })).toThrow(UsageError);
+      // The key file is a regular file, read bounded: a device or a FIFO is refused unread (/dev/zero has no end).
+      expect(() => signingFromFlags({ "signing-key": "/dev/zero", "key-id": "k1" })).toThrow(/^--signing-key \/dev\/zero is not a regular file/);
+      expect(() => signingFromFlags({ "signing-key": `${key}.missing`, "key-id": "k1" })).toThrow(/^--signing-key .*agent\.pem\.missing cannot be read \(ENOENT\)$/);
       expect(() => signingFromFlags({ audience: "prod" })).toThrow(/--audience goes with --signing-key and --key-id/);
       expect(() => signingFromFlags({ ...signing, audience: "prod\u001b[2J" })).toThrow(/^--audience: 1–128 of A-Z a-z 0-9 \. _ : \/ -, got "prod\\x1b\[2J"$/);
       vi.stubEnv("WRIT_SIGNING_AUDIENCE", "prod");

@@ -83,6 +83,10 @@ describe("the MCP server's configuration, under the owners' variable names where
     expect(unreadable).toMatch(/WRIT_MCP_SIGNING_KEY_FILE: .*must be an Ed25519 private key/);
     expect(unreadable).not.toContain("hunter2");
     expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: privatePem, WRIT_MCP_KEY_ID: "k 1" })).toContain("WRIT_MCP_KEY_ID: signing key id must be");
+    // /proc/self/environ is a regular file whose size says 0: only the bounded read finds it too large.
+    expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: "/proc/self/environ", WRIT_MCP_KEY_ID: "k1", PAD: "x".repeat(20_000) })).toContain(
+      "WRIT_MCP_SIGNING_KEY_FILE: /proc/self/environ is larger than 16384 bytes",
+    );
     writeFileSync(join(dir, "big"), "x".repeat(20_000));
     expect(await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "big"), WRIT_MCP_KEY_ID: "k1" })).toContain(`WRIT_MCP_SIGNING_KEY_FILE: ${join(dir, "big")} is larger than 16384 bytes`);
     // Neither a device nor a FIFO is read (their size says nothing: /dev/zero has no end, a FIFO blocks, /dev/stdin
@@ -105,6 +109,28 @@ describe("the MCP server's configuration, under the owners' variable names where
     expect(unsigned.stderr).toContain("WRIT_SIGNING_AUDIENCE is set but the server has no signing key (WRIT_MCP_SIGNING_KEY_FILE, WRIT_MCP_KEY_ID)");
     expect(unsigned.stderr).toContain("unknown setting WRIT_MCP_SIGNING_KEYFILE (did you mean WRIT_MCP_SIGNING_KEY_FILE?)");
     expect(unsigned.stderr).not.toContain("1–128");
+    // The hint comes before the refusal of the pair a misspelt name belongs to.
+    const dir = mkdtempSync(join(tmpdir(), "writ-mcp-key-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, "agent.pem"), generateKeyPairSync("ed25519").privateKey.export({ type: "pkcs8", format: "pem" }));
+    const misspelt = await mcpMainStderr({ WRIT_MCP_SIGNING_KEY_FILE: join(dir, "agent.pem"), WRIT_MCP_KEYID: "k1", LOG_LEVEL: "warn" });
+    expect(misspelt).toContain("unknown setting WRIT_MCP_KEYID (did you mean WRIT_MCP_KEY_ID?)");
+    expect(misspelt).toContain("WRIT_MCP_KEY_ID: WRIT_MCP_SIGNING_KEY_FILE and WRIT_MCP_KEY_ID go together");
+    // Set but empty (a templating slip): unset, and said.
+    const empty = await runMcpMain({ WRIT_MCP_SIGNING_KEY_FILE: "", WRIT_MCP_KEY_ID: "", LOG_LEVEL: "info" }, stopAt("not signing intents"));
+    expect(empty.stderr).toContain("WRIT_MCP_SIGNING_KEY_FILE is set but empty, so not set");
+    expect(empty.stderr).toContain("WRIT_MCP_KEY_ID is set but empty, so not set");
+  });
+
+  it("checks the tools module's record readers before anything connects", async () => {
+    const module = specsModule(
+      'import { specs } from ' + JSON.stringify(resolve(import.meta.dirname, "../../../examples/demo-tool-specs.ts")) + ';\nexport { specs };\nexport const readers = () => [];\n',
+    );
+    const exit = await runMcpMain({ WRIT_TOOL_SPECS_MODULE: module });
+    expect(exit.code).toBe(1);
+    expect(exit.stderr).toMatch(/tool [a-z_]+: no record reader named/);
+    // Before, the client connected first: the unreachable broker's error came instead, the readers never checked.
+    expect(exit.stderr).not.toMatch(/ECONNREFUSED|Connection error/i);
   });
 
   it("--http without WRIT_MCP_TOKEN is refused naming it before anything connects", async () => {
