@@ -67,7 +67,7 @@ if (shareSecure) {
 }
 // A full run on a machine without promtool (a clean clone) builds it in the background from the start, at nice 19
 // (scripts/promtool.ts): about 3.5 minutes of Go's download and compile that test/integration/alert-rules-promtool.test.ts
-// would otherwise spend while every other integration file waits (they run one at a time). That file waits for the
+// would otherwise spend while the integration files wait behind it (two run at a time). That file waits for the
 // build (a lock file), and starts it itself if this one failed or was not started. Stopped, with go's children, when
 // `npm test` ends first.
 if (shareSecure) {
@@ -81,7 +81,8 @@ const tests = run([join(root, "node_modules", "vitest", "vitest.mjs"), "run", ..
   stopping = true;
 });
 // Started once the type check is done: the plain stack vitest's global setup starts, which every file waits
-// for, is up by then, and the unit files (a minute and more) leave time before the first file that needs it.
+// for, is up by then, and the files that need it run last (vitest project integration-alone, after the unit and
+// the other integration files: minutes).
 const secure = !shareSecure
   ? Promise.resolve(undefined)
   : typecheck.then(async () => {

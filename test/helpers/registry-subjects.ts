@@ -16,7 +16,10 @@ export function deletedAfterTest(subject: string): void {
 /** `subject` holding one schema that writ's is incompatible with, at FULL: the registry refuses writ's (409). */
 export async function refusingSubject(subject: string): Promise<void> {
   deletedAfterTest(subject);
-  const closed = { type: "object", properties: { other: { type: "string" } }, required: ["other"], additionalProperties: false };
+  // Titled by its subject: a schema's content is the registry's, shared by every subject that holds the same text,
+  // and deleting a subject for good (deletedAfterTest) drops content no subject holds any more; another file
+  // registering the same text at that moment (files run two at a time) would meet it gone.
+  const closed = { title: subject, type: "object", properties: { other: { type: "string" } }, required: ["other"], additionalProperties: false };
   expect((await ccompat(`/subjects/${subject}/versions`, "POST", { schemaType: "JSON", schema: JSON.stringify(closed) })).status).toBe(200);
   expect((await ccompat(`/config/${subject}`, "PUT", { compatibility: "FULL" })).status).toBe(200);
 }

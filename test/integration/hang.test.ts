@@ -143,8 +143,11 @@ describe("hanging transactions on reply partitions", () => {
     const { version } = await readVersion(h.records, "payment", "pay_1");
     expect(await agent.submit(refundIntent(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied" });
     await passedHeals();
-    const metrics = await router.metrics();
-    expect(metrics).toMatch(/writ_intents_total\{[^}]*outcome="applied"[^}]*\} 1\b/);
+    // Counted once its transaction committed, which the reply may arrive before: waited for.
+    const metrics = await waitFor(async () => {
+      const now = await router.metrics();
+      return /writ_intents_total\{[^}]*outcome="applied"[^}]*\} 1\b/.test(now) ? now : undefined;
+    }, { timeoutMs: 30_000, message: "the owner counted no applied intent" });
     expect(metrics).not.toMatch(/outcome="(rejected|dead_lettered)"/);
     expect(metrics).not.toMatch(/^writ_dead_letters_total\{/m);
 

@@ -68,13 +68,21 @@ describe("the ledger on writ.ledger", () => {
     const { version } = await readVersion(h.records, "payment", "pay_1");
     // One record's intents run in offset order: when this one is answered, the new owner has handled all before it.
     expect(await agent.submit(refund(`run-${randomUUID()}`, version))).toMatchObject({ status: "applied", duplicate: false });
-    const counted = (await second.metrics())
-      .split("\n")
-      .filter((l) => l.startsWith("writ_intents_total{"))
-      .map((l) => [/outcome="([a-z_]+)"/.exec(l)?.[1], Number(l.split(" ").at(-1))] as const)
-      .filter(([, n]) => n > 0);
+    const counted = async () =>
+      Object.fromEntries(
+        (await second.metrics())
+          .split("\n")
+          .filter((l) => l.startsWith("writ_intents_total{"))
+          .map((l) => [/outcome="([a-z_]+)"/.exec(l)?.[1], Number(l.split(" ").at(-1))] as const)
+          .filter(([, n]) => n > 0),
+      );
+    // The owner counts an intent once its transaction has committed, which the reply may arrive before: waited for.
+    const outcomes = await waitFor(async () => {
+      const now = await counted();
+      return Object.keys(now).length > 0 ? now : undefined;
+    }, { timeoutMs: 30_000, message: "the second owner counted no intent" });
     // Nothing of the first owner's five was read again: none answered a second time as redelivered.
-    expect(Object.fromEntries(counted)).toEqual({ applied: 1 });
+    expect(outcomes).toEqual({ applied: 1 });
     expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toHaveLength(6);
   });
 

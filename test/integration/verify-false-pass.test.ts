@@ -123,7 +123,9 @@ function verifyCuttingKafka(
   let runId = "";
   onTestFinished(async () => {
     await (await relay).close();
-    const left = await leftovers(runId);
+    // No run id (the run ended before it said one): every name on the cluster contains "", so nothing is deleted
+    // (other files' topics and groups are there too, two files running at a time).
+    const left = runId === "" ? { groups: [], topics: [] } : await leftovers(runId);
     const admin = new Kafka({ clientId: "verify-leftovers", brokers: brokers(), logLevel: logLevel.NOTHING }).admin();
     await admin.connect();
     await admin.deleteGroups(left.groups).catch(() => undefined);

@@ -287,8 +287,9 @@ describe("MCP server on a real broker", () => {
   it("stdio-signed control: the same server without the key sends unsigned intents, which those owners dead-letter unauthenticated; nothing is written", async () => {
     const { h, id } = await signedDeployment((h) => `mcp-unsigned-${h.id}`);
     // The refusal comes before the owner authenticated the record, so the client holds it to its deadline as a
-    // possibly forged answer (test/integration/trust.test.ts), then gives it: a short deadline.
-    const client = await stdioServer(h, id, { WRIT_SUBMIT_TIMEOUT_MS: "3000", WRIT_SIGNING_AUDIENCE: "prod" });
+    // possibly forged answer (test/integration/trust.test.ts), then gives it: a short deadline, room for the owner
+    // to dead-letter and answer on a busy machine.
+    const client = await stdioServer(h, id, { WRIT_SUBMIT_TIMEOUT_MS: "8000", WRIT_SIGNING_AUDIENCE: "prod" });
 
     expect(await call(client, "refund_payment", refund)).toMatchObject({ status: "rejected", reason: "unauthenticated" });
     const dead = await h.readTopic(h.config.topics.dlq, "DeadLetter", 1);
