@@ -36,7 +36,8 @@ export default defineConfig({
           ...common,
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
-          // No broker, so two files at a time, one per core, beside the first integration group.
+          // No broker. Shares one pool of two files at a time with the project below (same groupOrder: vitest runs a
+          // group's projects in one pool, taking them in name order, so the integration files first).
           maxWorkers: 2,
           sequence: { groupOrder: 0 },
         },

@@ -1,6 +1,6 @@
 // `npm test`: the type check (tsc --noEmit) and vitest, side by side. The type check is about 18 s of one core;
 // run first, as before, it held back the whole run, while vitest's first minute (the broker starting, then the
-// unit files, mostly waiting on timers and sockets) leaves a core idle. Either failing fails the run; a type
+// first files, mostly waiting on timers, sockets and the broker) leaves a core idle. Either failing fails the run; a type
 // error is reported as soon as tsc ends, and vitest still finishes (and stops the broker it started).
 // Arguments go to `vitest run`, as they did with `tsc --noEmit && vitest run`.
 //

@@ -3,8 +3,9 @@
 // on its own (`vitest run test/integration/cli.test.ts`) builds here when dist
 // is missing or older than a source.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { withLock } from "../../src/testing/stack-process.ts";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 /** The built CLI: package.json "bin". */
@@ -32,38 +33,28 @@ function fresh(): boolean {
 
 /** Held while one test file builds: integration files run two at a time, and a build deletes dist/ first. */
 const BUILD_LOCK = join(ROOT, ".cache", "dist-build.lock");
-/** A lock older than this was left by a killed build: taken over. */
-const STALE_LOCK_MS = 10 * 60_000;
 
 /**
- * Builds dist/ (`npm run build`'s steps) unless it is newer than every source it is built from. One file builds at a
- * time (a lock directory); one that waited for another's build finds dist fresh and builds nothing.
+ * Builds dist/ (`npm run build`'s steps) unless it is newer than every source it is built from. One file builds at
+ * a time, under a lock naming its process (src/testing/stack-process.ts withLock: a lock whose process is gone, as
+ * after a Ctrl-C mid-build, is taken over); while one is held dist/ may be half built, so it is waited for, and the
+ * file that waited finds dist fresh and builds nothing.
  */
-export function ensureBuilt(): void {
-  if (fresh()) return;
-  mkdirSync(join(ROOT, ".cache"), { recursive: true });
-  const pause = new Int32Array(new SharedArrayBuffer(4));
-  for (;;) {
-    try {
-      mkdirSync(BUILD_LOCK);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+export async function ensureBuilt(): Promise<void> {
+  if (!existsSync(BUILD_LOCK) && fresh()) return;
+  await withLock(
+    (line) => console.log(`[build] ${line}`),
+    async () => {
+      if (fresh()) return;
       try {
-        if (Date.now() - statSync(BUILD_LOCK).mtimeMs > STALE_LOCK_MS) rmSync(BUILD_LOCK, { recursive: true, force: true });
-      } catch {
-        // released meanwhile
+        execFileSync(process.execPath, [join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, stdio: "pipe" });
+      } catch (err) {
+        const out = `${(err as { stdout?: Buffer }).stdout?.toString() ?? ""}${(err as { stderr?: Buffer }).stderr?.toString() ?? ""}`;
+        throw new Error(`npm run build failed:\n${out.slice(0, 4000)}`);
       }
-      Atomics.wait(pause, 0, 0, 250);
-    }
-  }
-  try {
-    if (fresh()) return;
-    execFileSync(process.execPath, [join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, stdio: "pipe" });
-  } catch (err) {
-    const out = `${(err as { stdout?: Buffer }).stdout?.toString() ?? ""}${(err as { stderr?: Buffer }).stderr?.toString() ?? ""}`;
-    throw new Error(`npm run build failed:\n${out.slice(0, 4000)}`);
-  } finally {
-    rmSync(BUILD_LOCK, { recursive: true, force: true });
-  }
+    },
+    BUILD_LOCK,
+    10 * 60_000,
+    "building dist/",
+  );
 }

@@ -102,7 +102,7 @@ const tagArgs = (tag: string, base: string, step: string, read: string[] = []) =
 ];
 
 beforeAll(async () => {
-  ensureBuilt();
+  await ensureBuilt();
   records = await startDemoRecordsServer({ port: 0 });
   const kafka = new Kafka({ clientId: `writ-cli-test-${id}`, brokers: brokers.split(","), logLevel: logLevel.NOTHING });
   admin = kafka.admin();

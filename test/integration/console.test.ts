@@ -862,7 +862,7 @@ describe("writ console, in headless Chromium", () => {
     expect([badCap.code, badCap.stderr]).toEqual([2, expect.stringMatching(/--max-connections-per-address must be an integer from 1 to 256, got 257/)]);
 
     // The built package's CLI finds the page too (dist/src/console has no HTML: it reads src/console/assets).
-    ensureBuilt();
+    await ensureBuilt();
     const token = `built-${randomUUID()}`;
     const child = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "console", "--port", "0", "--owner-principal", "ops-owner"], {
       cwd: ROOT,

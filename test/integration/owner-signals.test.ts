@@ -32,7 +32,7 @@ const status = ({ code, signal }: { code: number | null; signal: NodeJS.Signals 
  * that committed it and does not answer: what it prints and how it exited. `extra`: more of the owner's environment.
  */
 async function ownerWithIntentInFlight(extra: Record<string, string> = {}) {
-  ensureBuilt();
+  await ensureBuilt();
   const id = randomUUID().slice(0, 8);
   const topics = { intents: `sig-${id}.intents`, ledger: `sig-${id}.ledger`, human: `sig-${id}.human`, dlq: `sig-${id}.dlq` };
   const agent = `sig-${id}`;

@@ -683,7 +683,7 @@ describe("writ verify ends, and cleans up", () => {
     ["SIGINT", 130, "text"],
     ["SIGTERM", 143, "--json"],
   ] as const)("%s in the middle of a run: the built CLI prints the report of what ran, the rest not run (incomplete), deletes the run's topics and groups, and exits %i (%s)", async (signal, exitCode, output) => {
-    ensureBuilt();
+    await ensureBuilt();
     const server = await records();
     const json = output === "--json";
     // The built CLI, on a Node that strips the types of the .ts tools module.

@@ -76,8 +76,8 @@ console.log(JSON.stringify({ reply, record }));
 process.exit(reply.status === "applied" ? 0 : 1);
 `;
 
-beforeAll(() => {
-  ensureBuilt();
+beforeAll(async () => {
+  await ensureBuilt();
   mkdirSync(app);
 }, 120_000);
 
