@@ -864,9 +864,11 @@ describe("writ console, in headless Chromium", () => {
     // The built package's CLI finds the page too (dist/src/console has no HTML: it reads src/console/assets).
     await ensureBuilt();
     const token = `built-${randomUUID()}`;
+    const built = `cons-built-${randomUUID().slice(0, 8)}`;
     const child = spawn(process.execPath, ["--no-experimental-strip-types", BUILT_CLI, "console", "--port", "0", "--owner-principal", "ops-owner"], {
       cwd: ROOT,
-      env: { ...env, WRIT_CONSOLE_TOKEN: token, WRIT_INTENTS_TOPIC: `cons-built-${randomUUID().slice(0, 8)}.intents` },
+      // Its own reply prefix: the default would follow every reply topic on the broker, another file's too.
+      env: { ...env, WRIT_CONSOLE_TOKEN: token, WRIT_INTENTS_TOPIC: `${built}.intents`, WRIT_REPLY_TOPIC_PREFIX: `${built}.replies.` },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";
