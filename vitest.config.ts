@@ -12,8 +12,8 @@ const INTEGRATION = ['test/integration/**/*.test.ts', 'test/package/**/*.test.ts
 /**
  * Integration files that run alone, after the others: the shared secure stack's suites (scripts/test.mjs starts it
  * once the type check is done, for them and the Python suite: run first they would start it themselves, with their
- * tenants only), and those whose leases, lingers and restarts are timed in hundreds of milliseconds to seconds,
- * too close to hold while another file and a JVM start take the two cores.
+ * tenants only), those whose leases, lingers and restarts are timed in hundreds of milliseconds to seconds,
+ * too close to hold while another file and a JVM start take the two cores, and verify's Kafka-outage runs (below).
  */
 const INTEGRATION_ALONE = [
   'test/integration/secure.test.ts',
@@ -22,6 +22,10 @@ const INTEGRATION_ALONE = [
   'test/integration/commit-loop.test.ts',
   'test/integration/leases.test.ts',
   'test/integration/registry-outage.test.ts',
+  // Its Kafka-outage runs cut their owner's connections mid-run; once the relay is restored, a consumer of the cut
+  // run may commit again and bring back a group the test's cleanup just deleted: slower under a second file, it was
+  // seen so in a clean-clone run (the group writ.verify.<run> still there after --force).
+  'test/integration/verify-false-pass.test.ts',
 ];
 
 export default defineConfig({
