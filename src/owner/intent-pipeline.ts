@@ -67,9 +67,19 @@ export type Plan =
   /** `fromEntry`: a repeat answered from the key's entry (its stored outcome), not a refusal decided now. */
   | { kind: "settled"; effects: Effects; note: string; fromEntry?: boolean }
   /** A repeat of an attempt that was answered `conflict`: it is answered again with the record as it is now. */
-  | { kind: "repeat-conflict"; entry: LedgerIntentEntry; stored: Extract<StoredOutcome, { status: "conflict" }>; undo?: UndoTarget }
+  | {
+      kind: "repeat-conflict";
+      entry: LedgerIntentEntry;
+      stored: Extract<StoredOutcome, { status: "conflict" }>;
+      undo?: UndoTarget;
+      /** The attempt written after all: when the record is back at, or still at, the very version it was built on. */
+      write: () => WritePlan;
+    }
   /** Record `pending` durably (step 3), then write. */
-  | { kind: "write"; pending: LedgerIntentEntry; state: WriteState };
+  | WritePlan;
+
+/** Record `pending` durably (step 3), then write. */
+export type WritePlan = { kind: "write"; pending: LedgerIntentEntry; state: WriteState };
 
 /**
  * The result of working on an intent: settled, or to be tried again after a pause (the system was unreachable).
@@ -154,7 +164,7 @@ export class IntentPipeline {
       const stored = entry.outcome;
       if (stored.status === "conflict") {
         if (target?.kind === "refused") return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
-        return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}) };
+        return { kind: "repeat-conflict", entry, stored, ...(target?.kind === "target" ? { undo: target.target } : {}), write: () => this.writePlan(a, entry, target, false) };
       }
       // Only here, on a repeat of an applied write, is its undo looked up: an ordinary write costs nothing more.
       const settled = { ...this.keeping(a, entry, this.settledReply(a, this.replayed(a, stored, appliedUndoOf(ledger, intent, entry)), "repeat answered from the ledger")), fromEntry: true };
@@ -167,6 +177,13 @@ export class IntentPipeline {
     if (target?.kind === "refused" && !inherited) {
       return this.settledReply(a, this.rejected(a, target.reason, target.message, target.details), `undo refused: ${target.reason}`);
     }
+    return this.writePlan(a, entry, target, inherited);
+  }
+
+  /** Steps 3–5 ahead: the `pending` entry this attempt of the key is recorded under, and its write's state. */
+  private writePlan(a: AdmittedIntent, entry: LedgerIntentEntry | undefined, target: ReturnType<IntentPipeline["undoTarget"]> | undefined, inherited: boolean): WritePlan {
+    const { intent } = a;
+    const key = this.ledgerKey(a);
     const attempt = { baseVersion: intent.baseVersion, deltaFingerprint: a.deltaFingerprint };
     const attempts = entry ? entry.attempts.filter((x) => x.baseVersion !== attempt.baseVersion || x.deltaFingerprint !== attempt.deltaFingerprint) : [];
     attempts.push(attempt);
@@ -222,8 +239,11 @@ export class IntentPipeline {
     return { kind: "target", target: { intentKey: key, version: outcome.version, params: entry.params } };
   }
 
-  /** A repeat of a conflicted attempt: the same conflict, with the record as it is now. */
-  async repeatConflict(a: AdmittedIntent, plan: Extract<Plan, { kind: "repeat-conflict" }>, ctx: ExecContext): Promise<Step> {
+  /**
+   * A repeat of a conflicted attempt: the same conflict, with the record as it is now; or, when the record is now at
+   * the very version the attempt was built on, its write plan (the caller stages `pending` and writes).
+   */
+  async repeatConflict(a: AdmittedIntent, plan: Extract<Plan, { kind: "repeat-conflict" }>, ctx: ExecContext): Promise<Step | WritePlan> {
     let current: Versioned | null;
     try {
       current = await a.tool.system.read(a.intent.entity, { timeoutMs: a.tool.timeoutMs, headers: ctx.headers });
@@ -233,6 +253,14 @@ export class IntentPipeline {
     }
     // A version writ cannot keep (a custom adapter's) is not repeated to the agent: the stored one is.
     if (current !== null && unkeepableVersion(current.version) !== null) current = null;
+    // The conflict no longer describes the record: it is at the version this attempt read. Answered "conflict" with
+    // it, the agent, deciding again from `current`, would build this very attempt and be answered so for ever (an
+    // attempt of the key may sit in the entry's attempts without having been the one the stored conflict answered:
+    // a repeat can never be told apart from that). The attempt is written instead, as a new one would be: pending,
+    // reconciled first when a request of the key may still land, If-Match on this version; another conflict counts
+    // a cycle, so the key still escalates after its last one. Not for an undo or a create: their base is not the
+    // record's version.
+    if (current !== null && !a.intent.undo && !a.tool.create && current.version === a.intent.baseVersion) return plan.write();
     const now = current ?? { state: null, version: plan.stored.version };
     const change = this.yourChange(a, plan.undo, now);
     if ("error" in change) return this.settledReply(a, this.rejected(a, "undo_failed", change.error, change.details), "undo failed");

@@ -97,8 +97,15 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       if (!plan) step = await settleLeaseIntent(a, slot.gate, new Date(), exec.headers, leaseBounds(host, session));
       else if (plan.kind === "settled") step = plan;
       else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
-      else if (plan.kind === "repeat-conflict") step = await pipeline.repeatConflict(a, plan, exec);
-      else {
+      else if (plan.kind === "repeat-conflict") {
+        const repeated = await pipeline.repeatConflict(a, plan, exec);
+        // The record is at the version the attempt read: written after all, as a new attempt (its gate asked again).
+        if (repeated.kind === "write") {
+          slot.plan = repeated;
+          continue;
+        }
+        step = repeated;
+      } else {
         if (!slot.pendingDurable) {
           // Step 3 runs beside the read: only the PATCH waits for `pending` to be durable.
           pending.stage(plan.pending, {}, () => void (slot.times.durable = Date.now()));

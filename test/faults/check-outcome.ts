@@ -119,6 +119,13 @@ export function versionChains(store: DemoRecordsStore, entities: readonly { type
   return { lost, problems, finalState };
 }
 
+/** One reply in a line: status, cycle, duplicate flag and message, for a diagnosis. */
+function describeReply(r: Reply): string {
+  const cycle = r.status === "conflict" ? ` cycle ${r.cycle}` : "";
+  const message = "message" in r && typeof r.message === "string" ? `: ${r.message.slice(0, 200)}` : "";
+  return `${r.status}${cycle}${r.duplicate ? " (duplicate)" : ""} at ${r.at}${message}`;
+}
+
 export async function checkOutcome(opts: {
   intents: PlannedIntent[];
   store: DemoRecordsStore;
@@ -205,6 +212,10 @@ export async function checkOutcome(opts: {
       problems.push(
         `${p.agent} ${p.mark}: submitted ${p.submissions}×, no final reply visible (${onTopic.length} replies read; last answer ${p.lastStatus ?? "none"}; ${patches.length} PATCH requests at the server)`,
       );
+      // What the owners answered, first and last: enough to tell a loop from a silence without the owners' logs.
+      const shown = onTopic.length <= 6 ? onTopic : [...onTopic.slice(0, 3), ...onTopic.slice(-3)];
+      for (const r of shown) problems.push(`  ${p.mark} reply: ${describeReply(r)}`);
+      if (key !== "") problems.push(`  ${p.mark} ledger key ${key}; record ${p.entity.type}:${p.entity.id} at v${store.get(p.entity.type, p.entity.id)?.version ?? "?"}`);
       continue;
     }
     const statuses = new Set(definitive.map((r) => r.status));

@@ -12,6 +12,7 @@ import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type AdmissionDeps, type AdmittedIntent, admit } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type Step } from "../../../src/owner/intent-pipeline.ts";
+import { runPlan } from "./pipeline-fixtures.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
@@ -176,14 +177,7 @@ function commit(ledger: PartitionLedger, entry: LedgerIntentEntry | undefined): 
 
 /** What the owner does with one admitted intent: classify, pending durable, execute, commit the result. */
 async function run(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger): Promise<{ plan: Plan; step: Step; reply: Reply }> {
-  const plan = p.classify(a, ledger);
-  let step: Step;
-  if (plan.kind === "settled") step = plan;
-  else if (plan.kind === "repeat-conflict") step = await p.repeatConflict(a, plan, ctx);
-  else {
-    commit(ledger, plan.pending);
-    step = await p.execute(a, plan.pending, plan.state, ctx);
-  }
+  const { plan, step } = await runPlan(p, a, ledger, ctx);
   const e = settled(step);
   for (const r of e.replies) Reply.parse(r.value);
   if (e.ledger) LedgerIntentEntry.parse(e.ledger);

@@ -15,7 +15,7 @@ import { Reply } from "../../../src/schemas/reply.ts";
 import type { ReconcileResult } from "../../../src/sor/adapter.ts";
 import { type AdmittedTool, admitTools, declareWriteTool, type ReconcileContext } from "../../../src/tools.ts";
 import { FakeSystem, type PatchFault, outage, protocolError, version } from "./fake-system.ts";
-import { commit, writePlan } from "./pipeline-fixtures.ts";
+import { commit, runPlan, writePlan } from "./pipeline-fixtures.ts";
 
 // ---------------------------------------------------------------------------
 // Fixtures: one system of record, three tools, intents built as admission builds them.
@@ -143,18 +143,11 @@ function checked(step: Step): Step {
 }
 
 /** What the owner does with one intent: classify, make pending durable, execute, commit the result. */
-async function run(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger, c: ExecContext = ctx): Promise<{ plan: Plan; step: Step }> {
-  const plan = p.classify(a, ledger);
-  let step: Step;
-  if (plan.kind === "settled") step = plan;
-  else if (plan.kind === "repeat-conflict") step = await p.repeatConflict(a, plan, c);
-  else {
-    commit(ledger, plan.pending);
-    step = await p.execute(a, plan.pending, plan.state, c);
-  }
-  checked(step);
-  if (step.kind === "settled") commit(ledger, step.effects.ledger);
-  return { plan, step };
+async function run(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger, c: ExecContext = ctx): Promise<{ plan: Plan; step: Step; written: boolean }> {
+  const ran = await runPlan(p, a, ledger, c);
+  checked(ran.step);
+  if (ran.step.kind === "settled") commit(ledger, ran.step.effects.ledger);
+  return ran;
 }
 
 function settled(step: Step): Effects {
@@ -358,6 +351,51 @@ describe("IntentPipeline.repeatConflict (a repeat of a conflicted attempt)", () 
     expect(sor.patchCount(T1)).toBe(0);
   });
 
+  /**
+   * The key's entry as a restore leaves it when an older submission runs first: close() at v1 conflicted (the record
+   * at v2); the agent's attempt at v2 made `pending` and its owner gone before the PATCH; a new owner takes up that
+   * pending with a redelivered submission of the v1 attempt, which conflicts on its own base. The entry: conflicted,
+   * cycle 2, its attempts holding the v2 one, never answered; the record still at v2.
+   */
+  async function conflictedHoldingAttemptAtV2(p: IntentPipeline, ledger: PartitionLedger): Promise<AdmittedIntent> {
+    await conflicted(p, ledger);
+    const atV2 = close({ base: version(2) });
+    commit(ledger, writePlan(p.classify(atV2, ledger)).pending);
+    const older = await run(p, close(), ledger);
+    expect(older.plan).toMatchObject({ kind: "write", state: { inherited: true } });
+    expect(reply(older.step)).toMatchObject({ status: "conflict", cycle: 2, current: { version: version(2) } });
+    expect(sor.patchCount(T1)).toBe(0);
+    return close({ base: version(2) });
+  }
+
+  it("writes the attempt after all when the record is at the very version it was built on: no conflict answered for ever", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const atV2 = await conflictedHoldingAttemptAtV2(p, ledger);
+    // Answered "conflict, it is now v2", an agent deciding again from current builds this very attempt: a fixed point.
+    const { plan, step, written } = await run(p, atV2, ledger);
+    expect(plan.kind).toBe("repeat-conflict");
+    expect(written).toBe(true);
+    expect(reply(step)).toMatchObject({ status: "applied", duplicate: false, version: version(3) });
+    expect(sor.patchCount(T1)).toBe(1);
+    expect(ledger.get(atV2.intent.intentKey)).toMatchObject({ status: "done", cycles: 2, outcome: { status: "applied" } });
+    // Its repeats are answered from the ledger, and nothing is written again.
+    const again = await run(p, close({ base: version(2) }), ledger);
+    expect(reply(again.step)).toMatchObject({ status: "applied", duplicate: true });
+    expect(sor.patchCount(T1)).toBe(1);
+  });
+
+  it("counts a cycle when that write meets a conflict, so the key still escalates after its last one", async () => {
+    const p = pipelineWith();
+    const ledger = new PartitionLedger(0);
+    const atV2 = await conflictedHoldingAttemptAtV2(p, ledger);
+    sor.script.patch.push({ kind: "changed-first", ops: [{ op: "add", path: "/tags/-", value: "raced" }] });
+    const { step, written } = await run(p, atV2, ledger);
+    expect(written).toBe(true);
+    expect(reply(step)).toMatchObject({ status: "escalated", reason: "conflict_cycles_exhausted" });
+    expect(sor.patchCount(T1)).toBe(1);
+  });
+
   it("waits (retry-later) when the record cannot be read now", async () => {
     const p = pipelineWith();
     const ledger = new PartitionLedger(0);
@@ -365,7 +403,9 @@ describe("IntentPipeline.repeatConflict (a repeat of a conflicted attempt)", () 
     sor.script.read.push({ kind: "throw", error: outage() });
     const plan = p.classify(close(), ledger);
     if (plan.kind !== "repeat-conflict") throw new Error(plan.kind);
-    expectRetryLater(await p.repeatConflict(close(), plan, ctx));
+    const step = await p.repeatConflict(close(), plan, ctx);
+    if (step.kind === "write") throw new Error("written without a read");
+    expectRetryLater(step);
   });
 
   it("falls back to the stored version, without state, when the read breaks the protocol", async () => {

@@ -2,7 +2,8 @@
 // the shape a late duplicate hurts), and the owner's steps around the pipeline (a write plan; a transaction).
 import { z } from "zod";
 import type { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
-import type { Plan } from "../../../src/owner/intent-pipeline.ts";
+import type { AdmittedIntent } from "../../../src/owner/admission.ts";
+import type { ExecContext, IntentPipeline, Plan, Step } from "../../../src/owner/intent-pipeline.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import { declareWriteTool } from "../../../src/tools.ts";
 
@@ -31,4 +32,23 @@ export function commit(ledger: PartitionLedger, entry: LedgerIntentEntry | undef
   ledger.stage(entry);
   ledger.takeStaged();
   ledger.committedSending();
+}
+
+/**
+ * What the owner does with one intent (src/owner/intent-run.ts, without Kafka): classify, then a repeat of a
+ * conflict answered (or written after all, when the record is at the attempt's version), or `pending` committed and
+ * the write executed. The result's ledger entry is not committed: the caller checks the step first. `plan` is the
+ * classification; `written` says a repeat-conflict went on to write.
+ */
+export async function runPlan(p: IntentPipeline, a: AdmittedIntent, ledger: PartitionLedger, ctx: ExecContext): Promise<{ plan: Plan; step: Step; written: boolean }> {
+  const plan = p.classify(a, ledger);
+  if (plan.kind === "settled") return { plan, step: plan, written: false };
+  let write: Extract<Plan, { kind: "write" }>;
+  if (plan.kind === "repeat-conflict") {
+    const repeated = await p.repeatConflict(a, plan, ctx);
+    if (repeated.kind !== "write") return { plan, step: repeated, written: false };
+    write = repeated;
+  } else write = plan;
+  commit(ledger, write.pending);
+  return { plan, step: await p.execute(a, write.pending, write.state, ctx), written: plan.kind === "repeat-conflict" };
 }
