@@ -16,11 +16,9 @@ import { DEFAULT_HEADERS_TIMEOUT_MS } from "../src/listen.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
 import { unknownWritVariables } from "../src/known-variables.ts";
 import { hideKafkajsTimeoutWarning } from "../src/node-warnings.ts";
-import { printable } from "../src/printable.ts";
-import { Audience } from "../src/schemas/common.ts";
 import { MAX_RUN_ID_LENGTH } from "../src/schemas/write-intent.ts";
-import { readKeyFile } from "../src/security/key-file.ts";
-import { prepareSigner, type IntentSigner } from "../src/security/signing.ts";
+import { audienceOf, type SigningRefusals, signerOf } from "../src/security/key-file.ts";
+import type { IntentSigner } from "../src/security/signing.ts";
 import { SchemaRegistryUrl, connectionSecurityFromEnv } from "../src/security/transport.ts";
 import type { RecordReader } from "../src/sor/record-reader.ts";
 import { DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE_MS, recordsReader, serveWritMcpStdio, startWritMcpHttpServer } from "./adapters/mcp-server.ts";
@@ -79,29 +77,16 @@ const McpMainConfig = z
  * before anything connects; an error names the variable and never quotes the file.
  */
 function signingOf(config: { signingKeyFile?: string | undefined; keyId?: string | undefined; signingAudience?: string | undefined }): { signer?: IntentSigner; audience?: string } {
-  const refuse = (variable: string, message: string) => new WritError("config_invalid", `${variable}: ${message}`, { retriable: false, context: { field: variable } });
-  if ((config.signingKeyFile === undefined) !== (config.keyId === undefined)) {
-    const missing = config.keyId === undefined ? ENV.keyId : ENV.signingKeyFile;
-    throw refuse(missing, `${ENV.signingKeyFile} and ${ENV.keyId} go together (the agent's signing key and its id in the owners' agent registry)`);
-  }
-  if (config.signingKeyFile === undefined) return {};
-  let pem: string;
-  try {
-    pem = readKeyFile(config.signingKeyFile);
-  } catch (err) {
-    throw refuse(ENV.signingKeyFile, (err as Error).message);
-  }
-  let signer: IntentSigner;
-  try {
-    signer = prepareSigner({ keyId: config.keyId!, privateKey: pem });
-  } catch (err) {
-    if (!(err instanceof WritError)) throw err;
-    throw err.context.field === "keyId" ? refuse(ENV.keyId, err.message) : refuse(ENV.signingKeyFile, `${config.signingKeyFile}: ${err.message}`);
-  }
+  const variable = { keyFile: ENV.signingKeyFile, keyId: ENV.keyId, audience: ENV.signingAudience } as const;
+  const refuse = (name: string, message: string) => new WritError("config_invalid", `${name}: ${message}`, { retriable: false, context: { field: name } });
+  const refusals: SigningRefusals = {
+    pair: (missing) => refuse(variable[missing], `${ENV.signingKeyFile} and ${ENV.keyId} go together (the agent's signing key and its id in the owners' agent registry)`),
+    refused: (input, detail) => refuse(variable[input], detail),
+  };
+  const signer = signerOf(config.signingKeyFile, config.keyId, refusals);
+  if (signer === undefined) return {};
   if (config.signingAudience === undefined) return { signer };
-  const audience = Audience.safeParse(config.signingAudience);
-  if (!audience.success) throw refuse(ENV.signingAudience, `1–128 of A-Z a-z 0-9 . _ : / -, got "${printable(config.signingAudience.slice(0, 128))}"`);
-  return { signer, audience: audience.data };
+  return { signer, audience: audienceOf(config.signingAudience, refusals) };
 }
 
 const ENV = MCP_ENV;

@@ -19,8 +19,8 @@ import { logLevelFromEnv, REDACT_PATHS } from "../logger.ts";
 import { printable } from "../printable.ts";
 import { Audience, JSON_PATCH_EXAMPLE, parseJsonPatch, type JsonPatchOp } from "../schemas/common.ts";
 import { resolutionBounds } from "../schemas/resolution.ts";
-import { readKeyFile } from "../security/key-file.ts";
-import { prepareSigner, type IntentSigner } from "../security/signing.ts";
+import { audienceOf, type SigningRefusals, signerOf } from "../security/key-file.ts";
+import type { IntentSigner } from "../security/signing.ts";
 import { connectionSecurityFromEnv, kafkaConnection, type ConnectionSecurity, type KafkaSecurity } from "../security/transport.ts";
 
 /** A command: `main` resolves with the process's exit status. */
@@ -389,22 +389,15 @@ export function jsonPatchFlag(name: string, text: string | undefined, file: stri
  * quoting the file), not a decoder error after the command has read Kafka.
  */
 export function signerFromFlags(keyFile: string | undefined, keyId: string | undefined): IntentSigner | undefined {
-  if ((keyFile === undefined) !== (keyId === undefined)) throw new UsageError("--signing-key and --key-id go together");
-  if (keyFile === undefined) return undefined;
-  let pem: string;
-  try {
-    // A regular file, bounded: --signing-key /dev/stdin or /dev/zero is refused unread.
-    pem = readKeyFile(keyFile);
-  } catch (err) {
-    throw new UsageError(`--signing-key ${(err as Error).message}`);
-  }
-  try {
-    return prepareSigner({ keyId: keyId!, privateKey: pem });
-  } catch (err) {
-    if (!(err instanceof WritError)) throw err;
-    throw new UsageError(err.context.field === "keyId" ? `--key-id: ${err.message}` : `--signing-key ${keyFile}: ${err.message}`);
-  }
+  // A regular file, bounded: --signing-key /dev/stdin or /dev/zero is refused unread.
+  return signerOf(keyFile, keyId, FLAG_REFUSALS);
 }
+
+/** The writ commands' wording of a refused signing input: the flag, then why. */
+const FLAG_REFUSALS: SigningRefusals = {
+  pair: () => new UsageError("--signing-key and --key-id go together"),
+  refused: (input, detail) => new UsageError(input === "keyFile" ? `--signing-key ${detail}` : `--${input === "keyId" ? "key-id" : "audience"}: ${detail}`),
+};
 
 /**
  * What a command that signs gives its client: the signer of `--signing-key` and `--key-id`, and the audience it signs
@@ -416,9 +409,7 @@ export function signingFromFlags(a: { "signing-key"?: string | undefined; "key-i
   const signer = signerFromFlags(a["signing-key"], a["key-id"]);
   if (a.audience !== undefined) {
     if (signer === undefined) throw new UsageError("--audience goes with --signing-key and --key-id: owners check the audience of signed records only");
-    const checked = Audience.safeParse(a.audience);
-    if (!checked.success) throw new UsageError(`--audience: 1–128 of A-Z a-z 0-9 . _ : / -, got "${printable(a.audience.slice(0, 128))}"`);
-    return { signer, audience: checked.data };
+    return { signer, audience: audienceOf(a.audience, FLAG_REFUSALS) };
   }
   if (signer === undefined) return {};
   const audience = fromEnv("WRIT_SIGNING_AUDIENCE", Audience.optional(), undefined);
