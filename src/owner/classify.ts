@@ -26,7 +26,8 @@ export function classifyAttempt(entry: LedgerIntentEntry | undefined, a: Attempt
   if (entry.status === "pending") return "write";
   const sameAttempt = (x: { baseVersion: string; deltaFingerprint: string }) =>
     x.baseVersion === a.baseVersion && x.deltaFingerprint === a.deltaFingerprint;
-  // Any attempt seen before is a repeat: a late retry must not start a new conflict cycle.
+  // Any attempt seen before is a repeat: a late retry must not start a new conflict cycle. (A repeat of a conflict
+  // that finds the record at its own base version is written after all: IntentPipeline.repeatConflict.)
   if (entry.attempts.some(sameAttempt)) return "repeat";
   // After a conflict, a new base version or delta is the agent deciding again.
   if (entry.status === "conflicted") return "write";

@@ -102,6 +102,13 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
         // The record is at the version the attempt read: written after all, as a new attempt (its gate asked again).
         if (repeated.kind === "write") {
           slot.plan = repeated;
+          // The key's entry answered a repeat, so the memory was not asked; a write it does not answer: signed bytes
+          // refused before (on a lease since gone, a grant since made) keep their refusal, never written later.
+          const refused = signed ? repeatedRefusal(session.ledger, signed, new Date()) : null;
+          if (refused) {
+            slot.result = refused;
+            return await host.settle(session, slot, refused);
+          }
           continue;
         }
         step = repeated;

@@ -12,7 +12,7 @@ import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
 import { type AdmissionDeps, type AdmittedIntent, admit } from "../../../src/owner/admission.ts";
 import type { Effects } from "../../../src/owner/effects.ts";
 import { type ExecContext, IntentPipeline, type PipelineDeps, type Plan, type Step } from "../../../src/owner/intent-pipeline.ts";
-import { runPlan } from "./pipeline-fixtures.ts";
+import { runPlan, setStatus } from "./pipeline-fixtures.ts";
 import { RecordEncoder } from "../../../src/owner/records.ts";
 import { Resolver } from "../../../src/owner/resolution.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
@@ -70,18 +70,6 @@ const tagTicket = declareWriteTool({
   reconcile: "idempotency-key",
 });
 
-/** An edit tool without an undo. */
-const setStatus = declareWriteTool({
-  name: "set_status",
-  recordType: "ticket",
-  params: z.object({ status: z.string() }),
-  intentFields: ["status"],
-  allowedPaths: ["/status"],
-  keyScope: "run",
-  versionPolicy: "strict",
-  system: "helpdesk",
-  reconcile: "idempotency-key",
-});
 
 const T1: EntityRef = { type: "ticket", id: "T-1" };
 const CASE: EntityRef = { type: "case", id: "order-ORD-1" };

@@ -15,7 +15,7 @@ import { Reply } from "../../../src/schemas/reply.ts";
 import type { ReconcileResult } from "../../../src/sor/adapter.ts";
 import { type AdmittedTool, admitTools, declareWriteTool, type ReconcileContext } from "../../../src/tools.ts";
 import { FakeSystem, type PatchFault, outage, protocolError, version } from "./fake-system.ts";
-import { commit, runPlan, writePlan } from "./pipeline-fixtures.ts";
+import { commit, runPlan, setStatus, writePlan } from "./pipeline-fixtures.ts";
 
 // ---------------------------------------------------------------------------
 // Fixtures: one system of record, three tools, intents built as admission builds them.
@@ -30,17 +30,6 @@ const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined,
 let noteReconcile: (ReconcileResult | Error)[] = [];
 let noteReconcileCalls = 0;
 
-const setStatus = declareWriteTool({
-  name: "set_status",
-  recordType: "ticket",
-  params: z.object({ status: z.enum(["open", "pending", "closed"]) }),
-  intentFields: ["status"],
-  allowedPaths: ["/status"],
-  keyScope: "run",
-  versionPolicy: "strict",
-  system: "helpdesk",
-  reconcile: "idempotency-key",
-});
 
 const tagTicket = declareWriteTool({
   name: "tag_ticket",

@@ -21,6 +21,19 @@ export const addTag = declareWriteTool({
   reconcile: "idempotency-key",
 });
 
+/** Sets a ticket's status: strict (a record changed since the agent read it is a conflict); no undo. */
+export const setStatus = declareWriteTool({
+  name: "set_status",
+  recordType: "ticket",
+  params: z.object({ status: z.enum(["open", "pending", "closed"]) }),
+  intentFields: ["status"],
+  allowedPaths: ["/status"],
+  keyScope: "run",
+  versionPolicy: "strict",
+  system: "helpdesk",
+  reconcile: "idempotency-key",
+});
+
 export function writePlan(plan: Plan): Extract<Plan, { kind: "write" }> {
   if (plan.kind !== "write") throw new Error(`expected a write plan, got ${plan.kind}`);
   return plan;
