@@ -5,6 +5,7 @@ import { RECORD_MAX_DEPTH, WireCodec } from "../src/codec.ts";
 import { ClientConfig, MAX_TIMER_MS, parseConfig, type ClientConfigInput } from "../src/config.ts";
 import { registerCompressionCodecs } from "../src/kafka/compression.ts";
 import { REPLY_COMMIT_INTERVAL_MS, startIntervalCommit, type IntervalCommit } from "../src/kafka/interval-commit.ts";
+import { keepStopped } from "../src/kafka/keep-stopped.ts";
 import { kafkaLogging, type KafkaLogTap } from "../src/kafka-log.ts";
 import { intentKey } from "../src/keys.ts";
 import { componentLogger, createLogger, type Logger } from "../src/logger.ts";
@@ -377,6 +378,7 @@ class KafkaWritClient implements WritClient {
     // stopped, and a submit would wait its whole deadline for a reply nobody reads. It is not recreated
     // here: kafkajs gives up only on an error that retrying does not cure, and a new consumer would start
     // at the committed position, on the same records, and stop again.
+    keepStopped(this.consumer, () => this.stopped !== null);
     this.consumer.on(this.consumer.events.CRASH, (event) => {
       if (event.payload.restart) return;
       this.replyConsumerStopped(event.payload.error);

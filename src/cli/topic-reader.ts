@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import type { Admin, IHeaders, Kafka } from "kafkajs";
 import type { Logger } from "pino";
+import { keepStopped } from "../kafka/keep-stopped.ts";
 import { isControlRecord } from "../schemas/control.ts";
 
 export interface TopicRecord {
@@ -96,6 +97,8 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
     const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: opts.follow ? 500 : 100, allowAutoTopicCreation: false });
     let finish: () => void = () => undefined;
     const finished = new Promise<void>((r) => (finish = r));
+    let done = false;
+    keepStopped(consumer, () => done);
     let lastProgress = Date.now();
     const settle = (topic: string, partition: number, next: bigint) => {
       lastProgress = Date.now();
@@ -164,6 +167,7 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
       }
       await Promise.race(stops);
     } finally {
+      done = true;
       await consumer.disconnect().catch(() => undefined);
     }
     return { unfinished: [...pending.keys()] };

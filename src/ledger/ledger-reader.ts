@@ -3,6 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import { componentLogger, type Logger } from "../logger.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
+import { keepStopped } from "../kafka/keep-stopped.ts";
 import { printable } from "../printable.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
@@ -115,6 +116,7 @@ export class LedgerReader {
       // resume, like a stop, waits for that sleep to end: short, since it costs no request to the brokers.
       maxWaitTimeInMs: 100,
     });
+    keepStopped(consumer, () => this.stopped);
     consumer.on(consumer.events.CRASH, (event) => {
       const err = event.payload.error;
       this.log.error({ err, restart: event.payload.restart }, "ledger reader crashed");

@@ -3,6 +3,7 @@ import { Kafka, logLevel, type Admin, type Consumer } from "kafkajs";
 import { WireCodec } from "../codec.ts";
 import { checkAgentRegistryRequired, configWarnings, RouterConfig, parseConfig, type RouterConfigInput } from "../config.ts";
 import { registerCompressionCodecs } from "../kafka/compression.ts";
+import { keepStopped } from "../kafka/keep-stopped.ts";
 import { kafkaLogging, OWNER_GROUPS_WATCH, type KafkaLogTap } from "../kafka-log.ts";
 import { LedgerReader } from "../ledger/ledger-reader.ts";
 import { componentLogger, createLogger, type Logger } from "../logger.ts";
@@ -462,6 +463,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     }
     log.info({ partitions: [...assigned].sort((a, b) => a - b), isLeader: event.payload.isLeader, memberId: event.payload.memberId }, "assignment");
   });
+  keepStopped(c, () => stopped);
   c.on(c.events.CRASH, (event) => {
     const err = event.payload.error;
     if (event.payload.restart) {
