@@ -97,8 +97,8 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
     const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: opts.follow ? 500 : 100, allowAutoTopicCreation: false });
     let finish: () => void = () => undefined;
     const finished = new Promise<void>((r) => (finish = r));
-    let done = false;
-    keepStopped(consumer, () => done);
+    // Stopped for good at the end of the read (src/kafka/keep-stopped.ts).
+    const stopper = keepStopped(consumer);
     let lastProgress = Date.now();
     const settle = (topic: string, partition: number, next: bigint) => {
       lastProgress = Date.now();
@@ -167,8 +167,7 @@ export async function readTopics(opts: ReadTopicsOptions): Promise<ReadTopicsRes
       }
       await Promise.race(stops);
     } finally {
-      done = true;
-      await consumer.disconnect().catch(() => undefined);
+      await stopper.disconnect();
     }
     return { unfinished: [...pending.keys()] };
   } finally {

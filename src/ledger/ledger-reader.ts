@@ -3,7 +3,7 @@ import type { WireCodec } from "../codec.ts";
 import { WritError } from "../errors.ts";
 import { componentLogger, type Logger } from "../logger.ts";
 import { unreadableBatchOf } from "../kafka/unreadable-batches.ts";
-import { keepStopped } from "../kafka/keep-stopped.ts";
+import { type ConsumerStop, keepStopped } from "../kafka/keep-stopped.ts";
 import { printable } from "../printable.ts";
 import { isControlRecord } from "../schemas/control.ts";
 import type { LedgerIntentEntry } from "../schemas/ledger-entry.ts";
@@ -74,6 +74,8 @@ export class LedgerReader {
   private readonly log: Logger;
   private readonly groupId: string;
   private stopped = false;
+  /** How this.consumer is stopped for good (keepStopped). */
+  private consumerStop: ConsumerStop | null = null;
   /** Set while the reader's consumer is down; restores fail fast (retriable) until it is back. */
   private failure: Error | null = null;
 
@@ -116,7 +118,8 @@ export class LedgerReader {
       // resume, like a stop, waits for that sleep to end: short, since it costs no request to the brokers.
       maxWaitTimeInMs: 100,
     });
-    keepStopped(consumer, () => this.stopped);
+    // Stopped for good once this reader stops (a restart kafkajs has under way is waited for: src/kafka/keep-stopped.ts).
+    const stopper = keepStopped(consumer, { onUnsettled: () => this.log.warn("ledger reader: a restart of its consumer was still connecting when it stopped") });
     consumer.on(consumer.events.CRASH, (event) => {
       const err = event.payload.error;
       this.log.error({ err, restart: event.payload.restart }, "ledger reader crashed");
@@ -167,10 +170,11 @@ export class LedgerReader {
     });
     if (this.stopped) {
       // Stopped while this consumer was being made: it is not left running past the stop.
-      await consumer.disconnect().catch(() => undefined);
+      await stopper.disconnect();
       throw this.stoppedError();
     }
     this.consumer = consumer;
+    this.consumerStop = stopper;
     this.failure = null;
     // Nothing is read until a restore asks for its partition. kafkajs keeps pauses in the group's state, which a
     // consumer that crashed and rejoined rebuilds: the pauses (and a restore's seek) are applied again on each join.
@@ -405,8 +409,9 @@ export class LedgerReader {
       this.restores.delete(p);
       r.reject(this.stoppedError(p));
     }
-    const consumer = this.consumer;
+    const stopper = this.consumer === null ? null : this.consumerStop;
     this.consumer = null;
-    await consumer?.disconnect();
+    this.consumerStop = null;
+    await stopper?.disconnect();
   }
 }

@@ -463,7 +463,8 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
     }
     log.info({ partitions: [...assigned].sort((a, b) => a - b), isLeader: event.payload.isLeader, memberId: event.payload.memberId }, "assignment");
   });
-  keepStopped(c, () => stopped);
+  // Stopped for good at the router's stop (a restart kafkajs has under way is waited for: src/kafka/keep-stopped.ts).
+  const consumerStop = keepStopped(c, { onUnsettled: () => log.warn("a restart of the owner consumer was still connecting when the router stopped; it may join the group once Kafka answers") });
   c.on(c.events.CRASH, (event) => {
     const err = event.payload.error;
     if (event.payload.restart) {
@@ -639,7 +640,7 @@ export async function startRouter(opts: RouterOptions, internals: RouterInternal
       await Promise.all([...owners.keys()].map(release));
       consumer = null;
       // Side by side: each waits for its fetch in flight, and with every owner closed no restore needs the readers.
-      await Promise.all([c.disconnect().catch(() => undefined), reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
+      await Promise.all([consumerStop.disconnect(), reader.stop().catch(() => undefined), inDoubtReader.stop().catch(() => undefined)]);
       await probe.close?.().catch(() => undefined);
       await admin.disconnect().catch(() => undefined);
       await Promise.all([groupsAdmin.disconnect().catch(() => undefined), watchAdmin.disconnect().catch(() => undefined)]);

@@ -21,6 +21,8 @@ export interface KafkaRelay {
   restore(): void;
   /** Connections dropped since the cut. */
   refused(): number;
+  /** Connections relayed so far (a client's new connection to the broker shows here). */
+  relayed(): number;
   /** The first Metadata answer the relay could not rewrite (more than one broker, a flexible version), if any. */
   error(): Error | null;
   close(): Promise<void>;
@@ -96,6 +98,7 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
   let down = false;
   let spare: ((clientId: string) => boolean) | undefined;
   let refused = 0;
+  let relayed = 0;
   let failure: Error | null = null;
   let port = 0;
   const open = new Set<Socket>();
@@ -133,6 +136,7 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
   });
   /** Relays `inbound` to the broker: each request frame goes through what it returns (read here unless `read` is false). */
   function relay(inbound: Socket, read = true): (frame: Buffer) => void {
+    relayed++;
     const outbound = connect(targetPort, targetHost);
     open.add(outbound);
     outbound.on("close", () => open.delete(outbound));
@@ -177,6 +181,7 @@ export async function startKafkaRelay(target: string): Promise<KafkaRelay> {
       down = false;
     },
     refused: () => refused,
+    relayed: () => relayed,
     error: () => failure,
     close: () => {
       for (const s of open) s.destroy();

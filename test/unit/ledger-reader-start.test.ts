@@ -122,7 +122,7 @@ describe("the ledger reader's start", () => {
     const { kafka, consumers, crashes } = fakeKafka(() => false);
     const reader = readerOn(kafka);
     await reader.start();
-    crashes[0]!({ payload: { error: new Error("gone"), restart: false } });
+    for (const crash of crashes) crash({ payload: { error: new Error("gone"), restart: false } });
     await reader.stop();
     await expect(reader.restore(0, "nonce", 30_000)).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader stopped" });
     // Only the first consumer was ever made: none connected after the stop, to outlive it.
@@ -180,7 +180,7 @@ describe("the ledger reader's start", () => {
     await reader.start();
     const restoring = reader.restore(0, "nonce", 30_000);
     await waitFor(() => asked, { timeoutMs: 10_000, message: "the restore never looked its offsets up" });
-    crashes[0]!({ payload: { error: new Error("gone"), restart: false } });
+    for (const crash of crashes) crash({ payload: { error: new Error("gone"), restart: false } });
     answer();
     await expect(restoring).rejects.toMatchObject({ code: "ledger_restore_timeout", message: "ledger reader restarted during the restore" });
     await reader.stop();
