@@ -275,8 +275,8 @@ class KafkaWritClient implements WritClient {
   private readonly codec: WireCodec;
   private readonly producer: Producer;
   private readonly consumer: Consumer;
-  /** How the reply consumer is stopped for good at close() (keepStopped); set once it starts. */
-  private consumerStop: ConsumerStop | null = null;
+  /** How the reply consumer is stopped for good at close() (keepStopped: a restart kafkajs has under way is waited for). */
+  private readonly consumerStop: ConsumerStop;
   private commits: IntervalCommit | null = null;
   private readonly probe: OffsetProbe;
   private readonly waiting = new Map<string, Set<Waiter>>();
@@ -356,6 +356,7 @@ class KafkaWritClient implements WritClient {
       maxWaitTimeInMs: config.replyFetchMaxWaitMs,
       allowAutoTopicCreation: false,
     });
+    this.consumerStop = keepStopped(this.consumer, { onUnsettled: () => this.log.warn("a restart of the reply consumer was still connecting when the client closed") });
   }
 
   async start(): Promise<void> {
@@ -380,8 +381,6 @@ class KafkaWritClient implements WritClient {
     // stopped, and a submit would wait its whole deadline for a reply nobody reads. It is not recreated
     // here: kafkajs gives up only on an error that retrying does not cure, and a new consumer would start
     // at the committed position, on the same records, and stop again.
-    // Stopped for good at close() (a restart kafkajs has under way is waited for: src/kafka/keep-stopped.ts).
-    this.consumerStop = keepStopped(this.consumer, { onUnsettled: () => this.log.warn("a restart of the reply consumer was still connecting when the client closed") });
     this.consumer.on(this.consumer.events.CRASH, (event) => {
       if (event.payload.restart) return;
       this.replyConsumerStopped(event.payload.error);
@@ -857,7 +856,7 @@ class KafkaWritClient implements WritClient {
     this.commits?.stop();
     // No more background tries of a refused subject: they would go on for the life of the process.
     this.codec.close();
-    await (this.consumerStop?.disconnect() ?? this.consumer.disconnect().catch(() => undefined));
+    await this.consumerStop.disconnect();
     await this.deleteGroup();
     await this.producer.disconnect().catch(() => undefined);
     await this.probe.close?.().catch(() => undefined);

@@ -41,8 +41,10 @@ export function keepStopped(consumer: Pick<Consumer, "on" | "events" | "disconne
     if (!event.payload.restart) return;
     if (stopped) disconnectAgain();
     else {
+      // kafkajs waits the error's retryTime, else the client's initialRetryTime: never less than the smaller of the two.
       const retryTime = (event.payload.error as { retryTime?: unknown }).retryTime;
-      restartAt = Date.now() + Math.min(typeof retryTime === "number" && retryTime > 0 ? retryTime : MIN_RETRY_MS, MIN_RETRY_MS);
+      const wait = typeof retryTime === "number" && retryTime > 0 ? Math.min(retryTime, MIN_RETRY_MS) : MIN_RETRY_MS;
+      restartAt = Date.now() + wait;
     }
   });
   consumer.on(consumer.events.GROUP_JOIN, settle);

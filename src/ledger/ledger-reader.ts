@@ -74,7 +74,7 @@ export class LedgerReader {
   private readonly log: Logger;
   private readonly groupId: string;
   private stopped = false;
-  /** How this.consumer is stopped for good (keepStopped). */
+  /** How this.consumer is stopped for good (keepStopped); null whenever this.consumer is. */
   private consumerStop: ConsumerStop | null = null;
   /** Set while the reader's consumer is down; restores fail fast (retriable) until it is back. */
   private failure: Error | null = null;
@@ -131,6 +131,7 @@ export class LedgerReader {
         // kafkajs gave up on this consumer: build a new one on the next restore.
         this.failure = err;
         this.consumer = null;
+        this.consumerStop = null;
         this.starting = null;
       }
     });
@@ -409,7 +410,7 @@ export class LedgerReader {
       this.restores.delete(p);
       r.reject(this.stoppedError(p));
     }
-    const stopper = this.consumer === null ? null : this.consumerStop;
+    const stopper = this.consumerStop;
     this.consumer = null;
     this.consumerStop = null;
     await stopper?.disconnect();

@@ -99,7 +99,8 @@ export async function runIntent(host: RunHost, session: Session, slot: Slot): Pr
       else if (refusal) step = { kind: "settled" as const, effects: refusal, note: "lease refused" };
       else if (plan.kind === "repeat-conflict") {
         const repeated = await pipeline.repeatConflict(a, plan, exec);
-        // The record is at the version the attempt read: written after all, as a new attempt (its gate asked again).
+        // The record is at the version the attempt read: written after all, as a new attempt (the lease gate looked up
+        // at the start decides it as it decides a write).
         if (repeated.kind === "write") {
           slot.plan = repeated;
           // The key's entry answered a repeat, so the memory was not asked; a write it does not answer: signed bytes
