@@ -48,12 +48,14 @@ async function stoppedWhileRestartJoins(guarded: boolean) {
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({ eachMessage: async () => undefined });
-  await waitFor(() => seen.joins >= 1, { message: "the consumer never joined" });
+  // Deadlines of a minute: a new group's first join and a rebalance wait on the broker, slow beside other files.
+  const state = () => `${JSON.stringify(seen)}, relayed ${relay.relayed()}`;
+  await waitFor(() => seen.joins >= 1, { timeoutMs: 60_000, message: () => `the consumer never joined (${state()})` });
   relay.cut();
-  await waitFor(() => seen.restarts >= 1, { timeoutMs: 60_000, message: "no crash kafkajs restarts from" });
+  await waitFor(() => seen.restarts >= 1, { timeoutMs: 60_000, message: () => `no crash kafkajs restarts from (${state()})` });
   const before = relay.relayed();
   relay.restore();
-  await waitFor(() => relay.relayed() > before, { message: "no restart connected once Kafka was back" });
+  await waitFor(() => relay.relayed() > before, { timeoutMs: 60_000, message: () => `no restart connected once Kafka was back (${state()})` });
   const joinsAtStop = seen.joins;
   await (stopper ? stopper.disconnect() : consumer.disconnect());
   return { admin, groupId, seen, joinsAtStop };
@@ -67,11 +69,11 @@ describe("keepStopped on a real broker", () => {
     expect(await members(admin, groupId)).toBe(0);
     // And nothing joins after it (a restart would, within its retry time and a join).
     await expect(waitFor(async () => seen.joins > joinsAtStop + 1 || (await members(admin, groupId)) > 0, { timeoutMs: SESSION_MS, intervalMs: 250 })).rejects.toThrow(/timed out/);
-  });
+  }, 240_000);
 
   it("control: kafkajs's disconnect() alone returns while that start joins, and it joins the group after the stop", async () => {
     const { admin, groupId, seen, joinsAtStop } = await stoppedWhileRestartJoins(false);
     expect(seen.joins).toBe(joinsAtStop);
     await waitFor(async () => seen.joins > joinsAtStop && (await members(admin, groupId)) > 0, { timeoutMs: 60_000, message: "the stopped consumer's restart never joined" });
-  });
+  }, 240_000);
 });
