@@ -5,9 +5,9 @@
 //   node scripts/promtool.ts test rules deploy/prometheus/writ-alerts.test.yml
 //
 // `node scripts/promtool.ts --build-in-background` only builds it, at the lowest CPU priority (nice 19): `npm test`
-// starts that at its beginning (scripts/test.mjs), so the build (about 3.5 minutes of a clean machine's wall time)
-// runs beside the tests on the cores they leave idle instead of holding up the integration files, one at a
-// time, while test/integration/alert-rules-promtool.test.ts waits for it.
+// starts that at its beginning (scripts/test.mjs), so the build (about 3.5 minutes of an idle machine's wall time,
+// nine to ten beside the tests) runs on the cores they leave idle, and is done by the time
+// test/integration/alert-rules-promtool.test.ts runs, after every other file (vitest.config.ts).
 //
 // Needs Go on the PATH. The first build downloads Prometheus's module graph (about 1.4 GB into Go's module
 // cache) and compiles it: about 3 minutes on two cores; later builds from Go's caches take seconds. One build at a

@@ -66,10 +66,10 @@ if (shareSecure) {
   process.env.WRIT_SECURE_REGISTRY_PORT = "22381";
 }
 // A full run on a machine without promtool (a clean clone) builds it in the background from the start, at nice 19
-// (scripts/promtool.ts): about 3.5 minutes of Go's download and compile that test/integration/alert-rules-promtool.test.ts
-// would otherwise spend while the integration files wait behind it (two run at a time). That file waits for the
-// build (a lock file), and starts it itself if this one failed or was not started. Stopped, with go's children, when
-// `npm test` ends first.
+// (scripts/promtool.ts): Go's download and compile (about ten minutes on cores the tests share), done by the time
+// test/integration/alert-rules-promtool.test.ts runs, last of all (vitest project integration-last). That file waits
+// for the build (a lock file), and starts it itself if this one failed or was not started. Stopped, with go's
+// children, when `npm test` ends first.
 if (shareSecure) {
   const { promtoolPath } = await import("./promtool.ts");
   if (!existsSync(promtoolPath(root))) {
