@@ -213,18 +213,10 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
   }
   if (isLeaseOp(intent.lease)) return admitted(admitLease(intent, tool, key, reject));
   if (intent.undo !== undefined) return admitted(admitUndo(intent, tool, key, reject));
-  // The tool's schema is its code, run on the agent's params: a transform or refinement that throws (safeParse passes
-  // that on) is a refusal of these params, never a throw out of admission (the owner would take it for an outage).
-  let params: ReturnType<typeof tool.declaration.params.safeParse>;
-  try {
-    params = tool.declaration.params.safeParse(intent.params);
-  } catch (err) {
-    const why = err instanceof Error ? err.message : "it threw";
-    return reject("params_invalid", `the tool's params schema failed on these params: ${why}`.slice(0, 2000));
-  }
-  if (!params.success) return reject("params_invalid", paramsProblem(tool.name, params.error.issues), params.error.issues.slice(0, 10));
+  const params = parsedParams(tool, intent.params);
+  if (!params.ok) return reject("params_invalid", params.message, params.issues);
   if (tool.create) {
-    const refusal = createRefusal(intent, tool.create, params.data as Record<string, unknown>);
+    const refusal = createRefusal(intent, tool.create, params.data);
     if (refusal) return reject(refusal.reason, refusal.message);
   } else {
     const outOfScope = scopeRefusal(tool, intent.delta);
@@ -253,7 +245,7 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
       entityKey: key,
       fingerprint,
       deltaFingerprint: deltaPrint,
-      params: params.data as Record<string, unknown>,
+      params: params.data,
       ...(signed !== undefined ? { signed } : {}),
     },
   };
@@ -265,6 +257,27 @@ export async function admit(message: KafkaMessage, source: SourceRef, deps: Admi
  * params give, and its delta exactly one `add` of the params' body at `""`
  * (the tool's functions run here on the validated params; a throw is a refusal).
  */
+/**
+ * An intent's params as the tool's schema gives them (defaults applied, transforms run): what its delta is built and
+ * checked from, at admission and when an operator's apply rebuilds it (resolution.ts). The schema is the tool's code
+ * run on bytes from Kafka: a transform or refinement that throws (safeParse passes that on) is a refusal of these
+ * params, never a throw out of the caller (the owner would take it for an outage).
+ */
+export function parsedParams(
+  tool: Pick<AdmittedTool, "name" | "declaration">,
+  params: unknown,
+): { ok: true; data: Record<string, unknown> } | { ok: false; message: string; issues?: unknown[] } {
+  let parsed: ReturnType<typeof tool.declaration.params.safeParse>;
+  try {
+    parsed = tool.declaration.params.safeParse(params);
+  } catch (err) {
+    const why = err instanceof Error ? err.message : "it threw";
+    return { ok: false, message: `the tool's params schema failed on these params: ${why}`.slice(0, 2000) };
+  }
+  if (!parsed.success) return { ok: false, message: paramsProblem(tool.name, parsed.error.issues), issues: parsed.error.issues.slice(0, 10) };
+  return { ok: true, data: parsed.data as Record<string, unknown> };
+}
+
 /** Longest `params_invalid` message: the model reads it; the issues themselves are in the reply's `details`. */
 export const PARAMS_PROBLEM_MAX_CHARS = 500;
 

@@ -1,12 +1,12 @@
 import type { RejectReason } from "../errors.ts";
 import { escalatedIntentDigest } from "../keys.ts";
 import type { LedgerView } from "../ledger/ledger-state.ts";
-import type { Versioned } from "../schemas/common.ts";
+import type { JsonPatchOp, Versioned } from "../schemas/common.ts";
 import { escalationMayHaveWritten, type LedgerIntentEntry, type StoredOutcome } from "../schemas/ledger-entry.ts";
 import type { Reply } from "../schemas/reply.ts";
 import type { Resolution } from "../schemas/resolution.ts";
 import { type AdmittedTool, isCommutative } from "../tools.ts";
-import { intentFingerprints } from "./admission.ts";
+import { intentFingerprints, parsedParams } from "./admission.ts";
 import { deltaRefusal, scopeRefusal } from "./delta-check.ts";
 import { type Effects, effects, rejectedReply } from "./effects.ts";
 import { type ExecContext, isOutage, outageStep, type Step, unkeepableVersion, waitAsked } from "./intent-pipeline.ts";
@@ -138,7 +138,18 @@ export class Resolver {
     if (current.version !== r.baseVersion) {
       return reopen("resolution_conflict", `the record changed since you decided (you saw ${r.baseVersion}, it is now ${current.version}); decide again`, current);
     }
-    const delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(r.intent.params, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
+    // The params as the tool's schema gives them (defaults, transforms), as the agent's own write is built and checked
+    // from: the schema deployed now, which may refuse what it admitted before the escalation. The escalation stays open.
+    const params = parsedParams(tool, r.intent.params);
+    if (!params.ok) return reopen("params_invalid", `${params.message}: nothing was written, the escalation stays open; discard it, or return it to its agent`.slice(0, 2000), current, params.issues ? { issues: params.issues } : undefined);
+    let delta: JsonPatchOp[] | null;
+    try {
+      delta = r.delta ?? (tool.deriveDelta ? tool.deriveDelta(params.data, current) : isCommutative(r.intent.delta) ? r.intent.delta : null);
+    } catch (err) {
+      // The tool's code on the record as it is now: a throw is an answer to the operator, never a retried failure.
+      const why = err instanceof Error ? err.message : String(err);
+      return reopen("delta_mismatch", `the tool's delta function failed on the intent's params and the current record: ${why}`.slice(0, 2000), current);
+    }
     if (delta === null) {
       return reopen(
         "resolution_delta_required",
@@ -155,7 +166,7 @@ export class Resolver {
       return reopen(outOfScope.reason, `${outOfScope.message} (its allowedPaths): nothing was written, the escalation stays open; ${next}`, current, outOfScope.details);
     }
     if (tool.deriveDelta && r.delta) {
-      const refused = deltaRefusal(tool, r.intent.params, current, r.delta, {
+      const refused = deltaRefusal(tool, params.data, current, r.delta, {
         notCanonical: "the delta the intent's params give on the current record cannot be compared: ",
         failed: "the tool's delta function failed on the intent's params: ",
         mismatch: "the delta is not the one the intent's params give on the current record",

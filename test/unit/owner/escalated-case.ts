@@ -3,6 +3,8 @@
 // cycles, and an operator's `apply` of it on version 1.
 import { deltaFingerprint, intentKey, paramsFingerprint } from "../../../src/keys.ts";
 import { PartitionLedger } from "../../../src/ledger/ledger-state.ts";
+import type { ExecContext, Step } from "../../../src/owner/intent-pipeline.ts";
+import { Resolver } from "../../../src/owner/resolution.ts";
 import type { JsonPatchOp } from "../../../src/schemas/common.ts";
 import type { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import type { Resolution } from "../../../src/schemas/resolution.ts";
@@ -64,4 +66,21 @@ export function escalatedCase(decl: WriteToolDeclaration<any>, opts: { status: "
     createdAt: NOW.toISOString(),
   };
   return { sor, tool, key, intent, entry, resolution, ledger: new PartitionLedger(0, [[key, entry]]) };
+}
+
+/**
+ * The case of `escalatedCase` with `apply(delta?)`: an operator's apply of it planned and carried out by a resolver
+ * at NOW (`delta` none: the tool's rebuilt change, or the agent's), on a partition that is the owner's.
+ */
+export function escalatedApply(decl: WriteToolDeclaration<any>, opts: Parameters<typeof escalatedCase>[1]) {
+  const c = escalatedCase(decl, opts);
+  const resolver = new Resolver({ now: () => NOW });
+  const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: {} };
+  const apply = async (delta?: JsonPatchOp[]): Promise<Step> => {
+    const r: Resolution = { ...c.resolution, ...(delta ? { delta } : {}) };
+    const plan = resolver.plan(r, c.tool, OPS_REPLIES, c.ledger);
+    if (plan.kind !== "apply") throw new Error(`planned ${plan.kind}: ${plan.note}`);
+    return resolver.apply(r, c.tool, OPS_REPLIES, plan, ctx);
+  };
+  return { ...c, apply };
 }

@@ -9,17 +9,13 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { WireCodec } from "../../../src/codec.ts";
 import { admit } from "../../../src/owner/admission.ts";
-import type { ExecContext, Step } from "../../../src/owner/intent-pipeline.ts";
-import { Resolver } from "../../../src/owner/resolution.ts";
+import type { Step } from "../../../src/owner/intent-pipeline.ts";
 import { entityKey, type JsonPatchOp } from "../../../src/schemas/common.ts";
 import { LedgerIntentEntry } from "../../../src/schemas/ledger-entry.ts";
 import { Reply } from "../../../src/schemas/reply.ts";
-import type { Resolution } from "../../../src/schemas/resolution.ts";
 import { declareWriteTool, type WriteToolDeclaration } from "../../../src/tools.ts";
-import { escalatedCase, NOW, OPS_REPLIES, T1 } from "./escalated-case.ts";
+import { escalatedApply, NOW, OPS_REPLIES, T1 } from "./escalated-case.ts";
 import { version } from "./fake-system.ts";
-
-const ctx: ExecContext = { mayWrite: () => true, durable: async () => undefined, headers: {} };
 
 const base = {
   recordType: "ticket",
@@ -45,18 +41,8 @@ const leaky = declareWriteTool({
 /** With a delta function: a given delta must be the rebuilt one, and within scope first. */
 const tagDerived = declareWriteTool({ ...base, name: "tag_derived", allowedPaths: ["/tags"], delta: (p) => [{ op: "replace", path: "/tags", value: [p.tag] }] });
 
-function setup(decl: WriteToolDeclaration<any>) {
-  const c = escalatedCase(decl, { status: "done", state: { tags: [], owner: "alice", refund_amount: 0 }, delta: [{ op: "replace", path: "/tags", value: ["vip"] }] });
-  const resolver = new Resolver({ now: () => NOW });
-  /** Plans and carries out the apply with `delta` (none: the tool's, or the agent's). */
-  const apply = async (delta?: JsonPatchOp[]): Promise<Step> => {
-    const r: Resolution = { ...c.resolution, ...(delta ? { delta } : {}) };
-    const plan = resolver.plan(r, c.tool, OPS_REPLIES, c.ledger);
-    if (plan.kind !== "apply") throw new Error(`planned ${plan.kind}: ${plan.note}`);
-    return resolver.apply(r, c.tool, OPS_REPLIES, plan, ctx);
-  };
-  return { ...c, apply };
-}
+const setup = (decl: WriteToolDeclaration<any>) =>
+  escalatedApply(decl, { status: "done", state: { tags: [], owner: "alice", refund_amount: 0 }, delta: [{ op: "replace", path: "/tags", value: ["vip"] }] });
 
 /** The one reply of a refusal (to the operator), and the ledger entry it leaves. */
 function refusal(step: Step): { reply: Reply & { details?: Record<string, unknown> }; ledger: unknown } {
