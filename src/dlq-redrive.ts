@@ -6,7 +6,9 @@
 // it more than once safe: an intent the owner already took is answered from the ledger, never written twice.
 import { Partitioners, type IHeaders, type Kafka, type Producer } from "kafkajs";
 import { sha256Hex } from "./canonical-json.ts";
+import { decodeRecord } from "./cli/tail.ts";
 import { atOffset, offsetsWanted, readRecordsAt } from "./cli/topic-reader.ts";
+import type { WireCodec } from "./codec.ts";
 import type { Logger } from "./logger.ts";
 import { deadLetterKey, type DeadLetter } from "./schemas/dead-letter.ts";
 
@@ -39,6 +41,16 @@ export function valueRefusal(letter: Pick<DeadLetter, "truncated" | "valueBase64
   const value = Buffer.from(letter.valueBase64, "base64");
   if (value.length === letter.originalBytes && sha256Hex(value) === letter.sha256) return null;
   return { outcome: "value_changed", detail: `its value is not the ${letter.originalBytes} bytes its sha256 names (another record's bytes: a forged or damaged dead letter)` };
+}
+
+/**
+ * What names one record among dead letters: its key and the sha256 of its value. A record sent back whose cause
+ * remained is dead-lettered again under it, and is sent once. Taken only for a dead letter whose value is known to
+ * be those bytes (`valueRefusal`; a truncated one's once `originalsOf` read it): a copy naming a real record's key
+ * and sha256 must not make the real one a repeat.
+ */
+export function recordIdentity(letter: { key: string | null; sha256: string }): string {
+  return `${letter.key}\u0000${letter.sha256}`;
 }
 
 /** The original record of a truncated dead letter, read back from its source. */
@@ -123,4 +135,44 @@ export function redrivenFrom(header: string | undefined, dlqTopic: string, key: 
     key: deadLetterKey(key),
     sha256: sha256Hex(value ?? Buffer.alloc(0)),
   };
+}
+
+/** A dead letter that could not be read back: not decodable, not in time, or not at all (the read failed). */
+export type Unread = { unread: "undecodable" | "read_timeout" | "read_failed"; error: string };
+
+/**
+ * The dead letters at `refs` of `topic` (writ.dlq), read back in one read (read_committed), by index: null when
+ * the offset is not there any more, `{unread, error}` when it does not decode or was not read in time. Neither the
+ * console nor a redrive keeps a dead letter's value, which may be a megabyte.
+ */
+export async function readDeadLetters(
+  kafka: Kafka,
+  codec: WireCodec,
+  topic: string,
+  refs: readonly { partition: number; offset: string }[],
+  timeoutMs: number,
+  log: Logger,
+): Promise<({ letter: DeadLetter } | Unread | null)[]> {
+  if (refs.length === 0) return [];
+  let read: Awaited<ReturnType<typeof readRecordsAt>>;
+  try {
+    read = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
+  } catch (err) {
+    // the brokers unreachable, the read refused (an ACL): an answer per dead letter, not a 500
+    log.warn({ err, topic }, "could not read dead letters back");
+    const error = `could not read it back from ${topic}: ${err instanceof Error ? err.message : String(err)}`;
+    return refs.map(() => ({ unread: "read_failed", error }));
+  }
+  const { found, timedOut } = read;
+  const out: ({ letter: DeadLetter } | Unread | null)[] = [];
+  for (const ref of refs) {
+    const r = found.get(atOffset(ref.partition, ref.offset));
+    if (r === undefined) {
+      out.push(timedOut ? { error: `not read back from ${topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, unread: "read_timeout" } : null);
+      continue;
+    }
+    const d = await decodeRecord(codec, "DeadLetter", r);
+    out.push(d.tombstone ? null : d.error !== undefined ? { error: d.error, unread: "undecodable" } : { letter: d.value as DeadLetter });
+  }
+  return out;
 }

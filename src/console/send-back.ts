@@ -2,14 +2,16 @@
 // code, src/dlq-redrive.ts), checked against what the console keeps of each dead letter, with an answer per dead
 // letter in bounded time (its reason, never a 500).
 import type { IHeaders, Kafka, Producer } from "kafkajs";
-import { decodeRecord } from "../cli/tail.ts";
-import { atOffset, offsetsWanted, readRecordsAt } from "../cli/topic-reader.ts";
+import { atOffset } from "../cli/topic-reader.ts";
 import type { WireCodec } from "../codec.ts";
-import { notRedrivable, originalsOf, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, valueRefusal, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
+import { notRedrivable, originalsOf, readDeadLetters, recordIdentity, REDRIVEN_FROM_HEADER, redriveMessage, redriveProducer, redrivenFrom, valueRefusal, type DeadLetterRef, type Original } from "../dlq-redrive.ts";
 import { partitionFor } from "../kafka/partition.ts";
 import type { Logger } from "../logger.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import type { ConsoleState } from "./state.ts";
+
+// read back as `writ dlq redrive` reads back the dead letters it held
+export { readDeadLetters } from "../dlq-redrive.ts";
 
 /** At most this many dead letters per request (the console keeps 100 by default: `limits.recent`). */
 export const MAX_SEND_BACK = 200;
@@ -118,37 +120,52 @@ export class DeadLetterSender {
         }
       }
     }
+    // In their order on writ.dlq (a record's dead letters are on its key's partition), whatever the order asked (the
+    // page lists the newest first): one record's intents reach its owner in the order they came, an acquire before
+    // the steps of its lease; and of one record dead-lettered twice, the first goes.
+    taken.sort((a, b) => refs[a]!.partition - refs[b]!.partition || Number(BigInt(refs[a]!.offset) - BigInt(refs[b]!.offset)));
     try {
       const letters = await readDeadLetters(this.o.kafka, this.o.codec, this.o.topics.dlq, taken.map((i) => refs[i]!), this.o.readTimeoutMs, this.o.log);
       // What goes: the dead letter, where it was read, and (a value cut to fit) the original read from its source.
       const going: { i: number; letter: DeadLetter; ref: DeadLetterRef; original?: Original }[] = [];
-      const records = new Map<string, DeadLetterRef>();
       for (const [j, i] of taken.entries()) {
         const ref: DeadLetterRef = { topic: this.o.topics.dlq, ...refs[i]! };
         const read = letters[j]!;
         if (read === null) refuse(i, "dead_letter_gone", `not found at ${ref.topic}[${ref.partition}]@${ref.offset} any more (retention?)`);
         else if (!("letter" in read)) refuse(i, read.unread, read.unread === "undecodable" ? `it does not read back: ${read.error}` : read.error);
         else {
-          const letter = read.letter;
-          const changed = valueRefusal(letter);
-          // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once.
-          const identity = `${letter.key}\u0000${letter.sha256}`;
-          const first = records.get(identity);
-          // before the identity is taken: a copy with other bytes must not make the real one a same_record
+          const changed = valueRefusal(read.letter);
           if (changed !== null) refuse(i, changed.outcome, `cannot be sent back: ${changed.detail}`);
-          else if (first !== undefined) refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
-          else {
-            records.set(identity, ref);
-            going.push({ i, letter, ref });
-          }
+          else going.push({ i, letter: read.letter, ref });
         }
       }
-      const truncated = going.filter((g) => g.letter.truncated);
+      // A record sent back whose cause remained was dead-lettered again: the same key and value, sent once, with the
+      // first (in writ.dlq order) whose value is known to be those bytes. A whole one's is (valueRefusal above), so a
+      // truncated copy after it is that record again, its original not read; a truncated one's only once its original
+      // is read: a copy naming a real record's key and sha256 must not make the real one a repeat.
+      const sameRecord = (i: number, first: DeadLetterRef) => refuse(i, "same_record", `the same key and value as ${first.topic}[${first.partition}]@${first.offset}, sent once`);
+      const whole = new Map<string, DeadLetterRef>();
+      const truncated: typeof going = [];
+      for (const g of going) {
+        const id = recordIdentity(g.letter);
+        const first = whole.get(id);
+        if (!g.letter.truncated) {
+          if (first === undefined) whole.set(id, g.ref);
+        } else if (first !== undefined) sameRecord(g.i, first);
+        else truncated.push(g);
+      }
       const originals = await originalsOf(this.o.kafka, truncated.map((g) => g.letter), { timeoutMs: this.o.readTimeoutMs, log: this.o.log });
       for (const [j, g] of truncated.entries()) {
         const got = originals[j]!;
         if ("outcome" in got) refuse(g.i, got.outcome, `cannot be sent back: ${got.detail}`);
         else g.original = got;
+      }
+      const records = new Map<string, DeadLetterRef>();
+      for (const g of going) {
+        if (results[g.i]!.outcome !== "sent") continue;
+        const first = records.get(recordIdentity(g.letter));
+        if (first !== undefined) sameRecord(g.i, first);
+        else records.set(recordIdentity(g.letter), g.ref);
       }
       const sending = going.filter((g) => results[g.i]!.outcome === "sent");
       if (sending.length === 0) return results;
@@ -193,46 +210,6 @@ export class DeadLetterSender {
   async close(): Promise<void> {
     await (await this.redriver?.catch(() => null))?.disconnect().catch(() => undefined);
   }
-}
-
-/** A dead letter that could not be read back: not decodable, not in time, or not at all (the read failed). */
-type Unread = { unread: "undecodable" | "read_timeout" | "read_failed"; error: string };
-
-/**
- * The dead letters at `refs` of `topic` (writ.dlq), read back in one read (read_committed), by index: null when
- * the offset is not there any more, `{unread, error}` when it does not decode or was not read in time. The console keeps no
- * dead letter's value, which may be a megabyte.
- */
-export async function readDeadLetters(
-  kafka: Kafka,
-  codec: WireCodec,
-  topic: string,
-  refs: readonly { partition: number; offset: string }[],
-  timeoutMs: number,
-  log: Logger,
-): Promise<({ letter: DeadLetter } | Unread | null)[]> {
-  if (refs.length === 0) return [];
-  let read: Awaited<ReturnType<typeof readRecordsAt>>;
-  try {
-    read = await readRecordsAt(kafka, topic, offsetsWanted(refs), { timeoutMs, log });
-  } catch (err) {
-    // the brokers unreachable, the read refused (an ACL): an answer per dead letter, not a 500
-    log.warn({ err, topic }, "could not read dead letters back");
-    const error = `could not read it back from ${topic}: ${err instanceof Error ? err.message : String(err)}`;
-    return refs.map(() => ({ unread: "read_failed", error }));
-  }
-  const { found, timedOut } = read;
-  const out: ({ letter: DeadLetter } | Unread | null)[] = [];
-  for (const ref of refs) {
-    const r = found.get(atOffset(ref.partition, ref.offset));
-    if (r === undefined) {
-      out.push(timedOut ? { error: `not read back from ${topic}[${ref.partition}]@${ref.offset} within ${timeoutMs} ms`, unread: "read_timeout" } : null);
-      continue;
-    }
-    const d = await decodeRecord(codec, "DeadLetter", r);
-    out.push(d.tombstone ? null : d.error !== undefined ? { error: d.error, unread: "undecodable" } : { letter: d.value as DeadLetter });
-  }
-  return out;
 }
 
 /**

@@ -5,11 +5,49 @@ import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { refundPayment } from "../../examples/demo-tools.ts";
 import { WireCodec } from "../../src/codec.ts";
+import { readWholeTopic } from "../../src/cli/topic-reader.ts";
+import { createLogger } from "../../src/logger.ts";
 import type { DeadLetter } from "../../src/schemas/dead-letter.ts";
 import type { Reply } from "../../src/schemas/reply.ts";
 import { waitFor } from "../helpers/wait-for.ts";
 import { brokers, cliEnv, deadLetterOf, readVersion, refundIntent, registryUrl, startHarness, writ } from "../helpers/writ-harness.ts";
 import { createTopicsWithLeaders } from "../helpers/topics.ts";
+
+/**
+ * Owners with pay_1 seeded, for the cases of dead letters written by anyone: refunds of pay_1 (`refund`: their
+ * bytes) answered on a reply topic not created yet, so dead-lettered reply_topic_missing; `writeDlq` writes a dead
+ * letter of pay_1 to writ.dlq as any producer may; `redriveRealOne` creates the reply topic, redrives that reason
+ * (the outcomes in order), and finds the real one (a refund of 900) applied once.
+ */
+async function lateRefunds(name: string) {
+  const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
+  h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
+  await h.startRouter();
+  const agent = await h.client(`agent-${name}-${h.id}`);
+  const lateTopic = `writ.replies.late-${h.id}`;
+  const version = (await readVersion(h.records, "payment", "pay_1")).version;
+  const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
+  const refund = (amountCents: number, run = `run-${h.id}`) => codec.encode(h.config.topics.intents, "WriteIntent", { ...agent.buildIntent(refundIntent(run, version, amountCents)), replyTo: lateTopic });
+  const kafka = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+  const forger = kafka.producer();
+  await forger.connect();
+  onTestFinished(() => forger.disconnect());
+  const writeDlq = (letter: DeadLetter) => forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify(letter) }] });
+  const redriveRealOne = async (outcomes: string[]) => {
+    const admin = kafka.admin();
+    await admin.connect();
+    onTestFinished(() => admin.disconnect());
+    await createTopicsWithLeaders(admin, [{ topic: lateTopic, numPartitions: 1 }]);
+    const sent = await writ(["dlq", "redrive", "--reason", "reply_topic_missing", "--json"], cliEnv(h));
+    expect(sent.code, sent.stderr).toBe(1);
+    expect(sent.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(outcomes);
+    const [reply] = (await h.readTopic(lateTopic, "Reply", 1)) as Reply[];
+    expect(reply).toMatchObject({ status: "applied", duplicate: false });
+    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
+    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([expect.objectContaining({ amountCents: 900 })]);
+  };
+  return { h, refund, writeDlq, redriveRealOne };
+}
 
 describe("writ dlq redrive", () => {
   it("a dead letter whose cause is fixed (its reply topic created) is written once; redriven again, answered as a repeat; --dry-run sends nothing", async () => {
@@ -157,39 +195,64 @@ describe("writ dlq redrive", () => {
   }, 120_000);
 
   it("a forged dead letter with a real one's key and sha256 but other bytes, ahead of it, is refused value_changed; the real one is sent", async () => {
-    const h = await startHarness({ tools: [refundPayment], intentPartitions: 2 });
-    h.records.seed("payment", "pay_1", { amountCents: 10_000, refunds: [] });
-    await h.startRouter();
-    const agent = await h.client(`agent-dlqv-${h.id}`);
-    const lateTopic = `writ.replies.late-${h.id}`;
-    const version = (await readVersion(h.records, "payment", "pay_1")).version;
-    const codec = new WireCodec({ schemaRegistryUrl: registryUrl() });
-    const bytes = await codec.encode(h.config.topics.intents, "WriteIntent", { ...agent.buildIntent(refundIntent(`run-${h.id}`, version, 900)), replyTo: lateTopic });
+    const { h, refund, writeDlq, redriveRealOne } = await lateRefunds("dlqv");
+    const bytes = await refund(900);
     // Another refund's bytes, under the real intent's key and sha256, written to writ.dlq before the owner dead-letters the real one.
-    const other = await codec.encode(h.config.topics.intents, "WriteIntent", { ...agent.buildIntent(refundIntent(`run-x-${h.id}`, version, 5_000)), replyTo: lateTopic });
-    const forger = new Kafka({ clientId: `dlq-forger-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING }).producer();
-    await forger.connect();
-    onTestFinished(() => forger.disconnect());
-    const forged = deadLetterOf(bytes, { topic: h.config.topics.intents, partition: 0, offset: "0" }, { carried: other });
-    await forger.send({ topic: h.config.topics.dlq, messages: [{ key: "payment:pay_1", value: JSON.stringify(forged) }] });
+    const forged = deadLetterOf(bytes, { topic: h.config.topics.intents, partition: 0, offset: "0" }, { carried: await refund(5_000, `run-x-${h.id}`) });
+    await writeDlq(forged);
     await h.produceRaw("payment:pay_1", bytes);
     const letters = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 2)) as DeadLetter[];
     expect(letters.map((l) => [l.reason, l.sha256])).toEqual([
       ["reply_topic_missing", forged.sha256],
       ["reply_topic_missing", forged.sha256],
     ]);
+    await redriveRealOne(["value_changed", "sent"]);
+  }, 120_000);
 
-    const kafka = new Kafka({ clientId: `dlq-test-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
-    const admin = kafka.admin();
-    await admin.connect();
-    onTestFinished(() => admin.disconnect());
-    await createTopicsWithLeaders(admin, [{ topic: lateTopic, numPartitions: 1 }]);
-    const sent = await writ(["dlq", "redrive", "--reason", "reply_topic_missing", "--json"], cliEnv(h));
-    expect(sent.code, sent.stderr).toBe(1);
-    expect(sent.stdout.trim().split("\n").map((l) => (JSON.parse(l) as { outcome: string }).outcome)).toEqual(["value_changed", "sent"]);
-    const [reply] = (await h.readTopic(lateTopic, "Reply", 1)) as Reply[];
-    expect(reply).toMatchObject({ status: "applied", duplicate: false });
-    expect(h.records.patchRequests().filter((r) => r.type === "payment")).toHaveLength(1);
-    expect((await readVersion(h.records, "payment", "pay_1")).state.refunds).toEqual([expect.objectContaining({ amountCents: 900 })]);
+  it("a forged truncated dead letter with a real one's key, sha256 and reason but another record's source, ahead of it, is refused source_changed; the real one is sent", async () => {
+    const { h, refund, writeDlq, redriveRealOne } = await lateRefunds("dlqt");
+    const bytes = await refund(900);
+    // Another record of the intents topic, for the forgery's source: not an intent, dead-lettered for another reason.
+    await h.produceRaw("payment:pay_2", Buffer.from("{not json"));
+    const [elsewhere] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
+    expect(elsewhere).toMatchObject({ key: "payment:pay_2", source: { topic: h.config.topics.intents } });
+    // A truncated copy of the real intent's dead letter naming that record, written before the owner dead-letters the real one.
+    const forged = deadLetterOf(bytes, elsewhere!.source, { truncated: true, carried: bytes.subarray(0, 10) });
+    await writeDlq(forged);
+    await h.produceRaw("payment:pay_1", bytes);
+    const letters = ((await h.readTopic(h.config.topics.dlq, "DeadLetter", 3)) as DeadLetter[]).filter((l) => l.key === "payment:pay_1");
+    expect(letters.map((l) => [l.reason, l.sha256, l.truncated])).toEqual([
+      ["reply_topic_missing", forged.sha256, true],
+      ["reply_topic_missing", forged.sha256, false],
+    ]);
+    await redriveRealOne(["source_changed", "sent"]);
+  }, 120_000);
+
+  it("a record's whole dead letter after its truncated one is sent after it, in the order they came", async () => {
+    const { h, refund, writeDlq } = await lateRefunds("dlqo");
+    // The first intent's dead letter as a truncated one (its value cut, its source the original), then the second's, whole.
+    const first = await refund(900);
+    await h.produceRaw("payment:pay_1", first);
+    const [dead] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 1)) as DeadLetter[];
+    await writeDlq(deadLetterOf(first, dead!.source, { reason: "too_large", truncated: true, carried: first.subarray(0, 10) }));
+    await h.produceRaw("payment:pay_1", await refund(500));
+    const [, , second] = (await h.readTopic(h.config.topics.dlq, "DeadLetter", 3)) as DeadLetter[];
+    expect([second!.reason, second!.truncated]).toEqual(["reply_topic_missing", false]);
+
+    const run = await writ(["dlq", "redrive", "--reason", "too_large", "--source", `${second!.source.partition}:${second!.source.offset}`, "--json"], cliEnv(h));
+    expect(run.code, run.stderr).toBe(0);
+    const lines = run.stdout.trim().split("\n").map((l) => JSON.parse(l) as { dlq: { partition: number; offset: string }; reason: string; outcome: string });
+    expect(lines.map((l) => [l.reason, l.outcome])).toEqual([
+      ["too_large", "sent"],
+      ["reply_topic_missing", "sent"],
+    ]);
+    // on the intents topic (one key, one partition), in that order
+    const kafka = new Kafka({ clientId: `dlq-reader-${h.id}`, brokers: brokers(), logLevel: logLevel.NOTHING });
+    const redriven: string[] = [];
+    await readWholeTopic(kafka, h.config.topics.intents, createLogger({ level: "silent" }), (r) => {
+      const from = r.headers?.["writ-redriven-from"];
+      if (from !== undefined) redriven.push(from.toString());
+    });
+    expect(redriven).toEqual(lines.map((l) => `${h.config.topics.dlq}:${l.dlq.partition}:${l.dlq.offset}`));
   }, 120_000);
 });
