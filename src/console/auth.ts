@@ -6,6 +6,7 @@
 // rebinding), as producers/adapters/mcp-server.ts checks them.
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
+import { isIPv6 } from "node:net";
 import { WritError } from "../errors.ts";
 
 export type Role = "reader" | "operator";
@@ -118,19 +119,71 @@ export class StreamTickets {
   }
 }
 
-/** Host headers a server bound to `host`:`port` answers, plus the ones named (`name` or `name:port`). */
+/** A host name or IPv4 address as a Host header carries it: dot-separated labels (letters, digits, `-`, `_`). */
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/i;
+
+/**
+ * Why `entry` cannot be a Host the console is reached by, or null when it can: `name[:port]` or `[IPv6][:port]`, as
+ * a Host header carries it. Anything else never matches a request (a URL, an IPv6 address without brackets: every
+ * request refused), or, empty, matches one sent without a Host header.
+ */
+export function allowedHostFault(entry: string): string | null {
+  if (entry === "") return "empty: a request without a Host header would be let through";
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(entry)) return "a Host name, not a URL: no scheme and no path (e.g. console.example.com or console.example.com:8443)";
+  if (isIPv6(entry)) return `an IPv6 address goes in brackets, as a Host header carries it: [${entry}]`;
+  const m = /^(\[[^\]]*\]|[^:[\]]+)(?::([1-9][0-9]{0,4}))?$/.exec(entry);
+  if (m === null || Number(m[2] ?? 1) > 65535 || !(m[1]!.startsWith("[") ? isIPv6(m[1]!.slice(1, -1)) : HOST_NAME.test(m[1]!))) {
+    return "not name[:port] or [IPv6 address][:port] (a port from 1 to 65535), as a Host header carries it";
+  }
+  // Browsers send the host as a URL's parser writes it (lower case, IPv6 compressed, an IPv4 address in dotted
+  // decimal): any other spelling of it never matches a request.
+  const name = m[1]!;
+  const port = m[2] === undefined ? "" : `:${m[2]}`;
+  let canonical: string;
+  try {
+    canonical = new URL(`http://${name}`).hostname;
+  } catch {
+    if (name.includes("%")) return `a zone id (${name.slice(name.indexOf("%"), -1)}) is never in a Host header: give the address without it`;
+    return "not a host a browser sends (it is no URL's host)";
+  }
+  if (canonical !== name.toLowerCase()) return `browsers send this host as ${canonical}, so it would never match: give ${canonical}${port}`;
+  return null;
+}
+
+/** The first entry of `entries` that cannot be an allowed Host, with why (allowedHostFault); null when none. */
+export function badAllowedHost(entries: readonly string[]): { entry: string; fault: string } | null {
+  for (const entry of entries) {
+    const fault = allowedHostFault(entry);
+    if (fault !== null) return { entry, fault };
+  }
+  return null;
+}
+
+/**
+ * Host headers a server bound to `host`:`port` answers, plus the ones named (`name` or `name:port`, checked by
+ * allowedHostFault). Browsers leave the default port out of Host and Origin: on port 80 (the console serves no TLS,
+ * so no 443) the bare name is allowed too.
+ */
 export function allowedHostsFor(host: string, port: number, extra: readonly string[] = []): Set<string> {
   const out = new Set<string>();
+  const add = (name: string, p: number) => {
+    out.add(`${name}:${p}`);
+    if (p === 80) out.add(name);
+  };
   const bare = host.replace(/^\[|\]$/g, "");
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(bare);
   const any = bare === "0.0.0.0" || bare === "::";
-  if (loopback || any) for (const h of ["127.0.0.1", "localhost", "[::1]"]) out.add(`${h}:${port}`);
-  if (!loopback && !any) out.add(`${bare.includes(":") ? `[${bare}]` : bare}:${port}`.toLowerCase());
+  if (loopback || any) for (const h of ["127.0.0.1", "localhost", "[::1]"]) add(h, port);
+  if (!loopback && !any) add((bare.includes(":") ? `[${bare}]` : bare).toLowerCase(), port);
   for (const raw of extra) {
     const h = raw.toLowerCase();
-    out.add(h);
-    // a name without a port: also as the server's own port (a proxy in front may leave the port out)
-    if (!/:\d+$/.test(h)) out.add(`${h}:${port}`);
+    const named = /^(.+):(\d+)$/.exec(h);
+    if (named) add(named[1]!, Number(named[2]));
+    else {
+      // a name without a port: also as the server's own port (a proxy in front may leave the port out)
+      out.add(h);
+      add(h, port);
+    }
   }
   return out;
 }

@@ -18,10 +18,10 @@ import {
   type Command,
 } from "../cli/common.ts";
 import { onStopSignals } from "../cli/signals.ts";
-import { printable } from "../printable.ts";
+import { jsonLine, printable } from "../printable.ts";
 import { DEFAULT_HEADERS_TIMEOUT_MS, listenFault, probeListen } from "../listen.ts";
 import { CONSOLE_MAX_CONNECTIONS, startConsole, type ConsoleOptions } from "./server.ts";
-import { ConsoleAuth } from "./auth.ts";
+import { badAllowedHost, ConsoleAuth } from "./auth.ts";
 
 const USAGE = `usage: writ console [--token <token>] [--operator-token <token>] [--operator <id>] [--host <addr>] [--port <n>]
 
@@ -51,8 +51,9 @@ or send back (403); the operator token can.
   --reply-topic <topic>     the operator's reply topic (default <reply prefix><operator>)
   --host <addr>             address to bind (default 127.0.0.1)
   --port <n>                port (default 39200; 0 takes a free one)
-  --allowed-host <name>     another Host name the page is reached by, name or name:port (repeatable), e.g.
-                            behind a proxy; other Host and Origin headers are refused (DNS rebinding)
+  --allowed-host <name>     another Host name the page is reached by, name[:port] or [IPv6 address][:port]
+                            (repeatable), e.g. behind a proxy; other Host and Origin headers are refused (DNS
+                            rebinding). On port 80 the bare name is allowed too (browsers leave that port out)
   --backlog <n>             offsets read back per partition of the topics there at the start (default 1000);
                             topics created later are read from their beginning
   --from-beginning          read every topic from its beginning
@@ -131,8 +132,11 @@ async function main(argv: string[]): Promise<number> {
     token: a.token !== undefined ? "--token" : "WRIT_CONSOLE_TOKEN",
     operatorToken: a["operator-token"] !== undefined ? "--operator-token" : "WRIT_CONSOLE_OPERATOR_TOKEN",
   });
+  const allowedHosts = a["allowed-host"] ?? [];
+  const badHost = badAllowedHost(allowedHosts);
+  if (badHost !== null) throw new UsageError(`--allowed-host ${jsonLine(badHost.entry)}: ${badHost.fault}`);
   const settings = {
-    allowedHosts: a["allowed-host"] ?? [],
+    allowedHosts,
     backlog: a["from-beginning"] ? ("all" as const) : intFlag("backlog", a.backlog, 1000),
     limits: { recent: intFlag("keep", a.keep, 100, 1) },
     discoverIntervalMs: msFlag("discover-ms", a["discover-ms"], 5000, 100),

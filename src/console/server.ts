@@ -43,11 +43,13 @@ import { connectionLimits, listen } from "../listen.ts";
 import { Version, type JsonPatchOp } from "../schemas/common.ts";
 import type { IntentSigner } from "../security/signing.ts";
 import { kafkaConnection, type ConnectionSecurity } from "../security/transport.ts";
-import { allowedHostsFor, ConsoleAuth, refusedOrigin, StreamTickets, type Role } from "./auth.ts";
+import { jsonLine } from "../printable.ts";
+import { allowedHostsFor, badAllowedHost, ConsoleAuth, refusedOrigin, StreamTickets, type Role } from "./auth.ts";
 import { startFeed, type Feed } from "./feed.ts";
 import { checkDelta, deltaBounds, deltaRoom } from "./delta.ts";
 import { DeadLetterSender, MAX_SEND_BACK, SEND_BACK_STATUS, type RedriveReport } from "./send-back.ts";
-import { ConsoleState, type ConsoleLimits, type NotResolvable } from "./state.ts";
+import { ConsoleState, NAME_CHARS, type ConsoleLimits, type NotResolvable } from "./state.ts";
+import { EventStreams } from "./streams.ts";
 
 export interface ConsoleOptions {
   brokers: string[];
@@ -83,7 +85,7 @@ export interface ConsoleOptions {
   host?: string;
   /** Default 0: an ephemeral port. */
   port?: number;
-  /** More Host names the console may be reached by (`name` or `name:port`), e.g. behind a proxy. */
+  /** More Host names the console may be reached by (`name[:port]` or `[IPv6][:port]`; others are refused config_invalid), e.g. behind a proxy. */
   allowedHosts?: string[];
   /** Offsets read back per partition of the topics there at the start (default 1000), or "all". */
   backlog?: number | "all";
@@ -194,6 +196,10 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   if (ttl !== undefined && !(Number.isInteger(ttl) && ttl >= 1 && ttl <= 600_000)) {
     throw new WritError("config_invalid", `streamTicketTtlMs must be a whole number of ms from 1 to 600000 (it is ${ttl})`, { retriable: false, context: { field: "streamTicketTtlMs" } });
   }
+  const badHost = badAllowedHost(opts.allowedHosts ?? []);
+  if (badHost !== null) {
+    throw new WritError("config_invalid", `allowedHosts entry ${jsonLine(badHost.entry)}: ${badHost.fault}`, { retriable: false, context: { field: "allowedHosts" } });
+  }
   const maxStreams = opts.maxStreams ?? 32;
   if (!(Number.isInteger(maxStreams) && maxStreams >= 1 && maxStreams <= CONSOLE_MAX_CONNECTIONS / 4)) {
     throw new WritError("config_invalid", `maxStreams must be a whole number from 1 to ${CONSOLE_MAX_CONNECTIONS / 4} (it is ${maxStreams})`, { retriable: false, context: { field: "maxStreams" } });
@@ -269,30 +275,20 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
     else log.warn(fields, `ACL check: ${check.message}`);
   });
 
-  // Event streams: everything on connect, then what changed, at most every 250 ms.
-  const streams = new Set<ServerResponse>();
+  // Event streams: everything on connect, then what changed, at most every 250 ms; a page that does not read is
+  // dropped (EventStreams).
+  const streams = new EventStreams();
   const frame = (event: string, data: unknown): string | null => sseFrame(event, data, log);
-  const send = (res: ServerResponse, text: string): void => {
-    // A client that does not read (8 MiB buffered) is dropped; its browser reconnects and starts from a snapshot.
-    if (res.writableLength > 8 << 20) {
-      res.destroy();
-      streams.delete(res);
-      return;
-    }
-    res.write(text);
-  };
   const pump = setInterval(() => {
     const changes = state.changes();
     if (changes === null) return;
     // One serialization per change, whatever the number of streams: a burst of escalations makes the section megabytes.
     const text = frame("update", changes);
     // Skipped: the open pages would miss those sections, so they are closed; they reconnect and start from a snapshot.
-    if (text === null) for (const res of streams) res.end();
-    else for (const res of streams) send(res, text);
+    if (text === null) streams.endAll();
+    else streams.send(text);
   }, 250);
-  const heartbeat = setInterval(() => {
-    for (const res of streams) res.write(": keep-alive\n\n");
-  }, 15_000);
+  const heartbeat = setInterval(() => streams.comment("keep-alive"), 15_000);
 
   const resolving = new Set<string>();
   let allowed = new Set<string>();
@@ -359,8 +355,8 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       if (snapshot === null) return reply(res, 503, { error: "the console's state could not be sent; try again" }, { "retry-after": "2" });
       res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", "x-accel-buffering": "no" });
       res.write("retry: 2000\n\n");
-      send(res, frame("hello", session(role))!);
-      send(res, snapshot);
+      res.write(frame("hello", session(role))!);
+      res.write(snapshot);
       streams.add(res);
       req.on("close", () => streams.delete(res));
       return;
@@ -371,7 +367,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       if (role === null) return unauthorized(res);
       return reply(res, 200, path === "/api/session" ? session(role) : state.snapshot());
     }
-    const m = /^\/api\/escalations\/([^/]{1,400})\/resolve$/.exec(path);
+    const m = ESCALATION_RESOLVE.exec(path);
     if (m) {
       const client = asOperator(req, res, method, "resolving escalations");
       if (client === null) return;
@@ -484,7 +480,9 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       state.resolutionAnswered(escalationId, body.decision, operatorId, a);
       log.info({ escalationId, decision: body.decision, operator: operatorId, withDelta: delta !== undefined, status: a.status, reason: a.reason }, "escalation decision from the console");
       opts.onDecision?.({ escalationId, decision: body.decision, operator: operatorId, status: a.status, ...(a.reason ? { reason: a.reason } : {}) });
-      return reply(res, 200, { answer, escalation: state.escalationItem(escalationId) ?? null });
+      // The answer as the page shows it, bounded: any producer can write the operator's reply topic, and a refusal's
+      // details carry the record as the owner read it (a large, deeply nested one stalled the page's tab).
+      return reply(res, 200, { answer: state.answerShown(a), escalation: state.escalationItem(escalationId) ?? null });
     } finally {
       resolving.delete(escalationId);
     }
@@ -551,8 +549,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       closing ??= (async () => {
         clearInterval(pump);
         clearInterval(heartbeat);
-        for (const res of streams) res.end();
-        streams.clear();
+        streams.endAll();
         http.closeAllConnections();
         await new Promise<void>((resolve) => http.close(() => resolve()));
         await feed.close();
@@ -582,6 +579,13 @@ async function checkTrust(kafka: Kafka, topics: Parameters<typeof checkTopicAcls
  * from hostile records: a frame that fails to serialize (RangeError: Invalid string length) must cost that
  * frame, never the process (the pump runs on a timer: an exception there exits).
  */
+/**
+ * The resolve route. The page names an escalation by its id as shown (ConsoleState.name: at most NAME_CHARS
+ * characters), percent-encoded: at most 9 characters for each (one of 3 UTF-8 bytes, as the `…` of a cut or marked
+ * id), so every id shown fits.
+ */
+const ESCALATION_RESOLVE = new RegExp(`^/api/escalations/([^/]{1,${9 * NAME_CHARS}})/resolve$`);
+
 export function sseFrame(event: string, data: unknown, log: Pick<Logger, "error">): string | null {
   try {
     return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;

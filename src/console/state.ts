@@ -10,7 +10,7 @@
 // decides what the operator may do: the owner's ledger does.
 import { createHash } from "node:crypto";
 import { canonicalJson } from "../canonical-json.ts";
-import { entityKey } from "../schemas/common.ts";
+import { entityKey, Version } from "../schemas/common.ts";
 import type { DeadLetter } from "../schemas/dead-letter.ts";
 import type { Escalation } from "../schemas/escalation.ts";
 import type { Reply } from "../schemas/reply.ts";
@@ -18,10 +18,12 @@ import type { Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { AclCheck } from "../doctor/acls.ts";
 import { LruMap } from "../lru-map.ts";
+import { printable } from "../printable.ts";
 
 import {
   DEFAULT_LIMITS,
   NAME_CHARS,
+  type AnswerShown,
   type Clipped,
   type ConflictItem,
   type ConsoleLimits,
@@ -37,6 +39,7 @@ import {
   type LagView,
   type NotResolvable,
   type RecordRef,
+  type RecordShown,
   type ReplyItem,
   type ResolutionOutcome,
   type Section,
@@ -45,6 +48,39 @@ import {
 } from "./view.ts";
 
 export * from "./view.ts";
+
+/** What JSON.stringify leaves raw that a page would act on: DEL, the C1 controls, bidi overrides and isolates. */
+const JSON_UNSAFE = /[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
+
+/** JSON text with those written as \u escapes (inside its strings, the only place they can be): the same value. */
+const jsonSafe = (json: string): string => json.replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+
+/** The first 16 hex digits of the sha256 of `s`: what keeps two ids shown alike two keys. */
+const digestOf = (s: string): string => createHash("sha256").update(s).digest("hex").slice(0, 16);
+
+/**
+ * The beginning of `s` as shown, each character escaped by `escape`, in at most `max` characters: cut only between
+ * whole escapes (never inside a `\x1b` or a `\u202e`; in JSON, `json`, never inside one of its own escapes, `\n`,
+ * `\"`, `\u0000`), nor inside a surrogate pair. Escaped first and then cut, so the bound is on what is shown (cut
+ * first, escaping made it up to 6 times longer). `taken`: how many characters of `s` it shows. Reads no more of `s`
+ * than it shows.
+ */
+function shownPrefix(s: string, max: number, escape: (c: string) => string, json = false): { text: string; taken: number } {
+  const parts: string[] = [];
+  let length = 0;
+  let i = 0;
+  while (i < s.length) {
+    const c = s.charCodeAt(i);
+    // outside strings JSON has no backslash: from the start, each one met begins an escape (\uXXXX, or two characters)
+    const n = json && c === 0x5c ? (s.charCodeAt(i + 1) === 0x75 ? 6 : 2) : c >= 0xd800 && c <= 0xdbff && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00 ? 2 : 1;
+    const shown = n === 1 ? escape(s[i]!) : s.slice(i, i + n);
+    if (length + shown.length > max) break;
+    parts.push(shown);
+    length += shown.length;
+    i += n;
+  }
+  return { text: parts.join(""), taken: i };
+}
 
 /** Claims kept per dead letter not read yet (records naming it in writ-redriven-from). */
 const SENT_BACK_CLAIMS = 4;
@@ -146,6 +182,10 @@ export class ConsoleState {
    * cost the indented length, and a deeply nested value indents to a hundred times its size (a megabyte of
    * arrays 118 deep: 121 M characters, 0.4 s a value). Values come decoded at most 128 deep (decodeRecord),
    * so indenting one that fits is bounded; the compact form is shown when the indented one would not fit.
+   * What JSON.stringify leaves raw and a page would act on (C1 controls, bidi overrides) is written as \u
+   * escapes, as jsonLine writes them: the text parses back to the same value (the page prefills a change with it).
+   * Escaped before it is measured and cut: a cut one is at most `valueChars` characters of the escaped JSON, from
+   * its beginning and never ending inside an escape, then how many characters of the JSON were not shown.
    */
   clip(value: unknown): Clipped {
     const max = this.limits.valueChars;
@@ -153,38 +193,74 @@ export class ConsoleState {
     try {
       json = JSON.stringify(value) ?? "null";
     } catch {
-      json = String(value);
+      json = printable(String(value));
     }
-    if (json.length > max) {
+    // escaped, it is at least as long: one too long already is cut without escaping the whole of it
+    const safe = json.length > max ? null : jsonSafe(json);
+    if (safe === null || safe.length > max) {
       this.counts.cut++;
-      return { json: `${json.slice(0, max)}\n… (${json.length - max} more characters)`, truncated: true };
+      // escaped, then cut on a whole escape: at most `max` characters, a beginning of the escaped JSON
+      const { text, taken } = shownPrefix(json, max, jsonSafe, true);
+      return { json: `${text}\n… (${json.length - taken} more characters)`, truncated: true };
     }
     let indented: string | undefined;
     try {
-      indented = JSON.stringify(value, null, 2);
+      indented = jsonSafe(JSON.stringify(value, null, 2));
     } catch {
       indented = undefined;
     }
-    return { json: indented !== undefined && indented.length <= max ? indented : json, truncated: false };
+    return { json: indented !== undefined && indented.length <= max ? indented : safe, truncated: false };
   }
 
-  /** A message or reason from a record, at most `textChars` characters; a cut one says how many went. */
+  /**
+   * A message or reason from a record, its controls and bidi overrides shown as escapes (printable): never acted on
+   * by the page. At most `textChars` characters as shown, cut on a whole escape; a cut one says how many of its
+   * characters were not shown.
+   */
   text(s: string): string {
     const max = this.limits.textChars;
-    if (s.length <= max) return s;
+    if (s.length <= max) {
+      const shown = printable(s);
+      if (shown.length <= max) return shown;
+    }
     this.counts.cut++;
-    return `${s.slice(0, max)}… (${s.length - max} more characters)`;
+    const { text, taken } = shownPrefix(s, max, printable);
+    return `${text}… (${s.length - taken} more characters)`;
   }
 
   private textOf(s: unknown): string | undefined {
     return typeof s === "string" ? this.text(s) : undefined;
   }
 
-  /** An id, name, entity, version or key from a record, at most about NAME_CHARS characters (a cut one keeps a digest of the whole). */
+  /**
+   * An id, name, entity, version or key from a record, shown in at most NAME_CHARS characters, escaped as text()
+   * escapes. The items and the maps that correlate records are keyed by it, and the page names an escalation by it
+   * (what a resolution carries is the record's own: openRaw), so two different ids are never shown alike: one
+   * shown otherwise than it is (escaped, or with a `\` or `…` that an escape or a cut shows) carries the digest of
+   * the whole (`(sha256 …)`), and so does one cut (`… (N characters, sha256 …)`); one shown as it is has neither
+   * `\` nor `…`. Cut on whole escapes.
+   */
   name(s: string): string {
-    if (s.length <= NAME_CHARS) return s;
+    if (s.length <= NAME_CHARS) {
+      const shown = printable(s);
+      if (shown === s && !s.includes("\\") && !s.includes("…")) return s;
+      const marked = `${shown} (sha256 ${digestOf(s)})`;
+      if (marked.length <= NAME_CHARS) return marked;
+    }
     this.counts.cut++;
-    return `${s.slice(0, NAME_CHARS - 40)}… (${s.length} characters, sha256 ${createHash("sha256").update(s).digest("hex").slice(0, 16)})`;
+    const tail = `… (${s.length} characters, sha256 ${digestOf(s)})`;
+    return `${shownPrefix(s, NAME_CHARS - tail.length, printable).text}${tail}`;
+  }
+
+  /**
+   * A record as an owner read it, as the page shows it: its version shown as name() shows it and, when that is
+   * not the version itself (escaped, or cut: one of 201 to 256 characters), the version too (`rawVersion`, only one
+   * writ can carry: 1 to 256 characters), for the page to send back as the base version of an Apply on it (the
+   * owner compares it with the record's own: the text shown would never match).
+   */
+  private recordShown(version: string, state: unknown): RecordShown {
+    const shown = this.name(version);
+    return { version: shown, state: this.clip(state), ...(shown !== version && Version.safeParse(version).success ? { rawVersion: version } : {}) };
   }
 
   private entityText(e: { type: string; id: string } | undefined | null): string | null {
@@ -477,7 +553,7 @@ export class ConsoleState {
       baseVersion: this.name(e.intent.baseVersion),
       change: this.clip(e.intent.delta),
       params: this.clip(e.intent.params),
-      current: e.current ? { version: this.name(e.current.version), state: this.clip(e.current.state) } : null,
+      current: e.current ? this.recordShown(e.current.version, e.current.state) : null,
       mayHaveWritten: e.mayHaveWritten === true || e.reason === "outcome_unknown",
       status: "open",
       where,
@@ -651,10 +727,21 @@ export class ConsoleState {
     else {
       item.lastAttempt = { decision, by, at: a.at, status: a.status, ...(a.reason ? { reason: a.reason } : {}), ...(a.message ? { message: a.message } : {}) };
       const current = recordRead(answer.details);
-      if (current) item.current = { version: this.name(current.version), state: this.clip(current.state) };
+      if (current) item.current = this.recordShown(current.version, current.state);
     }
     this.touch(item, "whole");
     this.changed("counts");
+  }
+
+  /** The owner's answer to a decision sent from the page, as the page shows it (AnswerShown): status, reason, message, version, via and details, bounded. */
+  answerShown(answer: { status: string; reason?: unknown; message?: unknown; version?: unknown; via?: unknown; details?: unknown }): AnswerShown {
+    const shown: AnswerShown = { status: this.name(answer.status) };
+    if (typeof answer.reason === "string") shown.reason = this.text(answer.reason);
+    if (typeof answer.message === "string") shown.message = this.text(answer.message);
+    if (typeof answer.version === "string") shown.version = this.name(answer.version);
+    if (typeof answer.via === "string") shown.via = this.name(answer.via);
+    if (answer.details !== undefined) shown.details = this.clip(answer.details);
+    return shown;
   }
 
   /** The ACL check's answer (src/doctor/acls.ts). */

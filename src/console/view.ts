@@ -32,12 +32,23 @@ export interface ConsoleLimits {
 export const DEFAULT_LIMITS: ConsoleLimits = { recent: 100, inFlight: 2000, escalations: 500, valueChars: 4000, textChars: 2000, intentChars: 262_144 };
 
 /**
- * Characters kept of an id, name, entity, version or key read from a record. One cut keeps a digest of the
- * whole, so two long ids sharing a beginning stay two.
+ * Characters an id, name, entity, version or key read from a record is shown in at most, escapes counted. One cut,
+ * or shown otherwise than it is, keeps a digest of the whole, so two ids never show as one (ConsoleState.name).
  */
 export const NAME_CHARS = 200;
 
-/** JSON text, cut at `valueChars`. */
+/**
+ * A record as an owner read it, as the page shows it: its version as shown (escaped and bounded as an id is), and
+ * `rawVersion`, the version itself, when that differs (an escaped or cut one): what the page sends back as the base
+ * version of an Apply on it, never shown.
+ */
+export interface RecordShown {
+  version: string;
+  state: Clipped;
+  rawVersion?: string;
+}
+
+/** JSON text, cut at `valueChars` (escaped first, then cut on a whole escape). */
 export interface Clipped {
   json: string;
   truncated: boolean;
@@ -129,7 +140,7 @@ export interface EscalationItem {
   change: Clipped;
   params: Clipped;
   /** The record as the owner last read it, when it could. */
-  current: { version: string; state: Clipped } | null;
+  current: RecordShown | null;
   /** The escalated write may have reached the system of record already (the escalation says so). */
   mayHaveWritten: boolean;
   status: "open" | "resolved";
@@ -288,3 +299,17 @@ export type ConsoleChanges = Partial<Omit<ConsoleSnapshot, "escalations" | "repl
 
 /** Why the page may not resolve an escalation (the answer's `reason`, with 404 for unknown, 409 otherwise). */
 export type NotResolvable = "escalation_unknown" | "escalation_not_open" | "escalation_contested" | "escalation_too_large";
+
+/**
+ * The owner's answer to a decision sent from the page, as the page shows it: bounded as a record's strings are
+ * (its `details` can carry a whole record, as large and deep as the system of record keeps it), the details as
+ * clipped JSON.
+ */
+export interface AnswerShown {
+  status: string;
+  reason?: string;
+  message?: string;
+  version?: string;
+  via?: string;
+  details?: Clipped;
+}

@@ -2,7 +2,7 @@
 // typed on an escalation's card, kept by escalation id, over its prefill; marked when the record it was written
 // against is no longer the one shown; gone with its escalation.
 import { describe, expect, it } from "vitest";
-import { DraftBook, decidable, prefill } from "../../src/console/assets/drafts.js";
+import { baseToSend, DraftBook, decidable, prefill } from "../../src/console/assets/drafts.js";
 import type { EscalationItem } from "../../src/console/view.ts";
 
 const where = { topic: "writ.human", partition: 0, offset: "0" };
@@ -111,5 +111,23 @@ describe("the console page's drafts", () => {
     expect(["e-1", "e-2", "e-3", "e-4", "e-5"].map((id) => book.get(id) !== undefined)).toEqual([true, true, false, false, false]);
     // an escalation that comes back (a new snapshot) has no draft of the dropped one
     expect(book.fields(item(5))).toEqual(prefill(item(5)));
+  });
+  it("an Apply on the version shown sends the record's own when it is shown otherwise (escaped, cut: rawVersion); a version typed, or kept from a draft, goes as typed", () => {
+    const raw = 'W/"v\x85"';
+    const shown = 'W/"v\\x85" (sha256 0123456789abcdef)';
+    const e = item(1, null, { current: { version: shown, state: clipped({}), rawVersion: raw } });
+    // shown escaped in the field, sent as the record's own
+    expect(prefill(e).base).toBe(shown);
+    expect(baseToSend(e, prefill(e).base)).toBe(raw);
+    // kept on the record shown now: the same
+    const book = new DraftBook();
+    book.edit(item(1), "delta", "[edited]");
+    book.keep(e);
+    expect(baseToSend(e, book.fields(e).base)).toBe(raw);
+    // typed: as typed; a record shown as it is: as shown; none read: as typed
+    expect(baseToSend(e, '"v9"')).toBe('"v9"');
+    expect(baseToSend(item(2), '"v4"')).toBe('"v4"');
+    expect(baseToSend(item(3, null), '"v1"')).toBe('"v1"');
+    expect(baseToSend(undefined, '"v1"')).toBe('"v1"');
   });
 });

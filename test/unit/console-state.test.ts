@@ -1,9 +1,10 @@
 // The console's memory (src/console/state.ts), without Kafka: bounds, records
 // read twice, replies read before their intents or escalations, and the
 // owners' committed offset settling intents that get no reply.
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { sseFrame } from "../../src/console/server.ts";
-import { ConsoleState } from "../../src/console/state.ts";
+import { ConsoleState, DEFAULT_LIMITS, NAME_CHARS } from "../../src/console/state.ts";
 import { notRedrivable, redrivenFrom } from "../../src/dlq-redrive.ts";
 import { entityKey } from "../../src/schemas/common.ts";
 import type { Escalation } from "../../src/schemas/escalation.ts";
@@ -28,6 +29,8 @@ function intent(n: number, agent = "alice"): WriteIntent {
     createdAt: at,
   };
 }
+/** An id as name() shows one that is not shown as it is (escaped, or with a `\` or `…`): with the digest of the record's own. */
+const marked = (shown: string, raw: string) => `${shown} (sha256 ${createHash("sha256").update(raw).digest("hex").slice(0, 16)})`;
 const where = (topic: string, offset: number, partition = 0) => ({ topic, partition, offset: String(offset) });
 const applied = (n: number, extra: Record<string, unknown> = {}): Reply =>
   ({ status: "applied", intentId: `i-${n}`, intentKey: key(n), duplicate: false, at, entity: { type: "ticket", id: `T-${n}` }, state: null, version: '"v2"', via: "patch", ...extra }) as Reply;
@@ -227,6 +230,160 @@ describe("ConsoleState", () => {
     // an intent larger than an owner admits is not kept: the page says to use the CLI
     human(s, 3, { ...escalation(4), intent: { ...intent(4), params: { big: "y".repeat(5000) } } });
     expect(s.resolvable("e-4")).toMatchObject({ refused: "escalation_too_large" });
+  });
+
+  it("shows every string a record brings with its controls and bidi overrides escaped (as writ escalations list does), its JSON still the same value; records still correlate by their ids", () => {
+    const s = new ConsoleState(topics);
+    // U+202E reverses what follows it on the page: ticket:12\u202e34 showed as ticket:1243, and the rest of its line reversed
+    const odd = "12\u202e34";
+    const i = { ...intent(1), intentId: `i-${odd}`, entity: { type: "ticket", id: odd }, tool: "tag\u2066", agent: { id: "al\x9bice", runId: "r\x1b]0;", stepId: "s" }, delta: [{ op: "replace" as const, path: "/tags", value: ["a\u202eb", "c\x9bd", "e\x1bf"] }] };
+    s.intent(where("writ.intents", 0), i);
+    expect(s.snapshot().inFlight[0]).toMatchObject({
+      intentId: marked("i-12\\u202e34", `i-${odd}`),
+      entity: marked("ticket:12\\u202e34", `ticket:${odd}`),
+      tool: marked("tag\\u2066", "tag\u2066"),
+      agent: marked("al\\x9bice", "al\x9bice"),
+      runId: marked("r\\x1b]0;", "r\x1b]0;"),
+    });
+    human(s, 0, { ...escalation(1), escalationId: `e-${odd}`, reason: "r\u2069", message: "m\x1b[2J\u202e", intent: i });
+    const e = s.snapshot().escalations[0]!;
+    expect([e.escalationId, e.entity, e.reason, e.message, e.intentId]).toEqual([marked("e-12\\u202e34", `e-${odd}`), marked("ticket:12\\u202e34", `ticket:${odd}`), "r\\u2069", "m\\x1b[2J\\u202e", marked("i-12\\u202e34", `i-${odd}`)]);
+    // the change as JSON: nothing raw a page would act on, and it parses back to the agent's change (the page prefills it)
+    expect(e.change.json).not.toMatch(/[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/);
+    expect(JSON.parse(e.change.json)).toEqual(i.delta);
+    expect(JSON.parse(s.clip({ "k\u2067": ["\x7f", "\u202a"] }).json)).toEqual({ "k\u2067": ["\x7f", "\u202a"] });
+    // cut and escaped: still a bound, and still nothing raw
+    const long = s.clip("\u202e".repeat(10_000));
+    expect([long.truncated, /[\u202a-\u202e]/.test(long.json)]).toEqual([true, false]);
+    // the page names the escalation as shown; what a resolution carries is the record's own
+    expect(s.resolvable(e.escalationId)).toMatchObject({ escalation: { escalationId: `e-${odd}`, intent: { intentId: `i-${odd}`, entity: { id: odd } } } });
+    // a reply is matched to its intent and escalation by the same ids
+    s.reply(where("writ.replies.alice", 0), { status: "rejected", intentId: `i-${odd}`, intentKey: key(1), duplicate: false, at, reason: "escalation_discarded", message: "no\u202e", resolvedBy: "ops\x1b" } as Reply);
+    const snap = s.snapshot();
+    expect(snap.inFlight).toEqual([]);
+    expect(snap.replies[0]).toMatchObject({ intentId: marked("i-12\\u202e34", `i-${odd}`), message: "no\\u202e", resolvedBy: marked("ops\\x1b", "ops\x1b"), tool: marked("tag\\u2066", "tag\u2066") });
+    expect(snap.escalations[0]).toMatchObject({ status: "resolved", resolution: { outcome: "discarded", by: marked("ops\\x1b", "ops\x1b") } });
+    s.deadLetter(where("writ.dlq", 0), { reason: "r\x85", message: "m\u202d", source: { topic: "t\u202e", partition: 0, offset: "4\u2066" }, key: `ticket:${odd}`, valueBase64: "", originalBytes: 3, sha256: "ab", truncated: false, headers: {}, at });
+    expect(s.snapshot().deadLetters[0]).toMatchObject({ reason: "r\\x85", message: "m\\u202d", key: marked("ticket:12\\u202e34", `ticket:${odd}`), source: { topic: marked("t\\u202e", "t\u202e"), offset: marked("4\\u2066", "4\u2066") } });
+    // a long one: cut, escaped, with the digest of the whole
+    human(s, 1, { ...escalation(2), escalationId: `\u202e${"x".repeat(300)}` });
+    expect(s.snapshot().escalations.map((x) => x.escalationId)).toContainEqual(expect.stringMatching(/^\\u202ex+… \(301 characters, sha256 [0-9a-f]{16}\)$/));
+  });
+
+  it("the owner's answer to a decision from the page is given bounded: its fields cut and escaped, its details clipped JSON (a record 500 deep stalled the tab)", () => {
+    const s = new ConsoleState(topics, { textChars: 100 });
+    let deep: unknown = "x".repeat(100_000);
+    for (let i = 0; i < 500; i++) deep = { n: [deep] };
+    const answer = { status: "rejected", intentId: "r-1", intentKey: key(1), duplicate: false, at, reason: "resolution_conflict", message: `changed\u202e${"m".repeat(5000)}`, details: { current: { version: '"v7"', state: deep } } };
+    const shown = s.answerShown(answer);
+    expect(Object.keys(shown).sort()).toEqual(["details", "message", "reason", "status"]);
+    // 100 characters as shown: 7, the escape's 6, then 87 of the 5000; 5008 - 95 not shown
+    expect(shown).toMatchObject({ status: "rejected", reason: "resolution_conflict", message: `changed\\u202e${"m".repeat(87)}… (4913 more characters)` });
+    expect(shown.details!.truncated).toBe(true);
+    expect(shown.details!.json.startsWith('{"current":{"version":"\\"v7\\"","state":{"n":[{"n":[')).toBe(true);
+    expect(JSON.stringify(shown).length).toBeLessThan(2 * DEFAULT_LIMITS.valueChars);
+    // an applied one: its version and the way it was written; a small details value indented whole
+    expect(s.answerShown({ status: "applied", version: '"v8"', via: "patch\x1b", details: { a: 1 } } as never)).toEqual({ status: "applied", version: '"v8"', via: marked("patch\\x1b", "patch\x1b"), details: { json: '{\n  "a": 1\n}', truncated: false } });
+  });
+
+  it("two ids shown alike stay two keys: an id with ESC and one with a backslash and `x1b` (both shown `\\x1b`) are two intents in flight, a reply to one answers it only; an escalation pair differing only so is not contested", () => {
+    const s = new ConsoleState(topics);
+    const [raw, literal] = ["i-\x1b", "i-\\x1b"];
+    s.intent(where("writ.intents", 0), { ...intent(1), intentId: raw });
+    s.intent(where("writ.intents", 1), { ...intent(2), intentId: literal });
+    // also one that cannot be told apart by its look alone: the form another id is shown in
+    const lookalike = marked("i-\\x1b", raw);
+    s.intent(where("writ.intents", 2), { ...intent(3), intentId: lookalike });
+    const ids = s.snapshot().inFlight.map((i) => i.intentId);
+    expect(new Set(ids).size).toBe(3);
+    expect(ids).toContain(marked("i-\\x1b", raw));
+    s.reply(where("writ.replies.alice", 0), applied(1, { intentId: literal }));
+    // newest first: the look-alike (shown with a digest of its own), the ESC one; the literal one answered
+    expect(s.snapshot().inFlight.map((i) => i.intentId)).toEqual([marked(lookalike, lookalike), marked("i-\\x1b", raw)]);
+    // an id shown as it is (no escape, no `\`, no `…`) is its own key, unmarked
+    expect(s.name("i-1")).toBe("i-1");
+    // nor is a short id that reads as a long one cut (with its `…` and digest) that long one
+    const cut = new ConsoleState(topics);
+    const long = `i-${"x".repeat(300)}`;
+    cut.intent(where("writ.intents", 0), { ...intent(1), intentId: long });
+    cut.intent(where("writ.intents", 1), { ...intent(2), intentId: cut.name(long) });
+    expect(new Set(cut.snapshot().inFlight.map((i) => i.intentId)).size).toBe(2);
+    // two escalations whose ids and intents differ only so: two, neither contested, each resolved with its own ids
+    human(s, 0, { ...escalation(1), escalationId: "e-\x1b", intent: { ...intent(1), intentId: raw } });
+    human(s, 1, { ...escalation(1), escalationId: "e-\\x1b", intent: { ...intent(1), intentId: literal } });
+    const escalations = s.snapshot().escalations;
+    expect(escalations.map((e) => [e.escalationId, e.contested ?? null])).toEqual([
+      [marked("e-\\x1b", "e-\x1b"), null],
+      [marked("e-\\x1b", "e-\\x1b"), null],
+    ]);
+    for (const [e, [id, intentId]] of escalations.map((e, i) => [e, [["e-\x1b", raw], ["e-\\x1b", literal]][i]!] as const)) {
+      expect(s.resolvable(e.escalationId)).toMatchObject({ escalation: { escalationId: id, intent: { intentId } } });
+    }
+  });
+
+  it("escapes first, then cuts on whole escapes: a message, an id or a value made of escapable characters stays within its bound (escaping after the cut made them up to 6 times longer), and says how many characters were not shown", () => {
+    const s = new ConsoleState(topics, { textChars: 2000, valueChars: 4000 });
+    // a message: 500 whole `\x1b` of the 3000, then how many were not shown
+    const text = s.text("\x1b".repeat(3000));
+    expect(text).toBe(`${"\\x1b".repeat(500)}… (2500 more characters)`);
+    // a bound that falls inside an escape: cut before it, never in it
+    for (const textChars of [2001, 2002, 2003, 2005]) {
+      const t = new ConsoleState(topics, { textChars }).text("\u202e".repeat(2000));
+      const shown = t.slice(0, t.indexOf("…"));
+      expect(shown.length, `${textChars}`).toBeLessThanOrEqual(textChars);
+      expect(shown, `${textChars}`).toMatch(/^(\\u202e)+$/);
+      expect(t.slice(shown.length), `${textChars}`).toBe(`… (${2000 - shown.length / 6} more characters)`);
+    }
+    // a short one that escaping makes too long is cut too
+    expect(s.text("\u2066".repeat(400))).toBe(`${"\\u2066".repeat(333)}… (67 more characters)`);
+    // an id: at most NAME_CHARS as shown, whole escapes, the digest of the whole
+    for (const id of ["\u202e".repeat(150), "\x1b".repeat(60), `e-${"中\x1b".repeat(55)}`, "\\".repeat(300)]) {
+      const name = s.name(id);
+      expect(name.length, JSON.stringify(id)).toBeLessThanOrEqual(NAME_CHARS);
+      expect(name, JSON.stringify(id)).toMatch(new RegExp(`^(?:e-)?(?:\\\\u202e|\\\\x1b|中|\\\\)*… \\(${id.length} characters, sha256 [0-9a-f]{16}\\)$`));
+    }
+    // a value: at most valueChars of the escaped JSON, from its beginning, ending on a whole escape (its own or
+    // JSON's: `\n`, `\"`, `\u0000`); the characters of the JSON not shown counted
+    const value = { k: "\u202e\n\"\u0000\x85".repeat(2000) };
+    const json = JSON.stringify(value);
+    const escaped = json.replace(/[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    for (const valueChars of [4000, 4001, 4002, 4003, 4004, 4005]) {
+      const clipped = new ConsoleState(topics, { valueChars }).clip(value);
+      const [shown, more] = clipped.json.split("\n… ");
+      expect(clipped.truncated).toBe(true);
+      expect(shown!.length, `${valueChars}`).toBeLessThanOrEqual(valueChars);
+      expect(shown!.length, `${valueChars}`).toBeGreaterThan(valueChars - 6);
+      expect(escaped.startsWith(shown!), `${valueChars}`).toBe(true);
+      expect(shown!.slice(6), `${valueChars}`).toMatch(/^(?:\\u202e|\\n|\\"|\\u0000|\\u0085)*$/);
+      // what is shown, unescaped, is that many characters of the JSON: with the rest, all of it
+      const rawShown = shown!.replace(/\\u(202e|0085)/g, "x").length;
+      expect(more, `${valueChars}`).toBe(`(${json.length - rawShown} more characters)`);
+    }
+    // one whose compact JSON fits only before escaping is cut as well
+    const small = s.clip("\u202e".repeat(3000));
+    expect([small.truncated, small.json.length < 4100]).toEqual([true, true]);
+    // not cut: still the same value
+    expect(JSON.parse(s.clip(value.k.slice(0, 500)).json)).toBe(value.k.slice(0, 500));
+  });
+
+  it("an escalation's record version shown escaped or cut carries the version itself (rawVersion) for Apply; one shown as it is, or one no owner could have read (past 256 characters), does not", () => {
+    const s = new ConsoleState(topics);
+    const nel = 'W/"v\x85"';
+    const long = `"${"v".repeat(248)}"`;
+    human(s, 0, { ...escalation(1), current: { state: {}, version: nel } });
+    human(s, 1, { ...escalation(2), current: { state: {}, version: long } });
+    human(s, 2, { ...escalation(3), current: { state: {}, version: '"v4"' } });
+    const byId = (id: string) => s.escalationItem(id)!.current!;
+    expect(byId("e-1")).toMatchObject({ version: marked('W/"v\\x85"', nel), rawVersion: nel });
+    expect(byId("e-2").version.length).toBeLessThanOrEqual(NAME_CHARS);
+    expect(byId("e-2")).toMatchObject({ rawVersion: long });
+    expect(byId("e-3")).toEqual({ version: '"v4"', state: { json: "{}", truncated: false } });
+    // the record an owner's refusal carries: the same; a version past 256 characters is none writ carries
+    s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", details: { current: { version: "\u202e7", state: {} } } });
+    expect(byId("e-3")).toMatchObject({ version: marked("\\u202e7", "\u202e7"), rawVersion: "\u202e7" });
+    s.resolutionAnswered("e-3", "apply", "ops", { status: "rejected", reason: "resolution_conflict", details: { current: { version: "x".repeat(300), state: {} } } });
+    expect(byId("e-3").version.length).toBeLessThanOrEqual(NAME_CHARS);
+    expect(byId("e-3").rawVersion).toBeUndefined();
   });
 
   it("clip() cuts the compact JSON, and indents only a value whose compact form fits (deep nesting would indent to 100x its size)", () => {

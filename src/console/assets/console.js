@@ -6,7 +6,7 @@
 // opened with a one-use ticket the page asks for with it before each connect.
 // Everything shown is built with textContent, never as HTML. A module (strict, deferred): drafts.js keeps
 // what the operator typed on escalation cards.
-import { DraftBook, decidable } from "./drafts.js";
+import { DraftBook, baseToSend, decidable } from "./drafts.js";
 
 (() => {
   const KEY = "writ-console-token";
@@ -714,7 +714,8 @@ import { DraftBook, decidable } from "./drafts.js";
     return [
       h("span", { class: closed ? "ok" : "error", dataset: { answerStatus: a.status, answerReason: a.reason ?? "" } }, `Owner's answer: ${line}`),
       needsDelta ? h("span", { class: "delta-required-answer" }, " Nothing was written. Give the change to write in “Change to write with Apply” below and Apply again.") : null,
-      h("details", {}, h("summary", {}, "answer as JSON"), h("pre", { class: "json" }, JSON.stringify(a, null, 2))),
+      // as the console gives it: its fields bounded, its details (a refusal's record, as large and deep as the owner read it) clipped JSON
+      a.details ? h("details", {}, h("summary", {}, "the answer's details"), pre(a.details)) : null,
     ].filter(Boolean);
   }
 
@@ -823,7 +824,8 @@ import { DraftBook, decidable } from "./drafts.js";
         renderEscalations();
         return;
       }
-      body.baseVersion = base;
+      // the version shown is escaped (and cut when long): the record's own goes
+      body.baseVersion = baseToSend(e, base);
       if (deltaField.use.checked) {
         // checked here as the server checks it: a change that is not a JSON Patch is not sent
         const parsed = parseDelta(deltaField.text.value);

@@ -13,6 +13,13 @@ export const decidable = (e) => !e.contested && (e.status === "open" || Boolean(
 /** The version of the record the card shows for escalation `e` ("" when the owner could not read it). */
 const shownVersion = (e) => (e.current ? e.current.version : "");
 
+/**
+ * What the page sends as the base version of an Apply whose base field holds `base`: the record's own version when
+ * `base` is the one shown for it (shown escaped or cut, `rawVersion` is the version itself: the text shown would
+ * never match the record, and the owner would answer resolution_conflict for ever), else `base` as typed.
+ */
+export const baseToSend = (e, base) => (e && e.current && e.current.rawVersion !== undefined && base === e.current.version ? e.current.rawVersion : base);
+
 /** The fields of `e`'s card as the page fills them before anyone types: the record's version, the agent's change. */
 export function prefill(e) {
   return { base: shownVersion(e), delta: e.change && !e.change.truncated ? e.change.json : "", use: false, message: "", open: false };
