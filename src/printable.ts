@@ -3,8 +3,11 @@
 // sequences clear the screen, fake lines, set the title or write the clipboard (OSC 52), and bidi
 // overrides reorder what is shown. Human-readable output passes it through here first.
 
-/** C0 and C1 controls (ESC, CSI 0x9b, OSC 0x9d, CR, LF …), DEL, the bidi embeddings/overrides and isolates. */
-const UNPRINTABLE = /[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
+/**
+ * C0 and C1 controls (ESC, CSI 0x9b, OSC 0x9d, CR, LF …), DEL, the bidi embeddings/overrides and isolates, and a
+ * lone surrogate (no character: shown as U+FFFD, and refused by encodeURIComponent).
+ */
+const UNPRINTABLE = /[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /** `s` with every control and bidi override shown as a visible escape (`\x1b`, `\u202e`), never acted on. */
 export function printable(s: string): string {

@@ -55,8 +55,10 @@ const JSON_UNSAFE = /[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
 /** JSON text with those written as \u escapes (inside its strings, the only place they can be): the same value. */
 const jsonSafe = (json: string): string => json.replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 
-/** The first 16 hex digits of the sha256 of `s`: what keeps two ids shown alike two keys. */
-const digestOf = (s: string): string => createHash("sha256").update(s).digest("hex").slice(0, 16);
+/** The first 32 hex digits of the sha256 of `s`: what keeps two ids shown alike two keys. */
+// Over the string's UTF-16 code units: as UTF-8, every lone surrogate would be one U+FFFD, and two strings differing
+// only in one would share a digest. 128 bits: a name is someone's choice, and must not be made to collide.
+const digestOf = (s: string): string => createHash("sha256").update(Buffer.from(s, "utf16le")).digest("hex").slice(0, 32);
 
 /**
  * The beginning of `s` as shown, each character escaped by `escape`, in at most `max` characters: cut only between
@@ -243,7 +245,8 @@ export class ConsoleState {
   name(s: string): string {
     if (s.length <= NAME_CHARS) {
       const shown = printable(s);
-      if (shown === s && !s.includes("\\") && !s.includes("…")) return s;
+      // `.` and `..` too: a browser takes them for path segments in the resolve route's URL
+      if (shown === s && !s.includes("\\") && !s.includes("…") && s !== "." && s !== "..") return s;
       const marked = `${shown} (sha256 ${digestOf(s)})`;
       if (marked.length <= NAME_CHARS) return marked;
     }
@@ -506,12 +509,12 @@ export class ConsoleState {
     let text: string | undefined;
     if (intentJson.length <= this.limits.intentChars) {
       try {
-        text = canonicalJson({ intent: e.intent, reason: e.reason, message: e.message, version: e.current?.version ?? null });
+        text = canonicalJson({ intent: e.intent, reason: e.reason, message: e.message, version: e.current?.version ?? null, state: e.current?.state ?? null });
       } catch {
         text = undefined;
       }
     }
-    text ??= `${intentJson}\u0000${JSON.stringify([e.reason, e.message, e.current?.version ?? null])}`;
+    text ??= `${intentJson}\u0000${JSON.stringify([e.reason, e.message, e.current?.version ?? null, e.current?.state ?? null])}`;
     return createHash("sha256").update(text).digest("hex");
   }
 

@@ -19,7 +19,7 @@ import { brokers, escalateTicket, startHarness } from "../helpers/writ-harness.t
 /** A CSS attribute value for `s` (its backslashes escaped). */
 const attr = (s: string) => s.replace(/\\/g, "\\\\");
 /** An id as the console shows one it escaped: with the digest of the record's own (two ids never shown alike). */
-const marked = (shown: string, raw: string) => `${shown} (sha256 ${createHash("sha256").update(raw).digest("hex").slice(0, 16)})`;
+const marked = (shown: string, raw: string) => `${shown} (sha256 ${createHash("sha256").update(Buffer.from(raw, "utf16le")).digest("hex").slice(0, 32)})`;
 
 /** The version the records proxy gives for the demo server's `"vN"`: a C1 control (NEL, obs-text in an ETag) and 250 characters. */
 const oddVersion = (n: string) => `"v${n}\u0085${"x".repeat(250 - 4 - n.length)}"`;

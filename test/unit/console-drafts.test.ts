@@ -126,6 +126,10 @@ describe("the console page's drafts", () => {
     expect(baseToSend(e, book.fields(e).base)).toBe(raw);
     // typed: as typed; a record shown as it is: as shown; none read: as typed
     expect(baseToSend(e, '"v9"')).toBe('"v9"');
+    // typed with spaces around: trimmed; a version that itself begins or ends with a space, shown as it is: kept whole
+    expect(baseToSend(e, '  "v9" ')).toBe('"v9"');
+    const spaced = item(4, " v4 ");
+    expect(baseToSend(spaced, prefill(spaced).base)).toBe(" v4 ");
     expect(baseToSend(item(2), '"v4"')).toBe('"v4"');
     expect(baseToSend(item(3, null), '"v1"')).toBe('"v1"');
     expect(baseToSend(undefined, '"v1"')).toBe('"v1"');

@@ -30,7 +30,7 @@ function intent(n: number, agent = "alice"): WriteIntent {
   };
 }
 /** An id as name() shows one that is not shown as it is (escaped, or with a `\` or `…`): with the digest of the record's own. */
-const marked = (shown: string, raw: string) => `${shown} (sha256 ${createHash("sha256").update(raw).digest("hex").slice(0, 16)})`;
+const marked = (shown: string, raw: string) => `${shown} (sha256 ${createHash("sha256").update(Buffer.from(raw, "utf16le")).digest("hex").slice(0, 32)})`;
 const where = (topic: string, offset: number, partition = 0) => ({ topic, partition, offset: String(offset) });
 const applied = (n: number, extra: Record<string, unknown> = {}): Reply =>
   ({ status: "applied", intentId: `i-${n}`, intentKey: key(n), duplicate: false, at, entity: { type: "ticket", id: `T-${n}` }, state: null, version: '"v2"', via: "patch", ...extra }) as Reply;
@@ -193,6 +193,26 @@ describe("ConsoleState", () => {
     expect(s.resolvable("e-3")).toMatchObject({ refused: "escalation_contested" });
   });
 
+  it("a copy with the same id, intent and record version but another record state contests it too: an Apply would write a change built on the forged state onto the real version", () => {
+    const s = new ConsoleState(topics);
+    const first = escalation(1);
+    human(s, 0, { ...first, current: { state: { tags: ["forged"] }, version: first.current!.version } });
+    human(s, 1, first);
+    expect(s.resolvable("e-1")).toMatchObject({ refused: "escalation_contested" });
+  });
+
+  it("ids and versions differing only in a lone surrogate, or named `.` or `..`, are shown apart and escaped (as UTF-8 each lone surrogate was U+FFFD: one digest)", () => {
+    const s = new ConsoleState(topics);
+    const [a, b] = [`${"v".repeat(200)}\ud800`, `${"v".repeat(200)}\udbff`];
+    expect(s.name(a)).not.toBe(s.name(b));
+    // a lone surrogate is shown escaped, so the page can encode the name in a URL
+    const lone = s.name("e-\ud800");
+    expect(lone).toMatch(/^e-\\ud800 \(sha256 [0-9a-f]{32}\)$/);
+    expect(() => encodeURIComponent(lone)).not.toThrow();
+    expect(s.name("e-\ud83d\ude00")).toBe("e-\ud83d\ude00");
+    for (const dots of [".", ".."]) expect(s.name(dots)).toMatch(/ \(sha256 [0-9a-f]{32}\)$/);
+  });
+
   it("a writ.human record not keyed by its intent's entity (as an owner keys it) is not kept, and counted", () => {
     const s = new ConsoleState(topics);
     s.escalation(where("writ.human", 0), escalation(1), "ticket:T-other");
@@ -267,7 +287,7 @@ describe("ConsoleState", () => {
     expect(s.snapshot().deadLetters[0]).toMatchObject({ reason: "r\\x85", message: "m\\u202d", key: marked("ticket:12\\u202e34", `ticket:${odd}`), source: { topic: marked("t\\u202e", "t\u202e"), offset: marked("4\\u2066", "4\u2066") } });
     // a long one: cut, escaped, with the digest of the whole
     human(s, 1, { ...escalation(2), escalationId: `\u202e${"x".repeat(300)}` });
-    expect(s.snapshot().escalations.map((x) => x.escalationId)).toContainEqual(expect.stringMatching(/^\\u202ex+… \(301 characters, sha256 [0-9a-f]{16}\)$/));
+    expect(s.snapshot().escalations.map((x) => x.escalationId)).toContainEqual(expect.stringMatching(/^\\u202ex+… \(301 characters, sha256 [0-9a-f]{32}\)$/));
   });
 
   it("the owner's answer to a decision from the page is given bounded: its fields cut and escaped, its details clipped JSON (a record 500 deep stalled the tab)", () => {
@@ -340,7 +360,7 @@ describe("ConsoleState", () => {
     for (const id of ["\u202e".repeat(150), "\x1b".repeat(60), `e-${"中\x1b".repeat(55)}`, "\\".repeat(300)]) {
       const name = s.name(id);
       expect(name.length, JSON.stringify(id)).toBeLessThanOrEqual(NAME_CHARS);
-      expect(name, JSON.stringify(id)).toMatch(new RegExp(`^(?:e-)?(?:\\\\u202e|\\\\x1b|中|\\\\)*… \\(${id.length} characters, sha256 [0-9a-f]{16}\\)$`));
+      expect(name, JSON.stringify(id)).toMatch(new RegExp(`^(?:e-)?(?:\\\\u202e|\\\\x1b|中|\\\\)*… \\(${id.length} characters, sha256 [0-9a-f]{32}\\)$`));
     }
     // a value: at most valueChars of the escaped JSON, from its beginning, ending on a whole escape (its own or
     // JSON's: `\n`, `\"`, `\u0000`); the characters of the JSON not shown counted

@@ -818,14 +818,15 @@ import { DraftBook, baseToSend, decidable } from "./drafts.js";
         stale.keep.focus();
         return;
       }
-      const base = baseInput.value.trim();
+      // the version shown is escaped (and cut when long), or may begin or end with a space: the record's own goes;
+      // what is typed goes trimmed
+      const base = baseToSend(e, baseInput.value);
       if (!base) {
         view.decisions.set(escalationId, { error: "Give the record version to apply on." });
         renderEscalations();
         return;
       }
-      // the version shown is escaped (and cut when long): the record's own goes
-      body.baseVersion = baseToSend(e, base);
+      body.baseVersion = base;
       if (deltaField.use.checked) {
         // checked here as the server checks it: a change that is not a JSON Patch is not sent
         const parsed = parseDelta(deltaField.text.value);

@@ -17,7 +17,7 @@ export interface Draft {
 
 export declare const decidable: (e: EscalationItem) => boolean;
 export declare function prefill(e: EscalationItem): CardFields;
-/** The base version an Apply sends for what the base field holds: the record's own when it is the one shown. */
+/** The base version an Apply sends for what the base field holds: the record's own when it is the one shown, else it trimmed. */
 export declare const baseToSend: (e: EscalationItem | undefined, base: string) => string;
 
 export declare class DraftBook {

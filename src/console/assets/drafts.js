@@ -16,9 +16,10 @@ const shownVersion = (e) => (e.current ? e.current.version : "");
 /**
  * What the page sends as the base version of an Apply whose base field holds `base`: the record's own version when
  * `base` is the one shown for it (shown escaped or cut, `rawVersion` is the version itself: the text shown would
- * never match the record, and the owner would answer resolution_conflict for ever), else `base` as typed.
+ * never match the record, and the owner would answer resolution_conflict for ever; a version may also begin or end
+ * with a space, which trimming would change), else `base` as typed, trimmed.
  */
-export const baseToSend = (e, base) => (e && e.current && e.current.rawVersion !== undefined && base === e.current.version ? e.current.rawVersion : base);
+export const baseToSend = (e, base) => (e && e.current && base === e.current.version ? (e.current.rawVersion ?? base) : base.trim());
 
 /** The fields of `e`'s card as the page fills them before anyone types: the record's version, the agent's change. */
 export function prefill(e) {
