@@ -21,10 +21,16 @@ export function printable(s: string): string {
 const JSON_UNSAFE = /[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
 
 /**
+ * JSON text with those written as \u escapes (inside its strings, the only place they can be): the same value, safe
+ * on a terminal and in a page (the console's values, src/console/state.ts).
+ */
+export const jsonSafe = (json: string): string => json.replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+
+/**
  * `value` as one line of JSON that is also safe on a terminal: JSON.stringify escapes the C0 controls but not
  * the C1 ones (0x9b is a CSI where it is honoured) nor bidi overrides; they are written as \u escapes, which
  * parse to the same value.
  */
 export function jsonLine(value: unknown): string {
-  return JSON.stringify(value).replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return jsonSafe(JSON.stringify(value));
 }

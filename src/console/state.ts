@@ -18,7 +18,7 @@ import type { Resolution } from "../schemas/resolution.ts";
 import type { WriteIntent } from "../schemas/write-intent.ts";
 import type { AclCheck } from "../doctor/acls.ts";
 import { LruMap } from "../lru-map.ts";
-import { printable } from "../printable.ts";
+import { jsonSafe, printable } from "../printable.ts";
 
 import {
   DEFAULT_LIMITS,
@@ -48,12 +48,6 @@ import {
 } from "./view.ts";
 
 export * from "./view.ts";
-
-/** What JSON.stringify leaves raw that a page would act on: DEL, the C1 controls, bidi overrides and isolates. */
-const JSON_UNSAFE = /[\x7f-\x9f\u202a-\u202e\u2066-\u2069]/g;
-
-/** JSON text with those written as \u escapes (inside its strings, the only place they can be): the same value. */
-const jsonSafe = (json: string): string => json.replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 
 /** The first 32 hex digits of the sha256 of `s`: what keeps two ids shown alike two keys. */
 // Over the string's UTF-16 code units: as UTF-8, every lone surrogate would be one U+FFFD, and two strings differing
